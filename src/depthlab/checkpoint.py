@@ -1,0 +1,272 @@
+"""Crash-safe checkpoints: weights in safetensors, trainer state as tensors + plain containers.
+
+Layout inside a run directory::
+
+    checkpoints/
+      manifest.json               format, list of step checkpoints (oldest first), best; sha256 of each file
+      step-000500.safetensors     model weights; metadata holds config, vocabulary, step
+      step-000500.state.pt        optimizer, RNG states, step, best val loss (torch.load weights_only=True)
+      best.safetensors            weights at the best validation loss
+
+Every file is written to a temporary name in the same folder, fsynced, then renamed, so a
+crash leaves either the old or the new file, never half of one. Loading verifies sha256 against
+the manifest and falls back to the previous good checkpoint with a warning naming the bad file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from .config import ModelConfig
+from .errors import DepthlabError
+
+FORMAT_VERSION = 1
+CKPT_DIR = "checkpoints"
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename (POSIX-atomic)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def clean_state_dict(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Strip ``_orig_mod.`` (torch.compile) and ``module.`` (DDP) prefixes from every key."""
+    out = {}
+    for k, v in sd.items():
+        k = k.replace("_orig_mod.", "")
+        while k.startswith("module."):
+            k = k[len("module."):]
+        out[k] = v
+    return out
+
+
+def weights_bytes(model: torch.nn.Module, metadata: dict[str, str]) -> bytes:
+    """Serialise ``model``'s weights to safetensors bytes; tied tensors are stored once.
+
+    Raises:
+        DepthlabError: if any weight is NaN or infinite (a checkpoint is never written then).
+    """
+    sd = clean_state_dict(model.state_dict())
+    seen: dict[int, str] = {}
+    out = {}
+    for k, v in sd.items():
+        ptr = v.data_ptr()
+        if ptr in seen and v.numel() > 0:
+            continue  # tied weight (lm_head.weight is transformer.wte.weight)
+        seen[ptr] = k
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise DepthlabError(f"refusing to write a checkpoint: weight {k} is not finite")
+        out[k] = v.detach().to("cpu").contiguous()
+    return st_save(out, metadata=metadata)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_manifest(ckdir: Path) -> dict:
+    m = ckdir / "manifest.json"
+    if not m.exists():
+        return {"format": FORMAT_VERSION, "checkpoints": [], "best": None}
+    try:
+        data = json.loads(m.read_text())
+    except (OSError, ValueError) as e:
+        raise DepthlabError(f"{m} is unreadable ({e}); the run's checkpoints cannot be trusted") from None
+    if int(data.get("format", 0)) > FORMAT_VERSION:
+        raise DepthlabError(f"{m} has checkpoint format {data.get('format')}, newer than this depthlab "
+                            f"understands ({FORMAT_VERSION}); upgrade depthlab")
+    return data
+
+
+def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dict[str, Any],
+                    meta: dict[str, str], keep_last: int = 2, is_best: bool = False,
+                    val_loss: Optional[float] = None) -> None:
+    """Write step checkpoint (weights + trainer state), optionally ``best``, then the manifest.
+
+    Args:
+        run_dir: the run directory.
+        step: optimizer steps done.
+        model: the (possibly compiled/DDP) model.
+        state: trainer state of tensors and plain containers only.
+        meta: string metadata (``config``, ``vocab`` as JSON) stored in the safetensors header.
+        keep_last: step checkpoints to keep (oldest are deleted after the manifest is updated).
+        is_best: also write ``best.safetensors``.
+        val_loss: validation loss in nats recorded for ``best``.
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    ckdir.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta, format=str(FORMAT_VERSION), step=str(step))
+    wbytes = weights_bytes(model, meta)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    sbytes = buf.getvalue()
+    name = f"step-{step:06d}"
+    atomic_write(ckdir / f"{name}.safetensors", wbytes)
+    atomic_write(ckdir / f"{name}.state.pt", sbytes)
+    manifest = _read_manifest(ckdir)
+    entry = {"name": name, "step": step, "files": {
+        f"{name}.safetensors": hashlib.sha256(wbytes).hexdigest(),
+        f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()}}
+    ckpts = [c for c in manifest["checkpoints"] if c["step"] != step] + [entry]
+    drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
+    manifest["checkpoints"] = ckpts
+    if is_best:
+        atomic_write(ckdir / "best.safetensors", wbytes)
+        manifest["best"] = {"step": step, "val_loss": val_loss,
+                            "files": {"best.safetensors": entry["files"][f"{name}.safetensors"]}}
+    manifest["format"] = FORMAT_VERSION
+    atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+    for c in drop:  # only after the manifest no longer names them
+        for f in c["files"]:
+            try:
+                (ckdir / f).unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:
+    """None if every file exists with its recorded sha256, else the first bad file's name."""
+    for f, digest in files.items():
+        p = ckdir / f
+        if not p.exists() or sha256_file(p) != digest:
+            return f
+    return None
+
+
+def latest_checkpoint(run_dir: Path) -> Optional[dict]:
+    """Manifest entry of the newest step checkpoint whose files verify, or None if there is none.
+
+    Warns (``UserWarning``) naming each newer checkpoint file that failed verification.
+
+    Raises:
+        DepthlabError: if checkpoints exist but none verifies.
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    manifest = _read_manifest(ckdir)
+    for entry in reversed(manifest["checkpoints"]):
+        bad = _verified(ckdir, entry["files"])
+        if bad is None:
+            return entry
+        warnings.warn(f"checkpoint file {ckdir / bad} is missing or corrupt (sha256 mismatch); "
+                      "falling back to the previous checkpoint")
+    if manifest["checkpoints"]:
+        raise DepthlabError(f"no intact checkpoint in {ckdir}: every file failed its sha256 check")
+    return None
+
+
+def load_weights_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read a safetensors file: (state dict with prefixes stripped, metadata).
+
+    Raises:
+        DepthlabError: if the file is missing, truncated or not safetensors.
+    """
+    try:
+        data = Path(path).read_bytes()
+        sd = st_load(data)
+        from safetensors import safe_open  # header only, for metadata
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except FileNotFoundError:
+        raise DepthlabError(f"checkpoint {path} not found") from None
+    except Exception as e:  # safetensors raises its own error types for bad headers
+        raise DepthlabError(f"checkpoint {path} is corrupt or truncated ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    if int(meta.get("format", FORMAT_VERSION)) > FORMAT_VERSION:
+        raise DepthlabError(f"checkpoint {path} has format {meta['format']}, newer than this depthlab "
+                            f"understands ({FORMAT_VERSION}); upgrade depthlab")
+    return clean_state_dict(sd), meta
+
+
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path) -> None:
+    """Load a (prefix-stripped) state dict into ``model``; tied weights may be absent.
+
+    Raises:
+        DepthlabError: on missing or unexpected keys or shape mismatches, naming them.
+    """
+    own = clean_state_dict(model.state_dict())
+    tied = set()
+    ptrs: dict[int, str] = {}
+    for k, v in own.items():
+        if v.data_ptr() in ptrs:
+            tied.add(k)
+        ptrs.setdefault(v.data_ptr(), k)
+    missing = [k for k in own if k not in sd and k not in tied]
+    unexpected = [k for k in sd if k not in own]
+    shapes = [k for k in sd if k in own and tuple(sd[k].shape) != tuple(own[k].shape)]
+    if missing or unexpected or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing[:5])}")
+        if unexpected:
+            parts.append(f"unexpected {', '.join(unexpected[:5])}")
+        if shapes:
+            parts.append("shape mismatch " + ", ".join(
+                f"{k} {tuple(sd[k].shape)} vs {tuple(own[k].shape)}" for k in shapes[:3]))
+        raise DepthlabError(f"checkpoint {path} does not fit this model: {'; '.join(parts)}")
+    target = model
+    while hasattr(target, "module") or hasattr(target, "_orig_mod"):
+        target = getattr(target, "module", None) or getattr(target, "_orig_mod")
+    target.load_state_dict(sd, strict=False)
+
+
+def load_state(path: Path) -> dict:
+    """Trainer state via ``torch.load(weights_only=True)`` (no arbitrary unpickling).
+
+    Raises:
+        DepthlabError: if the file is missing or unreadable.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise DepthlabError(f"trainer state {path} not found") from None
+    except Exception as e:
+        raise DepthlabError(f"trainer state {path} is corrupt ({type(e).__name__})") from None
+
+
+def model_config_from_meta(meta: dict[str, str], path: Path) -> ModelConfig:
+    """Rebuild the ModelConfig stored in a checkpoint's metadata.
+
+    Raises:
+        DepthlabError: if the metadata lacks a config.
+    """
+    if "config" not in meta:
+        raise DepthlabError(f"checkpoint {path} has no depthlab config in its metadata")
+    return ModelConfig(**json.loads(meta["config"])["model"])

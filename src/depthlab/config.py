@@ -1,0 +1,247 @@
+"""Typed, validated configuration dataclasses (litgpt-style).
+
+Every field is documented with its unit; ``__post_init__`` validates each value and raises
+:class:`~depthlab.errors.DepthlabError` naming the field (``model.n_embd``) and the allowed range,
+so the CLI, YAML files and notebooks all share one set of checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+from .errors import DepthlabError
+
+VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm")
+NORMS = ("layernorm", "rmsnorm", "none")
+
+
+def _positive(section: str, obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise DepthlabError(f"{section}.{n} must be a positive integer, got {v!r}")
+
+
+def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise DepthlabError(f"{section}.{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from and how it is split.
+
+    Attributes:
+        path: UTF-8 (or ``encoding``) text file; ``None`` = the embedded Tiny Shakespeare corpus.
+        encoding: text encoding of ``path`` (e.g. ``utf-8``, ``cp1252``, ``latin-1``).
+        val_fraction: fraction of the tokens (the last part) held out for validation, in (0, 0.5].
+        cache_dir: folder for the encoded-token cache; ``None`` = ``$DEPTHLAB_CACHE`` or
+            ``~/.cache/depthlab``.
+    """
+
+    path: Optional[str] = None
+    encoding: str = "utf-8"
+    val_fraction: float = 0.1
+    cache_dir: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not (0.0 < float(self.val_fraction) <= 0.5):
+            raise DepthlabError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
+        import codecs
+
+        try:
+            codecs.lookup(self.encoding)
+        except (LookupError, TypeError):
+            raise DepthlabError(f"data.encoding {self.encoding!r} is not a known text encoding "
+                                "(try utf-8, cp1252 or latin-1)") from None
+
+
+@dataclass
+class ModelConfig:
+    """Shape and wiring of the GPT (decoder-only transformer).
+
+    Attributes:
+        vocab_size: V, number of token ids; set from the corpus by ``train`` (0 = not yet known).
+        block_size: T_max, context length in tokens.
+        n_layer: number of transformer blocks.
+        n_head: attention heads per block; must divide ``n_embd``.
+        n_embd: C, width of the residual stream.
+        dropout: dropout probability on attention weights and sublayer outputs, in [0, 1).
+        bias: biases in Linear layers and LayerNorm.
+        ff_mult: feed-forward expansion; hidden width = ff_mult * n_embd (the "magic 4").
+        activation: ``gelu`` or ``relu`` in the feed-forward layer.
+        variant: residual/norm wiring, see :class:`depthlab.model.Block`.
+        norm: ``layernorm`` | ``rmsnorm`` | ``none`` (identity); ignored by ``rezero``.
+        tie_weights: share the token embedding and the output head (GPT-2 default).
+        init: ``gpt2`` (N(0, 0.02), residual projections / sqrt(2 n_layer)) or ``torch``
+            (PyTorch module defaults, U(+-1/sqrt(fan_in))). ``deepnorm`` always applies its
+            own Xavier-normal init with gain beta = (8 n_layer)^-1/4 (Wang et al. 2022).
+    """
+
+    vocab_size: int = 0
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False
+    ff_mult: int = 4
+    activation: Literal["gelu", "relu"] = "gelu"
+    variant: Literal["prenorm", "postnorm", "plain", "rezero", "deepnorm"] = "prenorm"
+    norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
+    tie_weights: bool = True
+    init: Literal["gpt2", "torch"] = "gpt2"
+
+    def __post_init__(self) -> None:
+        _positive("model", self, "block_size", "n_layer", "n_head", "n_embd", "ff_mult")
+        if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 0:
+            raise DepthlabError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}")
+        if self.n_embd % self.n_head != 0:
+            raise DepthlabError(
+                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
+                f"try n_head {max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)}")
+        if not (0.0 <= float(self.dropout) < 1.0):
+            raise DepthlabError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        _choice("model", "variant", self.variant, VARIANTS)
+        _choice("model", "norm", self.norm, NORMS)
+        _choice("model", "activation", self.activation, ("gelu", "relu"))
+        _choice("model", "init", self.init, ("gpt2", "torch"))
+
+    @property
+    def head_size(self) -> int:
+        """hs = n_embd // n_head."""
+        return self.n_embd // self.n_head
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, evaluation, logging and run-directory settings.
+
+    Attributes:
+        out_dir: run directory; ``None`` = ``runs/<timestamp>`` under the current folder.
+        batch_size: micro-batch size in sequences.
+        grad_accum: micro-batches per optimizer step (global batch = batch_size * grad_accum).
+        max_iters: total optimizer steps (a resumed run counts the steps already done).
+        max_time: wall-clock budget in seconds for the training loop (0 = none).
+        learning_rate: peak learning rate after warmup.
+        min_lr: learning rate at the end of the cosine decay.
+        warmup_iters: steps of linear warmup (lr(0) = lr / (warmup + 1) > 0).
+        lr_decay_iters: step where the cosine reaches ``min_lr``; 0 = ``max_iters``.
+        weight_decay: AdamW decoupled weight decay on tensors with >= 2 dims.
+        beta1, beta2: AdamW moment coefficients.
+        grad_clip: clip the global gradient L2 norm to this (0 = off).
+        eval_interval: steps between evaluations (also at step 0 and the last step).
+        eval_iters: batches per split in one evaluation.
+        log_interval: steps between training log lines.
+        seed: seeds model init, batch sampling and dropout.
+        device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto`` (bf16 on CUDA, fp32 elsewhere).
+        compile: wrap the model in ``torch.compile`` (falls back to eager with one warning).
+        threads: torch intra-op threads on CPU (0 = leave torch's default).
+        keep_last: how many step checkpoints to keep besides ``best``.
+        on_nonfinite: ``stop`` (exit 3) or ``skip`` the step on a non-finite loss/gradient.
+        resume: continue the run in ``out_dir`` from its latest good checkpoint.
+        progress: show a progress bar when stderr is a terminal.
+        grad_log_interval: steps between gradient-monitor records (0 = off).
+        probe_interval: steps between activation probes (0 = off).
+        tensorboard: also write TensorBoard event files in the run directory.
+    """
+
+    out_dir: Optional[str] = None
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_iters: int = 2000
+    max_time: float = 0.0
+    learning_rate: float = 2e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    lr_decay_iters: int = 0
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_iters: int = 20
+    log_interval: int = 50
+    seed: int = 1337
+    device: str = "auto"
+    dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    compile: bool = False
+    threads: int = 0
+    keep_last: int = 2
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+    resume: bool = False
+    progress: bool = True
+    grad_log_interval: int = 50
+    probe_interval: int = 250
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
+                  "eval_iters", "log_interval", "keep_last")
+        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+                raise DepthlabError(f"train.{n} must be a non-negative number, got {v!r}")
+        if self.learning_rate <= 0:
+            raise DepthlabError(f"train.learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.min_lr > self.learning_rate:
+            raise DepthlabError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
+                                f"({self.learning_rate})")
+        for n in ("warmup_iters", "lr_decay_iters", "threads", "grad_log_interval", "probe_interval"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DepthlabError(f"train.{n} must be a non-negative integer, got {v!r}")
+        for n in ("beta1", "beta2"):
+            if not (0.0 <= getattr(self, n) < 1.0):
+                raise DepthlabError(f"train.{n} must be in [0, 1), got {getattr(self, n)!r}")
+        _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
+        _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
+        if not isinstance(self.device, str) or not (
+                self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
+            raise DepthlabError(f"train.device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")
+
+
+@dataclass
+class RunConfig:
+    """A whole run: the three sections of a config file (``data:``, ``model:``, ``train:``)."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict of every resolved field (what ``config.json`` holds)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        """Build and validate from a nested dict; unknown sections or keys raise DepthlabError.
+
+        Raises:
+            DepthlabError: unknown section/key, or a value outside its allowed range.
+        """
+        if not isinstance(d, dict):
+            raise DepthlabError(f"a config must be a mapping with sections data/model/train, got {type(d).__name__}")
+        unknown = set(d) - {"data", "model", "train"}
+        if unknown:
+            raise DepthlabError(f"unknown config section(s): {', '.join(sorted(map(str, unknown)))} "
+                                "(allowed: data, model, train)")
+        parts = {}
+        for name, klass in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+            sec = d.get(name) or {}
+            if not isinstance(sec, dict):
+                raise DepthlabError(f"config section {name!r} must be a mapping, got {type(sec).__name__}")
+            known = {f.name for f in dataclasses.fields(klass)}
+            bad = [str(k) for k in sec if k not in known]
+            if bad:
+                raise DepthlabError(f"unknown key(s) in {name}: {', '.join(sorted(bad))}")
+            try:
+                parts[name] = klass(**sec)
+            except DepthlabError:
+                raise
+            except (TypeError, ValueError) as e:
+                raise DepthlabError(f"bad value in {name}: {e}") from None
+        return cls(**parts)

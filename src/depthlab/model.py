@@ -1,0 +1,242 @@
+"""A GPT (decoder-only transformer) whose residual/norm wiring is a config value.
+
+Notation used in shape comments:
+    B  batch size            T  sequence length (<= block_size)
+    C  n_embd (residual width)  nh n_head   hs head size = C // nh
+    V  vocab_size            L  n_layer
+
+State-dict names follow GPT-2 (``transformer.wte``, ``.wpe``, ``.h.{i}.ln_1``, ``attn.c_attn``,
+``attn.c_proj``, ``ln_2``, ``mlp.c_fc``, ``mlp.c_proj``, ``transformer.ln_f``, ``lm_head``) so a
+pre-LN model maps to Hugging Face's GPT-2 with only the usual Conv1D transposes.
+Hook points (identity modules, TransformerLens names) let observers read activations without
+changing the maths; see :mod:`depthlab.analytics.activations`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+
+__all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "make_norm"]
+
+
+class HookPoint(nn.Module):
+    """Identity module: a named place where forward hooks may observe a tensor."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Return ``x`` unchanged (any shape)."""
+        return x
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The configured normalisation over the last dim C: LayerNorm, RMSNorm or identity."""
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.n_embd)
+    return nn.Identity()
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention (Vaswani et al. 2017), fused q/k/v projection.
+
+    Uses ``F.scaled_dot_product_attention(is_causal=True)`` unless the weights are observed
+    (a hook on ``hook_pattern``) or ``explicit`` is set; then softmax(q k^T / sqrt(hs)) with a
+    -inf causal mask is computed by hand. Both paths agree to ~1e-6.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_embd, self.dropout = cfg.n_head, cfg.n_embd, cfg.dropout
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.attn_dropout = nn.Dropout(cfg.dropout)
+        self.hook_pattern = HookPoint()
+        self.explicit = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x (B, T, C). Returns: (B, T, C)."""
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if self.explicit or self.hook_pattern._forward_hooks:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            att = self.hook_pattern(att)
+            y = self.attn_dropout(att) @ v  # (B, nh, T, hs)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                               is_causal=True)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: Linear(C, ff_mult*C) -> GELU/ReLU -> Linear(ff_mult*C, C)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.ff_mult * cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
+        self.c_proj = nn.Linear(cfg.ff_mult * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.hook_post = HookPoint()  # hidden activations (B, T, ff_mult*C), for dead-unit counts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x (B, T, C). Returns: (B, T, C)."""
+        return self.c_proj(self.hook_post(self.act(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """One transformer block: attention sublayer A then feed-forward sublayer F.
+
+    Each sublayer S in {A, F} is wired to the residual stream x by ``cfg.variant``
+    (LN = ``cfg.norm``; dropout is applied to S's output)::
+
+        plain     x -> S -> LN -> x'                         x' = LN(S(x))        (no shortcut)
+        postnorm  x -+-> S --(+)-> LN -> x'                  x' = LN(x + S(x))    Vaswani et al. 2017
+                     +---------^
+        prenorm   x -+-> LN -> S --(+)-> x'                  x' = x + S(LN(x))    GPT-2; Xiong et al. 2020
+                     +-----------------^
+        rezero    x -+-> S -> *alpha --(+)-> x'              x' = x + alpha*S(x)  Bachlechner et al. 2020
+                     +---------------------^                 (alpha init 0, no LN)
+        deepnorm  x -> *a -+                                 x' = LN(a*x + S(x))  Wang et al. 2022
+                  x -> S --(+)-> LN -> x'                    a = (2L)^(1/4)
+
+    Hook points: hook_resid_pre, hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post
+    (all (B, T, C)); ``attn.hook_pattern`` (B, nh, T, T).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.variant = cfg.variant
+        self.ln_1 = make_norm(cfg) if cfg.variant != "rezero" else nn.Identity()
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = make_norm(cfg) if cfg.variant != "rezero" else nn.Identity()
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        if cfg.variant == "rezero":
+            self.alpha_attn = nn.Parameter(torch.zeros(1))
+            self.alpha_mlp = nn.Parameter(torch.zeros(1))
+        self.deepnorm_alpha = (2.0 * cfg.n_layer) ** 0.25
+        for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"):
+            setattr(self, name, HookPoint())
+
+    def _sublayer(self, x: torch.Tensor, fn: nn.Module, ln: nn.Module, hook: HookPoint,
+                  alpha: Optional[torch.Tensor]) -> torch.Tensor:
+        v = self.variant
+        if v == "prenorm":
+            return x + hook(self.drop(fn(ln(x))))
+        s = hook(self.drop(fn(x)))
+        if v == "postnorm":
+            return ln(x + s)
+        if v == "plain":
+            return ln(s)
+        if v == "rezero":
+            return x + alpha * s
+        return ln(self.deepnorm_alpha * x + s)  # deepnorm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x (B, T, C) residual stream. Returns: (B, T, C)."""
+        x = self.hook_resid_pre(x)
+        x = self._sublayer(x, self.attn, self.ln_1, self.hook_attn_out, getattr(self, "alpha_attn", None))
+        x = self.hook_resid_mid(x)
+        x = self._sublayer(x, self.mlp, self.ln_2, self.hook_mlp_out, getattr(self, "alpha_mlp", None))
+        return self.hook_resid_post(x)
+
+
+class GPT(nn.Module):
+    """Token + position embeddings -> n_layer Blocks -> final norm (prenorm only) -> LM head.
+
+    Args:
+        cfg: model config; ``cfg.vocab_size`` must be set (> 0).
+
+    Raises:
+        DepthlabError: if ``cfg.vocab_size`` is 0.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        from .errors import DepthlabError
+
+        if cfg.vocab_size <= 0:
+            raise DepthlabError("model.vocab_size must be set (> 0) before building a GPT")
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+            # only pre-LN leaves the stream un-normalised; the other variants end in LN (or have none)
+            ln_f=make_norm(cfg) if cfg.variant == "prenorm" else nn.Identity(),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.transformer.wte.weight = self.lm_head.weight  # Press & Wolf 2017
+        self._init_weights()
+
+    @torch.no_grad()
+    def _init_weights(self) -> None:
+        cfg = self.config
+        if cfg.init == "gpt2":
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p.zero_()
+                elif p.dim() >= 2:
+                    std = 0.02
+                    if name.endswith("c_proj.weight"):  # GPT-2 paper: scale residual projections
+                        std = 0.02 / math.sqrt(2 * cfg.n_layer)
+                    nn.init.normal_(p, 0.0, std)
+        if cfg.variant == "deepnorm":
+            # Wang et al. 2022 (DeepNet), decoder-only: Xavier-normal, gain beta on v, out-proj, MLP
+            beta = (8.0 * cfg.n_layer) ** -0.25
+            C = cfg.n_embd
+            for blk in self.transformer.h:
+                w = blk.attn.c_attn.weight  # (3C, C): rows q | k | v
+                for i, gain in enumerate((1.0, 1.0, beta)):
+                    nn.init.xavier_normal_(w[i * C:(i + 1) * C], gain=gain)
+                for lin in (blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj):
+                    nn.init.xavier_normal_(lin.weight, gain=beta)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count, tied weights counted once; minus position embeddings if ``non_embedding``."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= self.transformer.wpe.weight.numel()
+        return n
+
+    def forward(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None
+                ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Logits for every position, and the mean cross-entropy if targets are given.
+
+        Args:
+            idx: token ids (B, T), int64, T <= block_size.
+            targets: next-token ids (B, T) or None.
+
+        Returns:
+            (logits (B, T, V), loss in nats per token or None).
+
+        Raises:
+            ValueError: if T > block_size.
+        """
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        return logits, loss

@@ -1,0 +1,176 @@
+"""Autoregressive sampling: temperature, top-k, top-p (nucleus), greedy; loading a run to sample."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import checkpoint as ckpt
+from .data import CharTokenizer
+from .errors import DepthlabError
+from .model import GPT
+
+
+def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optional[float],
+                        max_new_tokens: int = 0) -> None:
+    """Validate sampling settings.
+
+    Raises:
+        DepthlabError: temperature < 0 or not finite, top_k < 0, top_p outside (0, 1],
+            max_new_tokens < 0.
+    """
+    if not isinstance(temperature, (int, float)) or temperature != temperature or temperature < 0 \
+            or temperature == float("inf"):
+        raise DepthlabError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 0):
+        raise DepthlabError(f"--top-k must be an integer >= 0 (0 = off), got {top_k!r}")
+    if top_p is not None and not (0.0 < top_p <= 1.0):
+        raise DepthlabError(f"--top-p must be in (0, 1], got {top_p!r}")
+    if max_new_tokens < 0:
+        raise DepthlabError(f"--max-new-tokens must be >= 0, got {max_new_tokens!r}")
+
+
+def filter_logits(logits: torch.Tensor, top_k: Optional[int] = None, top_p: Optional[float] = None
+                  ) -> torch.Tensor:
+    """Mask (to -inf) all but the top-k logits and/or the smallest nucleus of mass >= top_p.
+
+    Args:
+        logits: (B, V) already divided by the temperature.
+        top_k: keep the k largest (k >= V or 0/None = no filtering).
+        top_p: keep the smallest set whose probability sum reaches top_p (Holtzman et al. 2020);
+            the most likely token is always kept.
+
+    Returns:
+        (B, V) logits with filtered entries set to -inf.
+    """
+    V = logits.size(-1)
+    if top_k and top_k < V:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum - sorted_logits.softmax(dim=-1) >= top_p  # mass before this token already enough
+        drop[:, 0] = False
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: Optional[int] = None, top_p: Optional[float] = None,
+             generator: Optional[torch.Generator] = None,
+             on_token: Optional[Callable[[int], None]] = None) -> torch.Tensor:
+    """Extend ``idx`` by ``max_new_tokens`` tokens, cropping the context to the last block_size.
+
+    Args:
+        model: a GPT (put in eval mode for the call; its previous mode is restored).
+        idx: (B, T) int64 prompt ids, T >= 1.
+        max_new_tokens: N, tokens to append.
+        temperature: logits are divided by it; 0 = greedy argmax (deterministic).
+        top_k, top_p: see :func:`filter_logits`.
+        generator: torch RNG for reproducible sampling.
+        on_token: called with each new id of row 0 (streaming output).
+
+    Returns:
+        (B, T + N) int64 ids.
+
+    Raises:
+        DepthlabError: invalid sampling settings.
+    """
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    was_training = model.training
+    model.eval()
+    try:
+        bs = model.config.block_size
+        for _ in range(max_new_tokens):
+            logits, _ = model(idx[:, -bs:])
+            logits = logits[:, -1, :].float()  # (B, V): only the last position is needed
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
+                nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+            if on_token is not None:
+                on_token(int(nxt[0, 0]))
+    finally:
+        model.train(was_training)
+    return idx
+
+
+def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[GPT, CharTokenizer]:
+    """Load a trained model and its stored vocabulary from a run directory.
+
+    Args:
+        run_dir: a depthlab run directory.
+        which: ``best`` (lowest val loss) or ``last`` (newest intact step checkpoint).
+        device: where to put the model.
+
+    Returns:
+        (model in eval mode, tokenizer).
+
+    Raises:
+        DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint.
+    """
+    rd = Path(run_dir)
+    if not rd.exists():
+        raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
+    if not rd.is_dir() or not (rd / ckpt.CKPT_DIR / "manifest.json").exists():
+        raise DepthlabError(f"{rd} is not a depthlab run directory (no checkpoints/manifest.json); "
+                            "give the out_dir of a depthlab train run")
+    ckdir = rd / ckpt.CKPT_DIR
+    path = ckdir / "best.safetensors"
+    if which == "last" or not path.exists():
+        entry = ckpt.latest_checkpoint(rd)
+        if entry is None:
+            raise DepthlabError(f"{rd} has no checkpoint yet")
+        path = ckdir / f"{entry['name']}.safetensors"
+    elif which != "best":
+        raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
+    sd, meta = ckpt.load_weights_file(path)
+    mcfg = ckpt.model_config_from_meta(meta, path)
+    tok = CharTokenizer(json.loads(meta["vocab"]))
+    model = GPT(mcfg)
+    ckpt.load_into(model, sd, path)
+    return model.to(device).eval(), tok
+
+
+def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500, temperature: float = 0.8,
+                top_k: Optional[int] = 200, top_p: Optional[float] = None, seed: int = 1337,
+                num_samples: int = 1, which: str = "best", device: str = "cpu",
+                stream: Optional[Callable[[str], None]] = None) -> list[str]:
+    """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens characters).
+
+    Args:
+        stream: called with each piece of text as it is produced (prompt first).
+
+    Returns:
+        The generated texts, prompt included.
+
+    Raises:
+        DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
+    """
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    if num_samples < 1:
+        raise DepthlabError(f"--num-samples must be >= 1, got {num_samples}")
+    model, tok = load_run(run_dir, which, device)
+    if prompt:
+        ids = tok.encode(prompt)
+    else:  # start from a newline when the corpus has one, else its first symbol
+        prompt = "\n" if "\n" in tok.stoi else tok.vocab[0]
+        ids = tok.encode(prompt)
+    g = torch.Generator(device=device).manual_seed(seed)
+    texts = []
+    for i in range(num_samples):
+        if stream:
+            stream(("\n---------------\n" if i else "") + prompt)
+        idx = torch.tensor([ids], dtype=torch.long, device=device)
+        out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
+                       on_token=(lambda i: stream(tok.vocab[i])) if stream else None)
+        texts.append(tok.decode(out[0].tolist()))
+    return texts

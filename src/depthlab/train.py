@@ -1,0 +1,498 @@
+"""The training loop: AdamW, warmup + cosine LR, clipping, accumulation, eval, checkpoints, resume.
+
+Observers (gradient monitor, activation probes, ...) attach as :class:`Callback` objects; they
+read the model and the trainer but never change the maths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from .config import ModelConfig, RunConfig
+from .data import Corpus, get_batch, load_corpus
+from .errors import DepthlabError, NonFiniteError
+from .model import GPT
+from .tracking import Tracker, console, read_metrics, truncate_metrics
+
+LN2 = math.log(2.0)
+
+
+class Interrupted(Exception):
+    """Training stopped by SIGINT/SIGTERM after writing a checkpoint; ``exit_code`` is 130/143."""
+
+    def __init__(self, signum: int, run_dir: Path, step: int):
+        self.exit_code = 128 + signum
+        self.run_dir, self.step = run_dir, step
+        super().__init__(f"interrupted at step {step}; checkpoint written. Resume with: "
+                         f"depthlab train --resume {run_dir}")
+
+
+class Callback:
+    """Read-only observer of a :class:`Trainer`. Override any hook; each gets the trainer."""
+
+    def on_train_start(self, trainer: "Trainer") -> None: ...
+    def on_before_clip(self, trainer: "Trainer") -> None: ...  # grads averaged, not yet clipped
+    def on_step_end(self, trainer: "Trainer") -> None: ...     # after optimizer.step, step counter advanced
+    def on_eval(self, trainer: "Trainer", record: dict) -> None: ...
+    def on_train_end(self, trainer: "Trainer", summary: dict) -> None: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available, else mps, else cpu; other names are checked.
+
+    Raises:
+        DepthlabError: if the named device is not available.
+    """
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DepthlabError(f"train.device {name} requested but CUDA is not available; use --train.device cpu")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise DepthlabError("train.device mps requested but MPS is not available; use --train.device cpu")
+    return torch.device(name)
+
+
+def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
+    """Learning rate at optimizer step ``it`` (0-based): linear warmup, then cosine to ``min_lr``.
+
+    Warmup gives lr * (it + 1) / (warmup + 1), so step 0 is > 0; then
+    min_lr + 0.5 (1 + cos(pi r)) (lr - min_lr) with r = (it - warmup) / (decay - warmup)
+    (Loshchilov & Hutter 2017, SGDR; the nanoGPT schedule); after ``decay_iters``: min_lr.
+    """
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it >= decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / max(1, decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on tensors with >= 2 dims (matmuls, embeddings), none on gains/biases.
+
+    Each parameter appears in exactly one group; tied weights once (``named_parameters`` dedups).
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.AdamW:
+    """AdamW (Loshchilov & Hutter 2019) over :func:`param_groups`, fused on CUDA, foreach elsewhere."""
+    kw = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                             betas=(cfg.beta1, cfg.beta2), **kw)
+
+
+def autocast_ctx(device: torch.device, dtype: str):
+    """``torch.autocast`` in bf16 when ``dtype`` asks for it (``auto``: CUDA only), else a no-op."""
+    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
+    if use_bf16:
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def default_out_dir() -> Path:
+    """``runs/<YYYYmmdd-HHMMSS>`` (with a numeric suffix if taken)."""
+    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    p, i = base, 1
+    while p.exists():
+        p, i = Path(f"{base}-{i}"), i + 1
+    return p
+
+
+def prepare_run_dir(out_dir: Path, overwrite: bool) -> None:
+    """Create ``out_dir``; refuse an existing non-empty one unless ``overwrite`` and it is a run.
+
+    Raises:
+        DepthlabError: the folder exists (and what to do), or is a file, or is not a depthlab run.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue "
+                                "it, --overwrite to replace it, or another --train.out_dir")
+        if not (out_dir / "config.json").exists():
+            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory; "
+                                "refusing to delete it with --overwrite")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _rng_state(batch_rng: np.random.Generator, device: torch.device) -> dict:
+    st = {"torch": torch.get_rng_state(), "python": json.dumps(random.getstate()),
+          "numpy_global": json.dumps([x.tolist() if isinstance(x, np.ndarray) else x
+                                      for x in np.random.get_state()]),
+          "batch": json.dumps(batch_rng.bit_generator.state)}
+    if device.type == "cuda":
+        st["cuda"] = torch.cuda.get_rng_state(device)
+    return st
+
+
+def _set_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.device) -> None:
+    torch.set_rng_state(st["torch"])
+    py = json.loads(st["python"])
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    ng = json.loads(st["numpy_global"])
+    np.random.set_state((ng[0], np.array(ng[1], dtype=np.uint32), ng[2], ng[3], ng[4]))
+    batch_rng.bit_generator.state = json.loads(st["batch"])
+    if device.type == "cuda" and "cuda" in st:
+        torch.cuda.set_rng_state(st["cuda"], device)
+
+
+class Trainer:
+    """One training run. Use :func:`train` unless you need the object (callbacks get it).
+
+    Args:
+        cfg: the run config; ``cfg.model.vocab_size`` is filled from the corpus.
+        callbacks: read-only observers.
+        overwrite: replace an existing run directory (only if it is a depthlab run).
+        log: ``callable(str)`` for console lines (default: stdout).
+
+    Raises:
+        DepthlabError: bad data, sizes, run directory or resume mismatch.
+    """
+
+    def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
+                 log=console):
+        self.cfg = cfg
+        self.callbacks = list(callbacks)
+        self.log = log
+        t = cfg.train
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.is_main = self.rank == 0
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.device = resolve_device(t.device)
+        self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None)
+        self.corpus.check_block_size(cfg.model.block_size)
+        vocab = self.corpus.tokenizer.vocab
+        self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
+        resume_entry = None
+        if t.resume:
+            resume_entry = self._check_resume(vocab)
+        elif self.is_main:
+            prepare_run_dir(self.run_dir, overwrite)
+        cfg.model = dataclasses.replace(cfg.model, vocab_size=len(vocab))
+        t.out_dir = str(self.run_dir)
+        self.decay_iters = t.lr_decay_iters or t.max_iters
+        torch.manual_seed(t.seed)
+        random.seed(t.seed)
+        np.random.seed(t.seed % 2**32)
+        self.batch_rng = np.random.default_rng([t.seed, self.rank])
+        self.model = GPT(cfg.model).to(self.device)
+        self.raw_model = self.model
+        self.optimizer = make_optimizer(self.model, t, self.device)
+        self.ctx = autocast_ctx(self.device, t.dtype)
+        self.step = 0
+        self.best_val = float("inf")
+        self.best_step = -1
+        self.wall_before = 0.0
+        self.tokens_seen = 0
+        self.nonfinite_skips = 0
+        self.last_eval: dict = {}
+        self._signal: Optional[int] = None
+        if t.compile:
+            self.model = self._compile(self.model)
+        if self.is_main:
+            self._write_static_files(vocab, resume=resume_entry is not None)
+        if resume_entry is not None:
+            self._load_resume(resume_entry)
+        self.tracker = Tracker(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
+
+    # ----------------------------------------------------------------- setup helpers
+    def _compile(self, model):
+        try:
+            return torch.compile(model)
+        except Exception as e:  # no compiler toolchain etc.
+            self.log(f"warning: torch.compile unavailable ({type(e).__name__}); running eager")
+            return model
+
+    def _check_resume(self, vocab: list[str]) -> Optional[dict]:
+        rd = self.run_dir
+        if not (rd / "config.json").exists():
+            raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no config.json)")
+        old = json.loads((rd / "config.json").read_text())
+        old_vocab = json.loads((rd / "vocab.json").read_text(encoding="utf-8"))
+        missing = [c for c in vocab if c not in set(old_vocab)]
+        if missing or len(old_vocab) != len(vocab):
+            raise DepthlabError(
+                f"cannot resume {rd}: the corpus vocabulary differs from the checkpoint's "
+                f"(characters absent from the checkpoint: {''.join(missing)[:40]!r}); "
+                "use --init-from to start a new run from these weights")
+        for k in ("n_layer", "n_head", "n_embd", "block_size", "variant", "norm", "ff_mult",
+                  "activation", "bias", "tie_weights"):
+            if old["model"].get(k) != getattr(self.cfg.model, k):
+                raise DepthlabError(f"cannot resume {rd}: model.{k} is {getattr(self.cfg.model, k)!r} but the "
+                                    f"checkpoint has {old['model'].get(k)!r}")
+        return ckpt.latest_checkpoint(rd) or None
+
+    def _write_static_files(self, vocab: list[str], resume: bool) -> None:
+        if not resume:
+            (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
+            (self.run_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+
+    def _load_resume(self, entry: dict) -> None:
+        ckdir = self.run_dir / ckpt.CKPT_DIR
+        sd, _ = ckpt.load_weights_file(ckdir / f"{entry['name']}.safetensors")
+        ckpt.load_into(self.raw_model, sd, ckdir / f"{entry['name']}.safetensors")
+        st = ckpt.load_state(ckdir / f"{entry['name']}.state.pt")
+        self.optimizer.load_state_dict(st["optimizer"])
+        _set_rng_state(st["rng"], self.batch_rng, self.device)
+        self.step = int(st["step"])
+        self.best_val = float(st["best_val_loss"])
+        self.best_step = int(st["best_step"])
+        self.wall_before = float(st["wall_time_s"])
+        self.tokens_seen = int(st["tokens_seen"])
+        self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
+        evals = [r for r in read_metrics(self.run_dir) if "val_loss" in r and r["step"] <= self.step]
+        self.last_eval = evals[-1] if evals else {}
+        if self.is_main:
+            truncate_metrics(self.run_dir, self.step)
+            (self.run_dir / "summary.json").unlink(missing_ok=True)
+        self.log(f"resuming {self.run_dir} from step {self.step} (best val {self.best_val:.4f})")
+
+    # ----------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split, in eval mode.
+
+        The eval batches come from a generator seeded with (seed, 1) at every call, so every
+        evaluation sees the same windows and the training RNG is untouched.
+        """
+        t = self.cfg.train
+        was_training = self.model.training
+        self.model.eval()
+        out = {}
+        for split, data in (("train", self.corpus.train), ("val", self.corpus.val)):
+            rng = np.random.default_rng([t.seed, 1, 0 if split == "train" else 1])
+            losses = torch.zeros(t.eval_iters)
+            for i in range(t.eval_iters):
+                x, y = get_batch(data, self.cfg.model.block_size, t.batch_size, rng, self.device)
+                with self.ctx:
+                    _, loss = self.model(x, y)
+                losses[i] = loss.float().item()
+            out[split] = losses.mean().item()
+        self.model.train(was_training)
+        return out
+
+    def _state(self) -> dict:
+        return {"step": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
+                "optimizer": self.optimizer.state_dict(),
+                "rng": _rng_state(self.batch_rng, self.device),
+                "wall_time_s": self.wall_before + (time.time() - self._t_start),
+                "tokens_seen": self.tokens_seen, "nonfinite_skips": self.nonfinite_skips}
+
+    def _meta(self) -> dict[str, str]:
+        return {"config": json.dumps(self.cfg.to_dict()),
+                "vocab": json.dumps(self.corpus.tokenizer.vocab, ensure_ascii=False)}
+
+    def save(self, is_best: bool = False, val_loss: Optional[float] = None) -> None:
+        """Write a step checkpoint (and ``best`` if ``is_best``) on the main process."""
+        if self.is_main:
+            ckpt.save_checkpoint(self.run_dir, self.step, self.raw_model, self._state(), self._meta(),
+                                 keep_last=self.cfg.train.keep_last, is_best=is_best, val_loss=val_loss)
+
+    def _do_eval(self) -> None:
+        losses = self.evaluate()
+        tl, vl = losses["train"], losses["val"]
+        rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": vl / LN2,
+               "val_ppl": math.exp(min(vl, 50.0)), "tokens_seen": self.tokens_seen,
+               "elapsed_s": round(self.wall_before + time.time() - self._t_start, 3)}
+        is_best = math.isfinite(vl) and vl < self.best_val
+        if is_best:
+            self.best_val, self.best_step = vl, self.step
+        self.last_eval = rec
+        self.tracker.log(rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
+        self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, "
+                 f"ppl {rec['val_ppl']:.2f})")
+        for cb in self.callbacks:
+            cb.on_eval(self, rec)
+        self.save(is_best=is_best, val_loss=vl)
+
+    # ----------------------------------------------------------------- the loop
+    def _first_nonfinite_param(self) -> str:
+        for name, p in self.raw_model.named_parameters():
+            if p.grad is not None and not torch.isfinite(p.grad).all():
+                return name
+        return "(none: the loss itself is not finite)"
+
+    def _on_signal(self, signum, frame):
+        self._signal = signum
+
+    def fit(self) -> Path:
+        """Train to ``max_iters`` (or ``max_time``); returns the run directory.
+
+        Raises:
+            NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
+            Interrupted: SIGINT/SIGTERM (after a checkpoint).
+        """
+        t, m = self.cfg.train, self.cfg.model
+        self._t_start = time.time()
+        tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
+        resumed_at = self.step if self.step > 0 else None
+        if self.is_main:
+            self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
+                     f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
+                     f"{tokens_per_step} tokens/step")
+        for cb in self.callbacks:
+            cb.on_train_start(self)
+        old_handlers = {}
+        if self._can_handle_signals():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                old_handlers[s] = signal.signal(s, self._on_signal)
+        bar = self._progress_bar()
+        params = [p for p in self.raw_model.parameters()]
+        last_log_t, last_log_step = time.time(), self.step
+        loss_val = float("nan")
+        try:
+            self.model.train()
+            while True:
+                time_up = t.max_time > 0 and (time.time() - self._t_start) >= t.max_time
+                if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
+                        and self.step != resumed_at:
+                    self._do_eval()
+                    if bar is not None:
+                        bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f}")
+                if self.step >= t.max_iters or time_up:
+                    break
+                if self._signal is not None:
+                    self.save()
+                    raise Interrupted(self._signal, self.run_dir, self.step)
+                lr = get_lr(self.step, t.learning_rate, t.min_lr, t.warmup_iters, self.decay_iters)
+                for g in self.optimizer.param_groups:
+                    g["lr"] = lr
+                loss_sum = torch.zeros((), device=self.device)
+                for micro in range(t.grad_accum):
+                    x, y = get_batch(self.corpus.train, m.block_size, t.batch_size, self.batch_rng, self.device)
+                    sync = contextlib.nullcontext()
+                    if self.world_size > 1 and micro < t.grad_accum - 1 and hasattr(self.model, "no_sync"):
+                        sync = self.model.no_sync()  # all-reduce once, on the last micro-batch
+                    with sync:
+                        with self.ctx:
+                            _, loss = self.model(x, y)
+                        (loss / t.grad_accum).backward()
+                    loss_sum += loss.detach().float()
+                for cb in self.callbacks:
+                    cb.on_before_clip(self)
+                gnorm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"))
+                loss_val = loss_sum.item() / t.grad_accum
+                if not (math.isfinite(loss_val) and math.isfinite(gnorm.item())):
+                    if t.on_nonfinite == "skip":
+                        self.optimizer.zero_grad(set_to_none=True)
+                        self.nonfinite_skips += 1
+                        self.tracker.log({"step": self.step + 1, "nonfinite_skip": True,
+                                          "nonfinite_skips": self.nonfinite_skips})
+                        self.step += 1
+                        continue
+                    raise NonFiniteError(
+                        f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
+                        f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
+                        f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype {t.dtype}); lower "
+                        f"train.learning_rate, raise train.warmup_iters or set train.grad_clip; the "
+                        f"checkpoints in {self.run_dir} are untouched")
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                self.tokens_seen += tokens_per_step
+                self._gnorm, self._loss, self._lr = gnorm, loss_val, lr
+                for cb in self.callbacks:
+                    cb.on_step_end(self)
+                if bar is not None:
+                    bar.update(1)
+                if self.step % t.log_interval == 0:
+                    now = time.time()
+                    tps = (self.step - last_log_step) * tokens_per_step / max(now - last_log_t, 1e-9)
+                    last_log_t, last_log_step = now, self.step
+                    self.tracker.log({"step": self.step, "loss": loss_val, "lr": lr,
+                                      "grad_norm": gnorm.item(), "tokens_per_sec": tps},
+                                     {"train/loss": loss_val, "lr": lr, "grad_norm/total": gnorm.item(),
+                                      "tokens_per_sec": tps})
+                    if bar is not None:
+                        bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f} {tps:,.0f} tok/s")
+                    else:
+                        self.log(f"step {self.step}/{t.max_iters} | loss {loss_val:.4f} | lr {lr:.2e} | "
+                                 f"grad_norm {gnorm.item():.3f} | {tps:,.0f} tokens/s | "
+                                 f"{now - self._t_start:.1f}s")
+        finally:
+            if bar is not None:
+                bar.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+        summary = self._summary()
+        for cb in self.callbacks:
+            cb.on_train_end(self, summary)
+        if self.is_main:
+            ckpt.atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+            self.log(f"done: best val {summary['best_val_loss']:.4f} nats "
+                     f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}, "
+                     f"{summary['final_step']} steps in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
+        self.tracker.close()
+        return self.run_dir
+
+    def _can_handle_signals(self) -> bool:
+        import threading
+
+        return threading.current_thread() is threading.main_thread()
+
+    def _progress_bar(self):
+        if not (self.is_main and self.cfg.train.progress and sys.stderr.isatty()):
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=self.cfg.train.max_iters, initial=self.step, unit="step", dynamic_ncols=True)
+
+    def _summary(self) -> dict:
+        wall = self.wall_before + time.time() - self._t_start
+        ev = self.last_eval
+        return {"best_val_loss": self.best_val, "best_val_bpc": self.best_val / LN2,
+                "best_val_step": self.best_step, "final_step": self.step,
+                "final_train_loss": ev.get("train_loss"), "final_val_loss": ev.get("val_loss"),
+                "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
+                "tokens_per_sec": self.tokens_seen / max(wall, 1e-9),
+                "params": self.raw_model.num_params(), "nonfinite_skips": self.nonfinite_skips,
+                "vocab_size": self.cfg.model.vocab_size}
+
+
+def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
+    """Train a GPT as configured and return its run directory.
+
+    Args:
+        cfg: run config (data / model / train sections).
+        callbacks: read-only observers (see :class:`Callback`).
+        overwrite: replace an existing run directory of the same name.
+        log: ``callable(str)`` for console lines.
+
+    Returns:
+        The run directory (``config.json``, ``vocab.json``, ``metrics.jsonl``, ``summary.json``,
+        ``checkpoints/``).
+
+    Raises:
+        DepthlabError: bad input; NonFiniteError; Interrupted.
+    """
+    return Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log).fit()
