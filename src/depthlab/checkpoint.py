@@ -101,6 +101,21 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def payload_sha256(path: Path) -> str:
+    """SHA-256 over a safetensors file's tensors (sorted names, dtype, shape, bytes), ignoring metadata.
+
+    Two runs with identical weights but different run directories (stored in the metadata)
+    hash the same.
+    """
+    sd, _ = load_weights_file(path)
+    h = hashlib.sha256()
+    for k in sorted(sd):
+        v = sd[k].contiguous()
+        h.update(f"{k}|{v.dtype}|{tuple(v.shape)}|".encode())
+        h.update(v.view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+    return h.hexdigest()
+
+
 def _read_manifest(ckdir: Path) -> dict:
     m = ckdir / "manifest.json"
     if not m.exists():

@@ -132,20 +132,11 @@ def cmd_train(argv: list[str]) -> int:
     cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
     from .train import Trainer
 
-    trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(d.get("overwrite")))
+    trainer = Trainer(cfg, overwrite=bool(d.get("overwrite")))
     if d.get("init_from"):
         init_from(trainer, d["init_from"])
     trainer.fit()
     return 0
-
-
-def default_callbacks(cfg) -> list:
-    """Observers attached to every CLI training run (analytics, when available)."""
-    try:
-        from .analytics import default_callbacks as cbs
-    except ImportError:
-        return []
-    return cbs(cfg)
 
 
 def init_from(trainer, run_dir: str) -> None:
@@ -225,7 +216,7 @@ commands:
 
 
 def _load_optional_commands() -> None:
-    for mod in ("analytics.commands", "experiments"):
+    for mod in ("analytics.commands", "report.commands", "experiments"):
         try:
             __import__(f"depthlab.{mod}")
         except ImportError:

@@ -162,6 +162,15 @@ def _set_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.devic
         torch.cuda.set_rng_state(st["cuda"], device)
 
 
+def _default_callbacks(cfg: RunConfig) -> list[Callback]:
+    """Analytics observers every run gets (gradient monitor, probes, baselines, diagnosis)."""
+    try:
+        from .analytics import default_callbacks
+    except ImportError:  # analytics not present: training works without observers
+        return []
+    return list(default_callbacks(cfg))
+
+
 class Trainer:
     """One training run. Use :func:`train` unless you need the object (callbacks get it).
 
@@ -178,7 +187,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console):
         self.cfg = cfg
-        self.callbacks = list(callbacks)
+        self.callbacks = _default_callbacks(cfg) + list(callbacks)
         self.log = log
         t = cfg.train
         self.rank = int(os.environ.get("RANK", "0"))
