@@ -1,0 +1,385 @@
+"""One self-contained HTML file per run: config, summary, baselines, diagnosis and every figure.
+
+The page makes no network request: images are embedded as ``data:image/png;base64`` URIs, the
+CSS is inline, there is no script, and a Content-Security-Policy meta tag forbids loading
+anything else, so the file can be mailed, archived or opened offline years later.
+
+:func:`render_page`, :func:`img_tag`, :func:`html_table` and :class:`Section` are the building
+blocks; other reports (e.g. a sweep comparison) reuse them to get the same look.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence, Union
+
+from ..errors import DepthlabError
+from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
+
+__all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
+
+GENERATOR = "depthlab report"
+"""Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite)."""
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+
+CSS = """
+:root { --fg:#1b1f24; --muted:#57606a; --line:#d0d7de; --bg:#ffffff; --card:#f6f8fa;
+        --blue:#0072B2; --orange:#E69F00; --green:#009E73; --red:#D55E00; }
+* { box-sizing: border-box; }
+body { margin:0; background:var(--bg); color:var(--fg);
+       font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+main { max-width: 1240px; margin: 0 auto; padding: 24px 28px 64px; }
+header { border-bottom: 1px solid var(--line); margin-bottom: 8px; padding-bottom: 12px; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 20px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h3 { font-size: 16px; margin: 18px 0 6px; }
+.subtitle { color: var(--muted); margin: 0; }
+nav { font-size: 14px; margin: 10px 0 0; }
+nav a { color: var(--blue); margin-right: 14px; text-decoration: none; }
+nav a:hover { text-decoration: underline; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(190px, 1fr)); gap: 12px; margin: 12px 0; }
+.card { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; }
+.card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card .v { font-size: 22px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .u { color: var(--muted); font-size: 13px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 12px 4px 0; text-align: left; vertical-align: top; }
+th { color: var(--muted); font-weight: 600; }
+td.num { text-align: right; }
+.tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
+.tables > div { min-width: 240px; }
+figure { margin: 18px 0 28px; }
+figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+figcaption { color: var(--muted); font-size: 14px; margin-top: 6px; max-width: 980px; }
+.finding { border-left: 4px solid var(--orange); background: var(--card); padding: 8px 14px; margin: 10px 0;
+           border-radius: 0 6px 6px 0; }
+.finding.ok { border-left-color: var(--green); }
+.finding .rule { font-weight: 600; font-family: ui-monospace, "DejaVu Sans Mono", monospace; }
+.finding p { margin: 4px 0; }
+.muted { color: var(--muted); }
+code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px; }
+footer { color: var(--muted); font-size: 13px; margin-top: 48px; border-top: 1px solid var(--line); padding-top: 8px; }
+@media print { figure { break-inside: avoid; } nav { display: none; } }
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escape ``str(value)`` (quotes included)."""
+    return html.escape(str(value), quote=True)
+
+
+@dataclass
+class Section:
+    """One titled part of a page.
+
+    Attributes:
+        title: heading text (plain text, escaped when rendered).
+        body: trusted HTML (build it with :func:`esc`, :func:`html_table`, :func:`img_tag`).
+        anchor: id for the table of contents; default: derived from the title.
+    """
+
+    title: str
+    body: str
+    anchor: Optional[str] = None
+
+    def id(self) -> str:
+        """The element id: ``anchor`` or the title lower-cased with non-alphanumerics as ``-``."""
+        if self.anchor:
+            return self.anchor
+        return "".join(c if c.isalnum() else "-" for c in self.title.lower()).strip("-") or "section"
+
+
+def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = None,
+            width: Optional[int] = None) -> str:
+    """A ``<figure>`` holding a PNG embedded as a base64 data URI (no file reference remains).
+
+    Args:
+        png_path: the PNG file to embed.
+        alt: alternative text (plain text).
+        caption: optional caption under the image (plain text).
+        width: optional display width in CSS pixels (the image still scales down on narrow screens).
+
+    Returns:
+        HTML text.
+
+    Raises:
+        DepthlabError: the file is missing or is not a PNG.
+    """
+    p = Path(png_path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise DepthlabError(f"cannot embed image {p}: {e.strerror or e}") from None
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise DepthlabError(f"cannot embed image {p}: not a PNG file")
+    b64 = base64.b64encode(data).decode("ascii")
+    w = f' width="{int(width)}"' if width else ""
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    return (f'<figure><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
+            f'loading="eager">{cap}</figure>')
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return "—" if v is None else str(v).lower()
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
+            return f"{v:.3e}"
+        return f"{v:.4g}" if abs(v) < 1 else f"{v:,.4f}".rstrip("0").rstrip(".")
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def html_table(rows: Iterable[Sequence[Any]], header: Optional[Sequence[str]] = None) -> str:
+    """A table of plain values (escaped); numbers are formatted and right-aligned.
+
+    Args:
+        rows: each a sequence of cells (str, int, float, bool, None, list, dict).
+        header: optional column titles.
+
+    Returns:
+        HTML text.
+    """
+    out = ["<table>"]
+    if header:
+        out.append("<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead>")
+    out.append("<tbody>")
+    for row in rows:
+        cells = []
+        for c in row:
+            num = isinstance(c, (int, float)) and not isinstance(c, bool)
+            cells.append(f'<td class="num">{esc(_fmt(c))}</td>' if num else f"<td>{esc(_fmt(c))}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def render_page(title: str, sections: Iterable[Union[Section, tuple[str, str]]],
+                subtitle: Optional[str] = None, cards: Sequence[tuple[str, str, str]] = ()) -> str:
+    """A complete, self-contained HTML document (inline CSS, no scripts, no external requests).
+
+    Args:
+        title: page title and top heading (plain text).
+        sections: :class:`Section` objects or ``(title, body_html)`` pairs, in order; a table
+            of contents links to each.
+        subtitle: a line under the heading (plain text).
+        cards: headline numbers shown as cards under the heading: ``(label, value, unit)``.
+
+    Returns:
+        The HTML text (UTF-8; write it with ``encoding="utf-8"``).
+    """
+    secs = [s if isinstance(s, Section) else Section(*s) for s in sections]
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f'<meta name="generator" content="{GENERATOR}">',
+             f"<title>{esc(title)}</title>", f"<style>{CSS}</style>", "</head>", "<body>", "<main>",
+             "<header>", f"<h1>{esc(title)}</h1>"]
+    if subtitle:
+        parts.append(f'<p class="subtitle">{esc(subtitle)}</p>')
+    if len(secs) > 1:
+        parts.append("<nav>" + "".join(f'<a href="#{esc(s.id())}">{esc(s.title)}</a>' for s in secs) + "</nav>")
+    parts.append("</header>")
+    if cards:
+        parts.append('<div class="cards">' + "".join(
+            f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div>'
+            f'<div class="u">{esc(u)}</div></div>' for k, v, u in cards) + "</div>")
+    for s in secs:
+        parts.append(f'<section id="{esc(s.id())}"><h2>{esc(s.title)}</h2>{s.body}</section>')
+    parts.append(f"<footer>Written by {GENERATOR} on {esc(now)}. Self-contained: no network access needed."
+                 "</footer></main></body></html>")
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- the run report
+def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flatten(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _num(v: Any) -> Optional[float]:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _cards(run: RunData) -> list[tuple[str, str, str]]:
+    s = run.summary or {}
+    cards = []
+    best = _num(s.get("best_val_loss"))
+    if best is None and run.evals:
+        vals = [v for v in (_num(r.get("val_loss")) for r in run.evals) if v is not None]
+        best = min(vals) if vals else None
+    if best is not None:
+        cards.append(("best validation loss", f"{best:.3f}", f"nats/char = {best / LN2:.3f} bits/char"))
+        bg = _num(((run.baselines or {}).get("bigram") or {}).get("nats"))
+        if bg is not None:
+            d = bg - best
+            cards.append(("vs bigram baseline", f"{d:+.3f}",
+                          "nats below bigram: uses context" if d > 0 else "nats: not beating bigram (no context used)"))
+    if s.get("final_step") is not None:
+        cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
+    if _num(s.get("tokens_seen")) is not None:
+        cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters"))
+    if _num(s.get("wall_time_s")) is not None:
+        cards.append(("wall time", f"{float(s['wall_time_s']):.1f}", "seconds"))
+    if _num(s.get("params")) is not None:
+        cards.append(("parameters", f"{float(s['params']):,.0f}", "non-embedding"))
+    return cards
+
+
+def _baseline_section(run: RunData) -> str:
+    b = run.baselines
+    if not b:
+        return '<p class="muted">No baselines.json in this run (older run, or analytics were off).</p>'
+    rows = []
+    for name, what in (("uniform", "every character equally likely: ln V"),
+                       ("unigram", "character frequencies, no context"),
+                       ("bigram", "previous character only")):
+        e = b.get(name)
+        if isinstance(e, dict):
+            rows.append((name, what, _num(e.get("nats")), _num(e.get("bits_per_char"))))
+    best = _num((run.summary or {}).get("best_val_loss"))
+    if best is not None:
+        rows.append(("this model (best val)", "", best, best / LN2))
+    txt = html_table(rows, ["model", "what it knows", "val cross-entropy (nats/char)", "bits/char"])
+    if b.get("vocab_size") is not None:
+        txt += f'<p class="muted">Vocabulary: {esc(b["vocab_size"])} characters. Baselines: counts on ' \
+               "the train split with add-one smoothing, scored on the validation split.</p>"
+    return txt
+
+
+def _diagnosis_section(run: RunData) -> str:
+    d = run.diagnosis
+    if d is None:
+        return ('<p class="muted">No diagnosis.json in this run; run <code>depthlab diagnose RUN_DIR</code> '
+                "to produce one.</p>")
+    findings = d.get("findings") or []
+    if not findings:
+        return '<div class="finding ok"><p class="rule">no problems found</p><p>The diagnosis rules found ' \
+               "nothing to flag.</p></div>"
+    out = []
+    for f in findings:
+        if not isinstance(f, dict):
+            continue
+        ev = f.get("evidence")
+        ev_txt = ev if isinstance(ev, str) else json.dumps(ev)
+        out.append(f'<div class="finding"><p class="rule">{esc(f.get("rule", "?"))}</p>'
+                   f"<p><b>Evidence:</b> {esc(ev_txt)}</p><p><b>Remedy:</b> {esc(f.get('remedy', ''))}</p></div>")
+    return "".join(out)
+
+
+def _config_section(run: RunData) -> str:
+    if not run.config:
+        return '<p class="muted">No config.json in this run.</p>'
+    parts = ['<div class="tables">']
+    for sec in ("model", "train", "data"):
+        d = run.config.get(sec)
+        if isinstance(d, dict):
+            parts.append(f"<div><h3>{esc(sec)}</h3>{html_table(_flatten(d))}</div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _summary_section(run: RunData) -> str:
+    if not run.summary:
+        return '<p class="muted">No summary.json: the run did not finish (or is still running).</p>'
+    return html_table(_flatten(run.summary), ["field", "value"])
+
+
+FIGURE_NOTES = {
+    "loss": "Losses are per character, in nats (left axis) and bits (right axis). The horizontal lines "
+            "are what trivial models reach; staying above bigram means the network ignores context.",
+    "grad_flow": "Each row is a block, each column a logged step; colour is the gradient L2 norm on a log "
+                 "scale. Vanishing gradients show as dark rows near block 0.",
+    "grad_layers": "Gradient L2 norm of each block at the first, middle and last logged steps, and per "
+                   "component at the last step.",
+    "update_ratio": "Size of each optimizer update relative to the weights, per block. Around 1e-3 is the "
+                    "usual healthy range for Adam; far above means too high a learning rate.",
+    "activations": "Residual-stream RMS, sublayer output RMS, rank measure (0 = all tokens collapsed onto "
+                   "one vector, Dong et al. 2021) and mean token cosine, per block; colour = training step.",
+    "attn_entropy": "Entropy of each head's attention distribution, in nats. ln t is the entropy of "
+                    "uniform attention over the t visible tokens.",
+    "attention": "Attention weights of every head of the first and last block on a validation snippet "
+                 "(best checkpoint). Rows: the position predicting; columns: the characters it looks at.",
+    "rezero_alpha": "The learnt ReZero residual gates; they start at 0 and grow as blocks become useful.",
+}
+
+
+def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = None,
+                 skip: Sequence[str] = ()) -> Path:
+    """Draw the run's figures and write one self-contained HTML report.
+
+    Args:
+        run_dir: a directory written by ``depthlab train``.
+        out: the HTML file to write; default ``run_dir/report.html``.
+        skip: figure names not to draw (see :data:`depthlab.report.plots.PLOTS`).
+
+    Returns:
+        The path of the written report.
+
+    Raises:
+        DepthlabError: ``run_dir`` missing or not a run; ``out`` is a folder, or an existing file
+            that this command did not write (it is never overwritten).
+    """
+    run = load_run_data(run_dir)
+    dest = Path(out) if out else run.run_dir / "report.html"
+    _check_dest(dest)
+    pngs = make_all_plots(run.run_dir, skip=skip)
+    figs = []
+    for name, (_fn, caption) in PLOTS.items():
+        if name in pngs:
+            figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=FIGURE_NOTES.get(name)))
+    if not figs:
+        figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
+    missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"]
+    if missing and pngs:
+        figs.append(f'<p class="muted">Not recorded in this run, so not drawn: {esc("; ".join(missing))}.</p>')
+    m = (run.config or {}).get("model", {})
+    sub = ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
+                    if k in m) or None
+    sections = [Section("Diagnosis", _diagnosis_section(run)),
+                Section("Figures", "".join(figs)),
+                Section("Baselines", _baseline_section(run)),
+                Section("Summary", _summary_section(run)),
+                Section("Configuration", _config_section(run))]
+    page = render_page(f"depthlab run {run.run_dir.name}", sections, subtitle=sub, cards=_cards(run))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(dest)
+    return dest
+
+
+def _check_dest(dest: Path) -> None:
+    if dest.is_dir():
+        raise DepthlabError(f"--out {dest} is a folder; give a file name such as {dest / 'report.html'}")
+    if dest.exists():
+        try:
+            head = dest.read_text(encoding="utf-8", errors="replace")[:4000]
+        except OSError as e:
+            raise DepthlabError(f"cannot write {dest}: {e.strerror or e}") from None
+        if f'name="generator" content="{GENERATOR}"' not in head:
+            raise DepthlabError(f"{dest} exists and was not written by depthlab report; refusing to "
+                                "overwrite it (choose another --out)")
