@@ -1,0 +1,283 @@
+"""Activation probes: forward hooks on the model's hook points and the statistics computed from them.
+
+Hooks exist only inside :func:`record_activations` (TransformerLens style): the context manager
+registers them and removes every one on exit, even after an exception, so a probed model is the
+model it was before.
+
+Statistics (all on detached float32 copies):
+
+* :func:`rms` -- root mean square of a tensor (residual stream or sublayer output).
+* :func:`rank_measure` -- relative distance to rank one, ||X - 1 xbar^T|| / ||X|| with
+  ||M||_{1,inf} = sqrt(||M||_1 ||M||_inf) (Dong, Cordonnier & Loukas 2021, "Attention is not all
+  you need: pure attention loses rank doubly exponentially with depth", and their code).
+* :func:`attention_entropy` -- entropy per head in nats; uniform attention over t visible tokens
+  has entropy ln t (:func:`uniform_attention_entropy`).
+* :func:`token_cosine` -- mean pairwise cosine similarity of the token vectors of a sequence.
+* :func:`dead_fraction` -- fraction of ReLU units that are zero for every token of the batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..train import Callback
+
+__all__ = ["record_activations", "rms", "rank_measure", "attention_entropy", "uniform_attention_entropy",
+           "token_cosine", "dead_fraction", "probe_stats", "ActivationProbe", "BLOCK_POINTS"]
+
+BLOCK_POINTS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+
+
+@contextlib.contextmanager
+def record_activations(model: nn.Module, names: Sequence[str]) -> Iterator[dict[str, torch.Tensor]]:
+    """Record the outputs of the named submodules during forward passes inside the ``with``.
+
+    Args:
+        model: any module; ``names`` are ``named_modules`` names
+            (``transformer.h.0.hook_resid_post``, ``transformer.h.0.attn.hook_pattern``, ...).
+        names: the modules to observe. A hook on an ``attn.hook_pattern`` makes depthlab's
+            attention take its explicit path, so the weights (B, nh, T, T) exist.
+
+    Yields:
+        A dict name -> detached output of the *last* forward pass (shape as produced).
+
+    Raises:
+        KeyError: a name that is not a submodule of ``model`` (no hook is left behind).
+    """
+    modules = dict(model.named_modules())
+    missing = [n for n in names if n not in modules]
+    if missing:
+        raise KeyError(f"no such module(s): {', '.join(missing)}")
+    store: dict[str, torch.Tensor] = {}
+    handles = []
+
+    def make(name: str):
+        def hook(_mod, _inp, out):
+            store[name] = out.detach()
+        return hook
+
+    try:
+        for n in names:
+            handles.append(modules[n].register_forward_hook(make(n)))
+        yield store
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def rms(x: torch.Tensor) -> float:
+    """Root mean square sqrt(mean(x^2)) over all elements (same unit as x)."""
+    return float(x.detach().float().pow(2).mean().sqrt())
+
+
+def _composite_norm(m: torch.Tensor) -> torch.Tensor:
+    # ||M||_1 = max column abs sum, ||M||_inf = max row abs sum, over the last two dims (T, C)
+    a = m.abs()
+    n1 = a.sum(dim=-2).amax(dim=-1)
+    ninf = a.sum(dim=-1).amax(dim=-1)
+    return (n1 * ninf).sqrt()
+
+
+def rank_measure(x: torch.Tensor) -> float:
+    """Relative residual of the best "all tokens equal" approximation, averaged over sequences.
+
+    For each sequence X (T, C): res = X - 1 xbar^T with xbar the mean over tokens, and the
+    measure is ||res||_{1,inf} / ||X||_{1,inf}, where ||M||_{1,inf} = sqrt(||M||_1 ||M||_inf),
+    ||M||_1 the largest column abs sum and ||M||_inf the largest row abs sum (Dong et al. 2021,
+    eq. for res(X) and the composite norm of their code). 0 means every token carries the same
+    vector (rank collapse); random tokens give values of order 1.
+
+    Args:
+        x: (B, T, C) or (T, C) activations.
+
+    Returns:
+        Mean over the batch (dimensionless); NaN when T < 2 (undefined: one token is trivially
+        "collapsed") or when a sequence is all zeros.
+    """
+    x = x.detach().float()
+    if x.dim() == 2:
+        x = x.unsqueeze(0)
+    if x.size(1) < 2:
+        return float("nan")
+    res = x - x.mean(dim=1, keepdim=True)
+    return float((_composite_norm(res) / _composite_norm(x)).mean())
+
+
+def attention_entropy(pattern: torch.Tensor) -> torch.Tensor:
+    """Entropy of each head's attention distribution in nats, averaged over batch and positions.
+
+    H = -sum_j p_ij ln p_ij for query i (0 ln 0 = 0); uniform attention over the t = i + 1
+    visible tokens gives ln t.
+
+    Args:
+        pattern: attention weights (B, nh, T, T), rows summing to 1 (causal zeros above the diagonal).
+
+    Returns:
+        Tensor (nh,) of mean entropies in nats.
+    """
+    p = pattern.detach().float()
+    h = -(p * torch.log(p.clamp_min(1e-30))).sum(dim=-1)  # (B, nh, T); clamp makes 0 ln 0 = 0
+    return h.mean(dim=(0, 2))
+
+
+def uniform_attention_entropy(T: int) -> float:
+    """Mean over query positions of ln t, t = 1..T: the entropy of uniform causal attention (nats)."""
+    return float(np.mean(np.log(np.arange(1, T + 1)))) if T >= 1 else float("nan")
+
+
+def token_cosine(x: torch.Tensor) -> float:
+    """Mean pairwise cosine similarity between distinct token vectors of each sequence.
+
+    Args:
+        x: (B, T, C) or (T, C).
+
+    Returns:
+        Mean over pairs i != j and over the batch, in [-1, 1]; 1 means all tokens point the same
+        way (collapse). NaN when T < 2.
+    """
+    x = x.detach().float()
+    if x.dim() == 2:
+        x = x.unsqueeze(0)
+    B, T, _ = x.shape
+    if T < 2:
+        return float("nan")
+    xn = torch.nn.functional.normalize(x, dim=-1)
+    g = xn @ xn.transpose(1, 2)  # (B, T, T)
+    off = g.sum(dim=(1, 2)) - g.diagonal(dim1=1, dim2=2).sum(dim=1)
+    return float((off / (T * (T - 1))).mean())
+
+
+def dead_fraction(h: torch.Tensor) -> float:
+    """Fraction of hidden units that are exactly zero for every token in the batch (dead ReLUs).
+
+    Args:
+        h: post-activation hidden values (B, T, H).
+
+    Returns:
+        Fraction in [0, 1] of the H units.
+    """
+    alive = (h.detach().reshape(-1, h.shape[-1]) != 0).any(dim=0)
+    return float(1.0 - alive.float().mean())
+
+
+def _finite_or_none(v: float) -> Optional[float]:
+    return v if math.isfinite(v) else None
+
+
+@torch.no_grad()
+def probe_stats(model: nn.Module, idx: torch.Tensor, with_resid: bool = False) -> dict:
+    """One eval-mode forward of depthlab's GPT on ``idx`` with every probe hook, then the statistics.
+
+    Args:
+        model: a :class:`depthlab.model.GPT` (unwrapped).
+        idx: token ids (B, T).
+        with_resid: also return the raw ``hook_resid_post`` tensors under ``"_resid"``.
+
+    Returns:
+        Dict with the probe-record fields: ``resid_rms``, ``attn_out_rms``, ``mlp_out_rms``,
+        ``attn_entropy`` ([[per head] per block], nats), ``attn_entropy_uniform``, ``rank_measure``,
+        ``token_cosine`` (per block; None where undefined, e.g. T = 1), ``dead_frac`` (per block,
+        ReLU models only, else None), ``rezero_alpha`` ([[alpha_attn, alpha_mlp]] or None).
+        The model's train/eval mode is restored.
+    """
+    blocks = list(model.transformer.h)
+    L = len(blocks)
+    names = []
+    for i in range(L):
+        p = f"transformer.h.{i}"
+        names += [f"{p}.hook_resid_post", f"{p}.hook_attn_out", f"{p}.hook_mlp_out",
+                  f"{p}.attn.hook_pattern", f"{p}.mlp.hook_post"]
+    was_training = model.training
+    model.eval()
+    try:
+        with record_activations(model, names) as acts:
+            model(idx)
+    finally:
+        model.train(was_training)
+    relu = getattr(model.config, "activation", "gelu") == "relu"
+    out: dict = {"resid_rms": [], "attn_out_rms": [], "mlp_out_rms": [], "attn_entropy": [],
+                 "rank_measure": [], "token_cosine": [], "dead_frac": [] if relu else None}
+    for i in range(L):
+        p = f"transformer.h.{i}"
+        r = acts[f"{p}.hook_resid_post"]
+        out["resid_rms"].append(rms(r))
+        out["attn_out_rms"].append(rms(acts[f"{p}.hook_attn_out"]))
+        out["mlp_out_rms"].append(rms(acts[f"{p}.hook_mlp_out"]))
+        out["attn_entropy"].append(attention_entropy(acts[f"{p}.attn.hook_pattern"]).tolist())
+        out["rank_measure"].append(_finite_or_none(rank_measure(r)))
+        out["token_cosine"].append(_finite_or_none(token_cosine(r)))
+        if relu:
+            out["dead_frac"].append(dead_fraction(acts[f"{p}.mlp.hook_post"]))
+    out["attn_entropy_uniform"] = uniform_attention_entropy(idx.shape[1])
+    if hasattr(blocks[0], "alpha_attn"):
+        out["rezero_alpha"] = [[float(b.alpha_attn), float(b.alpha_mlp)] for b in blocks]
+    else:
+        out["rezero_alpha"] = None
+    if with_resid:
+        out["_resid"] = [acts[f"transformer.h.{i}.hook_resid_post"] for i in range(L)]
+    return out
+
+
+class ActivationProbe(Callback):
+    """Trainer callback: probe a fixed validation batch at step 0, every ``interval`` steps and at the end.
+
+    The batch is drawn once from its own generator seeded with (train.seed, 2), so probing never
+    touches the training batch RNG; the forward runs in eval mode without grad (no dropout, so no
+    torch RNG either), hence the training trajectory is bit-identical with or without probes.
+    Cost: one forward of ``batch_size`` sequences per ``interval`` steps (the defaults, 8 sequences
+    every 250 steps, are far below 1 % of training time).
+
+    Args:
+        interval: steps between probes (> 0).
+        batch_size: sequences in the probe batch.
+        histograms: write TensorBoard histograms of each block's residual stream.
+    """
+
+    def __init__(self, interval: int, batch_size: int = 8, histograms: bool = True):
+        self.interval = int(interval)
+        self.batch_size = int(batch_size)
+        self.histograms = histograms
+        self._idx: Optional[torch.Tensor] = None
+        self.last_step: Optional[int] = None
+
+    def on_train_start(self, trainer) -> None:
+        """Draw the fixed probe batch and probe the initial model (unless resuming past step 0)."""
+        if not trainer.is_main:
+            return
+        from ..data import get_batch
+
+        rng = np.random.default_rng([trainer.cfg.train.seed, 2])
+        x, _ = get_batch(trainer.corpus.val, trainer.cfg.model.block_size, self.batch_size, rng, trainer.device)
+        self._idx = x
+        if trainer.step == 0:
+            self.probe(trainer)
+
+    def on_step_end(self, trainer) -> None:
+        """Probe when the step is a multiple of ``interval``."""
+        if self._idx is not None and self.interval > 0 and trainer.step % self.interval == 0:
+            self.probe(trainer)
+
+    def on_train_end(self, trainer, summary: dict) -> None:
+        """Probe the final model unless the last step was just probed."""
+        if self._idx is not None and self.last_step != trainer.step:
+            self.probe(trainer)
+
+    def probe(self, trainer) -> dict:
+        """Run the probe now and log a ``kind: probe`` record; returns it."""
+        st = probe_stats(trainer.raw_model, self._idx, with_resid=self.histograms)
+        resid = st.pop("_resid", None)
+        rec = {"step": trainer.step, "kind": "probe", **st}
+        tb = {f"act_rms/block_{i}": v for i, v in enumerate(st["resid_rms"])}
+        tb.update({f"rank_measure/block_{i}": v for i, v in enumerate(st["rank_measure"]) if v is not None})
+        trainer.tracker.log(rec, tb)
+        if resid is not None and getattr(trainer.tracker, "tb", None) is not None:
+            for i, r in enumerate(resid):
+                trainer.tracker.histogram(f"resid/block_{i}", r.float().cpu(), trainer.step)
+        self.last_step = trainer.step
+        return rec

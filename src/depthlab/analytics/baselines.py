@@ -1,0 +1,188 @@
+"""Corpus baselines: what a model that uses no (or one character of) context can reach.
+
+Three count models, fitted on the train split and scored on the validation split:
+
+* uniform:  p(x) = 1 / V                       -> cross-entropy ln V
+* unigram:  p(x) = (c(x) + 1) / (N + V)         add-one (Laplace) smoothing
+* bigram:   p(b | a) = (c(a, b) + 1) / (c(a) + V)  add-one smoothing, c(a) = pairs starting with a
+
+A language model whose validation loss is not below the bigram figure uses no context beyond
+the previous character (Jurafsky & Martin, *Speech and Language Processing*, ch. 3, for the
+n-gram and add-one definitions). Everything is vectorised with numpy; bigram counts use a dense
+V x V table only when it is small and sparse pair codes ``a * V + b`` otherwise, so a large
+vocabulary costs memory proportional to the number of *distinct* pairs, not V squared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DepthlabError
+from ..train import Callback
+
+LN2 = math.log(2.0)
+DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
+
+__all__ = ["uniform_nats", "unigram_nats", "bigram_nats", "corpus_baselines", "write_baselines",
+           "format_baselines", "BaselinesCallback"]
+
+
+def _check(tokens: np.ndarray, vocab_size: int, name: str) -> np.ndarray:
+    a = np.asarray(tokens)
+    if a.ndim != 1:
+        raise DepthlabError(f"{name} token ids must be one-dimensional, got shape {a.shape}")
+    if vocab_size <= 0:
+        raise DepthlabError(f"vocab_size must be positive, got {vocab_size}")
+    if a.size and (int(a.max()) >= vocab_size or int(a.min()) < 0):
+        raise DepthlabError(f"{name} token ids must lie in [0, {vocab_size}); got {int(a.min())}..{int(a.max())}")
+    return a.astype(np.int64, copy=False)
+
+
+def uniform_nats(vocab_size: int) -> float:
+    """Cross-entropy of the uniform distribution over V symbols: ln V nats per token.
+
+    Args:
+        vocab_size: V > 0.
+
+    Returns:
+        ln V (nats per token).
+
+    Raises:
+        DepthlabError: if V <= 0.
+    """
+    if vocab_size <= 0:
+        raise DepthlabError(f"vocab_size must be positive, got {vocab_size}")
+    return math.log(vocab_size)
+
+
+def unigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
+    """Add-one-smoothed unigram cross-entropy: fitted on ``train``, scored on ``val``.
+
+    p(x) = (c(x) + 1) / (N + V); result = -mean over val tokens of ln p(x).
+
+    Args:
+        train: token ids, shape (N,), integer in [0, V).
+        val: token ids, shape (M,), M >= 1.
+        vocab_size: V.
+
+    Returns:
+        Nats per token.
+
+    Raises:
+        DepthlabError: empty val split or ids outside [0, V).
+    """
+    tr, va = _check(train, vocab_size, "train"), _check(val, vocab_size, "val")
+    if va.size == 0:
+        raise DepthlabError("the validation split is empty; cannot score a unigram baseline")
+    counts = np.bincount(tr, minlength=vocab_size).astype(np.float64)
+    logp = np.log(counts + 1.0) - math.log(tr.size + vocab_size)
+    return float(-logp[va].mean())
+
+
+def bigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int,
+                dense_limit: int = DENSE_PAIR_LIMIT) -> float:
+    """Add-one-smoothed bigram cross-entropy: fitted on ``train`` pairs, scored on ``val`` pairs.
+
+    p(b | a) = (c(a, b) + 1) / (c(a) + V), with c(a, b) the count of the consecutive pair (a, b)
+    in train and c(a) the number of train pairs whose first token is a. The result is
+    -mean over the M - 1 consecutive val pairs of ln p(b | a).
+
+    Args:
+        train: token ids, shape (N,), N >= 2.
+        val: token ids, shape (M,), M >= 2.
+        vocab_size: V.
+        dense_limit: use a dense V*V count table when V*V <= this, else sorted sparse pair codes
+            (same result; the sparse path needs memory O(distinct pairs)).
+
+    Returns:
+        Nats per token.
+
+    Raises:
+        DepthlabError: a split shorter than 2 tokens or ids outside [0, V).
+    """
+    tr, va = _check(train, vocab_size, "train"), _check(val, vocab_size, "val")
+    if tr.size < 2 or va.size < 2:
+        raise DepthlabError("both splits need at least 2 tokens to score a bigram baseline")
+    V = vocab_size
+    row = np.bincount(tr[:-1], minlength=V).astype(np.float64)  # c(a)
+    tr_codes = tr[:-1] * V + tr[1:]
+    va_codes = va[:-1] * V + va[1:]
+    if V * V <= dense_limit:
+        pair = np.bincount(tr_codes, minlength=V * V)
+        c_ab = pair[va_codes].astype(np.float64)
+    else:
+        uniq, cnt = np.unique(tr_codes, return_counts=True)  # sorted distinct codes
+        pos = np.searchsorted(uniq, va_codes)
+        pos_c = np.minimum(pos, uniq.size - 1)
+        found = uniq[pos_c] == va_codes
+        c_ab = np.where(found, cnt[pos_c], 0).astype(np.float64)
+    logp = np.log(c_ab + 1.0) - np.log(row[va[:-1]] + V)
+    return float(-logp.mean())
+
+
+def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int) -> dict[str, Any]:
+    """Uniform, unigram and bigram cross-entropies in nats and bits per character.
+
+    Args:
+        train: train token ids, shape (N,).
+        val: validation token ids, shape (M,).
+        vocab_size: V.
+
+    Returns:
+        ``{"uniform": {"nats": x, "bits_per_char": x / ln 2}, "unigram": {...}, "bigram": {...},
+        "vocab_size": V}`` (the format of ``baselines.json``).
+
+    Raises:
+        DepthlabError: splits too short or ids out of range.
+    """
+    out: dict[str, Any] = {}
+    for name, nats in (("uniform", uniform_nats(vocab_size)),
+                       ("unigram", unigram_nats(train, val, vocab_size)),
+                       ("bigram", bigram_nats(train, val, vocab_size))):
+        out[name] = {"nats": nats, "bits_per_char": nats / LN2}
+    out["vocab_size"] = int(vocab_size)
+    return out
+
+
+def format_baselines(b: dict[str, Any]) -> str:
+    """One console line: ``baselines (val, nats | bits/char): uniform 4.174 | 6.022, ...``."""
+    parts = [f"{k} {b[k]['nats']:.3f} | {b[k]['bits_per_char']:.3f}" for k in ("uniform", "unigram", "bigram")]
+    return "baselines (val, nats | bits/char): " + ", ".join(parts) + f"  (V={b['vocab_size']})"
+
+
+def write_baselines(run_dir: Path, b: dict[str, Any]) -> Path:
+    """Write ``run_dir/baselines.json`` atomically and return its path."""
+    from ..checkpoint import atomic_write
+
+    p = Path(run_dir) / "baselines.json"
+    atomic_write(p, json.dumps(b, indent=2).encode())
+    return p
+
+
+class BaselinesCallback(Callback):
+    """At train start (main rank): compute the corpus baselines, write baselines.json, print one line.
+
+    The result is cached on the instance per corpus SHA-256, so a sweep that reuses the callback
+    pays for the counts once.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, dict] = {}
+
+    def on_train_start(self, trainer) -> None:
+        """Compute (or reuse), write and print the baselines."""
+        if not trainer.is_main:
+            return
+        c = trainer.corpus
+        key = (getattr(c, "sha256", None), getattr(c, "n_train", None), len(c.tokens))
+        if key not in self._cache:
+            self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab))
+        b = self._cache[key]
+        trainer.baselines = b
+        write_baselines(trainer.run_dir, b)
+        trainer.log(format_baselines(b))
