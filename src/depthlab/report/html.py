@@ -28,6 +28,9 @@ __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_repo
 GENERATOR = "depthlab report"
 """Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite)."""
 
+WIDE_PX = 1400
+"""PNGs wider than this (pixels) are shown at full size in a horizontally scrolling figure."""
+
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 CSS = """
@@ -57,6 +60,8 @@ td.num { text-align: right; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 .tables > div { min-width: 240px; }
 figure { margin: 18px 0 28px; }
+figure.wide { overflow-x: auto; }
+figure.wide img { max-width: none; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
 figcaption { color: var(--muted); font-size: 14px; margin-top: 6px; max-width: 980px; }
 .finding { border-left: 4px solid var(--orange); background: var(--card); padding: 8px 14px; margin: 10px 0;
@@ -123,7 +128,9 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
     b64 = base64.b64encode(data).decode("ascii")
     w = f' width="{int(width)}"' if width else ""
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    return (f'<figure><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
+    natural_w = int.from_bytes(data[16:20], "big") if data[12:16] == b"IHDR" else 0
+    cls = ' class="wide"' if natural_w > WIDE_PX and not width else ""  # too wide to shrink legibly: scroll
+    return (f'<figure{cls}><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
             f'loading="eager">{cap}</figure>')
 
 
@@ -323,7 +330,7 @@ FIGURE_NOTES = {
                     "uniform attention over the t visible tokens.",
     "attention": "Attention weights of every head of the first and last block on a validation snippet "
                  "(best checkpoint). Rows: the position predicting; columns: the characters it looks at.",
-    "rezero_alpha": "The learnt ReZero residual gates; they start at 0 and grow as blocks become useful.",
+    "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each sublayer contributes.",
 }
 
 

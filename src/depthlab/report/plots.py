@@ -54,6 +54,12 @@ def _num(v: Any) -> float:
         return math.nan
 
 
+def _finite(v: Any) -> float:
+    """``_num`` with inf mapped to NaN too (a plot shows a gap; the diagnosis reports the inf)."""
+    f = _num(v)
+    return f if math.isfinite(f) else math.nan
+
+
 def _read_json(path: Path) -> Optional[dict]:
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
@@ -160,7 +166,7 @@ def _save(fig, run: RunData, name: str, title: str, subtitle: Optional[str] = No
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
     tmp = path.with_suffix(".png.tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, facecolor="white")
+    fig.savefig(tmp, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
     tmp.replace(path)  # atomic: a reader never sees half a PNG
     return path
 
@@ -218,7 +224,7 @@ def _matrix(recs: list[dict], key: str) -> tuple[list[float], list[list[float]]]
         v = r.get(key)
         if isinstance(v, list) and v:
             steps.append(_num(r["step"]))
-            rows.append([_num(x) if not isinstance(x, list) else x for x in v])
+            rows.append([_finite(x) for x in v])
     return steps, rows
 
 
@@ -358,7 +364,7 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     M = np.full((nb, len(steps)), np.nan)
     for j, r in enumerate(rows):
         M[: len(r), j] = r
-    M[~(M > 0)] = np.nan  # log scale: zeros / non-finite become gaps
+    M[~(np.isfinite(M) & (M > 0))] = np.nan  # log scale: zeros / non-finite become gaps
     if not np.isfinite(M).any():
         return None
     fig, axes = _figure(size=(11.0, max(3.2, 1.6 + 0.28 * nb)), ncols=1)
@@ -587,7 +593,9 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
         ax.plot(steps, uni, color=OKABE_ITO["black"], ls="--", lw=1.2, label="uniform (mean ln t)")
     ax.set_xlabel("training step")
     ax.set_ylabel("attention entropy (nats), mean over heads")
-    ax.set_ylim(bottom=0)
+    top = max([v for e in ent for b in e for v in b if math.isfinite(v)] + [u for u in uni if math.isfinite(u)],
+              default=1.0)
+    ax.set_ylim(0, top * 1.1 if top > 0 else 1.0)
     if nb <= 6:
         ax.legend(fontsize=8, frameon=False)
     else:
@@ -656,7 +664,7 @@ def plot_rezero_alpha(run: str | Path | RunData) -> Optional[Path]:
         ax.set_title(f"{name} per block", fontsize=10)
         _depth_key(fig, ax, nb)
     _save(fig, run, "rezero_alpha", f"ReZero gates α over training — {run.title()}",
-          "α starts at 0 (each block the identity) and grows as the block becomes useful")
+          "α starts at 0 (every block the identity); |α| then shows how much each sublayer adds to the residual stream")
     return run.run_dir / PLOT_DIR / "rezero_alpha.png"
 
 
@@ -734,7 +742,7 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
         return None
     nh = model.config.n_head
     labels = [_show_char(c) for c in text]
-    cell = 0.13 * len(text) + 0.9
+    cell = 0.11 * len(text) + 0.7
     fig, axes = _figure(size=(min(2.2 + cell * nh, 24.0), 1.0 + cell * len(blocks)),
                         ncols=nh, nrows=len(blocks))
     im = None
