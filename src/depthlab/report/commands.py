@@ -28,6 +28,11 @@ def cmd_report(argv: list[str]) -> int:
     p.add_argument("--skip", nargs="+", default=[], choices=list(PLOTS), metavar="FIGURE",
                    help=f"figures not to draw, from: {', '.join(PLOTS)}")
     a = p.parse_args(argv)
+    from .sweep import build_sweep_report, is_sweep_dir
+
+    if is_sweep_dir(a.run_dir):  # a sweep directory: rebuild its comparison report
+        print(build_sweep_report(a.run_dir))
+        return 0
     path = build_report(a.run_dir, a.out, skip=a.skip)
     print(path)
     return 0

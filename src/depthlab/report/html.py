@@ -242,9 +242,9 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
         cards.append(("best validation loss", f"{best:.3f}", f"nats/char = {best / LN2:.3f} bits/char"))
         bg = _num(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
-            d = bg - best
-            cards.append(("vs bigram baseline", f"{d:+.3f}",
-                          "nats below bigram: uses context" if d > 0 else "nats: not beating bigram (no context used)"))
+            d = best - bg
+            cards.append(("minus bigram baseline", f"{d:+.3f}",
+                          "nats: below bigram, uses context" if d < 0 else "nats: above bigram, no context used yet"))
     if s.get("final_step") is not None:
         cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
     if _num(s.get("tokens_seen")) is not None:
@@ -371,7 +371,7 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                 Section("Baselines", _baseline_section(run)),
                 Section("Summary", _summary_section(run)),
                 Section("Configuration", _config_section(run))]
-    page = render_page(f"depthlab run {run.run_dir.name}", sections, subtitle=sub, cards=_cards(run))
+    page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=_cards(run))
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     tmp.write_text(page, encoding="utf-8")

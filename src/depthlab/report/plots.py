@@ -310,10 +310,11 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
             finite += ys
         for name, v in base:
             col, ls = BASELINE_STYLE[name]
-            ax.axhline(v, color=col, ls=ls, lw=1.3)
+            ax.axhline(v, color=col, ls=ls, lw=1.3, zorder=1,
+                       label=f"{name} baseline {v:.2f} nats ({v / LN2:.2f} bits/char)")
             ax.annotate(f"{name} {v:.2f}", xy=(1.0, v), xycoords=("axes fraction", "data"),
                         xytext=(-3, 2), textcoords="offset points", ha="right", va="bottom",
-                        fontsize=8, color=col, fontweight="bold")
+                        fontsize=8, color=col, fontweight="bold", zorder=1)  # curves draw over it
         ax.set_xlabel(xlabel)
         ax.set_ylabel("cross-entropy (nats/char)")
         sec = ax.secondary_yaxis("right", functions=(lambda y: y / LN2, lambda y: y * LN2))
@@ -328,7 +329,8 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
             ax.set_ylim(lo - pad, hi + pad)
     handles, labels = ax_s.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3), fontsize=9,
+                   frameon=False)
     best = _num((run.summary or {}).get("best_val_loss"))
     sub = "lower is better; dashed/dotted lines = corpus baselines (a model must beat bigram to use context)"
     if math.isfinite(best):
