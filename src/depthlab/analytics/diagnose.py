@@ -54,8 +54,8 @@ class Thresholds:
         bigram_min_pairs_seen: tokens seen must be >= this times V^2 (each bigram seen a few
             times on average: the least a model needs to even learn the bigram table).
         vanishing_ratio: first/last block gradient-norm ratio below this = vanishing.
-        exploding_growth: nats; train loss this far above its minimum (and above the first eval)
-            counts as a growing loss.
+        exploding_growth: nats; a last-eval train loss this far above its minimum counts as a
+            growing loss.
         rank_collapse: rank measure of the deepest block below this (Dong et al. 2021 measure).
         uniform_attention_frac: mean head entropy >= this fraction of ln t (uniform) ...
         uniform_attention_min_step: ... at a probe this late or later (at init all attention is
@@ -188,8 +188,7 @@ def rule_exploding(records: list[dict], th: Thresholds) -> Optional[Finding]:
     if len(ev) >= 3:
         lo_step, lo = min(ev, key=lambda t: t[1])
         last_step, last = ev[-1]
-        first = ev[0][1]
-        if last - lo > th.exploding_growth and last > first - th.exploding_growth:
+        if last - lo > th.exploding_growth:
             return Finding("exploding", f"train loss rose from its minimum {lo:.3f} (step {lo_step}) to "
                            f"{last:.3f} at step {last_step}",
                            "lower train.learning_rate (try / 3), raise train.warmup_iters, enable "

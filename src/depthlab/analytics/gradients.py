@@ -36,7 +36,7 @@ from ..train import Callback
 
 __all__ = ["GradientMonitor", "GradStats", "GradientLogger", "param_component", "format_table"]
 
-_INT_SEGMENT = re.compile(r"^(.*?\.\d+)\.(.+)$")
+_INT_SEGMENT = re.compile(r"^((?:.*?\.)?\d+)\.(.+)$")
 _GPT_COMPONENTS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
 

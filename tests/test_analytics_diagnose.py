@@ -1,0 +1,118 @@
+"""Diagnosis rules on synthetic metrics, and the diagnose command's errors and output."""
+
+import json
+
+import pytest
+
+from depthlab.analytics.diagnose import RULES, Thresholds, diagnose_records, diagnose_run, write_diagnosis
+from depthlab.cli import main
+from depthlab.errors import DepthlabError
+
+BASE = {"uniform": {"nats": 4.174, "bits_per_char": 6.02}, "unigram": {"nats": 3.347, "bits_per_char": 4.83},
+        "bigram": {"nats": 2.482, "bits_per_char": 3.58}, "vocab_size": 65}
+
+
+def evals(vals, trains=None, every=100, tokens_per_step=1024):
+    trains = trains or vals
+    return [{"step": i * every, "val_loss": v, "train_loss": t, "tokens_seen": i * every * tokens_per_step}
+            for i, (v, t) in enumerate(zip(vals, trains))]
+
+
+def rules(records, **kw):
+    return [f.rule for f in diagnose_records(records, **kw)]
+
+
+def test_bigram_stuck_needs_steps_and_tokens():
+    stuck = evals([4.17, 3.2, 2.9, 2.77, 2.72], tokens_per_step=32)
+    f = diagnose_records(stuck, BASE, {"model": {"block_size": 1}})
+    assert [x.rule for x in f] == ["bigram_stuck"]
+    assert "2.720" in f[0].evidence and "2.482" in f[0].evidence and "400 steps" in f[0].evidence
+    assert "block_size" in f[0].remedy
+    assert rules(evals([4.17, 2.9]), baselines=BASE) == []  # 100 steps: too early to judge
+    assert rules(evals([4.17, 3.0, 2.7], tokens_per_step=1), baselines=BASE) == []  # 200 tokens < 2 V^2
+    assert rules(evals([4.17, 2.6, 2.40]), baselines=BASE) == []  # below bigram - margin
+    assert rules(evals([4.17, 2.6, 2.45]), baselines=BASE) == ["bigram_stuck"]  # within the margin
+    assert rules(stuck) == []  # no baselines, no judgement
+
+
+def grad(step, blocks, upd=None):
+    return {"step": step, "kind": "grad", "grad_norm_block": blocks,
+            "update_ratio_block": upd or [1e-3] * len(blocks)}
+
+
+def test_vanishing_gradients():
+    recs = [grad(s, [1e-5, 1e-3, 1.0]) for s in (50, 100, 150)]
+    f = diagnose_records(recs)
+    assert [x.rule for x in f] == ["vanishing_gradients"]
+    assert "1.00e-05" in f[0].evidence and "50-150" in f[0].evidence
+    assert rules([grad(s, [0.5, 1.0]) for s in (50, 100)]) == []
+    assert rules([grad(50, [1.0])]) == []  # one block: no ratio
+
+
+def test_exploding():
+    assert rules(evals([4.1, 3.0, "nan"])) == ["exploding"]
+    assert rules([{"step": 7, "nonfinite_skip": True, "nonfinite_skips": 1}]) == ["exploding"]
+    f = diagnose_records(evals([4.1, 2.5, 2.4, 3.5]))
+    assert [x.rule for x in f] == ["exploding"] and "2.400" in f[0].evidence and "3.500" in f[0].evidence
+    assert rules(evals([4.1, 2.5, 2.4, 2.45])) == []
+
+
+def probe(step, rank, ent=None, u=4.0, cos=None):
+    return {"step": step, "kind": "probe", "rank_measure": rank, "token_cosine": cos or [0.1] * len(rank),
+            "attn_entropy": ent or [[1.0, 1.0]] * len(rank), "attn_entropy_uniform": u}
+
+
+def test_rank_collapse_uses_last_probe():
+    f = diagnose_records([probe(0, [0.9, 0.9, 0.9]), probe(500, [0.6, 0.04, 0.001])])
+    assert [x.rule for x in f] == ["rank_collapse"]
+    assert "block 1" in f[0].evidence and "1.00e-03" in f[0].evidence
+    assert rules([probe(0, [0.6, 0.001]), probe(500, [0.9, 0.8])]) == []
+    assert rules([probe(500, [None, None])]) == []  # block_size 1: undefined, not collapsed
+
+
+def test_uniform_attention():
+    assert rules([probe(500, [0.9], ent=[[3.8, 3.9]])]) == ["uniform_attention"]
+    assert rules([probe(0, [0.9], ent=[[3.8, 3.9]])]) == []  # at init attention is uniform anyway
+    assert rules([probe(500, [0.9], ent=[[2.0, 3.9]])]) == []
+    assert rules([probe(500, [0.9], ent=[[0.0]], u=0.0)]) == []  # T = 1
+
+
+def test_learning_rate_rules():
+    cfg = {"train": {"warmup_iters": 100, "learning_rate": 0.05}}
+    hi = [grad(s, [1.0, 1.0], [0.08, 0.1]) for s in (50, 150, 200, 250)]
+    f = diagnose_records(hi, config=cfg)
+    assert [x.rule for x in f] == ["lr_too_high"] and "0.05" in f[0].evidence
+    lo = [grad(s, [1.0, 1.0], [2e-5, 3e-5]) for s in (150, 200, 250)]
+    assert rules(lo, config=cfg) == ["lr_too_low"]
+    assert rules([grad(s, [1.0, 1.0], [2e-3, 4e-3]) for s in (150, 200, 250)], config=cfg) == []
+    assert rules(lo[:2], config=cfg) == []  # too few records
+
+
+def test_overfitting_and_plateau():
+    f = diagnose_records(evals([3.0, 2.0, 1.9, 1.95, 2.05], trains=[3.0, 1.95, 1.7, 1.6, 1.5]))
+    assert "overfitting" in [x.rule for x in f]
+    assert rules(evals([3.0, 2.0, 1.9, 1.85], trains=[3.0, 1.97, 1.86, 1.80])) == []
+    pl = evals([3.0, 2.0, 1.5, 1.52, 1.51, 1.5, 1.53, 1.5001], trains=[3.0, 2.0, 1.5, 1.52, 1.51, 1.5, 1.53, 1.5001])
+    f = diagnose_records(pl)
+    assert [x.rule for x in f] == ["plateau"] and "1.5000" in f[0].evidence
+    assert rules(pl, thresholds=Thresholds(plateau_evals=8)) == []
+
+
+def test_diagnose_run_and_cli(tmp_path, capsys):
+    with pytest.raises(DepthlabError, match="not found"):
+        diagnose_run(tmp_path / "missing")
+    with pytest.raises(DepthlabError, match="not a depthlab run"):
+        diagnose_run(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model": {"block_size": 1}, "train": {}}))
+    (tmp_path / "baselines.json").write_text(json.dumps(BASE))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals([4.1, 3.0, 2.8])) + '{"torn')
+    assert main(["diagnose", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in out["findings"]] == ["bigram_stuck"]
+    assert set(out["findings"][0]) == {"rule", "evidence", "remedy"}
+    assert main(["diagnose", str(tmp_path)]) == 0
+    assert "[bigram_stuck]" in capsys.readouterr().out
+    assert main(["diagnose", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.startswith("depthlab: error: run directory")
+    write_diagnosis(tmp_path, diagnose_run(tmp_path))
+    assert json.loads((tmp_path / "diagnosis.json").read_text())["findings"][0]["rule"] in RULES
