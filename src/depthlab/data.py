@@ -125,19 +125,31 @@ class Corpus:
         """Validation token ids, shape (N - n_train,)."""
         return self.tokens[self.n_train:]
 
-    def check_block_size(self, block_size: int) -> None:
-        """Raise if the corpus or either split is shorter than ``block_size + 1`` tokens.
+    def check_block_size(self, block_size: int, log=None) -> None:
+        """Make sure both splits hold at least ``block_size + 1`` tokens.
+
+        A validation split shorter than that (tiny corpora) is enlarged to ``block_size + 1``
+        tokens taken from the end of the train split, when the corpus is long enough for both.
+
+        Args:
+            block_size: the model's context length T.
+            log: optional ``callable(str)`` told when the split is adjusted.
 
         Raises:
-            DepthlabError: giving the split length and block_size + 1, and the fix.
+            DepthlabError: giving the corpus length, block_size + 1 and the fix.
         """
         need = block_size + 1
-        for name, n in (("corpus", len(self.tokens)), ("train split", self.n_train),
-                        ("validation split", len(self.tokens) - self.n_train)):
-            if n < need:
-                raise DepthlabError(
-                    f"the {name} of {self.path} has {n} characters but model.block_size {block_size} "
-                    f"needs at least {need}; use a smaller model.block_size or a longer text")
+        n = len(self.tokens)
+        if n < 2 * need:
+            raise DepthlabError(
+                f"the corpus {self.path} has {n} characters but model.block_size {block_size} needs "
+                f"at least {need} in each of the train and validation splits ({2 * need} in all); "
+                "use a smaller model.block_size or a longer text")
+        if n - self.n_train < need or self.n_train < need:
+            self.n_train = n - need
+            if log:
+                log(f"the validation split was shorter than block_size + 1 = {need}; using the last "
+                    f"{need} characters for validation")
 
 
 def _cache_root(cfg: DataConfig) -> Path:

@@ -71,7 +71,7 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
         model: a GPT (put in eval mode for the call; its previous mode is restored).
         idx: (B, T) int64 prompt ids, T >= 1.
         max_new_tokens: N, tokens to append.
-        temperature: logits are divided by it; 0 = greedy argmax (deterministic).
+        temperature: logits are divided by it; 0 (or < 1e-5) = greedy argmax (deterministic).
         top_k, top_p: see :func:`filter_logits`.
         generator: torch RNG for reproducible sampling.
         on_token: called with each new id of row 0 (streaming output).
@@ -90,7 +90,7 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
         for _ in range(max_new_tokens):
             logits, _ = model(idx[:, -bs:])
             logits = logits[:, -1, :].float()  # (B, V): only the last position is needed
-            if temperature == 0:
+            if temperature < 1e-5:  # below this, logits/T overflows float32: greedy is the limit anyway
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
                 probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)

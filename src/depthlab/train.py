@@ -197,8 +197,11 @@ class Trainer:
             torch.set_num_threads(t.threads)
         self.device = resolve_device(t.device)
         self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None)
-        self.corpus.check_block_size(cfg.model.block_size)
+        self.corpus.check_block_size(cfg.model.block_size, log=log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
+        if len(vocab) == 1 and self.is_main:
+            log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
+                "the model has nothing to learn (loss will go to 0)")
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         resume_entry = None
         if t.resume:
@@ -230,6 +233,9 @@ class Trainer:
             self._write_static_files(vocab, resume=resume_entry is not None)
         if resume_entry is not None:
             self._load_resume(resume_entry)
+        elif t.resume and self.is_main:
+            log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+            truncate_metrics(self.run_dir, -1)
         self.tracker = Tracker(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
 
     # ----------------------------------------------------------------- setup helpers
@@ -257,7 +263,14 @@ class Trainer:
             if old["model"].get(k) != getattr(self.cfg.model, k):
                 raise DepthlabError(f"cannot resume {rd}: model.{k} is {getattr(self.cfg.model, k)!r} but the "
                                     f"checkpoint has {old['model'].get(k)!r}")
-        return ckpt.latest_checkpoint(rd) or None
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            entry = ckpt.latest_checkpoint(rd)
+        for w in caught:
+            self.log(f"warning: {w.message}")
+        return entry
 
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         if not resume:

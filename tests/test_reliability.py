@@ -1,0 +1,303 @@
+"""Reliability cases from users' bug reports: resume, checkpoints, non-finite guard, odd inputs."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from depthlab import checkpoint as ckpt
+from depthlab.config import RunConfig
+from depthlab.data import CharTokenizer
+from depthlab.errors import DepthlabError, NonFiniteError
+from depthlab.model import GPT
+from depthlab.sample import check_sampling_args, generate, load_run, sample_text
+from depthlab.train import Trainer, train
+
+from conftest import TINY_TEXT, tiny_config
+
+QUIET = dict(log=lambda s: None)
+
+
+def _evals(run):
+    return {r["step"]: (r["train_loss"], r["val_loss"])
+            for r in map(json.loads, open(run / "metrics.jsonl")) if "val_loss" in r}
+
+
+def test_compiled_checkpoint_keys_are_stripped_and_accepted(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
+    model, _ = load_run(run)
+    compiled = torch.compile(model)  # lazy: the wrapper's keys carry _orig_mod. without compiling
+    assert all(k.startswith("_orig_mod.") for k in compiled.state_dict())
+    data = ckpt.weights_bytes(compiled, {"format": "1"})
+    from safetensors.torch import load
+
+    assert not any("_orig_mod" in k or k.startswith("module.") for k in load(data))
+    # a foreign checkpoint that still has the prefixes loads too
+    from safetensors.torch import save_file
+
+    foreign = {f"_orig_mod.{k}": v.contiguous() for k, v in model.state_dict().items()
+               if k != "lm_head.weight"}
+    save_file(foreign, tmp_path / "foreign.safetensors")
+    sd, _ = ckpt.load_weights_file(tmp_path / "foreign.safetensors")
+    fresh = GPT(model.config)
+    ckpt.load_into(fresh, sd, tmp_path / "foreign.safetensors")
+    assert torch.equal(fresh.lm_head.weight, model.lm_head.weight)
+
+
+def test_nan_stops_and_best_checkpoint_untouched(tmp_path, tiny_text_file):
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(learning_rate=1e3, min_lr=0.0, warmup_iters=0,
+                                                                  grad_clip=0.0, max_iters=300, eval_interval=1000))
+    with pytest.raises(NonFiniteError) as e:
+        train(cfg, **QUIET)
+    msg = str(e.value)
+    assert "at step" in msg and "lr 1e+03" in msg and "float32" in msg
+    manifest = json.loads((tmp_path / "r" / "checkpoints" / "manifest.json").read_text())
+    assert manifest["best"]["step"] == 0  # only the step-0 checkpoint was ever written
+    sd, _ = ckpt.load_weights_file(tmp_path / "r" / "checkpoints" / "best.safetensors")
+    assert all(torch.isfinite(v).all() for v in sd.values())
+
+
+def test_nonfinite_skip_counts(tmp_path, tiny_text_file):
+    from depthlab.train import Callback
+
+    class Poison(Callback):  # makes step 3's gradient NaN, once
+        def on_before_clip(self, trainer):
+            if trainer.step == 3:
+                next(trainer.raw_model.parameters()).grad.fill_(float("nan"))
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(on_nonfinite="skip", max_iters=10))
+    run = train(cfg, callbacks=[Poison()], **QUIET)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["nonfinite_skips"] == 1 and s["final_step"] == 10
+    cfg = tiny_config(tmp_path / "r2", tiny_text_file, train=dict(max_iters=10))
+    with pytest.raises(NonFiniteError, match="transformer.wte.weight"):
+        train(cfg, callbacks=[Poison()], **QUIET)
+
+
+def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
+    other = tmp_path / "other.txt"
+    other.write_text(TINY_TEXT + "Zebra ☕ quux\n")
+    cfg = tiny_config(run, other, train=dict(resume=True, max_iters=20))
+    with pytest.raises(DepthlabError) as e:
+        train(cfg, **QUIET)
+    assert "vocabulary" in str(e.value) and "Z" in str(e.value) and "☕" in str(e.value)
+    cfg = tiny_config(run, tiny_text_file, model=dict(n_layer=3), train=dict(resume=True, max_iters=20))
+    with pytest.raises(DepthlabError, match="model.n_layer is 3 but the checkpoint has 2"):
+        train(cfg, **QUIET)
+
+
+def test_newer_checkpoint_format_rejected(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
+    m = run / "checkpoints" / "manifest.json"
+    d = json.loads(m.read_text())
+    d["format"] = 99
+    m.write_text(json.dumps(d))
+    with pytest.raises(DepthlabError, match="newer"):
+        train(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
+
+
+def test_truncated_checkpoint_falls_back_or_errors(tmp_path, tiny_text_file, capsys):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20)), **QUIET)
+    latest = run / "checkpoints" / "step-000020.safetensors"
+    latest.write_bytes(latest.read_bytes()[:100])
+    logs = []
+    t = Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=30)), log=logs.append)
+    assert t.step == 10 and any("step-000020.safetensors" in line and "corrupt" in line for line in logs)
+    best = run / "checkpoints" / "best.safetensors"
+    best.write_bytes(best.read_bytes()[:50])
+    with pytest.raises(DepthlabError, match="best.safetensors"):
+        load_run(run)
+    for f in (run / "checkpoints").glob("step-*.safetensors"):
+        f.write_bytes(b"junk")
+    with pytest.raises(DepthlabError, match="no intact checkpoint"):
+        Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=30)), **QUIET)
+
+
+def test_init_from_starts_new_run_with_old_weights(tmp_path, tiny_text_file):
+    from depthlab.cli import init_from
+
+    old = train(tiny_config(tmp_path / "old", tiny_text_file), **QUIET)
+    t = Trainer(tiny_config(tmp_path / "new", tiny_text_file), **QUIET)
+    init_from(t, str(old))
+    m, _ = load_run(old)
+    assert torch.equal(t.raw_model.lm_head.weight, m.lm_head.weight) and t.step == 0
+
+
+def test_tied_weights_share_storage_after_load(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
+    m, _ = load_run(run)
+    assert m.lm_head.weight is m.transformer.wte.weight
+    assert m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr()
+    n_vocab = m.config.vocab_size
+    assert m.num_params(non_embedding=False) == sum(p.numel() for p in m.parameters())
+    untied = sum(p.numel() for p in m.state_dict().values())
+    assert untied - m.num_params(non_embedding=False) == n_vocab * m.config.n_embd
+
+
+def test_tiny_corpora(tmp_path):
+    p = tmp_path / "30.txt"
+    p.write_text("abcdefghij" * 3)
+    with pytest.raises(DepthlabError) as e:
+        train(tiny_config(tmp_path / "a", p, model=dict(block_size=64)), **QUIET)
+    assert "30" in str(e.value) and "65" in str(e.value)
+    run = train(tiny_config(tmp_path / "b", p, model=dict(block_size=8), train=dict(max_iters=5)), **QUIET)
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 5
+    one = tmp_path / "one.txt"
+    one.write_text("a" * 200)
+    logs = []
+    train(tiny_config(tmp_path / "c", one, model=dict(block_size=8), train=dict(max_iters=5)), log=logs.append)
+    assert any("single distinct character" in line for line in logs)
+
+
+def test_no_newline_no_space_corpus_samples_without_prompt(tmp_path):
+    p = tmp_path / "dense.txt"
+    p.write_text("abcabcabdabc" * 40)
+    run = train(tiny_config(tmp_path / "r", p, train=dict(max_iters=5)), **QUIET)
+    text = sample_text(run, "", 20, seed=0)[0]
+    assert len(text) == 21 and set(text) <= set("abcd")
+
+
+def test_crlf_and_cr_shakespeare_keep_65_symbols(tmp_path):
+    from depthlab.config import DataConfig
+    from depthlab.data import embedded_corpus_path, load_corpus
+
+    text = embedded_corpus_path().read_text()
+    for name, nl in (("crlf", "\r\n"), ("cr", "\r")):
+        p = tmp_path / f"{name}.txt"
+        p.write_bytes(text.replace("\n", nl).encode())
+        c = load_corpus(DataConfig(path=str(p)))
+        assert c.tokenizer.vocab_size == 65 and "\r" not in c.tokenizer.vocab
+        assert c.tokenizer.decode(c.tokens[:200]).count("\n") == text[:200].count("\n")
+
+
+def test_cp1252_trains_with_encoding(tmp_path):
+    p = tmp_path / "w.txt"
+    p.write_bytes(b"It\x92s a fine day, isn\x92t it?\n" * 30)
+    run = train(tiny_config(tmp_path / "r", p, train=dict(max_iters=3)).__class__.from_dict(
+        {**tiny_config(tmp_path / "r", p, train=dict(max_iters=3)).to_dict(),
+         "data": {"path": str(p), "encoding": "cp1252"}}), **QUIET)
+    vocab = json.loads((run / "vocab.json").read_text())
+    assert "\u2019" in vocab and "\x92" not in vocab
+
+
+# ------------------------------------------------------------------------- fuzzing
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1))
+def test_fuzz_tokenizer_round_trip(text):
+    tok = CharTokenizer.from_text(text)
+    assert tok.decode(tok.encode(text)) == text
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                    st.text(max_size=8), st.lists(st.integers(), max_size=3))
+_keys = st.sampled_from(["n_layer", "n_head", "n_embd", "block_size", "dropout", "variant", "norm", "bias",
+                         "batch_size", "max_iters", "learning_rate", "path", "encoding", "val_fraction",
+                         "seed", "device", "dtype", "bogus", "eval_interval", "min_lr"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["data", "model", "train", "extra"]),
+                       st.dictionaries(_keys, _values, max_size=4), max_size=3))
+def test_fuzz_config_raises_only_depthlab_error(d):
+    try:
+        RunConfig.from_dict(d)
+    except DepthlabError:
+        pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True, width=32), st.one_of(st.none(), st.integers(-5, 300)),
+       st.one_of(st.none(), st.floats(-1, 2), st.just(float("nan"))))
+def test_fuzz_sampler_settings(temperature, top_k, top_p):
+    torch.manual_seed(0)
+    from depthlab.config import ModelConfig
+
+    model = GPT(ModelConfig(vocab_size=7, block_size=4, n_layer=1, n_head=1, n_embd=8))
+    try:
+        check_sampling_args(temperature, top_k, top_p)
+    except DepthlabError:
+        return
+    out = generate(model, torch.zeros(1, 1, dtype=torch.long), 6, temperature, top_k, top_p,
+                   generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 7) and int(out.min()) >= 0 and int(out.max()) < 7
+
+
+# ------------------------------------------------------------------------- processes killed for real
+def _cli(*args):
+    return [sys.executable, "-m", "depthlab", "train", *args]
+
+
+def _tiny_args(path, out, iters):
+    return ["--data.path", str(path), "--model.n_layer", "2", "--model.n_head", "2", "--model.n_embd", "32",
+            "--model.block_size", "16", "--model.dropout", "0.1", "--train.batch_size", "8",
+            "--train.max_iters", str(iters), "--train.eval_interval", "5", "--train.eval_iters", "2",
+            "--train.tensorboard", "false", "--train.threads", "1", "--train.out_dir", str(out)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accum", ["1", "2"])
+def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
+    n = 600
+    args_a = _tiny_args(tiny_text_file, tmp_path / "A", n) + ["--train.grad_accum", accum]
+    subprocess.run(_cli(*args_a), check=True, capture_output=True)
+    args_b = _tiny_args(tiny_text_file, tmp_path / "B", n) + ["--train.grad_accum", accum]
+    p = subprocess.Popen(_cli(*args_b), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    manifest = tmp_path / "B" / "checkpoints" / "manifest.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (manifest.exists() and '"step": 10' in manifest.read_text()):
+        time.sleep(0.05)
+    time.sleep(random.uniform(0.0, 0.3))
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert not (tmp_path / "B" / "summary.json").exists(), "B finished before the kill: make it longer"
+    subprocess.run(_cli("--resume", str(tmp_path / "B")), check=True, capture_output=True)
+    assert _evals(tmp_path / "A") == _evals(tmp_path / "B")
+    name = f"step-{n:06d}.safetensors"
+    assert ckpt.payload_sha256(tmp_path / "A" / "checkpoints" / name) == \
+        ckpt.payload_sha256(tmp_path / "B" / "checkpoints" / name)
+    steps = [json.loads(l)["step"] for l in open(tmp_path / "B" / "metrics.jsonl")]
+    assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
+
+
+@pytest.mark.slow
+def test_twenty_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text_file):
+    out = tmp_path / "R"
+    args = _tiny_args(tiny_text_file, out, 100000)
+    args[args.index("--train.eval_interval") + 1] = "1"  # a checkpoint every step: kills land in writes
+    rng = random.Random(0)
+    first = True
+    for i in range(20):
+        cmd = _cli(*args) if first else _cli("--resume", str(out))
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        manifest = out / "checkpoints" / "manifest.json"
+        start_steps = json.loads(manifest.read_text())["checkpoints"][-1]["step"] if not first else -1
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if manifest.exists():
+                try:
+                    if json.loads(manifest.read_text())["checkpoints"][-1]["step"] > start_steps:
+                        break
+                except (ValueError, KeyError, IndexError):
+                    pass
+            if p.poll() is not None:
+                pytest.fail(f"run {i} exited early: {p.stderr.read().decode()[-500:]}")
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.2))
+        p.kill()
+        p.wait()
+        first = False
+        entry = ckpt.latest_checkpoint(out)
+        assert entry is not None and entry["step"] >= 0
+    t = Trainer(RunConfig.from_dict(json.loads((out / "config.json").read_text())).__class__.from_dict(
+        {**json.loads((out / "config.json").read_text()),
+         "train": {**json.loads((out / "config.json").read_text())["train"], "resume": True}}), **QUIET)
+    assert t.step == ckpt.latest_checkpoint(out)["step"] > 0
