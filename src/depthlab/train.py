@@ -193,9 +193,18 @@ class Trainer:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.is_main = self.rank == 0
+        if t.grad_accum % self.world_size:
+            raise DepthlabError(f"train.grad_accum ({t.grad_accum}) counts micro-batches of the global batch and "
+                                f"must be divisible by the number of processes ({self.world_size})")
+        self.accum = t.grad_accum // self.world_size  # micro-batches per process per step
         if t.threads:
             torch.set_num_threads(t.threads)
+        elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
         self.device = resolve_device(t.device)
+        if self.world_size > 1:
+            self.device = self._init_distributed()
         self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None)
         self.corpus.check_block_size(cfg.model.block_size, log=log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
@@ -214,7 +223,9 @@ class Trainer:
         torch.manual_seed(t.seed)
         random.seed(t.seed)
         np.random.seed(t.seed % 2**32)
-        self.batch_rng = np.random.default_rng([t.seed, self.rank])
+        # One stream of global batches, the same on every rank; each rank takes its own slice, so the
+        # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
+        self.batch_rng = np.random.default_rng(t.seed)
         self.model = GPT(cfg.model).to(self.device)
         self.raw_model = self.model
         self.optimizer = make_optimizer(self.model, t, self.device)
@@ -229,6 +240,10 @@ class Trainer:
         self._signal: Optional[int] = None
         if t.compile:
             self.model = self._compile(self.model)
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         if self.is_main:
             self._write_static_files(vocab, resume=resume_entry is not None)
         if resume_entry is not None:
@@ -239,6 +254,28 @@ class Trainer:
         self.tracker = Tracker(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
 
     # ----------------------------------------------------------------- setup helpers
+    def _init_distributed(self) -> torch.device:
+        import torch.distributed as dist
+
+        cuda = self.device.type == "cuda"
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if cuda else "gloo")
+        if cuda:
+            dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(dev)
+            return dev
+        return self.device
+
+    def _micro_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's slice (B, T) of the next global micro-batch (B * world_size windows)."""
+        B, T = self.cfg.train.batch_size, self.cfg.model.block_size
+        x, y = get_batch(self.corpus.train, T, B * self.world_size, self.batch_rng)
+        sl = slice(self.rank * B, (self.rank + 1) * B)
+        x, y = x[sl], y[sl]
+        if self.device.type == "cuda":
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
     def _compile(self, model):
         try:
             return torch.compile(model)
@@ -313,7 +350,9 @@ class Trainer:
             rng = np.random.default_rng([t.seed, 1, 0 if split == "train" else 1])
             losses = torch.zeros(t.eval_iters)
             for i in range(t.eval_iters):
-                x, y = get_batch(data, self.cfg.model.block_size, t.batch_size, rng, self.device)
+                # the global batch size, so evaluation is the same whatever the number of processes
+                x, y = get_batch(data, self.cfg.model.block_size, t.batch_size * self.world_size, rng,
+                                 self.device)
                 with self.ctx:
                     _, loss = self.model(x, y)
                 losses[i] = loss.float().item()
@@ -374,12 +413,15 @@ class Trainer:
         """
         t, m = self.cfg.train, self.cfg.model
         self._t_start = time.time()
-        tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
+        tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.step > 0 else None
         if self.is_main:
             self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
                      f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
                      f"{tokens_per_step} tokens/step")
+            self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.accum} x processes "
+                     f"{self.world_size} = {t.batch_size * self.accum * self.world_size} sequences of "
+                     f"{m.block_size} tokens")
         for cb in self.callbacks:
             cb.on_train_start(self)
         old_handlers = {}
@@ -408,20 +450,25 @@ class Trainer:
                 for g in self.optimizer.param_groups:
                     g["lr"] = lr
                 loss_sum = torch.zeros((), device=self.device)
-                for micro in range(t.grad_accum):
-                    x, y = get_batch(self.corpus.train, m.block_size, t.batch_size, self.batch_rng, self.device)
+                for micro in range(self.accum):
+                    x, y = self._micro_batch()
                     sync = contextlib.nullcontext()
-                    if self.world_size > 1 and micro < t.grad_accum - 1 and hasattr(self.model, "no_sync"):
+                    if self.world_size > 1 and micro < self.accum - 1:
                         sync = self.model.no_sync()  # all-reduce once, on the last micro-batch
                     with sync:
                         with self.ctx:
                             _, loss = self.model(x, y)
-                        (loss / t.grad_accum).backward()
+                        (loss / self.accum).backward()
                     loss_sum += loss.detach().float()
                 for cb in self.callbacks:
                     cb.on_before_clip(self)
                 gnorm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"))
-                loss_val = loss_sum.item() / t.grad_accum
+                if self.world_size > 1 and (self.step + 1) % t.log_interval == 0:
+                    import torch.distributed as dist
+
+                    dist.all_reduce(loss_sum)  # logged loss = mean over all ranks' micro-batches
+                    loss_sum /= self.world_size
+                loss_val = loss_sum.item() / self.accum
                 if not (math.isfinite(loss_val) and math.isfinite(gnorm.item())):
                     if t.on_nonfinite == "skip":
                         self.optimizer.zero_grad(set_to_none=True)
@@ -473,6 +520,10 @@ class Trainer:
                      f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}, "
                      f"{summary['final_step']} steps in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
         self.tracker.close()
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
         return self.run_dir
 
     def _can_handle_signals(self) -> bool:
