@@ -261,7 +261,7 @@ def _per_block(items: list[dict], groups: list[str], x: Optional[str], which: st
         else:
             probes = d["probe"]
             p0 = [p for p in probes if p.get("step") == 0]
-            init = p0[0]["rank_measure"] if p0 else ip.get("rank_measure")
+            init = ip.get("rank_measure") or (p0[0]["rank_measure"] if p0 else None)
             if probes and probes[-1].get("step", 0) > 0:
                 end = probes[-1]["rank_measure"]
         g = _group_name(it["config"], groups)
@@ -450,7 +450,7 @@ def _mean_metric(items: list[dict], metric: str = "best_val_loss", ok_only: bool
 def _init_last_rank(it: dict) -> Optional[float]:
     d = it["details"]
     p0 = [p for p in d["probe"] if p.get("step") == 0]
-    vec = p0[0]["rank_measure"] if p0 else (d.get("init_probe") or {}).get("rank_measure")
+    vec = (d.get("init_probe") or {}).get("rank_measure") or (p0[0]["rank_measure"] if p0 else None)
     return _finite(vec[-1]) if vec else None
 
 
