@@ -20,8 +20,8 @@ from ..errors import DepthlabError
 
 __all__ = ["probe_at_init", "summarise_probe", "plot_probe", "format_probe_table", "cmd_probe", "cmd_diagnose"]
 
-PROBE_BATCHES = 2
-PROBE_BATCH_SIZE = 8
+PROBE_BATCHES = 3
+PROBE_BATCH_SIZE = 4
 
 
 def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_BATCH_SIZE,
@@ -120,6 +120,16 @@ def format_probe_table(result: dict) -> str:
     return "\n".join(rows)
 
 
+def _spans(idx: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    parts, start = [], idx[0]
+    for a, b in zip(idx, idx[1:] + [None]):
+        if b != a + 1:
+            parts.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    return ", ".join(parts)
+
+
 def _ratio(a: float, b: float) -> float:
     if b == 0:
         return math.inf if a > 0 else 1.0
@@ -150,7 +160,13 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     if nonfinite or not math.isfinite(result.get("loss", 0.0)):
         out.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
     gr = _ratio(g[0], g[-1]) if L > 1 else 1.0
-    if L > 1 and gr < vanish:
+    zero_g = [i for i, v in enumerate(g) if v == 0.0]
+    if len(zero_g) == L:
+        out.append(f"no gradient at all: every block's gradient is exactly 0 (loss {result.get('loss', math.nan):.3f} "
+                   "nats), so nothing can learn.")
+    elif zero_g:
+        out.append(f"gradients are exactly 0 in blocks {_spans(zero_g)}: those blocks cannot learn.")
+    elif L > 1 and gr < vanish:
         out.append(f"vanishing gradients: block 0 receives {gr:.1e} x the gradient of block {L - 1} "
                    f"({g[0]:.2e} vs {g[-1]:.2e}); the early blocks will barely learn.")
     elif L > 1 and gr > explode:
@@ -179,15 +195,24 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
                    f"{defined[-1][1]:.1e} at block {defined[-1][0]}{tc_txt} (below {collapse} from block "
                    f"{first_bad}); all positions carry nearly the same vector, so the output cannot depend on "
                    "context -- expect a loss stuck near the bigram/unigram level.")
-    elif defined:
+    elif defined and not zero:
         ok.append(f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})")
     elif zero:
         pass  # rank of an all-zero stream is undefined; the underflow sentence says it all
+    if cfg.get("variant") == "rezero":
+        ok_note = ("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
+                   "gradient; the sublayer weights start learning once the alphas move.")
+    else:
+        ok_note = None
     if out and ok:
         out.append("not the problem here: " + "; ".join(ok) + ".")
     elif not out:
         out.append(f"healthy at initialisation ({cfg.get('variant', '?')}, {L} blocks): " + "; ".join(ok)
                    + " all stay in range.")
+    # the cause before its consequence: an underflowing stream explains the zero gradients
+    out.sort(key=lambda sent: 0 if sent.startswith("activations underflow") else 1)
+    if ok_note:
+        out.append(ok_note)
     if out and any(s.startswith("rank collapse") for s in out) and not any(s.startswith("vanishing") for s in out):
         out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
                    "failure is in the token representations.")
