@@ -57,7 +57,10 @@ def test_summary_names_what_breaks():
     assert any("not the problem here: gradient magnitude" in s for s in collapse)
     assert any("vanishing gradients' explanation does not fit" in s for s in collapse)
     under = summarise_probe({"layers": lay([1e-12, 1e-6, 1.0], [1e-7, 0.0, 0.0], [0.7, None, None]), "loss": 4.2})
-    assert under[0].startswith("vanishing gradients") and under[1].startswith("activations underflow")
+    assert under[0].startswith("activations underflow") and under[1].startswith("vanishing gradients")
+    dead = summarise_probe({"layers": lay([0.0, 0.0, 0.0], [1e-7, 0.0, 0.0], [0.7, None, None]), "loss": 4.17})
+    assert dead[0].startswith("activations underflow") and dead[1].startswith("no gradient at all")
+    assert not any("not the problem here: gradient" in s for s in dead)
     healthy = summarise_probe({"layers": lay([1, 1.2, 1.1], [1, 1.1, 1.2], [0.9, 0.9, 0.9]), "loss": 4.2,
                                "config": {"variant": "prenorm"}})
     assert len(healthy) == 1 and healthy[0].startswith("healthy at initialisation (prenorm, 3 blocks)")
