@@ -137,7 +137,8 @@ class TrainConfig:
         log_interval: steps between training log lines.
         seed: seeds model init, batch sampling and dropout.
         device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto`` (bf16 on CUDA, fp32 elsewhere).
+        dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto`` (bf16 on CUDA and on CPUs with native
+            bf16 instructions, fp32 elsewhere).
         compile: wrap the model in ``torch.compile`` (falls back to eager with one warning).
         threads: torch intra-op threads on CPU (0 = leave torch's default).
         keep_last: how many step checkpoints to keep besides ``best``.
@@ -147,6 +148,8 @@ class TrainConfig:
         grad_log_interval: steps between gradient-monitor records (0 = off).
         probe_interval: steps between activation probes (0 = off).
         tensorboard: also write TensorBoard event files in the run directory.
+        target_val_loss: stop at the first evaluation with val loss <= this (nats; 0 = off);
+            the summary then records ``target_reached_step`` and ``target_reached_s``.
     """
 
     out_dir: Optional[str] = None
@@ -177,11 +180,12 @@ class TrainConfig:
     grad_log_interval: int = 50
     probe_interval: int = 250
     tensorboard: bool = True
+    target_val_loss: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
                   "eval_iters", "log_interval", "keep_last")
-        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip"):
+        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip", "target_val_loss"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
                 raise DepthlabError(f"train.{n} must be a non-negative number, got {v!r}")

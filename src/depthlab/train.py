@@ -105,10 +105,30 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.o
                              betas=(cfg.beta1, cfg.beta2), **kw)
 
 
+def cpu_has_bf16() -> bool:
+    """True when the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo).
+
+    Without them, bf16 autocast on CPU is emulated and slower than fp32.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16(device: torch.device, dtype: str) -> bool:
+    """Whether ``dtype`` resolves to bf16 autocast: ``auto`` = CUDA, or a CPU with native bf16."""
+    if dtype == "bfloat16":
+        return True
+    return dtype == "auto" and (device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()))
+
+
 def autocast_ctx(device: torch.device, dtype: str):
-    """``torch.autocast`` in bf16 when ``dtype`` asks for it (``auto``: CUDA only), else a no-op."""
-    use_bf16 = dtype == "bfloat16" or (dtype == "auto" and device.type == "cuda")
-    if use_bf16:
+    """``torch.autocast`` in bf16 when :func:`use_bf16` says so, else a no-op context."""
+    use_bf16_ = use_bf16(device, dtype)
+    if use_bf16_:
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -237,6 +257,7 @@ class Trainer:
         self.tokens_seen = 0
         self.nonfinite_skips = 0
         self.last_eval: dict = {}
+        self.target_reached: Optional[tuple[int, float]] = None
         self._signal: Optional[int] = None
         if t.compile:
             self.model = self._compile(self.model)
@@ -387,6 +408,9 @@ class Trainer:
         if is_best:
             self.best_val, self.best_step = vl, self.step
         self.last_eval = rec
+        t = self.cfg.train
+        if t.target_val_loss > 0 and vl <= t.target_val_loss and self.target_reached is None:
+            self.target_reached = (self.step, rec["elapsed_s"])
         self.tracker.log(rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
         self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, "
                  f"ppl {rec['val_ppl']:.2f})")
@@ -441,7 +465,7 @@ class Trainer:
                     self._do_eval()
                     if bar is not None:
                         bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f}")
-                if self.step >= t.max_iters or time_up:
+                if self.step >= t.max_iters or time_up or self.target_reached is not None:
                     break
                 if self._signal is not None:
                     self.save()
@@ -480,7 +504,8 @@ class Trainer:
                     raise NonFiniteError(
                         f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
                         f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
-                        f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype {t.dtype}); lower "
+                        f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype "
+                        f"{'bfloat16' if use_bf16(self.device, t.dtype) else 'float32'}); lower "
                         f"train.learning_rate, raise train.warmup_iters or set train.grad_clip; the "
                         f"checkpoints in {self.run_dir} are untouched")
                 self.optimizer.step()
@@ -549,7 +574,9 @@ class Trainer:
                 "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
                 "tokens_per_sec": self.tokens_seen / max(wall, 1e-9),
                 "params": self.raw_model.num_params(), "nonfinite_skips": self.nonfinite_skips,
-                "vocab_size": self.cfg.model.vocab_size}
+                "vocab_size": self.cfg.model.vocab_size,
+                "target_reached_step": self.target_reached[0] if self.target_reached else None,
+                "target_reached_s": self.target_reached[1] if self.target_reached else None}
 
 
 def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:

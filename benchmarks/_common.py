@@ -1,0 +1,42 @@
+"""Shared helpers for the benchmark scripts (machine info, timing one training step)."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+
+import torch
+
+
+def machine_info() -> str:
+    """One line: CPU model, cores, torch version and intra-op threads."""
+    cpu = platform.processor() or "unknown cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return (f"cpu: {cpu} | cores: {os.cpu_count()} | torch {torch.__version__} | "
+            f"threads {torch.get_num_threads()} | bf16 cpu: {torch.backends.mkldnn.is_available()}")
+
+
+def time_steps(step, n: int, warmup: int = 3) -> list[float]:
+    """Seconds per call of ``step()`` for ``n`` calls after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        step()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def median(xs) -> float:
+    """Median of a list of numbers."""
+    return statistics.median(xs)

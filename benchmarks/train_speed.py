@@ -1,0 +1,60 @@
+"""Training-step speed: ms/iter and tokens/s at nanoGPT's CPU shape and at depthlab's default recipe.
+
+Usage: python benchmarks/train_speed.py [--steps 20]
+Prints machine info, then one line per (shape, dtype). Uses depthlab's own model, optimizer and
+autocast, i.e. what `depthlab train` runs (without evaluation and logging).
+"""
+
+import argparse
+
+import torch
+
+from _common import machine_info, median, time_steps
+from depthlab.config import ModelConfig, TrainConfig
+from depthlab.model import GPT
+from depthlab.train import autocast_ctx, make_optimizer
+
+SHAPES = {
+    "nanoGPT CPU (4L 4H 128C T64 B12)": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
+    "default recipe": None,  # filled from the packaged defaults
+}
+
+
+def step_fn(shape: dict, dtype: str):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})
+    model = GPT(cfg)
+    opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
+    ctx = autocast_ctx(torch.device("cpu"), dtype)
+    x = torch.randint(0, 65, (shape["batch"], cfg.block_size))
+    y = torch.randint(0, 65, (shape["batch"], cfg.block_size))
+
+    def step():
+        with ctx:
+            _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    d, t = ModelConfig(), TrainConfig()
+    SHAPES["default recipe"] = dict(n_layer=d.n_layer, n_head=d.n_head, n_embd=d.n_embd,
+                                    block_size=d.block_size, batch=t.batch_size)
+    print(machine_info())
+    print(f"default recipe: dtype {t.dtype}, max_iters {t.max_iters}")
+    for name, shape in SHAPES.items():
+        for dtype in ("float32", "bfloat16"):
+            s = median(time_steps(step_fn(shape, dtype), a.steps))
+            tok = shape["batch"] * shape["block_size"]
+            print(f"{name:34s} {dtype:9s} {s * 1000:8.1f} ms/iter {tok / s:10,.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()

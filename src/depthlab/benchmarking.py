@@ -1,0 +1,38 @@
+"""FLOP accounting for throughput reports (model FLOP utilisation, MFU)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+# Dense bf16 tensor-core peaks (vendor datasheets), FLOP/s.
+_GPU_PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12,
+              "L4": 121e12, "4090": 165e12, "3090": 71e12}
+
+
+def flops_per_token(n_params: int, n_layer: int, block_size: int, n_embd: int) -> float:
+    """Training FLOPs per token: 6N + 12·L·T·C (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022, app. B)."""
+    return 6.0 * n_params + 12.0 * n_layer * block_size * n_embd
+
+
+def peak_flops() -> tuple[float, str]:
+    """(peak FLOP/s, description): the datasheet bf16 peak of the CUDA device, else a measured CPU matmul.
+
+    On CPU the "peak" is a 1024^3 bf16 matmul timed now (FLOP/s), so MFU is relative to what this
+    machine's BLAS achieves rather than to a datasheet.
+    """
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        for key, v in _GPU_PEAKS.items():
+            if key in name:
+                return v, f"{name} (datasheet bf16 dense peak {v / 1e12:.0f} TFLOP/s)"
+        return 989e12, f"{name} (unknown: assuming 989 TFLOP/s)"
+    n = 1024
+    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    a @ b
+    t = time.perf_counter()
+    for _ in range(5):
+        a @ b
+    v = 2 * n ** 3 * 5 / (time.perf_counter() - t)
+    return v, f"cpu (measured bf16 matmul {v / 1e9:.0f} GFLOP/s)"
