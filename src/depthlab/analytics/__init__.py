@@ -4,7 +4,14 @@ Everything here observes a model or a run and never changes the maths: the same 
 the same trajectory with or without these observers.
 """
 
-__all__ = ["default_callbacks"]
+from .activations import ActivationProbe, probe_stats, rank_measure, record_activations
+from .baselines import BaselinesCallback, corpus_baselines
+from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
+from .gradients import GradientLogger, GradientMonitor, GradStats, format_table
+
+__all__ = ["default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
+           "record_activations", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
+           "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback"]
 
 
 def default_callbacks(cfg) -> list:
@@ -16,11 +23,6 @@ def default_callbacks(cfg) -> list:
     Returns:
         A list of :class:`depthlab.train.Callback`.
     """
-    from .activations import ActivationProbe
-    from .baselines import BaselinesCallback
-    from .diagnose import DiagnosisCallback
-    from .gradients import GradientLogger
-
     t = cfg.train
     cbs: list = [BaselinesCallback()]
     if t.grad_log_interval > 0:

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from ..errors import DepthlabError
 from ..train import Callback
 
-__all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "format_findings",
+__all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "format_findings", "findings_json",
            "write_diagnosis", "DiagnosisCallback", "RULES"]
 
 RULES = ("bigram_stuck", "vanishing_gradients", "exploding", "rank_collapse", "uniform_attention",
