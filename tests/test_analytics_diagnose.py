@@ -88,6 +88,13 @@ def test_learning_rate_rules():
     assert rules(lo[:2], config=cfg) == []  # too few records
 
 
+def test_vanishing_gradients_explain_tiny_updates():
+    recs = [grad(s, [1e-9, 1e-4, 1.0], [1e-7, 1e-6, 1e-5]) for s in (150, 200, 250)]
+    f = diagnose_records(recs, config={"train": {"warmup_iters": 100}})
+    assert [x.rule for x in f] == ["vanishing_gradients"]  # not lr_too_low: raising the LR would not help
+    assert "update/weight ratio 1.00e-06" in f[0].evidence
+
+
 def test_overfitting_and_plateau():
     f = diagnose_records(evals([3.0, 2.0, 1.9, 1.95, 2.05], trains=[3.0, 1.95, 1.7, 1.6, 1.5]))
     assert "overfitting" in [x.rule for x in f]

@@ -328,7 +328,16 @@ def diagnose_records(records: list[dict], baselines: Optional[dict] = None, conf
     out = [rule_bigram_stuck(records, baselines, config, th), rule_vanishing_gradients(records, th),
            rule_exploding(records, th), rule_rank_collapse(records, th), rule_uniform_attention(records, th),
            rule_lr(records, config, th), rule_overfitting(records, th), rule_plateau(records, th)]
-    return [f for f in out if f is not None]
+    found = [f for f in out if f is not None]
+    rules = {f.rule: f for f in found}
+    if "vanishing_gradients" in rules and "lr_too_low" in rules:
+        # tiny updates are the consequence of the vanishing gradients; "raise the LR" would be bad advice
+        low = rules["lr_too_low"]
+        rules["vanishing_gradients"].evidence += ("; the update/weight ratios are tiny too (" +
+                                                  low.evidence.split(" per step")[0] +
+                                                  "), because the gradients vanish, not because the learning rate is low")
+        found.remove(low)
+    return found
 
 
 def _load_json(p: Path) -> Optional[dict]:
