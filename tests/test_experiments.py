@@ -137,7 +137,7 @@ def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2], "model.variant": ["plain", "prenorm"]})
     sw = tmp_path / "sw"
     logs = []
-    ex.run_sweep(spec, sw, workers=1, report=False, log=logs.append)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=logs.append)
     rows = read_rows(sw)
     assert len(rows) == 4
     assert list(rows[0])[:8] == ex.RESULT_COLUMNS
@@ -157,7 +157,7 @@ def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
     (victim / "summary.json").unlink()
     (victim / "sweep_status.json").unlink()
     logs.clear()
-    ex.run_sweep(spec, sw, workers=1, report=False, log=logs.append)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=logs.append)
     assert any("3 already finished, 1 to run" in line for line in logs)
     for r in runs:
         m = (r / "summary.json").stat().st_mtime_ns
@@ -168,10 +168,10 @@ def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
 def test_rerun_with_changed_config_is_refused(tiny_text_file, tmp_path):
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]})
     sw = tmp_path / "sw"
-    ex.run_sweep(spec, sw, workers=1, report=False, log=lambda s: None)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=lambda s: None)
     spec.overrides = {"train.max_iters": 6}
     with pytest.raises(DepthlabError, match="different config"):
-        ex.run_sweep(spec, sw, workers=1, report=False, log=lambda s: None)
+        ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=lambda s: None)
 
 
 def test_out_dir_that_is_not_a_sweep_is_refused(tmp_path):
@@ -180,7 +180,7 @@ def test_out_dir_that_is_not_a_sweep_is_refused(tmp_path):
     (d / "precious.txt").write_text("x")
     spec = ex.SweepSpec(experiments=[ex.Experiment(grid={"model.n_layer": [1]})])
     with pytest.raises(DepthlabError, match="not a sweep directory"):
-        ex.run_sweep(spec, d, workers=1, report=False, log=lambda s: None)
+        ex.run_sweep(spec, d, workers=1, threads=1, report=False, log=lambda s: None)
     assert (d / "precious.txt").exists()
 
 
@@ -188,7 +188,7 @@ def test_failing_runs_are_results(tiny_text_file, tmp_path, monkeypatch):
     # block_size 4096 exceeds the tiny corpus: that run fails with an error, the other finishes
     spec = tiny_spec(tiny_text_file, {"model.block_size": [16, 4096]})
     sw = tmp_path / "sw"
-    ex.run_sweep(spec, sw, workers=1, report=False, log=lambda s: None)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=lambda s: None)
     rows = {r["model.block_size"]: r for r in read_rows(sw)}
     assert rows["16"]["status"] == "ok"
     assert rows["4096"]["status"] == "error" and "block_size" in rows["4096"]["message"]
@@ -213,20 +213,20 @@ def test_nonfinite_run_is_recorded_and_kept(tiny_text_file, tmp_path, monkeypatc
     monkeypatch.setattr(tr, "train", fake)
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]})
     sw = tmp_path / "sw"
-    ex.run_sweep(spec, sw, workers=1, report=False, log=lambda s: None)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=lambda s: None)
     rows = {r["n_layer"]: r for r in read_rows(sw)}
     assert rows["1"]["status"] == "ok" and rows["2"]["status"] == "nonfinite"
     assert rows["2"]["best_val_loss"] != ""  # read back from the evaluations it logged
     assert "non-finite" in rows["2"]["message"]
     calls.clear()
-    ex.run_sweep(spec, sw, workers=1, report=False, log=lambda s: None)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=False, log=lambda s: None)
     assert calls == []  # a deterministic failure is a finished result: not redone
 
 
 def test_report_and_report_command(tiny_text_file, tmp_path, capsys):
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2], "train.seed": [1, 2]}, model__variant="plain")
     sw = tmp_path / "sw"
-    ex.run_sweep(spec, sw, workers=1, report=True, log=lambda s: None)
+    ex.run_sweep(spec, sw, workers=1, threads=1, report=True, log=lambda s: None)
     html = (sw / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html.replace("http://www.w3.org", "")
     assert "Summary" in html and "means over 2 seeds" in html

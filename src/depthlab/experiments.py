@@ -526,7 +526,14 @@ def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
 
 
 def varied_fields(spec: SweepSpec) -> list[str]:
-    """Dotted fields that take more than one value across the sweep's grids, in first-seen order."""
+    """Dotted fields that take more than one value across the sweep's grids.
+
+    Args:
+        spec: the sweep.
+
+    Returns:
+        Field names in first-seen order (these become results columns).
+    """
     seen: dict[str, set] = {}
     for exp in spec.experiments:
         for k, vals in exp.grid.items():
@@ -534,12 +541,13 @@ def varied_fields(spec: SweepSpec) -> list[str]:
     return [k for k, v in seen.items() if len(v) > 1]
 
 
-def estimate_seconds(config: dict, sec_per_gflop: float = 0.12) -> float:
+def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     """Rough single-thread CPU time of one run, for scheduling and documentation.
 
     Counts 6 x parameters x tokens for the matmuls plus the attention scores, over the training
-    steps and the evaluations. ``sec_per_gflop`` was measured on a 2-core x86 CPU at width 32
-    (about 4 ms per block per 1024-token step).
+    steps and the evaluations, plus a fixed start-up cost. ``sec_per_gflop`` was measured on an
+    idle 2-core x86 CPU, one thread, at width 32 (about 4 ms per block per 1024-token step);
+    a busy machine is slower.
 
     Args:
         config: nested run config.
@@ -556,7 +564,7 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.12) -> float:
     steps = t["max_iters"]
     evals = (steps // t["eval_interval"] + 2) * 2 * t["eval_iters"]
     flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
-    return flops / 1e9 * sec_per_gflop + 1.5
+    return flops / 1e9 * sec_per_gflop + 4.0
 
 
 # --------------------------------------------------------------------------- init probe, baselines
@@ -643,6 +651,7 @@ def _execute(job: dict) -> dict:
     from .errors import NonFiniteError
     from .train import Interrupted, train
 
+    old_threads = torch.get_num_threads()
     if job.get("threads"):
         torch.set_num_threads(int(job["threads"]))
     run_dir = Path(job["config"]["train"]["out_dir"])
@@ -678,6 +687,7 @@ def _execute(job: dict) -> dict:
         status, message = "error", str(e)
     except Exception as e:  # noqa: BLE001 - a failing run is a result, not a crash of the sweep
         status, message = "error", f"{type(e).__name__}: {e}"
+    torch.set_num_threads(old_threads)  # in-process runs leave the caller's setting as it was
     res = {"name": job["name"], "status": status, "message": re.sub(r"\s+", " ", message).strip()[:500],
            "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
     try:
@@ -690,7 +700,11 @@ def _execute(job: dict) -> dict:
 
 
 def _child_main(job: dict) -> None:
-    """Entry point of a worker process (spawn): run one point, exit 0 (the status file says the rest)."""
+    """Entry point of a worker process (spawn): run one point; the status file says the rest.
+
+    Args:
+        job: see :func:`_execute`.
+    """
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # the trainer installs its own handler
     res = _execute(job)
     sys.exit(0 if res["status"] != "interrupted" else 130)
@@ -876,7 +890,7 @@ def _spec_to_json(spec: SweepSpec) -> dict:
 
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, report: bool = True,
-              rerun: bool = False, log: Callable[[str], None] = print) -> Path:
+              rerun: bool = False, log: Callable[[str], None] = print, threads: int = 0) -> Path:
     """Run every point of ``spec`` (skipping finished ones), write the results and the report.
 
     Args:
@@ -887,6 +901,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, report: bo
         report: build ``report.html`` at the end.
         rerun: delete and redo every run, finished or not.
         log: ``callable(str)`` for the one-line-per-run progress.
+        threads: torch threads per run; 0 = cores // workers (at least 1).
 
     Returns:
         The sweep directory.
@@ -919,7 +934,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, report: bo
     cores = _cores()
     workers = workers or cores
     n_workers = max(1, min(workers, len(todo))) if todo else 1
-    threads = max(1, cores // n_workers)
+    threads = threads or max(1, cores // n_workers)
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
     log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on "
@@ -969,6 +984,12 @@ def _lookup(config: dict, key: str) -> Any:
 
 def load_sweep(sweep_dir: str | Path) -> dict:
     """The ``sweep.json`` of a sweep directory.
+
+    Args:
+        sweep_dir: a directory written by :func:`run_sweep`.
+
+    Returns:
+        ``{"spec", "varied", "created", "runs": [RunPoint as dict]}``.
 
     Raises:
         DepthlabError: not a sweep directory.
@@ -1143,7 +1164,17 @@ def _split_overrides(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
 
 
 def cmd_sweep(argv: list[str]) -> int:
-    """run a grid of training runs (e.g. depth x variant) and compare them in one report"""
+    """run a grid of training runs (e.g. depth x variant) and compare them in one report
+
+    Args:
+        argv: the arguments after ``sweep`` (see ``depthlab sweep --help``).
+
+    Returns:
+        0 when the sweep finished (failed runs are results, not errors), 130 when interrupted.
+
+    Raises:
+        DepthlabError: bad arguments, grid, file or config (CLI: one line, exit status 2).
+    """
     from .cli import _Parser
 
     p = _Parser(prog="depthlab sweep",
@@ -1159,13 +1190,16 @@ def cmd_sweep(argv: list[str]) -> int:
                    help="a grid axis, e.g. model.n_layer=1,2,4 (repeatable; replaces that axis of a profile)")
     p.add_argument("--out-dir", help="sweep directory (default: sweeps/<profile or timestamp>)")
     p.add_argument("--workers", type=int, default=0, help="worker processes (0 = one per core; 1 = in this process)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = cores // workers)")
     p.add_argument("--rerun", action="store_true", help="redo every run, even finished ones")
     p.add_argument("--no-report", action="store_true", help="skip report.html (results.csv/md are still written)")
+    p.add_argument("--only", metavar="NAME[,NAME]",
+                   help="run only these experiments of a profile or file (e.g. --profile science --only rank_init)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and the time estimate, run nothing")
     rest, overrides = _split_overrides(list(argv))
     a = p.parse_args(rest)
-    if a.workers < 0:
-        raise DepthlabError(f"--workers must be >= 0, got {a.workers}")
+    if a.workers < 0 or a.threads < 0:
+        raise DepthlabError(f"--workers and --threads must be >= 0, got {a.workers} and {a.threads}")
     if a.profile and a.file:
         raise DepthlabError("give either --profile or --file, not both")
     if a.profile:
@@ -1174,6 +1208,14 @@ def cmd_sweep(argv: list[str]) -> int:
         spec = load_sweep_file(a.file)
     else:
         spec = SweepSpec(experiments=[Experiment()])
+    if a.only:
+        want = [w.strip() for w in a.only.split(",") if w.strip()]
+        names = [e.name for e in spec.experiments]
+        bad = [w for w in want if w not in names]
+        if bad or not want:
+            raise DepthlabError(f"--only {a.only!r}: unknown experiment(s) {', '.join(bad) or '(none given)'}; "
+                                f"this sweep has: {', '.join(n or '(unnamed)' for n in names)}")
+        spec.experiments = [e for e in spec.experiments if e.name in want]
     grid = dict(parse_grid_arg(g) for g in a.grid)
     for exp in spec.experiments:
         exp.grid.update(grid)
@@ -1194,7 +1236,7 @@ def cmd_sweep(argv: list[str]) -> int:
         print(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough single-thread estimate)")
         return 0
     try:
-        run_sweep(spec, out_dir, workers=a.workers, report=not a.no_report, rerun=a.rerun)
+        run_sweep(spec, out_dir, workers=a.workers, report=not a.no_report, rerun=a.rerun, threads=a.threads)
     except KeyboardInterrupt:
         print(f"depthlab: sweep interrupted; run the same command again to finish it (finished runs in "
               f"{out_dir} are kept)", file=sys.stderr)
