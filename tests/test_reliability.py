@@ -301,3 +301,29 @@ def test_twenty_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text
         {**json.loads((out / "config.json").read_text()),
          "train": {**json.loads((out / "config.json").read_text())["train"], "resume": True}}), **QUIET)
     assert t.step == ckpt.latest_checkpoint(out)["step"] > 0
+
+
+@pytest.mark.slow
+def test_500mb_file_streams_with_bounded_memory(tmp_path):
+    from depthlab.data import embedded_corpus_path
+
+    base = embedded_corpus_path().read_bytes()
+    p = tmp_path / "big.txt"
+    size = 500_000_000
+    with open(p, "wb") as f:
+        for _ in range(size // len(base)):
+            f.write(base)
+        f.write(base[: size % len(base)])
+    child = ("import sys; from depthlab.config import DataConfig; from depthlab.data import load_corpus\n"
+             "c = load_corpus(DataConfig(path=sys.argv[1], cache_dir=sys.argv[2]))\n"
+             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+             "print(len(c.tokens), c.tokens.dtype, c.tokenizer.vocab_size, int(hwm) * 1024)")
+    r = subprocess.run([sys.executable, "-c", child, str(p), str(tmp_path / "cache")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-1000:]
+    n, dtype, v, rss = r.stdout.split()
+    assert int(n) == size and dtype == "uint8" and int(v) == 65
+    assert int(rss) <= 3 * size
+    assert int(rss) < 400_000_000  # streaming: memory does not grow with the file
+    tok = next((tmp_path / "cache").glob("*/tokens.bin"))
+    assert tok.stat().st_size == size  # one byte per character

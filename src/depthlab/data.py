@@ -16,16 +16,18 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import numpy as np
-import torch
 
 from .config import DataConfig
+
+if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only numpy
+    import torch
 from .errors import DepthlabError
 
 CACHE_FORMAT = 1
-CHUNK_BYTES = 8 << 20  # 8 MiB of input per chunk keeps peak memory ~100 MB for any file size
+CHUNK_BYTES = 4 << 20  # 4 MiB of input per chunk keeps peak memory bounded for any file size
 MAX_CODEPOINT = 0x110000
 
 
@@ -296,7 +298,7 @@ def _encode_to_cache(path: Path, encoding: str, entry: Path) -> None:
 
 
 def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random.Generator,
-              device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
+              device: Optional["torch.device"] = None) -> tuple["torch.Tensor", "torch.Tensor"]:
     """Random contiguous windows of ``block_size + 1`` tokens.
 
     Args:
@@ -309,6 +311,8 @@ def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random
     Returns:
         (x, y): int64 tensors of shape (B, T); y is x shifted left by one token.
     """
+    import torch
+
     ix = rng.integers(0, len(data) - block_size, size=batch_size)
     w = torch.from_numpy(np.asarray(data[ix[:, None] + np.arange(block_size + 1)]).astype(np.int64))
     x, y = w[:, :-1], w[:, 1:]
