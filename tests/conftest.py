@@ -31,6 +31,6 @@ def tiny_config(out_dir, path=None, model=None, train=None) -> RunConfig:
     m.update(model or {})
     t = dict(out_dir=str(out_dir), batch_size=4, max_iters=20, eval_interval=10, eval_iters=2,
              log_interval=5, warmup_iters=2, learning_rate=3e-3, progress=False, tensorboard=False,
-             grad_log_interval=0, probe_interval=0)
+             grad_log_interval=0, probe_interval=0, dtype="float32", max_time=0.0)
     t.update(train or {})
     return RunConfig(DataConfig(path=str(path) if path else None), ModelConfig(**m), TrainConfig(**t))
