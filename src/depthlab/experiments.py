@@ -79,7 +79,7 @@ INIT_PROBE_FILE = "init_probe.json"
 _QUICK_BASE = {
     "model": {"n_embd": 32, "n_head": 4, "block_size": 64, "dropout": 0.0},
     "train": {"batch_size": 16, "max_iters": 500, "learning_rate": 1e-2, "min_lr": 1e-3,
-              "warmup_iters": 50, "eval_interval": 100, "eval_iters": 10, "log_interval": 50,
+              "warmup_iters": 50, "eval_interval": 100, "eval_iters": 20, "log_interval": 50,
               "grad_log_interval": 100, "probe_interval": 250, "seed": 1},
 }
 
@@ -545,7 +545,9 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     """Rough single-thread CPU time of one run, for scheduling and documentation.
 
     Counts 6 x parameters x tokens for the matmuls plus the attention scores, over the training
-    steps and the evaluations, plus a fixed start-up cost. ``sec_per_gflop`` was measured on an
+    steps and the evaluations, plus a per-block-per-step overhead (about 0.7 ms: kernel launches
+    and the optimizer, which dominate at tiny widths) and a fixed start-up cost of 4 s.
+    ``sec_per_gflop`` was measured on an
     idle 2-core x86 CPU, one thread, at width 32 (about 4 ms per block per 1024-token step);
     a busy machine is slower.
 
@@ -564,7 +566,8 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     steps = t["max_iters"]
     evals = (steps // t["eval_interval"] + 2) * 2 * t["eval_iters"]
     flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
-    return flops / 1e9 * sec_per_gflop + 4.0
+    overhead = 0.7e-3 * (L + 1) * (steps + evals / 3)  # per-block kernel launches dominate tiny widths
+    return flops / 1e9 * sec_per_gflop + overhead + 4.0
 
 
 # --------------------------------------------------------------------------- init probe, baselines
