@@ -412,6 +412,22 @@ def summary_lines(items: list[dict], x: Optional[str], groups: list[str], baseli
     return out
 
 
+def _init_lines(items: list[dict], x: Optional[str], groups: list[str]) -> list[str]:
+    """Summary of an experiment whose runs take at most one step: only the init measurements count."""
+    out = ["These runs take at most one optimizer step: only the measurements at initialisation are "
+           "meaningful (their losses are not)."]
+    acc: dict = {}
+    for it in items:
+        r = _init_last_rank(it)
+        if r is not None:
+            acc.setdefault(_group_name(it["config"], groups), {}).setdefault(
+                _value(it["config"], x) if x else 0, []).append(r)
+    for g, d in sorted(acc.items()):
+        out.append(f"{g}: last-block rank measure at init " + ", ".join(
+            f"{(x or 'x').split('.')[-1]} {k}: {st.mean(v):.3g}" for k, v in sorted(d.items())) + ".")
+    return out
+
+
 def _agg_table(items: list[dict], x: Optional[str], groups: list[str]) -> str:
     agg = aggregate(items, x, groups)
     tok = aggregate(items, x, groups, metric="tokens_per_sec")
@@ -668,10 +684,10 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
         tag = e["name"] or "sweep"
         title = f"Experiment {e['name']}" if e["name"] else "Results"
         body = []
-        lines = summary_lines(its, x, groups, baselines)
+        trained = any(it["config"]["train"]["max_iters"] > 1 for it in its)
+        lines = summary_lines(its, x, groups, baselines) if trained else _init_lines(its, x, groups)
         if lines:
             body.append("<h3>Summary</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in lines) + "</ul>")
-        trained = any(it["config"]["train"]["max_iters"] > 1 for it in its)
         p = plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{(x or 'x').split('.')[-1]}.png",
                       f"best validation loss vs {(x or 'x').split('.')[-1]}") if trained else None
         if p:
