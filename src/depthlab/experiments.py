@@ -1191,7 +1191,8 @@ def cmd_sweep(argv: list[str]) -> int:
     p.add_argument("-f", "--file", help="sweep YAML file (base: run config; grid: FIELD: [values], or experiments:)")
     p.add_argument("--grid", action="append", default=[], metavar="SECTION.FIELD=V1,V2",
                    help="a grid axis, e.g. model.n_layer=1,2,4 (repeatable; replaces that axis of a profile)")
-    p.add_argument("--out-dir", help="sweep directory (default: sweeps/<profile or timestamp>)")
+    p.add_argument("--out-dir", help="sweep directory (default: sweeps/<profile>, or sweeps/sweep-<hash of the "
+                                     "grid and settings>, so the same command continues the same sweep)")
     p.add_argument("--workers", type=int, default=0, help="worker processes (0 = one per core; 1 = in this process)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = cores // workers)")
     p.add_argument("--rerun", action="store_true", help="redo every run, even finished ones")
@@ -1226,7 +1227,14 @@ def cmd_sweep(argv: list[str]) -> int:
         raise DepthlabError("nothing to sweep: give --grid SECTION.FIELD=V1,V2 (e.g. --grid model.n_layer=1,2,4), "
                             "--file SWEEP.yaml or --profile quick")
     spec.overrides = overrides
-    out_dir = a.out_dir or str(Path("sweeps") / (a.profile or time.strftime("%Y%m%d-%H%M%S")))
+    if a.out_dir:
+        out_dir = a.out_dir
+    else:  # deterministic, so running the same command again continues the same sweep
+        import hashlib
+
+        digest = hashlib.sha256(json.dumps(_spec_to_json(spec), sort_keys=True, default=str).encode()).hexdigest()
+        out_dir = str(Path("sweeps") / (a.profile if a.profile and not a.grid and not overrides and not a.only
+                                        else f"{a.profile or 'sweep'}-{digest[:8]}"))
     if a.dry_run:
         points = expand(spec, out_dir)
         cores = _cores()
@@ -1236,7 +1244,8 @@ def cmd_sweep(argv: list[str]) -> int:
             e = estimate_seconds(pt.config)
             total += e
             print(f"{pt.name:50s} ~{e:7.1f}s")
-        print(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough single-thread estimate)")
+        print(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough estimate for an idle "
+              f"CPU, one thread per worker) -> {out_dir}")
         return 0
     try:
         run_sweep(spec, out_dir, workers=a.workers, report=not a.no_report, rerun=a.rerun, threads=a.threads)
