@@ -338,6 +338,10 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
 
 
 # ----------------------------------------------------------------------------- text
+def _blocks(n: Any) -> str:
+    return f"{n} block" if n == 1 else f"{n} blocks"
+
+
 def _trend(d: dict[Any, tuple[float, float, int]]) -> tuple[Any, str]:
     """(best x, verdict) for one line of mean losses keyed by depth."""
     xs = [k for k in d if not math.isnan(d[k][0])]
@@ -349,15 +353,15 @@ def _trend(d: dict[Any, tuple[float, float, int]]) -> tuple[Any, str]:
         return best, "one depth only"
     first, last, bestv = d[lo][0], d[hi][0], d[best][0]
     if last >= bestv + 0.1:
-        verdict = (f"gets worse with depth: {hi} blocks end {last - bestv:.3f} nats above the best "
-                   f"({best} blocks, {bestv:.3f})")
+        verdict = (f"gets worse with depth: {_blocks(hi)} end {last - bestv:.3f} nats above the best "
+                   f"({_blocks(best)}, {bestv:.3f})")
     elif last <= first - 0.02 and last <= bestv + 0.02:
-        verdict = f"improves with depth: {first:.3f} nats at {lo} block(s) -> {last:.3f} at {hi}"
+        verdict = f"improves with depth: {first:.3f} nats at {_blocks(lo)} -> {last:.3f} at {_blocks(hi)}"
     elif last <= bestv + 0.02:
         verdict = f"about flat with depth ({first:.3f} at {lo} -> {last:.3f} at {hi} nats)"
     else:
-        verdict = (f"improves then worsens a little: best {bestv:.3f} at {best} blocks, "
-                   f"{last:.3f} at {hi}")
+        verdict = (f"improves then worsens a little: best {bestv:.3f} at {_blocks(best)}, "
+                   f"{last:.3f} at {_blocks(hi)}")
     return best, verdict
 
 
@@ -395,15 +399,15 @@ def summary_lines(items: list[dict], x: Optional[str], groups: list[str], baseli
         shallow = {k: v for k, v in d.items() if k < deep}
         bk = min(shallow, key=lambda k: shallow[k][0])
         diff = d[deep][0] - d[bk][0]
-        out.append(f"The deepest plain model ({deep} blocks) is {diff:+.3f} nats/char "
-                   f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({bk} blocks).")
+        out.append(f"The deepest plain model ({_blocks(deep)}) is {diff:+.3f} nats/char "
+                   f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({_blocks(bk)}).")
         if baselines and baselines.get("unigram") is not None:
             u, b = baselines["unigram"], baselines.get("bigram")
             if d[deep][0] >= u - 0.05:
-                out.append(f"At {deep} blocks plain is at the unigram baseline ({u:.3f}): it predicts character "
+                out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts character "
                            "frequencies and uses no context at all.")
             elif b is not None and d[deep][0] >= b - 0.05:
-                out.append(f"At {deep} blocks plain is no better than the bigram baseline ({b:.3f}): it barely "
+                out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it barely "
                            "uses context beyond the current character.")
     failed = [it for it in items if it["row"]["status"] not in OK]
     if failed:
@@ -475,6 +479,11 @@ def _steps_to(it: dict, target: float) -> Optional[int]:
         if _finite(v) is not None and v <= target:
             return int(s)
     return None
+
+
+def _vals(items: list[dict], key: str) -> str:
+    vs = sorted({_value(it["config"], key) for it in items}, key=lambda v: (str(type(v)), v))
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vs)
 
 
 def _fmt(v: Optional[float], nd: int = 3) -> str:
@@ -560,7 +569,9 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
                 verdict = "yes (also with GPT-2 init)"
         rows.append(["Post-LN needs warmup (Xiong et al. 2020): without warmup at a high lr, post-LN trains "
                      "badly or diverges (PyTorch init); pre-LN does not need it",
-                     "16 blocks, lr 1e-2, best val loss (nats/char); yes = post-LN/torch without warmup is >= 0.1 "
+                     f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')}, "
+                     f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char); "
+                     "yes = post-LN/torch without warmup is >= 0.1 "
                      "worse than with warmup (or diverges)", "; ".join(parts), verdict])
     items = by_exp.get("rezero_speed")
     if items:
@@ -586,8 +597,9 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
         else:
             verdict = "no"
         rows.append(["ReZero trains fast without LayerNorm (Bachlechner et al. 2020): fewer steps to a target loss",
-                     f"8 blocks, lr swept per variant; steps to reach val loss <= {target:g} nats/char "
-                     "(evaluated every 25 steps; — = not reached); yes = ReZero's best is the fewest",
+                     f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')} for each "
+                     f"variant; steps to reach val loss <= {target:g} nats/char (evaluated every "
+                     f"{_vals(items, 'train.eval_interval')} steps; — = not reached); yes = ReZero's best is the fewest",
                      "; ".join(parts), verdict])
     items = by_exp.get("deepnorm_depth")
     if items:
@@ -608,7 +620,8 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
                     wins.append(False)
         verdict = "yes" if wins and all(wins) and not any(fails) else ("partly" if any(wins) else "no")
         rows.append(["DeepNorm keeps post-LN stable at depth (Wang et al. 2022)",
-                     "16 and 32 blocks, two learning rates, best val loss (nats/char); yes = DeepNorm never "
+                     f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')}, "
+                     f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char); yes = DeepNorm never "
                      "diverges and is within 0.02 of post-LN or better everywhere", "; ".join(parts), verdict])
     return rows
 
