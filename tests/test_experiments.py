@@ -2,7 +2,6 @@
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ def test_parse_grid_arg_types():
     ("train.out_dir=a,b", "--out-dir"),
 ])
 def test_parse_grid_arg_errors(text, needle):
-    with pytest.raises(DepthlabError, match=None) as e:
+    with pytest.raises(DepthlabError) as e:
         ex.parse_grid_arg(text)
     assert needle in str(e.value)
 

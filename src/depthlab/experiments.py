@@ -43,7 +43,7 @@ import sys
 import time
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .errors import DepthlabError
 
