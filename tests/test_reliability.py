@@ -327,3 +327,23 @@ def test_500mb_file_streams_with_bounded_memory(tmp_path):
     assert int(rss) < 400_000_000  # streaming: memory does not grow with the file
     tok = next((tmp_path / "cache").glob("*/tokens.bin"))
     assert tok.stat().st_size == size  # one byte per character
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_sigint_checkpoint_and_exit_code(tmp_path, tiny_text_file, sig, code):
+    out = tmp_path / "R"
+    p = subprocess.Popen(_cli(*_tiny_args(tiny_text_file, out, 100000)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    manifest = out / "checkpoints" / "manifest.json"
+    deadline = time.time() + 60
+    while time.time() < deadline and not manifest.exists():
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == code, err[-500:]
+    assert f"depthlab train --resume {out}" in err and "Traceback" not in err
+    step = ckpt.latest_checkpoint(out)["step"]
+    assert step > 0 and not (out / "summary.json").exists()
+    assert max(json.loads(l)["step"] for l in open(out / "metrics.jsonl")) <= step
