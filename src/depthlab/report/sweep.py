@@ -575,7 +575,7 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
                      "worse than with warmup (or diverges)", "; ".join(parts), verdict])
     items = by_exp.get("rezero_speed")
     if items:
-        target = float((extras.get("rezero_speed") or {}).get("target_val_loss", 2.3))
+        target = float((extras.get("rezero_speed") or {}).get("target_val_loss", 2.6))
         best_steps, parts = {}, []
         for v in sorted({it["config"]["model"]["variant"] for it in items}):
             per_lr = []
