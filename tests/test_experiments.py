@@ -104,6 +104,8 @@ def test_profiles_expand(tmp_path):
     assert len(quick) >= 10
     cfgs = {(p.config["model"]["variant"], p.config["model"]["n_layer"]) for p in quick}
     assert ("plain", 16) in cfgs and ("prenorm", 16) in cfgs
+    # the measured recipe: float32 and no wall-clock cut, whatever the trainer's defaults are
+    assert all(p.config["train"]["dtype"] == "float32" and p.config["train"]["max_time"] == 0 for p in quick)
     # same recipe for every variant of a depth
     for L in {p.config["model"]["n_layer"] for p in quick}:
         recipes = {json.dumps({**p.config["train"], "out_dir": None}) for p in quick if p.config["model"]["n_layer"] == L}

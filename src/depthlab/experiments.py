@@ -55,7 +55,9 @@ __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILES", "SWEEP_DEFAULTS", 
 SECTIONS = ("data", "model", "train")
 
 #: Settings every sweep run gets unless the profile, file or command line says otherwise.
-SWEEP_DEFAULTS: dict[str, Any] = {"train.progress": False, "train.tensorboard": False, "train.keep_last": 1}
+#: ``max_time`` 0: every run of a sweep gets the same step budget, never a wall-clock cut.
+SWEEP_DEFAULTS: dict[str, Any] = {"train.progress": False, "train.tensorboard": False, "train.keep_last": 1,
+                                  "train.max_time": 0.0}
 
 #: Leading columns of results.csv / results.md; the varied fields and :data:`METRIC_COLUMNS` follow.
 RESULT_COLUMNS = ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss", "best_val_loss",
@@ -75,10 +77,11 @@ INIT_PROBE_FILE = "init_probe.json"
 
 # --------------------------------------------------------------------------- profiles
 # The quick recipe: one recipe for every variant of a depth (no per-variant tuning). Measured on a
-# 2-core CPU; see README ("Depth sweep") for the table over two seeds.
+# 2-core CPU in float32 (pinned: bf16 autocast changes the numbers); see README for the table over
+# two seeds.
 _QUICK_BASE = {
     "model": {"n_embd": 32, "n_head": 4, "block_size": 64, "dropout": 0.0},
-    "train": {"batch_size": 16, "max_iters": 500, "learning_rate": 1e-2, "min_lr": 1e-3,
+    "train": {"dtype": "float32", "batch_size": 16, "max_iters": 500, "learning_rate": 1e-2, "min_lr": 1e-3,
               "warmup_iters": 50, "eval_interval": 100, "eval_iters": 20, "log_interval": 50,
               "grad_log_interval": 100, "probe_interval": 250, "seed": 1},
 }
@@ -96,7 +99,7 @@ PROFILES: dict[str, dict] = {
                        "estimated 3 h on an idle 2-core CPU (see --dry-run)",
         "base": {
             "model": {"n_embd": 64, "n_head": 4, "block_size": 64, "dropout": 0.0},
-            "train": {"batch_size": 16, "max_iters": 2000, "learning_rate": 2e-3, "min_lr": 2e-4,
+            "train": {"dtype": "float32", "batch_size": 16, "max_iters": 2000, "learning_rate": 2e-3, "min_lr": 2e-4,
                       "warmup_iters": 100, "eval_interval": 200, "eval_iters": 20, "log_interval": 100,
                       "grad_log_interval": 200, "probe_interval": 500},
         },
