@@ -327,13 +327,16 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
             if j % cols == 0:
                 ax.set_ylabel("grad L2 norm per block", fontsize=8)
         else:
-            ax.set_ylim(bottom=0)
             if j % cols == 0:
                 ax.set_ylabel("rank measure (0 = collapsed)", fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
         if j == 0:
             ax.legend(fontsize=6, ncol=2)
+    if which == "rank":  # shared axis: fix the limits once, after every panel has its data
+        top = max([v for d in data.values() for a, b in d.values() for vec in (a, b) if vec
+                   for v in vec if v is not None] + [1.0])
+        ax0.set_ylim(0, top * 1.05)
     return _save(fig, path)
 
 
