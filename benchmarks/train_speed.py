@@ -12,7 +12,7 @@ import torch
 from _common import machine_info, median, time_steps
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import GPT
-from depthlab.train import autocast_ctx, make_optimizer
+from depthlab.train import autocast_ctx, configure_attention, make_optimizer
 
 SHAPES = {
     "nanoGPT CPU (4L 4H 128C T64 B12)": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),
@@ -24,6 +24,7 @@ def step_fn(shape: dict, dtype: str):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})
     model = GPT(cfg)
+    configure_attention(model, "auto", torch.device("cpu"))
     opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
     ctx = autocast_ctx(torch.device("cpu"), dtype)
     x = torch.randint(0, 65, (shape["batch"], cfg.block_size))

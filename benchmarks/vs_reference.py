@@ -72,10 +72,11 @@ def ref_step():
 def depthlab_step(dtype):
     from depthlab.config import ModelConfig, TrainConfig
     from depthlab.model import GPT
-    from depthlab.train import autocast_ctx, make_optimizer
+    from depthlab.train import autocast_ctx, configure_attention, make_optimizer
 
     torch.manual_seed(0)
     m = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True))
+    configure_attention(m, "auto", torch.device("cpu"))  # what `depthlab train` does on CPU
     opt = make_optimizer(m, TrainConfig(), torch.device("cpu"))
     ctx = autocast_ctx(torch.device("cpu"), dtype)
     x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))

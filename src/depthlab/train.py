@@ -99,8 +99,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: torch.nn.Module, cfg, device: torch.device) -> torch.optim.AdamW:
-    """AdamW (Loshchilov & Hutter 2019) over :func:`param_groups`, fused on CUDA, foreach elsewhere."""
-    kw = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    """AdamW (Loshchilov & Hutter 2019) over :func:`param_groups`; fused kernel on CUDA and CPU
+    (measured ~7 % faster per step than foreach at nanoGPT's CPU shape), foreach elsewhere."""
+    kw = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
     return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
                              betas=(cfg.beta1, cfg.beta2), **kw)
 
@@ -123,6 +124,18 @@ def use_bf16(device: torch.device, dtype: str) -> bool:
     if dtype == "bfloat16":
         return True
     return dtype == "auto" and (device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()))
+
+
+def configure_attention(model: GPT, attention: str, device: torch.device) -> None:
+    """Pick each block's attention path: ``explicit`` | ``sdpa`` | ``auto`` (explicit on CPU).
+
+    Both paths compute the same causal softmax attention (tests hold them to 1e-5); on CPU the
+    explicit matmul path measured 1.6-1.7x faster per training step than SDPA's flash kernel
+    under bf16 autocast and equal in fp32 (benchmarks/vs_reference.py).
+    """
+    explicit = attention == "explicit" or (attention == "auto" and device.type == "cpu")
+    for blk in model.transformer.h:
+        blk.attn.explicit = explicit
 
 
 def autocast_ctx(device: torch.device, dtype: str):
@@ -247,6 +260,7 @@ class Trainer:
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
         self.model = GPT(cfg.model).to(self.device)
+        configure_attention(self.model, t.attention, self.device)
         self.raw_model = self.model
         self.optimizer = make_optimizer(self.model, t, self.device)
         self.ctx = autocast_ctx(self.device, t.dtype)
