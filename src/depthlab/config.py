@@ -120,7 +120,7 @@ class TrainConfig:
     """Optimisation, evaluation, logging and run-directory settings.
 
     The defaults (with ModelConfig's) are the CPU recipe of ``depthlab train``: 4 layers x 192
-    wide, context 128, batch 32, 1300 AdamW steps at peak lr 3e-3, bf16 autocast where the CPU has
+    wide, context 128, batch 32, 1700 AdamW steps at peak lr 3e-3, bf16 autocast where the CPU has
     native bf16; a 270 s ``max_time`` guard keeps it inside 5 minutes on slower machines.
 
     Attributes:
@@ -163,7 +163,7 @@ class TrainConfig:
     out_dir: Optional[str] = None
     batch_size: int = 32
     grad_accum: int = 1
-    max_iters: int = 1300
+    max_iters: int = 1700
     max_time: float = 270.0
     learning_rate: float = 3e-3
     min_lr: float = 1e-4
