@@ -99,6 +99,8 @@ def test_overfitting_and_plateau():
     f = diagnose_records(evals([3.0, 2.0, 1.9, 1.95, 2.05], trains=[3.0, 1.95, 1.7, 1.6, 1.5]))
     assert "overfitting" in [x.rule for x in f]
     assert rules(evals([3.0, 2.0, 1.9, 1.85], trains=[3.0, 1.97, 1.86, 1.80])) == []
+    # the gap grows (0 -> 0.165) but val is still falling: the usual train/val shift, not overfitting
+    assert rules(evals([4.2, 2.12, 1.835], trains=[4.2, 2.04, 1.67])) == []
     pl = evals([3.0, 2.0, 1.5, 1.52, 1.51, 1.5, 1.53, 1.5001], trains=[3.0, 2.0, 1.5, 1.52, 1.51, 1.5, 1.53, 1.5001])
     f = diagnose_records(pl)
     assert [x.rule for x in f] == ["plateau"] and "1.5000" in f[0].evidence

@@ -277,16 +277,22 @@ def rule_lr(records: list[dict], config: Optional[dict], th: Thresholds) -> Opti
 
 
 def rule_overfitting(records: list[dict], th: Thresholds) -> Optional[Finding]:
-    """val - train gap above ``overfit_gap`` and grown by ``overfit_growth`` over the last evals."""
+    """val - train gap above ``overfit_gap``, grown by ``overfit_growth`` over the last evals,
+    while val loss no longer improves (the last val is not below the window's earlier best).
+
+    A gap that grows while val still falls is the usual train/val shift of a small corpus, not
+    harm: stopping then would give a worse model.
+    """
     ev = [(r["step"], _num(r["val_loss"]), _num(r["train_loss"])) for r in _evals(records)]
-    ev = [(s, v - t) for s, v, t in ev if v is not None and t is not None and math.isfinite(v - t)]
+    ev = [(s, v, v - t) for s, v, t in ev if v is not None and t is not None and math.isfinite(v - t)]
     w = th.overfit_window
     if len(ev) < w:
         return None
     recent = ev[-w:]
-    gaps = [g for _, g in recent]
+    gaps = [g for _, _, g in recent]
     growing = all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] - gaps[0] >= th.overfit_growth
-    if gaps[-1] <= th.overfit_gap or not growing:
+    still_improving = recent[-1][1] < min(v for _, v, _ in recent[:-1]) - 1e-3
+    if gaps[-1] <= th.overfit_gap or not growing or still_improving:
         return None
     return Finding("overfitting", f"val - train gap grew from {gaps[0]:.3f} (step {recent[0][0]}) to "
                    f"{gaps[-1]:.3f} nats (step {recent[-1][0]})",
