@@ -125,3 +125,20 @@ def test_nonfinite_loss_stops_with_step(tmp_path, tiny_text_file):
     with pytest.raises(NonFiniteError, match="at step"):
         train(cfg, log=lambda s: None)
     assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_text_file, monkeypatch):
+    from depthlab.train import Trainer
+
+    def broken_compile(model, *a, **k):
+        def fail(*args, **kwargs):
+            raise RuntimeError("no C++ compiler found")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    logs = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(compile=True, max_iters=5)), log=logs.append)
+    assert t.model is t.raw_model
+    assert sum("torch.compile unavailable" in line for line in logs) == 1
+    t.fit()
+    assert (tmp_path / "r" / "summary.json").exists()

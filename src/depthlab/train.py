@@ -312,11 +312,24 @@ class Trainer:
         return x.to(self.device), y.to(self.device)
 
     def _compile(self, model):
+        """``torch.compile(model)``, or the eager model with one warning if compiling fails.
+
+        Compilation is lazy, so a missing toolchain only shows at the first call: one tiny
+        forward is run here (RNG state restored) so a failure falls back now, not mid-training.
+        """
+        rng = torch.get_rng_state()
         try:
-            return torch.compile(model)
-        except Exception as e:  # no compiler toolchain etc.
-            self.log(f"warning: torch.compile unavailable ({type(e).__name__}); running eager")
+            compiled = torch.compile(model)
+            x = torch.zeros((1, min(8, self.cfg.model.block_size)), dtype=torch.long, device=self.device)
+            with self.ctx:
+                compiled(x)
+            return compiled
+        except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
+            self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0][:120] if str(e) else ''}); running eager")
             return model
+        finally:
+            torch.set_rng_state(rng)
 
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
         rd = self.run_dir
