@@ -142,3 +142,13 @@ def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_tex
     assert sum("torch.compile unavailable" in line for line in logs) == 1
     t.fit()
     assert (tmp_path / "r" / "summary.json").exists()
+
+
+def test_package_exports_the_train_function():
+    import importlib
+
+    import depthlab
+    import depthlab.analytics  # noqa: F401 - importing submodules must not shadow the function
+
+    importlib.import_module("depthlab.train")
+    assert callable(depthlab.train) and depthlab.train.__name__ == "train"

@@ -40,6 +40,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the user's usual mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -124,6 +127,10 @@ def _read_manifest(ckdir: Path) -> dict:
         data = json.loads(m.read_text())
     except (OSError, ValueError) as e:
         raise DepthlabError(f"{m} is unreadable ({e}); the run's checkpoints cannot be trusted") from None
+    if not isinstance(data, dict) or not isinstance(data.get("checkpoints", []), list):
+        raise DepthlabError(f"{m} is not a depthlab checkpoint manifest; the run's checkpoints cannot be trusted")
+    data.setdefault("checkpoints", [])
+    data.setdefault("best", None)
     if int(data.get("format", 0)) > FORMAT_VERSION:
         raise DepthlabError(f"{m} has checkpoint format {data.get('format')}, newer than this depthlab "
                             f"understands ({FORMAT_VERSION}); upgrade depthlab")
@@ -183,6 +190,21 @@ def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:
         if not p.exists() or sha256_file(p) != digest:
             return f
     return None
+
+
+def verified_best(run_dir: Path) -> Path:
+    """Path of ``best.safetensors`` after checking its sha256 against the manifest.
+
+    Raises:
+        DepthlabError: missing, or its hash differs (names the file and suggests ``--checkpoint last``).
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    manifest = _read_manifest(ckdir)
+    best = manifest.get("best") or {}
+    if not best or _verified(ckdir, best.get("files", {})) is not None:
+        raise DepthlabError(f"{ckdir / 'best.safetensors'} is missing or does not match its sha256 in "
+                            "manifest.json (corrupt or replaced); try --checkpoint last")
+    return ckdir / "best.safetensors"
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:

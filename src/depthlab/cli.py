@@ -70,8 +70,8 @@ def build_train_parser():
                    help="continue the run in RUN_DIR from its latest good checkpoint")
     p.add_argument("--init-from", type=Optional[str], default=None,
                    help="start a new run from the best weights of RUN_DIR (same model shape)")
-    p.add_argument("--overwrite", type=bool, default=False, help="replace an existing run directory")
-    p.add_argument("--debug", type=bool, default=False, help="show tracebacks")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory (only a depthlab run)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     p.add_class_arguments(DataConfig, "data", instantiate=False)
     p.add_class_arguments(ModelConfig, "model", instantiate=False)
     p.add_class_arguments(TrainConfig, "train", instantiate=False)
@@ -107,6 +107,13 @@ def _expand_train_argv(argv: list[str]) -> list[str]:
         rd = Path(resume)
         if not (rd / "config.json").is_file():
             raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no config.json)")
+        other = _flag_value(argv, "--train.out_dir")
+        if other is not None and Path(other).resolve() != rd.resolve():
+            raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
+                                f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
+        if _flag_value(argv, "--init-from") is not None:
+            raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
+                                "init-from starts a new one from its weights")
         out = ["--config", str(rd / "config.json")] + out + ["--train.resume", "true",
                                                                "--train.out_dir", str(rd)]
     return out
@@ -134,7 +141,15 @@ def cmd_train(argv: list[str]) -> int:
 
     trainer = Trainer(cfg, overwrite=bool(d.get("overwrite")))
     if d.get("init_from"):
-        init_from(trainer, d["init_from"])
+        try:
+            init_from(trainer, d["init_from"])
+        except BaseException:
+            if trainer.created_run_dir:  # nothing half-made may block the corrected command
+                trainer.tracker.close()
+                import shutil
+
+                shutil.rmtree(trainer.run_dir, ignore_errors=True)
+            raise
     trainer.fit()
     return 0
 
@@ -231,7 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         extra = "".join(f"  {k:10s} {(v.__doc__ or '').strip().splitlines()[0]}\n"
                         for k, v in COMMANDS.items() if k not in ("train", "sample", "presets"))
-        print(USAGE.format(extra=extra))
+        print(USAGE.format(extra=extra), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] == "--version":
         from . import __version__
@@ -258,6 +273,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
+        if debug or isinstance(e, BrokenPipeError):
+            raise
+        print(f"{PROG}: error: {type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and "
+              "their permissions/encoding)", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
         import os
 

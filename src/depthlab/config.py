@@ -98,6 +98,10 @@ class ModelConfig:
         _positive("model", self, "block_size", "n_layer", "n_head", "n_embd", "ff_mult")
         if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 0:
             raise DepthlabError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}")
+        for n, cap in (("n_layer", 4096), ("n_embd", 65536), ("block_size", 1 << 20), ("n_head", 4096),
+                       ("ff_mult", 64)):
+            if getattr(self, n) > cap:
+                raise DepthlabError(f"model.{n} = {getattr(self, n)} is beyond any machine; use at most {cap}")
         if self.n_embd % self.n_head != 0:
             raise DepthlabError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
@@ -210,6 +214,11 @@ class TrainConfig:
         for n in ("beta1", "beta2"):
             if not (0.0 <= getattr(self, n) < 1.0):
                 raise DepthlabError(f"train.{n} must be in [0, 1), got {getattr(self, n)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
+            raise DepthlabError(f"train.seed must be an integer in [0, 2^63), got {self.seed!r}")
+        if self.batch_size * self.grad_accum > 1_000_000:
+            raise DepthlabError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
+                                "sequences per step is beyond any machine; use at most 1,000,000")
         _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
         _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
         _choice("train", "attention", self.attention, ("auto", "sdpa", "explicit"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -13,6 +14,10 @@ from . import checkpoint as ckpt
 from .data import CharTokenizer
 from .errors import DepthlabError
 from .model import GPT
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optional[float],
@@ -124,14 +129,25 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
         raise DepthlabError(f"{rd} is not a depthlab run directory (no checkpoints/manifest.json); "
                             "give the out_dir of a depthlab train run")
     ckdir = rd / ckpt.CKPT_DIR
-    path = ckdir / "best.safetensors"
-    if which == "last" or not path.exists():
-        entry = ckpt.latest_checkpoint(rd)
+    if which not in ("best", "last"):
+        raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
+    if which == "best" and (ckdir / "best.safetensors").exists():
+        path = ckpt.verified_best(rd)
+    else:
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            entry = ckpt.latest_checkpoint(rd)
+        for w in caught:  # one clean line each, not Python's warning format
+            print(f"depthlab: warning: {w.message}", file=sys.stderr)
         if entry is None:
             raise DepthlabError(f"{rd} has no checkpoint yet")
         path = ckdir / f"{entry['name']}.safetensors"
-    elif which != "best":
-        raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as e:
+        raise DepthlabError(f"--device {device} is not available here ({_first_line(e)}); use --device cpu") from None
     sd, meta = ckpt.load_weights_file(path)
     mcfg = ckpt.model_config_from_meta(meta, path)
     tok = CharTokenizer(json.loads(meta["vocab"]))

@@ -93,11 +93,20 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
 
 
 def console(msg: str) -> None:
-    """Print one log line to stdout, safely around a tqdm progress bar."""
-    try:
-        from tqdm import tqdm
+    """Print one log line to stdout, safely around a tqdm progress bar.
 
-        tqdm.write(msg, file=sys.stdout)
-    except ImportError:
-        print(msg, flush=True)
-    sys.stdout.flush()
+    If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the log
+    is discarded instead of killing the run: training and its files matter more than the log.
+    """
+    try:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(msg, file=sys.stdout)
+        except ImportError:
+            print(msg)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -146,6 +146,12 @@ def autocast_ctx(device: torch.device, dtype: str):
     return contextlib.nullcontext()
 
 
+# Everything a run directory may hold; --overwrite deletes a folder only if it holds nothing else.
+RUN_ARTIFACTS = frozenset({"config.json", "vocab.json", "metrics.jsonl", "summary.json", "baselines.json",
+                           "diagnosis.json", "checkpoints", "tb", "plots", "report.html", "train.log",
+                           "init_probe.json", "sweep_status.json"})
+
+
 def default_out_dir() -> Path:
     """``runs/<YYYYmmdd-HHMMSS>`` (with a numeric suffix if taken)."""
     base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -167,11 +173,20 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> None:
         if not overwrite:
             raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue "
                                 "it, --overwrite to replace it, or another --train.out_dir")
-        if not (out_dir / "config.json").exists():
-            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory; "
-                                "refusing to delete it with --overwrite")
+        cwd = Path.cwd().resolve()
+        target = out_dir.resolve()
+        if target == cwd or target in cwd.parents:
+            raise DepthlabError(f"refusing to --overwrite {out_dir}: it is the current folder or contains it")
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_ARTIFACTS)
+        if not (out_dir / "config.json").exists() or foreign:
+            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory (it holds "
+                                f"{', '.join(foreign[:5]) or 'no config.json'}); refusing to delete it with "
+                                "--overwrite")
         shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DepthlabError(f"cannot create train.out_dir {out_dir}: {e.strerror}; choose a writable folder") from None
 
 
 def _rng_state(batch_rng: np.random.Generator, device: torch.device) -> dict:
@@ -221,11 +236,11 @@ class Trainer:
                  log=console):
         self.cfg = cfg
         self.callbacks = _default_callbacks(cfg) + list(callbacks)
-        self.log = log
         t = cfg.train
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.is_main = self.rank == 0
+        self.log = log if self.is_main else (lambda s: None)  # only rank 0 talks
         if t.grad_accum % self.world_size:
             raise DepthlabError(f"train.grad_accum ({t.grad_accum}) counts micro-batches of the global batch and "
                                 f"must be divisible by the number of processes ({self.world_size})")
@@ -245,11 +260,26 @@ class Trainer:
             log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
                 "the model has nothing to learn (loss will go to 0)")
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
+        if t.resume and not t.out_dir:
+            raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
+                                "(or train.out_dir in the config)")
         resume_entry = None
+        created = False
         if t.resume:
             resume_entry = self._check_resume(vocab)
         elif self.is_main:
+            created = not self.run_dir.exists()
             prepare_run_dir(self.run_dir, overwrite)
+        self.created_run_dir = created
+        try:
+            self._setup(cfg, vocab, resume_entry)
+        except BaseException:
+            if created:  # a failed start leaves nothing behind that would block the retry
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+    def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
+        t = cfg.train
         cfg.model = dataclasses.replace(cfg.model, vocab_size=len(vocab))
         t.out_dir = str(self.run_dir)
         self.decay_iters = t.lr_decay_iters or t.max_iters
@@ -272,6 +302,7 @@ class Trainer:
         self.nonfinite_skips = 0
         self.last_eval: dict = {}
         self.target_reached: Optional[tuple[int, float]] = None
+        self.stopped_by = "max_iters"
         self._signal: Optional[int] = None
         if t.compile:
             self.model = self._compile(self.model)
@@ -284,7 +315,7 @@ class Trainer:
         if resume_entry is not None:
             self._load_resume(resume_entry)
         elif t.resume and self.is_main:
-            log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+            self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
             truncate_metrics(self.run_dir, -1)
         self.tracker = Tracker(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
 
@@ -450,7 +481,7 @@ class Trainer:
         for name, p in self.raw_model.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 return name
-        return "(none: the loss itself is not finite)"
+        return "(none: every gradient is finite but their total norm overflowed float32)"
 
     def _on_signal(self, signum, frame):
         self._signal = signum
@@ -493,6 +524,14 @@ class Trainer:
                     if bar is not None:
                         bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f}")
                 if self.step >= t.max_iters or time_up or self.target_reached is not None:
+                    if time_up and self.step < t.max_iters:
+                        self.stopped_by = "max_time"
+                        self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {self.step} of "
+                                 f"{t.max_iters}: the learning rate had not finished its decay")
+                    elif self.target_reached is not None and self.step < t.max_iters:
+                        self.stopped_by = "target_val_loss"
+                        self.log(f"stopped at step {self.step}: val loss reached train.target_val_loss "
+                                 f"{t.target_val_loss:g}")
                     break
                 if self._signal is not None:
                     self.save()
@@ -528,12 +567,14 @@ class Trainer:
                                           "nonfinite_skips": self.nonfinite_skips})
                         self.step += 1
                         continue
+                    self.tracker.log({"step": self.step + 1, "nonfinite": True, "loss": loss_val,
+                                      "grad_norm": gnorm.item(), "lr": lr})
                     raise NonFiniteError(
                         f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
                         f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
                         f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype "
                         f"{'bfloat16' if use_bf16(self.device, t.dtype) else 'float32'}); lower "
-                        f"train.learning_rate, raise train.warmup_iters or set train.grad_clip; the "
+                        f"train.learning_rate or raise train.warmup_iters; the "
                         f"checkpoints in {self.run_dir} are untouched")
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -601,7 +642,7 @@ class Trainer:
                 "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
                 "tokens_per_sec": self.tokens_seen / max(wall, 1e-9),
                 "params": self.raw_model.num_params(), "nonfinite_skips": self.nonfinite_skips,
-                "vocab_size": self.cfg.model.vocab_size,
+                "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
                 "target_reached_step": self.target_reached[0] if self.target_reached else None,
                 "target_reached_s": self.target_reached[1] if self.target_reached else None}
 
