@@ -285,3 +285,17 @@ def test_summary_and_claims_from_rows():
     rank_items = [item("plain", 4, 0, rank=0.4), item("plain", 32, 0, rank=0.0001),
                   item("prenorm", 4, 0, rank=0.98), item("prenorm", 32, 0, rank=0.97)]
     assert science_claims({"rank_init": rank_items}, {})[0][-1] == "yes"
+
+
+def test_diverged_run_far_off_axis_still_gets_a_report(tmp_path, capsys):
+    from depthlab.cli import main
+
+    out = tmp_path / "sw"
+    rc = main(["sweep", "--grid", "train.learning_rate=1e-3,1e3", "--grid", "model.n_layer=1",
+               "--train.max_iters", "30", "--model.n_embd", "16", "--model.n_head", "2", "--model.block_size", "16",
+               "--train.eval_interval", "10", "--train.eval_iters", "1", "--workers", "1", "--out-dir", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    import csv
+
+    status = sorted(r["status"] for r in csv.DictReader(open(out / "results.csv")))
+    assert status == ["nonfinite", "ok"] and (out / "report.html").stat().st_size > 1000

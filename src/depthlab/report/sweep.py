@@ -170,8 +170,11 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
                     ax.plot([_value(it["config"], x)], [v], ".", color=c, alpha=0.45, ms=5)
     for it in items:  # failed runs: a cross at the top
         if it["row"]["status"] not in OK:
+            # clip: a failed run's x may lie far outside the axis (e.g. lr 1e3), which would
+            # otherwise ask the rasteriser to draw text at an overflowing pixel position
             ax.annotate("x", (_value(it["config"], x), 0.98), xycoords=("data", "axes fraction"),
-                        color=_color(_group_name(it["config"], groups), 0), ha="center")
+                        color=_color(_group_name(it["config"], groups), 0), ha="center",
+                        annotation_clip=True)
     lo, hi = ax.get_ylim()
     for name, (c, ls) in BASELINE_STYLE.items():
         b = (baselines or {}).get(name)
