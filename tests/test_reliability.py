@@ -347,3 +347,21 @@ def test_sigterm_sigint_checkpoint_and_exit_code(tmp_path, tiny_text_file, sig, 
     step = ckpt.latest_checkpoint(out)["step"]
     assert step > 0 and not (out / "summary.json").exists()
     assert max(json.loads(l)["step"] for l in open(out / "metrics.jsonl")) <= step
+
+
+def test_utf16_file_gets_the_right_fix(tmp_path):
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    p = tmp_path / "u16.txt"
+    p.write_text("hello world\n" * 20, encoding="utf-16")
+    with pytest.raises(DepthlabError, match="utf-16"):
+        load_corpus(DataConfig(path=str(p)))
+    assert load_corpus(DataConfig(path=str(p), encoding="utf-16")).tokenizer.vocab_size == 9
+
+
+def test_resume_with_more_steps_updates_config_json(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
+    train(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
+    assert json.loads((run / "config.json").read_text())["train"]["max_iters"] == 20
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 20

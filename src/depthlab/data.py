@@ -208,6 +208,11 @@ def _decoded_chunks(path: Path, encoding: str, stats: dict) -> Iterator[np.ndarr
             except UnicodeDecodeError as e:
                 pos = offset - pending + e.start
                 bad = e.object[e.start:e.start + 1]
+                with open(path, "rb") as fh:
+                    head = fh.read(4)
+                if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+                    raise DepthlabError(f"{path} is UTF-16 (it starts with a UTF-16 byte-order mark), not "
+                                        f"{encoding}; set --data.encoding utf-16") from None
                 raise DepthlabError(
                     f"{path} is not valid {encoding}: byte 0x{bad.hex()} at byte offset {pos}; "
                     f"set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding"

@@ -368,12 +368,17 @@ class Trainer:
             raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no config.json)")
         old = json.loads((rd / "config.json").read_text())
         old_vocab = json.loads((rd / "vocab.json").read_text(encoding="utf-8"))
-        missing = [c for c in vocab if c not in set(old_vocab)]
-        if missing or len(old_vocab) != len(vocab):
+        new = [c for c in vocab if c not in set(old_vocab)]
+        gone = [c for c in old_vocab if c not in set(vocab)]
+        if new or gone:
+            parts = []
+            if new:
+                parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
+            if gone:
+                parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
             raise DepthlabError(
-                f"cannot resume {rd}: the corpus vocabulary differs from the checkpoint's "
-                f"(characters absent from the checkpoint: {''.join(missing)[:40]!r}); "
-                "use --init-from to start a new run from these weights")
+                f"cannot resume {rd}: the corpus vocabulary differs from the checkpoint's ({'; '.join(parts)}); "
+                "resume with the run's own corpus, or use --init-from for a new run")
         for k in ("n_layer", "n_head", "n_embd", "block_size", "variant", "norm", "ff_mult",
                   "activation", "bias", "tie_weights"):
             if old["model"].get(k) != getattr(self.cfg.model, k):
@@ -389,8 +394,9 @@ class Trainer:
         return entry
 
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
+        # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
+        ckpt.atomic_write(self.run_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=2).encode())
         if not resume:
-            (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2))
             (self.run_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
 
     def _load_resume(self, entry: dict) -> None:
@@ -497,6 +503,9 @@ class Trainer:
         self._t_start = time.time()
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.step > 0 else None
+        if resumed_at is not None and self.step >= t.max_iters:
+            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
+                     f"(a total); pass a larger --train.max_iters to extend it")
         if self.is_main:
             self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
                      f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
