@@ -301,6 +301,10 @@ def cmd_probe(argv: list[str]) -> int:
     result = probe_at_init(cfg, n_batches=a.batches, batch_size=a.probe_batch_size)
     summary = summarise_probe(result)
     out = Path(a.out) if a.out else Path(f"probe-{cfg.model.variant}-{cfg.model.n_layer}.png")
+    if out.suffix.lower() not in (".png", ""):
+        raise DepthlabError(f"probe: --out {out} must be a .png file name")
+    if out.suffix == "":
+        out = out.with_suffix(".png")  # say the name that is actually written
     try:
         plot_probe(result, out)
     except OSError as e:
