@@ -130,3 +130,17 @@ def test_module_entry_point_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "depthlab", "sample", str(tmp_path / "x")], capture_output=True,
                        text=True)
     assert r.returncode == 2 and r.stderr.startswith("depthlab: error:") and "Traceback" not in r.stderr
+
+
+def test_sample_into_closed_pipe_exits_cleanly(tmp_path, capsys, tiny_text_file):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    assert run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--train.out_dir", str(out))[0] == 0
+    p = subprocess.Popen([sys.executable, "-m", "depthlab", "sample", str(out), "--max-new-tokens", "20000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.read(10)
+    p.stdout.close()  # like `| head`: the reader goes away mid-stream
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0 and "Traceback" not in err

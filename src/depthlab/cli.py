@@ -273,17 +273,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
-        if debug or isinstance(e, BrokenPipeError):
-            raise
-        print(f"{PROG}: error: {type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and "
-              "their permissions/encoding)", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
+        if debug:
+            raise
+        print(f"{PROG}: error: {type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and "
+              "their permissions/encoding)", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: no raw tracebacks for users
         from .train import Interrupted
 
