@@ -320,9 +320,14 @@ def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random
 
     ix = rng.integers(0, len(data) - block_size, size=batch_size)
     w = torch.from_numpy(np.asarray(data[ix[:, None] + np.arange(block_size + 1)]).astype(np.int64))
-    x, y = w[:, :-1], w[:, 1:]
+    return to_device(w[:, :-1], w[:, 1:], device)
+
+
+def to_device(x: "torch.Tensor", y: "torch.Tensor", device: Optional["torch.device"]
+              ) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Move a batch (x, y), each (B, T), to ``device``: pinned + non-blocking on CUDA, as-is on CPU."""
     if device is not None and device.type == "cuda":
-        x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    elif device is not None and device.type != "cpu":
-        x, y = x.to(device), y.to(device)
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    if device is not None and device.type != "cpu":
+        return x.to(device), y.to(device)
     return x, y

@@ -8,7 +8,6 @@ import sys
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
 from . import checkpoint as ckpt
 from .data import CharTokenizer

@@ -66,6 +66,15 @@ class Tracker:
             self.tb = None
 
 
+def finite_or_none(v: Any) -> Optional[float]:
+    """A metrics value as a finite float, or None (missing, non-numeric, NaN/inf or their strings)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """All parseable records of ``run_dir/metrics.jsonl`` (a torn last line is skipped)."""
     out = []

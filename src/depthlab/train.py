@@ -17,14 +17,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from .config import ModelConfig, RunConfig
-from .data import Corpus, get_batch, load_corpus
+from .config import RunConfig
+from .data import Corpus, get_batch, load_corpus, to_device
 from .errors import DepthlabError, NonFiniteError
 from .model import GPT
 from .tracking import Tracker, console, read_metrics, truncate_metrics
@@ -337,10 +337,7 @@ class Trainer:
         B, T = self.cfg.train.batch_size, self.cfg.model.block_size
         x, y = get_batch(self.corpus.train, T, B * self.world_size, self.batch_rng)
         sl = slice(self.rank * B, (self.rank + 1) * B)
-        x, y = x[sl], y[sl]
-        if self.device.type == "cuda":
-            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
-        return x.to(self.device), y.to(self.device)
+        return to_device(x[sl], y[sl], self.device)
 
     def _compile(self, model):
         """``torch.compile(model)``, or the eager model with one warning if compiling fails.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..errors import DepthlabError
+from ..tracking import finite_or_none
 from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
@@ -223,12 +224,7 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _num(v: Any) -> Optional[float]:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_num = finite_or_none
 
 
 def _cards(run: RunData) -> list[tuple[str, str, str]]:

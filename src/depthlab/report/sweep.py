@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import DepthlabError
+from ..tracking import finite_or_none
 from .html import Section, esc, html_table, img_tag, render_page
 from .plots import BASELINE_STYLE, DPI, LN2, OKABE_ITO
 
@@ -40,12 +41,7 @@ def is_sweep_dir(path: str | Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- data
-def _finite(v: Any) -> Optional[float]:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
+_finite = finite_or_none
 
 
 def _mean_sd(xs: Sequence[float]) -> tuple[float, float, int]:
