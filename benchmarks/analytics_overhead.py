@@ -30,7 +30,7 @@ from depthlab.config import DataConfig, ModelConfig, TrainConfig
 from depthlab.data import get_batch, load_corpus
 from depthlab.model import GPT
 from depthlab.tracking import Tracker
-from depthlab.train import make_optimizer
+from depthlab.trainer import make_optimizer
 
 
 class _StubTrainer:

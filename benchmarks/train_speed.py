@@ -12,7 +12,7 @@ import torch
 from _common import machine_info, median, time_steps
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import GPT
-from depthlab.train import autocast_ctx, configure_attention, make_optimizer
+from depthlab.trainer import autocast_ctx, configure_attention, make_optimizer
 
 SHAPES = {
     "nanoGPT CPU (4L 4H 128C T64 B12)": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),

@@ -6,16 +6,17 @@ import math
 import pytest
 
 from conftest import tiny_config
-from depthlab.train import Callback, train
-from depthlab.tracking import read_metrics
+from depthlab import train
+from depthlab.callbacks import Callback
+from depthlab.rundir import read_metrics
 
 
 class GradNorms(Callback):
     def __init__(self):
         self.by_step = {}
 
-    def on_step_end(self, trainer):
-        self.by_step[trainer.step] = trainer._gnorm.item()  # clip_grad_norm_'s pre-clip total
+    def on_step_end(self, trainer, info):
+        self.by_step[info.step] = info.grad_norm  # clip_grad_norm_'s pre-clip total
 
 
 def test_records_files_and_identical_trajectory(tmp_path, tiny_text_file):

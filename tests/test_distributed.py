@@ -51,7 +51,7 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
 
 def test_grad_accum_must_divide_world_size(monkeypatch, tmp_path, tiny_text_file):
     from conftest import tiny_config
-    from depthlab.train import Trainer
+    from depthlab.trainer import Trainer
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")

@@ -199,7 +199,7 @@ def test_failing_runs_are_results(tiny_text_file, tmp_path, monkeypatch):
 def test_nonfinite_run_is_recorded_and_kept(tiny_text_file, tmp_path, monkeypatch):
     import sys
 
-    tr = sys.modules["depthlab.train"]
+    tr = sys.modules["depthlab.analytics"]
     real = tr.train
     calls = []
 

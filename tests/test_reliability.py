@@ -19,7 +19,8 @@ from depthlab.data import CharTokenizer
 from depthlab.errors import DepthlabError, NonFiniteError
 from depthlab.model import GPT
 from depthlab.sample import check_sampling_args, generate, load_run, sample_text
-from depthlab.train import Trainer, train
+from depthlab import train
+from depthlab.trainer import Trainer
 
 from conftest import TINY_TEXT, tiny_config
 
@@ -66,11 +67,11 @@ def test_nan_stops_and_best_checkpoint_untouched(tmp_path, tiny_text_file):
 
 
 def test_nonfinite_skip_counts(tmp_path, tiny_text_file):
-    from depthlab.train import Callback
+    from depthlab.callbacks import Callback
 
     class Poison(Callback):  # makes step 3's gradient NaN, once
-        def on_before_clip(self, trainer):
-            if trainer.step == 3:
+        def on_before_clip(self, trainer, info):
+            if info.step == 3:
                 next(trainer.raw_model.parameters()).grad.fill_(float("nan"))
 
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(on_nonfinite="skip", max_iters=10))

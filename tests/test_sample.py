@@ -3,7 +3,7 @@ import torch
 
 from depthlab.errors import DepthlabError
 from depthlab.sample import filter_logits, generate, load_run, sample_text
-from depthlab.train import train
+from depthlab import train
 
 from conftest import tiny_config
 

@@ -7,7 +7,8 @@ import torch
 from depthlab.checkpoint import CKPT_DIR, payload_sha256
 from depthlab.errors import DepthlabError
 from depthlab.model import GPT
-from depthlab.train import get_lr, param_groups, train
+from depthlab import train
+from depthlab.trainer import get_lr, param_groups
 from depthlab.config import ModelConfig
 
 from conftest import tiny_config
@@ -109,7 +110,7 @@ def test_existing_out_dir_refused_then_overwritten(tmp_path, tiny_text_file):
 
 
 def test_eval_is_deterministic_with_dropout_and_restores_mode(tmp_path, tiny_text_file):
-    from depthlab.train import Trainer
+    from depthlab.trainer import Trainer
 
     t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, model=dict(dropout=0.2)), log=lambda s: None)
     t.model.train()
@@ -128,7 +129,7 @@ def test_nonfinite_loss_stops_with_step(tmp_path, tiny_text_file):
 
 
 def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_text_file, monkeypatch):
-    from depthlab.train import Trainer
+    from depthlab.trainer import Trainer
 
     def broken_compile(model, *a, **k):
         def fail(*args, **kwargs):
@@ -150,5 +151,5 @@ def test_package_exports_the_train_function():
     import depthlab
     import depthlab.analytics  # noqa: F401 - importing submodules must not shadow the function
 
-    importlib.import_module("depthlab.train")
+    importlib.import_module("depthlab.trainer")
     assert callable(depthlab.train) and depthlab.train.__name__ == "train"

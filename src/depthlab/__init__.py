@@ -5,9 +5,11 @@ from .data import CharTokenizer, load_corpus
 from .errors import DepthlabError
 from .model import GPT
 from .sample import generate, load_run, sample_text
-from .train import Callback, Trainer, train  # binds the function `train`, not the module
+from .analytics import train  # trainer.train + the default analytics observers
+from .callbacks import Callback, StepInfo
+from .trainer import Trainer
 
 __version__ = "0.1.0"
 
 __all__ = ["GPT", "ModelConfig", "DataConfig", "TrainConfig", "RunConfig", "CharTokenizer", "load_corpus",
-           "train", "Trainer", "Callback", "generate", "load_run", "sample_text", "DepthlabError"]
+           "train", "Trainer", "Callback", "StepInfo", "generate", "load_run", "sample_text", "DepthlabError"]

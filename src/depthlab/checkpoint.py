@@ -18,50 +18,26 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import tempfile
+import random
 import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from .config import ModelConfig
 from .errors import DepthlabError
+from .rundir import CHECKPOINTS, atomic_write
 
 FORMAT_VERSION = 1
-CKPT_DIR = "checkpoints"
+CKPT_DIR = CHECKPOINTS
 
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename (POSIX-atomic)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the user's usual mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+__all__ = ["atomic_write", "save_checkpoint", "latest_checkpoint", "verified_best", "load_weights_file",
+           "load_into", "load_state", "model_config_from_meta", "capture_rng_state", "restore_rng_state",
+           "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
 
 def clean_state_dict(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -307,3 +283,35 @@ def model_config_from_meta(meta: dict[str, str], path: Path) -> ModelConfig:
     if "config" not in meta:
         raise DepthlabError(f"checkpoint {path} has no depthlab config in its metadata")
     return ModelConfig(**json.loads(meta["config"])["model"])
+
+
+# ------------------------------------------------------------------------- resume state
+def capture_rng_state(batch_rng: np.random.Generator, device: torch.device) -> dict:
+    """Every random-number state a run depends on, as tensors and JSON strings (weights_only-safe).
+
+    Args:
+        batch_rng: the trainer's batch-sampling generator.
+        device: the training device (its CUDA generator is saved too).
+
+    Returns:
+        ``{"torch", "python", "numpy_global", "batch"[, "cuda"]}`` for :func:`restore_rng_state`.
+    """
+    st = {"torch": torch.get_rng_state(), "python": json.dumps(random.getstate()),
+          "numpy_global": json.dumps([x.tolist() if isinstance(x, np.ndarray) else x
+                                      for x in np.random.get_state()]),
+          "batch": json.dumps(batch_rng.bit_generator.state)}
+    if device.type == "cuda":
+        st["cuda"] = torch.cuda.get_rng_state(device)
+    return st
+
+
+def restore_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.device) -> None:
+    """Put back the states saved by :func:`capture_rng_state` (torch, Python, NumPy, batches, CUDA)."""
+    torch.set_rng_state(st["torch"])
+    py = json.loads(st["python"])
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    ng = json.loads(st["numpy_global"])
+    np.random.set_state((ng[0], np.array(ng[1], dtype=np.uint32), ng[2], ng[3], ng[4]))
+    batch_rng.bit_generator.state = json.loads(st["batch"])
+    if device.type == "cuda" and "cuda" in st:
+        torch.cuda.set_rng_state(st["cuda"], device)

@@ -137,15 +137,16 @@ def cmd_train(argv: list[str]) -> int:
         raise DepthlabError(f"train: {_one_line(str(e))}") from None
     d = ns.as_dict()
     cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
-    from .train import Trainer
+    from .analytics import default_callbacks
+    from .trainer import Trainer
 
-    trainer = Trainer(cfg, overwrite=bool(d.get("overwrite")))
+    trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(d.get("overwrite")))
     if d.get("init_from"):
         try:
             init_from(trainer, d["init_from"])
         except BaseException:
             if trainer.created_run_dir:  # nothing half-made may block the corrected command
-                trainer.tracker.close()
+                trainer.metrics.close()
                 import shutil
 
                 shutil.rmtree(trainer.run_dir, ignore_errors=True)
@@ -285,7 +286,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "their permissions/encoding)", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: no raw tracebacks for users
-        from .train import Interrupted
+        from .trainer import Interrupted
 
         if isinstance(e, Interrupted):
             print(f"{PROG}: {e}", file=sys.stderr)

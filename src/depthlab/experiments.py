@@ -657,7 +657,8 @@ def _execute(job: dict) -> dict:
 
     from .config import RunConfig
     from .errors import NonFiniteError
-    from .train import Interrupted, train
+    from .analytics import train
+    from .trainer import Interrupted
 
     old_threads = torch.get_num_threads()
     if job.get("threads"):
@@ -975,7 +976,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, report: bo
 
 # --------------------------------------------------------------------------- results
 def _read_jsonl_records(run_dir: Path) -> list[dict]:
-    from .tracking import read_metrics
+    from .rundir import read_metrics
 
     return read_metrics(run_dir)
 

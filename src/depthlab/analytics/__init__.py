@@ -4,12 +4,18 @@ Everything here observes a model or a run and never changes the maths: the same 
 the same trajectory with or without these observers.
 """
 
+from pathlib import Path
+from typing import Iterable
+
+from ..callbacks import Callback
+from ..trainer import console
+from ..trainer import train as _train_bare
 from .activations import ActivationProbe, probe_stats, rank_measure, record_activations
 from .baselines import BaselinesCallback, corpus_baselines
 from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
 from .gradients import GradientLogger, GradientMonitor, GradStats, format_table
 
-__all__ = ["default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
+__all__ = ["train", "default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
            "record_activations", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
            "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback"]
 
@@ -21,7 +27,7 @@ def default_callbacks(cfg) -> list:
     activation probes every ``probe_interval`` steps (0 = off), and the diagnosis at the end.
 
     Returns:
-        A list of :class:`depthlab.train.Callback`.
+        A list of :class:`depthlab.callbacks.Callback`.
     """
     t = cfg.train
     cbs: list = [BaselinesCallback()]
@@ -31,3 +37,23 @@ def default_callbacks(cfg) -> list:
         cbs.append(ActivationProbe(t.probe_interval, histograms=t.tensorboard))
     cbs.append(DiagnosisCallback())
     return cbs
+
+
+def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
+    """Train a GPT with the default analytics observers (and ``callbacks`` after them).
+
+    This is ``depthlab.train``: :func:`depthlab.trainer.train` plus :func:`default_callbacks`.
+
+    Args:
+        cfg: a :class:`~depthlab.config.RunConfig`.
+        callbacks: extra read-only observers.
+        overwrite: replace an existing run directory (only a depthlab run).
+        log: ``callable(str)`` for console lines.
+
+    Returns:
+        The run directory.
+
+    Raises:
+        DepthlabError: bad input; NonFiniteError; Interrupted (see :mod:`depthlab.trainer`).
+    """
+    return _train_bare(cfg, callbacks=default_callbacks(cfg) + list(callbacks), overwrite=overwrite, log=log)

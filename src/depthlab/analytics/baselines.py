@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DepthlabError
-from ..train import Callback
+from ..callbacks import Callback, RunView, StepInfo
+from ..rundir import BASELINES, write_json
 
 LN2 = math.log(2.0)
 DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
@@ -157,10 +158,8 @@ def format_baselines(b: dict[str, Any]) -> str:
 
 def write_baselines(run_dir: Path, b: dict[str, Any]) -> Path:
     """Write ``run_dir/baselines.json`` atomically and return its path."""
-    from ..checkpoint import atomic_write
-
-    p = Path(run_dir) / "baselines.json"
-    atomic_write(p, json.dumps(b, indent=2).encode())
+    p = Path(run_dir) / BASELINES
+    write_json(p, b)
     return p
 
 
@@ -174,7 +173,7 @@ class BaselinesCallback(Callback):
     def __init__(self) -> None:
         self._cache: dict[tuple, dict] = {}
 
-    def on_train_start(self, trainer) -> None:
+    def on_train_start(self, trainer: RunView, info: StepInfo) -> None:
         """Compute (or reuse), write and print the baselines."""
         if not trainer.is_main:
             return
@@ -183,6 +182,5 @@ class BaselinesCallback(Callback):
         if key not in self._cache:
             self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab))
         b = self._cache[key]
-        trainer.baselines = b
         write_baselines(trainer.run_dir, b)
         trainer.log(format_baselines(b))

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import DepthlabError
-from ..train import Callback
+from ..callbacks import Callback, RunView
+from ..rundir import DIAGNOSIS, RunDir, write_json
 
 __all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "format_findings", "findings_json",
            "write_diagnosis", "DiagnosisCallback", "RULES"]
@@ -362,18 +363,11 @@ def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -
     Raises:
         DepthlabError: the folder does not exist, or holds neither config.json nor metrics.jsonl.
     """
-    from ..tracking import read_metrics
-
-    rd = Path(run_dir)
-    if not rd.is_dir():
-        raise DepthlabError(f"run directory {rd} not found")
-    if not (rd / "config.json").is_file() or not (rd / "metrics.jsonl").is_file():
-        raise DepthlabError(f"{rd} is not a depthlab run directory (needs config.json and metrics.jsonl)")
-    config = _load_json(rd / "config.json")
-    baselines = _load_json(rd / "baselines.json")
+    rd = RunDir(run_dir).require("metrics")
+    config, baselines = rd.config, rd.baselines
     if baselines is None and config is not None:
         baselines = _recompute_baselines(config)
-    return diagnose_records(read_metrics(rd), baselines, config, thresholds)
+    return diagnose_records(rd.metrics(), baselines, config, thresholds)
 
 
 def _recompute_baselines(config: dict) -> Optional[dict]:
@@ -406,23 +400,18 @@ def findings_json(findings: list[Finding]) -> dict:
 
 def write_diagnosis(run_dir: Path, findings: list[Finding]) -> Path:
     """Write ``run_dir/diagnosis.json`` atomically; returns its path."""
-    from ..checkpoint import atomic_write
-
-    p = Path(run_dir) / "diagnosis.json"
-    atomic_write(p, json.dumps(findings_json(findings), indent=2).encode())
+    p = Path(run_dir) / DIAGNOSIS
+    write_json(p, findings_json(findings))
     return p
 
 
 class DiagnosisCallback(Callback):
     """At train end (main rank): diagnose the run, print the findings, write diagnosis.json."""
 
-    def on_train_end(self, trainer, summary: dict) -> None:
-        """Run every rule over the run's metrics so far."""
+    def on_train_end(self, trainer: RunView, summary: dict) -> None:
+        """Run every rule over the run's metrics so far (the writer flushes every record)."""
         if not trainer.is_main:
             return
-        tr = getattr(trainer, "tracker", None)
-        if tr is not None and getattr(tr, "_f", None) is not None:
-            tr._f.flush()
         try:
             findings = diagnose_run(trainer.run_dir)
         except DepthlabError as e:  # never fail a finished training run over its diagnosis

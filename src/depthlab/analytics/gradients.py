@@ -32,7 +32,7 @@ from typing import Iterable, Optional
 import torch
 import torch.nn as nn
 
-from ..train import Callback
+from ..callbacks import Callback, RunView, StepInfo
 
 __all__ = ["GradientMonitor", "GradStats", "GradientLogger", "param_component", "format_table"]
 
@@ -344,24 +344,26 @@ class GradientLogger(Callback):
         self.monitor: Optional[GradientMonitor] = None
         self._armed = False
 
-    def on_train_start(self, trainer) -> None:
+    def on_train_start(self, trainer: RunView, info: StepInfo) -> None:
         """Build the monitor over the unwrapped model (compiled/DDP wrappers share its parameters)."""
         self.monitor = GradientMonitor(trainer.raw_model) if trainer.is_main else None
 
-    def on_before_clip(self, trainer) -> None:
+    def on_before_clip(self, trainer: RunView, info: StepInfo) -> None:
         """On logged steps: launch the gradient reductions and snapshot the weights."""
-        # trainer.step is incremented after the optimizer step, so the record carries step + 1
-        self._armed = self.monitor is not None and self.interval > 0 and (trainer.step + 1) % self.interval == 0
+        # the step counter is incremented after the optimizer step, so the record carries step + 1
+        self._armed = self.monitor is not None and self.interval > 0 and (info.step + 1) % self.interval == 0
         if self._armed:
             self.monitor.capture_grads()
             self.monitor.snapshot_weights()
 
-    def on_step_end(self, trainer) -> None:
+    def on_step_end(self, trainer: RunView, info: StepInfo) -> None:
         """On logged steps: one sync, then one metrics.jsonl record and the TensorBoard scalars."""
         if not self._armed:
             return
         self._armed = False
-        stats = self.monitor.collect(trainer.step)
-        trainer.tracker.log(stats.to_record(trainer.step), stats.tb_scalars())
+        stats = self.monitor.collect(info.step)
+        rec = stats.to_record(info.step)
+        rec.pop("kind", None)
+        trainer.metrics.log("grad", rec, stats.tb_scalars())
         if self.console_table:
-            trainer.log(f"gradients at step {trainer.step}:\n" + format_table(stats, per_parameter=False))
+            trainer.log(f"gradients at step {info.step}:\n" + format_table(stats, per_parameter=False))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..errors import DepthlabError
-from ..tracking import finite_or_none
+from ..rundir import finite_or_none
 from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import DepthlabError
-from ..tracking import read_metrics
+from ..rundir import read_metrics
 
 __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad_layers",
            "plot_attention", "plot_activations", "plot_attn_entropy", "plot_update_ratio",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import DepthlabError
-from ..tracking import finite_or_none
+from ..rundir import finite_or_none
 from .html import Section, esc, html_table, img_tag, render_page
 from .plots import BASELINE_STYLE, DPI, LN2, OKABE_ITO
 

@@ -1,14 +1,14 @@
 """The training loop: AdamW, warmup + cosine LR, clipping, accumulation, eval, checkpoints, resume.
 
-Observers (gradient monitor, activation probes, ...) attach as :class:`Callback` objects; they
-read the model and the trainer but never change the maths.
+The trainer runs exactly the callbacks it is given (see :mod:`depthlab.callbacks`); the public
+:func:`depthlab.train` adds the default analytics observers. Files go through
+:mod:`depthlab.rundir` and :mod:`depthlab.checkpoint`; only rank 0 writes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import random
@@ -17,17 +17,19 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 import torch
 
 from . import checkpoint as ckpt
+from . import rundir
+from .callbacks import Callback, StepInfo
 from .config import RunConfig
 from .data import Corpus, get_batch, load_corpus, to_device
 from .errors import DepthlabError, NonFiniteError
 from .model import GPT
-from .tracking import Tracker, console, read_metrics, truncate_metrics
+from .rundir import MetricsWriter, RunDir, default_out_dir, prepare_run_dir, truncate_metrics
 
 LN2 = math.log(2.0)
 
@@ -40,16 +42,6 @@ class Interrupted(Exception):
         self.run_dir, self.step = run_dir, step
         super().__init__(f"interrupted at step {step}; checkpoint written. Resume with: "
                          f"depthlab train --resume {run_dir}")
-
-
-class Callback:
-    """Read-only observer of a :class:`Trainer`. Override any hook; each gets the trainer."""
-
-    def on_train_start(self, trainer: "Trainer") -> None: ...
-    def on_before_clip(self, trainer: "Trainer") -> None: ...  # grads averaged, not yet clipped
-    def on_step_end(self, trainer: "Trainer") -> None: ...     # after optimizer.step, step counter advanced
-    def on_eval(self, trainer: "Trainer", record: dict) -> None: ...
-    def on_train_end(self, trainer: "Trainer", summary: dict) -> None: ...
 
 
 def resolve_device(name: str) -> torch.device:
@@ -146,85 +138,30 @@ def autocast_ctx(device: torch.device, dtype: str):
     return contextlib.nullcontext()
 
 
-# Everything a run directory may hold; --overwrite deletes a folder only if it holds nothing else.
-RUN_ARTIFACTS = frozenset({"config.json", "vocab.json", "metrics.jsonl", "summary.json", "baselines.json",
-                           "diagnosis.json", "checkpoints", "tb", "plots", "report.html", "train.log",
-                           "init_probe.json", "sweep_status.json"})
+def console(msg: str) -> None:
+    """Print one log line to stdout, safely around a tqdm progress bar.
 
-
-def default_out_dir() -> Path:
-    """``runs/<YYYYmmdd-HHMMSS>`` (with a numeric suffix if taken)."""
-    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    p, i = base, 1
-    while p.exists():
-        p, i = Path(f"{base}-{i}"), i + 1
-    return p
-
-
-def prepare_run_dir(out_dir: Path, overwrite: bool) -> None:
-    """Create ``out_dir``; refuse an existing non-empty one unless ``overwrite`` and it is a run.
-
-    Raises:
-        DepthlabError: the folder exists (and what to do), or is a file, or is not a depthlab run.
+    If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the log
+    is discarded instead of killing the run: training and its files matter more than the log.
     """
-    if out_dir.exists() and not out_dir.is_dir():
-        raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue "
-                                "it, --overwrite to replace it, or another --train.out_dir")
-        cwd = Path.cwd().resolve()
-        target = out_dir.resolve()
-        if target == cwd or target in cwd.parents:
-            raise DepthlabError(f"refusing to --overwrite {out_dir}: it is the current folder or contains it")
-        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_ARTIFACTS)
-        if not (out_dir / "config.json").exists() or foreign:
-            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory (it holds "
-                                f"{', '.join(foreign[:5]) or 'no config.json'}); refusing to delete it with "
-                                "--overwrite")
-        shutil.rmtree(out_dir)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise DepthlabError(f"cannot create train.out_dir {out_dir}: {e.strerror}; choose a writable folder") from None
+        try:
+            from tqdm import tqdm
 
-
-def _rng_state(batch_rng: np.random.Generator, device: torch.device) -> dict:
-    st = {"torch": torch.get_rng_state(), "python": json.dumps(random.getstate()),
-          "numpy_global": json.dumps([x.tolist() if isinstance(x, np.ndarray) else x
-                                      for x in np.random.get_state()]),
-          "batch": json.dumps(batch_rng.bit_generator.state)}
-    if device.type == "cuda":
-        st["cuda"] = torch.cuda.get_rng_state(device)
-    return st
-
-
-def _set_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.device) -> None:
-    torch.set_rng_state(st["torch"])
-    py = json.loads(st["python"])
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    ng = json.loads(st["numpy_global"])
-    np.random.set_state((ng[0], np.array(ng[1], dtype=np.uint32), ng[2], ng[3], ng[4]))
-    batch_rng.bit_generator.state = json.loads(st["batch"])
-    if device.type == "cuda" and "cuda" in st:
-        torch.cuda.set_rng_state(st["cuda"], device)
-
-
-def _default_callbacks(cfg: RunConfig) -> list[Callback]:
-    """Analytics observers every run gets (gradient monitor, probes, baselines, diagnosis)."""
-    try:
-        from .analytics import default_callbacks
-    except ImportError:  # analytics not present: training works without observers
-        return []
-    return list(default_callbacks(cfg))
+            tqdm.write(msg, file=sys.stdout)
+        except ImportError:
+            print(msg)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class Trainer:
-    """One training run. Use :func:`train` unless you need the object (callbacks get it).
+    """One training run. Use :func:`train` unless you need the object.
 
     Args:
         cfg: the run config; ``cfg.model.vocab_size`` is filled from the corpus.
-        callbacks: read-only observers.
+        callbacks: read-only observers (:class:`~depthlab.callbacks.Callback`); only these run.
         overwrite: replace an existing run directory (only if it is a depthlab run).
         log: ``callable(str)`` for console lines (default: stdout).
 
@@ -235,7 +172,7 @@ class Trainer:
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console):
         self.cfg = cfg
-        self.callbacks = _default_callbacks(cfg) + list(callbacks)
+        self.callbacks = list(callbacks)
         t = cfg.train
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -245,11 +182,7 @@ class Trainer:
             raise DepthlabError(f"train.grad_accum ({t.grad_accum}) counts micro-batches of the global batch and "
                                 f"must be divisible by the number of processes ({self.world_size})")
         self.accum = t.grad_accum // self.world_size  # micro-batches per process per step
-        if t.threads:
-            torch.set_num_threads(t.threads)
-        elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        self._set_threads()
         self.device = resolve_device(t.device)
         if self.world_size > 1:
             self.device = self._init_distributed()
@@ -278,6 +211,14 @@ class Trainer:
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
 
+    def _set_threads(self) -> None:
+        t = self.cfg.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+
     def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
         t = cfg.train
         cfg.model = dataclasses.replace(cfg.model, vocab_size=len(vocab))
@@ -301,6 +242,7 @@ class Trainer:
         self.tokens_seen = 0
         self.nonfinite_skips = 0
         self.last_eval: dict = {}
+        self.last_info = StepInfo(step=0)
         self.target_reached: Optional[tuple[int, float]] = None
         self.stopped_by = "max_iters"
         self._signal: Optional[int] = None
@@ -317,7 +259,7 @@ class Trainer:
         elif t.resume and self.is_main:
             self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
             truncate_metrics(self.run_dir, -1)
-        self.tracker = Tracker(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
+        self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
 
     # ----------------------------------------------------------------- setup helpers
     def _init_distributed(self) -> torch.device:
@@ -360,11 +302,10 @@ class Trainer:
             torch.set_rng_state(rng)
 
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
-        rd = self.run_dir
-        if not (rd / "config.json").exists():
-            raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no config.json)")
-        old = json.loads((rd / "config.json").read_text())
-        old_vocab = json.loads((rd / "vocab.json").read_text(encoding="utf-8"))
+        rd = RunDir(self.run_dir)
+        if not rd.file(rundir.CONFIG).exists():
+            raise DepthlabError(f"cannot resume: {rd.path} is not a depthlab run directory (no config.json)")
+        old, old_vocab = rd.config or {}, rd.vocab or []
         new = [c for c in vocab if c not in set(old_vocab)]
         gone = [c for c in old_vocab if c not in set(vocab)]
         if new or gone:
@@ -374,27 +315,27 @@ class Trainer:
             if gone:
                 parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
             raise DepthlabError(
-                f"cannot resume {rd}: the corpus vocabulary differs from the checkpoint's ({'; '.join(parts)}); "
-                "resume with the run's own corpus, or use --init-from for a new run")
+                f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
+                f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
         for k in ("n_layer", "n_head", "n_embd", "block_size", "variant", "norm", "ff_mult",
                   "activation", "bias", "tie_weights"):
-            if old["model"].get(k) != getattr(self.cfg.model, k):
-                raise DepthlabError(f"cannot resume {rd}: model.{k} is {getattr(self.cfg.model, k)!r} but the "
-                                    f"checkpoint has {old['model'].get(k)!r}")
+            if old.get("model", {}).get(k) != getattr(self.cfg.model, k):
+                raise DepthlabError(f"cannot resume {rd.path}: model.{k} is {getattr(self.cfg.model, k)!r} but "
+                                    f"the checkpoint has {old.get('model', {}).get(k)!r}")
         import warnings
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            entry = ckpt.latest_checkpoint(rd)
+            entry = ckpt.latest_checkpoint(rd.path)
         for w in caught:
             self.log(f"warning: {w.message}")
         return entry
 
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
-        ckpt.atomic_write(self.run_dir / "config.json", json.dumps(self.cfg.to_dict(), indent=2).encode())
+        rundir.write_json(self.run_dir / rundir.CONFIG, self.cfg.to_dict())
         if not resume:
-            (self.run_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+            rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
 
     def _load_resume(self, entry: dict) -> None:
         ckdir = self.run_dir / ckpt.CKPT_DIR
@@ -402,27 +343,30 @@ class Trainer:
         ckpt.load_into(self.raw_model, sd, ckdir / f"{entry['name']}.safetensors")
         st = ckpt.load_state(ckdir / f"{entry['name']}.state.pt")
         self.optimizer.load_state_dict(st["optimizer"])
-        _set_rng_state(st["rng"], self.batch_rng, self.device)
+        ckpt.restore_rng_state(st["rng"], self.batch_rng, self.device)
         self.step = int(st["step"])
         self.best_val = float(st["best_val_loss"])
         self.best_step = int(st["best_step"])
         self.wall_before = float(st["wall_time_s"])
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
-        evals = [r for r in read_metrics(self.run_dir) if "val_loss" in r and r["step"] <= self.step]
+        evals = [r for r in RunDir(self.run_dir).evals if r["step"] <= self.step]
         self.last_eval = evals[-1] if evals else {}
         if self.is_main:
             truncate_metrics(self.run_dir, self.step)
-            (self.run_dir / "summary.json").unlink(missing_ok=True)
+            (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         self.log(f"resuming {self.run_dir} from step {self.step} (best val {self.best_val:.4f})")
 
-    # ----------------------------------------------------------------- evaluation
+    # ----------------------------------------------------------------- evaluation and checkpoints
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split, in eval mode.
 
         The eval batches come from a generator seeded with (seed, 1) at every call, so every
         evaluation sees the same windows and the training RNG is untouched.
+
+        Returns:
+            ``{"train": float, "val": float}`` in nats per token.
         """
         t = self.cfg.train
         was_training = self.model.training
@@ -445,13 +389,19 @@ class Trainer:
     def _state(self) -> dict:
         return {"step": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
                 "optimizer": self.optimizer.state_dict(),
-                "rng": _rng_state(self.batch_rng, self.device),
-                "wall_time_s": self.wall_before + (time.time() - self._t_start),
-                "tokens_seen": self.tokens_seen, "nonfinite_skips": self.nonfinite_skips}
+                "rng": ckpt.capture_rng_state(self.batch_rng, self.device),
+                "wall_time_s": self._wall(), "tokens_seen": self.tokens_seen,
+                "nonfinite_skips": self.nonfinite_skips}
 
     def _meta(self) -> dict[str, str]:
+        import json
+
         return {"config": json.dumps(self.cfg.to_dict()),
                 "vocab": json.dumps(self.corpus.tokenizer.vocab, ensure_ascii=False)}
+
+    def _wall(self) -> float:
+        """Seconds of training wall time, earlier sessions of a resumed run included."""
+        return self.wall_before + (time.time() - self._t_start)
 
     def save(self, is_best: bool = False, val_loss: Optional[float] = None) -> None:
         """Write a step checkpoint (and ``best`` if ``is_best``) on the main process."""
@@ -464,7 +414,7 @@ class Trainer:
         tl, vl = losses["train"], losses["val"]
         rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": vl / LN2,
                "val_ppl": math.exp(min(vl, 50.0)), "tokens_seen": self.tokens_seen,
-               "elapsed_s": round(self.wall_before + time.time() - self._t_start, 3)}
+               "elapsed_s": round(self._wall(), 3)}
         is_best = math.isfinite(vl) and vl < self.best_val
         if is_best:
             self.best_val, self.best_step = vl, self.step
@@ -472,25 +422,150 @@ class Trainer:
         t = self.cfg.train
         if t.target_val_loss > 0 and vl <= t.target_val_loss and self.target_reached is None:
             self.target_reached = (self.step, rec["elapsed_s"])
-        self.tracker.log(rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
+        self.metrics.log("eval", rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
         self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, "
                  f"ppl {rec['val_ppl']:.2f})")
         for cb in self.callbacks:
-            cb.on_eval(self, rec)
+            cb.on_eval(self, self.last_info, rec)
         self.save(is_best=is_best, val_loss=vl)
 
-    # ----------------------------------------------------------------- the loop
+    # ----------------------------------------------------------------- one optimisation step
     def _first_nonfinite_param(self) -> str:
         for name, p in self.raw_model.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 return name
         return "(none: every gradient is finite but their total norm overflowed float32)"
 
+    def _forward_backward(self) -> torch.Tensor:
+        """Forward + backward over this step's micro-batches; returns the summed loss (a 0-d tensor)."""
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(self.accum):
+            x, y = self._micro_batch()
+            sync = contextlib.nullcontext()
+            if self.world_size > 1 and micro < self.accum - 1:
+                sync = self.model.no_sync()  # all-reduce once, on the last micro-batch
+            with sync:
+                with self.ctx:
+                    _, loss = self.model(x, y)
+                (loss / self.accum).backward()
+            loss_sum += loss.detach().float()
+        return loss_sum
+
+    def _handle_nonfinite(self, loss_val: float, gnorm: float, lr: float) -> None:
+        """Skip the step (``on_nonfinite: skip``) or raise :class:`NonFiniteError`; nothing reaches the weights."""
+        t = self.cfg.train
+        if t.on_nonfinite == "skip":
+            self.optimizer.zero_grad(set_to_none=True)
+            self.nonfinite_skips += 1
+            self.metrics.log("event", {"step": self.step + 1, "nonfinite_skip": True,
+                                       "nonfinite_skips": self.nonfinite_skips})
+            self.step += 1
+            return
+        self.metrics.log("event", {"step": self.step + 1, "nonfinite": True, "loss": loss_val,
+                                   "grad_norm": gnorm, "lr": lr})
+        raise NonFiniteError(
+            f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
+            f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
+            f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype "
+            f"{'bfloat16' if use_bf16(self.device, t.dtype) else 'float32'}); lower "
+            f"train.learning_rate or raise train.warmup_iters; the "
+            f"checkpoints in {self.run_dir} are untouched")
+
+    def train_step(self, params: list[torch.nn.Parameter], tokens_per_step: int) -> Optional[StepInfo]:
+        """One optimisation step: LR, forward/backward, clip, non-finite check, ``optimizer.step``.
+
+        Returns:
+            The step's :class:`StepInfo`, or None when a non-finite step was skipped.
+
+        Raises:
+            NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
+        """
+        t = self.cfg.train
+        lr = get_lr(self.step, t.learning_rate, t.min_lr, t.warmup_iters, self.decay_iters)
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+        loss_sum = self._forward_backward()
+        for cb in self.callbacks:
+            cb.on_before_clip(self, StepInfo(step=self.step, lr=lr, tokens_seen=self.tokens_seen))
+        gnorm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"))
+        if self.world_size > 1 and (self.step + 1) % t.log_interval == 0:
+            import torch.distributed as dist
+
+            dist.all_reduce(loss_sum)  # logged loss = mean over all ranks' micro-batches
+            loss_sum /= self.world_size
+        loss_val, gnorm_val = loss_sum.item() / self.accum, gnorm.item()
+        if not (math.isfinite(loss_val) and math.isfinite(gnorm_val)):
+            self._handle_nonfinite(loss_val, gnorm_val, lr)
+            return None
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += tokens_per_step
+        self.last_info = StepInfo(step=self.step, loss=loss_val, lr=lr, grad_norm=gnorm_val,
+                                  tokens_seen=self.tokens_seen)
+        for cb in self.callbacks:
+            cb.on_step_end(self, self.last_info)
+        return self.last_info
+
+    # ----------------------------------------------------------------- the loop
     def _on_signal(self, signum, frame):
         self._signal = signum
 
+    @contextlib.contextmanager
+    def _signals_caught(self) -> Iterator[None]:
+        """SIGINT/SIGTERM set a flag (checked between steps) instead of killing the process mid-write."""
+        import threading
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                old[s] = signal.signal(s, self._on_signal)
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _stop_reason(self, time_up: bool) -> Optional[str]:
+        """``max_iters`` | ``max_time`` | ``target_val_loss`` when training must stop now, else None."""
+        t = self.cfg.train
+        if self.step >= t.max_iters:
+            return "max_iters"
+        if time_up:
+            self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {self.step} of "
+                     f"{t.max_iters}: the learning rate had not finished its decay")
+            return "max_time"
+        if self.target_reached is not None:
+            self.log(f"stopped at step {self.step}: val loss reached train.target_val_loss {t.target_val_loss:g}")
+            return "target_val_loss"
+        return None
+
+    def _banner(self, tokens_per_step: int) -> None:
+        t, m = self.cfg.train, self.cfg.model
+        if self.step > 0 and self.step >= t.max_iters:
+            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
+                     f"(a total); pass a larger --train.max_iters to extend it")
+        self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
+                 f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
+                 f"{tokens_per_step} tokens/step")
+        self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.accum} x processes "
+                 f"{self.world_size} = {t.batch_size * self.accum * self.world_size} sequences of "
+                 f"{m.block_size} tokens")
+
+    def _log_step(self, info: StepInfo, tokens_per_sec: float, bar) -> None:
+        self.metrics.log("train", {"step": info.step, "loss": info.loss, "lr": info.lr,
+                                   "grad_norm": info.grad_norm, "tokens_per_sec": tokens_per_sec},
+                         {"train/loss": info.loss, "lr": info.lr, "grad_norm/total": info.grad_norm,
+                          "tokens_per_sec": tokens_per_sec})
+        if bar is not None:
+            bar.set_postfix_str(f"loss {info.loss:.3f} val {self.best_val:.3f} {tokens_per_sec:,.0f} tok/s")
+        else:
+            self.log(f"step {info.step}/{self.cfg.train.max_iters} | loss {info.loss:.4f} | lr {info.lr:.2e} | "
+                     f"grad_norm {info.grad_norm:.3f} | {tokens_per_sec:,.0f} tokens/s | "
+                     f"{time.time() - self._t_start:.1f}s")
+
     def fit(self) -> Path:
-        """Train to ``max_iters`` (or ``max_time``); returns the run directory.
+        """Train to ``max_iters`` (or ``max_time`` / ``target_val_loss``); returns the run directory.
 
         Raises:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
@@ -500,135 +575,57 @@ class Trainer:
         self._t_start = time.time()
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.step > 0 else None
-        if resumed_at is not None and self.step >= t.max_iters:
-            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
-                     f"(a total); pass a larger --train.max_iters to extend it")
-        if self.is_main:
-            self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
-                     f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
-                     f"{tokens_per_step} tokens/step")
-            self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.accum} x processes "
-                     f"{self.world_size} = {t.batch_size * self.accum * self.world_size} sequences of "
-                     f"{m.block_size} tokens")
+        self._banner(tokens_per_step)
         for cb in self.callbacks:
-            cb.on_train_start(self)
-        old_handlers = {}
-        if self._can_handle_signals():
-            for s in (signal.SIGINT, signal.SIGTERM):
-                old_handlers[s] = signal.signal(s, self._on_signal)
+            cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         bar = self._progress_bar()
-        params = [p for p in self.raw_model.parameters()]
+        params = list(self.raw_model.parameters())
         last_log_t, last_log_step = time.time(), self.step
-        loss_val = float("nan")
-        try:
-            self.model.train()
-            while True:
-                time_up = t.max_time > 0 and (time.time() - self._t_start) >= t.max_time
-                if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
-                        and self.step != resumed_at:
-                    self._do_eval()
-                    if bar is not None:
-                        bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f}")
-                if self.step >= t.max_iters or time_up or self.target_reached is not None:
-                    if time_up and self.step < t.max_iters:
-                        self.stopped_by = "max_time"
-                        self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {self.step} of "
-                                 f"{t.max_iters}: the learning rate had not finished its decay")
-                    elif self.target_reached is not None and self.step < t.max_iters:
-                        self.stopped_by = "target_val_loss"
-                        self.log(f"stopped at step {self.step}: val loss reached train.target_val_loss "
-                                 f"{t.target_val_loss:g}")
-                    break
-                if self._signal is not None:
-                    self.save()
-                    raise Interrupted(self._signal, self.run_dir, self.step)
-                lr = get_lr(self.step, t.learning_rate, t.min_lr, t.warmup_iters, self.decay_iters)
-                for g in self.optimizer.param_groups:
-                    g["lr"] = lr
-                loss_sum = torch.zeros((), device=self.device)
-                for micro in range(self.accum):
-                    x, y = self._micro_batch()
-                    sync = contextlib.nullcontext()
-                    if self.world_size > 1 and micro < self.accum - 1:
-                        sync = self.model.no_sync()  # all-reduce once, on the last micro-batch
-                    with sync:
-                        with self.ctx:
-                            _, loss = self.model(x, y)
-                        (loss / self.accum).backward()
-                    loss_sum += loss.detach().float()
-                for cb in self.callbacks:
-                    cb.on_before_clip(self)
-                gnorm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"))
-                if self.world_size > 1 and (self.step + 1) % t.log_interval == 0:
-                    import torch.distributed as dist
-
-                    dist.all_reduce(loss_sum)  # logged loss = mean over all ranks' micro-batches
-                    loss_sum /= self.world_size
-                loss_val = loss_sum.item() / self.accum
-                if not (math.isfinite(loss_val) and math.isfinite(gnorm.item())):
-                    if t.on_nonfinite == "skip":
-                        self.optimizer.zero_grad(set_to_none=True)
-                        self.nonfinite_skips += 1
-                        self.tracker.log({"step": self.step + 1, "nonfinite_skip": True,
-                                          "nonfinite_skips": self.nonfinite_skips})
-                        self.step += 1
+        with self._signals_caught():
+            try:
+                self.model.train()
+                while True:
+                    time_up = t.max_time > 0 and (time.time() - self._t_start) >= t.max_time
+                    if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
+                            and self.step != resumed_at:
+                        self._do_eval()
+                    reason = self._stop_reason(time_up)
+                    if reason is not None:
+                        self.stopped_by = reason
+                        break
+                    if self._signal is not None:
+                        self.save()
+                        raise Interrupted(self._signal, self.run_dir, self.step)
+                    info = self.train_step(params, tokens_per_step)
+                    if info is None:
                         continue
-                    self.tracker.log({"step": self.step + 1, "nonfinite": True, "loss": loss_val,
-                                      "grad_norm": gnorm.item(), "lr": lr})
-                    raise NonFiniteError(
-                        f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
-                        f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
-                        f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype "
-                        f"{'bfloat16' if use_bf16(self.device, t.dtype) else 'float32'}); lower "
-                        f"train.learning_rate or raise train.warmup_iters; the "
-                        f"checkpoints in {self.run_dir} are untouched")
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.step += 1
-                self.tokens_seen += tokens_per_step
-                self._gnorm, self._loss, self._lr = gnorm, loss_val, lr
-                for cb in self.callbacks:
-                    cb.on_step_end(self)
-                if bar is not None:
-                    bar.update(1)
-                if self.step % t.log_interval == 0:
-                    now = time.time()
-                    tps = (self.step - last_log_step) * tokens_per_step / max(now - last_log_t, 1e-9)
-                    last_log_t, last_log_step = now, self.step
-                    self.tracker.log({"step": self.step, "loss": loss_val, "lr": lr,
-                                      "grad_norm": gnorm.item(), "tokens_per_sec": tps},
-                                     {"train/loss": loss_val, "lr": lr, "grad_norm/total": gnorm.item(),
-                                      "tokens_per_sec": tps})
                     if bar is not None:
-                        bar.set_postfix_str(f"loss {loss_val:.3f} val {self.best_val:.3f} {tps:,.0f} tok/s")
-                    else:
-                        self.log(f"step {self.step}/{t.max_iters} | loss {loss_val:.4f} | lr {lr:.2e} | "
-                                 f"grad_norm {gnorm.item():.3f} | {tps:,.0f} tokens/s | "
-                                 f"{now - self._t_start:.1f}s")
-        finally:
-            if bar is not None:
-                bar.close()
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
+                        bar.update(1)
+                    if self.step % t.log_interval == 0:
+                        now = time.time()
+                        tps = (self.step - last_log_step) * tokens_per_step / max(now - last_log_t, 1e-9)
+                        last_log_t, last_log_step = now, self.step
+                        self._log_step(info, tps, bar)
+            finally:
+                if bar is not None:
+                    bar.close()
+        return self._finish()
+
+    def _finish(self) -> Path:
         summary = self._summary()
         for cb in self.callbacks:
             cb.on_train_end(self, summary)
         if self.is_main:
-            ckpt.atomic_write(self.run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+            rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
             self.log(f"done: best val {summary['best_val_loss']:.4f} nats "
                      f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}, "
                      f"{summary['final_step']} steps in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
-        self.tracker.close()
+        self.metrics.close()
         if self.world_size > 1:
             import torch.distributed as dist
 
             dist.barrier()
         return self.run_dir
-
-    def _can_handle_signals(self) -> bool:
-        import threading
-
-        return threading.current_thread() is threading.main_thread()
 
     def _progress_bar(self):
         if not (self.is_main and self.cfg.train.progress and sys.stderr.isatty()):
@@ -640,7 +637,7 @@ class Trainer:
         return tqdm(total=self.cfg.train.max_iters, initial=self.step, unit="step", dynamic_ncols=True)
 
     def _summary(self) -> dict:
-        wall = self.wall_before + time.time() - self._t_start
+        wall = self._wall()
         ev = self.last_eval
         return {"best_val_loss": self.best_val, "best_val_bpc": self.best_val / LN2,
                 "best_val_step": self.best_step, "final_step": self.step,
@@ -654,11 +651,14 @@ class Trainer:
 
 
 def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
-    """Train a GPT as configured and return its run directory.
+    """Train a GPT as configured with exactly ``callbacks`` and return its run directory.
+
+    :func:`depthlab.train` (= :func:`depthlab.analytics.train`) adds the default analytics
+    observers; this bare form runs none.
 
     Args:
         cfg: run config (data / model / train sections).
-        callbacks: read-only observers (see :class:`Callback`).
+        callbacks: read-only observers (see :class:`~depthlab.callbacks.Callback`).
         overwrite: replace an existing run directory of the same name.
         log: ``callable(str)`` for console lines.
 

@@ -1,0 +1,92 @@
+"""Observers of a training run: the :class:`Callback` hooks and the :class:`StepInfo` they receive.
+
+Callbacks are read-only: they look at the model and the numbers, write records, and never
+change the maths (the same seed gives the same trajectory with or without them). This module
+imports nothing of the trainer; a hook sees the trainer through the small :class:`RunView`
+protocol below, so analytics depends on this contract and not on the trainer's internals.
+
+Order of hooks in one optimisation step::
+
+    forward/backward (all micro-batches) -> on_before_clip -> clip -> optimizer.step
+        -> on_step_end -> (every eval_interval) on_eval
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """The numbers of one optimisation step, as hooks see them.
+
+    Attributes:
+        step: optimizer steps done. In ``on_before_clip`` the step being taken is ``step + 1``;
+            in ``on_step_end`` and ``on_eval`` it is the step just finished.
+        loss: mean training loss over the step's micro-batches (nats/token); None before any step.
+        lr: learning rate used by the step; None before any step.
+        grad_norm: total L2 norm of the gradients before clipping; None before clipping.
+        tokens_seen: training tokens consumed so far (all processes).
+    """
+
+    step: int
+    loss: Optional[float] = None
+    lr: Optional[float] = None
+    grad_norm: Optional[float] = None
+    tokens_seen: int = 0
+
+
+class MetricsSink(Protocol):
+    """Where callbacks write records (implemented by :class:`depthlab.rundir.MetricsWriter`)."""
+
+    tb: Any
+
+    def log(self, kind: str, record: dict, tb_scalars: Optional[dict[str, float]] = None) -> None: ...
+    def histogram(self, tag: str, values: Any, step: int) -> None: ...
+
+
+class RunView(Protocol):
+    """What a callback may read of the run (the trainer provides these attributes).
+
+    Attributes:
+        cfg: the :class:`~depthlab.config.RunConfig` actually running.
+        run_dir: the run directory.
+        raw_model: the GPT, unwrapped from DDP / torch.compile.
+        corpus: the :class:`~depthlab.data.Corpus` (train / val token ids, tokenizer).
+        device: where the model lives.
+        is_main: True on the process that writes files (rank 0).
+        metrics: the run's metrics writer.
+        log: prints one console line (rank 0 only).
+    """
+
+    cfg: Any
+    run_dir: Path
+    raw_model: torch.nn.Module
+    corpus: Any
+    device: torch.device
+    is_main: bool
+    metrics: MetricsSink
+    log: Callable[[str], None]
+
+
+class Callback:
+    """Base class of read-only training observers; override the hooks you need (each is a no-op)."""
+
+    def on_train_start(self, run: RunView, info: StepInfo) -> None:
+        """Called once before the first step (``info.step`` > 0 on resume)."""
+
+    def on_before_clip(self, run: RunView, info: StepInfo) -> None:
+        """Called after backward of the step's micro-batches: gradients are averaged, not yet clipped."""
+
+    def on_step_end(self, run: RunView, info: StepInfo) -> None:
+        """Called after ``optimizer.step`` with the step counter advanced."""
+
+    def on_eval(self, run: RunView, info: StepInfo, record: dict) -> None:
+        """Called after each evaluation with its metrics record (``train_loss``, ``val_loss`` in nats)."""
+
+    def on_train_end(self, run: RunView, summary: dict) -> None:
+        """Called once at the end with the summary (the future ``summary.json``), before it is written."""

@@ -1,0 +1,402 @@
+"""The run directory: the one module that knows its file names, reads it and writes it.
+
+A run directory (``depthlab train --train.out_dir DIR``) holds::
+
+    config.json        every resolved config field (sections data / model / train)
+    vocab.json         the character vocabulary (list of strings, id = position)
+    metrics.jsonl      one JSON object per line, each with ``step`` and ``kind``:
+                         eval   step, train_loss, val_loss (nats/token), val_bpc, val_ppl, tokens_seen, elapsed_s
+                         train  step, loss (nats/token), lr, grad_norm, tokens_per_sec
+                         grad   per-block / per-component gradient statistics (analytics.gradients)
+                         probe  activation statistics (analytics.activations)
+                         event  nonfinite / nonfinite_skip and other one-off happenings
+    summary.json       written at the end: best_val_loss, final_step, wall_time_s, tokens_seen, ...
+    baselines.json     corpus baselines (uniform, unigram, bigram) in nats and bits/char
+    diagnosis.json     findings of analytics.diagnose
+    checkpoints/       weights (safetensors) + resume state, see :mod:`depthlab.checkpoint`
+    tb/                TensorBoard event files
+    plots/, report.html                  written by ``depthlab report``
+    train.log, init_probe.json, sweep_status.json   written by a sweep for each of its runs
+
+Every writer goes through :func:`atomic_write` (temp file, fsync, rename), so a crash leaves the
+old file or the new one, never half of one. Records written before ``kind`` existed are given
+one when read (:func:`record_kind`), so older run directories load unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from .errors import DepthlabError
+
+CONFIG = "config.json"
+VOCAB = "vocab.json"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+BASELINES = "baselines.json"
+DIAGNOSIS = "diagnosis.json"
+CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tb"
+PLOTS = "plots"
+REPORT = "report.html"
+TRAIN_LOG = "train.log"
+INIT_PROBE = "init_probe.json"
+SWEEP_STATUS = "sweep_status.json"
+
+#: Everything a run directory may hold; ``--overwrite`` deletes a folder only if it holds nothing else.
+RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, METRICS, SUMMARY, BASELINES, DIAGNOSIS, CHECKPOINTS, TENSORBOARD,
+                           PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS})
+
+#: The values of a metrics record's ``kind``.
+KINDS = ("eval", "train", "grad", "probe", "event")
+
+
+# ------------------------------------------------------------------------- atomic writes
+def _set_default_mode(fd: int) -> None:
+    """Give a ``mkstemp`` file (0600) the user's usual mode; skipped where ``os.fchmod`` is missing."""
+    umask = os.umask(0)
+    os.umask(umask)
+    fchmod = getattr(os, "fchmod", None)  # absent on Windows before Python 3.13
+    if fchmod is not None:
+        fchmod(fd, 0o666 & ~umask)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename (POSIX-atomic).
+
+    Raises:
+        OSError: the folder is missing or not writable (the temp file is removed).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        _set_default_mode(fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """:func:`atomic_write` of ``obj`` as indented UTF-8 JSON (non-ASCII kept readable)."""
+    atomic_write(Path(path), json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
+
+
+def read_json(path: Path) -> Optional[Any]:
+    """The JSON in ``path``, or None when the file is missing or not valid JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------- metrics records
+def finite_or_none(v: Any) -> Optional[float]:
+    """A metrics value as a finite float, or None (missing, non-numeric, NaN/inf or their strings)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/inf; keep them readable instead of invalid
+    return v
+
+
+def record_kind(r: dict) -> str:
+    """The ``kind`` of a metrics record; inferred for records written before ``kind`` existed."""
+    k = r.get("kind")
+    if isinstance(k, str):
+        return k
+    if "val_loss" in r:
+        return "eval"
+    if "nonfinite" in r or "nonfinite_skip" in r:
+        return "event"
+    if any(str(key).startswith("grad_") and key != "grad_norm" for key in r):
+        return "grad"
+    return "train"
+
+
+def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
+    """Parseable records of ``run_dir/metrics.jsonl`` (a torn last line is skipped), each with ``kind``.
+
+    Args:
+        run_dir: the run directory.
+        kind: keep only records of this kind (one of :data:`KINDS`); None = all.
+    """
+    out = []
+    p = Path(run_dir) / METRICS
+    if not p.exists():
+        return out
+    for line in p.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(r, dict):
+            continue
+        r.setdefault("kind", record_kind(r))
+        if kind is None or r["kind"] == kind:
+            out.append(r)
+    return out
+
+
+def truncate_metrics(run_dir: Path, step: int) -> None:
+    """Keep only records with ``step <= step`` (resume continues after a checkpoint at ``step``)."""
+    keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= step]
+    atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep).encode())
+
+
+class MetricsWriter:
+    """Appends records to ``run_dir/metrics.jsonl`` and mirrors scalars to TensorBoard (``run_dir/tb``).
+
+    Only the main process (rank 0) writes; with ``enabled=False`` every method does nothing.
+
+    Args:
+        run_dir: the run directory.
+        tensorboard: also write TensorBoard event files (``torch.utils.tensorboard``).
+        enabled: False on non-zero ranks.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, enabled: bool = True):
+        self.enabled = enabled
+        self.run_dir = Path(run_dir)
+        self._f = open(self.run_dir / METRICS, "a", encoding="utf-8") if enabled else None
+        self.tb = None
+        if enabled and tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD))
+            except ImportError:  # tensorboard not installed: metrics.jsonl is the record
+                self.tb = None
+
+    def log(self, kind: str, record: dict[str, Any], tb_scalars: Optional[dict[str, float]] = None) -> None:
+        """Write one JSON line ``{"kind": kind, **record}`` (``record`` must hold ``step``).
+
+        Args:
+            kind: one of :data:`KINDS`.
+            record: the values; non-finite floats are written as strings ("nan", "inf").
+            tb_scalars: TensorBoard tag -> value at ``record["step"]`` (non-finite ones skipped).
+
+        Raises:
+            ValueError: unknown ``kind`` (a programming error, not user input).
+        """
+        if kind not in KINDS:
+            raise ValueError(f"metrics kind must be one of {KINDS}, got {kind!r}")
+        if not self.enabled:
+            return
+        rec = {"kind": kind, **record}
+        self._f.write(json.dumps({k: _clean(v) for k, v in rec.items()}) + "\n")
+        self._f.flush()
+        if self.tb is not None and tb_scalars:
+            for k, v in tb_scalars.items():
+                if v is not None and math.isfinite(v):
+                    self.tb.add_scalar(k, v, record["step"])
+
+    def histogram(self, tag: str, values, step: int) -> None:
+        """TensorBoard histogram of a tensor/array at ``step`` (no-op without TensorBoard)."""
+        if self.enabled and self.tb is not None:
+            self.tb.add_histogram(tag, values, step)
+
+    def close(self) -> None:
+        """Flush and close the files."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+# ------------------------------------------------------------------------- creating a run directory
+def default_out_dir() -> Path:
+    """``runs/<YYYYmmdd-HHMMSS>`` (with a numeric suffix if taken)."""
+    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    p, i = base, 1
+    while p.exists():
+        p, i = Path(f"{base}-{i}"), i + 1
+    return p
+
+
+def is_pure_run_dir(path: Path) -> bool:
+    """True when ``path`` holds a ``config.json`` and nothing but :data:`RUN_ARTIFACTS`."""
+    path = Path(path)
+    return (path / CONFIG).exists() and all(p.name in RUN_ARTIFACTS for p in path.iterdir())
+
+
+def prepare_run_dir(out_dir: Path, overwrite: bool) -> None:
+    """Create ``out_dir``; refuse an existing non-empty one unless ``overwrite`` and it is a run.
+
+    Raises:
+        DepthlabError: the folder exists (and what to do), or is a file, or is not a depthlab run,
+            or is the current folder, or cannot be created.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue "
+                                "it, --overwrite to replace it, or another --train.out_dir")
+        cwd = Path.cwd().resolve()
+        target = out_dir.resolve()
+        if target == cwd or target in cwd.parents:
+            raise DepthlabError(f"refusing to --overwrite {out_dir}: it is the current folder or contains it")
+        if not is_pure_run_dir(out_dir):
+            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_ARTIFACTS)
+            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory (it holds "
+                                f"{', '.join(foreign[:5]) or 'no config.json'}); refusing to delete it with "
+                                "--overwrite")
+        shutil.rmtree(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DepthlabError(f"cannot create train.out_dir {out_dir}: {e.strerror}; choose a writable folder") from None
+
+
+# ------------------------------------------------------------------------- the reader
+class RunDir:
+    """Read-only view of a run directory; each file is read when first asked for.
+
+    Args:
+        path: the run directory.
+
+    Attributes:
+        path: the directory as a :class:`~pathlib.Path`.
+
+    Every accessor returns None (or an empty list) for a missing or unreadable file;
+    :meth:`require` turns "not a run" into a clear error.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._cache: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def file(self, name: str) -> Path:
+        """Path of the run file ``name`` (one of this module's constants)."""
+        return self.path / name
+
+    def _json(self, name: str) -> Optional[Any]:
+        if name not in self._cache:
+            self._cache[name] = read_json(self.path / name)
+        return self._cache[name]
+
+    def require(self, what: str = "config") -> "RunDir":
+        """Check that this is a run directory and return self.
+
+        Args:
+            what: ``config`` (needs config.json), ``metrics`` (config.json and metrics.jsonl) or
+                ``checkpoints`` (needs ``checkpoints/manifest.json``).
+
+        Raises:
+            DepthlabError: the folder is missing or lacks the files ``what`` needs.
+        """
+        rd = self.path
+        if not rd.exists():
+            raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
+        needs = {"config": [CONFIG], "metrics": [CONFIG, METRICS],
+                 "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
+        missing = [n for n in needs if not (rd / n).is_file()]
+        if not rd.is_dir() or missing:
+            raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
+                                "give the out_dir of a depthlab train run")
+        return self
+
+    @property
+    def config(self) -> Optional[dict]:
+        """``config.json``: {"data": {...}, "model": {...}, "train": {...}}."""
+        return self._json(CONFIG)
+
+    @property
+    def vocab(self) -> Optional[list[str]]:
+        """``vocab.json``: the characters, id = position."""
+        return self._json(VOCAB)
+
+    @property
+    def summary(self) -> Optional[dict]:
+        """``summary.json`` (absent while the run is unfinished)."""
+        return self._json(SUMMARY)
+
+    @property
+    def baselines(self) -> Optional[dict]:
+        """``baselines.json``: name -> {"nats", "bpc"}."""
+        return self._json(BASELINES)
+
+    @property
+    def diagnosis(self) -> Optional[Any]:
+        """``diagnosis.json``: the findings written at the end of training."""
+        return self._json(DIAGNOSIS)
+
+    @property
+    def sweep_status(self) -> Optional[dict]:
+        """``sweep_status.json`` of a sweep's run (status, message)."""
+        return self._json(SWEEP_STATUS)
+
+    @property
+    def init_probe(self) -> Optional[dict]:
+        """``init_probe.json`` of a sweep's run (the probe at initialisation)."""
+        return self._json(INIT_PROBE)
+
+    def metrics(self, kind: Optional[str] = None) -> list[dict]:
+        """Records of ``metrics.jsonl``, optionally of one ``kind`` (see :func:`read_metrics`)."""
+        if "metrics" not in self._cache:
+            self._cache["metrics"] = read_metrics(self.path)
+        recs = self._cache["metrics"]
+        return list(recs) if kind is None else [r for r in recs if r["kind"] == kind]
+
+    @property
+    def evals(self) -> list[dict]:
+        """Evaluation records (``step``, ``train_loss``, ``val_loss`` in nats, ...), in file order."""
+        return [r for r in self.metrics("eval") if "val_loss" in r and "step" in r]
+
+    def write(self, name: str, obj: Any) -> Path:
+        """Write ``obj`` as JSON to the run file ``name`` atomically; returns its path."""
+        p = self.path / name
+        write_json(p, obj)
+        self._cache.pop(name, None)
+        return p
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when ``path`` looks like a run directory (has ``config.json``)."""
+    return (Path(path) / CONFIG).is_file()
+
+
+def iter_run_dirs(root: str | Path) -> Iterable[RunDir]:
+    """The run directories directly inside ``root``, sorted by name."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and is_run_dir(p)]
