@@ -9,7 +9,7 @@ import torch
 
 from conftest import tiny_config
 from depthlab.analytics.activations import rank_measure
-from depthlab.analytics.commands import probe_at_init, summarise_probe
+from depthlab.analytics.probe import probe_at_init, summarise_probe
 from depthlab.cli import main
 from depthlab.data import get_batch, load_corpus
 from depthlab.model import GPT

@@ -202,6 +202,81 @@ def cmd_sample(argv: list[str]) -> int:
     return 0
 
 
+def cmd_probe(argv: list[str]) -> int:
+    """gradient flow, activation scale and rank per block at initialisation (no training)"""
+    from argparse import ArgumentError
+
+    import torch
+
+    from .analytics.probe import PROBE_BATCH_SIZE, PROBE_BATCHES, format_probe_table, plot_probe, probe_at_init, summarise_probe
+    from .config import RunConfig
+
+    own = _Parser(prog="depthlab probe", add_help=False)
+    own.add_argument("--json", action="store_true")
+    own.add_argument("--out", default=None)
+    own.add_argument("--batches", type=int, default=PROBE_BATCHES)
+    own.add_argument("--probe-batch-size", type=int, default=PROBE_BATCH_SIZE)
+    own.add_argument("-h", "--help", action="store_true")
+    a, rest = own.parse_known_args(argv)
+    if a.help:
+        print("usage: depthlab probe [--json] [--out PNG] [--batches N] [--probe-batch-size B] "
+              "[model/data flags of depthlab train, e.g. --model.variant plain --model.n_layer 16]\n\n"
+              "Build the model at initialisation, run forward/backward on a few seeded batches of the corpus\n"
+              "and print per block: gradient L2 norm, mean |grad|, activation RMS, rank measure\n"
+              "(Dong et al. 2021), plus a plain-words summary and a PNG (default probe-<variant>-<n_layer>.png).")
+        return 0
+    parser = build_train_parser()
+    try:
+        ns = parser.parse_args(_expand_train_argv(rest))
+    except ArgumentError as e:
+        raise DepthlabError(f"probe: {_one_line(str(e))}") from None
+    d = ns.as_dict()
+    cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    result = probe_at_init(cfg, n_batches=a.batches, batch_size=a.probe_batch_size)
+    summary = summarise_probe(result)
+    out = Path(a.out) if a.out else Path(f"probe-{cfg.model.variant}-{cfg.model.n_layer}.png")
+    if out.suffix.lower() not in (".png", ""):
+        raise DepthlabError(f"probe: --out {out} must be a .png file name")
+    if out.suffix == "":
+        out = out.with_suffix(".png")  # say the name that is actually written
+    try:
+        plot_probe(result, out)
+    except OSError as e:
+        raise DepthlabError(f"probe: cannot write the plot {out}: {e}") from None
+    if a.json:
+        print(json.dumps({**result, "summary": summary, "plot": str(out)}))
+        return 0
+    c = result["config"]
+    print(f"probe at init: {c['variant']} + {c['norm']}, {c['n_layer']} blocks x {c['n_embd']} wide, "
+          f"{a.batches} batches of {a.probe_batch_size} x {c['block_size']} tokens; loss {result['loss']:.3f} nats "
+          f"(uniform ln V = {result['uniform_nats']:.3f})")
+    print(format_probe_table(result))
+    for s in summary:
+        print("- " + s)
+    print(f"plot: {out}")
+    return 0
+
+
+def cmd_diagnose(argv: list[str]) -> int:
+    """findings in plain words (evidence + remedy) for a run directory"""
+    from .analytics.diagnose import diagnose_run, findings_json, format_findings
+
+    p = _Parser(prog="depthlab diagnose",
+                description="Apply the diagnosis rules (bigram_stuck, vanishing_gradients, exploding, "
+                            "rank_collapse, uniform_attention, lr_too_high, lr_too_low, overfitting, plateau) "
+                            "to a run directory's metrics.")
+    p.add_argument("run_dir", help="a run directory written by depthlab train")
+    p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
+    a = p.parse_args(argv)
+    findings = diagnose_run(a.run_dir)
+    if a.json:
+        print(json.dumps(findings_json(findings)))
+    else:
+        print(format_findings(findings))
+    return 0
+
+
 def cmd_presets(argv: list[str]) -> int:
     """``depthlab presets``: list the shipped presets."""
     for name, desc in list_presets().items():
@@ -213,6 +288,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": cmd_train,
     "sample": cmd_sample,
     "presets": cmd_presets,
+    "probe": cmd_probe,
+    "diagnose": cmd_diagnose,
 }
 
 
@@ -232,7 +309,7 @@ commands:
 
 
 def _load_optional_commands() -> None:
-    for mod in ("analytics.commands", "report.commands", "experiments"):
+    for mod in ("report.commands", "experiments"):
         try:
             __import__(f"depthlab.{mod}")
         except ImportError:

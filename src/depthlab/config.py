@@ -268,3 +268,21 @@ class RunConfig:
             except (TypeError, ValueError) as e:
                 raise DepthlabError(f"bad value in {name}: {e}") from None
         return cls(**parts)
+
+
+#: The config sections, in order, with their dataclasses.
+SECTIONS = (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig))
+
+
+def add_config_arguments(parser) -> None:
+    """Add every config field to a ``jsonargparse.ArgumentParser`` as a dotted flag (``--model.n_layer``).
+
+    The one definition of the config grammar: ``train``, ``probe`` and ``sweep`` (whose grid values
+    are typed and validated as these same flags) all build their parsers with it. Types and help
+    text come from the dataclasses' annotations and docstrings.
+
+    Args:
+        parser: a ``jsonargparse.ArgumentParser``.
+    """
+    for name, klass in SECTIONS:
+        parser.add_class_arguments(klass, name, instantiate=False)

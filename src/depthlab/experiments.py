@@ -579,7 +579,7 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
 def init_probe(config: dict) -> dict:
     """Gradient norm, activation RMS and rank measure per block of the freshly initialised model.
 
-    Thin wrapper over :func:`depthlab.analytics.commands.probe_at_init` (same seed and init as
+    Thin wrapper over :func:`depthlab.analytics.probe.probe_at_init` (same seed and init as
     the trainer, which reseeds afterwards, so the run's trajectory is unchanged).
 
     Args:
@@ -593,7 +593,7 @@ def init_probe(config: dict) -> dict:
     Raises:
         DepthlabError: bad config or corpus.
     """
-    from .analytics.commands import probe_at_init
+    from .analytics.probe import probe_at_init
     from .config import RunConfig
 
     cfg = RunConfig.from_dict(json.loads(json.dumps(config)))

@@ -1,8 +1,8 @@
-"""``depthlab probe`` (gradient flow at initialisation) and ``depthlab diagnose RUN_DIR``.
+"""The probe at initialisation: gradient flow, activation scale and rank per block, no training.
 
-The measuring is done by library functions (:func:`probe_at_init`, :func:`summarise_probe`,
-:func:`plot_probe`, :func:`depthlab.analytics.diagnose.diagnose_run`); the commands only parse,
-call them and print. Importing this module registers both commands with :mod:`depthlab.cli`.
+Library code behind ``depthlab probe`` (the command itself lives in :mod:`depthlab.cli`):
+:func:`probe_at_init` measures, :func:`summarise_probe` says what the numbers mean in plain
+words, :func:`format_probe_table` and :func:`plot_probe` show them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from ..errors import DepthlabError
 
-__all__ = ["probe_at_init", "summarise_probe", "plot_probe", "format_probe_table", "cmd_probe", "cmd_diagnose"]
+__all__ = ["probe_at_init", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -232,17 +232,31 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
 
 
 def plot_probe(result: dict, path: Path) -> Path:
-    """Three panels (log y axes): per-block grad norm, activation RMS and rank measure; PNG at ``path``."""
-    import matplotlib
+    """Three panels (log y axes): per-block grad norm, activation RMS and rank measure; PNG at ``path``.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Uses a bare ``Figure`` with the Agg canvas: matplotlib's global state (backend, pyplot figures)
+    is left as the caller had it.
+
+    Args:
+        result: the dict of :func:`probe_at_init`.
+        path: the PNG file to write.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
     import matplotlib.ticker
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     lay = result["layers"]
     x = [r["block"] for r in lay]
     cfg = result.get("config", {})
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), constrained_layout=True)
+    fig = Figure(figsize=(12, 3.6), constrained_layout=True)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 3)
     panels = (("grad_norm", "gradient L2 norm"), ("act_rms", "activation RMS (block output)"),
               ("rank_measure", "rank measure (Dong et al. 2021)"))
     for ax, (key, title) in zip(axes, panels):
@@ -264,89 +278,4 @@ def plot_probe(result: dict, path: Path) -> Path:
     fig.suptitle(f"depthlab probe at init: {cfg.get('variant')} + {cfg.get('norm')}, {cfg.get('n_layer')} blocks")
     path = Path(path)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
-
-
-def cmd_probe(argv: list[str]) -> int:
-    """gradient flow, activation scale and rank per block at initialisation (no training)"""
-    from argparse import ArgumentError
-
-    from ..cli import _Parser, _expand_train_argv, _one_line, build_train_parser
-    from ..config import RunConfig
-
-    own = _Parser(prog="depthlab probe", add_help=False)
-    own.add_argument("--json", action="store_true")
-    own.add_argument("--out", default=None)
-    own.add_argument("--batches", type=int, default=PROBE_BATCHES)
-    own.add_argument("--probe-batch-size", type=int, default=PROBE_BATCH_SIZE)
-    own.add_argument("-h", "--help", action="store_true")
-    a, rest = own.parse_known_args(argv)
-    if a.help:
-        print("usage: depthlab probe [--json] [--out PNG] [--batches N] [--probe-batch-size B] "
-              "[model/data flags of depthlab train, e.g. --model.variant plain --model.n_layer 16]\n\n"
-              "Build the model at initialisation, run forward/backward on a few seeded batches of the corpus\n"
-              "and print per block: gradient L2 norm, mean |grad|, activation RMS, rank measure\n"
-              f"(Dong et al. 2021), plus a plain-words summary and a PNG (default probe-<variant>-<n_layer>.png).")
-        return 0
-    parser = build_train_parser()
-    try:
-        ns = parser.parse_args(_expand_train_argv(rest))
-    except ArgumentError as e:
-        raise DepthlabError(f"probe: {_one_line(str(e))}") from None
-    d = ns.as_dict()
-    cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    result = probe_at_init(cfg, n_batches=a.batches, batch_size=a.probe_batch_size)
-    summary = summarise_probe(result)
-    out = Path(a.out) if a.out else Path(f"probe-{cfg.model.variant}-{cfg.model.n_layer}.png")
-    if out.suffix.lower() not in (".png", ""):
-        raise DepthlabError(f"probe: --out {out} must be a .png file name")
-    if out.suffix == "":
-        out = out.with_suffix(".png")  # say the name that is actually written
-    try:
-        plot_probe(result, out)
-    except OSError as e:
-        raise DepthlabError(f"probe: cannot write the plot {out}: {e}") from None
-    if a.json:
-        print(json.dumps({**result, "summary": summary, "plot": str(out)}))
-        return 0
-    c = result["config"]
-    print(f"probe at init: {c['variant']} + {c['norm']}, {c['n_layer']} blocks x {c['n_embd']} wide, "
-          f"{a.batches} batches of {a.probe_batch_size} x {c['block_size']} tokens; loss {result['loss']:.3f} nats "
-          f"(uniform ln V = {result['uniform_nats']:.3f})")
-    print(format_probe_table(result))
-    for s in summary:
-        print("- " + s)
-    print(f"plot: {out}")
-    return 0
-
-
-def cmd_diagnose(argv: list[str]) -> int:
-    """findings in plain words (evidence + remedy) for a run directory"""
-    from ..cli import _Parser
-    from .diagnose import diagnose_run, findings_json, format_findings
-
-    p = _Parser(prog="depthlab diagnose",
-                description="Apply the diagnosis rules (bigram_stuck, vanishing_gradients, exploding, "
-                            "rank_collapse, uniform_attention, lr_too_high, lr_too_low, overfitting, plateau) "
-                            "to a run directory's metrics.")
-    p.add_argument("run_dir", help="a run directory written by depthlab train")
-    p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
-    a = p.parse_args(argv)
-    findings = diagnose_run(a.run_dir)
-    if a.json:
-        print(json.dumps(findings_json(findings)))
-    else:
-        print(format_findings(findings))
-    return 0
-
-
-def _register() -> None:
-    from ..cli import register
-
-    register("probe", cmd_probe)
-    register("diagnose", cmd_diagnose)
-
-
-_register()
