@@ -75,9 +75,36 @@ def test_probe_cli_json_and_table(tmp_path, tiny_text_file, capsys, monkeypatch)
     data = json.loads(out)  # exactly one JSON object on stdout
     assert [l["block"] for l in data["layers"]] == [0, 1, 2, 3]
     assert {"grad_norm", "mean_abs_grad", "act_rms", "rank_measure"} <= set(data["layers"][0])
-    assert data["summary"] and (tmp_path / "probe-plain-4.png").stat().st_size > 1000
+    assert data["summary"] and (tmp_path / "probe-plain-layernorm-4.png").stat().st_size > 1000
     assert main(args + ["--out", str(tmp_path / "x.png")]) == 0
     text = capsys.readouterr().out
     assert "block   grad_norm  mean_abs_grad" in text and (tmp_path / "x.png").exists()
     assert main(["probe", "--model.variant", "nope"]) == 2
     assert capsys.readouterr().err.startswith("depthlab: error:")
+
+
+def test_training_probe_and_init_probe_agree(tmp_path, tiny_text_file):
+    """The callback's probe record and probe_at_init share one statistics function (block_stats)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from depthlab.analytics.activations import ActivationProbe
+
+    cfg = tiny_config(tmp_path, tiny_text_file, model={"n_layer": 3, "variant": "postnorm"})
+    res = probe_at_init(cfg, n_batches=1, batch_size=3)
+    corpus = load_corpus(cfg.data)
+    torch.manual_seed(cfg.train.seed)
+    model = GPT(dataclasses.replace(cfg.model, vocab_size=len(corpus.tokenizer.vocab)))
+    x, _ = get_batch(corpus.train, cfg.model.block_size, 3, np.random.default_rng([cfg.train.seed, 3]))
+    logged = []
+    run = SimpleNamespace(raw_model=model, metrics=SimpleNamespace(tb=None, log=lambda k, r, tb: logged.append((k, r))))
+    cb = ActivationProbe(interval=1, histograms=False)
+    cb._idx = x
+    rec = cb.probe(run, 0)
+    assert logged[0][0] == "probe" and rec["kind"] == "probe"
+    for i, row in enumerate(res["layers"]):
+        assert row["act_rms"] == rec["resid_rms"][i]
+        assert row["rank_measure"] == rec["rank_measure"][i]
+        assert row["token_cosine"] == rec["token_cosine"][i]
+        assert row["attn_entropy"] == pytest.approx(np.mean(rec["attn_entropy"][i]), rel=1e-6)
+        assert row["attn_entropy_uniform"] == rec["attn_entropy_uniform"]

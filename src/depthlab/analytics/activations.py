@@ -14,6 +14,10 @@ Statistics (all on detached float32 copies):
   has entropy ln t (:func:`uniform_attention_entropy`).
 * :func:`token_cosine` -- mean pairwise cosine similarity of the token vectors of a sequence.
 * :func:`dead_fraction` -- fraction of ReLU units that are zero for every token of the batch.
+
+:func:`block_stats` is the one function that runs the hooked forward and computes these per block;
+the training callback (:class:`ActivationProbe`), the probe at initialisation
+(:func:`depthlab.analytics.probe.probe_at_init`) and the sweep all get their numbers from it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import torch.nn as nn
 from ..callbacks import Callback, RunView, StepInfo
 
 __all__ = ["record_activations", "rms", "rank_measure", "attention_entropy", "uniform_attention_entropy",
-           "token_cosine", "dead_fraction", "probe_stats", "ActivationProbe", "BLOCK_POINTS"]
+           "token_cosine", "dead_fraction", "block_hook_names", "block_stats", "probe_stats", "ActivationProbe",
+           "BLOCK_POINTS"]
 
 BLOCK_POINTS = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 
@@ -170,40 +175,25 @@ def _finite_or_none(v: float) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
-@torch.no_grad()
-def probe_stats(model: nn.Module, idx: torch.Tensor, with_resid: bool = False) -> dict:
-    """One eval-mode forward of depthlab's GPT on ``idx`` with every probe hook, then the statistics.
+def block_hook_names(n_layer: int) -> list[str]:
+    """The hook points :func:`block_stats` observes, for blocks 0 .. n_layer - 1.
 
-    Args:
-        model: a :class:`depthlab.model.GPT` (unwrapped).
-        idx: token ids (B, T).
-        with_resid: also return the raw ``hook_resid_post`` tensors under ``"_resid"``.
-
-    Returns:
-        Dict with the probe-record fields: ``resid_rms``, ``attn_out_rms``, ``mlp_out_rms``,
-        ``attn_entropy`` ([[per head] per block], nats), ``attn_entropy_uniform``, ``rank_measure``,
-        ``token_cosine`` (per block; None where undefined, e.g. T = 1), ``dead_frac`` (per block,
-        ReLU models only, else None), ``rezero_alpha`` ([[alpha_attn, alpha_mlp]] or None).
-        The model's train/eval mode is restored.
+    Per block ``transformer.h.{i}``: ``hook_resid_post``, ``hook_attn_out``, ``hook_mlp_out``
+    (each (B, T, C)), ``attn.hook_pattern`` (B, nh, T, T) and ``mlp.hook_post`` (B, T, ff_mult*C).
     """
-    blocks = list(model.transformer.h)
-    L = len(blocks)
     names = []
-    for i in range(L):
+    for i in range(n_layer):
         p = f"transformer.h.{i}"
         names += [f"{p}.hook_resid_post", f"{p}.hook_attn_out", f"{p}.hook_mlp_out",
                   f"{p}.attn.hook_pattern", f"{p}.mlp.hook_post"]
-    was_training = model.training
-    model.eval()
-    try:
-        with record_activations(model, names) as acts:
-            model(idx)
-    finally:
-        model.train(was_training)
-    relu = getattr(model.config, "activation", "gelu") == "relu"
+    return names
+
+
+def _per_block(acts: dict[str, torch.Tensor], n_layer: int, relu: bool) -> dict:
+    """The per-block lists of :func:`block_stats` from the recorded hook outputs."""
     out: dict = {"resid_rms": [], "attn_out_rms": [], "mlp_out_rms": [], "attn_entropy": [],
                  "rank_measure": [], "token_cosine": [], "dead_frac": [] if relu else None}
-    for i in range(L):
+    for i in range(n_layer):
         p = f"transformer.h.{i}"
         r = acts[f"{p}.hook_resid_post"]
         out["resid_rms"].append(rms(r))
@@ -214,13 +204,71 @@ def probe_stats(model: nn.Module, idx: torch.Tensor, with_resid: bool = False) -
         out["token_cosine"].append(_finite_or_none(token_cosine(r)))
         if relu:
             out["dead_frac"].append(dead_fraction(acts[f"{p}.mlp.hook_post"]))
+    return out
+
+
+def block_stats(model: nn.Module, idx: torch.Tensor, targets: Optional[torch.Tensor] = None,
+                keep_resid: bool = False) -> dict:
+    """Per-block activation statistics of one eval-mode forward: the one place they are computed.
+
+    Used by the training callback (:class:`ActivationProbe`, through :func:`probe_stats`), by the
+    probe at initialisation (:func:`depthlab.analytics.probe.probe_at_init`) and so by the sweep.
+    Gradient mode is the caller's: under ``torch.no_grad()`` for a pure probe, with grad enabled
+    when ``targets`` are given and the caller backpropagates ``"_loss"``. Hooks are removed and the
+    model's train/eval mode restored on return, even after an exception.
+
+    Args:
+        model: a :class:`depthlab.model.GPT` (unwrapped).
+        idx: token ids (B, T).
+        targets: next-token ids (B, T); when given, the forward also returns the loss.
+        keep_resid: also return the raw ``hook_resid_post`` tensors (B, T, C) under ``"_resid"``.
+
+    Returns:
+        The probe-record fields, lists indexed by block: ``resid_rms`` (RMS of the block output,
+        ``hook_resid_post``), ``attn_out_rms``, ``mlp_out_rms`` (sublayer outputs), ``attn_entropy``
+        ([per head], nats, :func:`attention_entropy`), ``rank_measure`` (Dong et al. 2021, of the
+        block output), ``token_cosine`` (None where undefined, e.g. T = 1), ``dead_frac`` (ReLU
+        models only, else None); and ``attn_entropy_uniform`` (mean ln t over the T query
+        positions, nats), ``rezero_alpha`` ([[alpha_attn, alpha_mlp]] per block, or None). Keys
+        starting with ``_`` are not record fields: ``_loss`` (mean cross-entropy in nats, a
+        tensor with its graph, or None without ``targets``) and ``_resid`` (with ``keep_resid``).
+    """
+    blocks = list(model.transformer.h)
+    L = len(blocks)
+    was_training = model.training
+    model.eval()
+    try:
+        with record_activations(model, block_hook_names(L)) as acts:
+            _, loss = model(idx, targets)
+    finally:
+        model.train(was_training)
+    relu = getattr(model.config, "activation", "gelu") == "relu"
+    out = _per_block(acts, L, relu)
     out["attn_entropy_uniform"] = uniform_attention_entropy(idx.shape[1])
     if hasattr(blocks[0], "alpha_attn"):
-        out["rezero_alpha"] = [[float(b.alpha_attn), float(b.alpha_mlp)] for b in blocks]
+        out["rezero_alpha"] = [[float(b.alpha_attn.detach()), float(b.alpha_mlp.detach())] for b in blocks]
     else:
         out["rezero_alpha"] = None
-    if with_resid:
+    out["_loss"] = loss
+    if keep_resid:
         out["_resid"] = [acts[f"transformer.h.{i}.hook_resid_post"] for i in range(L)]
+    return out
+
+
+@torch.no_grad()
+def probe_stats(model: nn.Module, idx: torch.Tensor, with_resid: bool = False) -> dict:
+    """The ``kind: probe`` record fields of :func:`block_stats` on ``idx``, without grad.
+
+    Args:
+        model: a :class:`depthlab.model.GPT` (unwrapped).
+        idx: token ids (B, T).
+        with_resid: also return the raw ``hook_resid_post`` tensors under ``"_resid"``.
+
+    Returns:
+        :func:`block_stats`'s dict without ``_loss``. The model's train/eval mode is restored.
+    """
+    out = block_stats(model, idx, keep_resid=with_resid)
+    del out["_loss"]
     return out
 
 

@@ -7,7 +7,6 @@ words, :func:`format_probe_table` and :func:`plot_probe` show them.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -17,7 +16,7 @@ import torch
 
 from ..errors import DepthlabError
 
-__all__ = ["probe_at_init", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
+__all__ = ["probe_at_init", "probe_model", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -51,7 +50,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     """
     import dataclasses
 
-    from ..data import load_corpus
+    from ..data import get_batch, load_corpus
     from ..model import GPT
 
     if n_batches < 1 or batch_size < 1:
@@ -62,59 +61,68 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     torch.manual_seed(cfg.train.seed)
     model = GPT(mcfg)
     model.eval()
-    names = []
-    for i in range(mcfg.n_layer):
-        names += [f"transformer.h.{i}.hook_resid_post", f"transformer.h.{i}.attn.hook_pattern"]
+    rng = np.random.default_rng([cfg.train.seed, 3])
+    batches = [get_batch(corpus.train, mcfg.block_size, batch_size, rng) for _ in range(n_batches)]
     # A bare stack (plain + none) drives activations through the subnormal range (< 1.2e-38), where x86
     # arithmetic is ~100x slower; flushing them to 0 keeps the probe in seconds and shows the same
     # underflow, one or two blocks earlier at most. Restored to torch's default (off) afterwards.
     flushed = torch.set_flush_denormal(True)
     try:
-        return _probe(model, mcfg, corpus, cfg.train.seed, n_batches, batch_size, names)
+        measured = probe_model(model, batches)
     finally:
         if flushed:
             torch.set_flush_denormal(False)
+    return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
+                                                        "block_size", "activation", "init")},
+            "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size),
+            "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
 
 
-def _probe(model, mcfg, corpus, seed: int, n_batches: int, batch_size: int, names: list[str]) -> dict:
-    from ..data import get_batch
-    from .activations import (attention_entropy, rank_measure, record_activations, rms, token_cosine,
-                              uniform_attention_entropy)
+def probe_model(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """Gradient and activation statistics per block of ``model`` on ``batches``, without an update.
+
+    The activation statistics come from :func:`depthlab.analytics.activations.block_stats` (the
+    function the training probe uses), averaged over the batches; the gradients are those of the
+    mean loss over the batches (each batch's loss divided by ``len(batches)`` and backpropagated),
+    left in the parameters' ``.grad``.
+
+    Args:
+        model: a :class:`depthlab.model.GPT` with no gradients accumulated yet.
+        batches: ``(x, y)`` pairs of token ids, each (B, T).
+
+    Returns:
+        ``{"loss": mean loss (nats), "grad_norm_total", "layers": [...]}``, ``layers`` as in
+        :func:`probe_at_init`; ``rank_measure`` and ``token_cosine`` are None for a block where
+        the rank measure was undefined on any batch; ``attn_entropy`` is the mean over heads.
+    """
+    from .activations import block_stats
     from .gradients import GradientMonitor
 
-    L = mcfg.n_layer
-    rng = np.random.default_rng([seed, 3])
+    n = len(batches)
+    L = len(model.transformer.h)
     acc = {k: [0.0] * L for k in ("act_rms", "rank_measure", "token_cosine", "attn_entropy")}
     undefined = [False] * L
     loss_sum = 0.0
-    for _ in range(n_batches):
-        x, y = get_batch(corpus.train, mcfg.block_size, batch_size, rng)
-        with record_activations(model, names) as acts:
-            _, loss = model(x, y)
-        (loss / n_batches).backward()
-        loss_sum += float(loss.detach())
+    u = math.nan
+    for x, y in batches:
+        st = block_stats(model, x, y)
+        (st["_loss"] / n).backward()
+        loss_sum += float(st["_loss"].detach())
+        u = st["attn_entropy_uniform"]
         for i in range(L):
-            r = acts[f"transformer.h.{i}.hook_resid_post"]
-            rm = rank_measure(r)
-            undefined[i] |= not math.isfinite(rm)
-            acc["act_rms"][i] += rms(r) / n_batches
-            acc["rank_measure"][i] += (rm if math.isfinite(rm) else 0.0) / n_batches
-            tc = token_cosine(r)
-            acc["token_cosine"][i] += (tc if math.isfinite(tc) else 0.0) / n_batches
-            acc["attn_entropy"][i] += float(attention_entropy(acts[f"transformer.h.{i}.attn.hook_pattern"]).mean()) / n_batches
+            rm, tc = st["rank_measure"][i], st["token_cosine"][i]
+            undefined[i] |= rm is None
+            acc["act_rms"][i] += st["resid_rms"][i] / n
+            acc["rank_measure"][i] += (rm if rm is not None else 0.0) / n
+            acc["token_cosine"][i] += (tc if tc is not None else 0.0) / n
+            heads = torch.tensor(st["attn_entropy"][i], dtype=torch.float32)
+            acc["attn_entropy"][i] += float(heads.mean()) / n
     stats = GradientMonitor(model).grad_stats()
-    u = uniform_attention_entropy(mcfg.block_size)
-    layers = []
-    for i in range(L):
-        layers.append({"block": i, "grad_norm": stats.grad_norm_block[i],
-                       "mean_abs_grad": stats.mean_abs_grad_block[i], "act_rms": acc["act_rms"][i],
-                       "rank_measure": None if undefined[i] else acc["rank_measure"][i],
-                       "token_cosine": None if undefined[i] else acc["token_cosine"][i],
-                       "attn_entropy": acc["attn_entropy"][i], "attn_entropy_uniform": u})
-    return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
-                                                        "block_size", "activation", "init")},
-            "loss": loss_sum / n_batches, "uniform_nats": math.log(mcfg.vocab_size),
-            "grad_norm_total": stats.total_norm, "layers": layers}
+    layers = [{"block": i, "grad_norm": stats.grad_norm_block[i], "mean_abs_grad": stats.mean_abs_grad_block[i],
+               "act_rms": acc["act_rms"][i], "rank_measure": None if undefined[i] else acc["rank_measure"][i],
+               "token_cosine": None if undefined[i] else acc["token_cosine"][i],
+               "attn_entropy": acc["attn_entropy"][i], "attn_entropy_uniform": u} for i in range(L)]
+    return {"loss": loss_sum / n, "grad_norm_total": stats.total_norm, "layers": layers}
 
 
 def _fmt(v: Optional[float]) -> str:
