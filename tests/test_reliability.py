@@ -124,11 +124,8 @@ def test_truncated_checkpoint_falls_back_or_errors(tmp_path, tiny_text_file, cap
 
 
 def test_init_from_starts_new_run_with_old_weights(tmp_path, tiny_text_file):
-    from depthlab.cli import init_from
-
     old = train(tiny_config(tmp_path / "old", tiny_text_file), **QUIET)
-    t = Trainer(tiny_config(tmp_path / "new", tiny_text_file), **QUIET)
-    init_from(t, str(old))
+    t = Trainer(tiny_config(tmp_path / "new", tiny_text_file), init_from=str(old), **QUIET)
     m, _ = load_run(old)
     assert torch.equal(t.raw_model.lm_head.weight, m.lm_head.weight) and t.step == 0
 

@@ -1,29 +1,88 @@
-"""Command line: ``depthlab train | sample | presets | ...``. Thin: parse, build configs, call the library.
+"""The ``depthlab`` command: one table of subcommands, one jsonargparse grammar for all of them.
 
-Bad input ends as one line ``depthlab: error: ...`` on stderr and exit status 2 (3 for a
-non-finite loss); ``--debug`` shows the traceback instead.
+Every command is built by :func:`new_parser` and shares its spellings: ``-c/--config FILE.yaml``
+(keys = the command's option names, or the sections ``data``/``model``/``train`` for commands that
+take a run config), ``--print_config``, dotted config fields (``--model.n_layer 8``), ``--device``
+(``auto`` everywhere), ``--threads``, ``--overwrite``, ``--out`` for a file to write and
+``--out_dir`` for a folder, and ``--debug``. Options are spelled with underscores as in litgpt;
+the dashed spellings (``--max-new-tokens``, ``--out-dir``) are accepted aliases.
+
+The CLI owns no logic: it parses, builds configs and calls the library. Bad input ends as one
+line ``depthlab: error: ...`` on stderr with exit status 2 (3 for a non-finite loss, 130/143 for
+SIGINT/SIGTERM); ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
+from argparse import ArgumentError
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from .errors import DepthlabError, NonFiniteError
 
 PROG = "depthlab"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises DepthlabError instead of printing usage and exiting."""
+# ------------------------------------------------------------------------- the grammar
+def new_parser(command: str, description: str, config_fields: bool = False):
+    """A ``jsonargparse.ArgumentParser`` for ``depthlab COMMAND`` with the options every command has.
 
-    def error(self, message: str):  # noqa: D401 - argparse API
-        raise DepthlabError(f"{self.prog}: {message}")
+    Args:
+        command: the subcommand name (for ``--help`` and error messages).
+        description: one paragraph for ``--help``.
+        config_fields: add every run-config field as a dotted flag (``--model.n_layer``), via
+            :func:`depthlab.config.add_config_arguments`.
+
+    Returns:
+        The parser (``exit_on_error=False``: parse errors raise ``argparse.ArgumentError``).
+    """
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    p = ArgumentParser(prog=f"{PROG} {command}", description=description, exit_on_error=False)
+    p.add_argument("-c", "--config", action=ActionConfigFile,
+                   help="YAML file of this command's options" + (" (sections data/model/train)" if config_fields
+                                                                 else ""))
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    if config_fields:
+        from .config import add_config_arguments
+
+        add_config_arguments(p)
+    return p
+
+
+def _add_run_dir(p, what: str = "a run directory written by depthlab train") -> None:
+    p.add_argument("run_dir", type=str, help=what)
+
+
+def _add_device(p) -> None:
+    p.add_argument("--device", type=str, default="auto", help="auto (cuda, else mps, else cpu), cpu, cuda, cuda:N, mps")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+
+
+def _one_line(msg: str) -> str:
+    return re.sub(r"\s+", " ", msg).strip()
+
+
+def _config_from(ns) -> Any:
+    """The validated :class:`~depthlab.config.RunConfig` of a namespace with data/model/train sections."""
+    from .config import RunConfig
+
+    d = ns.as_dict()
+    return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+
+
+def _set_threads(n: int) -> None:
+    if n < 0:
+        raise DepthlabError(f"--threads must be >= 0, got {n}")
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
 
 
 # ------------------------------------------------------------------------- presets
@@ -36,8 +95,8 @@ def list_presets() -> dict[str, str]:
     """Preset name -> first comment line of its YAML file."""
     out = {}
     for p in sorted(preset_dir().glob("*.yaml")):
-        first = p.read_text().splitlines()[0] if p.read_text() else ""
-        out[p.stem] = first.lstrip("# ").strip()
+        text = p.read_text()
+        out[p.stem] = text.splitlines()[0].lstrip("# ").strip() if text else ""
     return out
 
 
@@ -53,31 +112,6 @@ def preset_path(name: str) -> Path:
     return p
 
 
-# ------------------------------------------------------------------------- train
-def build_train_parser():
-    """The jsonargparse parser of ``depthlab train`` (sections data / model / train)."""
-    from jsonargparse import ActionConfigFile, ArgumentParser
-
-    from .config import DataConfig, ModelConfig, TrainConfig
-
-    p = ArgumentParser(prog=f"{PROG} train", exit_on_error=False,
-                       description="Train a char-level GPT. Defaults: the CPU recipe on the embedded "
-                                   "Tiny Shakespeare corpus. Losses are in nats per character.")
-    p.add_argument("-c", "--config", action=ActionConfigFile, help="YAML file with sections data/model/train")
-    p.add_argument("--preset", type=Optional[str], default=None,
-                   help="load a preset shipped with depthlab (see `depthlab presets`); later flags override it")
-    p.add_argument("--resume", type=Optional[str], default=None,
-                   help="continue the run in RUN_DIR from its latest good checkpoint")
-    p.add_argument("--init-from", type=Optional[str], default=None,
-                   help="start a new run from the best weights of RUN_DIR (same model shape)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory (only a depthlab run)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
-    p.add_class_arguments(DataConfig, "data", instantiate=False)
-    p.add_class_arguments(ModelConfig, "model", instantiate=False)
-    p.add_class_arguments(TrainConfig, "train", instantiate=False)
-    return p
-
-
 def _flag_value(argv: list[str], flag: str) -> Optional[str]:
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
@@ -87,8 +121,12 @@ def _flag_value(argv: list[str], flag: str) -> Optional[str]:
     return None
 
 
-def _expand_train_argv(argv: list[str]) -> list[str]:
-    """Turn ``--preset NAME`` into ``--config <file>`` in place and put a resumed run's config first."""
+def expand_presets(argv: list[str]) -> list[str]:
+    """Turn ``--preset NAME`` into ``--config <the preset's file>`` in place.
+
+    Raises:
+        DepthlabError: ``--preset`` without a name, or an unknown preset.
+    """
     out: list[str] = []
     i = 0
     while i < len(argv):
@@ -102,155 +140,116 @@ def _expand_train_argv(argv: list[str]) -> list[str]:
             continue
         out.append(a)
         i += 1
-    resume = _flag_value(argv, "--resume")
-    if resume is not None:
-        rd = Path(resume)
-        if not (rd / "config.json").is_file():
-            raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no config.json)")
-        other = _flag_value(argv, "--train.out_dir")
-        if other is not None and Path(other).resolve() != rd.resolve():
-            raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
-                                f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
-        if _flag_value(argv, "--init-from") is not None:
-            raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
-                                "init-from starts a new one from its weights")
-        out = ["--config", str(rd / "config.json")] + out + ["--train.resume", "true",
-                                                               "--train.out_dir", str(rd)]
     return out
 
 
-def _one_line(msg: str) -> str:
-    return re.sub(r"\s+", " ", msg).strip()
+def expand_train_argv(argv: list[str]) -> list[str]:
+    """Presets, then ``--resume RUN``: the run's own config.json first, resume and out_dir last.
+
+    Raises:
+        DepthlabError: not a run directory, or ``--resume`` combined with another out_dir or
+            with ``--init-from``.
+    """
+    from .rundir import CONFIG
+
+    out = expand_presets(argv)
+    resume = _flag_value(argv, "--resume")
+    if resume is None:
+        return out
+    rd = Path(resume)
+    if not (rd / CONFIG).is_file():
+        raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no {CONFIG})")
+    other = _flag_value(argv, "--train.out_dir")
+    if other is not None and Path(other).resolve() != rd.resolve():
+        raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
+                            f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
+    if _flag_value(argv, "--init-from") is not None or _flag_value(argv, "--init_from") is not None:
+        raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
+                            "init-from starts a new one from its weights")
+    return ["--config", str(rd / CONFIG)] + out + ["--train.resume", "true", "--train.out_dir", str(rd)]
 
 
-def cmd_train(argv: list[str]) -> int:
-    """``depthlab train``: parse, validate, train; prints the diagnosis at the end."""
-    from argparse import ArgumentError
+# ------------------------------------------------------------------------- train
+def build_train_parser():
+    """The parser of ``depthlab train`` (sections data / model / train)."""
+    p = new_parser("train", "Train a GPT. Defaults: the CPU recipe on the embedded Tiny Shakespeare corpus. "
+                            "Losses are in nats per token (characters for the char tokenizer).",
+                   config_fields=True)
+    p.add_argument("--preset", type=Optional[str], default=None,
+                   help="load a preset shipped with depthlab (see `depthlab presets`); later flags override it")
+    p.add_argument("--resume", type=Optional[str], default=None,
+                   help="continue the run in RUN_DIR from its latest good checkpoint")
+    p.add_argument("--init_from", "--init-from", type=Optional[str], default=None,
+                   help="start a new run from the best weights of RUN_DIR (same model shape)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run directory (only a depthlab run)")
+    return p
 
-    from .config import RunConfig
 
-    parser = build_train_parser()
-    argv = _expand_train_argv(argv)
-    try:
-        ns = parser.parse_args(argv)
-    except ArgumentError as e:
-        raise DepthlabError(f"train: {_one_line(str(e))}") from None
-    d = ns.as_dict()
-    cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+def run_train(ns) -> int:
+    """``depthlab train``: build the config, train with the default analytics, print the diagnosis."""
     from .analytics import default_callbacks
     from .trainer import Trainer
 
-    trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(d.get("overwrite")))
-    if d.get("init_from"):
-        try:
-            init_from(trainer, d["init_from"])
-        except BaseException:
-            if trainer.created_run_dir:  # nothing half-made may block the corrected command
-                trainer.metrics.close()
-                import shutil
-
-                shutil.rmtree(trainer.run_dir, ignore_errors=True)
-            raise
-    trainer.fit()
+    cfg = _config_from(ns)
+    Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from).fit()
     return 0
 
 
-def init_from(trainer, run_dir: str) -> None:
-    """Load the best weights of ``run_dir`` into a fresh trainer's model (new run, new optimizer).
+# ------------------------------------------------------------------------- probe
+def build_probe_parser():
+    """The parser of ``depthlab probe``: run-config fields plus the probe's own options."""
+    from .analytics.probe import PROBE_BATCH_SIZE, PROBE_BATCHES
 
-    Raises:
-        DepthlabError: not a run, or weights that do not fit the configured model.
-    """
-    from . import checkpoint as ckpt
-
-    rd = Path(run_dir)
-    path = rd / ckpt.CKPT_DIR / "best.safetensors"
-    if not path.exists():
-        raise DepthlabError(f"--init-from {rd}: no checkpoints/best.safetensors there")
-    sd, meta = ckpt.load_weights_file(path)
-    if json.loads(meta.get("vocab", "[]")) != trainer.corpus.tokenizer.vocab:
-        raise DepthlabError(f"--init-from {rd}: its vocabulary differs from this corpus's")
-    ckpt.load_into(trainer.raw_model, sd, path)
-
-
-# ------------------------------------------------------------------------- sample
-def cmd_sample(argv: list[str]) -> int:
-    """``depthlab sample RUN_DIR``: stream generated text (prompt included) to stdout."""
-    from .sample import sample_text
-
-    p = _Parser(prog=f"{PROG} sample", description="Generate text from a trained run.")
-    p.add_argument("run_dir", help="a run directory written by depthlab train")
-    p.add_argument("--prompt", default="", help="text to continue (default: a newline)")
-    p.add_argument("--max-new-tokens", type=int, default=500, help="characters to generate")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax)")
-    p.add_argument("--top-k", type=int, default=200, help="keep the k most likely tokens (0 = off)")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling mass in (0, 1]")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--num-samples", type=int, default=1)
-    p.add_argument("--checkpoint", choices=["best", "last"], default="best")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--debug", action="store_true")
-    a = p.parse_args(argv)
-
-    def stream(s: str) -> None:
-        sys.stdout.write(s)
-        sys.stdout.flush()
-
-    sample_text(a.run_dir, a.prompt, a.max_new_tokens, a.temperature, a.top_k or None, a.top_p,
-                a.seed, a.num_samples, a.checkpoint, a.device, stream=stream)
-    stream("\n")
-    return 0
+    p = new_parser("probe", "Build the model at initialisation, run forward/backward on a few seeded batches of "
+                            "the corpus and print per block: gradient L2 norm, mean |grad|, activation RMS, rank "
+                            "measure (Dong et al. 2021), a plain-words summary and a PNG "
+                            "(default probe-<variant>-<norm>-<n_layer>.png). No training.", config_fields=True)
+    p.add_argument("--preset", type=Optional[str], default=None, help="load a training preset's model/data")
+    p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
+    p.add_argument("--out", type=Optional[str], default=None, help="PNG file to write")
+    p.add_argument("--batches", type=int, default=PROBE_BATCHES, help="batches of text to average over")
+    p.add_argument("--probe_batch_size", "--probe-batch-size", type=int, default=PROBE_BATCH_SIZE,
+                   help="sequences per batch")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = min(torch default, 4))")
+    return p
 
 
-def cmd_probe(argv: list[str]) -> int:
-    """gradient flow, activation scale and rank per block at initialisation (no training)"""
-    from argparse import ArgumentError
+def _probe_png(cfg, out: Optional[str]) -> Path:
+    m = cfg.model
+    path = Path(out) if out else Path(f"probe-{m.variant}-{m.norm}-{m.n_layer}.png")
+    if path.suffix.lower() not in (".png", ""):
+        raise DepthlabError(f"probe: --out {path} must be a .png file name")
+    path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
+    if not path.parent.is_dir():
+        raise DepthlabError(f"probe: the folder of --out {path} does not exist; create it or choose another path")
+    return path
 
+
+def run_probe(ns) -> int:
+    """``depthlab probe``: measure at init, print the table and summary, write the PNG."""
     import torch
 
-    from .analytics.probe import PROBE_BATCH_SIZE, PROBE_BATCHES, format_probe_table, plot_probe, probe_at_init, summarise_probe
-    from .config import RunConfig
+    from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe
 
-    own = _Parser(prog="depthlab probe", add_help=False)
-    own.add_argument("--json", action="store_true")
-    own.add_argument("--out", default=None)
-    own.add_argument("--batches", type=int, default=PROBE_BATCHES)
-    own.add_argument("--probe-batch-size", type=int, default=PROBE_BATCH_SIZE)
-    own.add_argument("-h", "--help", action="store_true")
-    a, rest = own.parse_known_args(argv)
-    if a.help:
-        print("usage: depthlab probe [--json] [--out PNG] [--batches N] [--probe-batch-size B] "
-              "[model/data flags of depthlab train, e.g. --model.variant plain --model.n_layer 16]\n\n"
-              "Build the model at initialisation, run forward/backward on a few seeded batches of the corpus\n"
-              "and print per block: gradient L2 norm, mean |grad|, activation RMS, rank measure\n"
-              "(Dong et al. 2021), plus a plain-words summary and a PNG (default probe-<variant>-<n_layer>.png).")
-        return 0
-    parser = build_train_parser()
-    try:
-        ns = parser.parse_args(_expand_train_argv(rest))
-    except ArgumentError as e:
-        raise DepthlabError(f"probe: {_one_line(str(e))}") from None
-    d = ns.as_dict()
-    cfg = RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
-    result = probe_at_init(cfg, n_batches=a.batches, batch_size=a.probe_batch_size)
+    cfg = _config_from(ns)
+    out = _probe_png(cfg, ns.out)
+    _set_threads(ns.threads)
+    if not ns.threads:
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    result = probe_at_init(cfg, n_batches=ns.batches, batch_size=ns.probe_batch_size)
     summary = summarise_probe(result)
-    out = Path(a.out) if a.out else Path(f"probe-{cfg.model.variant}-{cfg.model.n_layer}.png")
-    if out.suffix.lower() not in (".png", ""):
-        raise DepthlabError(f"probe: --out {out} must be a .png file name")
-    if out.suffix == "":
-        out = out.with_suffix(".png")  # say the name that is actually written
     try:
         plot_probe(result, out)
     except OSError as e:
         raise DepthlabError(f"probe: cannot write the plot {out}: {e}") from None
-    if a.json:
+    if ns.json:
         print(json.dumps({**result, "summary": summary, "plot": str(out)}))
         return 0
     c = result["config"]
-    print(f"probe at init: {c['variant']} + {c['norm']}, {c['n_layer']} blocks x {c['n_embd']} wide, "
-          f"{a.batches} batches of {a.probe_batch_size} x {c['block_size']} tokens; loss {result['loss']:.3f} nats "
-          f"(uniform ln V = {result['uniform_nats']:.3f})")
+    norm = "no norm" if c["variant"] == "rezero" else c["norm"]
+    print(f"probe at init: {c['variant']} + {norm}, {c['n_layer']} blocks x {c['n_embd']} wide, "
+          f"{ns.batches} batch{'es' if ns.batches != 1 else ''} of {ns.probe_batch_size} x {c['block_size']} "
+          f"tokens; loss {result['loss']:.3f} nats (uniform ln V = {result['uniform_nats']:.3f})")
     print(format_probe_table(result))
     for s in summary:
         print("- " + s)
@@ -258,95 +257,278 @@ def cmd_probe(argv: list[str]) -> int:
     return 0
 
 
-def cmd_diagnose(argv: list[str]) -> int:
-    """findings in plain words (evidence + remedy) for a run directory"""
-    from .analytics.diagnose import diagnose_run, findings_json, format_findings
+# ------------------------------------------------------------------------- sample
+def build_sample_parser():
+    """The parser of ``depthlab sample RUN_DIR``."""
+    p = new_parser("sample", "Generate text from a trained run; prints prompt + generated text to stdout.")
+    _add_run_dir(p)
+    p.add_argument("--prompt", type=str, default="", help="text to continue (default: a newline)")
+    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=500, help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax)")
+    p.add_argument("--top_k", "--top-k", type=int, default=200, help="keep the k most likely tokens (0 = off)")
+    p.add_argument("--top_p", "--top-p", type=Optional[float], default=None, help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--seed", type=int, default=1337, help="random seed of the sampler")
+    p.add_argument("--num_samples", "--num-samples", type=int, default=1, help="independent samples to print")
+    p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
+    _add_device(p)
+    return p
 
-    p = _Parser(prog="depthlab diagnose",
-                description="Apply the diagnosis rules (bigram_stuck, vanishing_gradients, exploding, "
-                            "rank_collapse, uniform_attention, lr_too_high, lr_too_low, overfitting, plateau) "
-                            "to a run directory's metrics.")
-    p.add_argument("run_dir", help="a run directory written by depthlab train")
-    p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
-    a = p.parse_args(argv)
-    findings = diagnose_run(a.run_dir)
-    if a.json:
-        print(json.dumps(findings_json(findings)))
-    else:
-        print(format_findings(findings))
+
+def run_sample(ns) -> int:
+    """``depthlab sample``: stream generated text (prompt included) to stdout."""
+    from .sample import sample_text
+    from .trainer import resolve_device
+
+    _set_threads(ns.threads)
+    try:
+        device = str(resolve_device(ns.device))
+    except DepthlabError as e:
+        raise DepthlabError(str(e).replace("train.device", "--device").replace("--train.device", "--device")) from None
+
+    def stream(s: str) -> None:
+        sys.stdout.write(s)
+        sys.stdout.flush()
+
+    sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
+                ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream)
+    stream("\n")
     return 0
 
 
-def cmd_presets(argv: list[str]) -> int:
-    """``depthlab presets``: list the shipped presets."""
+# ------------------------------------------------------------------------- diagnose, report, presets
+def build_diagnose_parser():
+    """The parser of ``depthlab diagnose RUN_DIR``."""
+    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, vanishing_gradients, exploding, "
+                               "rank_collapse, uniform_attention, lr_too_high, lr_too_low, overfitting, plateau) "
+                               "to a run directory's metrics and print the findings with evidence and remedy.")
+    _add_run_dir(p)
+    p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
+    return p
+
+
+def run_diagnose(ns) -> int:
+    """``depthlab diagnose``: findings in plain words (or JSON)."""
+    from .analytics.diagnose import diagnose_run, findings_json, format_findings
+
+    findings = diagnose_run(ns.run_dir)
+    print(json.dumps(findings_json(findings)) if ns.json else format_findings(findings))
+    return 0
+
+
+def build_report_parser():
+    """The parser of ``depthlab report RUN_DIR|SWEEP_DIR``."""
+    from .report.plots import PLOTS
+
+    p = new_parser("report", "Draw the figures of a run (PNGs in RUN_DIR/plots/) and write one self-contained "
+                             "HTML file (images embedded, works offline). Given a sweep directory, rebuild the "
+                             "sweep's comparison report.")
+    _add_run_dir(p, "a run directory (depthlab train) or a sweep directory (depthlab sweep)")
+    p.add_argument("--out", type=Optional[str], default=None, help="HTML file to write (default: DIR/report.html)")
+    p.add_argument("--skip", nargs="+", type=str, default=[],
+                   help=f"figures not to draw, from: {', '.join(PLOTS)}")
+    return p
+
+
+def run_report(ns) -> int:
+    """``depthlab report``: print the path of the written HTML report."""
+    from .report.html import build_report
+    from .report.plots import PLOTS
+    from .report.sweep import build_sweep_report, is_sweep_dir
+
+    bad = [s for s in ns.skip if s not in PLOTS]
+    if bad:
+        raise DepthlabError(f"report: --skip {' '.join(bad)}: unknown figure; choose from {', '.join(PLOTS)}")
+    if is_sweep_dir(ns.run_dir):
+        if ns.out or ns.skip:
+            raise DepthlabError("report: --out and --skip apply to a run directory; a sweep directory's report is "
+                                "always SWEEP_DIR/report.html with every figure")
+        print(build_sweep_report(ns.run_dir))
+        return 0
+    print(build_report(ns.run_dir, ns.out, skip=ns.skip))
+    return 0
+
+
+def build_presets_parser():
+    """The parser of ``depthlab presets``."""
+    return new_parser("presets", "List the training presets shipped with depthlab (`depthlab train --preset NAME`).")
+
+
+def run_presets(ns) -> int:
+    """``depthlab presets``: one line per preset."""
     for name, desc in list_presets().items():
         print(f"{name:12s} {desc}")
     return 0
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "train": cmd_train,
-    "sample": cmd_sample,
-    "presets": cmd_presets,
-    "probe": cmd_probe,
-    "diagnose": cmd_diagnose,
+# ------------------------------------------------------------------------- sweep
+def build_sweep_parser():
+    """The parser of ``depthlab sweep``: run-config fields (applied to every run) plus the sweep's options."""
+    p = new_parser("sweep", "Run many ordinary training runs over a grid of config fields (in worker processes), "
+                            "then write results.csv, results.md and report.html in the sweep directory. Running "
+                            "the same command again skips finished runs and redoes unfinished ones. Dotted flags "
+                            "(--train.max_iters 300, --model.n_embd 64) apply to every run. Losses are in nats.",
+                   config_fields=True)
+    p.add_argument("--profile", type=Optional[str], default=None, help="a built-in sweep: quick, full, science")
+    p.add_argument("--file", "-f", type=Optional[str], default=None,
+                   help="sweep YAML file (base: run config; grid: FIELD: [values], or experiments:)")
+    p.add_argument("--grid", action="append", default=[],
+                   help="a grid axis SECTION.FIELD=V1,V2, e.g. model.n_layer=1,2,4 (repeatable; replaces that axis "
+                        "of a profile); values are typed and checked as the same flag of depthlab train")
+    p.add_argument("--out_dir", "--out-dir", type=Optional[str], default=None,
+                   help="sweep directory (default: sweeps/<profile>, or sweeps/<name>-<hash of the grid and "
+                        "settings>, so the same command continues the same sweep)")
+    p.add_argument("--workers", type=int, default=0, help="worker processes (0 = one per core; 1 = in this process)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = cores // workers)")
+    p.add_argument("--overwrite", "--rerun", dest="overwrite", action="store_true",
+                   help="redo every run, even finished ones")
+    p.add_argument("--no_report", "--no-report", dest="no_report", action="store_true",
+                   help="skip report.html (results.csv/md are still written)")
+    p.add_argument("--only", type=Optional[str], default=None,
+                   help="run only these experiments (NAME[,NAME]) of a profile or file")
+    p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
+                   help="list the runs and the time estimate, run nothing")
+    return p
+
+
+def _explicit_overrides(argv: list[str]) -> dict[str, Any]:
+    """The dotted config fields given on the command line (typed by the config grammar), flattened."""
+    p = new_parser("sweep", "", config_fields=True)
+    own, _ = _split_config_flags(argv)
+    ns = p.parse_args(own, defaults=False)
+    flat: dict[str, Any] = {}
+    for section, fields in ns.as_dict().items():
+        if section in ("data", "model", "train") and isinstance(fields, dict):
+            flat.update({f"{section}.{k}": v for k, v in fields.items()})
+    return flat
+
+
+def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``--data.*/--model.*/--train.*`` flags with their values, everything else)."""
+    conf, rest, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if re.match(r"^--(data|model|train)\.[A-Za-z0-9_]+", a):
+            take = 1 if "=" in a else 2
+            conf += argv[i:i + take]
+            i += take
+            continue
+        rest.append(a)
+        i += 1
+    return conf, rest
+
+
+def run_sweep(ns, argv: list[str]) -> int:
+    """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
+    from . import sweep
+
+    if ns.workers < 0 or ns.threads < 0:
+        raise DepthlabError(f"--workers and --threads must be >= 0, got {ns.workers} and {ns.threads}")
+    overrides = _explicit_overrides(argv)
+    spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
+    out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
+    if ns.dry_run:
+        print(sweep.dry_run(spec, out_dir, ns.workers))
+        return 0
+    try:
+        sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print)
+    except KeyboardInterrupt:
+        print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
+              f"{out_dir} are kept)", file=sys.stderr)
+        return 130
+    if not ns.no_report:
+        from .report.sweep import build_sweep_report
+
+        print(f"report: {build_sweep_report(out_dir)}")
+    return 0
+
+
+# ------------------------------------------------------------------------- the table
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its one-line help, its parser builder, its runner and an argv pre-pass.
+
+    Attributes:
+        help: one line for ``depthlab --help``.
+        build: returns the command's parser (:func:`new_parser` plus its options).
+        run: takes the parsed namespace (and the raw argv) and returns the exit status.
+        expand: rewrites argv before parsing (``--preset`` -> ``--config FILE``, ``--resume``).
+    """
+
+    help: str
+    build: Callable[[], Any]
+    run: Callable[..., int]
+    expand: Callable[[list[str]], list[str]] = list
+    needs_argv: bool = False  # run(ns, argv): the sweep tells explicit config flags from defaults
+
+
+COMMANDS: dict[str, Command] = {
+    "train": Command("train a GPT (default: CPU recipe on embedded Tiny Shakespeare)", build_train_parser,
+                     run_train, expand_train_argv),
+    "sample": Command("generate text from a run directory", build_sample_parser, run_sample),
+    "probe": Command("gradient flow, activation scale and rank per block at initialisation (no training)",
+                     build_probe_parser, run_probe, expand_presets),
+    "diagnose": Command("findings in plain words (evidence + remedy) for a run directory", build_diagnose_parser,
+                        run_diagnose),
+    "report": Command("write a self-contained HTML report (figures, diagnosis, baselines) of a run or a sweep",
+                      build_report_parser, run_report),
+    "sweep": Command("run a grid of training runs (e.g. depth x variant) and compare them in one report",
+                     build_sweep_parser, run_sweep, needs_argv=True),
+    "presets": Command("list the shipped training presets", build_presets_parser, run_presets),
 }
 
 
-def register(name: str, fn: Callable[[list[str]], int]) -> None:
-    """Add a subcommand (used by optional modules)."""
-    COMMANDS[name] = fn
+def usage() -> str:
+    """The text of ``depthlab --help``: every command with its one-line help."""
+    rows = "".join(f"  {name:10s} {c.help}\n" for name, c in COMMANDS.items())
+    return (f"usage: {PROG} <command> [options]\n\ncommands:\n{rows}\n"
+            f"Every command takes -c/--config FILE.yaml, --print_config and --debug; "
+            f"`{PROG} <command> --help` documents its options.")
 
 
-USAGE = """usage: depthlab <command> [options]
+def dispatch(name: str, argv: list[str]) -> int:
+    """Parse ``argv`` with command ``name``'s parser and run it.
 
-commands:
-  train      train a char-level GPT (default: CPU recipe on embedded Tiny Shakespeare)
-  sample     generate text from a run directory
-  presets    list the shipped training presets
-{extra}
-`depthlab <command> --help` documents each command's options."""
+    Raises:
+        DepthlabError: unknown command or a parse error (one line naming the option).
+    """
+    cmd = COMMANDS.get(name)
+    if cmd is None:
+        raise DepthlabError(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
+    argv = cmd.expand(list(argv))
+    try:
+        ns = cmd.build().parse_args(argv)
+    except ArgumentError as e:
+        raise DepthlabError(f"{name}: {_one_line(str(e))}") from None
+    return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
-def _load_optional_commands() -> None:
-    for mod in ("report.commands", "experiments"):
-        try:
-            __import__(f"depthlab.{mod}")
-        except ImportError:
-            pass
+def _error(msg: str) -> None:
+    print(f"{PROG}: error: {_one_line(msg)}", file=sys.stderr)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    _load_optional_commands()
     if not argv or argv[0] in ("-h", "--help"):
-        extra = "".join(f"  {k:10s} {(v.__doc__ or '').strip().splitlines()[0]}\n"
-                        for k, v in COMMANDS.items() if k not in ("train", "sample", "presets"))
-        print(USAGE.format(extra=extra), file=sys.stdout if argv else sys.stderr)
+        print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else 2
     if argv[0] == "--version":
         from . import __version__
 
-        print(f"depthlab {__version__}")
+        print(f"{PROG} {__version__}")
         return 0
-    cmd = COMMANDS.get(argv[0])
-    if cmd is None:
-        print(f"{PROG}: error: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
-    rest = [a for a in argv[1:] if a != "--debug"] if argv[0] != "train" else argv[1:]
     try:
-        return cmd(rest)
+        return dispatch(argv[0], argv[1:])
     except NonFiniteError as e:
         if debug:
             raise
-        print(f"{PROG}: error: {_one_line(str(e))}", file=sys.stderr)
+        _error(str(e))
         return 3
     except DepthlabError as e:
         if debug:
             raise
-        print(f"{PROG}: error: {_one_line(str(e))}", file=sys.stderr)
+        _error(str(e))
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
@@ -359,8 +541,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
         if debug:
             raise
-        print(f"{PROG}: error: {type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and "
-              "their permissions/encoding)", file=sys.stderr)
+        _error(f"{type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and their permissions/encoding)")
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: no raw tracebacks for users
         from .trainer import Interrupted
@@ -370,6 +551,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return e.exit_code
         if debug:
             raise
-        print(f"{PROG}: error: unexpected {type(e).__name__}: {_one_line(str(e))[:300]} "
-              "(run again with --debug for the traceback, and please report it)", file=sys.stderr)
+        _error(f"unexpected {type(e).__name__}: {_one_line(str(e))[:300]} "
+               "(run again with --debug for the traceback, and please report it)")
         return 1

@@ -164,13 +164,16 @@ class Trainer:
         callbacks: read-only observers (:class:`~depthlab.callbacks.Callback`); only these run.
         overwrite: replace an existing run directory (only if it is a depthlab run).
         log: ``callable(str)`` for console lines (default: stdout).
+        init_from: a run directory whose best weights start this new run (same shape and vocabulary;
+            new optimizer, step 0).
 
     Raises:
-        DepthlabError: bad data, sizes, run directory or resume mismatch.
+        DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
+            do not fit (a run directory this call created is removed again).
     """
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
-                 log=console):
+                 log=console, init_from: Optional[str] = None):
         self.cfg = cfg
         self.callbacks = list(callbacks)
         t = cfg.train
@@ -206,10 +209,26 @@ class Trainer:
         self.created_run_dir = created
         try:
             self._setup(cfg, vocab, resume_entry)
+            if init_from:
+                self._init_from(Path(init_from))
         except BaseException:
+            if getattr(self, "metrics", None) is not None:
+                self.metrics.close()
             if created:  # a failed start leaves nothing behind that would block the retry
                 shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
+
+    def _init_from(self, rd: Path) -> None:
+        """Load the best weights of run ``rd`` into this fresh run's model (its optimizer stays new)."""
+        import json
+
+        path = rd / ckpt.CKPT_DIR / "best.safetensors"
+        if not path.exists():
+            raise DepthlabError(f"--init-from {rd}: no {ckpt.CKPT_DIR}/best.safetensors there")
+        sd, meta = ckpt.load_weights_file(path)
+        if json.loads(meta.get("vocab", "[]")) != self.corpus.tokenizer.vocab:
+            raise DepthlabError(f"--init-from {rd}: its vocabulary differs from this corpus's")
+        ckpt.load_into(self.raw_model, sd, path)
 
     def _set_threads(self) -> None:
         t = self.cfg.train
