@@ -13,6 +13,7 @@ from . import checkpoint as ckpt
 from .data import CharTokenizer
 from .errors import DepthlabError
 from .model import GPT
+from .rundir import RunDir
 
 
 def _first_line(e: BaseException) -> str:
@@ -121,12 +122,7 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     Raises:
         DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint.
     """
-    rd = Path(run_dir)
-    if not rd.exists():
-        raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
-    if not rd.is_dir() or not (rd / ckpt.CKPT_DIR / "manifest.json").exists():
-        raise DepthlabError(f"{rd} is not a depthlab run directory (no checkpoints/manifest.json); "
-                            "give the out_dir of a depthlab train run")
+    rd = RunDir(run_dir).require("checkpoints").path
     ckdir = rd / ckpt.CKPT_DIR
     if which not in ("best", "last"):
         raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
