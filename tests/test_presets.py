@@ -7,12 +7,50 @@ from depthlab.cli import list_presets, preset_path
 from depthlab.config import ModelConfig, RunConfig, TrainConfig
 
 
-def test_presets_listed_and_valid():
+# What each preset promises (its first comment line / the README), written out independently of the YAML.
+EXPECTED = {
+    "default": dict(model=dict(n_layer=4, n_head=4, n_embd=192, block_size=128, dropout=0.0),
+                    train=dict(batch_size=32, max_iters=1700, max_time=270.0, learning_rate=3e-3, min_lr=1e-4,
+                               warmup_iters=100, dtype="auto")),
+    "fast-cpu": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0),
+                     train=dict(batch_size=32, max_iters=800, max_time=0.0, learning_rate=4e-3, min_lr=2e-4,
+                                warmup_iters=50, eval_interval=50, eval_iters=10, target_val_loss=1.88,
+                                grad_log_interval=100, probe_interval=0, dtype="auto")),
+    "nanogpt-cpu": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0),
+                        train=dict(batch_size=12, max_iters=2000, max_time=0.0, learning_rate=1e-3, min_lr=1e-4,
+                                   warmup_iters=100, lr_decay_iters=2000, eval_interval=250, eval_iters=20,
+                                   dtype="float32")),
+    "nanogpt-gpu": dict(model=dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2),
+                        train=dict(batch_size=64, max_iters=5000, max_time=0.0, learning_rate=1e-3, min_lr=1e-4,
+                                   warmup_iters=100, beta2=0.99, eval_interval=250, eval_iters=200,
+                                   dtype="auto")),
+}
+
+
+def loaded_preset(capsys, name: str) -> RunConfig:
+    """The RunConfig `depthlab train --preset NAME` resolves to (via --print_config, then validated)."""
+    with pytest.raises(SystemExit) as e:
+        from depthlab.cli import main
+
+        main(["train", "--preset", name, "--print_config"])
+    assert e.value.code in (0, None)
+    d = yaml.safe_load(capsys.readouterr().out)
+    return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+
+
+def test_presets_listed_and_valid(capsys):
     names = list_presets()
-    assert {"default", "fast-cpu", "nanogpt-cpu", "nanogpt-gpu"} <= set(names)
-    for name in names:
-        cfg = RunConfig.from_dict(yaml.safe_load(preset_path(name).read_text()))
-        assert cfg.model.n_embd % cfg.model.n_head == 0
+    assert set(names) == set(EXPECTED)
+    assert all(names[n] for n in names)  # each has a one-line description
+    defaults = RunConfig.from_dict({})
+    for name, want in EXPECTED.items():
+        cfg = loaded_preset(capsys, name)
+        assert cfg.data == defaults.data, name  # no preset changes the data section
+        for section in ("model", "train"):
+            got, default = getattr(cfg, section), getattr(defaults, section)
+            for f in dataclasses.fields(got):
+                expected = want[section].get(f.name, getattr(default, f.name))
+                assert getattr(got, f.name) == expected, (name, f"{section}.{f.name}")
 
 
 def test_default_preset_is_the_zero_argument_recipe():
