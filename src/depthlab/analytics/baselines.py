@@ -15,7 +15,6 @@ vocabulary costs memory proportional to the number of *distinct* pairs, not V sq
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any

@@ -12,7 +12,6 @@ Rules (names are a stable contract): ``bigram_stuck``, ``vanishing_gradients``, 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -91,7 +90,11 @@ class Thresholds:
 
 
 def _num(v: Any) -> Optional[float]:
-    """A finite-or-not float from a metrics value (tracking writes NaN/inf as strings)."""
+    """A metrics value as a float, keeping inf and NaN (written as strings "inf"/"nan"); None if absent.
+
+    Unlike :func:`depthlab.rundir.finite_or_none` this keeps non-finite numbers: the ``exploding``
+    rule must see an infinite or NaN loss, not a missing one. Booleans are not numbers here.
+    """
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, (int, float)):
@@ -342,16 +345,10 @@ def diagnose_records(records: list[dict], baselines: Optional[dict] = None, conf
         low = rules["lr_too_low"]
         rules["vanishing_gradients"].evidence += ("; the update/weight ratios are tiny too (" +
                                                   low.evidence.split(" per step")[0] +
-                                                  "), because the gradients vanish, not because the learning rate is low")
+                                                  "), because the gradients vanish, not because the learning rate "
+                                                  "is low")
         found.remove(low)
     return found
-
-
-def _load_json(p: Path) -> Optional[dict]:
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> list[Finding]:
@@ -361,7 +358,7 @@ def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -
     before analytics existed) and the corpus can be loaded.
 
     Raises:
-        DepthlabError: the folder does not exist, or holds neither config.json nor metrics.jsonl.
+        DepthlabError: the folder does not exist, or lacks its config or metrics file.
     """
     rd = RunDir(run_dir).require("metrics")
     config, baselines = rd.config, rd.baselines

@@ -16,7 +16,8 @@ import torch
 
 from ..errors import DepthlabError
 
-__all__ = ["probe_at_init", "probe_model", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
+__all__ = ["probe_at_init", "probe_model", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES",
+           "PROBE_BATCH_SIZE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -131,7 +132,8 @@ def _fmt(v: Optional[float]) -> str:
 
 def format_probe_table(result: dict) -> str:
     """Per-block table: block, grad_norm, mean_abs_grad, act_rms, rank_measure, token_cosine."""
-    head = f"{'block':>5}  {'grad_norm':>10}  {'mean_abs_grad':>13}  {'act_rms':>10}  {'rank_measure':>12}  {'tok_cos':>8}"
+    head = (f"{'block':>5}  {'grad_norm':>10}  {'mean_abs_grad':>13}  {'act_rms':>10}  {'rank_measure':>12}  "
+            f"{'tok_cos':>8}")
     rows = [head]
     for r in result["layers"]:
         tc = "n/a" if r["token_cosine"] is None else f"{r['token_cosine']:.3f}"
@@ -284,6 +286,12 @@ def plot_probe(result: dict, path: Path) -> Path:
         ax.set_xlabel("block")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"depthlab probe at init: {cfg.get('variant')} + {cfg.get('norm')}, {cfg.get('n_layer')} blocks")
+    import io
+
+    from ..rundir import atomic_write
+
     path = Path(path)
-    fig.savefig(path, dpi=100)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write(path, buf.getvalue())  # temp file + rename: never half a PNG
     return path

@@ -15,13 +15,12 @@ import datetime as _dt
 import html
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..errors import DepthlabError
-from ..rundir import finite_or_none
+from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, finite_or_none
 from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
@@ -224,30 +223,27 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-_num = finite_or_none
-
-
 def _cards(run: RunData) -> list[tuple[str, str, str]]:
     s = run.summary or {}
     cards = []
-    best = _num(s.get("best_val_loss"))
+    best = finite_or_none(s.get("best_val_loss"))
     if best is None and run.evals:
-        vals = [v for v in (_num(r.get("val_loss")) for r in run.evals) if v is not None]
+        vals = [v for v in (finite_or_none(r.get("val_loss")) for r in run.evals) if v is not None]
         best = min(vals) if vals else None
     if best is not None:
         cards.append(("best validation loss", f"{best:.3f}", f"nats/char = {best / LN2:.3f} bits/char"))
-        bg = _num(((run.baselines or {}).get("bigram") or {}).get("nats"))
+        bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
             d = best - bg
             cards.append(("minus bigram baseline", f"{d:+.3f}",
                           "nats: below bigram, uses context" if d < 0 else "nats: above bigram, no context used yet"))
     if s.get("final_step") is not None:
         cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
-    if _num(s.get("tokens_seen")) is not None:
+    if finite_or_none(s.get("tokens_seen")) is not None:
         cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters"))
-    if _num(s.get("wall_time_s")) is not None:
+    if finite_or_none(s.get("wall_time_s")) is not None:
         cards.append(("wall time", f"{float(s['wall_time_s']):.1f}", "seconds"))
-    if _num(s.get("params")) is not None:
+    if finite_or_none(s.get("params")) is not None:
         cards.append(("parameters", f"{float(s['params']):,.0f}", "non-embedding"))
     return cards
 
@@ -255,15 +251,15 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
 def _baseline_section(run: RunData) -> str:
     b = run.baselines
     if not b:
-        return '<p class="muted">No baselines.json in this run (older run, or analytics were off).</p>'
+        return f'<p class="muted">No {BASELINES} in this run (older run, or analytics were off).</p>'
     rows = []
     for name, what in (("uniform", "every character equally likely: ln V"),
                        ("unigram", "character frequencies, no context"),
                        ("bigram", "previous character only")):
         e = b.get(name)
         if isinstance(e, dict):
-            rows.append((name, what, _num(e.get("nats")), _num(e.get("bits_per_char"))))
-    best = _num((run.summary or {}).get("best_val_loss"))
+            rows.append((name, what, finite_or_none(e.get("nats")), finite_or_none(e.get("bits_per_char"))))
+    best = finite_or_none((run.summary or {}).get("best_val_loss"))
     if best is not None:
         rows.append(("this model (best val)", "", best, best / LN2))
     txt = html_table(rows, ["model", "what it knows", "val cross-entropy (nats/char)", "bits/char"])
@@ -276,7 +272,7 @@ def _baseline_section(run: RunData) -> str:
 def _diagnosis_section(run: RunData) -> str:
     d = run.diagnosis
     if d is None:
-        return ('<p class="muted">No diagnosis.json in this run; run <code>depthlab diagnose RUN_DIR</code> '
+        return (f'<p class="muted">No {DIAGNOSIS} in this run; run <code>depthlab diagnose RUN_DIR</code> '
                 "to produce one.</p>")
     findings = d.get("findings") or []
     if not findings:
@@ -295,7 +291,7 @@ def _diagnosis_section(run: RunData) -> str:
 
 def _config_section(run: RunData) -> str:
     if not run.config:
-        return '<p class="muted">No config.json in this run.</p>'
+        return f'<p class="muted">No {CONFIG} in this run.</p>'
     parts = ['<div class="tables">']
     for sec in ("model", "train", "data"):
         d = run.config.get(sec)
@@ -307,7 +303,7 @@ def _config_section(run: RunData) -> str:
 
 def _summary_section(run: RunData) -> str:
     if not run.summary:
-        return '<p class="muted">No summary.json: the run did not finish (or is still running).</p>'
+        return f'<p class="muted">No {SUMMARY}: the run did not finish (or is still running).</p>'
     return html_table(_flatten(run.summary), ["field", "value"])
 
 
@@ -326,7 +322,8 @@ FIGURE_NOTES = {
                     "uniform attention over the t visible tokens.",
     "attention": "Attention weights of every head of the first and last block on a validation snippet "
                  "(best checkpoint). Rows: the position predicting; columns: the characters it looks at.",
-    "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each sublayer contributes.",
+    "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each "
+                    "sublayer contributes.",
 }
 
 
@@ -347,7 +344,7 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
             that this command did not write (it is never overwritten).
     """
     run = load_run_data(run_dir)
-    dest = Path(out) if out else run.run_dir / "report.html"
+    dest = Path(out) if out else run.dir.file(REPORT)
     _check_dest(dest)
     pngs = make_all_plots(run.run_dir, skip=skip)
     figs = []
@@ -369,15 +366,13 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                 Section("Configuration", _config_section(run))]
     page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=_cards(run))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(dest)
+    atomic_write(dest, page.encode("utf-8"))
     return dest
 
 
 def _check_dest(dest: Path) -> None:
     if dest.is_dir():
-        raise DepthlabError(f"--out {dest} is a folder; give a file name such as {dest / 'report.html'}")
+        raise DepthlabError(f"--out {dest} is a folder; give a file name such as {dest / REPORT}")
     if dest.exists():
         try:
             head = dest.read_text(encoding="utf-8", errors="replace")[:4000]

@@ -16,20 +16,20 @@ bits-per-character axis on the right (1 bit = ln 2 nats).
 
 from __future__ import annotations
 
-import json
+import io
 import math
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ..errors import DepthlabError
-from ..rundir import read_metrics
+from ..rundir import CONFIG, METRICS, RunDir, atomic_write, finite_or_none
+from ..rundir import PLOTS as PLOT_DIR
 
 __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad_layers",
            "plot_attention", "plot_activations", "plot_attn_entropy", "plot_update_ratio",
            "plot_rezero_alpha", "make_all_plots", "PLOTS", "OKABE_ITO"]
 
 LN2 = math.log(2.0)
-PLOT_DIR = "plots"
 DPI = 110
 WIDE = (11.0, 4.2)   # two panels side by side, inches
 TALL = (11.0, 7.6)   # 2 x 2 panels
@@ -45,57 +45,55 @@ BASELINE_STYLE = {"uniform": (OKABE_ITO["grey"], ":"), "unigram": (OKABE_ITO["pu
 
 # ----------------------------------------------------------------------------- data
 def _num(v: Any) -> float:
-    """A metric value as float: tracking writes non-finite numbers as strings ("nan", "inf")."""
-    if v is None:
-        return math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+    """A metrics value as a float for plotting: :func:`~depthlab.rundir.finite_or_none`, None -> NaN.
+
+    Missing, non-numeric and non-finite values (written as "nan"/"inf" strings) all become NaN,
+    so a plot shows a gap there; the diagnosis, not the figure, reports the non-finite number.
+    """
+    f = finite_or_none(v)
+    return math.nan if f is None else f
 
 
-def _finite(v: Any) -> float:
-    """``_num`` with inf mapped to NaN too (a plot shows a gap; the diagnosis reports the inf)."""
-    f = _num(v)
-    return f if math.isfinite(f) else math.nan
+def _dict_or_none(v: Any) -> Optional[dict]:
+    return v if isinstance(v, dict) else None
 
 
-def _read_json(path: Path) -> Optional[dict]:
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return d if isinstance(d, dict) else None
+def _by_step(recs: Iterable[dict]) -> list[dict]:
+    """The records that have a ``step``, sorted by it."""
+    return sorted((r for r in recs if "step" in r), key=lambda r: _num(r["step"]))
 
 
 class RunData:
     """What a run directory recorded, split by record kind (read once, shared by all plots).
 
+    Everything is read through :class:`depthlab.rundir.RunDir`, so old run directories (records
+    without ``kind``) load the same way here as everywhere else.
+
     Attributes:
         run_dir: the run directory.
+        dir: its :class:`~depthlab.rundir.RunDir` reader.
         evals: evaluation records (``step``, ``train_loss``, ``val_loss`` in nats, ``tokens_seen``).
         train: training-step records (``step``, ``loss`` in nats, ``lr``, ``grad_norm``).
         grads: gradient-monitor records (``kind == "grad"``).
         probes: activation-probe records (``kind == "probe"``).
-        config: ``config.json`` (nested data/model/train dict) or ``None``.
-        summary: ``summary.json`` or ``None``.
-        baselines: ``baselines.json`` or ``None``.
-        diagnosis: ``diagnosis.json`` or ``None``.
+        config: the run's config (nested data/model/train dict) or ``None``.
+        summary: the end-of-run summary or ``None``.
+        baselines: the corpus baselines or ``None``.
+        diagnosis: the diagnosis findings or ``None``.
+        All record lists are sorted by ``step``.
     """
 
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
-        recs = read_metrics(self.run_dir)
-        self.evals = [r for r in recs if "val_loss" in r and "step" in r]
-        self.train = [r for r in recs if "loss" in r and "step" in r and "kind" not in r]
-        self.grads = [r for r in recs if r.get("kind") == "grad" and "step" in r]
-        self.probes = [r for r in recs if r.get("kind") == "probe" and "step" in r]
-        for lst in (self.evals, self.train, self.grads, self.probes):
-            lst.sort(key=lambda r: _num(r["step"]))
-        self.config = _read_json(self.run_dir / "config.json")
-        self.summary = _read_json(self.run_dir / "summary.json")
-        self.baselines = _read_json(self.run_dir / "baselines.json")
-        self.diagnosis = _read_json(self.run_dir / "diagnosis.json")
+    def __init__(self, run_dir: str | Path):
+        self.dir = RunDir(run_dir)
+        self.run_dir = self.dir.path
+        self.evals = _by_step(self.dir.evals)
+        self.train = _by_step(r for r in self.dir.metrics("train") if "loss" in r)
+        self.grads = _by_step(self.dir.metrics("grad"))
+        self.probes = _by_step(self.dir.metrics("probe"))
+        self.config = _dict_or_none(self.dir.config)
+        self.summary = _dict_or_none(self.dir.summary)
+        self.baselines = _dict_or_none(self.dir.baselines)
+        self.diagnosis = _dict_or_none(self.dir.diagnosis)
 
     def tokens_per_step(self) -> Optional[float]:
         """Tokens consumed per optimizer step (from eval records, else config), or ``None``."""
@@ -129,15 +127,15 @@ def load_run_data(run_dir: str | Path) -> RunData:
         A :class:`RunData`.
 
     Raises:
-        DepthlabError: the folder does not exist, or holds neither ``config.json`` nor ``metrics.jsonl``.
+        DepthlabError: the folder does not exist, or holds neither a config nor a metrics file.
     """
-    rd = Path(run_dir)
-    if not rd.exists():
-        raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
-    if not rd.is_dir() or not ((rd / "config.json").is_file() or (rd / "metrics.jsonl").is_file()):
-        raise DepthlabError(f"{rd} is not a depthlab run directory (no config.json or metrics.jsonl); "
+    rd = RunDir(run_dir)
+    if not rd.path.exists():
+        raise DepthlabError(f"run directory {rd.path} not found; give the out_dir of a depthlab train run")
+    if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
+        raise DepthlabError(f"{rd.path} is not a depthlab run directory (no {CONFIG} or {METRICS}); "
                             "give the out_dir of a depthlab train run")
-    return RunData(rd)
+    return RunData(rd.path)
 
 
 def _data(run: str | Path | RunData) -> RunData:
@@ -146,9 +144,13 @@ def _data(run: str | Path | RunData) -> RunData:
 
 # ----------------------------------------------------------------------------- figure helpers
 def _figure(size=WIDE, ncols: int = 2, nrows: int = 1):
+    """A bare :class:`~matplotlib.figure.Figure` on its own Agg canvas (no pyplot, no global state)
+    and its axes as a (nrows, ncols) array, with the common grid and spine style."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat:
         ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
@@ -165,9 +167,9 @@ def _save(fig, run: RunData, name: str, title: str, subtitle: Optional[str] = No
     out = run.run_dir / PLOT_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    tmp = path.with_suffix(".png.tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
-    tmp.replace(path)  # atomic: a reader never sees half a PNG
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
+    atomic_write(path, buf.getvalue())  # a reader never sees half a PNG
     return path
 
 
@@ -224,7 +226,7 @@ def _matrix(recs: list[dict], key: str) -> tuple[list[float], list[list[float]]]
         v = r.get(key)
         if isinstance(v, list) and v:
             steps.append(_num(r["step"]))
-            rows.append([_finite(x) for x in v])
+            rows.append([_num(x) for x in v])
     return steps, rows
 
 
@@ -335,8 +337,7 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     sub = "lower is better; dashed/dotted lines = corpus baselines (a model must beat bigram to use context)"
     if math.isfinite(best):
         sub = f"best validation {best:.3f} nats = {best / LN2:.3f} bits/char; " + sub
-    _save(fig, run, "loss", f"Loss — {run.title()}", sub)
-    return run.run_dir / PLOT_DIR / "loss.png"
+    return _save(fig, run, "loss", f"Loss — {run.title()}", sub)
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -391,8 +392,7 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     sub = "dark rows = little gradient reaches that block"
     if ratio is not None:
         sub = f"at the last step block 0 gets {ratio:.2g}× the gradient norm of block {nb - 1}; " + sub
-    _save(fig, run, "grad_flow", f"Gradient flow per block — {run.title()}", sub)
-    return run.run_dir / PLOT_DIR / "grad_flow.png"
+    return _save(fig, run, "grad_flow", f"Gradient flow per block — {run.title()}", sub)
 
 
 def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
@@ -442,9 +442,8 @@ def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
         _log_axis(ax2, "x", vals)
         ax2.set_xlabel("gradient L2 norm (log scale)")
         ax2.set_title(f"per component, step {_num(comp[0]):g}", fontsize=10)
-    _save(fig, run, "grad_layers", f"Gradient norm by layer — {run.title()}",
-          "a curve falling steeply towards block 0 = vanishing gradients; rising = exploding")
-    return run.run_dir / PLOT_DIR / "grad_layers.png"
+    return _save(fig, run, "grad_layers", f"Gradient norm by layer — {run.title()}",
+                 "a curve falling steeply towards block 0 = vanishing gradients; rising = exploding")
 
 
 def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
@@ -480,9 +479,8 @@ def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("‖Δθ‖ / ‖θ‖ per step (log scale)")
     _depth_key(fig, ax, nb)
-    _save(fig, run, "update_ratio", f"Update / weight ratio per block — {run.title()}",
-          "shaded band 1e-4 … 1e-2; far above = learning rate too high, far below = too low")
-    return run.run_dir / PLOT_DIR / "update_ratio.png"
+    return _save(fig, run, "update_ratio", f"Update / weight ratio per block — {run.title()}",
+                 "shaded band 1e-4 … 1e-2; far above = learning rate too high, far below = too low")
 
 
 # ----------------------------------------------------------------------------- probes
@@ -554,9 +552,8 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     else:
         ax.text(0.5, 0.5, "no sublayer RMS recorded", transform=ax.transAxes, ha="center", color="grey")
         ax.set_axis_off()
-    _save(fig, run, "activations", f"Activations per block — {run.title()}",
-          "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to one vector")
-    return run.run_dir / PLOT_DIR / "activations.png"
+    return _save(fig, run, "activations", f"Activations per block — {run.title()}",
+                 "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to one vector")
 
 
 def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
@@ -630,8 +627,7 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
     sub = "near the dashed line / near 1.0 = attention almost uniform over the visible tokens"
     if math.isfinite(u):
         sub = f"uniform attention over t visible tokens has entropy ln t (mean {u:.2f} nats here); " + sub
-    _save(fig, run, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
-    return run.run_dir / PLOT_DIR / "attn_entropy.png"
+    return _save(fig, run, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
 
 
 def plot_rezero_alpha(run: str | Path | RunData) -> Optional[Path]:
@@ -665,9 +661,9 @@ def plot_rezero_alpha(run: str | Path | RunData) -> Optional[Path]:
         ax.set_ylabel(name)
         ax.set_title(f"{name} per block", fontsize=10)
         _depth_key(fig, ax, nb)
-    _save(fig, run, "rezero_alpha", f"ReZero gates α over training — {run.title()}",
-          "α starts at 0 (every block the identity); |α| then shows how much each sublayer adds to the residual stream")
-    return run.run_dir / PLOT_DIR / "rezero_alpha.png"
+    return _save(fig, run, "rezero_alpha", f"ReZero gates α over training — {run.title()}",
+                 "α starts at 0 (every block the identity); |α| then shows how much each sublayer adds to the "
+                 "residual stream")
 
 
 # ----------------------------------------------------------------------------- attention patterns
@@ -765,9 +761,8 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
     cb = fig.colorbar(im, ax=axes, pad=0.01, fraction=0.03, shrink=0.8)
     cb.set_label("attention weight (rows sum to 1)")
     shown = text.replace("\n", "↵")
-    _save(fig, run, "attention", f"Attention patterns, first and last block — {run.title()}",
-          f"best checkpoint on the validation text “{shown}”; causal: no weight above the diagonal")
-    return run.run_dir / PLOT_DIR / "attention.png"
+    return _save(fig, run, "attention", f"Attention patterns, first and last block — {run.title()}",
+                 f"best checkpoint on the validation text “{shown}”; causal: no weight above the diagonal")
 
 
 # ----------------------------------------------------------------------------- all
