@@ -315,3 +315,67 @@ def restore_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.de
     batch_rng.bit_generator.state = json.loads(st["batch"])
     if device.type == "cuda" and "cuda" in st:
         torch.cuda.set_rng_state(st["cuda"], device)
+
+
+# ------------------------------------------------------------------------- what may change on resume
+#: Fields that may change on ``--resume`` without a word: when to stop, log, evaluate, save, and where.
+RESUME_SILENT = frozenset({
+    "data.cache_dir", "train.max_iters", "train.max_time", "train.eval_interval", "train.log_interval",
+    "train.out_dir", "train.resume", "train.progress", "train.tensorboard", "train.grad_log_interval",
+    "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile",
+    "train.target_val_loss", "train.on_nonfinite", "model.vocab_size"})
+
+#: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
+#: trajectory of one uninterrupted run with either setting.
+RESUME_NOTED = {
+    "train.learning_rate": "the schedule continues from the current step with the new peak",
+    "train.min_lr": "the cosine decay now ends at the new value",
+    "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",
+    "train.lr_decay_iters": "the cosine decay is recomputed from the current step",
+    "train.weight_decay": "AdamW's decoupled decay changes from the next step",
+    "train.beta1": "AdamW's moment averages change from the next step",
+    "train.beta2": "AdamW's moment averages change from the next step",
+    "train.grad_clip": "gradient clipping changes from the next step",
+    "train.batch_size": "tokens per step change; the data order differs from an uninterrupted run",
+    "train.grad_accum": "tokens per step change; the data order differs from an uninterrupted run",
+    "train.dtype": "the rest of the run computes in the new precision (not bit-identical to either)",
+    "train.attention": "the same function by another kernel (float rounding differs)",
+    "model.dropout": "the regularisation changes from the next step",
+}
+# Every other field (the corpus, its split and encoding, the model's shape and function, the seed,
+# the evaluation set behind the best loss, and any field added later) is refused: resuming would
+# compare or mix numbers that do not mean the same thing.
+
+
+def _flat(d: dict) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
+
+
+def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
+    """Compare a run's stored config with the config it is resumed with, field by field.
+
+    Args:
+        old: the run's ``config.json`` (sections data/model/train).
+        new: the config now asked for (same shape).
+
+    Returns:
+        ``(refused, noted)``: one sentence per changed field, naming it and both values; refused
+        ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`; all other
+        fields are refused).
+    """
+    from .config import RunConfig
+
+    a, b = _flat(old), _flat(new)
+    defaults = _flat(RunConfig().to_dict())
+    refused, noted = [], []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUME_SILENT or a.get(key) == b.get(key):
+            continue
+        if key not in a and b.get(key) == defaults.get(key):
+            continue  # a field newer than the run, at its default: the run used that behaviour
+        change = f"{key} {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
+        if key in RESUME_NOTED:
+            noted.append(f"{change}: {RESUME_NOTED[key]}")
+        else:
+            refused.append(change)
+    return refused, noted

@@ -219,6 +219,11 @@ class TrainConfig:
         if self.batch_size * self.grad_accum > 1_000_000:
             raise DepthlabError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
                                 "sequences per step is beyond any machine; use at most 1,000,000")
+        if 0 < self.lr_decay_iters < self.warmup_iters:
+            raise DepthlabError(f"train.lr_decay_iters ({self.lr_decay_iters}) is before the end of "
+                                f"train.warmup_iters ({self.warmup_iters}): the learning rate would jump from "
+                                "the warmup straight to train.min_lr; make lr_decay_iters >= warmup_iters "
+                                "(or 0 = max_iters)")
         _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
         _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
         _choice("train", "attention", self.attention, ("auto", "sdpa", "explicit"))
@@ -286,3 +291,23 @@ def add_config_arguments(parser) -> None:
     """
     for name, klass in SECTIONS:
         parser.add_class_arguments(klass, name, instantiate=False)
+
+
+def schedule_warnings(t: TrainConfig) -> list[str]:
+    """Warnings about a learning-rate schedule that is legal but probably not what was meant.
+
+    Args:
+        t: the train section.
+
+    Returns:
+        One sentence per problem, naming the fields (empty when the schedule is coherent).
+    """
+    out = []
+    if t.warmup_iters >= t.max_iters:
+        out.append(f"train.warmup_iters ({t.warmup_iters}) >= train.max_iters ({t.max_iters}): the peak "
+                   f"train.learning_rate {t.learning_rate:g} is never reached and the cosine decay never starts")
+    decay = t.lr_decay_iters or t.max_iters
+    if t.lr_decay_iters and decay > t.max_iters:
+        out.append(f"train.lr_decay_iters ({t.lr_decay_iters}) > train.max_iters ({t.max_iters}): training ends "
+                   "before the learning rate reaches train.min_lr")
+    return out

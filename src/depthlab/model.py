@@ -34,12 +34,27 @@ class HookPoint(nn.Module):
         return x
 
 
+class RMSNorm(nn.RMSNorm):
+    """RMSNorm (Zhang & Sennrich 2019) computed in float32: y = x / sqrt(mean(x^2) + eps) * weight.
+
+    Under bf16 autocast torch runs LayerNorm in float32 but leaves ``rms_norm`` to mixed dtypes
+    (bf16 input, fp32 weight), which cannot use the fused kernel and warns on every call. Casting
+    the input to float32 here gives the fused kernel, the same precision as LayerNorm under
+    autocast, and a float32 output (B, T, C) like LayerNorm's.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` (..., C) over C; returns float32 (..., C)."""
+        w = self.weight.float() if self.weight is not None else None
+        return F.rms_norm(x.float(), self.normalized_shape, w, self.eps)
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
     """The configured normalisation over the last dim C: LayerNorm, RMSNorm or identity."""
     if cfg.norm == "layernorm":
         return nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.n_embd)
+        return RMSNorm(cfg.n_embd)
     return nn.Identity()
 
 

@@ -184,9 +184,13 @@ class MetricsWriter:
         run_dir: the run directory.
         tensorboard: also write TensorBoard event files (``torch.utils.tensorboard``).
         enabled: False on non-zero ranks.
+        purge_step: on resume, the first step after the checkpoint: TensorBoard then hides the
+            events at and after it that the interrupted session had written (``SummaryWriter``'s
+            ``purge_step``), as :func:`truncate_metrics` does for ``metrics.jsonl``.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, enabled: bool = True):
+    def __init__(self, run_dir: Path, tensorboard: bool = True, enabled: bool = True,
+                 purge_step: Optional[int] = None):
         self.enabled = enabled
         self.run_dir = Path(run_dir)
         self._f = open(self.run_dir / METRICS, "a", encoding="utf-8") if enabled else None
@@ -195,7 +199,7 @@ class MetricsWriter:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD))
+                self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD), purge_step=purge_step)
             except ImportError:  # tensorboard not installed: metrics.jsonl is the record
                 self.tb = None
 

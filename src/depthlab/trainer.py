@@ -156,6 +156,19 @@ def console(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def val_perplexity(loss: float) -> Optional[float]:
+    """Perplexity exp(loss) of a mean loss in nats/token, exact in float64; None when it overflows.
+
+    float64 ``exp`` is finite up to ~709.78 nats; beyond it (or for NaN) there is no true finite
+    value to write, and a capped number would be a wrong one.
+    """
+    try:
+        v = math.exp(loss)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
 class Trainer:
     """One training run. Use :func:`train` unless you need the object.
 
@@ -271,14 +284,22 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             self.model = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        if self.is_main:
-            self._write_static_files(vocab, resume=resume_entry is not None)
         if resume_entry is not None:
-            self._load_resume(resume_entry)
-        elif t.resume and self.is_main:
-            self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
-            truncate_metrics(self.run_dir, -1)
-        self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard, enabled=self.is_main)
+            self._load_resume(resume_entry)  # reads and checks only: nothing is written before it passes
+        # resuming a run that is already at max_iters changes nothing on disk
+        self.nothing_to_train = bool(t.resume) and self.step >= t.max_iters and resume_entry is not None
+        if self.is_main and not self.nothing_to_train:
+            self._write_static_files(vocab, resume=resume_entry is not None)
+            if resume_entry is not None:
+                truncate_metrics(self.run_dir, self.step)
+                (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+            elif t.resume:
+                self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+                truncate_metrics(self.run_dir, -1)
+        # TensorBoard drops the events after the checkpoint, as metrics.jsonl does (no doubled steps)
+        self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
+                                     enabled=self.is_main and not self.nothing_to_train,
+                                     purge_step=self.step + 1 if resume_entry is not None else None)
 
     # ----------------------------------------------------------------- setup helpers
     def _init_distributed(self) -> torch.device:
@@ -336,11 +357,13 @@ class Trainer:
             raise DepthlabError(
                 f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
                 f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
-        for k in ("n_layer", "n_head", "n_embd", "block_size", "variant", "norm", "ff_mult",
-                  "activation", "bias", "tie_weights"):
-            if old.get("model", {}).get(k) != getattr(self.cfg.model, k):
-                raise DepthlabError(f"cannot resume {rd.path}: model.{k} is {getattr(self.cfg.model, k)!r} but "
-                                    f"the checkpoint has {old.get('model', {}).get(k)!r}")
+        refused, noted = ckpt.resume_changes(old, self.cfg.to_dict())
+        if refused:
+            raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
+                                "these change what the run's numbers mean: resume with the run's own values, or "
+                                "start a new run (--init-from to reuse its weights)")
+        for line in noted:
+            self.log(f"resume: {line}")
         import warnings
 
         with warnings.catch_warnings(record=True) as caught:
@@ -369,11 +392,13 @@ class Trainer:
         self.wall_before = float(st["wall_time_s"])
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
+        old_sha = st.get("corpus_sha256")
+        if old_sha is not None and old_sha != self.corpus.sha256:
+            raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {self.corpus.path} changed since the "
+                                f"checkpoint (sha256 {old_sha[:12]}... then, {self.corpus.sha256[:12]}... now); "
+                                "resume with the original file, or start a new run (--init-from)")
         evals = [r for r in RunDir(self.run_dir).evals if r["step"] <= self.step]
         self.last_eval = evals[-1] if evals else {}
-        if self.is_main:
-            truncate_metrics(self.run_dir, self.step)
-            (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         self.log(f"resuming {self.run_dir} from step {self.step} (best val {self.best_val:.4f})")
 
     # ----------------------------------------------------------------- evaluation and checkpoints
@@ -410,7 +435,7 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "rng": ckpt.capture_rng_state(self.batch_rng, self.device),
                 "wall_time_s": self._wall(), "tokens_seen": self.tokens_seen,
-                "nonfinite_skips": self.nonfinite_skips}
+                "nonfinite_skips": self.nonfinite_skips, "corpus_sha256": self.corpus.sha256}
 
     def _meta(self) -> dict[str, str]:
         import json
@@ -428,25 +453,55 @@ class Trainer:
             ckpt.save_checkpoint(self.run_dir, self.step, self.raw_model, self._state(), self._meta(),
                                  keep_last=self.cfg.train.keep_last, is_best=is_best, val_loss=val_loss)
 
+    def _agree(self, **flags: bool) -> dict[str, bool]:
+        """Each flag OR-ed over every process (one all-reduce of a small tensor); as given with one process.
+
+        Stop decisions (time limit, signal, target loss, non-finite step, failed checkpoint write)
+        go through here so that every rank leaves the loop at the same step.
+        """
+        if self.world_size == 1:
+            return {k: bool(v) for k, v in flags.items()}
+        import torch.distributed as dist
+
+        t = torch.tensor([int(bool(v)) for v in flags.values()], dtype=torch.int32, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return dict(zip(flags, (bool(x) for x in t.tolist())))
+
+    def _save_agreed(self, is_best: bool = False, val_loss: Optional[float] = None) -> None:
+        """:meth:`save` on rank 0, then every rank learns whether it failed and stops together if so.
+
+        Raises:
+            DepthlabError or OSError: the checkpoint could not be written (on every rank).
+        """
+        error: Optional[BaseException] = None
+        try:
+            self.save(is_best=is_best, val_loss=val_loss)
+        except (DepthlabError, OSError) as e:
+            error = e
+        if self._agree(save_failed=error is not None)["save_failed"]:
+            raise error if error is not None else DepthlabError(
+                "the checkpoint write failed on the main process; every process stops")
+
     def _do_eval(self) -> None:
         losses = self.evaluate()
         tl, vl = losses["train"], losses["val"]
         rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": vl / LN2,
-               "val_ppl": math.exp(min(vl, 50.0)), "tokens_seen": self.tokens_seen,
+               "val_ppl": val_perplexity(vl), "tokens_seen": self.tokens_seen,
                "elapsed_s": round(self._wall(), 3)}
         is_best = math.isfinite(vl) and vl < self.best_val
         if is_best:
             self.best_val, self.best_step = vl, self.step
         self.last_eval = rec
         t = self.cfg.train
-        if t.target_val_loss > 0 and vl <= t.target_val_loss and self.target_reached is None:
+        reached = self._agree(target=t.target_val_loss > 0 and vl <= t.target_val_loss)["target"]
+        if reached and self.target_reached is None:
             self.target_reached = (self.step, rec["elapsed_s"])
         self.metrics.log("eval", rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
-        self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, "
-                 f"ppl {rec['val_ppl']:.2f})")
+        ppl = "inf" if rec["val_ppl"] is None else f"{rec['val_ppl']:.2f}"
+        self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, ppl {ppl})")
         for cb in self.callbacks:
             cb.on_eval(self, self.last_info, rec)
-        self.save(is_best=is_best, val_loss=vl)
+        self._save_agreed(is_best=is_best, val_loss=vl)
 
     # ----------------------------------------------------------------- one optimisation step
     def _first_nonfinite_param(self) -> str:
@@ -513,7 +568,7 @@ class Trainer:
             dist.all_reduce(loss_sum)  # logged loss = mean over all ranks' micro-batches
             loss_sum /= self.world_size
         loss_val, gnorm_val = loss_sum.item() / self.accum, gnorm.item()
-        if not (math.isfinite(loss_val) and math.isfinite(gnorm_val)):
+        if self._agree(bad=not (math.isfinite(loss_val) and math.isfinite(gnorm_val)))["bad"]:
             self._handle_nonfinite(loss_val, gnorm_val, lr)
             return None
         self.optimizer.step()
@@ -560,10 +615,11 @@ class Trainer:
         return None
 
     def _banner(self, tokens_per_step: int) -> None:
+        from .config import schedule_warnings
+
         t, m = self.cfg.train, self.cfg.model
-        if self.step > 0 and self.step >= t.max_iters:
-            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
-                     f"(a total); pass a larger --train.max_iters to extend it")
+        for w in schedule_warnings(t):
+            self.log(f"warning: {w}")
         self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
                  f"{tokens_per_step} tokens/step")
@@ -592,6 +648,11 @@ class Trainer:
         """
         t, m = self.cfg.train, self.cfg.model
         self._t_start = time.time()
+        if self.nothing_to_train:
+            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
+                     f"(a total); pass a larger --train.max_iters to extend it. Nothing was changed.")
+            self.metrics.close()
+            return self.run_dir
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.step > 0 else None
         self._banner(tokens_per_step)
@@ -604,7 +665,10 @@ class Trainer:
             try:
                 self.model.train()
                 while True:
-                    time_up = t.max_time > 0 and (time.time() - self._t_start) >= t.max_time
+                    # every process takes the same decision, or one leaves while another waits in an all-reduce
+                    flags = self._agree(time_up=t.max_time > 0 and (time.time() - self._t_start) >= t.max_time,
+                                        signal=self._signal is not None)
+                    time_up = flags["time_up"]
                     if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
                             and self.step != resumed_at:
                         self._do_eval()
@@ -612,9 +676,9 @@ class Trainer:
                     if reason is not None:
                         self.stopped_by = reason
                         break
-                    if self._signal is not None:
-                        self.save()
-                        raise Interrupted(self._signal, self.run_dir, self.step)
+                    if flags["signal"]:
+                        self._save_agreed()
+                        raise Interrupted(self._signal or signal.SIGTERM, self.run_dir, self.step)
                     info = self.train_step(params, tokens_per_step)
                     if info is None:
                         continue

@@ -1,0 +1,169 @@
+"""Resume honours or refuses every changed setting; records tell the truth (issue 10)."""
+
+import json
+import math
+import os
+import warnings
+
+import pytest
+import torch
+from conftest import QUIET, tiny_cli_args, tiny_config
+
+from depthlab import train
+from depthlab.checkpoint import RESUME_NOTED, RESUME_SILENT, resume_changes
+from depthlab.cli import main
+from depthlab.config import RunConfig, TrainConfig, schedule_warnings
+from depthlab.errors import DepthlabError
+from depthlab.trainer import Trainer, val_perplexity
+
+
+def _snapshot(run):
+    """Every file under ``run`` with its bytes: a resume that must change nothing keeps this equal."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def run20(tmp_path, tiny_text_file):
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=20, train__eval_interval=10,
+                              data__val_fraction=0.1)]) == 0
+    return out
+
+
+def test_changed_split_is_refused_naming_field_and_values(run20, capsys):
+    before = _snapshot(run20)
+    rc = main(["train", "--resume", str(run20), "--train.max_iters", "40", "--data.val_fraction", "0.3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "data.val_fraction 0.1 -> 0.3" in err and "Traceback" not in err
+    assert _snapshot(run20) == before  # nothing the user had is touched
+
+
+def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "resume: train.learning_rate 0.003 -> 0.001" in out
+    cfg = json.loads((run20 / "config.json").read_text())
+    assert cfg["train"]["learning_rate"] == 0.001 and cfg["train"]["max_iters"] == 30
+
+
+def test_extending_max_iters_is_silent(run20, capsys):
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "resume:" not in out and json.loads((run20 / "summary.json").read_text())["final_step"] == 30
+
+
+def test_every_config_field_is_classified_and_unknown_fields_are_refused():
+    fields = {f"{s}.{k}" for s, sec in RunConfig().to_dict().items() for k in sec}
+    assert set(RESUME_NOTED) <= fields and RESUME_SILENT <= fields
+    old = RunConfig().to_dict()
+    new = json.loads(json.dumps(old))
+    new["train"]["seed"] = 7
+    new["model"]["n_head"] = 2
+    new["train"]["max_iters"] = 5000
+    new["train"]["beta2"] = 0.95
+    refused, noted = resume_changes(old, new)
+    assert [r.split()[0] for r in refused] == ["model.n_head", "train.seed"]
+    assert [n.split()[0] for n in noted] == ["train.beta2"]
+    new["model"]["future_field"] = 1  # a field the run never had, not at its default: refused
+    assert "model.future_field" in resume_changes(old, new)[0][0]
+
+
+def test_changed_corpus_bytes_are_refused(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
+    text = tiny_text_file.read_text()
+    tiny_text_file.write_text(text[::-1])  # same characters, other text
+    with pytest.raises(DepthlabError, match="corpus .* changed since the checkpoint"):
+        Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
+
+
+def test_resume_with_nothing_to_train_changes_nothing(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "fin"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=20, train__eval_interval=10,
+                              train__probe_interval=7, train__tensorboard="true")]) == 0
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out)]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    assert _snapshot(out) == before
+    recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "probe" and r["step"] == 20 for r in recs) == 1
+    assert sum(r["kind"] == "eval" and r["step"] == 20 for r in recs) == 1
+
+
+def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "tb"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=30, train__eval_interval=20,
+                              train__log_interval=1, train__tensorboard="true")]) == 0
+    (out / "checkpoints" / "step-000030.safetensors").write_bytes(b"x")  # corrupt: falls back to step 20
+    assert main(["train", "--resume", str(out)]) == 0
+    acc = EventAccumulator(str(out / "tb"))
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("train/loss")]
+    assert sorted(steps) == list(range(1, 31))
+
+
+def test_val_ppl_is_the_true_value_or_null(tmp_path, tiny_text_file):
+    assert val_perplexity(60.0) == math.exp(60.0)
+    assert val_perplexity(800.0) is None and val_perplexity(float("nan")) is None
+    t = Trainer(tiny_config(tmp_path / "p", tiny_text_file, train=dict(max_iters=2, eval_interval=1)), **QUIET)
+    t.evaluate = lambda: {"train": 60.0, "val": 60.0}
+    t.fit()
+    r = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").read_text().splitlines()
+         if '"val_ppl"' in line][0]
+    assert abs(r["val_ppl"] - math.exp(60)) <= 1e-12 * math.exp(60)
+
+
+def test_contradictory_schedule_is_refused_or_warned():
+    with pytest.raises(DepthlabError, match="lr_decay_iters .* warmup_iters"):
+        TrainConfig(max_iters=20, warmup_iters=10, lr_decay_iters=5)
+    w = schedule_warnings(TrainConfig(max_iters=20, warmup_iters=100))
+    assert len(w) == 1 and "train.warmup_iters (100) >= train.max_iters (20)" in w[0]
+    assert schedule_warnings(TrainConfig(max_iters=200, warmup_iters=100)) == []
+
+
+def test_schedule_warning_is_printed(tmp_path, tiny_text_file, capsys):
+    assert main(["train", *tiny_cli_args(tiny_text_file, tmp_path / "w", train__max_iters=5, train__warmup_iters=100)]) == 0
+    assert "warning: train.warmup_iters (100) >= train.max_iters (5)" in capsys.readouterr().out
+
+
+def test_rmsnorm_under_bf16_autocast_is_fused_and_close_to_fp32():
+    from conftest import tiny_gpt
+
+    m = tiny_gpt(norm="rmsnorm", variant="prenorm")
+    x = torch.randint(0, 11, (2, 8))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Mismatch dtype ... fused implementation" warning fails here
+        l32 = m(x, x)[1]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            l16 = m(x, x)[1]
+    assert abs(float(l32) - float(l16)) < 0.02
+
+
+def test_file_writes_work_without_os_fchmod(tmp_path, tiny_text_file, monkeypatch):
+    monkeypatch.delattr(os, "fchmod")  # Windows before Python 3.13
+    out = tmp_path / "nf"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__eval_interval=5)]) == 0
+    assert (out / "checkpoints" / "best.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_stop_together_on_the_time_limit(tmp_path, tiny_text_file):
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "ddp"
+    args = tiny_cli_args(tiny_text_file, out, train__max_time=6, train__max_iters=1000000,
+                         train__eval_interval=1000000, train__grad_accum=2, train__threads=1)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.time()
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        "-m", "depthlab", "train", *args], env=env, capture_output=True, text=True, timeout=150)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert time.time() - t0 < 90
+    s = json.loads((out / "summary.json").read_text())
+    assert s["stopped_by"] == "max_time" and s["final_step"] > 0
