@@ -10,13 +10,13 @@ from typing import Iterable
 from ..callbacks import Callback
 from ..trainer import console
 from ..trainer import train as _train_bare
-from .activations import ActivationProbe, probe_stats, rank_measure, record_activations
+from .activations import ActivationProbe, block_stats, probe_stats, rank_measure, record_activations
 from .baselines import BaselinesCallback, corpus_baselines
 from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
 from .gradients import GradientLogger, GradientMonitor, GradStats, format_table
 
 __all__ = ["train", "default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
-           "record_activations", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
+           "record_activations", "block_stats", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
            "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback"]
 
 

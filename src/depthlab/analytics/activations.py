@@ -294,38 +294,38 @@ class ActivationProbe(Callback):
         self._idx: Optional[torch.Tensor] = None
         self.last_step: Optional[int] = None
 
-    def on_train_start(self, trainer: RunView, info: StepInfo) -> None:
+    def on_train_start(self, run: RunView, info: StepInfo) -> None:
         """Draw the fixed probe batch and probe the initial model (unless resuming past step 0)."""
-        if not trainer.is_main:
+        if not run.is_main:
             return
         from ..data import get_batch
 
-        rng = np.random.default_rng([trainer.cfg.train.seed, 2])
-        x, _ = get_batch(trainer.corpus.val, trainer.cfg.model.block_size, self.batch_size, rng, trainer.device)
+        rng = np.random.default_rng([run.cfg.train.seed, 2])
+        x, _ = get_batch(run.corpus.val, run.cfg.model.block_size, self.batch_size, rng, run.device)
         self._idx = x
         if info.step == 0:
-            self.probe(trainer, 0)
+            self.probe(run, 0)
 
-    def on_step_end(self, trainer: RunView, info: StepInfo) -> None:
+    def on_step_end(self, run: RunView, info: StepInfo) -> None:
         """Probe when the step is a multiple of ``interval``."""
         if self._idx is not None and self.interval > 0 and info.step % self.interval == 0:
-            self.probe(trainer, info.step)
+            self.probe(run, info.step)
 
-    def on_train_end(self, trainer: RunView, summary: dict) -> None:
+    def on_train_end(self, run: RunView, summary: dict) -> None:
         """Probe the final model unless the last step was just probed."""
         if self._idx is not None and self.last_step != summary["final_step"]:
-            self.probe(trainer, summary["final_step"])
+            self.probe(run, summary["final_step"])
 
-    def probe(self, trainer: RunView, step: int) -> dict:
+    def probe(self, run: RunView, step: int) -> dict:
         """Run the probe now and log a ``kind: probe`` record for ``step``; returns it."""
-        st = probe_stats(trainer.raw_model, self._idx, with_resid=self.histograms)
+        st = probe_stats(run.raw_model, self._idx, with_resid=self.histograms)
         resid = st.pop("_resid", None)
         rec = {"step": step, **st}
         tb = {f"act_rms/block_{i}": v for i, v in enumerate(st["resid_rms"])}
         tb.update({f"rank_measure/block_{i}": v for i, v in enumerate(st["rank_measure"]) if v is not None})
-        trainer.metrics.log("probe", rec, tb)
-        if resid is not None and getattr(trainer.metrics, "tb", None) is not None:
+        run.metrics.log("probe", rec, tb)
+        if resid is not None and getattr(run.metrics, "tb", None) is not None:
             for i, r in enumerate(resid):
-                trainer.metrics.histogram(f"resid/block_{i}", r.float().cpu(), step)
+                run.metrics.histogram(f"resid/block_{i}", r.float().cpu(), step)
         self.last_step = step
         return {"kind": "probe", **rec}

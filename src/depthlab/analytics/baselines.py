@@ -172,14 +172,14 @@ class BaselinesCallback(Callback):
     def __init__(self) -> None:
         self._cache: dict[tuple, dict] = {}
 
-    def on_train_start(self, trainer: RunView, info: StepInfo) -> None:
+    def on_train_start(self, run: RunView, info: StepInfo) -> None:
         """Compute (or reuse), write and print the baselines."""
-        if not trainer.is_main:
+        if not run.is_main:
             return
-        c = trainer.corpus
+        c = run.corpus
         key = (getattr(c, "sha256", None), getattr(c, "n_train", None), len(c.tokens))
         if key not in self._cache:
             self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab))
         b = self._cache[key]
-        write_baselines(trainer.run_dir, b)
-        trainer.log(format_baselines(b))
+        write_baselines(run.run_dir, b)
+        run.log(format_baselines(b))

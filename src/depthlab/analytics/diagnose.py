@@ -405,14 +405,14 @@ def write_diagnosis(run_dir: Path, findings: list[Finding]) -> Path:
 class DiagnosisCallback(Callback):
     """At train end (main rank): diagnose the run, print the findings, write diagnosis.json."""
 
-    def on_train_end(self, trainer: RunView, summary: dict) -> None:
+    def on_train_end(self, run: RunView, summary: dict) -> None:
         """Run every rule over the run's metrics so far (the writer flushes every record)."""
-        if not trainer.is_main:
+        if not run.is_main:
             return
         try:
-            findings = diagnose_run(trainer.run_dir)
+            findings = diagnose_run(run.run_dir)
         except DepthlabError as e:  # never fail a finished training run over its diagnosis
-            trainer.log(f"diagnosis skipped: {e}")
+            run.log(f"diagnosis skipped: {e}")
             return
-        write_diagnosis(trainer.run_dir, findings)
-        trainer.log(format_findings(findings))
+        write_diagnosis(run.run_dir, findings)
+        run.log(format_findings(findings))

@@ -344,11 +344,11 @@ class GradientLogger(Callback):
         self.monitor: Optional[GradientMonitor] = None
         self._armed = False
 
-    def on_train_start(self, trainer: RunView, info: StepInfo) -> None:
+    def on_train_start(self, run: RunView, info: StepInfo) -> None:
         """Build the monitor over the unwrapped model (compiled/DDP wrappers share its parameters)."""
-        self.monitor = GradientMonitor(trainer.raw_model) if trainer.is_main else None
+        self.monitor = GradientMonitor(run.raw_model) if run.is_main else None
 
-    def on_before_clip(self, trainer: RunView, info: StepInfo) -> None:
+    def on_before_clip(self, run: RunView, info: StepInfo) -> None:
         """On logged steps: launch the gradient reductions and snapshot the weights."""
         # the step counter is incremented after the optimizer step, so the record carries step + 1
         self._armed = self.monitor is not None and self.interval > 0 and (info.step + 1) % self.interval == 0
@@ -356,7 +356,7 @@ class GradientLogger(Callback):
             self.monitor.capture_grads()
             self.monitor.snapshot_weights()
 
-    def on_step_end(self, trainer: RunView, info: StepInfo) -> None:
+    def on_step_end(self, run: RunView, info: StepInfo) -> None:
         """On logged steps: one sync, then one metrics.jsonl record and the TensorBoard scalars."""
         if not self._armed:
             return
@@ -364,6 +364,6 @@ class GradientLogger(Callback):
         stats = self.monitor.collect(info.step)
         rec = stats.to_record(info.step)
         rec.pop("kind", None)
-        trainer.metrics.log("grad", rec, stats.tb_scalars())
+        run.metrics.log("grad", rec, stats.tb_scalars())
         if self.console_table:
-            trainer.log(f"gradients at step {info.step}:\n" + format_table(stats, per_parameter=False))
+            run.log(f"gradients at step {info.step}:\n" + format_table(stats, per_parameter=False))

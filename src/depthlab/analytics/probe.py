@@ -158,6 +158,59 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
+def _gradient_check(result: dict, vanish: float, explode: float) -> tuple[Optional[str], Optional[str]]:
+    """(finding, all-clear) about gradient magnitude across depth: block 0 vs the last block."""
+    g = [r["grad_norm"] for r in result["layers"]]
+    L = len(g)
+    gr = _ratio(g[0], g[-1]) if L > 1 else 1.0
+    zero_g = [i for i, v in enumerate(g) if v == 0.0]
+    if len(zero_g) == L:
+        return (f"no gradient at all: every block's gradient is exactly 0 (loss {result.get('loss', math.nan):.3f} "
+                "nats), so nothing can learn.", None)
+    if zero_g:
+        return f"gradients are exactly 0 in blocks {_spans(zero_g)}: those blocks cannot learn.", None
+    if L > 1 and gr < vanish:
+        return (f"vanishing gradients: block 0 receives {gr:.1e} x the gradient of block {L - 1} "
+                f"({g[0]:.2e} vs {g[-1]:.2e}); the early blocks will barely learn.", None)
+    if L > 1 and gr > explode:
+        return (f"exploding gradients toward the input: block 0 receives {gr:.1e} x the gradient of block "
+                f"{L - 1} ({g[0]:.2e} vs {g[-1]:.2e}).", None)
+    return None, f"gradient magnitude (block 0 / block {L - 1} ratio {gr:.2g})"
+
+
+def _activation_check(layers: list[dict], act_change: float) -> tuple[Optional[str], Optional[str]]:
+    """(finding, all-clear) about the residual-stream RMS across depth: underflow to 0, growth, shrinkage."""
+    a = [r["act_rms"] for r in layers]
+    L = len(a)
+    zero = [i for i, v in enumerate(a) if v == 0.0]
+    ar = _ratio(a[-1], a[0]) if L > 1 else 1.0
+    if zero:
+        return (f"activations underflow: the residual stream is exactly 0 from block {zero[0]} on "
+                f"(block 0 RMS {a[0]:.2e}); every later block and the gradient reaching the lower blocks "
+                "see nothing -- there is no normalisation and no shortcut to keep the signal alive.", None)
+    if L > 1 and (ar > act_change or ar < 1 / act_change):
+        word = "grow" if ar > 1 else "shrink"
+        return (f"activations {word} by {ar:.1e} x across depth (RMS {a[0]:.2e} at block 0 -> "
+                f"{a[-1]:.2e} at block {L - 1}).", None)
+    return None, f"activation scale (RMS {a[0]:.2g} -> {a[-1]:.2g})"
+
+
+def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[Optional[str], Optional[str]]:
+    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021)."""
+    defined = [(i, r["rank_measure"]) for i, r in enumerate(layers) if r["rank_measure"] is not None]
+    if defined and defined[-1][1] < collapse:
+        first_bad = next(i for i, v in defined if v < collapse)
+        tc = layers[defined[-1][0]].get("token_cosine")
+        tc_txt = f", token cosine {tc:.3f}" if tc is not None else ""
+        return (f"rank collapse: the rank measure falls from {defined[0][1]:.3f} at block 0 to "
+                f"{defined[-1][1]:.1e} at block {defined[-1][0]}{tc_txt} (below {collapse} from block "
+                f"{first_bad}); all positions carry nearly the same vector, so the output cannot depend on "
+                "context -- expect a loss stuck near the bigram/unigram level.", None)
+    if defined and not underflow:
+        return None, f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})"
+    return None, None  # the rank of an all-zero stream is undefined; the underflow sentence says it all
+
+
 def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
                     collapse: float = 0.05) -> list[str]:
     """Plain-words reading of a :func:`probe_at_init` result: what breaks, and where.
@@ -172,70 +225,26 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     """
     lay = result["layers"]
     cfg = result.get("config", {})
-    g = [r["grad_norm"] for r in lay]
-    a = [r["act_rms"] for r in lay]
-    rm = [r["rank_measure"] for r in lay]
-    L = len(lay)
     out: list[str] = []
-    ok: list[str] = []
     nonfinite = [i for i, r in enumerate(lay) if not all(math.isfinite(v) for v in (r["grad_norm"], r["act_rms"]))]
     if nonfinite or not math.isfinite(result.get("loss", 0.0)):
         out.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
-    gr = _ratio(g[0], g[-1]) if L > 1 else 1.0
-    zero_g = [i for i, v in enumerate(g) if v == 0.0]
-    if len(zero_g) == L:
-        out.append(f"no gradient at all: every block's gradient is exactly 0 (loss {result.get('loss', math.nan):.3f} "
-                   "nats), so nothing can learn.")
-    elif zero_g:
-        out.append(f"gradients are exactly 0 in blocks {_spans(zero_g)}: those blocks cannot learn.")
-    elif L > 1 and gr < vanish:
-        out.append(f"vanishing gradients: block 0 receives {gr:.1e} x the gradient of block {L - 1} "
-                   f"({g[0]:.2e} vs {g[-1]:.2e}); the early blocks will barely learn.")
-    elif L > 1 and gr > explode:
-        out.append(f"exploding gradients toward the input: block 0 receives {gr:.1e} x the gradient of block "
-                   f"{L - 1} ({g[0]:.2e} vs {g[-1]:.2e}).")
-    else:
-        ok.append(f"gradient magnitude (block 0 / block {L - 1} ratio {gr:.2g})")
-    zero = [i for i, v in enumerate(a) if v == 0.0]
-    ar = _ratio(a[-1], a[0]) if L > 1 else 1.0
-    if zero:
-        out.append(f"activations underflow: the residual stream is exactly 0 from block {zero[0]} on "
-                   f"(block 0 RMS {a[0]:.2e}); every later block and the gradient reaching the lower blocks "
-                   "see nothing -- there is no normalisation and no shortcut to keep the signal alive.")
-    elif L > 1 and (ar > act_change or ar < 1 / act_change):
-        word = "grow" if ar > 1 else "shrink"
-        out.append(f"activations {word} by {ar:.1e} x across depth (RMS {a[0]:.2e} at block 0 -> "
-                   f"{a[-1]:.2e} at block {L - 1}).")
-    else:
-        ok.append(f"activation scale (RMS {a[0]:.2g} -> {a[-1]:.2g})")
-    defined = [(i, v) for i, v in enumerate(rm) if v is not None]
-    if defined and defined[-1][1] < collapse:
-        first_bad = next(i for i, v in defined if v < collapse)
-        tc = lay[defined[-1][0]].get("token_cosine")
-        tc_txt = f", token cosine {tc:.3f}" if tc is not None else ""
-        out.append(f"rank collapse: the rank measure falls from {defined[0][1]:.3f} at block 0 to "
-                   f"{defined[-1][1]:.1e} at block {defined[-1][0]}{tc_txt} (below {collapse} from block "
-                   f"{first_bad}); all positions carry nearly the same vector, so the output cannot depend on "
-                   "context -- expect a loss stuck near the bigram/unigram level.")
-    elif defined and not zero:
-        ok.append(f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})")
-    elif zero:
-        pass  # rank of an all-zero stream is undefined; the underflow sentence says it all
-    if cfg.get("variant") == "rezero":
-        ok_note = ("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
-                   "gradient; the sublayer weights start learning once the alphas move.")
-    else:
-        ok_note = None
+    underflow = any(r["act_rms"] == 0.0 for r in lay)
+    checks = [_gradient_check(result, vanish, explode), _activation_check(lay, act_change),
+              _rank_check(lay, collapse, underflow)]
+    out += [bad for bad, _ in checks if bad]
+    ok = [fine for _, fine in checks if fine]
     if out and ok:
         out.append("not the problem here: " + "; ".join(ok) + ".")
     elif not out:
-        out.append(f"healthy at initialisation ({cfg.get('variant', '?')}, {L} blocks): " + "; ".join(ok)
+        out.append(f"healthy at initialisation ({cfg.get('variant', '?')}, {len(lay)} blocks): " + "; ".join(ok)
                    + " all stay in range.")
     # the cause before its consequence: an underflowing stream explains the zero gradients
     out.sort(key=lambda sent: 0 if sent.startswith("activations underflow") else 1)
-    if ok_note:
-        out.append(ok_note)
-    if out and any(s.startswith("rank collapse") for s in out) and not any(s.startswith("vanishing") for s in out):
+    if cfg.get("variant") == "rezero":
+        out.append("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
+                   "gradient; the sublayer weights start learning once the alphas move.")
+    if any(s.startswith("rank collapse") for s in out) and not any(s.startswith("vanishing") for s in out):
         out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
                    "failure is in the token representations.")
     return out
