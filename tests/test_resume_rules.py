@@ -167,3 +167,96 @@ def test_ddp_ranks_stop_together_on_the_time_limit(tmp_path, tiny_text_file):
     assert time.time() - t0 < 90
     s = json.loads((out / "summary.json").read_text())
     assert s["stopped_by"] == "max_time" and s["final_step"] > 0
+
+
+# ---------------------------------------------------------------- every rank takes the same stop decision
+class _PoisonGrad:
+    """On this rank only: make one step's gradient NaN (as a bad batch on one rank would)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_start(self, run, info): ...
+    def on_step_end(self, run, info): ...
+    def on_eval(self, run, info, record): ...
+    def on_train_end(self, run, summary): ...
+
+    def on_before_clip(self, run, info):
+        if info.step == self.step:
+            next(run.raw_model.parameters()).grad.fill_(float("nan"))
+
+
+class _SignalOnThisRank(_PoisonGrad):
+    """On this rank only: behave as if SIGTERM arrived after ``step``."""
+
+    def on_before_clip(self, run, info): ...
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            run._signal = 15
+
+
+def _ddp_worker(rank, port, out, text, case, queue):
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cfg = tiny_config(out, text, train=dict(max_iters=40, eval_interval=10, grad_accum=2, threads=1,
+                                            on_nonfinite="skip" if case == "skip" else "stop"))
+    cbs = []
+    if case in ("skip", "nonfinite") and rank == 1:
+        cbs = [_PoisonGrad(3)]
+    if case == "signal" and rank == 1:
+        cbs = [_SignalOnThisRank(5)]
+    t = Trainer(cfg, callbacks=cbs, **QUIET)
+    if case == "savefail" and rank == 0:
+        real = t.save
+
+        def failing_save(**kw):
+            if t.step == 10:
+                raise OSError(28, "No space left on device")
+            real(**kw)
+        t.save = failing_save
+    try:
+        t.fit()
+        result = "ok"
+    except BaseException as e:  # noqa: BLE001 - the test compares what each rank ended with
+        result = type(e).__name__
+    queue.put((rank, result, t.step))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run_two_ranks(tmp_path, text, case):
+    import multiprocessing as mp
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_ddp_worker, args=(r, port, str(tmp_path / case), str(text), case, q))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(90)
+    hung = [p for p in procs if p.is_alive()]
+    for p in hung:
+        p.kill()
+    assert not hung, f"{case}: a rank was still waiting after 90 s (the ranks disagreed on stopping)"
+    return dict((r, (res, step)) for r, res, step in (q.get(timeout=5) for _ in procs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,expect", [("nonfinite", ("NonFiniteError", 3)), ("skip", ("ok", 40)),
+                                         ("signal", ("Interrupted", 5)), ("savefail", (None, 10))])
+def test_two_ranks_stop_at_the_same_step_for_every_reason(tmp_path, tiny_text_file, case, expect):
+    res = _run_two_ranks(tmp_path, tiny_text_file, case)
+    assert res[0][1] == res[1][1] == expect[1], res
+    if expect[0] is not None:
+        assert res[0][0] == res[1][0] == expect[0], res
+    else:  # rank 0 re-raises its own OSError, the others a DepthlabError saying why they stop
+        assert res[0][0] == "OSError" and res[1][0] == "DepthlabError", res
