@@ -509,28 +509,36 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
         return None
     fig, axes = _figure(size=TALL, ncols=2, nrows=2)
     flat = list(axes.flat)
-    order = [flat[0], flat[2], flat[3]]
-    for (key, label, logy), ax in zip(panels, order):
-        steps, rows = _matrix(run.probes, key)
-        if not steps:
-            ax.text(0.5, 0.5, f"no {key} recorded", transform=ax.transAxes, ha="center", color="grey")
-            ax.set_axis_off()
-            continue
-        cols = _time_key(fig, ax, steps)
-        for s, r, c in zip(steps, rows, cols):
-            ax.plot(range(len(r)), r, "o-", ms=3, lw=1.3, color=c)
-        if logy and _positive([v for r in rows for v in r]):
-            _log_axis(ax, "y", [v for r in rows for v in r])
-        if key == "token_cosine":
-            fin = [v for r in rows for v in r if math.isfinite(v)]
-            ax.set_ylim(min(0.0, min(fin, default=0.0)) - 0.02, max(1.0, max(fin, default=1.0)) + 0.02)
-        ax.set_ylabel(label, fontsize=9)
-        ax.set_xlabel("block (0 = nearest the input)")
-        nb = max(len(r) for r in rows)
-        ax.set_xticks(range(nb) if nb <= 24 else range(0, nb, max(1, nb // 12)))
-    # sublayer output RMS at the last probe step
-    ax = flat[1]
-    last = run.probes[-1]
+    for (key, label, logy), ax in zip(panels, [flat[0], flat[2], flat[3]]):
+        _per_block_panel(fig, ax, run.probes, key, label, logy)
+    _sublayer_panel(flat[1], run.probes[-1])
+    return _save(fig, run, "activations", f"Activations per block — {run.title()}",
+                 "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to one vector")
+
+
+def _per_block_panel(fig, ax, probes: list[dict], key: str, label: str, logy: bool) -> None:
+    """One line per probe step (colour = step) of the per-block list ``key`` against block index."""
+    steps, rows = _matrix(probes, key)
+    if not steps:
+        ax.text(0.5, 0.5, f"no {key} recorded", transform=ax.transAxes, ha="center", color="grey")
+        ax.set_axis_off()
+        return
+    cols = _time_key(fig, ax, steps)
+    for s, r, c in zip(steps, rows, cols):
+        ax.plot(range(len(r)), r, "o-", ms=3, lw=1.3, color=c)
+    if logy and _positive([v for r in rows for v in r]):
+        _log_axis(ax, "y", [v for r in rows for v in r])
+    if key == "token_cosine":
+        fin = [v for r in rows for v in r if math.isfinite(v)]
+        ax.set_ylim(min(0.0, min(fin, default=0.0)) - 0.02, max(1.0, max(fin, default=1.0)) + 0.02)
+    ax.set_ylabel(label, fontsize=9)
+    ax.set_xlabel("block (0 = nearest the input)")
+    nb = max(len(r) for r in rows)
+    ax.set_xticks(range(nb) if nb <= 24 else range(0, nb, max(1, nb // 12)))
+
+
+def _sublayer_panel(ax, last: dict) -> None:
+    """Attention and MLP output RMS (and the residual stream's) per block, from the last probe record."""
     a, m = last.get("attn_out_rms"), last.get("mlp_out_rms")
     if isinstance(a, list) or isinstance(m, list):
         if isinstance(a, list):
@@ -552,8 +560,6 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     else:
         ax.text(0.5, 0.5, "no sublayer RMS recorded", transform=ax.transAxes, ha="center", color="grey")
         ax.set_axis_off()
-    return _save(fig, run, "activations", f"Activations per block — {run.title()}",
-                 "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to one vector")
 
 
 def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
@@ -572,8 +578,6 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    import numpy as np
-
     run = _data(run)
     recs = [r for r in run.probes if isinstance(r.get("attn_entropy"), list) and r["attn_entropy"]
             and all(isinstance(b, list) for b in r["attn_entropy"])]
@@ -581,10 +585,29 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
         return None
     steps = [_num(r["step"]) for r in recs]
     ent = [[[_num(h) for h in b] for b in r["attn_entropy"]] for r in recs]
-    nb = max(len(e) for e in ent)
     uni = [_num(r.get("attn_entropy_uniform")) for r in recs]
     fig, axes = _figure(ncols=2)
-    ax = axes[0, 0]
+    _entropy_over_training(fig, axes[0, 0], steps, ent, uni)
+    _entropy_per_head(fig, axes[0, 1], ent[-1], uni[-1], steps[-1])
+    u = uni[-1]
+    sub = "near the dashed line / near 1.0 = attention almost uniform over the visible tokens"
+    if math.isfinite(u):
+        sub = f"uniform attention over t visible tokens has entropy ln t (mean {u:.2f} nats here); " + sub
+    return _save(fig, run, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
+
+
+def _entropy_over_training(fig, ax, steps: list[float], ent: list[list[list[float]]], uni: list[float]) -> None:
+    """Mean-over-heads entropy (nats) of each block against step, with the uniform mean ln t dashed.
+
+    Args:
+        fig, ax: where to draw.
+        steps: probe steps.
+        ent: per step, per block, per head entropies (nats).
+        uni: per step, the mean ln t of uniform causal attention (nats).
+    """
+    import numpy as np
+
+    nb = max(len(e) for e in ent)
     for b, col in enumerate(_depth_colours(nb)):
         ys = [float(np.nanmean(e[b])) if b < len(e) and e[b] else math.nan for e in ent]
         ax.plot(steps, ys, "o-" if len(steps) < 20 else "-", ms=3, lw=1.5, color=col, label=f"block {b}")
@@ -602,9 +625,19 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
         ax.legend(handles=[ax.lines[-1]], fontsize=8, frameon=False)
     ax.set_title("mean entropy per block over training", fontsize=10)
 
-    ax = axes[0, 1]
+
+def _entropy_per_head(fig, ax, last: list[list[float]], u: float, step: float) -> None:
+    """Heatmap (block x head) of one probe's entropies as a fraction of ln t (nats printed in cells).
+
+    Args:
+        fig, ax: where to draw.
+        last: per block, per head entropies (nats) at ``step``.
+        u: mean ln t of uniform causal attention (nats); NaN shows raw nats instead of the fraction.
+        step: the probe step (for the title).
+    """
+    import numpy as np
+
     ax.grid(False)
-    last, u = ent[-1], uni[-1]
     nh = max(len(b) for b in last)
     M = np.full((len(last), nh), np.nan)
     for b, hs in enumerate(last):
@@ -623,11 +656,7 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
     ax.set_yticks(range(len(last)) if len(last) <= 24 else range(0, len(last), max(1, len(last) // 12)))
     ax.set_xlabel("head")
     ax.set_ylabel("block")
-    ax.set_title(f"per head at step {steps[-1]:g} (numbers in nats)", fontsize=10)
-    sub = "near the dashed line / near 1.0 = attention almost uniform over the visible tokens"
-    if math.isfinite(u):
-        sub = f"uniform attention over t visible tokens has entropy ln t (mean {u:.2f} nats here); " + sub
-    return _save(fig, run, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
+    ax.set_title(f"per head at step {step:g} (numbers in nats)", fontsize=10)
 
 
 def plot_rezero_alpha(run: str | Path | RunData) -> Optional[Path]:
