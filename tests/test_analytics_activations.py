@@ -101,3 +101,19 @@ def test_probe_stats_fields():
     assert rz["rezero_alpha"] == [[0.0, 0.0], [0.0, 0.0]] and rz["dead_frac"] is None
     one = probe_stats(tiny(), idx[:, :1])
     assert one["rank_measure"] == [None, None] and one["attn_entropy_uniform"] == 0.0
+
+
+def test_block_stats_with_targets_backpropagates_and_matches_probe_stats():
+    from depthlab.analytics.activations import block_stats
+
+    model = tiny()
+    idx, y = torch.randint(0, 11, (2, 8)), torch.randint(0, 11, (2, 8))
+    st = block_stats(model, idx, y)
+    model.eval()
+    _, want = model(idx, y)
+    assert st["_loss"].item() == want.item() and n_hooks(model) == 0
+    st["_loss"].backward()
+    assert model.transformer.h[0].attn.c_attn.weight.grad is not None
+    with torch.no_grad():
+        ref = probe_stats(model, idx)
+    assert {k: v for k, v in st.items() if not k.startswith("_")} == ref

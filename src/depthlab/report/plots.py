@@ -4,6 +4,8 @@ Every ``plot_*`` function reads what the run recorded (``metrics.jsonl``, ``base
 the best checkpoint), writes one PNG into ``run_dir/plots/`` and returns its path, or returns
 ``None`` when the run holds no data for that figure (an old run, analytics switched off, a run
 that failed early). Nothing here raises for missing data; only an unreadable run directory does.
+The run directory is read only through :class:`depthlab.rundir.RunDir` and PNGs are written with
+:func:`depthlab.rundir.atomic_write`.
 
 matplotlib is used through :class:`matplotlib.figure.Figure` with the Agg canvas, never through
 ``pyplot``: importing or calling this module changes no global matplotlib state (backend,
