@@ -1,0 +1,151 @@
+"""Plain-language findings of one experiment of a sweep, computed from its numbers.
+
+Text and tables only (the report renders them): the trend of best validation loss with depth
+per line, how far the deepest plain model is from the best shallower one, whether it sits at a
+corpus baseline, which runs failed, and for init-only experiments the rank measure at init.
+Losses are in nats per character; bits = nats / ln 2.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics as st
+from typing import Any, Optional, Sequence
+
+from .results import OK_STATUSES, aggregate, field_value, group_name
+from .science import init_last_rank
+
+__all__ = ["summary_lines", "init_lines", "aggregate_table"]
+
+LN2 = math.log(2)
+
+
+def _blocks(n: Any) -> str:
+    return f"{n} block" if n == 1 else f"{n} blocks"
+
+
+def _trend(d: dict[Any, tuple[float, float, int]]) -> tuple[Any, str]:
+    """(best x, verdict) for one line of mean losses keyed by depth."""
+    xs = [k for k in d if not math.isnan(d[k][0])]
+    if not xs:
+        return None, "no finished runs"
+    best = min(xs, key=lambda k: d[k][0])
+    lo, hi = min(xs), max(xs)
+    if len(xs) < 2:
+        return best, "one depth only"
+    first, last, bestv = d[lo][0], d[hi][0], d[best][0]
+    if last >= bestv + 0.1:
+        verdict = (f"gets worse with depth: {_blocks(hi)} end {last - bestv:.3f} nats above the best "
+                   f"({_blocks(best)}, {bestv:.3f})")
+    elif last <= first - 0.02 and last <= bestv + 0.02:
+        verdict = f"improves with depth: {first:.3f} nats at {_blocks(lo)} -> {last:.3f} at {_blocks(hi)}"
+    elif last <= bestv + 0.02:
+        verdict = f"about flat with depth ({first:.3f} at {lo} -> {last:.3f} at {hi} nats)"
+    else:
+        verdict = (f"improves then worsens a little: best {bestv:.3f} at {_blocks(best)}, "
+                   f"{last:.3f} at {_blocks(hi)}")
+    return best, verdict
+
+
+def _plain_lines(d: dict, baselines: Optional[dict]) -> list[str]:
+    """The deepest plain model vs the best shallower one, and vs the corpus baselines."""
+    deep = max(d)
+    shallow = {k: v for k, v in d.items() if k < deep}
+    bk = min(shallow, key=lambda k: shallow[k][0])
+    diff = d[deep][0] - d[bk][0]
+    out = [f"The deepest plain model ({_blocks(deep)}) is {diff:+.3f} nats/char "
+           f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({_blocks(bk)})."]
+    if baselines and baselines.get("unigram") is not None:
+        u, b = baselines["unigram"], baselines.get("bigram")
+        if d[deep][0] >= u - 0.05:
+            out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts character "
+                       "frequencies and uses no context at all.")
+        elif b is not None and d[deep][0] >= b - 0.05:
+            out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it barely "
+                       "uses context beyond the current character.")
+    return out
+
+
+def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str],
+                  baselines: Optional[dict]) -> list[str]:
+    """Plain-language findings computed from the numbers of one experiment.
+
+    Args:
+        items: per-run dicts (``config``, ``row``), see :func:`depthlab.sweep.results.sweep_items`.
+        x: dotted x field (usually ``model.n_layer``).
+        groups: dotted fields that define the lines (usually ``model.variant``).
+        baselines: corpus baselines in nats/char (``unigram``, ``bigram``), or None.
+
+    Returns:
+        Sentences (plain text); a line "gets worse with depth" means its deepest model is >= 0.1
+        nats above its best.
+    """
+    agg = aggregate(items, x, groups)
+    out = []
+    seeds = {it["config"]["train"]["seed"] for it in items}
+    if len(seeds) > 1:
+        out.append(f"Numbers are means over {len(seeds)} seeds ({', '.join(map(str, sorted(seeds)))}); "
+                   "the spread is the sample standard deviation.")
+    xname = x.split(".")[-1] if x else ""
+    for g, d in sorted(agg.items()):
+        best, verdict = _trend(d)
+        if best is None:
+            out.append(f"{g}: {verdict}.")
+            continue
+        m, sd, n = d[best]
+        spread = f" ± {sd:.3f}" if n > 1 else ""
+        out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/char, {m / LN2:.3f} bits/char); {verdict}.")
+    if "plain" in agg and len(agg["plain"]) > 1:
+        out += _plain_lines(agg["plain"], baselines)
+    failed = [it for it in items if it["row"]["status"] not in OK_STATUSES]
+    if failed:
+        out.append(f"{len(failed)} run(s) did not finish normally: " + "; ".join(
+            f"{it['row']['run']} ({it['row']['status']})" for it in failed[:8]) + ".")
+    return out
+
+
+def init_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]) -> list[str]:
+    """Summary of an experiment whose runs take at most one step: only the init measurements count.
+
+    Args:
+        items: per-run dicts (``config``, ``details``).
+        x: dotted x field.
+        groups: dotted fields that define the lines.
+
+    Returns:
+        Sentences: the mean last-block rank measure at init (Dong et al. 2021) per line and x.
+    """
+    out = ["These runs take at most one optimizer step: only the measurements at initialisation are "
+           "meaningful (their losses are not)."]
+    acc: dict = {}
+    for it in items:
+        r = init_last_rank(it)
+        if r is not None:
+            acc.setdefault(group_name(it["config"], groups), {}).setdefault(
+                field_value(it["config"], x) if x else 0, []).append(r)
+    for g, d in sorted(acc.items()):
+        out.append(f"{g}: last-block rank measure at init " + ", ".join(
+            f"{(x or 'x').split('.')[-1]} {k}: {st.mean(v):.3g}" for k, v in sorted(d.items())) + ".")
+    return out
+
+
+def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[str]) -> tuple[list[str], list[list]]:
+    """(header, rows) of the per-line, per-x table of an experiment, means over seeds.
+
+    Columns: line, x, best val loss mean (nats), sd, seeds, bits/char, grad ratio first/last block,
+    last-block rank, tokens/s. No rows when no run finished.
+    """
+    agg = aggregate(items, x, groups)
+    extra = [aggregate(items, x, groups, metric=m) for m in ("grad_ratio_first_last", "last_block_rank",
+                                                             "tokens_per_sec")]
+    rows = []
+    for g, d in sorted(agg.items()):
+        for xv, (m, sd, n) in d.items():
+            cells = []
+            for a in extra:
+                v = a.get(g, {}).get(xv)
+                cells.append(None if v is None or math.isnan(v[0]) else v[0])
+            rows.append([g, xv, round(m, 4), round(sd, 4) if n > 1 else None, n, round(m / LN2, 4), *cells])
+    header = ["line", x.split(".")[-1] if x else "x", "best val loss (mean)", "sd", "seeds", "bits/char",
+              "grad ratio first/last block", "last-block rank", "tokens/s"]
+    return header, rows

@@ -1,0 +1,486 @@
+"""The local backend: run a sweep's points in worker processes on this machine.
+
+Runs execute in worker processes (``spawn``; default one per core, each with torch threads =
+cores // workers), longest first. The pool is our own, not ``ProcessPoolExecutor``: one process
+per run, so a worker that crashes (segfault, out of memory) only costs its own run, which is
+recorded as ``error``. Every run of an experiment gets the same budget (the same
+``train.max_iters``). Stopping a sweep and starting it again skips finished runs (those with a
+``summary.json``, and deterministic failures such as a non-finite loss) and deletes and restarts
+unfinished ones. A failing run is a result (``status`` ``nonfinite``, ``error``, ...), not a
+crash of the sweep.
+
+Each run is an ordinary run directory made by :func:`depthlab.analytics.train` (trainer plus
+the default analytics callbacks), plus ``sweep_status.json``, ``init_probe.json`` and
+``train.log`` (:mod:`depthlab.rundir` names them). Running a sweep never imports
+:mod:`depthlab.report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .. import rundir
+from ..errors import DepthlabError
+from ..rundir import RunDir, write_json
+from .results import FINAL_STATUSES, OK_STATUSES, write_results
+from .spec import (RESULTS_CSV, RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, estimate_seconds, expand,
+                   spec_to_json, varied_fields)
+
+__all__ = ["run_sweep", "dry_run", "plan", "init_probe", "execute"]
+
+Log = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- one run (worker side)
+def init_probe(config: dict) -> dict:
+    """Gradient norm, activation RMS and rank measure per block of the freshly initialised model.
+
+    Thin wrapper over :func:`depthlab.analytics.probe.probe_at_init` (same seed and init as
+    the trainer, which reseeds afterwards, so the run's trajectory is unchanged).
+
+    Args:
+        config: nested run config (``RunConfig.to_dict()`` form).
+
+    Returns:
+        ``{"step": 0, "loss" (nats), "grad_norm_block": [L], "resid_rms": [L], "rank_measure": [L]}``
+        (gradient L2 norms per block; rank measure of Dong et al. 2021: 0 for an all-zero block
+        output, None where otherwise undefined).
+
+    Raises:
+        DepthlabError: bad config or corpus.
+    """
+    from ..analytics.probe import probe_at_init
+    from ..config import RunConfig
+
+    r = probe_at_init(RunConfig.from_dict(json.loads(json.dumps(config))))
+    layers = r["layers"]
+    # A block output that is exactly zero for every token (a deep plain stack underflows) has all
+    # tokens equal: fully collapsed, so its measure is 0 rather than the undefined 0/0.
+    ranks = [0.0 if la["rank_measure"] is None and la["act_rms"] is not None and la["act_rms"] < 1e-30
+             else la["rank_measure"] for la in layers]
+    return {"step": 0, "loss": r.get("loss"), "grad_norm_block": [la["grad_norm"] for la in layers],
+            "resid_rms": [la["act_rms"] for la in layers], "rank_measure": ranks}
+
+
+def _train_one(config: dict, log: Log) -> tuple[str, str]:
+    """Train one run; (status, message). Never raises for a failing run, except nothing it can catch."""
+    from .. import analytics
+    from ..config import RunConfig
+    from ..errors import NonFiniteError
+    from ..trainer import Interrupted
+
+    try:
+        cfg = RunConfig.from_dict(json.loads(json.dumps(config)))
+        run_dir = analytics.train(cfg, log=log)  # looked up now, so tests can replace it
+        summ = RunDir(run_dir).summary or {}
+        by = summ.get("stopped_by")  # absent in runs of older releases: a short run was time-capped
+        if by == "max_time" or (by is None and summ.get("final_step", 0) < cfg.train.max_iters):
+            return "time_capped", f"stopped by train.max_time at step {summ.get('final_step')}"
+        return "ok", ""
+    except NonFiniteError as e:
+        return "nonfinite", str(e)
+    except Interrupted as e:
+        return "interrupted", str(e)
+    except KeyboardInterrupt:
+        return "interrupted", "interrupted"
+    except DepthlabError as e:
+        return "error", str(e)
+    except Exception as e:  # noqa: BLE001 - a failing run is a result, not a crash of the sweep
+        return "error", f"{type(e).__name__}: {e}"
+
+
+def _run_log(run_dir: Path) -> Log:
+    """A ``log`` that appends to ``run_dir/train.log`` (lines wait until the folder exists)."""
+    pending: list[str] = []
+
+    def log(msg: str) -> None:
+        pending.append(msg)
+        if run_dir.is_dir():
+            with open(run_dir / rundir.TRAIN_LOG, "a", encoding="utf-8") as f:
+                f.write("\n".join(pending) + "\n")
+            pending.clear()
+
+    return log
+
+
+def execute(job: dict) -> dict:
+    """Run one sweep point; never raises for a failing run (the status says what happened).
+
+    Probes the model at initialisation (``init_probe.json``), trains it with
+    :func:`depthlab.analytics.train` (console lines to ``train.log``), and writes
+    ``sweep_status.json``.
+
+    Args:
+        job: ``{"name", "config" (nested run config with train.out_dir), "threads" (0 = keep)}``.
+
+    Returns:
+        ``{"name", "status", "message", "wall_s" (seconds), "threads"}``; the same is written to
+        ``run_dir/sweep_status.json``.
+    """
+    import torch
+
+    old_threads = torch.get_num_threads()
+    if job.get("threads"):
+        torch.set_num_threads(int(job["threads"]))
+    run_dir = Path(job["config"]["train"]["out_dir"])
+    t0 = time.time()
+    probe, message = None, ""
+    try:
+        probe = init_probe(job["config"])
+    except Exception as e:  # noqa: BLE001 - the probe is optional; the run decides the status
+        message = f"init probe failed: {type(e).__name__}: {e}"
+    status, msg = _train_one(job["config"], _run_log(run_dir))
+    if status != "ok":  # a failure's message replaces a failed probe's
+        message = msg
+    torch.set_num_threads(old_threads)  # in-process runs leave the caller's setting as it was
+    res = {"name": job["name"], "status": status, "message": re.sub(r"\s+", " ", message).strip()[:500],
+           "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if probe is not None:
+            write_json(run_dir / rundir.INIT_PROBE, probe)
+        write_json(run_dir / rundir.SWEEP_STATUS, res)
+    except OSError:
+        pass
+    return res
+
+
+def _child_main(job: dict) -> None:
+    """Entry point of a worker process (spawn): run one point; the status file says the rest."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the trainer installs its own handler
+    res = execute(job)
+    sys.exit(0 if res["status"] != "interrupted" else 130)
+
+
+# --------------------------------------------------------------------------- planning (parent side)
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _comparable(cfg: dict) -> dict:
+    c = json.loads(json.dumps(cfg))
+    c["model"].pop("vocab_size", None)
+    for k in ("out_dir", "resume", "progress", "threads"):
+        c["train"].pop(k, None)
+    return c
+
+
+def _config_diff(a: dict, b: dict) -> list[str]:
+    a, b = _comparable(a), _comparable(b)
+    out = []
+    for sec in SECTIONS:
+        for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
+            if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
+                out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
+    return out
+
+
+def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tuple[list[RunPoint], list[RunPoint]]:
+    """Split runs into (already done, to do), checking finished runs still match their config.
+
+    A run is done when its ``summary.json`` exists (or it ended with a deterministic failure
+    such as ``nonfinite``) and its ``config.json`` matches the requested config.
+
+    Args:
+        points: the sweep's runs.
+        sweep_dir: the sweep directory.
+        rerun: redo every run.
+
+    Returns:
+        (done, todo).
+
+    Raises:
+        DepthlabError: a finished run whose config differs from the requested one (use another
+            ``--out-dir`` or ``--rerun``).
+    """
+    done, todo = [], []
+    for p in points:
+        rd = RunDir(Path(sweep_dir) / RUNS / p.name)
+        status = (rd.sweep_status or {}).get("status") if isinstance(rd.sweep_status, dict) else None
+        final = rd.file(rundir.SUMMARY).exists() or status in FINAL_STATUSES
+        if final and not rerun and rd.config is not None:
+            diff = _config_diff(p.config, rd.config)
+            if diff:
+                raise DepthlabError(f"sweep run {rd.path} was made with a different config ({diff[0]}); use "
+                                    "another --out-dir, or --rerun to redo every run")
+            done.append(p)
+        else:
+            todo.append(p)
+    return done, todo
+
+
+def _looks_like_run(d: Path) -> bool:
+    return not any(d.iterdir()) or any((d / f).exists() for f in (rundir.CONFIG, rundir.SWEEP_STATUS,
+                                                                  rundir.TRAIN_LOG))
+
+
+def _clear_run_dir(rd: Path) -> None:
+    if rd.exists():
+        if not rd.is_dir() or not _looks_like_run(rd):
+            raise DepthlabError(f"{rd} exists and is not a depthlab run directory; refusing to delete it")
+        shutil.rmtree(rd)
+
+
+def _check_sweep_dir(sweep_dir: Path) -> None:
+    """Refuse an out_dir that is a file, or a non-empty folder that is not a sweep."""
+    if sweep_dir.exists():
+        if not sweep_dir.is_dir():
+            raise DepthlabError(f"--out-dir {sweep_dir} is a file; choose a folder")
+        if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
+            raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
+                                "choose a new --out-dir")
+
+
+def _check_counts(workers: int, threads: int) -> None:
+    if workers < 0 or threads < 0:
+        raise DepthlabError(f"--workers and --threads must be >= 0, got {workers} and {threads}")
+
+
+def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
+    """The runs of ``spec`` with a time estimate each, and the total; nothing is run or written.
+
+    Args:
+        spec: the sweep.
+        out_dir: the sweep directory the runs would go to.
+        workers: worker processes (0 = one per core).
+
+    Returns:
+        One line per run (``name ~seconds``), then a line with the run count, the estimated
+        minutes on that many workers (:func:`depthlab.sweep.estimate_seconds`) and ``out_dir``.
+
+    Raises:
+        DepthlabError: an invalid grid point (names the run and the field), or ``workers`` < 0.
+    """
+    _check_counts(workers, 0)
+    points = expand(spec, out_dir)
+    nw = max(1, min(workers or _cores(), len(points)))
+    lines, total = [], 0.0
+    for pt in points:
+        e = estimate_seconds(pt.config)
+        total += e
+        lines.append(f"{pt.name:50s} ~{e:7.1f}s")
+    lines.append(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough estimate for an "
+                 f"idle CPU, one thread per worker) -> {out_dir}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- running jobs
+class _Progress:
+    """Prints ``[k/total] name: status best val ... in s`` after each finished run."""
+
+    def __init__(self, log: Log, total: int, n_done: int):
+        self.log, self.total, self.count = log, total, n_done
+
+    def __call__(self, res: dict) -> None:
+        self.count += 1
+        extra = ""
+        s = RunDir(res["run_dir"]).summary
+        if isinstance(s, dict):
+            try:
+                extra = f" best val {s['best_val_loss']:.4f} nats"
+            except (KeyError, TypeError, ValueError):
+                pass
+        msg = f" ({res['message'][:120]})" if res["status"] != "ok" and res.get("message") else ""
+        self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{msg}")
+
+
+def _run_in_process(jobs: list[dict], progress: _Progress) -> list[dict]:
+    """Run jobs one after another in this process (``--workers 1``)."""
+    results = []
+    for job in jobs:
+        res = execute(job)
+        res["run_dir"] = job["config"]["train"]["out_dir"]
+        results.append(res)
+        progress(res)
+        if res["status"] == "interrupted":
+            raise KeyboardInterrupt
+    return results
+
+
+def _reap(proc, job: dict, t0: float) -> dict:
+    """The result of a finished worker: its status file, or an ``error`` row when it died without one."""
+    rd = RunDir(job["config"]["train"]["out_dir"])
+    res = rd.sweep_status
+    if not isinstance(res, dict) or res.get("name") != job["name"]:
+        res = {"name": job["name"], "status": "error",
+               "message": f"worker process exited with code {proc.exitcode} without a result",
+               "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
+        try:
+            rd.path.mkdir(parents=True, exist_ok=True)
+            write_json(rd.file(rundir.SWEEP_STATUS), res)
+        except OSError:
+            pass
+    res["run_dir"] = str(rd.path)
+    return res
+
+
+def _stop_workers(procs: list, grace_s: float = 30.0) -> None:
+    """Ask running workers to stop (SIGTERM: they checkpoint and exit), then kill stragglers."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.time() + grace_s
+    for p in procs:
+        p.join(max(0.1, deadline - time.time()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _pool_loop(jobs: list[dict], workers: int, progress: _Progress, running: dict) -> list[dict]:
+    """Start one spawned process per job, ``workers`` at a time, and collect their results."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    queue, results, interrupted = list(jobs), [], False
+    while queue or running:
+        while queue and len(running) < workers and not interrupted:
+            job = queue.pop(0)
+            p = ctx.Process(target=_child_main, args=(job,), name=f"depthlab-sweep:{job['name']}")
+            p.start()
+            running[p.sentinel] = (p, job, time.time())
+        if not running:
+            break
+        for s in wait(list(running)):
+            p, job, t0 = running.pop(s)
+            p.join()
+            res = _reap(p, job, t0)
+            results.append(res)
+            progress(res)
+            interrupted = interrupted or res["status"] == "interrupted"
+    if interrupted:
+        raise KeyboardInterrupt
+    return results
+
+
+def _run_pool(jobs: list[dict], workers: int, progress: _Progress) -> list[dict]:
+    """Run jobs in worker processes; on SIGTERM/SIGINT stop the workers and raise KeyboardInterrupt."""
+    running: dict = {}  # sentinel -> (process, job, start time)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    old_term = None
+    if threading.current_thread() is threading.main_thread():
+        old_term = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return _pool_loop(jobs, workers, progress, running)
+    except KeyboardInterrupt:
+        _stop_workers([p for p, _, _ in running.values()])
+        raise
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def run_jobs(jobs: list[dict], workers: int, log: Log, total: int, n_done: int) -> list[dict]:
+    """Run jobs, ``workers`` at a time: in this process when 1, else one spawned process per run.
+
+    Args:
+        jobs: ``{"name", "config", "threads"}`` each (see :func:`execute`).
+        workers: processes at a time (1 = in this process).
+        log: ``callable(str)`` for one progress line per finished run.
+        total: runs in the whole sweep (for ``[k/total]``).
+        n_done: runs already finished before this call.
+
+    Returns:
+        The result of each job (:func:`execute` plus ``run_dir``), in finishing order.
+
+    Raises:
+        KeyboardInterrupt: a run was interrupted, or this process got SIGINT/SIGTERM (running
+            workers are stopped first).
+    """
+    progress = _Progress(log, total, n_done)
+    if workers <= 1:
+        return _run_in_process(jobs, progress)
+    return _run_pool(jobs, workers, progress)
+
+
+# --------------------------------------------------------------------------- the sweep
+def _warm_token_cache(points: Sequence[RunPoint]) -> None:
+    """Encode each corpus once here, so workers do not race to build the token cache."""
+    from ..config import DataConfig
+    from ..data import load_corpus
+
+    for dc in {json.dumps(p.config["data"], sort_keys=True) for p in points}:
+        load_corpus(DataConfig(**json.loads(dc)))
+
+
+def _write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
+                                        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                        "runs": [dataclasses.asdict(p) for p in points]})
+
+
+def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: int = 0, rerun: bool = False,
+              log: Optional[Log] = print) -> Path:
+    """Run every point of ``spec`` (skipping finished ones) and write results.csv / results.md.
+
+    No report is built here (``depthlab.report.sweep.build_sweep_report`` does that afterwards).
+
+    Args:
+        spec: the sweep.
+        out_dir: the sweep directory (created; an existing sweep there is continued).
+        workers: worker processes; 0 = one per core. 1 runs in this process.
+        threads: torch threads per run; 0 = cores // workers (at least 1).
+        rerun: delete and redo every run, finished or not.
+        log: ``callable(str)`` for the one-line-per-run progress (None = silent).
+
+    Returns:
+        The sweep directory.
+
+    Raises:
+        DepthlabError: a bad grid or config (before any run starts), negative workers/threads, an
+            ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs.
+        KeyboardInterrupt: the sweep was interrupted (running workers were stopped; run the same
+            command again to finish it). results.csv is written first.
+    """
+    log = log or (lambda s: None)
+    _check_counts(workers, threads)
+    sweep_dir = Path(out_dir)
+    points = expand(spec, sweep_dir)
+    _check_sweep_dir(sweep_dir)
+    done, todo = plan(points, sweep_dir, rerun=rerun)
+    _write_plan(sweep_dir, spec, points)
+    _warm_token_cache(points)
+    cores = _cores()
+    n_workers = max(1, min(workers or cores, len(todo))) if todo else 1
+    threads = threads or max(1, cores // n_workers)
+    todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
+    est = sum(estimate_seconds(p.config) for p in todo)
+    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on "
+        f"{n_workers} worker(s) x {threads} thread(s) (rough estimate {est / n_workers / 60:.1f} min)")
+    jobs = []
+    for p in todo:
+        _clear_run_dir(sweep_dir / RUNS / p.name)
+        jobs.append({"name": p.name, "config": p.config, "threads": threads})
+    t0, results = time.time(), []
+    try:
+        results = run_jobs(jobs, n_workers, log, len(points), len(done))
+    finally:
+        try:
+            write_results(sweep_dir)
+        except Exception as e:  # noqa: BLE001 - never hide the original error
+            log(f"warning: could not write results: {type(e).__name__}: {e}")
+    failed = [r for r in results if r["status"] not in OK_STATUSES]
+    if results:
+        log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
+            f"-> {sweep_dir / RESULTS_CSV}")
+    else:
+        log(f"nothing to run: all {len(points)} runs had finished -> {sweep_dir / RESULTS_CSV}")
+    return sweep_dir

@@ -1,0 +1,378 @@
+"""Reading a sweep back: ``sweep.json``, one result row per run, results.csv / results.md, grouping.
+
+Everything is read from the run directories through :class:`depthlab.rundir.RunDir`, so the
+results can be rebuilt at any time (``depthlab report SWEEP_DIR``), also of an unfinished sweep.
+Losses are in nats per character (token); ``best_val_bpc`` is bits per character.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics as st
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..errors import DepthlabError
+from ..rundir import RunDir, atomic_write, finite_or_none, read_json
+from .spec import RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_JSON
+
+__all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "is_sweep_dir", "load_sweep",
+           "run_details", "collect_results", "write_results", "sweep_items", "sweep_baselines",
+           "corpus_baselines", "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric"]
+
+#: Leading columns of results.csv / results.md; the varied fields and :data:`METRIC_COLUMNS` follow.
+RESULT_COLUMNS = ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss", "best_val_loss",
+                  "wall_time_s", "status"]
+#: Trailing columns: bits/char of best_val_loss, training throughput, grad-norm ratio first/last
+#: block (last gradient record), rank measure at the last block (last probe), diagnosis rules.
+METRIC_COLUMNS = ["best_val_bpc", "tokens_per_sec", "grad_ratio_first_last", "last_block_rank",
+                  "diagnosis", "run", "message"]
+
+#: Statuses that count as a finished, usable run.
+OK_STATUSES = ("ok",)
+#: Statuses that are kept on restart (deterministic outcomes); other failures are redone.
+FINAL_STATUSES = ("ok", "nonfinite")
+
+#: Fields with their own leading column (not repeated among the varied fields).
+_LEADING_FIELDS = ("model.n_layer", "model.variant", "train.seed")
+
+
+def _num(v: Any) -> Optional[float]:
+    """``float(v)`` (non-finite kept), or None when it is not a number."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def field_value(config: dict, key: str) -> Any:
+    """The value of dotted field ``key`` (``model.n_layer``) in a nested run config, or None."""
+    sec, name = key.split(".")
+    return config.get(sec, {}).get(name)
+
+
+# --------------------------------------------------------------------------- reading a sweep
+def is_sweep_dir(path: str | Path) -> bool:
+    """True when ``path`` holds a sweep (``sweep.json``), so ``depthlab report`` builds the sweep report."""
+    return (Path(path) / SWEEP_JSON).is_file()
+
+
+def load_sweep(sweep_dir: str | Path) -> dict:
+    """The ``sweep.json`` of a sweep directory.
+
+    Args:
+        sweep_dir: a directory written by :func:`depthlab.sweep.run_sweep`.
+
+    Returns:
+        ``{"spec", "varied", "created", "runs": [RunPoint as dict]}``.
+
+    Raises:
+        DepthlabError: not a sweep directory (or an unreadable sweep.json).
+    """
+    if not is_sweep_dir(sweep_dir):
+        raise DepthlabError(f"{sweep_dir} is not a sweep directory (no {SWEEP_JSON})")
+    meta = read_json(Path(sweep_dir) / SWEEP_JSON)
+    if not isinstance(meta, dict) or not isinstance(meta.get("runs"), list):
+        raise DepthlabError(f"{Path(sweep_dir) / SWEEP_JSON} is not readable; run the sweep command again")
+    return meta
+
+
+def run_details(run_dir: str | Path) -> dict:
+    """Everything the results and the report need from one run directory (missing pieces are empty).
+
+    Args:
+        run_dir: a run directory of the sweep.
+
+    Returns:
+        ``{"summary", "status", "config", "evals" [(step, train_loss, val_loss) in nats],
+        "grad" [records with grad_norm_block], "probe" [records with rank_measure], "init_probe",
+        "diagnosis" [rule names]}``.
+    """
+    rd = RunDir(run_dir)
+    evals = [(r["step"], _num(r.get("train_loss")), _num(r.get("val_loss"))) for r in rd.evals]
+    grad = [r for r in rd.metrics("grad") if isinstance(r.get("grad_norm_block"), list)]
+    probe = [r for r in rd.metrics("probe") if isinstance(r.get("rank_measure"), list)]
+    diag = rd.diagnosis
+    rules: list[str] = []
+    for f in diag.get("findings", []) if isinstance(diag, dict) else []:
+        if isinstance(f, dict) and f.get("rule") and f["rule"] not in rules:
+            rules.append(str(f["rule"]))
+    return {"summary": rd.summary, "status": rd.sweep_status, "config": rd.config, "evals": evals,
+            "grad": grad, "probe": probe, "init_probe": rd.init_probe, "diagnosis": rules}
+
+
+def _status(d: dict, exists: bool) -> str:
+    """A run's status: its sweep_status.json, else ok / running / pending from what is on disk."""
+    st_ = d["status"] or {}
+    status = st_.get("status") or ("ok" if d["summary"] else ("running" if exists else "pending"))
+    if d["summary"] and status in ("running", "interrupted", "error") and not st_:
+        status = "ok"
+    return status
+
+
+def _metric_cells(d: dict, best: Optional[float]) -> dict:
+    """best_val_bpc, tokens_per_sec, grad_ratio_first_last, last_block_rank, diagnosis of one run."""
+    s = d["summary"] or {}
+    row: dict[str, Any] = {"best_val_bpc": best / math.log(2) if best is not None else None,
+                           "tokens_per_sec": _num(s.get("tokens_per_sec")) if s else None,
+                           "grad_ratio_first_last": None}
+    if d["grad"]:
+        g = d["grad"][-1]["grad_norm_block"]
+        if g and _num(g[-1]) and _num(g[0]) is not None and _num(g[-1]) > 0:
+            row["grad_ratio_first_last"] = _num(g[0]) / _num(g[-1])
+    last = d["probe"][-1]["rank_measure"] if d["probe"] else None
+    row["last_block_rank"] = _num(last[-1]) if last else None
+    row["diagnosis"] = ";".join(d["diagnosis"])
+    return row
+
+
+def _row(run: dict, d: dict, exists: bool, varied: list[str], multi: bool) -> dict:
+    """The results row of one run (see :func:`collect_results`)."""
+    cfg = d["config"] or run["config"]
+    s, st_ = d["summary"] or {}, d["status"] or {}
+    evals = [e for e in d["evals"] if e[2] is not None]
+    finite = [e[2] for e in evals if math.isfinite(e[2])]
+    status = _status(d, exists)
+    best = _num(s.get("best_val_loss")) if s else (min(finite) if finite else None)
+    if best is not None and not math.isfinite(best):
+        best = None
+    row = {
+        "n_layer": cfg["model"]["n_layer"], "variant": cfg["model"]["variant"], "seed": cfg["train"]["seed"],
+        "final_train_loss": _num(s.get("final_train_loss")) if s else (evals[-1][1] if evals else None),
+        "final_val_loss": _num(s.get("final_val_loss")) if s else (evals[-1][2] if evals else None),
+        "best_val_loss": best,
+        "wall_time_s": _num(s.get("wall_time_s")) if s else _num(st_.get("wall_s")),
+        "status": status,
+    }
+    if multi:
+        row["experiment"] = run["experiment"]
+    for k in varied:
+        row[k] = field_value(cfg, k)
+    row.update(_metric_cells(d, best))
+    row["run"] = f"{RUNS}/{run['name']}"
+    row["message"] = st_.get("message", "") if status != "ok" else ""
+    return row
+
+
+def _collect(sweep_dir: Path) -> tuple[dict, list[dict], list[str], list[dict]]:
+    """(sweep.json, rows, columns, run details in run order)."""
+    meta = load_sweep(sweep_dir)
+    varied = [k for k in meta.get("varied", []) if k not in _LEADING_FIELDS]
+    multi = len({r["experiment"] for r in meta["runs"]}) > 1
+    columns = RESULT_COLUMNS + (["experiment"] if multi else []) + varied + METRIC_COLUMNS
+    rows, details = [], []
+    for run in meta["runs"]:
+        rd = sweep_dir / RUNS / run["name"]
+        d = run_details(rd)
+        rows.append(_row(run, d, rd.exists(), varied, multi))
+        details.append(d)
+    return meta, rows, columns, details
+
+
+def collect_results(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
+    """One result row per run of the sweep, read from the run directories.
+
+    Args:
+        sweep_dir: a sweep directory.
+
+    Returns:
+        (rows, columns): rows are dicts keyed by the columns (losses in nats as floats, missing =
+        None); columns = :data:`RESULT_COLUMNS` + (``experiment`` when there are several) + varied
+        fields + :data:`METRIC_COLUMNS`.
+
+    Raises:
+        DepthlabError: not a sweep directory.
+    """
+    _, rows, columns, _ = _collect(Path(sweep_dir))
+    return rows, columns
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:.4f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:.1f}"
+    return str(v)
+
+
+def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``results.csv`` and ``results.md`` in the sweep directory from its run directories.
+
+    Both are written atomically (:func:`depthlab.rundir.atomic_write`).
+
+    Args:
+        sweep_dir: a sweep directory.
+
+    Returns:
+        (csv path, markdown path).
+
+    Raises:
+        DepthlabError: not a sweep directory.
+        OSError: the sweep directory is not writable.
+    """
+    sweep_dir = Path(sweep_dir)
+    rows, columns = collect_results(sweep_dir)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_cell(r.get(c)) for c in columns])
+    atomic_write(sweep_dir / RESULTS_CSV, buf.getvalue().encode())
+    md_cols = [c for c in columns if c != "message"]
+    lines = ["| " + " | ".join(md_cols) + " |", "|" + "|".join("---" for _ in md_cols) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_cell(r.get(c)).replace("|", "/") for c in md_cols) + " |")
+    notes = [f"- `{r['run']}`: {r['status']}: {r['message']}" for r in rows if r.get("message")]
+    text = ("# Sweep results\n\nLosses in nats per character; `best_val_bpc` in bits per character.\n\n"
+            + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else ""))
+    atomic_write(sweep_dir / RESULTS_MD, text.encode())
+    return sweep_dir / RESULTS_CSV, sweep_dir / RESULTS_MD
+
+
+def sweep_items(sweep_dir: str | Path) -> tuple[dict, list[dict], list[str], list[dict]]:
+    """Everything about a sweep's runs in one pass: what the report and the science claims read.
+
+    Args:
+        sweep_dir: a sweep directory.
+
+    Returns:
+        (sweep.json, rows, columns, items); each item is ``{"name", "experiment", "config" (the
+        run's config.json, else the planned one), "row" (its results row), "details"
+        (:func:`run_details`), "run_dir"}``.
+
+    Raises:
+        DepthlabError: not a sweep directory.
+    """
+    sweep_dir = Path(sweep_dir)
+    meta, rows, columns, details = _collect(sweep_dir)
+    items = [{"name": run["name"], "experiment": run["experiment"], "config": det["config"] or run["config"],
+              "row": row, "details": det, "run_dir": str(sweep_dir / RUNS / run["name"])}
+             for run, row, det in zip(meta["runs"], rows, details)]
+    return meta, rows, columns, items
+
+
+# --------------------------------------------------------------------------- corpus baselines
+def corpus_baselines(data_config: Optional[dict] = None) -> dict[str, float]:
+    """Corpus baselines in nats per character: uniform ln V, unigram and bigram cross-entropy.
+
+    Computed by :func:`depthlab.analytics.baselines.corpus_baselines` (train counts, add-one
+    smoothing, scored on val).
+
+    Args:
+        data_config: the ``data`` section of a run config (None = embedded corpus).
+
+    Returns:
+        ``{"uniform": .., "unigram": .., "bigram": ..}`` (nats/char).
+
+    Raises:
+        DepthlabError: unreadable corpus.
+    """
+    from ..analytics.baselines import corpus_baselines as cb
+    from ..config import DataConfig
+    from ..data import load_corpus
+
+    corpus = load_corpus(DataConfig(**(data_config or {})))
+    r = cb(corpus.train, corpus.val, corpus.tokenizer.vocab_size)
+    return {k: float(r[k]["nats"]) for k in ("uniform", "unigram", "bigram")}
+
+
+def sweep_baselines(items: Sequence[dict]) -> Optional[dict[str, float]]:
+    """The corpus baselines of a sweep's runs (nats/char), or None when they cannot be had.
+
+    Read from the first run directory with a ``baselines.json``; else computed from the first
+    run's corpus (:func:`corpus_baselines`).
+
+    Args:
+        items: from :func:`sweep_items`.
+
+    Returns:
+        ``{"uniform", "unigram", "bigram"}`` in nats per character, or None.
+    """
+    for it in items:
+        b = RunDir(it["run_dir"]).baselines
+        if isinstance(b, dict):
+            try:
+                return {k: float(b[k]["nats"]) for k in ("uniform", "unigram", "bigram")}
+            except (KeyError, TypeError, ValueError):
+                pass
+    try:
+        return corpus_baselines((items[0]["config"] if items else {}).get("data"))
+    except Exception:  # noqa: BLE001 - baselines are decoration; results work without them
+        return None
+
+
+# --------------------------------------------------------------------------- grouping runs
+def _label(key: str, v: Any) -> str:
+    return str(v) if key == "model.variant" else f"{key.split('.')[-1]}={v}"
+
+
+def group_name(config: dict, groups: Sequence[str]) -> str:
+    """The line a run belongs to: ``"prenorm"``, ``"prenorm, learning_rate=0.01"`` or ``"all"``."""
+    return ", ".join(_label(k, field_value(config, k)) for k in groups) or "all"
+
+
+def experiment_axes(exp: dict) -> tuple[Optional[str], list[str]]:
+    """(x field, group fields) of an experiment (as stored in ``sweep.json``).
+
+    x is ``model.n_layer`` when it varies, else the first varied numeric field; the other varied
+    fields (except ``train.seed``, which is averaged over) define the lines.
+    """
+    grid = {k: v for k, v in exp["grid"].items() if len(v) > 1}
+    keys = [k for k in grid if k != "train.seed"]
+    x = None
+    if "model.n_layer" in keys:
+        x = "model.n_layer"
+    else:
+        for k in keys:
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in grid[k]):
+                x = k
+                break
+    return x, [k for k in keys if k != x]
+
+
+def _mean_sd(xs: Sequence[float]) -> tuple[float, float, int]:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return math.nan, math.nan, 0
+    return st.mean(xs), (st.stdev(xs) if len(xs) > 1 else 0.0), len(xs)
+
+
+def aggregate(items: Sequence[dict], x: Optional[str], groups: Sequence[str], metric: str = "best_val_loss",
+              ok_only: bool = True) -> dict[str, dict[Any, tuple[float, float, int]]]:
+    """Mean, sample standard deviation and count of ``metric`` per group and x value (over seeds).
+
+    Args:
+        items: per-run dicts with ``config`` and ``row`` (see :func:`sweep_items`).
+        x: dotted x field (None = a single point per group).
+        groups: dotted fields that define the lines.
+        metric: results column to average (e.g. ``best_val_loss`` in nats).
+        ok_only: use only runs whose status is ``ok``.
+
+    Returns:
+        ``{group name: {x value: (mean, sd, n)}}`` with x values sorted; non-finite values skipped.
+    """
+    acc: dict[str, dict[Any, list[float]]] = {}
+    for it in items:
+        if ok_only and it["row"]["status"] not in OK_STATUSES:
+            continue
+        v = finite_or_none(it["row"].get(metric))
+        if v is None:
+            continue
+        g = group_name(it["config"], groups)
+        xv = field_value(it["config"], x) if x else 0
+        acc.setdefault(g, {}).setdefault(xv, []).append(v)
+    return {g: {xv: _mean_sd(vs) for xv, vs in sorted(d.items(), key=lambda kv: kv[0])} for g, d in acc.items()}
+
+
+def mean_metric(items: Sequence[dict], metric: str = "best_val_loss", ok_only: bool = True) -> Optional[float]:
+    """Mean of a results column over ``items`` (finite values of ok runs), or None."""
+    vs = [finite_or_none(it["row"].get(metric)) for it in items
+          if (not ok_only or it["row"]["status"] in OK_STATUSES)]
+    vs = [v for v in vs if v is not None]
+    return st.mean(vs) if vs else None

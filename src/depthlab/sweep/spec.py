@@ -1,0 +1,581 @@
+"""What a sweep is: experiments, grids, profiles, sweep files, and their expansion into runs.
+
+A sweep is a list of *experiments*; each has a base config (nested ``data`` / ``model`` /
+``train`` mapping, dotted keys allowed) and a *grid*: dotted config field -> list of values. The
+cartesian product of an experiment's grid gives its runs (:func:`expand`).
+
+Every value (grid, base, override) is typed and checked by the same grammar as the flags of
+``depthlab train``: :func:`depthlab.config.add_config_arguments` on a ``jsonargparse``
+parser, so ``--grid model.n_layer=two`` fails exactly like ``depthlab train --model.n_layer two``.
+Range checks (``n_embd % n_head``) happen when each run's :class:`~depthlab.config.RunConfig` is
+built, and name the run.
+
+Built-in profiles are YAML files in ``depthlab/sweep/profiles/`` (read when asked for), with the
+same keys as a sweep file plus ``description``.
+
+Precedence of settings, lowest first: dataclass defaults < :data:`SWEEP_DEFAULTS` < profile or
+file ``base`` < experiment ``base`` < command-line overrides (``--train.max_iters 300``) < the grid
+point's values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ..errors import DepthlabError
+
+__all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
+           "RUNS", "RESULTS_CSV", "RESULTS_MD",
+           "coerce_value", "parse_grid_arg", "load_profile", "profile_descriptions", "profile_spec",
+           "load_sweep_file", "build_spec", "spec_to_json", "default_sweep_dir", "expand", "varied_fields",
+           "estimate_seconds"]
+
+SECTIONS = ("data", "model", "train")
+
+#: The built-in profiles: ``profiles/<name>.yaml`` (a test checks this matches the files).
+PROFILE_NAMES = ("quick", "full", "science")
+
+#: Settings every sweep run gets unless the profile, file or command line says otherwise.
+#: ``max_time`` 0: every run of a sweep gets the same step budget, never a wall-clock cut.
+SWEEP_DEFAULTS: dict[str, Any] = {"train.progress": False, "train.tensorboard": False, "train.keep_last": 1,
+                                  "train.max_time": 0.0}
+
+#: Files and folders of a sweep directory (each run is an ordinary run directory under ``runs/``).
+SWEEP_JSON = "sweep.json"
+RUNS = "runs"
+RESULTS_CSV = "results.csv"
+RESULTS_MD = "results.md"
+
+#: Keys of a sweep file or profile.
+_SPEC_KEYS = {"base", "grid", "experiments", "description", "workers"}
+
+
+# --------------------------------------------------------------------------- spec objects
+@dataclasses.dataclass
+class Experiment:
+    """One grid of runs sharing a base config.
+
+    Attributes:
+        name: short name ('' for a plain command-line sweep); becomes a folder under ``runs/``.
+        base: dotted config field -> typed value, for every run of this experiment.
+        grid: dotted field -> list of typed values; runs are the cartesian product, in key order.
+        extra: free-form settings read by the science claims (e.g. ``target_val_loss`` in nats).
+    """
+
+    name: str = ""
+    base: dict = dataclasses.field(default_factory=dict)
+    grid: dict = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class SweepSpec:
+    """A whole sweep: a shared base, experiments, and command-line overrides.
+
+    Attributes:
+        experiments: the grids (:class:`Experiment`).
+        base: dotted overrides for every run (below each experiment's own ``base``).
+        overrides: dotted overrides from the command line (above every base, below the grid).
+        profile: name of the profile it came from, if any.
+    """
+
+    experiments: list = dataclasses.field(default_factory=list)
+    base: dict = dataclasses.field(default_factory=dict)
+    overrides: dict = dataclasses.field(default_factory=dict)
+    profile: Optional[str] = None
+
+
+@dataclasses.dataclass
+class RunPoint:
+    """One run of a sweep.
+
+    Attributes:
+        name: path of the run directory relative to ``SWEEP_DIR/runs`` (``exp/field-value_...``).
+        experiment: the experiment's name.
+        point: the grid values of this run (dotted field -> value).
+        config: the full nested run config (``out_dir`` set), as accepted by ``RunConfig.from_dict``.
+    """
+
+    name: str
+    experiment: str
+    point: dict
+    config: dict
+
+
+# --------------------------------------------------------------------------- values (the train grammar)
+@functools.lru_cache(maxsize=1)
+def _config_parser():
+    """The ``jsonargparse`` parser of every config field (built once: it takes about a second)."""
+    from jsonargparse import ArgumentParser
+
+    from ..config import add_config_arguments
+
+    p = ArgumentParser(prog="depthlab sweep", exit_on_error=False)
+    add_config_arguments(p)
+    return p
+
+
+def _fields() -> dict[str, dict[str, Any]]:
+    """section -> {field -> the parser's type hint}, from the same parser as the values."""
+    out: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+    for a in _config_parser()._actions:
+        sec, _, name = str(a.dest).partition(".")
+        if sec in out and name:
+            out[sec][name] = getattr(a, "_typehint", None)
+    return out
+
+
+def _check_key(key: str, what: str) -> tuple[str, str]:
+    """Split ``section.field`` and check both exist (and that the sweep may set it).
+
+    Raises:
+        DepthlabError: malformed key, unknown section or field, or ``train.out_dir``.
+    """
+    parts = key.split(".")
+    if len(parts) != 2 or not all(parts):
+        raise DepthlabError(f"{what} {key!r}: expected SECTION.FIELD with SECTION one of "
+                            f"{', '.join(SECTIONS)} (e.g. model.n_layer)")
+    sec, name = parts
+    fields = _fields()
+    if sec not in fields:
+        raise DepthlabError(f"{what} {key!r}: unknown section {sec!r} (allowed: {', '.join(SECTIONS)})")
+    if name not in fields[sec]:
+        raise DepthlabError(f"{what} {key!r}: unknown field {name!r} in {sec} "
+                            f"(known: {', '.join(sorted(fields[sec]))})")
+    if key == "train.out_dir":
+        raise DepthlabError(f"{what} {key!r}: the sweep sets each run's out_dir; use --out-dir for the sweep")
+    return sec, name
+
+
+def _expected(hint: Any) -> str:
+    """Words for what a field takes, from its type hint (``expected an integer``)."""
+    import typing
+
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if optional:
+        inner = [a for a in args if a is not type(None)]
+        hint = inner[0] if inner else str
+        args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        words = f"expected one of {', '.join(map(str, args))}"
+    else:
+        words = {bool: "expected true or false", int: "expected an integer", float: "expected a number"}.get(
+            hint, f"expected {getattr(hint, '__name__', hint)}")
+    return words + (" or null" if optional else "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(key: str, text: str) -> Any:
+    """``depthlab train --KEY=TEXT``'s typed value of ``key`` (cached; errors are not)."""
+    from jsonargparse import ArgumentError
+
+    sec, name = key.split(".")
+    try:
+        ns = _config_parser().parse_args([f"--{key}={text}"])
+    except ArgumentError:
+        raise DepthlabError(f"{key}: cannot use {text!r} ({_expected(_fields()[sec][name])})") from None
+    return ns[key]
+
+
+def coerce_value(key: str, value: Any) -> Any:
+    """Type ``value`` exactly as the flag ``--KEY VALUE`` of ``depthlab train`` would.
+
+    Text is parsed as it is; a value already typed (from YAML, or from the CLI's own parser) is
+    written as JSON text first (``True`` -> ``true``, ``None`` -> ``null``), so both go through the
+    same grammar (:func:`depthlab.config.add_config_arguments`).
+
+    Args:
+        key: dotted field name, e.g. ``model.n_layer`` or ``train.learning_rate``.
+        value: text or an already typed value.
+
+    Returns:
+        The value with the field's type (int, float, bool, str or None); range checks happen
+        later, when the run config is built.
+
+    Raises:
+        DepthlabError: unknown field, ``train.out_dir``, or a value the field does not accept (the
+            message names the field and the value).
+    """
+    _check_key(key, "config field")
+    text = value.strip() if isinstance(value, str) else json.dumps(value)
+    return _parse_text(key, text)
+
+
+def parse_grid_arg(text: str) -> tuple[str, list]:
+    """Parse one ``--grid`` argument ``SECTION.FIELD=V1,V2,...``.
+
+    Args:
+        text: e.g. ``model.n_layer=1,2,4`` or ``train.learning_rate=1e-3,3e-3``.
+
+    Returns:
+        (dotted field, list of typed values), duplicates removed, order kept.
+
+    Raises:
+        DepthlabError: missing ``=``, unknown field, empty value list or empty value, or a value
+            the field does not accept; the message names the problem.
+    """
+    if "=" not in text:
+        raise DepthlabError(f"--grid {text!r}: expected SECTION.FIELD=V1,V2,... "
+                            "(e.g. --grid model.n_layer=1,2,4)")
+    key, _, vals = text.partition("=")
+    key = key.strip()
+    _check_key(key, "--grid")
+    items = [s.strip() for s in vals.split(",")]
+    if not vals.strip() or any(s == "" for s in items):
+        raise DepthlabError(f"--grid {text!r}: empty value in the list; give comma-separated values "
+                            "like 1,2,4")
+    return key, _unique(coerce_value(key, s) for s in items)
+
+
+def _unique(values) -> list:
+    out: list = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+# --------------------------------------------------------------------------- mappings -> spec
+def _flatten(d: Any, what: str) -> dict[str, Any]:
+    """``{"model": {"n_layer": 2}, "train.seed": 1}`` -> ``{"model.n_layer": 2, "train.seed": 1}``, typed."""
+    if not isinstance(d, dict):
+        raise DepthlabError(f"{what} must be a mapping, got {type(d).__name__}")
+    out = {}
+    for k, v in d.items():
+        k = str(k)
+        if "." in k:
+            out[k] = coerce_value(k, v)
+        elif k in SECTIONS:
+            if not isinstance(v, dict):
+                raise DepthlabError(f"{what}: section {k!r} must be a mapping, got {type(v).__name__}")
+            for f, fv in v.items():
+                out[f"{k}.{f}"] = coerce_value(f"{k}.{f}", fv)
+        else:
+            raise DepthlabError(f"{what}: unknown key {k!r} (expected sections {', '.join(SECTIONS)} "
+                                "or dotted fields like model.n_layer)")
+    return out
+
+
+def _grid(d: Any, what: str) -> dict[str, list]:
+    """A grid mapping (values: a list, one value, or a comma-separated string) with typed values."""
+    if not isinstance(d, dict) or not d:
+        raise DepthlabError(f"{what}: the grid must be a non-empty mapping FIELD: [values]")
+    out = {}
+    for k, vals in d.items():
+        k = str(k)
+        _check_key(k, f"{what} key")
+        if isinstance(vals, str):
+            vals = [s.strip() for s in vals.split(",")]
+        if not isinstance(vals, (list, tuple)):
+            vals = [vals]
+        if not vals:
+            raise DepthlabError(f"{what}: {k} has no values")
+        out[k] = _unique(coerce_value(k, v) for v in vals)
+    return out
+
+
+def _experiment(d: Any, what: str) -> Experiment:
+    if not isinstance(d, dict):
+        raise DepthlabError(f"{what} must be a mapping with keys name, base, grid")
+    name = str(d.get("name", "") or "")
+    if name and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise DepthlabError(f"{what}: experiment name {name!r} may only use letters, digits, _ . -")
+    extra = {k: v for k, v in d.items() if k not in ("name", "base", "grid")}
+    return Experiment(name=name, base=_flatten(d.get("base") or {}, f"{what} base"),
+                      grid=_grid(d.get("grid"), f"{what} grid"), extra=extra)
+
+
+def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> SweepSpec:
+    if not isinstance(d, dict):
+        raise DepthlabError(f"{what} must be a mapping with keys base and grid (or experiments)")
+    bad = sorted(set(map(str, d)) - _SPEC_KEYS)
+    if bad:
+        raise DepthlabError(f"{what}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(_SPEC_KEYS))})")
+    if ("grid" in d) == ("experiments" in d):
+        raise DepthlabError(f"{what}: give either grid (one experiment) or experiments (a list), not "
+                            f"{'both' if 'grid' in d else 'neither'}")
+    if "grid" in d:
+        exps = [_experiment({"grid": d["grid"]}, what)]
+    else:
+        if not isinstance(d["experiments"], list) or not d["experiments"]:
+            raise DepthlabError(f"{what}: experiments must be a non-empty list")
+        exps = [_experiment(e, f"{what} experiment {i + 1}") for i, e in enumerate(d["experiments"])]
+        names = [e.name for e in exps]
+        if len(set(names)) != len(names) or (len(exps) > 1 and "" in names):
+            raise DepthlabError(f"{what}: experiments need distinct non-empty names, got {names}")
+    return SweepSpec(experiments=exps, base=_flatten(d.get("base") or {}, f"{what} base"), profile=profile)
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise DepthlabError(f"{what} {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
+# --------------------------------------------------------------------------- profiles and files
+def _profile_path(name: str) -> Path:
+    return Path(str(resources.files("depthlab.sweep") / "profiles" / f"{name}.yaml"))
+
+
+def load_profile(name: str) -> dict:
+    """The raw mapping of a built-in profile (``profiles/<name>.yaml``), read now.
+
+    Args:
+        name: one of :data:`PROFILE_NAMES`.
+
+    Returns:
+        ``{"description", "base", "experiments"}`` as written in the file (values not yet typed).
+
+    Raises:
+        DepthlabError: unknown profile (lists the known ones).
+    """
+    if name not in PROFILE_NAMES:
+        raise DepthlabError(f"unknown sweep profile {name!r}; known: {', '.join(PROFILE_NAMES)}")
+    return _read_yaml(_profile_path(name), "profile")
+
+
+def profile_descriptions() -> dict[str, str]:
+    """Profile name -> its one-line description (for ``--help``), in :data:`PROFILE_NAMES` order."""
+    return {n: str(load_profile(n).get("description", "")) for n in PROFILE_NAMES}
+
+
+def profile_spec(name: str) -> SweepSpec:
+    """The :class:`SweepSpec` of a built-in profile.
+
+    Args:
+        name: ``quick``, ``full`` or ``science``.
+
+    Returns:
+        A fresh spec (safe to modify).
+
+    Raises:
+        DepthlabError: unknown profile (lists the known ones).
+    """
+    return _spec_from_mapping(load_profile(name), f"profile {name}", profile=name)
+
+
+def load_sweep_file(path: str | Path) -> SweepSpec:
+    """Read a sweep YAML file.
+
+    The file holds ``base:`` (a run config: sections ``data``/``model``/``train`` or dotted
+    keys; optional) and either ``grid:`` (dotted field -> list of values, or a comma-separated
+    string) or ``experiments:`` (a list of ``{name, base, grid}``).
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The parsed spec.
+
+    Raises:
+        DepthlabError: missing/unreadable file, invalid YAML, unknown keys or fields, bad values.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DepthlabError(f"sweep file {p} not found")
+    return _spec_from_mapping(_read_yaml(p, "sweep file") or {}, f"sweep file {p}")
+
+
+def _select(spec: SweepSpec, only: str) -> None:
+    """Keep only the experiments named in ``only`` (``"a,b"``)."""
+    want = [w.strip() for w in only.split(",") if w.strip()]
+    names = [e.name for e in spec.experiments]
+    bad = [w for w in want if w not in names]
+    if bad or not want:
+        raise DepthlabError(f"--only {only!r}: unknown experiment(s) {', '.join(bad) or '(none given)'}; "
+                            f"this sweep has: {', '.join(n or '(unnamed)' for n in names)}")
+    spec.experiments = [e for e in spec.experiments if e.name in want]
+
+
+def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequence[str],
+               overrides: dict[str, Any], only: Optional[str]) -> SweepSpec:
+    """The sweep a ``depthlab sweep`` command line describes.
+
+    Args:
+        profile: a built-in profile name, or None.
+        file: a sweep YAML file, or None (not together with ``profile``).
+        grid: ``--grid`` arguments ``SECTION.FIELD=V1,V2``; each replaces that axis in every experiment.
+        overrides: dotted field -> value for every run (``{"train.max_iters": 50}``); typed again
+            by the train grammar, so text works too.
+        only: ``"a,b"``: keep only these experiments, or None.
+
+    Returns:
+        The spec (no run has been expanded or validated yet: see :func:`expand`).
+
+    Raises:
+        DepthlabError: both ``profile`` and ``file``; unknown profile, experiment, field or bad value;
+            or nothing to sweep (no grid at all).
+    """
+    if profile and file:
+        raise DepthlabError("give either --profile or --file, not both")
+    if profile:
+        spec = profile_spec(profile)
+    elif file:
+        spec = load_sweep_file(file)
+    else:
+        spec = SweepSpec(experiments=[Experiment()])
+    if only:
+        _select(spec, only)
+    axes = dict(parse_grid_arg(g) for g in grid)
+    for exp in spec.experiments:
+        exp.grid.update(axes)
+    if not any(exp.grid for exp in spec.experiments):
+        raise DepthlabError("nothing to sweep: give --grid SECTION.FIELD=V1,V2 (e.g. --grid model.n_layer=1,2,4), "
+                            "--file SWEEP.yaml or --profile quick")
+    spec.overrides = {k: coerce_value(k, v) for k, v in (overrides or {}).items()}
+    return spec
+
+
+def spec_to_json(spec: SweepSpec) -> dict:
+    """The spec as plain JSON data (what ``sweep.json`` stores under ``spec``)."""
+    return {"profile": spec.profile, "base": spec.base, "overrides": spec.overrides,
+            "experiments": [dataclasses.asdict(e) for e in spec.experiments]}
+
+
+def default_sweep_dir(spec: SweepSpec, profile: Optional[str], file: Optional[str | Path], grid: Sequence[str],
+                      overrides: dict[str, Any], only: Optional[str]) -> str:
+    """The sweep directory when ``--out-dir`` is not given; the same command gives the same folder.
+
+    ``sweeps/<profile>`` for a profile as shipped; otherwise ``sweeps/<profile or 'sweep'>-<hash>``
+    where the hash is the first 8 hex digits of SHA-256 over the spec's JSON (sorted keys).
+
+    Args:
+        spec: the result of :func:`build_spec` for the other arguments.
+        profile, file, grid, overrides, only: the arguments given to :func:`build_spec`.
+
+    Returns:
+        A relative path (text).
+    """
+    del file  # a file's content is in the spec, hence in the hash
+    if profile and not grid and not overrides and not only:
+        return str(Path("sweeps") / profile)
+    digest = hashlib.sha256(json.dumps(spec_to_json(spec), sort_keys=True, default=str).encode()).hexdigest()
+    return str(Path("sweeps") / f"{profile or 'sweep'}-{digest[:8]}")
+
+
+# --------------------------------------------------------------------------- expansion
+def _fmt_value(v: Any) -> str:
+    s = f"{v:g}" if isinstance(v, float) else str(v)
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", s)
+
+
+def _nest(flat: dict[str, Any]) -> dict:
+    out: dict = {s: {} for s in SECTIONS}
+    for k, v in flat.items():
+        sec, name = k.split(".")
+        out[sec][name] = v
+    return out
+
+
+def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
+    """(run name, grid point) of every point of ``exp``, first grid key varying slowest.
+
+    Names are ``field-value`` joined by ``_``; integers are zero-padded to the widest value so
+    names sort numerically; the experiment's name, if any, is a folder above.
+    """
+    keys = list(exp.grid)
+    short = [k.split(".")[1] for k in keys]
+    if len(set(short)) != len(short):
+        short = [k.replace(".", "-") for k in keys]
+    widths = {k: max(len(_fmt_value(v)) for v in exp.grid[k]) for k in keys
+              if all(isinstance(v, int) and not isinstance(v, bool) for v in exp.grid[k])}
+    out = []
+    for combo in itertools.product(*(exp.grid[k] for k in keys)):
+        parts = []
+        for k, s, v in zip(keys, short, combo):
+            fv = _fmt_value(v)
+            parts.append(f"{s}-{fv.zfill(widths[k]) if k in widths else fv}")
+        name = "_".join(parts) or "run"
+        out.append((f"{exp.name}/{name}" if exp.name else name, dict(zip(keys, combo))))
+    return out
+
+
+def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
+    """All runs of ``spec``, each with a full, validated config whose out_dir is under ``sweep_dir``.
+
+    Args:
+        spec: the sweep.
+        sweep_dir: the sweep directory (run dirs go to ``sweep_dir/runs/<name>``).
+
+    Returns:
+        The runs in grid order (first grid key varies slowest).
+
+    Raises:
+        DepthlabError: a grid point whose config is invalid (names the run and the field), or two
+            runs with the same name.
+    """
+    from ..config import RunConfig
+
+    sweep_dir = Path(sweep_dir)
+    points: list[RunPoint] = []
+    for exp in spec.experiments:
+        for name, point in _run_names(exp):
+            flat = {**SWEEP_DEFAULTS, **spec.base, **exp.base, **spec.overrides, **point,
+                    "train.out_dir": str(sweep_dir / RUNS / name), "train.resume": False}
+            try:
+                cfg = RunConfig.from_dict(_nest(flat))
+            except DepthlabError as e:
+                raise DepthlabError(f"sweep run {name}: {e}") from None
+            points.append(RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict()))
+    names = [p.name for p in points]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise DepthlabError(f"two sweep runs share the name {dup[0]}; give distinct grid values")
+    return points
+
+
+def varied_fields(spec: SweepSpec) -> list[str]:
+    """Dotted fields that take more than one value across the sweep's grids.
+
+    Args:
+        spec: the sweep.
+
+    Returns:
+        Field names in first-seen order (these become results columns).
+    """
+    seen: dict[str, set] = {}
+    for exp in spec.experiments:
+        for k, vals in exp.grid.items():
+            seen.setdefault(k, set()).update(map(repr, vals))
+    return [k for k, v in seen.items() if len(v) > 1]
+
+
+def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
+    """Rough single-thread CPU time of one run in seconds, for scheduling and documentation.
+
+    Counts 6 x parameters x tokens for the matmuls plus the attention scores (the usual
+    training-FLOPs rule, Kaplan et al. 2020, eq. 2.1), over the training steps and the
+    evaluations (2 x for a forward pass), plus a per-block-per-step overhead (about 0.7 ms:
+    kernel launches and the optimizer, which dominate at tiny widths) and a fixed start-up cost
+    of 4 s. ``sec_per_gflop`` was measured on an idle 2-core x86 CPU, one thread, at width 32
+    (about 4 ms per block per 1024-token step); a busy machine is slower.
+
+    Args:
+        config: nested run config.
+        sec_per_gflop: seconds per 10^9 floating-point operations, one thread.
+
+    Returns:
+        Estimated seconds.
+    """
+    m, t = config["model"], config["train"]
+    C, L, T = m["n_embd"], m["n_layer"], m["block_size"]
+    V = m.get("vocab_size") or 65
+    per_tok = L * (C * C * (4 + 2 * m.get("ff_mult", 4)) + 2 * T * C) + V * C
+    tokens = t["batch_size"] * t["grad_accum"] * T
+    steps = t["max_iters"]
+    evals = (steps // t["eval_interval"] + 2) * 2 * t["eval_iters"]
+    flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
+    overhead = 0.7e-3 * (L + 1) * (steps + evals / 3)  # per-block kernel launches dominate tiny widths
+    return flops / 1e9 * sec_per_gflop + overhead + 4.0

@@ -1,0 +1,232 @@
+"""The local sweep backend: rows, resume, failures as results, worker processes, no report import."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from depthlab import rundir, sweep
+from depthlab.errors import DepthlabError, NonFiniteError
+
+TINY = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 16,
+        "train.batch_size": 4, "train.max_iters": 4, "train.eval_interval": 2, "train.eval_iters": 1,
+        "train.log_interval": 2, "train.warmup_iters": 1, "train.grad_log_interval": 2, "train.probe_interval": 2,
+        "train.keep_last": 1}
+
+
+def tiny_spec(text_file, grid, **over):
+    base = {**TINY, "data.path": str(text_file), **{k.replace("__", "."): v for k, v in over.items()}}
+    return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)], base=base)
+
+
+def read_rows(sweep_dir):
+    with open(Path(sweep_dir) / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def quiet(_):
+    pass
+
+
+def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2], "model.variant": ["plain", "prenorm"]})
+    sw = tmp_path / "sw"
+    logs = []
+    assert sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append) == sw
+    rows = read_rows(sw)
+    assert len(rows) == 4
+    assert list(rows[0])[:8] == sweep.RESULT_COLUMNS
+    assert list(rows[0])[:5] == ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss"]
+    for col in ("best_val_bpc", "tokens_per_sec", "grad_ratio_first_last", "last_block_rank", "diagnosis"):
+        assert col in rows[0]
+    assert {(r["variant"], r["n_layer"]) for r in rows} == {("plain", "1"), ("plain", "2"), ("prenorm", "1"),
+                                                             ("prenorm", "2")}
+    assert all(r["status"] == "ok" and float(r["best_val_loss"]) > 0 for r in rows)
+    assert all(r["last_block_rank"] != "" and r["grad_ratio_first_last"] != "" for r in rows)
+    assert (sw / "results.md").read_text().count("| ok |") == 4
+    assert not (sw / "report.html").exists()  # the report is the CLI's business
+    runs = sorted((sw / "runs").iterdir())
+    for r in runs:
+        rd = rundir.RunDir(r)
+        assert rd.summary and rd.config and rd.sweep_status["status"] == "ok"
+        assert len(rd.init_probe["rank_measure"]) == rd.config["model"]["n_layer"]
+        assert rd.file(rundir.TRAIN_LOG).stat().st_size > 0
+        row = [x for x in rows if x["run"] == f"runs/{r.name}"][0]
+        assert float(row["best_val_loss"]) == pytest.approx(rd.summary["best_val_loss"], abs=1e-4)
+    assert any("4 to run" in line for line in logs) and sum(line.startswith("[") for line in logs) == 4
+    mtimes = {r.name: (r / rundir.SUMMARY).stat().st_mtime_ns for r in runs}
+
+    # "interrupt": one run loses its summary (and looks half-done); the restart redoes only that one
+    victim = runs[1]
+    (victim / rundir.SUMMARY).unlink()
+    (victim / rundir.SWEEP_STATUS).unlink()
+    logs.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert any("3 already finished, 1 to run" in line for line in logs)
+    for r in runs:
+        m = (r / rundir.SUMMARY).stat().st_mtime_ns
+        assert (m != mtimes[r.name]) == (r == victim)
+    assert len(read_rows(sw)) == 4
+    logs.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert any("nothing to run: all 4 runs had finished" in line for line in logs)
+
+
+def test_rerun_with_changed_config_is_refused(tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]})
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    spec.overrides = {"train.max_iters": 6}
+    with pytest.raises(DepthlabError, match="different config.*train.max_iters: 4 there, 6 now"):
+        sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    sweep.run_sweep(spec, sw, workers=1, threads=1, rerun=True, log=quiet)
+    assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] == 6
+
+
+def test_out_dir_that_is_not_a_sweep_is_refused(tmp_path):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "precious.txt").write_text("x")
+    spec = sweep.SweepSpec(experiments=[sweep.Experiment(grid={"model.n_layer": [1]})])
+    with pytest.raises(DepthlabError, match="not a sweep directory"):
+        sweep.run_sweep(spec, d, workers=1, threads=1, log=quiet)
+    assert (d / "precious.txt").exists() and sorted(p.name for p in d.iterdir()) == ["precious.txt"]
+    with pytest.raises(DepthlabError, match="--workers and --threads must be >= 0"):
+        sweep.run_sweep(spec, tmp_path / "new", workers=-1, log=quiet)
+
+
+def test_failing_runs_are_results(tiny_text_file, tmp_path):
+    # block_size 4096 exceeds the tiny corpus: that run fails with an error, the other finishes
+    spec = tiny_spec(tiny_text_file, {"model.block_size": [16, 4096]})
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    rows = {r["model.block_size"]: r for r in read_rows(sw)}
+    assert rows["16"]["status"] == "ok"
+    assert rows["4096"]["status"] == "error" and "block_size" in rows["4096"]["message"]
+    assert rows["4096"]["best_val_loss"] == ""
+
+
+def test_nonfinite_run_is_recorded_and_kept(tiny_text_file, tmp_path, monkeypatch):
+    tr = sys.modules["depthlab.analytics"]
+    real = tr.train
+    calls = []
+
+    def fake(cfg, **kw):
+        calls.append(cfg.model.n_layer)
+        rd = real(cfg, **kw)
+        if cfg.model.n_layer == 2:  # as if it diverged at the last step: no summary.json
+            (rd / rundir.SUMMARY).unlink()
+            raise NonFiniteError("non-finite loss at step 4 (test)")
+        return rd
+
+    monkeypatch.setattr(tr, "train", fake)
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]})
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    assert sorted(calls) == [1, 2]
+    rows = {r["n_layer"]: r for r in read_rows(sw)}
+    assert rows["1"]["status"] == "ok" and rows["2"]["status"] == "nonfinite"
+    assert rows["2"]["best_val_loss"] != ""  # read back from the evaluations it logged
+    assert "non-finite" in rows["2"]["message"]
+    calls.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    assert calls == []  # a deterministic failure is a finished result: not redone
+
+
+def test_target_val_loss_stop_is_ok_not_time_capped(tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=20, train__target_val_loss=10.0)
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    (row,) = read_rows(sw)
+    assert row["status"] == "ok" and row["message"] == ""
+    assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] < 20
+
+
+def test_running_a_sweep_does_not_import_the_report(tiny_text_file, tmp_path):
+    code = f"""
+import sys
+from depthlab import sweep
+spec = sweep.build_spec(None, None, ["model.n_layer=1"], {{**{TINY!r}, "data.path": {str(tiny_text_file)!r}}}, None)
+sweep.run_sweep(spec, {str(tmp_path / 'sw')!r}, workers=1, threads=1, log=lambda s: None)
+bad = sorted(m for m in sys.modules if m.startswith(("depthlab.report", "depthlab.cli", "matplotlib.pyplot")))
+print("BAD", bad)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "BAD []" in out.stdout
+    assert (tmp_path / "sw" / "results.csv").exists()
+
+
+@pytest.mark.slow
+def test_worker_processes(tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]})
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=2, log=quiet)
+    rows = read_rows(sw)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    st = json.loads((sw / "runs" / "n_layer-1" / "sweep_status.json").read_text())
+    assert st["threads"] >= 1 and st["status"] == "ok"
+
+
+def test_reaping_a_worker_that_died_without_a_result(tmp_path):
+    from depthlab.sweep import local
+
+    class Dead:
+        exitcode = -9
+
+    job = {"name": "n_layer-2", "config": {"train": {"out_dir": str(tmp_path / "r")}}, "threads": 1}
+    res = local._reap(Dead(), job, t0=0.0)
+    assert res["status"] == "error" and "exited with code -9 without a result" in res["message"]
+    assert rundir.RunDir(tmp_path / "r").sweep_status["status"] == "error"
+
+
+@pytest.mark.slow
+def test_killed_worker_is_an_error_row_and_the_sweep_goes_on(tiny_text_file, tmp_path):
+    """Our own pool: a worker killed mid-run (SIGKILL) costs only its own run (ProcessPoolExecutor would break)."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    spec = tiny_spec(tiny_text_file, {"train.max_iters": [4, 5000]})
+    sw = tmp_path / "sw"
+    killed = []
+
+    def killer():
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            for p in multiprocessing.active_children():
+                if p.name.endswith("max_iters-5000") and (sw / "runs" / "max_iters-5000" / "config.json").exists():
+                    os.kill(p.pid, signal.SIGKILL)
+                    killed.append(p.pid)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    sweep.run_sweep(spec, sw, workers=2, threads=1, log=quiet)
+    t.join()
+    assert killed
+    rows = {r["train.max_iters"]: r for r in read_rows(sw)}
+    assert rows["4"]["status"] == "ok"
+    assert rows["5000"]["status"] == "error" and "exited with code -9" in rows["5000"]["message"]
+
+
+# ----------------------------------------------------------------------------- init probe
+def test_rank_collapse_at_init_plain_vs_residual():
+    """Dong et al. 2021 at init: plain's last-block rank measure falls towards 0 with depth; residual stays."""
+    from depthlab.config import RunConfig
+
+    for seed in (1, 2):
+        ranks = {}
+        for v in ("plain", "prenorm"):
+            for L in (4, 16, 32):
+                cfg = RunConfig.from_dict({"model": {"n_layer": L, "n_embd": 16, "n_head": 2, "block_size": 16,
+                                                     "variant": v}, "train": {"seed": seed}}).to_dict()
+                ranks[v, L] = sweep.init_probe(cfg)["rank_measure"][-1]
+        assert ranks["plain", 4] > ranks["plain", 16] > ranks["plain", 32] or ranks["plain", 32] < 1e-6
+        assert ranks["plain", 32] < 0.01
+        assert min(ranks["prenorm", L] for L in (4, 16, 32)) > 0.5
