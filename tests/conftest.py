@@ -1,11 +1,13 @@
-"""Shared fixtures: an isolated token cache and tiny seeded CPU configs."""
+"""Shared fixtures and builders: an isolated token cache, tiny seeded CPU configs, models and CLI flags."""
 
-import os
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from depthlab.model import GPT
 
 torch.set_num_threads(1)  # tests are small; more threads only add noise on a 2-core machine
 
@@ -34,3 +36,38 @@ def tiny_config(out_dir, path=None, model=None, train=None) -> RunConfig:
              grad_log_interval=0, probe_interval=0, dtype="float32", max_time=0.0)
     t.update(train or {})
     return RunConfig(DataConfig(path=str(path) if path else None), ModelConfig(**m), TrainConfig(**t))
+
+
+QUIET = dict(log=lambda s: None)  # train(..., **QUIET) / Trainer(..., **QUIET): no progress lines
+
+#: The tiny model of the unit tests: V 11, 2 blocks of 2 heads, C 16, context 8.
+TINY_MODEL = dict(vocab_size=11, n_layer=2, n_head=2, n_embd=16, block_size=8)
+
+
+def tiny_model_config(**kw) -> ModelConfig:
+    """:data:`TINY_MODEL` with ``kw`` overriding its fields."""
+    return ModelConfig(**{**TINY_MODEL, **kw})
+
+
+def tiny_gpt(seed: int = 0, **kw) -> GPT:
+    """A GPT of :func:`tiny_model_config` (``kw``), initialised under ``torch.manual_seed(seed)``."""
+    torch.manual_seed(seed)
+    return GPT(tiny_model_config(**kw))
+
+
+def tiny_cli_args(path, out, **fields) -> list[str]:
+    """``depthlab train`` flags of the run :func:`tiny_config` describes (n_embd 32, block 16).
+
+    ``fields`` override or add flags, dotted names spelt with ``__``: ``train__max_iters=600``.
+    """
+    flags = {"data.path": path, "model.n_layer": 2, "model.n_head": 2, "model.n_embd": 32,
+             "model.block_size": 16, "train.batch_size": 8, "train.max_iters": 20, "train.eval_interval": 5,
+             "train.eval_iters": 2, "train.tensorboard": "false", "train.threads": 1, "train.out_dir": out}
+    flags.update({k.replace("__", "."): v for k, v in fields.items()})
+    return [a for k, v in flags.items() for a in (f"--{k}", str(v))]
+
+
+def evals(run) -> list[tuple[int, float, float]]:
+    """(step, train_loss, val_loss) of every evaluation in ``run/metrics.jsonl``, in file order."""
+    lines = (Path(run) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [(r["step"], r["train_loss"], r["val_loss"]) for r in map(json.loads, lines) if "val_loss" in r]

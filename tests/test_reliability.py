@@ -1,6 +1,8 @@
 """Reliability cases from users' bug reports: resume, checkpoints, non-finite guard, odd inputs."""
 
+import functools
 import json
+import math
 import os
 import random
 import signal
@@ -10,7 +12,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from depthlab import checkpoint as ckpt
@@ -22,15 +24,7 @@ from depthlab.sample import check_sampling_args, generate, load_run, sample_text
 from depthlab import train
 from depthlab.trainer import Trainer
 
-from conftest import TINY_TEXT, tiny_config
-
-QUIET = dict(log=lambda s: None)
-
-
-def _evals(run):
-    return {r["step"]: (r["train_loss"], r["val_loss"])
-            for r in map(json.loads, open(run / "metrics.jsonl")) if "val_loss" in r}
-
+from conftest import QUIET, TINY_TEXT, evals, tiny_cli_args, tiny_config, tiny_gpt
 
 def test_compiled_checkpoint_keys_are_stripped_and_accepted(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
@@ -92,7 +86,7 @@ def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
         train(cfg, **QUIET)
     assert "vocabulary" in str(e.value) and "Z" in str(e.value) and "☕" in str(e.value)
     cfg = tiny_config(run, tiny_text_file, model=dict(n_layer=3), train=dict(resume=True, max_iters=20))
-    with pytest.raises(DepthlabError, match="model.n_layer is 3 but the checkpoint has 2"):
+    with pytest.raises(DepthlabError, match="model.n_layer 2 -> 3"):
         train(cfg, **QUIET)
 
 
@@ -202,31 +196,87 @@ _keys = st.sampled_from(["n_layer", "n_head", "n_embd", "block_size", "dropout",
                          "seed", "device", "dtype", "bogus", "eval_interval", "min_lr"])
 
 
+@st.composite
+def _valid_config(draw):
+    """A dict of valid values for every config field (dependent fields drawn together)."""
+    from depthlab.config import NORMS, VARIANTS
+
+    n_head = draw(st.integers(1, 16))
+    warmup = draw(st.integers(0, 1000))
+    lr = draw(st.floats(1e-6, 1.0))
+    model = dict(n_layer=draw(st.integers(1, 64)), n_head=n_head, n_embd=n_head * draw(st.integers(1, 64)),
+                 block_size=draw(st.integers(1, 4096)), dropout=draw(st.floats(0.0, 0.99)),
+                 bias=draw(st.booleans()), ff_mult=draw(st.integers(1, 8)),
+                 activation=draw(st.sampled_from(["gelu", "relu"])), variant=draw(st.sampled_from(VARIANTS)),
+                 norm=draw(st.sampled_from(NORMS)), tie_weights=draw(st.booleans()),
+                 init=draw(st.sampled_from(["gpt2", "torch"])), vocab_size=draw(st.integers(0, 10**5)))
+    train = dict(batch_size=draw(st.integers(1, 512)), grad_accum=draw(st.integers(1, 8)),
+                 max_iters=draw(st.integers(1, 10**6)), max_time=draw(st.floats(0.0, 1e6)), learning_rate=lr,
+                 min_lr=lr * draw(st.floats(0.0, 1.0)), warmup_iters=warmup,
+                 lr_decay_iters=draw(st.one_of(st.just(0), st.integers(max(warmup, 1), 10**6))),
+                 weight_decay=draw(st.floats(0.0, 1.0)), beta1=draw(st.floats(0.0, 0.999)),
+                 beta2=draw(st.floats(0.0, 0.999)), grad_clip=draw(st.floats(0.0, 10.0)),
+                 eval_interval=draw(st.integers(1, 10**4)), seed=draw(st.integers(0, 2**63 - 1)),
+                 device=draw(st.sampled_from(["auto", "cpu", "cuda", "cuda:1", "mps"])),
+                 dtype=draw(st.sampled_from(["float32", "bfloat16", "auto"])),
+                 attention=draw(st.sampled_from(["auto", "sdpa", "explicit"])),
+                 on_nonfinite=draw(st.sampled_from(["stop", "skip"])), target_val_loss=draw(st.floats(0.0, 5.0)),
+                 grad_log_interval=draw(st.integers(0, 1000)), probe_interval=draw(st.integers(0, 1000)))
+    data = dict(path=draw(st.one_of(st.none(), st.text(min_size=1, max_size=8))),
+                encoding=draw(st.sampled_from(["utf-8", "cp1252", "latin-1", "utf-16"])),
+                val_fraction=draw(st.floats(0.0, 0.5, exclude_min=True)))
+    sections = {"model": model, "train": train, "data": data}
+    keep = draw(st.sets(st.sampled_from(sorted(sections))))  # absent sections take the defaults
+    return {k: v for k, v in sections.items() if k in keep}
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["data", "model", "train", "extra"]),
-                       st.dictionaries(_keys, _values, max_size=4), max_size=3))
-def test_fuzz_config_raises_only_depthlab_error(d):
+                       st.dictionaries(_keys, _values, max_size=4), max_size=3),
+       _valid_config())
+def test_fuzz_config_raises_only_depthlab_error(d, valid):
+    cfg = RunConfig.from_dict(valid)  # valid values are accepted, as given
+    got = cfg.to_dict()
+    for section, fields in valid.items():
+        assert {k: got[section][k] for k in fields} == fields
+    assert RunConfig.from_dict(got) == cfg  # config.json round trip
     try:
         RunConfig.from_dict(d)
     except DepthlabError:
         pass
 
 
+@functools.cache
+def _sampler_model():
+    return tiny_gpt(vocab_size=7, block_size=4, n_layer=1, n_head=1, n_embd=8).eval()
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True, width=32), st.one_of(st.none(), st.integers(-5, 300)),
        st.one_of(st.none(), st.floats(-1, 2), st.just(float("nan"))))
+@example(0.8, 200, None).via("the CLI defaults")
+@example(0.0, None, None).via("greedy")
+@example(1.5, 1, 0.3).via("top-k 1")
+@example(1.0, 0, 1.0).via("top-k off, top-p no filter")
 def test_fuzz_sampler_settings(temperature, top_k, top_p):
-    torch.manual_seed(0)
-    from depthlab.config import ModelConfig
-
-    model = GPT(ModelConfig(vocab_size=7, block_size=4, n_layer=1, n_head=1, n_embd=8))
-    try:
-        check_sampling_args(temperature, top_k, top_p)
-    except DepthlabError:
+    valid = (math.isfinite(temperature) and temperature >= 0 and (top_k is None or top_k >= 0)
+             and (top_p is None or 0 < top_p <= 1))  # the documented ranges, checked independently
+    if not valid:
+        with pytest.raises(DepthlabError):
+            check_sampling_args(temperature, top_k, top_p)
         return
-    out = generate(model, torch.zeros(1, 1, dtype=torch.long), 6, temperature, top_k, top_p,
-                   generator=torch.Generator().manual_seed(0))
-    assert out.shape == (1, 7) and int(out.min()) >= 0 and int(out.max()) < 7
+    check_sampling_args(temperature, top_k, top_p)  # valid settings are accepted
+    model = _sampler_model()
+    start = torch.zeros(1, 1, dtype=torch.long)
+    out = generate(model, start, 6, temperature, top_k, top_p, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 7) and int(out.min()) >= 0 and int(out.max()) < 7 and out[0, 0] == 0
+    if temperature == 0 or top_k == 1:  # one token left: the greedy continuation, whatever the seed
+        greedy = start
+        with torch.no_grad():
+            for _ in range(6):
+                logits, _ = model(greedy[:, -4:])
+                greedy = torch.cat([greedy, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        assert torch.equal(out, greedy)
 
 
 # ------------------------------------------------------------------------- processes killed for real
@@ -234,11 +284,8 @@ def _cli(*args):
     return [sys.executable, "-m", "depthlab", "train", *args]
 
 
-def _tiny_args(path, out, iters):
-    return ["--data.path", str(path), "--model.n_layer", "2", "--model.n_head", "2", "--model.n_embd", "32",
-            "--model.block_size", "16", "--model.dropout", "0.1", "--train.batch_size", "8",
-            "--train.max_iters", str(iters), "--train.eval_interval", "5", "--train.eval_iters", "2",
-            "--train.tensorboard", "false", "--train.threads", "1", "--train.out_dir", str(out)]
+def _tiny_args(path, out, iters, **fields):
+    return tiny_cli_args(path, out, model__dropout=0.1, train__max_iters=iters, **fields)
 
 
 @pytest.mark.slow
@@ -258,7 +305,7 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
     p.wait()
     assert not (tmp_path / "B" / "summary.json").exists(), "B finished before the kill: make it longer"
     subprocess.run(_cli("--resume", str(tmp_path / "B")), check=True, capture_output=True)
-    assert _evals(tmp_path / "A") == _evals(tmp_path / "B")
+    assert evals(tmp_path / "A") == evals(tmp_path / "B")
     name = f"step-{n:06d}.safetensors"
     assert ckpt.payload_sha256(tmp_path / "A" / "checkpoints" / name) == \
         ckpt.payload_sha256(tmp_path / "B" / "checkpoints" / name)
@@ -266,39 +313,96 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
     assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
 
 
+def _intact_manifest(out) -> dict:
+    """The manifest, after checking (with hashlib here, not the package) that every step checkpoint
+    it names is whole. (``best`` is not checked here: see test_kill_before_manifest_keeps_best_verifiable.)"""
+    import hashlib
+
+    ckdir = out / "checkpoints"
+    manifest = json.loads((ckdir / "manifest.json").read_text())  # never half-written: it parses
+    for entry in manifest["checkpoints"]:
+        for f, digest in entry["files"].items():
+            assert (ckdir / f).exists(), f"manifest names {f}, which is missing"
+            assert hashlib.sha256((ckdir / f).read_bytes()).hexdigest() == digest, f"{f} does not match"
+    steps = [c["step"] for c in manifest["checkpoints"]]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))
+    return manifest
+
+
 @pytest.mark.slow
 def test_twenty_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text_file):
+    """A checkpoint every step, SIGKILL at random moments: after every kill each file the manifest
+    names is intact, the next process resumes from the manifest's newest checkpoint, and the run
+    then ends with exactly the weights and evaluations of a run that was never interrupted."""
     out = tmp_path / "R"
-    args = _tiny_args(tiny_text_file, out, 100000)
-    args[args.index("--train.eval_interval") + 1] = "1"  # a checkpoint every step: kills land in writes
+    # a checkpoint every step, so kills land in writes; the LR schedule fixed, so max_iters only says when to stop
+    args = _tiny_args(tiny_text_file, out, 100000, train__eval_interval=1, train__lr_decay_iters=2000)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # the log of a killed process is complete up to the kill
     rng = random.Random(0)
-    first = True
+    newest = None  # step of the manifest's newest checkpoint after the last kill
     for i in range(20):
-        cmd = _cli(*args) if first else _cli("--resume", str(out))
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        manifest = out / "checkpoints" / "manifest.json"
-        start_steps = json.loads(manifest.read_text())["checkpoints"][-1]["step"] if not first else -1
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if manifest.exists():
+        log = tmp_path / f"log-{i}.txt"
+        with open(log, "w") as f:
+            p = subprocess.Popen(_cli(*args) if newest is None else _cli("--resume", str(out)),
+                                 stdout=f, stderr=subprocess.STDOUT, env=env)
+            deadline = time.time() + 60
+            while time.time() < deadline:  # wait until this process has written a checkpoint of its own
                 try:
-                    if json.loads(manifest.read_text())["checkpoints"][-1]["step"] > start_steps:
+                    if json.loads((out / "checkpoints" / "manifest.json").read_text())["checkpoints"][-1]["step"] \
+                            > (newest if newest is not None else -1):
                         break
-                except (ValueError, KeyError, IndexError):
+                except (OSError, ValueError, KeyError, IndexError):
                     pass
-            if p.poll() is not None:
-                pytest.fail(f"run {i} exited early: {p.stderr.read().decode()[-500:]}")
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.2))
-        p.kill()
-        p.wait()
-        first = False
-        entry = ckpt.latest_checkpoint(out)
-        assert entry is not None and entry["step"] >= 0
-    t = Trainer(RunConfig.from_dict(json.loads((out / "config.json").read_text())).__class__.from_dict(
-        {**json.loads((out / "config.json").read_text()),
-         "train": {**json.loads((out / "config.json").read_text())["train"], "resume": True}}), **QUIET)
-    assert t.step == ckpt.latest_checkpoint(out)["step"] > 0
+                if p.poll() is not None:
+                    pytest.fail(f"run {i} exited early: {log.read_text()[-500:]}")
+                time.sleep(0.02)
+            else:
+                pytest.fail(f"run {i} wrote no checkpoint in 60 s: {log.read_text()[-500:]}")
+            time.sleep(rng.uniform(0.0, 0.2))
+            p.kill()
+            p.wait()
+        if newest is not None:
+            assert f"resuming {out} from step {newest} " in log.read_text(), log.read_text()[:500]
+        manifest = _intact_manifest(out)
+        assert newest is None or manifest["checkpoints"][-1]["step"] > newest  # progress is never lost
+        newest = manifest["checkpoints"][-1]["step"]
+        assert ckpt.latest_checkpoint(out)["step"] == newest
+        assert not (out / "summary.json").exists()
+
+    n = newest + 3
+    r = subprocess.run(_cli("--resume", str(out), "--train.max_iters", str(n)), capture_output=True, text=True)
+    assert r.returncode == 0 and f"resuming {out} from step {newest} " in r.stdout, r.stderr[-500:]
+    args[args.index("--train.max_iters") + 1] = str(n)
+    args[args.index("--train.out_dir") + 1] = str(tmp_path / "A")
+    subprocess.run(_cli(*args), check=True, capture_output=True)  # the same run, never interrupted
+    assert json.loads((out / "summary.json").read_text())["final_step"] == n
+    assert evals(out) == evals(tmp_path / "A") and [e[0] for e in evals(out)] == list(range(n + 1))
+    name = f"step-{n:06d}.safetensors"
+    assert ckpt.payload_sha256(out / "checkpoints" / name) == ckpt.payload_sha256(tmp_path / "A" / "checkpoints" / name)
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing in the trainer may catch it."""
+
+
+@pytest.mark.xfail(strict=True, reason="src bug: save_checkpoint replaces best.safetensors before the manifest "
+                                       "that records its sha256, so a kill in between leaves no verifiable best")
+def test_kill_before_manifest_keeps_best_verifiable(tmp_path, tiny_text_file, monkeypatch):
+    """A process killed after writing a new best's weights but before the manifest: `sample` still works."""
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    real = ckpt.atomic_write
+
+    def dies_before_manifest(path, data):
+        if path.name == "manifest.json":
+            raise _Killed
+        real(path, data)
+
+    monkeypatch.setattr(ckpt, "atomic_write", dies_before_manifest)
+    with pytest.raises(_Killed):
+        train(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=6, eval_interval=2)), **QUIET)
+    monkeypatch.undo()
+    assert json.loads((run / "checkpoints" / "manifest.json").read_text())["best"]["step"] == 4
+    model, _ = load_run(run)  # the best the manifest names, verified
 
 
 @pytest.mark.slow

@@ -91,26 +91,74 @@ def test_plots_are_valid_pngs(run_dir, report):
     assert not list(plots.glob("*.tmp"))
 
 
+def fresh_copy(run_dir: Path, dest: Path) -> Path:
+    """A copy of the shared run without its plots/ (so every PNG found later was written by the test)."""
+    dest = Path(shutil.copytree(run_dir, dest))
+    shutil.rmtree(dest / "plots", ignore_errors=True)
+    return dest
+
+
 def test_each_plot_function_returns_its_path(run_dir, tmp_path):
-    run_dir = Path(shutil.copytree(run_dir, tmp_path / "copy"))  # leave the shared run's plots as they are
+    run_dir = fresh_copy(run_dir, tmp_path / "copy")
     run = P.load_run_data(run_dir)
-    assert P.plot_loss(run) == run_dir / "plots" / "loss.png"
-    assert P.plot_grad_flow(run_dir) == run_dir / "plots" / "grad_flow.png"  # a path works too
-    assert P.plot_attention(run, snippet="Speak, speak.") == run_dir / "plots" / "attention.png"
+    plots = run_dir / "plots"
+    assert P.plot_loss(run) == plots / "loss.png"
+    assert P.plot_grad_flow(run_dir) == plots / "grad_flow.png"  # a path works too
+    assert P.plot_attention(run, snippet="Speak, speak.") == plots / "attention.png"
     assert P.plot_attention(run, snippet="\u2603 not in vocab") is None
+    assert P.plot_rezero_alpha(run) is None  # rezero_alpha is null in these records: nothing drawn
+    assert sorted(p.name for p in plots.iterdir()) == ["attention.png", "grad_flow.png", "loss.png"]
+    for name in ("attention", "grad_flow", "loss"):
+        w, h = png_size(plots / f"{name}.png")
+        assert w >= 500 and h >= 250 and (plots / f"{name}.png").stat().st_size > 5000
 
 
-def test_plotting_leaves_matplotlib_global_state_alone(run_dir, tmp_path):
-    import matplotlib
+PLOT_STATE_CHILD = r"""
+import json, sys
+from pathlib import Path
+import matplotlib
+matplotlib.use("pdf")  # a caller's non-Agg backend: the library must leave it as it is
+matplotlib.rcParams["lines.linewidth"] = 3.25  # and the caller's style
+before = {k: repr(v) for k, v in matplotlib.rcParams.items()}
+from depthlab.report import plots as P
+from depthlab.analytics.probe import plot_probe
 
-    run_dir = Path(shutil.copytree(run_dir, tmp_path / "copy"))
-    had_pyplot = "matplotlib.pyplot" in sys.modules
-    backend = matplotlib.get_backend() if had_pyplot else None
-    P.plot_update_ratio(run_dir)
-    if not had_pyplot:
-        assert "matplotlib.pyplot" not in sys.modules
-    else:
-        assert matplotlib.get_backend() == backend
+rd, names = Path(sys.argv[1]), sys.argv[2:] or list(P.PLOTS)
+drawn = {name: str(P.PLOTS[name][0](rd)) for name in names}
+layers = [{"block": b, "grad_norm": 0.1 * (b + 1), "act_rms": 1.0 + b, "rank_measure": 0.5 / (b + 1)}
+          for b in range(3)]
+drawn["probe"] = str(plot_probe({"config": {"variant": "prenorm", "norm": "layernorm", "n_layer": 3},
+                                 "layers": layers}, rd / "probe.png"))
+after = {k: repr(v) for k, v in matplotlib.rcParams.items()}
+figs = sys.modules["matplotlib.pyplot"].get_fignums() if "matplotlib.pyplot" in sys.modules else []
+print(json.dumps({"backend": matplotlib.get_backend(), "pyplot": "matplotlib.pyplot" in sys.modules,
+                  "figures": figs, "rc_changed": sorted(k for k in before if before[k] != after.get(k)),
+                  "drawn": drawn}))
+"""
+
+
+@pytest.mark.parametrize("names", [
+    pytest.param(["loss"], id="loss+probe"),
+    pytest.param(list(P.PLOTS), id="every-figure", marks=pytest.mark.slow)])
+def test_plotting_leaves_matplotlib_global_state_alone(run_dir, tmp_path, names):
+    """In a fresh process with the pdf backend: the plot functions draw, and leave the backend,
+    rcParams and pyplot (never imported, so no figures left open) as they were."""
+    rd = fresh_copy(run_dir, tmp_path / "copy")
+    lines = (rd / "metrics.jsonl").read_text().splitlines(keepends=True)
+    alpha = [[0.01 * b, -0.02 * b] for b in range(2)]
+    (rd / "metrics.jsonl").write_text("".join(  # ReZero gates in the probes, so plot_rezero_alpha draws too
+        line.replace('"rezero_alpha": null', f'"rezero_alpha": {json.dumps(alpha)}') for line in lines))
+    r = subprocess.run([sys.executable, "-c", PLOT_STATE_CHILD, str(rd), *names], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["backend"] == "pdf"
+    assert not res["pyplot"] and res["figures"] == []
+    assert res["rc_changed"] == []
+    assert res["drawn"] == {**{name: str(rd / "plots" / f"{name}.png") for name in names},
+                            "probe": str(rd / "probe.png")}
+    for path in res["drawn"].values():
+        png_size(Path(path))  # written by the child (plots/ was emptied first), and a PNG
 
 
 def test_runs_without_analytics_skip_gracefully(run_dir, tmp_path):
