@@ -287,7 +287,8 @@ class Trainer:
         if resume_entry is not None:
             self._load_resume(resume_entry)  # reads and checks only: nothing is written before it passes
         # resuming a run that is already at max_iters changes nothing on disk
-        self.nothing_to_train = bool(t.resume) and self.step >= t.max_iters and resume_entry is not None
+        self.resumed = resume_entry is not None  # from a checkpoint, whose step was evaluated already
+        self.nothing_to_train = self.resumed and self.step >= t.max_iters
         if self.is_main and not self.nothing_to_train:
             self._write_static_files(vocab, resume=resume_entry is not None)
             if resume_entry is not None:
@@ -654,7 +655,7 @@ class Trainer:
             self.metrics.close()
             return self.run_dir
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
-        resumed_at = self.step if self.step > 0 else None
+        resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
         self._banner(tokens_per_step)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
