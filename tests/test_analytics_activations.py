@@ -8,15 +8,8 @@ import torch
 
 from depthlab.analytics.activations import (attention_entropy, dead_fraction, probe_stats, rank_measure,
                                             record_activations, rms, token_cosine, uniform_attention_entropy)
-from depthlab.config import ModelConfig
-from depthlab.model import GPT
 
-
-def tiny(**kw):
-    torch.manual_seed(0)
-    m = dict(vocab_size=11, n_layer=2, n_head=2, n_embd=16, block_size=8)
-    m.update(kw)
-    return GPT(ModelConfig(**m))
+from conftest import tiny_gpt as tiny  # V 11, 2 x 2 heads, C 16, context 8, seed 0
 
 
 def n_hooks(model):

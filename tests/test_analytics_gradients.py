@@ -8,13 +8,12 @@ import torch
 import torch.nn as nn
 
 from depthlab.analytics.gradients import GradientMonitor, format_table, param_component
-from depthlab.config import ModelConfig
-from depthlab.model import GPT
+
+from conftest import tiny_gpt as _tiny_gpt
 
 
 def tiny_gpt(**kw):
-    torch.manual_seed(0)
-    return GPT(ModelConfig(vocab_size=11, n_layer=3, n_head=2, n_embd=16, block_size=8, **kw))
+    return _tiny_gpt(n_layer=3, **kw)  # three blocks: a middle one between first and last
 
 
 def backward(model):

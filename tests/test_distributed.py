@@ -10,14 +10,13 @@ import pytest
 
 from depthlab.errors import DepthlabError
 
+from conftest import QUIET, tiny_cli_args, tiny_config
+
 
 def _args(path, out, batch, accum):
-    return ["train", "--data.path", str(path), "--model.n_layer", "2", "--model.n_head", "2",
-            "--model.n_embd", "32", "--model.block_size", "16", "--train.batch_size", str(batch),
-            "--train.grad_accum", str(accum), "--train.max_iters", "20", "--train.eval_interval", "10",
-            "--train.eval_iters", "2", "--train.log_interval", "1", "--train.tensorboard", "false",
-            "--train.grad_log_interval", "0", "--train.probe_interval", "0", "--train.device", "cpu",
-            "--train.out_dir", str(out)]
+    return ["train", *tiny_cli_args(path, out, train__batch_size=batch, train__grad_accum=accum,
+                                    train__eval_interval=10, train__log_interval=1, train__grad_log_interval=0,
+                                    train__probe_interval=0, train__device="cpu")]
 
 
 def _losses(run):
@@ -29,8 +28,8 @@ def _losses(run):
 def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_file):
     torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, "-m", "depthlab", *_args(tiny_text_file, tmp_path / "one", 8, 1),
-                          "--train.threads", "1"], capture_output=True, text=True, env=env)
+    one = subprocess.run([sys.executable, "-m", "depthlab", *_args(tiny_text_file, tmp_path / "one", 8, 1)],
+                         capture_output=True, text=True, env=env)
     assert one.returncode == 0, one.stderr[-2000:]
     two = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "depthlab",
                           *_args(tiny_text_file, tmp_path / "two", 4, 2)], capture_output=True, text=True, env=env)
@@ -50,10 +49,9 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
 
 
 def test_grad_accum_must_divide_world_size(monkeypatch, tmp_path, tiny_text_file):
-    from conftest import tiny_config
     from depthlab.trainer import Trainer
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(DepthlabError, match=r"train.grad_accum \(3\).*processes \(2\)"):
-        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(grad_accum=3)), log=lambda s: None)
+        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(grad_accum=3)), **QUIET)

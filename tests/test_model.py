@@ -3,17 +3,16 @@ import math
 import pytest
 import torch
 
-from depthlab.config import ModelConfig
 from depthlab.errors import DepthlabError
 from depthlab.model import GPT
+
+from conftest import tiny_model_config
 
 VARIANTS = ["prenorm", "postnorm", "plain", "rezero", "deepnorm"]
 
 
 def cfg(**kw):
-    base = dict(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=16)
-    base.update(kw)
-    return ModelConfig(**base)
+    return tiny_model_config(**{"block_size": 16, **kw})
 
 
 def test_shapes_and_initial_loss_near_uniform():

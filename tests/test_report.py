@@ -18,7 +18,7 @@ from depthlab.report import Section, build_report, img_tag, make_all_plots, rend
 from depthlab.report import plots as P
 from depthlab import train
 
-from conftest import TINY_TEXT, tiny_config
+from conftest import QUIET, TINY_TEXT, tiny_config
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -68,7 +68,7 @@ def run_dir(tmp_path_factory):
     text.write_text(TINY_TEXT, encoding="utf-8")
     cfg = tiny_config(base / "run", text, train={"tensorboard": True})
     cfg.data.cache_dir = str(base / "cache")
-    rd = train(cfg, log=lambda s: None)
+    rd = train(cfg, **QUIET)
     add_synthetic_analytics(rd)
     return rd
 
@@ -289,7 +289,7 @@ def test_report_from_real_analytics_records(tmp_path):
     text.write_text(TINY_TEXT, encoding="utf-8")
     cfg = tiny_config(tmp_path / "run", text, model={"variant": "rezero"},
                       train={"max_iters": 10, "eval_interval": 5, "grad_log_interval": 5, "probe_interval": 5})
-    rd = train(cfg, log=lambda s: None)
+    rd = train(cfg, **QUIET)
     html = build_report(rd, skip=("attention",)).read_text(encoding="utf-8")
     drawn = sorted(p.stem for p in (rd / "plots").glob("*.png"))
     assert drawn == sorted(set(ALL) - {"attention"} | {"rezero_alpha"})

@@ -5,17 +5,15 @@ from depthlab.errors import DepthlabError
 from depthlab.sample import filter_logits, generate, load_run, sample_text
 from depthlab import train
 
-from conftest import tiny_config
+from conftest import QUIET, TINY_TEXT, tiny_config
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from conftest import TINY_TEXT
-
     d = tmp_path_factory.mktemp("s")
     p = d / "t.txt"
     p.write_text(TINY_TEXT)
-    return train(tiny_config(d / "run", p, model=dict(dropout=0.2), train=dict(max_iters=30)), log=lambda s: None)
+    return train(tiny_config(d / "run", p, model=dict(dropout=0.2), train=dict(max_iters=30)), **QUIET)
 
 
 def test_greedy_is_seed_independent(run):

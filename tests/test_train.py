@@ -1,5 +1,4 @@
 import json
-import math
 
 import pytest
 import torch
@@ -9,9 +8,8 @@ from depthlab.errors import DepthlabError
 from depthlab.model import GPT
 from depthlab import train
 from depthlab.trainer import get_lr, param_groups
-from depthlab.config import ModelConfig
 
-from conftest import tiny_config
+from conftest import QUIET, evals, tiny_config, tiny_model_config
 
 
 def test_lr_schedule_boundaries():
@@ -27,7 +25,7 @@ def test_lr_schedule_boundaries():
 
 
 def test_param_groups_each_param_once():
-    m = GPT(ModelConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, bias=True))
+    m = GPT(tiny_model_config(bias=True))
     groups = param_groups(m, 0.1)
     ids = [id(p) for g in groups for p in g["params"]]
     assert len(ids) == len(set(ids)) == len(list(m.parameters()))
@@ -36,17 +34,12 @@ def test_param_groups_each_param_once():
     assert sum(p.numel() for g in groups for p in g["params"]) == m.num_params(non_embedding=False)
 
 
-def _evals(run):
-    return [(r["step"], r["train_loss"], r["val_loss"]) for r in map(json.loads, open(run / "metrics.jsonl"))
-            if "val_loss" in r]
-
-
 def _weights_hash(run, name="best.safetensors"):
     return payload_sha256(run / CKPT_DIR / name)
 
 
 def test_run_directory_and_loss_falls(tmp_path, tiny_text_file):
-    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=40)), log=lambda s: None)
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=40)), **QUIET)
     for f in ("config.json", "vocab.json", "metrics.jsonl", "summary.json", "checkpoints/manifest.json",
               "checkpoints/best.safetensors"):
         assert (run / f).exists(), f
@@ -54,7 +47,7 @@ def test_run_directory_and_loss_falls(tmp_path, tiny_text_file):
     assert cfg["model"]["vocab_size"] == len(json.loads((run / "vocab.json").read_text()))
     s = json.loads((run / "summary.json").read_text())
     assert s["final_step"] == 40 and s["tokens_seen"] == 40 * 4 * 16
-    ev = _evals(run)
+    ev = evals(run)
     assert [e[0] for e in ev] == [0, 10, 20, 30, 40]
     assert ev[-1][2] < ev[0][2] - 0.5
     assert s["best_val_loss"] == min(e[2] for e in ev)
@@ -64,28 +57,28 @@ def test_run_directory_and_loss_falls(tmp_path, tiny_text_file):
 
 
 def test_deterministic_runs_identical(tmp_path, tiny_text_file):
-    a = train(tiny_config(tmp_path / "a", tiny_text_file, model=dict(dropout=0.1)), log=lambda s: None)
-    b = train(tiny_config(tmp_path / "b", tiny_text_file, model=dict(dropout=0.1)), log=lambda s: None)
+    a = train(tiny_config(tmp_path / "a", tiny_text_file, model=dict(dropout=0.1)), **QUIET)
+    b = train(tiny_config(tmp_path / "b", tiny_text_file, model=dict(dropout=0.1)), **QUIET)
     la = [r.get("loss") for r in map(json.loads, open(a / "metrics.jsonl"))]
     lb = [r.get("loss") for r in map(json.loads, open(b / "metrics.jsonl"))]
-    assert la == lb and _evals(a) == _evals(b)
+    assert la == lb and evals(a) == evals(b)
     assert _weights_hash(a) == _weights_hash(b)
     c = train(tiny_config(tmp_path / "c", tiny_text_file, model=dict(dropout=0.1), train=dict(seed=2)),
-              log=lambda s: None)
-    assert _evals(c) != _evals(a)
+              **QUIET)
+    assert evals(c) != evals(a)
 
 
 @pytest.mark.parametrize("accum", [1, 3])
 def test_resume_continues_identical_trajectory(tmp_path, tiny_text_file, accum):
     kw = dict(model=dict(dropout=0.1), train=dict(max_iters=40, lr_decay_iters=40, grad_accum=accum))
-    full = train(tiny_config(tmp_path / "full", tiny_text_file, **kw), log=lambda s: None)
+    full = train(tiny_config(tmp_path / "full", tiny_text_file, **kw), **QUIET)
     half = tiny_config(tmp_path / "half", tiny_text_file, **kw)
     half.train.max_iters = 20
-    train(half, log=lambda s: None)
+    train(half, **QUIET)
     again = tiny_config(tmp_path / "half", tiny_text_file, **kw)
     again.train.resume = True
-    train(again, log=lambda s: None)
-    assert _evals(full) == _evals(tmp_path / "half")
+    train(again, **QUIET)
+    assert evals(full) == evals(tmp_path / "half")
     last = "step-000040.safetensors"
     assert _weights_hash(full, last) == _weights_hash(tmp_path / "half", last)
     steps = [json.loads(l)["step"] for l in open(tmp_path / "half" / "metrics.jsonl")]
@@ -94,25 +87,25 @@ def test_resume_continues_identical_trajectory(tmp_path, tiny_text_file, accum):
 
 def test_existing_out_dir_refused_then_overwritten(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=5))
-    train(cfg, log=lambda s: None)
+    train(cfg, **QUIET)
     before = (tmp_path / "r" / "summary.json").read_bytes()
     with pytest.raises(DepthlabError, match="already exists"):
-        train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=5)), log=lambda s: None)
+        train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=5)), **QUIET)
     assert (tmp_path / "r" / "summary.json").read_bytes() == before
-    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), overwrite=True, log=lambda s: None)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), overwrite=True, **QUIET)
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 10
     other = tmp_path / "notarun"
     other.mkdir()
     (other / "precious.txt").write_text("keep me")
     with pytest.raises(DepthlabError, match="not a depthlab run"):
-        train(tiny_config(other, tiny_text_file), overwrite=True, log=lambda s: None)
+        train(tiny_config(other, tiny_text_file), overwrite=True, **QUIET)
     assert (other / "precious.txt").read_text() == "keep me"
 
 
 def test_eval_is_deterministic_with_dropout_and_restores_mode(tmp_path, tiny_text_file):
     from depthlab.trainer import Trainer
 
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, model=dict(dropout=0.2)), log=lambda s: None)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, model=dict(dropout=0.2)), **QUIET)
     t.model.train()
     a, b = t.evaluate(), t.evaluate()
     assert a == b and t.model.training
@@ -124,7 +117,7 @@ def test_nonfinite_loss_stops_with_step(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(learning_rate=1e3, min_lr=0.0, warmup_iters=0,
                                                                   grad_clip=0.0, max_iters=200))
     with pytest.raises(NonFiniteError, match="at step"):
-        train(cfg, log=lambda s: None)
+        train(cfg, **QUIET)
     assert not (tmp_path / "r" / "summary.json").exists()
 
 
