@@ -126,6 +126,13 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
                 path: Path) -> Optional[Path]:
     """Validation loss vs step, one panel per x value, one colour per group, one line per seed.
 
+    Args:
+        items: per-run dicts (``config``, ``details`` with ``evals``).
+        x: dotted field with one panel per value (None = one panel).
+        groups: dotted fields that define the colours.
+        baselines: ``{"uniform", "unigram", "bigram"}`` in nats/char (unigram and bigram drawn), or None.
+        path: PNG to write.
+
     Returns:
         The PNG path, or None without evaluation records.
     """
@@ -216,6 +223,13 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
                    path: Path) -> Optional[Path]:
     """Per-block gradient norm (``which='grad'``) or rank measure (``'rank'``): one panel per group,
     one colour per depth (viridis), dashed = at init, solid = at the end; mean over seeds.
+
+    Args:
+        items: per-run dicts (``config``, ``details`` with ``init_probe``, ``grad``, ``probe``).
+        x: dotted field with one colour per value (usually ``model.n_layer``).
+        groups: dotted fields with one panel per line.
+        which: ``grad`` (gradient L2 norm per block, log axis) or ``rank`` (rank measure, 0..1).
+        path: PNG to write.
 
     Returns:
         The PNG path, or None when no run recorded it.

@@ -132,8 +132,16 @@ def init_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]) -
 def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[str]) -> tuple[list[str], list[list]]:
     """(header, rows) of the per-line, per-x table of an experiment, means over seeds.
 
-    Columns: line, x, best val loss mean (nats), sd, seeds, bits/char, grad ratio first/last block,
-    last-block rank, tokens/s. No rows when no run finished.
+    Args:
+        items: per-run dicts (``config``, ``row``).
+        x: dotted x field (None = one row per line).
+        groups: dotted fields that define the lines.
+
+    Returns:
+        (header, rows). Columns: line, x, best val loss mean (nats/char), sample sd (None for one
+        seed), seeds, bits/char, grad-norm ratio first/last block, last-block rank measure,
+        tokens/s (each a mean over the ok runs, None when no run recorded it). No rows when no
+        run finished.
     """
     agg = aggregate(items, x, groups)
     extra = [aggregate(items, x, groups, metric=m) for m in ("grad_ratio_first_last", "last_block_rank",

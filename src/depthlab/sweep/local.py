@@ -73,7 +73,7 @@ def init_probe(config: dict) -> dict:
 
 
 def _train_one(config: dict, log: Log) -> tuple[str, str]:
-    """Train one run; (status, message). Never raises for a failing run, except nothing it can catch."""
+    """Train one run with the default analytics; (status, message). A failing run is a status, not an exception."""
     from .. import analytics
     from ..config import RunConfig
     from ..errors import NonFiniteError

@@ -48,14 +48,29 @@ def _num(v: Any) -> Optional[float]:
 
 
 def field_value(config: dict, key: str) -> Any:
-    """The value of dotted field ``key`` (``model.n_layer``) in a nested run config, or None."""
+    """The value of a dotted field in a nested run config.
+
+    Args:
+        config: ``{"data": {...}, "model": {...}, "train": {...}}``.
+        key: ``SECTION.FIELD``, e.g. ``model.n_layer``.
+
+    Returns:
+        The value, or None when the section or field is missing.
+    """
     sec, name = key.split(".")
     return config.get(sec, {}).get(name)
 
 
 # --------------------------------------------------------------------------- reading a sweep
 def is_sweep_dir(path: str | Path) -> bool:
-    """True when ``path`` holds a sweep (``sweep.json``), so ``depthlab report`` builds the sweep report."""
+    """Whether ``path`` is a sweep directory, so ``depthlab report`` builds the sweep report.
+
+    Args:
+        path: a folder.
+
+    Returns:
+        True when it holds a ``sweep.json``.
+    """
     return (Path(path) / SWEEP_JSON).is_file()
 
 
@@ -313,15 +328,28 @@ def _label(key: str, v: Any) -> str:
 
 
 def group_name(config: dict, groups: Sequence[str]) -> str:
-    """The line a run belongs to: ``"prenorm"``, ``"prenorm, learning_rate=0.01"`` or ``"all"``."""
+    """The line (plot legend, table group) a run belongs to.
+
+    Args:
+        config: the run's nested config.
+        groups: dotted fields that define the lines.
+
+    Returns:
+        ``"prenorm"``, ``"prenorm, learning_rate=0.01"``, or ``"all"`` without group fields.
+    """
     return ", ".join(_label(k, field_value(config, k)) for k in groups) or "all"
 
 
 def experiment_axes(exp: dict) -> tuple[Optional[str], list[str]]:
-    """(x field, group fields) of an experiment (as stored in ``sweep.json``).
+    """The x axis and the lines of an experiment's plots and tables.
 
-    x is ``model.n_layer`` when it varies, else the first varied numeric field; the other varied
-    fields (except ``train.seed``, which is averaged over) define the lines.
+    Args:
+        exp: an experiment as stored in ``sweep.json`` (``{"name", "base", "grid", "extra"}``).
+
+    Returns:
+        (x field, group fields): x is ``model.n_layer`` when it varies, else the first varied
+        numeric field (None if there is none); the other varied fields (except ``train.seed``,
+        which is averaged over) define the lines.
     """
     grid = {k: v for k, v in exp["grid"].items() if len(v) > 1}
     keys = [k for k in grid if k != "train.seed"]
@@ -371,7 +399,16 @@ def aggregate(items: Sequence[dict], x: Optional[str], groups: Sequence[str], me
 
 
 def mean_metric(items: Sequence[dict], metric: str = "best_val_loss", ok_only: bool = True) -> Optional[float]:
-    """Mean of a results column over ``items`` (finite values of ok runs), or None."""
+    """Mean of a results column over some runs.
+
+    Args:
+        items: per-run dicts with ``row``.
+        metric: results column (e.g. ``best_val_loss`` in nats/char).
+        ok_only: use only runs whose status is ``ok``.
+
+    Returns:
+        The mean of the finite values, or None when there is none.
+    """
     vs = [finite_or_none(it["row"].get(metric)) for it in items
           if (not ok_only or it["row"]["status"] in OK_STATUSES)]
     vs = [v for v in vs if v is not None]

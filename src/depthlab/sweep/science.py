@@ -37,7 +37,15 @@ def _ok(it: dict) -> bool:
 
 
 def init_last_rank(it: dict) -> Optional[float]:
-    """Rank measure (Dong et al. 2021) of the last block at initialisation, from the init probe or step-0 probe."""
+    """Rank measure (Dong et al. 2021) of the last block at initialisation.
+
+    Args:
+        it: a per-run dict with ``details`` (``init_probe``, ``probe``).
+
+    Returns:
+        The relative residual from rank one (0 = collapsed, dimensionless), from the init probe or
+        else the step-0 activation probe; None when neither recorded it.
+    """
     d = it["details"]
     p0 = [p for p in d["probe"] if p.get("step") == 0]
     vec = (d.get("init_probe") or {}).get("rank_measure") or (p0[0]["rank_measure"] if p0 else None)
@@ -45,7 +53,15 @@ def init_last_rank(it: dict) -> Optional[float]:
 
 
 def steps_to(it: dict, target: float) -> Optional[int]:
-    """The first evaluated step whose val loss is <= ``target`` (nats), or None."""
+    """Steps a run needed to reach a validation loss.
+
+    Args:
+        it: a per-run dict with ``details["evals"]`` (step, train loss, val loss).
+        target: val loss to reach, in nats/char.
+
+    Returns:
+        The first evaluated step whose val loss is <= ``target``, or None if none was.
+    """
     for s, _, v in it["details"]["evals"]:
         if finite_or_none(v) is not None and v <= target:
             return int(s)
@@ -71,6 +87,13 @@ def rank_init(items: Sequence[dict], extra: dict) -> Row:
 
     yes = the plain stack's last-block rank measure falls monotonically with depth to < half of
     its shallowest value, and every residual variant at the deepest depth is >= 5x plain.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        [claim, setting, our numbers, verdict] as text.
     """
     depths = _sorted_values(items, "model.n_layer")
     variants = _sorted_values(items, "model.variant")
@@ -101,6 +124,13 @@ def degradation(items: Sequence[dict], extra: dict) -> Row:
 
     yes = the deepest plain model's best val loss is >= the best shallower plain + 0.1 nats, and
     every residual variant's deepest is <= its best shallower + 0.02 nats.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        [claim, setting, our numbers, verdict] as text.
     """
     agg = aggregate(items, "model.n_layer", ["model.variant"])
     parts, ok_plain, ok_res = [], None, []
@@ -126,6 +156,13 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> Row:
 
     yes = post-LN with PyTorch init and no warmup is >= 0.1 nats worse than with warmup, or
     diverges while the warmed-up run does not; "(also with GPT-2 init)" when GPT-2 init shows it too.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        [claim, setting, our numbers, verdict] as text.
     """
     def cell(v: str, init: str, w: int) -> tuple[str, Optional[float], bool]:
         sel = _by(items, model__variant=v, model__init=init, train__warmup_iters=w)
@@ -160,6 +197,13 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> Row:
     Steps to reach val loss <= ``extra["target_val_loss"]`` (nats, default 2.6), best over the
     swept learning rates per variant. yes = ReZero's best is strictly the fewest; "partly (ties)"
     when it ties; no otherwise (or when ReZero never reaches the target).
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile (``target_val_loss`` in nats/char).
+
+    Returns:
+        [claim, setting, our numbers, verdict] as text.
     """
     target = float((extra or {}).get("target_val_loss", 2.6))
     best_steps, parts = {}, []
@@ -191,6 +235,13 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> Row:
 
     yes = DeepNorm never diverges and, at every depth and learning rate, is within 0.02 nats of
     post-LN or better (or post-LN diverged); partly = that holds somewhere.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        [claim, setting, our numbers, verdict] as text.
     """
     parts, wins, fails = [], [], []
     for L in _sorted_values(items, "model.n_layer"):

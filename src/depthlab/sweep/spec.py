@@ -347,7 +347,11 @@ def load_profile(name: str) -> dict:
 
 
 def profile_descriptions() -> dict[str, str]:
-    """Profile name -> its one-line description (for ``--help``), in :data:`PROFILE_NAMES` order."""
+    """The descriptions of the built-in profiles (for ``--help``), read from their files now.
+
+    Returns:
+        Profile name -> one-line description, in :data:`PROFILE_NAMES` order.
+    """
     return {n: str(load_profile(n).get("description", "")) for n in PROFILE_NAMES}
 
 
@@ -439,7 +443,14 @@ def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequenc
 
 
 def spec_to_json(spec: SweepSpec) -> dict:
-    """The spec as plain JSON data (what ``sweep.json`` stores under ``spec``)."""
+    """The spec as plain JSON data (what ``sweep.json`` stores under ``spec``; hashed by :func:`default_sweep_dir`).
+
+    Args:
+        spec: the sweep.
+
+    Returns:
+        ``{"profile", "base", "overrides", "experiments": [{"name", "base", "grid", "extra"}]}``.
+    """
     return {"profile": spec.profile, "base": spec.base, "overrides": spec.overrides,
             "experiments": [dataclasses.asdict(e) for e in spec.experiments]}
 
