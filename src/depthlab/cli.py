@@ -368,7 +368,11 @@ def build_sweep_parser():
                             "the same command again skips finished runs and redoes unfinished ones. Dotted flags "
                             "(--train.max_iters 300, --model.n_embd 64) apply to every run. Losses are in nats.",
                    config_fields=True)
-    p.add_argument("--profile", type=Optional[str], default=None, help="a built-in sweep: quick, full, science")
+    from .sweep import profile_descriptions
+
+    p.add_argument("--profile", type=Optional[str], default=None,
+                   help="a built-in sweep (profiles/*.yaml): " + "; ".join(
+                       f"{name}: {desc}" for name, desc in profile_descriptions().items()))
     p.add_argument("--file", "-f", type=Optional[str], default=None,
                    help="sweep YAML file (base: run config; grid: FIELD: [values], or experiments:)")
     p.add_argument("--grid", action="append", default=[],
