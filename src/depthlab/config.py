@@ -162,6 +162,14 @@ class TrainConfig:
         tensorboard: also write TensorBoard event files in the run directory.
         target_val_loss: stop at the first evaluation with val loss <= this (nats; 0 = off);
             the summary then records ``target_reached_step`` and ``target_reached_s``.
+        patience: early stopping: stop after this many evaluations in a row without lowering the
+            best val loss by at least ``min_delta`` (0 = off); ``stopped_by: patience``. The best
+            checkpoint (what ``sample`` uses) is the lowest val loss seen.
+        min_delta: the improvement of the best val loss (nats) that resets ``patience``.
+        sample_interval: every this many steps, print a short sample from the model (seeded, fixed
+            prompt, the training RNG untouched) and record it (``kind: sample``, TensorBoard text);
+            0 = off.
+        sample_tokens: tokens per training-time sample.
     """
 
     out_dir: Optional[str] = None
@@ -194,11 +202,16 @@ class TrainConfig:
     probe_interval: int = 250
     tensorboard: bool = True
     target_val_loss: float = 0.0
+    patience: int = 0
+    min_delta: float = 0.0
+    sample_interval: int = 0
+    sample_tokens: int = 100
 
     def __post_init__(self) -> None:
         _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
-                  "eval_iters", "log_interval", "keep_last")
-        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip", "target_val_loss"):
+                  "eval_iters", "log_interval", "keep_last", "sample_tokens")
+        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
+                  "min_delta"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
                 raise DepthlabError(f"train.{n} must be a non-negative number, got {v!r}")
@@ -207,7 +220,8 @@ class TrainConfig:
         if self.min_lr > self.learning_rate:
             raise DepthlabError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
                                 f"({self.learning_rate})")
-        for n in ("warmup_iters", "lr_decay_iters", "threads", "grad_log_interval", "probe_interval"):
+        for n in ("warmup_iters", "lr_decay_iters", "threads", "grad_log_interval", "probe_interval", "patience",
+                  "sample_interval"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise DepthlabError(f"train.{n} must be a non-negative integer, got {v!r}")

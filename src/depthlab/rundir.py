@@ -10,6 +10,7 @@ A run directory (``depthlab train --train.out_dir DIR``) holds::
                          grad   per-block / per-component gradient statistics (analytics.gradients)
                          probe  activation statistics (analytics.activations)
                          event  nonfinite / nonfinite_skip and other one-off happenings
+                         sample step, text: a short sample from the model during training
     summary.json       written at the end: best_val_loss, final_step, wall_time_s, tokens_seen, ...
     baselines.json     corpus baselines (uniform, unigram, bigram) in nats and bits/char
     diagnosis.json     findings of analytics.diagnose
@@ -55,7 +56,7 @@ RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, METRICS, SUMMARY, BASELINES, DIAGNOSIS
                            PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS})
 
 #: The values of a metrics record's ``kind``.
-KINDS = ("eval", "train", "grad", "probe", "event")
+KINDS = ("eval", "train", "grad", "probe", "event", "sample")
 
 
 # ------------------------------------------------------------------------- atomic writes
@@ -225,6 +226,11 @@ class MetricsWriter:
             for k, v in tb_scalars.items():
                 if v is not None and math.isfinite(v):
                     self.tb.add_scalar(k, v, record["step"])
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        """TensorBoard text at ``step`` (no-op without TensorBoard)."""
+        if self.enabled and self.tb is not None:
+            self.tb.add_text(tag, text, step)
 
     def histogram(self, tag: str, values, step: int) -> None:
         """TensorBoard histogram of a tensor/array at ``step`` (no-op without TensorBoard)."""

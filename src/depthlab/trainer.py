@@ -273,6 +273,8 @@ class Trainer:
         self.wall_before = 0.0
         self.tokens_seen = 0
         self.nonfinite_skips = 0
+        self.evals_without_improvement = 0  # for train.patience
+        self.patience_exhausted = False
         self.last_eval: dict = {}
         self.last_info = StepInfo(step=0)
         self.target_reached: Optional[tuple[int, float]] = None
@@ -393,6 +395,7 @@ class Trainer:
         self.wall_before = float(st["wall_time_s"])
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
+        self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         old_sha = st.get("corpus_sha256")
         if old_sha is not None and old_sha != self.corpus.sha256:
             raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {self.corpus.path} changed since the "
@@ -436,7 +439,8 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(),
                 "rng": ckpt.capture_rng_state(self.batch_rng, self.device),
                 "wall_time_s": self._wall(), "tokens_seen": self.tokens_seen,
-                "nonfinite_skips": self.nonfinite_skips, "corpus_sha256": self.corpus.sha256}
+                "nonfinite_skips": self.nonfinite_skips, "corpus_sha256": self.corpus.sha256,
+                "evals_without_improvement": self.evals_without_improvement}
 
     def _meta(self) -> dict[str, str]:
         import json
@@ -489,12 +493,16 @@ class Trainer:
         rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": vl / LN2,
                "val_ppl": val_perplexity(vl), "tokens_seen": self.tokens_seen,
                "elapsed_s": round(self._wall(), 3)}
+        t = self.cfg.train
+        improved = math.isfinite(vl) and vl < self.best_val - t.min_delta
+        self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
         is_best = math.isfinite(vl) and vl < self.best_val
         if is_best:
             self.best_val, self.best_step = vl, self.step
         self.last_eval = rec
-        t = self.cfg.train
-        reached = self._agree(target=t.target_val_loss > 0 and vl <= t.target_val_loss)["target"]
+        agreed = self._agree(target=t.target_val_loss > 0 and vl <= t.target_val_loss,
+                             patience=0 < t.patience <= self.evals_without_improvement)
+        reached, self.patience_exhausted = agreed["target"], agreed["patience"]
         if reached and self.target_reached is None:
             self.target_reached = (self.step, rec["elapsed_s"])
         self.metrics.log("eval", rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
@@ -613,6 +621,11 @@ class Trainer:
         if self.target_reached is not None:
             self.log(f"stopped at step {self.step}: val loss reached train.target_val_loss {t.target_val_loss:g}")
             return "target_val_loss"
+        if self.patience_exhausted:
+            self.log(f"stopped early at step {self.step}: {self.evals_without_improvement} evaluations without "
+                     f"lowering the best val loss {self.best_val:.4f} (step {self.best_step}) by train.min_delta "
+                     f"{t.min_delta:g} (train.patience {t.patience}); best.safetensors holds the best weights")
+            return "patience"
         return None
 
     def _banner(self, tokens_per_step: int) -> None:

@@ -13,18 +13,20 @@ from ..trainer import train as _train_bare
 from .activations import ActivationProbe, block_stats, probe_stats, rank_measure, record_activations
 from .baselines import BaselinesCallback, corpus_baselines
 from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
+from .samples import SampleCallback
 from .gradients import GradientLogger, GradientMonitor, GradStats, format_table
 
 __all__ = ["train", "default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
            "record_activations", "block_stats", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
-           "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback"]
+           "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback", "SampleCallback"]
 
 
 def default_callbacks(cfg) -> list:
     """The observers every training run gets, from ``cfg.train`` (a :class:`~depthlab.config.RunConfig`).
 
     Corpus baselines at start, the gradient logger every ``grad_log_interval`` steps (0 = off),
-    activation probes every ``probe_interval`` steps (0 = off), and the diagnosis at the end.
+    activation probes every ``probe_interval`` steps (0 = off), samples every ``sample_interval``
+    steps (0 = off), and the diagnosis at the end.
 
     Returns:
         A list of :class:`depthlab.callbacks.Callback`.
@@ -35,6 +37,8 @@ def default_callbacks(cfg) -> list:
         cbs.append(GradientLogger(t.grad_log_interval))
     if t.probe_interval > 0:
         cbs.append(ActivationProbe(t.probe_interval, histograms=t.tensorboard))
+    if t.sample_interval > 0:
+        cbs.append(SampleCallback(t.sample_interval, t.sample_tokens))
     cbs.append(DiagnosisCallback())
     return cbs
 

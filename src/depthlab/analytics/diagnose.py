@@ -300,7 +300,8 @@ def rule_overfitting(records: list[dict], th: Thresholds) -> Optional[Finding]:
         return None
     return Finding("overfitting", f"val - train gap grew from {gaps[0]:.3f} (step {recent[0][0]}) to "
                    f"{gaps[-1]:.3f} nats (step {recent[-1][0]})",
-                   "stop earlier (best checkpoint), add model.dropout 0.1-0.2, raise train.weight_decay, "
+                   "stop earlier (train.patience 3 stops after 3 evaluations without improvement; "
+                   "sample uses the best checkpoint), add model.dropout 0.1-0.2, raise train.weight_decay, "
                    "use a smaller model or more data")
 
 
