@@ -99,7 +99,7 @@ def main() -> None:
     w_off, w_on = (statistics.median(t[0] for t in x) for x in (off, on))
     c_off, c_on = (statistics.median(t[1] for t in x) for x in (off, on))
     c_cb = statistics.median(cb_time)
-    n_logged = sum(1 for l in (tmp / "metrics.jsonl").read_text().splitlines() if '"kind": "grad"' in l)
+    n_logged = sum(1 for line in (tmp / "metrics.jsonl").read_text().splitlines() if '"kind": "grad"' in line)
     print(f"machine: {platform.machine()} {platform.processor() or ''} | {os.cpu_count()} CPUs | torch "
           f"{torch.__version__} | threads {torch.get_num_threads()} | python {platform.python_version()}")
     print(f"model: {mcfg.n_layer} x {mcfg.n_embd} wide, block {mcfg.block_size}, batch {tcfg.batch_size}, "

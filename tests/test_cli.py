@@ -48,7 +48,6 @@ def test_config_file_and_dotted_override(tmp_path, capsys, tiny_text_file):
 
 
 def test_print_config(capsys):
-    rc = None
     with pytest.raises(SystemExit) as e:
         main(["train", "--model.n_layer", "7", "--print_config"])
     out = capsys.readouterr().out
