@@ -270,6 +270,8 @@ def build_sample_parser():
     p.add_argument("--seed", type=int, default=1337, help="random seed of the sampler")
     p.add_argument("--num_samples", "--num-samples", type=int, default=1, help="independent samples to print")
     p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
+    p.add_argument("--no_kv_cache", "--no-kv-cache", action="store_true",
+                   help="re-encode the last block_size tokens for every new token (no key/value cache)")
     _add_device(p)
     return p
 
@@ -290,7 +292,7 @@ def run_sample(ns) -> int:
         sys.stdout.flush()
 
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
-                ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream)
+                ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
     stream("\n")
     return 0
 
@@ -446,6 +448,29 @@ def run_sweep(ns, argv: list[str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- export
+def build_export_parser():
+    """The parser of ``depthlab export RUN_DIR OUT_DIR``."""
+    p = new_parser("export", "Write a Hugging Face directory (config.json, model.safetensors, tokenizer, "
+                             "generation_config.json) that transformers loads with AutoModelForCausalLM / "
+                             "AutoTokenizer, without depthlab. prenorm + layernorm -> GPT2LMHeadModel; postnorm + "
+                             "layernorm + relu -> OpenAIGPTLMHeadModel; other variants are refused. Needs "
+                             'pip install -e ".[hf]".')
+    _add_run_dir(p)
+    p.add_argument("out_dir", type=str, help="folder to write (must not exist, or be empty)")
+    p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT_DIR")
+    return p
+
+
+def run_export(ns) -> int:
+    """``depthlab export``: print the written folder."""
+    from .export import export_run
+
+    print(export_run(ns.run_dir, ns.out_dir, ns.checkpoint, overwrite=bool(ns.overwrite)))
+    return 0
+
+
 # ------------------------------------------------------------------------- the table
 @dataclass(frozen=True)
 class Command:
@@ -477,6 +502,8 @@ COMMANDS: dict[str, Command] = {
                       build_report_parser, run_report),
     "sweep": Command("run a grid of training runs (e.g. depth x variant) and compare them in one report",
                      build_sweep_parser, run_sweep, needs_argv=True),
+    "export": Command("write a Hugging Face directory (transformers AutoModelForCausalLM / AutoTokenizer)",
+                      build_export_parser, run_export),
     "presets": Command("list the shipped training presets", build_presets_parser, run_presets),
 }
 
@@ -498,12 +525,103 @@ def dispatch(name: str, argv: list[str]) -> int:
     cmd = COMMANDS.get(name)
     if cmd is None:
         raise DepthlabError(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
-    argv = cmd.expand(list(argv))
+    argv = files_first(cmd.expand(list(argv)))
+    parser = cmd.build()
+    check_keys(name, parser, argv)
     try:
-        ns = cmd.build().parse_args(argv)
+        ns = parser.parse_args(argv)
     except ArgumentError as e:
         raise DepthlabError(f"{name}: {_one_line(str(e))}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
+
+
+# ------------------------------------------------------------------------- what the command line means
+_SECTIONS = ("data", "model", "train")
+#: Fields a command cannot take from the command line: what it would do with them instead.
+_NOT_USED = {
+    "model.vocab_size": "is set from the corpus's tokenizer (for BPE choose data.vocab_size)",
+}
+#: ``depthlab probe`` builds the model at initialisation: of the train section it uses only the seed.
+_PROBE_TRAIN_FIELDS = {"train.seed"}
+
+
+def files_first(argv: list[str]) -> list[str]:
+    """Config files (``-c/--config FILE``, presets already turned into them) first, ``--print_config`` last.
+
+    Files are base layers and flags override them whatever their order on the line, so
+    ``--train.max_iters 50 --preset fast-cpu`` and ``--preset fast-cpu --train.max_iters 50`` mean
+    the same; ``--print_config`` then shows the result of every flag.
+    """
+    files, rest, last, i = [], [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-c", "--config") and i + 1 < len(argv):
+            files += argv[i:i + 2]
+            i += 2
+            continue
+        (files if a.startswith("--config=") else last if a.split("=")[0] == "--print_config" else rest).append(a)
+        i += 1
+    return files + rest + last
+
+
+def _flat_keys(d: Any, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for k, v in (d.items() if isinstance(d, dict) else []):
+        key = f"{prefix}{k}"
+        out.add(key)
+        if isinstance(v, dict) and k in _SECTIONS:
+            out |= _flat_keys(v, key + ".")
+    return out
+
+
+def _suggest(key: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f"{key} (did you mean {close[0]}?)" if close else key
+
+
+def _file_key_problems(path: str, known: set[str]) -> list[str]:
+    import yaml
+
+    try:
+        d = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []  # the parser reports unreadable files itself
+    out = []
+    for k, v in (d.items() if isinstance(d, dict) else []):
+        k = str(k)
+        if k in _SECTIONS and isinstance(v, dict):
+            out += [f"{path}: {_suggest(f'{k}.{kk}', known)}" for kk in v if f"{k}.{kk}" not in known]
+        elif k not in known:
+            home = [s for s in _SECTIONS if f"{s}.{k}" in known]
+            out.append(f"{path}: {k} belongs under {home[0]}:" if home else f"{path}: {_suggest(k, known)}")
+    return out
+
+
+def check_keys(command: str, parser, argv: list[str]) -> None:
+    """Refuse unknown keys (all of them at once, each with a suggestion) and fields the command ignores.
+
+    Checks dotted flags on the line and the keys of every config file given with ``-c/--config``.
+
+    Raises:
+        DepthlabError: one line listing every problem, e.g. ``--model.n_layers (did you mean
+            model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``.
+    """
+    known = _flat_keys(parser.get_defaults().as_dict())
+    flags = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
+    problems = [f"--{_suggest(k, known)}" for k in flags if k not in known]
+    for i, a in enumerate(argv):
+        if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config="):
+            problems += _file_key_problems(argv[i + 1] if "=" not in a else a.split("=", 1)[1], known)
+    if problems:
+        raise DepthlabError(f"{command}: unknown key(s): {'; '.join(problems)}")
+    ignored = [f"--{k} {_NOT_USED[k]}" for k in flags if k in _NOT_USED]
+    if command == "probe":
+        ignored += [f"--{k} has no effect (probe measures the model at initialisation; of train.* it uses "
+                    "only train.seed)" for k in flags if k.startswith("train.") and k not in _PROBE_TRAIN_FIELDS]
+    if ignored:
+        raise DepthlabError(f"{command}: {'; '.join(ignored)}; drop it")
 
 
 def _error(msg: str) -> None:
