@@ -51,7 +51,8 @@ def test_extending_max_iters_is_silent(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
     out = capsys.readouterr().out
-    assert "resume:" not in out and json.loads((run20 / "summary.json").read_text())["final_step"] == 30
+    assert "resume: train." not in out and json.loads((run20 / "summary.json").read_text())["final_step"] == 30
+    assert "the learning rate continues from" in out  # the schedule is extended without a jump, and says so
 
 
 def test_every_config_field_is_classified_and_unknown_fields_are_refused():
@@ -261,3 +262,44 @@ def test_two_ranks_stop_at_the_same_step_for_every_reason(tmp_path, tiny_text_fi
         assert res[0][0] == res[1][0] == expect[0], res
     else:  # rank 0 re-raises its own OSError, the others a DepthlabError saying why they stop
         assert res[0][0] == "OSError" and res[1][0] == "DepthlabError", res
+
+
+# ---------------------------------------------------------------- extending a run, resolved settings
+def test_extending_a_finished_run_continues_from_its_learning_rate(tmp_path, tiny_text_file):
+    from depthlab.trainer import get_lr
+
+    cfg = dict(max_iters=20, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=40, resume=True)), **QUIET)
+    end_of_old = get_lr(20, 3e-3, 1e-4, 2, 20)
+    assert end_of_old == 1e-4 and t.lr_at(20) == end_of_old  # no jump back towards the 3e-3 peak
+    lrs = [t.lr_at(i) for i in range(20, 41)]
+    assert all(b <= a for a, b in zip(lrs, lrs[1:])) and lrs[-1] == 1e-4
+    t.fit()
+    again = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=40, resume=True)),
+                    **QUIET)
+    assert again.lr_anchor == t.lr_anchor  # stored in the checkpoint: a later resume keeps the same schedule
+
+
+def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file):
+    from depthlab.trainer import get_lr
+
+    cfg = dict(max_iters=20, eval_interval=10, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
+    t = Trainer(tiny_config(tmp_path / "m", tiny_text_file, train=cfg), **QUIET)
+    t.cfg.train.max_iters = 10  # stop at the step-10 checkpoint, as a crash would leave it
+    t.fit()
+    r = Trainer(tiny_config(tmp_path / "m", tiny_text_file, train=dict(cfg, max_iters=60, resume=True)), **QUIET)
+    # the run planned a decay to step 20 (its config.json); at step 10 that schedule was at get_lr(10, .., 20)
+    assert r.step == 10 and abs(r.lr_at(10) - get_lr(10, 3e-3, 1e-4, 2, 20)) < 1e-12
+    assert r.lr_at(11) < r.lr_at(10) and r.lr_at(60) == 1e-4
+
+
+def test_config_json_records_what_auto_resolved_to(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "a"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__dtype="auto")]) == 0
+    banner = capsys.readouterr().out
+    c = json.loads((out / "config.json").read_text())
+    assert c["train"]["dtype"] == "auto" and c["resolved"]["dtype"] in ("float32", "bfloat16")
+    assert c["resolved"]["device"] == "cpu" and c["resolved"]["threads"] == 1
+    assert f"device cpu, {c['resolved']['dtype']}, 1 thread," in banner
+    assert main(["train", "--resume", str(out), "--train.max_iters", "8"]) == 0  # config.json reads back

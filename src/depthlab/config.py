@@ -267,6 +267,7 @@ class RunConfig:
         """
         if not isinstance(d, dict):
             raise DepthlabError(f"a config must be a mapping with sections data/model/train, got {type(d).__name__}")
+        d = {k: v for k, v in d.items() if k != "resolved"}  # config.json's record of what "auto" became
         unknown = set(d) - {"data", "model", "train"}
         if unknown:
             raise DepthlabError(f"unknown config section(s): {', '.join(sorted(map(str, unknown)))} "

@@ -78,6 +78,22 @@ def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, deca
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 
+def get_lr_from(it: int, start: int, start_lr: float, min_lr: float, decay_iters: int) -> float:
+    """Learning rate at step ``it`` of a cosine that starts at ``start_lr`` at step ``start`` and reaches
+    ``min_lr`` at ``decay_iters`` (then stays there): the schedule of an extended run.
+
+    When ``--resume`` changes where the decay ends (a larger ``max_iters`` with ``lr_decay_iters`` 0),
+    recomputing the original warmup + cosine for the new length would make the learning rate jump
+    (e.g. from ``min_lr`` at the end of a finished run back up to near the peak, with no warmup).
+    Instead the run continues from the learning rate it had and decays from there (SGDR-style
+    cosine, Loshchilov & Hutter 2017).
+    """
+    if it >= decay_iters or decay_iters <= start:
+        return min_lr
+    ratio = (it - start) / (decay_iters - start)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (start_lr - min_lr)
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """AdamW groups: decay on tensors with >= 2 dims (matmuls, embeddings), none on gains/biases.
 
@@ -274,6 +290,7 @@ class Trainer:
         self.tokens_seen = 0
         self.nonfinite_skips = 0
         self.evals_without_improvement = 0  # for train.patience
+        self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
         self.patience_exhausted = False
         self.last_eval: dict = {}
         self.last_info = StepInfo(step=0)
@@ -331,6 +348,7 @@ class Trainer:
         forward is run here (RNG state restored) so a failure falls back now, not mid-training.
         """
         rng = torch.get_rng_state()
+        self.log("compiling the model with torch.compile (the first steps take longer; ~20 s on a CPU)")
         try:
             compiled = torch.compile(model)
             x = torch.zeros((1, min(8, self.cfg.model.block_size)), dtype=torch.long, device=self.device)
@@ -349,6 +367,7 @@ class Trainer:
         if not rd.file(rundir.CONFIG).exists():
             raise DepthlabError(f"cannot resume: {rd.path} is not a depthlab run directory (no config.json)")
         old, old_vocab = rd.config or {}, rd.vocab or []
+        self._old_config = old
         new = [c for c in vocab if c not in set(old_vocab)]
         gone = [c for c in old_vocab if c not in set(vocab)]
         if new or gone:
@@ -360,7 +379,8 @@ class Trainer:
             raise DepthlabError(
                 f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
                 f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
-        refused, noted = ckpt.resume_changes(old, self.cfg.to_dict())
+        asked = self.cfg.to_dict()
+        refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
@@ -376,9 +396,17 @@ class Trainer:
             self.log(f"warning: {w.message}")
         return entry
 
+    def resolved(self) -> dict:
+        """What the ``auto``/0 settings became on this machine (written to config.json as ``resolved``)."""
+        t = self.cfg.train
+        explicit = t.attention == "explicit" or (t.attention == "auto" and self.device.type == "cpu")
+        return {"device": str(self.device), "dtype": "bfloat16" if use_bf16(self.device, t.dtype) else "float32",
+                "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
+                "processes": self.world_size}
+
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
-        rundir.write_json(self.run_dir / rundir.CONFIG, self.cfg.to_dict())
+        rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
         if not resume:
             rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
 
@@ -396,6 +424,7 @@ class Trainer:
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
+        self._anchor_schedule(st)
         old_sha = st.get("corpus_sha256")
         if old_sha is not None and old_sha != self.corpus.sha256:
             raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {self.corpus.path} changed since the "
@@ -440,7 +469,8 @@ class Trainer:
                 "rng": ckpt.capture_rng_state(self.batch_rng, self.device),
                 "wall_time_s": self._wall(), "tokens_seen": self.tokens_seen,
                 "nonfinite_skips": self.nonfinite_skips, "corpus_sha256": self.corpus.sha256,
-                "evals_without_improvement": self.evals_without_improvement}
+                "evals_without_improvement": self.evals_without_improvement,
+                "lr_anchor": list(self.lr_anchor) if self.lr_anchor is not None else None}
 
     def _meta(self) -> dict[str, str]:
         import json
@@ -513,6 +543,36 @@ class Trainer:
         self._save_agreed(is_best=is_best, val_loss=vl)
 
     # ----------------------------------------------------------------- one optimisation step
+    def lr_at(self, it: int) -> float:
+        """Learning rate of optimizer step ``it``: :func:`get_lr`, or :func:`get_lr_from` after an extension."""
+        t = self.cfg.train
+        a = self.lr_anchor
+        if a is not None and it >= a[0]:
+            return get_lr_from(it, a[0], a[1], t.min_lr, self.decay_iters)
+        return get_lr(it, t.learning_rate, t.min_lr, t.warmup_iters, self.decay_iters)
+
+    def _anchor_schedule(self, st: dict) -> None:
+        """On resume: keep a stored extension anchor, or make one when the decay length changed."""
+        t = self.cfg.train
+        stored = st.get("lr_anchor")
+        if stored is not None and int(stored[2]) == self.decay_iters:
+            self.lr_anchor = (int(stored[0]), float(stored[1]), int(stored[2]))
+            return
+        old = (self._old_config or {}).get("train", {})
+        old_decay = int(old.get("lr_decay_iters") or old.get("max_iters") or self.decay_iters)
+        if old_decay == self.decay_iters or self.step == 0:
+            self.lr_anchor = None if stored is None else (int(stored[0]), float(stored[1]), int(stored[2]))
+            return
+        if stored is not None and self.step >= int(stored[0]):
+            lr_now = get_lr_from(self.step, int(stored[0]), float(stored[1]), t.min_lr, int(stored[2]))
+        else:
+            lr_now = get_lr(self.step, float(old.get("learning_rate", t.learning_rate)), t.min_lr,
+                            int(old.get("warmup_iters", t.warmup_iters)), old_decay)
+        self.lr_anchor = (self.step, lr_now, self.decay_iters)
+        self.log(f"resume: the learning rate continues from {lr_now:.3g} at step {self.step} and decays to "
+                 f"train.min_lr {t.min_lr:g} at step {self.decay_iters} (the decay used to end at {old_decay}); "
+                 "no jump back to the peak")
+
     def _first_nonfinite_param(self) -> str:
         for name, p in self.raw_model.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
@@ -564,7 +624,7 @@ class Trainer:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
         """
         t = self.cfg.train
-        lr = get_lr(self.step, t.learning_rate, t.min_lr, t.warmup_iters, self.decay_iters)
+        lr = self.lr_at(self.step)
         for g in self.optimizer.param_groups:
             g["lr"] = lr
         loss_sum = self._forward_backward()
@@ -634,9 +694,10 @@ class Trainer:
         t, m = self.cfg.train, self.cfg.model
         for w in schedule_warnings(t):
             self.log(f"warning: {w}")
+        r = self.resolved()
         self.log(f"run {self.run_dir}: {self.raw_model.num_params() / 1e6:.3f} M parameters, "
-                 f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {self.device}, "
-                 f"{tokens_per_step} tokens/step")
+                 f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {r['device']}, {r['dtype']}, "
+                 f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
         self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.accum} x processes "
                  f"{self.world_size} = {t.batch_size * self.accum * self.world_size} sequences of "
                  f"{m.block_size} tokens")
