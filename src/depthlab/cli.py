@@ -49,9 +49,13 @@ def new_parser(command: str, description: str, config_fields: bool = False):
                                                                  else ""))
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     if config_fields:
+        from argparse import SUPPRESS
+
         from .config import add_config_arguments
 
         add_config_arguments(p)
+        # a run's config.json also records what "auto" resolved to; read back, it is information only
+        p.add_argument("--resolved", type=Optional[dict], default=None, help=SUPPRESS)
     return p
 
 
