@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -91,6 +91,118 @@ class CharTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         """Text of a sequence of ids in [0, V)."""
         return "".join(self.vocab[int(i)] for i in ids)
+
+
+    def stream_decoder(self) -> Callable[[int], str]:
+        """A function id -> the text it adds (one character each; kept for parity with BPE)."""
+        return lambda i: self.vocab[int(i)]
+
+    @property
+    def token_chars(self) -> np.ndarray:
+        """Characters per token id, shape (V,), float64: all ones (bits/char = nats/token / ln 2)."""
+        return np.ones(self.vocab_size)
+
+
+#: The special token a BPE vocabulary starts with (id 0): GPT-2's end of text, the export's bos/eos.
+EOT = "<|endoftext|>"
+
+
+class BPETokenizer:
+    """Byte-level BPE (Sennrich et al. 2016; GPT-2's byte-level variant) on Hugging Face ``tokenizers``.
+
+    Args:
+        tok: a ``tokenizers.Tokenizer`` (ByteLevel pre-tokenizer and decoder, BPE model).
+        source: where it came from (for messages).
+
+    Attributes:
+        json: the tokenizer serialised (what ``tokenizer.json`` holds; its sha256 identifies it).
+    """
+
+    def __init__(self, tok, source: str = "tokenizer.json"):
+        self.tok = tok
+        self.source = source
+        self.json = tok.to_str()
+        self._vocab: Optional[list[str]] = None
+
+    @classmethod
+    def from_str(cls, text: str, source: str = "tokenizer.json") -> "BPETokenizer":
+        """Load from the JSON text of a ``tokenizer.json``.
+
+        Raises:
+            DepthlabError: the text is not a ``tokenizers`` tokenizer.
+        """
+        from tokenizers import Tokenizer
+
+        try:
+            return cls(Tokenizer.from_str(text), source)
+        except Exception as e:  # tokenizers raises plain Exceptions for bad JSON
+            raise DepthlabError(f"{source} is not a valid tokenizer ({str(e).splitlines()[0][:120]})") from None
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :attr:`json` (UTF-8)."""
+        return hashlib.sha256(self.json.encode("utf-8")).hexdigest()
+
+    @property
+    def vocab_size(self) -> int:
+        """V, special tokens included."""
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def vocab(self) -> list[str]:
+        """Each id decoded alone (a token holding part of a UTF-8 character shows U+FFFD)."""
+        if self._vocab is None:
+            self._vocab = [self.tok.decode([i], skip_special_tokens=False) for i in range(self.vocab_size)]
+        return self._vocab
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` (byte-level: every string is encodable)."""
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD)."""
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def stream_decoder(self) -> Callable[[int], str]:
+        """A function id -> the new text it completes (``tokenizers.decoders.DecodeStream``).
+
+        A character split across tokens comes out whole with its last byte (earlier calls return "").
+        """
+        from tokenizers.decoders import DecodeStream
+
+        ds = DecodeStream(skip_special_tokens=False)
+        return lambda i: ds.step(self.tok, int(i)) or ""
+
+    @property
+    def token_chars(self) -> np.ndarray:
+        """Characters per token id, shape (V,), float64: its UTF-8 lead bytes (bytes not 10xxxxxx).
+
+        Summed over a token sequence this counts each character once, at the token holding its first
+        byte, so total nats / sum = nats per character of the text. Special tokens count 0.
+        """
+        byte_of = _byte_level_decoder()
+        special = set(self.tok.get_added_tokens_decoder())
+        out = np.zeros(self.vocab_size)
+        for piece, i in self.tok.get_vocab(with_added_tokens=False).items():
+            if i not in special:
+                out[i] = sum(1 for c in piece if (byte_of[c] & 0xC0) != 0x80)
+        return out
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the printable character standing for each byte -> the byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+Tokenizer = Union[CharTokenizer, BPETokenizer]
 
 
 @dataclass

@@ -3,7 +3,9 @@
 A run directory (``depthlab train --train.out_dir DIR``) holds::
 
     config.json        every resolved config field (sections data / model / train)
-    vocab.json         the character vocabulary (list of strings, id = position)
+    vocab.json         the vocabulary (list of strings, id = position): characters, or for BPE each
+                       token decoded alone
+    tokenizer.json     BPE runs only: the trained Hugging Face ``tokenizers`` tokenizer (sha256 in the checkpoints)
     metrics.jsonl      one JSON object per line, each with ``step`` and ``kind``:
                          eval   step, train_loss, val_loss (nats/token), val_bpc, val_ppl, tokens_seen, elapsed_s
                          train  step, loss (nats/token), lr, grad_norm, tokens_per_sec
@@ -39,6 +41,7 @@ from .errors import DepthlabError
 
 CONFIG = "config.json"
 VOCAB = "vocab.json"
+TOKENIZER = "tokenizer.json"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 BASELINES = "baselines.json"
@@ -52,7 +55,7 @@ INIT_PROBE = "init_probe.json"
 SWEEP_STATUS = "sweep_status.json"
 
 #: Everything a run directory may hold; ``--overwrite`` deletes a folder only if it holds nothing else.
-RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, METRICS, SUMMARY, BASELINES, DIAGNOSIS, CHECKPOINTS, TENSORBOARD,
+RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, TOKENIZER, METRICS, SUMMARY, BASELINES, DIAGNOSIS, CHECKPOINTS, TENSORBOARD,
                            PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS})
 
 #: The values of a metrics record's ``kind``.

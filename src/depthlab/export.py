@@ -1,0 +1,245 @@
+"""Hugging Face export: a run's weights and tokenizer as a directory ``transformers`` loads without depthlab.
+
+``depthlab export RUN_DIR OUT_DIR`` writes::
+
+    config.json              GPT2Config (prenorm + layernorm) or OpenAIGPTConfig (postnorm + layernorm + relu)
+    model.safetensors        the weights (Conv1D = the transpose of nn.Linear; zero biases where bias: false)
+    tokenizer.json           a ``tokenizers`` tokenizer whose ids are exactly depthlab's
+    tokenizer_config.json    PreTrainedTokenizerFast, no clean-up of spaces, model_max_length = block_size
+    special_tokens_map.json  BPE runs: <|endoftext|> as bos/eos
+    generation_config.json   bos/eos ids; char runs have no end-of-text token, so generation never stops early
+    depthlab.json            provenance: the run's config, checkpoint, step and val loss
+
+Which depthlab models are the same function as a ``transformers`` class (checked by reading their
+code, and at every export by comparing logits on random ids):
+
+* ``prenorm`` + ``layernorm`` = ``GPT2LMHeadModel``: ``activation_function`` ``gelu`` is the exact erf
+  GELU (``nn.GELU()``; GPT-2's default ``gelu_new`` is the tanh form), or ``relu``;
+  ``n_inner = ff_mult * n_embd``; ``layer_norm_epsilon`` 1e-5 = ``nn.LayerNorm``'s; tied or untied head.
+* ``postnorm`` + ``layernorm`` + ``relu`` + ``ff_mult 4`` = ``OpenAIGPTLMHeadModel`` (x = LN(x + S(x)), no
+  final norm). Its ``gelu`` is the tanh approximation and its MLP is always 4 x n_embd, so a GELU or
+  another ff_mult is refused; its causal mask adds -1e4 instead of -inf (the same softmax in float32
+  unless attention scores reach ~1e4).
+* Every other variant or norm (plain, rezero, deepnorm; rmsnorm, none) has no such class and is
+  refused with one line naming the field.
+
+``transformers`` is an optional dependency (``pip install -e ".[hf]"``), imported inside functions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import checkpoint as ckpt
+from .config import ModelConfig
+from .data import EOT, BPETokenizer, CharTokenizer, Tokenizer
+from .errors import DepthlabError
+from .model import GPT
+from .rundir import RunDir
+
+#: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
+EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                          "special_tokens_map.json", "generation_config.json", "depthlab.json"})
+
+#: Largest |logit difference| between depthlab and the exported model tolerated at export time.
+EXPORT_ATOL = 1e-4
+
+
+def require_transformers():
+    """Import and return ``transformers``.
+
+    Raises:
+        DepthlabError: not installed (names the ``hf`` extra).
+    """
+    try:
+        import transformers
+    except ImportError:
+        raise DepthlabError('exporting to Hugging Face needs the transformers package: pip install -e ".[hf]" '
+                            '(or pip install "depthlab[hf]")') from None
+    return transformers
+
+
+def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
+    """The :data:`depthlab.checkpoint.HF_FAMILIES` entry of ``cfg``, after checking it is exactly mappable.
+
+    Raises:
+        DepthlabError: one line naming the field that has no equivalent ``transformers`` class.
+    """
+    if cfg.variant not in ("prenorm", "postnorm"):
+        raise DepthlabError(f"cannot export model.variant {cfg.variant}: no transformers class computes it "
+                            "(exportable: prenorm, or postnorm with relu and ff_mult 4, both with layernorm)")
+    if cfg.norm != "layernorm":
+        raise DepthlabError(f"cannot export model.norm {cfg.norm}: GPT-2 and OpenAI GPT use LayerNorm "
+                            "(exportable: model.norm layernorm)")
+    if cfg.variant == "postnorm" and cfg.activation != "relu":
+        raise DepthlabError(f"cannot export model.activation {cfg.activation} with postnorm: OpenAI GPT's gelu is "
+                            "the tanh approximation, not nn.GELU (exportable: relu, or the prenorm variant)")
+    if cfg.variant == "postnorm" and cfg.ff_mult != 4:
+        raise DepthlabError(f"cannot export model.ff_mult {cfg.ff_mult} with postnorm: OpenAI GPT's MLP is always "
+                            "4 x n_embd (exportable: ff_mult 4, or the prenorm variant)")
+    return ckpt.HF_FAMILIES[(cfg.variant, cfg.norm)]
+
+
+def special_ids(tok: Tokenizer) -> tuple[int, Optional[int]]:
+    """(bos = the config's bos/eos id, eos for generation or None).
+
+    BPE: both are ``<|endoftext|>``. Char vocabularies have no such token: the config names the
+    newline (or id 0) so that the ids lie inside the vocabulary, and generation gets no eos, so it
+    runs for ``max_new_tokens`` like ``depthlab sample``.
+    """
+    if isinstance(tok, BPETokenizer):
+        i = tok.tok.token_to_id(EOT)
+        if i is not None:
+            return i, i
+    if isinstance(tok, CharTokenizer) and "\n" in tok.stoi:
+        return tok.stoi["\n"], None
+    return 0, None
+
+
+def hf_config(cfg: ModelConfig, bos: int) -> tuple[Any, Callable]:
+    """The ``transformers`` config object and model class of ``cfg``.
+
+    Raises:
+        DepthlabError: not exportable (see :func:`check_exportable`), or transformers missing.
+    """
+    fam = check_exportable(cfg)
+    tf = require_transformers()
+    common = dict(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
+                  n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
+                  layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=bos,
+                  tie_word_embeddings=cfg.tie_weights)
+    if fam["model_type"] == "gpt2":
+        return tf.GPT2Config(n_inner=cfg.ff_mult * cfg.n_embd, activation_function=cfg.activation,
+                             scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
+                             reorder_and_upcast_attn=False, **common), tf.GPT2LMHeadModel
+    return tf.OpenAIGPTConfig(afn="relu", **common), tf.OpenAIGPTLMHeadModel
+
+
+def hf_tokenizer(tok: Tokenizer):
+    """A ``tokenizers.Tokenizer`` with depthlab's ids.
+
+    Char runs: a BPE model without merges over the run's characters (a string splits into its
+    characters; one absent from the vocabulary is dropped) and a decoder that joins them. BPE runs:
+    the run's own tokenizer.
+    """
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models
+
+    if isinstance(tok, BPETokenizer):
+        return HFTokenizer.from_str(tok.json)
+    t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, []))
+    t.decoder = decoders.Fuse()
+    return t
+
+
+def _write_tokenizer(out: Path, tok: Tokenizer, block_size: int) -> None:
+    hf_tokenizer(tok).save(str(out / "tokenizer.json"))
+    tc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+                          "model_max_length": block_size, "add_prefix_space": False}
+    special: dict[str, str] = {}
+    if isinstance(tok, BPETokenizer) and tok.tok.token_to_id(EOT) is not None:
+        special = {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT}
+    (out / "tokenizer_config.json").write_text(json.dumps({**tc, **special}, indent=2), encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
+
+
+def build_hf_model(model: GPT, bos: int):
+    """The ``transformers`` model computing the same function as ``model`` (eval mode, float32).
+
+    Raises:
+        DepthlabError: not exportable, or its logits differ from depthlab's by more than :data:`EXPORT_ATOL`.
+    """
+    cfg = model.config
+    hcfg, klass = hf_config(cfg, bos)
+    hf = klass(hcfg).eval()
+    sd = ckpt.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
+    missing, unexpected = hf.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_weights)]
+    if missing or unexpected:
+        raise DepthlabError(f"export: weights do not map onto {klass.__name__} (missing {missing[:3]}, "
+                            f"unexpected {unexpected[:3]}); please report it")
+    max_diff = compare_logits(model, hf)
+    if not max_diff <= EXPORT_ATOL:
+        raise DepthlabError(f"export: {klass.__name__} differs from the depthlab model by {max_diff:.2e} in the "
+                            f"logits (tolerance {EXPORT_ATOL:g}); nothing was written; please report it")
+    return hf
+
+
+@torch.no_grad()
+def compare_logits(model: GPT, hf, batch: int = 2, seed: int = 0) -> float:
+    """Largest |logit difference| of ``model`` and ``hf`` on seeded random ids, shape (batch, block_size)."""
+    g = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    x = torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=g)
+    model = model.float().eval()
+    return (model(x)[0] - hf(x).logits).abs().max().item()
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise DepthlabError(f"export: {out} is a file; choose a folder name for OUT_DIR")
+    if out.exists() and any(out.iterdir()):
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in EXPORT_FILES)
+        if not overwrite:
+            raise DepthlabError(f"export: {out} already exists and is not empty; choose another OUT_DIR "
+                                "(or --overwrite to replace an earlier export)")
+        if foreign:
+            raise DepthlabError(f"export: {out} is not an export directory (it holds {', '.join(foreign[:5])}); "
+                                "refusing to replace it with --overwrite")
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", overwrite: bool = False) -> Path:
+    """Write the Hugging Face directory of a run's ``best`` or ``last`` checkpoint.
+
+    Everything is written to a temporary folder beside ``out_dir`` and renamed at the end, so a
+    failure leaves nothing (and never touches what ``out_dir`` held).
+
+    Args:
+        run_dir: a depthlab run directory.
+        out_dir: the folder to create (must not exist or be empty, unless ``overwrite``).
+        which: ``best`` or ``last``.
+        overwrite: replace an earlier export in ``out_dir``.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        DepthlabError: not a run, no checkpoint, a model with no equivalent ``transformers`` class,
+            transformers missing, or ``out_dir`` in the way.
+    """
+    rd = RunDir(run_dir).require("checkpoints").path
+    out = Path(out_dir)
+    _check_out_dir(out, overwrite)
+    path = ckpt.select_weights(rd, which)
+    sd, meta = ckpt.load_weights_file(path)
+    cfg = ckpt.model_config_from_meta(meta, path)
+    check_exportable(cfg)
+    tok = ckpt.load_run_tokenizer(rd, meta, path)
+    model = GPT(cfg)
+    ckpt.load_into(model, sd, path)
+    bos, eos = special_ids(tok)
+    hf = build_hf_model(model, bos)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        hf.save_pretrained(str(tmp))
+        gen: dict[str, Any] = {"bos_token_id": bos}
+        if eos is not None:
+            gen["eos_token_id"] = eos
+        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2), encoding="utf-8")
+        _write_tokenizer(tmp, tok, cfg.block_size)
+        info = {"run_dir": str(rd), "checkpoint": which, "step": int(meta.get("step", -1)),
+                "tokenizer": meta.get("tokenizer", "char"), "config": json.loads(meta["config"])}
+        (tmp / "depthlab.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
