@@ -12,7 +12,19 @@ _GPU_PEAKS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A
 
 
 def flops_per_token(n_params: int, n_layer: int, block_size: int, n_embd: int) -> float:
-    """Training FLOPs per token: 6N + 12·L·T·C (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022, app. B)."""
+    """Training FLOPs per token: 6N + 12·L·T·C (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022, app. B).
+
+    Args:
+        n_params: N, the parameters used in matrix multiplies (2-D weights; the tied token table
+            counts once, as the output head; the position table is a lookup). ``GPT.num_params()``
+            also counts norm gains and biases, which overstates N by < 1% at useful sizes.
+        n_layer, block_size, n_embd: L, T (the full context: the formula counts the whole T x T
+            score matrix, not the causal half) and C.
+
+    Returns:
+        FLOPs per trained token, forward + backward (tests/test_benchmarks.py checks it against
+        ``torch.utils.flop_counter.FlopCounterMode``).
+    """
     return 6.0 * n_params + 12.0 * n_layer * block_size * n_embd
 
 
