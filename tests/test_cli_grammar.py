@@ -70,3 +70,18 @@ def test_fields_the_command_does_not_use_are_refused(capsys):
 def test_sample_options_have_dashed_aliases(tmp_path, capsys):
     err = _err(capsys, "sample", str(tmp_path / "none"), "--max-new-tokens", "5", "--top-k", "3")
     assert "not found" in err  # parsed fine; the run directory is what is missing
+
+
+def test_command_line_sets_passive_openmp_before_torch_loads():
+    import subprocess
+    import sys
+
+    code = ("import os, sys; import depthlab.cli as c; assert 'torch' not in sys.modules; "
+            "c.main(['presets']); import torch; print(os.environ['OMP_WAIT_POLICY'])")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's choice wins
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "ACTIVE"

@@ -1,15 +1,33 @@
-"""depthlab: train small GPT-style language models and see why they train well or badly."""
+"""depthlab: train small GPT-style language models and see why they train well or badly.
 
-from .config import DataConfig, ModelConfig, RunConfig, TrainConfig
-from .data import CharTokenizer, load_corpus
-from .errors import DepthlabError
-from .model import GPT
-from .sample import generate, load_run, sample_text
-from .analytics import train  # trainer.train + the default analytics observers
-from .callbacks import Callback, StepInfo
-from .trainer import Trainer
+The names below are loaded on first use (PEP 562), so ``import depthlab.cli`` does not import
+torch: the ``depthlab`` command can set up the process (OpenMP's wait policy) before torch loads.
+"""
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["GPT", "ModelConfig", "DataConfig", "TrainConfig", "RunConfig", "CharTokenizer", "load_corpus",
-           "train", "Trainer", "Callback", "StepInfo", "generate", "load_run", "sample_text", "DepthlabError"]
+#: public name -> the module that defines it
+_EXPORTS = {
+    "GPT": "model", "ModelConfig": "config", "DataConfig": "config", "TrainConfig": "config",
+    "RunConfig": "config", "CharTokenizer": "data", "load_corpus": "data", "DepthlabError": "errors",
+    "generate": "sample", "load_run": "sample", "sample_text": "sample",
+    "train": "analytics",  # trainer.train + the default analytics observers
+    "Callback": "callbacks", "StepInfo": "callbacks", "Trainer": "trainer",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    raise AttributeError(f"module 'depthlab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
