@@ -521,3 +521,106 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
         raise DepthlabError(f"{tfile} is not the tokenizer {path} was trained with (sha256 "
                             f"{tok.sha256[:12]}... vs {meta['tokenizer_sha256'][:12]}... in the checkpoint)")
     return tok
+
+
+# ------------------------------------------------------------------------- starting a run from another one
+def _export_tokenizer(src: Path) -> Optional[Tokenizer]:
+    """The tokenizer of a ``depthlab export`` folder (its ids are depthlab's), or None if it has none."""
+    f = src / TOKENIZER
+    if not f.is_file():
+        return None
+    text = f.read_text(encoding="utf-8")
+    model = json.loads(text).get("model", {})
+    if not model.get("merges") and (json.loads(text).get("pre_tokenizer") or {}).get("type") != "ByteLevel":
+        vocab = model.get("vocab", {})
+        return CharTokenizer(sorted(vocab, key=vocab.get))  # a char run's export: characters without merges
+    return BPETokenizer.from_str(text, str(f))
+
+
+def _describe(tok: Tokenizer) -> str:
+    return f"bpe, {tok.vocab_size} tokens" if isinstance(tok, BPETokenizer) else f"char, {tok.vocab_size} symbols"
+
+
+def _check_same_tokenizer(src: Path, theirs: Optional[Tokenizer], ours: Tokenizer) -> None:
+    same = theirs is not None and type(theirs) is type(ours) and (
+        theirs.vocab == ours.vocab if isinstance(ours, CharTokenizer)
+        else theirs.tok.get_vocab() == ours.tok.get_vocab())
+    if not same:
+        raise DepthlabError(f"--init-from {src}: its tokenizer ({_describe(theirs) if theirs else 'none'}) differs "
+                            f"from this run's ({_describe(ours)}); ids would mean other text: use the same "
+                            "data.path and data.tokenizer")
+
+
+def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
+    """The trained BPE tokenizer a run must reuse instead of the cached one: its own on resume, the source's
+    with ``--init-from`` (a run directory or an export); None for char runs and new BPE runs.
+
+    Args:
+        cfg: the :class:`~depthlab.config.RunConfig` asked for.
+        init_from: the ``--init-from`` folder, if any.
+
+    Raises:
+        DepthlabError: resuming a BPE run whose ``tokenizer.json`` is gone.
+    """
+    if cfg.data.tokenizer != "bpe":
+        return None
+    if cfg.train.resume and cfg.train.out_dir:
+        rd = Path(cfg.train.out_dir)
+        if (rd / TOKENIZER).is_file():
+            return (rd / TOKENIZER).read_text(encoding="utf-8")
+        old = (json.loads((rd / "config.json").read_text()) if (rd / "config.json").is_file() else {})
+        if (old.get("data") or {}).get("tokenizer") == "bpe":
+            raise DepthlabError(f"cannot resume {rd}: its {TOKENIZER} is missing, and the checkpoints' token ids "
+                                "mean nothing without it")
+        return None
+    if init_from:
+        theirs = _export_tokenizer(Path(init_from))
+        if isinstance(theirs, BPETokenizer):
+            return theirs.json
+    return None
+
+
+def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch.Tensor]:
+    """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export.
+
+    Args:
+        src: a depthlab run directory, or a folder written by ``depthlab export``.
+        cfg: the new run's model (its shape must match the weights; checked by :func:`load_into`).
+        tok: the new run's tokenizer (must be the source's).
+
+    Returns:
+        depthlab state dict.
+
+    Raises:
+        DepthlabError: neither kind of folder, another tokenizer, or an export of another variant,
+            activation or bias setting.
+    """
+    src = Path(src)
+    if (src / CKPT_DIR).is_dir():
+        path = src / CKPT_DIR / "best.safetensors"
+        if not path.exists():
+            raise DepthlabError(f"--init-from {src}: no {CKPT_DIR}/best.safetensors there")
+        sd, meta = load_weights_file(path)
+        _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
+        return sd
+    try:
+        hcfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        hcfg = {}
+    family = hf_family(str(hcfg.get("model_type")))
+    if family is None:
+        raise DepthlabError(f"--init-from {src}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face "
+                            "export of model_type gpt2 or openai-gpt (depthlab export)")
+    if (cfg.variant, cfg.norm) != family:
+        raise DepthlabError(f"--init-from {src}: a {hcfg['model_type']} model is model.variant {family[0]} with "
+                            f"model.norm {family[1]}; set --model.variant {family[0]} --model.norm {family[1]}")
+    act = hcfg.get("activation_function", hcfg.get("afn"))
+    if act != cfg.activation or (hcfg["model_type"] == "openai-gpt" and act != "relu"):
+        raise DepthlabError(f"--init-from {src}: its activation {act!r} is not model.activation {cfg.activation} "
+                            "(depthlab computes gelu exactly, or relu)")
+    _check_same_tokenizer(src, _export_tokenizer(src), tok)
+    try:
+        hf = st_load((src / "model.safetensors").read_bytes())
+    except Exception as e:  # missing file or not safetensors
+        raise DepthlabError(f"--init-from {src}: cannot read model.safetensors ({type(e).__name__})") from None
+    return from_hf_state_dict(hf, cfg, src)

@@ -36,15 +36,27 @@ class DataConfig:
     Attributes:
         path: UTF-8 (or ``encoding``) text file; ``None`` = the embedded Tiny Shakespeare corpus.
         encoding: text encoding of ``path`` (e.g. ``utf-8``, ``cp1252``, ``latin-1``).
-        val_fraction: fraction of the tokens (the last part) held out for validation, in (0, 0.5].
+        val_fraction: fraction of the text held out for validation, in (0, 0.5]: of the characters
+            (the last ones) with ``split: tail``, of the lines with ``split: lines``.
         cache_dir: folder for the encoded-token cache; ``None`` = ``$DEPTHLAB_CACHE`` or
             ``~/.cache/depthlab``.
+        tokenizer: ``char`` (one token per character, the corpus's characters as vocabulary) or ``bpe``
+            (byte-level BPE trained with Hugging Face ``tokenizers`` on the train split; cached per corpus
+            and settings, saved as the run's ``tokenizer.json``).
+        vocab_size: BPE vocabulary size in tokens, 257 (the 256 bytes + ``<|endoftext|>``) to 1,048,576;
+            ``None`` = 512. Only for ``tokenizer: bpe``.
+        split: ``tail`` (the last ``val_fraction`` of the text is validation) or ``lines`` (the lines are
+            shuffled with ``train.seed`` and ``val_fraction`` of them held out; both splits are lines in
+            shuffled order, for files of one item per line such as a list of names).
     """
 
     path: Optional[str] = None
     encoding: str = "utf-8"
     val_fraction: float = 0.1
     cache_dir: Optional[str] = None
+    tokenizer: Literal["char", "bpe"] = "char"
+    vocab_size: Optional[int] = None
+    split: Literal["tail", "lines"] = "tail"
 
     def __post_init__(self) -> None:
         if not (0.0 < float(self.val_fraction) <= 0.5):
@@ -56,6 +68,21 @@ class DataConfig:
         except (LookupError, TypeError):
             raise DepthlabError(f"data.encoding {self.encoding!r} is not a known text encoding "
                                 "(try utf-8, cp1252 or latin-1)") from None
+        _choice("data", "tokenizer", self.tokenizer, ("char", "bpe"))
+        _choice("data", "split", self.split, ("tail", "lines"))
+        v = self.vocab_size
+        if v is not None:
+            if self.tokenizer != "bpe":
+                raise DepthlabError(f"data.vocab_size {v!r} applies to data.tokenizer bpe only (the char "
+                                    "vocabulary is the corpus's characters); drop it or set --data.tokenizer bpe")
+            if isinstance(v, bool) or not isinstance(v, int) or not (257 <= v <= 1 << 20):
+                raise DepthlabError(f"data.vocab_size must be an integer in [257, 1048576] (256 bytes + "
+                                    f"<|endoftext|> at least), got {v!r}")
+
+    @property
+    def bpe_vocab_size(self) -> int:
+        """The BPE vocabulary size asked for (``vocab_size`` or 512)."""
+        return self.vocab_size if self.vocab_size is not None else 512
 
 
 @dataclass

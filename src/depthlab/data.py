@@ -10,13 +10,14 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import operator
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only nump
     import torch
 from .errors import DepthlabError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: meta.json holds the line-order counts
 CHUNK_BYTES = 4 << 20  # 4 MiB of input per chunk keeps peak memory bounded for any file size
 MAX_CODEPOINT = 0x110000
 
@@ -93,8 +94,8 @@ class CharTokenizer:
         return "".join(self.vocab[int(i)] for i in ids)
 
 
-    def stream_decoder(self) -> Callable[[int], str]:
-        """A function id -> the text it adds (one character each; kept for parity with BPE)."""
+    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
+        """A function id -> the text it adds (one character each; the same interface as BPE's)."""
         return lambda i: self.vocab[int(i)]
 
     @property
@@ -163,14 +164,19 @@ class BPETokenizer:
         """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD)."""
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
-    def stream_decoder(self) -> Callable[[int], str]:
+    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
         """A function id -> the new text it completes (``tokenizers.decoders.DecodeStream``).
 
         A character split across tokens comes out whole with its last byte (earlier calls return "").
+
+        Args:
+            prefix: ids already shown (the prompt): they set the decoder's context and print nothing.
         """
         from tokenizers.decoders import DecodeStream
 
         ds = DecodeStream(skip_special_tokens=False)
+        for i in prefix:
+            ds.step(self.tok, int(i))
         return lambda i: ds.step(self.tok, int(i)) or ""
 
     @property
@@ -212,22 +218,30 @@ class Corpus:
     Attributes:
         path: source file.
         sha256: hex digest of the file's bytes.
-        tokenizer: the character tokenizer built from the whole file.
-        tokens: all token ids, shape (N,), dtype from :func:`token_dtype` (a read-only memmap).
+        tokenizer: the character tokenizer built from the whole file, or the BPE tokenizer trained on
+            the train split.
+        tokens: all token ids, shape (N,), dtype from :func:`token_dtype` (a read-only memmap); with
+            ``split: lines`` the lines in shuffled order.
         n_train: tokens[:n_train] is the train split, the rest validation.
         crlf_fixed: CRLF pairs normalised to ``\\n``.
         cr_fixed: lone CRs normalised to ``\\n``.
         bom_dropped: whether a leading byte-order mark was removed.
+        split: ``tail`` or ``lines`` (see :class:`~depthlab.config.DataConfig`).
+        n_chars: characters of the text the tokens encode.
+        n_train_chars: characters of its train split.
     """
 
     path: str
     sha256: str
-    tokenizer: CharTokenizer
+    tokenizer: "Tokenizer"
     tokens: np.ndarray
     n_train: int
     crlf_fixed: int = 0
     cr_fixed: int = 0
     bom_dropped: bool = False
+    split: str = "tail"
+    n_chars: int = 0
+    n_train_chars: int = 0
 
     @property
     def train(self) -> np.ndarray:
@@ -256,14 +270,14 @@ class Corpus:
         n = len(self.tokens)
         if n < 2 * need:
             raise DepthlabError(
-                f"the corpus {self.path} has {n} characters but model.block_size {block_size} needs "
+                f"the corpus {self.path} has {n} tokens but model.block_size {block_size} needs "
                 f"at least {need} in each of the train and validation splits ({2 * need} in all); "
                 "use a smaller model.block_size or a longer text")
         if n - self.n_train < need or self.n_train < need:
             self.n_train = n - need
             if log:
                 log(f"the validation split was shorter than block_size + 1 = {need}; using the last "
-                    f"{need} characters for validation")
+                    f"{need} tokens for validation")
 
 
 def _cache_root(cfg: DataConfig) -> Path:
@@ -298,7 +312,13 @@ def _sha256(path: Path) -> str:
 
 
 def _decoded_chunks(path: Path, encoding: str, stats: dict) -> Iterator[np.ndarray]:
-    """Yield code points (uint32 arrays) of the file, newline-normalised, BOM dropped.
+    """Code points (uint32 arrays) of :func:`_decoded_texts`."""
+    for text in _decoded_texts(path, encoding, stats):
+        yield np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+
+
+def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
+    """Yield the file's text in chunks of about CHUNK_BYTES, newline-normalised, BOM dropped.
 
     ``stats`` receives ``crlf``, ``cr`` and ``bom`` counts.
 
@@ -345,39 +365,57 @@ def _decoded_chunks(path: Path, encoding: str, stats: dict) -> Iterator[np.ndarr
                 stats["cr"] += text.count("\r") - n_crlf
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
             if text:
-                yield np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+                yield text
             if final:
                 return
 
 
-def load_corpus(cfg: DataConfig, log=None) -> Corpus:
+def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Optional[str] = None) -> Corpus:
     """Encode (or load from cache) the corpus named by ``cfg`` and split it.
 
     Args:
         cfg: data settings; ``cfg.path`` None means the embedded Tiny Shakespeare.
-        log: optional ``callable(str)`` for one-line notices (newline fixes, cache use).
+        log: optional ``callable(str)`` for one-line notices (newline fixes, sorted lines, BPE size).
+        seed: the run's ``train.seed``: ``split: lines`` shuffles the lines with it.
+        tokenizer_json: for ``tokenizer: bpe``, the JSON of a trained tokenizer to use (a resumed run's
+            own ``tokenizer.json``) instead of the cached one for these settings.
 
     Returns:
         A :class:`Corpus` whose tokens are a read-only memmap in the cache folder.
 
     Raises:
-        DepthlabError: missing/empty/directory path, undecodable bytes, or no characters.
+        DepthlabError: missing/empty/directory path, undecodable bytes, no characters, or a
+            ``split: lines`` file without lines.
     """
     path = _resolve_path(cfg)
     digest = _sha256(path)
     enc_name = codecs.lookup(cfg.encoding).name
     entry = _cache_root(cfg) / f"{digest[:32]}-{enc_name}-v{CACHE_FORMAT}"
-    meta_file = entry / "meta.json"
-    if not meta_file.exists():
+    if not (entry / "meta.json").exists():
         _encode_to_cache(path, cfg.encoding, entry)
-    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
     n = int(meta["n_tokens"])
     if n == 0:
         raise DepthlabError(f"data.path {path} is empty after decoding; give a file with some text")
-    tokens = np.memmap(entry / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(n,))
-    n_val = max(1, int(n * cfg.val_fraction))
-    corpus = Corpus(path=str(path), sha256=digest, tokenizer=CharTokenizer(meta["vocab"]), tokens=tokens,
-                    n_train=n - n_val, crlf_fixed=meta["crlf"], cr_fixed=meta["cr"], bom_dropped=meta["bom"])
+    chars = np.memmap(entry / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(n,))
+    vocab = meta["vocab"]
+    if cfg.split == "lines":
+        split_key = f"lines-s{seed}-f{cfg.val_fraction!r}"
+        chars, n_train_chars = _lines_split(entry / split_key, chars, vocab, cfg.val_fraction, seed, path)
+    else:
+        split_key = f"tail-f{cfg.val_fraction!r}"
+        n_train_chars = n - max(1, int(n * cfg.val_fraction))
+        warning = sorted_lines_warning(meta["lines"], cfg.val_fraction)
+        if log and warning:
+            log(f"warning: {path}: {warning}")
+    common = dict(path=str(path), sha256=digest, crlf_fixed=meta["crlf"], cr_fixed=meta["cr"],
+                  bom_dropped=meta["bom"], split=cfg.split, n_chars=len(chars), n_train_chars=n_train_chars)
+    if cfg.tokenizer == "char":
+        corpus = Corpus(tokenizer=CharTokenizer(vocab), tokens=chars, n_train=n_train_chars, **common)
+    else:
+        tok, tokens, n_train = _bpe_corpus(entry, split_key, chars, vocab, n_train_chars, cfg.bpe_vocab_size,
+                                           tokenizer_json, log)
+        corpus = Corpus(tokenizer=tok, tokens=tokens, n_train=n_train, **common)
     if log and (corpus.crlf_fixed or corpus.cr_fixed):
         log(f"normalised line endings in {path}: {corpus.crlf_fixed} CRLF and {corpus.cr_fixed} lone CR -> \\n")
     if log and corpus.bom_dropped:
@@ -385,33 +423,274 @@ def load_corpus(cfg: DataConfig, log=None) -> Corpus:
     return corpus
 
 
+def _publish(entry: Path, write: Callable[[Path], None]) -> None:
+    """Fill cache folder ``entry`` atomically: ``write(tmp)`` into a temporary folder, then rename.
+
+    When another process published the same entry first, its copy wins and ours is dropped, so
+    every process (ranks, sweep workers) reads one and the same entry.
+    """
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
+    try:
+        write(tmp)
+        try:
+            os.rename(tmp, entry)
+        except OSError:  # another process filled the same cache entry first: use theirs
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _LineOrder:
+    """Streamed count of adjacent non-empty lines in non-decreasing / non-increasing order (casefolded)."""
+
+    MAX_LINE = 1 << 16  # a longer line is cut for comparing: such a file is not a list of items anyway
+
+    def __init__(self):
+        self.carry, self.prev = "", None
+        self.n = self.pairs = self.up = self.down = 0
+
+    def feed(self, text: str, final: bool = False) -> None:
+        """Count the complete lines of ``text`` (the rest waits for the next chunk unless ``final``)."""
+        parts = (self.carry + text).split("\n")
+        self.carry = "" if final else parts.pop()[: self.MAX_LINE]
+        lines = [x.casefold() for x in parts if x.strip()]
+        if not lines:
+            return
+        seq = lines if self.prev is None else [self.prev] + lines
+        self.up += sum(map(operator.le, seq, seq[1:]))
+        self.down += sum(map(operator.ge, seq, seq[1:]))
+        self.pairs += len(seq) - 1
+        self.n += len(lines)
+        self.prev = lines[-1]
+
+    def stats(self) -> dict[str, int]:
+        """``{"n": non-empty lines, "pairs", "up": non-decreasing pairs, "down": non-increasing pairs}``."""
+        return {"n": self.n, "pairs": self.pairs, "up": self.up, "down": self.down}
+
+
+#: A file with at least this many non-empty lines, this fraction of adjacent ones in order, counts as sorted.
+SORTED_MIN_LINES, SORTED_FRACTION = 1000, 0.9
+
+
+def sorted_lines_warning(lines: dict, val_fraction: float) -> Optional[str]:
+    """The warning for a line-structured file whose lines are mostly sorted (None if they are not).
+
+    Args:
+        lines: the :meth:`_LineOrder.stats` of the file.
+        val_fraction: the validation fraction (for the message).
+    """
+    if lines["n"] < SORTED_MIN_LINES or not lines["pairs"]:
+        return None
+    frac = max(lines["up"], lines["down"]) / lines["pairs"]
+    if frac < SORTED_FRACTION:
+        return None
+    order = "ascending" if lines["up"] >= lines["down"] else "descending"
+    return (f"{frac:.0%} of its {lines['n']:,} lines are in {order} order, so the tail split makes validation "
+            f"the last {val_fraction:g} of the sorted list (a different distribution from train) and the model "
+            "can learn the ordering itself; use --data.split lines to hold out shuffled lines")
+
+
 def _encode_to_cache(path: Path, encoding: str, entry: Path) -> None:
-    """Two streamed passes: count code points (vocabulary), then write ids to ``entry/tokens.bin``."""
+    """Two streamed passes: count code points (vocabulary) and line order, then write ids to ``entry/tokens.bin``."""
     counts = np.zeros(MAX_CODEPOINT, dtype=np.int64)
     stats: dict = {}
-    for cps in _decoded_chunks(path, encoding, stats):
-        counts += np.bincount(cps, minlength=MAX_CODEPOINT)
+    order = _LineOrder()
+    for text in _decoded_texts(path, encoding, stats):
+        order.feed(text)
+        counts += np.bincount(np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), minlength=MAX_CODEPOINT)
+    order.feed("", final=True)
     vocab_cps = np.flatnonzero(counts)
     n = int(counts.sum())
     dtype = token_dtype(max(1, len(vocab_cps)))
     lut = np.zeros(MAX_CODEPOINT, dtype=dtype)
     lut[vocab_cps] = np.arange(len(vocab_cps), dtype=dtype)
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
-    try:
+
+    def write(tmp: Path) -> None:
         with open(tmp / "tokens.bin", "wb") as out:
             for cps in _decoded_chunks(path, encoding, {}):
                 out.write(lut[cps].tobytes())
         meta = {"format": CACHE_FORMAT, "source": str(path), "n_tokens": n, "dtype": dtype.name,
                 "vocab": [chr(c) for c in vocab_cps], "crlf": stats["crlf"], "cr": stats["cr"],
-                "bom": stats["bom"]}
+                "bom": stats["bom"], "lines": order.stats()}
         (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        try:
-            os.rename(tmp, entry)
-        except OSError:  # another process filled the same cache entry first: theirs is identical
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    _publish(entry, write)
+
+
+def _lines_split(entry: Path, chars: np.ndarray, vocab: list[str], val_fraction: float, seed: int,
+                 path: Path) -> tuple[np.ndarray, int]:
+    """The characters with the file's lines shuffled (seeded), train lines first; cached in ``entry``.
+
+    Every line keeps its newline (one is added to a last line without it), so both splits are whole
+    lines. ``max(1, int(lines * val_fraction))`` lines are validation.
+
+    Returns:
+        (character ids, shape (N,) or (N + 1,); characters in the train lines).
+
+    Raises:
+        DepthlabError: the file has fewer than two lines.
+    """
+    if not (entry / "meta.json").exists():
+        if "\n" not in vocab:
+            raise DepthlabError(f"data.split lines needs a file of several lines, but {path} has no newline; "
+                                "use --data.split tail")
+        nl = vocab.index("\n")
+        data = np.asarray(chars)
+        ends = np.flatnonzero(data == nl) + 1  # exclusive end of each line, its newline included
+        if ends[-1] != len(data):
+            ends = np.append(ends, len(data))  # a last line without a newline
+        starts = np.concatenate([[0], ends[:-1]])
+        if len(starts) < 2:
+            raise DepthlabError(f"data.split lines needs at least two lines; {path} has one; use --data.split tail")
+        perm = np.random.default_rng([seed, 2]).permutation(len(starts))
+        n_val = max(1, int(len(starts) * val_fraction))
+        _publish(entry, lambda tmp: _write_lines(tmp, data, starts, ends, perm, len(starts) - n_val, nl))
+    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+    tokens = np.memmap(entry / "tokens.bin", dtype=chars.dtype, mode="r", shape=(int(meta["n_tokens"]),))
+    return tokens, int(meta["n_train"])
+
+
+def _write_lines(tmp: Path, data: np.ndarray, starts: np.ndarray, ends: np.ndarray, perm: np.ndarray,
+                 n_train_lines: int, nl: int) -> None:
+    """Write the lines of ``data`` in the order ``perm`` to ``tmp/tokens.bin`` (+ meta.json)."""
+    n_tokens = n_train = 0
+    newline = np.array([nl], dtype=data.dtype)
+    with open(tmp / "tokens.bin", "wb") as out:
+        for b in range(0, len(perm), 1 << 16):
+            idx = perm[b: b + (1 << 16)]
+            parts = []
+            for k, i in enumerate(idx):
+                parts.append(data[starts[i]:ends[i]])
+                if data[ends[i] - 1] != nl:
+                    parts.append(newline)
+                if b + k + 1 == n_train_lines:
+                    n_train = n_tokens + sum(len(x) for x in parts)
+            chunk = np.concatenate(parts)
+            out.write(chunk.tobytes())
+            n_tokens += len(chunk)
+    meta = {"n_tokens": n_tokens, "n_train": n_train, "n_lines": len(perm), "n_train_lines": n_train_lines}
+    (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+# ------------------------------------------------------------------------- byte-level BPE
+BPE_FORMAT = 1
+PIECE_CHARS = 1 << 18  # text handed to the tokenizer per item: bounded memory, and parallel batches of it
+PIECES_PER_BATCH = 8
+
+
+def _safe_cut(text: str) -> int:
+    """An index where the text can be cut without changing its byte-level BPE encoding.
+
+    GPT-2's pre-tokenizer regex never joins a non-space character to the whitespace after it and
+    has no look-behind, so a cut between the two leaves every pre-token (and so every token) as
+    it was. Searched in the last 64 K characters; without such a place, the end (a text with no
+    whitespace at all may then encode differently across the cut).
+    """
+    for i in range(len(text) - 1, max(0, len(text) - 65536), -1):
+        if text[i].isspace() and not text[i - 1].isspace():
+            return i
+    return len(text)
+
+
+def _text_pieces(chars: np.ndarray, codepoints: np.ndarray, start: int, stop: int) -> Iterator[str]:
+    """The text of ``chars[start:stop]`` (character ids) in pieces of about PIECE_CHARS cut by :func:`_safe_cut`."""
+    carry = ""
+    pos = start
+    while pos < stop:
+        end = min(stop, pos + PIECE_CHARS)
+        text = carry + codepoints[np.asarray(chars[pos:end])].tobytes().decode("utf-32-le")
+        pos = end
+        cut = _safe_cut(text) if pos < stop else len(text)
+        text, carry = text[:cut], text[cut:]
+        if text:
+            yield text
+    if carry:
+        yield carry
+
+
+def train_bpe(pieces: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """Train a byte-level BPE (GPT-2's pre-tokenizer and alphabet, ``<|endoftext|>`` as id 0).
+
+    Args:
+        pieces: the training text, in pieces.
+        vocab_size: V wanted; fewer when the text has fewer pairs to merge.
+
+    Returns:
+        The trained tokenizer.
+    """
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    t = HFTokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    t.train_from_iterator(pieces, trainer)
+    return BPETokenizer(t, "trained tokenizer")
+
+
+def _bpe_corpus(entry: Path, split_key: str, chars: np.ndarray, vocab: list[str], n_train_chars: int,
+                vocab_size: int, tokenizer_json: Optional[str], log) -> tuple[BPETokenizer, np.ndarray, int]:
+    """Train (once per corpus and settings: cached) or take a BPE tokenizer, and encode both splits with it.
+
+    Returns:
+        (tokenizer, token ids (N,) as a read-only memmap, train tokens).
+    """
+    codepoints = np.array([ord(c) for c in vocab], dtype="<u4")
+    if tokenizer_json is None:
+        tdir = entry / f"bpe{vocab_size}-{split_key}-v{BPE_FORMAT}"
+        if not (tdir / "tokenizer.json").exists():
+            tok = train_bpe(_text_pieces(chars, codepoints, 0, n_train_chars), vocab_size)
+            _publish(tdir, lambda tmp: (tmp / "tokenizer.json").write_text(tok.json, encoding="utf-8"))
+        tokenizer_json = (tdir / "tokenizer.json").read_text(encoding="utf-8")
+        tok = BPETokenizer.from_str(tokenizer_json, str(tdir / "tokenizer.json"))
+        if log and tok.vocab_size < vocab_size:
+            log(f"BPE: data.vocab_size {vocab_size} asked, {tok.vocab_size} learned (the train text has no "
+                "more pairs to merge)")
+    else:
+        tok = BPETokenizer.from_str(tokenizer_json)
+    edir = entry / f"ids-{tok.sha256[:16]}-{split_key}-v{BPE_FORMAT}"
+    if not (edir / "meta.json").exists():
+        _publish(edir, lambda tmp: _encode_bpe(tmp, tok, chars, codepoints, n_train_chars))
+    meta = json.loads((edir / "meta.json").read_text(encoding="utf-8"))
+    tokens = np.memmap(edir / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(int(meta["n_tokens"]),))
+    return tok, tokens, int(meta["n_train"])
+
+
+def _encode_bpe(tmp: Path, tok: BPETokenizer, chars: np.ndarray, codepoints: np.ndarray, n_train_chars: int) -> None:
+    """Stream the train then the validation text through ``tok`` into ``tmp/tokens.bin`` (+ meta.json).
+
+    Each split is encoded on its own (no token straddles them); pieces go to ``encode_batch_fast``
+    in batches, which the Rust side encodes in parallel.
+    """
+    dtype = token_dtype(tok.vocab_size)
+    encode = getattr(tok.tok, "encode_batch_fast", tok.tok.encode_batch)
+    counts = []
+    with open(tmp / "tokens.bin", "wb") as out:
+        for start, stop in ((0, n_train_chars), (n_train_chars, len(chars))):
+            n = 0
+            batch: list[str] = []
+            for piece in _text_pieces(chars, codepoints, start, stop):
+                batch.append(piece)
+                if len(batch) == PIECES_PER_BATCH:
+                    n += _write_ids(out, encode(batch, add_special_tokens=False), dtype)
+                    batch = []
+            n += _write_ids(out, encode(batch, add_special_tokens=False), dtype) if batch else 0
+            counts.append(n)
+    meta = {"format": BPE_FORMAT, "n_tokens": sum(counts), "n_train": counts[0], "dtype": dtype.name,
+            "tokenizer_sha256": tok.sha256}
+    (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def _write_ids(out, encodings, dtype: np.dtype) -> int:
+    n = 0
+    for e in encodings:
+        ids = np.asarray(e.ids, dtype=dtype)
+        out.write(ids.tobytes())
+        n += len(ids)
+    return n
 
 
 def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random.Generator,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 import sys
 from typing import Callable, Optional
@@ -10,7 +9,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .data import CharTokenizer
+from .data import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
@@ -108,8 +107,8 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     return idx
 
 
-def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[GPT, CharTokenizer]:
-    """Load a trained model and its stored vocabulary from a run directory.
+def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[GPT, Tokenizer]:
+    """Load a trained model and its tokenizer from a run directory.
 
     Args:
         run_dir: a depthlab run directory.
@@ -117,35 +116,27 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
         device: where to put the model.
 
     Returns:
-        (model in eval mode, tokenizer).
+        (model in eval mode, tokenizer: the characters of the checkpoint, or the run's ``tokenizer.json``).
 
     Raises:
-        DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint.
+        DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint, missing or
+            replaced ``tokenizer.json``.
     """
     rd = RunDir(run_dir).require("checkpoints").path
-    ckdir = rd / ckpt.CKPT_DIR
-    if which not in ("best", "last"):
-        raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
-    if which == "best" and (ckdir / "best.safetensors").exists():
-        path = ckpt.verified_best(rd)
-    else:
-        import warnings
+    import warnings
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            entry = ckpt.latest_checkpoint(rd)
-        for w in caught:  # one clean line each, not Python's warning format
-            print(f"depthlab: warning: {w.message}", file=sys.stderr)
-        if entry is None:
-            raise DepthlabError(f"{rd} has no checkpoint yet")
-        path = ckdir / f"{entry['name']}.safetensors"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = ckpt.select_weights(rd, which)
+    for w in caught:  # one clean line each, not Python's warning format
+        print(f"depthlab: warning: {w.message}", file=sys.stderr)
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as e:
         raise DepthlabError(f"--device {device} is not available here ({_first_line(e)}); use --device cpu") from None
     sd, meta = ckpt.load_weights_file(path)
     mcfg = ckpt.model_config_from_meta(meta, path)
-    tok = CharTokenizer(json.loads(meta["vocab"]))
+    tok = ckpt.load_run_tokenizer(rd, meta, path)
     model = GPT(mcfg)
     ckpt.load_into(model, sd, path)
     return model.to(device).eval(), tok
@@ -155,7 +146,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
                 top_k: Optional[int] = 200, top_p: Optional[float] = None, seed: int = 1337,
                 num_samples: int = 1, which: str = "best", device: str = "cpu",
                 stream: Optional[Callable[[str], None]] = None) -> list[str]:
-    """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens characters).
+    """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens tokens).
 
     Args:
         stream: called with each piece of text as it is produced (prompt first).
@@ -173,7 +164,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
     if prompt:
         ids = tok.encode(prompt)
     else:  # start from a newline when the corpus has one, else its first symbol
-        prompt = "\n" if "\n" in tok.stoi else tok.vocab[0]
+        prompt = "\n" if "\n" in tok.vocab else tok.vocab[0]
         ids = tok.encode(prompt)
     g = torch.Generator(device=device).manual_seed(seed)
     texts = []
@@ -181,7 +172,8 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
         if stream:
             stream(("\n---------------\n" if i else "") + prompt)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
+        piece = tok.stream_decoder(prefix=ids)  # BPE: a character split across tokens prints once, whole
         out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
-                       on_token=(lambda i: stream(tok.vocab[i])) if stream else None)
+                       on_token=(lambda i: stream(piece(i))) if stream else None)
         texts.append(tok.decode(out[0].tolist()))
     return texts

@@ -218,7 +218,8 @@ class Trainer:
         self.device = resolve_device(t.device)
         if self.world_size > 1:
             self.device = self._init_distributed()
-        self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None)
+        self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None, seed=t.seed,
+                                          tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
         self.corpus.check_block_size(cfg.model.block_size, log=log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
         if len(vocab) == 1 and self.is_main:
@@ -248,16 +249,9 @@ class Trainer:
             raise
 
     def _init_from(self, rd: Path) -> None:
-        """Load the best weights of run ``rd`` into this fresh run's model (its optimizer stays new)."""
-        import json
-
-        path = rd / ckpt.CKPT_DIR / "best.safetensors"
-        if not path.exists():
-            raise DepthlabError(f"--init-from {rd}: no {ckpt.CKPT_DIR}/best.safetensors there")
-        sd, meta = ckpt.load_weights_file(path)
-        if json.loads(meta.get("vocab", "[]")) != self.corpus.tokenizer.vocab:
-            raise DepthlabError(f"--init-from {rd}: its vocabulary differs from this corpus's")
-        ckpt.load_into(self.raw_model, sd, path)
+        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into this fresh run's model."""
+        sd = ckpt.init_weights(rd, self.cfg.model, self.corpus.tokenizer)
+        ckpt.load_into(self.raw_model, sd, rd)
 
     def _set_threads(self) -> None:
         t = self.cfg.train
@@ -368,9 +362,10 @@ class Trainer:
             raise DepthlabError(f"cannot resume: {rd.path} is not a depthlab run directory (no config.json)")
         old, old_vocab = rd.config or {}, rd.vocab or []
         self._old_config = old
-        new = [c for c in vocab if c not in set(old_vocab)]
+        same_kind = (old.get("data") or {}).get("tokenizer", "char") == self.cfg.data.tokenizer
+        new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
         gone = [c for c in old_vocab if c not in set(vocab)]
-        if new or gone:
+        if same_kind and (new or gone):
             parts = []
             if new:
                 parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
@@ -409,6 +404,9 @@ class Trainer:
         rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
         if not resume:
             rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
+            tok_json = getattr(self.corpus.tokenizer, "json", None)  # BPE: the trained tokenizer
+            if tok_json is not None:
+                rundir.atomic_write(self.run_dir / rundir.TOKENIZER, tok_json.encode("utf-8"))
 
     def _load_resume(self, entry: dict) -> None:
         ckdir = self.run_dir / ckpt.CKPT_DIR
@@ -463,6 +461,24 @@ class Trainer:
         self.model.train(was_training)
         return out
 
+    def _bpc(self, val_loss: float) -> float:
+        """Bits per character of a val loss (mean nats/token over :meth:`evaluate`'s fixed val windows).
+
+        total nats / characters of the evaluated text / ln 2 = loss / (characters per target token
+        of those windows) / ln 2; a char run has one character per token, so loss / ln 2.
+        """
+        if getattr(self, "_val_chars_per_token", None) is None:
+            t = self.cfg.train
+            rng = np.random.default_rng([t.seed, 1, 1])  # the windows evaluate() draws for "val"
+            chars, tokens = self.corpus.tokenizer.token_chars, 0
+            total = 0.0
+            for _ in range(t.eval_iters):
+                _, y = get_batch(self.corpus.val, self.cfg.model.block_size, t.batch_size * self.world_size, rng)
+                total += float(chars[y.numpy()].sum())
+                tokens += y.numel()
+            self._val_chars_per_token = total / tokens if total > 0 else 1.0
+        return val_loss / self._val_chars_per_token / LN2
+
     def _state(self) -> dict:
         return {"step": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
                 "optimizer": self.optimizer.state_dict(),
@@ -475,8 +491,12 @@ class Trainer:
     def _meta(self) -> dict[str, str]:
         import json
 
-        return {"config": json.dumps(self.cfg.to_dict()),
-                "vocab": json.dumps(self.corpus.tokenizer.vocab, ensure_ascii=False)}
+        tok = self.corpus.tokenizer
+        meta = {"config": json.dumps(self.cfg.to_dict()), "vocab": json.dumps(tok.vocab, ensure_ascii=False),
+                "tokenizer": self.cfg.data.tokenizer}
+        if getattr(tok, "json", None) is not None:
+            meta["tokenizer_sha256"] = tok.sha256
+        return meta
 
     def _wall(self) -> float:
         """Seconds of training wall time, earlier sessions of a resumed run included."""
@@ -520,7 +540,7 @@ class Trainer:
     def _do_eval(self) -> None:
         losses = self.evaluate()
         tl, vl = losses["train"], losses["val"]
-        rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": vl / LN2,
+        rec = {"step": self.step, "train_loss": tl, "val_loss": vl, "val_bpc": self._bpc(vl),
                "val_ppl": val_perplexity(vl), "tokens_seen": self.tokens_seen,
                "elapsed_s": round(self._wall(), 3)}
         t = self.cfg.train
@@ -535,9 +555,10 @@ class Trainer:
         reached, self.patience_exhausted = agreed["target"], agreed["patience"]
         if reached and self.target_reached is None:
             self.target_reached = (self.step, rec["elapsed_s"])
-        self.metrics.log("eval", rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": vl / LN2})
+        self.metrics.log("eval", rec, {"train/loss_eval": tl, "val/loss": vl, "val/bpc": rec["val_bpc"]})
         ppl = "inf" if rec["val_ppl"] is None else f"{rec['val_ppl']:.2f}"
-        self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats ({vl / LN2:.3f} bits/char, ppl {ppl})")
+        self.log(f"eval step {self.step}: train {tl:.4f} val {vl:.4f} nats/token ({rec['val_bpc']:.3f} bits/char, "
+                 f"ppl {ppl})")
         for cb in self.callbacks:
             cb.on_eval(self, self.last_info, rec)
         self._save_agreed(is_best=is_best, val_loss=vl)
@@ -797,7 +818,7 @@ class Trainer:
     def _summary(self) -> dict:
         wall = self._wall()
         ev = self.last_eval
-        return {"best_val_loss": self.best_val, "best_val_bpc": self.best_val / LN2,
+        return {"best_val_loss": self.best_val, "best_val_bpc": self._bpc(self.best_val),
                 "best_val_step": self.best_step, "final_step": self.step,
                 "final_train_loss": ev.get("train_loss"), "final_val_loss": ev.get("val_loss"),
                 "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
