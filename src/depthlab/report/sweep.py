@@ -259,12 +259,12 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
             lab = f"{x.split('.')[-1]}={xv}" if x else None
             for vec, ls, suffix in ((a, "--", " init"), (b, "-", " end")):
                 if vec:
-                    pts = [(i + 1, v) for i, v in enumerate(vec) if v is not None and (which != "grad" or v > 0)]
+                    pts = [(i, v) for i, v in enumerate(vec) if v is not None and (which != "grad" or v > 0)]
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=c, marker=".", lw=1.3,
                                 label=(lab + suffix) if lab else suffix.strip())
         ax.set_title(g, fontsize=10)
-        ax.set_xlabel("block", fontsize=8)
+        ax.set_xlabel("block (0 = first)", fontsize=8)
         if which == "grad":
             ax.set_yscale("log")
             if j % cols == 0:
@@ -285,26 +285,28 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
 
 # ----------------------------------------------------------------------------- the page
 _PLOT_NOTES = {
-    "loss": ("Best validation loss vs depth", "loss vs depth",
+    "loss": ("Best validation loss vs {x}", "loss vs {x}",
              "Mean over seeds with ±1 sd error bars; dots are single seeds; horizontal lines are corpus baselines "
-             "(unigram: letter frequencies, bigram: previous letter only). A curve that rises with depth is the "
-             "degradation problem."),
+             "(unigram: letter frequencies, bigram: previous letter only).{depth_note}"),
     "curves": ("Learning curves", "learning curves",
                "Validation loss vs step, one panel per setting, one line per run (seeds share a colour)."),
     "grad": ("Gradient flow per block", "gradient norm per block",
              "L2 norm of each block's parameter gradients (dashed: at initialisation, solid: last gradient "
-             "record); colours are depths. A line falling towards block 1 is vanishing gradient flow to the "
-             "early blocks."),
+             "record); colours are values of {x}, blocks are numbered from 0. A line falling towards block 0 is "
+             "vanishing gradient flow to the early blocks."),
     "rank": ("Rank measure per block", "rank measure per block",
              "Dong et al. (2021) relative residual of the block output from rank one (0 = every token has the "
-             "same vector); dashed: at initialisation, solid: at the end."),
+             "same vector); dashed: at initialisation, solid: at the end; colours are values of {x}."),
 }
 
 
-def _figure_html(kind: str, path: Optional[Path]) -> str:
+def _figure_html(kind: str, path: Optional[Path], x: Optional[str]) -> str:
+    """Title, figure and caption, worded for the experiment's x axis (depth or any other field)."""
     if not path:
         return ""
-    title, alt, caption = _PLOT_NOTES[kind]
+    xname = (x or "setting").split(".")[-1]
+    depth_note = " A curve that rises with depth is the degradation problem." if x == "model.n_layer" else ""
+    title, alt, caption = (t.format(x=xname, depth_note=depth_note) for t in _PLOT_NOTES[kind])
     return f"<h3>{title}</h3>" + img_tag(path, alt=alt, caption=caption)
 
 
@@ -320,10 +322,11 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
         body.append("<h3>Summary</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in lines) + "</ul>")
     if trained:
         body.append(_figure_html("loss", plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{xname}.png",
-                                                   f"best validation loss vs {xname}")))
-        body.append(_figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png")))
+                                                   f"best validation loss vs {xname}"), x))
+        body.append(_figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png"), x))
     for which in ("grad", "rank"):
-        body.append(_figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png")))
+        body.append(_figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png"),
+                                 x))
     header, rows = aggregate_table(its, x, groups)
     table = html_table(rows, header=header) if rows else '<p class="muted">No finished runs yet.</p>'
     body.append("<h3>Table (mean over seeds)</h3>" + table)
