@@ -10,12 +10,17 @@ State-dict names follow GPT-2 (``transformer.wte``, ``.wpe``, ``.h.{i}.ln_1``, `
 pre-LN model maps to Hugging Face's GPT-2 with only the usual Conv1D transposes.
 Hook points (identity modules, TransformerLens names) let observers read activations without
 changing the maths; see :mod:`depthlab.analytics.activations`.
+
+Generation may keep the keys and values of the positions already seen in a :class:`KVCache`
+(:meth:`GPT.forward_cached`), so each new token costs one position's forward instead of the
+whole context's; the logits are the same function as :meth:`GPT.forward`'s (tests: 1e-5).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from functools import partial
+from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -23,7 +28,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 
-__all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "make_norm"]
+__all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "make_norm"]
 
 
 class HookPoint(nn.Module):
@@ -58,6 +63,45 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.Identity()
 
 
+class KVCache:
+    """Keys and values of the positions already encoded, one buffer pair per block (generation only).
+
+    Position ``t`` of the sequence being generated is stored at index ``t`` of every buffer, so
+    with learned absolute positions the cache holds at most ``block_size`` positions; what a
+    generator does when it is full is its choice (see :func:`depthlab.sample.generate`).
+
+    Args:
+        cfg: the model's config (n_layer, n_head, block_size, head_size).
+        batch_size: B, rows generated together.
+        device, dtype: where and in which dtype to keep the buffers (the model's parameters').
+
+    Attributes:
+        k, v: per block, (B, nh, block_size, hs); only ``[:, :, :pos]`` is meaningful.
+        pos: number of positions encoded so far (0 <= pos <= block_size).
+    """
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32):
+        shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_size)  # (B, nh, T_max, hs)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.n_layer)]
+        self.block_size = cfg.block_size
+        self.pos = 0
+
+    @property
+    def free(self) -> int:
+        """Positions still free (block_size - pos)."""
+        return self.block_size - self.pos
+
+    def reset(self) -> None:
+        """Forget every position (the buffers are reused, not cleared: pos bounds what is read)."""
+        self.pos = 0
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Block ``i``'s (k buffer, v buffer, pos) for :meth:`CausalSelfAttention.forward`."""
+        return self.k[i], self.v[i], self.pos
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (Vaswani et al. 2017), fused q/k/v projection.
 
@@ -75,22 +119,44 @@ class CausalSelfAttention(nn.Module):
         self.hook_pattern = HookPoint()
         self.explicit = False
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x (B, T, C). Returns: (B, T, C)."""
+    def forward(self, x: torch.Tensor, kv: Optional[tuple[torch.Tensor, torch.Tensor, int]] = None
+                ) -> torch.Tensor:
+        """Causal attention of the T new positions over themselves and any cached ones.
+
+        Args:
+            x: (B, T, C), the new positions.
+            kv: None (x is the whole sequence), or ``(k_buf, v_buf, pos)`` from
+                :meth:`KVCache.layer`: x holds positions pos..pos+T-1; their keys and values are
+                written into the buffers (B, nh, block_size, hs) and attention reads
+                positions 0..pos+T-1.
+
+        Returns:
+            (B, T, C).
+        """
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if kv is not None:
+            k_buf, v_buf, pos = kv
+            k_buf[:, :, pos:pos + T] = k
+            v_buf[:, :, pos:pos + T] = v
+            k, v = k_buf[:, :, :pos + T], v_buf[:, :, :pos + T]  # (B, nh, S, hs), S = pos + T
+        S = k.size(2)  # key positions; query i (absolute position S - T + i) sees keys 0..S - T + i
         if self.explicit or self.hook_pattern._forward_hooks:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, T)
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # (B, nh, T, S)
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             att = self.hook_pattern(att)
             y = self.attn_dropout(att) @ v  # (B, nh, T, hs)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
-                                               is_causal=True)  # (B, nh, T, hs)
+            p = self.dropout if self.training else 0.0
+            if S == T or T == 1:  # whole causal square, or one query that sees every key
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=S == T)
+            else:
+                mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
         return self.c_proj(y)
 
@@ -145,7 +211,8 @@ class Block(nn.Module):
         for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"):
             setattr(self, name, HookPoint())
 
-    def _sublayer(self, x: torch.Tensor, fn: nn.Module, ln: nn.Module, hook: HookPoint,
+    def _sublayer(self, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], ln: nn.Module,
+                  hook: HookPoint,
                   alpha: Optional[torch.Tensor]) -> torch.Tensor:
         v = self.variant
         if v == "prenorm":
@@ -159,10 +226,12 @@ class Block(nn.Module):
             return x + alpha * s
         return ln(self.deepnorm_alpha * x + s)  # deepnorm
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Args: x (B, T, C) residual stream. Returns: (B, T, C)."""
+    def forward(self, x: torch.Tensor, kv: Optional[tuple[torch.Tensor, torch.Tensor, int]] = None
+                ) -> torch.Tensor:
+        """Args: x (B, T, C) residual stream; kv: see :meth:`CausalSelfAttention.forward`. Returns: (B, T, C)."""
+        attn = self.attn if kv is None else partial(self.attn, kv=kv)
         x = self.hook_resid_pre(x)
-        x = self._sublayer(x, self.attn, self.ln_1, self.hook_attn_out, getattr(self, "alpha_attn", None))
+        x = self._sublayer(x, attn, self.ln_1, self.hook_attn_out, getattr(self, "alpha_attn", None))
         x = self.hook_resid_mid(x)
         x = self._sublayer(x, self.mlp, self.ln_2, self.hook_mlp_out, getattr(self, "alpha_mlp", None))
         return self.hook_resid_post(x)
@@ -255,3 +324,37 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
+
+    def new_kv_cache(self, batch_size: int) -> KVCache:
+        """An empty :class:`KVCache` for ``batch_size`` rows, on the device and in the dtype of the weights."""
+        w = self.lm_head.weight
+        return KVCache(self.config, batch_size, w.device, w.dtype)
+
+    def forward_cached(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Next-token logits after appending ``idx`` to the positions in ``cache`` (generation only).
+
+        Computes the same function as ``forward(all ids so far)[0][:, -1]`` (the cache holds the
+        keys/values of positions 0..cache.pos-1), but only for the T new positions, and the head
+        only for the last one. Advances ``cache.pos`` by T.
+
+        Args:
+            idx: (B, T) int64, the ids at positions cache.pos .. cache.pos + T - 1.
+            cache: from :meth:`new_kv_cache` (same B).
+
+        Returns:
+            logits (B, V) of the last new position (float, the head's dtype).
+
+        Raises:
+            ValueError: if cache.pos + T > block_size (absolute positions end there).
+        """
+        B, T = idx.shape
+        pos0 = cache.pos
+        if T > cache.free:
+            raise ValueError(f"{T} new positions after {pos0} exceed block_size {self.config.block_size}")
+        pos = torch.arange(pos0, pos0 + T, device=idx.device)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, kv=cache.layer(i))
+        cache.pos = pos0 + T
+        x = self.transformer.ln_f(x[:, -1, :])  # (B, C): the head only where the next token is read
+        return self.lm_head(x)  # (B, V)

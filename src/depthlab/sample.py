@@ -64,12 +64,46 @@ def filter_logits(logits: torch.Tensor, top_k: Optional[int] = None, top_p: Opti
     return logits
 
 
+def _next_logits_fn(model: GPT, kv_cache: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A function ids (B, n) -> next-token logits (B, V) implementing one context policy.
+
+    Without the cache: the last block_size ids, re-encoded in full for every token (nanoGPT).
+    With it: only the ids not yet in the :class:`~depthlab.model.KVCache` are encoded. The first
+    call encodes the last block_size ids of the prompt. When appending would pass block_size
+    (learned absolute positions end there), the cache is emptied and the last
+    ``max(1, block_size // 2)`` ids are re-encoded at positions 0.. (one half-window forward per
+    half-window of new tokens). Until then both policies see the same context; past it the
+    cached one sees between block_size/2 and block_size ids instead of always block_size, so
+    sampled text differs from the cropped policy's there.
+    """
+    bs = model.config.block_size
+    if not kv_cache:
+        return lambda idx: model(idx[:, -bs:])[0][:, -1, :]
+    keep = max(1, bs // 2)
+    state: dict = {"cache": None, "seen": 0}  # seen = len(ids) at the previous call
+
+    def step(idx: torch.Tensor) -> torch.Tensor:
+        cache, n = state["cache"], idx.size(1)
+        if cache is None:
+            cache = state["cache"] = model.new_kv_cache(idx.size(0))
+            ctx = idx[:, -bs:]
+        elif n - state["seen"] > cache.free:
+            cache.reset()
+            ctx = idx[:, -keep:]
+        else:
+            ctx = idx[:, state["seen"]:]
+        state["seen"] = n
+        return model.forward_cached(ctx, cache)
+
+    return step
+
+
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
-             on_token: Optional[Callable[[int], None]] = None) -> torch.Tensor:
-    """Extend ``idx`` by ``max_new_tokens`` tokens, cropping the context to the last block_size.
+             on_token: Optional[Callable[[int], None]] = None, kv_cache: bool = True) -> torch.Tensor:
+    """Extend ``idx`` by ``max_new_tokens`` tokens.
 
     Args:
         model: a GPT (put in eval mode for the call; its previous mode is restored).
@@ -79,6 +113,10 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
         top_k, top_p: see :func:`filter_logits`.
         generator: torch RNG for reproducible sampling.
         on_token: called with each new id of row 0 (streaming output).
+        kv_cache: keep keys/values of past positions (one position's forward per token); False
+            re-encodes the last block_size ids for every token (nanoGPT's crop). Both give the
+            same logits (to float rounding, ~1e-6) while T + N <= block_size; past it the cache
+            re-encodes the last half-window when full (see :func:`_next_logits_fn`).
 
     Returns:
         (B, T + N) int64 ids.
@@ -90,10 +128,9 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     was_training = model.training
     model.eval()
     try:
-        bs = model.config.block_size
+        next_logits = _next_logits_fn(model, kv_cache)
         for _ in range(max_new_tokens):
-            logits, _ = model(idx[:, -bs:])
-            logits = logits[:, -1, :].float()  # (B, V): only the last position is needed
+            logits = next_logits(idx).float()  # (B, V): only the last position is needed
             if temperature < 1e-5:  # below this, logits/T overflows float32: greedy is the limit anyway
                 nxt = logits.argmax(dim=-1, keepdim=True)
             else:
@@ -145,11 +182,12 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
 def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500, temperature: float = 0.8,
                 top_k: Optional[int] = 200, top_p: Optional[float] = None, seed: int = 1337,
                 num_samples: int = 1, which: str = "best", device: str = "cpu",
-                stream: Optional[Callable[[str], None]] = None) -> list[str]:
+                stream: Optional[Callable[[str], None]] = None, kv_cache: bool = True) -> list[str]:
     """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens tokens).
 
     Args:
         stream: called with each piece of text as it is produced (prompt first).
+        kv_cache: see :func:`generate` (False = re-encode the cropped context for every token).
 
     Returns:
         The generated texts, prompt included.
@@ -174,6 +212,6 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         piece = tok.stream_decoder(prefix=ids)  # BPE: a character split across tokens prints once, whole
         out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
-                       on_token=(lambda i: stream(piece(i))) if stream else None)
+                       on_token=(lambda i: stream(piece(i))) if stream else None, kv_cache=kv_cache)
         texts.append(tok.decode(out[0].tolist()))
     return texts
