@@ -15,6 +15,7 @@ from depthlab.data import get_batch
 from depthlab.errors import DepthlabError
 from depthlab.sample import load_run, sample_text
 from depthlab.trainer import Trainer
+from depthlab.trainer import train as bare_train
 
 from conftest import QUIET, TINY_TEXT, tiny_config
 
@@ -164,8 +165,8 @@ def test_bpe_run_samples_resumes_exports_and_restarts_from_its_export(tmp_path, 
 
 
 def test_resume_with_another_tokenizer_names_both(tmp_path, bpe_file):
-    run = train(tiny_config(tmp_path / "r", bpe_file, model=dict(block_size=64), train=dict(max_iters=5)), **QUIET)
+    run = bare_train(tiny_config(tmp_path / "r", bpe_file, model=dict(block_size=64), train=dict(max_iters=5)), **QUIET)
     cfg = _bpe_run(tmp_path, bpe_file, max_iters=10, resume=True, out_dir=str(run))
     with pytest.raises(DepthlabError) as e:
-        train(cfg, **QUIET)
+        bare_train(cfg, **QUIET)
     assert "data.tokenizer 'char' -> 'bpe'" in str(e.value) and "data.vocab_size None -> 300" in str(e.value)
