@@ -385,8 +385,6 @@ class _Killed(BaseException):
     """Stands for SIGKILL: nothing in the trainer may catch it."""
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: save_checkpoint replaces best.safetensors before the manifest "
-                                       "that records its sha256, so a kill in between leaves no verifiable best")
 def test_kill_before_manifest_keeps_best_verifiable(tmp_path, tiny_text_file, monkeypatch):
     """A process killed after writing a new best's weights but before the manifest: `sample` still works."""
     run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)

@@ -303,3 +303,28 @@ def test_config_json_records_what_auto_resolved_to(tmp_path, tiny_text_file, cap
     assert c["resolved"]["device"] == "cpu" and c["resolved"]["threads"] == 1
     assert f"device cpu, {c['resolved']['dtype']}, 1 thread," in banner
     assert main(["train", "--resume", str(out), "--train.max_iters", "8"]) == 0  # config.json reads back
+
+
+def test_kill_between_new_best_and_its_manifest_entry_keeps_best_loadable(tmp_path, tiny_text_file, monkeypatch):
+    import depthlab.checkpoint as ckpt
+    from depthlab.sample import load_run
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    real, writes = ckpt.atomic_write, []
+
+    def dies_at_second_manifest_of_a_save(path, data):
+        writes.append(path.name)
+        if path.name == "manifest.json" and writes.count("manifest.json") == 2:
+            raise KeyboardInterrupt  # the second manifest write of step 6's save: best.safetensors is new
+        real(path, data)
+
+    monkeypatch.setattr(ckpt, "atomic_write", dies_at_second_manifest_of_a_save)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=6, eval_interval=2)), **QUIET)
+    monkeypatch.undo()
+    assert writes[-2:] == ["best.safetensors", "manifest.json"]
+    m = json.loads((run / "checkpoints" / "manifest.json").read_text())
+    assert m["best"]["step"] == 4 and m["checkpoints"][-1]["step"] == 6
+    model, _ = load_run(run)  # best.safetensors holds step 6's bytes, vouched for by the step-6 entry
+    sd6, _ = ckpt.load_weights_file(run / "checkpoints" / "step-000006.safetensors")
+    assert torch.equal(model.lm_head.weight, sd6["transformer.wte.weight"])

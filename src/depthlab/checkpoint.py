@@ -146,12 +146,16 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dic
     ckpts = [c for c in manifest["checkpoints"] if c["step"] != step] + [entry]
     drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
     manifest["checkpoints"] = ckpts
+    manifest["format"] = FORMAT_VERSION
+    # The manifest first lists the new step checkpoint with the old best; only then is best replaced,
+    # then named. A kill between the two leaves best.safetensors holding the bytes of a listed step
+    # checkpoint, which verified_best accepts; no moment leaves a best that nothing vouches for.
+    atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
     if is_best:
         atomic_write(ckdir / "best.safetensors", wbytes)
         manifest["best"] = {"step": step, "val_loss": val_loss,
                             "files": {"best.safetensors": entry["files"][f"{name}.safetensors"]}}
-    manifest["format"] = FORMAT_VERSION
-    atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+        atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
     for c in drop:  # only after the manifest no longer names them
         for f in c["files"]:
             try:
@@ -172,16 +176,25 @@ def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:
 def verified_best(run_dir: Path) -> Path:
     """Path of ``best.safetensors`` after checking its sha256 against the manifest.
 
+    Accepted when the hash is the manifest's ``best`` entry, or (after a kill between writing a new
+    best and recording it) the hash of a step checkpoint the manifest lists.
+
     Raises:
         DepthlabError: missing, or its hash differs (names the file and suggests ``--checkpoint last``).
     """
     ckdir = Path(run_dir) / CKPT_DIR
     manifest = _read_manifest(ckdir)
     best = manifest.get("best") or {}
-    if not best or _verified(ckdir, best.get("files", {})) is not None:
-        raise DepthlabError(f"{ckdir / 'best.safetensors'} is missing or does not match its sha256 in "
-                            "manifest.json (corrupt or replaced); try --checkpoint last")
-    return ckdir / "best.safetensors"
+    if best and _verified(ckdir, best.get("files", {})) is None:
+        return ckdir / "best.safetensors"
+    path = ckdir / "best.safetensors"
+    if best and path.exists():  # a kill between writing a new best and naming it: its bytes are a step's
+        digest = sha256_file(path)
+        listed = {h for c in manifest["checkpoints"] for f, h in c["files"].items() if f.endswith(".safetensors")}
+        if digest in listed:
+            return path
+    raise DepthlabError(f"{path} is missing or does not match its sha256 in manifest.json (corrupt or "
+                        "replaced); try --checkpoint last")
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:
