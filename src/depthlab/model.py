@@ -351,8 +351,8 @@ class GPT(nn.Module):
         pos0 = cache.pos
         if T > cache.free:
             raise ValueError(f"{T} new positions after {pos0} exceed block_size {self.config.block_size}")
-        pos = torch.arange(pos0, pos0 + T, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        wpe = self.transformer.wpe.weight[pos0:pos0 + T]  # (T, C): rows = positions (a slice, no lookup op)
+        x = self.transformer.drop(self.transformer.wte(idx) + wpe)  # (B, T, C)
         for i, block in enumerate(self.transformer.h):
             x = block(x, kv=cache.layer(i))
         cache.pos = pos0 + T
