@@ -40,11 +40,14 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
 
     Returns:
         ``{"config": {...model fields...}, "loss": initial loss (nats), "uniform_nats": ln V,
-        "layers": [{"block", "grad_norm", "mean_abs_grad", "act_rms", "rank_measure",
+        "norm_eps": the norm's eps (None without a norm), "layers": [{"block", "grad_norm",
+        "mean_abs_grad", "weight_norm", "act_rms", "attn_out_rms", "mlp_out_rms", "rank_measure",
         "token_cosine", "attn_entropy", "attn_entropy_uniform"}, ...]}``; ``grad_norm`` is the L2
         norm over all of the block's parameter gradients, ``mean_abs_grad`` the mean |grad| over
-        their elements, ``act_rms`` the RMS of the block's output (``hook_resid_post``) and
-        ``rank_measure`` Dong et al.'s relative residual of that output (None where undefined).
+        their elements, ``weight_norm`` the L2 norm of the block's weights, ``act_rms`` the RMS of
+        the block's output (``hook_resid_post``), ``attn_out_rms`` / ``mlp_out_rms`` those of the
+        sublayer outputs before any norm or shortcut (``hook_attn_out`` / ``hook_mlp_out``) and
+        ``rank_measure`` Dong et al.'s relative residual of the block output (None where undefined).
 
     Raises:
         DepthlabError: bad sizes or an unreadable corpus.
@@ -75,8 +78,16 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
             torch.set_flush_denormal(False)
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
                                                         "block_size", "activation", "init")},
-            "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size),
+            "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
+
+
+def _norm_eps(model) -> Optional[float]:
+    """The eps of the model's LayerNorm / RMSNorm (RMSNorm's ``None`` is float32's machine eps), or None."""
+    for m in model.modules():
+        if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+            return float(m.eps) if m.eps is not None else float(torch.finfo(torch.float32).eps)
+    return None
 
 
 def probe_model(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
@@ -101,7 +112,8 @@ def probe_model(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict
 
     n = len(batches)
     L = len(model.transformer.h)
-    acc = {k: [0.0] * L for k in ("act_rms", "rank_measure", "token_cosine", "attn_entropy")}
+    acc = {k: [0.0] * L for k in ("act_rms", "attn_out_rms", "mlp_out_rms", "rank_measure", "token_cosine",
+                                  "attn_entropy")}
     undefined = [False] * L
     loss_sum = 0.0
     u = math.nan
@@ -114,13 +126,17 @@ def probe_model(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict
             rm, tc = st["rank_measure"][i], st["token_cosine"][i]
             undefined[i] |= rm is None
             acc["act_rms"][i] += st["resid_rms"][i] / n
+            acc["attn_out_rms"][i] += st["attn_out_rms"][i] / n
+            acc["mlp_out_rms"][i] += st["mlp_out_rms"][i] / n
             acc["rank_measure"][i] += (rm if rm is not None else 0.0) / n
             acc["token_cosine"][i] += (tc if tc is not None else 0.0) / n
             heads = torch.tensor(st["attn_entropy"][i], dtype=torch.float32)
             acc["attn_entropy"][i] += float(heads.mean()) / n
     stats = GradientMonitor(model).grad_stats()
     layers = [{"block": i, "grad_norm": stats.grad_norm_block[i], "mean_abs_grad": stats.mean_abs_grad_block[i],
-               "act_rms": acc["act_rms"][i], "rank_measure": None if undefined[i] else acc["rank_measure"][i],
+               "weight_norm": stats.weight_norm_block[i], "act_rms": acc["act_rms"][i],
+               "attn_out_rms": acc["attn_out_rms"][i], "mlp_out_rms": acc["mlp_out_rms"][i],
+               "rank_measure": None if undefined[i] else acc["rank_measure"][i],
                "token_cosine": None if undefined[i] else acc["token_cosine"][i],
                "attn_entropy": acc["attn_entropy"][i], "attn_entropy_uniform": u} for i in range(L)]
     return {"loss": loss_sum / n, "grad_norm_total": stats.total_norm, "layers": layers}
@@ -158,9 +174,24 @@ def _ratio(a: float, b: float) -> float:
     return a / b
 
 
-def _gradient_check(result: dict, vanish: float, explode: float) -> tuple[Optional[str], Optional[str]]:
-    """(finding, all-clear) about gradient magnitude across depth: block 0 vs the last block."""
-    g = [r["grad_norm"] for r in result["layers"]]
+ADAMW_EPS = 1e-8
+"""torch.optim.AdamW's default eps, which the trainer uses: per-element gradients near it get damped steps."""
+
+
+def _relative_grads(result: dict) -> Optional[list[float]]:
+    """Per block ||grad|| / ||weights|| (dimensionless), or None when weight norms were not recorded."""
+    lay = result["layers"]
+    if not all((r.get("weight_norm") or 0) > 0 for r in lay):
+        return None
+    return [r["grad_norm"] / r["weight_norm"] for r in lay]
+
+
+def _gradient_check(result: dict, vanish: float, explode: float, tiny: float) -> tuple[Optional[str], Optional[str]]:
+    """(finding, all-clear) about gradient magnitude: across depth (block 0 vs the last block) and
+    absolutely (||grad|| / ||weights|| of every block below ``tiny``; ReZero is exempt, its blocks
+    are the identity at init by design)."""
+    lay = result["layers"]
+    g = [r["grad_norm"] for r in lay]
     L = len(g)
     gr = _ratio(g[0], g[-1]) if L > 1 else 1.0
     zero_g = [i for i, v in enumerate(g) if v == 0.0]
@@ -169,13 +200,28 @@ def _gradient_check(result: dict, vanish: float, explode: float) -> tuple[Option
                 "nats), so nothing can learn.", None)
     if zero_g:
         return f"gradients are exactly 0 in blocks {_spans(zero_g)}: those blocks cannot learn.", None
+    rel = _relative_grads(result)
+    tiny_all = rel is not None and max(rel) < tiny and result.get("config", {}).get("variant") != "rezero"
     if L > 1 and gr < vanish:
         return (f"vanishing gradients: block 0 receives {gr:.1e} x the gradient of block {L - 1} "
                 f"({g[0]:.2e} vs {g[-1]:.2e}); the early blocks will barely learn.", None)
     if L > 1 and gr > explode:
         return (f"exploding gradients toward the input: block 0 receives {gr:.1e} x the gradient of block "
                 f"{L - 1} ({g[0]:.2e} vs {g[-1]:.2e}).", None)
-    return None, f"gradient magnitude (block 0 / block {L - 1} ratio {gr:.2g})"
+    if tiny_all:
+        m = [r["mean_abs_grad"] for r in lay]
+        txt = (f"tiny gradients in every block: gradient norms {min(g):.1e} to {max(g):.1e}, only {min(rel):.1e} to "
+               f"{max(rel):.1e} of the blocks' weight norms (a healthy init gives well above {tiny:g}); they do not "
+               f"vanish with depth (block 0 / block {L - 1} ratio {gr:.2g}), they are small everywhere: the loss "
+               "hardly depends on the blocks' weights.")
+        if min(m) < 10 * ADAMW_EPS:
+            txt += (f" Mean |grad| per element is {min(m):.1e} to {max(m):.1e}, near AdamW's eps {ADAMW_EPS:g}, "
+                    "which shrinks the optimizer's steps as well.")
+        return txt, None
+    rel_txt = f"||grad|| / ||weights|| {min(rel):.1e} to {max(rel):.1e}, " if rel is not None else ""
+    if rel is not None and max(rel) < tiny:  # ReZero: its blocks are the identity at init, by design
+        rel_txt = rel_txt.replace(", ", " (only the alpha gates get gradient at init), ")
+    return None, f"gradient magnitude ({rel_txt}block 0 / block {L - 1} ratio {gr:.2g})"
 
 
 def _activation_check(layers: list[dict], act_change: float) -> tuple[Optional[str], Optional[str]]:
@@ -189,10 +235,45 @@ def _activation_check(layers: list[dict], act_change: float) -> tuple[Optional[s
                 f"(block 0 RMS {a[0]:.2e}); every later block and the gradient reaching the lower blocks "
                 "see nothing -- there is no normalisation and no shortcut to keep the signal alive.", None)
     if L > 1 and (ar > act_change or ar < 1 / act_change):
-        word = "grow" if ar > 1 else "shrink"
-        return (f"activations {word} by {ar:.1e} x across depth (RMS {a[0]:.2e} at block 0 -> "
+        word, fold = ("grow", ar) if ar > 1 else ("shrink", 1 / ar)
+        return (f"activations {word} {fold:.1e}-fold across depth (RMS {a[0]:.2e} at block 0 -> "
                 f"{a[-1]:.2e} at block {L - 1}).", None)
     return None, f"activation scale (RMS {a[0]:.2g} -> {a[-1]:.2g})"
+
+
+def _eps_check(result: dict) -> Optional[str]:
+    """The mechanism when a norm cannot normalise: its input is smaller than sqrt(eps).
+
+    LayerNorm / RMSNorm compute y / sqrt(var(y) + eps) (weights 1 at init), so their output has
+    RMS ~1 unless var(y) < eps; then they divide by the constant sqrt(eps) and pass a small signal
+    on as a small signal. Checked for the variants whose block output is a norm's output (plain,
+    postnorm, deepnorm); the last block's RMS below 0.5 is the sign.
+    """
+    cfg, lay = result.get("config", {}), result["layers"]
+    a = [r["act_rms"] for r in lay]
+    if cfg.get("variant") not in ("plain", "postnorm", "deepnorm") or cfg.get("norm") in (None, "none"):
+        return None
+    if not a or not (0 < a[-1] < 0.5) or not all(math.isfinite(v) for v in a):
+        return None
+    name = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}.get(cfg["norm"], cfg["norm"])
+    low = [i for i, v in enumerate(a) if v < 0.5]
+    eps = result.get("norm_eps")
+    txt = (f"mechanism: {name}'s eps dominates. A norm's output should have RMS ~1, but blocks {_spans(low)} "
+           f"give {min(a[i] for i in low):.1e} to {max(a[i] for i in low):.1e}")
+    if eps:
+        txt += f": what the norm receives is smaller than sqrt(eps) = {math.sqrt(eps):.1e}"
+    s0 = [lay[0].get(k) for k in ("attn_out_rms", "mlp_out_rms")]
+    if cfg["variant"] == "plain" and all(v is not None for v in s0):
+        txt += f" (block 0's sublayer outputs: attention RMS {s0[0]:.1e}, MLP {s0[1]:.1e})"
+    txt += ", so norm(y) = y / sqrt(var(y) + eps) ~ y / sqrt(eps) scales by a constant instead of normalising"
+    if len(a) > 1:
+        gain = (a[-1] / a[0]) ** (1 / (len(a) - 1))
+        txt += (f"; each block passes on ~{gain:.2g} x the scale it receives, so the signal fades geometrically"
+                if gain < 0.9 else "; the stream stays at that small scale")
+    return (txt + f". The initial weights (model.init {cfg.get('init', '?')}) at width {cfg.get('n_embd', '?')} "
+            "make the sublayer outputs this small; a wider model gets outputs above sqrt(eps), its norm restores "
+            "RMS ~1, and then only the rank can collapse -- a different mechanism. A shortcut (model.variant "
+            "prenorm) or larger initial weights (model.init torch) avoid this one.")
 
 
 def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[Optional[str], Optional[str]]:
@@ -212,13 +293,16 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[O
 
 
 def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
-                    collapse: float = 0.05) -> list[str]:
-    """Plain-words reading of a :func:`probe_at_init` result: what breaks, and where.
+                    collapse: float = 0.05, tiny_grad: float = 1e-4) -> list[str]:
+    """Plain-words reading of a :func:`probe_at_init` result: what breaks, where, and by which mechanism.
 
     Each check is measured, not assumed: gradient ratio first/last block (vanishing below
-    ``vanish``, exploding above ``explode``), activation RMS change across depth (beyond
-    ``act_change`` either way, or reaching exactly 0 = underflow), and the rank measure of the
-    deepest block (below ``collapse`` = token representations collapse, Dong et al. 2021).
+    ``vanish``, exploding above ``explode``) and absolute gradient size (every block's
+    ||grad|| / ||weights|| below ``tiny_grad``; healthy inits at depth 16 measured ~1e-3 for
+    post-LN and DeepNorm, ~3e-2 for pre-LN, ~0.5 for plain at width 192), activation
+    RMS change across depth (beyond ``act_change`` either way, or reaching exactly 0 = underflow),
+    a norm whose input is below sqrt(eps) (it then cannot normalise), and the rank measure of
+    the deepest block (below ``collapse`` = token representations collapse, Dong et al. 2021).
 
     Returns:
         Sentences, most important first; the last one says which failure modes were *not* found.
@@ -230,7 +314,9 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     if nonfinite or not math.isfinite(result.get("loss", 0.0)):
         out.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
     underflow = any(r["act_rms"] == 0.0 for r in lay)
-    checks = [_gradient_check(result, vanish, explode), _activation_check(lay, act_change),
+    act = _activation_check(lay, act_change)
+    eps = _eps_check(result)
+    checks = [_gradient_check(result, vanish, explode, tiny_grad), act, (eps, None),
               _rank_check(lay, collapse, underflow)]
     out += [bad for bad, _ in checks if bad]
     ok = [fine for _, fine in checks if fine]
@@ -244,7 +330,8 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     if cfg.get("variant") == "rezero":
         out.append("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
                    "gradient; the sublayer weights start learning once the alphas move.")
-    if any(s.startswith("rank collapse") for s in out) and not any(s.startswith("vanishing") for s in out):
+    if (any(s.startswith("rank collapse") for s in out) and eps is None
+            and not any(s.startswith(("vanishing", "tiny gradients")) for s in out)):
         out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
                    "failure is in the token representations.")
     return out
@@ -294,7 +381,8 @@ def plot_probe(result: dict, path: Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("block")
         ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"depthlab probe at init: {cfg.get('variant')} + {cfg.get('norm')}, {cfg.get('n_layer')} blocks")
+    wiring = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
+    fig.suptitle(f"depthlab probe at init: {wiring}, {cfg.get('n_layer')} blocks x {cfg.get('n_embd')} wide")
     import io
 
     from ..rundir import atomic_write
