@@ -253,6 +253,13 @@ class Corpus:
         """Validation token ids, shape (N - n_train,)."""
         return self.tokens[self.n_train:]
 
+    @property
+    def val_chars_per_token(self) -> float:
+        """Characters per token of the validation split (1.0 for chars): bits/char = nats/token / this / ln 2."""
+        tc = self.tokenizer.token_chars
+        counts = np.bincount(np.asarray(self.val), minlength=len(tc))
+        return float(counts @ tc) / max(1, len(self.val))
+
     def check_block_size(self, block_size: int, log=None) -> None:
         """Make sure both splits hold at least ``block_size + 1`` tokens.
 

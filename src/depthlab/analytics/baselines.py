@@ -125,17 +125,22 @@ def bigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int,
     return float(-logp.mean())
 
 
-def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int) -> dict[str, Any]:
-    """Uniform, unigram and bigram cross-entropies in nats and bits per character.
+def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int,
+                     chars_per_token: float = 1.0) -> dict[str, Any]:
+    """Uniform, unigram and bigram cross-entropies in nats per token and bits per character.
+
+    ``nats`` are per token, like the model's loss (``bigram_stuck`` compares like with like);
+    ``bits_per_char`` divides by the validation text's characters per token (1 for chars, more for BPE).
 
     Args:
         train: train token ids, shape (N,).
         val: validation token ids, shape (M,).
         vocab_size: V.
+        chars_per_token: characters per token of the validation text (:attr:`Corpus.val_chars_per_token`).
 
     Returns:
-        ``{"uniform": {"nats": x, "bits_per_char": x / ln 2}, "unigram": {...}, "bigram": {...},
-        "vocab_size": V}`` (the format of ``baselines.json``).
+        ``{"uniform": {"nats": x, "bits_per_char": x / chars_per_token / ln 2}, "unigram": {...},
+        "bigram": {...}, "vocab_size": V, "chars_per_token": c}`` (the format of ``baselines.json``).
 
     Raises:
         DepthlabError: splits too short or ids out of range.
@@ -144,8 +149,9 @@ def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int) -> dic
     for name, nats in (("uniform", uniform_nats(vocab_size)),
                        ("unigram", unigram_nats(train, val, vocab_size)),
                        ("bigram", bigram_nats(train, val, vocab_size))):
-        out[name] = {"nats": nats, "bits_per_char": nats / LN2}
+        out[name] = {"nats": nats, "bits_per_char": nats / chars_per_token / LN2}
     out["vocab_size"] = int(vocab_size)
+    out["chars_per_token"] = float(chars_per_token)
     return out
 
 
@@ -179,7 +185,8 @@ class BaselinesCallback(Callback):
         c = run.corpus
         key = (getattr(c, "sha256", None), getattr(c, "n_train", None), len(c.tokens))
         if key not in self._cache:
-            self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab))
+            self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab),
+                                                getattr(c, "val_chars_per_token", 1.0))
         b = self._cache[key]
         write_baselines(run.run_dir, b)
         run.log(format_baselines(b))

@@ -596,8 +596,8 @@ def _recompute_baselines(config: dict) -> Optional[dict]:
         from ..data import load_corpus
         from .baselines import corpus_baselines
 
-        c = load_corpus(DataConfig(**config.get("data", {})))
-        return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab))
+        c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
+        return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab), c.val_chars_per_token)
     except Exception:  # noqa: BLE001 - corpus moved/deleted: diagnose without the bigram rule
         return None
 

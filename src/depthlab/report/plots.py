@@ -709,7 +709,7 @@ def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
 
     try:
         cfg = RunConfig.from_dict(run.config)
-        corpus = load_corpus(cfg.data)
+        corpus = load_corpus(cfg.data, seed=cfg.train.seed)
     except Exception:  # noqa: BLE001 - corpus moved or config from another version: no snippet
         return None
     val = corpus.val
@@ -749,6 +749,8 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
     try:
         model, tok = load_run(run.run_dir, "best")
     except DepthlabError:
+        return None
+    if not hasattr(tok, "stoi"):  # the labels are characters: a BPE run gets no attention figure (yet)
         return None
     T = min(max_len, model.config.block_size)
     text = snippet[:T] if snippet else (_val_snippet(run, tok, T) if run.config else None)

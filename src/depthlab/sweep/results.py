@@ -130,7 +130,11 @@ def _status(d: dict, exists: bool) -> str:
 def _metric_cells(d: dict, best: Optional[float]) -> dict:
     """best_val_bpc, tokens_per_sec, grad_ratio_first_last, last_block_rank, diagnosis of one run."""
     s = d["summary"] or {}
-    row: dict[str, Any] = {"best_val_bpc": best / math.log(2) if best is not None else None,
+    per_char = 1.0 / math.log(2)  # bits per character per nat of loss: 1 / ln 2 for chars
+    sb, sl = (_num(s.get("best_val_bpc")), _num(s.get("best_val_loss"))) if s else (None, None)
+    if sb and sl and abs(sb / sl * math.log(2) - 1.0) > 1e-9:  # BPE: the run's characters per token
+        per_char = sb / sl
+    row: dict[str, Any] = {"best_val_bpc": best * per_char if best is not None else None,
                            "tokens_per_sec": _num(s.get("tokens_per_sec")) if s else None,
                            "grad_ratio_first_last": None}
     if d["grad"]:
