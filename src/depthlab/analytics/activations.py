@@ -7,7 +7,7 @@ model it was before.
 Statistics (all on detached float32 copies):
 
 * :func:`rms` -- root mean square of a tensor (residual stream or sublayer output).
-* :func:`rank_measure` -- relative distance to rank one, ||X - 1 xbar^T|| / ||X|| with
+* :func:`rank_measure` -- relative distance to rank one in [0, 1], ||X - 1 x^T|| / ||X|| with
   ||M||_{1,inf} = sqrt(||M||_1 ||M||_inf) (Dong, Cordonnier & Loukas 2021, "Attention is not all
   you need: pure attention loses rank doubly exponentially with depth", and their code).
 * :func:`attention_entropy` -- entropy per head in nats; uniform attention over t visible tokens
@@ -90,20 +90,29 @@ def _composite_norm(m: torch.Tensor) -> torch.Tensor:
 
 
 def rank_measure(x: torch.Tensor) -> float:
-    """Relative residual of the best "all tokens equal" approximation, averaged over sequences.
+    """Relative residual of the best "all tokens equal" approximation, averaged over sequences; in [0, 1].
 
-    For each sequence X (T, C): res = X - 1 xbar^T with xbar the mean over tokens, and the
-    measure is ||res||_{1,inf} / ||X||_{1,inf}, where ||M||_{1,inf} = sqrt(||M||_1 ||M||_inf),
-    ||M||_1 the largest column abs sum and ||M||_inf the largest row abs sum (Dong et al. 2021,
-    eq. for res(X) and the composite norm of their code). 0 means every token carries the same
-    vector (rank collapse); random tokens give values of order 1.
+    Dong et al. (2021) define res(X) = X - 1 x^T with x = argmin_x ||X - 1 x^T||, measured in the
+    composite norm ||M||_{1,inf} = sqrt(||M||_1 ||M||_inf) (||M||_1 the largest column abs sum,
+    ||M||_inf the largest row abs sum), and their code takes x = xbar, the token mean. In this
+    norm the mean is not the minimiser, and ||X - 1 xbar^T|| / ||X|| can exceed 1 (by at most a
+    factor 2: one token carrying everything gives sqrt(2) (T - 1) / T, 1.27 at T = 10; a post-LN
+    stream at init gives ~1.01). The paper's argmin can never exceed 1, because x = 0 leaves ||X||. So for each
+    sequence X (T, C) the measure uses the better of the two candidates, x = xbar (the authors'
+    code) and x = 0:
+
+        min(||X - 1 xbar^T||, ||X||) / ||X||  (composite norms)
+
+    which is the authors' number whenever that is <= 1, and 1 ("nothing shared to remove") when
+    the token mean is a worse fit than nothing. 0 means every token carries the same vector (rank
+    collapse); random tokens give values just below 1.
 
     Args:
         x: (B, T, C) or (T, C) activations.
 
     Returns:
-        Mean over the batch (dimensionless); NaN when T < 2 (undefined: one token is trivially
-        "collapsed") or when a sequence is all zeros.
+        Mean over the batch (dimensionless, in [0, 1]); NaN when T < 2 (undefined: one token is
+        trivially "collapsed") or when a sequence is all zeros.
     """
     x = x.detach().float()
     if x.dim() == 2:
@@ -111,7 +120,8 @@ def rank_measure(x: torch.Tensor) -> float:
     if x.size(1) < 2:
         return float("nan")
     res = x - x.mean(dim=1, keepdim=True)
-    return float((_composite_norm(res) / _composite_norm(x)).mean())
+    full = _composite_norm(x)
+    return float((torch.minimum(_composite_norm(res), full) / full).mean())
 
 
 def attention_entropy(pattern: torch.Tensor) -> torch.Tensor:
@@ -326,6 +336,9 @@ class ActivationProbe(Callback):
         run.metrics.log("probe", rec, tb)
         if resid is not None and getattr(run.metrics, "tb", None) is not None:
             for i, r in enumerate(resid):
-                run.metrics.histogram(f"resid/block_{i}", r.float().cpu(), step)
+                r = r.float().cpu()
+                r = r[torch.isfinite(r)]  # a diverged model's NaN/inf would make TensorBoard's histogram raise
+                if r.numel():
+                    run.metrics.histogram(f"resid/block_{i}", r, step)
         self.last_step = step
         return {"kind": "probe", **rec}

@@ -15,10 +15,13 @@ import datetime as _dt
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from ..analytics.diagnose import Thresholds, loss_level
+from ..analytics.samples import TEMPERATURE, TOP_K
 from ..errors import DepthlabError
 from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, finite_or_none
 from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
@@ -28,8 +31,8 @@ __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_repo
 GENERATOR = "depthlab report"
 """Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite)."""
 
-WIDE_PX = 1400
-"""PNGs wider than this (pixels) are shown at full size in a horizontally scrolling figure."""
+WIDE_TABLE_COLS = 8
+"""Tables with more columns than this get the compact style (smaller type, headers that wrap)."""
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -53,15 +56,18 @@ nav a:hover { text-decoration: underline; }
 .card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
 .card .v { font-size: 22px; font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .u { color: var(--muted); font-size: 13px; }
+.table-wrap { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 12px 4px 0; text-align: left; vertical-align: top; }
 th { color: var(--muted); font-weight: 600; }
-td.num { text-align: right; }
+td.num { text-align: right; white-space: nowrap; }
+table.compact { font-size: 12.5px; }
+table.compact th, table.compact td { padding: 3px 8px 3px 0; }
+table.compact th, table.compact td { overflow-wrap: break-word; }
+.samples td.text { white-space: pre-wrap; font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 13px; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 .tables > div { min-width: 240px; }
 figure { margin: 18px 0 28px; }
-figure.wide { overflow-x: auto; }
-figure.wide img { max-width: none; }
 figure img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
 figcaption { color: var(--muted); font-size: 14px; margin-top: 6px; max-width: 980px; }
 .finding { border-left: 4px solid var(--orange); background: var(--card); padding: 8px 14px; margin: 10px 0;
@@ -110,7 +116,9 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
         png_path: the PNG file to embed.
         alt: alternative text (plain text).
         caption: optional caption under the image (plain text).
-        width: optional display width in CSS pixels (the image still scales down on narrow screens).
+        width: optional display width in CSS pixels. Wider images always scale down to the
+            content column (never a horizontal scroll); figures are drawn at most
+            :data:`depthlab.report.plots.MAX_W` inches wide so that a run report shows them at 1:1.
 
     Returns:
         HTML text.
@@ -128,26 +136,40 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
     b64 = base64.b64encode(data).decode("ascii")
     w = f' width="{int(width)}"' if width else ""
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
-    natural_w = int.from_bytes(data[16:20], "big") if data[12:16] == b"IHDR" else 0
-    cls = ' class="wide"' if natural_w > WIDE_PX and not width else ""  # too wide to shrink legibly: scroll
-    return (f'<figure{cls}><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
+    return (f'<figure><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
             f'loading="eager">{cap}</figure>')
 
 
 def _fmt(v: Any) -> str:
+    """A cell value as text: floats to 4 significant digits below 100, fewer decimals above
+    (``2.4823``, ``198.3``, ``3,099``: a throughput of thousands of tokens/s has no useful
+    decimals), scientific notation below 1e-3 and from 1e12 on."""
     if isinstance(v, bool) or v is None:
         return "—" if v is None else str(v).lower()
     if isinstance(v, float):
         if not math.isfinite(v):
             return str(v)
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
+        a = abs(v)
+        if v != 0 and (a < 1e-3 or a >= 1e12):
             return f"{v:.3e}"
-        return f"{v:.4g}" if abs(v) < 1 else f"{v:,.4f}".rstrip("0").rstrip(".")
+        if a < 1:
+            return f"{v:.4g}"
+        if a < 100:
+            return f"{v:.4f}".rstrip("0").rstrip(".")
+        if a < 1000:
+            return f"{v:.1f}".rstrip("0").rstrip(".")
+        return f"{v:,.0f}"
     if isinstance(v, int):
         return f"{v:,}" if abs(v) >= 10000 else str(v)
     if isinstance(v, (list, dict)):
         return json.dumps(v)
     return str(v)
+
+
+def _breakable(value: Any) -> str:
+    """:func:`esc`, with a line-break opportunity (``<wbr>``) after ``_ ; / ,`` so that long field
+    names, rule lists and run paths wrap at their joints instead of mid-word."""
+    return "<wbr>".join(esc(part) for part in re.split(r"(?<=[_;/,])", str(value)))
 
 
 def html_table(rows: Iterable[Sequence[Any]], header: Optional[Sequence[str]] = None) -> str:
@@ -158,19 +180,26 @@ def html_table(rows: Iterable[Sequence[Any]], header: Optional[Sequence[str]] = 
         header: optional column titles.
 
     Returns:
-        HTML text.
+        HTML text: the table inside a ``div.table-wrap`` that never lets it widen the page (a
+        table with more than :data:`WIDE_TABLE_COLS` columns gets the compact style, whose
+        headers and text cells wrap, so it fits a 1280-px page without scrolling).
     """
-    out = ["<table>"]
+    header = list(header) if header else None
+    rows = [list(r) for r in rows]
+    ncols = max([len(header or [])] + [len(r) for r in rows])
+    compact = ncols > WIDE_TABLE_COLS
+    text = _breakable if compact else esc
+    out = ['<div class="table-wrap"><table class="compact">' if compact else '<div class="table-wrap"><table>']
     if header:
-        out.append("<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr></thead>")
+        out.append("<thead><tr>" + "".join(f"<th>{text(h)}</th>" for h in header) + "</tr></thead>")
     out.append("<tbody>")
     for row in rows:
         cells = []
         for c in row:
             num = isinstance(c, (int, float)) and not isinstance(c, bool)
-            cells.append(f'<td class="num">{esc(_fmt(c))}</td>' if num else f"<td>{esc(_fmt(c))}</td>")
+            cells.append(f'<td class="num">{esc(_fmt(c))}</td>' if num else f"<td>{text(_fmt(c))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -234,9 +263,7 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
         cards.append(("best validation loss", f"{best:.3f}", f"nats/char = {best / LN2:.3f} bits/char"))
         bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
-            d = best - bg
-            cards.append(("minus bigram baseline", f"{d:+.3f}",
-                          "nats: below bigram, uses context" if d < 0 else "nats: above bigram, no context used yet"))
+            cards.append(("minus bigram baseline", f"{best - bg:+.3f}", "nats: " + _level_words(best, run.baselines)))
     if s.get("final_step") is not None:
         cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
     if finite_or_none(s.get("tokens_seen")) is not None:
@@ -246,6 +273,21 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
     if finite_or_none(s.get("params")) is not None:
         cards.append(("parameters", f"{float(s['params']):,.0f}", "non-embedding"))
     return cards
+
+
+def _level_words(best: float, baselines: dict) -> str:
+    """What a best val loss says about context use, in the diagnosis's own terms (same margin)."""
+    margin = Thresholds().bigram_margin
+    try:
+        level = loss_level(best, baselines, margin)[0]
+    except (KeyError, TypeError, ValueError):  # an old or partial baselines.json: bigram only
+        bg = float(baselines["bigram"]["nats"])
+        level = "below bigram" if best < bg - margin else "above bigram" if best >= bg else "within margin of bigram"
+    return {"at uniform": "at the uniform level, nothing learned yet",
+            "at unigram": "at the unigram level, no context used at all",
+            "above bigram": "above bigram, less than the previous character used",
+            "within margin of bigram": f"within {margin:g} of bigram, little context used",
+            "below bigram": "below bigram, uses context"}[level]
 
 
 def _baseline_section(run: RunData) -> str:
@@ -287,6 +329,36 @@ def _diagnosis_section(run: RunData) -> str:
         out.append(f'<div class="finding"><p class="rule">{esc(f.get("rule", "?"))}</p>'
                    f"<p><b>Evidence:</b> {esc(ev_txt)}</p><p><b>Remedy:</b> {esc(f.get('remedy', ''))}</p></div>")
     return "".join(out)
+
+
+MAX_SAMPLES = 12
+"""Samples shown in a run report; more are thinned evenly (first and last always kept)."""
+
+
+def _samples_section(run: RunData) -> Optional[str]:
+    """The training-time samples (``kind: sample`` records), oldest first, each with the validation
+    loss of the evaluation at that step; None when the run recorded none (``train.sample_interval`` 0)."""
+    recs = run.samples
+    if not recs:
+        return None
+    shown = recs
+    if len(recs) > MAX_SAMPLES:
+        idx = sorted({round(i * (len(recs) - 1) / (MAX_SAMPLES - 1)) for i in range(MAX_SAMPLES)})
+        shown = [recs[i] for i in idx]
+    val = {r.get("step"): finite_or_none(r.get("val_loss")) for r in run.evals}
+    rows = []
+    for r in shown:
+        v = val.get(r.get("step"))
+        rows.append(f'<tr><td class="num">{esc(_fmt(r.get("step")))}</td>'
+                    f'<td class="num">{esc("—" if v is None else f"{v:.3f}")}</td>'
+                    f'<td class="text">{esc(r["text"])}</td></tr>')
+    note = (f"{len(recs)} samples recorded; {len(shown)} shown, evenly spaced. " if len(shown) < len(recs) else "")
+    return ('<div class="table-wrap samples"><table><thead><tr><th>step</th><th>val loss (nats/char)</th>'
+            f"<th>sample (the same prompt and seed every time, temperature {TEMPERATURE:g}, top-k {TOP_K})</th>"
+            "</tr></thead>"
+            "<tbody>" + "".join(rows) + "</tbody></table></div>"
+            f'<p class="muted">{esc(note)}Only the weights change between samples, so each text shows what the '
+            "model had learned by that step.</p>")
 
 
 def _config_section(run: RunData) -> str:
@@ -359,8 +431,10 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
     m = (run.config or {}).get("model", {})
     sub = ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
                     if k in m) or None
+    samples = _samples_section(run)
     sections = [Section("Diagnosis", _diagnosis_section(run)),
                 Section("Figures", "".join(figs)),
+                *([Section("Samples during training", samples, anchor="samples")] if samples else []),
                 Section("Baselines", _baseline_section(run)),
                 Section("Summary", _summary_section(run)),
                 Section("Configuration", _config_section(run))]

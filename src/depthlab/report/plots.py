@@ -33,8 +33,13 @@ __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad
 
 LN2 = math.log(2.0)
 DPI = 110
-WIDE = (11.0, 4.2)   # two panels side by side, inches
-TALL = (11.0, 7.6)   # 2 x 2 panels
+PAGE_PX = 1280
+"""The narrowest page width a report must fit without horizontal scrolling (CSS pixels)."""
+MAX_W = 10.6
+"""Widest figure, inches: 10.6 x 110 dpi = 1166 px, inside the report's 1184-px content column
+(1240-px column minus 2 x 28 px padding), so every figure shows at 1:1 on a 1280-px page."""
+WIDE = (MAX_W, 4.2)   # two panels side by side, inches
+TALL = (MAX_W, 7.6)   # 2 x 2 panels
 
 # Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency.
 OKABE_ITO = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
@@ -78,6 +83,8 @@ class RunData:
         train: training-step records (``step``, ``loss`` in nats, ``lr``, ``grad_norm``).
         grads: gradient-monitor records (``kind == "grad"``).
         probes: activation-probe records (``kind == "probe"``).
+        samples: training-time samples (``kind == "sample"``: ``step``, ``text``), from
+            ``train.sample_interval``.
         config: the run's config (nested data/model/train dict) or ``None``.
         summary: the end-of-run summary or ``None``.
         baselines: the corpus baselines or ``None``.
@@ -92,6 +99,7 @@ class RunData:
         self.train = _by_step(r for r in self.dir.metrics("train") if "loss" in r)
         self.grads = _by_step(self.dir.metrics("grad"))
         self.probes = _by_step(self.dir.metrics("probe"))
+        self.samples = _by_step(r for r in self.dir.metrics("sample") if isinstance(r.get("text"), str))
         self.config = _dict_or_none(self.dir.config)
         self.summary = _dict_or_none(self.dir.summary)
         self.baselines = _dict_or_none(self.dir.baselines)
@@ -250,6 +258,17 @@ def _log_axis(ax, which: str = "y", values: Sequence[float] = ()) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
+def rank_for_display(v: float) -> float:
+    """A recorded rank measure as shown: at most 1.
+
+    :func:`depthlab.analytics.activations.rank_measure` lies in [0, 1]; runs recorded before it
+    took the better of the token mean and 0 as the rank-one fit hold the authors' mean-only ratio,
+    which can exceed 1 (1.01 for a post-LN stream at init). Their value 1 means the same thing
+    the current measure says: the token mean explains nothing, no collapse.
+    """
+    return min(v, 1.0) if math.isfinite(v) else v
+
+
 def _positive(vals) -> bool:
     return any(isinstance(v, float) and math.isfinite(v) and v > 0 for v in vals)
 
@@ -372,7 +391,7 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     M[~(np.isfinite(M) & (M > 0))] = np.nan  # log scale: zeros / non-finite become gaps
     if not np.isfinite(M).any():
         return None
-    fig, axes = _figure(size=(11.0, max(3.2, 1.6 + 0.28 * nb)), ncols=1)
+    fig, axes = _figure(size=(MAX_W, max(3.2, 1.6 + 0.28 * nb)), ncols=1)
     ax = axes[0, 0]
     ax.grid(False)
     s = np.asarray(steps, dtype=float)
@@ -504,7 +523,7 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     """
     run = _data(run)
     panels = [("resid_rms", "residual-stream RMS after the block", True),
-              ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖ (0 = collapsed)", True),
+              ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖, 0 … 1 (0 = collapsed)", True),
               ("token_cosine", "mean pairwise token cosine (1 = identical)", False)]
     have = [p for p in panels if _matrix(run.probes, p[0])[0]]
     if not have:
@@ -521,6 +540,8 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
 def _per_block_panel(fig, ax, probes: list[dict], key: str, label: str, logy: bool) -> None:
     """One line per probe step (colour = step) of the per-block list ``key`` against block index."""
     steps, rows = _matrix(probes, key)
+    if key == "rank_measure":
+        rows = [[rank_for_display(v) for v in r] for r in rows]
     if not steps:
         ax.text(0.5, 0.5, f"no {key} recorded", transform=ax.transAxes, ha="center", color="grey")
         ax.set_axis_off()
@@ -771,31 +792,57 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
             h.remove()
     if not pats:
         return None
-    nh = model.config.n_head
-    labels = [_show_char(c) for c in text]
-    cell = 0.11 * len(text) + 0.7
-    fig, axes = _figure(size=(min(2.2 + cell * nh, 24.0), 1.0 + cell * len(blocks)),
-                        ncols=nh, nrows=len(blocks))
-    im = None
-    for r, b in enumerate(blocks):
-        P = pats[b][0]  # (nh, T, T)
-        for h in range(nh):
-            ax = axes[r, h]
-            ax.grid(False)
-            im = ax.imshow(P[h].numpy(), cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks(range(len(text)), labels, fontsize=7, family="monospace")
-            ax.set_yticks(range(len(text)), labels, fontsize=7, family="monospace")
-            ax.tick_params(length=0, pad=1)
-            ax.set_title(f"block {b}, head {h}", fontsize=9)
-            if h == 0:
-                ax.set_ylabel("query (predicting after this char)", fontsize=8)
-            if r == len(blocks) - 1:
-                ax.set_xlabel("key (attended-to char)", fontsize=8)
-    cb = fig.colorbar(im, ax=axes, pad=0.01, fraction=0.03, shrink=0.8)
-    cb.set_label("attention weight (rows sum to 1)")
+    fig = _attention_grid(pats, blocks, model.config.n_head, text)
     shown = text.replace("\n", "↵")
     return _save(fig, run, "attention", f"Attention patterns, first and last block — {run.title()}",
                  f"best checkpoint on the validation text “{shown}”; causal: no weight above the diagonal")
+
+
+HEADS_PER_ROW = 4
+"""Attention heads side by side; more heads wrap onto further rows, so the figure fits ``MAX_W``."""
+
+
+def _attention_grid(pats: dict, blocks: list[int], nh: int, text: str):
+    """A figure of one heatmap per (block, head), at most :data:`HEADS_PER_ROW` heads per row.
+
+    Args:
+        pats: block index -> attention weights (1, nh, T, T).
+        blocks: the blocks to show, in order.
+        nh: heads per block.
+        text: the snippet (T characters) labelling both axes.
+
+    Returns:
+        The figure, at most :data:`MAX_W` inches wide.
+    """
+    per_row = min(nh, HEADS_PER_ROW)
+    rows_per_block = math.ceil(nh / per_row)
+    cell = min(0.11 * len(text) + 0.7, (MAX_W - 1.3) / per_row)  # inches per heatmap
+    font = 7 if cell >= 0.1 * len(text) + 0.4 else 6
+    labels = [_show_char(c) for c in text]
+    nrows = len(blocks) * rows_per_block
+    fig, axes = _figure(size=(min(1.3 + cell * per_row, MAX_W), 0.9 + (cell + 0.25) * nrows),
+                        ncols=per_row, nrows=nrows)
+    im = None
+    for k, b in enumerate(blocks):
+        P = pats[b][0]  # (nh, T, T)
+        for h in range(nh):
+            r, c = k * rows_per_block + h // per_row, h % per_row
+            ax = axes[r, c]
+            ax.grid(False)
+            im = ax.imshow(P[h].numpy(), cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks(range(len(text)), labels, fontsize=font, family="monospace")
+            ax.set_yticks(range(len(text)), labels, fontsize=font, family="monospace")
+            ax.tick_params(length=0, pad=1)
+            ax.set_title(f"block {b}, head {h}", fontsize=9)
+            if c == 0:
+                ax.set_ylabel("query (predicting after this char)", fontsize=8)
+            if r == nrows - 1 or (h // per_row == rows_per_block - 1 and k == len(blocks) - 1):
+                ax.set_xlabel("key (attended-to char)", fontsize=8)
+        for h in range(nh, rows_per_block * per_row):  # empty slots of the last row
+            axes[k * rows_per_block + h // per_row, h % per_row].set_axis_off()
+    cb = fig.colorbar(im, ax=axes, pad=0.01, fraction=0.03, shrink=0.8)
+    cb.set_label("attention weight (rows sum to 1)")
+    return fig
 
 
 # ----------------------------------------------------------------------------- all
