@@ -7,6 +7,8 @@ sqrt(eps) of LayerNorm, which then divides by a constant instead of normalising.
 the same variant keeps RMS ~1 and only the rank collapses.
 """
 
+import math
+
 import pytest
 
 from conftest import tiny_config
@@ -91,3 +93,28 @@ def test_real_narrow_plain_probe_names_eps(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path, tiny_text_file, model={"variant": "prenorm", "n_layer": 8})
     text = "\n".join(summarise_probe(probe_at_init(cfg, n_batches=1, batch_size=2)))
     assert text.startswith("healthy at initialisation (prenorm"), text
+
+
+def test_training_probe_of_a_diverged_model_writes_its_histograms(tmp_path):
+    """A model whose weights went non-finite (train.on_nonfinite skip at a huge lr) used to crash the
+    run at the next probe: TensorBoard refuses an all-NaN histogram ("The histogram is empty")."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from conftest import tiny_gpt
+    from depthlab.analytics.activations import ActivationProbe
+
+    model = tiny_gpt()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight.fill_(float("inf"))  # block 1's output is NaN
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    logged = []
+    metrics = SimpleNamespace(tb=writer, log=lambda kind, rec, tb: logged.append(rec),
+                              histogram=lambda tag, v, step: writer.add_histogram(tag, v, step))
+    cb = ActivationProbe(interval=1, histograms=True)
+    cb._idx = torch.randint(0, 11, (2, 8))
+    rec = cb.probe(SimpleNamespace(raw_model=model, metrics=metrics), 5)
+    writer.close()
+    assert rec["step"] == 5 and len(logged) == 1 and not math.isfinite(rec["resid_rms"][1])
