@@ -149,3 +149,14 @@ def test_real_block_size_one_run(tmp_path, tiny_text_file):
                            train={"max_iters": 4, "eval_interval": 2}), **QUIET)
     assert [f.rule for f in diagnose_run(rd)] == ["bigram_stuck"]
     assert json.loads((rd / "diagnosis.json").read_text())["findings"][0]["rule"] == "bigram_stuck"
+
+
+def test_no_higher_learning_rate_when_gradients_vanish():
+    """Measured on the quick profile's plain 16-block run: tiny updates because nothing reaches the
+    early blocks; 'raise train.learning_rate' in the bigram/uniform-attention remedies was bad advice."""
+    recs = ([grad(s, [1e-9, 1e-4, 1.0], [1e-7, 1e-6, 1e-5]) for s in (150, 200, 250)]
+            + evals([4.17, 3.4, 3.351]) + [probe(300, [0.6, 0.001], ent=[[3.8, 3.9]] * 2)])
+    f = {x.rule: x for x in diagnose_records(recs, BASE, cfg("plain"))}
+    assert set(f) == {"bigram_stuck", "vanishing_gradients", "rank_collapse", "uniform_attention"}
+    for x in f.values():
+        assert "raise train.learning_rate" not in x.remedy and "higher" not in x.remedy, x

@@ -267,7 +267,7 @@ def _bigram_remedy(records: list[dict], config: Optional[dict], th: Thresholds, 
     wiring = _wiring_advice(config)
     if wiring:
         parts.append(wiring)
-    lr = lr_hint or _lr_direction(records, config, th)
+    lr = lr_hint if lr_hint is not None else _lr_direction(records, config, th)
     if lr:
         parts.append(f"{lr} train.learning_rate{_now(config, 'train.learning_rate')}: the update/weight ratios "
                      f"say it is too {'high' if lr == 'lower' else 'low'}")
@@ -409,7 +409,8 @@ def rule_uniform_attention(records: list[dict], th: Thresholds, config: Optional
     The remedy follows the run's own update/weight ratios: "lower the learning rate" when they are
     high (the usual reason attention never sharpens is a step size that keeps rewriting the
     weights), "raise" only when they are low, and neither without evidence. ``lr_hint``
-    (``"lower"`` for a run that exploded) overrides the ratios.
+    overrides the ratios: ``"lower"`` for a run that exploded, ``""`` (no advice) when vanishing
+    gradients explain the small updates.
     """
     p = _last_probe(records)
     if p is None or int(p["step"]) < th.uniform_attention_min_step:
@@ -423,7 +424,7 @@ def rule_uniform_attention(records: list[dict], th: Thresholds, config: Optional
     if mean < th.uniform_attention_frac * u:
         return None
     parts = []
-    lr = lr_hint or _lr_direction(records, config, th)
+    lr = lr_hint if lr_hint is not None else _lr_direction(records, config, th)
     if lr == "lower":
         parts.append(f"lower train.learning_rate{_now(config, 'train.learning_rate')}: the update/weight ratios "
                      "are high, and attention that is rewritten every few steps never sharpens")
@@ -561,6 +562,8 @@ def diagnose_records(records: list[dict], baselines: Optional[dict] = None, conf
     lr = rule_lr(records, config, th)
     vanishing = rule_vanishing_gradients(records, th, config)
     hint = "lower" if exploding is not None or (lr is not None and lr.rule == "lr_too_high") else None
+    if hint is None and vanishing is not None:
+        hint = ""  # tiny updates come from the vanishing gradients: no learning-rate advice either way
     out = [rule_bigram_stuck(records, baselines, config, th, hint), vanishing, exploding,
            rule_rank_collapse(records, th, config), rule_uniform_attention(records, th, config, hint), lr]
     if exploding is None:  # a diverged run's val-train gap and flat val loss are the divergence
