@@ -199,7 +199,14 @@ class Trainer:
     Raises:
         DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
             do not fit (a run directory this call created is removed again).
+
+    Attributes:
+        device_checks: where the per-step non-finite check runs: None (default) = on the device
+            when it is CUDA and the optimizer is fused, else on the host; True / False force it
+            (True on CPU is how the tests cover the device path). See :meth:`_device_checked_step`.
     """
+
+    device_checks: Optional[bool] = None
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console, init_from: Optional[str] = None):
@@ -283,6 +290,8 @@ class Trainer:
         self.wall_before = 0.0
         self.tokens_seen = 0
         self.nonfinite_skips = 0
+        self._pending: list[tuple] = []  # device-checked steps not yet read: (step, lr, tokens, loss, gnorm, bad)
+        self._halted: Optional[torch.Tensor] = None  # on_nonfinite stop, device check: sticky 0-d skip flag
         self.evals_without_improvement = 0  # for train.patience
         self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
         self.patience_exhausted = False
@@ -615,28 +624,126 @@ class Trainer:
             loss_sum += loss.detach().float()
         return loss_sum
 
-    def _handle_nonfinite(self, loss_val: float, gnorm: float, lr: float) -> None:
-        """Skip the step (``on_nonfinite: skip``) or raise :class:`NonFiniteError`; nothing reaches the weights."""
+    def _handle_nonfinite(self, loss_val: float, gnorm: float, lr: float, step: Optional[int] = None) -> None:
+        """Skip the step (``on_nonfinite: skip``) or raise :class:`NonFiniteError`; nothing reaches the weights.
+
+        Args:
+            loss_val: the step's mean loss (nats/token); gnorm: its total gradient norm; lr: its rate.
+            step: None = the step being taken now (host check: its gradients are dropped and the step
+                counter advances here); a number = a step already taken whose update the device-side
+                check skipped, read later (:meth:`_read_device_checks`): only counted and logged.
+
+        Raises:
+            NonFiniteError: with ``on_nonfinite: stop``.
+        """
         t = self.cfg.train
+        deferred = step is not None
+        step = self.step + 1 if step is None else step
         if t.on_nonfinite == "skip":
-            self.optimizer.zero_grad(set_to_none=True)
+            if not deferred:
+                self.optimizer.zero_grad(set_to_none=True)
             self.nonfinite_skips += 1
-            self.metrics.log("event", {"step": self.step + 1, "nonfinite_skip": True,
+            self.metrics.log("event", {"step": step, "nonfinite_skip": True,
                                        "nonfinite_skips": self.nonfinite_skips})
-            self.step += 1
+            if not deferred:
+                self.step += 1
             return
-        self.metrics.log("event", {"step": self.step + 1, "nonfinite": True, "loss": loss_val,
+        self.metrics.log("event", {"step": step, "nonfinite": True, "loss": loss_val,
                                    "grad_norm": gnorm, "lr": lr})
+        where = ("not recorded (checked on the device; this and every later update were skipped)"
+                 if deferred else self._first_nonfinite_param())
         raise NonFiniteError(
             f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
-            f"{self.step + 1} (loss {loss_val}, first non-finite gradient: "
-            f"{self._first_nonfinite_param()}, lr {lr:.3g}, dtype "
+            f"{step} (loss {loss_val}, first non-finite gradient: "
+            f"{where}, lr {lr:.3g}, dtype "
             f"{'bfloat16' if use_bf16(self.device, t.dtype) else 'float32'}); lower "
             f"train.learning_rate or raise train.warmup_iters; the "
             f"checkpoints in {self.run_dir} are untouched")
 
+    def _checks_on_device(self) -> bool:
+        """Whether this run keeps the non-finite check on the device (see ``device_checks``)."""
+        on = self.device.type == "cuda" if self.device_checks is None else self.device_checks
+        return bool(on and self.optimizer.defaults.get("fused"))  # found_inf needs the fused kernel
+
+    def _device_checked_step(self, loss_sum: torch.Tensor, gnorm: torch.Tensor, lr: float,
+                             tokens_per_step: int) -> Optional[StepInfo]:
+        """The end of :meth:`train_step` with the non-finite check on the device: no host read per step.
+
+        A 0-d float flag ``bad`` = 1 when the summed loss or the total gradient norm is not finite
+        (max-reduced over the ranks on the device under DDP, so every rank skips or stops at the same
+        step) is handed to fused AdamW as ``found_inf``, the mechanism of ``torch.amp.GradScaler``:
+        its kernel then leaves weights, moments and step count untouched. With ``on_nonfinite: stop``
+        the flag is sticky, so no later update lands either. Flags, losses and grad norms are read
+        in one transfer (:meth:`_read_device_checks`) at log, eval and last steps and before a
+        time-up or signal checkpoint (:meth:`fit`), where skips are counted and logged and a stop
+        raises: a non-finite step never reaches the weights or a checkpoint.
+
+        Unlike the host check, ``on_step_end`` also runs for a skipped step when it is not a read
+        step, and StepInfo.loss / grad_norm are None except at read steps.
+
+        Args:
+            loss_sum: 0-d summed loss over the micro-batches (device); gnorm: 0-d total grad norm.
+            lr: the step's learning rate; tokens_per_step: tokens of one step, all processes.
+
+        Returns:
+            The step's StepInfo, or None when this step was read and found skipped.
+        """
+        t = self.cfg.train
+        bad = (~(torch.isfinite(loss_sum) & torch.isfinite(gnorm))).float()  # 0-d, 1.0 = non-finite
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        skip = bad
+        if t.on_nonfinite == "stop":
+            skip = self._halted = bad if self._halted is None else torch.maximum(self._halted, bad)
+        self.optimizer.found_inf = skip
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens_seen += tokens_per_step  # provisional: a skipped step's tokens come off when read
+        self._pending.append((self.step, lr, tokens_per_step, loss_sum, gnorm, bad))
+        info = StepInfo(step=self.step, lr=lr, tokens_seen=self.tokens_seen)
+        if self.step % t.log_interval == 0 or self.step % t.eval_interval == 0 or self.step >= t.max_iters:
+            info = self._read_device_checks()
+            if info is None:
+                return None
+        self.last_info = info
+        for cb in self.callbacks:
+            cb.on_step_end(self, info)
+        return info
+
+    def _read_device_checks(self) -> Optional[StepInfo]:
+        """Read the pending device-checked steps (one host transfer); count, log or raise their non-finite ones.
+
+        Returns:
+            The last pending step's StepInfo with its loss and grad norm; None if nothing was
+            pending or that step was skipped.
+
+        Raises:
+            NonFiniteError: a pending step was non-finite and ``on_nonfinite`` is ``stop``.
+        """
+        rows, self._pending = self._pending, []
+        if not rows:
+            return None
+        vals = torch.stack([x.float() for r in rows for x in r[3:]]).view(-1, 3).tolist()  # the one sync
+        for (step, lr, tokens, *_), (loss_sum, gnorm, bad) in zip(rows, vals):
+            if bad:
+                self.tokens_seen -= tokens
+                self._handle_nonfinite(loss_sum / self.accum, gnorm, lr, step=step)
+        (step, lr, *_), (loss_sum, gnorm, bad) = rows[-1], vals[-1]
+        if bad:
+            return None
+        return StepInfo(step=step, loss=loss_sum / self.accum, lr=lr, grad_norm=gnorm, tokens_seen=self.tokens_seen)
+
     def train_step(self, params: list[torch.nn.Parameter], tokens_per_step: int) -> Optional[StepInfo]:
         """One optimisation step: LR, forward/backward, clip, non-finite check, ``optimizer.step``.
+
+        On CUDA the non-finite check stays on the device (:meth:`_device_checked_step`); elsewhere
+        the loss and gradient norm are read on the host every step.
 
         Returns:
             The step's :class:`StepInfo`, or None when a non-finite step was skipped.
@@ -657,6 +764,8 @@ class Trainer:
 
             dist.all_reduce(loss_sum)  # logged loss = mean over all ranks' micro-batches
             loss_sum /= self.world_size
+        if self._checks_on_device():
+            return self._device_checked_step(loss_sum, gnorm, lr, tokens_per_step)
         loss_val, gnorm_val = loss_sum.item() / self.accum, gnorm.item()
         if self._agree(bad=not (math.isfinite(loss_val) and math.isfinite(gnorm_val)))["bad"]:
             self._handle_nonfinite(loss_val, gnorm_val, lr)
@@ -765,6 +874,8 @@ class Trainer:
                     flags = self._agree(time_up=t.max_time > 0 and (time.time() - self._t_start) >= t.max_time,
                                         signal=self._signal is not None)
                     time_up = flags["time_up"]
+                    if time_up or flags["signal"]:  # a checkpoint follows: settle device-checked steps first
+                        self._read_device_checks()
                     if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
                             and self.step != resumed_at:
                         self._do_eval()
