@@ -170,3 +170,13 @@ def test_resume_with_another_tokenizer_names_both(tmp_path, bpe_file):
     with pytest.raises(DepthlabError) as e:
         bare_train(cfg, **QUIET)
     assert "data.tokenizer 'char' -> 'bpe'" in str(e.value) and "data.vocab_size None -> 300" in str(e.value)
+
+
+def test_large_train_split_teaches_bpe_from_evenly_spaced_pieces(monkeypatch):
+    monkeypatch.setattr(D, "BPE_TRAIN_CHARS", 400)
+    monkeypatch.setattr(D, "PIECE_CHARS", 100)
+    text = "".join(f"{i:04d}|" for i in range(2000))  # 10,000 characters, each position recognisable
+    chars = np.array([ord(c) for c in text], dtype="<u4")
+    pieces = list(D._train_sample(chars, np.arange(0x110000, dtype="<u4"), 8000))
+    assert len(pieces) == 4 and all(len(p) == 100 for p in pieces)
+    assert [p[:5] for p in pieces] == ["0000|", "0400|", "0800|", "1200|"]  # spread over the train split only

@@ -41,8 +41,8 @@ class DataConfig:
         cache_dir: folder for the encoded-token cache; ``None`` = ``$DEPTHLAB_CACHE`` or
             ``~/.cache/depthlab``.
         tokenizer: ``char`` (one token per character, the corpus's characters as vocabulary) or ``bpe``
-            (byte-level BPE trained with Hugging Face ``tokenizers`` on the train split; cached per corpus
-            and settings, saved as the run's ``tokenizer.json``).
+            (byte-level BPE trained with Hugging Face ``tokenizers`` on the train split, at most 16 M
+            characters of it; cached per corpus and settings, saved as the run's ``tokenizer.json``).
         vocab_size: BPE vocabulary size in tokens, 257 (the 256 bytes + ``<|endoftext|>``) to 1,048,576;
             ``None`` = 512. Only for ``tokenizer: bpe``.
         split: ``tail`` (the last ``val_fraction`` of the text is validation) or ``lines`` (the lines are

@@ -616,6 +616,23 @@ def _text_pieces(chars: np.ndarray, codepoints: np.ndarray, start: int, stop: in
         yield carry
 
 
+#: At most this many characters of the train split teach the BPE merges (evenly spaced pieces of it): pair
+#: statistics settle long before, and it bounds the training time of a large corpus (~40 % of the BPE time).
+BPE_TRAIN_CHARS = 1 << 24
+
+
+def _train_sample(chars: np.ndarray, codepoints: np.ndarray, n_train_chars: int) -> Iterator[str]:
+    """The train split's text for BPE training: all of it, or :data:`BPE_TRAIN_CHARS` of it in evenly spaced pieces."""
+    if n_train_chars <= BPE_TRAIN_CHARS:
+        yield from _text_pieces(chars, codepoints, 0, n_train_chars)
+        return
+    n_pieces = BPE_TRAIN_CHARS // PIECE_CHARS
+    stride = n_train_chars // n_pieces
+    for k in range(n_pieces):
+        s = k * stride
+        yield codepoints[np.asarray(chars[s: s + PIECE_CHARS])].tobytes().decode("utf-32-le")
+
+
 def train_bpe(pieces: Iterable[str], vocab_size: int) -> BPETokenizer:
     """Train a byte-level BPE (GPT-2's pre-tokenizer and alphabet, ``<|endoftext|>`` as id 0).
 
@@ -649,7 +666,7 @@ def _bpe_corpus(entry: Path, split_key: str, chars: np.ndarray, vocab: list[str]
     if tokenizer_json is None:
         tdir = entry / f"bpe{vocab_size}-{split_key}-v{BPE_FORMAT}"
         if not (tdir / "tokenizer.json").exists():
-            tok = train_bpe(_text_pieces(chars, codepoints, 0, n_train_chars), vocab_size)
+            tok = train_bpe(_train_sample(chars, codepoints, n_train_chars), vocab_size)
             _publish(tdir, lambda tmp: (tmp / "tokenizer.json").write_text(tok.json, encoding="utf-8"))
         tokenizer_json = (tdir / "tokenizer.json").read_text(encoding="utf-8")
         tok = BPETokenizer.from_str(tokenizer_json, str(tdir / "tokenizer.json"))
