@@ -1,8 +1,12 @@
-"""Text corpus -> character vocabulary -> token ids (numpy memmap) -> training batches.
+"""Text corpus -> tokens (numpy memmap) -> training batches.
 
-Encoding is streamed in chunks and vectorised (code points via ``str.encode('utf-32-le')``,
-vocabulary via ``np.bincount``, ids via a lookup table), so memory stays bounded whatever the
-file size, and the result is cached on disk under the file's SHA-256.
+Characters first: encoding is streamed in chunks and vectorised (code points via
+``str.encode('utf-32-le')``, vocabulary via ``np.bincount``, ids via a lookup table), so memory
+stays bounded whatever the file size, and the result is cached on disk under the file's SHA-256
+(with the counts of sorted adjacent lines, for the sorted-list warning). On top of it, cached in
+the same entry: ``split: lines`` (the lines shuffled with the run seed) and ``tokenizer: bpe`` (a
+byte-level BPE trained once per corpus and settings on the train split, then both splits encoded
+in pieces that cannot change a token).
 """
 
 from __future__ import annotations
