@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from .errors import DepthlabError
 
@@ -175,7 +175,9 @@ class TrainConfig:
         device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
         dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto`` (bf16 on CUDA and on CPUs with native
             bf16 instructions, fp32 elsewhere).
-        compile: wrap the model in ``torch.compile`` (falls back to eager with one warning).
+        compile: wrap the model in ``torch.compile`` (falls back to eager with one warning): ``true``,
+            ``false`` or ``auto`` = on CUDA, where it pays, off elsewhere (on CPU the compile time,
+            10-20 s, is not won back by a few-minute run; benchmarks/vs_reference.py).
         attention: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (matmul + masked
             softmax) or ``auto``: explicit on CPU, where it measured 1.6-1.7x faster than SDPA's CPU
             flash kernel under bf16 autocast (benchmarks/vs_reference.py), SDPA elsewhere.
@@ -218,7 +220,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"
     dtype: Literal["float32", "bfloat16", "auto"] = "auto"
-    compile: bool = False
+    compile: Union[bool, Literal["auto"]] = "auto"
     attention: Literal["auto", "sdpa", "explicit"] = "auto"
     threads: int = 0
     keep_last: int = 2
@@ -268,6 +270,8 @@ class TrainConfig:
         _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
         _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
         _choice("train", "attention", self.attention, ("auto", "sdpa", "explicit"))
+        if not (isinstance(self.compile, bool) or self.compile == "auto"):
+            raise DepthlabError(f"train.compile must be true, false or auto; got {self.compile!r}")
         if not isinstance(self.device, str) or not (
                 self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
             raise DepthlabError(f"train.device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")

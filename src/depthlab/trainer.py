@@ -300,7 +300,7 @@ class Trainer:
         self.target_reached: Optional[tuple[int, float]] = None
         self.stopped_by = "max_iters"
         self._signal: Optional[int] = None
-        if t.compile:
+        if self._compile_wanted():
             self.model = self._compile(self.model)
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -344,19 +344,29 @@ class Trainer:
         sl = slice(self.rank * B, (self.rank + 1) * B)
         return to_device(x[sl], y[sl], self.device)
 
+    def _compile_wanted(self) -> bool:
+        """``train.compile``: true / false, or ``auto`` = on CUDA only (where compiling pays)."""
+        c = self.cfg.train.compile
+        return c is True or (c == "auto" and self.device.type == "cuda")
+
     def _compile(self, model):
         """``torch.compile(model)``, or the eager model with one warning if compiling fails.
 
-        Compilation is lazy, so a missing toolchain only shows at the first call: one tiny
-        forward is run here (RNG state restored) so a failure falls back now, not mid-training.
+        Compilation is lazy, so a missing toolchain only shows at the first call: one forward of
+        a training micro-batch's shape, with targets, is run here (RNG states restored) so a failure
+        falls back now, not mid-training; it compiles the graph the first step uses. Shapes are
+        static (``dynamic=False``): training and evaluation batches each get their own graph instead
+        of one generic dynamic-shape graph after the first shape change.
         """
         rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
         self.log("compiling the model with torch.compile (the first steps take longer; ~20 s on a CPU)")
         try:
-            compiled = torch.compile(model)
-            x = torch.zeros((1, min(8, self.cfg.model.block_size)), dtype=torch.long, device=self.device)
+            compiled = torch.compile(model, dynamic=False)
+            x = torch.zeros((self.cfg.train.batch_size, self.cfg.model.block_size), dtype=torch.long,
+                            device=self.device)
             with self.ctx:
-                compiled(x)
+                compiled(x, x)
             return compiled
         except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
             self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
@@ -364,6 +374,8 @@ class Trainer:
             return model
         finally:
             torch.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.device)
 
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
         rd = RunDir(self.run_dir)
@@ -406,7 +418,7 @@ class Trainer:
         explicit = t.attention == "explicit" or (t.attention == "auto" and self.device.type == "cpu")
         return {"device": str(self.device), "dtype": "bfloat16" if use_bf16(self.device, t.dtype) else "float32",
                 "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
-                "processes": self.world_size}
+                "processes": self.world_size, "compile": self._compile_wanted()}
 
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
