@@ -1,5 +1,7 @@
 """One grammar for every command, and a command line that means what it says (issues 9 and 14)."""
 
+import json
+
 import pytest
 
 from depthlab.cli import COMMANDS, files_first, main
@@ -85,3 +87,18 @@ def test_command_line_sets_passive_openmp_before_torch_loads():
     env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's choice wins
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "ACTIVE"
+
+
+def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys):
+    from conftest import tiny_cli_args
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
+    val = {json.loads(line)["step"]: json.loads(line)["val_loss"]
+           for line in (out / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line}
+    best = json.loads((out / "checkpoints" / "manifest.json").read_text())["best"]["step"]
+    capsys.readouterr()
+    assert main(["sample", str(out), "--max_new_tokens", "5"]) == 0
+    captured = capsys.readouterr()
+    assert f"sampling from best.safetensors (step {best}, val loss {val[best]:.4f} nats)" in captured.err
+    assert "sampling from" not in captured.out  # stdout stays the text alone

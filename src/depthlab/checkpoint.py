@@ -508,6 +508,29 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
     return ckdir / f"{entry['name']}.safetensors"
 
 
+def describe_weights(run_dir: Path, path: Path) -> str:
+    """One line saying which weights a command loaded: file, step and the val loss measured there.
+
+    Args:
+        run_dir: the run directory.
+        path: a weights file of it (from :func:`select_weights`).
+
+    Returns:
+        e.g. ``best.safetensors (step 1700, val loss 1.5590 nats)``; the loss is left out when the
+        run recorded none at that step.
+    """
+    from safetensors import safe_open
+
+    from .rundir import RunDir
+
+    with safe_open(str(path), framework="pt") as f:
+        step = int((f.metadata() or {}).get("step", -1))
+    losses = {r["step"]: r.get("val_loss") for r in RunDir(run_dir).evals}
+    val = losses.get(step)
+    loss = f", val loss {float(val):.4f} nats" if isinstance(val, (int, float)) else ""
+    return f"{Path(path).name} (step {step}{loss})"
+
+
 def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Tokenizer:
     """The tokenizer a checkpoint was trained with.
 

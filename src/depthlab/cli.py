@@ -295,6 +295,18 @@ def run_sample(ns) -> int:
         sys.stdout.write(s)
         sys.stdout.flush()
 
+    from .checkpoint import describe_weights, select_weights
+
+    if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # load_run prints the fallback warning itself
+            try:
+                which = describe_weights(Path(ns.run_dir), select_weights(Path(ns.run_dir), ns.checkpoint))
+                print(f"{PROG}: sampling from {which}", file=sys.stderr)
+            except DepthlabError:
+                pass  # load_run below raises the same error with its own words
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
                 ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
     stream("\n")
