@@ -75,13 +75,17 @@ def test_science_experiment_gets_a_claims_table(tiny_text_file, tmp_path):
     from depthlab.report.sweep import build_sweep_report
 
     f = tmp_path / "sci.yaml"
-    f.write_text("experiments:\n  - name: degradation\n    grid: {model.n_layer: [1, 2], model.variant: [plain]}\n")
+    f.write_text("experiments:\n  - name: depth\n    grid: {model.n_layer: [1, 2], model.variant: [plain]}\n")
     spec = sweep.build_spec(None, str(f), [], {**TINY, "data.path": str(tiny_text_file)}, None)
     sw = tmp_path / "sw"
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=lambda s: None)
     html = build_sweep_report(sw).read_text()
-    assert "Published claims" in html and "Degradation (He et al. 2016" in html
-    assert "Experiment degradation" in html
+    assert "Published claims" in html and "Degradation: plain gets worse" in html and "He et al. 2016" in html
+    assert "Experiment depth" in html
+    # the same claims as Markdown, written where README's science table is pasted from
+    text = sweep.write_science_table(sw)
+    assert text.startswith("| claim | source | setting | our numbers | verdict |\n|---|---|---|---|---|\n| Degradation")
+    assert (sw / sweep.SCIENCE_MD).read_text() == text and "With shortcuts, depth helps" in text
 
 
 @pytest.mark.slow

@@ -461,6 +461,9 @@ def run_sweep(ns, argv: list[str]) -> int:
         from .report.sweep import build_sweep_report
 
         print(f"report: {build_sweep_report(out_dir)}")
+    table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
+    if table:
+        print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from ..errors import DepthlabError
 from ..rundir import PLOTS, REPORT, atomic_write, finite_or_none
-from ..sweep import (OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
+from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
                      init_lines, is_sweep_dir, science_claims, summary_lines, sweep_baselines, sweep_items,
                      write_results)
 from .html import Section, esc, html_table, img_tag, render_page
@@ -338,7 +338,7 @@ def _claims_section(by_exp: dict, extras: dict) -> Optional[Section]:
     claims = science_claims(by_exp, extras)
     if not claims:
         return None
-    return Section("Published claims", html_table(claims, header=["claim", "setting", "our numbers", "reproduced?"])
+    return Section("Published claims", html_table(claims, header=CLAIM_HEADER)
                    + '<p class="muted">Measured, never forced: a "no" means this small CPU setting did not show '
                    "the effect with these budgets.</p>", anchor="claims")
 

@@ -16,6 +16,7 @@ Layout of a sweep directory::
       runs/<name>/        one ordinary run directory per grid point (+ sweep_status.json, init_probe.json, train.log)
       results.csv         one row per run (see RESULT_COLUMNS), written at the end
       results.md          the same as a Markdown table
+      science.md          the published-claims table of the experiments that have a judge (science profile)
       report.html, plots/ the comparison report (written by depthlab.report.sweep, not here)
 
 This package never imports :mod:`depthlab.report` or :mod:`depthlab.cli`. The command line calls::
@@ -31,7 +32,7 @@ from .local import dry_run, execute, init_probe, plan, run_sweep
 from .results import (FINAL_STATUSES, METRIC_COLUMNS, OK_STATUSES, RESULT_COLUMNS, aggregate, collect_results,
                       corpus_baselines, experiment_axes, field_value, group_name, is_sweep_dir, load_sweep,
                       mean_metric, run_details, sweep_baselines, sweep_items, write_results)
-from .science import CLAIMS, science_claims
+from .science import CLAIM_HEADER, CLAIMS, SCIENCE_MD, claims_markdown, science_claims, write_science_table
 from .spec import (PROFILE_NAMES, RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_DEFAULTS, SWEEP_JSON, Experiment, RunPoint,
                    SweepSpec, build_spec, coerce_value, default_sweep_dir, estimate_seconds, expand, load_profile,
                    load_sweep_file, parse_grid_arg, profile_descriptions, profile_spec, spec_to_json, varied_fields)
@@ -50,5 +51,6 @@ __all__ = [
     "run_details", "collect_results", "write_results", "sweep_items", "sweep_baselines", "corpus_baselines",
     "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric",
     # science and findings
-    "CLAIMS", "science_claims", "summary_lines", "init_lines", "aggregate_table",
+    "CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "science_claims", "claims_markdown", "write_science_table",
+    "summary_lines", "init_lines", "aggregate_table",
 ]
