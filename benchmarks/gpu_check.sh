@@ -28,10 +28,14 @@ run, target = sys.argv[1], float(sys.argv[2])
 s = json.load(open(f"{run}/summary.json")); c = json.load(open(f"{run}/config.json"))
 fpt = flops_per_token(s["params"], c["model"]["n_layer"], c["model"]["block_size"], c["model"]["n_embd"])
 peak, what = peak_flops()
-tps = s["tokens_per_sec"]
+tps = s["tokens_per_sec"]  # whole run: compile, evaluation and checkpoints included
+recs = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
+steps = sorted(r["tokens_per_sec"] for r in recs if r.get("kind") == "train")[1:] or [tps]  # the first holds the compile
+step_tps = steps[len(steps) // 2]  # median over log intervals: training steps only
 t = s.get("target_reached_s")
-print(f"device: {what}")
+print(f"device: {what}; resolved {c.get('resolved')}")
 print(f"time_to_{target}: {t if t is not None else 'not reached'} s (step {s.get('target_reached_step')}); "
-      f"best val {s['best_val_loss']:.4f}; tokens/s {tps:,.0f}; MFU {tps * fpt / peak:.1%} "
-      f"(model {tps * fpt / 1e12:.2f} TFLOP/s of {peak / 1e12:.0f} peak)")
+      f"best val {s['best_val_loss']:.4f}; tokens/s {tps:,.0f} over the run, {step_tps:,.0f} in training steps; "
+      f"MFU {step_tps * fpt / peak:.1%} in training steps, {tps * fpt / peak:.1%} over the run "
+      f"(model {step_tps * fpt / 1e12:.2f} TFLOP/s of {peak / 1e12:.0f} peak)")
 PY
