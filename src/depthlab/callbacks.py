@@ -27,9 +27,12 @@ class StepInfo:
     Attributes:
         step: optimizer steps done. In ``on_before_clip`` the step being taken is ``step + 1``;
             in ``on_step_end`` and ``on_eval`` it is the step just finished.
-        loss: mean training loss over the step's micro-batches (nats/token); None before any step.
+        loss: mean training loss over the step's micro-batches (nats/token); None before any step,
+            and in ``on_step_end`` of a device-checked run (CUDA) except at log / eval / last steps,
+            where the values are read from the device (see ``Trainer._device_checked_step``).
         lr: learning rate used by the step; None before any step.
-        grad_norm: total L2 norm of the gradients before clipping; None before clipping.
+        grad_norm: total L2 norm of the gradients before clipping; None before clipping, and as
+            ``loss`` on a device-checked run.
         tokens_seen: training tokens consumed so far (all processes).
     """
 
