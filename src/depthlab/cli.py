@@ -296,7 +296,11 @@ def run_sample(ns) -> int:
         sys.stdout.flush()
 
     from .checkpoint import describe_weights, select_weights
+    from .sample import check_sampling_args
 
+    check_sampling_args(ns.temperature, ns.top_k or None, ns.top_p, ns.max_new_tokens)  # bad input: one line
+    if ns.num_samples < 1:
+        raise DepthlabError(f"--num-samples must be >= 1, got {ns.num_samples}")
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
         import warnings
 
