@@ -24,7 +24,7 @@ from ..analytics.diagnose import Thresholds, loss_level
 from ..analytics.samples import TEMPERATURE, TOP_K
 from ..errors import DepthlabError
 from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, finite_or_none
-from .plots import LN2, PLOTS, RunData, load_run_data, make_all_plots
+from .plots import PLOTS, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
 
@@ -260,14 +260,16 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
         vals = [v for v in (finite_or_none(r.get("val_loss")) for r in run.evals) if v is not None]
         best = min(vals) if vals else None
     if best is not None:
-        cards.append(("best validation loss", f"{best:.3f}", f"nats/char = {best / LN2:.3f} bits/char"))
+        cards.append(("best validation loss", f"{best:.3f}",
+                      f"nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char"))
         bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
             cards.append(("minus bigram baseline", f"{best - bg:+.3f}", "nats: " + _level_words(best, run.baselines)))
     if s.get("final_step") is not None:
         cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
     if finite_or_none(s.get("tokens_seen")) is not None:
-        cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters"))
+        cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters" if run.unit == "char"
+                      else "tokens"))
     if finite_or_none(s.get("wall_time_s")) is not None:
         cards.append(("wall time", f"{float(s['wall_time_s']):.1f}", "seconds"))
     if finite_or_none(s.get("params")) is not None:
@@ -303,8 +305,8 @@ def _baseline_section(run: RunData) -> str:
             rows.append((name, what, finite_or_none(e.get("nats")), finite_or_none(e.get("bits_per_char"))))
     best = finite_or_none((run.summary or {}).get("best_val_loss"))
     if best is not None:
-        rows.append(("this model (best val)", "", best, best / LN2))
-    txt = html_table(rows, ["model", "what it knows", "val cross-entropy (nats/char)", "bits/char"])
+        rows.append(("this model (best val)", "", best, run.bits_per_char(best)))
+    txt = html_table(rows, ["model", "what it knows", f"val cross-entropy (nats/{run.unit})", "bits/char"])
     if b.get("vocab_size") is not None:
         txt += f'<p class="muted">Vocabulary: {esc(b["vocab_size"])} characters. Baselines: counts on ' \
                "the train split with add-one smoothing, scored on the validation split.</p>"

@@ -105,6 +105,21 @@ class RunData:
         self.baselines = _dict_or_none(self.dir.baselines)
         self.diagnosis = _dict_or_none(self.dir.diagnosis)
 
+    @property
+    def unit(self) -> str:
+        """What one token is: ``char`` for character runs, ``token`` for sub-word (BPE) runs."""
+        return "token" if ((self.config or {}).get("data") or {}).get("tokenizer", "char") != "char" else "char"
+
+    def bits_per_char(self, nats: float) -> float:
+        """Bits per character of a loss in nats per token: nats / ln 2 for characters; for BPE
+        the run's own ratio ``val_bpc / val_loss`` (its characters per token), as the eval records hold."""
+        if self.unit == "char":
+            return nats / LN2
+        ratios = [_num(r.get("val_bpc")) / _num(r.get("val_loss")) for r in self.evals
+                  if math.isfinite(_num(r.get("val_bpc"))) and math.isfinite(_num(r.get("val_loss")))
+                  and _num(r.get("val_loss")) > 0]
+        return nats * ratios[-1] if ratios else math.nan
+
     def tokens_per_step(self) -> Optional[float]:
         """Tokens consumed per optimizer step (from eval records, else config), or ``None``."""
         for r in reversed(self.evals):
@@ -334,14 +349,16 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
         for name, v in base:
             col, ls = BASELINE_STYLE[name]
             ax.axhline(v, color=col, ls=ls, lw=1.3, zorder=1,
-                       label=f"{name} baseline {v:.2f} nats ({v / LN2:.2f} bits/char)")
+                       label=f"{name} baseline {v:.2f} nats ({run.bits_per_char(v):.2f} bits/char)")
             ax.annotate(f"{name} {v:.2f}", xy=(1.0, v), xycoords=("axes fraction", "data"),
                         xytext=(-3, 2), textcoords="offset points", ha="right", va="bottom",
                         fontsize=8, color=col, fontweight="bold", zorder=1)  # curves draw over it
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("cross-entropy (nats/char)")
-        sec = ax.secondary_yaxis("right", functions=(lambda y: y / LN2, lambda y: y * LN2))
-        sec.set_ylabel("bits/char")
+        ax.set_ylabel(f"cross-entropy (nats/{run.unit})")
+        k = run.bits_per_char(1.0)  # bits/char per nat/token: 1/ln 2 for characters
+        if math.isfinite(k) and k > 0:
+            sec = ax.secondary_yaxis("right", functions=(lambda y, k=k: y * k, lambda y, k=k: y / k))
+            sec.set_ylabel("bits/char")
         if scale != 1.0:
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 3))
     vals = [v for v in finite if math.isfinite(v)] + [v for _, v in base]
@@ -357,7 +374,7 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     best = _num((run.summary or {}).get("best_val_loss"))
     sub = "lower is better; dashed/dotted lines = corpus baselines (a model must beat bigram to use context)"
     if math.isfinite(best):
-        sub = f"best validation {best:.3f} nats = {best / LN2:.3f} bits/char; " + sub
+        sub = f"best validation {best:.3f} nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char; " + sub
     return _save(fig, run, "loss", f"Loss — {run.title()}", sub)
 
 
