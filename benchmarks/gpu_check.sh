@@ -10,7 +10,7 @@ out=${2:-$(mktemp -d "${TMPDIR:-/tmp}/depthlab-gpu.XXXX")/run}
 if python -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   args=(--model.n_layer 6 --model.n_head 6 --model.n_embd 384 --model.block_size 256 --model.dropout 0.2
         --train.batch_size 64 --train.learning_rate 1e-3 --train.min_lr 1e-4 --train.warmup_iters 100
-        --train.max_iters 5000 --train.eval_interval 250 --train.eval_iters 20 --train.beta2 0.99
+        --train.max_iters 5000 --train.eval_interval 100 --train.eval_iters 40 --train.beta2 0.99
         --train.device cuda --train.dtype bfloat16 --train.compile true)
   target=1.47
 else
