@@ -413,6 +413,15 @@ def build_sweep_parser():
                    help="run only these experiments (NAME[,NAME]) of a profile or file")
     p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                    help="list the runs and the time estimate, run nothing")
+    p.add_argument("--backend", type=Literal["local", "ray"], default="local",
+                   help="local: worker processes on this machine; ray: one Ray Tune trial per run (needs "
+                        'pip install -e ".[ray]"; see README, Sweeps on a Ray cluster)')
+    p.add_argument("--ray_address", "--ray-address", type=Optional[str], default=None,
+                   help="--backend ray: auto or HOST:PORT of a running Ray cluster (default: start Ray on "
+                        "127.0.0.1 for this sweep); the sweep directory must be on storage every node sees")
+    p.add_argument("--ray_scheduler", "--ray-scheduler", type=Literal["fifo", "asha"], default="fifo",
+                   help="--backend ray: fifo runs every point to its end; asha stops poor runs early (opt-in: it "
+                        "biases a depth comparison against the slow deep runs)")
     return p
 
 
@@ -456,7 +465,8 @@ def run_sweep(ns, argv: list[str]) -> int:
         print(sweep.dry_run(spec, out_dir, ns.workers))
         return 0
     try:
-        sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print)
+        sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
+                        backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler)
     except KeyboardInterrupt:
         print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
               f"{out_dir} are kept)", file=sys.stderr)

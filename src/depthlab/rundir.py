@@ -240,6 +240,42 @@ class MetricsWriter:
         if self.enabled and self.tb is not None:
             self.tb.add_histogram(tag, values, step)
 
+    def hparams(self, hparams: dict[str, Any], metrics: dict[str, Optional[float]], step: int) -> None:
+        """TensorBoard HParams of this run, written into the run's own ``tb/`` event files.
+
+        ``SummaryWriter.add_hparams`` would open a new log folder per call; this writes the same
+        three summaries (experiment, session start, session end) into this run's writer instead,
+        and each metric as a scalar at ``step``, so ``tensorboard --logdir`` over many runs shows
+        one HParams row (and one parallel-coordinates line) per run. When the run logs no other
+        TensorBoard events (``train.tensorboard`` off, as in sweeps), a writer is opened on
+        ``run_dir/tb`` for these alone. No-op on non-zero ranks or without the tensorboard package.
+
+        Args:
+            hparams: name -> int, float, str or bool (None values are left out).
+            metrics: scalar tag -> value (e.g. ``hparams/best_val_loss`` in nats); non-finite
+                values are written as no scalar, the column stays empty for this run.
+            step: the step the metric scalars are written at (the run's final step).
+        """
+        if not self.enabled:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard.summary import hparams as hparams_summaries
+        except ImportError:  # tensorboard not installed
+            return
+        tb = self.tb or SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD))
+        values = {k: v for k, v in hparams.items() if isinstance(v, (int, float, str, bool))}
+        writer = tb._get_file_writer()
+        for summ in hparams_summaries(values, dict(metrics)):
+            writer.add_summary(summ)
+        for tag, v in metrics.items():
+            if v is not None and math.isfinite(v):
+                tb.add_scalar(tag, v, step)
+        if tb is self.tb:
+            tb.flush()
+        else:
+            tb.close()
+
     def close(self) -> None:
         """Flush and close the files."""
         if self._f is not None:

@@ -5,7 +5,7 @@ the same trajectory with or without these observers.
 """
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional, Sequence
 
 from ..callbacks import Callback
 from ..trainer import console
@@ -13,20 +13,28 @@ from ..trainer import train as _train_bare
 from .activations import ActivationProbe, block_stats, probe_stats, rank_measure, record_activations
 from .baselines import BaselinesCallback, corpus_baselines
 from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
+from .hparams import HParamsCallback, hparam_values
 from .samples import SampleCallback
 from .gradients import GradientLogger, GradientMonitor, GradStats, format_table
 
 __all__ = ["train", "default_callbacks", "GradientMonitor", "GradStats", "GradientLogger", "format_table",
            "record_activations", "block_stats", "probe_stats", "rank_measure", "ActivationProbe", "corpus_baselines",
-           "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback", "SampleCallback"]
+           "BaselinesCallback", "diagnose_run", "diagnose_records", "Finding", "DiagnosisCallback", "SampleCallback",
+           "HParamsCallback", "hparam_values"]
 
 
-def default_callbacks(cfg) -> list:
+def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> list:
     """The observers every training run gets, from ``cfg.train`` (a :class:`~depthlab.config.RunConfig`).
 
     Corpus baselines at start, the gradient logger every ``grad_log_interval`` steps (0 = off),
     activation probes every ``probe_interval`` steps (0 = off), samples every ``sample_interval``
-    steps (0 = off), and the diagnosis at the end.
+    steps (0 = off), the diagnosis at the end, and the TensorBoard HParams of the run
+    (:class:`HParamsCallback`) with ``train.tensorboard`` or in a sweep (``hparam_fields`` given).
+
+    Args:
+        cfg: the run config.
+        hparam_fields: the config fields HParams records (a sweep passes the ones it varies);
+            None = every scalar field.
 
     Returns:
         A list of :class:`depthlab.callbacks.Callback`.
@@ -40,10 +48,13 @@ def default_callbacks(cfg) -> list:
     if t.sample_interval > 0:
         cbs.append(SampleCallback(t.sample_interval, t.sample_tokens))
     cbs.append(DiagnosisCallback())
+    if t.tensorboard or hparam_fields is not None:  # a sweep's runs always: TensorBoard compares them
+        cbs.append(HParamsCallback(hparam_fields))
     return cbs
 
 
-def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
+def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console,
+          hparam_fields: Optional[Sequence[str]] = None) -> Path:
     """Train a GPT with the default analytics observers (and ``callbacks`` after them).
 
     This is ``depthlab.train``: :func:`depthlab.trainer.train` plus :func:`default_callbacks`.
@@ -53,6 +64,7 @@ def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=
         callbacks: extra read-only observers.
         overwrite: replace an existing run directory (only a depthlab run).
         log: ``callable(str)`` for console lines.
+        hparam_fields: config fields for TensorBoard HParams (None = every scalar field).
 
     Returns:
         The run directory.
@@ -60,4 +72,5 @@ def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=
     Raises:
         DepthlabError: bad input; NonFiniteError; Interrupted (see :mod:`depthlab.trainer`).
     """
-    return _train_bare(cfg, callbacks=default_callbacks(cfg) + list(callbacks), overwrite=overwrite, log=log)
+    cbs = default_callbacks(cfg, hparam_fields) + list(callbacks)
+    return _train_bare(cfg, callbacks=cbs, overwrite=overwrite, log=log)

@@ -72,7 +72,8 @@ def init_probe(config: dict) -> dict:
             "resid_rms": [la["act_rms"] for la in layers], "rank_measure": ranks}
 
 
-def _train_one(config: dict, log: Log) -> tuple[str, str]:
+def _train_one(config: dict, log: Log, callbacks: Sequence = (),
+               hparam_fields: Optional[Sequence[str]] = None) -> tuple[str, str]:
     """Train one run with the default analytics; (status, message). A failing run is a status, not an exception."""
     from .. import analytics
     from ..config import RunConfig
@@ -81,7 +82,8 @@ def _train_one(config: dict, log: Log) -> tuple[str, str]:
 
     try:
         cfg = RunConfig.from_dict(json.loads(json.dumps(config)))
-        run_dir = analytics.train(cfg, log=log)  # looked up now, so tests can replace it
+        # looked up now, so tests can replace it
+        run_dir = analytics.train(cfg, log=log, callbacks=list(callbacks), hparam_fields=hparam_fields)
         summ = RunDir(run_dir).summary or {}
         by = summ.get("stopped_by")  # absent in runs of older releases: a short run was time-capped
         if by == "max_time" or (by is None and summ.get("final_step", 0) < cfg.train.max_iters):
@@ -113,19 +115,22 @@ def _run_log(run_dir: Path) -> Log:
     return log
 
 
-def execute(job: dict) -> dict:
+def execute(job: dict, callbacks: Sequence = ()) -> dict:
     """Run one sweep point; never raises for a failing run (the status says what happened).
 
     Probes the model at initialisation (``init_probe.json``), trains it with
-    :func:`depthlab.analytics.train` (console lines to ``train.log``), and writes
-    ``sweep_status.json``.
+    :func:`depthlab.analytics.train` (console lines to ``train.log``; TensorBoard HParams of the
+    fields in ``job["hparams"]``), and writes ``sweep_status.json``.
 
     Args:
-        job: ``{"name", "config" (nested run config with train.out_dir), "threads" (0 = keep)}``.
+        job: ``{"name", "config" (nested run config with train.out_dir), "threads" (0 = keep)}``,
+            optionally ``"hparams"`` (the sweep's varied fields) and ``"meta"`` (extra fields for
+            the status, e.g. the Ray node id).
+        callbacks: extra training observers (the Ray backend reports evaluations to Tune).
 
     Returns:
-        ``{"name", "status", "message", "wall_s" (seconds), "threads"}``; the same is written to
-        ``run_dir/sweep_status.json``.
+        ``{"name", "status", "message", "wall_s" (seconds), "threads", **meta}``; the same is
+        written to ``run_dir/sweep_status.json``.
     """
     import torch
 
@@ -139,12 +144,12 @@ def execute(job: dict) -> dict:
         probe = init_probe(job["config"])
     except Exception as e:  # noqa: BLE001 - the probe is optional; the run decides the status
         message = f"init probe failed: {type(e).__name__}: {e}"
-    status, msg = _train_one(job["config"], _run_log(run_dir))
+    status, msg = _train_one(job["config"], _run_log(run_dir), callbacks, job.get("hparams"))
     if status != "ok":  # a failure's message replaces a failed probe's
         message = msg
     torch.set_num_threads(old_threads)  # in-process runs leave the caller's setting as it was
     res = {"name": job["name"], "status": status, "message": re.sub(r"\s+", " ", message).strip()[:500],
-           "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
+           "wall_s": round(time.time() - t0, 3), "threads": job.get("threads"), **job.get("meta", {})}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         if probe is not None:
@@ -173,6 +178,9 @@ def _cores() -> int:
 def _comparable(cfg: dict) -> dict:
     c = json.loads(json.dumps(cfg))
     c["model"].pop("vocab_size", None)
+    for k in ("path", "cache_dir"):  # the Ray backend gives its trials absolute paths
+        if c.get("data", {}).get(k):
+            c["data"][k] = str(Path(c["data"][k]).resolve())
     for k in ("out_dir", "resume", "progress", "threads"):
         c["train"].pop(k, None)
     return c
@@ -427,8 +435,26 @@ def _write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) ->
                                         "runs": [dataclasses.asdict(p) for p in points]})
 
 
+#: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
+Runner = Callable[[list, int, Log, int, int], list]
+
+
+def _runner(backend: str, sweep_dir: Path, workers: int, ray_address: Optional[str], ray_scheduler: str) -> Runner:
+    """The job runner of ``backend``; for Ray, checks that Ray is installed before anything is written."""
+    if backend == "local":
+        if ray_address or ray_scheduler != "fifo":
+            raise DepthlabError("--ray-address and --ray-scheduler need --backend ray")
+        return run_jobs
+    if backend == "ray":
+        from .ray import ray_runner
+
+        return ray_runner(sweep_dir, address=ray_address, workers=workers, scheduler=ray_scheduler)
+    raise DepthlabError(f"--backend must be local or ray, got {backend!r}")
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: int = 0, rerun: bool = False,
-              log: Optional[Log] = print) -> Path:
+              log: Optional[Log] = print, backend: str = "local", ray_address: Optional[str] = None,
+              ray_scheduler: str = "fifo") -> Path:
     """Run every point of ``spec`` (skipping finished ones) and write results.csv / results.md.
 
     No report is built here (``depthlab.report.sweep.build_sweep_report`` does that afterwards).
@@ -436,23 +462,32 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
     Args:
         spec: the sweep.
         out_dir: the sweep directory (created; an existing sweep there is continued).
-        workers: worker processes; 0 = one per core. 1 runs in this process.
-        threads: torch threads per run; 0 = cores // workers (at least 1).
+        workers: worker processes (Ray: trials at a time); 0 = one per core (Ray: as many as the
+            cluster's CPUs hold). 1 runs in this process (local backend).
+        threads: torch threads per run (Ray: also the CPUs each trial reserves); 0 = cores of this
+            machine // workers (at least 1).
         rerun: delete and redo every run, finished or not.
         log: ``callable(str)`` for the one-line-per-run progress (None = silent).
+        backend: ``local`` (this machine's process pool) or ``ray`` (one Ray Tune trial per run,
+            :mod:`depthlab.sweep.ray`).
+        ray_address: Ray backend: ``auto``, ``HOST:PORT`` of a running cluster, or None to start
+            a one-machine Ray on 127.0.0.1 for this sweep.
+        ray_scheduler: Ray backend: ``fifo`` (every run to the end) or ``asha`` (early stopping).
 
     Returns:
         The sweep directory.
 
     Raises:
         DepthlabError: a bad grid or config (before any run starts), negative workers/threads, an
-            ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs.
+            ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs;
+            Ray missing (naming the extra), unreachable, or a sweep directory its nodes cannot write.
         KeyboardInterrupt: the sweep was interrupted (running workers were stopped; run the same
             command again to finish it). results.csv is written first.
     """
     log = log or (lambda s: None)
     _check_counts(workers, threads)
     sweep_dir = Path(out_dir)
+    runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
     points = expand(spec, sweep_dir)
     _check_sweep_dir(sweep_dir)
     done, todo = plan(points, sweep_dir, rerun=rerun)
@@ -463,15 +498,17 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
     threads = threads or max(1, cores // n_workers)
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
-    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on "
-        f"{n_workers} worker(s) x {threads} thread(s) (rough estimate {est / n_workers / 60:.1f} min)")
-    jobs = []
+    where = f"{n_workers} worker(s) x {threads} thread(s)" if backend == "local" else \
+        f"Ray Tune trials of {threads} CPU(s)/thread(s)"
+    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on {where} "
+        f"(rough estimate {est / n_workers / 60:.1f} min)")
+    jobs, varied = [], varied_fields(spec)
     for p in todo:
         _clear_run_dir(sweep_dir / RUNS / p.name)
-        jobs.append({"name": p.name, "config": p.config, "threads": threads})
+        jobs.append({"name": p.name, "config": p.config, "threads": threads, "hparams": varied})
     t0, results = time.time(), []
     try:
-        results = run_jobs(jobs, n_workers, log, len(points), len(done))
+        results = runner(jobs, n_workers, log, len(points), len(done))
     finally:
         try:
             write_results(sweep_dir)

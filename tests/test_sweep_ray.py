@@ -1,0 +1,301 @@
+"""The Ray backend: one Ray Tune trial per point, on a real two-node Ray cluster on loopback.
+
+Every Ray test runs against ``ray.cluster_utils.Cluster`` (a head and one added node, each a real
+raylet) bound to 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). Its Python processes load
+``tests/netguard/sitecustomize.py``, which refuses connections and DNS lookups for any other
+address, so no test opens a connection off the machine.
+"""
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from depthlab import rundir, sweep
+from depthlab.errors import DepthlabError
+
+GUARD = Path(__file__).parent / "netguard"
+TINY = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 16,
+        "train.batch_size": 4, "train.max_iters": 6, "train.eval_interval": 3, "train.eval_iters": 1,
+        "train.log_interval": 3, "train.warmup_iters": 1, "train.keep_last": 1, "train.dtype": "float32"}
+GRID = {"model.n_layer": [1, 2], "model.variant": ["plain", "prenorm"]}
+
+
+def tiny_spec(text_file, grid, **over):
+    base = {**TINY, "data.path": str(text_file), **{k.replace("__", "."): v for k, v in over.items()}}
+    return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)], base=base)
+
+
+def read_rows(sweep_dir):
+    with open(Path(sweep_dir) / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def quiet(_):
+    pass
+
+
+def statuses(sweep_dir) -> dict:
+    return {p.name: rundir.RunDir(p).sweep_status for p in sorted((Path(sweep_dir) / "runs").iterdir())}
+
+
+def best_losses(sweep_dir) -> dict:
+    return {p.name: rundir.RunDir(p).summary["best_val_loss"] for p in sorted((Path(sweep_dir) / "runs").iterdir())}
+
+
+def pid_writing(path: Path):
+    """The pid of the process that holds ``path`` open (Linux /proc), or None."""
+    target = str(path)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) == target:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+# ----------------------------------------------------------------------------- without Ray
+def test_without_ray_the_backend_is_a_one_line_error_naming_the_extra(tiny_text_file, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]})
+    with pytest.raises(DepthlabError, match=r'--backend ray needs Ray Tune.*pip install -e "\.\[ray\]"'):
+        sweep.run_sweep(spec, tmp_path / "sw", backend="ray", log=quiet)
+    assert not (tmp_path / "sw").exists()  # refused before anything was written
+    with pytest.raises(DepthlabError, match="need --backend ray"):
+        sweep.run_sweep(spec, tmp_path / "sw", ray_address="auto", log=quiet)
+    code = ("import sys; sys.modules['ray'] = None; from depthlab.cli import main; "
+            f"sys.exit(main(['sweep', '--grid', 'model.n_layer=1', '--data.path', {str(tiny_text_file)!r}, "
+            f"'--out-dir', {str(tmp_path / 'sw2')!r}, '--backend', 'ray']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("depthlab: error: --backend ray needs Ray Tune") and '".[ray]"' in line
+    assert not (tmp_path / "sw2").exists()
+
+
+def test_cli_backend_choices(tmp_path):
+    from depthlab.cli import main
+
+    assert main(["sweep", "--grid", "model.n_layer=1", "--backend", "spark", "--out-dir", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
+
+
+# ----------------------------------------------------------------------------- the two-node cluster
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head and one more node (1 CPU each) on 127.0.0.1, every Python process behind the network guard."""
+    if not os.environ.get("CI"):
+        pytest.importorskip("ray", reason='the Ray backend needs pip install -e ".[ray]"')
+    refused = tmp_path_factory.mktemp("netguard") / "refused.log"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        mp.setenv("DEPTHLAB_NETGUARD", "1")
+        mp.setenv("DEPTHLAB_NETGUARD_LOG", str(refused))
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(GUARD), os.environ.get("PYTHONPATH")) if p))
+        mp.setenv("DEPTHLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+        sys.path.insert(0, str(GUARD))
+        import sitecustomize as guard
+
+        guard.install()
+        from ray._private import ray_constants
+        from ray.cluster_utils import Cluster
+
+        mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # in case ray was imported before the env was set
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        try:
+            c.add_node(num_cpus=1)
+            c.wait_for_nodes()
+            c.refused = refused
+            yield c
+        finally:
+            c.shutdown()
+            guard.uninstall()
+            sys.path.remove(str(GUARD))
+            sys.modules.pop("sitecustomize", None)
+
+
+def node_ids(c) -> set:
+    return {n.node_id for n in c.list_all_nodes()}
+
+
+@pytest.mark.slow
+def test_ray_equals_local_on_a_two_node_cluster(cluster, tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, GRID)
+    sweep.run_sweep(spec, tmp_path / "loc", workers=2, threads=1, log=quiet)
+    logs = []
+    sweep.run_sweep(spec, tmp_path / "ray", threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
+    loc, ray_ = best_losses(tmp_path / "loc"), best_losses(tmp_path / "ray")
+    assert len(loc) == 4 and loc == ray_  # the same float32 numbers, bit for bit
+    rows = read_rows(tmp_path / "ray")
+    assert [(r["n_layer"], r["variant"], r["status"]) for r in rows] == [
+        (r["n_layer"], r["variant"], r["status"]) for r in read_rows(tmp_path / "loc")]
+    assert all(r["status"] == "ok" and r["best_val_loss"] != "" for r in rows)
+    st = statuses(tmp_path / "ray")
+    assert {s["ray_node_id"] for s in st.values()} == node_ids(cluster)  # trials ran on both nodes
+    assert all(s["backend"] == "ray" and s["threads"] == 1 and s["ray_ip"] == "127.0.0.1" for s in st.values())
+    assert any(line.startswith("ray: connected to") and "2 node(s), 2 CPU(s)" in line for line in logs)
+    assert sum(line.startswith("[") for line in logs) == 4
+    cfg = rundir.RunDir(tmp_path / "ray" / "runs" / "n_layer-2_variant-plain").config
+    assert Path(cfg["train"]["out_dir"]).is_absolute() and Path(cfg["data"]["path"]).is_absolute()
+    # HParams: the fields the sweep varies, in each run's own event files
+    from test_analytics_hparams import read_hparams
+
+    hp, metrics, scalars = read_hparams(tmp_path / "ray" / "runs" / "n_layer-2_variant-plain" / "tb")
+    assert hp == {"model.n_layer": 2, "model.variant": "plain"}
+    assert scalars["hparams/best_val_loss"][0][1] == pytest.approx(ray_["n_layer-2_variant-plain"], rel=1e-6)
+    # a rerun finds everything finished and starts no Ray trial
+    logs.clear()
+    sweep.run_sweep(spec, tmp_path / "ray", threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
+    assert any("nothing to run: all 4 runs had finished" in line for line in logs)
+    assert not any(line.startswith("ray:") for line in logs)
+
+
+@pytest.mark.slow
+def test_killed_trial_is_a_failed_row_and_a_rerun_redoes_it(cluster, tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"train.max_iters": [4, 1500]}, train__eval_interval=500)
+    sw = tmp_path / "sw"
+    metrics = sw / "runs" / "max_iters-1500" / "metrics.jsonl"
+    killed = []
+
+    def killer():
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            pid = pid_writing(metrics) if metrics.exists() else None
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    logs = []
+    sweep.run_sweep(spec, sw, threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
+    t.join()
+    assert killed and killed[0] != os.getpid()
+    rows = {r["train.max_iters"]: r for r in read_rows(sw)}
+    assert rows["4"]["status"] == "ok"
+    assert rows["1500"]["status"] == "failed" and "ActorDiedError" in rows["1500"]["message"]
+    assert "\n" not in rows["1500"]["message"] and len(rows["1500"]["message"]) <= 500
+    assert any("max_iters-1500: failed" in line for line in logs)
+    done = (sw / "runs" / "max_iters-0004" / "summary.json").stat().st_mtime_ns
+    logs.clear()
+    sweep.run_sweep(spec, sw, threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
+    assert any("1 already finished, 1 to run" in line for line in logs)
+    rows = {r["train.max_iters"]: r for r in read_rows(sw)}
+    assert rows["1500"]["status"] == "ok" and rows["1500"]["message"] == ""
+    assert (sw / "runs" / "max_iters-0004" / "summary.json").stat().st_mtime_ns == done
+
+
+@pytest.mark.slow
+def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missing(cluster, tiny_text_file, tmp_path):
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "train.max_iters=4,3000", "--data.path",
+           str(tiny_text_file), "--model.n_layer", "1", "--model.n_embd", "16", "--model.n_head", "2",
+           "--model.block_size", "16", "--train.batch_size", "4", "--train.eval_interval", "1000",
+           "--train.eval_iters", "1", "--train.dtype", "float32", "--threads", "1", "--no-report",
+           "--backend", "ray", "--ray-address", cluster.address, "--out-dir", str(sw)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    short, long_ = sw / "runs" / "max_iters-0004" / "summary.json", sw / "runs" / "max_iters-3000" / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (short.exists() and long_.exists()) and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "sweep interrupted; run the same command again" in err
+    assert not (sw / "runs" / "max_iters-3000" / "summary.json").exists()
+    rows = {r["train.max_iters"]: r["status"] for r in read_rows(sw)}
+    assert rows["4"] == "ok" and rows["3000"] != "ok"
+    done = short.stat().st_mtime_ns
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 already finished, 1 to run" in out.stdout
+    assert [r["status"] for r in read_rows(sw)] == ["ok", "ok"]
+    assert short.stat().st_mtime_ns == done
+
+
+@pytest.mark.slow
+def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path):
+    import ray
+
+    from depthlab.sweep import ray as backend
+
+    def probe(check_dir, token):  # the head node "cannot write" there
+        import ray as r
+
+        return "cannot write in it (test)" if r.get_runtime_context().get_node_id() == head else None
+
+    head = cluster.head_node.node_id
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        backend._check_storage(ray, tmp_path)  # the real check: both nodes read the token and write
+        with pytest.raises(DepthlabError) as e:
+            backend._check_storage(ray, tmp_path, probe=probe)
+    finally:
+        ray.shutdown()
+    msg = str(e.value)
+    assert f"node {head[:12]} (127.0.0.1): cannot write in it (test)" in msg
+    assert len(re.findall(r"node [0-9a-f]{12} \(", msg)) == 1  # only the node that failed
+    assert "storage every node mounts at the same path" in msg
+    assert not (tmp_path / ".ray_storage_check").exists()
+    assert backend._storage_probe(str(tmp_path / "missing"), "t").startswith("cannot read")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "token").write_text("other")
+    assert "not shared storage" in backend._storage_probe(str(tmp_path / "d"), "t")
+
+
+@pytest.mark.slow
+def test_asha_is_opt_in_and_stops_poor_runs(cluster, tiny_text_file, tmp_path):
+    # two trials at a time: the good learning rates first set the rung at step 10 (grace period: a quarter of
+    # max_iters); the near-zero ones come later, are worse than that rung's median and are stopped there
+    grid = {"train.learning_rate": [0.01, 0.003, 1e-7, 1e-8]}
+    spec = tiny_spec(tiny_text_file, grid, train__max_iters=40, train__eval_interval=5, train__min_lr=1e-9)
+    sweep.run_sweep(spec, tmp_path / "sw", threads=1, backend="ray", ray_address=cluster.address,
+                    ray_scheduler="asha", log=quiet)
+    rows = {float(r["train.learning_rate"]): r for r in read_rows(tmp_path / "sw")}
+    assert rows[0.01]["status"] == "ok" and rows[0.01]["message"] == ""  # the best: never stopped, ran to 40
+    assert rundir.RunDir(tmp_path / "sw" / "runs" / "learning_rate-0.01").summary["final_step"] == 40
+    assert rows[0.003]["status"] in ("ok", "stopped")  # stopped when it reached step 10 after lr 0.01
+    for lr in (1e-7, 1e-8):
+        assert rows[lr]["status"] == "stopped"
+        assert rows[lr]["message"] == "stopped early by the asha scheduler at step 10"
+    assert rows[1e-8]["best_val_loss"] != ""  # read back from the evaluations it logged
+    # FIFO (the default) runs every point to its end
+    sweep.run_sweep(spec, tmp_path / "fifo", threads=1, backend="ray", ray_address=cluster.address, log=quiet)
+    assert [r["status"] for r in read_rows(tmp_path / "fifo")] == ["ok"] * 4
+
+
+@pytest.mark.slow
+def test_ray_processes_run_behind_the_network_guard(cluster):
+    """The trials' worker processes on both nodes load the guard; what Ray itself tried was refused here."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def guarded():
+        import socket
+
+        return socket.socket.connect.__module__, socket.getaddrinfo.__module__
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        task = ray.remote(num_cpus=0)(guarded)
+        found = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                         for n in node_ids(cluster)], timeout=120)
+    finally:
+        ray.shutdown()
+    assert found == [("sitecustomize", "sitecustomize")] * 2
+    text = cluster.refused.read_text() if cluster.refused.exists() else ""
+    for line in text.splitlines():  # e.g. the cloud-metadata probe of Ray's usage statistics
+        assert line.split(" ", 1)[1].startswith(("connect ", "resolve ")), line
