@@ -299,3 +299,27 @@ def test_ray_processes_run_behind_the_network_guard(cluster):
     text = cluster.refused.read_text() if cluster.refused.exists() else ""
     for line in text.splitlines():  # e.g. the cloud-metadata probe of Ray's usage statistics
         assert line.split(" ", 1)[1].startswith(("connect ", "resolve ")), line
+
+
+def test_trial_resources_and_absolute_paths(tmp_path, monkeypatch):
+    from depthlab.sweep import ray as backend
+
+    class FakeRay:
+        def __init__(self, gpus):
+            self.gpus = gpus
+
+        def cluster_resources(self):
+            return {"CPU": 8.0, **({"GPU": float(self.gpus)} if self.gpus else {})}
+
+    def job(device="auto"):
+        return {"name": "a", "threads": 2, "config": {"data": {"path": "c.txt", "cache_dir": None},
+                                                      "train": {"out_dir": "sw/runs/a", "device": device}}}
+
+    assert backend._resources(FakeRay(0), [job()]) == {"cpu": 2}  # threads as CPUs
+    assert backend._resources(FakeRay(2), [job(), job("cuda")]) == {"cpu": 2, "gpu": 1}
+    assert backend._resources(FakeRay(2), [job(), job("cpu")]) == {"cpu": 2}
+    monkeypatch.chdir(tmp_path)
+    j = backend._absolute(job())
+    assert j["threads"] == 2 and j["config"]["train"]["out_dir"] == str(tmp_path / "sw" / "runs" / "a")
+    assert j["config"]["data"] == {"path": str(tmp_path / "c.txt"), "cache_dir": None}
+    assert job()["config"]["train"]["out_dir"] == "sw/runs/a"  # a copy
