@@ -28,7 +28,8 @@ This package never imports :mod:`depthlab.report` or :mod:`depthlab.cli`. The co
 """
 
 from .findings import aggregate_table, init_lines, summary_lines
-from .local import dry_run, execute, init_probe, plan, run_sweep
+from .local import dry_run, execute, init_probe, plan
+from .run import run_sweep
 from .results import (FINAL_STATUSES, METRIC_COLUMNS, OK_STATUSES, RESULT_COLUMNS, aggregate, collect_results,
                       corpus_baselines, experiment_axes, field_value, group_name, is_sweep_dir, load_sweep,
                       mean_metric, run_details, sweep_baselines, sweep_items, write_results)

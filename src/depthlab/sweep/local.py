@@ -32,11 +32,11 @@ from typing import Callable, Optional, Sequence
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .results import FINAL_STATUSES, OK_STATUSES, write_results
-from .spec import (RESULTS_CSV, RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, estimate_seconds, expand,
+from .results import FINAL_STATUSES
+from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, estimate_seconds, expand,
                    spec_to_json, varied_fields)
 
-__all__ = ["run_sweep", "dry_run", "plan", "init_probe", "execute"]
+__all__ = ["dry_run", "plan", "init_probe", "execute", "run_jobs"]
 
 Log = Callable[[str], None]
 
@@ -433,91 +433,3 @@ def _write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) ->
     write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
                                         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
                                         "runs": [dataclasses.asdict(p) for p in points]})
-
-
-#: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
-Runner = Callable[[list, int, Log, int, int], list]
-
-
-def _runner(backend: str, sweep_dir: Path, workers: int, ray_address: Optional[str], ray_scheduler: str) -> Runner:
-    """The job runner of ``backend``; for Ray, checks that Ray is installed before anything is written."""
-    if backend == "local":
-        if ray_address or ray_scheduler != "fifo":
-            raise DepthlabError("--ray-address and --ray-scheduler need --backend ray")
-        return run_jobs
-    if backend == "ray":
-        from .ray import ray_runner
-
-        return ray_runner(sweep_dir, address=ray_address, workers=workers, scheduler=ray_scheduler)
-    raise DepthlabError(f"--backend must be local or ray, got {backend!r}")
-
-
-def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: int = 0, rerun: bool = False,
-              log: Optional[Log] = print, backend: str = "local", ray_address: Optional[str] = None,
-              ray_scheduler: str = "fifo") -> Path:
-    """Run every point of ``spec`` (skipping finished ones) and write results.csv / results.md.
-
-    No report is built here (``depthlab.report.sweep.build_sweep_report`` does that afterwards).
-
-    Args:
-        spec: the sweep.
-        out_dir: the sweep directory (created; an existing sweep there is continued).
-        workers: worker processes (Ray: trials at a time); 0 = one per core (Ray: as many as the
-            cluster's CPUs hold). 1 runs in this process (local backend).
-        threads: torch threads per run (Ray: also the CPUs each trial reserves); 0 = cores of this
-            machine // workers (at least 1).
-        rerun: delete and redo every run, finished or not.
-        log: ``callable(str)`` for the one-line-per-run progress (None = silent).
-        backend: ``local`` (this machine's process pool) or ``ray`` (one Ray Tune trial per run,
-            :mod:`depthlab.sweep.ray`).
-        ray_address: Ray backend: ``auto``, ``HOST:PORT`` of a running cluster, or None to start
-            a one-machine Ray on 127.0.0.1 for this sweep.
-        ray_scheduler: Ray backend: ``fifo`` (every run to the end) or ``asha`` (early stopping).
-
-    Returns:
-        The sweep directory.
-
-    Raises:
-        DepthlabError: a bad grid or config (before any run starts), negative workers/threads, an
-            ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs;
-            Ray missing (naming the extra), unreachable, or a sweep directory its nodes cannot write.
-        KeyboardInterrupt: the sweep was interrupted (running workers were stopped; run the same
-            command again to finish it). results.csv is written first.
-    """
-    log = log or (lambda s: None)
-    _check_counts(workers, threads)
-    sweep_dir = Path(out_dir)
-    runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
-    points = expand(spec, sweep_dir)
-    _check_sweep_dir(sweep_dir)
-    done, todo = plan(points, sweep_dir, rerun=rerun)
-    _write_plan(sweep_dir, spec, points)
-    _warm_token_cache(points)
-    cores = _cores()
-    n_workers = max(1, min(workers or cores, len(todo))) if todo else 1
-    threads = threads or max(1, cores // n_workers)
-    todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
-    est = sum(estimate_seconds(p.config) for p in todo)
-    where = f"{n_workers} worker(s) x {threads} thread(s)" if backend == "local" else \
-        f"Ray Tune trials of {threads} CPU(s)/thread(s)"
-    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on {where} "
-        f"(rough estimate {est / n_workers / 60:.1f} min)")
-    jobs, varied = [], varied_fields(spec)
-    for p in todo:
-        _clear_run_dir(sweep_dir / RUNS / p.name)
-        jobs.append({"name": p.name, "config": p.config, "threads": threads, "hparams": varied})
-    t0, results = time.time(), []
-    try:
-        results = runner(jobs, n_workers, log, len(points), len(done))
-    finally:
-        try:
-            write_results(sweep_dir)
-        except Exception as e:  # noqa: BLE001 - never hide the original error
-            log(f"warning: could not write results: {type(e).__name__}: {e}")
-    failed = [r for r in results if r["status"] not in OK_STATUSES]
-    if results:
-        log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
-            f"-> {sweep_dir / RESULTS_CSV}")
-    else:
-        log(f"nothing to run: all {len(points)} runs had finished -> {sweep_dir / RESULTS_CSV}")
-    return sweep_dir
