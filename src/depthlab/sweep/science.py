@@ -252,10 +252,11 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> Row:
     A cell is one depth, learning rate and init. Post-LN needs warmup in a cell when, without
     warmup, it diverges while the warmed-up run does not, or ends >= 0.1 nats worse than with
     warmup; and pre-LN without warmup trains there (finishes within 0.1 nats of warmed-up post-LN,
-    or better). yes = some PyTorch-init cell shows it ("(also with GPT-2 init)" when a GPT-2-init
-    cell does too); partly = only GPT-2-init cells, or post-LN without warmup is >= 0.1 worse
-    somewhere but pre-LN fails there too; no = no cell. The per-block gradient norm at init (the
-    paper's explanation) is reported next to it, not judged.
+    or better) — the issue's definition, whatever the init. yes = some cell shows it, and the
+    verdict names the inits whose cells do (``yes (gpt2 init)``); partly = post-LN without warmup
+    is >= 0.1 worse somewhere but pre-LN fails there too (the setting cannot separate them); no =
+    no cell. The per-block gradient norm at init (the paper's explanation) is reported next to it,
+    not judged.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
@@ -282,9 +283,9 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> Row:
                     hits.append(init)
                 parts.append(f"L{L} lr {lr:g} {init}: post-LN warmup {warms[0]} {t0}, warmup {warms[-1]} {t1}; "
                              f"pre-LN warmup {warms[0]} {tp}" + (" [needs warmup]" if hurt and pre_ok else ""))
+    inits = sorted(set(hits))
     verdict = "not run" if not parts else (
-        ("yes (also with GPT-2 init)" if "gpt2" in hits else "yes") if "torch" in hits
-        else ("partly" if hits or worse else "no"))
+        f"yes ({', '.join(inits)} init)" if hits else ("partly" if worse else "no"))
     note = _init_grad_note(items)
     return ["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
             "and pre-LN train",
@@ -292,8 +293,8 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> Row:
             f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, Adam lr "
             f"{_vals(items, 'train.learning_rate')}, warmup {_vals(items, 'train.warmup_iters')} steps, init "
             f"{_vals(items, 'model.init')}, {_vals(items, 'train.max_iters')} steps, best val loss (nats/char), "
-            f"{_seeds(items)}; yes = in some torch-init cell post-LN without warmup is >= 0.1 worse (or diverges) "
-            "while pre-LN without warmup is within 0.1 of warmed-up post-LN",
+            f"{_seeds(items)}; yes = in some cell (depth, lr, init) post-LN without warmup is >= 0.1 worse (or "
+            "diverges) while pre-LN without warmup is within 0.1 of warmed-up post-LN",
             "; ".join(parts) + (f". {note}" if note else ""), verdict]
 
 
