@@ -42,3 +42,16 @@ def test_per_block_panels_number_blocks_from_zero(monkeypatch, tmp_path):
     assert _per_block(items, ["model.variant"], "model.n_layer", "grad")["prenorm"][3][1] == [1.0, 2.0, 4.0]
     plot_per_block(items, "model.n_layer", ["model.variant"], "grad", tmp_path / "g.png")
     assert seen and all(xs[0] == 0 and xs[-1] == 2 for xs in seen)
+
+
+def test_finished_runs_match_despite_execution_fields_and_newer_defaults():
+    from depthlab.config import RunConfig
+    from depthlab.sweep.local import _config_diff
+
+    now = RunConfig().to_dict()
+    then = RunConfig().to_dict()
+    then["train"]["compile"] = False  # the default became "auto": same computation on CPU
+    del then["data"]["tokenizer"]  # written before the field existed; now at its default
+    assert _config_diff(now, then) == []
+    then["train"]["learning_rate"] = 0.5
+    assert _config_diff(now, then) == ["train.learning_rate: 0.5 there, 0.003 now"]

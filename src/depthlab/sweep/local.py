@@ -181,16 +181,21 @@ def _comparable(cfg: dict) -> dict:
     for k in ("path", "cache_dir"):  # the Ray backend gives its trials absolute paths
         if c.get("data", {}).get(k):
             c["data"][k] = str(Path(c["data"][k]).resolve())
-    for k in ("out_dir", "resume", "progress", "threads"):
+    for k in ("out_dir", "resume", "progress", "threads", "compile"):  # how a run is executed, not what it computes
         c["train"].pop(k, None)
     return c
 
 
 def _config_diff(a: dict, b: dict) -> list[str]:
+    from ..config import RunConfig
+
     a, b = _comparable(a), _comparable(b)
+    defaults = RunConfig().to_dict()
     out = []
     for sec in SECTIONS:
         for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
+            if k not in b.get(sec, {}) and a.get(sec, {}).get(k) == defaults[sec].get(k):
+                continue  # a field newer than the finished run, at its default: the run used that behaviour
             if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
                 out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
     return out
