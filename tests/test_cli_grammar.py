@@ -33,6 +33,11 @@ def test_every_command_shares_the_common_options(name):
     assert {"-c", "--config", "--print_config", "--debug"} <= opts
 
 
+@pytest.mark.parametrize("name", ["sample", "probe", "diagnose", "report", "sweep"])
+def test_every_computing_command_takes_threads(name):
+    assert "--threads" in {s for a in COMMANDS[name].build()._actions for s in a.option_strings}
+
+
 @pytest.mark.parametrize("name", ["sample", "diagnose", "report"])
 def test_run_dir_commands_name_it_the_same(name):
     assert "run_dir" in {a.dest for a in COMMANDS[name].build()._actions}

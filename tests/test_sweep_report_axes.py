@@ -55,3 +55,24 @@ def test_finished_runs_match_despite_execution_fields_and_newer_defaults():
     assert _config_diff(now, then) == []
     then["train"]["learning_rate"] = 0.5
     assert _config_diff(now, then) == ["train.learning_rate: 0.5 there, 0.003 now"]
+
+
+def test_estimate_scales_with_width_as_calibrated():
+    from depthlab import sweep
+
+    cfg = sweep.expand(sweep.profile_spec("quick"), "x")[0].config
+    base = sweep.estimate_seconds(cfg)
+    wide = json_copy(cfg)
+    wide["model"]["n_embd"] = 192
+    C, L, T, V = 192, 1, 64, 65
+    per_tok = L * (C * C * 12 + 2 * T * C) + V * C
+    evals = (500 // 100 + 2) * 2 * 20
+    flops = 6 * per_tok * 16 * T * 500 + 2 * per_tok * 16 * T * evals
+    expect = flops / 1e9 * 0.045 * (32 / 192) ** 0.8 + 0.7e-3 * 2 * (500 + evals / 3) + 4.0
+    assert abs(sweep.estimate_seconds(wide) - expect) < 1e-9 and sweep.estimate_seconds(wide) > base
+
+
+def json_copy(d):
+    import json
+
+    return json.loads(json.dumps(d))

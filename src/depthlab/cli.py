@@ -325,6 +325,7 @@ def build_diagnose_parser():
                                "to a run directory's metrics and print the findings with evidence and remedy.")
     _add_run_dir(p)
     p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
 
 
@@ -332,6 +333,7 @@ def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run, findings_json, format_findings
 
+    _set_threads(ns.threads)
     findings = diagnose_run(ns.run_dir)
     print(json.dumps(findings_json(findings)) if ns.json else format_findings(findings))
     return 0
@@ -348,6 +350,7 @@ def build_report_parser():
     p.add_argument("--out", type=Optional[str], default=None, help="HTML file to write (default: DIR/report.html)")
     p.add_argument("--skip", nargs="+", type=str, default=[],
                    help=f"figures not to draw, from: {', '.join(PLOTS)}")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
 
 
@@ -357,6 +360,7 @@ def run_report(ns) -> int:
     from .report.plots import PLOTS
     from .report.sweep import build_sweep_report, is_sweep_dir
 
+    _set_threads(ns.threads)
     bad = [s for s in ns.skip if s not in PLOTS]
     if bad:
         raise DepthlabError(f"report: --skip {' '.join(bad)}: unknown figure; choose from {', '.join(PLOTS)}")

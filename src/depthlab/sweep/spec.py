@@ -571,7 +571,11 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     evaluations (2 x for a forward pass), plus a per-block-per-step overhead (about 0.7 ms:
     kernel launches and the optimizer, which dominate at tiny widths) and a fixed start-up cost
     of 4 s. ``sec_per_gflop`` was measured on an idle 2-core x86 CPU, one thread, at width 32
-    (about 4 ms per block per 1024-token step); a busy machine is slower.
+    (about 4 ms per block per 1024-token step); a busy machine is slower. Wider matmuls run closer
+    to the CPU's peak, so the rate is scaled by (32 / n_embd)^0.8 above width 32 — an empirical fit
+    to three measurements on this kind of machine: width 32 (the base rate), width 64 (a run took
+    1/1.6 of the unscaled estimate) and the default width-192 recipe (300-950 s measured against
+    3,963 s unscaled, i.e. 4-13x). It remains a rough planning figure, not a measurement.
 
     Args:
         config: nested run config.
@@ -589,4 +593,5 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     evals = (steps // t["eval_interval"] + 2) * 2 * t["eval_iters"]
     flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
     overhead = 0.7e-3 * (L + 1) * (steps + evals / 3)  # per-block kernel launches dominate tiny widths
-    return flops / 1e9 * sec_per_gflop + overhead + 4.0
+    rate = sec_per_gflop * (32 / C) ** 0.8 if C > 32 else sec_per_gflop
+    return flops / 1e9 * rate + overhead + 4.0
