@@ -212,8 +212,11 @@ def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missi
     while time.time() < deadline and not (short.exists() and long_.exists()) and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)  # Ctrl-C
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out[-2000:], err[-2000:])
     assert "sweep interrupted; run the same command again" in err
     assert not (sw / "runs" / "max_iters-3000" / "summary.json").exists()
     rows = {r["train.max_iters"]: r["status"] for r in read_rows(sw)}
@@ -221,8 +224,8 @@ def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missi
     done = short.stat().st_mtime_ns
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "1 already finished, 1 to run" in out.stdout
-    assert [r["status"] for r in read_rows(sw)] == ["ok", "ok"]
+    assert "1 already finished, 1 to run" in out.stdout, out.stdout
+    assert [(r["status"], r["message"]) for r in read_rows(sw)] == [("ok", "")] * 2, out.stdout
     assert short.stat().st_mtime_ns == done
 
 
