@@ -289,9 +289,13 @@ def run_sample(ns) -> int:
     try:
         device = str(resolve_device(ns.device))
     except DepthlabError as e:
-        raise DepthlabError(str(e).replace("train.device", "--device").replace("--train.device", "--device")) from None
+        raise DepthlabError(str(e).replace("--train.device", "--device").replace("train.device", "--device")) from None
+
+    info: list[str] = []  # the "sampling from" line, printed when the text starts (after every check passed)
 
     def stream(s: str) -> None:
+        while info:
+            print(info.pop(), file=sys.stderr)
         sys.stdout.write(s)
         sys.stdout.flush()
 
@@ -308,7 +312,7 @@ def run_sample(ns) -> int:
             warnings.simplefilter("ignore")  # load_run prints the fallback warning itself
             try:
                 which = describe_weights(Path(ns.run_dir), select_weights(Path(ns.run_dir), ns.checkpoint))
-                print(f"{PROG}: sampling from {which}", file=sys.stderr)
+                info.append(f"{PROG}: sampling from {which}")
             except DepthlabError:
                 pass  # load_run below raises the same error with its own words
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
@@ -623,8 +627,13 @@ def _file_key_problems(path: str, known: set[str]) -> list[str]:
 
     try:
         d = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []  # the parser reports unreadable files itself
+    except UnicodeDecodeError as e:
+        raise DepthlabError(f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
+                            f"{e.start}); save it as UTF-8") from None
+    except (OSError, yaml.YAMLError):
+        return []  # the parser reports missing files and YAML syntax itself
+    if d is None:
+        raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
     out = []
     for k, v in (d.items() if isinstance(d, dict) else []):
         k = str(k)

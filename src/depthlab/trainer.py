@@ -172,6 +172,47 @@ def console(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def training_memory_bytes(cfg: RunConfig, vocab_size: int) -> float:
+    """Rough peak memory of one training micro-batch step, in bytes.
+
+    Activations per block follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+    Large Transformer Models", eq. 1): s·b·h·(34 + 5·a·s/h) bytes at 16 bits, doubled here for
+    float32 (s = block_size T, b = batch_size B, h = n_embd C, a = n_head). Plus the logits and
+    their gradient (3 · B·T·V · 4 bytes) and 16 bytes per parameter (weights, gradients, AdamW's two
+    moments, float32). A planning figure, good to a factor of ~2; it exists to refuse sizes that
+    cannot fit before anything is allocated or written.
+    """
+    m, t = cfg.model, cfg.train
+    B, T, C, L, nh = t.batch_size, m.block_size, m.n_embd, m.n_layer, m.n_head
+    params = L * C * C * (4 + 2 * m.ff_mult) + (vocab_size + T) * C
+    acts = 2.0 * L * T * B * C * (34 + 5 * nh * T / C)
+    return acts + 12.0 * B * T * vocab_size + 16.0 * params
+
+
+def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
+    """Refuse a configuration whose training step needs more memory than the device has.
+
+    Raises:
+        DepthlabError: the estimate (:func:`training_memory_bytes`) exceeds 90 % of the machine's
+            RAM (CPU) or of the GPU's memory, naming the sizes to lower.
+    """
+    need = training_memory_bytes(cfg, vocab_size)
+    try:
+        if device.type == "cuda":
+            have, where = float(torch.cuda.get_device_properties(device).total_memory), "GPU memory"
+        else:
+            have, where = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "RAM"
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return  # unknown machine size: let the allocator decide
+    if need > 0.9 * have:
+        m, t = cfg.model, cfg.train
+        raise DepthlabError(
+            f"a training step with train.batch_size {t.batch_size}, model.block_size {m.block_size}, "
+            f"model.n_embd {m.n_embd}, model.n_layer {m.n_layer} needs about {need / 2**30:,.0f} GiB, more than this "
+            f"machine's {have / 2**30:,.0f} GiB of {where}; lower train.batch_size (raise train.grad_accum to keep "
+            "the tokens per step) or model.block_size")
+
+
 def val_perplexity(loss: float) -> Optional[float]:
     """Perplexity exp(loss) of a mean loss in nats/token, exact in float64; None when it overflows.
 
@@ -229,6 +270,7 @@ class Trainer:
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
         self.corpus.check_block_size(cfg.model.block_size, log=log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
+        check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if len(vocab) == 1 and self.is_main:
             log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
                 "the model has nothing to learn (loss will go to 0)")
@@ -854,7 +896,7 @@ class Trainer:
         else:
             self.log(f"step {info.step}/{self.cfg.train.max_iters} | loss {info.loss:.4f} | lr {info.lr:.2e} | "
                      f"grad_norm {info.grad_norm:.3f} | {tokens_per_sec:,.0f} tokens/s | "
-                     f"{time.time() - self._t_start:.1f}s")
+                     f"{self._wall():.1f}s")
 
     def fit(self) -> Path:
         """Train to ``max_iters`` (or ``max_time`` / ``target_val_loss``); returns the run directory.

@@ -1,0 +1,67 @@
+"""What a fresh user broke (session 8): sizes that cannot fit, sample's lines, resume's log clock."""
+
+import json
+
+import pytest
+from conftest import QUIET, tiny_cli_args, tiny_config
+
+from depthlab.cli import main
+from depthlab.config import RunConfig
+from depthlab.trainer import Trainer, check_memory, training_memory_bytes
+
+
+def test_sizes_that_cannot_fit_are_refused_before_anything_is_written(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "huge"
+    rc = main(["train", *tiny_cli_args(tiny_text_file, out, train__batch_size=1000000, model__n_layer=1)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "GiB" in err and "train.batch_size" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_memory_estimate_follows_korthikanti():
+    cfg = RunConfig()
+    m, t = cfg.model, cfg.train
+    B, T, C, L, nh, V = t.batch_size, m.block_size, m.n_embd, m.n_layer, m.n_head, 65
+    acts = 2 * L * T * B * C * (34 + 5 * nh * T / C)
+    params = L * C * C * (4 + 2 * m.ff_mult) + (V + T) * C
+    assert training_memory_bytes(cfg, V) == pytest.approx(acts + 12 * B * T * V + 16 * params)
+    import torch
+
+    check_memory(cfg, V, torch.device("cpu"))  # the default recipe fits
+
+
+def test_sample_error_is_one_line_and_info_line_only_when_text_starts(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__eval_interval=5)]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(out), "--prompt", "東京"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "vocabulary" in err
+    assert main(["sample", str(out), "--device", "cuda:7"]) == 2
+    assert "----device" not in capsys.readouterr().err
+
+
+def test_resumed_log_lines_show_total_training_time(tmp_path, tiny_text_file):
+    cfg = dict(max_iters=10, eval_interval=5, log_interval=5)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=20, resume=True)),
+                log=lines.append)
+    r.wall_before += 1000.0  # as if the first session had trained for 1000 s
+    r.fit()
+    step_lines = [x for x in lines if x.startswith("step 15/20")]
+    assert step_lines and float(step_lines[0].rsplit("|", 1)[1].strip().rstrip("s")) >= 1000.0
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["wall_time_s"] >= 1000.0
+
+
+def test_config_file_errors_name_the_file(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("model:\n  n_layer: 2 # \xe9\n".encode("latin-1"))
+    assert main(["train", "-c", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not UTF-8" in err
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["train", "-c", str(empty)]) == 2
+    assert f"config file {empty} is empty" in capsys.readouterr().err
