@@ -65,3 +65,20 @@ def test_config_file_errors_name_the_file(tmp_path, capsys):
     empty.write_text("")
     assert main(["train", "-c", str(empty)]) == 2
     assert f"config file {empty} is empty" in capsys.readouterr().err
+
+
+def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_text_file):
+    from depthlab.sample import load_run
+
+    cfg = dict(max_iters=10, eval_interval=5, keep_last=5)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    t.fit()
+    ck = tmp_path / "r" / "checkpoints"
+    best_step = json.loads((ck / "manifest.json").read_text())["best"]["step"]
+    (ck / "best.safetensors").write_bytes(b"x")
+    lines = []
+    Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=15, resume=True)),
+            log=lines.append).fit()
+    assert any("best.safetensors was corrupt; restored from" in x for x in lines)
+    load_run(tmp_path / "r")  # verifies again
+    assert (ck / "best.safetensors").stat().st_size > 100 and best_step in (5, 10, 15)

@@ -197,6 +197,37 @@ def verified_best(run_dir: Path) -> Path:
                         "replaced); try --checkpoint last")
 
 
+def repair_best(run_dir: Path) -> Optional[str]:
+    """On resume: if ``best.safetensors`` fails its check, restore it from the step checkpoint of the
+    best step when that one is intact, else drop the manifest's ``best`` so the next improvement
+    writes a new one.
+
+    Returns:
+        None when best is fine (or there is none), else one sentence saying what was done.
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    manifest = _read_manifest(ckdir)
+    best = manifest.get("best")
+    if not best:
+        return None
+    try:
+        verified_best(Path(run_dir))
+        return None
+    except DepthlabError:
+        pass
+    twin = next((c for c in manifest["checkpoints"] if c["step"] == best.get("step")), None)
+    if twin is not None and _verified(ckdir, twin["files"]) is None:
+        name = f"{twin['name']}.safetensors"
+        atomic_write(ckdir / "best.safetensors", (ckdir / name).read_bytes())
+        best["files"] = {"best.safetensors": twin["files"][name]}
+        atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+        return f"best.safetensors was corrupt; restored from {name} (the same step)"
+    manifest["best"] = None
+    atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+    return ("best.safetensors was corrupt and no intact checkpoint of its step is left; the next evaluation "
+            "writes a new best")
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:
     """Manifest entry of the newest step checkpoint whose files verify, or None if there is none.
 

@@ -358,6 +358,11 @@ class Trainer:
             if resume_entry is not None:
                 truncate_metrics(self.run_dir, self.step)
                 (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+                repaired = ckpt.repair_best(self.run_dir)
+                if repaired is not None:
+                    self.log(f"warning: {repaired}")
+                    if "next evaluation" in repaired:
+                        self.best_val = float("inf")  # the next evaluation becomes best.safetensors
             elif t.resume:
                 self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
                 truncate_metrics(self.run_dir, -1)
