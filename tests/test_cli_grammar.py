@@ -107,3 +107,9 @@ def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys
     captured = capsys.readouterr()
     assert f"sampling from best.safetensors (step {best}, val loss {val[best]:.4f} nats)" in captured.err
     assert "sampling from" not in captured.out  # stdout stays the text alone
+
+
+def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
+    err = _err(capsys, "train", "--train.lr", "1e-3", "--n_layer", "3")
+    assert "--train.lr (did you mean train.learning_rate?)" in err
+    assert "--n_layer (did you mean --model.n_layer?)" in err

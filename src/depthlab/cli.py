@@ -615,8 +615,18 @@ def _flat_keys(d: Any, prefix: str = "") -> set[str]:
     return out
 
 
+#: Other tools' names for our fields (nanoGPT/litgpt habits), checked before spelling similarity.
+_ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "d_model": "n_embd",
+            "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
+
+
 def _suggest(key: str, known: set[str]) -> str:
     import difflib
+
+    sec, _, field = key.rpartition(".")
+    alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
+    if alias in known:
+        return f"{key} (did you mean {alias}?)"
 
     close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
     return f"{key} (did you mean {close[0]}?)" if close else key
@@ -657,6 +667,13 @@ def check_keys(command: str, parser, argv: list[str]) -> None:
     known = _flat_keys(parser.get_defaults().as_dict())
     flags = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
     problems = [f"--{_suggest(k, known)}" for k in flags if k not in known]
+    options = {o for act in parser._actions for o in act.option_strings}
+    for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
+        name = a.split("=", 1)[0]
+        if name.startswith("--") and "." not in name and name not in options:
+            homes = sorted(k for k in known if k.split(".")[-1] == name[2:].replace("-", "_"))
+            if homes:
+                problems.append(f"{name} (did you mean --{' or --'.join(homes)}?)")
     for i, a in enumerate(argv):
         if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config="):
             problems += _file_key_problems(argv[i + 1] if "=" not in a else a.split("=", 1)[1], known)
