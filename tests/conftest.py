@@ -71,3 +71,20 @@ def evals(run) -> list[tuple[int, float, float]]:
     """(step, train_loss, val_loss) of every evaluation in ``run/metrics.jsonl``, in file order."""
     lines = (Path(run) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     return [(r["step"], r["train_loss"], r["val_loss"]) for r in map(json.loads, lines) if "val_loss" in r]
+
+
+def tiny_sweep_spec(text_file, grid, base, **over):
+    """A one-experiment :class:`depthlab.sweep.SweepSpec` over ``grid`` on ``base`` (dotted fields) and
+    ``text_file``; ``over`` adds or overrides fields, dotted names spelt with ``__``."""
+    from depthlab import sweep
+
+    fields = {**base, "data.path": str(text_file), **{k.replace("__", "."): v for k, v in over.items()}}
+    return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)], base=fields)
+
+
+def read_sweep_rows(sweep_dir) -> list[dict]:
+    """The rows of ``sweep_dir/results.csv`` as dicts of strings."""
+    import csv
+
+    with open(Path(sweep_dir) / "results.csv", newline="") as f:
+        return list(csv.DictReader(f))

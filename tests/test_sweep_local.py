@@ -1,12 +1,11 @@
 """The local sweep backend: rows, resume, failures as results, worker processes, no report import."""
 
-import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import read_sweep_rows, tiny_sweep_spec
 
 from depthlab import rundir, sweep
 from depthlab.errors import DepthlabError, NonFiniteError
@@ -18,13 +17,10 @@ TINY = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_
 
 
 def tiny_spec(text_file, grid, **over):
-    base = {**TINY, "data.path": str(text_file), **{k.replace("__", "."): v for k, v in over.items()}}
-    return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)], base=base)
+    return tiny_sweep_spec(text_file, grid, TINY, **over)
 
 
-def read_rows(sweep_dir):
-    with open(Path(sweep_dir) / "results.csv", newline="") as f:
-        return list(csv.DictReader(f))
+read_rows = read_sweep_rows
 
 
 def quiet(_):

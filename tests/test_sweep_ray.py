@@ -6,7 +6,6 @@ raylet) bound to 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). Its Python
 address, so no test opens a connection off the machine.
 """
 
-import csv
 import os
 import re
 import signal
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import read_sweep_rows, tiny_sweep_spec
 
 from depthlab import rundir, sweep
 from depthlab.errors import DepthlabError
@@ -29,13 +29,10 @@ GRID = {"model.n_layer": [1, 2], "model.variant": ["plain", "prenorm"]}
 
 
 def tiny_spec(text_file, grid, **over):
-    base = {**TINY, "data.path": str(text_file), **{k.replace("__", "."): v for k, v in over.items()}}
-    return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)], base=base)
+    return tiny_sweep_spec(text_file, grid, TINY, **over)
 
 
-def read_rows(sweep_dir):
-    with open(Path(sweep_dir) / "results.csv", newline="") as f:
-        return list(csv.DictReader(f))
+read_rows = read_sweep_rows
 
 
 def quiet(_):
