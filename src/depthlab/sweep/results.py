@@ -26,9 +26,10 @@ __all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", 
 RESULT_COLUMNS = ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss", "best_val_loss",
                   "wall_time_s", "status"]
 #: Trailing columns: bits/char of best_val_loss, training throughput, grad-norm ratio first/last
-#: block (last gradient record), rank measure at the last block (last probe), diagnosis rules.
-METRIC_COLUMNS = ["best_val_bpc", "tokens_per_sec", "grad_ratio_first_last", "last_block_rank",
-                  "diagnosis", "run", "message"]
+#: block (last gradient record), rank measure of the last block at initialisation (the init probe)
+#: and after training (the last probe: for a one-step run that is after one optimizer step), diagnosis.
+METRIC_COLUMNS = ["best_val_bpc", "tokens_per_sec", "grad_ratio_first_last", "init_last_block_rank",
+                  "last_block_rank", "diagnosis", "run", "message"]
 
 #: Statuses that count as a finished, usable run.
 OK_STATUSES = ("ok",)
@@ -128,7 +129,7 @@ def _status(d: dict, exists: bool) -> str:
 
 
 def _metric_cells(d: dict, best: Optional[float]) -> dict:
-    """best_val_bpc, tokens_per_sec, grad_ratio_first_last, last_block_rank, diagnosis of one run."""
+    """best_val_bpc, tokens_per_sec, grad_ratio_first_last, init/last last_block_rank, diagnosis of one run."""
     s = d["summary"] or {}
     per_char = 1.0 / math.log(2)  # bits per character per nat of loss: 1 / ln 2 for chars
     sb, sl = (_num(s.get("best_val_bpc")), _num(s.get("best_val_loss"))) if s else (None, None)
@@ -141,6 +142,8 @@ def _metric_cells(d: dict, best: Optional[float]) -> dict:
         g = d["grad"][-1]["grad_norm_block"]
         if g and _num(g[-1]) and _num(g[0]) is not None and _num(g[-1]) > 0:
             row["grad_ratio_first_last"] = _num(g[0]) / _num(g[-1])
+    init = (d.get("init_probe") or {}).get("rank_measure")
+    row["init_last_block_rank"] = _num(init[-1]) if isinstance(init, list) and init else None
     last = d["probe"][-1]["rank_measure"] if d["probe"] else None
     row["last_block_rank"] = _num(last[-1]) if last else None
     row["diagnosis"] = ";".join(d["diagnosis"])
