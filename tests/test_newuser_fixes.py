@@ -82,3 +82,15 @@ def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_t
     assert any("best.safetensors was corrupt; restored from" in x for x in lines)
     load_run(tmp_path / "r")  # verifies again
     assert (ck / "best.safetensors").stat().st_size > 100 and best_step in (5, 10, 15)
+
+
+def test_metrics_lines_are_strict_json_with_nested_non_finite_values(tmp_path):
+    from depthlab.rundir import MetricsWriter, read_metrics
+
+    w = MetricsWriter(tmp_path, tensorboard=False)
+    w.log("probe", {"step": 1, "rank_measure": [0.5, float("nan")], "deep": {"x": [float("inf")]}})
+    w.close()
+    line = (tmp_path / "metrics.jsonl").read_text()
+    json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    r = read_metrics(tmp_path, "probe")[0]
+    assert r["rank_measure"] == [0.5, "nan"] and r["deep"] == {"x": ["inf"]}

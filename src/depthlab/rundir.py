@@ -127,8 +127,13 @@ def finite_or_none(v: Any) -> Optional[float]:
 
 
 def _clean(v: Any) -> Any:
+    """``v`` with every non-finite float, at any depth, written as its string ("nan", "inf")."""
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)  # JSON has no NaN/inf; keep them readable instead of invalid
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]  # per-block lists of probe/grad records
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
     return v
 
 
