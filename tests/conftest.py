@@ -88,3 +88,34 @@ def read_sweep_rows(sweep_dir) -> list[dict]:
 
     with open(Path(sweep_dir) / "results.csv", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def run_two_ranks(worker, out, text, case, timeout=90) -> dict:
+    """Run ``worker(rank, port, out, text, case, queue)`` as two spawned processes (gloo ranks on
+    127.0.0.1) and return ``{rank: tuple(what it put after its rank)}``.
+
+    Fails the test, after killing both, when a rank reports nothing within ``timeout`` seconds:
+    the ranks disagreed on stopping and one is waiting in a collective.
+    """
+    import multiprocessing as mp
+    import queue as queue_mod
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, port, str(out), str(text), case, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = [q.get(timeout=timeout) for _ in procs]
+    except queue_mod.Empty:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"{case}: a rank was still waiting after {timeout} s (the ranks disagreed on stopping)")
+    for p in procs:
+        p.join(30)
+    assert not any(p.is_alive() for p in procs)
+    return {r: tuple(rest) for r, *rest in got}

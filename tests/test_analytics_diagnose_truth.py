@@ -11,18 +11,11 @@ import json
 import pytest
 
 from conftest import QUIET, tiny_config
+from test_analytics_diagnose import BASE, evals
 from depthlab import train
 from depthlab.analytics import diagnose as D
 from depthlab.analytics.diagnose import diagnose_records, diagnose_run
 
-BASE = {"uniform": {"nats": 4.174, "bits_per_char": 6.02}, "unigram": {"nats": 3.347, "bits_per_char": 4.83},
-        "bigram": {"nats": 2.482, "bits_per_char": 3.58}, "vocab_size": 65}
-
-
-def evals(vals, trains=None, every=100, tokens_per_step=1024):
-    trains = trains or vals
-    return [{"step": i * every, "val_loss": v, "train_loss": t, "tokens_seen": i * every * tokens_per_step}
-            for i, (v, t) in enumerate(zip(vals, trains))]
 
 
 def grad(step, blocks, upd=None):

@@ -15,7 +15,7 @@ from depthlab.callbacks import Callback
 from depthlab.errors import NonFiniteError
 from depthlab.trainer import Trainer
 
-from conftest import QUIET, tiny_config
+from conftest import QUIET, run_two_ranks, tiny_config
 
 
 class Poison(Callback):
@@ -152,22 +152,7 @@ def _ddp_worker(rank, port, out, text, mode, queue):
 def test_two_ranks_agree_on_device_flags_without_host_reads(tmp_path, tiny_text_file, mode, expect):
     """Rank 1 alone sees a NaN at step 3: the all-reduced device flag makes both ranks skip it (or both
     stop at the next read, the step-5 log line), with identical weights on both ranks."""
-    import multiprocessing as mp
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_ddp_worker, args=(r, port, str(tmp_path / mode), str(tiny_text_file), mode, q))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    res = dict((r, rest) for r, *rest in (q.get(timeout=120) for _ in procs))
-    for p in procs:
-        p.join(30)
-    assert not any(p.is_alive() for p in procs)
+    res = run_two_ranks(_ddp_worker, tmp_path / mode, tiny_text_file, mode, timeout=120)
     assert tuple(res[0][:3]) == tuple(res[1][:3]) == expect, (res[0][:3], res[1][:3])
     assert res[0][3] == res[1][3]  # the same weights on both ranks: every update applied or skipped together
 

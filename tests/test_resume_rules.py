@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import QUIET, tiny_cli_args, tiny_config
+from conftest import QUIET, run_two_ranks, tiny_cli_args, tiny_config
 
 from depthlab import train
 from depthlab.checkpoint import RESUME_NOTED, RESUME_SILENT, resume_changes
@@ -231,25 +231,7 @@ def _ddp_worker(rank, port, out, text, case, queue):
 
 
 def _run_two_ranks(tmp_path, text, case):
-    import multiprocessing as mp
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_ddp_worker, args=(r, port, str(tmp_path / case), str(text), case, q))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(90)
-    hung = [p for p in procs if p.is_alive()]
-    for p in hung:
-        p.kill()
-    assert not hung, f"{case}: a rank was still waiting after 90 s (the ranks disagreed on stopping)"
-    return dict((r, (res, step)) for r, res, step in (q.get(timeout=5) for _ in procs))
+    return run_two_ranks(_ddp_worker, tmp_path / case, text, case)
 
 
 @pytest.mark.slow
