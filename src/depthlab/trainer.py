@@ -644,16 +644,16 @@ class Trainer:
         """On resume: keep a stored extension anchor, or make one when the decay length changed."""
         t = self.cfg.train
         stored = st.get("lr_anchor")
-        if stored is not None and int(stored[2]) == self.decay_iters:
-            self.lr_anchor = (int(stored[0]), float(stored[1]), int(stored[2]))
+        stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
+        if stored is not None and stored[2] == self.decay_iters:
+            self.lr_anchor = stored  # this schedule was already extended to the same end
             return
         old = (self._old_config or {}).get("train", {})
         old_decay = int(old.get("lr_decay_iters") or old.get("max_iters") or self.decay_iters)
         if old_decay == self.decay_iters or self.step == 0:
-            self.lr_anchor = None if stored is None else (int(stored[0]), float(stored[1]), int(stored[2]))
-            return
-        if stored is not None and self.step >= int(stored[0]):
-            lr_now = get_lr_from(self.step, int(stored[0]), float(stored[1]), t.min_lr, int(stored[2]))
+            return  # the planned schedule is unchanged: the run continues exactly as it was
+        if stored is not None and self.step >= stored[0]:  # extended once before, extended again now
+            lr_now = get_lr_from(self.step, stored[0], stored[1], t.min_lr, stored[2])
         else:
             lr_now = get_lr(self.step, float(old.get("learning_rate", t.learning_rate)), t.min_lr,
                             int(old.get("warmup_iters", t.warmup_iters)), old_decay)
