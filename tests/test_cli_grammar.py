@@ -60,8 +60,8 @@ def test_files_first_keeps_file_order_and_puts_print_config_last():
 
 def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
     err = _err(capsys, "train", "--model.n_layers", "3", "--train.max_iterz", "4")
-    assert "--model.n_layers (did you mean model.n_layer?)" in err
-    assert "--train.max_iterz (did you mean train.max_iters?)" in err
+    assert "--model.n_layers (did you mean --model.n_layer?)" in err
+    assert "--train.max_iterz (did you mean --train.max_iters?)" in err
     f = tmp_path / "flat.yaml"
     f.write_text("n_layer: 3\nmodel:\n  n_heads: 2\n")
     err = _err(capsys, "train", "-c", str(f))
@@ -111,5 +111,5 @@ def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys
 
 def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
     err = _err(capsys, "train", "--train.lr", "1e-3", "--n_layer", "3")
-    assert "--train.lr (did you mean train.learning_rate?)" in err
+    assert "--train.lr (did you mean --train.learning_rate?)" in err
     assert "--n_layer (did you mean --model.n_layer?)" in err

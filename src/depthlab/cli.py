@@ -620,16 +620,14 @@ _ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "
             "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
 
 
-def _suggest(key: str, known: set[str]) -> str:
+def _suggest(key: str, known: set[str], prefix: str = "") -> str:
+    """``key`` with the closest known key (``prefix`` + name: ``--`` for a flag, none for a YAML key)."""
     import difflib
 
     sec, _, field = key.rpartition(".")
     alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
-    if alias in known:
-        return f"{key} (did you mean {alias}?)"
-
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-    return f"{key} (did you mean {close[0]}?)" if close else key
+    close = [alias] if alias in known else difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f"{prefix}{key} (did you mean {prefix}{close[0]}?)" if close else f"{prefix}{key}"
 
 
 def _file_key_problems(path: str, known: set[str]) -> list[str]:
@@ -666,7 +664,7 @@ def check_keys(command: str, parser, argv: list[str]) -> None:
     """
     known = _flat_keys(parser.get_defaults().as_dict())
     flags = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
-    problems = [f"--{_suggest(k, known)}" for k in flags if k not in known]
+    problems = [_suggest(k, known, "--") for k in flags if k not in known]
     options = {o for act in parser._actions for o in act.option_strings}
     for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
         name = a.split("=", 1)[0]
