@@ -660,7 +660,7 @@ def check_keys(command: str, parser, argv: list[str]) -> None:
 
     Raises:
         DepthlabError: one line listing every problem, e.g. ``--model.n_layers (did you mean
-            model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``.
+            --model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``.
     """
     known = _flat_keys(parser.get_defaults().as_dict())
     flags = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
