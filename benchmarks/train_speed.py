@@ -24,7 +24,7 @@ def step_fn(shape: dict, dtype: str):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})
     model = GPT(cfg)
-    configure_attention(model, "auto", torch.device("cpu"))
+    configure_attention(model, "auto", torch.device("cpu"), dtype == "bfloat16")
     opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
     ctx = autocast_ctx(torch.device("cpu"), dtype)
     x = torch.randint(0, 65, (shape["batch"], cfg.block_size))

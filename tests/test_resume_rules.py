@@ -310,3 +310,18 @@ def test_kill_between_new_best_and_its_manifest_entry_keeps_best_loadable(tmp_pa
     model, _ = load_run(run)  # best.safetensors holds step 6's bytes, vouched for by the step-6 entry
     sd6, _ = ckpt.load_weights_file(run / "checkpoints" / "step-000006.safetensors")
     assert torch.equal(model.lm_head.weight, sd6["transformer.wte.weight"])
+
+
+@pytest.mark.parametrize("dtype,bf16_cpu,want", [("float32", True, "sdpa"), ("bfloat16", True, "explicit"),
+                                                 ("auto", False, "sdpa"), ("auto", True, "explicit")])
+def test_attention_auto_is_explicit_only_under_cpu_bf16(tmp_path, tiny_text_file, monkeypatch, dtype, bf16_cpu, want):
+    # explicit attention pays only under bf16 autocast on CPU; in fp32 SDPA is faster (benchmarks/train_speed.py)
+    import depthlab.trainer as tr
+    from depthlab.trainer import use_explicit_attention
+
+    monkeypatch.setattr(tr, "cpu_has_bf16", lambda: bf16_cpu)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=1, dtype=dtype)), **QUIET)
+    assert t.resolved()["attention"] == want
+    assert all(b.attn.explicit == (want == "explicit") for b in t.model.transformer.h)
+    assert use_explicit_attention("explicit", torch.device("cuda"), False)
+    assert not use_explicit_attention("auto", torch.device("cuda"), True)

@@ -179,8 +179,9 @@ class TrainConfig:
             ``false`` or ``auto`` = on CUDA, where it pays, off elsewhere (on CPU the compile time,
             10-20 s, is not won back by a few-minute run; benchmarks/vs_reference.py).
         attention: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (matmul + masked
-            softmax) or ``auto``: explicit on CPU, where it measured 1.6-1.7x faster than SDPA's CPU
-            flash kernel under bf16 autocast (benchmarks/vs_reference.py), SDPA elsewhere.
+            softmax) or ``auto``: explicit on CPU under bf16 autocast, where it measured 1.6-1.7x faster
+            than SDPA's CPU flash kernel, SDPA elsewhere (fp32 on CPU: SDPA 8-10 % faster;
+            benchmarks/train_speed.py).
         threads: torch intra-op threads on CPU (0 = leave torch's default).
         keep_last: how many step checkpoints to keep besides ``best``.
         on_nonfinite: ``stop`` (exit 3) or ``skip`` the step on a non-finite loss/gradient.

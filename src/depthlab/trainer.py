@@ -134,14 +134,23 @@ def use_bf16(device: torch.device, dtype: str) -> bool:
     return dtype == "auto" and (device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()))
 
 
-def configure_attention(model: GPT, attention: str, device: torch.device) -> None:
-    """Pick each block's attention path: ``explicit`` | ``sdpa`` | ``auto`` (explicit on CPU).
+def use_explicit_attention(attention: str, device: torch.device, bf16: bool) -> bool:
+    """Whether ``train.attention`` (``explicit`` | ``sdpa`` | ``auto``) means the explicit path here.
 
-    Both paths compute the same causal softmax attention (tests hold them to 1e-5); on CPU the
-    explicit matmul path measured 1.6-1.7x faster per training step than SDPA's flash kernel
-    under bf16 autocast and equal in fp32 (benchmarks/vs_reference.py).
+    ``auto`` = explicit only on CPU under bf16 autocast. Measured with benchmarks/train_speed.py:
+    there the explicit matmul + masked-softmax path is 1.6-1.7x faster per training step than
+    SDPA's CPU flash kernel (whose backward took 43 % of the step); in fp32 on an AVX2 CPU SDPA is
+    the faster one (35.4 vs 39.3 ms/iter at nanoGPT's CPU shape, 346 vs 373 at the default shape).
     """
-    explicit = attention == "explicit" or (attention == "auto" and device.type == "cpu")
+    return attention == "explicit" or (attention == "auto" and device.type == "cpu" and bf16)
+
+
+def configure_attention(model: GPT, attention: str, device: torch.device, bf16: bool = False) -> None:
+    """Set each block's attention path as :func:`use_explicit_attention` decides.
+
+    Both paths compute the same causal softmax attention (tests hold them to 1e-5).
+    """
+    explicit = use_explicit_attention(attention, device, bf16)
     for blk in model.transformer.h:
         blk.attn.explicit = explicit
 
@@ -322,7 +331,7 @@ class Trainer:
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
         self.model = GPT(cfg.model).to(self.device)
-        configure_attention(self.model, t.attention, self.device)
+        configure_attention(self.model, t.attention, self.device, use_bf16(self.device, t.dtype))
         self.raw_model = self.model
         self.optimizer = make_optimizer(self.model, t, self.device)
         self.ctx = autocast_ctx(self.device, t.dtype)
@@ -462,8 +471,9 @@ class Trainer:
     def resolved(self) -> dict:
         """What the ``auto``/0 settings became on this machine (written to config.json as ``resolved``)."""
         t = self.cfg.train
-        explicit = t.attention == "explicit" or (t.attention == "auto" and self.device.type == "cpu")
-        return {"device": str(self.device), "dtype": "bfloat16" if use_bf16(self.device, t.dtype) else "float32",
+        bf16 = use_bf16(self.device, t.dtype)
+        explicit = use_explicit_attention(t.attention, self.device, bf16)
+        return {"device": str(self.device), "dtype": "bfloat16" if bf16 else "float32",
                 "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
                 "processes": self.world_size, "compile": self._compile_wanted()}
 
