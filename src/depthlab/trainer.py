@@ -63,6 +63,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: Training steps that train.fit_to_time times before it plans the run (the first two are not timed).
+FIT_STEPS = 20
+
+
 def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
     """Learning rate at optimizer step ``it`` (0-based): linear warmup, then cosine to ``min_lr``.
 
@@ -347,6 +351,9 @@ class Trainer:
         self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
         self.patience_exhausted = False
         self.last_eval: dict = {}
+        self.fit_record: Optional[dict] = None  # train.fit_to_time: what it planned (config.json "resolved")
+        self._eval_s: Optional[float] = None  # seconds of this session's first evaluation (fit_to_time)
+        self._fit_mark: Optional[float] = None
         self.last_info = StepInfo(step=0)
         self.target_reached: Optional[tuple[int, float]] = None
         self.stopped_by = "max_iters"
@@ -475,7 +482,8 @@ class Trainer:
         explicit = use_explicit_attention(t.attention, self.device, bf16)
         return {"device": str(self.device), "dtype": "bfloat16" if bf16 else "float32",
                 "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
-                "processes": self.world_size, "compile": self._compile_wanted()}
+                "processes": self.world_size, "compile": self._compile_wanted(),
+                **({"fit_to_time": self.fit_record} if self.fit_record else {})}
 
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
@@ -929,6 +937,9 @@ class Trainer:
             return self.run_dir
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
+        # fit_to_time plans once, in the session that starts the run (a resume keeps the plan in config.json)
+        fit_from = self.step if t.fit_to_time and t.max_time > 0 and self.step == 0 < FIT_STEPS < t.max_iters \
+            else None
         self._banner(tokens_per_step)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
@@ -947,7 +958,9 @@ class Trainer:
                         self._read_device_checks()
                     if (self.step % t.eval_interval == 0 or self.step >= t.max_iters or time_up) \
                             and self.step != resumed_at:
+                        t_eval = time.time()
                         self._do_eval()
+                        self._eval_s = self._eval_s if self._eval_s is not None else time.time() - t_eval
                     reason = self._stop_reason(time_up)
                     if reason is not None:
                         self.stopped_by = reason
@@ -956,6 +969,8 @@ class Trainer:
                         self._save_agreed()
                         raise Interrupted(self._signal or signal.SIGTERM, self.run_dir, self.step)
                     info = self.train_step(params, tokens_per_step)
+                    if fit_from is not None and self._fit_tick(fit_from, bar):
+                        fit_from = None
                     if info is None:
                         continue
                     if bar is not None:
@@ -969,6 +984,51 @@ class Trainer:
                 if bar is not None:
                     bar.close()
         return self._finish()
+
+    def _fit_tick(self, start: int, bar) -> bool:
+        """train.fit_to_time: time steps ``start+2 .. start+FIT_STEPS``, then plan; True once planned."""
+        if self.step not in (start + 2, start + FIT_STEPS):
+            return False
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # twice per run: the clock must see the queued steps
+        if self.step == start + 2:  # the first steps pay one-off allocations: not timed
+            self._fit_mark = time.time()
+            return False
+        self._fit_plan((time.time() - self._fit_mark) / (FIT_STEPS - 2), bar)
+        return True
+
+    def _fit_plan(self, s_step: float, bar) -> None:
+        """Lower max_iters so the run ends inside 95 % of max_time (see ``TrainConfig.fit_to_time``).
+
+        ``s_step``: measured seconds per training step. Evaluations cost the measured first one
+        (or, if this session skipped it, 2 x eval_iters forward passes at ~1/3 of a step each).
+        """
+        t = self.cfg.train
+        s_eval = self._eval_s if self._eval_s is not None else 2 * t.eval_iters * s_step / 3
+        left = 0.95 * t.max_time - (time.time() - self._t_start) - s_eval  # the last evaluation
+        n = self.step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
+        if self.world_size > 1:  # every rank must plan the same schedule: the slowest decides
+            import torch.distributed as dist
+
+            nt = torch.tensor([n], dtype=torch.int64, device=self.device)
+            dist.all_reduce(nt, op=dist.ReduceOp.MIN)
+            n = int(nt.item())
+        if n >= t.max_iters:
+            return
+        self.fit_record = {"max_iters_asked": t.max_iters, "max_iters": n, "s_per_step": round(s_step, 4),
+                           "s_per_eval": round(s_eval, 3), "at_step": self.step}
+        self.log(f"train.fit_to_time: {t.max_iters} steps would not fit train.max_time {t.max_time:g} s "
+                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}, the "
+                 f"learning rate decays to train.min_lr there (--train.fit_to_time false: keep {t.max_iters} and "
+                 "stop at the time limit)")
+        t.max_iters = n
+        if not t.lr_decay_iters or t.lr_decay_iters > n:
+            self.decay_iters = n
+        if bar is not None:
+            bar.total = n
+            bar.refresh()
+        if self.is_main:  # a resume continues this schedule
+            rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
 
     def _finish(self) -> Path:
         summary = self._summary()

@@ -1,0 +1,65 @@
+"""train.fit_to_time: a run that would not fit max_time is shortened once, early, to end with its decay done."""
+
+import json
+import time
+import types
+
+import pytest
+from conftest import QUIET, tiny_config
+from depthlab.cli import main
+from depthlab.trainer import FIT_STEPS, Trainer
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """The trainer's clock advances 10 ms per reading: timings, hence the plan, are deterministic."""
+    import depthlab.trainer as tr
+
+    now = [1000.0]
+
+    def tick():
+        now[0] += 0.01
+        return now[0]
+
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter,
+                                                          strftime=time.strftime, sleep=time.sleep))
+    return now
+
+
+def _run(tmp_path, tiny_text_file, name, **train):
+    cfg = dict(max_iters=100_000, max_time=6.0, eval_interval=50, log_interval=10, min_lr=1e-4)
+    t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train={**cfg, **train}), **QUIET)
+    run = t.fit()
+    return t, json.loads((run / "summary.json").read_text()), json.loads((run / "config.json").read_text())
+
+
+def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = _run(tmp_path, tiny_text_file, "fit")
+    plan = c["resolved"]["fit_to_time"]
+    n = plan["max_iters"]
+    assert plan["max_iters_asked"] == 100_000 and plan["at_step"] == FIT_STEPS and FIT_STEPS < n < 100_000
+    assert c["train"]["max_iters"] == n  # a resume continues the planned schedule
+    assert s["stopped_by"] == "max_iters" and s["final_step"] == n  # not cut by the time limit
+    assert s["wall_time_s"] <= 6.0
+    assert t.lr_at(n) == 1e-4 and t.lr_at(n - 1) < 1.01e-4 + 3e-3 * 1e-3  # the cosine reached min_lr
+    assert t.lr_at(FIT_STEPS + 1) > t.lr_at(n // 2) > t.lr_at(n - 1)
+
+
+def test_off_the_time_limit_cuts_the_run_mid_decay(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = _run(tmp_path, tiny_text_file, "off", fit_to_time=False)
+    assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 100_000
+    assert s["stopped_by"] == "max_time" and t.lr_at(s["final_step"]) > 1e-3  # far from min_lr
+
+
+def test_a_run_that_fits_is_untouched(tmp_path, tiny_text_file, fake_clock):
+    _, s, c = _run(tmp_path, tiny_text_file, "fits", max_iters=60)
+    assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 60 and s["final_step"] == 60
+
+
+def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):
+    _, s, c = _run(tmp_path, tiny_text_file, "r")
+    n = c["train"]["max_iters"]
+    assert main(["train", "--resume", str(tmp_path / "r")]) == 0
+    assert "nothing to train" in capsys.readouterr().out
+    c2 = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert c2["train"]["max_iters"] == n and c2["resolved"]["fit_to_time"]["max_iters"] == n
