@@ -75,7 +75,7 @@ def test_profile_files_are_the_profiles():
     assert files == sorted(sweep.PROFILE_NAMES)
     desc = sweep.profile_descriptions()
     assert list(desc) == list(sweep.PROFILE_NAMES)
-    assert "80 s" in desc["quick"] and "min" in desc["full"] and "CPU-minutes" in desc["science"]
+    assert "80 s" in desc["quick"] and "min" in desc["full"] and "minutes" in desc["science"]
     # the science profile runs on the quick recipe
     assert sweep.profile_spec("science").base == sweep.profile_spec("quick").base
 
@@ -95,12 +95,12 @@ def test_profiles_expand(tmp_path):
         assert len(recipes) == 1
     assert len(sweep.expand(sweep.profile_spec("full"), tmp_path)) == 50
     sci = sweep.expand(sweep.profile_spec("science"), tmp_path)
-    assert len(sci) == 84
+    assert len(sci) == 90
     assert {p.experiment for p in sci} == {"rank_init", "depth", "postln_warmup", "rezero_speed",
                                            "deepnorm_depth"}
     assert {p.experiment for p in sci} == set(sweep.CLAIMS)  # every science experiment has its judge
     rz = [e for e in sweep.profile_spec("science").experiments if e.name == "rezero_speed"][0]
-    assert rz.extra == {"target_val_loss": 2.6} and rz.grid["train.learning_rate"] == [1e-3, 3e-3, 1e-2]
+    assert rz.extra == {"target_val_loss": 2.6} and rz.grid["train.learning_rate"] == [1e-3, 3e-3, 1e-2, 3e-2]
     with pytest.raises(DepthlabError, match="unknown sweep profile"):
         sweep.profile_spec("nope")
 
