@@ -39,7 +39,8 @@ def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, ti
     n = plan["max_iters"]
     assert plan["max_iters_asked"] == 100_000 and plan["at_step"] == FIT_STEPS and FIT_STEPS < n < 100_000
     assert c["train"]["max_iters"] == n  # a resume continues the planned schedule
-    assert s["stopped_by"] == "max_iters" and s["final_step"] == n  # not cut by the time limit
+    # the time budget ended it (as a cut would say), at the planned step with the decay finished
+    assert s["stopped_by"] == "max_time" and s["final_step"] == n
     assert s["wall_time_s"] <= 6.0
     assert t.lr_at(n) == 1e-4 and t.lr_at(n - 1) < 1.01e-4 + 3e-3 * 1e-3  # the cosine reached min_lr
     assert t.lr_at(FIT_STEPS + 1) > t.lr_at(n // 2) > t.lr_at(n - 1)
@@ -48,12 +49,13 @@ def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, ti
 def test_off_the_time_limit_cuts_the_run_mid_decay(tmp_path, tiny_text_file, fake_clock):
     t, s, c = _run(tmp_path, tiny_text_file, "off", fit_to_time=False)
     assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 100_000
-    assert s["stopped_by"] == "max_time" and t.lr_at(s["final_step"]) > 1e-3  # far from min_lr
+    assert s["stopped_by"] == "max_time" and t.lr_at(s["final_step"]) > 1e-3  # cut far from min_lr
 
 
 def test_a_run_that_fits_is_untouched(tmp_path, tiny_text_file, fake_clock):
     _, s, c = _run(tmp_path, tiny_text_file, "fits", max_iters=60)
     assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 60 and s["final_step"] == 60
+    assert s["stopped_by"] == "max_iters"
 
 
 def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):

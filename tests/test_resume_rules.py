@@ -206,12 +206,17 @@ def _ddp_worker(rank, port, out, text, case, queue):
     torch.set_num_threads(1)
     cfg = tiny_config(out, text, train=dict(max_iters=40, eval_interval=10, grad_accum=2, threads=1,
                                             on_nonfinite="skip" if case == "skip" else "stop"))
+    if case == "fit":  # train.fit_to_time under a 4 s budget
+        cfg.train.max_iters, cfg.train.max_time, cfg.train.eval_interval = 100_000, 4.0, 1000
     cbs = []
     if case in ("skip", "nonfinite") and rank == 1:
         cbs = [_PoisonGrad(3)]
     if case == "signal" and rank == 1:
         cbs = [_SignalOnThisRank(5)]
     t = Trainer(cfg, callbacks=cbs, **QUIET)
+    if case == "fit" and rank == 1:  # this rank measures itself twice as slow: its shorter plan must win
+        plan = t._fit_plan
+        t._fit_plan = lambda s_step, bar: plan(2 * s_step, bar)
     if case == "savefail" and rank == 0:
         real = t.save
 
@@ -225,7 +230,7 @@ def _ddp_worker(rank, port, out, text, case, queue):
         result = "ok"
     except BaseException as e:  # noqa: BLE001 - the test compares what each rank ended with
         result = type(e).__name__
-    queue.put((rank, result, t.step))
+    queue.put((rank, result, t.step, t.stopped_by, t.cfg.train.max_iters))
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -244,6 +249,14 @@ def test_two_ranks_stop_at_the_same_step_for_every_reason(tmp_path, tiny_text_fi
         assert res[0][0] == res[1][0] == expect[0], res
     else:  # rank 0 re-raises its own OSError, the others a DepthlabError saying why they stop
         assert res[0][0] == "OSError" and res[1][0] == "DepthlabError", res
+
+
+@pytest.mark.slow
+def test_two_ranks_plan_the_same_fit_to_time_schedule(tmp_path, tiny_text_file):
+    res = _run_two_ranks(tmp_path, tiny_text_file, "fit")
+    assert res[0] == res[1], res  # same planned max_iters (the slower rank's), same last step
+    result, step, stopped_by, max_iters = res[0]
+    assert result == "ok" and stopped_by == "max_time" and 20 < step == max_iters < 100_000
 
 
 # ---------------------------------------------------------------- extending a run, resolved settings

@@ -161,13 +161,14 @@ class TrainConfig:
         max_iters: total optimizer steps (a resumed run counts the steps already done).
         max_time: wall-clock budget in seconds for the training loop (0 = none); when it runs
             out, the run evaluates, checkpoints and ends as if max_iters were reached.
-        fit_to_time: with ``max_time`` > 0, time the step-0 evaluation and the first 20 training
+        fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never raise it) so that the run, evaluations included,
             ends inside 95 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay. The new ``max_iters`` is logged and written to config.json (the old one
-            in ``resolved.fit_to_time``), so a resume continues that schedule; runs that fit are
-            untouched. Fixed-length budgets make runs compare by steps; fitting them to the clock
-            follows Li et al. 2020, "Budgeted Training" (a schedule that ends with the budget).
+            in ``resolved.fit_to_time``), so a resume continues that schedule; the summary says
+            ``stopped_by: max_time`` (the budget ended the run); runs that fit are untouched. A
+            schedule that ends with the budget: Li et al. 2020, "Budgeted Training" (ICLR). Off:
+            ``max_time`` only cuts the run.
         learning_rate: peak learning rate after warmup.
         min_lr: learning rate at the end of the cosine decay.
         warmup_iters: steps of linear warmup (lr(0) = lr / (warmup + 1) > 0).

@@ -880,7 +880,11 @@ class Trainer:
         """``max_iters`` | ``max_time`` | ``target_val_loss`` when training must stop now, else None."""
         t = self.cfg.train
         if self.step >= t.max_iters:
-            return "max_iters"
+            if self.fit_record is None:
+                return "max_iters"
+            self.log(f"stopped at step {self.step}: the end train.fit_to_time planned for train.max_time "
+                     f"{t.max_time:g} s ({self.fit_record['max_iters_asked']} steps were asked for)")
+            return "max_time"  # the time budget ended the run, with its decay finished
         if time_up:
             self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {self.step} of "
                      f"{t.max_iters}: the learning rate had not finished its decay")
