@@ -65,3 +65,19 @@ def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, 
     assert "nothing to train" in capsys.readouterr().out
     c2 = json.loads((tmp_path / "r" / "config.json").read_text())
     assert c2["train"]["max_iters"] == n and c2["resolved"]["fit_to_time"]["max_iters"] == n
+
+
+def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
+    import os
+
+    import torch
+
+    lines = []
+    before = torch.get_num_threads()
+    Trainer(tiny_config(tmp_path / "t", tiny_text_file, train=dict(threads=(os.cpu_count() or 1) + 1)),
+            log=lines.append)
+    assert any("more than this machine's" in s and "--train.threads" in s for s in lines)
+    lines.clear()
+    Trainer(tiny_config(tmp_path / "u", tiny_text_file, train=dict(threads=1)), log=lines.append)
+    torch.set_num_threads(before)  # the trainer set it process-wide
+    assert not any("more than this machine's" in s for s in lines)

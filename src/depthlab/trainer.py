@@ -318,6 +318,10 @@ class Trainer:
     def _set_threads(self) -> None:
         t = self.cfg.train
         if t.threads:
+            cores = os.cpu_count() or 1
+            if t.threads > cores:
+                self.log(f"warning: train.threads {t.threads} is more than this machine's {cores} cores; "
+                         f"oversubscribed threads make each step slower (try --train.threads {cores}, or 0)")
             torch.set_num_threads(t.threads)
         elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
             local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
