@@ -327,6 +327,24 @@ class Trainer:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
 
+    def _init_progress(self) -> None:
+        """Counters and flags of a run at step 0 (a resume then loads them from its checkpoint)."""
+        self.step = 0
+        self.best_val = float("inf")
+        self.best_step = -1
+        self.wall_before = 0.0
+        self.tokens_seen = 0
+        self.nonfinite_skips = 0
+        self._pending: list[tuple] = []  # device-checked steps not yet read: (step, lr, tokens, loss, gnorm, bad)
+        self._halted: Optional[torch.Tensor] = None  # on_nonfinite stop, device check: sticky 0-d skip flag
+        self.evals_without_improvement = 0  # for train.patience
+        self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
+        self.patience_exhausted = False
+        self.last_eval: dict = {}
+        self.fit_record: Optional[dict] = None  # train.fit_to_time: what it planned (config.json "resolved")
+        self._eval_s: Optional[float] = None  # seconds of this session's first evaluation (fit_to_time)
+        self._fit_mark: Optional[float] = None
+
     def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
         t = cfg.train
         cfg.model = dataclasses.replace(cfg.model, vocab_size=len(vocab))
@@ -343,21 +361,7 @@ class Trainer:
         self.raw_model = self.model
         self.optimizer = make_optimizer(self.model, t, self.device)
         self.ctx = autocast_ctx(self.device, t.dtype)
-        self.step = 0
-        self.best_val = float("inf")
-        self.best_step = -1
-        self.wall_before = 0.0
-        self.tokens_seen = 0
-        self.nonfinite_skips = 0
-        self._pending: list[tuple] = []  # device-checked steps not yet read: (step, lr, tokens, loss, gnorm, bad)
-        self._halted: Optional[torch.Tensor] = None  # on_nonfinite stop, device check: sticky 0-d skip flag
-        self.evals_without_improvement = 0  # for train.patience
-        self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
-        self.patience_exhausted = False
-        self.last_eval: dict = {}
-        self.fit_record: Optional[dict] = None  # train.fit_to_time: what it planned (config.json "resolved")
-        self._eval_s: Optional[float] = None  # seconds of this session's first evaluation (fit_to_time)
-        self._fit_mark: Optional[float] = None
+        self._init_progress()
         self.last_info = StepInfo(step=0)
         self.target_reached: Optional[tuple[int, float]] = None
         self.stopped_by = "max_iters"
