@@ -6,7 +6,7 @@ Generates ``--tokens`` new tokens from a one-token prompt (batch 1, temperature 
 as ``depthlab sample``) with ``sample.generate(kv_cache=True)`` and ``kv_cache=False``, and prints
 seconds, ms/token and the speed-up; the best (fastest) of ``--repeats`` runs of each, because
 other processes on a shared machine only ever slow a run down. The model is the default recipe's
-shape (4 x 192, 4 heads, context 128, V 65) with random weights, or a trained run's best
+shape (4 x 128, 4 heads, context 128, V 65) with random weights, or a trained run's best
 checkpoint with ``--run`` (the cost does not depend on the weights). Also checks that greedy
 output is identical both ways while prompt + output fit in block_size.
 """
