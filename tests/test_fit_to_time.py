@@ -26,9 +26,36 @@ def fake_clock(monkeypatch):
     return now
 
 
-def _run(tmp_path, tiny_text_file, name, **train):
+class _StopAt:
+    """A callback that asks the trainer to stop (as SIGTERM would) after step ``step``."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def __getattr__(self, name):  # every other hook: nothing
+        return lambda *a, **k: None
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            run._signal = 15
+
+
+def _run(tmp_path, tiny_text_file, name, stop_at=None, **train):
     cfg = dict(max_iters=100_000, max_time=6.0, eval_interval=50, log_interval=10, min_lr=1e-4)
-    t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train={**cfg, **train}), **QUIET)
+    cfg.update(train)
+    t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train=cfg),
+                callbacks=[_StopAt(stop_at)] if stop_at else [], **QUIET)
+    run = t.fit()
+    return t, json.loads((run / "summary.json").read_text()), json.loads((run / "config.json").read_text())
+
+
+def _resume(tmp_path, tiny_text_file, name, **train):
+    from depthlab.config import RunConfig
+
+    c = json.loads((tmp_path / name / "config.json").read_text())
+    cfg = RunConfig.from_dict(c)
+    cfg.train.resume = True
+    t = Trainer(cfg, **QUIET)
     run = t.fit()
     return t, json.loads((run / "summary.json").read_text()), json.loads((run / "config.json").read_text())
 
@@ -81,3 +108,37 @@ def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
     Trainer(tiny_config(tmp_path / "u", tiny_text_file, train=dict(threads=1)), log=lines.append)
     torch.set_num_threads(before)  # the trainer set it process-wide
     assert not any("more than this machine's" in s for s in lines)
+
+
+def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = _run(tmp_path, tiny_text_file, "w", warmup_iters=5000, learning_rate=3e-3)
+    plan, n = c["resolved"]["fit_to_time"], c["train"]["max_iters"]
+    w = c["train"]["warmup_iters"]
+    assert plan["warmup_iters_asked"] == 5000 and w == max(FIT_STEPS, n // 5) < n
+    assert t.lr_at(w) == 3e-3 and t.lr_at(n) == 1e-4  # reaches the peak, then decays to min_lr
+    assert s["stopped_by"] == "max_time" and s["final_step"] == n
+
+
+def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_text_file, fake_clock):
+    from depthlab.trainer import Interrupted
+
+    with pytest.raises(Interrupted):
+        _run(tmp_path, tiny_text_file, "k", stop_at=FIT_STEPS + 30)
+    c = json.loads((tmp_path / "k" / "config.json").read_text())
+    n = c["train"]["max_iters"]
+    assert c["resolved"]["fit_to_time"]["max_iters"] == n < 100_000
+    t, s, c2 = _resume(tmp_path, tiny_text_file, "k")
+    assert c2["resolved"]["fit_to_time"] == c["resolved"]["fit_to_time"] and c2["train"]["max_iters"] == n
+    assert s["final_step"] == n and s["stopped_by"] == "max_time"
+
+
+def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny_text_file, fake_clock):
+    from depthlab.trainer import Interrupted
+
+    with pytest.raises(Interrupted):
+        _run(tmp_path, tiny_text_file, "e", stop_at=10)
+    assert "fit_to_time" not in json.loads((tmp_path / "e" / "config.json").read_text())["resolved"]
+    t, s, c = _resume(tmp_path, tiny_text_file, "e")
+    plan = c["resolved"]["fit_to_time"]
+    assert plan["at_step"] == 10 + FIT_STEPS and s["final_step"] == plan["max_iters"] < 100_000
+    assert s["stopped_by"] == "max_time"

@@ -165,8 +165,10 @@ class TrainConfig:
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never raise it) so that the run, evaluations included,
             ends inside 95 % of ``max_time`` with its learning-rate decay finished, instead of being
-            cut mid-decay. The new ``max_iters`` is logged and written to config.json (the old one
-            in ``resolved.fit_to_time``), so a resume continues that schedule; the summary says
+            cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
+            to that. The new values are logged and written to config.json (the old ones in
+            ``resolved.fit_to_time``), so a resume continues that schedule (a run stopped before
+            its plan is planned when resumed); the summary says
             ``stopped_by: max_time`` (the budget ended the run); runs that fit are untouched. A
             schedule that ends with the budget: Li et al. 2020, "Budgeted Training" (ICLR). Off:
             ``max_time`` only cuts the run.

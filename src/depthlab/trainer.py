@@ -517,6 +517,7 @@ class Trainer:
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         self._anchor_schedule(st)
+        self.fit_record = ((self._old_config or {}).get("resolved") or {}).get("fit_to_time")  # the run's plan
         old_sha = st.get("corpus_sha256")
         if old_sha is not None and old_sha != self.corpus.sha256:
             raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {self.corpus.path} changed since the "
@@ -949,9 +950,7 @@ class Trainer:
             return self.run_dir
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
-        # fit_to_time plans once, in the session that starts the run (a resume keeps the plan in config.json)
-        fit_from = self.step if t.fit_to_time and t.max_time > 0 and self.step == 0 < FIT_STEPS < t.max_iters \
-            else None
+        fit_from = self._fit_start()
         self._banner(tokens_per_step)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
@@ -1029,18 +1028,35 @@ class Trainer:
             return
         self.fit_record = {"max_iters_asked": t.max_iters, "max_iters": n, "s_per_step": round(s_step, 4),
                            "s_per_eval": round(s_eval, 3), "at_step": self.step}
+        warm = ""
+        if t.warmup_iters > n // 5:  # a warmup longer than a fifth of the run would leave no room to decay
+            self.fit_record["warmup_iters_asked"] = t.warmup_iters
+            t.warmup_iters = max(self.step, n // 5)
+            warm = f" and warmup_iters {t.warmup_iters} (was {self.fit_record['warmup_iters_asked']})"
         self.log(f"train.fit_to_time: {t.max_iters} steps would not fit train.max_time {t.max_time:g} s "
-                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}, the "
+                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}{warm}, the "
                  f"learning rate decays to train.min_lr there (--train.fit_to_time false: keep {t.max_iters} and "
                  "stop at the time limit)")
         t.max_iters = n
-        if not t.lr_decay_iters or t.lr_decay_iters > n:
-            self.decay_iters = n
+        if t.lr_decay_iters > n:
+            t.lr_decay_iters = n
+        self.decay_iters = t.lr_decay_iters or n
         if bar is not None:
             bar.total = n
             bar.refresh()
         if self.is_main:  # a resume continues this schedule
             rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
+
+    def _fit_start(self) -> Optional[int]:
+        """The step from which train.fit_to_time times this session, or None: no plan to make.
+
+        A run is planned once, within its first FIT_STEPS steps (a session resumed from an early
+        checkpoint plans too); a planned run keeps its plan, recorded in config.json.
+        """
+        t = self.cfg.train
+        if not (t.fit_to_time and t.max_time > 0) or self.fit_record is not None or self.step >= FIT_STEPS:
+            return None
+        return self.step if self.step + FIT_STEPS < t.max_iters else None
 
     def _finish(self) -> Path:
         summary = self._summary()
