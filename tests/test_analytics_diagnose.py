@@ -125,3 +125,28 @@ def test_diagnose_run_and_cli(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("depthlab: error: run directory")
     write_diagnosis(tmp_path, diagnose_run(tmp_path))
     assert json.loads((tmp_path / "diagnosis.json").read_text())["findings"][0]["rule"] in RULES
+
+
+def test_rules_without_data_are_named_not_passed():
+    from depthlab.analytics.diagnose import format_findings, rules_without_data
+
+    cfg = {"train": {"grad_log_interval": 50, "probe_interval": 0, "warmup_iters": 5}, "model": {"vocab_size": 65}}
+    recs = evals([2.5, 2.4, 2.3]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}]
+    missing = rules_without_data(recs, cfg)
+    assert missing[0].startswith("lr_too_high, lr_too_low (1 of the 3 gradient records")
+    assert missing[1].startswith("rank_collapse, uniform_attention (no activation probe")
+    text = format_findings([], missing)
+    assert text.startswith("diagnosis: no problems found by the rules that had data") and "not judged" in text
+    full = recs + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] + \
+        [{"kind": "probe", "step": 200}]
+    assert rules_without_data(full, cfg) == []
+    assert format_findings([], []).startswith("diagnosis: no problems found (rules: ")
+    assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
+
+
+def test_val_loss_above_the_uniform_baseline_is_exploding():
+    cfg = {"model": {"vocab_size": 65}, "train": {"learning_rate": 1.0}}
+    found = diagnose_records(evals([4.2, 13.09, 3.3], trains=[4.2, 13.0, 3.29]), config=cfg)
+    ex = [f for f in found if f.rule == "exploding"]
+    assert ex and "val loss 13.090 at step 100 is above the uniform baseline ln V = 4.174" in ex[0].evidence
+    assert not [f for f in diagnose_records(evals([4.2, 3.0, 2.5]), config=cfg) if f.rule == "exploding"]

@@ -7,7 +7,7 @@ import types
 import pytest
 from conftest import QUIET, tiny_config
 from depthlab.cli import main
-from depthlab.trainer import FIT_STEPS, Trainer
+from depthlab.trainer import FIT_STEPS, REFIT_STEPS, Trainer
 
 
 @pytest.fixture
@@ -15,10 +15,10 @@ def fake_clock(monkeypatch):
     """The trainer's clock advances 10 ms per reading: timings, hence the plan, are deterministic."""
     import depthlab.trainer as tr
 
-    now = [1000.0]
+    now = [1000.0, 0.01]  # [clock, seconds per reading]
 
     def tick():
-        now[0] += 0.01
+        now[0] += now[1]
         return now[0]
 
     monkeypatch.setattr(tr, "time", types.SimpleNamespace(time=tick, perf_counter=time.perf_counter,
@@ -64,7 +64,8 @@ def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, ti
     t, s, c = _run(tmp_path, tiny_text_file, "fit")
     plan = c["resolved"]["fit_to_time"]
     n = plan["max_iters"]
-    assert plan["max_iters_asked"] == 100_000 and plan["at_step"] == FIT_STEPS and FIT_STEPS < n < 100_000
+    assert plan["max_iters_asked"] == 100_000 and plan["at_step"] in (FIT_STEPS, REFIT_STEPS)
+    assert FIT_STEPS < n < 100_000
     assert c["train"]["max_iters"] == n  # a resume continues the planned schedule
     # the time budget ended it (as a cut would say), at the planned step with the decay finished
     assert s["stopped_by"] == "max_time" and s["final_step"] == n
@@ -114,7 +115,7 @@ def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_
     t, s, c = _run(tmp_path, tiny_text_file, "w", warmup_iters=5000, learning_rate=3e-3)
     plan, n = c["resolved"]["fit_to_time"], c["train"]["max_iters"]
     w = c["train"]["warmup_iters"]
-    assert plan["warmup_iters_asked"] == 5000 and w == max(FIT_STEPS, n // 5) < n
+    assert plan["warmup_iters_asked"] == 5000 and FIT_STEPS <= w <= n // 4
     assert t.lr_at(w) == 3e-3 and t.lr_at(n) == 1e-4  # reaches the peak, then decays to min_lr
     assert s["stopped_by"] == "max_time" and s["final_step"] == n
 
@@ -140,5 +141,37 @@ def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny
     assert "fit_to_time" not in json.loads((tmp_path / "e" / "config.json").read_text())["resolved"]
     t, s, c = _resume(tmp_path, tiny_text_file, "e")
     plan = c["resolved"]["fit_to_time"]
-    assert plan["at_step"] == 10 + FIT_STEPS and s["final_step"] == plan["max_iters"] < 100_000
+    assert plan["at_step"] in (10 + FIT_STEPS, 10 + REFIT_STEPS) and s["final_step"] == plan["max_iters"] < 100_000
     assert s["stopped_by"] == "max_time"
+
+
+class _SpeedUp:
+    """From step ``step`` on, the fake clock advances ``factor`` times as much per reading."""
+
+    def __init__(self, clock, step, factor):
+        self.clock, self.step, self.factor = clock, step, factor
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            self.clock[1] *= self.factor
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_the_second_plan_follows_the_measured_speed(tmp_path, tiny_text_file, fake_clock, factor):
+    # steps get faster (or slower) after the first plan: the plan at REFIT_STEPS moves the end
+    cfg = tiny_config(tmp_path / "s", tiny_text_file, train=dict(max_iters=100_000, max_time=20.0, eval_interval=50,
+                                                                 log_interval=10, min_lr=1e-4))
+    lines = []
+    t = Trainer(cfg, callbacks=[_SpeedUp(fake_clock, FIT_STEPS + 5, factor)], log=lines.append)
+    run = t.fit()
+    s = json.loads((run / "summary.json").read_text())
+    plan = json.loads((run / "config.json").read_text())["resolved"]["fit_to_time"]
+    first = [x for x in lines if "would not fit" in x][0]
+    n1 = int(first.split("max_iters is now ")[1].split()[0].rstrip(","))
+    assert plan["at_step"] == REFIT_STEPS and any("re-measured" in x for x in lines)
+    assert (plan["max_iters"] > n1) if factor < 1 else (plan["max_iters"] < n1)
+    assert s["final_step"] == plan["max_iters"] and s["stopped_by"] == "max_time" and s["wall_time_s"] <= 20.0
+    assert t.lr_at(plan["max_iters"]) == 1e-4

@@ -163,7 +163,8 @@ class TrainConfig:
         max_time: wall-clock budget in seconds for the training loop (0 = none); when it runs
             out, the run evaluates, checkpoints and ends as if max_iters were reached.
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
-            steps, then lower ``max_iters`` (never raise it) so that the run, evaluations included,
+            steps, then lower ``max_iters`` (never above the value asked for; planned again, better
+            measured, at step 200) so that the run, evaluations included,
             ends inside 95 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
             to that. The new values are logged and written to config.json (the old ones in

@@ -16,13 +16,14 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ..errors import DepthlabError
 from ..callbacks import Callback, RunView
 from ..rundir import DIAGNOSIS, RunDir, write_json
 
 __all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "format_findings", "findings_json",
+           "rules_without_data",
            "write_diagnosis", "DiagnosisCallback", "RULES"]
 
 RULES = ("bigram_stuck", "vanishing_gradients", "exploding", "rank_collapse", "uniform_attention",
@@ -339,6 +340,13 @@ def rule_exploding(records: list[dict], th: Thresholds, config: Optional[dict] =
         if bad:
             ev_parts.append(f"{bad[0]} is {r[bad[0]]} at step {r['step']}")
             break
+    v_size = _section(config, "model").get("vocab_size")
+    if isinstance(v_size, int) and v_size > 1:  # worse than guessing uniformly: the run blew up at some point
+        worst = max(((r["step"], _num(r.get("val_loss"))) for r in _evals(records) if r.get("step", 0) > 0),
+                    key=lambda sv: sv[1] if sv[1] is not None and math.isfinite(sv[1]) else -1.0, default=None)
+        if worst is not None and worst[1] is not None and worst[1] > math.log(v_size) + th.exploding_growth:
+            ev_parts.append(f"val loss {worst[1]:.3f} at step {worst[0]} is above the uniform baseline "
+                            f"ln V = {math.log(v_size):.3f}: the model was worse than guessing")
     ev = [(s, v) for s, v in ((r["step"], _num(r["train_loss"])) for r in _evals(records))
           if v is not None and math.isfinite(v)]
     if len(ev) >= 3:
@@ -605,14 +613,53 @@ def _recompute_baselines(config: dict) -> Optional[dict]:
         return None
 
 
-def format_findings(findings: list[Finding]) -> str:
-    """Plain-words block for the console: one paragraph per finding, or a one-line all-clear."""
+def rules_without_data(records: list[dict], config: Optional[dict] = None,
+                       thresholds: Optional[Thresholds] = None) -> list[str]:
+    """The rules that had too little data to judge this run, each with what was missing.
+
+    A rule that could not run must not read as "no problem found": ``lr_too_high``/``lr_too_low``
+    need ``lr_min_records`` gradient records after the warmup, ``vanishing_gradients`` one, and
+    ``rank_collapse``/``uniform_attention`` an activation probe.
+    """
+    th = thresholds or Thresholds()
+    out = []
+    t = _section(config, "train")
+    if not any(r.get("kind") == "grad" for r in records):
+        out.append(f"vanishing_gradients, lr_too_high, lr_too_low (no gradient records: train.grad_log_interval "
+                   f"is {t.get('grad_log_interval', '?')} and the run is {_last_step(records)} steps)")
+    else:
+        warm = int(t.get("warmup_iters", 0) or 0)
+        n = len(_update_ratios([r for r in records if int(r.get("step", 0)) > warm])[0])
+        if n < th.lr_min_records:
+            out.append(f"lr_too_high, lr_too_low ({n} of the {th.lr_min_records} gradient records after the warmup "
+                       "they need; lower train.grad_log_interval)")
+    if _last_probe(records) is None:
+        out.append(f"rank_collapse, uniform_attention (no activation probe: train.probe_interval is "
+                   f"{t.get('probe_interval', '?')})")
+    return out
+
+
+def _last_step(records: list[dict]) -> int:
+    return max((int(r.get("step", 0)) for r in records), default=0)
+
+
+def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -> str:
+    """Plain-words block for the console: one paragraph per finding, or a one-line all-clear.
+
+    ``without_data``: :func:`rules_without_data`'s lines, said after the findings (or instead of
+    an unqualified all-clear).
+    """
     if not findings:
-        return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
-    lines = [f"diagnosis: {len(findings)} finding(s)"]
+        if not without_data:
+            return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
+        lines = ["diagnosis: no problems found by the rules that had data"]
+    else:
+        lines = [f"diagnosis: {len(findings)} finding(s)"]
     for f in findings:
         lines.append(f"  [{f.rule}] {f.evidence}")
         lines.append(f"      remedy: {f.remedy}")
+    for w in without_data:
+        lines.append(f"  not judged, too little data: {w}")
     return "\n".join(lines)
 
 
@@ -641,4 +688,5 @@ class DiagnosisCallback(Callback):
             run.log(f"diagnosis skipped: {e}")
             return
         write_diagnosis(run.run_dir, findings)
-        run.log(format_findings(findings))
+        rd = RunDir(run.run_dir)
+        run.log(format_findings(findings, rules_without_data(rd.metrics(), rd.config)))
