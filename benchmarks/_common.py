@@ -10,7 +10,7 @@ import torch
 
 
 def machine_info() -> str:
-    """One line: CPU model, cores, torch version and intra-op threads."""
+    """One line: CPU model, cores, torch version, intra-op threads and whether the CPU has native bf16."""
     cpu = platform.processor() or "unknown cpu"
     try:
         for line in open("/proc/cpuinfo"):
@@ -21,8 +21,11 @@ def machine_info() -> str:
         pass
     import os
 
+    from depthlab.trainer import cpu_has_bf16
+
+    bf16 = "yes" if cpu_has_bf16() else "no (bf16 rows are emulated, far slower than fp32)"
     return (f"cpu: {cpu} | cores: {os.cpu_count()} | torch {torch.__version__} | "
-            f"threads {torch.get_num_threads()} | bf16 cpu: {torch.backends.mkldnn.is_available()}")
+            f"threads {torch.get_num_threads()} | native bf16 (avx512_bf16/amx): {bf16}")
 
 
 def time_steps(step, n: int, warmup: int = 3) -> list[float]:

@@ -29,17 +29,17 @@ from depthlab.analytics.gradients import GradientLogger
 from depthlab.config import DataConfig, ModelConfig, TrainConfig
 from depthlab.data import get_batch, load_corpus
 from depthlab.model import GPT
-from depthlab.tracking import Tracker
+from depthlab.callbacks import StepInfo
+from depthlab.rundir import MetricsWriter
 from depthlab.trainer import make_optimizer
 
 
-class _StubTrainer:
-    """The attributes GradientLogger reads."""
+class _StubRun:
+    """The parts of a run (callbacks.RunView) GradientLogger reads."""
 
-    def __init__(self, model, tracker):
+    def __init__(self, model, metrics):
         self.raw_model = model
-        self.model = model
-        self.tracker = tracker
+        self.metrics = metrics
         self.is_main = True
         self.step = 0
         self.log = print
@@ -61,10 +61,10 @@ def main() -> None:
     opt = make_optimizer(model, tcfg, torch.device("cpu"))
     rng = np.random.default_rng(0)
     tmp = Path(tempfile.mkdtemp(prefix="depthlab-bench-"))
-    tracker = Tracker(tmp, tensorboard=True)
-    trainer = _StubTrainer(model, tracker)
+    metrics = MetricsWriter(tmp, tensorboard=True)
+    trainer = _StubRun(model, metrics)
     logger = GradientLogger(interval=1)
-    logger.on_train_start(trainer)
+    logger.on_train_start(trainer, StepInfo(step=0))
     params = list(model.parameters())
 
     cb_time: list[float] = []
@@ -76,15 +76,16 @@ def main() -> None:
         loss.backward()
         if monitor:
             c0 = time.process_time()
-            logger.on_before_clip(trainer)
+            logger.on_before_clip(trainer, StepInfo(step=trainer.step))
             cb = time.process_time() - c0
-        torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)
+        gnorm = torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         trainer.step += 1
         if monitor:
             c0 = time.process_time()
-            logger.on_step_end(trainer)
+            logger.on_step_end(trainer, StepInfo(step=trainer.step, loss=float(loss), lr=tcfg.learning_rate,
+                                                 grad_norm=float(gnorm), tokens_seen=0))
             cb_time.append(cb + time.process_time() - c0)
         loss.item()  # the trainer syncs on the loss every step too
         return time.perf_counter() - t0, time.process_time() - p0
@@ -95,7 +96,7 @@ def main() -> None:
     for _ in range(a.blocks):
         off += [step(False) for _ in range(a.steps_per_block)]
         on += [step(True) for _ in range(a.steps_per_block)]
-    tracker.close()
+    metrics.close()
     w_off, w_on = (statistics.median(t[0] for t in x) for x in (off, on))
     c_off, c_on = (statistics.median(t[1] for t in x) for x in (off, on))
     c_cb = statistics.median(cb_time)
