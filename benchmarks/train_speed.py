@@ -1,15 +1,19 @@
 """Training-step speed: ms/iter and tokens/s at nanoGPT's CPU shape and at depthlab's default recipe.
 
 Usage: python benchmarks/train_speed.py [--steps 20]
-Prints machine info, then one line per (shape, dtype). Uses depthlab's own model, optimizer and
-autocast, i.e. what `depthlab train` runs (without evaluation and logging).
+Prints machine info, then one line per (shape, dtype) with tokens/s and model FLOP/s (6N + 12LTC
+per token) as a fraction of a 1024^3 matmul's FLOP/s in the same dtype, measured in the same run.
+Uses depthlab's own model, optimizer and autocast, i.e. what `depthlab train` runs (without
+evaluation and logging).
 """
 
 import argparse
+import time
 
 import torch
 
 from _common import machine_info, median, time_steps
+from depthlab.benchmarking import flops_per_token
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import GPT
 from depthlab.trainer import autocast_ctx, configure_attention, make_optimizer
@@ -50,11 +54,29 @@ def main():
                                     block_size=d.block_size, batch=t.batch_size)
     print(machine_info())
     print(f"default recipe: dtype {t.dtype}, max_iters {t.max_iters}")
+    peak = {dt: matmul_flops(getattr(torch, dt)) for dt in ("float32", "bfloat16")}
+    print(f"1024^3 matmul: fp32 {peak['float32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
     for name, shape in SHAPES.items():
+        n = GPT(ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})).num_params()
+        fpt = flops_per_token(n, shape["n_layer"], shape["block_size"], shape["n_embd"])
         for dtype in ("float32", "bfloat16"):
             s = median(time_steps(step_fn(shape, dtype), a.steps))
             tok = shape["batch"] * shape["block_size"]
-            print(f"{name:34s} {dtype:9s} {s * 1000:8.1f} ms/iter {tok / s:10,.0f} tokens/s")
+            print(f"{name:34s} {dtype:9s} {s * 1000:8.1f} ms/iter {tok / s:10,.0f} tokens/s  model "
+                  f"{tok / s * fpt / 1e9:6.1f} GFLOP/s = {tok / s * fpt / peak[dtype]:6.1%} of the {dtype} matmul")
+
+
+def matmul_flops(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:
+    """FLOP/s of an n x n x n matmul in ``dtype`` (best of three timings of ``reps`` products)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 * reps / best
 
 
 if __name__ == "__main__":
