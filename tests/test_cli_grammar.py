@@ -113,3 +113,32 @@ def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
     err = _err(capsys, "train", "--train.lr", "1e-3", "--n_layer", "3")
     assert "--train.lr (did you mean --train.learning_rate?)" in err
     assert "--n_layer (did you mean --model.n_layer?)" in err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["train", "--train.fit_to_time", "maybe"], "--train.fit_to_time: expected true or false, got 'maybe'"),
+    (["train", "--train.dtype", "float16"], "--train.dtype: expected one of float32, bfloat16, auto, got 'float16'"),
+    (["train", "--train.learning_rate", "nan"], "--train.learning_rate: expected a finite number, got 'nan'"),
+    (["train", "--model.n_layer", "two"], "--model.n_layer: expected an integer, got 'two'"),
+    (["train", "--train.compile", "maybe"], "--train.compile: expected true or false or auto, got 'maybe'"),
+])
+def test_type_errors_say_what_to_type(capsys, argv, msg):
+    from depthlab.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and "<class" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("train: 5\n", "section train: must hold fields"), ("model:\n", "section model: must hold fields"),
+    ("model: [1\n", "is not valid YAML at line 2"), ("- 1\n- 2\n", "must be a mapping with sections"),
+])
+def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
+    from depthlab.cli import main
+
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    assert main(["train", "-c", str(f), "--train.out_dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and str(f) in err and not (tmp_path / "r").exists()

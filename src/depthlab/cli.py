@@ -576,8 +576,32 @@ def dispatch(name: str, argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except ArgumentError as e:
-        raise DepthlabError(f"{name}: {_one_line(str(e))}") from None
+        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)))}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
+
+
+#: jsonargparse's type names -> what to type instead (its own wording names Python classes).
+_EXPECTED = {"<class 'bool'>": "true or false", "<class 'int'>": "an integer", "<class 'float'>": "a finite number",
+             "<class 'str'>": "a string"}
+
+
+def _plain_parse_error(msg: str) -> str:
+    """``Parser key "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
+    ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged."""
+    u = re.search(r'Parser key "([^"]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\]'
+                  r'.*Given value: (.*)$', msg)
+    if u is not None:  # e.g. train.compile: bool or Literal['auto']
+        key, subtypes, got = u.groups()
+        want = ["true or false" if "bool" in t else ", ".join(re.findall(r"'([^']+)'", t)) or t.strip()
+                for t in re.split(r",\s*(?![^\[]*\])", subtypes)]
+        return f"--{key}: expected {' or '.join(want)}, got {got.strip()!r}"
+    m = re.search(r'Parser key "([^"]+)":\s*Expected a (.+?)\. Got value: (.*?)(?:$| - )', msg)
+    if m is None:
+        return msg
+    key, typ, got = m.groups()
+    lit = re.fullmatch(r"typing\.Literal\[(.*)\]", typ.strip())
+    want = ("one of " + lit.group(1).replace("'", "")) if lit else _EXPECTED.get(typ.strip(), typ.strip())
+    return f"--{key}: expected {want}, got {got.strip()!r}"
 
 
 # ------------------------------------------------------------------------- what the command line means
@@ -642,14 +666,25 @@ def _file_key_problems(path: str, known: set[str]) -> list[str]:
     except UnicodeDecodeError as e:
         raise DepthlabError(f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
                             f"{e.start}); save it as UTF-8") from None
-    except (OSError, yaml.YAMLError):
-        return []  # the parser reports missing files and YAML syntax itself
+    except OSError:
+        return []  # the parser reports a missing file itself
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise DepthlabError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; "
+                            "fix the file (keys and values as `section:` then indented `field: value`)") from None
     if d is None:
         raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
+    if not isinstance(d, dict):
+        raise DepthlabError(f"config file {path} must be a mapping with sections data:, model:, train:, got a "
+                            f"{type(d).__name__}")
     out = []
-    for k, v in (d.items() if isinstance(d, dict) else []):
+    for k, v in d.items():
         k = str(k)
-        if k in _SECTIONS and isinstance(v, dict):
+        if k in _SECTIONS and not isinstance(v, dict):
+            raise DepthlabError(f"config file {path}: section {k}: must hold fields (`{k}:` then an indented "
+                                f"`field: value` per line), got {'nothing' if v is None else repr(v)}")
+        if k in _SECTIONS:
             out += [f"{path}: {_suggest(f'{k}.{kk}', known)}" for kk in v if f"{k}.{kk}" not in known]
         elif k not in known:
             home = [s for s in _SECTIONS if f"{s}.{k}" in known]
