@@ -11,7 +11,7 @@ from depthlab.config import ModelConfig, RunConfig, TrainConfig
 EXPECTED = {
     "default": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0),
                     train=dict(batch_size=16, max_iters=5000, max_time=270.0, fit_to_time=True, learning_rate=3e-3,
-                               min_lr=1e-4, warmup_iters=50, dtype="auto")),
+                               min_lr=1e-4, warmup_iters=50, eval_interval=500, dtype="auto")),
     "fast-cpu": dict(model=dict(n_layer=2, n_head=4, n_embd=128, block_size=64, dropout=0.0),
                      train=dict(batch_size=32, max_iters=750, max_time=0.0, learning_rate=4e-3, min_lr=2e-4,
                                 warmup_iters=50, eval_interval=50, eval_iters=10, target_val_loss=1.88,

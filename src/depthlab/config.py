@@ -165,7 +165,7 @@ class TrainConfig:
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never above the value asked for; planned again, better
             measured, at step 200) so that the run, evaluations included,
-            ends inside 95 % of ``max_time`` with its learning-rate decay finished, instead of being
+            ends inside 98 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
             to that. The new values are logged and written to config.json (the old ones in
             ``resolved.fit_to_time``), so a resume continues that schedule (a run stopped before
@@ -228,7 +228,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0
-    eval_interval: int = 250
+    eval_interval: int = 500
     eval_iters: int = 20
     log_interval: int = 100
     seed: int = 1337
