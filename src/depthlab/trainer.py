@@ -279,6 +279,7 @@ class Trainer:
         self.accum = t.grad_accum // self.world_size  # micro-batches per process per step
         self._set_threads()
         self.device = resolve_device(t.device)
+        self._owns_process_group = False
         if self.world_size > 1:
             self.device = self._init_distributed()
         self.corpus: Corpus = load_corpus(cfg.data, log=log if self.is_main else None, seed=t.seed,
@@ -405,6 +406,8 @@ class Trainer:
         cuda = self.device.type == "cuda"
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if cuda else "gloo")
+            self._owns_process_group = True  # so _finish destroys it (a group left to interpreter exit
+            # measured "terminate called without an active exception" and SIGABRT in one rank of two)
         if cuda:
             dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(dev)
@@ -1101,6 +1104,8 @@ class Trainer:
             import torch.distributed as dist
 
             dist.barrier()
+            if self._owns_process_group:
+                dist.destroy_process_group()
         return self.run_dir
 
     def _progress_bar(self):
