@@ -8,12 +8,11 @@ evaluation and logging).
 """
 
 import argparse
-import time
 
 import torch
 
 from _common import machine_info, median, time_steps
-from depthlab.benchmarking import flops_per_token
+from depthlab.benchmarking import flops_per_token, matmul_flops
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import GPT
 from depthlab.trainer import autocast_ctx, configure_attention, make_optimizer
@@ -65,18 +64,6 @@ def main():
             print(f"{name:34s} {dtype:9s} {s * 1000:8.1f} ms/iter {tok / s:10,.0f} tokens/s  model "
                   f"{tok / s * fpt / 1e9:6.1f} GFLOP/s = {tok / s * fpt / peak[dtype]:6.1%} of the {dtype} matmul")
 
-
-def matmul_flops(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:
-    """FLOP/s of an n x n x n matmul in ``dtype`` (best of three timings of ``reps`` products)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * n ** 3 * reps / best
 
 
 if __name__ == "__main__":

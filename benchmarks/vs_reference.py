@@ -11,13 +11,13 @@ matmul's FLOP/s measured in the same run, for fp32 and bf16.
 
 import argparse
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from _common import machine_info, median, time_steps
+from depthlab.benchmarking import matmul_flops
 
 L, H, C, T, B, V = 4, 4, 128, 64, 12, 65
 
@@ -89,16 +89,6 @@ def depthlab_step(dtype):
         opt.zero_grad(set_to_none=True)
 
     return step
-
-
-def matmul_flops(dtype, n=1024, reps=10):
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n ** 3 * reps / (time.perf_counter() - t)
 
 
 def main():

@@ -335,13 +335,10 @@ def build_diagnose_parser():
 
 def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
-    from .analytics.diagnose import diagnose_run, findings_json, format_findings, rules_without_data
-    from .rundir import RunDir
+    from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
 
     _set_threads(ns.threads)
-    findings = diagnose_run(ns.run_dir)
-    rd = RunDir(ns.run_dir)
-    missing = rules_without_data(rd.metrics(), rd.config)
+    findings, missing = diagnose_run_full(ns.run_dir)
     print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
           else format_findings(findings, missing))
     return 0

@@ -499,9 +499,13 @@ class Trainer:
                 "processes": self.world_size, "compile": self._compile_wanted(),
                 **({"fit_to_time": self.fit_record} if self.fit_record else {})}
 
+    def _write_config(self) -> None:
+        """config.json: every field as this run uses it, plus what ``auto`` settings resolved to."""
+        rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
+
     def _write_static_files(self, vocab: list[str], resume: bool) -> None:
         # on resume too: config.json must show what this run now uses (e.g. an extended max_iters)
-        rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
+        self._write_config()
         if not resume:
             rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
             tok_json = getattr(self.corpus.tokenizer, "json", None)  # BPE: the trained tokenizer
@@ -1068,7 +1072,7 @@ class Trainer:
             bar.total = n
             bar.refresh()
         if self.is_main:  # a resume continues this schedule
-            rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
+            self._write_config()
 
     def _fit_warmup(self, n: int) -> str:
         """Shorten a warmup longer than a fifth of an ``n``-step plan (it would leave no room to decay)."""

@@ -22,8 +22,8 @@ from ..errors import DepthlabError
 from ..callbacks import Callback, RunView
 from ..rundir import DIAGNOSIS, RunDir, write_json
 
-__all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "format_findings", "findings_json",
-           "rules_without_data",
+__all__ = ["Finding", "Thresholds", "diagnose_records", "diagnose_run", "diagnose_run_full", "format_findings",
+           "findings_json", "rules_without_data",
            "write_diagnosis", "DiagnosisCallback", "RULES"]
 
 RULES = ("bigram_stuck", "vanishing_gradients", "exploding", "rank_collapse", "uniform_attention",
@@ -586,7 +586,17 @@ def diagnose_records(records: list[dict], baselines: Optional[dict] = None, conf
 
 
 def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> list[Finding]:
-    """Diagnose a run directory (metrics.jsonl, baselines.json, config.json).
+    """Diagnose a run directory (metrics.jsonl, baselines.json, config.json): its findings only.
+
+    Raises:
+        DepthlabError: the folder does not exist, or lacks its config or metrics file.
+    """
+    return diagnose_run_full(run_dir, thresholds)[0]
+
+
+def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = None
+                      ) -> tuple[list[Finding], list[str]]:
+    """Diagnose a run directory, reading it once: (findings, :func:`rules_without_data` lines).
 
     Baselines are recomputed from the run's corpus when ``baselines.json`` is absent (runs made
     before analytics existed) and the corpus can be loaded.
@@ -595,10 +605,11 @@ def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -
         DepthlabError: the folder does not exist, or lacks its config or metrics file.
     """
     rd = RunDir(run_dir).require("metrics")
-    config, baselines = rd.config, rd.baselines
+    config, baselines, records = rd.config, rd.baselines, rd.metrics()
     if baselines is None and config is not None:
         baselines = _recompute_baselines(config)
-    return diagnose_records(rd.metrics(), baselines, config, thresholds, summary=rd.summary)
+    return (diagnose_records(records, baselines, config, thresholds, summary=rd.summary),
+            rules_without_data(records, config, thresholds))
 
 
 def _recompute_baselines(config: dict) -> Optional[dict]:
@@ -683,10 +694,9 @@ class DiagnosisCallback(Callback):
         if not run.is_main:
             return
         try:
-            findings = diagnose_run(run.run_dir)
+            findings, without_data = diagnose_run_full(run.run_dir)
         except DepthlabError as e:  # never fail a finished training run over its diagnosis
             run.log(f"diagnosis skipped: {e}")
             return
         write_diagnosis(run.run_dir, findings)
-        rd = RunDir(run.run_dir)
-        run.log(format_findings(findings, rules_without_data(rd.metrics(), rd.config)))
+        run.log(format_findings(findings, without_data))
