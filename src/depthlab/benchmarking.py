@@ -45,8 +45,8 @@ def matmul_flops(dtype: torch.dtype, n: int = 1024, reps: int = 10) -> float:
 def peak_flops() -> tuple[float, str]:
     """(peak FLOP/s, description): the datasheet bf16 peak of the CUDA device, else a measured CPU matmul.
 
-    On CPU the "peak" is a 1024^3 bf16 matmul timed now (FLOP/s), so MFU is relative to what this
-    machine's BLAS achieves rather than to a datasheet.
+    On CPU the "peak" is a 1024^3 matmul timed now (FLOP/s) — bf16 where the CPU has native bf16,
+    fp32 otherwise — so MFU is relative to what this machine's BLAS achieves, not to a datasheet.
     """
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
@@ -54,5 +54,8 @@ def peak_flops() -> tuple[float, str]:
             if key in name:
                 return v, f"{name} (datasheet bf16 dense peak {v / 1e12:.0f} TFLOP/s)"
         return 989e12, f"{name} (unknown: assuming 989 TFLOP/s)"
-    v = matmul_flops(torch.bfloat16, reps=5)
-    return v, f"cpu (measured bf16 matmul {v / 1e9:.0f} GFLOP/s)"
+    from .trainer import cpu_has_bf16
+
+    dtype = "bf16" if cpu_has_bf16() else "fp32"  # emulated bf16 (no avx512_bf16/AMX) is no peak at all
+    v = matmul_flops(torch.bfloat16 if dtype == "bf16" else torch.float32, reps=5)
+    return v, f"cpu (measured {dtype} matmul {v / 1e9:.0f} GFLOP/s)"
