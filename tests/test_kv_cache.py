@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from depthlab.cli import main
-from depthlab.model import GPT
-from depthlab.sample import generate
+from depthlab.model import GPT, DecodePlan
+from depthlab.sample import ONE_THREAD_ROWS, generate
 
 from conftest import TINY_TEXT, tiny_cli_args, tiny_gpt
 
@@ -42,6 +42,84 @@ def test_cached_logits_equal_full_forward_at_every_position(variant, explicit, c
         assert cache.pos == t
         torch.testing.assert_close(got, full[:, t - 1], atol=ATOL, rtol=0)
     assert t == 8
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("norm,activation,bias", [("layernorm", "gelu", False), ("rmsnorm", "relu", True),
+                                                  ("none", "gelu", True), ("layernorm", "relu", True)])
+def test_decode_plan_computes_the_full_forward_one_position_at_a_time(variant, norm, activation, bias):
+    m = _bigger_logits(tiny_gpt(3, tie_weights=False, variant=variant, norm=norm, activation=activation,
+                                bias=bias))
+    with torch.no_grad():  # biases start at 0 (GPT-2 init): make them count
+        for name, p in m.named_parameters():
+            if name.endswith("bias") or "alpha" in name:
+                p.normal_(0.0, 0.5)
+    idx = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(1))
+    full, _ = m(idx)
+    cache = m.new_kv_cache(3)
+    m.forward_cached(idx[:, :2], cache)  # module path writes positions 0, 1; the plan reads them
+    for t in range(2, 8):
+        got = m.forward_cached(idx[:, t:t + 1], cache)
+        torch.testing.assert_close(got, full[:, t], atol=ATOL, rtol=0)
+    assert isinstance(cache.decode_plan, DecodePlan) and cache.decode_plan.usable()
+
+
+def test_decode_plan_is_not_used_in_training_mode_or_with_hooks_or_explicit_attention():
+    m = tiny_gpt(2).eval()
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    cache = m.new_kv_cache(1)
+    m.forward_cached(idx, cache)
+    assert cache.decode_plan.usable()
+    m.train()
+    assert not cache.decode_plan.usable()
+    m.eval()
+    m.transformer.h[0].attn.explicit = True
+    assert not DecodePlan(m).usable()
+    m.transformer.h[0].attn.explicit = False
+    h = m.transformer.h[1].hook_mlp_out.register_forward_hook(lambda *a: None)
+    assert not DecodePlan(m).usable()
+    h.remove()
+    h = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        assert not DecodePlan(m).usable()
+    finally:
+        h.remove()
+    assert DecodePlan(m).usable()
+
+
+def test_decode_plan_sees_in_place_weight_updates():
+    m = tiny_gpt(8).eval()
+    idx = torch.randint(0, 11, (2, 4), generator=torch.Generator().manual_seed(0))
+    cache = m.new_kv_cache(2)
+    m.forward_cached(idx[:, :1], cache)  # makes the plan
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(1.5)
+    cache.reset()
+    for t in range(4):
+        got = m.forward_cached(idx[:, t:t + 1], cache)
+    torch.testing.assert_close(got, m(idx)[0][:, -1], atol=ATOL, rtol=0)
+
+
+def test_single_position_steps_run_on_one_thread_and_the_thread_count_is_restored(monkeypatch):
+    m = tiny_gpt(9).eval()
+    seen = []
+    real = GPT.forward_cached
+
+    def spy(self, idx, cache):
+        seen.append((idx.shape, torch.get_num_threads()))
+        return real(self, idx, cache)
+
+    monkeypatch.setattr(GPT, "forward_cached", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generate(m, torch.zeros(1, 3, dtype=torch.long), 4, temperature=0)
+        assert torch.get_num_threads() == 2
+        generate(m, torch.zeros(ONE_THREAD_ROWS + 1, 1, dtype=torch.long), 2, temperature=0)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [((1, 3), 2)] + [((1, 1), 1)] * 3 + [((ONE_THREAD_ROWS + 1, 1), 2)] * 2
 
 
 def test_attention_pattern_under_cache_is_the_full_patterns_row():

@@ -1,8 +1,10 @@
 import pytest
 import torch
 
+from depthlab.config import ModelConfig
 from depthlab.errors import DepthlabError
-from depthlab.sample import filter_logits, generate, load_run, sample_text
+from depthlab.model import GPT
+from depthlab.sample import draw, filter_logits, generate, load_run, sample_text
 from depthlab import train
 
 from conftest import QUIET, TINY_TEXT, tiny_config
@@ -26,6 +28,29 @@ def test_same_seed_same_text_and_different_seed_differs(run):
     b = sample_text(run, "First", 60, temperature=1.0, seed=5)
     c = sample_text(run, "First", 60, temperature=1.0, seed=6)
     assert a == b and a != c
+
+
+def test_draw_picks_the_same_ids_as_torch_multinomial_and_never_a_zero_probability_id():
+    for seed in range(100):
+        g = torch.Generator().manual_seed(seed)
+        probs = filter_logits(torch.randn(4, 65, generator=g) * 3, top_k=5).softmax(-1)
+        want = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed))[:, 0]
+        got = draw(probs, torch.Generator().manual_seed(seed))
+        assert torch.equal(got, want) and bool((probs.gather(1, got[:, None]) > 0).all())
+
+
+def test_draw_frequencies_follow_the_probabilities():
+    probs = torch.tensor([[0.5, 0.3, 0.2, 0.0]]).expand(20000, 4)
+    counts = torch.bincount(draw(probs, torch.Generator().manual_seed(0)), minlength=4) / 20000
+    torch.testing.assert_close(counts, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.015, rtol=0)  # ~4 sd
+
+
+def test_generate_returns_an_ordinary_tensor_and_leaves_the_prompt_alone():
+    m = GPT(ModelConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    prompt = torch.tensor([[1, 2]])
+    out = generate(m, prompt, 3, temperature=0)
+    assert not out.is_inference() and torch.equal(prompt, torch.tensor([[1, 2]])) and out.shape == (1, 5)
+    out[0, 0] = 7  # in place: allowed on an ordinary tensor
 
 
 def test_top_k_larger_than_vocab_is_no_filter():
