@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 
-__all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "make_norm", "wire", "DecodePlan"]
+__all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
+           "make_norm", "wire"]
 
 
 class HookPoint(nn.Module):
