@@ -38,6 +38,15 @@ def test_changed_split_is_refused_naming_field_and_values(run20, capsys):
     assert _snapshot(run20) == before  # nothing the user had is touched
 
 
+@pytest.mark.parametrize("how", [["--resume", "RUN"], ["--train.resume", "true", "--train.out_dir", "RUN"]])
+def test_overwrite_with_resume_is_refused_and_the_run_is_untouched(run20, capsys, how):
+    before = _snapshot(run20)
+    rc = main(["train", *[str(run20) if a == "RUN" else a for a in how], "--train.max_iters", "30", "--overwrite"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--overwrite and --resume contradict each other" in err and err.count("\n") == 1
+    assert _snapshot(run20) == before
+
+
 def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0

@@ -43,6 +43,14 @@ def test_parse_grid_arg_errors(text, needle):
     assert needle in str(e.value)
 
 
+def test_one_field_in_two_grid_arguments_is_refused_with_the_merged_flag():
+    with pytest.raises(DepthlabError) as e:
+        sweep.build_spec(None, None, ["model.n_layer=1,2", "model.variant=plain", "model.n_layer=4"], {}, None)
+    assert str(e.value) == "--grid model.n_layer is given twice; give every value once: --grid model.n_layer=1,2,4"
+    spec = sweep.build_spec(None, None, ["model.n_layer=1,2", "model.variant=plain"], {}, None)
+    assert spec.experiments[0].grid == {"model.n_layer": [1, 2], "model.variant": ["plain"]}
+
+
 def test_grid_value_typed_like_the_train_flag():
     """The grid, a sweep file and the train command share one grammar: same accepted values, same types."""
     from jsonargparse import ArgumentParser

@@ -195,6 +195,9 @@ def run_train(ns) -> int:
     from .trainer import Trainer
 
     cfg = _config_from(ns)
+    if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
+        raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
+                            f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
     Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from).fit()
     return 0
 

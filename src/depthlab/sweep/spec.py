@@ -420,7 +420,7 @@ def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequenc
 
     Raises:
         DepthlabError: both ``profile`` and ``file``; unknown profile, experiment, field or bad value;
-            or nothing to sweep (no grid at all).
+            or nothing to sweep (no grid at all), or one field in two ``--grid`` arguments.
     """
     if profile and file:
         raise DepthlabError("give either --profile or --file, not both")
@@ -432,7 +432,13 @@ def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequenc
         spec = SweepSpec(experiments=[Experiment()])
     if only:
         _select(spec, only)
-    axes = dict(parse_grid_arg(g) for g in grid)
+    axes: dict[str, list] = {}
+    for g in grid:
+        key, values = parse_grid_arg(g)
+        if key in axes:  # before: the later one silently replaced the earlier
+            both = ",".join(str(v) for v in axes[key] + values)
+            raise DepthlabError(f"--grid {key} is given twice; give every value once: --grid {key}={both}")
+        axes[key] = values
     for exp in spec.experiments:
         exp.grid.update(axes)
     if not any(exp.grid for exp in spec.experiments):
