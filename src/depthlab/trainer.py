@@ -24,6 +24,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import rundir
+from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
 from .config import RunConfig
 from .data import Corpus, get_batch, load_corpus, to_device
@@ -61,12 +62,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise DepthlabError("train.device mps requested but MPS is not available; use --train.device cpu")
     return torch.device(name)
-
-
-#: Training steps that train.fit_to_time times before it plans the run (the first two are not timed),
-#: and the step of its second, better-measured plan.
-FIT_STEPS = 20
-REFIT_STEPS = 200
 
 
 def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
@@ -344,10 +339,7 @@ class Trainer:
         self.lr_anchor: Optional[tuple[int, float, int]] = None  # (step, lr, decay_iters) of an extended run
         self.patience_exhausted = False
         self.last_eval: dict = {}
-        self.fit_record: Optional[dict] = None  # train.fit_to_time: what it planned (config.json "resolved")
-        self._eval_s: Optional[float] = None  # seconds of this session's first evaluation (fit_to_time)
-        self._eval_total = 0.0  # seconds of evaluation in this session (fit_to_time takes it out of step time)
-        self._fit_mark: Optional[tuple[int, float, float]] = None  # (step, time, _eval_total) at the last mark
+        self.budget = TimeBudget(self.cfg.train)  # train.fit_to_time; its record goes to config.json "resolved"
 
     def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
         t = cfg.train
@@ -497,7 +489,7 @@ class Trainer:
         return {"device": str(self.device), "dtype": "bfloat16" if bf16 else "float32",
                 "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
                 "processes": self.world_size, "compile": self._compile_wanted(),
-                **({"fit_to_time": self.fit_record} if self.fit_record else {})}
+                **({"fit_to_time": self.budget.record} if self.budget.record else {})}
 
     def _write_config(self) -> None:
         """config.json: every field as this run uses it, plus what ``auto`` settings resolved to."""
@@ -527,7 +519,7 @@ class Trainer:
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         self._anchor_schedule(st)
-        self.fit_record = ((self._old_config or {}).get("resolved") or {}).get("fit_to_time")  # the run's plan
+        self.budget.record = ((self._old_config or {}).get("resolved") or {}).get("fit_to_time")  # the run's plan
         old_sha = st.get("corpus_sha256")
         if old_sha is not None and old_sha != self.corpus.sha256:
             raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {self.corpus.path} changed since the "
@@ -899,10 +891,10 @@ class Trainer:
         """``max_iters`` | ``max_time`` | ``target_val_loss`` when training must stop now, else None."""
         t = self.cfg.train
         if self.step >= t.max_iters:
-            if self.fit_record is None or self.fit_record["max_iters"] >= self.fit_record["max_iters_asked"]:
+            if not self.budget.planned_end():
                 return "max_iters"
             self.log(f"stopped at step {self.step}: the end train.fit_to_time planned for train.max_time "
-                     f"{t.max_time:g} s ({self.fit_record['max_iters_asked']} steps were asked for)")
+                     f"{t.max_time:g} s ({self.budget.record['max_iters_asked']} steps were asked for)")
             return "max_time"  # the time budget ended the run, with its decay finished
         if time_up:
             self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {self.step} of "
@@ -960,7 +952,7 @@ class Trainer:
             return self.run_dir
         tokens_per_step = t.batch_size * self.accum * m.block_size * self.world_size
         resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
-        fit_from = self._fit_start()
+        self.budget.begin(self.step)
         self._banner(tokens_per_step)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
@@ -981,9 +973,7 @@ class Trainer:
                             and self.step != resumed_at:
                         t_eval = time.time()
                         self._do_eval()
-                        t_eval = time.time() - t_eval
-                        self._eval_s = self._eval_s if self._eval_s is not None else t_eval
-                        self._eval_total += t_eval
+                        self.budget.note_eval(time.time() - t_eval)
                     reason = self._stop_reason(time_up)
                     if reason is not None:
                         self.stopped_by = reason
@@ -992,8 +982,8 @@ class Trainer:
                         self._save_agreed()
                         raise Interrupted(self._signal or signal.SIGTERM, self.run_dir, self.step)
                     info = self.train_step(params, tokens_per_step)
-                    if fit_from is not None and self._fit_tick(fit_from, bar):
-                        fit_from = None
+                    if self.step in self.budget.marks:
+                        self._fit_tick(bar)
                     if info is None:
                         continue
                     if bar is not None:
@@ -1008,91 +998,33 @@ class Trainer:
                     bar.close()
         return self._finish()
 
-    def _fit_tick(self, start: int, bar) -> bool:
-        """train.fit_to_time: plan at ``start+FIT_STEPS``, re-plan at ``start+REFIT_STEPS``; True when done.
-
-        Each plan times the training steps since the previous mark (the first two steps, which pay
-        one-off allocations, are not timed; evaluation time is taken out): steps get faster over
-        the first hundred or so (measured 0.13 s/step over steps 2-20, 0.105 later at the
-        default recipe on a 2-core CPU), so the second plan uses the budget the first would waste.
-        """
-        marks = (start + 2, start + FIT_STEPS, start + REFIT_STEPS)
-        if self.step not in marks:
-            return False
+    def _fit_tick(self, bar) -> None:
+        """train.fit_to_time at one of the budget's marks: read the clock, plan when it has a timing."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # three times per run: the clock must see the queued steps
-        now = time.time()
-        if self._fit_mark is not None:
-            last_step, last_t, last_eval = self._fit_mark
-            s_step = (now - last_t - (self._eval_total - last_eval)) / (self.step - last_step)
-            self._fit_plan(max(s_step, 1e-6), bar)
-        self._fit_mark = (self.step, now, self._eval_total)
-        return self.step == marks[-1] or marks[-1] >= self.cfg.train.max_iters - 1
+        s_step = self.budget.tick(self.step, time.time())
+        if s_step is not None:
+            self._fit_plan(s_step, bar)
 
     def _fit_plan(self, s_step: float, bar) -> None:
-        """Lower max_iters so the run ends inside 98 % of max_time (see ``TrainConfig.fit_to_time``).
-
-        A small overshoot only meets the max_time cut at the very end of the decay.
-
-        ``s_step``: measured seconds per training step. Evaluations cost the measured first one
-        (or, if this session skipped it, 2 x eval_iters forward passes at ~1/3 of a step each).
-        """
-        t = self.cfg.train
-        s_eval = self._eval_s if self._eval_s is not None else 2 * t.eval_iters * s_step / 3
-        left = 0.98 * t.max_time - (time.time() - self._t_start) - s_eval  # the last evaluation
-        n = self.step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
+        """Plan max_iters from ``s_step`` (measured seconds per step); every process plans the same."""
+        n = self.budget.steps_that_fit(self.step, s_step, time.time() - self._t_start)
         if self.world_size > 1:  # every rank must plan the same schedule: the slowest decides
             import torch.distributed as dist
 
             nt = torch.tensor([n], dtype=torch.int64, device=self.device)
             dist.all_reduce(nt, op=dist.ReduceOp.MIN)
             n = int(nt.item())
-        rec = self.fit_record
-        asked = rec["max_iters_asked"] if rec else t.max_iters
-        n = min(n, asked)
-        if abs(n - t.max_iters) <= max(2, t.max_iters // 100):
-            return  # the plan stands (within 1 %): no change of schedule for noise
-        if rec:  # the second, better-measured plan; the decay moves by a sliver at this early step
-            self.log(f"train.fit_to_time: re-measured {s_step:.3f} s/step over the steps since step "
-                     f"{rec['at_step']}; max_iters is now {n} (was {t.max_iters})")
-            rec.update(max_iters=n, s_per_step=round(s_step, 4), at_step=self.step)
-        else:
-            self.fit_record = rec = {"max_iters_asked": asked, "max_iters": n, "s_per_step": round(s_step, 4),
-                                     "s_per_eval": round(s_eval, 3), "at_step": self.step}
-            self.log(f"train.fit_to_time: {asked} steps would not fit train.max_time {t.max_time:g} s "
-                     f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
-                     f"{self._fit_warmup(n)}, the learning rate decays to train.min_lr there "
-                     f"(--train.fit_to_time false: keep {asked} and stop at the time limit)")
-        if t.lr_decay_iters > n or "lr_decay_iters_asked" in rec:
-            rec.setdefault("lr_decay_iters_asked", t.lr_decay_iters)
-            t.lr_decay_iters = min(rec["lr_decay_iters_asked"], n)
-        t.max_iters = n
-        self.decay_iters = t.lr_decay_iters or n
+        msg = self.budget.apply(self.step, n, s_step)
+        if msg is None:
+            return
+        self.log(msg)
+        self.decay_iters = self.cfg.train.lr_decay_iters or self.cfg.train.max_iters
         if bar is not None:
-            bar.total = n
+            bar.total = self.cfg.train.max_iters
             bar.refresh()
         if self.is_main:  # a resume continues this schedule
             self._write_config()
-
-    def _fit_warmup(self, n: int) -> str:
-        """Shorten a warmup longer than a fifth of an ``n``-step plan (it would leave no room to decay)."""
-        t = self.cfg.train
-        if t.warmup_iters <= n // 5:
-            return ""
-        self.fit_record["warmup_iters_asked"] = t.warmup_iters
-        t.warmup_iters = max(self.step, n // 5)
-        return f" and warmup_iters {t.warmup_iters} (was {self.fit_record['warmup_iters_asked']})"
-
-    def _fit_start(self) -> Optional[int]:
-        """The step from which train.fit_to_time times this session, or None: no plan to make.
-
-        A run is planned once, within its first FIT_STEPS steps (a session resumed from an early
-        checkpoint plans too); a planned run keeps its plan, recorded in config.json.
-        """
-        t = self.cfg.train
-        if not (t.fit_to_time and t.max_time > 0) or self.fit_record is not None or self.step >= FIT_STEPS:
-            return None
-        return self.step if self.step + FIT_STEPS < t.max_iters else None
 
     def _finish(self) -> Path:
         summary = self._summary()

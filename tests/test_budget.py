@@ -1,0 +1,64 @@
+"""TimeBudget (train.fit_to_time's arithmetic) on known numbers, without a trainer."""
+
+import pytest
+
+from depthlab.budget import FILL, FIT_STEPS, REFIT_STEPS, TimeBudget
+from depthlab.config import TrainConfig
+
+
+def _budget(**kw):
+    t = TrainConfig(**{**dict(max_iters=5000, max_time=270.0, fit_to_time=True, eval_interval=500,
+                              eval_iters=20, warmup_iters=50, lr_decay_iters=0), **kw})
+    b = TimeBudget(t)
+    b.begin(0)
+    return t, b
+
+
+def test_marks_and_timing_take_evaluation_out():
+    t, b = _budget()
+    assert b.marks == (2, FIT_STEPS, REFIT_STEPS)
+    assert b.tick(1, 10.0) is None  # not a mark
+    assert b.tick(2, 10.0) is None  # the first mark only starts the clock
+    b.note_eval(1.5)
+    b.note_eval(0.5)
+    assert b.eval_first == 1.5 and b.eval_total == 2.0
+    # 18 steps in 11.0 s of which 2.0 s were evaluations: 0.5 s/step
+    assert b.tick(FIT_STEPS, 21.0) == pytest.approx(0.5)
+    assert b.start == 0
+    assert b.tick(REFIT_STEPS, 21.0 + 180 * 0.25) == pytest.approx(0.25)
+    assert b.start is None and b.marks == ()  # timing is over after the second plan
+
+
+def test_steps_that_fit_counts_the_last_evaluation_and_one_per_interval():
+    t, b = _budget()
+    b.note_eval(2.0)
+    # left = 0.98 * 270 - 10 - 2 = 252.6 s; each step costs 0.1 + 2/500 = 0.104 s -> 2428 steps after step 20
+    assert b.steps_that_fit(20, 0.1, 10.0) == 20 + int((FILL * 270 - 10 - 2) / 0.104) == 2448
+
+
+def test_apply_lowers_max_iters_decay_and_a_long_warmup_and_records_it():
+    t, b = _budget(warmup_iters=1000, lr_decay_iters=4000)
+    b.note_eval(2.0)
+    msg = b.apply(20, 2448, 0.1)
+    assert "max_iters is now 2448" in msg and "warmup_iters 489 (was 1000)" in msg
+    assert (t.max_iters, t.lr_decay_iters, t.warmup_iters) == (2448, 2448, 489)
+    assert b.record == {"max_iters_asked": 5000, "max_iters": 2448, "s_per_step": 0.1, "s_per_eval": 2.0,
+                        "at_step": 20, "warmup_iters_asked": 1000, "lr_decay_iters_asked": 4000}
+    assert b.apply(200, 2460, 0.099) is None  # within 1 %: the plan stands
+    assert "re-measured" in b.apply(200, 2700, 0.09) and t.max_iters == 2700 == t.lr_decay_iters
+    assert b.apply(200, 9000, 0.01) and t.max_iters == 5000  # never more than asked
+    assert b.planned_end() is False  # 5000 of 5000: max_iters ended it, not the budget
+
+
+def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_late():
+    for kw in (dict(fit_to_time=False), dict(max_time=0.0), dict(max_iters=FIT_STEPS)):
+        assert _budget(**kw)[1].start is None
+    t = TrainConfig(max_iters=5000, max_time=270.0)
+    b = TimeBudget(t, record={"max_iters_asked": 5000, "max_iters": 2000})
+    b.begin(0)
+    assert b.start is None and b.planned_end()
+    b = TimeBudget(t)
+    b.begin(FIT_STEPS)  # a session resumed after the first FIT_STEPS steps of an unplanned run
+    assert b.start is None
+    b.begin(5)  # resumed early: plans from there
+    assert b.marks == (7, 5 + FIT_STEPS, 5 + REFIT_STEPS)
