@@ -9,6 +9,11 @@ other processes on a shared machine only ever slow a run down. The model is the 
 shape (4 x 128, 4 heads, context 128, V 65) with random weights, or a trained run's best
 checkpoint with ``--run`` (the cost does not depend on the weights). Also checks that greedy
 output is identical both ways while prompt + output fit in block_size.
+
+``depthlab sample`` runs with ``OMP_WAIT_POLICY=PASSIVE`` (idle OpenMP threads sleep; see
+``cli._passive_openmp``), which slows the two-thread re-encoding more than the one-thread cached
+step: ``OMP_WAIT_POLICY=PASSIVE python benchmarks/sample_speed.py`` measures that setting; without
+it, spinning threads (the faster setting for the re-encoding on an idle machine).
 """
 
 import argparse
