@@ -16,7 +16,8 @@ def _budget(**kw):
 
 def test_marks_and_timing_take_evaluation_out():
     t, b = _budget()
-    assert b.marks == (2, FIT_STEPS, REFIT_STEPS)
+    late = REFIT_STEPS + (5000 - REFIT_STEPS) // 2
+    assert b.marks == (2, FIT_STEPS, REFIT_STEPS, late)
     assert b.tick(1, 10.0) is None  # not a mark
     assert b.tick(2, 10.0) is None  # the first mark only starts the clock
     b.note_eval(1.5)
@@ -26,7 +27,13 @@ def test_marks_and_timing_take_evaluation_out():
     assert b.tick(FIT_STEPS, 21.0) == pytest.approx(0.5)
     assert b.start == 0
     assert b.tick(REFIT_STEPS, 21.0 + 180 * 0.25) == pytest.approx(0.25)
-    assert b.start is None and b.marks == ()  # timing is over after the second plan
+    t.max_iters = 2200  # what the plan at REFIT_STEPS decided: the last mark moves with it
+    late = REFIT_STEPS + (2200 - REFIT_STEPS) // 2
+    assert b.marks[-1] == late
+    assert b.tick(late, 66.0 + (late - REFIT_STEPS) * 0.2) == pytest.approx(0.2)
+    assert b.start is None and b.marks == ()  # timing is over after the last plan
+    t2, b2 = _budget(max_iters=REFIT_STEPS + 4 * REFIT_STEPS - 1)
+    assert b2.marks == (2, FIT_STEPS, REFIT_STEPS)  # too short for a late plan
 
 
 def test_steps_that_fit_counts_the_last_evaluation_and_one_per_interval():
@@ -61,4 +68,4 @@ def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_la
     b.begin(FIT_STEPS)  # a session resumed after the first FIT_STEPS steps of an unplanned run
     assert b.start is None
     b.begin(5)  # resumed early: plans from there
-    assert b.marks == (7, 5 + FIT_STEPS, 5 + REFIT_STEPS)
+    assert b.marks[:3] == (7, 5 + FIT_STEPS, 5 + REFIT_STEPS)

@@ -1015,11 +1015,15 @@ class Trainer:
             nt = torch.tensor([n], dtype=torch.int64, device=self.device)
             dist.all_reduce(nt, op=dist.ReduceOp.MIN)
             n = int(nt.item())
+        t = self.cfg.train
+        lr_now = self.lr_at(self.step)
         msg = self.budget.apply(self.step, n, s_step)
         if msg is None:
             return
         self.log(msg)
-        self.decay_iters = self.cfg.train.lr_decay_iters or self.cfg.train.max_iters
+        self.decay_iters = t.lr_decay_iters or t.max_iters
+        if self.step > t.warmup_iters:  # mid-decay: continue from the current rate (no jump), as an extension does
+            self.lr_anchor = (self.step, lr_now, self.decay_iters)
         if bar is not None:
             bar.total = self.cfg.train.max_iters
             bar.refresh()
