@@ -30,7 +30,8 @@ class Poison(Callback):
 
 
 def _run(path, text, device_checks, callbacks=(), **train):
-    cfg = tiny_config(path, text, train=dict(max_iters=20, eval_interval=10, log_interval=5, **train))
+    cfg = tiny_config(path, text, train=dict(max_iters=20, eval_interval=10, log_interval=5, optimizer="adamw",
+                                             **train))  # the device check needs fused AdamW
     t = Trainer(cfg, callbacks=list(callbacks), **QUIET)
     t.device_checks = device_checks
     assert t._checks_on_device() is device_checks
@@ -91,7 +92,8 @@ def test_stop_raises_at_the_read_with_the_weights_before_the_bad_step(tmp_path, 
 
 
 def test_no_host_read_between_read_steps(tmp_path, tiny_text_file, monkeypatch):
-    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=10, log_interval=5))
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=10, log_interval=5,
+                                                                  optimizer="adamw"))  # fused AdamW's found_inf
     t = Trainer(cfg, **QUIET)
     t.device_checks = True
     reads = []

@@ -49,7 +49,8 @@ def test_compiled_checkpoint_keys_are_stripped_and_accepted(tmp_path, tiny_text_
 
 def test_nan_stops_and_best_checkpoint_untouched(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(learning_rate=1e3, min_lr=0.0, warmup_iters=0,
-                                                                  grad_clip=0.0, max_iters=300, eval_interval=1000))
+                                                                  grad_clip=0.0, max_iters=300, eval_interval=1000,
+                                                                  optimizer="adamw"))
     with pytest.raises(NonFiniteError) as e:
         train(cfg, **QUIET)
     msg = str(e.value)

@@ -114,9 +114,10 @@ def test_profiles_expand(tmp_path):
 
 
 def test_default_sweep_dir_is_stable():
-    """The hashes of the release before the split: the same command continues the same sweep."""
+    """The same command continues the same sweep. (Profile hashes changed once, when the profiles pinned
+    ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf.)"""
     s = sweep.build_spec("science", None, [], {}, "rank_init")
-    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-ef5ef4db"))
+    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-dad275e9"))
     over = {"model.n_embd": 32, "model.n_head": 2, "model.block_size": 16, "train.batch_size": 8,
             "train.max_iters": 50, "train.eval_interval": 10, "train.eval_iters": 2, "train.target_val_loss": 4.5}
     s = sweep.build_spec(None, None, ["model.n_layer=1,2"], over, None)
@@ -124,7 +125,7 @@ def test_default_sweep_dir_is_stable():
         str(Path("sweeps/sweep-8031e321"))
     s = sweep.build_spec("quick", None, [], {"train.max_iters": 100}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {"train.max_iters": 100}, None) == \
-        str(Path("sweeps/quick-37fd8e6e"))
+        str(Path("sweeps/quick-2320e1bf"))
     s = sweep.build_spec("quick", None, [], {}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {}, None) == str(Path("sweeps/quick"))
 
@@ -208,3 +209,16 @@ def test_estimate_seconds_counts_flops():
     flops = 6 * per_tok * 16 * T * 500 + 2 * per_tok * 16 * T * evals
     expect = flops / 1e9 * 0.045 + 0.7e-3 * 2 * (500 + evals / 3) + 4.0
     assert sweep.estimate_seconds(cfg) == pytest.approx(expect)
+
+
+def test_a_finished_run_older_than_train_optimizer_counts_as_adamw():
+    from depthlab.config import RunConfig
+    from depthlab.sweep.local import _config_diff
+
+    old = RunConfig().to_dict()
+    del old["train"]["optimizer"]  # a run made before the field existed: it trained with AdamW
+    want = RunConfig().to_dict()
+    want["train"]["optimizer"] = "adamw"
+    assert _config_diff(want, old) == []  # the profiles pin adamw: their finished runs still count
+    want["train"]["optimizer"] = "auto"  # muon on CPU: not what that run did
+    assert _config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]

@@ -375,6 +375,7 @@ RESUME_SILENT = frozenset({
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
     "train.learning_rate": "the schedule continues from the current step with the new peak",
+    "train.muon_lr": "Muon's schedule continues from the current step with the new peak",
     "train.min_lr": "the cosine decay now ends at the new value",
     "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",
     "train.lr_decay_iters": "the cosine decay is recomputed from the current step",

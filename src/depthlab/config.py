@@ -173,7 +173,13 @@ class TrainConfig:
             ``stopped_by: max_time`` (the budget ended the run); runs that fit are untouched. A
             schedule that ends with the budget: Li et al. 2020, "Budgeted Training" (ICLR). Off:
             ``max_time`` only cuts the run.
-        learning_rate: peak learning rate after warmup.
+        optimizer: ``adamw`` (every parameter), ``muon``: Muon (Jordan et al. 2024; Newton-Schulz
+            orthogonalised momentum, in float32) for the 2-D weights inside the blocks and AdamW for
+            the embeddings, head, gains and biases (:mod:`depthlab.optim`), or ``auto``: muon on
+            CPU, where it measured val 1.536 vs AdamW's 1.616 in the default 270 s, adamw elsewhere.
+        learning_rate: peak learning rate after warmup (AdamW's).
+        muon_lr: peak learning rate of the Muon-updated weights (``optimizer: muon``); it follows the
+            same warmup and cosine, scaled by muon_lr / learning_rate.
         min_lr: learning rate at the end of the cosine decay.
         warmup_iters: steps of linear warmup (lr(0) = lr / (warmup + 1) > 0).
         lr_decay_iters: step where the cosine reaches ``min_lr``; 0 = ``max_iters``.
@@ -220,7 +226,9 @@ class TrainConfig:
     max_iters: int = 5000
     max_time: float = 270.0
     fit_to_time: bool = True
+    optimizer: Literal["auto", "adamw", "muon"] = "auto"
     learning_rate: float = 3e-3
+    muon_lr: float = 1e-2
     min_lr: float = 1e-4
     warmup_iters: int = 50
     lr_decay_iters: int = 0
@@ -253,7 +261,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
                   "eval_iters", "log_interval", "keep_last", "sample_tokens")
-        for n in ("max_time", "learning_rate", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
+        for n in ("max_time", "learning_rate", "muon_lr", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
                   "min_delta"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
@@ -282,6 +290,7 @@ class TrainConfig:
                                 "the warmup straight to train.min_lr; make lr_decay_iters >= warmup_iters "
                                 "(or 0 = max_iters)")
         _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
+        _choice("train", "optimizer", self.optimizer, ("auto", "adamw", "muon"))
         _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
         _choice("train", "attention", self.attention, ("auto", "sdpa", "explicit"))
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
@@ -337,6 +346,11 @@ class RunConfig:
 
 #: The config sections, in order, with their dataclasses.
 SECTIONS = (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig))
+
+#: What a run made before a field existed used, where that is not the field's default:
+#: runs without ``train.optimizer`` trained with AdamW (the default is now ``auto``).
+PREDATING = {"train": {"optimizer": "adamw"}}
+
 
 
 def add_config_arguments(parser) -> None:

@@ -187,15 +187,15 @@ def _comparable(cfg: dict) -> dict:
 
 
 def _config_diff(a: dict, b: dict) -> list[str]:
-    from ..config import RunConfig
+    from ..config import PREDATING, RunConfig
 
     a, b = _comparable(a), _comparable(b)
     defaults = RunConfig().to_dict()
     out = []
     for sec in SECTIONS:
         for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
-            if k not in b.get(sec, {}) and a.get(sec, {}).get(k) == defaults[sec].get(k):
-                continue  # a field newer than the finished run, at its default: the run used that behaviour
+            if k not in b.get(sec, {}):  # a field newer than the finished run: compare with what the run used
+                b.setdefault(sec, {})[k] = PREDATING.get(sec, {}).get(k, defaults[sec].get(k))
             if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
                 out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
     return out

@@ -1,0 +1,113 @@
+"""Muon (float32 Newton-Schulz) + AdamW: the update torch.optim.Muon defines, resumable, wired into the trainer."""
+
+import io
+import json
+
+import pytest
+import torch
+
+from depthlab.cli import main
+from depthlab.optim import Muon, MuonAdamW, newton_schulz
+from depthlab.trainer import make_optimizer
+
+from conftest import tiny_cli_args, tiny_gpt
+
+
+@pytest.mark.parametrize("shape", [(32, 96), (96, 32), (64, 64)])
+def test_newton_schulz_flattens_the_singular_values_and_keeps_the_singular_vectors(shape):
+    gen = torch.Generator().manual_seed(0)
+    k = min(shape)
+    q1 = torch.linalg.qr(torch.randn(shape[0], k, generator=gen))[0]
+    q2 = torch.linalg.qr(torch.randn(shape[1], k, generator=gen))[0]
+    g = q1 @ torch.diag(torch.logspace(-1, 0, k)) @ q2.T  # singular values spread over 10x
+    o = newton_schulz(g)
+    s = torch.linalg.svdvals(o)
+    assert o.shape == g.shape and o.dtype == torch.float32
+    assert 0.6 < s.min() and s.max() < 1.3  # the quintic's band (Jordan et al. 2024)
+    u, _, vh = torch.linalg.svd(g, full_matrices=False)
+    d = u.T @ o @ vh.T  # diagonal when o has g's singular vectors
+    assert (d - torch.diag(torch.diagonal(d))).norm() < 0.05 * d.norm()
+    torch.testing.assert_close(newton_schulz(7.0 * g), o, atol=1e-5, rtol=0)  # scale-free
+
+
+def test_muon_matches_torch_muon_up_to_its_bfloat16_iteration():
+    torch.manual_seed(0)
+    w0 = torch.randn(48, 16)
+    ours, ref = torch.nn.Parameter(w0.clone()), torch.nn.Parameter(w0.clone())
+    a = Muon([ours], lr=0.02, weight_decay=0.1)
+    b = torch.optim.Muon([ref], lr=0.02, weight_decay=0.1, adjust_lr_fn="match_rms_adamw")
+    for i in range(3):
+        g = torch.randn(48, 16, generator=torch.Generator().manual_seed(i))
+        ours.grad, ref.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    upd_ours, upd_ref = ours.detach() - w0, ref.detach() - w0
+    # torch iterates in bf16 (8 bits of mantissa): the updates agree to ~1 % of their size
+    assert (upd_ours - upd_ref).norm() / upd_ref.norm() < 0.02
+    assert upd_ref.norm() > 0.1  # the comparison means something
+
+
+def test_muon_refuses_a_vector():
+    with pytest.raises(ValueError, match="2-D weights only"):
+        Muon([torch.nn.Parameter(torch.zeros(4))])
+
+
+def _opt_and_model(seed=0):
+    from depthlab.config import TrainConfig
+
+    m = tiny_gpt(seed)
+    return m, make_optimizer(m, TrainConfig(optimizer="muon"), torch.device("cpu"))
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest_each_once():
+    m, opt = _opt_and_model()
+    assert isinstance(opt, MuonAdamW)
+    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
+    adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
+    names = {id(p): n for n, p in m.named_parameters()}
+    assert muon.isdisjoint(adamw) and muon | adamw == set(names)
+    assert sorted(names[i].split(".")[-2] for i in muon) == sorted(["c_attn", "c_proj", "c_fc", "c_proj"] * 2)
+    assert all(g["muon"] for g in opt.param_groups[:len(opt.muon.param_groups)])
+
+
+def test_state_dict_round_trip_continues_identically_and_an_adamw_state_is_refused():
+    m1, o1 = _opt_and_model(1)
+    x = torch.randint(0, 11, (2, 8))
+
+    def step(m, o):
+        m(x, x)[1].backward()
+        o.step()
+        o.zero_grad()
+
+    step(m1, o1)
+    m2, o2 = _opt_and_model(1)
+    m2.load_state_dict(m1.state_dict())
+    buf = io.BytesIO()
+    torch.save(o1.state_dict(), buf)  # as a checkpoint does: a copy, not o1's own tensors
+    buf.seek(0)
+    o2.load_state_dict(torch.load(buf, weights_only=True))
+    step(m1, o1)
+    step(m2, o2)
+    for (n, p), q in zip(m1.named_parameters(), m2.parameters()):
+        assert torch.equal(p, q), n
+    with pytest.raises(ValueError, match="not a Muon"):
+        o2.load_state_dict(torch.optim.AdamW(m2.parameters()).state_dict())
+
+
+def test_trainer_runs_muon_on_its_schedule_and_refuses_to_resume_with_another_optimizer(tmp_path, tiny_text_file,
+                                                                                        capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a short run path: the one-line error keeps the whole message
+    out = tmp_path / "m"
+    args = tiny_cli_args(tiny_text_file, out, train__optimizer="muon", train__muon_lr=0.02,
+                         train__learning_rate=0.004, train__max_iters=30, train__log_interval=5)
+    assert main(["train", *args]) == 0
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r.get("kind") == "train"]
+    assert train[-1]["loss"] < train[0]["loss"]
+    state = torch.load(sorted((out / "checkpoints").glob("step-*.state.pt"))[-1], weights_only=True)
+    lrs = {g.get("muon", False): g["lr"] for g in state["optimizer"]["muon"]["param_groups"]
+           + state["optimizer"]["adamw"]["param_groups"]}
+    assert lrs[True] == pytest.approx(lrs[False] * 0.02 / 0.004)  # one schedule, Muon's scaled to its peak
+    capsys.readouterr()
+    assert main(["train", "--resume", "m", "--train.max_iters", "40", "--train.optimizer", "adamw"]) == 2
+    assert "changed train.optimizer 'muon' -> 'adamw'" in capsys.readouterr().err
