@@ -6,7 +6,8 @@ per token) as a fraction of a 1024^3 matmul's FLOP/s in the same dtype, measured
 On a CPU without native bf16 (no avx512_bf16/AMX) bf16 is emulated: its rows are compared with the
 fp32 matmul, the fastest this CPU has (an emulated bf16 matmul is no peak: ~1 GFLOP/s).
 Uses depthlab's own model, optimizer and autocast, i.e. what `depthlab train` runs (without
-evaluation and logging).
+evaluation and logging), with AdamW (whose cost is not in the model FLOPs); a last line times the
+default recipe with Muon (``optimizer: auto`` on CPU), whose Newton-Schulz matmuls are extra work.
 """
 
 import argparse
@@ -25,12 +26,12 @@ SHAPES = {
 }
 
 
-def step_fn(shape: dict, dtype: str):
+def step_fn(shape: dict, dtype: str, optimizer: str = "adamw"):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})
     model = GPT(cfg)
     configure_attention(model, "auto", torch.device("cpu"), dtype == "bfloat16")
-    opt = make_optimizer(model, TrainConfig(), torch.device("cpu"))
+    opt = make_optimizer(model, TrainConfig(optimizer=optimizer), torch.device("cpu"))
     ctx = autocast_ctx(torch.device("cpu"), dtype)
     x = torch.randint(0, 65, (shape["batch"], cfg.block_size))
     y = torch.randint(0, 65, (shape["batch"], cfg.block_size))
@@ -58,6 +59,12 @@ def main():
     peak = {dt: matmul_flops(getattr(torch, dt)) for dt in ("float32", "bfloat16")}
     native_bf16 = cpu_has_bf16()
     print(f"1024^3 matmul: fp32 {peak['float32'] / 1e9:.0f} GFLOP/s, bf16 {peak['bfloat16'] / 1e9:.0f} GFLOP/s")
+    shape = SHAPES["default recipe"]
+    tok = shape["batch"] * shape["block_size"]
+    s_muon = median(time_steps(step_fn(shape, "float32", "muon"), a.steps))
+    s_adamw = median(time_steps(step_fn(shape, "float32", "adamw"), a.steps))
+    print(f"default recipe, float32: Muon {s_muon * 1000:.1f} ms/iter ({tok / s_muon:,.0f} tokens/s) vs AdamW "
+          f"{s_adamw * 1000:.1f} ms/iter: Muon's step costs {s_muon / s_adamw:.2f}x")
     for name, shape in SHAPES.items():
         n = GPT(ModelConfig(vocab_size=65, **{k: v for k, v in shape.items() if k != "batch"})).num_params()
         fpt = flops_per_token(n, shape["n_layer"], shape["block_size"], shape["n_embd"])

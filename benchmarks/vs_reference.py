@@ -77,7 +77,7 @@ def depthlab_step(dtype):
     torch.manual_seed(0)
     m = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True))
     configure_attention(m, "auto", torch.device("cpu"), dtype == "bfloat16")  # what `depthlab train` does on CPU
-    opt = make_optimizer(m, TrainConfig(), torch.device("cpu"))
+    opt = make_optimizer(m, TrainConfig(optimizer="adamw"), torch.device("cpu"))  # the reference's algorithm
     ctx = autocast_ctx(torch.device("cpu"), dtype)
     x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
 

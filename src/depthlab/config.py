@@ -151,9 +151,10 @@ class TrainConfig:
     """Optimisation, evaluation, logging and run-directory settings.
 
     The defaults (with ModelConfig's) are the CPU recipe of ``depthlab train``: 4 layers x 128
-    wide, context 128, batch 16, AdamW at peak lr 3e-3 (warmup 50, cosine to 1e-4), bf16 autocast
+    wide, context 128, batch 16, ``optimizer: auto`` (on CPU Muon at peak lr 1e-2 for the blocks'
+    matrices and AdamW at 3e-3 for the rest; AdamW on CUDA), warmup 50, cosine to 1e-4, bf16 autocast
     where the CPU has native bf16, and a 270 s budget: ``fit_to_time`` plans as many of the 5000
-    steps as fit (about 2,200 on a 2-core AVX2 CPU in fp32), so the decay ends inside the budget.
+    steps as fit (about 2,000 on a 2-core AVX2 CPU in fp32), so the decay ends inside the budget.
 
     Attributes:
         out_dir: run directory; ``None`` = ``runs/<timestamp>`` under the current folder.

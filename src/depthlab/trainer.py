@@ -1,4 +1,4 @@
-"""The training loop: AdamW, warmup + cosine LR, clipping, accumulation, eval, checkpoints, resume.
+"""The training loop: AdamW or Muon + AdamW, warmup + cosine LR, clipping, accumulation, eval, checkpoints, resume.
 
 The trainer runs exactly the callbacks it is given (see :mod:`depthlab.callbacks`); the public
 :func:`depthlab.train` adds the default analytics observers. Files go through
