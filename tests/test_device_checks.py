@@ -135,7 +135,7 @@ def _ddp_worker(rank, port, out, text, mode, queue):
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     cfg = tiny_config(out, text, train=dict(max_iters=20, eval_interval=10, grad_accum=2, threads=1,
-                                            on_nonfinite=mode))
+                                            on_nonfinite=mode, optimizer="adamw"))  # fused AdamW's found_inf
     t = Trainer(cfg, callbacks=[Poison(3)] if rank == 1 else [], **QUIET)  # a bad batch on rank 1 only
     t.device_checks = True
     try:

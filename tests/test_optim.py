@@ -111,3 +111,15 @@ def test_trainer_runs_muon_on_its_schedule_and_refuses_to_resume_with_another_op
     capsys.readouterr()
     assert main(["train", "--resume", "m", "--train.max_iters", "40", "--train.optimizer", "adamw"]) == 2
     assert "changed train.optimizer 'muon' -> 'adamw'" in capsys.readouterr().err
+
+
+def test_auto_and_what_it_resolved_to_are_the_same_optimizer_on_resume(tmp_path, tiny_text_file, capsys,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *tiny_cli_args(tiny_text_file, "a", train__max_iters=10)]) == 0  # auto: muon on CPU
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["resolved"]["optimizer"] == "muon"
+    assert main(["train", "--resume", "a", "--train.max_iters", "15", "--train.optimizer", "muon"]) == 0
+    assert main(["train", "--resume", "a", "--train.max_iters", "20", "--train.optimizer", "auto"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", "a", "--train.max_iters", "25", "--train.optimizer", "adamw"]) == 2
+    assert "changed train.optimizer" in capsys.readouterr().err

@@ -495,6 +495,9 @@ class Trainer:
             # a run without a resolved optimizer predates train.optimizer (config.PREDATING)
             self._resumed_optimizer = (old.get("resolved") or {}).get("optimizer") or PREDATING["train"]["optimizer"]
         asked = self.cfg.to_dict()
+        ran = (old.get("resolved") or {}).get("optimizer")
+        if ran and {(old.get("train") or {}).get("optimizer"), asked["train"]["optimizer"]} <= {"auto", ran}:
+            asked["train"]["optimizer"] = old["train"]["optimizer"]  # auto and what it resolved to: the same run
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
@@ -724,6 +727,10 @@ class Trainer:
             lr_now = get_lr(self.step, float(old.get("learning_rate", t.learning_rate)), t.min_lr,
                             int(old.get("warmup_iters", t.warmup_iters)), old_decay)
         self.lr_anchor = (self.step, lr_now, self.decay_iters)
+        if lr_now <= t.min_lr:  # the old schedule had ended: nothing left to decay
+            self.log(f"resume: the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
+                     f"{old_decay}); no jump back to the peak")
+            return
         self.log(f"resume: the learning rate continues from {lr_now:.3g} at step {self.step} and decays to "
                  f"train.min_lr {t.min_lr:g} at step {self.decay_iters} (the decay used to end at {old_decay}); "
                  "no jump back to the peak")
