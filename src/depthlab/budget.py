@@ -104,6 +104,10 @@ class TimeBudget:
             self.start = None
         return s_step
 
+    def _s_eval(self, s_step: float) -> float:
+        """Seconds per evaluation: the measured first one, else 2 x eval_iters forwards at ~1/3 of a step."""
+        return self.eval_first if self.eval_first is not None else 2 * self.train.eval_iters * s_step / 3
+
     def steps_that_fit(self, step: int, s_step: float, elapsed: float) -> int:
         """The step at which the run must end to finish inside FILL * max_time, its last evaluation included.
 
@@ -111,11 +115,10 @@ class TimeBudget:
             step: the current step. s_step: measured seconds per training step.
             elapsed: seconds since the session started.
 
-        Evaluations cost the measured first one (or, if this session skipped it, 2 x eval_iters
-        forward passes at ~1/3 of a training step each).
+        Evaluations cost :meth:`_s_eval` each.
         """
         t = self.train
-        s_eval = self.eval_first if self.eval_first is not None else 2 * t.eval_iters * s_step / 3
+        s_eval = self._s_eval(s_step)
         left = FILL * t.max_time - elapsed - s_eval
         return step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
 
@@ -135,7 +138,7 @@ class TimeBudget:
                    f"{rec['at_step']}; max_iters is now {n} (was {t.max_iters})")
             rec.update(max_iters=n, s_per_step=round(s_step, 4), at_step=step)
         else:
-            s_eval = self.eval_first if self.eval_first is not None else 2 * t.eval_iters * s_step / 3
+            s_eval = self._s_eval(s_step)
             self.record = rec = {"max_iters_asked": asked, "max_iters": n, "s_per_step": round(s_step, 4),
                                  "s_per_eval": round(s_eval, 3), "at_step": step}
             msg = (f"train.fit_to_time: {asked} steps would not fit train.max_time {t.max_time:g} s "

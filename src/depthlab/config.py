@@ -165,7 +165,8 @@ class TrainConfig:
             out, the run evaluates, checkpoints and ends as if max_iters were reached.
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never above the value asked for; planned again, better
-            measured, at step 200) so that the run, evaluations included,
+            measured, at step 200 and halfway through what is left, the decay then continuing from
+            the current learning rate) so that the run, evaluations included,
             ends inside 98 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
             to that. The new values are logged and written to config.json (the old ones in
@@ -351,7 +352,6 @@ SECTIONS = (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)
 #: What a run made before a field existed used, where that is not the field's default:
 #: runs without ``train.optimizer`` trained with AdamW (the default is now ``auto``).
 PREDATING = {"train": {"optimizer": "adamw"}}
-
 
 
 def add_config_arguments(parser) -> None:

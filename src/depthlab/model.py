@@ -454,7 +454,8 @@ class DecodePlan:
 
         Otherwise :meth:`GPT.forward_cached` takes the module path, so observers see generation
         and ``explicit`` attention is honoured. Hooks on modules and ``explicit`` are read when the
-        plan is made (a cache's first single-id step): checking ~50 modules costs 1/20 of a token.
+        plan is made (a cache's first single-id step): a first version that walked the modules on
+        every token measured 0.22 ms of a ~0.6 ms token.
         """
         mm = nn.modules.module
         return not (self._observed or self.model.training or mm._global_forward_hooks

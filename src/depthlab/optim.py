@@ -25,7 +25,10 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 
 def newton_schulz(g: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """Approximately orthogonalise a matrix: U S' V^T for g = U S V^T, with S' in roughly [0.7, 1.2].
+    """Approximately orthogonalise a matrix: U S' V^T for g = U S V^T, S' in about [0.6, 1.3].
+
+    The band holds for singular values down to ~1/10 of the largest (test); much smaller ones are
+    raised less in 5 steps (Jordan et al. 2024 describe S' ~ Uniform(0.5, 1.5)).
 
     Args:
         g: (A, B) matrix, any float dtype; computed in float32.

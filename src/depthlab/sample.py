@@ -79,10 +79,10 @@ def _next_logits_fn(model: GPT, kv_cache: bool) -> Callable[[torch.Tensor], torc
     call encodes the last block_size ids of the prompt. When appending would pass block_size
     (learned absolute positions end there), the cache is emptied and the last
     ``max(1, block_size // 2)`` ids are re-encoded at positions 0.. (one half-window forward per
-    half-window of new tokens). Single-position steps of at most :data:`ONE_THREAD_ROWS` rows run
-    on one thread (the caller's thread count is restored). Until then both policies see the same context; past it the
+    half-window of new tokens). Until then both policies see the same context; past it the
     cached one sees between block_size/2 and block_size ids instead of always block_size, so
-    sampled text differs from the cropped policy's there.
+    sampled text differs from the cropped policy's there. Single-position steps of at most
+    :data:`ONE_THREAD_ROWS` rows run on one thread (the caller's thread count is restored).
     """
     bs = model.config.block_size
     if not kv_cache:

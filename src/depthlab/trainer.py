@@ -132,7 +132,7 @@ def make_optimizer(model: torch.nn.Module, cfg, device: torch.device, name: Opti
                                  betas=(cfg.beta1, cfg.beta2), **kw)
     from .optim import Muon, MuonAdamW
 
-    hidden = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and ".h." in f".{n}"]
+    hidden = [p for p in model.transformer.h.parameters() if p.requires_grad and p.dim() == 2]
     ids = {id(p) for p in hidden}
     rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
     groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},
@@ -317,6 +317,7 @@ class Trainer:
                                 "(or train.out_dir in the config)")
         resume_entry = None
         created = False
+        self.optimizer_name: Optional[str] = None  # resolved in _setup (on resume: the run's own)
         if t.resume:
             resume_entry = self._check_resume(vocab)
         elif self.is_main:
@@ -381,7 +382,7 @@ class Trainer:
         self.model = GPT(cfg.model).to(self.device)
         configure_attention(self.model, t.attention, self.device, use_bf16(self.device, t.dtype))
         self.raw_model = self.model
-        self.optimizer_name = getattr(self, "_resumed_optimizer", None) or resolve_optimizer(t.optimizer, self.device)
+        self.optimizer_name = self.optimizer_name or resolve_optimizer(t.optimizer, self.device)
         self.optimizer = make_optimizer(self.model, t, self.device, self.optimizer_name)
         self.ctx = autocast_ctx(self.device, t.dtype)
         self._init_progress()
@@ -473,6 +474,20 @@ class Trainer:
             if cuda_rng is not None:
                 torch.cuda.set_rng_state(cuda_rng, self.device)
 
+    def _resume_optimizer(self, old: dict, asked: dict) -> None:
+        """On resume, keep the optimizer the run was made with (``old``: its config.json).
+
+        ``auto`` resumes with what it resolved to then, whatever this device is, and ``auto`` and
+        that optimizer count as the same value in ``asked`` (the config compared for changes). A
+        run without ``resolved.optimizer`` predates the field (:data:`~depthlab.config.PREDATING`).
+        """
+        ran = (old.get("resolved") or {}).get("optimizer") or PREDATING["train"]["optimizer"]
+        if self.cfg.train.optimizer == "auto":
+            self.optimizer_name = ran
+        old_field = (old.get("train") or {}).get("optimizer")
+        if old_field is not None and {old_field, asked["train"]["optimizer"]} <= {"auto", ran}:
+            asked["train"]["optimizer"] = old_field
+
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
         rd = RunDir(self.run_dir)
         if not rd.file(rundir.CONFIG).exists():
@@ -491,13 +506,8 @@ class Trainer:
             raise DepthlabError(
                 f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
                 f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
-        if self.cfg.train.optimizer == "auto":  # the one the run was made with, whatever this device is;
-            # a run without a resolved optimizer predates train.optimizer (config.PREDATING)
-            self._resumed_optimizer = (old.get("resolved") or {}).get("optimizer") or PREDATING["train"]["optimizer"]
         asked = self.cfg.to_dict()
-        ran = (old.get("resolved") or {}).get("optimizer")
-        if ran and {(old.get("train") or {}).get("optimizer"), asked["train"]["optimizer"]} <= {"auto", ran}:
-            asked["train"]["optimizer"] = old["train"]["optimizer"]  # auto and what it resolved to: the same run
+        self._resume_optimizer(old, asked)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
@@ -521,7 +531,7 @@ class Trainer:
         explicit = use_explicit_attention(t.attention, self.device, bf16)
         return {"device": str(self.device), "dtype": "bfloat16" if bf16 else "float32",
                 "attention": "explicit" if explicit else "sdpa", "threads": torch.get_num_threads(),
-                "optimizer": getattr(self, "optimizer_name", None) or resolve_optimizer(t.optimizer, self.device),
+                "optimizer": self.optimizer_name,
                 "processes": self.world_size, "compile": self._compile_wanted(),
                 **({"fit_to_time": self.budget.record} if self.budget.record else {})}
 
@@ -1070,7 +1080,7 @@ class Trainer:
         if self.step > t.warmup_iters:  # mid-decay: continue from the current rate (no jump), as an extension does
             self.lr_anchor = (self.step, lr_now, self.decay_iters)
         if bar is not None:
-            bar.total = self.cfg.train.max_iters
+            bar.total = t.max_iters
             bar.refresh()
         if self.is_main:  # a resume continues this schedule
             self._write_config()
