@@ -137,11 +137,24 @@ def test_rules_without_data_are_named_not_passed():
     assert missing[1].startswith("rank_collapse, uniform_attention (no activation probe")
     text = format_findings([], missing)
     assert text.startswith("diagnosis: no problems found by the rules that had data") and "not judged" in text
-    full = recs + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] + \
-        [{"kind": "probe", "step": 200}]
+    full = evals([2.5, 2.4, 2.3, 2.2, 2.1, 2.0]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}] \
+        + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] \
+        + [{"kind": "probe", "step": 200}]
     assert rules_without_data(full, cfg) == []
     assert format_findings([], []).startswith("diagnosis: no problems found (rules: ")
     assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
+
+
+def test_rules_that_need_evaluations_say_so_on_a_short_run():
+    from depthlab.analytics.diagnose import rules_without_data
+
+    cfg = {"train": {"grad_log_interval": 1, "probe_interval": 1}, "model": {"vocab_size": 65, "block_size": 64}}
+    short = evals([4.2, 2.6, 2.5], every=20) + [{"kind": "probe", "step": 40}]  # 40 steps, 3 evaluations
+    missing = "; ".join(rules_without_data(short, cfg))
+    assert "bigram_stuck (no evaluation after step 200" in missing and "the run is 40 steps" in missing
+    assert "plateau (3 of the 6 evaluations it needs)" in missing
+    assert "overfitting" not in missing  # 3 evaluations with both losses: enough for its window
+    assert "overfitting (2 of the 3" in "; ".join(rules_without_data(evals([4.2, 2.6], every=20), cfg))
 
 
 def test_val_loss_above_the_uniform_baseline_is_exploding():

@@ -629,8 +629,10 @@ def rules_without_data(records: list[dict], config: Optional[dict] = None,
     """The rules that had too little data to judge this run, each with what was missing.
 
     A rule that could not run must not read as "no problem found": ``lr_too_high``/``lr_too_low``
-    need ``lr_min_records`` gradient records after the warmup, ``vanishing_gradients`` one, and
-    ``rank_collapse``/``uniform_attention`` an activation probe.
+    need ``lr_min_records`` gradient records after the warmup, ``vanishing_gradients`` one,
+    ``rank_collapse``/``uniform_attention`` an activation probe, ``bigram_stuck`` an evaluation
+    after ``bigram_min_steps`` (and enough tokens), ``plateau`` ``plateau_evals + 1`` evaluations
+    and ``overfitting`` ``overfit_window`` of them with a train loss.
     """
     th = thresholds or Thresholds()
     out = []
@@ -647,6 +649,25 @@ def rules_without_data(records: list[dict], config: Optional[dict] = None,
     if _last_probe(records) is None:
         out.append(f"rank_collapse, uniform_attention (no activation probe: train.probe_interval is "
                    f"{t.get('probe_interval', '?')})")
+    return out + _eval_rules_without_data(records, config, th)
+
+
+def _eval_rules_without_data(records: list[dict], config: Optional[dict], th: Thresholds) -> list[str]:
+    """bigram_stuck, plateau and overfitting when the run has too few (or too early) evaluations for them."""
+    out = []
+    ev = [r for r in _evals(records) if _num(r.get("val_loss")) is not None and math.isfinite(_num(r["val_loss"]))]
+    V = int(_section(config, "model").get("vocab_size") or 0)
+    need_tokens = th.bigram_min_pairs_seen * V * V
+    if _section(config, "model").get("block_size") != 1 and not any(
+            int(r["step"]) >= th.bigram_min_steps and (r.get("tokens_seen") is None or r["tokens_seen"] >= need_tokens)
+            for r in ev):
+        out.append(f"bigram_stuck (no evaluation after step {th.bigram_min_steps} and {int(need_tokens):,} tokens; "
+                   f"the run is {_last_step(records)} steps)")
+    if len(ev) < th.plateau_evals + 1:
+        out.append(f"plateau ({len(ev)} of the {th.plateau_evals + 1} evaluations it needs)")
+    pairs = sum(1 for r in ev if _num(r.get("train_loss")) is not None and math.isfinite(_num(r["train_loss"])))
+    if pairs < th.overfit_window:
+        out.append(f"overfitting ({pairs} of the {th.overfit_window} evaluations with train and val loss it needs)")
     return out
 
 
