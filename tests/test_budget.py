@@ -43,6 +43,13 @@ def test_steps_that_fit_counts_the_last_evaluation_and_one_per_interval():
     assert b.steps_that_fit(20, 0.1, 10.0) == 20 + int((FILL * 270 - 10 - 2) / 0.104) == 2448
 
 
+def test_steps_that_fit_leaves_time_for_the_final_validation():
+    t, b = _budget()
+    b.note_eval(2.0)  # 2 x eval_iters forward batches
+    b.final_batches = 5 * t.eval_iters  # 2.5 evaluations' worth: 5 s
+    assert b.steps_that_fit(20, 0.1, 10.0) == 20 + int((FILL * 270 - 10 - 2 - 5) / 0.104) == 2400
+
+
 def test_apply_lowers_max_iters_decay_and_a_long_warmup_and_records_it():
     t, b = _budget(warmup_iters=1000, lr_decay_iters=4000)
     b.note_eval(2.0)

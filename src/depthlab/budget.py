@@ -41,6 +41,8 @@ class TimeBudget:
         start: the step this session times from, or None when there is nothing to plan.
         eval_first: seconds of this session's first evaluation, or None before it.
         eval_total: seconds of evaluation in this session (taken out of the step timings).
+        final_batches: forward batches of ``train.final_validation`` after the last step (0 = none);
+            the plan leaves time for them.
     """
 
     def __init__(self, train: TrainConfig, record: Optional[dict] = None):
@@ -49,6 +51,7 @@ class TimeBudget:
         self.start: Optional[int] = None
         self.eval_first: Optional[float] = None
         self.eval_total = 0.0
+        self.final_batches = 0
         self._mark: Optional[tuple[int, float, float]] = None  # (step, time, eval_total) at the last mark
 
     def begin(self, step: int) -> None:
@@ -115,11 +118,13 @@ class TimeBudget:
             step: the current step. s_step: measured seconds per training step.
             elapsed: seconds since the session started.
 
-        Evaluations cost :meth:`_s_eval` each.
+        Evaluations cost :meth:`_s_eval` each (2 x eval_iters forward batches); the final
+        validation's ``final_batches`` batches cost in proportion.
         """
         t = self.train
         s_eval = self._s_eval(s_step)
-        left = FILL * t.max_time - elapsed - s_eval
+        s_final = s_eval * self.final_batches / (2 * max(t.eval_iters, 1))
+        left = FILL * t.max_time - elapsed - s_eval - s_final
         return step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
 
     def apply(self, step: int, n: int, s_step: float) -> Optional[str]:

@@ -369,7 +369,7 @@ RESUME_SILENT = frozenset({
     "train.out_dir", "train.resume", "train.progress", "train.tensorboard", "train.grad_log_interval",
     "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile",
     "train.target_val_loss", "train.on_nonfinite", "model.vocab_size", "train.patience", "train.min_delta",
-    "train.sample_interval", "train.sample_tokens", "train.fit_to_time"})
+    "train.sample_interval", "train.sample_tokens", "train.fit_to_time", "train.final_validation"})
 
 #: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
 #: trajectory of one uninterrupted run with either setting.

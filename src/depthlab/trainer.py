@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from . import rundir
+from . import evaluation, rundir
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
 from .config import PREDATING, RunConfig
@@ -367,6 +367,10 @@ class Trainer:
         self.patience_exhausted = False
         self.last_eval: dict = {}
         self.budget = TimeBudget(self.cfg.train)  # train.fit_to_time; its record goes to config.json "resolved"
+        self.final_val: Optional[dict] = None  # train.final_validation's result, for the summary
+        if self.cfg.train.final_validation and len(self.corpus.val) >= 2:
+            self.budget.final_batches = math.ceil(len(evaluation.split_windows(
+                len(self.corpus.val), self.cfg.model.block_size)) / self.cfg.train.batch_size)
 
     def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
         t = cfg.train
@@ -1048,10 +1052,35 @@ class Trainer:
                         tps = (self.step - last_log_step) * tokens_per_step / max(now - last_log_t, 1e-9)
                         last_log_t, last_log_step = now, self.step
                         self._log_step(info, tps, bar)
+                self._final_validation()
             finally:
                 if bar is not None:
                     bar.close()
         return self._finish()
+
+    def _final_validation(self) -> None:
+        """train.final_validation: the best weights on the whole val split, logged and kept for the summary.
+
+        Only the main process evaluates (the others wait at :meth:`_finish`'s barrier); the weights
+        are the model's own when the last evaluation was the best, else the verified best checkpoint's.
+        """
+        t = self.cfg.train
+        if not (t.final_validation and self.is_main and self.budget.final_batches and math.isfinite(self.best_val)):
+            return
+        t0 = time.time()
+        model = self.raw_model
+        if self.best_step != self.step:
+            import copy
+
+            model = copy.deepcopy(self.raw_model)
+            path = ckpt.verified_best(self.run_dir)
+            ckpt.load_into(model, ckpt.load_weights_file(path)[0], path)
+        res = evaluation.split_loss(model, self.corpus.val, self.cfg.model.block_size, t.batch_size,
+                                    self.corpus.tokenizer.token_chars, self.device, self.ctx)
+        self.final_val = {"step": self.best_step, "val_loss": res.loss, "val_bpc": res.bpc,
+                          "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
+        self.log(f"final validation, best weights (step {self.best_step}): "
+                 f"{evaluation.describe(res, self.cfg.model.block_size)}, {time.time() - t0:.1f}s")
 
     def _fit_tick(self, bar) -> None:
         """train.fit_to_time at one of the budget's marks: read the clock, plan when it has a timing."""
@@ -1091,8 +1120,9 @@ class Trainer:
             cb.on_train_end(self, summary)
         if self.is_main:
             rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+            whole = "" if self.final_val is None else f" (whole val split {self.final_val['val_loss']:.4f})"
             self.log(f"done: best val {summary['best_val_loss']:.4f} nats "
-                     f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}, "
+                     f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}{whole}, "
                      f"{summary['final_step']} steps in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
         self.metrics.close()
         if self.world_size > 1:
@@ -1123,7 +1153,8 @@ class Trainer:
                 "params": self.raw_model.num_params(), "nonfinite_skips": self.nonfinite_skips,
                 "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
                 "target_reached_step": self.target_reached[0] if self.target_reached else None,
-                "target_reached_s": self.target_reached[1] if self.target_reached else None}
+                "target_reached_s": self.target_reached[1] if self.target_reached else None,
+                "final_validation": self.final_val}
 
 
 def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
