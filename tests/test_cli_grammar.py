@@ -121,6 +121,10 @@ def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
     (["train", "--train.learning_rate", "nan"], "--train.learning_rate: expected a finite number, got 'nan'"),
     (["train", "--model.n_layer", "two"], "--model.n_layer: expected an integer, got 'two'"),
     (["train", "--train.compile", "maybe"], "--train.compile: expected true or false or auto, got 'maybe'"),
+    # the option as the user spelt it (a new user's report: --max-new-tokens was named --max_new_tokens)
+    (["sample", "nowhere", "--max-new-tokens", "abc"], "--max-new-tokens: expected an integer, got 'abc'"),
+    (["sample", "nowhere", "--max-new-tokens=abc"], "--max-new-tokens: expected an integer, got 'abc'"),
+    (["sample", "nowhere", "--max_new_tokens", "abc"], "--max_new_tokens: expected an integer, got 'abc'"),
 ])
 def test_type_errors_say_what_to_type(capsys, argv, msg):
     from depthlab.cli import main

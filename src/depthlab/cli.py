@@ -576,7 +576,7 @@ def dispatch(name: str, argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except ArgumentError as e:
-        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)))}") from None
+        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)), argv)}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
@@ -585,9 +585,23 @@ _EXPECTED = {"<class 'bool'>": "true or false", "<class 'int'>": "an integer", "
              "<class 'str'>": "a string"}
 
 
-def _plain_parse_error(msg: str) -> str:
+def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
     """``Parser key "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
-    ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged."""
+    ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged.
+
+    The option is named as the user spelt it in ``argv`` (``--max-new-tokens`` for ``max_new_tokens``).
+    """
+    msg = _plain_type_error(msg)
+    m = re.match(r"--([\w.]+):", msg)
+    if m is not None:
+        dashed = "--" + m.group(1).replace("_", "-")
+        if any(a.split("=")[0] == dashed for a in argv):
+            msg = dashed + msg[len(m.group(0)) - 1:]
+    return msg
+
+
+def _plain_type_error(msg: str) -> str:
+    """:func:`_plain_parse_error`'s rewording, with the option named by its key."""
     u = re.search(r'Parser key "([^"]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\]'
                   r'.*Given value: (.*)$', msg)
     if u is not None:  # e.g. train.compile: bool or Literal['auto']

@@ -644,8 +644,8 @@ def rules_without_data(records: list[dict], config: Optional[dict] = None,
         warm = int(t.get("warmup_iters", 0) or 0)
         n = len(_update_ratios([r for r in records if int(r.get("step", 0)) > warm])[0])
         if n < th.lr_min_records:
-            out.append(f"lr_too_high, lr_too_low ({n} of the {th.lr_min_records} gradient records after the warmup "
-                       "they need; lower train.grad_log_interval)")
+            out.append(f"lr_too_high, lr_too_low (they need {th.lr_min_records} gradient records after the warmup, "
+                       f"the run has {n}; lower train.grad_log_interval or train longer)")
     if _last_probe(records) is None:
         out.append(f"rank_collapse, uniform_attention (no activation probe: train.probe_interval is "
                    f"{t.get('probe_interval', '?')})")
