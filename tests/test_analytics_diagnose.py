@@ -133,7 +133,8 @@ def test_rules_without_data_are_named_not_passed():
     cfg = {"train": {"grad_log_interval": 50, "probe_interval": 0, "warmup_iters": 5}, "model": {"vocab_size": 65}}
     recs = evals([2.5, 2.4, 2.3]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}]
     missing = rules_without_data(recs, cfg)
-    assert missing[0].startswith("lr_too_high, lr_too_low (they need 3 gradient records after the warmup, the run has 1;")
+    assert missing[0].startswith(
+        "lr_too_high, lr_too_low (they need 3 gradient records after the warmup, the run has 1;")
     assert missing[1].startswith("rank_collapse, uniform_attention (no activation probe")
     text = format_findings([], missing)
     assert text.startswith("diagnosis: no problems found by the rules that had data") and "not judged" in text
