@@ -214,3 +214,17 @@ def test_bigram_card_agrees_with_the_diagnosis():
     assert H._level_words(2.2, base) == "below bigram, uses context"
     assert H._level_words(3.35, base) == "at the unigram level, no context used at all"
     assert H._level_words(2.441, {"bigram": {"nats": 2.482}}) == "within 0.05 of bigram, little context used"
+
+
+# ----------------------------------------------------------------------------- the whole-split card
+def test_whole_split_card_shows_the_final_validation(run_dir):
+    data = P.load_run_data(run_dir)
+    fv = (data.summary or {}).get("final_validation")
+    assert fv is not None and fv["tokens"] == fv["of_tokens"]  # the tiny corpus's whole val split
+    card = [c for c in H._cards(data) if c[0] == "whole val split"]
+    assert card == [("whole val split", f"{fv['val_loss']:.3f}",
+                     f"nats/char, best weights, all {H._fmt(fv['of_tokens'])} val characters")]
+    data.summary = {**data.summary, "final_validation": {**fv, "tokens": 64}}
+    assert [c for c in H._cards(data) if c[0] == "whole val split"][0][2].startswith("nats/char, best weights, 64 of ")
+    data.summary = {**data.summary, "final_validation": None}  # off, or a run older than the field
+    assert not [c for c in H._cards(data) if c[0] == "whole val split"]

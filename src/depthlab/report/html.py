@@ -265,6 +265,13 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
         bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
             cards.append(("minus bigram baseline", f"{best - bg:+.3f}", "nats: " + _level_words(best, run.baselines)))
+    fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
+    whole = finite_or_none(fv.get("val_loss"))
+    if whole is not None:
+        part = "all" if fv.get("tokens") == fv.get("of_tokens") else f"{_fmt(fv.get('tokens'))} of"
+        what = "characters" if run.unit == "char" else "tokens"
+        cards.append(("whole val split", f"{whole:.3f}", f"nats/{run.unit}, best weights, {part} "
+                      f"{_fmt(fv.get('of_tokens'))} val {what}"))
     if s.get("final_step") is not None:
         cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
     if finite_or_none(s.get("tokens_seen")) is not None:
