@@ -52,6 +52,7 @@ def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
         assert rd.file(rundir.TRAIN_LOG).stat().st_size > 0
         row = [x for x in rows if x["run"] == f"runs/{r.name}"][0]
         assert float(row["best_val_loss"]) == pytest.approx(rd.summary["best_val_loss"], abs=1e-4)
+        assert float(row["whole_val_loss"]) == pytest.approx(rd.summary["final_validation"]["val_loss"], abs=1e-4)
     assert any("4 to run" in line for line in logs) and sum(line.startswith("[") for line in logs) == 4
     mtimes = {r.name: (r / rundir.SUMMARY).stat().st_mtime_ns for r in runs}
 

@@ -25,10 +25,11 @@ __all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", 
 #: Leading columns of results.csv / results.md; the varied fields and :data:`METRIC_COLUMNS` follow.
 RESULT_COLUMNS = ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss", "best_val_loss",
                   "wall_time_s", "status"]
-#: Trailing columns: bits/char of best_val_loss, training throughput, grad-norm ratio first/last
+#: Trailing columns: bits/char of best_val_loss, the best weights' loss on the whole val split
+#: (``train.final_validation``; empty when off), training throughput, grad-norm ratio first/last
 #: block (last gradient record), rank measure of the last block at initialisation (the init probe)
 #: and after training (the last probe: for a one-step run that is after one optimizer step), diagnosis.
-METRIC_COLUMNS = ["best_val_bpc", "tokens_per_sec", "grad_ratio_first_last", "init_last_block_rank",
+METRIC_COLUMNS = ["best_val_bpc", "whole_val_loss", "tokens_per_sec", "grad_ratio_first_last", "init_last_block_rank",
                   "last_block_rank", "diagnosis", "run", "message"]
 
 #: Statuses that count as a finished, usable run.
@@ -129,13 +130,16 @@ def _status(d: dict, exists: bool) -> str:
 
 
 def _metric_cells(d: dict, best: Optional[float]) -> dict:
-    """best_val_bpc, tokens_per_sec, grad_ratio_first_last, init/last last_block_rank, diagnosis of one run."""
+    """best_val_bpc, whole_val_loss, tokens_per_sec, grad_ratio_first_last, init/last last_block_rank,
+    diagnosis of one run."""
     s = d["summary"] or {}
     per_char = 1.0 / math.log(2)  # bits per character per nat of loss: 1 / ln 2 for chars
     sb, sl = (_num(s.get("best_val_bpc")), _num(s.get("best_val_loss"))) if s else (None, None)
     if sb and sl and abs(sb / sl * math.log(2) - 1.0) > 1e-9:  # BPE: the run's characters per token
         per_char = sb / sl
+    fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
     row: dict[str, Any] = {"best_val_bpc": best * per_char if best is not None else None,
+                           "whole_val_loss": _num(fv.get("val_loss")),
                            "tokens_per_sec": _num(s.get("tokens_per_sec")) if s else None,
                            "grad_ratio_first_last": None}
     if d["grad"]:
