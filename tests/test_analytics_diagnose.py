@@ -152,7 +152,7 @@ def test_rules_that_need_evaluations_say_so_on_a_short_run():
     cfg = {"train": {"grad_log_interval": 1, "probe_interval": 1}, "model": {"vocab_size": 65, "block_size": 64}}
     short = evals([4.2, 2.6, 2.5], every=20) + [{"kind": "probe", "step": 40}]  # 40 steps, 3 evaluations
     missing = "; ".join(rules_without_data(short, cfg))
-    assert "bigram_stuck (no evaluation after step 200" in missing and "the run is 40 steps" in missing
+    assert "bigram_stuck (it needs an evaluation at step 200 or later" in missing and "the run is 40 steps" in missing
     assert "plateau (3 of the 6 evaluations it needs)" in missing
     assert "overfitting" not in missing  # 3 evaluations with both losses: enough for its window
     assert "overfitting (2 of the 3" in "; ".join(rules_without_data(evals([4.2, 2.6], every=20), cfg))

@@ -117,6 +117,13 @@ def test_sample_not_a_run(tmp_path, capsys):
     assert_clean_error(*run_cli(capsys, "sample", str(tmp_path))[::2], "not a depthlab run")
 
 
+def test_resume_not_a_run(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    assert_clean_error(*run_cli(capsys, "train", "--resume", str(missing))[::2], "missing not found")
+    assert not missing.exists()  # the refused resume made no folder
+    assert_clean_error(*run_cli(capsys, "train", "--resume", str(tmp_path))[::2], "not a depthlab run directory")
+
+
 def test_unknown_command(capsys):
     rc, _, err = run_cli(capsys, "trian")
     assert rc == 2 and err.startswith("depthlab: error:")

@@ -125,6 +125,11 @@ def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
     (["sample", "nowhere", "--max-new-tokens", "abc"], "--max-new-tokens: expected an integer, got 'abc'"),
     (["sample", "nowhere", "--max-new-tokens=abc"], "--max-new-tokens: expected an integer, got 'abc'"),
     (["sample", "nowhere", "--max_new_tokens", "abc"], "--max_new_tokens: expected an integer, got 'abc'"),
+    # the value as typed (the parser turned 1e3 into 1000.0), and an empty one (was jsonargparse's raw text)
+    (["sample", "nowhere", "--max-new-tokens", "1e3"], "--max-new-tokens: expected an integer, got '1e3'"),
+    (["train", "--train.max_iters", "1e3"], "--train.max_iters: expected an integer, got '1e3'"),
+    (["train", "--train.max_iters", ""], "--train.max_iters: expected an integer, got ''"),
+    (["train", "--train.compile="], "--train.compile: expected true or false or auto, got ''"),
 ])
 def test_type_errors_say_what_to_type(capsys, argv, msg):
     from depthlab.cli import main

@@ -347,3 +347,9 @@ def test_attention_auto_is_explicit_only_under_cpu_bf16(tmp_path, tiny_text_file
     assert all(b.attn.explicit == (want == "explicit") for b in t.model.transformer.h)
     assert use_explicit_attention("explicit", torch.device("cuda"), False)
     assert not use_explicit_attention("auto", torch.device("cuda"), True)
+
+
+def test_api_resume_of_a_missing_folder_says_not_found(tmp_path, tiny_text_file):
+    with pytest.raises(DepthlabError, match="nope not found"):
+        Trainer(tiny_config(tmp_path / "nope", tiny_text_file, train=dict(resume=True)), **QUIET)
+    assert not (tmp_path / "nope").exists()

@@ -161,6 +161,9 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     if resume is None:
         return out
     rd = Path(resume)
+    if not rd.exists():
+        raise DepthlabError(f"cannot resume: {rd} not found; give the run directory that `depthlab train` "
+                            "printed (done: ... -> RUN_DIR)")
     if not (rd / CONFIG).is_file():
         raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no {CONFIG})")
     other = _flag_value(argv, "--train.out_dir")
@@ -589,27 +592,39 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
     """``Parser key "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
     ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged.
 
-    The option is named as the user spelt it in ``argv`` (``--max-new-tokens`` for ``max_new_tokens``).
+    The option and its value are quoted as the user typed them in ``argv``: ``--max-new-tokens``
+    for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it.
     """
     msg = _plain_type_error(msg)
-    m = re.match(r"--([\w.]+):", msg)
-    if m is not None:
-        dashed = "--" + m.group(1).replace("_", "-")
-        if any(a.split("=")[0] == dashed for a in argv):
-            msg = dashed + msg[len(m.group(0)) - 1:]
-    return msg
+    m = re.fullmatch(r"--([\w.]+): (expected .*), got .*", msg)
+    typed = _typed(argv, m.group(1)) if m is not None else None
+    if typed is None:
+        return msg
+    name, value = typed
+    return f"{name}: {m.group(2)}, got {value!r}"
+
+
+def _typed(argv: Sequence[str], key: str) -> Optional[tuple[str, str]]:
+    """(spelling, value) of the last ``--key VALUE`` / ``--key=VALUE`` in ``argv`` (``_`` or ``-``), or None."""
+    names = {"--" + key, "--" + key.replace("_", "-")}
+    found = None
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if name in names and (eq or i + 1 < len(argv)):
+            found = (name, value if eq else argv[i + 1])
+    return found
 
 
 def _plain_type_error(msg: str) -> str:
     """:func:`_plain_parse_error`'s rewording, with the option named by its key."""
     u = re.search(r'Parser key "([^"]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\]'
-                  r'.*Given value: (.*)$', msg)
+                  r'.*Given value:\s*(.*)$', msg)
     if u is not None:  # e.g. train.compile: bool or Literal['auto']
         key, subtypes, got = u.groups()
         want = ["true or false" if "bool" in t else ", ".join(re.findall(r"'([^']+)'", t)) or t.strip()
                 for t in re.split(r",\s*(?![^\[]*\])", subtypes)]
         return f"--{key}: expected {' or '.join(want)}, got {got.strip()!r}"
-    m = re.search(r'Parser key "([^"]+)":\s*Expected a (.+?)\. Got value: (.*?)(?:$| - )', msg)
+    m = re.search(r'Parser key "([^"]+)":\s*Expected a (.+?)\. Got value:\s*(.*?)(?:$| - )', msg)
     if m is None:
         return msg
     key, typ, got = m.groups()

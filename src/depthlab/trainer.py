@@ -494,6 +494,9 @@ class Trainer:
 
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
         rd = RunDir(self.run_dir)
+        if not rd.path.exists():
+            raise DepthlabError(f"cannot resume: {rd.path} not found; give the run directory that "
+                                "`depthlab train` printed (done: ... -> RUN_DIR)")
         if not rd.file(rundir.CONFIG).exists():
             raise DepthlabError(f"cannot resume: {rd.path} is not a depthlab run directory (no config.json)")
         old, old_vocab = rd.config or {}, rd.vocab or []

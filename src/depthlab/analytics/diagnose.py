@@ -661,8 +661,8 @@ def _eval_rules_without_data(records: list[dict], config: Optional[dict], th: Th
     if _section(config, "model").get("block_size") != 1 and not any(
             int(r["step"]) >= th.bigram_min_steps and (r.get("tokens_seen") is None or r["tokens_seen"] >= need_tokens)
             for r in ev):
-        out.append(f"bigram_stuck (no evaluation after step {th.bigram_min_steps} and {int(need_tokens):,} tokens; "
-                   f"the run is {_last_step(records)} steps)")
+        out.append(f"bigram_stuck (it needs an evaluation at step {th.bigram_min_steps} or later, with "
+                   f"{int(need_tokens):,} tokens seen by then; the run is {_last_step(records)} steps)")
     if len(ev) < th.plateau_evals + 1:
         out.append(f"plateau ({len(ev)} of the {th.plateau_evals + 1} evaluations it needs)")
     pairs = sum(1 for r in ev if _num(r.get("train_loss")) is not None and math.isfinite(_num(r["train_loss"])))
