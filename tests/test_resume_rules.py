@@ -353,3 +353,12 @@ def test_api_resume_of_a_missing_folder_says_not_found(tmp_path, tiny_text_file)
     with pytest.raises(DepthlabError, match="nope not found"):
         Trainer(tiny_config(tmp_path / "nope", tiny_text_file, train=dict(resume=True)), **QUIET)
     assert not (tmp_path / "nope").exists()
+
+
+def test_resume_with_nothing_to_train_says_only_that(tmp_path, tiny_text_file):
+    run = tmp_path / "r"
+    train(tiny_config(run, tiny_text_file), **QUIET)
+    lines = []
+    Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=15)), log=lines.append).fit()
+    assert any(line.startswith("nothing to train") for line in lines)
+    assert not any("learning rate" in line for line in lines), lines  # was: "stays at train.min_lr ..."

@@ -729,6 +729,8 @@ class Trainer:
     def _anchor_schedule(self, st: dict) -> None:
         """On resume: keep a stored extension anchor, or make one when the decay length changed."""
         t = self.cfg.train
+        if self.step >= t.max_iters:
+            return  # nothing will train (fit says so): no schedule to continue, nothing to announce
         stored = st.get("lr_anchor")
         stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
         if stored is not None and stored[2] == self.decay_iters:
