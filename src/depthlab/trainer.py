@@ -729,13 +729,13 @@ class Trainer:
     def _anchor_schedule(self, st: dict) -> None:
         """On resume: keep a stored extension anchor, or make one when the decay length changed."""
         t = self.cfg.train
-        if self.step >= t.max_iters:
-            return  # nothing will train (fit says so): no schedule to continue, nothing to announce
         stored = st.get("lr_anchor")
         stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
         if stored is not None and stored[2] == self.decay_iters:
             self.lr_anchor = stored  # this schedule was already extended to the same end
             return
+        if self.step >= t.max_iters:
+            return  # nothing will train (fit says so): no schedule to continue, nothing to announce
         old = (self._old_config or {}).get("train", {})
         old_decay = int(old.get("lr_decay_iters") or old.get("max_iters") or self.decay_iters)
         if old_decay == self.decay_iters or self.step == 0:
