@@ -139,6 +139,13 @@ def test_type_errors_say_what_to_type(capsys, argv, msg):
     assert msg in err and "<class" not in err and err.count("\n") == 1
 
 
+def test_a_negative_number_is_quoted_as_typed(capsys):
+    from depthlab.cli import main
+
+    assert main(["train", "--train.max_time", "-3"]) == 2
+    assert capsys.readouterr().err.strip().endswith("train.max_time must be a non-negative number, got -3")
+
+
 @pytest.mark.parametrize("text,msg", [
     ("train: 5\n", "section train: must hold fields"), ("model:\n", "section model: must hold fields"),
     ("model: [1\n", "is not valid YAML at line 2"), ("- 1\n- 2\n", "must be a mapping with sections"),

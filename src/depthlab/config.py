@@ -274,7 +274,8 @@ class TrainConfig:
                   "min_delta"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
-                raise DepthlabError(f"train.{n} must be a non-negative number, got {v!r}")
+                shown = f"{v:g}" if isinstance(v, float) else repr(v)  # -3, as typed, not -3.0
+                raise DepthlabError(f"train.{n} must be a non-negative number, got {shown}")
         if self.learning_rate <= 0:
             raise DepthlabError(f"train.learning_rate must be > 0, got {self.learning_rate!r}")
         if self.min_lr > self.learning_rate:
