@@ -130,6 +130,9 @@ def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
     (["train", "--train.max_iters", "1e3"], "--train.max_iters: expected an integer, got '1e3'"),
     (["train", "--train.max_iters", ""], "--train.max_iters: expected an integer, got ''"),
     (["train", "--train.compile="], "--train.compile: expected true or false or auto, got ''"),
+    # argparse takes -1e-3 for an option: say how to write it (was "expected one argument")
+    (["train", "--train.learning_rate", "-1e-3"],
+     "--train.learning_rate: the value -1e-3 was read as an option; write --train.learning_rate=-1e-3"),
 ])
 def test_type_errors_say_what_to_type(capsys, argv, msg):
     from depthlab.cli import main

@@ -595,6 +595,7 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
     The option and its value are quoted as the user typed them in ``argv``: ``--max-new-tokens``
     for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it.
     """
+    msg = _negative_value(msg, argv)
     msg = _plain_type_error(msg)
     m = re.fullmatch(r"--([\w.]+): (expected .*), got .*", msg)
     typed = _typed(argv, m.group(1)) if m is not None else None
@@ -602,6 +603,23 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
         return msg
     name, value = typed
     return f"{name}: {m.group(2)}, got {value!r}"
+
+
+def _negative_value(msg: str, argv: Sequence[str]) -> str:
+    """argparse reads ``-1e-3`` after an option as another option (only ``-3`` and ``-.5`` look like
+    numbers to it): say so, and how to write it, instead of "expected one argument"."""
+    m = re.fullmatch(r"argument (--[\w.-]+)(?:, --[\w.-]+)*: expected one argument", msg)
+    if m is None:
+        return msg
+    for i, a in enumerate(argv[:-1]):
+        nxt = argv[i + 1]
+        if a == m.group(1) and nxt.startswith("-"):
+            try:
+                float(nxt)
+            except ValueError:
+                return msg
+            return f"{a}: the value {nxt} was read as an option; write {a}={nxt}"
+    return msg
 
 
 def _typed(argv: Sequence[str], key: str) -> Optional[tuple[str, str]]:
