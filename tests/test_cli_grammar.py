@@ -161,3 +161,30 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     assert main(["train", "-c", str(f), "--train.out_dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert msg in err and str(f) in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["train", "--train.out_dir", ""], "train: --train.out_dir: the path is empty"),
+    (["train", "--train.out_dir="], "train: --train.out_dir: the path is empty"),
+    (["train", "--resume", ""], "train: --resume: the path is empty"),
+    (["report", "somewhere", "--out="], "report: --out: the path is empty"),
+    (["sample", ""], "sample: argument 1 is empty"),
+    (["export", "somewhere", ""], "export: argument 2 is empty"),
+    # devices and thread counts torch itself would reject with a RuntimeError / overflow (exit 1 before)
+    (["sample", "somewhere", "--device", "tpu"], "--device must be auto, cpu, cuda, cuda:N or mps; got 'tpu'"),
+    (["sample", "somewhere", "--device", "cuda:x"], "--device must be auto, cpu, cuda, cuda:N or mps; got 'cuda:x'"),
+    (["diagnose", "somewhere", "--threads", "99999999999999999999"], "--threads must be between 0 and 4096"),
+    (["train", "--train.threads", "99999999999999999999"], "train.threads must be at most 4096"),
+    # argparse's / jsonargparse's own wording, reworded
+    (["train", "--overwrite=yes"], "train: --overwrite is a switch and takes no value (got 'yes')"),
+    (["sample", "somewhere", "--no-kv-cache=maybe"], "--no-kv-cache is a switch and takes no value (got 'maybe')"),
+    (["diagnose", "somewhere", "-c", "missing.yaml"], "/missing.yaml: file not found"),
+])
+def test_empty_paths_bad_devices_and_thread_counts_are_refused(tmp_path, monkeypatch, capsys, argv, msg):
+    from depthlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()  # nothing trained into the default folder

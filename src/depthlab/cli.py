@@ -81,8 +81,10 @@ def _config_from(ns) -> Any:
 
 
 def _set_threads(n: int) -> None:
-    if n < 0:
-        raise DepthlabError(f"--threads must be >= 0, got {n}")
+    from .config import MAX_THREADS
+
+    if not 0 <= n <= MAX_THREADS:
+        raise DepthlabError(f"--threads must be between 0 and {MAX_THREADS}, got {n}")
     if n:
         import torch
 
@@ -470,9 +472,11 @@ def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
+    from .config import MAX_THREADS
 
-    if ns.workers < 0 or ns.threads < 0:
-        raise DepthlabError(f"--workers and --threads must be >= 0, got {ns.workers} and {ns.threads}")
+    if ns.workers < 0 or not 0 <= ns.threads <= MAX_THREADS:
+        raise DepthlabError(f"--workers must be >= 0 and --threads between 0 and {MAX_THREADS}, "
+                            f"got {ns.workers} and {ns.threads}")
     overrides = _explicit_overrides(argv)
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
@@ -573,6 +577,7 @@ def dispatch(name: str, argv: list[str]) -> int:
     cmd = COMMANDS.get(name)
     if cmd is None:
         raise DepthlabError(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
+    check_no_empty_paths(name, list(argv))
     argv = files_first(cmd.expand(list(argv)))
     parser = cmd.build()
     check_keys(name, parser, argv)
@@ -596,6 +601,14 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
     for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it.
     """
     msg = _negative_value(msg, argv)
+    flag = re.fullmatch(r"argument ([\w./-]+): ignored explicit argument '(.*)'", msg)
+    if flag is not None:  # --overwrite=yes: a switch given a value
+        names = flag.group(1).split("/")
+        typed = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in names), names[0])
+        return f"{typed} is a switch and takes no value (got {flag.group(2)!r}); write {typed} alone, or leave it out"
+    missing = re.fullmatch(r"Parser key \"config\": File does not exist: '(.*)'", msg)
+    if missing is not None:
+        return f"-c/--config {missing.group(1)}: file not found"
     msg = _plain_type_error(msg)
     m = re.fullmatch(r"--([\w.]+): (expected .*), got .*", msg)
     typed = _typed(argv, m.group(1)) if m is not None else None
@@ -737,6 +750,28 @@ def _file_key_problems(path: str, known: set[str]) -> list[str]:
             home = [s for s in _SECTIONS if f"{s}.{k}" in known]
             out.append(f"{path}: {k} belongs under {home[0]}:" if home else f"{path}: {_suggest(k, known)}")
     return out
+
+
+#: Options that name a file or folder: an empty value would silently mean "." or the default.
+_PATH_OPTIONS = ("--train.out_dir", "--data.path", "--data.cache_dir", "--resume", "--init-from", "--init_from",
+                 "--out", "--out_dir", "--out-dir", "--file", "-f", "-c", "--config")
+
+
+def check_no_empty_paths(command: str, argv: list[str]) -> None:
+    """Refuse an empty path (``--train.out_dir ''``, ``--out=``, ``sample ''``): the shell's empty
+    variable would otherwise train into a default folder or read ``.``.
+
+    Raises:
+        DepthlabError: naming the option (or the position) and what to do.
+    """
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if name in _PATH_OPTIONS and ((eq and not value) or (not eq and i + 1 < len(argv) and argv[i + 1] == "")):
+            raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name} for the default")
+        prev = argv[i - 1] if i else ""
+        if a == "" and not (prev.startswith("-") and "=" not in prev):
+            raise DepthlabError(f"{command}: argument {i + 1} is empty; give a run directory or path "
+                                "(an unset shell variable?)")
 
 
 def check_keys(command: str, parser, argv: list[str]) -> None:

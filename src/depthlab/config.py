@@ -8,6 +8,7 @@ so the CLI, YAML files and notebooks all share one set of checks.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
@@ -144,6 +145,20 @@ class ModelConfig:
     def head_size(self) -> int:
         """hs = n_embd // n_head."""
         return self.n_embd // self.n_head
+
+
+#: Most torch CPU threads a command accepts (torch overflows on absurd counts).
+MAX_THREADS = 4096
+
+
+def check_device_name(name: object, option: str) -> None:
+    """Check a device name: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+
+    Raises:
+        DepthlabError: naming ``option`` and the value.
+    """
+    if not isinstance(name, str) or not (name in ("auto", "cpu", "cuda", "mps") or re.fullmatch(r"cuda:\d+", name)):
+        raise DepthlabError(f"{option} must be auto, cpu, cuda, cuda:N or mps; got {name!r}")
 
 
 @dataclass
@@ -305,9 +320,9 @@ class TrainConfig:
         _choice("train", "attention", self.attention, ("auto", "sdpa", "explicit"))
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
             raise DepthlabError(f"train.compile must be true, false or auto; got {self.compile!r}")
-        if not isinstance(self.device, str) or not (
-                self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
-            raise DepthlabError(f"train.device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")
+        check_device_name(self.device, "train.device")
+        if self.threads > MAX_THREADS:
+            raise DepthlabError(f"train.threads must be at most {MAX_THREADS}, got {self.threads}")
 
 
 @dataclass

@@ -26,7 +26,7 @@ from . import checkpoint as ckpt
 from . import evaluation, rundir
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
-from .config import PREDATING, RunConfig
+from .config import PREDATING, RunConfig, check_device_name
 from .data import Corpus, get_batch, load_corpus, to_device
 from .errors import DepthlabError, NonFiniteError
 from .model import GPT
@@ -49,8 +49,10 @@ def resolve_device(name: str) -> torch.device:
     """``auto`` -> cuda if available, else mps, else cpu; other names are checked.
 
     Raises:
-        DepthlabError: if the named device is not available.
+        DepthlabError: if the name is not a device name (:func:`~depthlab.config.check_device_name`)
+            or the named device is not available.
     """
+    check_device_name(name, "train.device")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
