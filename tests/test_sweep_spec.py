@@ -199,6 +199,15 @@ def test_dry_run_lists_runs(tmp_path):
     assert not (tmp_path / "q").exists()
     with pytest.raises(DepthlabError, match="--workers"):
         sweep.dry_run(spec, tmp_path / "q", -1)
+    # a path the real run refuses is refused by the dry run too (it printed the plan before)
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(DepthlabError, match="is a file"):
+        sweep.dry_run(spec, tmp_path / "afile", 2)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(DepthlabError, match="not a sweep directory"):
+        sweep.dry_run(spec, tmp_path / "mine", 2)
+    assert (tmp_path / "afile").read_text() == (tmp_path / "mine" / "notes.txt").read_text() == "mine"
 
 
 def test_estimate_seconds_counts_flops():

@@ -275,9 +275,11 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
         minutes on that many workers (:func:`depthlab.sweep.estimate_seconds`) and ``out_dir``.
 
     Raises:
-        DepthlabError: an invalid grid point (names the run and the field), or ``workers`` < 0.
+        DepthlabError: an invalid grid point (names the run and the field), ``workers`` < 0, or an
+            ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep).
     """
     _check_counts(workers, 0)
+    _check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
     points = expand(spec, out_dir)
     nw = max(1, min(workers or _cores(), len(points)))
     lines, total = [], 0.0
