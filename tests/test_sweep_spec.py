@@ -182,7 +182,10 @@ def test_sweep_file(tmp_path):
     with pytest.raises(DepthlabError, match="bogus"):
         sweep.load_sweep_file(f)
     f.write_text("grid: [1, 2\n")
-    with pytest.raises(DepthlabError, match="not valid YAML"):
+    with pytest.raises(DepthlabError, match="not valid YAML at line 2, column 1: .*; fix the file"):
+        sweep.load_sweep_file(f)  # where, as a -c config file says it (one reader of YAML files)
+    f.write_bytes(b"\xff\xfe")
+    with pytest.raises(DepthlabError, match="not UTF-8 text"):
         sweep.load_sweep_file(f)
     assert yaml.safe_load("a: 1e-2")["a"] == "1e-2"  # why the grammar, not YAML, types the values
 

@@ -719,20 +719,12 @@ def _suggest(key: str, known: set[str], prefix: str = "") -> str:
 
 
 def _file_key_problems(path: str, known: set[str]) -> list[str]:
-    import yaml
+    from .config import read_yaml
 
     try:
-        d = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise DepthlabError(f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
-                            f"{e.start}); save it as UTF-8") from None
+        d = read_yaml(path, "config file", "fix the file (keys and values as `section:` then indented `field: value`)")
     except OSError:
         return []  # the parser reports a missing file itself
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise DepthlabError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; "
-                            "fix the file (keys and values as `section:` then indented `field: value`)") from None
     if d is None:
         raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
     if not isinstance(d, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from .errors import DepthlabError
@@ -145,6 +146,33 @@ class ModelConfig:
     def head_size(self) -> int:
         """hs = n_embd // n_head."""
         return self.n_embd // self.n_head
+
+
+def read_yaml(path: str | Path, what: str, fix: str) -> Any:
+    """Parse a YAML file, or raise one line that says where and what is wrong.
+
+    Args:
+        path: the file. what: how the message names it (``config file``, ``sweep file``).
+        fix: what to do, appended to a syntax error.
+
+    Raises:
+        DepthlabError: not UTF-8 (the byte and its position), or not valid YAML (line, column, problem).
+        OSError: the file cannot be read (callers word a missing file themselves).
+    """
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DepthlabError(f"{what} {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
+                            f"{e.start}); save it as UTF-8") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise DepthlabError(f"{what} {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; "
+                            f"{fix}") from None
 
 
 #: Most torch CPU threads a command accepts (torch overflows on absurd counts).

@@ -316,12 +316,9 @@ def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> Swee
 
 
 def _read_yaml(path: Path, what: str) -> Any:
-    import yaml
+    from ..config import read_yaml
 
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise DepthlabError(f"{what} {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return read_yaml(path, what, "fix the file (`grid:` with `field: [values]`, or `experiments:`; see README)")
 
 
 # --------------------------------------------------------------------------- profiles and files
