@@ -178,6 +178,7 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     # argparse's / jsonargparse's own wording, reworded
     (["train", "--overwrite=yes"], "train: --overwrite is a switch and takes no value (got 'yes')"),
     (["sample", "somewhere", "--no-kv-cache=maybe"], "--no-kv-cache is a switch and takes no value (got 'maybe')"),
+    (["sample", "somewhere", "--no_kv_cache", "yes"], "--no_kv_cache is a switch and takes no value, so 'yes' was"),
     (["diagnose", "somewhere", "-c", "missing.yaml"], "/missing.yaml: file not found"),
 ])
 def test_empty_paths_bad_devices_and_thread_counts_are_refused(tmp_path, monkeypatch, capsys, argv, msg):

@@ -606,6 +606,12 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
         names = flag.group(1).split("/")
         typed = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in names), names[0])
         return f"{typed} is a switch and takes no value (got {flag.group(2)!r}); write {typed} alone, or leave it out"
+    extra = re.fullmatch(r"unrecognized arguments: (\S+).*", msg)
+    if extra is not None and extra.group(1) in argv:  # --no-kv-cache yes: the value a switch does not take
+        i = argv.index(extra.group(1))
+        if i and argv[i - 1].startswith("--") and "=" not in argv[i - 1]:
+            return (f"{argv[i - 1]} is a switch and takes no value, so {extra.group(1)!r} was left over; "
+                    f"write {argv[i - 1]} alone, or leave it out")
     missing = re.fullmatch(r"Parser key \"config\": File does not exist: '(.*)'", msg)
     if missing is not None:
         return f"-c/--config {missing.group(1)}: file not found"
