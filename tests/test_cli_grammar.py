@@ -179,6 +179,9 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     (["train", "--overwrite=yes"], "train: --overwrite is a switch and takes no value (got 'yes')"),
     (["sample", "somewhere", "--no-kv-cache=maybe"], "--no-kv-cache is a switch and takes no value (got 'maybe')"),
     (["sample", "somewhere", "--no_kv_cache", "yes"], "--no_kv_cache is a switch and takes no value, so 'yes' was"),
+    # a shortened option is not silently taken for the one it starts (argparse's allow_abbrev)
+    (["sample", "somewhere", "--max_new_token", "10"], "unrecognized arguments: --max_new_token 10 (did you mean "
+                                                       "--max_new_tokens?)"),
     (["diagnose", "somewhere", "-c", "missing.yaml"], "/missing.yaml: file not found"),
 ])
 def test_empty_paths_bad_devices_and_thread_counts_are_refused(tmp_path, monkeypatch, capsys, argv, msg):

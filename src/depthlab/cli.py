@@ -43,7 +43,7 @@ def new_parser(command: str, description: str, config_fields: bool = False):
     """
     from jsonargparse import ActionConfigFile, ArgumentParser
 
-    p = ArgumentParser(prog=f"{PROG} {command}", description=description, exit_on_error=False)
+    p = ArgumentParser(prog=f"{PROG} {command}", description=description, exit_on_error=False, allow_abbrev=False)
     p.add_argument("-c", "--config", action=ActionConfigFile,
                    help="YAML file of this command's options" + (" (sections data/model/train)" if config_fields
                                                                  else ""))
@@ -584,7 +584,7 @@ def dispatch(name: str, argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except ArgumentError as e:
-        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)), argv)}") from None
+        raise DepthlabError(f"{name}: {_closest_option(_plain_parse_error(_one_line(str(e)), argv), parser)}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
@@ -622,6 +622,18 @@ def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
         return msg
     name, value = typed
     return f"{name}: {m.group(2)}, got {value!r}"
+
+
+def _closest_option(msg: str, parser) -> str:
+    """``unrecognized arguments: --max_new_token 10`` -> ``... (did you mean --max_new_tokens?)``: a
+    shortened option is not taken as the one it starts (``allow_abbrev=False``), so name it."""
+    import difflib
+
+    m = re.match(r"unrecognized arguments: (--[\w.-]+)", msg)
+    if m is None:
+        return msg
+    close = difflib.get_close_matches(m.group(1), sorted(parser._option_string_actions), n=1, cutoff=0.75)
+    return f"{msg} (did you mean {close[0]}?)" if close else msg
 
 
 def _negative_value(msg: str, argv: Sequence[str]) -> str:
