@@ -323,3 +323,31 @@ def test_trial_resources_and_absolute_paths(tmp_path, monkeypatch):
     assert j["threads"] == 2 and j["config"]["train"]["out_dir"] == str(tmp_path / "sw" / "runs" / "a")
     assert j["config"]["data"] == {"path": str(tmp_path / "c.txt"), "cache_dir": None}
     assert job()["config"]["train"]["out_dir"] == "sw/runs/a"  # a copy
+
+
+def test_a_sweep_without_an_address_starts_its_own_ray_even_beside_a_running_one():
+    """`ray.init()` with no address joins the cluster `ray start` left on this machine, where num_cpus is
+    refused ("When connecting to an existing cluster, num_cpus ... must not be provided"): seen when a
+    stray cluster was running. address="local" starts a new instance, as README promises."""
+    from depthlab.sweep import ray as ray_backend
+
+    calls = []
+
+    class FakeRay:
+        def is_initialized(self):
+            return False
+
+        def init(self, **kw):
+            calls.append(kw)
+
+        def cluster_resources(self):
+            return {"CPU": 2}
+
+        def nodes(self):
+            return [{"Alive": True}]
+
+    assert ray_backend._connect(FakeRay(), None, quiet) is True
+    assert calls[0]["address"] == "local" and calls[0]["_node_ip_address"] == "127.0.0.1"
+    calls.clear()
+    ray_backend._connect(FakeRay(), "10.0.0.5:6379", quiet)
+    assert calls[0]["address"] == "10.0.0.5:6379" and "num_cpus" not in calls[0]

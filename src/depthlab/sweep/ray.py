@@ -196,8 +196,8 @@ def _connect(ray, address: Optional[str], log: Log) -> bool:
         return False  # the caller (a notebook, a test) is connected already: use that cluster
     t0 = time.time()
     kw: dict = {"log_to_driver": False, "logging_level": logging.WARNING}
-    if address is None:
-        kw.update(num_cpus=_cores(), include_dashboard=False, _node_ip_address="127.0.0.1")
+    if address is None:  # "local": a new Ray for this sweep, even when `ray start` left one running here
+        kw.update(address="local", num_cpus=_cores(), include_dashboard=False, _node_ip_address="127.0.0.1")
     else:
         kw["address"] = address
     try:
