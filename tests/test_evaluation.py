@@ -46,6 +46,7 @@ def test_split_loss_is_the_token_weighted_cross_entropy():
             nats += F.cross_entropy(logits[0], y[0], reduction="sum").item()
             count += y.numel()
     assert (res.tokens, res.of_tokens) == (count, len(tokens) - 1) == (43, 43)
+    assert evaluation.forward_batches(len(tokens), 8, 2) == 4  # 5 full windows 2 at a time, then the short one
     assert res.loss == pytest.approx(nats / count, rel=1e-6)
     assert res.bpc == pytest.approx(res.loss / math.log(2), rel=1e-6)  # one character per token
     res2 = evaluation.split_loss(model, tokens, 8, 2, np.full(11, 2), torch.device("cpu"))

@@ -21,7 +21,7 @@ from argparse import ArgumentError
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence
 
 from .errors import DepthlabError, NonFiniteError
 
@@ -81,10 +81,9 @@ def _config_from(ns) -> Any:
 
 
 def _set_threads(n: int) -> None:
-    from .config import MAX_THREADS
+    from .config import check_threads
 
-    if not 0 <= n <= MAX_THREADS:
-        raise DepthlabError(f"--threads must be between 0 and {MAX_THREADS}, got {n}")
+    check_threads(n, "--threads")
     if n:
         import torch
 
@@ -118,13 +117,22 @@ def preset_path(name: str) -> Path:
     return p
 
 
-def _flag_value(argv: list[str], flag: str) -> Optional[str]:
+def _occurrences(argv: Sequence[str], names: Iterable[str]) -> list[tuple[int, str, Optional[str]]]:
+    """(position, option as typed, its value) of every ``--name VALUE`` / ``--name=VALUE`` in ``argv``
+    whose name is one of ``names``; the value is None for a ``--name`` with nothing after it."""
+    names = set(names)
+    out = []
     for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+        name, eq, value = a.partition("=")
+        if name in names:
+            out.append((i, name, value if eq else (argv[i + 1] if i + 1 < len(argv) else None)))
+    return out
+
+
+def _flag_value(argv: list[str], flag: str) -> Optional[str]:
+    """The value of the first ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), or None."""
+    found = [v for _, _, v in _occurrences(argv, [flag]) if v is not None]
+    return found[0] if found else None
 
 
 def expand_presets(argv: list[str]) -> list[str]:
@@ -156,18 +164,17 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         DepthlabError: not a run directory, or ``--resume`` combined with another out_dir or
             with ``--init-from``.
     """
-    from .rundir import CONFIG
+    from .rundir import CONFIG, RunDir
 
     out = expand_presets(argv)
     resume = _flag_value(argv, "--resume")
     if resume is None:
         return out
     rd = Path(resume)
-    if not rd.exists():
-        raise DepthlabError(f"cannot resume: {rd} not found; give the run directory that `depthlab train` "
-                            "printed (done: ... -> RUN_DIR)")
-    if not (rd / CONFIG).is_file():
-        raise DepthlabError(f"cannot resume: {rd} is not a depthlab run directory (no {CONFIG})")
+    try:
+        RunDir(rd).require("config")
+    except DepthlabError as e:
+        raise DepthlabError(f"cannot resume: {e}") from None
     other = _flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
         raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
@@ -472,11 +479,11 @@ def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
-    from .config import MAX_THREADS
+    from .config import check_threads
 
-    if ns.workers < 0 or not 0 <= ns.threads <= MAX_THREADS:
-        raise DepthlabError(f"--workers must be >= 0 and --threads between 0 and {MAX_THREADS}, "
-                            f"got {ns.workers} and {ns.threads}")
+    check_threads(ns.threads, "--threads")
+    if ns.workers < 0:
+        raise DepthlabError(f"--workers must be >= 0, got {ns.workers}")
     overrides = _explicit_overrides(argv)
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
@@ -584,7 +591,7 @@ def dispatch(name: str, argv: list[str]) -> int:
     try:
         ns = parser.parse_args(argv)
     except ArgumentError as e:
-        raise DepthlabError(f"{name}: {_closest_option(_plain_parse_error(_one_line(str(e)), argv), parser)}") from None
+        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)), argv, parser)}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
@@ -593,75 +600,91 @@ _EXPECTED = {"<class 'bool'>": "true or false", "<class 'int'>": "an integer", "
              "<class 'str'>": "a string"}
 
 
-def _plain_parse_error(msg: str, argv: Sequence[str] = ()) -> str:
-    """``Parser key "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
+def _plain_parse_error(msg: str, argv: Sequence[str] = (), parser=None) -> str:
+    """argparse's and jsonargparse's messages in the user's terms, e.g. ``Parser key
+    "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
     ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged.
 
     The option and its value are quoted as the user typed them in ``argv``: ``--max-new-tokens``
-    for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it.
+    for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it. ``parser`` (the
+    command's) tells switches from options and names the closest option to an unknown one.
     """
-    msg = _negative_value(msg, argv)
+    for reword in (_negative_value, _switch_given_value, _missing_config_file, _typed_type_error, _closest_option):
+        new = reword(msg, argv, parser)
+        if new is not None:
+            return new
+    return msg
+
+
+def _switches(parser) -> set[str]:
+    """Option strings of ``parser`` that take no value (``--overwrite``, ``--no-kv-cache``)."""
+    if parser is None:
+        return set()
+    return {o for o, a in parser._option_string_actions.items() if a.nargs == 0}
+
+
+def _negative_value(msg: str, argv: Sequence[str], parser) -> Optional[str]:
+    """argparse reads ``-1e-3`` after an option as another option (only ``-3`` and ``-.5`` look like
+    numbers to it): say so, and how to write it, instead of "expected one argument"."""
+    m = re.fullmatch(r"argument (--[\w.-]+)(?:, --[\w.-]+)*: expected one argument", msg)
+    for _, name, value in _occurrences(argv, [m.group(1)] if m else []):
+        if value is not None and value.startswith("-"):
+            try:
+                float(value)
+            except ValueError:
+                return None
+            return f"{name}: the value {value} was read as an option; write {name}={value}"
+    return None
+
+
+def _switch_given_value(msg: str, argv: Sequence[str], parser) -> Optional[str]:
+    """``--overwrite=yes`` (argparse: "ignored explicit argument") and ``--no-kv-cache yes``
+    ("unrecognized arguments: yes"): say that the switch takes no value."""
     flag = re.fullmatch(r"argument ([\w./-]+): ignored explicit argument '(.*)'", msg)
-    if flag is not None:  # --overwrite=yes: a switch given a value
+    if flag is not None:
         names = flag.group(1).split("/")
-        typed = next((a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in names), names[0])
+        typed = next((name for _, name, _ in _occurrences(argv, names)), names[0])
         return f"{typed} is a switch and takes no value (got {flag.group(2)!r}); write {typed} alone, or leave it out"
     extra = re.fullmatch(r"unrecognized arguments: (\S+).*", msg)
-    if extra is not None and extra.group(1) in argv:  # --no-kv-cache yes: the value a switch does not take
-        i = argv.index(extra.group(1))
-        if i and argv[i - 1].startswith("--") and "=" not in argv[i - 1]:
-            return (f"{argv[i - 1]} is a switch and takes no value, so {extra.group(1)!r} was left over; "
-                    f"write {argv[i - 1]} alone, or leave it out")
+    if extra is not None:
+        for i, name, value in _occurrences(argv, _switches(parser)):
+            if value == extra.group(1) and "=" not in argv[i]:
+                return (f"{name} is a switch and takes no value, so {value!r} was left over; "
+                        f"write {name} alone, or leave it out")
+    return None
+
+
+def _missing_config_file(msg: str, argv: Sequence[str], parser) -> Optional[str]:
+    """jsonargparse's ``Parser key "config": File does not exist: 'X'`` -> ``-c/--config X: file not found``."""
     missing = re.fullmatch(r"Parser key \"config\": File does not exist: '(.*)'", msg)
-    if missing is not None:
-        return f"-c/--config {missing.group(1)}: file not found"
-    msg = _plain_type_error(msg)
-    m = re.fullmatch(r"--([\w.]+): (expected .*), got .*", msg)
-    typed = _typed(argv, m.group(1)) if m is not None else None
-    if typed is None:
-        return msg
-    name, value = typed
+    return None if missing is None else f"-c/--config {missing.group(1)}: file not found"
+
+
+def _typed_type_error(msg: str, argv: Sequence[str], parser) -> Optional[str]:
+    """A type error (:func:`_plain_type_error`) with the option and value as typed in ``argv``."""
+    plain = _plain_type_error(msg)
+    m = re.fullmatch(r"--([\w.]+): (expected .*), got (.*)", plain)
+    if m is None:
+        return None
+    typed = [(name, v) for _, name, v in _occurrences(argv, {"--" + m.group(1), "--" + m.group(1).replace("_", "-")})
+             if v is not None]
+    if not typed:
+        return plain
+    # the occurrence the parser quoted, else the last (the parser's own text of it differs: 1e3 -> 1000.0)
+    name, value = next((t for t in typed if repr(t[1]) == m.group(3)), typed[-1])
     return f"{name}: {m.group(2)}, got {value!r}"
 
 
-def _closest_option(msg: str, parser) -> str:
+def _closest_option(msg: str, argv: Sequence[str], parser) -> Optional[str]:
     """``unrecognized arguments: --max_new_token 10`` -> ``... (did you mean --max_new_tokens?)``: a
     shortened option is not taken as the one it starts (``allow_abbrev=False``), so name it."""
     import difflib
 
     m = re.match(r"unrecognized arguments: (--[\w.-]+)", msg)
-    if m is None:
-        return msg
+    if m is None or parser is None:
+        return None
     close = difflib.get_close_matches(m.group(1), sorted(parser._option_string_actions), n=1, cutoff=0.75)
-    return f"{msg} (did you mean {close[0]}?)" if close else msg
-
-
-def _negative_value(msg: str, argv: Sequence[str]) -> str:
-    """argparse reads ``-1e-3`` after an option as another option (only ``-3`` and ``-.5`` look like
-    numbers to it): say so, and how to write it, instead of "expected one argument"."""
-    m = re.fullmatch(r"argument (--[\w.-]+)(?:, --[\w.-]+)*: expected one argument", msg)
-    if m is None:
-        return msg
-    for i, a in enumerate(argv[:-1]):
-        nxt = argv[i + 1]
-        if a == m.group(1) and nxt.startswith("-"):
-            try:
-                float(nxt)
-            except ValueError:
-                return msg
-            return f"{a}: the value {nxt} was read as an option; write {a}={nxt}"
-    return msg
-
-
-def _typed(argv: Sequence[str], key: str) -> Optional[tuple[str, str]]:
-    """(spelling, value) of the last ``--key VALUE`` / ``--key=VALUE`` in ``argv`` (``_`` or ``-``), or None."""
-    names = {"--" + key, "--" + key.replace("_", "-")}
-    found = None
-    for i, a in enumerate(argv):
-        name, eq, value = a.partition("=")
-        if name in names and (eq or i + 1 < len(argv)):
-            found = (name, value if eq else argv[i + 1])
-    return found
+    return f"{msg} (did you mean {close[0]}?)" if close else None
 
 
 def _plain_type_error(msg: str) -> str:
@@ -774,10 +797,10 @@ def check_no_empty_paths(command: str, argv: list[str]) -> None:
     Raises:
         DepthlabError: naming the option (or the position) and what to do.
     """
-    for i, a in enumerate(argv):
-        name, eq, value = a.partition("=")
-        if name in _PATH_OPTIONS and ((eq and not value) or (not eq and i + 1 < len(argv) and argv[i + 1] == "")):
+    for _, name, value in _occurrences(argv, _PATH_OPTIONS):
+        if value == "":
             raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name} for the default")
+    for i, a in enumerate(argv):
         prev = argv[i - 1] if i else ""
         if a == "" and not (prev.startswith("-") and "=" not in prev):
             raise DepthlabError(f"{command}: argument {i + 1} is empty; give a run directory or path "

@@ -179,6 +179,16 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
 MAX_THREADS = 4096
 
 
+def check_threads(n: object, option: str) -> None:
+    """Check a command's ``--threads``: an integer in [0, MAX_THREADS] (0 = torch's default).
+
+    Raises:
+        DepthlabError: naming ``option`` and the value.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_THREADS:
+        raise DepthlabError(f"{option} must be between 0 and {MAX_THREADS}, got {n!r}")
+
+
 def check_device_name(name: object, option: str) -> None:
     """Check a device name: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
 
@@ -349,7 +359,7 @@ class TrainConfig:
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
             raise DepthlabError(f"train.compile must be true, false or auto; got {self.compile!r}")
         check_device_name(self.device, "train.device")
-        if self.threads > MAX_THREADS:
+        if self.threads > MAX_THREADS:  # >= 0 is checked with the other counts above
             raise DepthlabError(f"train.threads must be at most {MAX_THREADS}, got {self.threads}")
 
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
+
 import numpy as np
 import torch
 
-__all__ = ["MAX_TOKENS", "SplitLoss", "describe", "split_loss", "split_windows"]
+__all__ = ["MAX_TOKENS", "SplitLoss", "describe", "forward_batches", "split_loss", "split_windows"]
 
 #: Most target tokens one whole-split evaluation reads: past this, windows evenly spaced over the
 #: split stand in for it (a 100 MB corpus's val split would otherwise take minutes on a CPU).
@@ -60,6 +61,26 @@ def split_windows(n_tokens: int, block_size: int, max_tokens: int = MAX_TOKENS) 
     return [int(i) * block_size for i in np.linspace(0, full - 1, keep).round().astype(np.int64)]
 
 
+def _batches(starts: list[int], n_targets: int, block_size: int, batch_size: int) -> list[tuple[list[int], int]]:
+    """(window starts, window length) of each forward: full windows ``batch_size`` at a time, then
+    the short last window alone (only the last can be short), so every batch is rectangular."""
+    full = [s for s in starts if s + block_size <= n_targets]
+    out = [(full[i:i + batch_size], block_size) for i in range(0, len(full), batch_size)]
+    if starts[-1] + block_size > n_targets:
+        out.append(([starts[-1]], n_targets - starts[-1]))
+    return out
+
+
+def forward_batches(n_tokens: int, block_size: int, batch_size: int, max_tokens: int = MAX_TOKENS) -> int:
+    """Forward passes :func:`split_loss` makes over a split of ``n_tokens`` tokens (what
+    ``train.fit_to_time`` leaves time for).
+
+    Raises:
+        ValueError: as :func:`split_windows`.
+    """
+    return len(_batches(split_windows(n_tokens, block_size, max_tokens), n_tokens - 1, block_size, batch_size))
+
+
 @torch.no_grad()
 def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batch_size: int,
                token_chars: np.ndarray, device: torch.device, ctx=None,
@@ -86,13 +107,9 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
     model.eval()
     total, count, chars = 0.0, 0, 0
     data = torch.from_numpy(np.asarray(tokens, dtype=np.int64))
+    n_targets = len(tokens) - 1
     try:
-        # the last window may be short: it goes alone so every batch is rectangular
-        short = [s for s in starts if s + block_size + 1 > len(tokens)]
-        full = [s for s in starts if s + block_size + 1 <= len(tokens)]
-        batches = [full[i:i + batch_size] for i in range(0, len(full), batch_size)] + ([short] if short else [])
-        for batch in batches:
-            length = min(block_size, len(tokens) - 1 - batch[0]) if batch is short else block_size
+        for batch, length in _batches(starts, n_targets, block_size, batch_size):
             x = torch.stack([data[s:s + length] for s in batch]).to(device)
             y = torch.stack([data[s + 1:s + 1 + length] for s in batch])
             with ctx if ctx is not None else nullcontext():
@@ -103,7 +120,7 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
     finally:
         model.train(was_training)
     loss = total / count
-    return SplitLoss(loss=loss, bpc=total / max(chars, 1) / math.log(2), tokens=count, of_tokens=len(tokens) - 1)
+    return SplitLoss(loss=loss, bpc=total / max(chars, 1) / math.log(2), tokens=count, of_tokens=n_targets)
 
 
 def describe(result: SplitLoss, block_size: int) -> str:

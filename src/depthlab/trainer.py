@@ -8,6 +8,7 @@ The trainer runs exactly the callbacks it is given (see :mod:`depthlab.callbacks
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import os
@@ -371,8 +372,8 @@ class Trainer:
         self.budget = TimeBudget(self.cfg.train)  # train.fit_to_time; its record goes to config.json "resolved"
         self.final_val: Optional[dict] = None  # train.final_validation's result, for the summary
         if self.cfg.train.final_validation and len(self.corpus.val) >= 2:
-            self.budget.final_batches = math.ceil(len(evaluation.split_windows(
-                len(self.corpus.val), self.cfg.model.block_size)) / self.cfg.train.batch_size)
+            self.budget.final_batches = evaluation.forward_batches(len(self.corpus.val), self.cfg.model.block_size,
+                                                                   self.cfg.train.batch_size)
 
     def _setup(self, cfg: RunConfig, vocab: list[str], resume_entry: Optional[dict]) -> None:
         t = cfg.train
@@ -496,11 +497,10 @@ class Trainer:
 
     def _check_resume(self, vocab: list[str]) -> Optional[dict]:
         rd = RunDir(self.run_dir)
-        if not rd.path.exists():
-            raise DepthlabError(f"cannot resume: {rd.path} not found; give the run directory that "
-                                "`depthlab train` printed (done: ... -> RUN_DIR)")
-        if not rd.file(rundir.CONFIG).exists():
-            raise DepthlabError(f"cannot resume: {rd.path} is not a depthlab run directory (no config.json)")
+        try:
+            rd.require("config")
+        except DepthlabError as e:
+            raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
         self._old_config = old
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == self.cfg.data.tokenizer
@@ -1077,8 +1077,6 @@ class Trainer:
         t0 = time.time()
         model = self.raw_model
         if self.best_step != self.step:
-            import copy
-
             model = copy.deepcopy(self.raw_model)
             path = ckpt.verified_best(self.run_dir)
             ckpt.load_into(model, ckpt.load_weights_file(path)[0], path)
