@@ -179,6 +179,8 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     (["train", "--overwrite=yes"], "train: --overwrite is a switch and takes no value (got 'yes')"),
     (["sample", "somewhere", "--no-kv-cache=maybe"], "--no-kv-cache is a switch and takes no value (got 'maybe')"),
     (["sample", "somewhere", "--no_kv_cache", "yes"], "--no_kv_cache is a switch and takes no value, so 'yes' was"),
+    # the same word after an option that takes a value is not the switch's (it named --prompt once)
+    (["sample", "somewhere", "--prompt", "yes", "--no_kv_cache", "yes"], "--no_kv_cache is a switch"),
     # a shortened option is not silently taken for the one it starts (argparse's allow_abbrev)
     (["sample", "somewhere", "--max_new_token", "10"], "unrecognized arguments: --max_new_token 10 (did you mean "
                                                        "--max_new_tokens?)"),
