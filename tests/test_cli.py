@@ -150,3 +150,14 @@ def test_sample_into_closed_pipe_exits_cleanly(tmp_path, capsys, tiny_text_file)
     p.stdout.close()  # like `| head`: the reader goes away mid-stream
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0 and "Traceback" not in err
+
+
+def test_failed_init_from_leaves_no_empty_runs_folder(tmp_path, monkeypatch, capsys, tiny_text_file):
+    (tmp_path / "notrun").mkdir()
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--init-from", "notrun")
+    assert_clean_error(rc, err, "--init-from notrun")
+    assert not (tmp_path / "runs").exists()  # a new user's report: the default runs/ was left behind, empty
+    (tmp_path / "runs" / "other").mkdir(parents=True)  # a runs/ holding something else is not touched
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--init-from", "notrun")
+    assert rc == 2 and [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]

@@ -321,10 +321,12 @@ class Trainer:
         resume_entry = None
         created = False
         self.optimizer_name: Optional[str] = None  # resolved in _setup (on resume: the run's own)
+        new_dirs: list[Path] = []  # the folders this start makes, innermost first (runs/<time>, runs)
         if t.resume:
             resume_entry = self._check_resume(vocab)
         elif self.is_main:
-            created = not self.run_dir.exists()
+            new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+            created = bool(new_dirs)
             prepare_run_dir(self.run_dir, overwrite)
         self.created_run_dir = created
         try:
@@ -334,8 +336,13 @@ class Trainer:
         except BaseException:
             if getattr(self, "metrics", None) is not None:
                 self.metrics.close()
-            if created:  # a failed start leaves nothing behind that would block the retry
+            if created:  # a failed start leaves nothing behind: no run folder, no empty runs/ around it
                 shutil.rmtree(self.run_dir, ignore_errors=True)
+                for parent in new_dirs[1:]:
+                    try:
+                        parent.rmdir()  # only while empty: another run may have appeared there
+                    except OSError:
+                        break
             raise
 
     def _init_from(self, rd: Path) -> None:
