@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import DepthlabError
+from .units import finite_or_none  # noqa: F401 (re-exported: readers of records import it from here)
 
 CONFIG = "config.json"
 VOCAB = "vocab.json"
@@ -117,15 +118,6 @@ def read_json(path: Path) -> Optional[Any]:
 
 
 # ------------------------------------------------------------------------- metrics records
-def finite_or_none(v: Any) -> Optional[float]:
-    """A metrics value as a finite float, or None (missing, non-numeric, NaN/inf or their strings)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _clean(v: Any) -> Any:
     """``v`` with every non-finite float, at any depth, written as its string ("nan", "inf")."""
     if isinstance(v, float) and not math.isfinite(v):
