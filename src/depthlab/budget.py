@@ -1,22 +1,26 @@
 """``train.fit_to_time``: plan a run's number of steps so it ends inside ``train.max_time``.
 
 A run asked for more steps than its time limit allows would be cut mid-decay by the limit, with
-its learning rate still high. A :class:`TimeBudget` times the first steps of the session instead,
-lowers ``max_iters`` (and ``lr_decay_iters``, and a warmup longer than a fifth of the plan) so the
-cosine ends inside 98 % of ``max_time``, and plans again from better-measured steps: at step 200
-and, in a run long enough, halfway through what is left (steps can speed up or slow down well after
-the start; the trainer continues the decay from the current learning rate then, with no jump). What it
-planned is a record the trainer keeps in config.json (``resolved.fit_to_time``), so a resumed run
-keeps its schedule. The trainer owns the clock, the processes and the log; this module only counts.
+its learning rate still high. A :class:`TimeBudget` times the first steps of the session instead and
+makes a :class:`Plan`: a lower end step (and decay end, and a warmup no longer than a fifth of the
+plan) so the cosine ends inside 98 % of ``max_time``; it plans again from better-measured steps at
+step 200 and, in a run long enough, halfway through what is left (steps can speed up or slow down
+well after the start; the schedule continues the decay from the current learning rate then, with no
+jump). The plan is a value: the config the user asked for is never changed. The learning-rate
+schedule (:class:`depthlab.training.optimization.LRSchedule`) reads it, and config.json keeps it
+under ``resolved.plan`` so a resumed run continues it. The trainer owns the clock, the processes and
+the log; this module only counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Optional
 
 from .config import TrainConfig
 
-__all__ = ["FIT_STEPS", "REFIT_STEPS", "TimeBudget"]
+__all__ = ["FIT_STEPS", "REFIT_STEPS", "Plan", "TimeBudget"]
 
 #: Training steps timed before the first plan (the first two are not timed), and the step of the
 #: second, better-measured plan (both counted from the session's first step).
@@ -27,17 +31,82 @@ REFIT_STEPS = 200
 FILL = 0.98
 
 
-class TimeBudget:
-    """The plan of one run under ``train.fit_to_time`` and the timings it is made from.
-
-    Args:
-        train: the run's TrainConfig; :meth:`apply` lowers its ``max_iters``, ``lr_decay_iters`` and
-            ``warmup_iters`` in place.
-        record: the plan an earlier session of this run made (config.json), or None.
+@dataclass(frozen=True)
+class Plan:
+    """What ``train.fit_to_time`` planned: the schedule the run follows instead of the one asked for.
 
     Attributes:
-        record: what was planned (``max_iters_asked``, ``max_iters``, ``s_per_step`` in seconds,
-            ``s_per_eval`` in seconds, ``at_step``, and the ``*_asked`` values it lowered), or None.
+        max_iters: the step the run ends at (< ``max_iters_asked`` when the time limit ends it).
+        lr_decay_iters: the step the cosine reaches ``min_lr`` (0 = ``max_iters``, as in the config).
+        warmup_iters: the warmup the plan uses (shortened to a fifth of the plan when longer).
+        max_iters_asked, lr_decay_iters_asked, warmup_iters_asked: the config values it replaces.
+        s_per_step: measured seconds per training step; s_per_eval: seconds per evaluation.
+        at_step: the step the (latest) plan was made at.
+    """
+
+    max_iters: int
+    lr_decay_iters: int
+    warmup_iters: int
+    max_iters_asked: int
+    lr_decay_iters_asked: int
+    warmup_iters_asked: int
+    s_per_step: float
+    s_per_eval: float
+    at_step: int
+
+    def made_for(self, train: TrainConfig) -> bool:
+        """Whether a resume asking ``train`` continues this plan: it asks for the schedule the plan
+        replaced, or for the planned schedule itself (as a run written before plans were values
+        does: its config.json held the planned values)."""
+        asked = (train.max_iters, train.lr_decay_iters, train.warmup_iters)
+        return asked in ((self.max_iters_asked, self.lr_decay_iters_asked, self.warmup_iters_asked),
+                         (self.max_iters, self.lr_decay_iters, self.warmup_iters))
+
+    @property
+    def ends_early(self) -> bool:
+        """True when the plan ends before the steps asked for (the time limit ended the run)."""
+        return self.max_iters < self.max_iters_asked
+
+    def to_record(self) -> dict:
+        """The plan as config.json's ``resolved.plan``."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_record(cls, rec: Optional[dict], train: Optional[dict] = None) -> Optional["Plan"]:
+        """A plan read back from config.json's ``resolved``; None when it holds none.
+
+        Args:
+            rec: the ``resolved`` section. Its ``plan`` is this class's record; a run written before
+                plans were values has ``fit_to_time`` instead (``max_iters_asked``, ``max_iters``,
+                ``s_per_step``, ``s_per_eval``, ``at_step``, and the ``*_asked`` values it lowered),
+                with the planned values in the ``train`` section.
+            train: that config.json's ``train`` section (for the old record).
+        """
+        rec = rec or {}
+        if isinstance(rec.get("plan"), dict):
+            return cls(**{f.name: rec["plan"][f.name] for f in dataclasses.fields(cls)})
+        old = rec.get("fit_to_time")
+        if not isinstance(old, dict):
+            return None
+        train = train or {}
+        decay, warmup = int(train.get("lr_decay_iters", 0)), int(train.get("warmup_iters", 0))
+        return cls(max_iters=int(old["max_iters"]), lr_decay_iters=decay, warmup_iters=warmup,
+                   max_iters_asked=int(old["max_iters_asked"]),
+                   lr_decay_iters_asked=int(old.get("lr_decay_iters_asked", decay)),
+                   warmup_iters_asked=int(old.get("warmup_iters_asked", warmup)),
+                   s_per_step=float(old.get("s_per_step", 0.0)), s_per_eval=float(old.get("s_per_eval", 0.0)),
+                   at_step=int(old.get("at_step", 0)))
+
+
+class TimeBudget:
+    """The timings of one run under ``train.fit_to_time`` and the :class:`Plan` they lead to.
+
+    Args:
+        train: the run's TrainConfig (read only).
+        plan: the plan an earlier session of this run made (config.json ``resolved``), or None.
+
+    Attributes:
+        plan: the latest plan, or None while the run follows the schedule asked for.
         start: the step this session times from, or None when there is nothing to plan.
         eval_first: seconds of this session's first evaluation, or None before it.
         eval_total: seconds of evaluation in this session (taken out of the step timings).
@@ -45,21 +114,26 @@ class TimeBudget:
             the plan leaves time for them.
     """
 
-    def __init__(self, train: TrainConfig, record: Optional[dict] = None):
+    def __init__(self, train: TrainConfig, plan: Optional[Plan] = None):
         self.train = train
-        self.record = record
+        self.plan = plan
         self.start: Optional[int] = None
         self.eval_first: Optional[float] = None
         self.eval_total = 0.0
         self.final_batches = 0
         self._mark: Optional[tuple[int, float, float]] = None  # (step, time, eval_total) at the last mark
 
+    @property
+    def max_iters(self) -> int:
+        """The step the run ends at: the plan's, else the one asked for."""
+        return self.plan.max_iters if self.plan is not None else self.train.max_iters
+
     def begin(self, step: int) -> None:
         """Start timing at ``step`` when a plan is to be made: fit_to_time on with a max_time, not
         planned before, within the first FIT_STEPS steps (a session resumed from an early checkpoint
         plans too), and more than FIT_STEPS steps to go."""
         t = self.train
-        if not (t.fit_to_time and t.max_time > 0) or self.record is not None or step >= FIT_STEPS:
+        if not (t.fit_to_time and t.max_time > 0) or self.plan is not None or step >= FIT_STEPS:
             self.start = None
         else:
             self.start = step if step + FIT_STEPS < t.max_iters else None
@@ -68,14 +142,14 @@ class TimeBudget:
     def marks(self) -> tuple[int, ...]:
         """Steps at which the clock is read: start+2 (after one-off allocations), then each plan's.
 
-        The last plan is halfway between start+REFIT_STEPS and max_iters, when at least
+        The last plan is halfway between start+REFIT_STEPS and the planned end, when at least
         4 x REFIT_STEPS steps are left there (a shorter run is timed well enough by then).
         """
         s = self.start
         if s is None:
             return ()
         refit = s + REFIT_STEPS
-        left = self.train.max_iters - refit
+        left = self.max_iters - refit
         late = (refit + left // 2,) if left >= 4 * REFIT_STEPS else ()
         return (s + 2, s + FIT_STEPS, refit) + late
 
@@ -90,7 +164,7 @@ class TimeBudget:
         Evaluation time since that mark is taken out. Steps get faster over the first hundred or so
         (measured 0.13 s/step over steps 2-20, 0.105 later at the default recipe on a 2-core CPU),
         so the second plan uses the budget the first would waste. After the last mark (or when it
-        is past max_iters) timing stops: ``start`` becomes None.
+        is past the end) timing stops: ``start`` becomes None.
 
         Example (default recipe, 2-core CPU): steps 20-200 measured 0.110 s/step and planned 2327
         steps, which then took 244.5 s of a 270 s budget: later steps ran at ~0.100 s/step.
@@ -103,7 +177,7 @@ class TimeBudget:
             last_step, last_t, last_eval = self._mark
             s_step = max((now - last_t - (self.eval_total - last_eval)) / (step - last_step), 1e-6)
         self._mark = (step, now, self.eval_total)
-        if step == marks[-1] or marks[-1] >= self.train.max_iters - 1:
+        if step == marks[-1] or marks[-1] >= self.max_iters - 1:
             self.start = None
         return s_step
 
@@ -127,45 +201,34 @@ class TimeBudget:
         left = FILL * t.max_time - elapsed - s_eval - s_final
         return step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
 
-    def apply(self, step: int, n: int, s_step: float) -> Optional[str]:
-        """Make ``n`` (capped at the steps asked for) the run's max_iters, unless within 1 % of it.
+    def propose(self, step: int, n: int, s_step: float) -> Optional[str]:
+        """Make ending at step ``n`` (capped at the steps asked for) the plan, unless within 1 % of the current end.
 
-        Updates ``train`` and :attr:`record`; returns a line for the log, or None when the plan stands.
+        Sets :attr:`plan` to a new :class:`Plan` (the config is not touched); returns a line for the
+        log, or None when the plan stands.
         """
-        t = self.train
-        rec = self.record
-        asked = rec["max_iters_asked"] if rec else t.max_iters
-        n = min(n, asked)
-        if abs(n - t.max_iters) <= max(2, t.max_iters // 100):
+        t, old = self.train, self.plan
+        n = min(n, t.max_iters)
+        if abs(n - self.max_iters) <= max(2, self.max_iters // 100):
             return None  # no change of schedule for noise
-        if rec:  # a later plan
+        decay = min(t.lr_decay_iters, n)  # 0 stays 0: the decay ends with the plan
+        if old is not None:  # a later plan
             msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over the steps since step "
-                   f"{rec['at_step']}; max_iters is now {n} (was {t.max_iters})")
-            rec.update(max_iters=n, s_per_step=round(s_step, 4), at_step=step)
-        else:
-            s_eval = self._s_eval(s_step)
-            self.record = rec = {"max_iters_asked": asked, "max_iters": n, "s_per_step": round(s_step, 4),
-                                 "s_per_eval": round(s_eval, 3), "at_step": step}
-            msg = (f"train.fit_to_time: {asked} steps would not fit train.max_time {t.max_time:g} s "
-                   f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
-                   f"{self._shorten_warmup(step, n)}, the learning rate decays to train.min_lr there "
-                   f"(--train.fit_to_time false: keep {asked} and stop at the time limit)")
-        if t.lr_decay_iters > n or "lr_decay_iters_asked" in rec:
-            rec.setdefault("lr_decay_iters_asked", t.lr_decay_iters)
-            t.lr_decay_iters = min(rec["lr_decay_iters_asked"], n)
-        t.max_iters = n
-        return msg
-
-    def _shorten_warmup(self, step: int, n: int) -> str:
-        """Shorten a warmup longer than a fifth of an ``n``-step plan (it would leave no room to decay)."""
-        t = self.train
-        if t.warmup_iters <= n // 5:
-            return ""
-        self.record["warmup_iters_asked"] = t.warmup_iters
-        t.warmup_iters = max(step, n // 5)
-        return f" and warmup_iters {t.warmup_iters} (was {self.record['warmup_iters_asked']})"
+                   f"{old.at_step}; max_iters is now {n} (was {old.max_iters})")
+            self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
+                                            at_step=step)
+            return msg
+        s_eval = self._s_eval(s_step)
+        warmup = t.warmup_iters if t.warmup_iters <= n // 5 else max(step, n // 5)
+        self.plan = Plan(max_iters=n, lr_decay_iters=decay, warmup_iters=warmup, max_iters_asked=t.max_iters,
+                         lr_decay_iters_asked=t.lr_decay_iters, warmup_iters_asked=t.warmup_iters,
+                         s_per_step=round(s_step, 4), s_per_eval=round(s_eval, 3), at_step=step)
+        shorter = f" and warmup_iters {warmup} (was {t.warmup_iters})" if warmup != t.warmup_iters else ""
+        return (f"train.fit_to_time: {t.max_iters} steps would not fit train.max_time {t.max_time:g} s "
+                f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
+                f"{shorter}, the learning rate decays to train.min_lr there "
+                f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")
 
     def planned_end(self) -> bool:
-        """True when max_iters is the plan's, lower than the steps asked for (the time limit ended the run)."""
-        r = self.record
-        return r is not None and r["max_iters"] < r["max_iters_asked"]
+        """True when the run ends at the plan's step, before the steps asked for (the time limit ended it)."""
+        return self.plan is not None and self.plan.ends_early

@@ -1,0 +1,183 @@
+"""Checkpoints of a run: what is saved, the checks before a resume, loading it back, ``init_from``.
+
+Files go through :mod:`depthlab.checkpoint` (atomic, verified) and only the main process writes.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Optional
+
+from .. import checkpoint as ckpt
+from .. import rundir
+from ..budget import Plan
+from ..config import PREDATING
+from ..errors import DepthlabError
+from ..rundir import RunDir, truncate_metrics
+
+__all__ = ["Checkpointer", "ResumePoint"]
+
+
+class ResumePoint:
+    """What a resume starts from: the latest good checkpoint (or None) and the run's own config.json.
+
+    Attributes:
+        entry: the manifest entry of the checkpoint, or None when the run has none yet.
+        old_config: the run's config.json as it was ({} if unreadable).
+        optimizer: the optimizer the run was made with (what ``auto`` resolved to then).
+        plan: the time plan the run followed (config.json ``resolved``), or None.
+    """
+
+    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str):
+        self.entry, self.old_config, self.optimizer = entry, old_config, optimizer
+        self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
+
+
+class Checkpointer:
+    """Saving and loading the checkpoints of the run in ``run_dir``.
+
+    Args:
+        run_dir: the run directory. runtime: the run's Runtime (only its main process writes).
+        log: console lines.
+    """
+
+    def __init__(self, run_dir: Path, runtime, log):
+        self.run_dir, self.runtime, self.log = run_dir, runtime, log
+
+    # ------------------------------------------------------------------ before the model exists
+    def check_resume(self, cfg, vocab: list[str], device) -> ResumePoint:
+        """Refuse a resume whose corpus vocabulary or config differs where it matters; find its checkpoint.
+
+        Raises:
+            DepthlabError: not a run, another vocabulary, or a refused field change (naming them).
+        """
+        rd = RunDir(self.run_dir)
+        try:
+            rd.require("config")
+        except DepthlabError as e:
+            raise DepthlabError(f"cannot resume: {e}") from None
+        old, old_vocab = rd.config or {}, rd.vocab or []
+        same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
+        new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
+        gone = [c for c in old_vocab if c not in set(vocab)]
+        if same_kind and (new or gone):
+            parts = []
+            if new:
+                parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
+            if gone:
+                parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
+            raise DepthlabError(
+                f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
+                f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
+        asked = cfg.to_dict()
+        optimizer = self._resume_optimizer(cfg, old, asked, device)
+        refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
+        if refused:
+            raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
+                                "these change what the run's numbers mean: resume with the run's own values, or "
+                                "start a new run (--init-from to reuse its weights)")
+        for line in noted:
+            self.log(f"resume: {line}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            entry = ckpt.latest_checkpoint(rd.path)
+        for w in caught:
+            self.log(f"warning: {w.message}")
+        return ResumePoint(entry, old, optimizer)
+
+    @staticmethod
+    def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
+        """The optimizer a resume keeps: the one the run was made with (``old``: its config.json).
+
+        ``auto`` resumes with what it resolved to then, whatever this device is, and ``auto`` and
+        that optimizer count as the same value in ``asked`` (the config compared for changes). A
+        run without ``resolved.optimizer`` predates the field (:data:`~depthlab.config.PREDATING`).
+        """
+        from .optimization import resolve_optimizer
+
+        ran = (old.get("resolved") or {}).get("optimizer") or PREDATING["train"]["optimizer"]
+        old_field = (old.get("train") or {}).get("optimizer")
+        if old_field is not None and {old_field, asked["train"]["optimizer"]} <= {"auto", ran}:
+            asked["train"]["optimizer"] = old_field
+        return ran if cfg.train.optimizer == "auto" else resolve_optimizer(cfg.train.optimizer, device)
+
+    # ------------------------------------------------------------------ loading
+    def load(self, entry: dict, run) -> dict:
+        """Load checkpoint ``entry`` into ``run`` (weights, optimizer, batch RNG); returns its resume state.
+
+        Raises:
+            DepthlabError: the checkpoint holds another optimizer's state, or the corpus changed.
+        """
+        ckdir = self.run_dir / ckpt.CKPT_DIR
+        path = ckdir / f"{entry['name']}.safetensors"
+        sd, _ = ckpt.load_weights_file(path)
+        ckpt.load_into(run.raw_model, sd, path)
+        st = ckpt.load_state(ckdir / f"{entry['name']}.state.pt")
+        try:
+            run.optimizer.load_state_dict(st["optimizer"])
+        except (ValueError, KeyError):  # a state of another optimizer: config.json was edited by hand
+            raise DepthlabError(
+                f"cannot resume {self.run_dir}: its checkpoint holds another optimizer's state than the "
+                f"{run.optimizer_name} this run uses; pass --train.optimizer with the run's own "
+                f"(config.json resolved.optimizer)") from None
+        ckpt.restore_rng_state(st["rng"], run.batch_rng, self.runtime.device)
+        old_sha = st.get("corpus_sha256")
+        if old_sha is not None and old_sha != run.corpus.sha256:
+            raise DepthlabError(f"cannot resume {self.run_dir}: the corpus {run.corpus.path} changed since the "
+                                f"checkpoint (sha256 {old_sha[:12]}... then, {run.corpus.sha256[:12]}... now); "
+                                "resume with the original file, or start a new run (--init-from)")
+        return st
+
+    def reopen(self, step: int) -> bool:
+        """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
+
+        Returns:
+            True when the best checkpoint could not be kept and the next evaluation becomes the best.
+        """
+        truncate_metrics(self.run_dir, step)
+        (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+        repaired = ckpt.repair_best(self.run_dir)
+        if repaired is None:
+            return False
+        self.log(f"warning: {repaired}")
+        return "next evaluation" in repaired
+
+    @staticmethod
+    def init_from(rd: Path, raw_model, model_cfg, tokenizer) -> None:
+        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into a fresh run's model."""
+        sd = ckpt.init_weights(rd, model_cfg, tokenizer)
+        ckpt.load_into(raw_model, sd, rd)
+
+    # ------------------------------------------------------------------ saving
+    @staticmethod
+    def meta(cfg, tokenizer) -> dict[str, str]:
+        """The string metadata stored in every weights file: config, vocabulary, tokenizer kind."""
+        meta = {"config": json.dumps(cfg.to_dict()), "vocab": json.dumps(tokenizer.vocab, ensure_ascii=False),
+                "tokenizer": cfg.data.tokenizer}
+        if getattr(tokenizer, "json", None) is not None:
+            meta["tokenizer_sha256"] = tokenizer.sha256
+        return meta
+
+    def save(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
+        """Write a step checkpoint of ``run`` (and ``best`` if ``is_best``) on the main process."""
+        if self.runtime.is_main:
+            ckpt.save_checkpoint(self.run_dir, run.step, run.raw_model, run.resume_state(),
+                                 self.meta(run.cfg, run.corpus.tokenizer), keep_last=run.cfg.train.keep_last,
+                                 is_best=is_best, val_loss=val_loss)
+
+    def save_agreed(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
+        """``run.save`` on rank 0, then every rank learns whether it failed and stops together if so.
+
+        Raises:
+            DepthlabError or OSError: the checkpoint could not be written (on every rank).
+        """
+        error: Optional[BaseException] = None
+        try:
+            run.save(is_best=is_best, val_loss=val_loss)
+        except (DepthlabError, OSError) as e:
+            error = e
+        if self.runtime.agree(save_failed=error is not None)["save_failed"]:
+            raise error if error is not None else DepthlabError(
+                "the checkpoint write failed on the main process; every process stops")

@@ -1,0 +1,179 @@
+"""Periodic evaluation on fixed windows, the best loss so far, target and patience, and the final validation."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .. import checkpoint as ckpt
+from .. import evaluation
+from ..data import get_batch
+from ..rundir import RunDir
+from ..units import LN2
+
+__all__ = ["Evaluator", "val_perplexity"]
+
+
+def val_perplexity(loss: float) -> Optional[float]:
+    """Perplexity exp(loss) of a mean loss in nats/token, exact in float64; None when it overflows.
+
+    float64 ``exp`` is finite up to ~709.78 nats; beyond it (or for NaN) there is no true finite
+    value to write, and a capped number would be a wrong one.
+    """
+    try:
+        v = math.exp(loss)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+class Evaluator:
+    """Evaluation of one run and what it decides: the best weights, a reached target, lost patience.
+
+    Args:
+        cfg: the run's config (read only). corpus: its :class:`~depthlab.data.Corpus`.
+        runtime: its :class:`~depthlab.training.runtime.Runtime`. port: its model port.
+
+    Attributes:
+        best_val, best_step: the lowest val loss (nats/token) and its step (inf, -1 before any).
+        evals_without_improvement: evaluations in a row that did not lower ``best_val`` by ``min_delta``.
+        last_eval: the latest evaluation record ({} before any).
+        target_reached: ``(step, elapsed_s)`` of the first evaluation at or under ``target_val_loss``.
+        patience_exhausted: ``patience`` evaluations passed without improvement (agreed by all processes).
+        final_val: ``train.final_validation``'s result for the summary, or None.
+    """
+
+    def __init__(self, cfg, corpus, runtime, port):
+        self.cfg, self.corpus, self.runtime, self.port = cfg, corpus, runtime, port
+        self.best_val = float("inf")
+        self.best_step = -1
+        self.evals_without_improvement = 0
+        self.last_eval: dict = {}
+        self.target_reached: Optional[tuple[int, float]] = None
+        self.patience_exhausted = False
+        self.final_val: Optional[dict] = None
+        self._val_chars_per_token: Optional[float] = None
+
+    def state_dict(self) -> dict:
+        return {"best_val_loss": self.best_val, "best_step": self.best_step,
+                "evals_without_improvement": self.evals_without_improvement}
+
+    def load_state_dict(self, st: dict, run_dir: Path, step: int) -> None:
+        """Restore from a checkpoint's state at ``step``; the last evaluation is read from the run's records."""
+        self.best_val = float(st["best_val_loss"])
+        self.best_step = int(st["best_step"])
+        self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
+        evals = [r for r in RunDir(run_dir).evals if r["step"] <= step]
+        self.last_eval = evals[-1] if evals else {}
+
+    @property
+    def final_batches(self) -> int:
+        """Forward batches of the final validation (0 when it is off or the val split is too short)."""
+        t = self.cfg.train
+        if not t.final_validation or len(self.corpus.val) < 2:
+            return 0
+        return evaluation.forward_batches(len(self.corpus.val), self.cfg.model.block_size, t.batch_size)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module) -> dict:
+        """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split, in eval mode.
+
+        The eval batches come from a generator seeded with (seed, 1) at every call, so every
+        evaluation sees the same windows and the training RNG is untouched.
+
+        Returns:
+            ``{"train": float, "val": float}`` in nats per token.
+        """
+        t, rt = self.cfg.train, self.runtime
+        was_training = model.training
+        model.eval()
+        out = {}
+        for split, data in (("train", self.corpus.train), ("val", self.corpus.val)):
+            rng = np.random.default_rng([t.seed, 1, 0 if split == "train" else 1])
+            losses = torch.zeros(t.eval_iters)
+            for i in range(t.eval_iters):
+                # the global batch size, so evaluation is the same whatever the number of processes
+                x, y = get_batch(data, self.cfg.model.block_size, t.batch_size * rt.world_size, rng, rt.device)
+                with rt.ctx:
+                    loss = self.port.loss(model, x, y)
+                losses[i] = loss.float().item()
+            out[split] = losses.mean().item()
+        model.train(was_training)
+        return out
+
+    def bpc(self, val_loss: float) -> float:
+        """Bits per character of a val loss (mean nats/token over :meth:`evaluate`'s fixed val windows).
+
+        total nats / characters of the evaluated text / ln 2 = loss / (characters per target token
+        of those windows) / ln 2; a char run has one character per token, so loss / ln 2.
+        """
+        if self._val_chars_per_token is None:
+            t = self.cfg.train
+            rng = np.random.default_rng([t.seed, 1, 1])  # the windows evaluate() draws for "val"
+            chars, tokens = self.corpus.tokenizer.token_chars, 0
+            total = 0.0
+            for _ in range(t.eval_iters):
+                _, y = get_batch(self.corpus.val, self.cfg.model.block_size,
+                                 t.batch_size * self.runtime.world_size, rng)
+                total += float(chars[y.numpy()].sum())
+                tokens += y.numel()
+            self._val_chars_per_token = total / tokens if total > 0 else 1.0
+        return val_loss / self._val_chars_per_token / LN2
+
+    def judge(self, losses: dict, step: int, tokens_seen: int, elapsed_s: float) -> tuple[dict, bool]:
+        """Record one evaluation's ``losses`` at ``step``: best, patience and target (agreed by all processes).
+
+        Returns:
+            ``(record, is_best)``: the ``kind: eval`` metrics record, and whether it is the new best.
+        """
+        t = self.cfg.train
+        tl, vl = losses["train"], losses["val"]
+        rec = {"step": step, "train_loss": tl, "val_loss": vl, "val_bpc": self.bpc(vl),
+               "val_ppl": val_perplexity(vl), "tokens_seen": tokens_seen, "elapsed_s": round(elapsed_s, 3)}
+        improved = math.isfinite(vl) and vl < self.best_val - t.min_delta
+        self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
+        is_best = math.isfinite(vl) and vl < self.best_val
+        if is_best:
+            self.best_val, self.best_step = vl, step
+        self.last_eval = rec
+        agreed = self.runtime.agree(target=t.target_val_loss > 0 and vl <= t.target_val_loss,
+                                    patience=0 < t.patience <= self.evals_without_improvement)
+        self.patience_exhausted = agreed["patience"]
+        if agreed["target"] and self.target_reached is None:
+            self.target_reached = (step, rec["elapsed_s"])
+        return rec, is_best
+
+    @staticmethod
+    def describe(rec: dict) -> str:
+        """The console line of one evaluation record."""
+        ppl = "inf" if rec["val_ppl"] is None else f"{rec['val_ppl']:.2f}"
+        return (f"eval step {rec['step']}: train {rec['train_loss']:.4f} val {rec['val_loss']:.4f} nats/token "
+                f"({rec['val_bpc']:.3f} bits/char, ppl {ppl})")
+
+    def final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log) -> None:
+        """train.final_validation: the best weights on the whole val split, logged and kept for the summary.
+
+        Only the main process evaluates (the others wait at the trainer's closing barrier); the weights
+        are the model's own when the last evaluation was the best, else the verified best checkpoint's.
+        """
+        if not (self.runtime.is_main and self.final_batches and math.isfinite(self.best_val)):
+            return
+        t0 = time.time()
+        model = raw_model
+        if self.best_step != step:
+            model = copy.deepcopy(raw_model)
+            path = ckpt.verified_best(run_dir)
+            ckpt.load_into(model, ckpt.load_weights_file(path)[0], path)
+        block = self.cfg.model.block_size
+        res = evaluation.split_loss(model, self.corpus.val, block, self.cfg.train.batch_size,
+                                    self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx)
+        self.final_val = {"step": self.best_step, "val_loss": res.loss, "val_bpc": res.bpc,
+                          "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
+        log(f"final validation, best weights (step {self.best_step}): "
+            f"{evaluation.describe(res, block)}, {time.time() - t0:.1f}s")

@@ -1,0 +1,194 @@
+"""The optimizer (AdamW, or Muon + AdamW) and the learning-rate schedule of a run.
+
+The schedule is warmup + cosine (nanoGPT's), read from the config the user asked for or, under
+``train.fit_to_time``, from the time plan (:class:`depthlab.budget.Plan`); an extended or re-planned
+run continues its cosine from the learning rate it had (an anchor), so the rate never jumps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from ..budget import Plan, TimeBudget
+from ..config import TrainConfig
+from .protocol import ModelPort
+
+__all__ = ["LRSchedule", "get_lr", "get_lr_from", "make_optimizer", "param_groups", "resolve_optimizer"]
+
+
+def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
+    """Learning rate at optimizer step ``it`` (0-based): linear warmup, then cosine to ``min_lr``.
+
+    Warmup gives lr * (it + 1) / (warmup + 1), so step 0 is > 0; then
+    min_lr + 0.5 (1 + cos(pi r)) (lr - min_lr) with r = (it - warmup) / (decay - warmup)
+    (Loshchilov & Hutter 2017, SGDR; the nanoGPT schedule); after ``decay_iters``: min_lr.
+    """
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it >= decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / max(1, decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+
+def get_lr_from(it: int, start: int, start_lr: float, min_lr: float, decay_iters: int) -> float:
+    """Learning rate at step ``it`` of a cosine that starts at ``start_lr`` at step ``start`` and reaches
+    ``min_lr`` at ``decay_iters`` (then stays there): the schedule of an extended run.
+
+    When ``--resume`` changes where the decay ends (a larger ``max_iters`` with ``lr_decay_iters`` 0),
+    recomputing the original warmup + cosine for the new length would make the learning rate jump
+    (e.g. from ``min_lr`` at the end of a finished run back up to near the peak, with no warmup).
+    Instead the run continues from the learning rate it had and decays from there (SGDR-style
+    cosine, Loshchilov & Hutter 2017).
+    """
+    if it >= decay_iters or decay_iters <= start:
+        return min_lr
+    ratio = (it - start) / (decay_iters - start)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (start_lr - min_lr)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on tensors with >= 2 dims (matmuls, embeddings), none on gains/biases.
+
+    Each parameter appears in exactly one group; tied weights once (``named_parameters`` dedups).
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def resolve_optimizer(name: str, device: torch.device) -> str:
+    """``adamw`` or ``muon`` for ``train.optimizer``; ``auto`` is Muon on CPU, AdamW elsewhere.
+
+    On CPU (2-core AMD EPYC, fp32) Muon reached val 1.536 nats in the default recipe's 270 s against
+    AdamW's 1.616, and fast-cpu's val 1.88 in 300 steps instead of 700. On CUDA it is unmeasured,
+    and fused AdamW lets the trainer check for non-finite steps on the device without a host sync.
+    """
+    return ("muon" if device.type == "cpu" else "adamw") if name == "auto" else name
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device, name: Optional[str] = None):
+    """The optimizer ``name`` (default: ``cfg.optimizer`` resolved, see :func:`resolve_optimizer`) over ``model``.
+
+    ``adamw``: AdamW (Loshchilov & Hutter 2019) over :func:`param_groups`; fused kernel on CUDA
+    and CPU (measured ~7 % faster per step than foreach at nanoGPT's CPU shape), foreach elsewhere.
+    ``muon``: :class:`~depthlab.optim.Muon` (peak lr ``cfg.muon_lr``) for the 2-D weights inside the
+    transformer blocks (:meth:`ModelPort.hidden_matrices`), AdamW for the embeddings, the head, gains
+    and biases (:class:`~depthlab.optim.MuonAdamW`).
+    """
+    kw = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
+    if (name or resolve_optimizer(cfg.optimizer, device)) == "adamw":
+        return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                                 betas=(cfg.beta1, cfg.beta2), **kw)
+    from ..optim import Muon, MuonAdamW
+
+    hidden = ModelPort(model).hidden_matrices()
+    ids = {id(p) for p in hidden}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
+    groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}]
+    return MuonAdamW(Muon(hidden, lr=cfg.muon_lr, weight_decay=cfg.weight_decay),
+                     torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kw))
+
+
+class LRSchedule:
+    """Warmup + cosine of the schedule asked for, or of the time plan when there is one.
+
+    Args:
+        train: the run's train section (read only).
+        budget: the run's :class:`~depthlab.budget.TimeBudget`; its ``plan``, when set, replaces
+            ``max_iters``, ``lr_decay_iters`` and ``warmup_iters``.
+
+    Attributes:
+        anchor: ``(step, lr, decay_iters)`` of a cosine continued from ``lr`` at ``step`` (an extended
+            or re-planned run), or None.
+    """
+
+    def __init__(self, train: TrainConfig, budget: TimeBudget):
+        self.train, self.budget = train, budget
+        self.anchor: Optional[tuple[int, float, int]] = None
+
+    @property
+    def plan(self) -> Optional[Plan]:
+        return self.budget.plan
+
+    @property
+    def max_iters(self) -> int:
+        """The step the run ends at."""
+        return self.budget.max_iters
+
+    @property
+    def warmup_iters(self) -> int:
+        return self.plan.warmup_iters if self.plan is not None else self.train.warmup_iters
+
+    @property
+    def decay_iters(self) -> int:
+        """The step the cosine reaches min_lr."""
+        if self.plan is not None:
+            return self.plan.lr_decay_iters or self.plan.max_iters
+        return self.train.lr_decay_iters or self.train.max_iters
+
+    def lr_at(self, it: int) -> float:
+        """Learning rate of optimizer step ``it``: :func:`get_lr`, or :func:`get_lr_from` after an anchor."""
+        t, a = self.train, self.anchor
+        if a is not None and it >= a[0]:
+            return get_lr_from(it, a[0], a[1], t.min_lr, self.decay_iters)
+        return get_lr(it, t.learning_rate, t.min_lr, self.warmup_iters, self.decay_iters)
+
+    def apply(self, optimizer, it: int) -> float:
+        """Set every param group's rate for step ``it`` (Muon's scaled to its peak); returns the AdamW rate."""
+        t = self.train
+        lr = self.lr_at(it)
+        muon_lr = lr * t.muon_lr / t.learning_rate  # the same schedule, scaled to Muon's peak
+        for g in optimizer.param_groups:
+            g["lr"] = muon_lr if g.get("muon") else lr
+        return lr
+
+    def replanned(self, step: int, lr_before: float) -> None:
+        """After a new plan at ``step``: mid-decay, continue from ``lr_before`` (no jump), as an extension does."""
+        if step > self.warmup_iters:
+            self.anchor = (step, lr_before, self.decay_iters)
+
+    def resume(self, step: int, stored: Optional[list], old_train: dict, old_plan: Optional[Plan], log) -> None:
+        """On resume at ``step``: keep a stored anchor, or make one when the decay's end moved.
+
+        Args:
+            stored: the checkpoint's ``lr_anchor`` or None. old_train: the run's config.json ``train``.
+            old_plan: the plan the run followed until now (None: it followed ``old_train``).
+            log: console lines.
+        """
+        t = self.train
+        stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
+        if stored is not None and stored[2] == self.decay_iters:
+            self.anchor = stored  # this schedule was already extended to the same end
+            return
+        if step >= self.max_iters:
+            return  # nothing will train (fit says so): no schedule to continue, nothing to announce
+        if old_plan is not None:
+            old_decay, old_warmup = old_plan.lr_decay_iters or old_plan.max_iters, old_plan.warmup_iters
+        else:
+            old_decay = int(old_train.get("lr_decay_iters") or old_train.get("max_iters") or self.decay_iters)
+            old_warmup = int(old_train.get("warmup_iters", t.warmup_iters))
+        if old_decay == self.decay_iters or step == 0:
+            return  # the planned schedule is unchanged: the run continues exactly as it was
+        if stored is not None and step >= stored[0]:  # extended once before, extended again now
+            lr_now = get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2])
+        else:
+            lr_now = get_lr(step, float(old_train.get("learning_rate", t.learning_rate)), t.min_lr, old_warmup,
+                            old_decay)
+        self.anchor = (step, lr_now, self.decay_iters)
+        if lr_now <= t.min_lr:  # the old schedule had ended: nothing left to decay
+            log(f"resume: the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
+                f"{old_decay}); no jump back to the peak")
+            return
+        log(f"resume: the learning rate continues from {lr_now:.3g} at step {step} and decays to "
+            f"train.min_lr {t.min_lr:g} at step {self.decay_iters} (the decay used to end at {old_decay}); "
+            "no jump back to the peak")
+
+    def state_dict(self) -> dict:
+        return {"lr_anchor": list(self.anchor) if self.anchor is not None else None}

@@ -1,0 +1,61 @@
+"""What the trainer needs of a model, and the optional extras only depthlab's own GPT has.
+
+The protocol is the one of DESIGN.md ("The user's own model"): ``forward(idx)`` with ``idx`` (B, T)
+int64 token ids returns logits (B, T, V), or a tuple whose first element is the logits. The loss is
+the mean cross-entropy in nats per target token. depthlab's :class:`~depthlab.model.GPT` computes
+that loss itself (``forward(idx, targets)``), which the trainer uses so its numbers stay bit-identical;
+its attention path and the blocks Muon updates are extras asked for through this module only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..model import GPT
+
+__all__ = ["ModelPort"]
+
+
+class ModelPort:
+    """The trainer's view of one model.
+
+    Args:
+        raw: the model, unwrapped (no DDP, no torch.compile).
+    """
+
+    def __init__(self, raw: torch.nn.Module):
+        self.raw = raw
+        self.native = isinstance(raw, GPT)
+
+    def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (0-d, nats/token) of ``model`` (``raw`` or a wrapper of it) on ``x``, ``y`` (B, T)."""
+        if self.native:
+            return model(x, y)[1]
+        out = model(x)
+        logits = out[0] if isinstance(out, (tuple, list)) else out
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
+
+    def set_attention(self, explicit: bool) -> None:
+        """depthlab's GPT: choose the explicit matmul + softmax attention path (else SDPA); others: no-op."""
+        if self.native:
+            for blk in self.raw.transformer.h:
+                blk.attn.explicit = explicit
+
+    def hidden_matrices(self) -> list[torch.nn.Parameter]:
+        """The 2-D weights Muon updates: those inside the transformer blocks.
+
+        depthlab's GPT: every 2-D parameter of ``transformer.h``. Another model: every 2-D parameter
+        that is not an embedding table or the output head (the last 2-D parameter with V rows).
+        """
+        if self.native:
+            return [p for p in self.raw.transformer.h.parameters() if p.requires_grad and p.dim() == 2]
+        emb = {id(m.weight) for m in self.raw.modules() if isinstance(m, torch.nn.Embedding)}
+        mats = [p for p in self.raw.parameters() if p.requires_grad and p.dim() == 2 and id(p) not in emb]
+        return mats[:-1] if mats else mats
+
+    def num_params(self) -> int:
+        """Parameters of the model (depthlab's GPT: without the position embedding, as nanoGPT counts)."""
+        if self.native:
+            return self.raw.num_params()
+        return sum(p.numel() for p in self.raw.parameters())

@@ -1,0 +1,324 @@
+"""Where and how a run computes: device, processes, threads, dtype and autocast, attention path, compile.
+
+A :class:`Runtime` is made once per run from the train config; what its ``auto`` settings became is
+:meth:`Runtime.resolved` (config.json's ``resolved`` section). Every decision that must be the same
+on every process (stop flags, the time plan) goes through :meth:`Runtime.agree` / :meth:`Runtime.min_int`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Optional
+
+import torch
+
+from ..config import RunConfig, TrainConfig, check_device_name
+from ..errors import DepthlabError
+
+__all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "resolve_device",
+           "training_memory_bytes", "use_bf16", "use_explicit_attention"]
+
+
+def console(msg: str) -> None:
+    """Print one log line to stdout, safely around a tqdm progress bar.
+
+    If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the log
+    is discarded instead of killing the run: training and its files matter more than the log.
+    """
+    try:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(msg, file=sys.stdout)
+        except ImportError:
+            print(msg)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available, else mps, else cpu; other names are checked.
+
+    Raises:
+        DepthlabError: if the name is not a device name (:func:`~depthlab.config.check_device_name`)
+            or the named device is not available.
+    """
+    check_device_name(name, "train.device")
+    mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise DepthlabError(f"train.device {name} requested but CUDA is not available; use --train.device cpu")
+    if name == "mps" and not mps:
+        raise DepthlabError("train.device mps requested but MPS is not available; use --train.device cpu")
+    return torch.device(name)
+
+
+def cpu_has_bf16() -> bool:
+    """True when the CPU has native bf16 dot products (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo).
+
+    Without them, bf16 autocast on CPU is emulated and slower than fp32.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16(device: torch.device, dtype: str) -> bool:
+    """Whether ``dtype`` resolves to bf16 autocast: ``auto`` = CUDA, or a CPU with native bf16."""
+    if dtype == "bfloat16":
+        return True
+    return dtype == "auto" and (device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()))
+
+
+def use_explicit_attention(attention: str, device: torch.device, bf16: bool) -> bool:
+    """Whether ``train.attention`` (``explicit`` | ``sdpa`` | ``auto``) means the explicit path here.
+
+    ``auto`` = explicit only on CPU under bf16 autocast. Measured with benchmarks/train_speed.py:
+    there the explicit matmul + masked-softmax path is 1.6-1.7x faster per training step than
+    SDPA's CPU flash kernel (whose backward took 43 % of the step); in fp32 on an AVX2 CPU SDPA is
+    the faster one (35.4 vs 39.3 ms/iter at nanoGPT's CPU shape, 346 vs 373 at the default shape).
+    """
+    return attention == "explicit" or (attention == "auto" and device.type == "cpu" and bf16)
+
+
+def configure_attention(model, attention: str, device: torch.device, bf16: bool = False) -> None:
+    """Set each block of depthlab's GPT ``model`` to the attention path :func:`use_explicit_attention` decides.
+
+    Both paths compute the same causal softmax attention (tests hold them to 1e-5).
+    """
+    from .protocol import ModelPort
+
+    ModelPort(model).set_attention(use_explicit_attention(attention, device, bf16))
+
+
+def autocast_ctx(device: torch.device, dtype: str):
+    """``torch.autocast`` in bf16 when :func:`use_bf16` says so, else a no-op context."""
+    if use_bf16(device, dtype):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def training_memory_bytes(cfg: RunConfig, vocab_size: int) -> float:
+    """Rough peak memory of one training micro-batch step, in bytes.
+
+    Activations per block follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+    Large Transformer Models", eq. 1): s·b·h·(34 + 5·a·s/h) bytes at 16 bits, doubled here for
+    float32 (s = block_size T, b = batch_size B, h = n_embd C, a = n_head). Plus the logits and
+    their gradient (3 · B·T·V · 4 bytes) and 16 bytes per parameter (weights, gradients, AdamW's two
+    moments, float32). A planning figure, good to a factor of ~2; it exists to refuse sizes that
+    cannot fit before anything is allocated or written.
+    """
+    m, t = cfg.model, cfg.train
+    B, T, C, L, nh = t.batch_size, m.block_size, m.n_embd, m.n_layer, m.n_head
+    params = L * C * C * (4 + 2 * m.ff_mult) + (vocab_size + T) * C
+    acts = 2.0 * L * T * B * C * (34 + 5 * nh * T / C)
+    return acts + 12.0 * B * T * vocab_size + 16.0 * params
+
+
+def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
+    """Refuse a configuration whose training step needs more memory than the device has.
+
+    Raises:
+        DepthlabError: the estimate (:func:`training_memory_bytes`) exceeds 90 % of the machine's
+            RAM (CPU) or of the GPU's memory, naming the sizes to lower.
+    """
+    need = training_memory_bytes(cfg, vocab_size)
+    try:
+        if device.type == "cuda":
+            have, where = float(torch.cuda.get_device_properties(device).total_memory), "GPU memory"
+        else:
+            have, where = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "RAM"
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return  # unknown machine size: let the allocator decide
+    if need > 0.9 * have:
+        m, t = cfg.model, cfg.train
+        raise DepthlabError(
+            f"a training step with train.batch_size {t.batch_size}, model.block_size {m.block_size}, "
+            f"model.n_embd {m.n_embd}, model.n_layer {m.n_layer} needs about {need / 2**30:,.0f} GiB, more than this "
+            f"machine's {have / 2**30:,.0f} GiB of {where}; lower train.batch_size (raise train.grad_accum to keep "
+            "the tokens per step) or model.block_size")
+
+
+class Runtime:
+    """The processes, device and numeric settings of one run (``torchrun`` sets RANK / WORLD_SIZE).
+
+    Args:
+        train: the run's train section (read only).
+        log: console lines (rank 0 only; the runtime's warnings go there).
+
+    Attributes:
+        rank, world_size, is_main: this process among the run's processes (rank 0 writes files).
+        device: where the model lives. bf16: whether autocast computes in bfloat16.
+        ctx: the autocast context of forward passes (a no-op context in float32).
+        explicit_attention: the attention path of depthlab's GPT.
+
+    Raises:
+        DepthlabError: unavailable device, or ``grad_accum`` not divisible by the processes.
+    """
+
+    def __init__(self, train: TrainConfig, log=console):
+        self.train = train
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.is_main = self.rank == 0
+        self.log = log if self.is_main else (lambda s: None)
+        if train.grad_accum % self.world_size:
+            raise DepthlabError(f"train.grad_accum ({train.grad_accum}) counts micro-batches of the global batch and "
+                                f"must be divisible by the number of processes ({self.world_size})")
+        self.accum = train.grad_accum // self.world_size  # micro-batches per process per step
+        self._set_threads()
+        self.device = resolve_device(train.device)
+        self.owns_process_group = False
+        if self.world_size > 1:
+            self.device = self._init_distributed()
+        self.bf16 = use_bf16(self.device, train.dtype)
+        self.explicit_attention = use_explicit_attention(train.attention, self.device, self.bf16)
+        self.ctx = autocast_ctx(self.device, train.dtype)
+
+    def _set_threads(self) -> None:
+        t = self.train
+        if t.threads:
+            cores = os.cpu_count() or 1
+            if t.threads > cores:
+                self.log(f"warning: train.threads {t.threads} is more than this machine's {cores} cores; "
+                         f"oversubscribed threads make each step slower (try --train.threads {cores}, or 0)")
+            torch.set_num_threads(t.threads)
+        elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+
+    def _init_distributed(self) -> torch.device:
+        import torch.distributed as dist
+
+        cuda = self.device.type == "cuda"
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if cuda else "gloo")
+            self.owns_process_group = True  # so close() destroys it (a group left to interpreter exit
+            # measured "terminate called without an active exception" and SIGABRT in one rank of two)
+        if cuda:
+            dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(dev)
+            return dev
+        return self.device
+
+    @property
+    def dtype_name(self) -> str:
+        return "bfloat16" if self.bf16 else "float32"
+
+    @property
+    def compile_wanted(self) -> bool:
+        """``train.compile``: true / false, or ``auto`` = on CUDA only (where compiling pays)."""
+        c = self.train.compile
+        return c is True or (c == "auto" and self.device.type == "cuda")
+
+    def resolved(self) -> dict:
+        """What the ``auto``/0 device settings became on this machine (part of config.json ``resolved``)."""
+        return {"device": str(self.device), "dtype": self.dtype_name,
+                "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
+                "processes": self.world_size, "compile": self.compile_wanted}
+
+    def agree(self, **flags: bool) -> dict[str, bool]:
+        """Each flag OR-ed over every process (one all-reduce of a small tensor); as given with one process.
+
+        Stop decisions (time limit, signal, target loss, non-finite step, failed checkpoint write)
+        go through here so that every rank leaves the loop at the same step.
+        """
+        if self.world_size == 1:
+            return {k: bool(v) for k, v in flags.items()}
+        import torch.distributed as dist
+
+        t = torch.tensor([int(bool(v)) for v in flags.values()], dtype=torch.int32, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return dict(zip(flags, (bool(x) for x in t.tolist())))
+
+    def min_int(self, n: int) -> int:
+        """The smallest ``n`` over the processes (the slowest process decides a plan)."""
+        if self.world_size == 1:
+            return n
+        import torch.distributed as dist
+
+        nt = torch.tensor([n], dtype=torch.int64, device=self.device)
+        dist.all_reduce(nt, op=dist.ReduceOp.MIN)
+        return int(nt.item())
+
+    def max_(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` max-reduced over the processes in place, on the device (no host read)."""
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return x
+
+    def mean_(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` averaged over the processes in place."""
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(x)
+            x /= self.world_size
+        return x
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (CUDA), so a clock reading sees it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def wrap(self, model: torch.nn.Module, batch_size: int, block_size: int, port) -> torch.nn.Module:
+        """``model`` compiled when :attr:`compile_wanted` (eager on failure), then in DDP with several processes."""
+        if self.compile_wanted:
+            model = self._compile(model, batch_size, block_size, port)
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return model
+
+    def _compile(self, model, batch_size: int, block_size: int, port):
+        """``torch.compile(model)``, or the eager model with one warning if compiling fails.
+
+        Compilation is lazy, so a missing toolchain only shows at the first call: one forward of
+        a training micro-batch's shape, with targets, is run here (RNG states restored) so a failure
+        falls back now, not mid-training; it compiles the graph the first step uses. Shapes are
+        static (``dynamic=False``): training and evaluation batches each get their own graph instead
+        of one generic dynamic-shape graph after the first shape change.
+        """
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        self.log("compiling the model with torch.compile (the first steps take longer; ~20 s on a CPU)")
+        try:
+            compiled = torch.compile(model, dynamic=False)
+            x = torch.zeros((batch_size, block_size), dtype=torch.long, device=self.device)
+            with self.ctx:
+                port.loss(compiled, x, x)
+            return compiled
+        except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
+            self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
+                     f"{str(e).splitlines()[0][:120] if str(e) else ''}); running eager")
+            return model
+        finally:
+            torch.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.device)
+
+    def barrier(self) -> None:
+        """Wait for every process (a no-op alone)."""
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def close(self) -> None:
+        """Wait for every process, then destroy the process group this runtime made."""
+        self.barrier()
+        if self.world_size > 1 and self.owns_process_group:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+            self.owns_process_group = False

@@ -1,0 +1,91 @@
+"""Why the training loop stops now: the plan's end, the time limit, a signal, the target loss, patience.
+
+Every flag that ends the loop is agreed across the processes (:meth:`Runtime.agree`), so every rank
+leaves at the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Iterator, Optional
+
+__all__ = ["StopRules"]
+
+
+class StopRules:
+    """The stop decisions of one run.
+
+    Args:
+        train: the run's train section (read only). runtime: its Runtime. log: console lines.
+
+    Attributes:
+        signum: SIGINT / SIGTERM caught since the loop started (or asked for by
+            :meth:`request`), else None.
+        stopped_by: the reason the loop ended (``max_iters`` until another is decided).
+    """
+
+    def __init__(self, train, runtime, log):
+        self.train, self.runtime, self.log = train, runtime, log
+        self.signum: Optional[int] = None
+        self.stopped_by = "max_iters"
+
+    def request(self, signum: int = signal.SIGTERM) -> None:
+        """Stop at the next step boundary as ``signum`` would: checkpoint, then :class:`Interrupted`."""
+        self.signum = signum
+
+    @contextlib.contextmanager
+    def signals_caught(self) -> Iterator[None]:
+        """SIGINT/SIGTERM set a flag (checked between steps) instead of killing the process mid-write."""
+        import threading
+
+        old = {}
+        if threading.current_thread() is threading.main_thread():
+            for s in (signal.SIGINT, signal.SIGTERM):
+                old[s] = signal.signal(s, lambda signum, frame: self.request(signum))
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def flags(self, elapsed_s: float) -> dict[str, bool]:
+        """``time_up`` (``elapsed_s`` of this session reached train.max_time) and ``signal``, agreed by every process.
+
+        Every process takes the same decision, or one leaves while another waits in an all-reduce.
+        """
+        t = self.train
+        return self.runtime.agree(time_up=t.max_time > 0 and elapsed_s >= t.max_time,
+                                  signal=self.signum is not None)
+
+    def reason(self, step: int, time_up: bool, schedule, budget, evaluator) -> Optional[str]:
+        """``max_iters`` | ``max_time`` | ``target_val_loss`` | ``patience`` when training must stop now, else None.
+
+        The reason is logged and kept in :attr:`stopped_by`.
+        """
+        why = self._reason(step, time_up, schedule, budget, evaluator)
+        if why is not None:
+            self.stopped_by = why
+        return why
+
+    def _reason(self, step: int, time_up: bool, schedule, budget, ev) -> Optional[str]:
+        t = self.train
+        if step >= schedule.max_iters:
+            if not budget.planned_end():
+                return "max_iters"
+            self.log(f"stopped at step {step}: the end train.fit_to_time planned for train.max_time "
+                     f"{t.max_time:g} s ({budget.plan.max_iters_asked} steps were asked for)")
+            return "max_time"  # the time budget ended the run, with its decay finished
+        if time_up:
+            self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {step} of "
+                     f"{schedule.max_iters}: the learning rate had not finished its decay")
+            return "max_time"
+        if ev.target_reached is not None:
+            self.log(f"stopped at step {step}: val loss reached train.target_val_loss {t.target_val_loss:g}")
+            return "target_val_loss"
+        if ev.patience_exhausted:
+            self.log(f"stopped early at step {step}: {ev.evals_without_improvement} evaluations without "
+                     f"lowering the best val loss {ev.best_val:.4f} (step {ev.best_step}) by train.min_delta "
+                     f"{t.min_delta:g} (train.patience {t.patience}); best.safetensors holds the best weights")
+            return "patience"
+        return None
