@@ -122,6 +122,18 @@ def test_diverged_run_is_not_overfitting():
     assert "grad_clip" not in f[0].remedy  # clipping at 1.0 is already on
 
 
+def test_divergence_is_not_also_overfitting_or_a_plateau():
+    """The gap grows and val is flat, but a NaN loss says the run diverged: only ``exploding``
+    (here the train loss stays below ln V, so only the divergence itself rules overfitting out)."""
+    gap = evals([3.0, 2.0, 1.9, 1.95, 2.05], trains=[3.0, 1.95, 1.7, 1.6, 1.5])
+    assert [x.rule for x in diagnose_records(gap, BASE)] == ["overfitting"]
+    f = diagnose_records(gap + [{"step": 450, "loss": "nan"}], BASE)
+    assert [(x.rule, x.evidence) for x in f] == [("exploding", "loss is nan at step 450")]
+    flat = evals([3.0, 2.0, 1.5, 1.52, 1.51, 1.5, 1.53, 1.5001])
+    assert [x.rule for x in diagnose_records(flat)] == ["plateau"]
+    assert [x.rule for x in diagnose_records(flat + [{"step": 750, "loss": "inf"}])] == ["exploding"]
+
+
 def test_exploding_remedy_reads_the_config():
     f = diagnose_records(evals([4.1, 3.0, "nan"]), config=cfg("prenorm", learning_rate=0.03, warmup_iters=10))[0]
     assert "lower train.learning_rate (now 0.03), e.g. to 0.01" in f.remedy

@@ -1,0 +1,73 @@
+"""Remedy words that read the run's own config, so a remedy never advises what the run already has."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .evidence import Evidence
+from .signals import divergence, lr_verdict, update_ratio_median, vanishing
+
+__all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "lr_advice"]
+
+SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm")
+"""Variants with a residual (shortcut) connection; ``plain`` has none."""
+
+
+def wiring_advice(ev: Evidence) -> Optional[str]:
+    """What to change in the block wiring, read from the run's ``model.variant`` and ``model.norm``.
+
+    Never recommends what the run already has: a ``prenorm`` or ``deepnorm`` run with a norm (and
+    ``rezero``, which has a shortcut and no norm by design) gets ``None``, meaning "the wiring is not
+    what is missing". Without a config the advice is conditional ("if the model has no ...").
+    """
+    m = ev.section("model")
+    v, norm = m.get("variant"), m.get("norm")
+    if v is None:
+        return ("if the model has no residual connections, add them (model.variant prenorm, rezero or deepnorm); "
+                "if it has no normalisation, add it (model.norm layernorm)")
+    out = []
+    if v == "plain":
+        out.append("add residual connections (model.variant is plain, without a shortcut: use prenorm, rezero or "
+                   "deepnorm)")
+    elif v == "postnorm":
+        out.append("model.variant postnorm already has residual connections and normalisation, but its norm sits on "
+                   "the shortcut path, so at depth pre-LN (model.variant prenorm) or DeepNorm (model.variant "
+                   "deepnorm) keep the shortcut an identity (Xiong et al. 2020, Wang et al. 2022)")
+    if norm == "none" and v != "rezero":
+        out.append("normalise (model.norm is none: use layernorm or rmsnorm)")
+    return "; ".join(out) or None
+
+
+def wiring_has(ev: Evidence) -> str:
+    """"model.variant prenorm + layernorm already has a shortcut and normalisation" (or "" if unknown)."""
+    m = ev.section("model")
+    v, norm = m.get("variant"), m.get("norm")
+    if v not in SHORTCUT_VARIANTS:
+        return ""
+    if v == "rezero":
+        return "model.variant rezero already has residual connections (gated by alpha, no norm by design)"
+    if norm == "none":
+        return f"model.variant {v} already has residual connections"
+    return f"model.variant {v} + {norm} already has residual connections and normalisation"
+
+
+def lr_advice(ev: Evidence) -> Optional[str]:
+    """Which way a remedy may move the learning rate: "lower", "raise", or None (no advice).
+
+    "lower" for a run that diverged or whose update/weight ratios are above ``lr_high``; none
+    when the gradients vanish (the tiny updates come from them, not from the step size);
+    otherwise the ratios after warmup against the ~1e-3 of a healthy AdamW run, with a tenfold
+    tighter band than the ``lr_*`` rules, so that a remedy never points the wrong way.
+    """
+    if divergence(ev) or lr_verdict(ev) == "high":
+        return "lower"
+    if vanishing(ev):
+        return None
+    med = update_ratio_median(ev)
+    if med is None:
+        return None
+    if med > ev.thresholds.lr_high / 10:
+        return "lower"
+    if med < ev.thresholds.lr_low * 3:
+        return "raise"
+    return None

@@ -1,0 +1,225 @@
+"""What every diagnosis rule reads: one :class:`Evidence` per run, built once, and the rules' vocabulary.
+
+A run directory holds ``metrics.jsonl`` (eval records with ``train_loss`` / ``val_loss`` /
+``tokens_seen``, training records with ``loss``, ``kind: grad`` and ``kind: probe`` records,
+non-finite skip events), ``baselines.json``, ``config.json`` and ``summary.json``. An
+:class:`Evidence` holds them with the views several rules share (evaluations, the last probe,
+update/weight ratios after the warmup), so each view is computed in one place.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from ...rundir import RunDir
+from ...units import finite_or_none
+
+__all__ = ["Finding", "Thresholds", "Evidence", "written_number"]
+
+
+@dataclass
+class Finding:
+    """One diagnosis.
+
+    Attributes:
+        rule: one of :data:`depthlab.analytics.diagnose.RULES`.
+        evidence: the numbers (and steps) that triggered it, in words.
+        remedy: what to change.
+    """
+
+    rule: str
+    evidence: str
+    remedy: str
+
+
+@dataclass
+class Thresholds:
+    """Where each rule fires. Defaults are set for char-level models on the CPU recipe.
+
+    Attributes:
+        bigram_margin: nats; stuck if best val loss >= bigram - margin.
+        bigram_min_steps: optimizer steps before "stuck" can be judged.
+        bigram_min_pairs_seen: tokens seen must be >= this times V^2 (each bigram seen a few
+            times on average: the least a model needs to even learn the bigram table).
+        vanishing_ratio: first/last block gradient-norm ratio below this = vanishing.
+        exploding_growth: nats; a last-eval train loss this far above its minimum counts as a
+            growing loss.
+        rank_collapse: rank measure of the deepest block below this (Dong et al. 2021 measure).
+        uniform_attention_frac: mean head entropy >= this fraction of ln t (uniform) ...
+        uniform_attention_min_step: ... at a probe this late or later (at init all attention is
+            near-uniform, which is no finding).
+        uniform_attention_min_nats: skip when uniform entropy is below this (tiny contexts).
+        lr_high, lr_low: median update/weight ratio per step above / below these (healthy ~1e-3).
+        lr_min_records: grad records needed for the lr rules.
+        overfit_gap: nats; val - train gap at the last eval above this ...
+        overfit_growth: ... and grown by at least this over the last ``overfit_window`` evals.
+        overfit_window: evals.
+        plateau_evals: no improvement (by more than ``plateau_tol`` nats) over this many evals.
+        plateau_tol: nats.
+    """
+
+    bigram_margin: float = 0.05
+    bigram_min_steps: int = 200
+    bigram_min_pairs_seen: float = 2.0
+    vanishing_ratio: float = 1e-2
+    exploding_growth: float = 0.5
+    rank_collapse: float = 0.05
+    uniform_attention_frac: float = 0.9
+    uniform_attention_min_step: int = 200
+    uniform_attention_min_nats: float = 0.5
+    lr_high: float = 3e-2
+    lr_low: float = 1e-4
+    lr_min_records: int = 3
+    overfit_gap: float = 0.1
+    overfit_growth: float = 0.05
+    overfit_window: int = 3
+    plateau_evals: int = 5
+    plateau_tol: float = 1e-3
+
+
+def written_number(v: Any) -> bool:
+    """True when a number was written: finite, NaN or infinite (also the strings "nan", "inf").
+
+    :func:`depthlab.units.finite_or_none` reads NaN and inf as None, like a missing value; the
+    rules that must tell "the loss was NaN" from "no loss was recorded" ask this as well.
+    Booleans are not numbers here.
+    """
+    if isinstance(v, bool) or v is None:
+        return False
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A run's records and files, as every rule reads them (built once per diagnosis).
+
+    Attributes:
+        records: the parsed lines of ``metrics.jsonl``.
+        config: ``config.json`` content (optional: without it remedies are conditional).
+        baselines: ``baselines.json`` content (``uniform``, ``unigram``, ``bigram``, ``vocab_size``).
+        summary: ``summary.json`` content (its ``nonfinite_skips`` count).
+        thresholds: where the rules fire.
+    """
+
+    records: Sequence[dict] = ()
+    config: Optional[dict] = None
+    baselines: Optional[dict] = None
+    summary: Optional[dict] = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    @classmethod
+    def from_run(cls, run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> "Evidence":
+        """Read a run directory once. Baselines are recomputed from the run's corpus when
+        ``baselines.json`` is absent (runs made before analytics existed) and the corpus loads.
+
+        Raises:
+            DepthlabError: the folder does not exist, or lacks its config or metrics file.
+        """
+        rd = RunDir(run_dir).require("metrics")
+        config, baselines = rd.config, rd.baselines
+        if baselines is None and config is not None:
+            baselines = _recompute_baselines(config)
+        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds())
+
+    # ------------------------------------------------------------------ the run's config
+    def section(self, name: str) -> dict:
+        """``config[name]`` when it is a dict, else ``{}``."""
+        sec = (self.config or {}).get(name)
+        return sec if isinstance(sec, dict) else {}
+
+    def now(self, dotted: str) -> str:
+        """`` (now V)`` with the run's value of ``section.field``, or "" when the config does not say."""
+        sec, name = dotted.split(".")
+        v = self.section(sec).get(name)
+        return f" (now {v:g})" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+
+    @property
+    def vocab_size(self) -> int:
+        """V from ``baselines.json``, else from ``config.json`` (0 when neither says)."""
+        return int((self.baselines or {}).get("vocab_size") or self.section("model").get("vocab_size") or 0)
+
+    # ------------------------------------------------------------------ views of the records
+    @cached_property
+    def evals(self) -> list[dict]:
+        """Evaluation records (they have both ``val_loss`` and ``train_loss``), in file order."""
+        return [r for r in self.records if "val_loss" in r and "train_loss" in r]
+
+    @cached_property
+    def val_losses(self) -> list[tuple[int, float]]:
+        """``(step, val_loss)`` of the evaluations with a finite val loss."""
+        return [(r["step"], v) for r, v in ((r, finite_or_none(r["val_loss"])) for r in self.evals) if v is not None]
+
+    @cached_property
+    def loss_pairs(self) -> list[tuple[int, float, float]]:
+        """``(step, val_loss, train_loss)`` of the evaluations where both are finite."""
+        out = []
+        for r in self.evals:
+            v, t = finite_or_none(r["val_loss"]), finite_or_none(r["train_loss"])
+            if v is not None and t is not None:
+                out.append((r["step"], v, t))
+        return out
+
+    @cached_property
+    def grads(self) -> list[dict]:
+        """``kind: grad`` records."""
+        return [r for r in self.records if r.get("kind") == "grad"]
+
+    @cached_property
+    def last_probe(self) -> Optional[dict]:
+        """The last ``kind: probe`` record, or None."""
+        pr = [r for r in self.records if r.get("kind") == "probe"]
+        return pr[-1] if pr else None
+
+    @cached_property
+    def last_step(self) -> int:
+        """The largest step any record has (0 for none)."""
+        return max((int(r.get("step", 0)) for r in self.records), default=0)
+
+    @cached_property
+    def update_ratios(self) -> tuple[list[float], list[int]]:
+        """Per grad record after the warmup: the median over blocks of the positive finite
+        update/weight ratios, and the record's step."""
+        warm = int(self.section("train").get("warmup_iters", 0) or 0)
+        vals, steps = [], []
+        for r in self.records:
+            if int(r.get("step", 0)) <= warm or r.get("kind") != "grad" or not r.get("update_ratio_block"):
+                continue
+            u = [v for v in (finite_or_none(x) for x in r["update_ratio_block"]) if v is not None and v > 0]
+            if u:
+                vals.append(statistics.median(u))
+                steps.append(r["step"])
+        return vals, steps
+
+    def late_evals(self) -> list[dict]:
+        """Evaluations ``bigram_stuck`` may judge: a val loss written (NaN and inf count: the run
+        did evaluate), at ``bigram_min_steps`` or later, with ``bigram_min_pairs_seen * V^2``
+        tokens seen by then (when the record says)."""
+        th = self.thresholds
+        need = self.bigram_tokens()
+        return [r for r in self.evals if written_number(r["val_loss"]) and int(r["step"]) >= th.bigram_min_steps
+                and (r.get("tokens_seen") is None or r["tokens_seen"] >= need)]
+
+    def bigram_tokens(self) -> float:
+        """Tokens a run must have seen before ``bigram_stuck`` judges it: ``bigram_min_pairs_seen * V^2``."""
+        return self.thresholds.bigram_min_pairs_seen * self.vocab_size ** 2
+
+
+def _recompute_baselines(config: dict) -> Optional[dict]:
+    try:
+        from ...config import DataConfig
+        from ...data import load_corpus
+        from ..baselines import corpus_baselines
+
+        c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
+        return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab), c.val_chars_per_token)
+    except Exception:  # noqa: BLE001 - corpus moved/deleted: diagnose without the bigram rule
+        return None
+

@@ -1,0 +1,164 @@
+"""The one interface of a diagnosis rule: what it needs, and a judgement of the evidence.
+
+A :class:`Rule` declares its :class:`Need` s once. Called on an :class:`Evidence` it checks them
+and answers :class:`NotJudged` (naming every need the run does not meet) or asks its judge
+function, which returns a :class:`Finding` or None (judged: nothing wrong). The judge never
+checks the data it declared: the same need says both "enough to judge" and, in words, what
+was missing. The needs of all rules are listed in :data:`NEEDS`, in the order the "not judged"
+lines are said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from .evidence import Evidence, Finding
+
+__all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "LR_RECORDS", "PROBE",
+           "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
+
+
+def who_needs(n_rules: int) -> str:
+    """"it needs" for one rule, "they need" for several (the subject of a shortfall's words)."""
+    return "they need" if n_rules > 1 else "it needs"
+
+
+@dataclass(frozen=True)
+class Need:
+    """Data a rule cannot judge without.
+
+    Attributes:
+        source: the ``metrics.jsonl`` record kind or run file it reads (``"grad"``, ``"probe"``,
+            ``"eval"``, ``"baselines"``).
+        what: the need in a few words (``"gradient records"``).
+        shortfall: ``(evidence, who_needs) -> words or None``: None when the evidence meets the
+            need, else what is missing, with the run's numbers; ``who_needs`` is "it needs" or
+            "they need" for the rules that share the line.
+    """
+
+    source: str
+    what: str
+    shortfall: Callable[[Evidence, str], Optional[str]]
+
+    def met(self, ev: Evidence) -> bool:
+        """True when ``ev`` has what this need asks for."""
+        return self.shortfall(ev, who_needs(1)) is None
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    """A rule that did not judge: the needs it declared that the run does not meet.
+
+    Attributes:
+        rules: the rule names it would have given (``("lr_too_high", "lr_too_low")``).
+        needs: every unmet need, in declared order.
+        reason: the first unmet need's shortfall, in words.
+    """
+
+    rules: tuple[str, ...]
+    needs: tuple[Need, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"{', '.join(self.rules)}: not judged: needs {', '.join(n.what for n in self.needs)} "
+                f"({self.reason})")
+
+
+Verdict = Union[Finding, NotJudged, None]
+"""What a rule answers: a finding, "not judged", or None (judged, nothing wrong)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A diagnosis rule.
+
+    Attributes:
+        names: the finding names it can give (one, or ``lr_too_high``/``lr_too_low``).
+        needs: the data it cannot judge without, checked before ``judge`` is asked.
+        judge: ``evidence -> Finding or None``, called only when every need is met.
+    """
+
+    names: tuple[str, ...]
+    needs: tuple[Need, ...]
+    judge: Callable[[Evidence], Optional[Finding]]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "__doc__", self.judge.__doc__)  # help(rule) shows what it judges
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The record kinds and run files its needs read, each once, in declared order."""
+        return tuple(dict.fromkeys(n.source for n in self.needs))
+
+    def __call__(self, ev: Evidence) -> Verdict:
+        unmet = tuple(n for n in self.needs if not n.met(ev))
+        if unmet:
+            return NotJudged(self.names, unmet, unmet[0].shortfall(ev, who_needs(len(self.names))) or "")
+        return self.judge(ev)
+
+
+def rule(*names: str, needs: tuple[Need, ...] = ()) -> Callable[[Callable[[Evidence], Optional[Finding]]], Rule]:
+    """Decorator: ``@rule("plateau", needs=(PLATEAU_EVALS,))`` over a judge function makes a :class:`Rule`."""
+    def make(judge: Callable[[Evidence], Optional[Finding]]) -> Rule:
+        return Rule(tuple(names), tuple(needs), judge)
+    return make
+
+
+# ---------------------------------------------------------------------------------- the needs
+def _grad(ev: Evidence, who: str) -> Optional[str]:
+    if ev.grads:
+        return None
+    return (f"no gradient records: train.grad_log_interval is {ev.section('train').get('grad_log_interval', '?')} "
+            f"and the run is {ev.last_step} steps")
+
+
+def _lr_records(ev: Evidence, who: str) -> Optional[str]:
+    n, need = len(ev.update_ratios[0]), ev.thresholds.lr_min_records
+    if n >= need:
+        return None
+    return (f"{who} {need} gradient records after the warmup, the run has {n}; lower train.grad_log_interval or "
+            "train longer")
+
+
+def _probe(ev: Evidence, who: str) -> Optional[str]:
+    if ev.last_probe is not None:
+        return None
+    return f"no activation probe: train.probe_interval is {ev.section('train').get('probe_interval', '?')}"
+
+
+def _late_eval(ev: Evidence, who: str) -> Optional[str]:
+    if ev.late_evals():
+        return None
+    return (f"{who} an evaluation at step {ev.thresholds.bigram_min_steps} or later, with "
+            f"{int(ev.bigram_tokens()):,} tokens seen by then; the run is {ev.last_step} steps")
+
+
+def _baselines(ev: Evidence, who: str) -> Optional[str]:
+    if ev.baselines and "bigram" in ev.baselines:
+        return None
+    if ev.baselines is None:
+        return "no corpus baselines: baselines.json is missing and the run's corpus could not be read to recompute it"
+    return "no bigram baseline in baselines.json"
+
+
+def _plateau_evals(ev: Evidence, who: str) -> Optional[str]:
+    n, need = len(ev.val_losses), ev.thresholds.plateau_evals + 1
+    return None if n >= need else f"{n} of the {need} evaluations {who}"
+
+
+def _overfit_evals(ev: Evidence, who: str) -> Optional[str]:
+    n, need = len(ev.loss_pairs), ev.thresholds.overfit_window
+    return None if n >= need else f"{n} of the {need} evaluations with train and val loss {who}"
+
+
+GRAD = Need("grad", "gradient records", _grad)
+LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
+PROBE = Need("probe", "an activation probe", _probe)
+LATE_EVAL = Need("eval", "a late evaluation", _late_eval)
+BASELINES = Need("baselines", "corpus baselines", _baselines)
+PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
+OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
+
+NEEDS = (GRAD, LR_RECORDS, PROBE, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
+"""Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

@@ -1,0 +1,101 @@
+"""Facts about a run that more than one rule reads, each measured in one place.
+
+The rules do not read each other's findings: where one rule's judgement depends on another's
+(a diverged run is not also "overfitting"; vanishing gradients explain tiny updates; the
+learning-rate advice of a remedy), both read the same fact from here.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Optional
+
+from ...units import finite_or_none
+from .evidence import Evidence, written_number
+
+__all__ = ["divergence", "block_grad_ratio", "vanishing", "update_ratio_median", "lr_verdict"]
+
+_NONFINITE_KEYS = ("loss", "train_loss", "val_loss", "grad_2.0_norm_total", "grad_norm")
+
+
+def divergence(ev: Evidence) -> list[str]:
+    """Every sign that the run diverged, in words; empty when there is none.
+
+    Non-finite losses or gradients (skipped steps counted over the whole run), a val loss above
+    the uniform baseline ln V, or a train loss that grew far above its minimum.
+    """
+    signs = []
+    skipped = _nonfinite_skips(ev)
+    if skipped:
+        signs.append(skipped)
+    for r in ev.records:
+        # a number written as NaN/inf (finite_or_none reads it as None; a missing key is no sign)
+        bad = [k for k in _NONFINITE_KEYS if k in r and written_number(r[k]) and finite_or_none(r[k]) is None]
+        if bad:
+            signs.append(f"{bad[0]} is {r[bad[0]]} at step {r['step']}")
+            break
+    v_size = ev.section("model").get("vocab_size")
+    if isinstance(v_size, int) and v_size > 1:  # worse than guessing uniformly: the run blew up at some point
+        worst = max(((s, v) for s, v in ev.val_losses if s > 0), key=lambda sv: sv[1], default=None)
+        if worst is not None and worst[1] > math.log(v_size) + ev.thresholds.exploding_growth:
+            signs.append(f"val loss {worst[1]:.3f} at step {worst[0]} is above the uniform baseline "
+                         f"ln V = {math.log(v_size):.3f}: the model was worse than guessing")
+    train = [(r["step"], v) for r, v in ((r, finite_or_none(r["train_loss"])) for r in ev.evals) if v is not None]
+    if len(train) >= 3:
+        lo_step, lo = min(train, key=lambda t: t[1])
+        last_step, last = train[-1]
+        if last - lo > ev.thresholds.exploding_growth:
+            shown = f"{last:.3f}" if last < 1e4 else f"{last:.3g}"
+            signs.append(f"train loss rose from its minimum {lo:.3f} (step {lo_step}) to {shown} at step {last_step}")
+    return signs
+
+
+def _nonfinite_skips(ev: Evidence) -> Optional[str]:
+    """"N optimizer steps skipped ..." from the skip events and ``summary.json``, or None if none."""
+    skips = [r for r in ev.records if r.get("nonfinite_skip")]
+    counts = [int(c) for c in (finite_or_none(r.get("nonfinite_skips")) for r in skips) if c is not None]
+    total = max(counts + [len(skips), int(finite_or_none((ev.summary or {}).get("nonfinite_skips")) or 0)])
+    if total == 0:
+        return None
+    steps = [r["step"] for r in skips if "step" in r]
+    where = f", first at step {steps[0]}, last at step {steps[-1]}" if steps else ""
+    return f"{total} optimizer step(s) skipped for a non-finite loss or gradient (train.on_nonfinite skip{where})"
+
+
+def block_grad_ratio(ev: Evidence) -> Optional[tuple[float, list[int]]]:
+    """Median over the grad records of the first/last block gradient-norm ratio, and their steps;
+    None when no record has two blocks with finite norms (the last one positive)."""
+    ratios, steps = [], []
+    for r in ev.grads:
+        g = [finite_or_none(v) for v in r.get("grad_norm_block") or []]
+        if len(g) < 2 or g[0] is None or g[-1] is None or g[-1] <= 0:
+            continue
+        ratios.append(g[0] / g[-1])
+        steps.append(r["step"])
+    return (statistics.median(ratios), steps) if ratios else None
+
+
+def vanishing(ev: Evidence) -> bool:
+    """True when the median first/last block gradient-norm ratio is below ``vanishing_ratio``."""
+    ratio = block_grad_ratio(ev)
+    return ratio is not None and ratio[0] < ev.thresholds.vanishing_ratio
+
+
+def update_ratio_median(ev: Evidence) -> Optional[float]:
+    """Median over the grad records after the warmup of their median update/weight ratio (None: none)."""
+    vals = ev.update_ratios[0]
+    return statistics.median(vals) if vals else None
+
+
+def lr_verdict(ev: Evidence) -> Optional[str]:
+    """"high" / "low" when ``lr_min_records`` or more ratios put the median above ``lr_high`` /
+    below ``lr_low`` (what ``lr_too_high`` / ``lr_too_low`` judge); None otherwise."""
+    if len(ev.update_ratios[0]) < ev.thresholds.lr_min_records:
+        return None
+    med = update_ratio_median(ev)
+    if med > ev.thresholds.lr_high:
+        return "high"
+    if med < ev.thresholds.lr_low:
+        return "low"
+    return None

@@ -1,0 +1,142 @@
+"""Rules on the gradient and probe records: ``vanishing_gradients``, ``lr_too_high`` / ``lr_too_low``,
+``rank_collapse``, ``uniform_attention``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ...units import finite_or_none
+from .advice import lr_advice, wiring_advice, wiring_has
+from .evidence import Evidence, Finding
+from .rule import GRAD, LR_RECORDS, PROBE, rule
+from .signals import block_grad_ratio, lr_verdict, update_ratio_median, vanishing
+
+__all__ = ["vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention"]
+
+
+def _ratio_span(ev: Evidence) -> str:
+    """``steps A-B, N records``: the records the lr rules judged."""
+    vals, steps = ev.update_ratios
+    return f"steps {steps[0]}-{steps[-1]}, {len(vals)} records"
+
+
+@rule("vanishing_gradients", needs=(GRAD,))
+def vanishing_gradients(ev: Evidence) -> Optional[Finding]:
+    """Median first/last block grad-norm ratio over the grad records below ``vanishing_ratio``.
+
+    When the update/weight ratios are below ``lr_low`` too, the evidence says so and that the
+    gradients are the cause (``lr_too_low`` then stays silent: raising the LR would be bad advice).
+    """
+    ratio = block_grad_ratio(ev)
+    if ratio is None or not vanishing(ev):
+        return None
+    med, steps = ratio
+    wiring, has = wiring_advice(ev), wiring_has(ev)
+    parts = [wiring] if wiring else []
+    n_layer = ev.section("model").get("n_layer")
+    parts.append(f"use fewer layers{f' (model.n_layer is {n_layer})' if n_layer else ''}")
+    if not wiring and has:
+        parts.append(f"{has}, so look at the initialisation (model.init) and the learning rate instead of the wiring")
+    evidence = (f"first/last block gradient-norm ratio median {med:.2e} over {len(steps)} records "
+                f"(steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): the early blocks "
+                "barely learn")
+    if lr_verdict(ev) == "low":
+        evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
+                     f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
+                     "is low")
+    return Finding("vanishing_gradients", evidence, "; ".join(parts))
+
+
+@rule("lr_too_high", "lr_too_low", needs=(GRAD, LR_RECORDS))
+def learning_rate(ev: Evidence) -> Optional[Finding]:
+    """Median (over records after warmup, of the median over blocks) update/weight ratio far from ~1e-3.
+
+    Too low while the gradients vanish is the vanishing gradients' finding, not this one.
+    """
+    verdict, th = lr_verdict(ev), ev.thresholds
+    if verdict is None or (verdict == "low" and vanishing(ev)):
+        return None
+    med = update_ratio_median(ev)
+    lr = ev.section("train").get("learning_rate")
+    lr_txt = f" with train.learning_rate {lr:g}" if lr is not None else ""
+    head = f"median update/weight ratio {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; healthy is about 1e-3, "
+    if verdict == "high":
+        return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
+                       f"lower train.learning_rate{ev.now('train.learning_rate')} (try / 3 to / 10) or "
+                       f"raise train.warmup_iters{ev.now('train.warmup_iters')}")
+    return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
+                   f"raise train.learning_rate{ev.now('train.learning_rate')} (try x 3 to x 10)")
+
+
+@rule("rank_collapse", needs=(PROBE,))
+def rank_collapse(ev: Evidence) -> Optional[Finding]:
+    """Deepest block's rank measure at the last probe below ``rank_collapse``."""
+    p, th = ev.last_probe, ev.thresholds.rank_collapse
+    rm = [(i, v) for i, v in ((i, finite_or_none(x)) for i, x in enumerate(p.get("rank_measure") or []))
+          if v is not None]
+    if not rm or rm[-1][1] >= th:
+        return None  # no finite measure (block_size 1: undefined, not collapsed), or not collapsed
+    first_bad = next(i for i, v in rm if v < th)
+    cos = p.get("token_cosine") or []
+    last_cos = finite_or_none(cos[-1]) if cos else None
+    cos_txt = f", token cosine {last_cos:.3f}" if last_cos is not None else ""
+    return Finding(
+        "rank_collapse",
+        f"at step {p['step']} the rank measure falls from {rm[0][1]:.3f} (block {rm[0][0]}) to "
+        f"{rm[-1][1]:.2e} (block {rm[-1][0]}{cos_txt}); below {th:g} from block {first_bad} on: "
+        "all positions carry nearly the same vector", _rank_remedy(ev))
+
+
+def _rank_remedy(ev: Evidence) -> str:
+    m = ev.section("model")
+    if m.get("variant") == "plain" or not m:
+        return (wiring_advice(ev) + "; a shortcut keeps the token identity that stacked attention + normalisation "
+                "averages away (Dong et al. 2021)")
+    remedy = (f"{wiring_has(ev)}, so this collapse was learned, not built in: lower train.learning_rate"
+              f"{ev.now('train.learning_rate')} or raise train.warmup_iters{ev.now('train.warmup_iters')}, and "
+              "compare the probes over steps (the report's activation figure) to see when it happened")
+    if m.get("norm") == "none" and m.get("variant") != "rezero":
+        remedy += "; normalise (model.norm is none: use layernorm or rmsnorm)"
+    if m.get("variant") == "postnorm":
+        remedy += ("; at depth, pre-LN (model.variant prenorm) or DeepNorm (model.variant deepnorm) keep the "
+                   "shortcut an identity, which post-LN's norm does not")
+    return remedy
+
+
+@rule("uniform_attention", needs=(PROBE,))
+def uniform_attention(ev: Evidence) -> Optional[Finding]:
+    """Mean attention entropy over heads and blocks >= ``uniform_attention_frac`` of ln t, late in training.
+
+    The remedy follows :func:`~depthlab.analytics.rules.advice.lr_advice`: "lower the learning
+    rate" when the update/weight ratios are high or the run diverged (the usual reason attention
+    never sharpens is a step size that keeps rewriting the weights), "raise" only when they are
+    low, and neither without evidence or when vanishing gradients explain the small updates.
+    """
+    p, th = ev.last_probe, ev.thresholds
+    if int(p["step"]) < th.uniform_attention_min_step:
+        return None  # at init all attention is near-uniform, which is no finding
+    u = finite_or_none(p.get("attn_entropy_uniform"))
+    ent = [v for blk in (p.get("attn_entropy") or []) for v in (finite_or_none(h) for h in blk) if v is not None]
+    if u is None or u < th.uniform_attention_min_nats or not ent:
+        return None
+    mean = sum(ent) / len(ent)
+    if mean < th.uniform_attention_frac * u:
+        return None
+    lr = lr_advice(ev)
+    if lr == "lower":
+        parts = [f"lower train.learning_rate{ev.now('train.learning_rate')}: the update/weight ratios are high, "
+                 "and attention that is rewritten every few steps never sharpens"]
+    elif lr == "raise":
+        parts = [f"raise train.learning_rate{ev.now('train.learning_rate')}: the update/weight ratios are low, the "
+                 "attention weights hardly move"]
+    else:
+        parts = [f"train longer ({p['step']} steps so far)"]
+    wiring = wiring_advice(ev)
+    if wiring:
+        parts.append(wiring)
+    parts.append("check rank collapse (uniform attention averages the tokens into one vector)")
+    return Finding(
+        "uniform_attention",
+        f"at step {p['step']} mean attention entropy {mean:.3f} nats = {mean / u:.0%} of uniform "
+        f"({u:.3f} nats = mean ln t): the heads average over the context instead of selecting",
+        "; ".join(parts))
