@@ -34,7 +34,7 @@ def _run(path, text, device_checks, callbacks=(), **train):
                                              **train))  # the device check needs fused AdamW
     t = Trainer(cfg, callbacks=list(callbacks), **QUIET)
     t.device_checks = device_checks
-    assert t._checks_on_device() is device_checks
+    assert t.checks_on_device is device_checks
     error = None
     try:
         t.fit()
@@ -62,7 +62,7 @@ def test_finite_run_is_identical_to_the_host_check(tmp_path, tiny_text_file):
     dev, rec_d, _ = _run(tmp_path / "d", tiny_text_file, True)
     assert _same_weights(host, dev) and _optimizer_state_equal(host, dev)
     assert rec_h == rec_d and any(r.get("kind") == "train" and r["loss"] > 0 for r in rec_d)
-    assert host.tokens_seen == dev.tokens_seen and dev._pending == []
+    assert host.tokens_seen == dev.tokens_seen and dev.stepper.read_pending() is None  # nothing left unread
 
 
 @pytest.mark.parametrize("bad_steps", [(3,), (5,), (3, 4, 12)])  # mid-interval, a log step, a burst
@@ -72,7 +72,7 @@ def test_skipped_steps_leave_weights_and_records_as_the_host_check(tmp_path, tin
     assert _same_weights(host, dev) and _optimizer_state_equal(host, dev)
     assert rec_h == rec_d  # skip events (step, count), train lines, eval lines: all equal
     skips = [r["step"] for r in rec_d if r.get("nonfinite_skip")]
-    assert skips == list(bad_steps) and dev.nonfinite_skips == len(bad_steps)
+    assert skips == list(bad_steps) and dev.stepper.nonfinite_skips == len(bad_steps)
     assert dev.tokens_seen == host.tokens_seen == (20 - len(bad_steps)) * 4 * 16
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
     assert summary["nonfinite_skips"] == len(bad_steps) and summary["final_step"] == 20
@@ -95,7 +95,7 @@ def test_no_host_read_between_read_steps(tmp_path, tiny_text_file, monkeypatch):
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=10, log_interval=5,
                                                                   optimizer="adamw"))  # fused AdamW's found_inf
     t = Trainer(cfg, **QUIET)
-    t.device_checks = True
+    t.stepper.on_device = True
     reads = []
     for name in ("item", "tolist", "__bool__", "__float__", "__int__"):
         real = getattr(torch.Tensor, name)
@@ -105,23 +105,31 @@ def test_no_host_read_between_read_steps(tmp_path, tiny_text_file, monkeypatch):
     per_step = []
     for _ in range(5):
         reads.clear()
-        t.train_step(params, 64)
+        t.stepper.train_step(params, 64)
         per_step.append(len(reads))
     assert per_step[:4] == [0, 0, 0, 0] and per_step[4] == 1  # steps 1-4 none; step 5 (log) one tolist
-    t.device_checks = False
+    t.stepper.on_device = False
     reads.clear()
-    t.train_step(params, 64)
+    t.stepper.train_step(params, 64)
     assert reads.count("item") == 2  # the host path reads loss and grad norm every step (CPU default)
 
 
-def test_time_up_reads_pending_steps_before_its_checkpoint(tmp_path, tiny_text_file):
+def test_time_up_reads_pending_steps_before_its_checkpoint(tmp_path, tiny_text_file, monkeypatch):
+    import types
+
+    import depthlab.trainer as tr
+
+    clock = [1000.0]
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(time=lambda: clock[0]))
+
     class TimeUpAt(Callback):
         def on_step_end(self, run, info):
             if info.step == 3:
-                run.cfg.train.max_time = 1e-9  # the next loop check finds the time used up
+                clock[0] += 1e6  # the next loop check finds train.max_time used up
 
-    t, rec, err = _run(tmp_path / "d", tiny_text_file, True, [Poison(2), TimeUpAt()], on_nonfinite="skip")
-    assert err is None and t.step == 3 and t.nonfinite_skips == 1 and t.tokens_seen == 2 * 4 * 16
+    t, rec, err = _run(tmp_path / "d", tiny_text_file, True, [Poison(2), TimeUpAt()], on_nonfinite="skip",
+                       max_time=3600.0)
+    assert err is None and t.step == 3 and t.stepper.nonfinite_skips == 1 and t.tokens_seen == 2 * 4 * 16
     st = torch.load(tmp_path / "d" / "checkpoints" / "step-000003.state.pt", weights_only=True)
     assert st["nonfinite_skips"] == 1 and st["tokens_seen"] == 2 * 4 * 16
 
@@ -144,7 +152,7 @@ def _ddp_worker(rank, port, out, text, mode, queue):
     except BaseException as e:  # noqa: BLE001 - the test compares what each rank ended with
         result = type(e).__name__
     w = torch.cat([p.detach().flatten() for p in t.raw_model.parameters()]).numpy().tobytes()
-    queue.put((rank, result, t.step, t.nonfinite_skips, w))
+    queue.put((rank, result, t.step, t.stepper.nonfinite_skips, w))
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -170,12 +178,13 @@ def test_compile_auto_is_the_default_and_means_cuda_only(tmp_path, tiny_text_fil
     t = Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
     assert t.model is t.raw_model and t.resolved()["compile"] is False  # CPU: eager
     assert json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]["compile"] is False
-    t.device = torch.device("cuda")  # the decision alone (no CUDA here)
-    assert t._compile_wanted() is True
-    t.cfg.train.compile = False
-    assert t._compile_wanted() is False
-    t.device, t.cfg.train.compile = torch.device("cpu"), True
-    assert t._compile_wanted() is True
+    from depthlab.training.runtime import Runtime
+
+    for compile_, device, want in (("auto", "cuda", True), (False, "cuda", False), (True, "cpu", True),
+                                   ("auto", "cpu", False)):
+        rt = Runtime(TrainConfig(compile=compile_))
+        rt.device = torch.device(device)  # the decision alone (no CUDA here)
+        assert rt.compile_wanted is want, (compile_, device)
 
 
 @pytest.mark.slow

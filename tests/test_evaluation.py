@@ -66,9 +66,8 @@ def test_run_summary_holds_the_whole_split_loss_of_the_best_weights(tmp_path, ti
     with torch.no_grad():
         for p in tr.raw_model.parameters():
             p.add_(torch.randn_like(p))
-    tr.step += 1
-    tr._final_validation()
-    assert tr.final_val["val_loss"] == pytest.approx(want.loss, rel=1e-6)
+    tr.evaluator.final_validation(tr.raw_model, tr.step + 1, tr.run_dir, log=lambda s: None)
+    assert tr.evaluator.final_val["val_loss"] == pytest.approx(want.loss, rel=1e-6)
 
 
 def test_final_validation_off_leaves_the_summary_without_it(tmp_path, tiny_text_file):

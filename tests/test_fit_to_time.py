@@ -37,7 +37,7 @@ class _StopAt:
 
     def on_step_end(self, run, info):
         if info.step == self.step:
-            run._signal = 15
+            run.request_stop(15)
 
 
 def _run(tmp_path, tiny_text_file, name, stop_at=None, **train):
@@ -62,11 +62,11 @@ def _resume(tmp_path, tiny_text_file, name, **train):
 
 def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, tiny_text_file, fake_clock):
     t, s, c = _run(tmp_path, tiny_text_file, "fit")
-    plan = c["resolved"]["fit_to_time"]
+    plan = c["resolved"]["plan"]
     n = plan["max_iters"]
     assert plan["max_iters_asked"] == 100_000 and plan["at_step"] in (FIT_STEPS, REFIT_STEPS)
     assert FIT_STEPS < n < 100_000
-    assert c["train"]["max_iters"] == n  # a resume continues the planned schedule
+    assert c["train"]["max_iters"] == 100_000  # config.json keeps what was asked; the plan is beside it
     # the time budget ended it (as a cut would say), at the planned step with the decay finished
     assert s["stopped_by"] == "max_time" and s["final_step"] == n
     assert s["wall_time_s"] <= 6.0
@@ -76,23 +76,23 @@ def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, ti
 
 def test_off_the_time_limit_cuts_the_run_mid_decay(tmp_path, tiny_text_file, fake_clock):
     t, s, c = _run(tmp_path, tiny_text_file, "off", fit_to_time=False)
-    assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 100_000
+    assert "plan" not in c["resolved"] and c["train"]["max_iters"] == 100_000
     assert s["stopped_by"] == "max_time" and t.lr_at(s["final_step"]) > 1e-3  # cut far from min_lr
 
 
 def test_a_run_that_fits_is_untouched(tmp_path, tiny_text_file, fake_clock):
     _, s, c = _run(tmp_path, tiny_text_file, "fits", max_iters=60)
-    assert "fit_to_time" not in c["resolved"] and c["train"]["max_iters"] == 60 and s["final_step"] == 60
+    assert "plan" not in c["resolved"] and c["train"]["max_iters"] == 60 and s["final_step"] == 60
     assert s["stopped_by"] == "max_iters"
 
 
 def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):
     _, s, c = _run(tmp_path, tiny_text_file, "r")
-    n = c["train"]["max_iters"]
+    n = c["resolved"]["plan"]["max_iters"]
     assert main(["train", "--resume", str(tmp_path / "r")]) == 0
     assert "nothing to train" in capsys.readouterr().out
     c2 = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert c2["train"]["max_iters"] == n and c2["resolved"]["fit_to_time"]["max_iters"] == n
+    assert c2 == c and c2["train"]["max_iters"] == 100_000 and c2["resolved"]["plan"]["max_iters"] == n < 100_000
 
 
 def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
@@ -113,8 +113,9 @@ def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
 
 def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_file, fake_clock):
     t, s, c = _run(tmp_path, tiny_text_file, "w", warmup_iters=5000, learning_rate=3e-3)
-    plan, n = c["resolved"]["fit_to_time"], c["train"]["max_iters"]
-    w = c["train"]["warmup_iters"]
+    plan = c["resolved"]["plan"]
+    n, w = plan["max_iters"], plan["warmup_iters"]
+    assert c["train"]["warmup_iters"] == 5000  # what was asked stays in the config
     assert plan["warmup_iters_asked"] == 5000 and FIT_STEPS <= w <= n // 4
     assert t.lr_at(w) == 3e-3 and t.lr_at(n) == 1e-4  # reaches the peak, then decays to min_lr
     assert s["stopped_by"] == "max_time" and s["final_step"] == n
@@ -126,10 +127,10 @@ def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_tex
     with pytest.raises(Interrupted):
         _run(tmp_path, tiny_text_file, "k", stop_at=FIT_STEPS + 30)
     c = json.loads((tmp_path / "k" / "config.json").read_text())
-    n = c["train"]["max_iters"]
-    assert c["resolved"]["fit_to_time"]["max_iters"] == n < 100_000
+    n = c["resolved"]["plan"]["max_iters"]
+    assert n < 100_000 == c["train"]["max_iters"]
     t, s, c2 = _resume(tmp_path, tiny_text_file, "k")
-    assert c2["resolved"]["fit_to_time"] == c["resolved"]["fit_to_time"] and c2["train"]["max_iters"] == n
+    assert c2["resolved"]["plan"] == c["resolved"]["plan"] and c2["train"] == {**c["train"], "resume": True}
     assert s["final_step"] == n and s["stopped_by"] == "max_time"
 
 
@@ -138,9 +139,9 @@ def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny
 
     with pytest.raises(Interrupted):
         _run(tmp_path, tiny_text_file, "e", stop_at=10)
-    assert "fit_to_time" not in json.loads((tmp_path / "e" / "config.json").read_text())["resolved"]
+    assert "plan" not in json.loads((tmp_path / "e" / "config.json").read_text())["resolved"]
     t, s, c = _resume(tmp_path, tiny_text_file, "e")
-    plan = c["resolved"]["fit_to_time"]
+    plan = c["resolved"]["plan"]
     assert plan["at_step"] in (10 + FIT_STEPS, 10 + REFIT_STEPS) and s["final_step"] == plan["max_iters"] < 100_000
     assert s["stopped_by"] == "max_time"
 
@@ -168,7 +169,7 @@ def test_the_second_plan_follows_the_measured_speed(tmp_path, tiny_text_file, fa
     t = Trainer(cfg, callbacks=[_SpeedUp(fake_clock, FIT_STEPS + 5, factor)], log=lines.append)
     run = t.fit()
     s = json.loads((run / "summary.json").read_text())
-    plan = json.loads((run / "config.json").read_text())["resolved"]["fit_to_time"]
+    plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
     first = [x for x in lines if "would not fit" in x][0]
     n1 = int(first.split("max_iters is now ")[1].split()[0].rstrip(","))
     assert plan["at_step"] >= REFIT_STEPS and any("re-measured" in x for x in lines)
@@ -187,17 +188,17 @@ def test_a_late_change_of_speed_moves_the_end_halfway_and_the_rate_continues_wit
     lines = []
     t = Trainer(cfg, callbacks=[_SpeedUp(fake_clock, REFIT_STEPS + 50, 0.5)], log=lines.append)
     run = t.fit()
-    plan = json.loads((run / "config.json").read_text())["resolved"]["fit_to_time"]
+    plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
     at, n = plan["at_step"], plan["max_iters"]
     assert at > REFIT_STEPS + 4 * 50 and n > at and sum("re-measured" in x for x in lines) >= 1
-    assert t.lr_anchor is not None and t.lr_anchor[0] == at and t.lr_anchor[2] == n
+    assert t.schedule.anchor is not None and t.schedule.anchor[0] == at and t.schedule.anchor[2] == n
     # continuity at the late plan: the logged rate (every 10 steps) moves by what ~10 steps of decay do;
     # recomputing the cosine for the new end instead would jump by ~1e-3 here
     lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
            if r.get("kind") == "train"}
     before, after = max(k for k in lrs if k < at), min(k for k in lrs if k > at)
     assert 0 < lrs[before] - lrs[after] < 5e-5, (lrs[before], lrs[after])
-    assert t.lr_at(at) == pytest.approx(t.lr_anchor[1]) and t.lr_at(at + 1) < t.lr_at(at)
+    assert t.lr_at(at) == pytest.approx(t.schedule.anchor[1]) and t.lr_at(at + 1) < t.lr_at(at)
     assert t.lr_at(n) == 1e-4
     s = json.loads((run / "summary.json").read_text())
     assert n - n // 50 <= s["final_step"] <= n and s["stopped_by"] == "max_time"

@@ -41,7 +41,7 @@ def test_patience_counter_survives_resume(tmp_path, tiny_text_file):
     t.evaluate = lambda: {"train": 1.0, "val": next(vals)}
     t.fit()  # one evaluation without improvement at step 10
     t2 = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=100, resume=True)), **QUIET)
-    assert t2.evals_without_improvement == 1
+    assert t2.evaluator.evals_without_improvement == 1
     t2.evaluate = lambda: {"train": 1.0, "val": 2.6}
     t2.fit()
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 15

@@ -14,7 +14,8 @@ from depthlab.checkpoint import RESUME_NOTED, RESUME_SILENT, resume_changes
 from depthlab.cli import main
 from depthlab.config import RunConfig, TrainConfig, schedule_warnings
 from depthlab.errors import DepthlabError
-from depthlab.trainer import Trainer, val_perplexity
+from depthlab.callbacks import Callback
+from depthlab.trainer import Interrupted, Trainer, val_perplexity
 
 
 def _snapshot(run):
@@ -204,7 +205,7 @@ class _SignalOnThisRank(_PoisonGrad):
 
     def on_step_end(self, run, info):
         if info.step == self.step:
-            run._signal = 15
+            run.request_stop(15)
 
 
 def _ddp_worker(rank, port, out, text, case, queue):
@@ -224,8 +225,8 @@ def _ddp_worker(rank, port, out, text, case, queue):
         cbs = [_SignalOnThisRank(5)]
     t = Trainer(cfg, callbacks=cbs, **QUIET)
     if case == "fit" and rank == 1:  # this rank measures itself twice as slow: its shorter plan must win
-        plan = t._fit_plan
-        t._fit_plan = lambda s_step, bar: plan(2 * s_step, bar)
+        fit = t.budget.steps_that_fit
+        t.budget.steps_that_fit = lambda step, s_step, elapsed: fit(step, 2 * s_step, elapsed)
     if case == "savefail" and rank == 0:
         real = t.save
 
@@ -239,7 +240,7 @@ def _ddp_worker(rank, port, out, text, case, queue):
         result = "ok"
     except BaseException as e:  # noqa: BLE001 - the test compares what each rank ended with
         result = type(e).__name__
-    queue.put((rank, result, t.step, t.stopped_by, t.cfg.train.max_iters))
+    queue.put((rank, result, t.step, t.stopped_by, t.schedule.max_iters))
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -282,16 +283,27 @@ def test_extending_a_finished_run_continues_from_its_learning_rate(tmp_path, tin
     t.fit()
     again = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=40, resume=True)),
                     **QUIET)
-    assert again.lr_anchor == t.lr_anchor  # stored in the checkpoint: a later resume keeps the same schedule
+    assert again.schedule.anchor == t.schedule.anchor  # stored in the checkpoint: a later resume keeps it
+
+
+class _StopAfter(Callback):
+    """Asks the run to stop (as SIGTERM would) after step ``step``."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            run.request_stop()
 
 
 def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file):
     from depthlab.trainer import get_lr
 
     cfg = dict(max_iters=20, eval_interval=10, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
-    t = Trainer(tiny_config(tmp_path / "m", tiny_text_file, train=cfg), **QUIET)
-    t.cfg.train.max_iters = 10  # stop at the step-10 checkpoint, as a crash would leave it
-    t.fit()
+    t = Trainer(tiny_config(tmp_path / "m", tiny_text_file, train=cfg), callbacks=[_StopAfter(10)], **QUIET)
+    with pytest.raises(Interrupted):  # stopped at the step-10 checkpoint, as a crash would leave it
+        t.fit()
     r = Trainer(tiny_config(tmp_path / "m", tiny_text_file, train=dict(cfg, max_iters=60, resume=True)), **QUIET)
     # the run planned a decay to step 20 (its config.json); at step 10 that schedule was at get_lr(10, .., 20)
     assert r.step == 10 and abs(r.lr_at(10) - get_lr(10, 3e-3, 1e-4, 2, 20)) < 1e-12
@@ -338,10 +350,10 @@ def test_kill_between_new_best_and_its_manifest_entry_keeps_best_loadable(tmp_pa
                                                  ("auto", False, "sdpa"), ("auto", True, "explicit")])
 def test_attention_auto_is_explicit_only_under_cpu_bf16(tmp_path, tiny_text_file, monkeypatch, dtype, bf16_cpu, want):
     # explicit attention pays only under bf16 autocast on CPU; in fp32 SDPA is faster (benchmarks/train_speed.py)
-    import depthlab.trainer as tr
+    import depthlab.training.runtime as rt
     from depthlab.trainer import use_explicit_attention
 
-    monkeypatch.setattr(tr, "cpu_has_bf16", lambda: bf16_cpu)
+    monkeypatch.setattr(rt, "cpu_has_bf16", lambda: bf16_cpu)
     t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=1, dtype=dtype)), **QUIET)
     assert t.resolved()["attention"] == want
     assert all(b.attn.explicit == (want == "explicit") for b in t.model.transformer.h)

@@ -261,7 +261,8 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_before_clip(self, info)
 
-    def _checks_on_device(self) -> bool:
+    @property
+    def checks_on_device(self) -> bool:
         """Whether this run keeps the non-finite check on the device (see ``device_checks``)."""
         on = self.device.type == "cuda" if self.device_checks is None else self.device_checks
         return bool(on and self.optimizer.defaults.get("fused"))  # found_inf needs the fused kernel
@@ -281,7 +282,7 @@ class Trainer:
                      f"(a total); pass a larger --train.max_iters to extend it. Nothing was changed.")
             self.metrics.close()
             return self.run_dir
-        self.stepper.on_device = self._checks_on_device()
+        self.stepper.on_device = self.checks_on_device
         tokens_per_step = t.batch_size * self.runtime.accum * m.block_size * self.world_size
         self.budget.begin(self.step)
         self._banner(tokens_per_step)
