@@ -21,7 +21,7 @@ def machine_info() -> str:
         pass
     import os
 
-    from depthlab.trainer import cpu_has_bf16
+    from depthlab.training.runtime import cpu_has_bf16
 
     bf16 = "yes" if cpu_has_bf16() else "no (bf16 rows are emulated, far slower than fp32)"
     return (f"cpu: {cpu} | cores: {os.cpu_count()} | torch {torch.__version__} | "

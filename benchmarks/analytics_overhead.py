@@ -31,7 +31,7 @@ from depthlab.data import get_batch, load_corpus
 from depthlab.model import GPT
 from depthlab.callbacks import StepInfo
 from depthlab.rundir import MetricsWriter
-from depthlab.trainer import make_optimizer
+from depthlab.training.optimization import make_optimizer
 
 
 class _StubRun:

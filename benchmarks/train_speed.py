@@ -18,7 +18,8 @@ from _common import machine_info, median, time_steps
 from depthlab.benchmarking import flops_per_token, matmul_flops
 from depthlab.config import ModelConfig, TrainConfig
 from depthlab.model import GPT
-from depthlab.trainer import autocast_ctx, configure_attention, cpu_has_bf16, make_optimizer
+from depthlab.training.optimization import make_optimizer
+from depthlab.training.runtime import autocast_ctx, configure_attention, cpu_has_bf16
 
 SHAPES = {
     "nanoGPT CPU (4L 4H 128C T64 B12)": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12),

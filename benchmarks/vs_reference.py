@@ -72,7 +72,8 @@ def ref_step():
 def depthlab_step(dtype):
     from depthlab.config import ModelConfig, TrainConfig
     from depthlab.model import GPT
-    from depthlab.trainer import autocast_ctx, configure_attention, make_optimizer
+    from depthlab.training.optimization import make_optimizer
+    from depthlab.training.runtime import autocast_ctx, configure_attention
 
     torch.manual_seed(0)
     m = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True))

@@ -54,7 +54,7 @@ def peak_flops() -> tuple[float, str]:
             if key in name:
                 return v, f"{name} (datasheet bf16 dense peak {v / 1e12:.0f} TFLOP/s)"
         return 989e12, f"{name} (unknown: assuming 989 TFLOP/s)"
-    from .trainer import cpu_has_bf16
+    from .training.runtime import cpu_has_bf16
 
     dtype = "bf16" if cpu_has_bf16() else "fp32"  # emulated bf16 (no avx512_bf16/AMX) is no peak at all
     v = matmul_flops(torch.bfloat16 if dtype == "bf16" else torch.float32, reps=5)
