@@ -22,6 +22,7 @@ from depthlab.analytics.activations import rank_measure
 from depthlab.report import build_report, html_table, render_page
 from depthlab.report import html as H
 from depthlab.report import plots as P
+from depthlab.units import fmt_value
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 CONTENT_PX = 1240 - 2 * 28  # the report's content column (main max-width minus padding)
@@ -120,7 +121,7 @@ def test_wide_tables_wrap_at_joints():
                                          (2.14631, "2.1463"), (0.90312, "0.9031"), (4.5e-05, "4.500e-05"),
                                          (1234, "1234"), (123456, "123,456")])
 def test_numbers_without_useless_decimals(value, shown):
-    assert H._fmt(value) == shown
+    assert fmt_value(value) == shown
 
 
 PAGE_CHECK = """<pre id="check">pending</pre><script>
@@ -223,7 +224,7 @@ def test_whole_split_card_shows_the_final_validation(run_dir):
     assert fv is not None and fv["tokens"] == fv["of_tokens"]  # the tiny corpus's whole val split
     card = [c for c in H._cards(data) if c[0] == "whole val split"]
     assert card == [("whole val split", f"{fv['val_loss']:.3f}",
-                     f"nats/char, best weights, all {H._fmt(fv['of_tokens'])} val characters")]
+                     f"nats/char, best weights, all {fmt_value(fv['of_tokens'])} val characters")]
     data.summary = {**data.summary, "final_validation": {**fv, "tokens": 64}}
     assert [c for c in H._cards(data) if c[0] == "whole val split"][0][2].startswith("nats/char, best weights, 64 of ")
     data.summary = {**data.summary, "final_validation": None}  # off, or a run older than the field

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .units import LN2
+
 __all__ = ["MAX_TOKENS", "SplitLoss", "describe", "forward_batches", "split_loss", "split_windows"]
 
 #: Most target tokens one whole-split evaluation reads: past this, windows evenly spaced over the
@@ -120,7 +122,7 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
     finally:
         model.train(was_training)
     loss = total / count
-    return SplitLoss(loss=loss, bpc=total / max(chars, 1) / math.log(2), tokens=count, of_tokens=n_targets)
+    return SplitLoss(loss=loss, bpc=total / max(chars, 1) / LN2, tokens=count, of_tokens=n_targets)
 
 
 def describe(result: SplitLoss, block_size: int) -> str:

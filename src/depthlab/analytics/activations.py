@@ -23,7 +23,6 @@ the training callback (:class:`ActivationProbe`), the probe at initialisation
 from __future__ import annotations
 
 import contextlib
-import math
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -31,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from ..callbacks import Callback, RunView, StepInfo
+from ..units import finite_or_none
 
 __all__ = ["record_activations", "rms", "rank_measure", "attention_entropy", "uniform_attention_entropy",
            "token_cosine", "dead_fraction", "block_hook_names", "block_stats", "probe_stats", "ActivationProbe",
@@ -181,10 +181,6 @@ def dead_fraction(h: torch.Tensor) -> float:
     return float(1.0 - alive.float().mean())
 
 
-def _finite_or_none(v: float) -> Optional[float]:
-    return v if math.isfinite(v) else None
-
-
 def block_hook_names(n_layer: int) -> list[str]:
     """The hook points :func:`block_stats` observes, for blocks 0 .. n_layer - 1.
 
@@ -210,8 +206,8 @@ def _per_block(acts: dict[str, torch.Tensor], n_layer: int, relu: bool) -> dict:
         out["attn_out_rms"].append(rms(acts[f"{p}.hook_attn_out"]))
         out["mlp_out_rms"].append(rms(acts[f"{p}.hook_mlp_out"]))
         out["attn_entropy"].append(attention_entropy(acts[f"{p}.attn.hook_pattern"]).tolist())
-        out["rank_measure"].append(_finite_or_none(rank_measure(r)))
-        out["token_cosine"].append(_finite_or_none(token_cosine(r)))
+        out["rank_measure"].append(finite_or_none(rank_measure(r)))
+        out["token_cosine"].append(finite_or_none(token_cosine(r)))
         if relu:
             out["dead_frac"].append(dead_fraction(acts[f"{p}.mlp.hook_post"]))
     return out

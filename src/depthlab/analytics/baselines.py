@@ -24,8 +24,8 @@ import numpy as np
 from ..errors import DepthlabError
 from ..callbacks import Callback, RunView, StepInfo
 from ..rundir import BASELINES, write_json
+from ..units import LN2
 
-LN2 = math.log(2.0)
 DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
 
 __all__ = ["uniform_nats", "unigram_nats", "bigram_nats", "corpus_baselines", "write_baselines",

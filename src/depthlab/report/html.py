@@ -14,7 +14,6 @@ import base64
 import datetime as _dt
 import html
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,8 @@ from typing import Any, Iterable, Optional, Sequence, Union
 from ..analytics.diagnose import Thresholds, loss_level
 from ..analytics.samples import TEMPERATURE, TOP_K
 from ..errors import DepthlabError
-from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, finite_or_none
+from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write
+from ..units import finite_or_none, fmt_value
 from .plots import PLOTS, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
@@ -118,7 +118,7 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
         caption: optional caption under the image (plain text).
         width: optional display width in CSS pixels. Wider images always scale down to the
             content column (never a horizontal scroll); figures are drawn at most
-            :data:`depthlab.report.plots.MAX_W` inches wide so that a run report shows them at 1:1.
+            :data:`depthlab.report.figures.MAX_W` inches wide so that a run report shows them at 1:1.
 
     Returns:
         HTML text.
@@ -138,32 +138,6 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
     cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
     return (f'<figure><img src="data:image/png;base64,{b64}" alt="{esc(alt or p.stem)}"{w} '
             f'loading="eager">{cap}</figure>')
-
-
-def _fmt(v: Any) -> str:
-    """A cell value as text: floats to 4 significant digits below 100, fewer decimals above
-    (``2.4823``, ``198.3``, ``3,099``: a throughput of thousands of tokens/s has no useful
-    decimals), scientific notation below 1e-3 and from 1e12 on."""
-    if isinstance(v, bool) or v is None:
-        return "—" if v is None else str(v).lower()
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            return str(v)
-        a = abs(v)
-        if v != 0 and (a < 1e-3 or a >= 1e12):
-            return f"{v:.3e}"
-        if a < 1:
-            return f"{v:.4g}"
-        if a < 100:
-            return f"{v:.4f}".rstrip("0").rstrip(".")
-        if a < 1000:
-            return f"{v:.1f}".rstrip("0").rstrip(".")
-        return f"{v:,.0f}"
-    if isinstance(v, int):
-        return f"{v:,}" if abs(v) >= 10000 else str(v)
-    if isinstance(v, (list, dict)):
-        return json.dumps(v)
-    return str(v)
 
 
 def _breakable(value: Any) -> str:
@@ -197,7 +171,7 @@ def html_table(rows: Iterable[Sequence[Any]], header: Optional[Sequence[str]] = 
         cells = []
         for c in row:
             num = isinstance(c, (int, float)) and not isinstance(c, bool)
-            cells.append(f'<td class="num">{esc(_fmt(c))}</td>' if num else f"<td>{text(_fmt(c))}</td>")
+            cells.append(f'<td class="num">{esc(fmt_value(c))}</td>' if num else f"<td>{text(fmt_value(c))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
@@ -268,12 +242,12 @@ def _cards(run: RunData) -> list[tuple[str, str, str]]:
     fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
     whole = finite_or_none(fv.get("val_loss"))
     if whole is not None:
-        part = "all" if fv.get("tokens") == fv.get("of_tokens") else f"{_fmt(fv.get('tokens'))} of"
+        part = "all" if fv.get("tokens") == fv.get("of_tokens") else f"{fmt_value(fv.get('tokens'))} of"
         what = "characters" if run.unit == "char" else "tokens"
         cards.append(("whole val split", f"{whole:.3f}", f"nats/{run.unit}, best weights, {part} "
-                      f"{_fmt(fv.get('of_tokens'))} val {what}"))
+                      f"{fmt_value(fv.get('of_tokens'))} val {what}"))
     if s.get("final_step") is not None:
-        cards.append(("steps", _fmt(s["final_step"]), "optimizer steps"))
+        cards.append(("steps", fmt_value(s["final_step"]), "optimizer steps"))
     if finite_or_none(s.get("tokens_seen")) is not None:
         cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters" if run.unit == "char"
                       else "tokens"))
@@ -358,7 +332,7 @@ def _samples_section(run: RunData) -> Optional[str]:
     rows = []
     for r in shown:
         v = val.get(r.get("step"))
-        rows.append(f'<tr><td class="num">{esc(_fmt(r.get("step")))}</td>'
+        rows.append(f'<tr><td class="num">{esc(fmt_value(r.get("step")))}</td>'
                     f'<td class="num">{esc("—" if v is None else f"{v:.3f}")}</td>'
                     f'<td class="text">{esc(r["text"])}</td></tr>')
     note = (f"{len(recs)} samples recorded; {len(shown)} shown, evenly spaced. " if len(shown) < len(recs) else "")

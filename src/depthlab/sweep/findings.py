@@ -12,12 +12,11 @@ import math
 import statistics as st
 from typing import Any, Optional, Sequence
 
+from ..units import LN2
 from .results import OK_STATUSES, aggregate, field_value, group_name
 from .science import init_last_rank
 
 __all__ = ["summary_lines", "init_lines", "aggregate_table"]
-
-LN2 = math.log(2)
 
 
 def _blocks(n: Any) -> str:

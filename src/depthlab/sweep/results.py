@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import DepthlabError
-from ..rundir import RunDir, atomic_write, finite_or_none, read_json
+from ..rundir import RunDir, atomic_write, read_json
+from ..units import LN2, finite_or_none, number_or_none
 from .spec import RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_JSON
 
 __all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "is_sweep_dir", "load_sweep",
@@ -39,14 +40,6 @@ FINAL_STATUSES = ("ok", "nonfinite")
 
 #: Fields with their own leading column (not repeated among the varied fields).
 _LEADING_FIELDS = ("model.n_layer", "model.variant", "train.seed")
-
-
-def _num(v: Any) -> Optional[float]:
-    """``float(v)`` (non-finite kept), or None when it is not a number."""
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
 
 
 def field_value(config: dict, key: str) -> Any:
@@ -108,7 +101,7 @@ def run_details(run_dir: str | Path) -> dict:
         "diagnosis" [rule names]}``.
     """
     rd = RunDir(run_dir)
-    evals = [(r["step"], _num(r.get("train_loss")), _num(r.get("val_loss"))) for r in rd.evals]
+    evals = [(r["step"], number_or_none(r.get("train_loss")), number_or_none(r.get("val_loss"))) for r in rd.evals]
     grad = [r for r in rd.metrics("grad") if isinstance(r.get("grad_norm_block"), list)]
     probe = [r for r in rd.metrics("probe") if isinstance(r.get("rank_measure"), list)]
     diag = rd.diagnosis
@@ -133,23 +126,24 @@ def _metric_cells(d: dict, best: Optional[float]) -> dict:
     """best_val_bpc, whole_val_loss, tokens_per_sec, grad_ratio_first_last, init/last last_block_rank,
     diagnosis of one run."""
     s = d["summary"] or {}
-    per_char = 1.0 / math.log(2)  # bits per character per nat of loss: 1 / ln 2 for chars
-    sb, sl = (_num(s.get("best_val_bpc")), _num(s.get("best_val_loss"))) if s else (None, None)
-    if sb and sl and abs(sb / sl * math.log(2) - 1.0) > 1e-9:  # BPE: the run's characters per token
+    per_char = 1.0 / LN2  # bits per character per nat of loss: 1 / ln 2 for chars
+    sb, sl = (number_or_none(s.get("best_val_bpc")), number_or_none(s.get("best_val_loss"))) if s else (None, None)
+    if sb and sl and abs(sb / sl * LN2 - 1.0) > 1e-9:  # BPE: the run's characters per token
         per_char = sb / sl
     fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
     row: dict[str, Any] = {"best_val_bpc": best * per_char if best is not None else None,
-                           "whole_val_loss": _num(fv.get("val_loss")),
-                           "tokens_per_sec": _num(s.get("tokens_per_sec")) if s else None,
+                           "whole_val_loss": number_or_none(fv.get("val_loss")),
+                           "tokens_per_sec": number_or_none(s.get("tokens_per_sec")) if s else None,
                            "grad_ratio_first_last": None}
     if d["grad"]:
         g = d["grad"][-1]["grad_norm_block"]
-        if g and _num(g[-1]) and _num(g[0]) is not None and _num(g[-1]) > 0:
-            row["grad_ratio_first_last"] = _num(g[0]) / _num(g[-1])
+        g0, g1 = (number_or_none(g[0]), number_or_none(g[-1])) if g else (None, None)
+        if g0 is not None and g1 is not None and g1 > 0:
+            row["grad_ratio_first_last"] = g0 / g1
     init = (d.get("init_probe") or {}).get("rank_measure")
-    row["init_last_block_rank"] = _num(init[-1]) if isinstance(init, list) and init else None
+    row["init_last_block_rank"] = number_or_none(init[-1]) if isinstance(init, list) and init else None
     last = d["probe"][-1]["rank_measure"] if d["probe"] else None
-    row["last_block_rank"] = _num(last[-1]) if last else None
+    row["last_block_rank"] = number_or_none(last[-1]) if last else None
     row["diagnosis"] = ";".join(d["diagnosis"])
     return row
 
@@ -161,15 +155,15 @@ def _row(run: dict, d: dict, exists: bool, varied: list[str], multi: bool) -> di
     evals = [e for e in d["evals"] if e[2] is not None]
     finite = [e[2] for e in evals if math.isfinite(e[2])]
     status = _status(d, exists)
-    best = _num(s.get("best_val_loss")) if s else (min(finite) if finite else None)
+    best = number_or_none(s.get("best_val_loss")) if s else (min(finite) if finite else None)
     if best is not None and not math.isfinite(best):
         best = None
     row = {
         "n_layer": cfg["model"]["n_layer"], "variant": cfg["model"]["variant"], "seed": cfg["train"]["seed"],
-        "final_train_loss": _num(s.get("final_train_loss")) if s else (evals[-1][1] if evals else None),
-        "final_val_loss": _num(s.get("final_val_loss")) if s else (evals[-1][2] if evals else None),
+        "final_train_loss": number_or_none(s.get("final_train_loss")) if s else (evals[-1][1] if evals else None),
+        "final_val_loss": number_or_none(s.get("final_val_loss")) if s else (evals[-1][2] if evals else None),
         "best_val_loss": best,
-        "wall_time_s": _num(s.get("wall_time_s")) if s else _num(st_.get("wall_s")),
+        "wall_time_s": number_or_none(s.get("wall_time_s")) if s else number_or_none(st_.get("wall_s")),
         "status": status,
     }
     if multi:

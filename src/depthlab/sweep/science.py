@@ -19,7 +19,8 @@ import statistics as st
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..rundir import atomic_write, finite_or_none
+from ..rundir import atomic_write
+from ..units import finite_or_none, fmt_value
 from .results import OK_STATUSES, aggregate, field_value, mean_metric, sweep_items
 
 __all__ = ["CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "science_claims", "claims_markdown", "write_science_table",
@@ -93,11 +94,7 @@ def steps_to(it: dict, target: float) -> Optional[int]:
 
 def _vals(items: Sequence[dict], key: str) -> str:
     vs = sorted({field_value(it["config"], key) for it in items}, key=lambda v: (str(type(v)), v))
-    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in vs)
-
-
-def _fmt(v: Optional[float], nd: int = 3) -> str:
-    return "—" if v is None else f"{v:.{nd}f}"
+    return ", ".join(fmt_value(v, "g", missing="None") for v in vs)
 
 
 def _sorted_values(items: Sequence[dict], key: str) -> list:
@@ -137,7 +134,7 @@ def rank_init(items: Sequence[dict], extra: dict) -> Row:
             rs = [r for r in (init_last_rank(it) for it in _by(items, model__variant=v, model__n_layer=L))
                   if r is not None]
             tab[(v, L)] = st.mean(rs) if rs else None
-    nums = "; ".join(f"{v}: " + ", ".join(f"L{L} {_fmt(tab[(v, L)], 3)}" for L in depths) for v in variants)
+    nums = "; ".join(f"{v}: " + ", ".join(f"L{L} {fmt_value(tab[(v, L)], '.3f')}" for L in depths) for v in variants)
     verdict = "not run"
     if "plain" in variants:
         pl = [tab[("plain", L)] for L in depths]
@@ -226,7 +223,7 @@ def _warmup_cell(items: Sequence[dict], v: str, w: int) -> tuple[str, Optional[f
     sel = _by(items, model__variant=v, train__warmup_iters=w)
     bad = any(not _ok(it) for it in sel)
     m = mean_metric(sel)
-    return ("diverged" if bad and m is None else _fmt(m)), m, bad
+    return ("diverged" if bad and m is None else fmt_value(m, ".3f")), m, bad
 
 
 def _init_grad_note(items: Sequence[dict]) -> str:
@@ -313,7 +310,7 @@ def _rezero_variant(items: Sequence[dict], v: str, target: float) -> tuple[str, 
         sel = _by(items, model__variant=v, train__learning_rate=lr)
         s = _mean([steps_to(it, target) for it in sel])
         m = mean_metric(sel) if all(_ok(it) for it in sel) else None
-        cells.append(f"lr {lr:g} {'—' if s is None else f'{s:g}'} / {_fmt(m)}")
+        cells.append(f"lr {lr:g} {fmt_value(s, 'g')} / {fmt_value(m, '.3f')}")
         if s is not None:
             steps.append((s, lr))
         if m is not None:
@@ -327,7 +324,7 @@ def _best_text(v: str, s: Optional[tuple], loss: Optional[tuple], tps: Optional[
         steps = "never reached"
     else:
         steps = f"{s[0]:g} steps (lr {s[1]:g}" + (f", {s[0] * tps:,.0f} tokens)" if tps else ")")
-    return f"{v} {steps}, loss {_fmt(loss[0] if loss else None)}" + (f" (lr {loss[1]:g})" if loss else "")
+    return f"{v} {steps}, loss {fmt_value(loss[0] if loss else None, '.3f')}" + (f" (lr {loss[1]:g})" if loss else "")
 
 
 def rezero_speed(items: Sequence[dict], extra: dict) -> Row:
@@ -394,8 +391,8 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> Row:
             mp, md = mean_metric(pn), mean_metric(dn)
             bad_p = any(not _ok(it) for it in pn)
             bad_d = any(not _ok(it) for it in dn)
-            parts.append(f"L{L} lr {lr:g}: post-LN {'diverged' if bad_p else _fmt(mp)}, "
-                         f"DeepNorm {'diverged' if bad_d else _fmt(md)}")
+            parts.append(f"L{L} lr {lr:g}: post-LN {'diverged' if bad_p else fmt_value(mp, '.3f')}, "
+                         f"DeepNorm {'diverged' if bad_d else fmt_value(md, '.3f')}")
             fails.append(bad_d)
             wins.append(md is not None and (bad_p or mp is None or md <= mp + 0.02))
     verdict = "yes" if wins and all(wins) and not any(fails) else ("partly" if any(wins) else "no")

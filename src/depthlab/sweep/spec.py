@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ..errors import DepthlabError
+from ..units import fmt_value
 
 __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
            "RUNS", "RESULTS_CSV", "RESULTS_MD",
@@ -480,9 +481,10 @@ def default_sweep_dir(spec: SweepSpec, profile: Optional[str], file: Optional[st
 
 
 # --------------------------------------------------------------------------- expansion
-def _fmt_value(v: Any) -> str:
-    s = f"{v:g}" if isinstance(v, float) else str(v)
-    return re.sub(r"[^A-Za-z0-9.+-]", "_", s)
+def _name_part(v: Any) -> str:
+    """A grid value as a run name writes it: :func:`~depthlab.units.fmt_value` with ``g`` (None is
+    ``None``), every character outside ``A-Za-z0-9.+-`` replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", fmt_value(v, "g", missing="None"))
 
 
 def _nest(flat: dict[str, Any]) -> dict:
@@ -503,13 +505,13 @@ def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
     short = [k.split(".")[1] for k in keys]
     if len(set(short)) != len(short):
         short = [k.replace(".", "-") for k in keys]
-    widths = {k: max(len(_fmt_value(v)) for v in exp.grid[k]) for k in keys
+    widths = {k: max(len(_name_part(v)) for v in exp.grid[k]) for k in keys
               if all(isinstance(v, int) and not isinstance(v, bool) for v in exp.grid[k])}
     out = []
     for combo in itertools.product(*(exp.grid[k] for k in keys)):
         parts = []
         for k, s, v in zip(keys, short, combo):
-            fv = _fmt_value(v)
+            fv = _name_part(v)
             parts.append(f"{s}-{fv.zfill(widths[k]) if k in widths else fv}")
         name = "_".join(parts) or "run"
         out.append((f"{exp.name}/{name}" if exp.name else name, dict(zip(keys, combo))))
