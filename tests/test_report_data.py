@@ -7,6 +7,7 @@ import pytest
 
 from depthlab.errors import DepthlabError
 from depthlab.report import plots as P
+from depthlab.report.run_data import matrix, series
 from depthlab.rundir import CONFIG, METRICS, PLOTS, SUMMARY
 
 
@@ -35,9 +36,9 @@ def test_records_split_by_kind_old_and_new(tmp_path):
     assert [r["step"] for r in run.grads] == [10] and [r["step"] for r in run.probes] == [0]
     assert run.summary == {"best_val_loss": 4.1} and run.baselines is None and run.diagnosis is None
     assert run.tokens_per_step() == 32.0 and run.title() == "run: 2 × prenorm"
-    xs, ys = P._series(run.evals, "val_loss")
+    xs, ys = series(run.evals, "val_loss")
     assert xs == [0.0, 10.0] and ys[0] == 4.1 and math.isnan(ys[1])  # "nan" string -> gap
-    steps, rows = P._matrix(run.grads, "grad_norm_block")
+    steps, rows = matrix(run.grads, "grad_norm_block")
     assert rows[0][0] == 1.0 and math.isnan(rows[0][1])  # inf -> gap too
 
 

@@ -82,7 +82,7 @@ def test_old_records_above_one_are_shown_as_one():
 # ----------------------------------------------------------------------------- block numbering 0..L-1
 def test_blocks_numbered_from_zero(run_dir, monkeypatch):
     figs = {}
-    monkeypatch.setattr(P, "_save", lambda fig, run, name, *a, **k: figs.setdefault(name, fig) and None)
+    monkeypatch.setattr(P, "save_run_figure", lambda fig, run_dir, name, *a, **k: figs.setdefault(name, fig) and None)
     run = P.load_run_data(run_dir)
     for fn in (P.plot_grad_layers, P.plot_activations, P.plot_update_ratio, P.plot_attn_entropy, P.plot_grad_flow):
         fn(run)
@@ -161,9 +161,10 @@ def test_run_report_fits_1280_px_in_chromium(report, tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package `chromium`)")
 def test_sweep_like_page_fits_1280_px_in_chromium(run_dir, tmp_path):
     """A runs table of 16 columns and a 1430-px learning-curve grid (the sweep report's sizes)."""
-    from depthlab.report.plots import _figure
+    from depthlab.report.figures import new_figure, panel_grid
 
-    fig, _ = _figure(size=(13.0, 5.6), ncols=4, nrows=2)
+    fig = new_figure((13.0, 5.6))
+    panel_grid(fig, nrows=2, ncols=4)
     png = tmp_path / "grid.png"
     fig.savefig(png, dpi=110)
     cols = ["n_layer", "variant", "seed", "final_train_loss", "final_val_loss", "best_val_loss", "wall_time_s",

@@ -2,21 +2,22 @@
 
 Library code behind ``depthlab probe`` (the command itself lives in :mod:`depthlab.cli`):
 :func:`probe_at_init` measures, :func:`summarise_probe` says what the numbers mean in plain
-words, :func:`format_probe_table` and :func:`plot_probe` show them.
+words, :func:`format_probe_table` shows them as a table (the figure is
+:func:`depthlab.report.probe.plot_probe`: plotting lives in :mod:`depthlab.report`).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
 from ..errors import DepthlabError
+from ..units import fmt_value
 
-__all__ = ["probe_at_init", "probe_model", "summarise_probe", "plot_probe", "format_probe_table", "PROBE_BATCHES",
+__all__ = ["probe_at_init", "probe_model", "summarise_probe", "format_probe_table", "PROBE_BATCHES",
            "PROBE_BATCH_SIZE"]
 
 PROBE_BATCHES = 3
@@ -142,19 +143,15 @@ def probe_model(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict
     return {"loss": loss_sum / n, "grad_norm_total": stats.total_norm, "layers": layers}
 
 
-def _fmt(v: Optional[float]) -> str:
-    return "n/a" if v is None else f"{v:.3e}"
-
-
 def format_probe_table(result: dict) -> str:
     """Per-block table: block, grad_norm, mean_abs_grad, act_rms, rank_measure, token_cosine."""
     head = (f"{'block':>5}  {'grad_norm':>10}  {'mean_abs_grad':>13}  {'act_rms':>10}  {'rank_measure':>12}  "
             f"{'tok_cos':>8}")
     rows = [head]
     for r in result["layers"]:
-        tc = "n/a" if r["token_cosine"] is None else f"{r['token_cosine']:.3f}"
-        rows.append(f"{r['block']:>5}  {_fmt(r['grad_norm']):>10}  {_fmt(r['mean_abs_grad']):>13}  "
-                    f"{_fmt(r['act_rms']):>10}  {_fmt(r['rank_measure']):>12}  {tc:>8}")
+        sci = [fmt_value(r[k], ".3e", missing="n/a") for k in ("grad_norm", "mean_abs_grad", "act_rms", "rank_measure")]
+        tc = fmt_value(r["token_cosine"], ".3f", missing="n/a")
+        rows.append(f"{r['block']:>5}  {sci[0]:>10}  {sci[1]:>13}  {sci[2]:>10}  {sci[3]:>12}  {tc:>8}")
     return "\n".join(rows)
 
 
@@ -335,60 +332,3 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
         out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
                    "failure is in the token representations.")
     return out
-
-
-def plot_probe(result: dict, path: Path) -> Path:
-    """Three panels (log y axes): per-block grad norm, activation RMS and rank measure; PNG at ``path``.
-
-    Uses a bare ``Figure`` with the Agg canvas: matplotlib's global state (backend, pyplot figures)
-    is left as the caller had it.
-
-    Args:
-        result: the dict of :func:`probe_at_init`.
-        path: the PNG file to write.
-
-    Returns:
-        ``path``.
-
-    Raises:
-        OSError: the file cannot be written.
-    """
-    import matplotlib.ticker
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    lay = result["layers"]
-    x = [r["block"] for r in lay]
-    cfg = result.get("config", {})
-    fig = Figure(figsize=(12, 3.6), constrained_layout=True)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 3)
-    panels = (("grad_norm", "gradient L2 norm"), ("act_rms", "activation RMS (block output)"),
-              ("rank_measure", "rank measure (Dong et al. 2021)"))
-    for ax, (key, title) in zip(axes, panels):
-        ys = [r[key] if r[key] is not None and r[key] > 0 and math.isfinite(r[key]) else np.nan for r in lay]
-        ax.plot(x, ys, marker="o")
-        fin = [v for v in ys if np.isfinite(v)]
-        if fin:
-            ax.set_yscale("log")
-            lo, hi = min(fin), max(fin)
-            if hi / lo < 100:  # at least two decades, so a flat profile looks flat and not like a cliff
-                mid = math.sqrt(lo * hi)
-                ax.set_ylim(mid / 10, mid * 10)
-        elif all(r[key] == 0 for r in lay):
-            ax.text(0.5, 0.5, "all exactly 0", transform=ax.transAxes, ha="center", va="center", color="crimson")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_title(title)
-        ax.set_xlabel("block")
-        ax.grid(True, which="both", alpha=0.3)
-    wiring = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
-    fig.suptitle(f"depthlab probe at init: {wiring}, {cfg.get('n_layer')} blocks x {cfg.get('n_embd')} wide")
-    import io
-
-    from ..rundir import atomic_write
-
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    atomic_write(path, buf.getvalue())  # temp file + rename: never half a PNG
-    return path

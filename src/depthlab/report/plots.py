@@ -4,273 +4,31 @@ Every ``plot_*`` function reads what the run recorded (``metrics.jsonl``, ``base
 the best checkpoint), writes one PNG into ``run_dir/plots/`` and returns its path, or returns
 ``None`` when the run holds no data for that figure (an old run, analytics switched off, a run
 that failed early). Nothing here raises for missing data; only an unreadable run directory does.
-The run directory is read only through :class:`depthlab.rundir.RunDir` and PNGs are written with
-:func:`depthlab.rundir.atomic_write`.
+The run directory is read through :mod:`depthlab.report.run_data`; figures are made and written
+through :mod:`depthlab.report.figures` (a bare ``Figure`` on the Agg canvas, never ``pyplot``, so
+no global matplotlib state changes). The attention-pattern figure, the one that loads the model,
+is :mod:`depthlab.report.attention`.
 
-matplotlib is used through :class:`matplotlib.figure.Figure` with the Agg canvas, never through
-``pyplot``: importing or calling this module changes no global matplotlib state (backend,
-rcParams, open figures), so it is safe inside notebooks and servers.
-
-Colours: the Okabe & Ito (2008) colourblind-safe palette for categorical lines, viridis for
-depth (block index) and time, cividis for heatmaps. Losses are in nats per character with a
-bits-per-character axis on the right (1 bit = ln 2 nats).
+Losses are in nats per character with a bits-per-character axis on the right (1 bit = ln 2 nats).
+Metrics values are read with :func:`depthlab.units.finite_or` and NaN: a missing or non-finite
+number is a gap in the figure.
 """
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
-from ..errors import DepthlabError
-from ..rundir import CONFIG, METRICS, RunDir, atomic_write, finite_or_none
-from ..rundir import PLOTS as PLOT_DIR
+from ..units import finite_or
+from .attention import plot_attention
+from .figures import (BASELINE_STYLE, C_TRAIN, C_VAL, MAX_W, OKABE_ITO, TALL, WIDE, block_ticks, depth_colours,
+                      depth_key, log_axis, new_figure, panel_grid, save_run_figure, time_key)
+from .run_data import RunData, as_run_data, load_run_data, matrix, series
 
 __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad_layers",
            "plot_attention", "plot_activations", "plot_attn_entropy", "plot_update_ratio",
-           "plot_rezero_alpha", "make_all_plots", "PLOTS", "OKABE_ITO"]
-
-LN2 = math.log(2.0)
-DPI = 110
-PAGE_PX = 1280
-"""The narrowest page width a report must fit without horizontal scrolling (CSS pixels)."""
-MAX_W = 10.6
-"""Widest figure, inches: 10.6 x 110 dpi = 1166 px, inside the report's 1184-px content column
-(1240-px column minus 2 x 28 px padding), so every figure shows at 1:1 on a 1280-px page."""
-WIDE = (MAX_W, 4.2)   # two panels side by side, inches
-TALL = (MAX_W, 7.6)   # 2 x 2 panels
-
-# Okabe & Ito (2008), "Color Universal Design": distinguishable with every common colour-vision deficiency.
-OKABE_ITO = {"orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
-             "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "black": "#000000",
-             "grey": "#7F7F7F"}
-C_TRAIN, C_VAL = OKABE_ITO["blue"], OKABE_ITO["vermillion"]
-BASELINE_STYLE = {"uniform": (OKABE_ITO["grey"], ":"), "unigram": (OKABE_ITO["purple"], "--"),
-                  "bigram": (OKABE_ITO["green"], "-.")}
-
-
-# ----------------------------------------------------------------------------- data
-def _num(v: Any) -> float:
-    """A metrics value as a float for plotting: :func:`~depthlab.rundir.finite_or_none`, None -> NaN.
-
-    Missing, non-numeric and non-finite values (written as "nan"/"inf" strings) all become NaN,
-    so a plot shows a gap there; the diagnosis, not the figure, reports the non-finite number.
-    """
-    f = finite_or_none(v)
-    return math.nan if f is None else f
-
-
-def _dict_or_none(v: Any) -> Optional[dict]:
-    return v if isinstance(v, dict) else None
-
-
-def _by_step(recs: Iterable[dict]) -> list[dict]:
-    """The records that have a ``step``, sorted by it."""
-    return sorted((r for r in recs if "step" in r), key=lambda r: _num(r["step"]))
-
-
-class RunData:
-    """What a run directory recorded, split by record kind (read once, shared by all plots).
-
-    Everything is read through :class:`depthlab.rundir.RunDir`, so old run directories (records
-    without ``kind``) load the same way here as everywhere else.
-
-    Attributes:
-        run_dir: the run directory.
-        dir: its :class:`~depthlab.rundir.RunDir` reader.
-        evals: evaluation records (``step``, ``train_loss``, ``val_loss`` in nats, ``tokens_seen``).
-        train: training-step records (``step``, ``loss`` in nats, ``lr``, ``grad_norm``).
-        grads: gradient-monitor records (``kind == "grad"``).
-        probes: activation-probe records (``kind == "probe"``).
-        samples: training-time samples (``kind == "sample"``: ``step``, ``text``), from
-            ``train.sample_interval``.
-        config: the run's config (nested data/model/train dict) or ``None``.
-        summary: the end-of-run summary or ``None``.
-        baselines: the corpus baselines or ``None``.
-        diagnosis: the diagnosis findings or ``None``.
-        All record lists are sorted by ``step``.
-    """
-
-    def __init__(self, run_dir: str | Path):
-        self.dir = RunDir(run_dir)
-        self.run_dir = self.dir.path
-        self.evals = _by_step(self.dir.evals)
-        self.train = _by_step(r for r in self.dir.metrics("train") if "loss" in r)
-        self.grads = _by_step(self.dir.metrics("grad"))
-        self.probes = _by_step(self.dir.metrics("probe"))
-        self.samples = _by_step(r for r in self.dir.metrics("sample") if isinstance(r.get("text"), str))
-        self.config = _dict_or_none(self.dir.config)
-        self.summary = _dict_or_none(self.dir.summary)
-        self.baselines = _dict_or_none(self.dir.baselines)
-        self.diagnosis = _dict_or_none(self.dir.diagnosis)
-
-    @property
-    def unit(self) -> str:
-        """What one token is: ``char`` for character runs, ``token`` for sub-word (BPE) runs."""
-        return "token" if ((self.config or {}).get("data") or {}).get("tokenizer", "char") != "char" else "char"
-
-    def bits_per_char(self, nats: float) -> float:
-        """Bits per character of a loss in nats per token: nats / ln 2 for characters; for BPE
-        the run's own ratio ``val_bpc / val_loss`` (its characters per token), as the eval records hold."""
-        if self.unit == "char":
-            return nats / LN2
-        ratios = [_num(r.get("val_bpc")) / _num(r.get("val_loss")) for r in self.evals
-                  if math.isfinite(_num(r.get("val_bpc"))) and math.isfinite(_num(r.get("val_loss")))
-                  and _num(r.get("val_loss")) > 0]
-        return nats * ratios[-1] if ratios else math.nan
-
-    def tokens_per_step(self) -> Optional[float]:
-        """Tokens consumed per optimizer step (from eval records, else config), or ``None``."""
-        for r in reversed(self.evals):
-            s, t = _num(r.get("step")), _num(r.get("tokens_seen"))
-            if s > 0 and t > 0:
-                return t / s
-        if self.config:
-            m, t = self.config.get("model", {}), self.config.get("train", {})
-            try:
-                return float(t["batch_size"] * t.get("grad_accum", 1) * m["block_size"])
-            except (KeyError, TypeError):
-                return None
-        return None
-
-    def title(self) -> str:
-        """A short run label for figure titles: ``<dir name>: <n_layer> x <variant>``."""
-        m = (self.config or {}).get("model", {})
-        if m.get("n_layer") is not None and m.get("variant"):
-            return f"{self.run_dir.name}: {m['n_layer']} × {m['variant']}"
-        return self.run_dir.name
-
-
-def load_run_data(run_dir: str | Path) -> RunData:
-    """Read a run directory for plotting.
-
-    Args:
-        run_dir: a directory written by ``depthlab train``.
-
-    Returns:
-        A :class:`RunData`.
-
-    Raises:
-        DepthlabError: the folder does not exist, or holds neither a config nor a metrics file.
-    """
-    rd = RunDir(run_dir)
-    if not rd.path.exists():
-        raise DepthlabError(f"run directory {rd.path} not found; give the out_dir of a depthlab train run")
-    if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
-        raise DepthlabError(f"{rd.path} is not a depthlab run directory (no {CONFIG} or {METRICS}); "
-                            "give the out_dir of a depthlab train run")
-    return RunData(rd.path)
-
-
-def _data(run: str | Path | RunData) -> RunData:
-    return run if isinstance(run, RunData) else load_run_data(run)
-
-
-# ----------------------------------------------------------------------------- figure helpers
-def _figure(size=WIDE, ncols: int = 2, nrows: int = 1):
-    """A bare :class:`~matplotlib.figure.Figure` on its own Agg canvas (no pyplot, no global state)
-    and its axes as a (nrows, ncols) array, with the common grid and spine style."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    for ax in axes.flat:
-        ax.grid(True, which="major", alpha=0.3, linewidth=0.6)
-        ax.spines[["top", "right"]].set_visible(False)
-    return fig, axes
-
-
-def _save(fig, run: RunData, name: str, title: str, subtitle: Optional[str] = None) -> Path:
-    import textwrap
-
-    width_chars = int(fig.get_figwidth() * 11)  # ~11 characters per inch at 10 pt
-    lines = [title] + (textwrap.wrap(subtitle, width_chars) if subtitle else [])
-    fig.suptitle("\n".join(lines), fontsize=10.5, x=0.01, ha="left", linespacing=1.4)
-    out = run.run_dir / PLOT_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.png"
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, facecolor="white", metadata={"Software": None})
-    atomic_write(path, buf.getvalue())  # a reader never sees half a PNG
-    return path
-
-
-def _depth_colours(n: int) -> list:
-    """n colours along viridis (dark = first block, yellow = last); stops short of pale yellow."""
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
-    return [cmap(0.05 + 0.85 * (i / max(1, n - 1))) for i in range(n)]
-
-
-def _depth_key(fig, ax, n: int, label: str = "block") -> None:
-    """Legend for <= 6 depth-coloured lines, a colour bar (block index) for more."""
-    if n <= 6:
-        ax.legend(fontsize=8, frameon=False, ncols=1 if n <= 3 else 2)
-        return
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-
-    sm = ScalarMappable(norm=Normalize(-0.5 / 0.85 * 0.05, n - 1), cmap=colormaps["viridis"])
-    cb = fig.colorbar(sm, ax=ax, pad=0.01, fraction=0.05)
-    cb.set_label(f"{label} index (0 = nearest the input)", fontsize=8)
-
-
-def _time_key(fig, ax, steps: Sequence[float]):
-    """Colours for one line per logged step (viridis over time) and a colour bar 'step'."""
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
-
-    lo, hi = min(steps), max(steps)
-    norm = Normalize(lo, hi if hi > lo else lo + 1)
-    cmap = colormaps["viridis"]
-    sm = ScalarMappable(norm=norm, cmap=cmap)
-    cb = fig.colorbar(sm, ax=ax, pad=0.01, fraction=0.05)
-    cb.set_label("training step", fontsize=8)
-    return [cmap(norm(s)) for s in steps]
-
-
-def _series(recs: list[dict], key: str) -> tuple[list[float], list[float]]:
-    xs, ys = [], []
-    for r in recs:
-        if key in r:
-            xs.append(_num(r["step"]))
-            ys.append(_num(r[key]))
-    return xs, ys
-
-
-def _matrix(recs: list[dict], key: str) -> tuple[list[float], list[list[float]]]:
-    """Steps and per-block lists of ``key`` (records lacking it or holding null are dropped)."""
-    steps, rows = [], []
-    for r in recs:
-        v = r.get(key)
-        if isinstance(v, list) and v:
-            steps.append(_num(r["step"]))
-            rows.append([_num(x) for x in v])
-    return steps, rows
-
-
-def _log_axis(ax, which: str = "y", values: Sequence[float] = ()) -> None:
-    """Log scale with plain tick labels (0.001, 2, 50) instead of 10^x; labels 2 and 5 between
-    decades when the data span less than ~1.5 decades."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    axis = ax.yaxis if which == "y" else ax.xaxis
-    getattr(ax, f"set_{which}scale")("log")
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    pos = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    if pos and math.log10(max(pos) / min(pos)) < 1.5:
-        def minor(v, _):
-            m = v / 10 ** math.floor(math.log10(v) + 1e-9)
-            return f"{v:g}" if int(round(m)) in (2, 5) and abs(m - round(m)) < 1e-6 else ""
-        axis.set_minor_formatter(FuncFormatter(minor))
-    else:
-        axis.set_minor_formatter(NullFormatter())
+           "plot_rezero_alpha", "make_all_plots", "rank_for_display", "PLOTS", "OKABE_ITO"]
 
 
 def rank_for_display(v: float) -> float:
@@ -299,7 +57,7 @@ def _baselines(run: RunData) -> list[tuple[str, float]]:
     out = []
     for name in ("uniform", "unigram", "bigram"):
         b = (run.baselines or {}).get(name)
-        v = _num(b.get("nats")) if isinstance(b, dict) else math.nan
+        v = finite_or(b.get("nats"), math.nan) if isinstance(b, dict) else math.nan
         if math.isfinite(v):
             out.append((name, v))
     return out
@@ -320,11 +78,12 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
+    run = as_run_data(run)
     if not run.evals and not run.train:
         return None
     tps = run.tokens_per_step()
-    fig, axes = _figure()
+    fig = new_figure(WIDE)
+    axes = panel_grid(fig, ncols=2)
     ax_s, ax_t = axes[0]
     base = _baselines(run)
     finite = []
@@ -333,16 +92,16 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
         if scale is None:
             ax.text(0.5, 0.5, "tokens per step unknown", transform=ax.transAxes, ha="center")
             continue
-        xs, ys = _series(run.train, "loss")
+        xs, ys = series(run.train, "loss")
         if xs:
             ax.plot([x * scale for x in xs], ys, color=C_TRAIN, alpha=0.35, lw=1.0,
                     label="train (batch loss)")
             finite += ys
-        xs, ys = _series(run.evals, "train_loss")
+        xs, ys = series(run.evals, "train_loss")
         if xs:
             ax.plot([x * scale for x in xs], ys, "o-", color=C_TRAIN, ms=3.5, lw=1.6, label="train (eval)")
             finite += ys
-        xs, ys = _series(run.evals, "val_loss")
+        xs, ys = series(run.evals, "val_loss")
         if xs:
             ax.plot([x * scale for x in xs], ys, "s-", color=C_VAL, ms=3.5, lw=1.8, label="validation")
             finite += ys
@@ -371,11 +130,11 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3), fontsize=9,
                    frameon=False)
-    best = _num((run.summary or {}).get("best_val_loss"))
+    best = finite_or((run.summary or {}).get("best_val_loss"), math.nan)
     sub = "lower is better; dashed/dotted lines = corpus baselines (a model must beat bigram to use context)"
     if math.isfinite(best):
         sub = f"best validation {best:.3f} nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char; " + sub
-    return _save(fig, run, "loss", f"Loss — {run.title()}", sub)
+    return save_run_figure(fig, run.run_dir, "loss", f"Loss — {run.title()}", sub)
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -397,8 +156,8 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     import numpy as np
     from matplotlib.colors import LogNorm
 
-    run = _data(run)
-    steps, rows = _matrix(run.grads, "grad_norm_block")
+    run = as_run_data(run)
+    steps, rows = matrix(run.grads, "grad_norm_block")
     if not steps:
         return None
     nb = max(len(r) for r in rows)
@@ -408,7 +167,8 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     M[~(np.isfinite(M) & (M > 0))] = np.nan  # log scale: zeros / non-finite become gaps
     if not np.isfinite(M).any():
         return None
-    fig, axes = _figure(size=(MAX_W, max(3.2, 1.6 + 0.28 * nb)), ncols=1)
+    fig = new_figure((MAX_W, max(3.2, 1.6 + 0.28 * nb)))
+    axes = panel_grid(fig)
     ax = axes[0, 0]
     ax.grid(False)
     s = np.asarray(steps, dtype=float)
@@ -422,15 +182,15 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
                          norm=LogNorm(vmin=lo, vmax=hi if hi > lo else lo * 10), shading="flat")
     cb = fig.colorbar(mesh, ax=ax, pad=0.01)
     cb.set_label("gradient L2 norm (log scale)")
-    _log_axis(cb.ax, "y", [lo, hi])
+    log_axis(cb.ax, "y", [lo, hi])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("block (0 = nearest the input)")
-    ax.set_yticks(range(nb) if nb <= 24 else range(0, nb, max(1, nb // 12)))
+    ax.set_yticks(block_ticks(nb))
     ratio = M[0, -1] / M[-1, -1] if nb > 1 and np.isfinite(M[0, -1]) and np.isfinite(M[-1, -1]) else None
     sub = "dark rows = little gradient reaches that block"
     if ratio is not None:
         sub = f"at the last step block 0 gets {ratio:.2g}× the gradient norm of block {nb - 1}; " + sub
-    return _save(fig, run, "grad_flow", f"Gradient flow per block — {run.title()}", sub)
+    return save_run_figure(fig, run.run_dir, "grad_flow", f"Gradient flow per block — {run.title()}", sub)
 
 
 def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
@@ -446,8 +206,8 @@ def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
-    steps, rows = _matrix(run.grads, "grad_norm_block")
+    run = as_run_data(run)
+    steps, rows = matrix(run.grads, "grad_norm_block")
     if not steps or not _positive([v for r in rows for v in r]):
         return None
     comp = None
@@ -455,7 +215,8 @@ def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
         if isinstance(r.get("grad_norm_component"), dict) and r["grad_norm_component"]:
             comp = (r["step"], r["grad_norm_component"])
             break
-    fig, axes = _figure(ncols=2 if comp else 1, size=WIDE if comp else (8.0, 4.2))
+    fig = new_figure(WIDE if comp else (8.0, 4.2))
+    axes = panel_grid(fig, ncols=2 if comp else 1)
     ax = axes[0, 0]
     cols = [OKABE_ITO["sky"], OKABE_ITO["orange"], OKABE_ITO["blue"]]
     picked = _pick_steps(steps)
@@ -463,25 +224,25 @@ def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
         r = rows[i]
         ax.plot(range(len(r)), [v if v > 0 else math.nan for v in r], "o-", ms=4, lw=1.6,
                 color=cols[k % 3] if len(picked) > 1 else cols[2], label=f"step {steps[i]:g}")
-    _log_axis(ax, "y", [rows[i][b] for i in picked for b in range(len(rows[i]))])
+    log_axis(ax, "y", [rows[i][b] for i in picked for b in range(len(rows[i]))])
     ax.set_xlabel("block (0 = nearest the input)")
     ax.set_ylabel("gradient L2 norm (log scale)")
     nb = max(len(r) for r in rows)
-    ax.set_xticks(range(nb) if nb <= 24 else range(0, nb, max(1, nb // 12)))
+    ax.set_xticks(block_ticks(nb))
     ax.legend(fontsize=8, frameon=False)
     ax.set_title("per block, first / middle / last logged step", fontsize=10)
     if comp:
         ax2 = axes[0, 1]
         names = list(comp[1])
-        vals = [_num(comp[1][n]) for n in names]
+        vals = [finite_or(comp[1][n], math.nan) for n in names]
         ax2.barh(range(len(names)), [v if v > 0 else math.nan for v in vals], color=OKABE_ITO["blue"])
         ax2.set_yticks(range(len(names)), names, fontsize=8)
         ax2.invert_yaxis()
-        _log_axis(ax2, "x", vals)
+        log_axis(ax2, "x", vals)
         ax2.set_xlabel("gradient L2 norm (log scale)")
-        ax2.set_title(f"per component, step {_num(comp[0]):g}", fontsize=10)
-    return _save(fig, run, "grad_layers", f"Gradient norm by layer — {run.title()}",
-                 "a curve falling steeply towards block 0 = vanishing gradients; rising = exploding")
+        ax2.set_title(f"per component, step {finite_or(comp[0], math.nan):g}", fontsize=10)
+    return save_run_figure(fig, run.run_dir, "grad_layers", f"Gradient norm by layer — {run.title()}",
+                           "a curve falling steeply towards block 0 = vanishing gradients; rising = exploding")
 
 
 def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
@@ -499,26 +260,27 @@ def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
-    steps, rows = _matrix(run.grads, "update_ratio_block")
+    run = as_run_data(run)
+    steps, rows = matrix(run.grads, "update_ratio_block")
     if not steps or not _positive([v for r in rows for v in r]):
         return None
     nb = max(len(r) for r in rows)
-    fig, axes = _figure(size=(9.0, 4.2), ncols=1)
+    fig = new_figure((9.0, 4.2))
+    axes = panel_grid(fig)
     ax = axes[0, 0]
     ax.axhspan(1e-4, 1e-2, color=OKABE_ITO["green"], alpha=0.08, lw=0)
     ax.axhline(1e-3, color=OKABE_ITO["black"], ls="--", lw=1.2)
     ax.annotate("~1e-3 reference", xy=(0.0, 1e-3), xycoords=("axes fraction", "data"), xytext=(3, 3),
                 textcoords="offset points", fontsize=8)
-    for b, col in enumerate(_depth_colours(nb)):
+    for b, col in enumerate(depth_colours(nb)):
         ys = [r[b] if b < len(r) and r[b] > 0 else math.nan for r in rows]
         ax.plot(steps, ys, lw=1.5, color=col, label=f"block {b}", marker="o" if len(steps) < 3 else None, ms=3)
-    _log_axis(ax, "y", [v for r in rows for v in r] + [1e-4, 1e-2])
+    log_axis(ax, "y", [v for r in rows for v in r] + [1e-4, 1e-2])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("‖Δθ‖ / ‖θ‖ per step (log scale)")
-    _depth_key(fig, ax, nb)
-    return _save(fig, run, "update_ratio", f"Update / weight ratio per block — {run.title()}",
-                 "shaded band 1e-4 … 1e-2; far above = learning rate too high, far below = too low")
+    depth_key(fig, ax, nb)
+    return save_run_figure(fig, run.run_dir, "update_ratio", f"Update / weight ratio per block — {run.title()}",
+                           "shaded band 1e-4 … 1e-2; far above = learning rate too high, far below = too low")
 
 
 # ----------------------------------------------------------------------------- probes
@@ -538,64 +300,64 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
+    run = as_run_data(run)
     panels = [("resid_rms", "residual-stream RMS after the block", True),
               ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖, 0 … 1 (0 = collapsed)", True),
               ("token_cosine", "mean pairwise token cosine (1 = identical)", False)]
-    have = [p for p in panels if _matrix(run.probes, p[0])[0]]
+    have = [p for p in panels if matrix(run.probes, p[0])[0]]
     if not have:
         return None
-    fig, axes = _figure(size=TALL, ncols=2, nrows=2)
+    fig = new_figure(TALL)
+    axes = panel_grid(fig, nrows=2, ncols=2)
     flat = list(axes.flat)
     for (key, label, logy), ax in zip(panels, [flat[0], flat[2], flat[3]]):
         _per_block_panel(fig, ax, run.probes, key, label, logy)
     _sublayer_panel(flat[1], run.probes[-1])
-    return _save(fig, run, "activations", f"Activations per block — {run.title()}",
-                 "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to one vector")
+    return save_run_figure(fig, run.run_dir, "activations", f"Activations per block — {run.title()}",
+                           "exploding RMS = no normalisation; rank measure → 0 or cosine → 1 = tokens collapse to "
+                           "one vector")
 
 
 def _per_block_panel(fig, ax, probes: list[dict], key: str, label: str, logy: bool) -> None:
     """One line per probe step (colour = step) of the per-block list ``key`` against block index."""
-    steps, rows = _matrix(probes, key)
+    steps, rows = matrix(probes, key)
     if key == "rank_measure":
         rows = [[rank_for_display(v) for v in r] for r in rows]
     if not steps:
         ax.text(0.5, 0.5, f"no {key} recorded", transform=ax.transAxes, ha="center", color="grey")
         ax.set_axis_off()
         return
-    cols = _time_key(fig, ax, steps)
+    cols = time_key(fig, ax, steps)
     for s, r, c in zip(steps, rows, cols):
         ax.plot(range(len(r)), r, "o-", ms=3, lw=1.3, color=c)
     if logy and _positive([v for r in rows for v in r]):
-        _log_axis(ax, "y", [v for r in rows for v in r])
+        log_axis(ax, "y", [v for r in rows for v in r])
     if key == "token_cosine":
         fin = [v for r in rows for v in r if math.isfinite(v)]
         ax.set_ylim(min(0.0, min(fin, default=0.0)) - 0.02, max(1.0, max(fin, default=1.0)) + 0.02)
     ax.set_ylabel(label, fontsize=9)
     ax.set_xlabel("block (0 = nearest the input)")
     nb = max(len(r) for r in rows)
-    ax.set_xticks(range(nb) if nb <= 24 else range(0, nb, max(1, nb // 12)))
+    ax.set_xticks(block_ticks(nb))
 
 
 def _sublayer_panel(ax, last: dict) -> None:
     """Attention and MLP output RMS (and the residual stream's) per block, from the last probe record."""
     a, m = last.get("attn_out_rms"), last.get("mlp_out_rms")
     if isinstance(a, list) or isinstance(m, list):
-        if isinstance(a, list):
-            ax.plot(range(len(a)), [_num(v) for v in a], "o-", color=OKABE_ITO["blue"], label="attention output")
-        if isinstance(m, list):
-            ax.plot(range(len(m)), [_num(v) for v in m], "s--", color=OKABE_ITO["orange"], label="MLP output")
-        if isinstance(last.get("resid_rms"), list):
-            r = last["resid_rms"]
-            ax.plot(range(len(r)), [_num(v) for v in r], ":", color=OKABE_ITO["grey"], label="residual stream")
-        vals = [_num(v) for v in (a or []) + (m or []) + (last.get("resid_rms") or [])]
+        vals: list[float] = []
+        for vec, style, colour, label in ((a, "o-", "blue", "attention output"), (m, "s--", "orange", "MLP output"),
+                                          (last.get("resid_rms"), ":", "grey", "residual stream")):
+            if isinstance(vec, list):
+                ys = [finite_or(v, math.nan) for v in vec]
+                ax.plot(range(len(ys)), ys, style, color=OKABE_ITO[colour], label=label)
+                vals += ys
         if _positive(vals):
-            _log_axis(ax, "y", vals)
-        ax.set_xticks(range(max(len(a or []), len(m or [])) if max(len(a or []), len(m or [])) <= 24
-                      else range(0, len(a or m), max(1, len(a or m) // 12))))
+            log_axis(ax, "y", vals)
+        ax.set_xticks(block_ticks(max(len(a or []), len(m or []))))
         ax.set_ylabel("RMS", fontsize=9)
         ax.set_xlabel("block (0 = nearest the input)")
-        ax.set_title(f"sublayer outputs at step {_num(last['step']):g}", fontsize=10)
+        ax.set_title(f"sublayer outputs at step {finite_or(last['step'], math.nan):g}", fontsize=10)
         ax.legend(fontsize=8, frameon=False)
     else:
         ax.text(0.5, 0.5, "no sublayer RMS recorded", transform=ax.transAxes, ha="center", color="grey")
@@ -618,22 +380,23 @@ def plot_attn_entropy(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
+    run = as_run_data(run)
     recs = [r for r in run.probes if isinstance(r.get("attn_entropy"), list) and r["attn_entropy"]
             and all(isinstance(b, list) for b in r["attn_entropy"])]
     if not recs:
         return None
-    steps = [_num(r["step"]) for r in recs]
-    ent = [[[_num(h) for h in b] for b in r["attn_entropy"]] for r in recs]
-    uni = [_num(r.get("attn_entropy_uniform")) for r in recs]
-    fig, axes = _figure(ncols=2)
+    steps = [finite_or(r["step"], math.nan) for r in recs]
+    ent = [[[finite_or(h, math.nan) for h in b] for b in r["attn_entropy"]] for r in recs]
+    uni = [finite_or(r.get("attn_entropy_uniform"), math.nan) for r in recs]
+    fig = new_figure(WIDE)
+    axes = panel_grid(fig, ncols=2)
     _entropy_over_training(fig, axes[0, 0], steps, ent, uni)
     _entropy_per_head(fig, axes[0, 1], ent[-1], uni[-1], steps[-1])
     u = uni[-1]
     sub = "near the dashed line / near 1.0 = attention almost uniform over the visible tokens"
     if math.isfinite(u):
         sub = f"uniform attention over t visible tokens has entropy ln t (mean {u:.2f} nats here); " + sub
-    return _save(fig, run, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
+    return save_run_figure(fig, run.run_dir, "attn_entropy", f"Attention entropy per head — {run.title()}", sub)
 
 
 def _entropy_over_training(fig, ax, steps: list[float], ent: list[list[list[float]]], uni: list[float]) -> None:
@@ -648,7 +411,7 @@ def _entropy_over_training(fig, ax, steps: list[float], ent: list[list[list[floa
     import numpy as np
 
     nb = max(len(e) for e in ent)
-    for b, col in enumerate(_depth_colours(nb)):
+    for b, col in enumerate(depth_colours(nb)):
         ys = [float(np.nanmean(e[b])) if b < len(e) and e[b] else math.nan for e in ent]
         ax.plot(steps, ys, "o-" if len(steps) < 20 else "-", ms=3, lw=1.5, color=col, label=f"block {b}")
     if any(math.isfinite(u) for u in uni):
@@ -661,7 +424,7 @@ def _entropy_over_training(fig, ax, steps: list[float], ent: list[list[list[floa
     if nb <= 6:
         ax.legend(fontsize=8, frameon=False)
     else:
-        _depth_key(fig, ax, nb)
+        depth_key(fig, ax, nb)
         ax.legend(handles=[ax.lines[-1]], fontsize=8, frameon=False)
     ax.set_title("mean entropy per block over training", fontsize=10)
 
@@ -693,7 +456,7 @@ def _entropy_per_head(fig, ax, last: list[list[float]], u: float, step: float) -
                 ax.text(h, b, f"{v:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if frac[b, h] < 0.6 else "black")
     ax.set_xticks(range(nh))
-    ax.set_yticks(range(len(last)) if len(last) <= 24 else range(0, len(last), max(1, len(last) // 12)))
+    ax.set_yticks(block_ticks(len(last)))
     ax.set_xlabel("head")
     ax.set_ylabel("block")
     ax.set_title(f"per head at step {step:g} (numbers in nats)", fontsize=10)
@@ -711,155 +474,30 @@ def plot_rezero_alpha(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    run = _data(run)
+    run = as_run_data(run)
     recs = [r for r in run.probes if isinstance(r.get("rezero_alpha"), list) and r["rezero_alpha"]]
     if not recs:
         return None
-    steps = [_num(r["step"]) for r in recs]
+    steps = [finite_or(r["step"], math.nan) for r in recs]
     nb = max(len(r["rezero_alpha"]) for r in recs)
-    fig, axes = _figure(ncols=2)
+    fig = new_figure(WIDE)
+    axes = panel_grid(fig, ncols=2)
     for k, (ax, name) in enumerate(zip(axes[0], ("attention α", "MLP α"))):
-        for b, col in enumerate(_depth_colours(nb)):
+        for b, col in enumerate(depth_colours(nb)):
             ys = []
             for r in recs:
                 a = r["rezero_alpha"]
-                ys.append(_num(a[b][k]) if b < len(a) and isinstance(a[b], list) and len(a[b]) > k else math.nan)
+                ys.append(finite_or(a[b][k] if b < len(a) and isinstance(a[b], list) and len(a[b]) > k else None,
+                                    math.nan))
             ax.plot(steps, ys, lw=1.5, color=col, label=f"block {b}")
         ax.axhline(0, color=OKABE_ITO["grey"], lw=0.8)
         ax.set_xlabel("training step")
         ax.set_ylabel(name)
         ax.set_title(f"{name} per block", fontsize=10)
-        _depth_key(fig, ax, nb)
-    return _save(fig, run, "rezero_alpha", f"ReZero gates α over training — {run.title()}",
-                 "α starts at 0 (every block the identity); |α| then shows how much each sublayer adds to the "
-                 "residual stream")
-
-
-# ----------------------------------------------------------------------------- attention patterns
-def _show_char(c: str) -> str:
-    return {"\n": "↵", " ": "␣", "\t": "⇥"}.get(c, c if c.isprintable() else "·")
-
-
-def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
-    """``length`` characters of the validation split, starting after its first line break."""
-    from ..config import RunConfig
-    from ..data import load_corpus
-
-    try:
-        cfg = RunConfig.from_dict(run.config)
-        corpus = load_corpus(cfg.data, seed=cfg.train.seed)
-    except Exception:  # noqa: BLE001 - corpus moved or config from another version: no snippet
-        return None
-    val = corpus.val
-    head = corpus.tokenizer.decode([int(i) for i in val[: 400 + length]])
-    start = head.find("\n") + 1 if "\n" in head[:200] else 0
-    text = head[start: start + length]
-    if len(text) < 2 or any(c not in tok.stoi for c in text):
-        return None
-    return text
-
-
-def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
-                   max_len: int = 24) -> Optional[Path]:
-    """Attention weights, one heatmap per head, of the first and the last block on a short text.
-
-    Loads the best checkpoint, registers forward hooks on ``transformer.h[i].attn.hook_pattern``
-    (removed afterwards) and runs one forward pass; rows are query positions, columns the keys
-    they attend to, both labelled with the snippet's characters (↵ newline, ␣ space).
-
-    Args:
-        run: a run directory or its :class:`RunData`.
-        snippet: text to look at; default: up to ``max_len`` characters of the validation split.
-        max_len: longest snippet, in characters (also capped by the model's block_size).
-
-    Returns:
-        ``run_dir/plots/attention.png``, or ``None`` without a checkpoint, or when no snippet
-        can be encoded with the run's vocabulary.
-
-    Raises:
-        DepthlabError: ``run`` is not a run directory.
-    """
-    import torch
-
-    from ..sample import load_run
-
-    run = _data(run)
-    try:
-        model, tok = load_run(run.run_dir, "best")
-    except DepthlabError:
-        return None
-    if not hasattr(tok, "stoi"):  # the labels are characters: a BPE run gets no attention figure (yet)
-        return None
-    T = min(max_len, model.config.block_size)
-    text = snippet[:T] if snippet else (_val_snippet(run, tok, T) if run.config else None)
-    if text is None or len(text) < 1 or any(c not in tok.stoi for c in text):
-        return None
-    blocks = sorted({0, model.config.n_layer - 1})
-    pats: dict[int, torch.Tensor] = {}
-    handles = []
-    try:
-        for b in blocks:
-            def hook(_m, _inp, out, b=b):
-                pats[b] = out.detach().float().cpu()
-            handles.append(model.transformer.h[b].attn.hook_pattern.register_forward_hook(hook))
-        with torch.no_grad():
-            model(torch.tensor([tok.encode(text)], dtype=torch.long))
-    finally:
-        for h in handles:
-            h.remove()
-    if not pats:
-        return None
-    fig = _attention_grid(pats, blocks, model.config.n_head, text)
-    shown = text.replace("\n", "↵")
-    return _save(fig, run, "attention", f"Attention patterns, first and last block — {run.title()}",
-                 f"best checkpoint on the validation text “{shown}”; causal: no weight above the diagonal")
-
-
-HEADS_PER_ROW = 4
-"""Attention heads side by side; more heads wrap onto further rows, so the figure fits ``MAX_W``."""
-
-
-def _attention_grid(pats: dict, blocks: list[int], nh: int, text: str):
-    """A figure of one heatmap per (block, head), at most :data:`HEADS_PER_ROW` heads per row.
-
-    Args:
-        pats: block index -> attention weights (1, nh, T, T).
-        blocks: the blocks to show, in order.
-        nh: heads per block.
-        text: the snippet (T characters) labelling both axes.
-
-    Returns:
-        The figure, at most :data:`MAX_W` inches wide.
-    """
-    per_row = min(nh, HEADS_PER_ROW)
-    rows_per_block = math.ceil(nh / per_row)
-    cell = min(0.11 * len(text) + 0.7, (MAX_W - 1.3) / per_row)  # inches per heatmap
-    font = 7 if cell >= 0.1 * len(text) + 0.4 else 6
-    labels = [_show_char(c) for c in text]
-    nrows = len(blocks) * rows_per_block
-    fig, axes = _figure(size=(min(1.3 + cell * per_row, MAX_W), 0.9 + (cell + 0.25) * nrows),
-                        ncols=per_row, nrows=nrows)
-    im = None
-    for k, b in enumerate(blocks):
-        P = pats[b][0]  # (nh, T, T)
-        for h in range(nh):
-            r, c = k * rows_per_block + h // per_row, h % per_row
-            ax = axes[r, c]
-            ax.grid(False)
-            im = ax.imshow(P[h].numpy(), cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks(range(len(text)), labels, fontsize=font, family="monospace")
-            ax.set_yticks(range(len(text)), labels, fontsize=font, family="monospace")
-            ax.tick_params(length=0, pad=1)
-            ax.set_title(f"block {b}, head {h}", fontsize=9)
-            if c == 0:
-                ax.set_ylabel("query (predicting after this char)", fontsize=8)
-            if r == nrows - 1 or (h // per_row == rows_per_block - 1 and k == len(blocks) - 1):
-                ax.set_xlabel("key (attended-to char)", fontsize=8)
-        for h in range(nh, rows_per_block * per_row):  # empty slots of the last row
-            axes[k * rows_per_block + h // per_row, h % per_row].set_axis_off()
-    cb = fig.colorbar(im, ax=axes, pad=0.01, fraction=0.03, shrink=0.8)
-    cb.set_label("attention weight (rows sum to 1)")
-    return fig
+        depth_key(fig, ax, nb)
+    return save_run_figure(fig, run.run_dir, "rezero_alpha", f"ReZero gates α over training — {run.title()}",
+                           "α starts at 0 (every block the identity); |α| then shows how much each sublayer adds "
+                           "to the residual stream")
 
 
 # ----------------------------------------------------------------------------- all

@@ -9,24 +9,25 @@ number come from :mod:`depthlab.sweep`, which reads the run directories; this mo
 and lays out, so ``depthlab report SWEEP_DIR`` rebuilds the same page (and results.csv /
 results.md) at any time.
 
-matplotlib is used through :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot).
+matplotlib is used through :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot), made and
+written by :mod:`depthlab.report.figures` like every figure.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import statistics as st
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import DepthlabError
-from ..rundir import PLOTS, REPORT, atomic_write, finite_or_none
+from ..rundir import PLOTS, REPORT, atomic_write
 from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
                      init_lines, is_sweep_dir, science_claims, summary_lines, sweep_baselines, sweep_items,
                      write_results)
+from ..units import LN2, finite_or_none
+from .figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
 from .html import Section, esc, html_table, img_tag, render_page
-from .plots import BASELINE_STYLE, DPI, LN2, OKABE_ITO
 
 __all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "plot_per_block", "VARIANT_COLORS"]
 
@@ -44,23 +45,11 @@ def _color(name: str, i: int) -> str:
 
 
 # ----------------------------------------------------------------------------- figures
-def _fig(w: float, h: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
 def _save(fig, path: Path) -> Path:
-    """Lay out ``fig`` and write it as PNG to ``path`` atomically."""
+    """Lay out ``fig`` (``tight_layout``) and write it as PNG to ``path`` atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    atomic_write(path, buf.getvalue())
-    return path
+    return write_png(fig, path)
 
 
 def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines: Optional[dict],
@@ -81,7 +70,7 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
     agg = aggregate(items, x, groups)
     if not agg or x is None:
         return None
-    fig = _fig(7.5, 4.6)
+    fig = new_figure((7.5, 4.6), layout=None)
     ax = fig.add_subplot(111)
     for i, (g, d) in enumerate(sorted(agg.items())):
         xs = list(d)
@@ -142,7 +131,7 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
     n = len(xs)
     cols = min(n, 4)
     rows = math.ceil(n / cols)
-    fig = _fig(3.1 * cols + 0.6, 2.6 * rows + 0.4)
+    fig = new_figure((3.1 * cols + 0.6, 2.6 * rows + 0.4), layout=None)
     gnames = sorted({group_name(it["config"], groups) for it in items})
     ymax = None
     for it in items:
@@ -244,7 +233,7 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
     n = len(gnames)
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig = _fig(4.0 * cols + 0.6, 3.0 * rows + 0.4)
+    fig = new_figure((4.0 * cols + 0.6, 3.0 * rows + 0.4), layout=None)
     xs_all = sorted({xv for d in data.values() for xv in d})
     cmap = colormaps["viridis"]
     ax0 = None
