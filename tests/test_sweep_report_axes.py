@@ -46,15 +46,15 @@ def test_per_block_panels_number_blocks_from_zero(monkeypatch, tmp_path):
 
 def test_finished_runs_match_despite_execution_fields_and_newer_defaults():
     from depthlab.config import RunConfig
-    from depthlab.sweep.local import _config_diff
+    from depthlab.sweep.common import config_diff
 
     now = RunConfig().to_dict()
     then = RunConfig().to_dict()
     then["train"]["compile"] = False  # the default became "auto": same computation on CPU
     del then["data"]["tokenizer"]  # written before the field existed; now at its default
-    assert _config_diff(now, then) == []
+    assert config_diff(now, then) == []
     then["train"]["learning_rate"] = 0.5
-    assert _config_diff(now, then) == ["train.learning_rate: 0.5 there, 0.003 now"]
+    assert config_diff(now, then) == ["train.learning_rate: 0.5 there, 0.003 now"]
 
 
 def test_estimate_scales_with_width_as_calibrated():

@@ -225,12 +225,12 @@ def test_estimate_seconds_counts_flops():
 
 def test_a_finished_run_older_than_train_optimizer_counts_as_adamw():
     from depthlab.config import RunConfig
-    from depthlab.sweep.local import _config_diff
+    from depthlab.sweep.common import config_diff
 
     old = RunConfig().to_dict()
     del old["train"]["optimizer"]  # a run made before the field existed: it trained with AdamW
     want = RunConfig().to_dict()
     want["train"]["optimizer"] = "adamw"
-    assert _config_diff(want, old) == []  # the profiles pin adamw: their finished runs still count
+    assert config_diff(want, old) == []  # the profiles pin adamw: their finished runs still count
     want["train"]["optimizer"] = "auto"  # muon on CPU: not what that run did
-    assert _config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]
+    assert config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]

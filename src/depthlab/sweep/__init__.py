@@ -4,7 +4,10 @@ The package, by data flow:
 
 - :mod:`.spec`: experiments, grids, profiles (``profiles/*.yaml``), sweep files, expansion into
   runs; every value typed by the same grammar as ``depthlab train``'s flags.
-- :mod:`.local`: the local backend (own process pool, skip finished runs, one run per process).
+- :mod:`.common`: what the backends share: planning (skip finished runs), sweep-directory checks,
+  ``sweep.json``, the progress line.
+- :mod:`.local`: the local backend (own process pool, one run per process) and the job function;
+  :mod:`.ray`: the Ray Tune backend; :mod:`.run`: the driver that picks one.
 - :mod:`.results`: ``sweep.json``, one row per run, ``results.csv`` / ``results.md``, grouping.
 - :mod:`.science`: the published claims of the ``science`` profile and their verdicts;
   :mod:`.findings`: plain-language findings per experiment.
@@ -28,7 +31,8 @@ This package never imports :mod:`depthlab.report` or :mod:`depthlab.cli`. The co
 """
 
 from .findings import aggregate_table, init_lines, summary_lines
-from .local import dry_run, execute, init_probe, plan
+from .common import plan
+from .local import dry_run, execute, init_probe
 from .run import run_sweep
 from .results import (FINAL_STATUSES, METRIC_COLUMNS, OK_STATUSES, RESULT_COLUMNS, aggregate, collect_results,
                       corpus_baselines, experiment_axes, field_value, group_name, is_sweep_dir, load_sweep,
@@ -45,7 +49,7 @@ __all__ = [
     "Experiment", "SweepSpec", "RunPoint", "SWEEP_DEFAULTS", "SWEEP_JSON", "RUNS", "RESULTS_CSV", "RESULTS_MD",
     "coerce_value", "parse_grid_arg", "load_profile", "profile_spec", "load_sweep_file", "spec_to_json", "expand",
     "varied_fields", "estimate_seconds",
-    # local backend
+    # planning and the job function
     "plan", "execute", "init_probe",
     # results
     "RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "is_sweep_dir", "load_sweep",

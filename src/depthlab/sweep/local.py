@@ -6,8 +6,9 @@ per run, so a worker that crashes (segfault, out of memory) only costs its own r
 recorded as ``error``. Every run of an experiment gets the same budget (the same
 ``train.max_iters``). Stopping a sweep and starting it again skips finished runs (those with a
 ``summary.json``, and deterministic failures such as a non-finite loss) and deletes and restarts
-unfinished ones. A failing run is a result (``status`` ``nonfinite``, ``error``, ...), not a
-crash of the sweep.
+unfinished ones (:func:`depthlab.sweep.common.plan`, shared with the Ray backend like the
+sweep-directory checks and the progress line). A failing run is a result (``status``
+``nonfinite``, ``error``, ...), not a crash of the sweep.
 
 Each run is an ordinary run directory made by :func:`depthlab.analytics.train` (trainer plus
 the default analytics callbacks), plus ``sweep_status.json``, ``init_probe.json`` and
@@ -17,28 +18,22 @@ the default analytics callbacks), plus ``sweep_status.json``, ``init_probe.json`
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import re
-import shutil
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .results import FINAL_STATUSES
-from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, estimate_seconds, expand,
-                   spec_to_json, varied_fields)
+from .common import Log, Progress, check_counts, check_sweep_dir, cores
+from .spec import SweepSpec, estimate_seconds, expand
 
-__all__ = ["dry_run", "plan", "init_probe", "execute", "run_jobs"]
-
-Log = Callable[[str], None]
+__all__ = ["dry_run", "init_probe", "execute", "run_jobs"]
 
 
 # --------------------------------------------------------------------------- one run (worker side)
@@ -167,101 +162,7 @@ def _child_main(job: dict) -> None:
     sys.exit(0 if res["status"] != "interrupted" else 130)
 
 
-# --------------------------------------------------------------------------- planning (parent side)
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _comparable(cfg: dict) -> dict:
-    c = json.loads(json.dumps(cfg))
-    c["model"].pop("vocab_size", None)
-    for k in ("path", "cache_dir"):  # the Ray backend gives its trials absolute paths
-        if c.get("data", {}).get(k):
-            c["data"][k] = str(Path(c["data"][k]).resolve())
-    for k in ("out_dir", "resume", "progress", "threads", "compile"):  # how a run is executed, not what it computes
-        c["train"].pop(k, None)
-    return c
-
-
-def _config_diff(a: dict, b: dict) -> list[str]:
-    from ..config import PREDATING, RunConfig
-
-    a, b = _comparable(a), _comparable(b)
-    defaults = RunConfig().to_dict()
-    out = []
-    for sec in SECTIONS:
-        for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
-            if k not in b.get(sec, {}):  # a field newer than the finished run: compare with what the run used
-                b.setdefault(sec, {})[k] = PREDATING.get(sec, {}).get(k, defaults[sec].get(k))
-            if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
-                out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
-    return out
-
-
-def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tuple[list[RunPoint], list[RunPoint]]:
-    """Split runs into (already done, to do), checking finished runs still match their config.
-
-    A run is done when its ``summary.json`` exists (or it ended with a deterministic failure
-    such as ``nonfinite``) and its ``config.json`` matches the requested config.
-
-    Args:
-        points: the sweep's runs.
-        sweep_dir: the sweep directory.
-        rerun: redo every run.
-
-    Returns:
-        (done, todo).
-
-    Raises:
-        DepthlabError: a finished run whose config differs from the requested one (use another
-            ``--out-dir`` or ``--rerun``).
-    """
-    done, todo = [], []
-    for p in points:
-        rd = RunDir(Path(sweep_dir) / RUNS / p.name)
-        status = (rd.sweep_status or {}).get("status") if isinstance(rd.sweep_status, dict) else None
-        final = rd.file(rundir.SUMMARY).exists() or status in FINAL_STATUSES
-        if final and not rerun and rd.config is not None:
-            diff = _config_diff(p.config, rd.config)
-            if diff:
-                raise DepthlabError(f"sweep run {rd.path} was made with a different config ({diff[0]}); use "
-                                    "another --out-dir, or --rerun to redo every run")
-            done.append(p)
-        else:
-            todo.append(p)
-    return done, todo
-
-
-def _looks_like_run(d: Path) -> bool:
-    return not any(d.iterdir()) or any((d / f).exists() for f in (rundir.CONFIG, rundir.SWEEP_STATUS,
-                                                                  rundir.TRAIN_LOG))
-
-
-def _clear_run_dir(rd: Path) -> None:
-    if rd.exists():
-        if not rd.is_dir() or not _looks_like_run(rd):
-            raise DepthlabError(f"{rd} exists and is not a depthlab run directory; refusing to delete it")
-        shutil.rmtree(rd)
-
-
-def _check_sweep_dir(sweep_dir: Path) -> None:
-    """Refuse an out_dir that is a file, or a non-empty folder that is not a sweep."""
-    if sweep_dir.exists():
-        if not sweep_dir.is_dir():
-            raise DepthlabError(f"--out-dir {sweep_dir} is a file; choose a folder")
-        if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
-            raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
-                                "choose a new --out-dir")
-
-
-def _check_counts(workers: int, threads: int) -> None:
-    if workers < 0 or threads < 0:
-        raise DepthlabError(f"--workers and --threads must be >= 0, got {workers} and {threads}")
-
-
+# --------------------------------------------------------------------------- dry run (parent side)
 def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
     """The runs of ``spec`` with a time estimate each, and the total; nothing is run or written.
 
@@ -278,10 +179,10 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
         DepthlabError: an invalid grid point (names the run and the field), ``workers`` < 0, or an
             ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep).
     """
-    _check_counts(workers, 0)
-    _check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
+    check_counts(workers, 0)
+    check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
     points = expand(spec, out_dir)
-    nw = max(1, min(workers or _cores(), len(points)))
+    nw = max(1, min(workers or cores(), len(points)))
     lines, total = [], 0.0
     for pt in points:
         e = estimate_seconds(pt.config)
@@ -293,26 +194,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
 
 
 # --------------------------------------------------------------------------- running jobs
-class _Progress:
-    """Prints ``[k/total] name: status best val ... in s`` after each finished run."""
-
-    def __init__(self, log: Log, total: int, n_done: int):
-        self.log, self.total, self.count = log, total, n_done
-
-    def __call__(self, res: dict) -> None:
-        self.count += 1
-        extra = ""
-        s = RunDir(res["run_dir"]).summary
-        if isinstance(s, dict):
-            try:
-                extra = f" best val {s['best_val_loss']:.4f} nats"
-            except (KeyError, TypeError, ValueError):
-                pass
-        msg = f" ({res['message'][:120]})" if res["status"] != "ok" and res.get("message") else ""
-        self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{msg}")
-
-
-def _run_in_process(jobs: list[dict], progress: _Progress) -> list[dict]:
+def _run_in_process(jobs: list[dict], progress: Progress) -> list[dict]:
     """Run jobs one after another in this process (``--workers 1``)."""
     results = []
     for job in jobs:
@@ -355,7 +237,7 @@ def _stop_workers(procs: list, grace_s: float = 30.0) -> None:
             p.join()
 
 
-def _pool_loop(jobs: list[dict], workers: int, progress: _Progress, running: dict) -> list[dict]:
+def _pool_loop(jobs: list[dict], workers: int, progress: Progress, running: dict) -> list[dict]:
     """Start one spawned process per job, ``workers`` at a time, and collect their results."""
     import multiprocessing as mp
     from multiprocessing.connection import wait
@@ -382,7 +264,7 @@ def _pool_loop(jobs: list[dict], workers: int, progress: _Progress, running: dic
     return results
 
 
-def _run_pool(jobs: list[dict], workers: int, progress: _Progress) -> list[dict]:
+def _run_pool(jobs: list[dict], workers: int, progress: Progress) -> list[dict]:
     """Run jobs in worker processes; on SIGTERM/SIGINT stop the workers and raise KeyboardInterrupt."""
     running: dict = {}  # sentinel -> (process, job, start time)
 
@@ -419,24 +301,7 @@ def run_jobs(jobs: list[dict], workers: int, log: Log, total: int, n_done: int) 
         KeyboardInterrupt: a run was interrupted, or this process got SIGINT/SIGTERM (running
             workers are stopped first).
     """
-    progress = _Progress(log, total, n_done)
+    progress = Progress(log, total, n_done)
     if workers <= 1:
         return _run_in_process(jobs, progress)
     return _run_pool(jobs, workers, progress)
-
-
-# --------------------------------------------------------------------------- the sweep
-def _warm_token_cache(points: Sequence[RunPoint]) -> None:
-    """Encode each corpus once here, so workers do not race to build the token cache."""
-    from ..config import DataConfig
-    from ..data import load_corpus
-
-    for dc in {json.dumps(p.config["data"], sort_keys=True) for p in points}:
-        load_corpus(DataConfig(**json.loads(dc)))
-
-
-def _write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) -> None:
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
-                                        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                        "runs": [dataclasses.asdict(p) for p in points]})

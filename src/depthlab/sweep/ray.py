@@ -42,7 +42,9 @@ from .. import rundir
 from ..callbacks import Callback
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .local import Log, _cores, _Progress, execute
+from ..units import finite_or
+from .common import Log, Progress, cores
+from .local import execute
 
 __all__ = ["ray_runner", "run_trials", "import_ray", "SCHEDULERS", "TUNE_DIR", "EXTRA"]
 
@@ -129,17 +131,13 @@ class _TuneReport(Callback):
         from ray import tune
 
         if info.step < run.cfg.train.max_iters:
-            tune.report({"step": info.step, "val_loss": _finite(record.get("val_loss"))})
+            # +inf for a missing or non-finite loss: a value Tune's schedulers can compare, ranked last
+            tune.report({"step": info.step, "val_loss": finite_or(record.get("val_loss"), math.inf)})
 
 
 def _one_line(text: str, limit: int = 500) -> str:
     """``text`` on one line (whitespace runs become one space), cut to ``limit`` characters."""
     return re.sub(r"\s+", " ", text).strip()[:limit]
-
-
-def _finite(v) -> float:
-    """A float Tune's schedulers can compare: non-finite or missing values become +inf."""
-    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.inf
 
 
 def _trial(config: dict) -> None:
@@ -156,7 +154,8 @@ def _trial(config: dict) -> None:
             "pid": os.getpid()}
     res = execute({**job, "meta": meta}, callbacks=[_TuneReport()] if config.get("report_evals") else [])
     summ = RunDir(job["config"]["train"]["out_dir"]).summary or {}
-    tune.report({"step": int(summ.get("final_step") or 0), "val_loss": _finite(summ.get("best_val_loss")),
+    tune.report({"step": int(summ.get("final_step") or 0),
+                 "val_loss": finite_or(summ.get("best_val_loss"), math.inf),  # +inf (ranked last) when missing
                  "status": res["status"]})
 
 
@@ -197,7 +196,7 @@ def _connect(ray, address: Optional[str], log: Log) -> bool:
     t0 = time.time()
     kw: dict = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:  # "local": a new Ray for this sweep, even when `ray start` left one running here
-        kw.update(address="local", num_cpus=_cores(), include_dashboard=False, _node_ip_address="127.0.0.1")
+        kw.update(address="local", num_cpus=cores(), include_dashboard=False, _node_ip_address="127.0.0.1")
     else:
         kw["address"] = address
     try:
@@ -288,7 +287,7 @@ def _finished(job: dict) -> Optional[dict]:
     return st if isinstance(st, dict) and st.get("name") == job["name"] else None
 
 
-def _callback(tune, progress: _Progress, results: dict, scheduler: str, t0: float):
+def _callback(tune, progress: Progress, results: dict, scheduler: str, t0: float):
     """A Tune callback (driver side) that turns each ended trial into a result row and a progress line."""
 
     class _Rows(tune.Callback):
@@ -419,7 +418,7 @@ def run_trials(jobs: list, sweep_dir: str | Path, log: Log, total: int, n_done: 
     owned = _connect(ray, address, log)
     try:
         _check_storage(ray, sweep_dir)
-        cb = _callback(tune, _Progress(log, total, n_done), results, scheduler, time.time())
+        cb = _callback(tune, Progress(log, total, n_done), results, scheduler, time.time())
         _fit(_tuner(ray, tune, jobs, sweep_dir, workers, scheduler, cb))
     finally:
         if owned:

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from ..errors import DepthlabError
 from . import local
-from .local import Log
+from .common import Log, check_counts, check_sweep_dir, clear_run_dir, cores, plan, warm_token_cache, write_plan
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
 from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, expand, varied_fields
@@ -65,17 +65,17 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
             command again to finish it). results.csv is written first.
     """
     log = log or (lambda s: None)
-    local._check_counts(workers, threads)
+    check_counts(workers, threads)
     sweep_dir = Path(out_dir)
     runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
     points = expand(spec, sweep_dir)
-    local._check_sweep_dir(sweep_dir)
-    done, todo = local.plan(points, sweep_dir, rerun=rerun)
-    local._write_plan(sweep_dir, spec, points)
-    local._warm_token_cache(points)
-    cores = local._cores()
-    n_workers = max(1, min(workers or cores, len(todo))) if todo else 1
-    threads = threads or max(1, cores // n_workers)
+    check_sweep_dir(sweep_dir)
+    done, todo = plan(points, sweep_dir, rerun=rerun)
+    write_plan(sweep_dir, spec, points)
+    warm_token_cache(points)
+    n_cores = cores()
+    n_workers = max(1, min(workers or n_cores, len(todo))) if todo else 1
+    threads = threads or max(1, n_cores // n_workers)
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
     where = f"{n_workers} worker(s) x {threads} thread(s)" if backend == "local" else \
@@ -84,7 +84,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
         f"(rough estimate {est / n_workers / 60:.1f} min)")
     jobs, varied = [], varied_fields(spec)
     for p in todo:
-        local._clear_run_dir(sweep_dir / RUNS / p.name)
+        clear_run_dir(sweep_dir / RUNS / p.name)
         jobs.append({"name": p.name, "config": p.config, "threads": threads, "hparams": varied})
     t0, results = time.time(), []
     try:

@@ -1,0 +1,167 @@
+"""What the sweep backends share: planning and checking a sweep directory, the progress line.
+
+The local process pool (:mod:`.local`), the Ray backend (:mod:`.ray`) and the driver that chooses
+between them (:mod:`.run`) all plan, check and report a sweep the same way; the pieces live here,
+under public names, so no backend reaches into another's private helpers. Parent side only:
+nothing here trains (the job function is :func:`depthlab.sweep.local.execute`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .. import rundir
+from ..errors import DepthlabError
+from ..rundir import RunDir, write_json
+from .results import FINAL_STATUSES
+from .spec import RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, spec_to_json, varied_fields
+
+__all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "config_diff", "plan", "clear_run_dir",
+           "write_plan", "warm_token_cache", "Progress"]
+
+#: Where progress lines go: ``log(line)``.
+Log = Callable[[str], None]
+
+
+# --------------------------------------------------------------------------- planning
+def cores() -> int:
+    """CPU cores this process may use (its affinity mask where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _comparable(cfg: dict) -> dict:
+    c = json.loads(json.dumps(cfg))
+    c["model"].pop("vocab_size", None)
+    for k in ("path", "cache_dir"):  # the Ray backend gives its trials absolute paths
+        if c.get("data", {}).get(k):
+            c["data"][k] = str(Path(c["data"][k]).resolve())
+    for k in ("out_dir", "resume", "progress", "threads", "compile"):  # how a run is executed, not what it computes
+        c["train"].pop(k, None)
+    return c
+
+
+def config_diff(a: dict, b: dict) -> list[str]:
+    """``section.field: <b> there, <a> now`` for each field in which run config ``a`` (requested) and
+    ``b`` (a finished run's) differ in what they compute; how a run is executed (out_dir, threads, ...)
+    and fields newer than ``b`` at the value ``b``'s release used do not count."""
+    from ..config import PREDATING, RunConfig
+
+    a, b = _comparable(a), _comparable(b)
+    defaults = RunConfig().to_dict()
+    out = []
+    for sec in SECTIONS:
+        for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
+            if k not in b.get(sec, {}):  # a field newer than the finished run: compare with what the run used
+                b.setdefault(sec, {})[k] = PREDATING.get(sec, {}).get(k, defaults[sec].get(k))
+            if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
+                out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
+    return out
+
+
+def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tuple[list[RunPoint], list[RunPoint]]:
+    """Split runs into (already done, to do), checking finished runs still match their config.
+
+    A run is done when its ``summary.json`` exists (or it ended with a deterministic failure
+    such as ``nonfinite``) and its ``config.json`` matches the requested config.
+
+    Args:
+        points: the sweep's runs.
+        sweep_dir: the sweep directory.
+        rerun: redo every run.
+
+    Returns:
+        (done, todo).
+
+    Raises:
+        DepthlabError: a finished run whose config differs from the requested one (use another
+            ``--out-dir`` or ``--rerun``).
+    """
+    done, todo = [], []
+    for p in points:
+        rd = RunDir(Path(sweep_dir) / RUNS / p.name)
+        status = (rd.sweep_status or {}).get("status") if isinstance(rd.sweep_status, dict) else None
+        final = rd.file(rundir.SUMMARY).exists() or status in FINAL_STATUSES
+        if final and not rerun and rd.config is not None:
+            diff = config_diff(p.config, rd.config)
+            if diff:
+                raise DepthlabError(f"sweep run {rd.path} was made with a different config ({diff[0]}); use "
+                                    "another --out-dir, or --rerun to redo every run")
+            done.append(p)
+        else:
+            todo.append(p)
+    return done, todo
+
+
+def _looks_like_run(d: Path) -> bool:
+    return not any(d.iterdir()) or any((d / f).exists() for f in (rundir.CONFIG, rundir.SWEEP_STATUS,
+                                                                  rundir.TRAIN_LOG))
+
+
+def clear_run_dir(rd: Path) -> None:
+    """Delete a run directory to redo it; refuse (DepthlabError) a path that is not a depthlab run."""
+    if rd.exists():
+        if not rd.is_dir() or not _looks_like_run(rd):
+            raise DepthlabError(f"{rd} exists and is not a depthlab run directory; refusing to delete it")
+        shutil.rmtree(rd)
+
+
+def check_sweep_dir(sweep_dir: Path) -> None:
+    """Refuse an out_dir that is a file, or a non-empty folder that is not a sweep."""
+    if sweep_dir.exists():
+        if not sweep_dir.is_dir():
+            raise DepthlabError(f"--out-dir {sweep_dir} is a file; choose a folder")
+        if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
+            raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
+                                "choose a new --out-dir")
+
+
+def check_counts(workers: int, threads: int) -> None:
+    """Refuse negative ``--workers`` / ``--threads`` (DepthlabError)."""
+    if workers < 0 or threads < 0:
+        raise DepthlabError(f"--workers and --threads must be >= 0, got {workers} and {threads}")
+
+
+def warm_token_cache(points: Sequence[RunPoint]) -> None:
+    """Encode each corpus once here, so workers do not race to build the token cache."""
+    from ..config import DataConfig
+    from ..data import load_corpus
+
+    for dc in {json.dumps(p.config["data"], sort_keys=True) for p in points}:
+        load_corpus(DataConfig(**json.loads(dc)))
+
+
+def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) -> None:
+    """Write ``sweep.json``: the spec, the varied fields and every run's config (creates ``sweep_dir``)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
+                                        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                        "runs": [dataclasses.asdict(p) for p in points]})
+
+
+# --------------------------------------------------------------------------- progress
+class Progress:
+    """Prints ``[k/total] name: status best val ... in s`` after each finished run."""
+
+    def __init__(self, log: Log, total: int, n_done: int):
+        self.log, self.total, self.count = log, total, n_done
+
+    def __call__(self, res: dict) -> None:
+        self.count += 1
+        extra = ""
+        s = RunDir(res["run_dir"]).summary
+        if isinstance(s, dict):
+            try:
+                extra = f" best val {s['best_val_loss']:.4f} nats"
+            except (KeyError, TypeError, ValueError):
+                pass
+        msg = f" ({res['message'][:120]})" if res["status"] != "ok" and res.get("message") else ""
+        self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{msg}")
