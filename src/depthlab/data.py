@@ -6,7 +6,8 @@ stays bounded whatever the file size, and the result is cached on disk under the
 (with the counts of sorted adjacent lines, for the sorted-list warning). On top of it, cached in
 the same entry: ``split: lines`` (the lines shuffled with the run seed) and ``tokenizer: bpe`` (a
 byte-level BPE trained once per corpus and settings on the train split, then both splits encoded
-in pieces that cannot change a token).
+in pieces that cannot change a token). The tokenizers themselves are :mod:`depthlab.tokenizer`
+(re-exported here).
 """
 
 from __future__ import annotations
@@ -21,15 +22,20 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import numpy as np
 
 from .config import DataConfig
+from .errors import DepthlabError
+from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer, token_dtype, train_bpe
 
 if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only numpy
     import torch
-from .errors import DepthlabError
+
+__all__ = ["Corpus", "load_corpus", "embedded_corpus_path", "sorted_lines_warning", "get_batch", "to_device",
+           # the tokenizers (defined in depthlab.tokenizer), re-exported: importers of depthlab.data keep working
+           "CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "token_dtype", "train_bpe"]
 
 CACHE_FORMAT = 2  # 2: meta.json holds the line-order counts
 CHUNK_BYTES = 4 << 20  # 4 MiB of input per chunk keeps peak memory bounded for any file size
@@ -39,180 +45,6 @@ MAX_CODEPOINT = 0x110000
 def embedded_corpus_path() -> Path:
     """Path of the packaged Tiny Shakespeare corpus (1,115,394 bytes, 65 symbols)."""
     return Path(str(resources.files("depthlab") / "data" / "tinyshakespeare.txt"))
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """Smallest unsigned dtype holding ids < vocab_size: uint8 (<= 256), uint16 (<= 65,535), else uint32."""
-    if vocab_size <= 256:
-        return np.dtype(np.uint8)
-    if vocab_size <= 65535:
-        return np.dtype(np.uint16)
-    return np.dtype(np.uint32)
-
-
-class CharTokenizer:
-    """Character-level tokenizer: id i <-> the i-th symbol of a sorted code-point vocabulary.
-
-    Args:
-        vocab: the symbols (single-character strings), sorted by code point, no duplicates.
-
-    Raises:
-        DepthlabError: if ``vocab`` is empty, unsorted, or holds non-single-character entries.
-    """
-
-    def __init__(self, vocab: Sequence[str]):
-        vocab = list(vocab)
-        if not vocab:
-            raise DepthlabError("the vocabulary is empty (the corpus has no characters)")
-        if any(not isinstance(c, str) or len(c) != 1 for c in vocab) or vocab != sorted(set(vocab)):
-            raise DepthlabError("a vocabulary must be sorted unique single characters")
-        self.vocab = vocab
-        self.stoi = {c: i for i, c in enumerate(vocab)}
-
-    @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        """Tokenizer whose vocabulary is the sorted unique characters of ``text``."""
-        return cls(sorted(set(text)))
-
-    @property
-    def vocab_size(self) -> int:
-        """V, the number of symbols."""
-        return len(self.vocab)
-
-    def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (one per character).
-
-        Raises:
-            DepthlabError: naming every character outside the vocabulary and its 0-based position.
-        """
-        bad = [(i, c) for i, c in enumerate(text) if c not in self.stoi]
-        if bad:
-            shown = ", ".join(f"{c!r} at position {i}" for i, c in bad[:10])
-            more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
-            raise DepthlabError(f"the prompt has characters the model's vocabulary lacks: {shown}{more}; "
-                                "remove them or train on a corpus that contains them")
-        return [self.stoi[c] for c in text]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of a sequence of ids in [0, V)."""
-        return "".join(self.vocab[int(i)] for i in ids)
-
-
-    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
-        """A function id -> the text it adds (one character each; the same interface as BPE's)."""
-        return lambda i: self.vocab[int(i)]
-
-    @property
-    def token_chars(self) -> np.ndarray:
-        """Characters per token id, shape (V,), float64: all ones (bits/char = nats/token / ln 2)."""
-        return np.ones(self.vocab_size)
-
-
-#: The special token a BPE vocabulary starts with (id 0): GPT-2's end of text, the export's bos/eos.
-EOT = "<|endoftext|>"
-
-
-class BPETokenizer:
-    """Byte-level BPE (Sennrich et al. 2016; GPT-2's byte-level variant) on Hugging Face ``tokenizers``.
-
-    Args:
-        tok: a ``tokenizers.Tokenizer`` (ByteLevel pre-tokenizer and decoder, BPE model).
-        source: where it came from (for messages).
-
-    Attributes:
-        json: the tokenizer serialised (what ``tokenizer.json`` holds; its sha256 identifies it).
-    """
-
-    def __init__(self, tok, source: str = "tokenizer.json"):
-        self.tok = tok
-        self.source = source
-        self.json = tok.to_str()
-        self._vocab: Optional[list[str]] = None
-
-    @classmethod
-    def from_str(cls, text: str, source: str = "tokenizer.json") -> "BPETokenizer":
-        """Load from the JSON text of a ``tokenizer.json``.
-
-        Raises:
-            DepthlabError: the text is not a ``tokenizers`` tokenizer.
-        """
-        from tokenizers import Tokenizer
-
-        try:
-            return cls(Tokenizer.from_str(text), source)
-        except Exception as e:  # tokenizers raises plain Exceptions for bad JSON
-            raise DepthlabError(f"{source} is not a valid tokenizer ({str(e).splitlines()[0][:120]})") from None
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of :attr:`json` (UTF-8)."""
-        return hashlib.sha256(self.json.encode("utf-8")).hexdigest()
-
-    @property
-    def vocab_size(self) -> int:
-        """V, special tokens included."""
-        return self.tok.get_vocab_size(with_added_tokens=True)
-
-    @property
-    def vocab(self) -> list[str]:
-        """Each id decoded alone (a token holding part of a UTF-8 character shows U+FFFD)."""
-        if self._vocab is None:
-            self._vocab = [self.tok.decode([i], skip_special_tokens=False) for i in range(self.vocab_size)]
-        return self._vocab
-
-    def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (byte-level: every string is encodable)."""
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD)."""
-        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
-
-    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
-        """A function id -> the new text it completes (``tokenizers.decoders.DecodeStream``).
-
-        A character split across tokens comes out whole with its last byte (earlier calls return "").
-
-        Args:
-            prefix: ids already shown (the prompt): they set the decoder's context and print nothing.
-        """
-        from tokenizers.decoders import DecodeStream
-
-        ds = DecodeStream(skip_special_tokens=False)
-        for i in prefix:
-            ds.step(self.tok, int(i))
-        return lambda i: ds.step(self.tok, int(i)) or ""
-
-    @property
-    def token_chars(self) -> np.ndarray:
-        """Characters per token id, shape (V,), float64: its UTF-8 lead bytes (bytes not 10xxxxxx).
-
-        Summed over a token sequence this counts each character once, at the token holding its first
-        byte, so total nats / sum = nats per character of the text. Special tokens count 0.
-        """
-        byte_of = _byte_level_decoder()
-        special = set(self.tok.get_added_tokens_decoder())
-        out = np.zeros(self.vocab_size)
-        for piece, i in self.tok.get_vocab(with_added_tokens=False).items():
-            if i not in special:
-                out[i] = sum(1 for c in piece if (byte_of[c] & 0xC0) != 0x80)
-        return out
-
-
-def _byte_level_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the printable character standing for each byte -> the byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-Tokenizer = Union[CharTokenizer, BPETokenizer]
 
 
 @dataclass
@@ -635,28 +467,6 @@ def _train_sample(chars: np.ndarray, codepoints: np.ndarray, n_train_chars: int)
     for k in range(n_pieces):
         s = k * stride
         yield codepoints[np.asarray(chars[s: s + PIECE_CHARS])].tobytes().decode("utf-32-le")
-
-
-def train_bpe(pieces: Iterable[str], vocab_size: int) -> BPETokenizer:
-    """Train a byte-level BPE (GPT-2's pre-tokenizer and alphabet, ``<|endoftext|>`` as id 0).
-
-    Args:
-        pieces: the training text, in pieces.
-        vocab_size: V wanted; fewer when the text has fewer pairs to merge.
-
-    Returns:
-        The trained tokenizer.
-    """
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    t = HFTokenizer(models.BPE())
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    t.train_from_iterator(pieces, trainer)
-    return BPETokenizer(t, "trained tokenizer")
 
 
 def _bpe_corpus(entry: Path, split_key: str, chars: np.ndarray, vocab: list[str], n_train_chars: int,

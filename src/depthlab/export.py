@@ -38,7 +38,7 @@ import torch
 
 from . import checkpoint as ckpt
 from .config import ModelConfig
-from .data import EOT, BPETokenizer, CharTokenizer, Tokenizer
+from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .data import Tokenizer
+from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
