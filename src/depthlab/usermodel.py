@@ -1,0 +1,158 @@
+"""A model the learner wrote: ``PATH.py:NAME`` loaded, built and checked to speak the protocol.
+
+The protocol (DESIGN.md, "The user's own model"): any ``torch.nn.Module`` whose ``forward(idx)``
+takes token ids ``(B, T)`` int64 and returns logits ``(B, T, V)``, or a tuple whose first element is
+the logits (nanoGPT's ``(logits, loss)`` with no targets). ``NAME`` is a class, built with the
+keyword arguments of ``model.init`` (a JSON object, or none), or a function returning a module (for
+models built from a config object, e.g. nanoGPT's ``GPT(GPTConfig(...))``).
+
+The file is the user's code and runs as Python, with its own folder importable first (as
+``python PATH.py`` would have it), under the module name ``depthlab_user_<stem>``: an
+``if __name__ == "__main__":`` block does not run. It runs only because the user named it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from .errors import DepthlabError
+
+__all__ = ["Source", "build_model", "first_line", "logits_of", "parse_init", "parse_source"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """``PATH.py:NAME``: the file and the name of the class or function in it."""
+
+    path: Path
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.name}"
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the file's bytes (hex)."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def parse_source(text: str, option: str = "model.source") -> Source:
+    """``PATH.py:NAME`` -> :class:`Source` (the file must exist).
+
+    Raises:
+        DepthlabError: not of the form PATH.py:NAME, or the file is missing.
+    """
+    path, sep, name = str(text).rpartition(":")
+    if not sep or not path or not name.isidentifier():
+        raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
+                            "in it that makes the model (e.g. mymodel.py:GPT)")
+    p = Path(path)
+    if not p.is_file():
+        raise DepthlabError(f"{option} {text}: file {path} not found")
+    return Source(p, name)
+
+
+def parse_init(init: Union[None, str, dict], option: str = "model.init") -> dict:
+    """Keyword arguments for the model: a dict, a JSON object text, or None (no arguments).
+
+    Raises:
+        DepthlabError: not a JSON object.
+    """
+    if init is None:
+        return {}
+    if isinstance(init, dict):
+        return dict(init)
+    try:
+        value = json.loads(init)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise DepthlabError(f"{option} must be a JSON object of keyword arguments, e.g. '{{\"n_layer\": 2}}'; "
+                            f"got {init!r}")
+    return value
+
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line`` of an exception raised by the user's code (shown, never parsed)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def _factory(src: Source) -> Callable[..., Any]:
+    folder = str(src.path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # the file's own imports (helpers beside it) work as under `python PATH.py`
+    mod_name = f"depthlab_user_{src.path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, src.path)
+    if spec is None or spec.loader is None:
+        raise DepthlabError(f"{src}: {src.path} cannot be loaded as Python; give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
+        raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
+    made = getattr(module, src.name, None)
+    if made is None:
+        names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
+                       and getattr(v, "__module__", None) == mod_name)
+        raise DepthlabError(f"{src}: {src.path} defines no {src.name!r}"
+                            + (f" (it defines {', '.join(names)})" if names else ""))
+    if not callable(made):
+        raise DepthlabError(f"{src}: {src.name} is a {type(made).__name__}, not a class or a function")
+    return made
+
+
+def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[int] = None) -> torch.nn.Module:
+    """Run the file and build the model: ``NAME(**init)``.
+
+    Args:
+        src: the file and name. init: keyword arguments (None = none).
+        vocab_size: the corpus vocabulary size; passed as ``vocab_size`` when ``NAME`` takes a
+            parameter of that name and ``init`` does not set it.
+
+    Raises:
+        DepthlabError: the file does not import, the name is missing, the call fails or does not
+            return an ``nn.Module``; one line naming the file, the name and the problem.
+    """
+    made = _factory(src)
+    kw = dict(init or {})
+    if vocab_size is not None and "vocab_size" not in kw:
+        try:
+            takes = "vocab_size" in inspect.signature(made).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:
+            kw["vocab_size"] = vocab_size
+    try:
+        model = made(**kw)
+    except Exception as e:  # noqa: BLE001 - the user's constructor
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+        raise DepthlabError(f"{src}: {src.name}({args}) failed: {first_line(e)}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise DepthlabError(f"{src}: {src.name}(...) returned a {type(model).__name__}, not a torch.nn.Module; "
+                            "give a class or a function that returns the model")
+    return model
+
+
+def logits_of(out: Any) -> torch.Tensor:
+    """The logits of a forward's output: the tensor itself, or the first element of a tuple/list.
+
+    Raises:
+        DepthlabError: neither.
+    """
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise DepthlabError(f"the model's forward(idx) returned {type(out).__name__}; it must return the logits "
+                            "(B, T, V), or a tuple whose first element is the logits")
+    return out
