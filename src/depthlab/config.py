@@ -16,6 +16,9 @@ from typing import Any, Literal, Optional, Union
 from .errors import DepthlabError
 
 VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm")
+#: ModelConfig fields that describe depthlab's GPT only (refused at other values with ``model.source``).
+GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
+            "tie_weights")
 NORMS = ("layernorm", "rmsnorm", "none")
 
 
@@ -106,7 +109,17 @@ class ModelConfig:
         tie_weights: share the token embedding and the output head (GPT-2 default).
         init: ``gpt2`` (N(0, 0.02), residual projections / sqrt(2 n_layer)) or ``torch``
             (PyTorch module defaults, U(+-1/sqrt(fan_in))). ``deepnorm`` always applies its
-            own Xavier-normal init with gain beta = (8 n_layer)^-1/4 (Wang et al. 2022).
+            own Xavier-normal init with gain beta = (8 n_layer)^-1/4 (Wang et al. 2022). With
+            ``source``: the keyword arguments the model is built with, a JSON object such as
+            ``{"n_layer": 2}`` (``gpt2``, the default, = none).
+        source: ``PATH.py:NAME``, a model you wrote instead of depthlab's GPT: a class (built with
+            ``init``'s keyword arguments, and ``vocab_size`` = the corpus's when it takes one and
+            ``init`` does not set it) or a function returning a ``torch.nn.Module`` whose
+            ``forward(idx)`` maps (B, T) token ids to logits (B, T, V) (or a tuple starting with
+            them). The file is your code and runs as Python (:mod:`depthlab.usermodel`). The fields
+            that describe depthlab's GPT (``n_layer``, ``variant``, ...) do not apply and must stay at
+            their defaults; ``block_size`` is the length of the training windows and of the sampling
+            context.
     """
 
     vocab_size: int = 0
@@ -121,9 +134,11 @@ class ModelConfig:
     variant: Literal["prenorm", "postnorm", "plain", "rezero", "deepnorm"] = "prenorm"
     norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
     tie_weights: bool = True
-    init: Literal["gpt2", "torch"] = "gpt2"
+    init: Union[Literal["gpt2", "torch"], dict] = "gpt2"
+    source: Optional[str] = None
 
     def __post_init__(self) -> None:
+        self._check_source()
         _positive("model", self, "block_size", "n_layer", "n_head", "n_embd", "ff_mult")
         if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 0:
             raise DepthlabError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}")
@@ -140,7 +155,36 @@ class ModelConfig:
         _choice("model", "variant", self.variant, VARIANTS)
         _choice("model", "norm", self.norm, NORMS)
         _choice("model", "activation", self.activation, ("gelu", "relu"))
-        _choice("model", "init", self.init, ("gpt2", "torch"))
+        if not isinstance(self.init, dict):
+            _choice("model", "init", self.init, ("gpt2", "torch"))
+
+    def _check_source(self) -> None:
+        """``source`` is PATH.py:NAME and the GPT-only fields stay at their defaults; ``init`` as a
+        mapping needs ``source``."""
+        if self.source is None:
+            if isinstance(self.init, dict):
+                raise DepthlabError("model.init as keyword arguments applies to model.source only (depthlab's GPT "
+                                    "takes gpt2 or torch); add --model.source PATH.py:NAME or drop them")
+            return
+        path, sep, name = str(self.source).rpartition(":")
+        if not isinstance(self.source, str) or not sep or not path.endswith(".py") or not name.isidentifier():
+            raise DepthlabError(f"model.source {self.source!r} must be PATH.py:NAME, the file and the class or "
+                                "function in it that makes the model (e.g. mymodel.py:GPT)")
+        if isinstance(self.init, str) and self.init.lstrip().startswith("{"):
+            import json
+
+            try:
+                self.init = json.loads(self.init)  # (still validating: the one assignment, before anyone reads it)
+            except ValueError:
+                pass
+        if isinstance(self.init, str) and self.init != "gpt2" or not isinstance(self.init, (str, dict)):
+            raise DepthlabError(f"model.init {self.init!r} with model.source must be a JSON object of keyword "
+                                "arguments, e.g. '{\"n_layer\": 2}'")
+        changed = [f"model.{f.name} {getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                   if f.name in GPT_ONLY and getattr(self, f.name) != f.default]
+        if changed:
+            raise DepthlabError(f"{', '.join(changed)}: these describe depthlab's GPT and do not apply to "
+                                f"model.source {self.source}; set the model's own sizes with --model.init JSON")
 
     @property
     def head_size(self) -> int:

@@ -86,7 +86,7 @@ def forward_batches(n_tokens: int, block_size: int, batch_size: int, max_tokens:
 @torch.no_grad()
 def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batch_size: int,
                token_chars: np.ndarray, device: torch.device, ctx=None,
-               max_tokens: int = MAX_TOKENS) -> SplitLoss:
+               max_tokens: int = MAX_TOKENS, loss_fn=None) -> SplitLoss:
     """Mean loss of ``model`` over the windows of :func:`split_windows`, in eval mode.
 
     Args:
@@ -97,6 +97,8 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
         token_chars: (V,) characters each token id decodes to (1 for every char token).
         device: where the model is. ctx: autocast context for the forward, or None.
         max_tokens: see :func:`split_windows`.
+        loss_fn: ``loss_fn(model, x, y)`` -> the mean loss (0-d) for a model that does not take
+            targets (``depthlab.training.protocol.ModelPort.loss``); None = ``model(x, y)[1]``.
 
     Returns:
         :class:`SplitLoss`, the loss weighted by target tokens (a short last window counts for its length).
@@ -115,7 +117,7 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
             x = torch.stack([data[s:s + length] for s in batch]).to(device)
             y = torch.stack([data[s + 1:s + 1 + length] for s in batch])
             with ctx if ctx is not None else nullcontext():
-                _, loss = model(x, y.to(device))
+                loss = model(x, y.to(device))[1] if loss_fn is None else loss_fn(model, x, y.to(device))
             total += float(loss.float().item()) * y.numel()
             count += y.numel()
             chars += int(token_chars[y.numpy()].sum())

@@ -71,6 +71,10 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     Raises:
         DepthlabError: one line naming the field that has no equivalent ``transformers`` class.
     """
+    if cfg.source:
+        raise DepthlabError(f"cannot export a model.source model ({cfg.source}): export maps depthlab's own GPT onto "
+                            "transformers' GPT-2 classes, and a model you wrote has no known mapping; its weights are "
+                            "the run's checkpoints/*.safetensors (its state_dict)")
     if cfg.variant not in ("prenorm", "postnorm"):
         raise DepthlabError(f"cannot export model.variant {cfg.variant}: no transformers class computes it "
                             "(exportable: prenorm, or postnorm with relu and ff_mult 4, both with layernorm)")

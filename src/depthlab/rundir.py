@@ -17,6 +17,8 @@ A run directory (``depthlab train --train.out_dir DIR``) holds::
     baselines.json     corpus baselines (uniform, unigram, bigram) in nats and bits/char
     diagnosis.json     findings of analytics.diagnose
     checkpoints/       weights (safetensors) + resume state, see :mod:`depthlab.checkpoint`
+    source/            runs of a model the user wrote (``model.source``): a copy of its file, which
+                       sample, report and --resume build the model from (sha256 in config.json)
     tb/                TensorBoard event files
     plots/, report.html                  written by ``depthlab report``
     train.log, init_probe.json, sweep_status.json   written by a sweep for each of its runs
@@ -54,10 +56,11 @@ REPORT = "report.html"
 TRAIN_LOG = "train.log"
 INIT_PROBE = "init_probe.json"
 SWEEP_STATUS = "sweep_status.json"
+SOURCE = "source"
 
 #: Everything a run directory may hold; ``--overwrite`` deletes a folder only if it holds nothing else.
 RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, TOKENIZER, METRICS, SUMMARY, BASELINES, DIAGNOSIS, CHECKPOINTS, TENSORBOARD,
-                           PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS})
+                           PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS, SOURCE})
 
 #: The values of a metrics record's ``kind``.
 KINDS = ("eval", "train", "grad", "probe", "event", "sample")

@@ -13,6 +13,7 @@ from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
+from .usermodel import logits_of, make_model
 
 
 def _first_line(e: BaseException) -> str:
@@ -71,7 +72,8 @@ def filter_logits(logits: torch.Tensor, top_k: Optional[int] = None, top_p: Opti
 ONE_THREAD_ROWS = 8
 
 
-def _next_logits_fn(model: GPT, kv_cache: bool) -> Callable[[torch.Tensor], torch.Tensor]:
+def _next_logits_fn(model: torch.nn.Module, kv_cache: bool,
+                    block_size: Optional[int] = None) -> Callable[[torch.Tensor], torch.Tensor]:
     """A function ids (B, n) -> next-token logits (B, V) implementing one context policy.
 
     Without the cache: the last block_size ids, re-encoded in full for every token (nanoGPT).
@@ -83,7 +85,14 @@ def _next_logits_fn(model: GPT, kv_cache: bool) -> Callable[[torch.Tensor], torc
     cached one sees between block_size/2 and block_size ids instead of always block_size, so
     sampled text differs from the cropped policy's there. Single-position steps of at most
     :data:`ONE_THREAD_ROWS` rows run on one thread (the caller's thread count is restored).
+
+    A model that is not depthlab's GPT (``model.source``) has no cache: the last ``block_size`` ids
+    are re-encoded for every token, and its ``forward(idx)`` gives the logits (or a tuple of them first).
     """
+    if not isinstance(model, GPT):
+        if block_size is None:
+            raise DepthlabError("generating from a model that is not depthlab's GPT needs its block_size")
+        return lambda idx: logits_of(model(idx[:, -block_size:]))[:, -1, :]
     bs = model.config.block_size
     if not kv_cache:
         return lambda idx: model(idx[:, -bs:])[0][:, -1, :]
@@ -124,10 +133,11 @@ def draw(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> to
     return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(dim=-1)
 
 
-def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
-             on_token: Optional[Callable[[int], None]] = None, kv_cache: bool = True) -> torch.Tensor:
+             on_token: Optional[Callable[[int], None]] = None, kv_cache: bool = True,
+             block_size: Optional[int] = None) -> torch.Tensor:
     """Extend ``idx`` by ``max_new_tokens`` tokens.
 
     Args:
@@ -142,6 +152,8 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
             re-encodes the last block_size ids for every token (nanoGPT's crop). Both give the
             same logits (to float rounding, ~1e-6) while T + N <= block_size; past it the cache
             re-encodes the last half-window when full (see :func:`_next_logits_fn`).
+        block_size: the context of a model that is not depthlab's GPT (its run's ``model.block_size``);
+            such a model is sampled without a cache.
 
     Returns:
         (B, T + N) int64 ids (a new tensor; ``idx`` is not changed).
@@ -155,7 +167,7 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     B, T = idx.shape
     try:
         with torch.inference_mode():  # no autograd bookkeeping at all: ~10 % of a cached token
-            next_logits = _next_logits_fn(model, kv_cache)
+            next_logits = _next_logits_fn(model, kv_cache, block_size)
             out = idx.new_empty((B, T + max_new_tokens))
             out[:, :T] = idx
             for t in range(T, T + max_new_tokens):
@@ -172,7 +184,7 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     return out.clone()  # outside inference mode: an ordinary tensor callers may change in place
 
 
-def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[GPT, Tokenizer]:
+def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
     """Load a trained model and its tokenizer from a run directory.
 
     Args:
@@ -181,7 +193,8 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
         device: where to put the model.
 
     Returns:
-        (model in eval mode, tokenizer: the characters of the checkpoint, or the run's ``tokenizer.json``).
+        (model in eval mode: depthlab's GPT, or for a ``model.source`` run the model built from the
+        run's copy of its file; tokenizer: the characters of the checkpoint, or the run's ``tokenizer.json``).
 
     Raises:
         DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint, missing or
@@ -202,7 +215,7 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     sd, meta = ckpt.load_weights_file(path)
     mcfg = ckpt.model_config_from_meta(meta, path)
     tok = ckpt.load_run_tokenizer(rd, meta, path)
-    model = GPT(mcfg)
+    model = make_model(mcfg, rd)  # depthlab's GPT, or the run's own copy of its model.source
     ckpt.load_into(model, sd, path)
     return model.to(device).eval(), tok
 
@@ -227,6 +240,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
     if num_samples < 1:
         raise DepthlabError(f"--num-samples must be >= 1, got {num_samples}")
     model, tok = load_run(run_dir, which, device)
+    block_size = int(((RunDir(run_dir).config or {}).get("model") or {}).get("block_size") or 0) or None
     if prompt:
         ids = tok.encode(prompt)
     else:  # start from a newline when the corpus has one, else its first symbol
@@ -240,6 +254,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         piece = tok.stream_decoder(prefix=ids)  # BPE: a character split across tokens prints once, whole
         out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
-                       on_token=(lambda i: stream(piece(i))) if stream else None, kv_cache=kv_cache)
+                       on_token=(lambda i: stream(piece(i))) if stream else None, kv_cache=kv_cache,
+                       block_size=block_size)
         texts.append(tok.decode(out[0].tolist()))
     return texts

@@ -30,7 +30,6 @@ from .callbacks import Callback, StepInfo
 from .config import RunConfig, schedule_warnings
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
-from .model import GPT
 from .rundir import MetricsWriter, default_out_dir, prepare_run_dir, truncate_metrics
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-exported)
@@ -42,6 +41,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
 from .training.stopping import StopRules
+from .usermodel import Source, keep_source, make_model, parse_source, run_source, source_copy
 
 
 class Interrupted(Exception):
@@ -89,7 +89,8 @@ class Trainer:
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
         self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
-        check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
+        if not cfg.model.source:  # the estimate knows depthlab's GPT only
+            check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if len(vocab) == 1:
             self.log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
                      "the model has nothing to learn (loss will go to 0)")
@@ -131,13 +132,13 @@ class Trainer:
         # One stream of global batches, the same on every rank; each rank takes its own slice, so the
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
-        self.raw_model = GPT(self.cfg.model).to(self.device)
+        resumed = point is not None and point.entry is not None
+        self.raw_model = self._make_model(point).to(self.device)
         self.port = ModelPort(self.raw_model)
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point is not None else resolve_optimizer(t.optimizer, self.device)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
         self.ctx = rt.ctx
-        resumed = point is not None and point.entry is not None
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"
         self.evaluator = Evaluator(self.cfg, self.corpus, rt, self.port)
@@ -166,6 +167,28 @@ class Trainer:
         self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
                                      enabled=self.is_main and not self.nothing_to_train,
                                      purge_step=self.step + 1 if resumed else None)
+
+    def _make_model(self, point: Optional[ResumePoint]) -> torch.nn.Module:
+        """depthlab's GPT, or the user's ``model.source``: built from the run's own copy of the file when
+        resuming (a changed original is named), else from the file, which is then copied into the run."""
+        source = self.cfg.model.source
+        self.source_sha256: Optional[str] = None
+        if not source:
+            return make_model(self.cfg.model)
+        if point is not None and source_copy(self.run_dir, source).is_file():
+            own = run_source(self.run_dir, source)
+            self.source_sha256 = own.sha256
+            original = Path(source.rpartition(":")[0])
+            if original.is_file() and Source(original, own.name).sha256 != self.source_sha256:
+                self.log(f"warning: {original} changed since this run copied it; resuming with the run's own copy "
+                         f"{own.path} (sha256 {self.source_sha256[:12]}...)")
+            return make_model(self.cfg.model, self.run_dir)
+        src = parse_source(source)
+        self.log(f"model: {source} (your code, run as Python because model.source names it)")
+        model = make_model(self.cfg.model)
+        if self.is_main:
+            self.source_sha256 = keep_source(self.run_dir, src)
+        return model
 
     def _load_resume(self, point: ResumePoint) -> None:
         st = self.checkpointer.load(point.entry, self)
@@ -212,7 +235,8 @@ class Trainer:
         (config.json's ``resolved``)."""
         plan = self.budget.plan
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name,
-                **({"plan": plan.to_record()} if plan is not None else {})}
+                **({"plan": plan.to_record()} if plan is not None else {}),
+                **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
 
     def _write_config(self) -> None:
         """config.json: the config asked for (vocab_size and out_dir filled in) and ``resolved``; the one writer."""
@@ -363,8 +387,9 @@ class Trainer:
         for w in schedule_warnings(t):
             self.log(f"warning: {w}")
         r = self.runtime.resolved()
+        shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
         self.log(f"run {self.run_dir}: {self.port.num_params() / 1e6:.3f} M parameters, "
-                 f"vocab {m.vocab_size}, {m.n_layer} x {m.variant}, device {r['device']}, {r['dtype']}, "
+                 f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
                  f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
         self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.runtime.accum} x processes "
                  f"{self.world_size} = {t.batch_size * self.runtime.accum * self.world_size} sequences of "

@@ -25,8 +25,11 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .errors import DepthlabError
+from .model import GPT
+from .rundir import SOURCE, atomic_write
 
-__all__ = ["Source", "build_model", "first_line", "logits_of", "parse_init", "parse_source"]
+__all__ = ["Source", "build_model", "first_line", "keep_source", "logits_of", "make_model", "parse_init",
+           "parse_source", "run_source", "source_copy"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +159,51 @@ def logits_of(out: Any) -> torch.Tensor:
         raise DepthlabError(f"the model's forward(idx) returned {type(out).__name__}; it must return the logits "
                             "(B, T, V), or a tuple whose first element is the logits")
     return out
+
+
+def source_copy(run_dir: Path, source: Union[str, Source]) -> Path:
+    """Where a run directory keeps its copy of the model's file (``PATH.py:NAME`` or a Source):
+    ``run_dir/source/<file name>``."""
+    path = source.path if isinstance(source, Source) else Path(str(source).rpartition(":")[0])
+    return Path(run_dir) / SOURCE / path.name
+
+
+def keep_source(run_dir: Path, src: Source) -> str:
+    """Copy the model's file into the run directory (atomically); returns its sha256."""
+    data = src.path.read_bytes()
+    dest = source_copy(run_dir, src)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(dest, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def run_source(run_dir: Path, source: str) -> Source:
+    """The run's own copy of ``source`` (``PATH.py:NAME`` as config.json names it).
+
+    Raises:
+        DepthlabError: the copy is missing from the run directory.
+    """
+    copy = source_copy(run_dir, source)
+    name = str(source).rpartition(":")[2]
+    if not copy.is_file():
+        raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
+                            "missing); the run cannot be rebuilt")
+    return Source(copy, name)
+
+
+def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
+    """The model a run trains: depthlab's GPT for ``mcfg``, or, with ``mcfg.source``, the user's model.
+
+    Args:
+        mcfg: the run's :class:`~depthlab.config.ModelConfig` (``vocab_size`` known).
+        run_dir: a run directory whose copy of the source file to build from (sample, report,
+            resume); None = the file ``mcfg.source`` names.
+
+    Raises:
+        DepthlabError: as :func:`build_model` / :func:`run_source`.
+    """
+    source = getattr(mcfg, "source", None)
+    if not source:
+        return GPT(mcfg)
+    src = run_source(run_dir, source) if run_dir is not None else parse_source(source)
+    return build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)

@@ -27,7 +27,8 @@ def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> lis
     """The observers every training run gets, from ``cfg.train`` (a :class:`~depthlab.config.RunConfig`).
 
     Corpus baselines at start, the gradient logger every ``grad_log_interval`` steps (0 = off),
-    activation probes every ``probe_interval`` steps (0 = off), samples every ``sample_interval``
+    activation probes every ``probe_interval`` steps (0 = off; depthlab's GPT only: not for a
+    ``model.source`` model), samples every ``sample_interval``
     steps (0 = off), the diagnosis at the end, and the TensorBoard HParams of the run
     (:class:`HParamsCallback`) with ``train.tensorboard`` or in a sweep (``hparam_fields`` given).
 
@@ -43,7 +44,7 @@ def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> lis
     cbs: list = [BaselinesCallback()]
     if t.grad_log_interval > 0:
         cbs.append(GradientLogger(t.grad_log_interval))
-    if t.probe_interval > 0:
+    if t.probe_interval > 0 and not cfg.model.source:  # the probe hooks depthlab's GPT's blocks
         cbs.append(ActivationProbe(t.probe_interval, histograms=t.tensorboard))
     if t.sample_interval > 0:
         cbs.append(SampleCallback(t.sample_interval, t.sample_tokens))

@@ -47,7 +47,8 @@ class SampleCallback(Callback):
         prompt = sample_prompt(tok.vocab)
         g = torch.Generator(device=run.device).manual_seed(run.cfg.train.seed)
         idx = torch.tensor([tok.encode(prompt)], dtype=torch.long, device=run.device)
-        out = generate(run.raw_model, idx, self.tokens, TEMPERATURE, TOP_K, generator=g)
+        out = generate(run.raw_model, idx, self.tokens, TEMPERATURE, TOP_K, generator=g,
+                           block_size=run.cfg.model.block_size)
         text = tok.decode(out[0].tolist())
         run.metrics.log("sample", {"step": step, "text": text})
         run.metrics.text("sample", text, step)

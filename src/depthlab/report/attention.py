@@ -65,6 +65,8 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
     from ..sample import load_run
 
     run = as_run_data(run)
+    if ((run.config or {}).get("model") or {}).get("source"):
+        return None  # the attention pattern is read from depthlab's GPT's hook points only
     try:
         model, tok = load_run(run.run_dir, "best")
     except DepthlabError:

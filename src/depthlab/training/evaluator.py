@@ -172,7 +172,8 @@ class Evaluator:
             ckpt.load_into(model, ckpt.load_weights_file(path)[0], path)
         block = self.cfg.model.block_size
         res = evaluation.split_loss(model, self.corpus.val, block, self.cfg.train.batch_size,
-                                    self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx)
+                                    self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx,
+                                    loss_fn=self.port.loss)
         self.final_val = {"step": self.best_step, "val_loss": res.loss, "val_bpc": res.bpc,
                           "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
         log(f"final validation, best weights (step {self.best_step}): "

@@ -124,6 +124,8 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
 def _probe(ev: Evidence, who: str) -> Optional[str]:
     if ev.last_probe is not None:
         return None
+    if ev.section("model").get("source"):
+        return "no activation probe: the training probe hooks depthlab's GPT only, and this run trained model.source"
     return f"no activation probe: train.probe_interval is {ev.section('train').get('probe_interval', '?')}"
 
 
