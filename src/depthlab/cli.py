@@ -9,26 +9,52 @@ the dashed spellings (``--max-new-tokens``, ``--out-dir``) are accepted aliases.
 
 The CLI owns no logic: it parses, builds configs and calls the library. Bad input ends as one
 line ``depthlab: error: ...`` on stderr with exit status 2 (3 for a non-finite loss, 130/143 for
-SIGINT/SIGTERM); ``--debug`` shows the traceback instead.
+SIGINT/SIGTERM); ``--debug`` shows the traceback instead. The command line is checked in
+depthlab's own words before the parser reads it (:mod:`depthlab.cli_args`: each value against its
+option's type, unknown options, missing values); no message of argparse or jsonargparse is read.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 from argparse import ArgumentError
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
+from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, field_types, files_first, flag, \
+    flag_value, one_line
 from .errors import DepthlabError, NonFiniteError
 
 PROG = "depthlab"
 
 
 # ------------------------------------------------------------------------- the grammar
+@lru_cache(maxsize=None)
+def _parser_class():
+    """jsonargparse's ``ArgumentParser``, also keeping the type each option was added with
+    (``value_types``: dest -> type), so that :mod:`depthlab.cli_args` checks values in depthlab's words."""
+    from jsonargparse import ArgumentParser
+
+    class Parser(ArgumentParser):
+        def add_argument(self, *args, **kwargs):
+            action = super().add_argument(*args, **kwargs)
+            if "type" in kwargs:
+                vars(self).setdefault("value_types", {})[action.dest] = kwargs["type"]
+            return action
+
+    return Parser
+
+
+def value_types(parser) -> dict[str, Any]:
+    """``dest`` -> type hint of every option of ``parser``: the config fields' from the config
+    dataclasses, the command's own from :func:`new_parser`'s record."""
+    return {**vars(parser).get("value_types", {}), **field_types()}
+
+
 def new_parser(command: str, description: str, config_fields: bool = False):
     """A ``jsonargparse.ArgumentParser`` for ``depthlab COMMAND`` with the options every command has.
 
@@ -41,9 +67,9 @@ def new_parser(command: str, description: str, config_fields: bool = False):
     Returns:
         The parser (``exit_on_error=False``: parse errors raise ``argparse.ArgumentError``).
     """
-    from jsonargparse import ActionConfigFile, ArgumentParser
+    from jsonargparse import ActionConfigFile
 
-    p = ArgumentParser(prog=f"{PROG} {command}", description=description, exit_on_error=False, allow_abbrev=False)
+    p = _parser_class()(prog=f"{PROG} {command}", description=description, exit_on_error=False, allow_abbrev=False)
     p.add_argument("-c", "--config", action=ActionConfigFile,
                    help="YAML file of this command's options" + (" (sections data/model/train)" if config_fields
                                                                  else ""))
@@ -66,10 +92,6 @@ def _add_run_dir(p, what: str = "a run directory written by depthlab train") -> 
 def _add_device(p) -> None:
     p.add_argument("--device", type=str, default="auto", help="auto (cuda, else mps, else cpu), cpu, cuda, cuda:N, mps")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-
-
-def _one_line(msg: str) -> str:
-    return re.sub(r"\s+", " ", msg).strip()
 
 
 def _config_from(ns) -> Any:
@@ -117,24 +139,6 @@ def preset_path(name: str) -> Path:
     return p
 
 
-def _occurrences(argv: Sequence[str], names: Iterable[str]) -> list[tuple[int, str, Optional[str]]]:
-    """(position, option as typed, its value) of every ``--name VALUE`` / ``--name=VALUE`` in ``argv``
-    whose name is one of ``names``; the value is None for a ``--name`` with nothing after it."""
-    names = set(names)
-    out = []
-    for i, a in enumerate(argv):
-        name, eq, value = a.partition("=")
-        if name in names:
-            out.append((i, name, value if eq else (argv[i + 1] if i + 1 < len(argv) else None)))
-    return out
-
-
-def _flag_value(argv: list[str], flag: str) -> Optional[str]:
-    """The value of the first ``flag`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), or None."""
-    found = [v for _, _, v in _occurrences(argv, [flag]) if v is not None]
-    return found[0] if found else None
-
-
 def expand_presets(argv: list[str]) -> list[str]:
     """Turn ``--preset NAME`` into ``--config <the preset's file>`` in place.
 
@@ -167,7 +171,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     from .rundir import CONFIG, RunDir
 
     out = expand_presets(argv)
-    resume = _flag_value(argv, "--resume")
+    resume = flag_value(argv, "--resume")
     if resume is None:
         return out
     rd = Path(resume)
@@ -175,11 +179,11 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         RunDir(rd).require("config")
     except DepthlabError as e:
         raise DepthlabError(f"cannot resume: {e}") from None
-    other = _flag_value(argv, "--train.out_dir")
+    other = flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
         raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
                             f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
-    if _flag_value(argv, "--init-from") is not None or _flag_value(argv, "--init_from") is not None:
+    if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
     return ["--config", str(rd / CONFIG)] + out + ["--train.resume", "true", "--train.out_dir", str(rd)]
@@ -296,16 +300,28 @@ def build_sample_parser():
     return p
 
 
+def _sample_device(name: str) -> str:
+    """``--device`` resolved; a bad or absent device is named as ``--device`` (the trainer's
+    :func:`~depthlab.trainer.resolve_device` names its own field, train.device)."""
+    import torch
+
+    from .config import check_device_name
+    from .trainer import resolve_device
+
+    check_device_name(name, "--device")
+    mps = getattr(torch.backends, "mps", None)
+    if name.startswith("cuda") and not torch.cuda.is_available() or name == "mps" and not (mps and mps.is_available()):
+        raise DepthlabError(f"--device {name} requested but {'MPS' if name == 'mps' else 'CUDA'} is not available; "
+                            "use --device cpu")
+    return str(resolve_device(name))
+
+
 def run_sample(ns) -> int:
     """``depthlab sample``: stream generated text (prompt included) to stdout."""
     from .sample import sample_text
-    from .trainer import resolve_device
 
     _set_threads(ns.threads)
-    try:
-        device = str(resolve_device(ns.device))
-    except DepthlabError as e:
-        raise DepthlabError(str(e).replace("--train.device", "--device").replace("train.device", "--device")) from None
+    device = _sample_device(ns.device)
 
     info: list[str] = []  # the "sampling from" line, printed when the text starts (after every check passed)
 
@@ -457,7 +473,7 @@ def _explicit_overrides(argv: list[str]) -> dict[str, Any]:
     ns = p.parse_args(own, defaults=False)
     flat: dict[str, Any] = {}
     for section, fields in ns.as_dict().items():
-        if section in ("data", "model", "train") and isinstance(fields, dict):
+        if section in SECTIONS and isinstance(fields, dict):
             flat.update({f"{section}.{k}": v for k, v in fields.items()})
     return flat
 
@@ -467,7 +483,7 @@ def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     conf, rest, i = [], [], 0
     while i < len(argv):
         a = argv[i]
-        if re.match(r"^--(data|model|train)\.[A-Za-z0-9_]+", a):
+        if a.startswith(tuple(flag(f"{s}.") for s in SECTIONS)):
             take = 1 if "=" in a else 2
             conf += argv[i:i + take]
             i += take
@@ -577,10 +593,11 @@ def usage() -> str:
 
 
 def dispatch(name: str, argv: list[str]) -> int:
-    """Parse ``argv`` with command ``name``'s parser and run it.
+    """Check ``argv`` in depthlab's words (:mod:`depthlab.cli_args`), parse it with command ``name``'s
+    parser and run it. What the checks do not model, the parser refuses in its own words.
 
     Raises:
-        DepthlabError: unknown command or a parse error (one line naming the option).
+        DepthlabError: unknown command or bad input (one line naming the option).
     """
     cmd = COMMANDS.get(name)
     if cmd is None:
@@ -588,260 +605,18 @@ def dispatch(name: str, argv: list[str]) -> int:
     check_no_empty_paths(name, list(argv))
     argv = files_first(cmd.expand(list(argv)))
     parser = cmd.build()
-    check_keys(name, parser, argv)
+    types = value_types(parser)
+    check_keys(name, parser, argv, types)
+    check_argv(name, parser, argv, types)
     try:
         ns = parser.parse_args(argv)
-    except ArgumentError as e:
-        raise DepthlabError(f"{name}: {_plain_parse_error(_one_line(str(e)), argv, parser)}") from None
+    except ArgumentError as e:  # not prechecked: the parser's own message, unread
+        raise DepthlabError(f"{name}: {e}") from None
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
-#: jsonargparse's type names -> what to type instead (its own wording names Python classes).
-_EXPECTED = {"<class 'bool'>": "true or false", "<class 'int'>": "an integer", "<class 'float'>": "a finite number",
-             "<class 'str'>": "a string"}
-
-
-def _plain_parse_error(msg: str, argv: Sequence[str] = (), parser=None) -> str:
-    """argparse's and jsonargparse's messages in the user's terms, e.g. ``Parser key
-    "train.fit_to_time": Expected a <class 'bool'>. Got value: maybe`` ->
-    ``--train.fit_to_time: expected true or false, got 'maybe'``; other messages unchanged.
-
-    The option and its value are quoted as the user typed them in ``argv``: ``--max-new-tokens``
-    for ``max_new_tokens``, and ``1e3``, not the ``1000.0`` the parser made of it. ``parser`` (the
-    command's) tells switches from options and names the closest option to an unknown one.
-    """
-    for reword in (_negative_value, _switch_given_value, _missing_config_file, _typed_type_error, _closest_option):
-        new = reword(msg, argv, parser)
-        if new is not None:
-            return new
-    return msg
-
-
-def _switches(parser) -> set[str]:
-    """Option strings of ``parser`` that take no value (``--overwrite``, ``--no-kv-cache``)."""
-    if parser is None:
-        return set()
-    return {o for o, a in parser._option_string_actions.items() if a.nargs == 0}
-
-
-def _negative_value(msg: str, argv: Sequence[str], parser) -> Optional[str]:
-    """argparse reads ``-1e-3`` after an option as another option (only ``-3`` and ``-.5`` look like
-    numbers to it): say so, and how to write it, instead of "expected one argument"."""
-    m = re.fullmatch(r"argument (--[\w.-]+)(?:, --[\w.-]+)*: expected one argument", msg)
-    for _, name, value in _occurrences(argv, [m.group(1)] if m else []):
-        if value is not None and value.startswith("-"):
-            try:
-                float(value)
-            except ValueError:
-                return None
-            return f"{name}: the value {value} was read as an option; write {name}={value}"
-    return None
-
-
-def _switch_given_value(msg: str, argv: Sequence[str], parser) -> Optional[str]:
-    """``--overwrite=yes`` (argparse: "ignored explicit argument") and ``--no-kv-cache yes``
-    ("unrecognized arguments: yes"): say that the switch takes no value."""
-    flag = re.fullmatch(r"argument ([\w./-]+): ignored explicit argument '(.*)'", msg)
-    if flag is not None:
-        names = flag.group(1).split("/")
-        typed = next((name for _, name, _ in _occurrences(argv, names)), names[0])
-        return f"{typed} is a switch and takes no value (got {flag.group(2)!r}); write {typed} alone, or leave it out"
-    extra = re.fullmatch(r"unrecognized arguments: (\S+).*", msg)
-    if extra is not None:
-        for i, name, value in _occurrences(argv, _switches(parser)):
-            if value == extra.group(1) and "=" not in argv[i]:
-                return (f"{name} is a switch and takes no value, so {value!r} was left over; "
-                        f"write {name} alone, or leave it out")
-    return None
-
-
-def _missing_config_file(msg: str, argv: Sequence[str], parser) -> Optional[str]:
-    """jsonargparse's ``Parser key "config": File does not exist: 'X'`` -> ``-c/--config X: file not found``."""
-    missing = re.fullmatch(r"Parser key \"config\": File does not exist: '(.*)'", msg)
-    return None if missing is None else f"-c/--config {missing.group(1)}: file not found"
-
-
-def _typed_type_error(msg: str, argv: Sequence[str], parser) -> Optional[str]:
-    """A type error (:func:`_plain_type_error`) with the option and value as typed in ``argv``."""
-    plain = _plain_type_error(msg)
-    m = re.fullmatch(r"--([\w.]+): (expected .*), got (.*)", plain)
-    if m is None:
-        return None
-    typed = [(name, v) for _, name, v in _occurrences(argv, {"--" + m.group(1), "--" + m.group(1).replace("_", "-")})
-             if v is not None]
-    if not typed:
-        return plain
-    # the occurrence the parser quoted, else the last (the parser's own text of it differs: 1e3 -> 1000.0)
-    name, value = next((t for t in typed if repr(t[1]) == m.group(3)), typed[-1])
-    return f"{name}: {m.group(2)}, got {value!r}"
-
-
-def _closest_option(msg: str, argv: Sequence[str], parser) -> Optional[str]:
-    """``unrecognized arguments: --max_new_token 10`` -> ``... (did you mean --max_new_tokens?)``: a
-    shortened option is not taken as the one it starts (``allow_abbrev=False``), so name it."""
-    import difflib
-
-    m = re.match(r"unrecognized arguments: (--[\w.-]+)", msg)
-    if m is None or parser is None:
-        return None
-    close = difflib.get_close_matches(m.group(1), sorted(parser._option_string_actions), n=1, cutoff=0.75)
-    return f"{msg} (did you mean {close[0]}?)" if close else None
-
-
-def _plain_type_error(msg: str) -> str:
-    """:func:`_plain_parse_error`'s rewording, with the option named by its key."""
-    u = re.search(r'Parser key "([^"]+)": Does not validate against any of the Union subtypes Subtypes: \[(.*?)\]'
-                  r'.*Given value:\s*(.*)$', msg)
-    if u is not None:  # e.g. train.compile: bool or Literal['auto']
-        key, subtypes, got = u.groups()
-        want = ["true or false" if "bool" in t else ", ".join(re.findall(r"'([^']+)'", t)) or t.strip()
-                for t in re.split(r",\s*(?![^\[]*\])", subtypes)]
-        return f"--{key}: expected {' or '.join(want)}, got {got.strip()!r}"
-    m = re.search(r'Parser key "([^"]+)":\s*Expected a (.+?)\. Got value:\s*(.*?)(?:$| - )', msg)
-    if m is None:
-        return msg
-    key, typ, got = m.groups()
-    lit = re.fullmatch(r"typing\.Literal\[(.*)\]", typ.strip())
-    want = ("one of " + lit.group(1).replace("'", "")) if lit else _EXPECTED.get(typ.strip(), typ.strip())
-    return f"--{key}: expected {want}, got {got.strip()!r}"
-
-
-# ------------------------------------------------------------------------- what the command line means
-_SECTIONS = ("data", "model", "train")
-#: Fields a command cannot take from the command line: what it would do with them instead.
-_NOT_USED = {
-    "model.vocab_size": "is set from the corpus's tokenizer (for BPE choose data.vocab_size)",
-}
-#: ``depthlab probe`` builds the model at initialisation: of the train section it uses only the seed.
-_PROBE_TRAIN_FIELDS = {"train.seed"}
-
-
-def files_first(argv: list[str]) -> list[str]:
-    """Config files (``-c/--config FILE``, presets already turned into them) first, ``--print_config`` last.
-
-    Files are base layers and flags override them whatever their order on the line, so
-    ``--train.max_iters 50 --preset fast-cpu`` and ``--preset fast-cpu --train.max_iters 50`` mean
-    the same; ``--print_config`` then shows the result of every flag.
-    """
-    files, rest, last, i = [], [], [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("-c", "--config") and i + 1 < len(argv):
-            files += argv[i:i + 2]
-            i += 2
-            continue
-        (files if a.startswith("--config=") else last if a.split("=")[0] == "--print_config" else rest).append(a)
-        i += 1
-    return files + rest + last
-
-
-def _flat_keys(d: Any, prefix: str = "") -> set[str]:
-    out: set[str] = set()
-    for k, v in (d.items() if isinstance(d, dict) else []):
-        key = f"{prefix}{k}"
-        out.add(key)
-        if isinstance(v, dict) and k in _SECTIONS:
-            out |= _flat_keys(v, key + ".")
-    return out
-
-
-#: Other tools' names for our fields (nanoGPT/litgpt habits), checked before spelling similarity.
-_ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "d_model": "n_embd",
-            "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
-
-
-def _suggest(key: str, known: set[str], prefix: str = "") -> str:
-    """``key`` with the closest known key (``prefix`` + name: ``--`` for a flag, none for a YAML key)."""
-    import difflib
-
-    sec, _, field = key.rpartition(".")
-    alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
-    close = [alias] if alias in known else difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
-    return f"{prefix}{key} (did you mean {prefix}{close[0]}?)" if close else f"{prefix}{key}"
-
-
-def _file_key_problems(path: str, known: set[str]) -> list[str]:
-    from .config import read_yaml
-
-    try:
-        d = read_yaml(path, "config file", "fix the file (keys and values as `section:` then indented `field: value`)")
-    except OSError:
-        return []  # the parser reports a missing file itself
-    if d is None:
-        raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
-    if not isinstance(d, dict):
-        raise DepthlabError(f"config file {path} must be a mapping with sections data:, model:, train:, got a "
-                            f"{type(d).__name__}")
-    out = []
-    for k, v in d.items():
-        k = str(k)
-        if k in _SECTIONS and not isinstance(v, dict):
-            raise DepthlabError(f"config file {path}: section {k}: must hold fields (`{k}:` then an indented "
-                                f"`field: value` per line), got {'nothing' if v is None else repr(v)}")
-        if k in _SECTIONS:
-            out += [f"{path}: {_suggest(f'{k}.{kk}', known)}" for kk in v if f"{k}.{kk}" not in known]
-        elif k not in known:
-            home = [s for s in _SECTIONS if f"{s}.{k}" in known]
-            out.append(f"{path}: {k} belongs under {home[0]}:" if home else f"{path}: {_suggest(k, known)}")
-    return out
-
-
-#: Options that name a file or folder: an empty value would silently mean "." or the default.
-_PATH_OPTIONS = ("--train.out_dir", "--data.path", "--data.cache_dir", "--resume", "--init-from", "--init_from",
-                 "--out", "--out_dir", "--out-dir", "--file", "-f", "-c", "--config")
-
-
-def check_no_empty_paths(command: str, argv: list[str]) -> None:
-    """Refuse an empty path (``--train.out_dir ''``, ``--out=``, ``sample ''``): the shell's empty
-    variable would otherwise train into a default folder or read ``.``.
-
-    Raises:
-        DepthlabError: naming the option (or the position) and what to do.
-    """
-    for _, name, value in _occurrences(argv, _PATH_OPTIONS):
-        if value == "":
-            raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name} for the default")
-    for i, a in enumerate(argv):
-        prev = argv[i - 1] if i else ""
-        if a == "" and not (prev.startswith("-") and "=" not in prev):
-            raise DepthlabError(f"{command}: argument {i + 1} is empty; give a run directory or path "
-                                "(an unset shell variable?)")
-
-
-def check_keys(command: str, parser, argv: list[str]) -> None:
-    """Refuse unknown keys (all of them at once, each with a suggestion) and fields the command ignores.
-
-    Checks dotted flags on the line and the keys of every config file given with ``-c/--config``.
-
-    Raises:
-        DepthlabError: one line listing every problem, e.g. ``--model.n_layers (did you mean
-            --model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``.
-    """
-    known = _flat_keys(parser.get_defaults().as_dict())
-    flags = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
-    problems = [_suggest(k, known, "--") for k in flags if k not in known]
-    options = {o for act in parser._actions for o in act.option_strings}
-    for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
-        name = a.split("=", 1)[0]
-        if name.startswith("--") and "." not in name and name not in options:
-            homes = sorted(k for k in known if k.split(".")[-1] == name[2:].replace("-", "_"))
-            if homes:
-                problems.append(f"{name} (did you mean --{' or --'.join(homes)}?)")
-    for i, a in enumerate(argv):
-        if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config="):
-            problems += _file_key_problems(argv[i + 1] if "=" not in a else a.split("=", 1)[1], known)
-    if problems:
-        raise DepthlabError(f"{command}: unknown key(s): {'; '.join(problems)}")
-    ignored = [f"--{k} {_NOT_USED[k]}" for k in flags if k in _NOT_USED]
-    if command == "probe":
-        ignored += [f"--{k} has no effect (probe measures the model at initialisation; of train.* it uses "
-                    "only train.seed)" for k in flags if k.startswith("train.") and k not in _PROBE_TRAIN_FIELDS]
-    if ignored:
-        raise DepthlabError(f"{command}: {'; '.join(ignored)}; drop it")
-
-
 def _error(msg: str) -> None:
-    print(f"{PROG}: error: {_one_line(msg)}", file=sys.stderr)
+    print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
 
 
 def _passive_openmp() -> None:
@@ -894,7 +669,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
         if debug:
             raise
-        _error(f"{type(e).__name__}: {_one_line(str(e))[:300]} (check the paths given and their permissions/encoding)")
+        _error(f"{type(e).__name__}: {one_line(str(e))[:300]} (check the paths given and their permissions/encoding)")
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: no raw tracebacks for users
         from .trainer import Interrupted
@@ -904,6 +679,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return e.exit_code
         if debug:
             raise
-        _error(f"unexpected {type(e).__name__}: {_one_line(str(e))[:300]} "
+        _error(f"unexpected {type(e).__name__}: {one_line(str(e))[:300]} "
                "(run again with --debug for the traceback, and please report it)")
         return 1

@@ -1,0 +1,548 @@
+"""What a ``depthlab`` command line means, checked in depthlab's own words before the parser sees it.
+
+The parser (jsonargparse, built in :mod:`depthlab.cli`) is the grammar; this module reads the same
+command line first and refuses what the parser would refuse, in messages that name the option as
+the user typed it and quote the value as typed (``1e3``, not the ``1000.0`` a parser makes of it).
+Nothing here reads the text of another library's message: types come from the config dataclasses'
+hints (:func:`field_types`) and from the types the CLI gave its own options, one converter per
+type (:func:`convert`), and the command line's shape comes from the parser's actions (which
+options exist, which take a value). What this module does not model, the parser still refuses in
+its own words, passed through unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional, Sequence, Union
+
+from .errors import DepthlabError
+
+#: The config sections a command line addresses with dotted flags (``--model.n_layer``).
+SECTIONS = ("data", "model", "train")
+
+
+# ------------------------------------------------------------------------- names
+def flag(key: str) -> str:
+    """The command-line flag of a config field or option: ``train.max_iters`` -> ``--train.max_iters``.
+
+    The one place the CLI turns a field name into a flag; library messages name fields only.
+    """
+    return f"--{key}"
+
+
+def field_of(option: str) -> str:
+    """The field or option name of a flag as typed: ``--train.max_iters=5`` -> ``train.max_iters``."""
+    return option.split("=", 1)[0].lstrip("-")
+
+
+def one_line(msg: str) -> str:
+    """``msg`` with every run of whitespace (newlines included) made one space."""
+    return " ".join(msg.split())
+
+
+def occurrences(argv: Sequence[str], names: Iterable[str]) -> list[tuple[int, str, Optional[str]]]:
+    """(position, option as typed, its value) of every ``--name VALUE`` / ``--name=VALUE`` in ``argv``
+    whose name is one of ``names``; the value is None for a ``--name`` with nothing after it."""
+    names = set(names)
+    out = []
+    for i, a in enumerate(argv):
+        name, eq, value = a.partition("=")
+        if name in names:
+            out.append((i, name, value if eq else (argv[i + 1] if i + 1 < len(argv) else None)))
+    return out
+
+
+def flag_value(argv: Sequence[str], option: str) -> Optional[str]:
+    """The value of the first ``option`` in ``argv`` (``--flag VALUE`` or ``--flag=VALUE``), or None."""
+    found = [v for _, _, v in occurrences(argv, [option]) if v is not None]
+    return found[0] if found else None
+
+
+# ------------------------------------------------------------------------- one converter per type
+class BadValue(ValueError):
+    """A value its type does not take (what it takes: :func:`expected`)."""
+
+
+#: YAML's spellings of null, true and false: what the parser reads as None / True / False.
+_NULL = ("null", "Null", "NULL", "~")
+_TRUE = tuple(s for w in ("true", "yes", "on") for s in (w, w.capitalize(), w.upper()))
+_FALSE = tuple(s for w in ("false", "no", "off") for s in (w, w.capitalize(), w.upper()))
+
+
+def _to_bool(text: str) -> bool:
+    word = text.strip()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise BadValue(text)
+
+
+def _to_int(text: str) -> int:
+    """Decimal (``3``, ``+3``, ``1_000``), or hexadecimal / binary as YAML writes them (``0x1F``, ``0b101``).
+    YAML 1.1's base 60 (``1:30`` = 90), which the parser would take, is refused: it is never meant."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    if text.strip().lstrip("+-")[:2].lower() in ("0x", "0b"):
+        try:
+            return int(text.strip(), 0)
+        except ValueError:
+            pass
+    raise BadValue(text)
+
+
+def _to_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float(_to_int(text))  # 0x10 is 16.0
+    if not math.isfinite(v):  # nan, inf, and 1e400 (which overflows to inf)
+        raise BadValue(text)
+    return v
+
+
+def _to_mapping(text: str) -> dict:
+    import yaml
+
+    try:
+        d = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise BadValue(text) from None
+    if not isinstance(d, dict):
+        raise BadValue(text)
+    return d
+
+
+_CONVERT = {bool: _to_bool, int: _to_int, float: _to_float, str: str, dict: _to_mapping}
+_WORDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string",
+          dict: "a mapping ({key: value, ...})"}
+
+
+def checkable(hint: Any) -> bool:
+    """Whether :func:`convert` models ``hint`` (bool, int, float, str, dict, Literal, Optional/Union of them)."""
+    if typing.get_origin(hint) is Literal:
+        return True
+    if typing.get_origin(hint) is Union:
+        return all(a is type(None) or checkable(a) for a in typing.get_args(hint))
+    return hint in _CONVERT
+
+
+def convert(text: str, hint: Any) -> Any:
+    """The value of command-line ``text`` for type ``hint``, as the parser reads it.
+
+    Raises:
+        BadValue: ``hint`` does not take ``text``.
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union:
+        if type(None) in args and text.strip() in _NULL:
+            return None
+        for a in args:
+            if a is not type(None):
+                try:
+                    return convert(text, a)
+                except BadValue:
+                    pass
+        raise BadValue(text)
+    if origin is Literal:
+        for a in args:
+            if text == str(a):
+                return a
+        raise BadValue(text)
+    return _CONVERT[hint](text)
+
+
+def convert_value(value: Any, hint: Any) -> Any:
+    """:func:`convert` for a value a YAML/JSON file already typed (text goes through :func:`convert`).
+
+    ``None`` passes (the config's own checks name a field that needs a value).
+
+    Raises:
+        BadValue: ``hint`` does not take ``value``.
+    """
+    if value is None or isinstance(value, str):
+        return value if value is None else convert(value, hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union:
+        for a in args:
+            try:
+                return convert_value(value, a)
+            except BadValue:
+                pass
+        raise BadValue(value)
+    if origin is Literal:
+        if any(value == a and type(value) is type(a) for a in args):
+            return value
+        raise BadValue(value)
+    if hint is bool and isinstance(value, bool) or hint is int and type(value) is int or hint is dict and \
+            isinstance(value, dict):
+        return value
+    if hint is float and type(value) in (int, float) and math.isfinite(value):
+        return float(value)
+    raise BadValue(value)
+
+
+def expected(hint: Any, in_union: bool = False) -> str:
+    """What ``hint`` takes, in words: ``true or false``, ``one of gelu, relu``, ``an integer or null``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Union:
+        words = [expected(a, True) for a in args if a is not type(None)]
+        return " or ".join(words + (["null"] if type(None) in args else []))
+    if origin is Literal:
+        return " or ".join(map(str, args)) if in_union else "one of " + ", ".join(map(str, args))
+    return _WORDS.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def field_types() -> dict[str, Any]:
+    """Dotted config field -> its type hint, from the config dataclasses (``model.n_layer`` -> int)."""
+    from .config import SECTIONS as CLASSES
+
+    return {f"{sec}.{name}": hint for sec, klass in CLASSES for name, hint in typing.get_type_hints(klass).items()}
+
+
+# ------------------------------------------------------------------------- the command line's shape
+def _argparse_number(tok: str) -> bool:
+    """``-3``, ``-.5``, ``-2.5``: what argparse takes for a negative number (a value) rather than an
+    option; ``-1e-3`` and ``-3.`` it takes for options."""
+    if not tok.startswith("-"):
+        return False
+    whole, dot, frac = tok[1:].partition(".")
+    if not dot:
+        return whole.isdecimal()
+    return (whole == "" or whole.isdecimal()) and frac.isdecimal()
+
+
+class Grammar:
+    """The parser's options, as argparse reads a command line: which exist, which take values.
+
+    Args:
+        parser: the command's parser (its ``_actions``: option strings, ``nargs``, ``dest``).
+        types: ``dest`` -> type hint of the options whose values depthlab checks itself.
+    """
+
+    def __init__(self, parser, types: dict[str, Any]):
+        self.options = {o: a for a in parser._actions for o in a.option_strings}
+        self.slots = [a for a in parser._actions if not a.option_strings]
+        self.types = types
+
+    def option(self, tok: str) -> Optional[tuple[str, Optional[str]]]:
+        """(option as typed, its ``=`` value or None) when argparse reads ``tok`` as an option, else None
+        (a value or positional argument). An option it does not know comes back too."""
+        if not tok.startswith("-") or tok == "-":
+            return None
+        name, eq, value = tok.partition("=")
+        if tok in self.options or eq and name in self.options:
+            return (name, value if eq else None)
+        if not tok.startswith("--") and tok[:2] in self.options:  # -cFILE: a short option and its value
+            return (tok[:2], tok[2:])
+        if _argparse_number(tok) or " " in tok:
+            return None
+        return (name, value if eq else None)
+
+    def hint(self, action) -> Any:
+        return self.types.get(action.dest)
+
+
+def _closest(name: str, options: Iterable[str], command: str) -> str:
+    close = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else f"; see `depthlab {command} --help`"
+
+
+def _missing_value(g: Grammar, name: str, hint: Any, nxt: Optional[str]) -> str:
+    """An option without its value: at the end, before another option, or before a word such as
+    ``-1e-3`` that argparse reads as an option (then: write it with ``=``)."""
+    what = expected(hint) if checkable(hint) else "a value"
+    if nxt is None:
+        return f"{name}: expected {what} after it, got nothing"
+    if nxt.startswith("--") or nxt.split("=", 1)[0] in g.options:
+        return f"{name}: expected {what} after it, got the option {nxt}"
+    return f"{name}: the value {nxt} was read as an option; write {name}={nxt}"
+
+
+def _check_value(name: str, action, hint: Any, value: str) -> None:
+    if action.dest == "config":
+        check_config_file(name, value)
+    elif checkable(hint):
+        try:
+            convert(value, hint)
+        except BadValue:
+            raise DepthlabError(f"{name}: expected {expected(hint)}, got {value!r}") from None
+
+
+def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[str]) -> int:
+    """Check the option at ``argv[i]`` (``name``, its ``=`` value) and its values; return the next position."""
+    action = g.options[name]
+    if action.nargs == 0:
+        if value is not None:
+            raise DepthlabError(f"{name} is a switch and takes no value (got {value!r}); write {name} alone, "
+                                "or leave it out")
+        return i + 1
+    if name == "--print_config":  # its value is optional, and only ever given with =
+        return i + 1
+    if value is not None:
+        _check_value(name, action, g.hint(action), value)
+        return i + 1
+    if action.nargs in ("+", "*", "?"):  # as many values as follow, up to the next option
+        j = i + 1
+        while j < len(argv) and g.option(argv[j]) is None and (action.nargs != "?" or j == i + 1):
+            _check_value(name, action, g.hint(action), argv[j])
+            j += 1
+        if j == i + 1 and action.nargs == "+":
+            raise DepthlabError(f"{name}: expected at least one value after it")
+        return j
+    nxt = argv[i + 1] if i + 1 < len(argv) else None
+    if nxt is None or g.option(nxt) is not None:
+        raise DepthlabError(_missing_value(g, name, g.hint(action), nxt))
+    _check_value(name, action, g.hint(action), nxt)
+    return i + 2
+
+
+def _check_positionals(command: str, g: Grammar, words: list[tuple[str, Optional[str]]], files: bool) -> None:
+    """``words``: (argument, the switch it follows or None). Too many is refused, too few unless a
+    config file (``files``) may give them."""
+    if any(a.nargs is not None for a in g.slots):
+        return  # only single-value positional arguments are modelled here
+    n = len(g.slots)
+    takes = f"{n} argument{'s' if n > 1 else ''} ({', '.join(a.dest for a in g.slots)})" if n else \
+        "no positional arguments"
+    if len(words) > len(g.slots):
+        after_switch = [(w, s) for w, s in words if s is not None]
+        if after_switch:
+            w, s = after_switch[0]
+            raise DepthlabError(f"{s} is a switch and takes no value, so {w!r} was left over; write {s} alone, "
+                                "or leave it out")
+        raise DepthlabError(f"unexpected argument {words[len(g.slots)][0]!r}: {command} takes {takes}")
+    if len(words) < len(g.slots) and not files:
+        a = g.slots[len(words)]
+        raise DepthlabError(f"missing {a.dest}: {a.help}")
+
+
+def check_argv(command: str, parser, argv: Sequence[str], types: dict[str, Any]) -> None:
+    """Refuse a command line the parser would refuse, in depthlab's words, before it parses.
+
+    Checked: unknown options (with the closest known one), a switch given a value, an option
+    without its value (a negative number such as ``-1e-3`` that argparse reads as an option: write
+    ``--opt=-1e-3``), each value against its option's type, ``-c`` files that do not exist, and the
+    number of positional arguments. ``--help`` anywhere skips the check (help wins).
+
+    Args:
+        command: the command's name, prefixed to every message.
+        parser: its parser (only its actions are read). types: ``dest`` -> type hint.
+
+    Raises:
+        DepthlabError: ``command: <the first problem, left to right>``.
+    """
+    g = Grammar(parser, types)
+    if any(a in ("-h", "--help") for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
+        return
+    words: list[tuple[str, Optional[str]]] = []
+    files, switch, i = False, None, 0
+    try:
+        while i < len(argv):
+            if argv[i] == "--":
+                words += [(w, None) for w in argv[i + 1:]]
+                break
+            opt = g.option(argv[i])
+            if opt is None:
+                words.append((argv[i], switch))
+                switch, i = None, i + 1
+                continue
+            name, value = opt
+            if name not in g.options:
+                raise DepthlabError(f"unknown option {name}{_closest(name, g.options, command)}")
+            files = files or g.options[name].dest == "config"
+            switch = name if g.options[name].nargs == 0 and value is None else None
+            i = _take(g, argv, i, name, value)
+        _check_positionals(command, g, words, files)
+    except DepthlabError as e:
+        raise DepthlabError(f"{command}: {e}") from None
+
+
+def check_config_file(name: str, value: str) -> None:
+    """``-c FILE``: the file exists (a YAML mapping given inline, ``-c '{train: {seed: 1}}'``, is taken too).
+
+    Raises:
+        DepthlabError: ``-c x.yaml: file not found`` / ``... is a folder``.
+    """
+    p = Path(value)
+    if p.is_dir():
+        raise DepthlabError(f"{name} {value}: is a folder; give a YAML file")
+    if p.exists():
+        return
+    import yaml
+
+    try:
+        inline = yaml.safe_load(value)
+    except yaml.YAMLError:
+        inline = None
+    if not isinstance(inline, dict):
+        raise DepthlabError(f"{name} {value}: file not found")
+
+
+# ------------------------------------------------------------------------- config files and keys
+#: Fields a command cannot take from the command line: what it would do with them instead.
+_NOT_USED = {
+    "model.vocab_size": "is set from the corpus's tokenizer (for BPE choose data.vocab_size)",
+}
+#: ``depthlab probe`` builds the model at initialisation: of the train section it uses only the seed.
+_PROBE_TRAIN_FIELDS = {"train.seed"}
+
+
+def files_first(argv: list[str]) -> list[str]:
+    """Config files (``-c/--config FILE``, presets already turned into them) first, ``--print_config`` last.
+
+    Files are base layers and flags override them whatever their order on the line, so
+    ``--train.max_iters 50 --preset fast-cpu`` and ``--preset fast-cpu --train.max_iters 50`` mean
+    the same; ``--print_config`` then shows the result of every flag.
+    """
+    files, rest, last, i = [], [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-c", "--config") and i + 1 < len(argv):
+            files += argv[i:i + 2]
+            i += 2
+            continue
+        (files if a.startswith("--config=") else last if a.split("=")[0] == "--print_config" else rest).append(a)
+        i += 1
+    return files + rest + last
+
+
+def _flat_keys(d: Any, prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for k, v in (d.items() if isinstance(d, dict) else []):
+        key = f"{prefix}{k}"
+        out.add(key)
+        if isinstance(v, dict) and k in SECTIONS:
+            out |= _flat_keys(v, key + ".")
+    return out
+
+
+#: Other tools' names for our fields (nanoGPT/litgpt habits), checked before spelling similarity.
+_ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "d_model": "n_embd",
+            "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
+
+
+def _suggest(key: str, known: set[str], name=str) -> str:
+    """``key`` with the closest known key, both written by ``name`` (:func:`flag` for the command line)."""
+    sec, _, field = key.rpartition(".")
+    alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
+    close = [alias] if alias in known else difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f"{name(key)} (did you mean {name(close[0])}?)" if close else name(key)
+
+
+def _read_config(path: str) -> Optional[dict]:
+    """The mapping in config file ``path``; None when it cannot be read (:func:`check_config_file` says so).
+
+    Raises:
+        DepthlabError: the file is empty, not a mapping, or a section that is not a mapping.
+    """
+    from .config import read_yaml
+
+    try:
+        d = read_yaml(path, "config file", "fix the file (keys and values as `section:` then indented `field: value`)")
+    except OSError:
+        return None
+    if d is None:
+        raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
+    if not isinstance(d, dict):
+        raise DepthlabError(f"config file {path} must be a mapping with sections data:, model:, train:, got a "
+                            f"{type(d).__name__}")
+    for k, v in d.items():
+        if k in SECTIONS and not isinstance(v, dict):
+            raise DepthlabError(f"config file {path}: section {k}: must hold fields (`{k}:` then an indented "
+                                f"`field: value` per line), got {'nothing' if v is None else repr(v)}")
+    return d
+
+
+def _file_entries(d: dict) -> list[tuple[str, Any]]:
+    """(dotted key, value) of every entry of a config file, sections flattened (``model.n_layer``)."""
+    out = []
+    for k, v in d.items():
+        k = str(k)
+        out += [(f"{k}.{kk}", vv) for kk, vv in v.items()] if k in SECTIONS else [(k, v)]
+    return out
+
+
+def _file_key_problems(path: str, d: dict, known: set[str]) -> list[str]:
+    out = []
+    for key, _ in _file_entries(d):
+        if key in known:
+            continue
+        home = [s for s in SECTIONS if f"{s}.{key}" in known]
+        out.append(f"{path}: {key} belongs under {home[0]}:" if home else f"{path}: {_suggest(key, known)}")
+    return out
+
+
+def _check_file_values(path: str, d: dict, types: dict[str, Any]) -> None:
+    for key, value in _file_entries(d):
+        hint = types.get(key)
+        if hint is not None and checkable(hint):
+            try:
+                convert_value(value, hint)
+            except BadValue:
+                raise DepthlabError(f"{path}: {key}: expected {expected(hint)}, got {value!r}") from None
+
+
+#: Options that name a file or folder: an empty value would silently mean "." or the default.
+_PATH_OPTIONS = ("--train.out_dir", "--data.path", "--data.cache_dir", "--resume", "--init-from", "--init_from",
+                 "--out", "--out_dir", "--out-dir", "--file", "-f", "-c", "--config")
+
+
+def check_no_empty_paths(command: str, argv: list[str]) -> None:
+    """Refuse an empty path (``--train.out_dir ''``, ``--out=``, ``sample ''``): the shell's empty
+    variable would otherwise train into a default folder or read ``.``.
+
+    Raises:
+        DepthlabError: naming the option (or the position) and what to do.
+    """
+    for _, name, value in occurrences(argv, _PATH_OPTIONS):
+        if value == "":
+            raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name} for the default")
+    for i, a in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if a == "" and not (prev.startswith("-") and "=" not in prev):
+            raise DepthlabError(f"{command}: argument {i + 1} is empty; give a run directory or path "
+                                "(an unset shell variable?)")
+
+
+def _config_files(argv: list[str]) -> list[str]:
+    return [a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
+            if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config=")]
+
+
+def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> None:
+    """Refuse unknown keys (all of them at once, each with a suggestion), fields the command ignores,
+    and values of config files that their field's type does not take.
+
+    Checks dotted flags on the line and the keys and values of every config file given with ``-c/--config``.
+
+    Raises:
+        DepthlabError: one line listing every unknown key, e.g. ``--model.n_layers (did you mean
+            --model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``; or the first bad file value.
+    """
+    known = _flat_keys(parser.get_defaults().as_dict())
+    flags = [field_of(a) for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
+    problems = [_suggest(k, known, flag) for k in flags if k not in known]
+    options = {o for act in parser._actions for o in act.option_strings}
+    for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
+        name = a.split("=", 1)[0]
+        if name.startswith("--") and "." not in name and name not in options:
+            homes = sorted(k for k in known if k.split(".")[-1] == field_of(name).replace("-", "_"))
+            if homes:
+                problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
+    files = [(path, _read_config(path)) for path in _config_files(argv)]
+    problems += [p for path, d in files if d is not None for p in _file_key_problems(path, d, known)]
+    if problems:
+        raise DepthlabError(f"{command}: unknown key(s): {'; '.join(problems)}")
+    ignored = [f"{flag(k)} {_NOT_USED[k]}" for k in flags if k in _NOT_USED]
+    if command == "probe":
+        ignored += [f"{flag(k)} has no effect (probe measures the model at initialisation; of train.* it uses "
+                    "only train.seed)" for k in flags if k.startswith("train.") and k not in _PROBE_TRAIN_FIELDS]
+    if ignored:
+        raise DepthlabError(f"{command}: {'; '.join(ignored)}; drop it")
+    for path, d in files:
+        if d is not None:
+            _check_file_values(path, d, types)
