@@ -1,0 +1,158 @@
+"""A model the learner wrote: loading PATH.py:NAME, and training it with the same loop (train --model.source)."""
+
+import json
+
+import pytest
+import torch
+from conftest import QUIET
+from depthlab.cli import main
+from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig
+from depthlab.errors import DepthlabError
+from depthlab.trainer import Interrupted, Trainer
+from depthlab.usermodel import build_model, parse_source
+
+MODEL = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+
+class Block(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.drop = nn.Dropout(0.1)
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(B, T, 3, self.h, C // self.h).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+class MyGPT(nn.Module):
+    def __init__(self, vocab_size=65, n_embd=16, n_head=2, block_size=16, n_layer=2):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList(Block(n_embd, n_head) for _ in range(n_layer))
+        self.ln, self.head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab_size)
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x)), None   # nanoGPT's (logits, loss) with no targets
+
+def factory(vocab_size):
+    return MyGPT(vocab_size, n_layer=1)
+
+NOT_A_MODEL = 3
+def not_a_module():
+    return "a string"
+'''
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    p = tmp_path / "mine.py"
+    p.write_text(MODEL)
+    return p
+
+
+def _cfg(out, text, source, **train):
+    t = dict(out_dir=str(out), batch_size=4, max_iters=40, eval_interval=10, eval_iters=2, log_interval=5,
+             warmup_iters=2, learning_rate=3e-3, progress=False, tensorboard=False, grad_log_interval=0,
+             probe_interval=0, dtype="float32", max_time=0.0, seed=5)
+    t.update(train)
+    return RunConfig(DataConfig(path=str(text)), ModelConfig(block_size=16, source=source, init={"n_layer": 2}),
+                     TrainConfig(**t))
+
+
+def test_build_gives_the_corpus_vocabulary_to_a_class_or_a_function(model_file):
+    m = build_model(parse_source(f"{model_file}:MyGPT"), {"n_layer": 3}, vocab_size=11)
+    assert len(m.blocks) == 3 and m.head.out_features == 11
+    f = build_model(parse_source(f"{model_file}:factory"), None, vocab_size=7)
+    assert len(f.blocks) == 1 and f.head.out_features == 7
+
+
+@pytest.mark.parametrize("spec,init,words", [
+    ("{f}:Missing", None, "defines no 'Missing' (it defines Block, MyGPT, factory, not_a_module)"),
+    ("{f}:NOT_A_MODEL", None, "NOT_A_MODEL is a int, not a class or a function"),
+    ("{f}:not_a_module", None, "returned a str, not a torch.nn.Module"),
+    ("{f}:MyGPT", {"depth": 2}, "MyGPT(depth=2, vocab_size=11) failed: TypeError:"),
+    ("{d}/nothere.py:M", None, "nothere.py not found"),
+    ("{f}", None, "must be PATH.py:NAME"),
+])
+def test_each_loading_problem_is_one_line_naming_file_and_name(model_file, spec, init, words):
+    with pytest.raises(DepthlabError) as e:
+        build_model(parse_source(spec.format(f=model_file, d=model_file.parent)), init, vocab_size=11)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("import torch\nraise RuntimeError('half-written model\\nsecond line')\n")
+    with pytest.raises(DepthlabError, match=r"broken.py:M: importing .*broken.py failed: RuntimeError: "
+                                            r"half-written model$"):
+        build_model(parse_source(f"{bad}:M"))
+
+
+def test_gpt_only_fields_are_refused_with_a_source_naming_them():
+    with pytest.raises(DepthlabError, match=r"model.n_layer 8, model.variant 'plain': these describe depthlab's GPT"):
+        ModelConfig(source="m.py:M", n_layer=8, variant="plain")
+    with pytest.raises(DepthlabError, match="applies to model.source only"):
+        ModelConfig(init={"n_layer": 2})
+    assert ModelConfig(source="m.py:M", init='{"n_layer": 2}').init == {"n_layer": 2}  # JSON text is read
+
+
+def _evals(run):
+    return [(r["step"], r["train_loss"], r["val_loss"]) for r in map(json.loads, (run / "metrics.jsonl").open())
+            if r.get("kind") == "eval"]
+
+
+class _StopAfter:
+    def __init__(self, step):
+        self.step = step
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            run.request_stop()
+
+
+def test_a_source_model_resumes_on_exactly_the_uninterrupted_trajectory(tmp_path, tiny_text_file, model_file):
+    src = f"{model_file}:MyGPT"
+    whole = Trainer(_cfg(tmp_path / "A", tiny_text_file, src), **QUIET)
+    whole.fit()
+    with pytest.raises(Interrupted):
+        Trainer(_cfg(tmp_path / "B", tiny_text_file, src), callbacks=[_StopAfter(17)], **QUIET).fit()
+    again = Trainer(_cfg(tmp_path / "B", tiny_text_file, src, resume=True), **QUIET)
+    assert again.step == 17 and not again.port.native
+    again.fit()
+    assert _evals(tmp_path / "A") == _evals(tmp_path / "B") and len(_evals(tmp_path / "A")) == 5
+    for (k, a), (_, b) in zip(whole.raw_model.state_dict().items(), again.raw_model.state_dict().items()):
+        assert torch.equal(a, b), k
+    c = json.loads((tmp_path / "B" / "config.json").read_text())
+    copy = tmp_path / "B" / "source" / "mine.py"
+    assert copy.read_text() == MODEL and c["model"]["source"] == src and c["model"]["init"] == {"n_layer": 2}
+    import hashlib
+
+    assert c["resolved"]["source_sha256"] == hashlib.sha256(MODEL.encode()).hexdigest()
+
+
+def test_the_run_uses_its_own_copy_and_says_when_the_file_changed(tmp_path, tiny_text_file, model_file, capsys):
+    src = f"{model_file}:MyGPT"
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=10), **QUIET).fit()
+    model_file.write_text(MODEL.replace("4 * d", "2 * d"))  # the learner edits the file after training
+    lines = []
+    t = Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=20, resume=True), log=lines.append)
+    assert any("changed since this run copied it" in x and "run's own copy" in x for x in lines)
+    assert t.raw_model.blocks[0].fc.out_features == 64  # built from the copy: 4 x 16
+    t.fit()
+    assert main(["sample", str(tmp_path / "r"), "--prompt", "Speak", "--max-new-tokens", "8", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Speak") and len(out.rstrip("\n")) >= len("Speak") + 1
+    assert main(["export", str(tmp_path / "r"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab: error: cannot export a model.source model") and err.count("\n") == 1
+    assert not (tmp_path / "hf").exists()
