@@ -133,7 +133,7 @@ def test_plotting_leaves_matplotlib_global_state_alone(run_dir, tmp_path):
     process: the slow test below."""
     import matplotlib
 
-    from depthlab.report.probe import plot_probe
+    from depthlab.analytics.probe import plot_probe
 
     rd = with_rezero_gates(fresh_copy(run_dir, tmp_path / "copy"))
     backend, had_pyplot = matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules
@@ -165,7 +165,7 @@ matplotlib.use("pdf")  # a caller's non-Agg backend: the library must leave it a
 matplotlib.rcParams["lines.linewidth"] = 3.25  # and the caller's style
 before = {k: repr(v) for k, v in matplotlib.rcParams.items()}
 from depthlab.report import plots as P
-from depthlab.report.probe import plot_probe
+from depthlab.analytics.probe import plot_probe
 
 rd = Path(sys.argv[1])
 drawn = {name: str(fn(rd)) for name, (fn, _) in P.PLOTS.items()}

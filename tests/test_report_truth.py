@@ -161,7 +161,7 @@ def test_run_report_fits_1280_px_in_chromium(report, tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package `chromium`)")
 def test_sweep_like_page_fits_1280_px_in_chromium(run_dir, tmp_path):
     """A runs table of 16 columns and a 1430-px learning-curve grid (the sweep report's sizes)."""
-    from depthlab.report.figures import new_figure, panel_grid
+    from depthlab.figures import new_figure, panel_grid
 
     fig = new_figure((13.0, 5.6))
     panel_grid(fig, nrows=2, ncols=4)

@@ -252,8 +252,7 @@ def run_probe(ns) -> int:
     """``depthlab probe``: measure at init, print the table and summary, write the PNG."""
     import torch
 
-    from .analytics.probe import format_probe_table, probe_at_init, summarise_probe
-    from .report.probe import plot_probe
+    from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe
 
     cfg = _config_from(ns)
     out = _probe_png(cfg, ns.out)

@@ -1,7 +1,7 @@
 """The attention-pattern figure of a run: the best checkpoint's attention weights on a short text.
 
 The one run figure that loads the model (the others read only the records); written like every
-figure through :mod:`depthlab.report.figures`.
+figure through :mod:`depthlab.figures`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DepthlabError
-from .figures import MAX_W, new_figure, panel_grid, save_run_figure
+from ..figures import MAX_W, new_figure, panel_grid, save_run_figure
 from .run_data import RunData, as_run_data
 
 __all__ = ["plot_attention", "HEADS_PER_ROW"]

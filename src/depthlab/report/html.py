@@ -118,7 +118,7 @@ def img_tag(png_path: Union[str, Path], alt: str = "", caption: Optional[str] = 
         caption: optional caption under the image (plain text).
         width: optional display width in CSS pixels. Wider images always scale down to the
             content column (never a horizontal scroll); figures are drawn at most
-            :data:`depthlab.report.figures.MAX_W` inches wide so that a run report shows them at 1:1.
+            :data:`depthlab.figures.MAX_W` inches wide so that a run report shows them at 1:1.
 
     Returns:
         HTML text.

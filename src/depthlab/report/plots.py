@@ -5,7 +5,7 @@ the best checkpoint), writes one PNG into ``run_dir/plots/`` and returns its pat
 ``None`` when the run holds no data for that figure (an old run, analytics switched off, a run
 that failed early). Nothing here raises for missing data; only an unreadable run directory does.
 The run directory is read through :mod:`depthlab.report.run_data`; figures are made and written
-through :mod:`depthlab.report.figures` (a bare ``Figure`` on the Agg canvas, never ``pyplot``, so
+through :mod:`depthlab.figures` (a bare ``Figure`` on the Agg canvas, never ``pyplot``, so
 no global matplotlib state changes). The attention-pattern figure, the one that loads the model,
 is :mod:`depthlab.report.attention`.
 
@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from ..units import finite_or
 from .attention import plot_attention
-from .figures import (BASELINE_STYLE, C_TRAIN, C_VAL, MAX_W, OKABE_ITO, TALL, WIDE, block_ticks, depth_colours,
+from ..figures import (BASELINE_STYLE, C_TRAIN, C_VAL, MAX_W, OKABE_ITO, TALL, WIDE, block_ticks, depth_colours,
                       depth_key, log_axis, new_figure, panel_grid, save_run_figure, time_key)
 from .run_data import RunData, as_run_data, load_run_data, matrix, series
 

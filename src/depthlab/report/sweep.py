@@ -10,7 +10,7 @@ and lays out, so ``depthlab report SWEEP_DIR`` rebuilds the same page (and resul
 results.md) at any time.
 
 matplotlib is used through :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot), made and
-written by :mod:`depthlab.report.figures` like every figure.
+written by :mod:`depthlab.figures` like every figure.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, expe
                      init_lines, is_sweep_dir, science_claims, summary_lines, sweep_baselines, sweep_items,
                      write_results)
 from ..units import LN2, finite_or_none
-from .figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
+from ..figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
 from .html import Section, esc, html_table, img_tag, render_page
 
 __all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "plot_per_block", "VARIANT_COLORS"]

@@ -18,8 +18,8 @@ import textwrap
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ..rundir import PLOTS as PLOT_DIR
-from ..rundir import atomic_write
+from .rundir import PLOTS as PLOT_DIR
+from .rundir import atomic_write
 
 __all__ = ["DPI", "PAGE_PX", "MAX_W", "WIDE", "TALL", "OKABE_ITO", "C_TRAIN", "C_VAL", "BASELINE_STYLE",
            "new_figure", "panel_grid", "write_png", "save_run_figure", "block_ticks", "depth_colours",
