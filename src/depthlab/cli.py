@@ -300,19 +300,10 @@ def build_sample_parser():
 
 
 def _sample_device(name: str) -> str:
-    """``--device`` resolved; a bad or absent device is named as ``--device`` (the trainer's
-    :func:`~depthlab.trainer.resolve_device` names its own field, train.device)."""
-    import torch
+    """``--device`` resolved; a bad or absent device is named as ``--device``."""
+    from .training.runtime import resolve_device
 
-    from .config import check_device_name
-    from .trainer import resolve_device
-
-    check_device_name(name, "--device")
-    mps = getattr(torch.backends, "mps", None)
-    if name.startswith("cuda") and not torch.cuda.is_available() or name == "mps" and not (mps and mps.is_available()):
-        raise DepthlabError(f"--device {name} requested but {'MPS' if name == 'mps' else 'CUDA'} is not available; "
-                            "use --device cpu")
-    return str(resolve_device(name))
+    return str(resolve_device(name, option="--device"))
 
 
 def run_sample(ns) -> int:

@@ -38,21 +38,26 @@ def console(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, option: str = "train.device") -> torch.device:
     """``auto`` -> cuda if available, else mps, else cpu; other names are checked.
+
+    Args:
+        name: the device name. option: how messages name the setting (``train.device``, ``--device``).
 
     Raises:
         DepthlabError: if the name is not a device name (:func:`~depthlab.config.check_device_name`)
             or the named device is not available.
     """
-    check_device_name(name, "train.device")
+    check_device_name(name, option)
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
+    flag = f"--{option}" if "." in option else option
+    fix = f"use {flag} cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise DepthlabError(f"train.device {name} requested but CUDA is not available; use --train.device cpu")
+        raise DepthlabError(f"{option} {name} requested but CUDA is not available; {fix}")
     if name == "mps" and not mps:
-        raise DepthlabError("train.device mps requested but MPS is not available; use --train.device cpu")
+        raise DepthlabError(f"{option} {name} requested but MPS is not available; {fix}")
     return torch.device(name)
 
 
