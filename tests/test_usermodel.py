@@ -156,3 +156,17 @@ def test_the_run_uses_its_own_copy_and_says_when_the_file_changed(tmp_path, tiny
     err = capsys.readouterr().err
     assert err.startswith("depthlab: error: cannot export a model.source model") and err.count("\n") == 1
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("init,block,words", [
+    ({"n_layer": 2}, 32, "forward(idx) failed on idx of shape (4, 32) (train.batch_size, model.block_size): "
+                         "IndexError: index out of range in self"),
+    ({"n_layer": 2, "vocab_size": 5}, 16, "returned logits of shape (4, 16, 5), not (4, 16, "),
+])
+def test_a_model_that_cannot_run_at_the_run_sizes_is_refused_before_training(tmp_path, tiny_text_file, model_file,
+                                                                               init, block, words):
+    cfg = _cfg(tmp_path / "x", tiny_text_file, f"{model_file}:MyGPT")
+    cfg.model = ModelConfig(block_size=block, source=cfg.model.source, init=init)  # (building the config)
+    with pytest.raises(DepthlabError) as e:
+        Trainer(cfg, **QUIET)
+    assert words in str(e.value) and not (tmp_path / "x").exists()  # the run folder it made is gone again

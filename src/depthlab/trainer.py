@@ -41,7 +41,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
 from .training.stopping import StopRules
-from .usermodel import Source, keep_source, make_model, parse_source, run_source, source_copy
+from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
 
 
 class Interrupted(Exception):
@@ -186,6 +186,8 @@ class Trainer:
         src = parse_source(source)
         self.log(f"model: {source} (your code, run as Python because model.source names it)")
         model = make_model(self.cfg.model)
+        m = self.cfg.model
+        check_forward(model, source, self.cfg.train.batch_size, m.block_size, m.vocab_size)
         if self.is_main:
             self.source_sha256 = keep_source(self.run_dir, src)
         return model

@@ -28,8 +28,8 @@ from .errors import DepthlabError
 from .model import GPT
 from .rundir import SOURCE, atomic_write
 
-__all__ = ["Source", "build_model", "first_line", "keep_source", "logits_of", "make_model", "parse_init",
-           "parse_source", "run_source", "source_copy"]
+__all__ = ["Source", "build_model", "check_forward", "first_line", "keep_source", "logits_of", "make_model",
+           "parse_init", "parse_source", "run_source", "source_copy"]
 
 
 @dataclass(frozen=True)
@@ -207,3 +207,32 @@ def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
         return GPT(mcfg)
     src = run_source(run_dir, source) if run_dir is not None else parse_source(source)
     return build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
+
+
+def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
+    """One forward of zeros (``batch_size``, ``block_size``) without gradients: the model runs at the
+    sizes the run trains with and returns logits (B, T, V) with the corpus's V.
+
+    Raises:
+        DepthlabError: the forward raises (e.g. a context table shorter than ``block_size``, a
+            hard-coded batch size), or returns another shape; naming the sizes and the knob.
+    """
+    was_training = model.training
+    model.eval()
+    x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)
+    try:
+        with torch.no_grad():
+            logits = logits_of(model(x))
+    except DepthlabError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
+        raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "
+                            f"(train.batch_size, model.block_size): {first_line(e)}; if the model has a fixed "
+                            "batch size or a context shorter than model.block_size, make them match (or run "
+                            "`depthlab check` on it)") from None
+    finally:
+        model.train(was_training)
+    if tuple(logits.shape) != (batch_size, block_size, vocab_size):
+        raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
+                            f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
+                            f"corpus's {vocab_size} tokens); give the model vocab_size={vocab_size}")
