@@ -135,8 +135,8 @@ def execute(job: dict, callbacks: Sequence = ()) -> dict:
     run_dir = Path(job["config"]["train"]["out_dir"])
     t0 = time.time()
     probe, message = None, ""
-    try:
-        probe = init_probe(job["config"])
+    try:  # the init probe hooks depthlab's GPT: a model.source run has none
+        probe = None if job["config"]["model"].get("source") else init_probe(job["config"])
     except Exception as e:  # noqa: BLE001 - the probe is optional; the run decides the status
         message = f"init probe failed: {type(e).__name__}: {e}"
     status, msg = _train_one(job["config"], _run_log(run_dir), callbacks, job.get("hparams"))

@@ -159,7 +159,10 @@ def _row(run: dict, d: dict, exists: bool, varied: list[str], multi: bool) -> di
     if best is not None and not math.isfinite(best):
         best = None
     row = {
-        "n_layer": cfg["model"]["n_layer"], "variant": cfg["model"]["variant"], "seed": cfg["train"]["seed"],
+        # a model.source run is the user's model: depthlab's GPT fields describe nothing there
+        **({"n_layer": None, "variant": None} if cfg["model"].get("source") else
+           {"n_layer": cfg["model"]["n_layer"], "variant": cfg["model"]["variant"]}),
+        "seed": cfg["train"]["seed"],
         "final_train_loss": number_or_none(s.get("final_train_loss")) if s else (evals[-1][1] if evals else None),
         "final_val_loss": number_or_none(s.get("final_val_loss")) if s else (evals[-1][2] if evals else None),
         "best_val_loss": best,
