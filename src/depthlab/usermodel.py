@@ -29,15 +29,21 @@ from .model import GPT
 from .rundir import SOURCE, atomic_write
 
 __all__ = ["Source", "build_model", "check_forward", "first_line", "keep_source", "logits_of", "make_model",
-           "parse_init", "parse_source", "run_source", "source_copy"]
+           "parse_init", "parse_source", "run_source", "source_copy", "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
 class Source:
-    """``PATH.py:NAME``: the file and the name of the class or function in it."""
+    """``PATH.py:NAME``: the file and the name of the class or function in it.
+
+    Attributes:
+        origin: for a run's copy of the file, the folder the original lay in (its sibling modules
+            are imported from there), else None.
+    """
 
     path: Path
     name: str
+    origin: Optional[Path] = None
 
     def __str__(self) -> str:
         return f"{self.path}:{self.name}"
@@ -91,9 +97,9 @@ def first_line(e: BaseException) -> str:
 
 
 def _factory(src: Source) -> Callable[..., Any]:
-    folder = str(src.path.resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)  # the file's own imports (helpers beside it) work as under `python PATH.py`
+    for folder in [str(p) for p in (src.origin, src.path.resolve().parent) if p is not None]:
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # the file's own imports (helpers beside it) work as under `python PATH.py`
     mod_name = f"depthlab_user_{src.path.stem}"
     spec = importlib.util.spec_from_file_location(mod_name, src.path)
     if spec is None or spec.loader is None:
@@ -161,6 +167,10 @@ def logits_of(out: Any) -> torch.Tensor:
     return out
 
 
+#: The file beside a run's copy that names the folder of the original (sibling modules come from there).
+ORIGIN = "ORIGIN"
+
+
 def source_copy(run_dir: Path, source: Union[str, Source]) -> Path:
     """Where a run directory keeps its copy of the model's file (``PATH.py:NAME`` or a Source):
     ``run_dir/source/<file name>``."""
@@ -174,6 +184,7 @@ def keep_source(run_dir: Path, src: Source) -> str:
     dest = source_copy(run_dir, src)
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(dest, data)
+    atomic_write(dest.parent / ORIGIN, str(src.path.resolve().parent).encode("utf-8"))
     return hashlib.sha256(data).hexdigest()
 
 
@@ -185,10 +196,14 @@ def run_source(run_dir: Path, source: str) -> Source:
     """
     copy = source_copy(run_dir, source)
     name = str(source).rpartition(":")[2]
+    try:
+        origin: Optional[Path] = Path((copy.parent / ORIGIN).read_text(encoding="utf-8").strip())
+    except OSError:
+        origin = None
     if not copy.is_file():
         raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
                             "missing); the run cannot be rebuilt")
-    return Source(copy, name)
+    return Source(copy, name, origin)
 
 
 def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
@@ -209,6 +224,30 @@ def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
     return build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
 
 
+def takes_targets(model: torch.nn.Module) -> bool:
+    """Whether ``model.forward`` has a ``targets`` parameter (nanoGPT, minGPT)."""
+    try:
+        return "targets" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def full_logits(model: torch.nn.Module, x: torch.Tensor, y: Optional[torch.Tensor] = None,
+                with_targets: Optional[bool] = None) -> torch.Tensor:
+    """The logits (B, T, V) of every position: ``forward(idx, targets)`` when the forward takes targets
+    (nanoGPT returns the last position only without them), else ``forward(idx)``.
+
+    Args:
+        model: the model or a wrapper of it (DDP, torch.compile). x: (B, T) ids.
+        y: targets to pass (zeros when None). with_targets: whether to pass them (None = :func:`takes_targets`).
+    """
+    if with_targets is None:
+        with_targets = takes_targets(model)
+    if with_targets:
+        return logits_of(model(x, torch.zeros_like(x) if y is None else y.contiguous()))  # nanoGPT: targets.view
+    return logits_of(model(x))
+
+
 def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
     """One forward of zeros (``batch_size``, ``block_size``) without gradients: the model runs at the
     sizes the run trains with and returns logits (B, T, V) with the corpus's V.
@@ -222,7 +261,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)
     try:
         with torch.no_grad():
-            logits = logits_of(model(x))
+            logits = full_logits(model, x)
     except DepthlabError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
@@ -233,6 +272,8 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     finally:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):
+        fix = (f"give the model vocab_size={vocab_size}" if logits.dim() == 3 and logits.shape[:2] == x.shape else
+               "return the logits of every position: (B, T, V)")
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
-                            f"corpus's {vocab_size} tokens); give the model vocab_size={vocab_size}")
+                            f"corpus's {vocab_size} tokens); {fix}")

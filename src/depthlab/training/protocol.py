@@ -5,6 +5,10 @@ int64 token ids returns logits (B, T, V), or a tuple whose first element is the 
 the mean cross-entropy in nats per target token. depthlab's :class:`~depthlab.model.GPT` computes
 that loss itself (``forward(idx, targets)``), which the trainer uses so its numbers stay bit-identical;
 its attention path and the blocks Muon updates are extras asked for through this module only.
+
+A model whose ``forward`` takes ``targets`` (nanoGPT, minGPT) is called as ``forward(idx, targets)``:
+nanoGPT returns the logits of the last position only without targets (a generation shortcut). The
+loss is still computed here from the logits it returns, never taken from the model.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ..model import GPT
+from ..errors import DepthlabError
+from ..usermodel import first_line, full_logits, takes_targets
 
 __all__ = ["ModelPort"]
 
@@ -27,13 +33,26 @@ class ModelPort:
     def __init__(self, raw: torch.nn.Module):
         self.raw = raw
         self.native = isinstance(raw, GPT)
+        self.takes_targets = takes_targets(raw)
+
+    def logits(self, model: torch.nn.Module, x: torch.Tensor, y=None) -> torch.Tensor:
+        """Logits (B, T, V) of every position of ``model`` (``raw`` or a wrapper of it) on ``x`` (B, T).
+
+        ``y``: the targets to pass a forward that takes them (zeros when not given).
+        """
+        return full_logits(model, x, y, with_targets=self.native or self.takes_targets)
 
     def loss(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy (0-d, nats/token) of ``model`` (``raw`` or a wrapper of it) on ``x``, ``y`` (B, T)."""
         if self.native:
             return model(x, y)[1]
-        out = model(x)
-        logits = out[0] if isinstance(out, (tuple, list)) else out
+        try:
+            logits = self.logits(model, x, y)
+        except DepthlabError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
+            raise DepthlabError(f"the model's forward failed on idx of shape {tuple(x.shape)}: "
+                                f"{first_line(e)}") from None
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
 
     def set_attention(self, explicit: bool) -> None:
