@@ -16,6 +16,7 @@ from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
 from ..rundir import RunDir, truncate_metrics
+from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
 
@@ -95,8 +96,6 @@ class Checkpointer:
         that optimizer count as the same value in ``asked`` (the config compared for changes). A
         run without ``resolved.optimizer`` predates the field (:data:`~depthlab.config.PREDATING`).
         """
-        from .optimization import resolve_optimizer
-
         ran = (old.get("resolved") or {}).get("optimizer") or PREDATING["train"]["optimizer"]
         old_field = (old.get("train") or {}).get("optimizer")
         if old_field is not None and {old_field, asked["train"]["optimizer"]} <= {"auto", ran}:
@@ -122,6 +121,7 @@ class Checkpointer:
                 f"cannot resume {self.run_dir}: its checkpoint holds another optimizer's state than the "
                 f"{run.optimizer_name} this run uses; pass --train.optimizer with the run's own "
                 f"(config.json resolved.optimizer)") from None
+        apply_hyperparameters(run.optimizer, run.cfg.train)  # the state brought the old decay and betas back
         ckpt.restore_rng_state(st["rng"], run.batch_rng, self.runtime.device)
         old_sha = st.get("corpus_sha256")
         if old_sha is not None and old_sha != run.corpus.sha256:

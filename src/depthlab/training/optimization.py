@@ -16,7 +16,8 @@ from ..budget import Plan, TimeBudget
 from ..config import TrainConfig
 from .protocol import ModelPort
 
-__all__ = ["LRSchedule", "get_lr", "get_lr_from", "make_optimizer", "param_groups", "resolve_optimizer"]
+__all__ = ["LRSchedule", "apply_hyperparameters", "get_lr", "get_lr_from", "make_optimizer", "param_groups",
+           "resolve_optimizer"]
 
 
 def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, decay_iters: int) -> float:
@@ -94,6 +95,24 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
               {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}]
     return MuonAdamW(Muon(hidden, lr=cfg.muon_lr, weight_decay=cfg.weight_decay),
                      torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **kw))
+
+
+def apply_hyperparameters(optimizer, cfg: TrainConfig) -> None:
+    """Set the config's weight decay and AdamW betas on every param group of ``optimizer``.
+
+    ``load_state_dict`` restores the hyperparameters a checkpoint was saved with, so a resume that
+    changes ``train.weight_decay`` / ``beta1`` / ``beta2`` (allowed, with a line: RESUME_NOTED) must
+    set them again, or the run goes on with the old ones. AdamW's groups are, in order, the ones with
+    decay and the ones without (gains, biases) (:func:`param_groups`, :func:`make_optimizer`); Muon's
+    groups are marked ``muon``. The learning rate is set every step by :class:`LRSchedule`.
+    """
+    adamw = [g for g in optimizer.param_groups if not g.get("muon")]
+    for g in optimizer.param_groups:
+        if g.get("muon"):
+            g["weight_decay"] = cfg.weight_decay
+    for i, g in enumerate(adamw):
+        g["betas"] = (cfg.beta1, cfg.beta2)
+        g["weight_decay"] = cfg.weight_decay if i == 0 else 0.0
 
 
 class LRSchedule:
