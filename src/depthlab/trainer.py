@@ -329,7 +329,7 @@ class Trainer:
         t = self.cfg.train
         params = list(self.raw_model.parameters())
         resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
-        last_log_t, last_log_step = time.time(), self.step
+        last_log_s, last_log_step = self.stepper.train_seconds, self.step
         while True:
             flags = self.stop.flags(time.time() - self._t_start)
             time_up = flags["time_up"]
@@ -356,10 +356,10 @@ class Trainer:
                 continue
             if bar is not None:
                 bar.update(1)
-            if self.step % t.log_interval == 0:
-                now = time.time()
-                tps = (self.step - last_log_step) * tokens_per_step / max(now - last_log_t, 1e-9)
-                last_log_t, last_log_step = now, self.step
+            if self.step % t.log_interval == 0:  # training throughput: the steps' own time (Stepper.train_seconds)
+                spent = self.stepper.train_seconds - last_log_s
+                tps = (self.step - last_log_step) * tokens_per_step / max(spent, 1e-9)
+                last_log_s, last_log_step = self.stepper.train_seconds, self.step
                 self._log_step(info, tps, bar)
 
     def _fit_tick(self, bar) -> None:
@@ -440,7 +440,8 @@ class Trainer:
                 "best_val_step": ev.best_step, "final_step": self.step,
                 "final_train_loss": ev.last_eval.get("train_loss"), "final_val_loss": ev.last_eval.get("val_loss"),
                 "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
-                "tokens_per_sec": self.tokens_seen / max(wall, 1e-9),
+                "tokens_per_sec": self.tokens_seen / max(self.stepper.train_seconds, 1e-9),
+                "tokens_per_sec_overall": self.tokens_seen / max(wall, 1e-9),
                 "params": self.port.num_params(), "nonfinite_skips": self.stepper.nonfinite_skips,
                 "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
                 "target_reached_step": reached[0] if reached else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from typing import Callable, Optional
 
 import torch
@@ -31,6 +32,9 @@ class Stepper:
     Attributes:
         step: optimizer steps done. tokens_seen: training tokens consumed (all processes).
         nonfinite_skips: steps skipped for a non-finite loss or gradient (``on_nonfinite: skip``).
+        train_seconds: wall seconds spent in optimisation steps (earlier sessions included): the
+            steps' own time, without evaluations, checkpoints or the observers' hooks; training
+            throughput (tokens/s) is measured against it.
         on_device: whether the non-finite check stays on the device (set by the trainer at ``fit``).
     """
 
@@ -40,17 +44,22 @@ class Stepper:
         self.step = 0
         self.tokens_seen = 0
         self.nonfinite_skips = 0
+        self.train_seconds = 0.0
+        self._observer_s = 0.0
         self.on_device = False
         self._pending: list[tuple] = []  # device-checked steps not yet read: (step, lr, tokens, loss, gnorm, bad)
         self._halted: Optional[torch.Tensor] = None  # on_nonfinite stop, device check: sticky 0-d skip flag
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_skips": self.nonfinite_skips}
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_skips": self.nonfinite_skips,
+                "train_seconds": self.train_seconds}
 
     def load_state_dict(self, st: dict) -> None:
         self.step = int(st["step"])
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
+        # a checkpoint from before train_seconds existed: its wall time (an overestimate) stands in
+        self.train_seconds = float(st.get("train_seconds", st.get("wall_time_s", 0.0)))
 
     def micro_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's slice (B, T) of the next global micro-batch (B * world_size windows)."""
@@ -80,17 +89,28 @@ class Stepper:
     def train_step(self, params: list[torch.nn.Parameter], tokens_per_step: int) -> Optional[StepInfo]:
         """One optimisation step: LR, forward/backward, clip, non-finite check, ``optimizer.step``.
 
+        Its wall time, less the ``before_clip`` observers', is added to :attr:`train_seconds`.
+
         Returns:
             The step's :class:`StepInfo`, or None when a non-finite step was skipped.
 
         Raises:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
         """
+        t0, self._observer_s = time.perf_counter(), 0.0
+        try:
+            return self._step(params, tokens_per_step)
+        finally:
+            self.train_seconds += time.perf_counter() - t0 - self._observer_s
+
+    def _step(self, params: list[torch.nn.Parameter], tokens_per_step: int) -> Optional[StepInfo]:
         r = self.run
         t, rt = r.cfg.train, r.runtime
         lr = r.schedule.apply(r.optimizer, self.step)
         loss_sum = self.forward_backward()
+        t_obs = time.perf_counter()
         self.before_clip(StepInfo(step=self.step, lr=lr, tokens_seen=self.tokens_seen))
+        self._observer_s += time.perf_counter() - t_obs
         gnorm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip if t.grad_clip > 0 else float("inf"))
         if rt.world_size > 1 and (self.step + 1) % t.log_interval == 0:
             rt.mean_(loss_sum)  # logged loss = mean over all ranks' micro-batches
