@@ -1,14 +1,16 @@
-"""Analytics inside a real (tiny) training run: record contract, files, no effect on the trajectory."""
+"""analytics.train (depthlab.train): the default observers inside a real (tiny) run: record
+contract, files, no effect on the trajectory."""
 
 import json
 import math
 
 import pytest
 
-from conftest import QUIET, tiny_config
 from depthlab import train
 from depthlab.callbacks import Callback
 from depthlab.rundir import read_metrics
+
+from conftest import QUIET, tiny_config
 
 
 class GradNorms(Callback):

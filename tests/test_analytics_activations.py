@@ -1,4 +1,4 @@
-"""Activation probes: hooks removed, each statistic against a hand computation."""
+"""Activation probes: hooks removed, each statistic against a hand computation, the training callback."""
 
 import math
 
@@ -50,6 +50,18 @@ def test_rank_measure_against_numpy():
     same = torch.randn(1, 4, generator=g).expand(6, 4)
     assert rank_measure(same) == pytest.approx(0.0, abs=1e-6)  # rank one: collapsed
     assert math.isnan(rank_measure(torch.randn(2, 1, 4)))  # one token: undefined
+
+
+def test_rank_measure_never_exceeds_one():
+    x = torch.zeros(1, 10, 4)
+    x[0, 0, 0] = 1.0  # one token carries everything: the mean-only ratio is sqrt(2) * 9 / 10 = 1.27
+    assert rank_measure(x) == pytest.approx(1.0)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        v = rank_measure(torch.randn(4, 8, 6, generator=g) * torch.rand(4, 8, 1, generator=g) ** 4)
+        assert 0.0 <= v <= 1.0
+    same = torch.randn(1, 4, generator=g).expand(6, 4)
+    assert rank_measure(same) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_attention_entropy_uniform_and_peaked():
@@ -110,3 +122,28 @@ def test_block_stats_with_targets_backpropagates_and_matches_probe_stats():
     with torch.no_grad():
         ref = probe_stats(model, idx)
     assert {k: v for k, v in st.items() if not k.startswith("_")} == ref
+
+
+def test_training_probe_of_a_diverged_model_writes_its_histograms(tmp_path):
+    """A model whose weights went non-finite (train.on_nonfinite skip at a huge lr) used to crash the
+    run at the next probe: TensorBoard refuses an all-NaN histogram ("The histogram is empty")."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from conftest import tiny_gpt
+    from depthlab.analytics.activations import ActivationProbe
+
+    model = tiny_gpt()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight.fill_(float("inf"))  # block 1's output is NaN
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    logged = []
+    metrics = SimpleNamespace(tb=writer, log=lambda kind, rec, tb: logged.append(rec),
+                              histogram=lambda tag, v, step: writer.add_histogram(tag, v, step))
+    cb = ActivationProbe(interval=1, histograms=True)
+    cb.batch = torch.randint(0, 11, (2, 8))
+    rec = cb.probe(SimpleNamespace(raw_model=model, metrics=metrics), 5)
+    writer.close()
+    assert rec["step"] == 5 and len(logged) == 1 and not math.isfinite(rec["resid_rms"][1])

@@ -3,30 +3,11 @@
 import json
 
 import pytest
-from conftest import QUIET, tiny_config
 
 from depthlab import analytics
 from depthlab.analytics.hparams import BOOKKEEPING_FIELDS, HPARAM_METRICS, hparam_values
 
-
-def read_hparams(tb_dir):
-    """(hparams {name: value}, metric names, scalars {tag: [(step, value)]}, number of event files) of ``tb_dir``."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import metadata
-    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
-
-    ea = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
-    ea.Reload()
-    content = ea.PluginTagToContent(metadata.PLUGIN_NAME)
-    start = HParamsPluginData.FromString(content[metadata.SESSION_START_INFO_TAG]).session_start_info
-    exp = HParamsPluginData.FromString(content[metadata.EXPERIMENT_TAG]).experiment
-    hp = {}
-    for k, v in start.hparams.items():
-        kind = v.WhichOneof("kind")
-        hp[k] = getattr(v, kind)
-    metrics = sorted(m.name.tag for m in exp.metric_infos)
-    scalars = {t: [(e.step, e.value) for e in ea.Scalars(t)] for t in ea.Tags()["scalars"]}
-    return hp, metrics, scalars
+from conftest import QUIET, read_hparams, tiny_config
 
 
 def test_hparam_values_all_scalars_or_chosen_fields():

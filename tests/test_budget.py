@@ -1,11 +1,16 @@
-"""TimeBudget (train.fit_to_time's arithmetic) on known numbers, without a trainer."""
+"""TimeBudget (train.fit_to_time's arithmetic) on known numbers without a trainer, then in a run:
+a run that would not fit max_time is shortened once, early, to end with its decay done."""
+
+import dataclasses
+import json
 
 import pytest
 
-import dataclasses
-
-from depthlab.budget import FILL, FIT_STEPS, REFIT_STEPS, Plan, TimeBudget
+from depthlab.budget import FILL, FIT_STEPS, Plan, REFIT_STEPS, TimeBudget
 from depthlab.config import TrainConfig
+from depthlab.trainer import Trainer
+
+from conftest import fit_run, tiny_config
 
 
 def _budget(**kw):
@@ -99,3 +104,98 @@ def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_la
     assert b.start is None
     b.begin(5)  # resumed early: plans from there
     assert b.marks[:3] == (7, 5 + FIT_STEPS, 5 + REFIT_STEPS)
+
+
+# ------------------------------------------------ train.fit_to_time in a run (the trainer's clock faked: fake_clock)
+def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = fit_run(tmp_path, tiny_text_file, "fit")
+    plan = c["resolved"]["plan"]
+    n = plan["max_iters"]
+    assert plan["max_iters_asked"] == 100_000 and plan["at_step"] in (FIT_STEPS, REFIT_STEPS)
+    assert FIT_STEPS < n < 100_000
+    assert c["train"]["max_iters"] == 100_000  # config.json keeps what was asked; the plan is beside it
+    # the time budget ended it (as a cut would say), at the planned step with the decay finished
+    assert s["stopped_by"] == "max_time" and s["final_step"] == n
+    assert s["wall_time_s"] <= 6.0
+    assert t.lr_at(n) == 1e-4 and t.lr_at(n - 1) < 1.01e-4 + 3e-3 * 1e-3  # the cosine reached min_lr
+    assert t.lr_at(FIT_STEPS + 1) > t.lr_at(n // 2) > t.lr_at(n - 1)
+
+
+def test_off_the_time_limit_cuts_the_run_mid_decay(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = fit_run(tmp_path, tiny_text_file, "off", fit_to_time=False)
+    assert "plan" not in c["resolved"] and c["train"]["max_iters"] == 100_000
+    assert s["stopped_by"] == "max_time" and t.lr_at(s["final_step"]) > 1e-3  # cut far from min_lr
+
+
+def test_a_run_that_fits_is_untouched(tmp_path, tiny_text_file, fake_clock):
+    _, s, c = fit_run(tmp_path, tiny_text_file, "fits", max_iters=60)
+    assert "plan" not in c["resolved"] and c["train"]["max_iters"] == 60 and s["final_step"] == 60
+    assert s["stopped_by"] == "max_iters"
+
+
+def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_file, fake_clock):
+    t, s, c = fit_run(tmp_path, tiny_text_file, "w", warmup_iters=5000, learning_rate=3e-3)
+    plan = c["resolved"]["plan"]
+    n, w = plan["max_iters"], plan["warmup_iters"]
+    assert c["train"]["warmup_iters"] == 5000  # what was asked stays in the config
+    assert plan["warmup_iters_asked"] == 5000 and FIT_STEPS <= w <= n // 4
+    assert t.lr_at(w) == 3e-3 and t.lr_at(n) == 1e-4  # reaches the peak, then decays to min_lr
+    assert s["stopped_by"] == "max_time" and s["final_step"] == n
+
+
+class _SpeedUp:
+    """From step ``step`` on, the fake clock advances ``factor`` times as much per reading."""
+
+    def __init__(self, clock, step, factor):
+        self.clock, self.step, self.factor = clock, step, factor
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+    def on_step_end(self, run, info):
+        if info.step == self.step:
+            self.clock[1] *= self.factor
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_the_second_plan_follows_the_measured_speed(tmp_path, tiny_text_file, fake_clock, factor):
+    # steps get faster (or slower) after the first plan: the plan at REFIT_STEPS moves the end
+    cfg = tiny_config(tmp_path / "s", tiny_text_file, train=dict(max_iters=100_000, max_time=20.0, eval_interval=50,
+                                                                 log_interval=10, min_lr=1e-4))
+    lines = []
+    t = Trainer(cfg, callbacks=[_SpeedUp(fake_clock, FIT_STEPS + 5, factor)], log=lines.append)
+    run = t.fit()
+    s = json.loads((run / "summary.json").read_text())
+    plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
+    first = [x for x in lines if "would not fit" in x][0]
+    n1 = int(first.split("max_iters is now ")[1].split()[0].rstrip(","))
+    assert plan["at_step"] >= REFIT_STEPS and any("re-measured" in x for x in lines)
+    assert (plan["max_iters"] > n1) if factor < 1 else (plan["max_iters"] < n1)
+    # ends at the plan, or (the plan aims at 98 % of the budget) meets the time limit within its last 2 %
+    n = plan["max_iters"]
+    assert n - n // 50 <= s["final_step"] <= n and s["stopped_by"] == "max_time" and s["wall_time_s"] <= 20.0 * 1.03
+    assert t.lr_at(n) == 1e-4 and t.lr_at(s["final_step"]) < 1.01e-4
+
+
+def test_a_late_change_of_speed_moves_the_end_halfway_and_the_rate_continues_without_a_jump(
+        tmp_path, tiny_text_file, fake_clock):
+    # the steps after REFIT_STEPS + 50 run twice as fast: the plan halfway through what is left sees it
+    cfg = tiny_config(tmp_path / "late", tiny_text_file, train=dict(max_iters=100_000, max_time=60.0,
+                                                                    eval_interval=500, log_interval=10, min_lr=1e-4))
+    lines = []
+    t = Trainer(cfg, callbacks=[_SpeedUp(fake_clock, REFIT_STEPS + 50, 0.5)], log=lines.append)
+    run = t.fit()
+    plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
+    at, n = plan["at_step"], plan["max_iters"]
+    assert at > REFIT_STEPS + 4 * 50 and n > at and sum("re-measured" in x for x in lines) >= 1
+    assert t.schedule.anchor is not None and t.schedule.anchor[0] == at and t.schedule.anchor[2] == n
+    # continuity at the late plan: the logged rate (every 10 steps) moves by what ~10 steps of decay do;
+    # recomputing the cosine for the new end instead would jump by ~1e-3 here
+    lrs = {r["step"]: r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+           if r.get("kind") == "train"}
+    before, after = max(k for k in lrs if k < at), min(k for k in lrs if k > at)
+    assert 0 < lrs[before] - lrs[after] < 5e-5, (lrs[before], lrs[after])
+    assert t.lr_at(at) == pytest.approx(t.schedule.anchor[1]) and t.lr_at(at + 1) < t.lr_at(at)
+    assert t.lr_at(n) == 1e-4
+    s = json.loads((run / "summary.json").read_text())
+    assert n - n // 50 <= s["final_step"] <= n and s["stopped_by"] == "max_time"

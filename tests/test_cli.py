@@ -1,28 +1,20 @@
+"""The command line: every command, its one grammar, clean one-line errors, exit codes."""
+
 import json
+import re
 
 import pytest
 
-from depthlab.cli import main
+from depthlab.cli import COMMANDS, main
+from depthlab.cli_args import Grammar
+
+from conftest import RUN_FIGURES, assert_clean_error, cli_err, run_cli, tiny_cli_args
+
 
 TINY = ["--model.n_layer", "1", "--model.n_head", "2", "--model.n_embd", "16", "--model.block_size", "8",
         "--train.batch_size", "4", "--train.max_iters", "10", "--train.eval_interval", "5",
         "--train.eval_iters", "2", "--train.log_interval", "5", "--train.tensorboard", "false",
         "--train.grad_log_interval", "0", "--train.probe_interval", "0"]
-
-
-def run_cli(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def assert_clean_error(rc, err, *needles):
-    assert rc == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("depthlab: error:"), err
-    assert "Traceback" not in err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def test_train_smoke_and_sample(tmp_path, capsys, tiny_text_file):
@@ -117,13 +109,6 @@ def test_sample_not_a_run(tmp_path, capsys):
     assert_clean_error(*run_cli(capsys, "sample", str(tmp_path))[::2], "not a depthlab run")
 
 
-def test_resume_not_a_run(tmp_path, capsys):
-    missing = tmp_path / "missing"
-    assert_clean_error(*run_cli(capsys, "train", "--resume", str(missing))[::2], "missing not found")
-    assert not missing.exists()  # the refused resume made no folder
-    assert_clean_error(*run_cli(capsys, "train", "--resume", str(tmp_path))[::2], "not a depthlab run directory")
-
-
 def test_unknown_command(capsys):
     rc, _, err = run_cli(capsys, "trian")
     assert rc == 2 and err.startswith("depthlab: error:")
@@ -161,3 +146,141 @@ def test_failed_init_from_leaves_no_empty_runs_folder(tmp_path, monkeypatch, cap
     (tmp_path / "runs" / "other").mkdir(parents=True)  # a runs/ holding something else is not touched
     rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--init-from", "notrun")
     assert rc == 2 and [p.name for p in (tmp_path / "runs").iterdir()] == ["other"]
+
+
+def test_sample_error_is_one_line_and_info_line_only_when_text_starts(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__eval_interval=5)]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(out), "--prompt", "東京"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "vocabulary" in err
+    assert main(["sample", str(out), "--device", "cuda:7"]) == 2
+    assert "----device" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------- one grammar for every command (issues 9 and 14)
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"  {name} " in out for name in COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_shares_the_common_options(name):
+    opts = set(Grammar(COMMANDS[name].build(), {}).options)
+    assert {"-c", "--config", "--print_config", "--debug"} <= opts
+
+
+@pytest.mark.parametrize("name", ["sample", "probe", "diagnose", "report", "sweep"])
+def test_every_computing_command_takes_threads(name):
+    assert "--threads" in Grammar(COMMANDS[name].build(), {}).options
+
+
+@pytest.mark.parametrize("name", ["sample", "diagnose", "report"])
+def test_run_dir_commands_name_it_the_same(name):
+    g = Grammar(COMMANDS[name].build(), {})
+    assert "run_dir" in {a.dest for a in [*g.slots, *g.options.values()]}
+
+
+def test_sample_options_have_dashed_aliases(tmp_path, capsys):
+    err = cli_err(capsys, "sample", str(tmp_path / "none"), "--max-new-tokens", "5", "--top-k", "3")
+    assert "not found" in err  # parsed fine; the run directory is what is missing
+
+
+def test_command_line_sets_passive_openmp_before_torch_loads():
+    import subprocess
+    import sys
+
+    code = ("import os, sys; import depthlab.cli as c; assert 'torch' not in sys.modules; "
+            "c.main(['presets']); import torch; print(os.environ['OMP_WAIT_POLICY'])")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's choice wins
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "ACTIVE"
+
+
+def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys):
+    from conftest import tiny_cli_args
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
+    val = {json.loads(line)["step"]: json.loads(line)["val_loss"]
+           for line in (out / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line}
+    best = json.loads((out / "checkpoints" / "manifest.json").read_text())["best"]["step"]
+    capsys.readouterr()
+    assert main(["sample", str(out), "--max_new_tokens", "5"]) == 0
+    captured = capsys.readouterr()
+    assert f"sampling from best.safetensors (step {best}, val loss {val[best]:.4f} nats)" in captured.err
+    assert "sampling from" not in captured.out  # stdout stays the text alone
+
+
+# --------------------------------------------------------------------------------------------------- depthlab report
+def test_report_cli(report_run, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    skip = ["--skip", *(n for n in RUN_FIGURES if n != "loss")]  # one figure is enough here (speed)
+    assert main(["report", str(report_run), "--out", str(out), *skip]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.read_text(encoding="utf-8").count("data:image/png") == 1
+    assert main(["report", str(report_run), "--out", str(out), *skip]) == 0  # written by us: may be replaced
+
+    mine = tmp_path / "notes.html"
+    mine.write_text("my notes")
+    for argv, msg in ((["report", str(tmp_path / "missing")], "not found"),
+                      (["report", str(tmp_path)], "not a depthlab run directory"),
+                      (["report", str(report_run), "--out", str(mine)], "refusing to overwrite"),
+                      (["report", str(report_run), "--out", str(tmp_path)], "is a folder"),
+                      (["report"], "run_dir")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("depthlab: error:") and msg in err and "Traceback" not in err
+    assert mine.read_text() == "my notes"
+
+
+def test_report_listed_in_help(capsys):
+    assert main(["--help"]) == 0
+    assert re.search(r"^\s+report\s+write a self-contained HTML report", capsys.readouterr().out, re.M)
+
+
+# ---------------------------------------------------------------------------------------------------- depthlab sweep
+def test_cli_bad_grid_is_one_line_exit_2(capsys, tmp_path):
+    rc = main(["sweep", "--grid", "model.n_layer", "--out-dir", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("depthlab: error:") and "model.n_layer" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+    assert main(["sweep", "--grid", "model.n_layer=1,two", "--out-dir", str(tmp_path / "s")]) == 2
+    assert "model.n_layer: cannot use 'two' (expected an integer)" in capsys.readouterr().err
+
+
+def test_cli_nothing_to_sweep(capsys):
+    assert main(["sweep"]) == 2
+    assert "nothing to sweep" in capsys.readouterr().err
+
+
+def test_cli_bad_override_and_invalid_point(capsys, tmp_path):
+    assert main(["sweep", "--grid", "model.n_layer=1,2", "--train.max_iterz", "3"]) == 2
+    assert "max_iterz" in capsys.readouterr().err
+    # n_embd 30 is not divisible by 4 heads: the error names the run and the field, before any run starts
+    assert main(["sweep", "--grid", "model.n_embd=32,30", "--model.n_head", "4",
+                 "--out-dir", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "n_embd-30" in err and "model.n_embd" in err
+    assert not (tmp_path / "s").exists()
+
+
+def test_cli_dry_run_lists_runs(capsys, tmp_path):
+    assert main(["sweep", "--profile", "quick", "--dry-run", "--out-dir", str(tmp_path / "q")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("variant-") == 10 and "min on" in out
+    assert not (tmp_path / "q").exists()
+
+
+def test_cli_backend_choices(tmp_path):
+    from depthlab.cli import main
+
+    assert main(["sweep", "--grid", "model.n_layer=1", "--backend", "spark", "--out-dir", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

@@ -1,55 +1,23 @@
-"""One grammar for every command, and a command line that means what it says (issues 9 and 14)."""
+"""depthlab.cli_args: the command line checked in depthlab's own words before the parser sees it
+(issue 21: one converter per type, never a library's message read), file order, config files, suggestions."""
 
-import json
+from typing import Literal, Optional, Union
 
 import pytest
 
-from depthlab.cli import COMMANDS, files_first, main
+from depthlab.cli import main
+from depthlab.cli_args import BadValue, Grammar, convert, convert_value, expected, files_first
 
-
-def _err(capsys, *argv):
-    rc = main(list(argv))
-    err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("depthlab: error:") and len(err.strip().splitlines()) == 1, err
-    return err
-
-
-def _print_config(capsys, *argv):
-    with pytest.raises(SystemExit) as e:
-        main(list(argv))
-    assert e.value.code == 0
-    return capsys.readouterr().out
-
-
-def test_help_lists_every_command(capsys):
-    assert main(["--help"]) == 0
-    out = capsys.readouterr().out
-    assert all(f"  {name} " in out for name in COMMANDS)
-
-
-@pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_every_command_shares_the_common_options(name):
-    opts = {s for a in COMMANDS[name].build()._actions for s in a.option_strings}
-    assert {"-c", "--config", "--print_config", "--debug"} <= opts
-
-
-@pytest.mark.parametrize("name", ["sample", "probe", "diagnose", "report", "sweep"])
-def test_every_computing_command_takes_threads(name):
-    assert "--threads" in {s for a in COMMANDS[name].build()._actions for s in a.option_strings}
-
-
-@pytest.mark.parametrize("name", ["sample", "diagnose", "report"])
-def test_run_dir_commands_name_it_the_same(name):
-    assert "run_dir" in {a.dest for a in COMMANDS[name].build()._actions}
+from conftest import cli_err, cli_print_config
 
 
 def test_flag_before_preset_or_config_file_still_wins(capsys, tmp_path):
-    before = _print_config(capsys, "train", "--train.max_iters", "50", "--preset", "fast-cpu", "--print_config")
-    after = _print_config(capsys, "train", "--preset", "fast-cpu", "--train.max_iters", "50", "--print_config")
+    before = cli_print_config(capsys, "train", "--train.max_iters", "50", "--preset", "fast-cpu", "--print_config")
+    after = cli_print_config(capsys, "train", "--preset", "fast-cpu", "--train.max_iters", "50", "--print_config")
     assert "max_iters: 50" in before and before == after
     f = tmp_path / "c.yaml"
     f.write_text("model:\n  n_layer: 3\n")
-    out = _print_config(capsys, "train", "--print_config", "--model.n_layer", "7", "-c", str(f))
+    out = cli_print_config(capsys, "train", "--print_config", "--model.n_layer", "7", "-c", str(f))
     assert "n_layer: 7" in out
 
 
@@ -59,58 +27,23 @@ def test_files_first_keeps_file_order_and_puts_print_config_last():
 
 
 def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
-    err = _err(capsys, "train", "--model.n_layers", "3", "--train.max_iterz", "4")
+    err = cli_err(capsys, "train", "--model.n_layers", "3", "--train.max_iterz", "4")
     assert "--model.n_layers (did you mean --model.n_layer?)" in err
     assert "--train.max_iterz (did you mean --train.max_iters?)" in err
     f = tmp_path / "flat.yaml"
     f.write_text("n_layer: 3\nmodel:\n  n_heads: 2\n")
-    err = _err(capsys, "train", "-c", str(f))
+    err = cli_err(capsys, "train", "-c", str(f))
     assert "n_layer belongs under model:" in err and "model.n_heads (did you mean model.n_head?)" in err
 
 
 def test_fields_the_command_does_not_use_are_refused(capsys):
-    assert "model.vocab_size is set from the corpus" in _err(capsys, "train", "--model.vocab_size", "10")
-    err = _err(capsys, "probe", "--train.max_iters", "5")
+    assert "model.vocab_size is set from the corpus" in cli_err(capsys, "train", "--model.vocab_size", "10")
+    err = cli_err(capsys, "probe", "--train.max_iters", "5")
     assert "--train.max_iters has no effect" in err
 
 
-def test_sample_options_have_dashed_aliases(tmp_path, capsys):
-    err = _err(capsys, "sample", str(tmp_path / "none"), "--max-new-tokens", "5", "--top-k", "3")
-    assert "not found" in err  # parsed fine; the run directory is what is missing
-
-
-def test_command_line_sets_passive_openmp_before_torch_loads():
-    import subprocess
-    import sys
-
-    code = ("import os, sys; import depthlab.cli as c; assert 'torch' not in sys.modules; "
-            "c.main(['presets']); import torch; print(os.environ['OMP_WAIT_POLICY'])")
-    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "PASSIVE"
-    env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's choice wins
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "ACTIVE"
-
-
-def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys):
-    from conftest import tiny_cli_args
-
-    out = tmp_path / "r"
-    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
-    val = {json.loads(line)["step"]: json.loads(line)["val_loss"]
-           for line in (out / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in line}
-    best = json.loads((out / "checkpoints" / "manifest.json").read_text())["best"]["step"]
-    capsys.readouterr()
-    assert main(["sample", str(out), "--max_new_tokens", "5"]) == 0
-    captured = capsys.readouterr()
-    assert f"sampling from best.safetensors (step {best}, val loss {val[best]:.4f} nats)" in captured.err
-    assert "sampling from" not in captured.out  # stdout stays the text alone
-
-
 def test_suggestions_know_other_tools_names_and_missing_sections(capsys):
-    err = _err(capsys, "train", "--train.lr", "1e-3", "--n_layer", "3")
+    err = cli_err(capsys, "train", "--train.lr", "1e-3", "--n_layer", "3")
     assert "--train.lr (did you mean --train.learning_rate?)" in err
     assert "--n_layer (did you mean --model.n_layer?)" in err
 
@@ -163,6 +96,18 @@ def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     assert msg in err and str(f) in err and not (tmp_path / "r").exists()
 
 
+def test_config_file_errors_name_the_file(tmp_path, capsys):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("model:\n  n_layer: 2 # \xe9\n".encode("latin-1"))
+    assert main(["train", "-c", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not UTF-8" in err
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["train", "-c", str(empty)]) == 2
+    assert f"config file {empty} is empty" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["train", "--train.out_dir", ""], "train: --train.out_dir: the path is empty"),
     (["train", "--train.out_dir="], "train: --train.out_dir: the path is empty"),
@@ -196,12 +141,7 @@ def test_empty_paths_bad_devices_and_thread_counts_are_refused(tmp_path, monkeyp
     assert not (tmp_path / "runs").exists()  # nothing trained into the default folder
 
 
-# ----------------------------------------------------------------------------- depthlab's own value checks
-# (issue 21: the CLI owns its messages; it converts values itself and never reads a library's message)
-from typing import Literal, Optional, Union  # noqa: E402
-
-from depthlab.cli_args import BadValue, convert, convert_value, expected  # noqa: E402
-
+# -------------------------------------------------------------------------------------------- one converter per type
 COMPILE = Union[bool, Literal["auto"]]
 
 
@@ -274,7 +214,8 @@ def test_the_converters_agree_with_the_parser_on_every_type_of_option():
     disagree, kinds = [], {}
     for p in (build_train_parser(), build_sample_parser()):
         types = value_types(p)
-        for a in p._actions:  # one option per distinct type: bool, int, float, str, Literal, Union, Optional
+        # one option per distinct type: bool, int, float, str, Literal, Union, Optional
+        for a in dict.fromkeys(Grammar(p, types).options.values()):
             if a.option_strings and a.dest in types:
                 kinds.setdefault(repr(types[a.dest]), (p, a.option_strings[0], a.dest, types[a.dest]))
     assert len(kinds) >= 12, sorted(kinds)
@@ -328,13 +269,13 @@ def test_the_converters_agree_with_the_parser_on_every_type_of_option():
 ])
 def test_bad_values_and_shapes_are_said_in_depthlabs_words(tmp_path, monkeypatch, capsys, argv, msg):
     monkeypatch.chdir(tmp_path)
-    err = _err(capsys, *argv)
+    err = cli_err(capsys, *argv)
     assert msg in err, err
     assert not any(w in err for w in ("Parser key", "<class", "NoneType", "unrecognized arguments", "argument --"))
 
 
 def test_a_negative_number_argparse_reads_as_a_value_is_checked_as_one(capsys):
-    err = _err(capsys, "train", "--train.max_time", "-.5")
+    err = cli_err(capsys, "train", "--train.max_time", "-.5")
     assert "train.max_time must be a non-negative number, got -0.5" in err
 
 
@@ -348,19 +289,19 @@ def test_a_negative_number_argparse_reads_as_a_value_is_checked_as_one(capsys):
 def test_config_file_values_are_checked_and_name_the_file(tmp_path, capsys, text, msg):
     f = tmp_path / "c.yaml"
     f.write_text(text)
-    err = _err(capsys, "train", "-c", str(f))
+    err = cli_err(capsys, "train", "-c", str(f))
     assert f"{f}: {msg}" in err, err
 
 
 def test_config_file_values_the_parser_reads_are_taken(tmp_path, capsys):
     f = tmp_path / "c.yaml"  # 1e-3 is text to YAML 1.1, 'yes' a bool, '3' a quoted int: the parser takes all
     f.write_text("train:\n  learning_rate: 1e-3\n  fit_to_time: yes\n  max_iters: '3'\n  compile: auto\n")
-    out = _print_config(capsys, "train", "-c", str(f), "--print_config")
+    out = cli_print_config(capsys, "train", "-c", str(f), "--print_config")
     assert "learning_rate: 0.001" in out and "max_iters: 3" in out and "fit_to_time: true" in out
 
 
 def test_a_config_folder_is_not_a_file(tmp_path, capsys):
-    assert f"train: --config {tmp_path}: is a folder" in _err(capsys, "train", "--config", str(tmp_path))
+    assert f"train: --config {tmp_path}: is a folder" in cli_err(capsys, "train", "--config", str(tmp_path))
 
 
 def test_the_cli_reads_no_library_message_text():

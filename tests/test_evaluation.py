@@ -1,6 +1,5 @@
-"""train.final_validation: the whole val split, every target token once (depthlab.evaluation)."""
+"""depthlab.evaluation: the whole val split, every target token once."""
 
-import json
 import math
 
 import numpy as np
@@ -9,10 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from depthlab import evaluation
-from depthlab.sample import load_run
-from depthlab.trainer import Trainer
 
-from conftest import QUIET, tiny_config, tiny_gpt
+from conftest import tiny_gpt
 
 
 @pytest.mark.parametrize("n,T", [(10, 4), (9, 4), (17, 16), (2, 8), (1000, 7)])
@@ -51,25 +48,3 @@ def test_split_loss_is_the_token_weighted_cross_entropy():
     assert res.bpc == pytest.approx(res.loss / math.log(2), rel=1e-6)  # one character per token
     res2 = evaluation.split_loss(model, tokens, 8, 2, np.full(11, 2), torch.device("cpu"))
     assert res2.bpc == pytest.approx(res.bpc / 2, rel=1e-6)  # two characters per token: half the bits each
-
-
-def test_run_summary_holds_the_whole_split_loss_of_the_best_weights(tmp_path, tiny_text_file):
-    tr = Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
-    run = tr.fit()
-    fv = json.loads((run / "summary.json").read_text())["final_validation"]
-    model, _ = load_run(run)
-    want = evaluation.split_loss(model, tr.corpus.val, 16, 4, tr.corpus.tokenizer.token_chars, torch.device("cpu"))
-    assert fv["tokens"] == fv["of_tokens"] == len(tr.corpus.val) - 1
-    assert fv["val_loss"] == pytest.approx(want.loss, rel=1e-6) and fv["step"] == 20
-
-    # a best checkpoint older than the last step: its weights are evaluated, not the model's own
-    with torch.no_grad():
-        for p in tr.raw_model.parameters():
-            p.add_(torch.randn_like(p))
-    tr.evaluator.final_validation(tr.raw_model, tr.step + 1, tr.run_dir, log=lambda s: None)
-    assert tr.evaluator.final_val["val_loss"] == pytest.approx(want.loss, rel=1e-6)
-
-
-def test_final_validation_off_leaves_the_summary_without_it(tmp_path, tiny_text_file):
-    run = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(final_validation=False)), **QUIET).fit()
-    assert json.loads((run / "summary.json").read_text())["final_validation"] is None

@@ -1,16 +1,13 @@
-"""Muon (float32 Newton-Schulz) + AdamW: the update torch.optim.Muon defines, resumable, wired into the trainer."""
+"""depthlab.optim: Muon (float32 Newton-Schulz) + AdamW, the update torch.optim.Muon defines, resumable."""
 
 import io
-import json
 
 import pytest
 import torch
 
-from depthlab.cli import main
-from depthlab.optim import Muon, MuonAdamW, newton_schulz
-from depthlab.trainer import make_optimizer
+from depthlab.optim import Muon, newton_schulz
 
-from conftest import tiny_cli_args, tiny_gpt
+from conftest import muon_model_and_optimizer
 
 
 @pytest.mark.parametrize("shape", [(32, 96), (96, 32), (64, 64)])
@@ -52,26 +49,8 @@ def test_muon_refuses_a_vector():
         Muon([torch.nn.Parameter(torch.zeros(4))])
 
 
-def _opt_and_model(seed=0):
-    from depthlab.config import TrainConfig
-
-    m = tiny_gpt(seed)
-    return m, make_optimizer(m, TrainConfig(optimizer="muon"), torch.device("cpu"))
-
-
-def test_muon_takes_the_blocks_matrices_and_adamw_the_rest_each_once():
-    m, opt = _opt_and_model()
-    assert isinstance(opt, MuonAdamW)
-    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
-    adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
-    names = {id(p): n for n, p in m.named_parameters()}
-    assert muon.isdisjoint(adamw) and muon | adamw == set(names)
-    assert sorted(names[i].split(".")[-2] for i in muon) == sorted(["c_attn", "c_proj", "c_fc", "c_proj"] * 2)
-    assert all(g["muon"] for g in opt.param_groups[:len(opt.muon.param_groups)])
-
-
 def test_state_dict_round_trip_continues_identically_and_an_adamw_state_is_refused():
-    m1, o1 = _opt_and_model(1)
+    m1, o1 = muon_model_and_optimizer(1)
     x = torch.randint(0, 11, (2, 8))
 
     def step(m, o):
@@ -80,7 +59,7 @@ def test_state_dict_round_trip_continues_identically_and_an_adamw_state_is_refus
         o.zero_grad()
 
     step(m1, o1)
-    m2, o2 = _opt_and_model(1)
+    m2, o2 = muon_model_and_optimizer(1)
     m2.load_state_dict(m1.state_dict())
     buf = io.BytesIO()
     torch.save(o1.state_dict(), buf)  # as a checkpoint does: a copy, not o1's own tensors
@@ -92,34 +71,3 @@ def test_state_dict_round_trip_continues_identically_and_an_adamw_state_is_refus
         assert torch.equal(p, q), n
     with pytest.raises(ValueError, match="not a Muon"):
         o2.load_state_dict(torch.optim.AdamW(m2.parameters()).state_dict())
-
-
-def test_trainer_runs_muon_on_its_schedule_and_refuses_to_resume_with_another_optimizer(tmp_path, tiny_text_file,
-                                                                                        capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a short run path: the one-line error keeps the whole message
-    out = tmp_path / "m"
-    args = tiny_cli_args(tiny_text_file, out, train__optimizer="muon", train__muon_lr=0.02,
-                         train__learning_rate=0.004, train__max_iters=30, train__log_interval=5)
-    assert main(["train", *args]) == 0
-    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if r.get("kind") == "train"]
-    assert train[-1]["loss"] < train[0]["loss"]
-    state = torch.load(sorted((out / "checkpoints").glob("step-*.state.pt"))[-1], weights_only=True)
-    lrs = {g.get("muon", False): g["lr"] for g in state["optimizer"]["muon"]["param_groups"]
-           + state["optimizer"]["adamw"]["param_groups"]}
-    assert lrs[True] == pytest.approx(lrs[False] * 0.02 / 0.004)  # one schedule, Muon's scaled to its peak
-    capsys.readouterr()
-    assert main(["train", "--resume", "m", "--train.max_iters", "40", "--train.optimizer", "adamw"]) == 2
-    assert "changed train.optimizer 'muon' -> 'adamw'" in capsys.readouterr().err
-
-
-def test_auto_and_what_it_resolved_to_are_the_same_optimizer_on_resume(tmp_path, tiny_text_file, capsys,
-                                                                        monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert main(["train", *tiny_cli_args(tiny_text_file, "a", train__max_iters=10)]) == 0  # auto: muon on CPU
-    assert json.loads((tmp_path / "a" / "config.json").read_text())["resolved"]["optimizer"] == "muon"
-    assert main(["train", "--resume", "a", "--train.max_iters", "15", "--train.optimizer", "muon"]) == 0
-    assert main(["train", "--resume", "a", "--train.max_iters", "20", "--train.optimizer", "auto"]) == 0
-    capsys.readouterr()
-    assert main(["train", "--resume", "a", "--train.max_iters", "25", "--train.optimizer", "adamw"]) == 2
-    assert "changed train.optimizer" in capsys.readouterr().err

@@ -1,6 +1,5 @@
-"""report.plots.RunData reads a run directory through depthlab.rundir (old and new record layouts)."""
+"""report.run_data.RunData reads a run directory through depthlab.rundir (old and new record layouts)."""
 
-import json
 import math
 
 import pytest
@@ -8,18 +7,9 @@ import pytest
 from depthlab.errors import DepthlabError
 from depthlab.report import plots as P
 from depthlab.report.run_data import matrix, series
-from depthlab.rundir import CONFIG, METRICS, PLOTS, SUMMARY
+from depthlab.rundir import SUMMARY
 
-
-def _run(tmp_path, records, **files):
-    rd = tmp_path / "run"
-    rd.mkdir()
-    (rd / CONFIG).write_text(json.dumps({"model": {"n_layer": 2, "variant": "prenorm", "block_size": 8},
-                                         "train": {"batch_size": 4}}))
-    (rd / METRICS).write_text("".join(json.dumps(r) + "\n" for r in records) + '{"torn": ')
-    for name, obj in files.items():
-        (rd / name).write_text(json.dumps(obj))
-    return rd
+from conftest import write_run_dir
 
 
 def test_records_split_by_kind_old_and_new(tmp_path):
@@ -30,7 +20,7 @@ def test_records_split_by_kind_old_and_new(tmp_path):
             {"kind": "grad", "step": 10, "grad_norm_block": [1.0, "inf"]},
             {"kind": "probe", "step": 0, "resid_rms": [1.0, 2.0]},
             {"kind": "event", "step": 7, "nonfinite": True}]
-    run = P.load_run_data(_run(tmp_path, recs, **{SUMMARY: {"best_val_loss": 4.1}}))
+    run = P.load_run_data(write_run_dir(tmp_path, recs, **{SUMMARY: {"best_val_loss": 4.1}}))
     assert [r["step"] for r in run.train] == [5, 10]  # both layouts, sorted by step
     assert [r["step"] for r in run.evals] == [0, 10]
     assert [r["step"] for r in run.grads] == [10] and [r["step"] for r in run.probes] == [0]
@@ -40,13 +30,6 @@ def test_records_split_by_kind_old_and_new(tmp_path):
     assert xs == [0.0, 10.0] and ys[0] == 4.1 and math.isnan(ys[1])  # "nan" string -> gap
     steps, rows = matrix(run.grads, "grad_norm_block")
     assert rows[0][0] == 1.0 and math.isnan(rows[0][1])  # inf -> gap too
-
-
-def test_loss_plot_written_into_the_plots_folder(tmp_path):
-    rd = _run(tmp_path, [{"kind": "train", "step": s, "loss": 3.0 - s / 10} for s in (1, 2, 3)])
-    p = P.plot_loss(rd)
-    assert p == rd / PLOTS / "loss.png" and p.read_bytes().startswith(b"\x89PNG")
-    assert not [f for f in (rd / PLOTS).iterdir() if f.name != "loss.png"]  # no temp file left behind
 
 
 def test_not_a_run_directory(tmp_path):

@@ -1,4 +1,5 @@
-"""The sweep's command line and its report (figures + HTML built from depthlab.sweep's numbers)."""
+"""depthlab.report.sweep: the sweep report (figures + HTML built from depthlab.sweep's numbers), which
+says what its axes are: no 'vs depth' without a depth axis; blocks numbered from 0."""
 
 import csv
 
@@ -6,52 +7,15 @@ import pytest
 
 from depthlab import sweep
 from depthlab.cli import main
+from depthlab.report.sweep import build_sweep_report, figure_html, plot_per_block
 
-TINY = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 16,
-        "train.batch_size": 4, "train.max_iters": 4, "train.eval_interval": 2, "train.eval_iters": 1,
-        "train.log_interval": 2, "train.warmup_iters": 1, "train.grad_log_interval": 2, "train.probe_interval": 2,
-        "train.keep_last": 1}
+from conftest import TINY_SWEEP
 
 
-# ----------------------------------------------------------------------------- command line
-def test_cli_bad_grid_is_one_line_exit_2(capsys, tmp_path):
-    rc = main(["sweep", "--grid", "model.n_layer", "--out-dir", str(tmp_path / "s")])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("depthlab: error:") and "model.n_layer" in err
-    assert len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "s").exists()
-    assert main(["sweep", "--grid", "model.n_layer=1,two", "--out-dir", str(tmp_path / "s")]) == 2
-    assert "model.n_layer: cannot use 'two' (expected an integer)" in capsys.readouterr().err
-
-
-def test_cli_nothing_to_sweep(capsys):
-    assert main(["sweep"]) == 2
-    assert "nothing to sweep" in capsys.readouterr().err
-
-
-def test_cli_bad_override_and_invalid_point(capsys, tmp_path):
-    assert main(["sweep", "--grid", "model.n_layer=1,2", "--train.max_iterz", "3"]) == 2
-    assert "max_iterz" in capsys.readouterr().err
-    # n_embd 30 is not divisible by 4 heads: the error names the run and the field, before any run starts
-    assert main(["sweep", "--grid", "model.n_embd=32,30", "--model.n_head", "4",
-                 "--out-dir", str(tmp_path / "s")]) == 2
-    err = capsys.readouterr().err
-    assert "n_embd-30" in err and "model.n_embd" in err
-    assert not (tmp_path / "s").exists()
-
-
-def test_cli_dry_run_lists_runs(capsys, tmp_path):
-    assert main(["sweep", "--profile", "quick", "--dry-run", "--out-dir", str(tmp_path / "q")]) == 0
-    out = capsys.readouterr().out
-    assert out.count("variant-") == 10 and "min on" in out
-    assert not (tmp_path / "q").exists()
-
-
-# ----------------------------------------------------------------------------- report
 def test_report_and_report_command(tiny_text_file, tmp_path, capsys):
     from depthlab.report.sweep import build_sweep_report
 
-    over = {**TINY, "data.path": str(tiny_text_file), "model.variant": "plain"}
+    over = {**TINY_SWEEP, "data.path": str(tiny_text_file), "model.variant": "plain"}
     spec = sweep.build_spec(None, None, ["model.n_layer=1,2", "train.seed=1,2"], over, None)
     sw = tmp_path / "sw"
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=lambda s: None)
@@ -76,7 +40,7 @@ def test_science_experiment_gets_a_claims_table(tiny_text_file, tmp_path):
 
     f = tmp_path / "sci.yaml"
     f.write_text("experiments:\n  - name: depth\n    grid: {model.n_layer: [1, 2], model.variant: [plain]}\n")
-    spec = sweep.build_spec(None, str(f), [], {**TINY, "data.path": str(tiny_text_file)}, None)
+    spec = sweep.build_spec(None, str(f), [], {**TINY_SWEEP, "data.path": str(tiny_text_file)}, None)
     sw = tmp_path / "sw"
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=lambda s: None)
     html = build_sweep_report(sw).read_text()
@@ -98,3 +62,41 @@ def test_diverged_run_far_off_axis_still_gets_a_report(tiny_text_file, tmp_path,
     assert rc == 0, capsys.readouterr().err
     status = sorted(r["status"] for r in csv.DictReader(open(out / "results.csv")))
     assert status == ["nonfinite", "ok"] and (out / "report.html").stat().st_size > 1000
+
+
+def test_learning_rate_grid_is_not_called_depth(tiny_text_file, tmp_path):
+    over = {**TINY_SWEEP, "data.path": str(tiny_text_file)}
+    spec = sweep.build_spec(None, None, ["train.learning_rate=0.001,0.003"], over, None)
+    sw = tmp_path / "lr"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=lambda s: None)
+    page = build_sweep_report(sw).read_text()
+    assert "Best validation loss vs learning_rate" in page
+    assert "vs depth" not in page and "colours are depths" not in page and "degradation problem" not in page
+    assert "colours are values of learning_rate" in page
+
+
+def test_depth_wording_kept_for_depth_axis(tmp_path):
+    png = tmp_path / "x.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    html = figure_html("loss", png, "model.n_layer")
+    assert "vs n_layer" in html and "degradation problem" in html
+
+
+def test_per_block_panels_number_blocks_from_zero(monkeypatch, tmp_path):
+    import depthlab.report.sweep as rs
+
+    seen = []
+    real = rs.write_png
+
+    def capture(fig, path):
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                seen.append((line.get_linestyle(), list(line.get_xdata()), list(line.get_ydata())))
+        return real(fig, path)
+    monkeypatch.setattr(rs, "write_png", capture)
+    items = [{"config": {"model": {"n_layer": 3, "variant": "prenorm"}, "train": {"seed": 1}},
+              "details": {"init_probe": {"grad_norm_block": [1.0, 2.0, 3.0]},
+                          "grad": [{"grad_norm_block": [1.0, 2.0, 4.0]}], "probe": []}}]
+    plot_per_block(items, "model.n_layer", ["model.variant"], "grad", tmp_path / "g.png")
+    assert seen and all(xs[0] == 0 and xs[-1] == 2 for _, xs, _ in seen)
+    assert sorted((style, ys) for style, _, ys in seen) == [("-", [1.0, 2.0, 4.0]), ("--", [1.0, 2.0, 3.0])]

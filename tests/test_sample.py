@@ -1,13 +1,22 @@
+"""depthlab.sample: seeds, filters, draws, prompts; generation with and without the KV cache; any
+sampler settings either work or are one DepthlabError."""
+
+import functools
+import math
+
 import pytest
 import torch
+from hypothesis import example, given, settings, strategies as st
 
+from depthlab import train
+from depthlab.cli import main
 from depthlab.config import ModelConfig
 from depthlab.errors import DepthlabError
 from depthlab.model import GPT
-from depthlab.sample import draw, filter_logits, generate, load_run, sample_text
-from depthlab import train
+from depthlab.rundir import RunDir
+from depthlab.sample import ONE_THREAD_ROWS, check_sampling_args, draw, filter_logits, generate, load_run, sample_text
 
-from conftest import QUIET, TINY_TEXT, tiny_config
+from conftest import QUIET, TINY_TEXT, bigger_logits, tiny_cli_args, tiny_config, tiny_gpt
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +109,161 @@ def test_stream_receives_exactly_the_text(run):
     pieces = []
     texts = sample_text(run, "All", 25, seed=3, num_samples=2, stream=pieces.append)
     assert "".join(pieces) == texts[0] + "\n---------------\n" + texts[1]
+
+
+def test_no_newline_no_space_corpus_samples_without_prompt(tmp_path):
+    p = tmp_path / "dense.txt"
+    p.write_text("abcabcabdabc" * 40)
+    run = train(tiny_config(tmp_path / "r", p, train=dict(max_iters=5)), **QUIET)
+    text = sample_text(run, "", 20, seed=0)[0]
+    assert len(text) == 21 and set(text) <= set("abcd")
+
+
+@pytest.mark.parametrize("checkpoint", ["best", "last"])
+def test_a_run_of_the_previous_release_samples(old_run, capsys, checkpoint):
+    rc = main(["sample", str(old_run), "--prompt", "First", "--max_new_tokens", "20", "--seed", "1",
+               "--checkpoint", checkpoint, "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("First")
+    text = out[:-1] if out.endswith("\n") else out
+    assert len(text) == len("First") + 20
+    assert set(text) <= set(RunDir(old_run).vocab)
+
+
+@functools.cache
+def _sampler_model():
+    return tiny_gpt(vocab_size=7, block_size=4, n_layer=1, n_head=1, n_embd=8).eval()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True, width=32), st.one_of(st.none(), st.integers(-5, 300)),
+       st.one_of(st.none(), st.floats(-1, 2), st.just(float("nan"))))
+@example(0.8, 200, None).via("the CLI defaults")
+@example(0.0, None, None).via("greedy")
+@example(1.5, 1, 0.3).via("top-k 1")
+@example(1.0, 0, 1.0).via("top-k off, top-p no filter")
+def test_fuzz_sampler_settings(temperature, top_k, top_p):
+    valid = (math.isfinite(temperature) and temperature >= 0 and (top_k is None or top_k >= 0)
+             and (top_p is None or 0 < top_p <= 1))  # the documented ranges, checked independently
+    if not valid:
+        with pytest.raises(DepthlabError):
+            check_sampling_args(temperature, top_k, top_p)
+        return
+    check_sampling_args(temperature, top_k, top_p)  # valid settings are accepted
+    model = _sampler_model()
+    start = torch.zeros(1, 1, dtype=torch.long)
+    out = generate(model, start, 6, temperature, top_k, top_p, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 7) and int(out.min()) >= 0 and int(out.max()) < 7 and out[0, 0] == 0
+    if temperature == 0 or top_k == 1:  # one token left: the greedy continuation, whatever the seed
+        greedy = start
+        with torch.no_grad():
+            for _ in range(6):
+                logits, _ = model(greedy[:, -4:])
+                greedy = torch.cat([greedy, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        assert torch.equal(out, greedy)
+
+
+# ------------------------------------------------------------------------------------- with and without the KV cache
+VARIANTS = ["prenorm", "postnorm", "plain", "rezero", "deepnorm"]
+
+
+def test_single_position_steps_run_on_one_thread_and_the_thread_count_is_restored(monkeypatch):
+    m = tiny_gpt(9).eval()
+    seen = []
+    real = GPT.forward_cached
+
+    def spy(self, idx, cache):
+        seen.append((idx.shape, torch.get_num_threads()))
+        return real(self, idx, cache)
+
+    monkeypatch.setattr(GPT, "forward_cached", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generate(m, torch.zeros(1, 3, dtype=torch.long), 4, temperature=0)
+        assert torch.get_num_threads() == 2
+        generate(m, torch.zeros(ONE_THREAD_ROWS + 1, 1, dtype=torch.long), 2, temperature=0)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [((1, 3), 2)] + [((1, 1), 1)] * 3 + [((ONE_THREAD_ROWS + 1, 1), 2)] * 2
+
+
+def _cropped_reference(m, idx, n):
+    """nanoGPT's loop: greedy, re-encoding the last block_size ids for every token."""
+    for _ in range(n):
+        logits, _ = m(idx[:, -m.config.block_size:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return idx
+
+
+def _half_window_reference(m, idx, n):
+    """The cache's documented policy with the plain forward: the window starts at the prompt's last
+    block_size ids; when it would pass block_size it restarts at the last block_size // 2 ids."""
+    bs, start = m.config.block_size, max(0, idx.size(1) - m.config.block_size)
+    for _ in range(n):
+        if idx.size(1) - start > bs:
+            start = idx.size(1) - bs // 2
+        logits, _ = m(idx[:, start:])
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return idx
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_greedy_identical_with_and_without_cache_within_block_size(variant):
+    m = bigger_logits(tiny_gpt(4, variant=variant, tie_weights=False))
+    prompt = torch.tensor([[1, 5, 2], [7, 7, 0]])
+    a = generate(m, prompt, 5, temperature=0)  # 3 + 5 = 8 = block_size
+    b = generate(m, prompt, 5, temperature=0, kv_cache=False)
+    assert torch.equal(a, b) and torch.equal(b, _cropped_reference(m, prompt, 5))
+    assert len(set(a[:, 3:].flatten().tolist())) > 1  # not one repeated token: the comparison means something
+
+
+def test_sampling_same_seed_identical_with_and_without_cache_within_block_size():
+    m = bigger_logits(tiny_gpt(5, tie_weights=False))
+    prompt = torch.zeros(4, 1, dtype=torch.long)
+    a = generate(m, prompt, 7, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(9))
+    b = generate(m, prompt, 7, temperature=1.0, top_k=5, generator=torch.Generator().manual_seed(9), kv_cache=False)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("prompt_len", [1, 3, 8, 13])
+def test_past_block_size_cache_follows_half_window_policy_and_no_cache_crops(prompt_len):
+    m = bigger_logits(tiny_gpt(6, tie_weights=False))
+    prompt = torch.randint(0, 11, (2, prompt_len), generator=torch.Generator().manual_seed(prompt_len))
+    n = 30  # several refills of the 8-position cache
+    cached = generate(m, prompt, n, temperature=0)
+    assert torch.equal(cached, _half_window_reference(m, prompt, n))
+    assert torch.equal(generate(m, prompt, n, temperature=0, kv_cache=False), _cropped_reference(m, prompt, n))
+
+
+def test_generate_leaves_the_model_usable_for_training_forward():
+    m = tiny_gpt(7)
+    m.train()
+    generate(m, torch.zeros(1, 2, dtype=torch.long), 10, temperature=0)
+    assert m.training
+    idx = torch.randint(0, 11, (2, 8))
+    logits, loss = m(idx, idx)
+    assert logits.shape == (2, 8, 11) and loss.requires_grad
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kv")
+    p = d / "t.txt"
+    p.write_text(TINY_TEXT)
+    assert main(["train", *tiny_cli_args(p, d / "run", train__max_iters=40)]) == 0
+    return d / "run"
+
+
+def test_cli_no_kv_cache_takes_the_cropping_path_and_greedy_text_is_identical(trained_run, capsys, monkeypatch):
+    args = ["sample", str(trained_run), "--prompt", "First", "--temperature", "0", "--max-new-tokens", "11"]
+    assert main(args) == 0
+    with_cache = capsys.readouterr().out
+
+    def refuse(*a, **k):
+        raise AssertionError("forward_cached called with --no-kv-cache")
+
+    monkeypatch.setattr(GPT, "forward_cached", refuse)
+    assert main([*args, "--no-kv-cache"]) == 0  # block_size 16 = 5 prompt + 11 new
+    assert capsys.readouterr().out == with_cache and len(with_cache.rstrip("\n")) == 16
+    assert main(args) != 0 and "forward_cached called" in capsys.readouterr().err  # the spy works

@@ -5,19 +5,15 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_sweep_rows, tiny_sweep_spec
 
 from depthlab import rundir, sweep
 from depthlab.errors import DepthlabError, NonFiniteError
 
-TINY = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 16,
-        "train.batch_size": 4, "train.max_iters": 4, "train.eval_interval": 2, "train.eval_iters": 1,
-        "train.log_interval": 2, "train.warmup_iters": 1, "train.grad_log_interval": 2, "train.probe_interval": 2,
-        "train.keep_last": 1}
+from conftest import TINY_SWEEP, read_sweep_rows, tiny_sweep_spec
 
 
 def tiny_spec(text_file, grid, **over):
-    return tiny_sweep_spec(text_file, grid, TINY, **over)
+    return tiny_sweep_spec(text_file, grid, TINY_SWEEP, **over)
 
 
 read_rows = read_sweep_rows
@@ -146,7 +142,8 @@ def test_running_a_sweep_does_not_import_the_report(tiny_text_file, tmp_path):
     code = f"""
 import sys
 from depthlab import sweep
-spec = sweep.build_spec(None, None, ["model.n_layer=1"], {{**{TINY!r}, "data.path": {str(tiny_text_file)!r}}}, None)
+spec = sweep.build_spec(None, None, ["model.n_layer=1"], {{**{TINY_SWEEP!r}, "data.path": {str(tiny_text_file)!r}}},
+                        None)
 sweep.run_sweep(spec, {str(tmp_path / 'sw')!r}, workers=1, threads=1, log=lambda s: None)
 bad = sorted(m for m in sys.modules if m.startswith(("depthlab.report", "depthlab.cli", "matplotlib.pyplot")))
 print("BAD", bad)
@@ -175,7 +172,7 @@ def test_reaping_a_worker_that_died_without_a_result(tmp_path):
         exitcode = -9
 
     job = {"name": "n_layer-2", "config": {"train": {"out_dir": str(tmp_path / "r")}}, "threads": 1}
-    res = local._reap(Dead(), job, t0=0.0)
+    res = local.reap(Dead(), job, t0=0.0)
     assert res["status"] == "error" and "exited with code -9 without a result" in res["message"]
     assert rundir.RunDir(tmp_path / "r").sweep_status["status"] == "error"
 
@@ -212,7 +209,7 @@ def test_killed_worker_is_an_error_row_and_the_sweep_goes_on(tiny_text_file, tmp
     assert rows["5000"]["status"] == "error" and "exited with code -9" in rows["5000"]["message"]
 
 
-# ----------------------------------------------------------------------------- init probe
+# -------------------------------------------------------------------------------------------------------- init probe
 def test_rank_collapse_at_init_plain_vs_residual():
     """Dong et al. 2021 at init: plain's last-block rank measure falls towards 0 with depth; residual stays."""
     from depthlab.config import RunConfig

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_sweep_rows, tiny_sweep_spec
+from conftest import read_hparams, read_sweep_rows, tiny_sweep_spec
 
 from depthlab import rundir, sweep
 from depthlab.errors import DepthlabError
@@ -81,13 +81,6 @@ def test_without_ray_the_backend_is_a_one_line_error_naming_the_extra(tiny_text_
     assert not (tmp_path / "sw2").exists()
 
 
-def test_cli_backend_choices(tmp_path):
-    from depthlab.cli import main
-
-    assert main(["sweep", "--grid", "model.n_layer=1", "--backend", "spark", "--out-dir", str(tmp_path / "x")]) == 2
-    assert not (tmp_path / "x").exists()
-
-
 # ----------------------------------------------------------------------------- the two-node cluster
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -147,8 +140,6 @@ def test_ray_equals_local_on_a_two_node_cluster(cluster, tiny_text_file, tmp_pat
     cfg = rundir.RunDir(tmp_path / "ray" / "runs" / "n_layer-2_variant-plain").config
     assert Path(cfg["train"]["out_dir"]).is_absolute() and Path(cfg["data"]["path"]).is_absolute()
     # HParams: the fields the sweep varies, in each run's own event files
-    from test_analytics_hparams import read_hparams
-
     hp, metrics, scalars = read_hparams(tmp_path / "ray" / "runs" / "n_layer-2_variant-plain" / "tb")
     assert hp == {"model.n_layer": 2, "model.variant": "plain"}
     assert scalars["hparams/best_val_loss"][0][1] == pytest.approx(ray_["n_layer-2_variant-plain"], rel=1e-6)
@@ -240,9 +231,9 @@ def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path
     head = cluster.head_node.node_id
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        backend._check_storage(ray, tmp_path)  # the real check: both nodes read the token and write
+        backend.check_storage(ray, tmp_path)  # the real check: both nodes read the token and write
         with pytest.raises(DepthlabError) as e:
-            backend._check_storage(ray, tmp_path, probe=probe)
+            backend.check_storage(ray, tmp_path, probe=probe)
     finally:
         ray.shutdown()
     msg = str(e.value)
@@ -250,10 +241,10 @@ def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path
     assert len(re.findall(r"node [0-9a-f]{12} \(", msg)) == 1  # only the node that failed
     assert "storage every node mounts at the same path" in msg
     assert not (tmp_path / ".ray_storage_check").exists()
-    assert backend._storage_probe(str(tmp_path / "missing"), "t").startswith("cannot read")
+    assert backend.storage_probe(str(tmp_path / "missing"), "t").startswith("cannot read")
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "token").write_text("other")
-    assert "not shared storage" in backend._storage_probe(str(tmp_path / "d"), "t")
+    assert "not shared storage" in backend.storage_probe(str(tmp_path / "d"), "t")
 
 
 @pytest.mark.slow
@@ -315,11 +306,11 @@ def test_trial_resources_and_absolute_paths(tmp_path, monkeypatch):
         return {"name": "a", "threads": 2, "config": {"data": {"path": "c.txt", "cache_dir": None},
                                                       "train": {"out_dir": "sw/runs/a", "device": device}}}
 
-    assert backend._resources(FakeRay(0), [job()]) == {"cpu": 2}  # threads as CPUs
-    assert backend._resources(FakeRay(2), [job(), job("cuda")]) == {"cpu": 2, "gpu": 1}
-    assert backend._resources(FakeRay(2), [job(), job("cpu")]) == {"cpu": 2}
+    assert backend.trial_resources(FakeRay(0), [job()]) == {"cpu": 2}  # threads as CPUs
+    assert backend.trial_resources(FakeRay(2), [job(), job("cuda")]) == {"cpu": 2, "gpu": 1}
+    assert backend.trial_resources(FakeRay(2), [job(), job("cpu")]) == {"cpu": 2}
     monkeypatch.chdir(tmp_path)
-    j = backend._absolute(job())
+    j = backend.absolute_job(job())
     assert j["threads"] == 2 and j["config"]["train"]["out_dir"] == str(tmp_path / "sw" / "runs" / "a")
     assert j["config"]["data"] == {"path": str(tmp_path / "c.txt"), "cache_dir": None}
     assert job()["config"]["train"]["out_dir"] == "sw/runs/a"  # a copy
@@ -346,8 +337,8 @@ def test_a_sweep_without_an_address_starts_its_own_ray_even_beside_a_running_one
         def nodes(self):
             return [{"Alive": True}]
 
-    assert ray_backend._connect(FakeRay(), None, quiet) is True
+    assert ray_backend.connect(FakeRay(), None, quiet) is True
     assert calls[0]["address"] == "local" and calls[0]["_node_ip_address"] == "127.0.0.1"
     calls.clear()
-    ray_backend._connect(FakeRay(), "10.0.0.5:6379", quiet)
+    ray_backend.connect(FakeRay(), "10.0.0.5:6379", quiet)
     assert calls[0]["address"] == "10.0.0.5:6379" and "num_cpus" not in calls[0]

@@ -1,30 +1,17 @@
-"""Science claims (one judge per experiment of the science profile) and per-experiment findings.
+"""Science claims (one judge per experiment of the science profile).
 
 Each judge gets tiny synthetic result rows and must give the verdict its docstring's rule says;
-every verdict test has a case on each side of the threshold, so a broken rule fails.
-"""
+every verdict test has a case on each side of the threshold, so a broken rule fails."""
 
-import pytest
 
 from depthlab import sweep
 from depthlab.sweep import science
 
-
-def item(v, L, loss, seed=1, status="ok", rank=None, evals=(), grads=None, **cfg):
-    model = {"variant": v, "n_layer": L, "init": cfg.pop("init", "gpt2"), "n_embd": cfg.pop("width", 32),
-             "block_size": 64}
-    train = {"seed": seed, "max_iters": 10, "learning_rate": cfg.pop("lr", 1e-2),
-             "warmup_iters": cfg.pop("warmup", 0), "eval_interval": 25, "batch_size": 16, "grad_accum": 1}
-    probe = {"rank_measure": [rank or 0.5]}
-    if grads:
-        probe["grad_norm_block"] = grads
-    return {"config": {"model": model, "train": train},
-            "row": {"status": status, "best_val_loss": loss, "run": f"runs/{v}{L}"},
-            "details": {"evals": list(evals), "grad": [], "probe": [], "init_probe": probe}}
+from conftest import sweep_item
 
 
-DEG = [item("plain", 1, 2.6), item("plain", 4, 2.5), item("plain", 16, 3.3),
-       item("prenorm", 1, 2.6), item("prenorm", 4, 2.4), item("prenorm", 16, 2.3)]
+DEG = [sweep_item("plain", 1, 2.6), sweep_item("plain", 4, 2.5), sweep_item("plain", 16, 3.3),
+       sweep_item("prenorm", 1, 2.6), sweep_item("prenorm", 4, 2.4), sweep_item("prenorm", 16, 2.3)]
 
 
 def test_summary_and_claims_from_rows():
@@ -36,13 +23,13 @@ def test_summary_and_claims_from_rows():
     # the depth experiment gives two rows: degradation (plain) and "depth helps" (pre-LN); one seed has no spread
     assert [r[-1] for r in claims] == ["yes", "yes"] and all(len(r) == len(science.CLAIM_HEADER) for r in claims)
     assert claims[0][1].startswith("He et al. 2016")
-    rank_items = [item("plain", 4, 0, rank=0.4), item("plain", 32, 0, rank=0.0001),
-                  item("prenorm", 4, 0, rank=0.98), item("prenorm", 32, 0, rank=0.97)]
+    rank_items = [sweep_item("plain", 4, 0, rank=0.4), sweep_item("plain", 32, 0, rank=0.0001),
+                  sweep_item("prenorm", 4, 0, rank=0.98), sweep_item("prenorm", 32, 0, rank=0.97)]
     assert sweep.science_claims({"rank_init": rank_items}, {})[0][-1] == "yes"
 
 
 def test_claims_table_order_and_missing_experiments():
-    rank_items = [item("plain", 4, 0, rank=0.4), item("plain", 32, 0, rank=0.3)]
+    rank_items = [sweep_item("plain", 4, 0, rank=0.4), sweep_item("plain", 32, 0, rank=0.3)]
     rows = sweep.science_claims({"depth": DEG, "rank_init": rank_items, "other": DEG, "rezero_speed": []}, {})
     assert [r[0].split(":")[0] for r in rows] == ["Rank collapse without skips", "Degradation",
                                                   "With shortcuts, depth helps"]
@@ -60,14 +47,14 @@ def test_claims_markdown():
 def test_degradation_verdicts():
     assert science.degradation(DEG, {})[-1] == "yes"
     flat_plain = [it for it in DEG if it["config"]["model"]["variant"] != "plain"] + \
-        [item("plain", 1, 2.6), item("plain", 16, 2.62)]
+        [sweep_item("plain", 1, 2.6), sweep_item("plain", 16, 2.62)]
     assert science.degradation(flat_plain, {})[-1] == "partly"  # residual fine, plain does not degrade
-    assert science.degradation([item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    assert science.degradation([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
 
 
 def _depth_grid(pre, plain, spread=0.01):
     """Two seeds per point, means ``pre`` / ``plain`` per depth 1, 2, 4, 8, each seed +- spread."""
-    return [item(v, L, m + s * spread, seed=seed) for v, ms in (("prenorm", pre), ("plain", plain))
+    return [sweep_item(v, L, m + s * spread, seed=seed) for v, ms in (("prenorm", pre), ("plain", plain))
             for L, m in zip((1, 2, 4, 8), ms) for seed, s in ((1, 1), (2, -1))]
 
 
@@ -81,15 +68,15 @@ def test_depth_helps_verdicts():
     # plain rises by only 0.05: pre-LN half only
     assert science.depth_helps(_depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.32, 2.34, 2.35)), {})[-1] == "partly"
     assert science.depth_helps(_depth_grid((2.30, 2.30, 2.30, 2.30), (2.30, 2.30, 2.30, 2.30)), {})[-1] == "no"
-    assert science.depth_helps([item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    assert science.depth_helps([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
 
 
 def _warm_grid(post0, post100, pre0=2.3, init="torch", status0="ok", lr=1e-3):
     pre_g, post_g = [0.6, 0.5], [0.8, 0.6]
-    return [item("postnorm", 12, post0, init=init, warmup=0, lr=lr, status=status0, grads=post_g),
-            item("postnorm", 12, post100, init=init, warmup=100, lr=lr, grads=post_g),
-            item("prenorm", 12, pre0, init=init, warmup=0, lr=lr, grads=pre_g),
-            item("prenorm", 12, pre0, init=init, warmup=100, lr=lr, grads=pre_g)]
+    return [sweep_item("postnorm", 12, post0, init=init, warmup=0, lr=lr, status=status0, grads=post_g),
+            sweep_item("postnorm", 12, post100, init=init, warmup=100, lr=lr, grads=post_g),
+            sweep_item("prenorm", 12, pre0, init=init, warmup=0, lr=lr, grads=pre_g),
+            sweep_item("prenorm", 12, pre0, init=init, warmup=100, lr=lr, grads=pre_g)]
 
 
 def test_postln_warmup_verdicts():
@@ -113,7 +100,7 @@ def test_postln_warmup_verdicts():
 def test_rezero_speed_verdicts():
     def run(v, lr, first_step_below, seed=1, loss=2.5):
         evals = [(s, 3.0, 3.0 if s < first_step_below else 2.5) for s in (25, 50, 75, 100)]
-        return item(v, 8, loss, lr=lr, evals=evals, seed=seed)
+        return sweep_item(v, 8, loss, lr=lr, evals=evals, seed=seed)
 
     its = [run("rezero", 1e-2, 25), run("rezero", 1e-2, 50, seed=2), run("rezero", 1e-3, 100),
            run("rezero", 1e-3, 100, seed=2), run("prenorm", 1e-2, 50), run("prenorm", 1e-2, 50, seed=2),
@@ -132,23 +119,9 @@ def test_rezero_speed_verdicts():
 
 
 def test_deepnorm_depth_verdicts():
-    its = [item("postnorm", 16, 2.6, lr=1e-2), item("deepnorm", 16, 2.5, lr=1e-2),
-           item("postnorm", 32, None, lr=1e-2, status="nonfinite"), item("deepnorm", 32, 2.55, lr=1e-2)]
+    its = [sweep_item("postnorm", 16, 2.6, lr=1e-2), sweep_item("deepnorm", 16, 2.5, lr=1e-2),
+           sweep_item("postnorm", 32, None, lr=1e-2, status="nonfinite"), sweep_item("deepnorm", 32, 2.55, lr=1e-2)]
     row = science.deepnorm_depth(its, {})
     assert row[-1] == "yes" and "L32 lr 0.01: post-LN diverged, DeepNorm 2.550" in row[3]
-    its[1] = item("deepnorm", 16, 2.7, lr=1e-2)  # worse than post-LN by 0.1 at depth 16
+    its[1] = sweep_item("deepnorm", 16, 2.7, lr=1e-2)  # worse than post-LN by 0.1 at depth 16
     assert science.deepnorm_depth(its, {})[-1] == "partly"
-
-
-def test_init_lines_and_aggregate_table():
-    its = [item("plain", 4, 2.5, rank=0.4), item("plain", 4, 2.7, seed=2, rank=0.2), item("plain", 16, 3.0, rank=0.01)]
-    for it, last_rank in zip(its, (0.3, 0.1, 0.001)):
-        it["row"].update(last_block_rank=last_rank, tokens_per_sec=1000.0, grad_ratio_first_last=None)
-    lines = sweep.init_lines(its, "model.n_layer", ["model.variant"])
-    assert "plain: last-block rank measure at init n_layer 4: 0.3, n_layer 16: 0.01." in lines
-    header, rows = sweep.aggregate_table(its, "model.n_layer", ["model.variant"])
-    assert header[:3] == ["line", "n_layer", "best val loss (mean)"]
-    assert rows[0][:5] == ["plain", 4, 2.6, pytest.approx(0.1414, abs=1e-4), 2]
-    assert rows[1][:5] == ["plain", 16, 3.0, None, 1]
-    assert rows[0][5:] == [pytest.approx(2.6 / 0.6931, rel=1e-3), None, pytest.approx(0.2), 1000.0]
-    assert header[6:] == ["grad ratio first/last block", "last-block rank", "tokens/s"]

@@ -1,4 +1,5 @@
-"""Sweep specs: grid values typed by the train grammar, profiles as data files, sweep files, expansion."""
+"""Sweep specs: grid values typed by the train grammar, profiles as data files, sweep files, expansion,
+estimates."""
 
 import json
 from importlib import resources
@@ -11,7 +12,7 @@ from depthlab import sweep
 from depthlab.errors import DepthlabError
 
 
-# ----------------------------------------------------------------------------- grid values
+
 def test_parse_grid_arg_types():
     assert sweep.parse_grid_arg("model.n_layer=1,2,4") == ("model.n_layer", [1, 2, 4])
     assert sweep.parse_grid_arg("model.variant=plain, prenorm") == ("model.variant", ["plain", "prenorm"])
@@ -76,7 +77,6 @@ def test_grid_value_typed_like_the_train_flag():
         sweep.parse_grid_arg("model.n_layers=1")
 
 
-# ----------------------------------------------------------------------------- profiles
 def test_profile_files_are_the_profiles():
     files = sorted(p.name.removesuffix(".yaml")
                    for p in (resources.files("depthlab.sweep") / "profiles").iterdir() if p.name.endswith(".yaml"))
@@ -130,7 +130,6 @@ def test_default_sweep_dir_is_stable():
     assert sweep.default_sweep_dir(s, "quick", None, [], {}, None) == str(Path("sweeps/quick"))
 
 
-# ----------------------------------------------------------------------------- build_spec
 def test_build_spec_errors_and_selection(tmp_path):
     with pytest.raises(DepthlabError, match="nothing to sweep"):
         sweep.build_spec(None, None, [], {}, None)
@@ -223,14 +222,22 @@ def test_estimate_seconds_counts_flops():
     assert sweep.estimate_seconds(cfg) == pytest.approx(expect)
 
 
-def test_a_finished_run_older_than_train_optimizer_counts_as_adamw():
-    from depthlab.config import RunConfig
-    from depthlab.sweep.common import config_diff
+def test_estimate_scales_with_width_as_calibrated():
+    from depthlab import sweep
 
-    old = RunConfig().to_dict()
-    del old["train"]["optimizer"]  # a run made before the field existed: it trained with AdamW
-    want = RunConfig().to_dict()
-    want["train"]["optimizer"] = "adamw"
-    assert config_diff(want, old) == []  # the profiles pin adamw: their finished runs still count
-    want["train"]["optimizer"] = "auto"  # muon on CPU: not what that run did
-    assert config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]
+    cfg = sweep.expand(sweep.profile_spec("quick"), "x")[0].config
+    base = sweep.estimate_seconds(cfg)
+    wide = json_copy(cfg)
+    wide["model"]["n_embd"] = 192
+    C, L, T, V = 192, 1, 64, 65
+    per_tok = L * (C * C * 12 + 2 * T * C) + V * C
+    evals = (500 // 100 + 2) * 2 * 20
+    flops = 6 * per_tok * 16 * T * 500 + 2 * per_tok * 16 * T * evals
+    expect = flops / 1e9 * 0.045 * (32 / 192) ** 0.8 + 0.7e-3 * 2 * (500 + evals / 3) + 4.0
+    assert abs(sweep.estimate_seconds(wide) - expect) < 1e-9 and sweep.estimate_seconds(wide) > base
+
+
+def json_copy(d):
+    import json
+
+    return json.loads(json.dumps(d))

@@ -1,25 +1,46 @@
-"""training/optimization.py: the optimizer's hyperparameters follow the config, also after a resume."""
+"""training.optimization: the learning-rate schedule, parameter groups, the optimizer a run gets and its
+hyperparameters (which follow the config, also after a resume: test_resume.py)."""
 
 import pytest
-import torch
-from conftest import QUIET, tiny_config
-from depthlab.trainer import Trainer, train
+
+from depthlab.model import GPT
+from depthlab.optim import MuonAdamW
+from depthlab.trainer import Trainer, get_lr, param_groups
+
+from conftest import QUIET, muon_model_and_optimizer, tiny_config, tiny_model_config
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_resume_applies_a_changed_weight_decay_and_betas(tmp_path, tiny_text_file, optimizer):
-    base = dict(max_iters=10, eval_interval=10, weight_decay=0.1, optimizer=optimizer)
-    train(tiny_config(tmp_path / "r", tiny_text_file, train=base), **QUIET)
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file,
-                            train=dict(base, max_iters=20, weight_decay=0.0, beta2=0.95, resume=True)), **QUIET)
-    groups = t.optimizer.param_groups
-    assert all(g["weight_decay"] == 0.0 for g in groups)  # was 0.1 in the checkpoint's state
-    assert {tuple(g["betas"]) for g in groups if "betas" in g} == {(0.9, 0.95)}
-    assert any(g.get("muon") for g in groups) == (optimizer == "muon")
-    t.fit()
-    st = torch.load(tmp_path / "r" / "checkpoints" / "step-000020.state.pt", weights_only=True)["optimizer"]
-    saved = st["param_groups"] if "param_groups" in st else [g for v in st.values() for g in v["param_groups"]]
-    assert max(g["weight_decay"] for g in saved) == 0.0 and {g["betas"][1] for g in saved if "betas" in g} == {0.95}
+def test_lr_schedule_boundaries():
+    lr, mn, w, d = 1e-3, 1e-4, 100, 2000
+    assert get_lr(0, lr, mn, w, d) == pytest.approx(lr / 101) and get_lr(0, lr, mn, w, d) > 0
+    assert get_lr(99, lr, mn, w, d) == pytest.approx(lr * 100 / 101)
+    assert get_lr(100, lr, mn, w, d) == pytest.approx(lr)
+    assert get_lr(1500, lr, mn, w, d) == pytest.approx(2.452e-4, abs=5e-8)  # a user's bug report
+    assert get_lr(2000, lr, mn, w, d) == pytest.approx(mn)
+    assert get_lr(5000, lr, mn, w, d) == mn
+    assert get_lr(1050, lr, mn, w, d) == pytest.approx((lr + mn) / 2)  # cosine midpoint
+    assert get_lr(0, lr, mn, 0, d) == pytest.approx(lr)
+
+
+def test_param_groups_each_param_once():
+    m = GPT(tiny_model_config(bias=True))
+    groups = param_groups(m, 0.1)
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(m.parameters()))
+    assert all(p.dim() >= 2 for p in groups[0]["params"]) and all(p.dim() < 2 for p in groups[1]["params"])
+    assert groups[0]["weight_decay"] == 0.1 and groups[1]["weight_decay"] == 0.0
+    assert sum(p.numel() for g in groups for p in g["params"]) == m.num_params(non_embedding=False)
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest_each_once():
+    m, opt = muon_model_and_optimizer()
+    assert isinstance(opt, MuonAdamW)
+    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
+    adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
+    names = {id(p): n for n, p in m.named_parameters()}
+    assert muon.isdisjoint(adamw) and muon | adamw == set(names)
+    assert sorted(names[i].split(".")[-2] for i in muon) == sorted(["c_attn", "c_proj", "c_fc", "c_proj"] * 2)
+    assert all(g["muon"] for g in opt.param_groups[:len(opt.muon.param_groups)])
 
 
 def test_a_fresh_run_decays_matrices_only(tmp_path, tiny_text_file):

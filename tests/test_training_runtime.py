@@ -1,4 +1,5 @@
-"""DDP on CPU (gloo over loopback): 2 processes x batch B must match 1 process x batch 2B."""
+"""training.runtime: memory check, threads, attention path, compile, what ``auto`` resolved to, processes
+(DDP on CPU: gloo over loopback; 2 processes x batch B must match 1 process x batch 2B)."""
 
 import json
 import os
@@ -7,10 +8,138 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from depthlab.cli import main
+from depthlab.config import RunConfig
 from depthlab.errors import DepthlabError
+from depthlab.trainer import Trainer, check_memory, training_memory_bytes
 
 from conftest import QUIET, tiny_cli_args, tiny_config
+
+
+def test_memory_estimate_follows_korthikanti():
+    cfg = RunConfig()
+    m, t = cfg.model, cfg.train
+    B, T, C, L, nh, V = t.batch_size, m.block_size, m.n_embd, m.n_layer, m.n_head, 65
+    acts = 2 * L * T * B * C * (34 + 5 * nh * T / C)
+    params = L * C * C * (4 + 2 * m.ff_mult) + (V + T) * C
+    assert training_memory_bytes(cfg, V) == pytest.approx(acts + 12 * B * T * V + 16 * params)
+    import torch
+
+    check_memory(cfg, V, torch.device("cpu"))  # the default recipe fits
+
+
+def test_sizes_that_cannot_fit_are_refused_before_anything_is_written(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "huge"
+    rc = main(["train", *tiny_cli_args(tiny_text_file, out, train__batch_size=1000000, model__n_layer=1)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "GiB" in err and "train.batch_size" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
+    import os
+
+    import torch
+
+    lines = []
+    before = torch.get_num_threads()
+    Trainer(tiny_config(tmp_path / "t", tiny_text_file, train=dict(threads=(os.cpu_count() or 1) + 1)),
+            log=lines.append)
+    assert any("more than this machine's" in s and "--train.threads" in s for s in lines)
+    lines.clear()
+    Trainer(tiny_config(tmp_path / "u", tiny_text_file, train=dict(threads=1)), log=lines.append)
+    torch.set_num_threads(before)  # the trainer set it process-wide
+    assert not any("more than this machine's" in s for s in lines)
+
+
+@pytest.mark.parametrize("dtype,bf16_cpu,want", [("float32", True, "sdpa"), ("bfloat16", True, "explicit"),
+                                                 ("auto", False, "sdpa"), ("auto", True, "explicit")])
+def test_attention_auto_is_explicit_only_under_cpu_bf16(tmp_path, tiny_text_file, monkeypatch, dtype, bf16_cpu, want):
+    # explicit attention pays only under bf16 autocast on CPU; in fp32 SDPA is faster (benchmarks/train_speed.py)
+    import depthlab.training.runtime as rt
+    from depthlab.trainer import use_explicit_attention
+
+    monkeypatch.setattr(rt, "cpu_has_bf16", lambda: bf16_cpu)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=1, dtype=dtype)), **QUIET)
+    assert t.resolved()["attention"] == want
+    assert all(b.attn.explicit == (want == "explicit") for b in t.model.transformer.h)
+    assert use_explicit_attention("explicit", torch.device("cuda"), False)
+    assert not use_explicit_attention("auto", torch.device("cuda"), True)
+
+
+def test_compile_auto_is_the_default_and_means_cuda_only(tmp_path, tiny_text_file):
+    from depthlab.config import TrainConfig
+    from depthlab.errors import DepthlabError
+
+    assert TrainConfig().compile == "auto"
+    with pytest.raises(DepthlabError, match="train.compile must be true, false or auto"):
+        TrainConfig(compile="yes")
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
+    assert t.model is t.raw_model and t.resolved()["compile"] is False  # CPU: eager
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]["compile"] is False
+    from depthlab.training.runtime import Runtime
+
+    for compile_, device, want in (("auto", "cuda", True), (False, "cuda", False), (True, "cpu", True),
+                                   ("auto", "cpu", False)):
+        rt = Runtime(TrainConfig(compile=compile_))
+        rt.device = torch.device(device)  # the decision alone (no CUDA here)
+        assert rt.compile_wanted is want, (compile_, device)
+
+
+def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_text_file, monkeypatch):
+    from depthlab.trainer import Trainer
+
+    def broken_compile(model, *a, **k):
+        def fail(*args, **kwargs):
+            raise RuntimeError("no C++ compiler found")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    logs = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(compile=True, max_iters=5)), log=logs.append)
+    assert t.model is t.raw_model
+    assert sum("torch.compile unavailable" in line for line in logs) == 1
+    t.fit()
+    assert (tmp_path / "r" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_and_warmup_leaves_the_trajectory(tmp_path, tiny_text_file):
+    """torch.compile (static shapes, warm-up at the training shape) on CPU: eval losses equal eager's
+    to 1e-4 nats (inductor fuses and reorders float ops) over 10 steps."""
+    from conftest import evals
+
+    for name, c in (("eager", False), ("compiled", True)):
+        t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train=dict(compile=c, max_iters=10, eval_interval=5)),
+                    **QUIET)
+        assert (t.model is not t.raw_model) == c
+        t.fit()
+    a, b = evals(tmp_path / "eager"), evals(tmp_path / "compiled")
+    assert [s for s, *_ in a] == [s for s, *_ in b] == [0, 5, 10]
+    for (_, ta, va), (_, tb, vb) in zip(a, b):
+        assert abs(ta - tb) < 1e-4 and abs(va - vb) < 1e-4
+
+
+def test_config_json_records_what_auto_resolved_to(tmp_path, tiny_text_file, capsys):
+    out = tmp_path / "a"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__dtype="auto")]) == 0
+    banner = capsys.readouterr().out
+    c = json.loads((out / "config.json").read_text())
+    assert c["train"]["dtype"] == "auto" and c["resolved"]["dtype"] in ("float32", "bfloat16")
+    assert c["resolved"]["device"] == "cpu" and c["resolved"]["threads"] == 1
+    assert f"device cpu, {c['resolved']['dtype']}, 1 thread," in banner
+    assert main(["train", "--resume", str(out), "--train.max_iters", "8"]) == 0  # config.json reads back
+
+
+def test_grad_accum_must_divide_world_size(monkeypatch, tmp_path, tiny_text_file):
+    from depthlab.trainer import Trainer
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(DepthlabError, match=r"train.grad_accum \(3\).*processes \(2\)"):
+        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(grad_accum=3)), **QUIET)
 
 
 def _args(path, out, batch, accum):
@@ -47,11 +176,3 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
     sd, _ = load_weights_file(tmp_path / "two" / "checkpoints" / "best.safetensors")
     assert not any(k.startswith("module.") for k in sd)
 
-
-def test_grad_accum_must_divide_world_size(monkeypatch, tmp_path, tiny_text_file):
-    from depthlab.trainer import Trainer
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(DepthlabError, match=r"train.grad_accum \(3\).*processes \(2\)"):
-        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(grad_accum=3)), **QUIET)

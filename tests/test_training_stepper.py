@@ -1,16 +1,16 @@
-"""The device-side non-finite check (CUDA's default) forced on CPU: same run as the host check.
+"""training.stepper: one optimisation step and its non-finite check, on the host or on the device.
 
-``Trainer.device_checks = True`` takes the path that keeps the check on the device (fused AdamW
-``found_inf``, flags read at log / eval / last steps). Every comparison with the host path is
-exact (bit-identical weights, equal metrics records), except where documented: callbacks'
-``on_step_end`` also sees skipped steps that are not read steps.
-"""
+``Trainer.device_checks = True`` forces on CPU the path that keeps the check on the device (CUDA's
+default: fused AdamW ``found_inf``, flags read at log / eval / last steps). Every comparison with
+the host path is exact (bit-identical weights, equal metrics records), except where documented:
+callbacks' ``on_step_end`` also sees skipped steps that are not read steps."""
 
 import json
 
 import pytest
 import torch
 
+from depthlab import checkpoint as ckpt, train
 from depthlab.callbacks import Callback
 from depthlab.errors import NonFiniteError
 from depthlab.trainer import Trainer
@@ -18,6 +18,48 @@ from depthlab.trainer import Trainer
 from conftest import QUIET, run_two_ranks, tiny_config
 
 
+def test_nan_stops_and_best_checkpoint_untouched(tmp_path, tiny_text_file):
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(learning_rate=1e3, min_lr=0.0, warmup_iters=0,
+                                                                  grad_clip=0.0, max_iters=300, eval_interval=1000,
+                                                                  optimizer="adamw"))
+    with pytest.raises(NonFiniteError) as e:
+        train(cfg, **QUIET)
+    msg = str(e.value)
+    assert "at step" in msg and "lr 1e+03" in msg and "float32" in msg
+    manifest = json.loads((tmp_path / "r" / "checkpoints" / "manifest.json").read_text())
+    assert manifest["best"]["step"] == 0  # only the step-0 checkpoint was ever written
+    sd, _ = ckpt.load_weights_file(tmp_path / "r" / "checkpoints" / "best.safetensors")
+    assert all(torch.isfinite(v).all() for v in sd.values())
+
+
+def test_nonfinite_loss_stops_with_step(tmp_path, tiny_text_file):
+    from depthlab.errors import NonFiniteError
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(learning_rate=1e3, min_lr=0.0, warmup_iters=0,
+                                                                  grad_clip=0.0, max_iters=200))
+    with pytest.raises(NonFiniteError, match="at step"):
+        train(cfg, **QUIET)
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_nonfinite_skip_counts(tmp_path, tiny_text_file):
+    from depthlab.callbacks import Callback
+
+    class Poison(Callback):  # makes step 3's gradient NaN, once
+        def on_before_clip(self, trainer, info):
+            if info.step == 3:
+                next(trainer.raw_model.parameters()).grad.fill_(float("nan"))
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(on_nonfinite="skip", max_iters=10))
+    run = train(cfg, callbacks=[Poison()], **QUIET)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["nonfinite_skips"] == 1 and s["final_step"] == 10
+    cfg = tiny_config(tmp_path / "r2", tiny_text_file, train=dict(max_iters=10))
+    with pytest.raises(NonFiniteError, match="transformer.wte.weight"):
+        train(cfg, callbacks=[Poison()], **QUIET)
+
+
+# ----------------------------------------------- the device-side check forced on CPU: the same run as the host check
 class Poison(Callback):
     """Make the gradient of the given (1-based) steps NaN, or the loss path inf, once each."""
 
@@ -165,40 +207,3 @@ def test_two_ranks_agree_on_device_flags_without_host_reads(tmp_path, tiny_text_
     res = run_two_ranks(_ddp_worker, tmp_path / mode, tiny_text_file, mode, timeout=120)
     assert tuple(res[0][:3]) == tuple(res[1][:3]) == expect, (res[0][:3], res[1][:3])
     assert res[0][3] == res[1][3]  # the same weights on both ranks: every update applied or skipped together
-
-
-# ---------------------------------------------------------------- train.compile: auto
-def test_compile_auto_is_the_default_and_means_cuda_only(tmp_path, tiny_text_file):
-    from depthlab.config import TrainConfig
-    from depthlab.errors import DepthlabError
-
-    assert TrainConfig().compile == "auto"
-    with pytest.raises(DepthlabError, match="train.compile must be true, false or auto"):
-        TrainConfig(compile="yes")
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
-    assert t.model is t.raw_model and t.resolved()["compile"] is False  # CPU: eager
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]["compile"] is False
-    from depthlab.training.runtime import Runtime
-
-    for compile_, device, want in (("auto", "cuda", True), (False, "cuda", False), (True, "cpu", True),
-                                   ("auto", "cpu", False)):
-        rt = Runtime(TrainConfig(compile=compile_))
-        rt.device = torch.device(device)  # the decision alone (no CUDA here)
-        assert rt.compile_wanted is want, (compile_, device)
-
-
-@pytest.mark.slow
-def test_compiled_training_matches_eager_and_warmup_leaves_the_trajectory(tmp_path, tiny_text_file):
-    """torch.compile (static shapes, warm-up at the training shape) on CPU: eval losses equal eager's
-    to 1e-4 nats (inductor fuses and reorders float ops) over 10 steps."""
-    from conftest import evals
-
-    for name, c in (("eager", False), ("compiled", True)):
-        t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train=dict(compile=c, max_iters=10, eval_interval=5)),
-                    **QUIET)
-        assert (t.model is not t.raw_model) == c
-        t.fit()
-    a, b = evals(tmp_path / "eager"), evals(tmp_path / "compiled")
-    assert [s for s, *_ in a] == [s for s, *_ in b] == [0, 5, 10]
-    for (_, ta, va), (_, tb, vb) in zip(a, b):
-        assert abs(ta - tb) < 1e-4 and abs(va - vb) < 1e-4

@@ -41,6 +41,13 @@ def test_fmt_value_table_style(value, shown):
     assert fmt_value(value) == shown
 
 
+@pytest.mark.parametrize("value,shown", [(3098.5297, "3,099"), (104384.12, "104,384"), (198.288, "198.3"),
+                                         (2.14631, "2.1463"), (0.90312, "0.9031"), (4.5e-05, "4.500e-05"),
+                                         (1234, "1234"), (123456, "123,456")])
+def test_numbers_without_useless_decimals(value, shown):
+    assert fmt_value(value) == shown
+
+
 @pytest.mark.parametrize("value,spec,missing,shown", [
     (2.27186, ".3f", "—", "2.272"), (None, ".3f", "—", "—"),  # sweep claims: fixed decimals
     (0.0012345, ".3e", "n/a", "1.234e-03"), (None, ".3e", "n/a", "n/a"),  # the probe table

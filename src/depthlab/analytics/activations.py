@@ -291,13 +291,17 @@ class ActivationProbe(Callback):
         interval: steps between probes (> 0).
         batch_size: sequences in the probe batch.
         histograms: write TensorBoard histograms of each block's residual stream.
+
+    Attributes:
+        batch: the fixed probe batch, token ids (B, T), drawn at train start (None before); set it to
+            probe another batch with :meth:`probe`.
     """
 
     def __init__(self, interval: int, batch_size: int = 8, histograms: bool = True):
         self.interval = int(interval)
         self.batch_size = int(batch_size)
         self.histograms = histograms
-        self._idx: Optional[torch.Tensor] = None
+        self.batch: Optional[torch.Tensor] = None
         self.last_step: Optional[int] = None
 
     def on_train_start(self, run: RunView, info: StepInfo) -> None:
@@ -308,23 +312,23 @@ class ActivationProbe(Callback):
 
         rng = np.random.default_rng([run.cfg.train.seed, 2])
         x, _ = get_batch(run.corpus.val, run.cfg.model.block_size, self.batch_size, rng, run.device)
-        self._idx = x
+        self.batch = x
         if info.step == 0:
             self.probe(run, 0)
 
     def on_step_end(self, run: RunView, info: StepInfo) -> None:
         """Probe when the step is a multiple of ``interval``."""
-        if self._idx is not None and self.interval > 0 and info.step % self.interval == 0:
+        if self.batch is not None and self.interval > 0 and info.step % self.interval == 0:
             self.probe(run, info.step)
 
     def on_train_end(self, run: RunView, summary: dict) -> None:
         """Probe the final model unless the last step was just probed."""
-        if self._idx is not None and self.last_step != summary["final_step"]:
+        if self.batch is not None and self.last_step != summary["final_step"]:
             self.probe(run, summary["final_step"])
 
     def probe(self, run: RunView, step: int) -> dict:
         """Run the probe now and log a ``kind: probe`` record for ``step``; returns it."""
-        st = probe_stats(run.raw_model, self._idx, with_resid=self.histograms)
+        st = probe_stats(run.raw_model, self.batch, with_resid=self.histograms)
         resid = st.pop("_resid", None)
         rec = {"step": step, **st}
         tb = {f"act_rms/block_{i}": v for i, v in enumerate(st["resid_rms"])}

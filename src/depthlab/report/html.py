@@ -26,7 +26,7 @@ from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write
 from ..units import finite_or_none, fmt_value
 from .plots import PLOTS, RunData, load_run_data, make_all_plots
 
-__all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "GENERATOR"]
+__all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "run_cards", "GENERATOR"]
 
 GENERATOR = "depthlab report"
 """Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite)."""
@@ -226,7 +226,9 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def _cards(run: RunData) -> list[tuple[str, str, str]]:
+def run_cards(run: RunData) -> list[tuple[str, str, str]]:
+    """The cards at the top of a run report: (label, value, note) each, from the summary, the evaluations
+    and the baselines (best val loss, its distance to bigram, the whole-split loss, steps, tokens, time, size)."""
     s = run.summary or {}
     cards = []
     best = finite_or_none(s.get("best_val_loss"))
@@ -421,7 +423,7 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                 Section("Baselines", _baseline_section(run)),
                 Section("Summary", _summary_section(run)),
                 Section("Configuration", _config_section(run))]
-    page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=_cards(run))
+    page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=run_cards(run))
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(dest, page.encode("utf-8"))
     return dest

@@ -29,7 +29,8 @@ from ..units import LN2, finite_or_none
 from ..figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
 from .html import Section, esc, html_table, img_tag, render_page
 
-__all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "plot_per_block", "VARIANT_COLORS"]
+__all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "plot_per_block", "figure_html",
+           "VARIANT_COLORS"]
 
 VARIANT_COLORS = {"plain": OKABE_ITO["vermillion"], "postnorm": OKABE_ITO["orange"], "prenorm": OKABE_ITO["blue"],
                   "rezero": OKABE_ITO["green"], "deepnorm": OKABE_ITO["purple"]}
@@ -289,7 +290,7 @@ _PLOT_NOTES = {
 }
 
 
-def _figure_html(kind: str, path: Optional[Path], x: Optional[str]) -> str:
+def figure_html(kind: str, path: Optional[Path], x: Optional[str]) -> str:
     """Title, figure and caption, worded for the experiment's x axis (depth or any other field)."""
     if not path:
         return ""
@@ -310,11 +311,11 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
     if lines:
         body.append("<h3>Summary</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in lines) + "</ul>")
     if trained:
-        body.append(_figure_html("loss", plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{xname}.png",
+        body.append(figure_html("loss", plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{xname}.png",
                                                    f"best validation loss vs {xname}"), x))
-        body.append(_figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png"), x))
+        body.append(figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png"), x))
     for which in ("grad", "rank"):
-        body.append(_figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png"),
+        body.append(figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png"),
                                  x))
     header, rows = aggregate_table(its, x, groups)
     table = html_table(rows, header=header) if rows else '<p class="muted">No finished runs yet.</p>'

@@ -207,7 +207,7 @@ def _run_in_process(jobs: list[dict], progress: Progress) -> list[dict]:
     return results
 
 
-def _reap(proc, job: dict, t0: float) -> dict:
+def reap(proc, job: dict, t0: float) -> dict:
     """The result of a finished worker: its status file, or an ``error`` row when it died without one."""
     rd = RunDir(job["config"]["train"]["out_dir"])
     res = rd.sweep_status
@@ -255,7 +255,7 @@ def _pool_loop(jobs: list[dict], workers: int, progress: Progress, running: dict
         for s in wait(list(running)):
             p, job, t0 = running.pop(s)
             p.join()
-            res = _reap(p, job, t0)
+            res = reap(p, job, t0)
             results.append(res)
             progress(res)
             interrupted = interrupted or res["status"] == "interrupted"

@@ -159,7 +159,7 @@ def _trial(config: dict) -> None:
                  "status": res["status"]})
 
 
-def _storage_probe(check_dir: str, token: str) -> Optional[str]:
+def storage_probe(check_dir: str, token: str) -> Optional[str]:
     """On one node: read the driver's token in ``check_dir`` and write a file there; None when both work."""
     p = Path(check_dir)
     try:
@@ -178,7 +178,7 @@ def _storage_probe(check_dir: str, token: str) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- the driver
-def _absolute(job: dict) -> dict:
+def absolute_job(job: dict) -> dict:
     """A copy of ``job`` whose run directory and data paths are absolute (trials run in another folder)."""
     j = json.loads(json.dumps(job))
     c = j["config"]
@@ -189,7 +189,7 @@ def _absolute(job: dict) -> dict:
     return j
 
 
-def _connect(ray, address: Optional[str], log: Log) -> bool:
+def connect(ray, address: Optional[str], log: Log) -> bool:
     """Start Ray here (127.0.0.1) or join the cluster at ``address``; True when this call connected."""
     if ray.is_initialized():
         return False  # the caller (a notebook, a test) is connected already: use that cluster
@@ -212,7 +212,7 @@ def _connect(ray, address: Optional[str], log: Log) -> bool:
     return True
 
 
-def _check_storage(ray, sweep_dir: Path, probe: Callable = _storage_probe, timeout_s: float = 120.0) -> None:
+def check_storage(ray, sweep_dir: Path, probe: Callable = storage_probe, timeout_s: float = 120.0) -> None:
     """Check that a task on every alive node reads and writes ``sweep_dir`` (the same folder as here).
 
     Raises:
@@ -335,7 +335,7 @@ def _scheduler(tune, scheduler: str, jobs: list):
                          reduction_factor=2)
 
 
-def _resources(ray, jobs: list) -> dict:
+def trial_resources(ray, jobs: list) -> dict:
     """What a trial reserves: its threads as CPUs, plus one GPU when the cluster has GPUs and the runs may use one."""
     threads = max(1, int(jobs[0].get("threads") or 1))
     gpus = ray.cluster_resources().get("GPU", 0)
@@ -348,7 +348,7 @@ def _tuner(ray, tune, jobs: list, sweep_dir: Path, workers: int, scheduler: str,
     """The ``Tuner`` over the grid: one trial per job, no retries, Tune's files in ``sweep_dir/ray_tune``."""
     shutil.rmtree(sweep_dir / TUNE_DIR, ignore_errors=True)  # bookkeeping of an earlier run of the command
     return tune.Tuner(
-        tune.with_resources(_trial, _resources(ray, jobs)),
+        tune.with_resources(_trial, trial_resources(ray, jobs)),
         param_space={"job": tune.grid_search(jobs), "report_evals": scheduler != "fifo"},
         tune_config=tune.TuneConfig(scheduler=_scheduler(tune, scheduler, jobs), max_concurrent_trials=workers or None,
                                     reuse_actors=scheduler == "fifo", trial_name_creator=_trial_name,
@@ -413,11 +413,11 @@ def run_trials(jobs: list, sweep_dir: str | Path, log: Log, total: int, n_done: 
     _prepare_env(address)
     ray, tune = import_ray()
     sweep_dir = Path(sweep_dir).resolve()
-    jobs = [_absolute(j) for j in jobs]
+    jobs = [absolute_job(j) for j in jobs]
     results: dict = {}
-    owned = _connect(ray, address, log)
+    owned = connect(ray, address, log)
     try:
-        _check_storage(ray, sweep_dir)
+        check_storage(ray, sweep_dir)
         cb = _callback(tune, Progress(log, total, n_done), results, scheduler, time.time())
         _fit(_tuner(ray, tune, jobs, sweep_dir, workers, scheduler, cb))
     finally:

@@ -1,0 +1,105 @@
+"""depthlab.config: valid values are taken as given, anything else is one DepthlabError naming the field;
+schedules that contradict themselves are refused or warned about."""
+
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from depthlab.cli import main
+from depthlab.config import DataConfig, RunConfig, TrainConfig, schedule_warnings
+from depthlab.errors import DepthlabError
+
+from conftest import tiny_cli_args, tiny_model_config
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
+                    st.text(max_size=8), st.lists(st.integers(), max_size=3))
+
+
+_keys = st.sampled_from(["n_layer", "n_head", "n_embd", "block_size", "dropout", "variant", "norm", "bias",
+                         "batch_size", "max_iters", "learning_rate", "path", "encoding", "val_fraction",
+                         "seed", "device", "dtype", "bogus", "eval_interval", "min_lr"])
+
+
+@st.composite
+def _valid_config(draw):
+    """A dict of valid values for every config field (dependent fields drawn together)."""
+    from depthlab.config import NORMS, VARIANTS
+
+    n_head = draw(st.integers(1, 16))
+    warmup = draw(st.integers(0, 1000))
+    lr = draw(st.floats(1e-6, 1.0))
+    model = dict(n_layer=draw(st.integers(1, 64)), n_head=n_head, n_embd=n_head * draw(st.integers(1, 64)),
+                 block_size=draw(st.integers(1, 4096)), dropout=draw(st.floats(0.0, 0.99)),
+                 bias=draw(st.booleans()), ff_mult=draw(st.integers(1, 8)),
+                 activation=draw(st.sampled_from(["gelu", "relu"])), variant=draw(st.sampled_from(VARIANTS)),
+                 norm=draw(st.sampled_from(NORMS)), tie_weights=draw(st.booleans()),
+                 init=draw(st.sampled_from(["gpt2", "torch"])), vocab_size=draw(st.integers(0, 10**5)))
+    train = dict(batch_size=draw(st.integers(1, 512)), grad_accum=draw(st.integers(1, 8)),
+                 max_iters=draw(st.integers(1, 10**6)), max_time=draw(st.floats(0.0, 1e6)), learning_rate=lr,
+                 min_lr=lr * draw(st.floats(0.0, 1.0)), warmup_iters=warmup,
+                 lr_decay_iters=draw(st.one_of(st.just(0), st.integers(max(warmup, 1), 10**6))),
+                 weight_decay=draw(st.floats(0.0, 1.0)), beta1=draw(st.floats(0.0, 0.999)),
+                 beta2=draw(st.floats(0.0, 0.999)), grad_clip=draw(st.floats(0.0, 10.0)),
+                 eval_interval=draw(st.integers(1, 10**4)), seed=draw(st.integers(0, 2**63 - 1)),
+                 device=draw(st.sampled_from(["auto", "cpu", "cuda", "cuda:1", "mps"])),
+                 dtype=draw(st.sampled_from(["float32", "bfloat16", "auto"])),
+                 attention=draw(st.sampled_from(["auto", "sdpa", "explicit"])),
+                 on_nonfinite=draw(st.sampled_from(["stop", "skip"])), target_val_loss=draw(st.floats(0.0, 5.0)),
+                 grad_log_interval=draw(st.integers(0, 1000)), probe_interval=draw(st.integers(0, 1000)))
+    data = dict(path=draw(st.one_of(st.none(), st.text(min_size=1, max_size=8))),
+                encoding=draw(st.sampled_from(["utf-8", "cp1252", "latin-1", "utf-16"])),
+                val_fraction=draw(st.floats(0.0, 0.5, exclude_min=True)))
+    sections = {"model": model, "train": train, "data": data}
+    keep = draw(st.sets(st.sampled_from(sorted(sections))))  # absent sections take the defaults
+    return {k: v for k, v in sections.items() if k in keep}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["data", "model", "train", "extra"]),
+                       st.dictionaries(_keys, _values, max_size=4), max_size=3),
+       _valid_config())
+def test_fuzz_config_raises_only_depthlab_error(d, valid):
+    cfg = RunConfig.from_dict(valid)  # valid values are accepted, as given
+    got = cfg.to_dict()
+    for section, fields in valid.items():
+        assert {k: got[section][k] for k in fields} == fields
+    assert RunConfig.from_dict(got) == cfg  # config.json round trip
+    try:
+        RunConfig.from_dict(d)
+    except DepthlabError:
+        pass
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(n_embd=30, n_head=4), "model.n_embd (30) must be divisible by model.n_head (4)"),
+    (dict(n_layer=0), "model.n_layer"), (dict(block_size=-1), "model.block_size"),
+    (dict(dropout=1.0), "model.dropout"), (dict(variant="resnet"), "model.variant"),
+])
+def test_impossible_configs_name_the_field(kw, needle):
+    with pytest.raises(DepthlabError) as e:
+        tiny_model_config(**{"block_size": 16, **kw})
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("kw,msg", [(dict(tokenizer="char", vocab_size=300), "data.tokenizer bpe only"),
+                                    (dict(tokenizer="bpe", vocab_size=100), "[257, 1048576]"),
+                                    (dict(tokenizer="wordpiece"), "data.tokenizer must be one of char, bpe"),
+                                    (dict(split="random"), "data.split must be one of tail, lines")])
+def test_bad_tokenizer_settings_name_the_field(kw, msg):
+    with pytest.raises(DepthlabError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        DataConfig(**kw)
+
+
+def test_contradictory_schedule_is_refused_or_warned():
+    with pytest.raises(DepthlabError, match="lr_decay_iters .* warmup_iters"):
+        TrainConfig(max_iters=20, warmup_iters=10, lr_decay_iters=5)
+    w = schedule_warnings(TrainConfig(max_iters=20, warmup_iters=100))
+    assert len(w) == 1 and "train.warmup_iters (100) >= train.max_iters (20)" in w[0]
+    assert schedule_warnings(TrainConfig(max_iters=200, warmup_iters=100)) == []
+
+
+def test_schedule_warning_is_printed(tmp_path, tiny_text_file, capsys):
+    args = tiny_cli_args(tiny_text_file, tmp_path / "w", train__max_iters=5, train__warmup_iters=100)
+    assert main(["train", *args]) == 0
+    assert "warning: train.warmup_iters (100) >= train.max_iters (5)" in capsys.readouterr().out

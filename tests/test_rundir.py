@@ -1,0 +1,65 @@
+"""depthlab.rundir: metrics lines, atomic writes, TensorBoard scalars, and run directories of the
+previous release (tests/fixtures/run_v0, see conftest.py) read as written."""
+
+import json
+import os
+
+import pytest
+
+from depthlab.cli import main
+from depthlab.rundir import RunDir
+
+from conftest import FIXTURES, OLD_EVALS, tiny_cli_args
+
+
+def test_metrics_lines_are_strict_json_with_nested_non_finite_values(tmp_path):
+    from depthlab.rundir import MetricsWriter, read_metrics
+
+    w = MetricsWriter(tmp_path, tensorboard=False)
+    w.log("probe", {"step": 1, "rank_measure": [0.5, float("nan")], "deep": {"x": [float("inf")]}})
+    w.close()
+    line = (tmp_path / "metrics.jsonl").read_text()
+    json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    r = read_metrics(tmp_path, "probe")[0]
+    assert r["rank_measure"] == [0.5, "nan"] and r["deep"] == {"x": ["inf"]}
+
+
+def test_file_writes_work_without_os_fchmod(tmp_path, tiny_text_file, monkeypatch):
+    monkeypatch.delattr(os, "fchmod")  # Windows before Python 3.13
+    out = tmp_path / "nf"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=5, train__eval_interval=5)]) == 0
+    assert (out / "checkpoints" / "best.safetensors").exists()
+
+
+def test_tensorboard_scalars(report_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(report_run / "tb"))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    for tag in ("val/loss", "train/loss", "lr"):
+        assert tag in tags, tags
+    assert [e.step for e in acc.Scalars("val/loss")] == [0, 10, 20]  # eval_interval 10, max_iters 20
+    assert [e.step for e in acc.Scalars("train/loss")] == [5, 10, 15, 20]  # log_interval 5
+    assert [e.step for e in acc.Scalars("lr")] == [5, 10, 15, 20]
+    evals = [r for r in map(json.loads, (report_run / "metrics.jsonl").read_text().splitlines()) if "val_loss" in r]
+    assert acc.Scalars("val/loss")[-1].value == pytest.approx(evals[-1]["val_loss"], rel=1e-6)
+
+
+def test_fixture_is_the_old_layout():
+    """Guards the fixture itself: records without ``kind``, tiny size, no TensorBoard folder."""
+    lines = [json.loads(line) for line in (FIXTURES / "run_v0" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in lines if "val_loss" in r]
+    assert [r["step"] for r in evals] == [0, 3, 6] and not any("kind" in r for r in evals)
+    assert {r.get("kind") for r in lines} == {None, "grad", "probe"}
+    assert not (FIXTURES / "run_v0" / "tb").exists()
+    assert sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file()) < 300_000
+
+
+def test_rundir_reads_old_records(old_run):
+    rd = RunDir(old_run)
+    assert {r["step"]: r["val_loss"] for r in rd.evals} == OLD_EVALS
+    assert [r["step"] for r in rd.metrics("train")] == [3, 6]
+    assert [r["step"] for r in rd.metrics("grad")] == [3, 6]
+    assert [r["step"] for r in rd.metrics("probe")] == [0, 3, 6]
+    assert rd.summary["final_step"] == 6 and len(rd.vocab) == rd.config["model"]["vocab_size"] == 52

@@ -1,0 +1,22 @@
+"""depthlab.sweep.findings: plain-language findings and the aggregate table per experiment."""
+
+import pytest
+
+from depthlab import sweep
+
+from conftest import sweep_item
+
+
+def test_init_lines_and_aggregate_table():
+    its = [sweep_item("plain", 4, 2.5, rank=0.4), sweep_item("plain", 4, 2.7, seed=2, rank=0.2),
+           sweep_item("plain", 16, 3.0, rank=0.01)]
+    for it, last_rank in zip(its, (0.3, 0.1, 0.001)):
+        it["row"].update(last_block_rank=last_rank, tokens_per_sec=1000.0, grad_ratio_first_last=None)
+    lines = sweep.init_lines(its, "model.n_layer", ["model.variant"])
+    assert "plain: last-block rank measure at init n_layer 4: 0.3, n_layer 16: 0.01." in lines
+    header, rows = sweep.aggregate_table(its, "model.n_layer", ["model.variant"])
+    assert header[:3] == ["line", "n_layer", "best val loss (mean)"]
+    assert rows[0][:5] == ["plain", 4, 2.6, pytest.approx(0.1414, abs=1e-4), 2]
+    assert rows[1][:5] == ["plain", 16, 3.0, None, 1]
+    assert rows[0][5:] == [pytest.approx(2.6 / 0.6931, rel=1e-3), None, pytest.approx(0.2), 1000.0]
+    assert header[6:] == ["grad ratio first/last block", "last-block rank", "tokens/s"]

@@ -1,0 +1,97 @@
+"""training.evaluator: periodic evaluation (deterministic, bits per character), best tracking, patience
+(issue 13), the final validation of the whole val split."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from depthlab import data as D, evaluation, train
+from depthlab.data import get_batch
+from depthlab.sample import load_run
+from depthlab.trainer import Trainer, val_perplexity
+
+from conftest import QUIET, bpe_run_config, tiny_config
+
+
+def test_eval_is_deterministic_with_dropout_and_restores_mode(tmp_path, tiny_text_file):
+    from depthlab.trainer import Trainer
+
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, model=dict(dropout=0.2)), **QUIET)
+    t.model.train()
+    a, b = t.evaluate(), t.evaluate()
+    assert a == b and t.model.training
+
+
+def test_val_bpc_is_total_nats_over_characters_of_the_evaluated_text(tmp_path, tiny_text_file):
+    cfg = bpe_run_config(tmp_path, tiny_text_file)
+    run = train(cfg, **QUIET)
+    rec = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in x][-1]
+    # an independent count: the val windows evaluate() draws, decoded, their characters counted
+    _, tok = load_run(run)
+    c = D.load_corpus(cfg.data, tokenizer_json=tok.json)
+    rng = np.random.default_rng([cfg.train.seed, 1, 1])
+    chars = tokens = 0
+    for _ in range(cfg.train.eval_iters):
+        _, y = get_batch(c.val, cfg.model.block_size, cfg.train.batch_size, rng)
+        chars += sum(len(tok.decode(row)) for row in y.tolist())
+        tokens += y.numel()
+    assert rec["val_bpc"] == pytest.approx(rec["val_loss"] * tokens / chars / math.log(2), rel=1e-9)
+    assert tokens / chars < 0.9  # BPE tokens hold more than one character: bpc is not val_loss / ln 2
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best_val_bpc"] == pytest.approx(summary["best_val_loss"] * tokens / chars / math.log(2))
+
+
+def test_char_run_bpc_is_nats_over_ln2(tmp_path, tiny_text_file):
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=5, eval_interval=5)), **QUIET)
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "val_loss" in r:
+            assert r["val_bpc"] == r["val_loss"] / math.log(2)
+
+
+def test_val_ppl_is_the_true_value_or_null(tmp_path, tiny_text_file):
+    assert val_perplexity(60.0) == math.exp(60.0)
+    assert val_perplexity(800.0) is None and val_perplexity(float("nan")) is None
+    t = Trainer(tiny_config(tmp_path / "p", tiny_text_file, train=dict(max_iters=2, eval_interval=1)), **QUIET)
+    t.evaluate = lambda: {"train": 60.0, "val": 60.0}
+    t.fit()
+    r = [json.loads(line) for line in (tmp_path / "p" / "metrics.jsonl").read_text().splitlines()
+         if '"val_ppl"' in line][0]
+    assert abs(r["val_ppl"] - math.exp(60)) <= 1e-12 * math.exp(60)
+
+
+def test_patience_stops_after_n_evaluations_without_improvement(tmp_path, tiny_text_file):
+    t = Trainer(tiny_config(tmp_path / "p", tiny_text_file, train=dict(max_iters=200, eval_interval=5,
+                                                                        patience=3, min_delta=0.01)), **QUIET)
+    vals = iter([3.0, 2.0, 1.995, 2.5, 1.999, 9.0, 1.0, 1.0])
+    t.evaluate = lambda: {"train": 1.0, "val": next(vals)}
+    t.fit()
+    s = json.loads((tmp_path / "p" / "summary.json").read_text())
+    # 2.0 at step 5 is the last improvement by >= 0.01; steps 10, 15, 20 are not -> stop at 20
+    assert s["stopped_by"] == "patience" and s["final_step"] == 20
+    assert s["best_val_loss"] == 1.995 and s["best_val_step"] == 10  # best weights: any improvement
+
+
+def test_run_summary_holds_the_whole_split_loss_of_the_best_weights(tmp_path, tiny_text_file):
+    tr = Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
+    run = tr.fit()
+    fv = json.loads((run / "summary.json").read_text())["final_validation"]
+    model, _ = load_run(run)
+    want = evaluation.split_loss(model, tr.corpus.val, 16, 4, tr.corpus.tokenizer.token_chars, torch.device("cpu"))
+    assert fv["tokens"] == fv["of_tokens"] == len(tr.corpus.val) - 1
+    assert fv["val_loss"] == pytest.approx(want.loss, rel=1e-6) and fv["step"] == 20
+
+    # a best checkpoint older than the last step: its weights are evaluated, not the model's own
+    with torch.no_grad():
+        for p in tr.raw_model.parameters():
+            p.add_(torch.randn_like(p))
+    tr.evaluator.final_validation(tr.raw_model, tr.step + 1, tr.run_dir, log=lambda s: None)
+    assert tr.evaluator.final_val["val_loss"] == pytest.approx(want.loss, rel=1e-6)
+
+
+def test_final_validation_off_leaves_the_summary_without_it(tmp_path, tiny_text_file):
+    run = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(final_validation=False)), **QUIET).fit()
+    assert json.loads((run / "summary.json").read_text())["final_validation"] is None
