@@ -30,6 +30,7 @@ one when read (:func:`record_kind`), so older run directories load unchanged.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -199,11 +200,14 @@ class MetricsWriter:
         self.run_dir = Path(run_dir)
         self._f = open(self.run_dir / METRICS, "a", encoding="utf-8") if enabled else None
         self.tb = None
+        self._older_events: list[Path] = []
         if enabled and tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD), purge_step=purge_step)
+                tb_dir = self.run_dir / TENSORBOARD
+                self._older_events = sorted(tb_dir.glob("events.out.tfevents.*"))  # earlier sessions' files
+                self.tb = SummaryWriter(log_dir=str(tb_dir), purge_step=purge_step)
             except ImportError:  # tensorboard not installed: metrics.jsonl is the record
                 self.tb = None
 
@@ -246,9 +250,12 @@ class MetricsWriter:
         ``SummaryWriter.add_hparams`` would open a new log folder per call; this writes the same
         three summaries (experiment, session start, session end) into this run's writer instead,
         and each metric as a scalar at ``step``, so ``tensorboard --logdir`` over many runs shows
-        one HParams row (and one parallel-coordinates line) per run. When the run logs no other
-        TensorBoard events (``train.tensorboard`` off, as in sweeps), a writer is opened on
-        ``run_dir/tb`` for these alone. No-op on non-zero ranks or without the tensorboard package.
+        one HParams row (and one parallel-coordinates line) per run. The event files of earlier
+        sessions of a resumed run (depthlab wrote them) get this session's HParams in place of theirs
+        (:func:`_replace_hparams`): the row then shows what config.json says, not the first session's
+        values (Lightning #1778). When the run logs no other TensorBoard events (``train.tensorboard``
+        off, as in sweeps), a writer is opened on ``run_dir/tb`` for these alone. No-op on non-zero
+        ranks or without the tensorboard package.
 
         Args:
             hparams: name -> int, float, str or bool (None values are left out).
@@ -263,10 +270,15 @@ class MetricsWriter:
             from torch.utils.tensorboard.summary import hparams as hparams_summaries
         except ImportError:  # tensorboard not installed
             return
-        tb = self.tb or SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD))
+        tb_dir = self.run_dir / TENSORBOARD
+        older = sorted(tb_dir.glob("events.out.tfevents.*")) if self.tb is None else self._older_events
+        tb = self.tb or SummaryWriter(log_dir=str(tb_dir))
         values = {k: v for k, v in hparams.items() if isinstance(v, (int, float, str, bool))}
+        summaries = list(hparams_summaries(values, dict(metrics)))
+        for f in older:
+            _replace_hparams(f, summaries)
         writer = tb._get_file_writer()
-        for summ in hparams_summaries(values, dict(metrics)):
+        for summ in summaries:
             writer.add_summary(summ)
         for tag, v in metrics.items():
             if v is not None and math.isfinite(v):
@@ -284,6 +296,34 @@ class MetricsWriter:
         if self.tb is not None:
             self.tb.close()
             self.tb = None
+
+
+def _replace_hparams(path: Path, summaries: list) -> None:
+    """Rewrite the event file ``path`` (one depthlab wrote) with ``summaries`` in place of its HParams.
+
+    Every other event is kept byte for byte; the file is replaced through :func:`atomic_write`. A file
+    that cannot be read is left as it is.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    try:
+        raw = list(RawEventFileLoader(str(path)).Load())
+    except Exception:  # noqa: BLE001 - a damaged file of an earlier session: keep it as it is
+        return
+    keep = []
+    for rec in raw:
+        ev = event_pb2.Event.FromString(rec)
+        if ev.HasField("summary") and any(v.metadata.plugin_data.plugin_name == "hparams" for v in ev.summary.value):
+            continue
+        keep.append(rec)
+    keep += [event_pb2.Event(wall_time=time.time(), summary=s).SerializeToString() for s in summaries]
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for rec in keep:
+        w.write(rec)
+    atomic_write(path, buf.getvalue())
 
 
 # ------------------------------------------------------------------------- creating a run directory

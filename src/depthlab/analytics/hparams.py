@@ -7,12 +7,13 @@ its parallel-coordinates view with one row per run. The values go into the run's
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, get_type_hints
 
 from ..callbacks import Callback
 
-__all__ = ["HParamsCallback", "hparam_values", "HPARAM_METRICS", "BOOKKEEPING_FIELDS"]
+__all__ = ["HParamsCallback", "field_kinds", "hparam_values", "HPARAM_METRICS", "BOOKKEEPING_FIELDS"]
 
 #: TensorBoard tag -> summary.json key of the metrics written with the hyperparameters
 #: (losses in nats per token, bits per character, training tokens per second).
@@ -23,20 +24,67 @@ HPARAM_METRICS = {"hparams/best_val_loss": "best_val_loss", "hparams/final_val_l
 BOOKKEEPING_FIELDS = ("train.out_dir", "train.resume", "train.progress", "data.cache_dir")
 
 
+def _kind(tp: Any) -> str:
+    """``bool``, ``number`` or ``string``: the one TensorBoard type of a field of declared type ``tp``."""
+    if tp is bool:
+        return "bool"
+    if tp in (int, float):
+        return "number"
+    return "string"  # str, Literal, Optional[...] (None has no number), Union such as bool | 'auto', dict
+
+
+def field_kinds() -> dict[str, str]:
+    """``{"section.field": kind}`` for every config field, from the dataclasses' declared types."""
+    from ..config import SECTIONS
+
+    return {f"{sec}.{name}": _kind(tp) for sec, klass in SECTIONS for name, tp in get_type_hints(klass).items()}
+
+
+def _typed(v: Any, kind: str) -> Any:
+    if kind == "bool":
+        return bool(v)
+    if kind == "number":
+        return float(v)
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)
+    return str(v)
+
+
 def hparam_values(config: dict, fields: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """The hyperparameters of a run as ``{"section.field": value}``.
+    """The hyperparameters of a run as ``{"section.field": value}``, each field with one type in every run.
+
+    A field's TensorBoard type comes from its declared type (:func:`field_kinds`), not from the
+    value: ``bool`` fields are booleans, ``int`` / ``float`` fields numbers, every other field a
+    string (``train.compile`` is ``"auto"``, ``"true"`` or ``"false"``; ``data.vocab_size`` is
+    ``"none"`` or ``"512"``). TensorBoard's HParams table cannot sort or filter a column of mixed
+    types (tensorboard #2942), nor show a column some runs lack (#5596): every run names every field.
 
     Args:
         config: nested run config (``RunConfig.to_dict()`` form: sections data / model / train).
-        fields: dotted names to keep (e.g. the fields a sweep varies); None = every scalar field
-            (int, float, str, bool) except :data:`BOOKKEEPING_FIELDS`.
+            A field the config lacks (a run older than the field) takes its default.
+        fields: dotted names to keep (e.g. the fields a sweep varies); None = every config field
+            except :data:`BOOKKEEPING_FIELDS`.
 
     Returns:
-        Name -> value; fields that are missing, None or not scalar are left out.
+        Name -> bool, float or str.
     """
-    flat = {f"{sec}.{k}": v for sec, vals in config.items() if isinstance(vals, dict) for k, v in vals.items()}
-    names = list(fields) if fields is not None else [k for k in flat if k not in BOOKKEEPING_FIELDS]
-    return {k: flat[k] for k in names if isinstance(flat.get(k), (int, float, str, bool))}
+    from ..config import RunConfig
+
+    kinds = field_kinds()
+    defaults = RunConfig().to_dict()
+    names = list(fields) if fields is not None else [k for k in kinds if k not in BOOKKEEPING_FIELDS]
+    out = {}
+    for name in names:
+        sec, _, key = name.partition(".")
+        if name not in kinds:
+            continue
+        section = config.get(sec) or {}
+        out[name] = _typed(section[key] if key in section else defaults[sec][key], kinds[name])
+    return out
 
 
 class HParamsCallback(Callback):
