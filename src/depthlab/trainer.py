@@ -149,6 +149,10 @@ class Trainer:
         self.wall_before = 0.0
         self.last_info = StepInfo(step=0)
         self.model = rt.wrap(self.raw_model, t.batch_size, self.cfg.model.block_size, self.port)
+        if self.model is not self.raw_model and rt.compile_wanted:
+            # one evaluation compiles its graph now, before the clock starts: otherwise the first
+            # evaluation pays for it and fit_to_time charges every evaluation that much
+            self.evaluator.evaluate(self.model)
         if resumed:
             self._load_resume(point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already

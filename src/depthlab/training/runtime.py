@@ -289,9 +289,8 @@ class Runtime:
 
         Compilation is lazy, so a missing toolchain only shows at the first call: one forward of
         a training micro-batch's shape, with targets, is run here (RNG states restored) so a failure
-        falls back now, not mid-training; it compiles the graph the first step uses, and one forward of
-        an evaluation batch in eval mode compiles the evaluation graph (before the run's clock starts:
-        ``fit_to_time`` times evaluations from the first one). Shapes are
+        falls back now, not mid-training; it compiles the graph the first step uses (the trainer warms
+        the evaluation graph through its evaluator). Shapes are
         static (``dynamic=False``): training and evaluation batches each get their own graph instead
         of one generic dynamic-shape graph after the first shape change.
         """
@@ -303,16 +302,6 @@ class Runtime:
             x = torch.zeros((batch_size, block_size), dtype=torch.long, device=self.device)
             with self.ctx:
                 port.loss(compiled, x, x)
-            # evaluation runs another graph (eval mode, no autograd, the global batch): compile it here
-            # too, or the first evaluation pays for it and fit_to_time charges every evaluation that much
-            xe = torch.zeros((batch_size * self.world_size, block_size), dtype=torch.long, device=self.device)
-            was_training = model.training
-            model.eval()
-            try:
-                with torch.no_grad(), self.ctx:
-                    port.loss(compiled, xe, xe)
-            finally:
-                model.train(was_training)
             return compiled
         except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
             self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
