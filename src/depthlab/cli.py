@@ -173,7 +173,8 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     out = expand_presets(argv)
     resume = flag_value(argv, "--resume")
     if resume is None:
-        return out
+        init = flag_value(argv, "--init-from") or flag_value(argv, "--init_from")
+        return _init_from_model_flags(init) + out if init else out
     rd = Path(resume)
     try:
         RunDir(rd).require("config")
@@ -187,6 +188,27 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
     return ["--config", str(rd / CONFIG)] + out + ["--train.resume", "true", "--train.out_dir", str(rd)]
+
+
+def _init_from_model_flags(init: str) -> list[str]:
+    """``--init-from RUN``: the source run's model section as flags, before the user's own (which win).
+
+    The weights fix the shape, so the new run takes it from the run they come from instead of
+    the defaults; a ``depthlab export`` folder (no config.json) keeps today's behaviour.
+    """
+    import json
+
+    from .rundir import RunDir
+
+    model = ((RunDir(init).config or {}).get("model") or {}) if Path(init).is_dir() else {}
+    out: list[str] = []
+    for key, value in model.items():
+        if key == "vocab_size" or value is None:
+            continue  # the vocabulary comes from the tokenizer; None is a field's unset default
+        text = json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(value, bool) \
+            else str(value)
+        out += [f"--model.{key}={text}"]
+    return out
 
 
 # ------------------------------------------------------------------------- train

@@ -5,6 +5,7 @@ Files go through :mod:`depthlab.checkpoint` (atomic, verified) and only the main
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -146,9 +147,24 @@ class Checkpointer:
 
     @staticmethod
     def init_from(rd: Path, raw_model, model_cfg, tokenizer) -> None:
-        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into a fresh run's model."""
-        sd = ckpt.init_weights(rd, model_cfg, tokenizer)
-        ckpt.load_into(raw_model, sd, rd)
+        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into a fresh run's model.
+
+        Raises:
+            DepthlabError: the weights do not fit; the model fields that differ from the source run's
+                are named (the command line takes the source's shape unless told otherwise).
+        """
+        try:
+            sd = ckpt.init_weights(rd, model_cfg, tokenizer)
+            ckpt.load_into(raw_model, sd, rd)
+        except DepthlabError:
+            theirs = (RunDir(rd).config or {}).get("model") or {}
+            ours = dataclasses.asdict(model_cfg)
+            diff = [f"model.{k} {theirs[k]!r} there, {ours[k]!r} here" for k in sorted(theirs)
+                    if k in ours and k != "vocab_size" and theirs[k] != ours[k]]
+            if not diff:
+                raise
+            raise DepthlabError(f"--init-from {rd}: its weights do not fit this model ({'; '.join(diff)}); drop "
+                                "those --model flags to take the source run's shape") from None
 
     # ------------------------------------------------------------------ saving
     @staticmethod
