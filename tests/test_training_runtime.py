@@ -145,7 +145,7 @@ def test_grad_accum_must_divide_world_size(monkeypatch, tmp_path, tiny_text_file
 def _args(path, out, batch, accum):
     return ["train", *tiny_cli_args(path, out, train__batch_size=batch, train__grad_accum=accum,
                                     train__eval_interval=10, train__log_interval=1, train__grad_log_interval=0,
-                                    train__probe_interval=0, train__device="cpu")]
+                                    train__probe_interval=0, train__device="cpu", train__dtype="float32")]
 
 
 def _losses(run):
@@ -176,3 +176,42 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
     sd, _ = load_weights_file(tmp_path / "two" / "checkpoints" / "best.safetensors")
     assert not any(k.startswith("module.") for k in sd)
 
+
+def test_fit_to_time_does_not_charge_evaluations_the_compile_time(tmp_path, tiny_text_file, monkeypatch):
+    # issue 23 case 8: a compiled model's first evaluation compiled the evaluation graph, and the plan
+    # charged every evaluation that much. A fake compile costs 30 s of the trainer's clock per new graph.
+    import types
+
+    import depthlab.trainer as tr
+
+    now = [1000.0]
+
+    def tick():
+        now[0] += 0.01
+        return now[0]
+
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(time=tick))
+
+    class Compiled(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self._orig_mod, self.graphs = model, set()
+
+        def forward(self, *args, **kw):
+            key = (self._orig_mod.training, torch.is_grad_enabled())
+            if key not in self.graphs:
+                self.graphs.add(key)
+                now[0] += 30.0  # compiling this graph
+            return self._orig_mod(*args, **kw)
+
+    def fake_compile(model, *a, **k):
+        return Compiled(model)
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    cfg = tiny_config(tmp_path / "c", tiny_text_file, train=dict(compile=True, max_iters=100_000, max_time=6.0,
+                                                                 eval_interval=50, final_validation=False))
+    t = Trainer(cfg, **QUIET)
+    t.fit()
+    plan = t.budget.plan
+    assert plan is not None and plan.s_per_eval < 1.0  # the evaluations' own cost, not a compile's 30 s
+    assert plan.max_iters > 100  # 6 s of 10 ms readings: hundreds of steps, not the handful 30 s/eval leaves

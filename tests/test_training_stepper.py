@@ -1,4 +1,5 @@
-"""training.stepper: one optimisation step and its non-finite check, on the host or on the device.
+"""training.stepper: one optimisation step, its throughput (the steps' own time only) and its non-finite
+check, on the host or on the device.
 
 ``Trainer.device_checks = True`` forces on CPU the path that keeps the check on the device (CUDA's
 default: fused AdamW ``found_inf``, flags read at log / eval / last steps). Every comparison with
@@ -6,6 +7,7 @@ the host path is exact (bit-identical weights, equal metrics records), except wh
 callbacks' ``on_step_end`` also sees skipped steps that are not read steps."""
 
 import json
+import types
 
 import pytest
 import torch
@@ -57,6 +59,34 @@ def test_nonfinite_skip_counts(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path / "r2", tiny_text_file, train=dict(max_iters=10))
     with pytest.raises(NonFiniteError, match="transformer.wte.weight"):
         train(cfg, callbacks=[Poison()], **QUIET)
+
+
+def test_tokens_per_sec_leaves_out_evaluation_and_observers(tmp_path, tiny_text_file, monkeypatch):
+    import depthlab.training.stepper as st
+
+    clock = [0.0]
+
+    def tick():  # every reading of the stepper's clock advances it 10 ms: a step reads it 4 times
+        clock[0] += 0.01
+        return clock[0]
+
+    monkeypatch.setattr(st, "time", types.SimpleNamespace(perf_counter=tick))
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=5,
+                                                                       log_interval=5)), **QUIET)
+    real = t.evaluate
+
+    def slow_evaluate():
+        clock[0] += 1000.0  # an evaluation "takes" 1000 s on the same clock
+        return real()
+
+    t.evaluate = slow_evaluate
+    t.fit()
+    rows = [r for r in map(json.loads, (tmp_path / "r" / "metrics.jsonl").open()) if r.get("kind") == "train"]
+    # 3 readings inside a step, 1 of them the before-clip observers' window: 0.02 s of training per step
+    assert [r["tokens_per_sec"] for r in rows] == [pytest.approx(5 * 4 * 16 / (5 * 0.02))] * 4
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["tokens_per_sec"] == pytest.approx(20 * 64 / (20 * 0.02))
+    assert s["tokens_per_sec_overall"] < s["tokens_per_sec"]  # the wall clock includes everything else
 
 
 # ----------------------------------------------- the device-side check forced on CPU: the same run as the host check
