@@ -284,3 +284,19 @@ def test_cli_backend_choices(tmp_path):
 
     assert main(["sweep", "--grid", "model.n_layer=1", "--backend", "spark", "--out-dir", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_init_from_takes_the_source_runs_shape_and_names_a_mismatch(tmp_path, capsys, tiny_text_file):
+    # issue 23 case 11: the new run needed the source's shape retyped (2 blocks vs the default 4)
+    src = tmp_path / "src"
+    rc, _, _ = run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--model.n_layer", "2",
+                       "--train.out_dir", str(src))
+    assert rc == 0
+    rc, out, _ = run_cli(capsys, "train", "--data.path", str(tiny_text_file), "--init-from", str(src),
+                         "--train.max_iters", "2", "--train.max_time", "0", "--train.out_dir", str(tmp_path / "new"))
+    new = json.loads((tmp_path / "new" / "config.json").read_text())["model"]
+    assert rc == 0 and new == json.loads((src / "config.json").read_text())["model"]
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), "--init-from", str(src),
+                         "--model.n_layer", "3", "--train.max_time", "0", "--train.out_dir", str(tmp_path / "bad"))
+    assert_clean_error(rc, err, "model.n_layer 2 there, 3 here")
+    assert not (tmp_path / "bad").exists()
