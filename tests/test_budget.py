@@ -177,6 +177,7 @@ def test_the_second_plan_follows_the_measured_speed(tmp_path, tiny_text_file, fa
     assert t.lr_at(n) == 1e-4 and t.lr_at(s["final_step"]) < 1.01e-4
 
 
+@pytest.mark.slow  # thousands of tiny steps: 30-100 s on 2 cores, most of the fast tier's time
 def test_a_late_change_of_speed_moves_the_end_halfway_and_the_rate_continues_without_a_jump(
         tmp_path, tiny_text_file, fake_clock):
     # the steps after REFIT_STEPS + 50 run twice as fast: the plan halfway through what is left sees it
