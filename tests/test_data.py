@@ -291,3 +291,29 @@ def test_large_train_split_teaches_bpe_from_evenly_spaced_pieces(tmp_path, monke
     assert c.n_train_chars == 8000
     assert len(pieces) == 4 and all(len(p) == 100 for p in pieces)
     assert [p[:5] for p in pieces] == ["0000|", "0400|", "0800|", "1200|"]  # spread over the train split only
+
+
+# ------------------------------------------------------------------ issue 23 case 2: the characters behind bits/char
+def test_a_corpus_of_documents_joined_by_endoftext_counts_every_character(tmp_path):
+    """Paragraphs joined by "\\n<|endoftext|>\\n": the val split's characters per token count all of them."""
+    from depthlab import evaluation
+    from conftest import TINY_TEXT
+
+    text = "\n<|endoftext|>\n".join(TINY_TEXT.split("\n\n")) + "\ncafé 世界\n"
+    p = tmp_path / "docs.txt"
+    p.write_text(text, encoding="utf-8")
+    c = D.load_corpus(DataConfig(path=str(p), tokenizer="bpe", vocab_size=300))
+    val_text = text[c.n_train_chars:]
+    assert "<|endoftext|>" in val_text and 0 not in np.asarray(c.tokens)  # typed text never becomes id 0
+    tc = c.tokenizer.token_chars
+    assert tc[np.asarray(c.val)].sum() == len(val_text) and tc[np.asarray(c.train)].sum() == c.n_train_chars
+    assert c.val_chars_per_token == pytest.approx(len(val_text) / len(c.val))  # what the baselines divide by
+    # the whole-split evaluation: nats x tokens / (bits/char x ln 2) = the characters of its targets
+    import torch
+
+    from conftest import tiny_gpt
+
+    res = evaluation.split_loss(tiny_gpt(vocab_size=c.tokenizer.vocab_size, block_size=16), np.asarray(c.val), 16, 4,
+                                tc, torch.device("cpu"))
+    first = int(tc[int(c.val[0])])  # the first token is an input only
+    assert res.loss * res.tokens / (res.bpc * np.log(2)) == pytest.approx(len(val_text) - first, rel=1e-9)

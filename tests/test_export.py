@@ -142,6 +142,82 @@ def test_export_overwrite_replaces_an_earlier_export(run, tmp_path):
     assert info["checkpoint"] == "best" and info["config"]["model"]["bias"] is True
     cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert cfg["model_type"] == "gpt2" and cfg["activation_function"] == "gelu" and cfg["n_inner"] == 4 * 32
-    assert 0 <= cfg["eos_token_id"] < cfg["vocab_size"] and cfg["tie_word_embeddings"] is False
+    assert cfg["tie_word_embeddings"] is False
+    # a char model has no end-of-text token: no file names one (config.json named the newline: a tool stopped there)
+    assert cfg["eos_token_id"] is None and cfg["bos_token_id"] is None
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
-    assert "eos_token_id" not in gen  # a char model has no end-of-text token: generation never stops early
+    assert "eos_token_id" not in gen and "bos_token_id" not in gen  # generation never stops early
+
+
+# ------------------------------------------- issue 23 cases 3, 4: special tokens, unknown characters
+def _special_ids_of(d):
+    """bos/eos as every exported file states them (token strings mapped to ids through tokenizer.json)."""
+    from tokenizers import Tokenizer
+
+    t = Tokenizer.from_file(str(d / "tokenizer.json"))
+    cfg = json.loads((d / "config.json").read_text())
+    gen = json.loads((d / "generation_config.json").read_text())
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    sm = json.loads((d / "special_tokens_map.json").read_text())
+    info = json.loads((d / "depthlab.json").read_text())
+    ids = lambda s: None if s is None else t.token_to_id(s)  # noqa: E731
+    return {"config.json": (cfg.get("bos_token_id"), cfg.get("eos_token_id")),
+            "generation_config.json": (gen.get("bos_token_id"), gen.get("eos_token_id")),
+            "tokenizer_config.json": (ids(tc.get("bos_token")), ids(tc.get("eos_token"))),
+            "special_tokens_map.json": (ids(sm.get("bos_token")), ids(sm.get("eos_token"))),
+            "depthlab.json": (info.get("bos_token_id"), info.get("eos_token_id"))}
+
+
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("xb")
+    p = d / "t.txt"
+    p.write_text(TINY_TEXT + "café 世界 <|endoftext|>\n", encoding="utf-8")
+    cfg = tiny_config(d / "run", p, model=dict(block_size=32), train=dict(max_iters=10))
+    cfg.data.tokenizer, cfg.data.vocab_size = "bpe", 300
+    return train(cfg, **QUIET)
+
+
+def test_char_export_names_no_special_token_anywhere(run, tmp_path):
+    export_run(run, tmp_path / "hf")
+    got = _special_ids_of(tmp_path / "hf")
+    assert set(got.values()) == {(None, None)}, got  # was config.json eos = the newline's id: stop after a line
+
+
+def test_bpe_export_names_endoftext_alike_everywhere(bpe_run, tmp_path):
+    export_run(bpe_run, tmp_path / "hf")
+    assert set(_special_ids_of(tmp_path / "hf").values()) == {(0, 0)}
+
+
+@pytest.mark.parametrize("variant", ["prenorm", "postnorm"])
+def test_hf_config_writes_the_ids_it_is_given_and_no_default(variant):
+    kw = dict(variant=variant, activation="relu", ff_mult=4)
+    assert (build_hf_model(tiny_gpt(**kw)).config.eos_token_id, build_hf_model(tiny_gpt(**kw)).config.bos_token_id) \
+        == (None, None)  # GPT2Config's own default would be 50256, outside the vocabulary
+    assert build_hf_model(tiny_gpt(**kw), bos=0, eos=0).config.eos_token_id == 0
+
+
+def test_char_tokenizer_refuses_a_character_outside_the_vocabulary():
+    tok = CharTokenizer.from_text(TINY_TEXT)
+    hf = hf_tokenizer(tok)
+    assert hf.encode("First Citizen:").ids == tok.encode("First Citizen:")
+    with pytest.raises(Exception, match="outside this char model's vocabulary"):
+        hf.encode("Café First:")  # was the ids of 'Caf First:' without a word
+
+
+def test_export_says_how_its_tokenizer_treats_text_and_autotokenizer_does_it(run, bpe_run, tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    assert main(["export", str(run), str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert "refused" in err and "no character is dropped" in err
+    info = json.loads((tmp_path / "c" / "depthlab.json").read_text())
+    assert any("refused" in r for r in info["tokenizer_rules"])
+    with pytest.raises(Exception, match="outside this char model's vocabulary"):
+        AutoTokenizer.from_pretrained(str(tmp_path / "c"))("Café First:")
+    assert main(["export", str(bpe_run), str(tmp_path / "b")]) == 0
+    assert "<|endoftext|> typed in a text is encoded as its characters" in capsys.readouterr().err
+    _, tok = load_run(bpe_run)
+    hf = AutoTokenizer.from_pretrained(str(tmp_path / "b"))
+    assert hf("a <|endoftext|> b café").input_ids == tok.encode("a <|endoftext|> b café")
+    assert 0 not in hf("a <|endoftext|> b").input_ids

@@ -417,7 +417,10 @@ def _write_lines(tmp: Path, data: np.ndarray, starts: np.ndarray, ends: np.ndarr
 
 
 # ------------------------------------------------------------------------- byte-level BPE
-BPE_FORMAT = 1
+BPE_FORMAT = 1  # the trained tokenizer's cache folder
+#: The encoded ids' cache folder. 2: a literal ``<|endoftext|>`` in the corpus is encoded as text (format 1
+#: made it id 0, the special token, which counts no characters: bits/char read too high).
+IDS_FORMAT = 2
 PIECE_CHARS = 1 << 18  # text handed to the tokenizer per item: bounded memory, and parallel batches of it
 PIECES_PER_BATCH = 8
 
@@ -489,7 +492,7 @@ def _bpe_corpus(entry: Path, split_key: str, chars: np.ndarray, vocab: list[str]
                 "more pairs to merge)")
     else:
         tok = BPETokenizer.from_str(tokenizer_json)
-    edir = entry / f"ids-{tok.sha256[:16]}-{split_key}-v{BPE_FORMAT}"
+    edir = entry / f"ids-{tok.sha256[:16]}-{split_key}-v{IDS_FORMAT}"
     if not (edir / "meta.json").exists():
         _publish(edir, lambda tmp: _encode_bpe(tmp, tok, chars, codepoints, n_train_chars))
     meta = json.loads((edir / "meta.json").read_text(encoding="utf-8"))
@@ -501,7 +504,8 @@ def _encode_bpe(tmp: Path, tok: BPETokenizer, chars: np.ndarray, codepoints: np.
     """Stream the train then the validation text through ``tok`` into ``tmp/tokens.bin`` (+ meta.json).
 
     Each split is encoded on its own (no token straddles them); pieces go to ``encode_batch_fast``
-    in batches, which the Rust side encodes in parallel.
+    in batches, which the Rust side encodes in parallel. Text is text: ``tok.tok`` encodes a literal
+    ``<|endoftext|>`` as its characters (see :class:`~depthlab.tokenizer.BPETokenizer`).
     """
     dtype = token_dtype(tok.vocab_size)
     encode = getattr(tok.tok, "encode_batch_fast", tok.tok.encode_batch)
@@ -517,7 +521,7 @@ def _encode_bpe(tmp: Path, tok: BPETokenizer, chars: np.ndarray, codepoints: np.
                     batch = []
             n += _write_ids(out, encode(batch, add_special_tokens=False), dtype) if batch else 0
             counts.append(n)
-    meta = {"format": BPE_FORMAT, "n_tokens": sum(counts), "n_train": counts[0], "dtype": dtype.name,
+    meta = {"format": IDS_FORMAT, "n_tokens": sum(counts), "n_train": counts[0], "dtype": dtype.name,
             "tokenizer_sha256": tok.sha256}
     (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 

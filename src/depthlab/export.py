@@ -6,9 +6,24 @@
     model.safetensors        the weights (Conv1D = the transpose of nn.Linear; zero biases where bias: false)
     tokenizer.json           a ``tokenizers`` tokenizer whose ids are exactly depthlab's
     tokenizer_config.json    PreTrainedTokenizerFast, no clean-up of spaces, model_max_length = block_size
-    special_tokens_map.json  BPE runs: <|endoftext|> as bos/eos
-    generation_config.json   bos/eos ids; char runs have no end-of-text token, so generation never stops early
-    depthlab.json            provenance: the run's config, checkpoint, step and val loss
+    special_tokens_map.json  BPE runs: <|endoftext|> as bos/eos; char runs: none
+    generation_config.json   bos/eos ids, the same as config.json's
+    depthlab.json            provenance: the run's config, checkpoint, step and val loss; the tokenizer's rules
+
+Special tokens have one truth (:func:`special_ids`), written alike into ``config.json``,
+``generation_config.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``: a BPE run's
+``<|endoftext|>`` (id 0) is bos and eos; a char run has no such token, so every file says none
+(``null``, or absent): generation runs for ``max_new_tokens`` as in ``depthlab sample``, and a tool
+that reads ``config.json`` does not stop at a newline.
+
+Text is encoded as depthlab encodes it, or refused:
+
+* char runs: a character outside the run's vocabulary has no id, and the exported tokenizer raises
+  (``Unk token `<...>` not found in the vocabulary``: its unknown token names the reason) instead of
+  dropping it, as ``depthlab sample`` refuses such a prompt; the export says so in one line.
+* BPE runs: a ``<|endoftext|>`` typed in the text is its characters, not id 0
+  (``"split_special_tokens": true`` in ``tokenizer_config.json``, which ``AutoTokenizer`` reads;
+  a bare ``tokenizers.Tokenizer.from_file`` needs ``encode_special_tokens = True``).
 
 Which depthlab models are the same function as a ``transformers`` class (checked by reading their
 code, and at every export by comparing logits on random ids):
@@ -30,6 +45,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -90,24 +106,28 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     return ckpt.HF_FAMILIES[(cfg.variant, cfg.norm)]
 
 
-def special_ids(tok: Tokenizer) -> tuple[int, Optional[int]]:
-    """(bos = the config's bos/eos id, eos for generation or None).
+def special_ids(tok: Tokenizer) -> tuple[Optional[int], Optional[int]]:
+    """(bos, eos): the one source of every exported file's special-token ids.
 
-    BPE: both are ``<|endoftext|>``. Char vocabularies have no such token: the config names the
-    newline (or id 0) so that the ids lie inside the vocabulary, and generation gets no eos, so it
-    runs for ``max_new_tokens`` like ``depthlab sample``.
+    BPE: both are ``<|endoftext|>``. A char vocabulary has no such token (every id is a character
+    of the text, the newline too): (None, None), so no file names one and generation runs for
+    ``max_new_tokens`` like ``depthlab sample``.
     """
     if isinstance(tok, BPETokenizer):
         i = tok.tok.token_to_id(EOT)
         if i is not None:
             return i, i
-    if isinstance(tok, CharTokenizer) and "\n" in tok.stoi:
-        return tok.stoi["\n"], None
-    return 0, None
+    return None, None
 
 
-def hf_config(cfg: ModelConfig, bos: int) -> tuple[Any, Callable]:
-    """The ``transformers`` config object and model class of ``cfg``.
+#: The unknown token of an exported char tokenizer. It is not in the vocabulary (it has no id), so
+#: ``tokenizers`` refuses a text with a character outside it, and its error names this reason.
+CHAR_UNKNOWN = "<a character outside this char model's vocabulary: it has no id>"
+
+
+def hf_config(cfg: ModelConfig, bos: Optional[int] = None, eos: Optional[int] = None) -> tuple[Any, Callable]:
+    """The ``transformers`` config object and model class of ``cfg`` (``bos``/``eos``: :func:`special_ids`;
+    None is written as null, never a default such as GPT-2's 50256).
 
     Raises:
         DepthlabError: not exportable (see :func:`check_exportable`), or transformers missing.
@@ -116,7 +136,7 @@ def hf_config(cfg: ModelConfig, bos: int) -> tuple[Any, Callable]:
     tf = require_transformers()
     common = dict(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
                   n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-                  layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=bos,
+                  layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=eos,
                   tie_word_embeddings=cfg.tie_weights)
     if fam["model_type"] == "gpt2":
         return tf.GPT2Config(n_inner=cfg.ff_mult * cfg.n_embd, activation_function=cfg.activation,
@@ -129,15 +149,16 @@ def hf_tokenizer(tok: Tokenizer):
     """A ``tokenizers.Tokenizer`` with depthlab's ids.
 
     Char runs: a BPE model without merges over the run's characters (a string splits into its
-    characters; one absent from the vocabulary is dropped) and a decoder that joins them. BPE runs:
-    the run's own tokenizer.
+    characters) and a decoder that joins them; a character absent from the vocabulary is refused
+    (its unknown token :data:`CHAR_UNKNOWN` has no id, so ``encode`` raises naming it), never
+    dropped. BPE runs: the run's own tokenizer.
     """
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models
 
     if isinstance(tok, BPETokenizer):
         return HFTokenizer.from_str(tok.json)
-    t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, []))
+    t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, [], unk_token=CHAR_UNKNOWN))
     t.decoder = decoders.Fuse()
     return t
 
@@ -146,21 +167,25 @@ def _write_tokenizer(out: Path, tok: Tokenizer, block_size: int) -> None:
     hf_tokenizer(tok).save(str(out / "tokenizer.json"))
     tc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                           "model_max_length": block_size, "add_prefix_space": False}
+    if isinstance(tok, BPETokenizer):
+        tc["split_special_tokens"] = True  # a typed "<|endoftext|>" is text, as depthlab encodes it
+    bos, eos = special_ids(tok)
     special: dict[str, str] = {}
-    if isinstance(tok, BPETokenizer) and tok.tok.token_to_id(EOT) is not None:
-        special = {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT}
+    if bos is not None:  # the same ids as config.json and generation_config.json
+        special = {"bos_token": tok.decode([bos]), "eos_token": tok.decode([eos])}
     (out / "tokenizer_config.json").write_text(json.dumps({**tc, **special}, indent=2), encoding="utf-8")
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
 
 
-def build_hf_model(model: GPT, bos: int):
-    """The ``transformers`` model computing the same function as ``model`` (eval mode, float32).
+def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = None):
+    """The ``transformers`` model computing the same function as ``model`` (eval mode, float32);
+    ``bos``/``eos`` go into its config (:func:`special_ids`).
 
     Raises:
         DepthlabError: not exportable, or its logits differ from depthlab's by more than :data:`EXPORT_ATOL`.
     """
     cfg = model.config
-    hcfg, klass = hf_config(cfg, bos)
+    hcfg, klass = hf_config(cfg, bos, eos)
     hf = klass(hcfg).eval()
     sd = ckpt.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
     missing, unexpected = hf.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
@@ -198,7 +223,22 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
                                 "refusing to replace it with --overwrite")
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", overwrite: bool = False) -> Path:
+def _stderr(line: str) -> None:
+    print(f"depthlab: export: {line}", file=sys.stderr)
+
+
+def tokenizer_rules(tok: Tokenizer) -> list[str]:
+    """What the exported tokenizer does with text depthlab's own tokenizer would treat otherwise (one line each)."""
+    if isinstance(tok, CharTokenizer):
+        return [f"the char tokenizer knows the run's {tok.vocab_size} characters; a text with any other "
+                "character is refused (tokenizers raises 'Unk token ... not found'), as depthlab sample refuses "
+                "such a prompt; no character is dropped"]
+    return [f"a {EOT} typed in a text is encoded as its characters, as depthlab encodes it "
+            "(split_special_tokens in tokenizer_config.json; with tokenizers alone set encode_special_tokens = True)"]
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", overwrite: bool = False,
+               log: Optional[Callable[[str], None]] = _stderr) -> Path:
     """Write the Hugging Face directory of a run's ``best`` or ``last`` checkpoint.
 
     Everything is written to a temporary folder beside ``out_dir`` and renamed at the end, so a
@@ -209,6 +249,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         out_dir: the folder to create (must not exist or be empty, unless ``overwrite``).
         which: ``best`` or ``last``.
         overwrite: replace an earlier export in ``out_dir``.
+        log: told, once written, the tokenizer's rules (:func:`tokenizer_rules`; default: stderr,
+            ``depthlab: export: ...``); None = silent. They are in ``depthlab.json`` too.
 
     Returns:
         ``out_dir``.
@@ -228,22 +270,24 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     model = GPT(cfg)
     ckpt.load_into(model, sd, path)
     bos, eos = special_ids(tok)
-    hf = build_hf_model(model, bos)
+    hf = build_hf_model(model, bos, eos)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
         hf.save_pretrained(str(tmp))
-        gen: dict[str, Any] = {"bos_token_id": bos}
-        if eos is not None:
-            gen["eos_token_id"] = eos
+        gen = {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None}
         (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2), encoding="utf-8")
         _write_tokenizer(tmp, tok, cfg.block_size)
+        rules = tokenizer_rules(tok)
         info = {"run_dir": str(rd), "checkpoint": which, "step": int(meta.get("step", -1)),
-                "tokenizer": meta.get("tokenizer", "char"), "config": json.loads(meta["config"])}
+                "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
+                "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
         (tmp / "depthlab.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for line in rules if log else ():
+        log(line)
     return out

@@ -227,7 +227,11 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
     """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens tokens).
 
     Args:
-        stream: called with each piece of text as it is produced (prompt first).
+        stream: called with each piece of text as it is produced (prompt first; never with "").
+            The pieces of a sample join to exactly the text returned for it (samples after the
+            first are preceded by a ``"\n---------------\n"`` separator piece); a character
+            split across tokens comes out whole with its last byte, and one left incomplete by the
+            last token as the U+FFFD that the returned text has.
         kv_cache: see :func:`generate` (False = re-encode the cropped context for every token).
 
     Returns:
@@ -254,7 +258,14 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         piece = tok.stream_decoder(prefix=ids)  # BPE: a character split across tokens prints once, whole
         out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
-                       on_token=(lambda i: stream(piece(i))) if stream else None, kv_cache=kv_cache,
+                       on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
                        block_size=block_size)
+        if stream:  # what the last tokens left incomplete (U+FFFD each, as decode shows it)
+            _put(stream, piece.flush())
         texts.append(tok.decode(out[0].tolist()))
     return texts
+
+
+def _put(stream: Callable[[str], None], text: str) -> None:
+    if text:
+        stream(text)

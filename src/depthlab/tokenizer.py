@@ -9,14 +9,45 @@ built on.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import re
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from .errors import DepthlabError
 
-__all__ = ["CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "token_dtype", "train_bpe"]
+__all__ = ["CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "StreamDecoder", "token_dtype", "train_bpe"]
+
+
+class StreamDecoder:
+    """Decode ids one at a time for streaming: ``piece(i)`` -> the text id ``i`` completes, ``flush()`` -> the rest.
+
+    The pieces of every call, then :meth:`flush`, join to exactly ``tokenizer.decode(ids)`` of the
+    same ids (the prefix excluded), whatever the ids, so what is printed is what is returned.
+
+    Args:
+        piece: id -> the bytes (BPE) or the text (char) it adds.
+        prefix: ids already shown (the prompt): they set the decoder's context and print nothing.
+        utf8: pieces are bytes, decoded as UTF-8 with U+FFFD for invalid sequences (what
+            ``tokenizers``' byte-level decoder does; the same text, checked by a test).
+    """
+
+    def __init__(self, piece: Callable[[int], Union[bytes, str]], prefix: Sequence[int] = (), utf8: bool = False):
+        self._piece = piece
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace") if utf8 else None
+        for i in prefix:
+            self(i)
+
+    def __call__(self, i: int) -> str:
+        """The text id ``i`` completes: "" while a character split across tokens waits for its last byte."""
+        p = self._piece(int(i))
+        return self._dec.decode(p) if self._dec is not None else p
+
+    def flush(self) -> str:
+        """What is still held back after the last id: one U+FFFD per incomplete character ("" if none)."""
+        return self._dec.decode(b"", final=True) if self._dec is not None else ""
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -76,9 +107,9 @@ class CharTokenizer:
         return "".join(self.vocab[int(i)] for i in ids)
 
 
-    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
-        """A function id -> the text it adds (one character each; the same interface as BPE's)."""
-        return lambda i: self.vocab[int(i)]
+    def stream_decoder(self, prefix: Sequence[int] = ()) -> StreamDecoder:
+        """A :class:`StreamDecoder`: each id prints its character at once; ``flush()`` adds nothing."""
+        return StreamDecoder(lambda i: self.vocab[i], prefix)
 
     @property
     def token_chars(self) -> np.ndarray:
@@ -87,11 +118,19 @@ class CharTokenizer:
 
 
 #: The special token a BPE vocabulary starts with (id 0): GPT-2's end of text, the export's bos/eos.
+#: Text never encodes to it: the 13 characters ``<|endoftext|>`` typed in a corpus or a prompt are text
+#: (see :class:`BPETokenizer`).
 EOT = "<|endoftext|>"
 
 
 class BPETokenizer:
     """Byte-level BPE (Sennrich et al. 2016; GPT-2's byte-level variant) on Hugging Face ``tokenizers``.
+
+    Text is text: :meth:`encode` (and the corpus encoding, which goes through :attr:`tok`) never
+    turns characters of the input into the special token :data:`EOT`; a ``<|endoftext|>`` written in
+    the text is encoded as its 13 characters (``tokenizers``' ``encode_special_tokens``, set on
+    :attr:`tok`; it is not part of the JSON), so ``decode(encode(text)) == text`` and the characters
+    behind bits/char are ``len(text)``. Id 0 appears only where a caller puts it.
 
     Args:
         tok: a ``tokenizers.Tokenizer`` (ByteLevel pre-tokenizer and decoder, BPE model).
@@ -102,10 +141,12 @@ class BPETokenizer:
     """
 
     def __init__(self, tok, source: str = "tokenizer.json"):
+        self.json = tok.to_str()  # before the runtime flag below (it is not serialised anyway)
+        tok.encode_special_tokens = True  # a literal "<|endoftext|>" in the text is text, not the control token
         self.tok = tok
         self.source = source
-        self.json = tok.to_str()
         self._vocab: Optional[list[str]] = None
+        self._bytes: Optional[list[bytes]] = None
 
     @classmethod
     def from_str(cls, text: str, source: str = "tokenizer.json") -> "BPETokenizer":
@@ -139,34 +180,57 @@ class BPETokenizer:
         return self._vocab
 
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text`` (byte-level: every string is encodable)."""
+        """Ids of ``text`` (byte-level: every Unicode string is encodable; ``<|endoftext|>`` in it is text).
+
+        Raises:
+            DepthlabError: naming the lone surrogates (not characters: what Python makes of bytes that
+                are not UTF-8, e.g. in a command-line argument) and their 0-based positions.
+        """
+        if _SURROGATE.search(text):
+            bad = [(m.start(), m.group()) for m in _SURROGATE.finditer(text)]
+            shown = ", ".join(f"{c!r} at position {i}" for i, c in bad[:10])
+            more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+            raise DepthlabError(f"the prompt is not valid Unicode text: {shown}{more} (a byte that is not UTF-8, "
+                                "e.g. from a terminal in another encoding); type it as UTF-8")
         return self.tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD)."""
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
-    def stream_decoder(self, prefix: Sequence[int] = ()) -> Callable[[int], str]:
-        """A function id -> the new text it completes (``tokenizers.decoders.DecodeStream``).
+    def token_bytes(self, i: int) -> bytes:
+        """The bytes id ``i`` stands for (what the byte-level decoder joins before decoding UTF-8)."""
+        if self._bytes is None:
+            byte_of = _byte_level_decoder()
+            out = []
+            for j in range(self.vocab_size):
+                piece = self.tok.id_to_token(j) or ""
+                # tokenizers' ByteLevel decoder: every character through the byte alphabet, else the UTF-8 of the token
+                out.append(bytes(byte_of[c] for c in piece) if all(c in byte_of for c in piece)
+                           else piece.encode("utf-8"))
+            self._bytes = out
+        return self._bytes[int(i)]
 
-        A character split across tokens comes out whole with its last byte (earlier calls return "").
+    def stream_decoder(self, prefix: Sequence[int] = ()) -> StreamDecoder:
+        """A :class:`StreamDecoder` over the ids' bytes.
+
+        A character split across tokens comes out whole with its last byte (earlier calls return
+        ""); bytes that can no longer form a character come out as U+FFFD at once; :meth:`StreamDecoder.flush`
+        gives the U+FFFD of a character the last token left incomplete. Joined: ``decode(ids)``.
 
         Args:
             prefix: ids already shown (the prompt): they set the decoder's context and print nothing.
         """
-        from tokenizers.decoders import DecodeStream
-
-        ds = DecodeStream(skip_special_tokens=False)
-        for i in prefix:
-            ds.step(self.tok, int(i))
-        return lambda i: ds.step(self.tok, int(i)) or ""
+        return StreamDecoder(self.token_bytes, prefix, utf8=True)
 
     @property
     def token_chars(self) -> np.ndarray:
         """Characters per token id, shape (V,), float64: its UTF-8 lead bytes (bytes not 10xxxxxx).
 
         Summed over a token sequence this counts each character once, at the token holding its first
-        byte, so total nats / sum = nats per character of the text. Special tokens count 0.
+        byte, so total nats / sum = nats per character of the text, and the sum over ``encode(text)``
+        is ``len(text)`` for every text. Special tokens count 0: no text encodes to them (a
+        ``<|endoftext|>`` written in the text is its 13 characters' tokens).
         """
         byte_of = _byte_level_decoder()
         special = set(self.tok.get_added_tokens_decoder())
@@ -175,6 +239,9 @@ class BPETokenizer:
             if i not in special:
                 out[i] = sum(1 for c in piece if (byte_of[c] & 0xC0) != 0x80)
         return out
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _byte_level_decoder() -> dict[str, int]:
