@@ -19,8 +19,8 @@ from ..errors import DepthlabError
 from ..figures import new_figure, write_png
 from ..units import fmt_value
 
-__all__ = ["probe_at_init", "probe_model", "summarise_probe", "format_probe_table", "plot_probe", "PROBE_BATCHES",
-           "PROBE_BATCH_SIZE"]
+__all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
+           "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -291,9 +291,9 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[O
     return None, None  # the rank of an all-zero stream is undefined; the underflow sentence says it all
 
 
-def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
-                    collapse: float = 0.05, tiny_grad: float = 1e-4) -> list[str]:
-    """Plain-words reading of a :func:`probe_at_init` result: what breaks, where, and by which mechanism.
+def probe_verdicts(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
+                   collapse: float = 0.05, tiny_grad: float = 1e-4) -> tuple[list[str], list[str]]:
+    """The probe's verdicts on a :func:`probe_at_init`-shaped result: (problems, all-clears).
 
     Each check is measured, not assumed: gradient ratio first/last block (vanishing below
     ``vanish``, exploding above ``explode``) and absolute gradient size (every block's
@@ -302,34 +302,51 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     RMS change across depth (beyond ``act_change`` either way, or reaching exactly 0 = underflow),
     a norm whose input is below sqrt(eps) (it then cannot normalise), and the rank measure of
     the deepest block (below ``collapse`` = token representations collapse, Dong et al. 2021).
+    ``result`` needs ``layers`` (``grad_norm``, ``mean_abs_grad``, ``weight_norm``, ``act_rms``,
+    ``rank_measure``, ``token_cosine`` per block) and may have ``loss``, ``config`` and ``norm_eps``:
+    :func:`depthlab.analytics.check` builds one for a model depthlab did not write.
+
+    Returns:
+        (sentences naming a problem, the cause before its consequence; short phrases naming what
+        was measured and found in range).
+    """
+    lay = result["layers"]
+    problems: list[str] = []
+    nonfinite = [i for i, r in enumerate(lay) if not all(math.isfinite(v) for v in (r["grad_norm"], r["act_rms"]))]
+    if nonfinite or not math.isfinite(result.get("loss", 0.0)):
+        problems.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
+    underflow = any(r["act_rms"] == 0.0 for r in lay)
+    eps = _eps_check(result)
+    checks = [_gradient_check(result, vanish, explode, tiny_grad), _activation_check(lay, act_change), (eps, None),
+              _rank_check(lay, collapse, underflow)]
+    problems += [bad for bad, _ in checks if bad]
+    # the cause before its consequence: an underflowing stream explains the zero gradients
+    problems.sort(key=lambda sent: 0 if sent.startswith("activations underflow") else 1)
+    return problems, [fine for _, fine in checks if fine]
+
+
+def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
+                    collapse: float = 0.05, tiny_grad: float = 1e-4) -> list[str]:
+    """Plain-words reading of a :func:`probe_at_init` result: what breaks, where, and by which mechanism.
+
+    The verdicts are :func:`probe_verdicts`' (same thresholds), followed by what was not the problem
+    and the notes that explain a variant (ReZero) or rule out the textbook explanation.
 
     Returns:
         Sentences, most important first; the last one says which failure modes were *not* found.
     """
     lay = result["layers"]
     cfg = result.get("config", {})
-    out: list[str] = []
-    nonfinite = [i for i, r in enumerate(lay) if not all(math.isfinite(v) for v in (r["grad_norm"], r["act_rms"]))]
-    if nonfinite or not math.isfinite(result.get("loss", 0.0)):
-        out.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
-    underflow = any(r["act_rms"] == 0.0 for r in lay)
-    act = _activation_check(lay, act_change)
-    eps = _eps_check(result)
-    checks = [_gradient_check(result, vanish, explode, tiny_grad), act, (eps, None),
-              _rank_check(lay, collapse, underflow)]
-    out += [bad for bad, _ in checks if bad]
-    ok = [fine for _, fine in checks if fine]
+    out, ok = probe_verdicts(result, vanish, explode, act_change, collapse, tiny_grad)
     if out and ok:
         out.append("not the problem here: " + "; ".join(ok) + ".")
     elif not out:
         out.append(f"healthy at initialisation ({cfg.get('variant', '?')}, {len(lay)} blocks): " + "; ".join(ok)
                    + " all stay in range.")
-    # the cause before its consequence: an underflowing stream explains the zero gradients
-    out.sort(key=lambda sent: 0 if sent.startswith("activations underflow") else 1)
     if cfg.get("variant") == "rezero":
         out.append("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
                    "gradient; the sublayer weights start learning once the alphas move.")
-    if (any(s.startswith("rank collapse") for s in out) and eps is None
+    if (any(s.startswith("rank collapse") for s in out) and _eps_check(result) is None
             and not any(s.startswith(("vanishing", "tiny gradients")) for s in out)):
         out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
                    "failure is in the token representations.")

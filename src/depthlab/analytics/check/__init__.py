@@ -1,0 +1,229 @@
+"""``depthlab check``: does a model the learner wrote compute what a GPT must, and can it learn?
+
+Eight rules with fixed names (scripts rely on them), each giving a :class:`CheckResult`
+(ok True = no problem found, False = a problem, None = could not run, with why), evidence with the
+numbers, parameter names and positions, and a remedy naming the knob:
+
+``shape``          the forward accepts the asked (B, T) and other sizes; a hard-coded batch size or
+                   length is found (other B and T are tried) and named, with the line of the file
+``vocab``          the logits' last dimension against the corpus vocabulary; every id goes through
+``causal_leak``    the token at position j is changed and the logits at every t < j compared (zero
+                   up to float error); the first leaking offset j - t is named
+``init_loss``      the loss at initialisation against ln V, with the logits' scale
+``no_gradient``    parameters whose gradient is None, all zero (still after a few steps), or frozen
+``overfit_batch``  one small batch memorised (loss near zero) within a fixed number of steps
+``context_use``    after a short training on the corpus, the same targets scored at position 0 and at
+                   a late position; against the bigram baseline (:mod:`depthlab.analytics.baselines`)
+``gradient_flow``  depthlab's probe at initialisation on the model's blocks, with its verdicts
+
+Everything runs on CPU in float32, seeded; each rule works on its own copy of the model at
+initialisation, so their order does not change their results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+import torch
+import torch.nn as nn
+
+from ...errors import DepthlabError
+from .flow import find_blocks, gradient_flow_rule
+from .forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule, vocab_rule
+from .learning import context_use_rule, overfit_batch_rule
+from .subject import CheckResult, ModelFault, Subject
+
+__all__ = ["RULES", "CheckResult", "CheckReport", "check_model", "check_source", "find_blocks",
+           "format_check_table", "DEFAULT_BATCH_SIZE", "DEFAULT_BLOCK_SIZE"]
+
+RULES = ("shape", "vocab", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
+         "gradient_flow")
+DEFAULT_BATCH_SIZE = 16
+DEFAULT_BLOCK_SIZE = 64
+"""The length checked when none is asked and the model declares none (``block_size`` / ``config.block_size``)."""
+
+
+@dataclass
+class CheckReport:
+    """The outcome of :func:`check_model`.
+
+    Attributes:
+        model: what was checked (source, class, parameters, sizes, blocks).
+        checks: one :class:`CheckResult` per rule, in :data:`RULES` order.
+    """
+
+    model: dict
+    checks: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of the rules that found a problem."""
+        return [c.rule for c in self.checks if c.ok is False]
+
+    @property
+    def exit_code(self) -> int:
+        """0 = no problem found, 1 = problems found."""
+        return 1 if self.failed else 0
+
+    def to_dict(self) -> dict:
+        """``{"model": ..., "checks": [{"rule", "ok", "evidence", "remedy"}, ...]}``."""
+        return {"model": self.model, "checks": [c.to_dict() for c in self.checks]}
+
+
+def declared_block_size(model: nn.Module) -> Optional[int]:
+    """The context length a model declares (``block_size``, ``config.block_size``, ``get_block_size()``)."""
+    for get in (lambda: model.block_size, lambda: model.config.block_size, lambda: model.get_block_size()):
+        try:
+            v = get()
+        except Exception:  # noqa: BLE001 - an attribute the user's model may not have
+            continue
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_numerics() -> Iterator[None]:
+    """Flush subnormals to zero (a bare deep stack would crawl through them, as in the probe); restore after."""
+    flushed = torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
+
+
+def _timed(fn: Callable[[], CheckResult], rule: str, faults: bool = True) -> CheckResult:
+    """``fn()`` with its wall time; with ``faults``, the user's code raising inside the rule is its finding."""
+    t0 = time.perf_counter()
+    try:
+        res = fn()
+    except ModelFault as e:
+        if not faults:
+            raise
+        res = CheckResult(rule, False, {"summary": f"the model's code failed during this check: {e}"},
+                          "fix the error above; the line named is where it happened")
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Module]] = None,
+                batch_size: int = DEFAULT_BATCH_SIZE, block_size: Optional[int] = None,
+                blocks: Optional[str] = None, seed: int = 1337, name: Optional[str] = None,
+                rules: tuple[str, ...] = RULES, log: Optional[Callable[[str], None]] = None) -> CheckReport:
+    """Run the rules on ``model`` (at initialisation; it is not changed: each rule uses a copy).
+
+    Args:
+        model: any ``nn.Module`` speaking the protocol (DESIGN.md, "The user's own model").
+        corpus: a :class:`~depthlab.data.Corpus` (its vocabulary, text and bigram baseline).
+        rebuild: builds the model again when a deep copy fails (default: copies only).
+        batch_size, block_size: the sizes asked (``block_size`` None: the model's declared one, else 64).
+        blocks: the dotted name of the model's list of blocks (default: found, see :func:`find_blocks`).
+        seed: seeds every rule. name: the model's name in the report. rules: a subset of :data:`RULES`.
+        log: ``callable(str)`` told as each rule finishes.
+
+    Returns:
+        The :class:`CheckReport`.
+
+    Raises:
+        DepthlabError: bad sizes, an unknown rule or --blocks name, or a forward that fails at every
+            size tried (one line naming the problem).
+    """
+    unknown = [r for r in rules if r not in RULES]
+    if unknown or batch_size < 1 or (block_size is not None and block_size < 1):
+        raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}" if unknown else
+                            f"--batch_size and --block_size must be >= 1 (got {batch_size}, {block_size})")
+    T = block_size or min(declared_block_size(model) or DEFAULT_BLOCK_SIZE, 1024)
+    corpus.check_block_size(T)
+    if blocks is not None:
+        find_blocks(model, blocks)  # a bad --blocks is a usage error, before any work
+    subject = Subject(model, rebuild, corpus, seed)
+    named = list(model.named_parameters())
+    info = {"name": name or type(model).__name__, "class": type(model).__name__,
+            "parameters": sum(p.numel() for _, p in named), "corpus": str(corpus.path),
+            "corpus_vocab_size": subject.vocab_size, "seed": seed}
+    steps = _rule_table(subject, batch_size, T, block_size is not None, blocks)
+    report = CheckReport(info)
+    with _quiet_numerics():
+        try:
+            report.checks.append(_timed(steps["shape"], "shape", faults=False))
+        except ModelFault as e:
+            raise DepthlabError(f"{info['name']}: {e}") from None
+        for rule in RULES[1:]:
+            if rule not in rules:
+                continue
+            if subject.unusable and rule != "vocab":
+                res = CheckResult(rule, None, {"summary": f"not run: {subject.unusable}"})
+            else:
+                res = _timed(steps[rule], rule)
+            report.checks.append(res)
+            if log:
+                log(f"{rule}: {'ok' if res.ok else 'not run' if res.ok is None else 'PROBLEM'} ({res.seconds:.1f} s)")
+    name_b, found = find_blocks(model, blocks)
+    info.update({"batch_size": subject.B, "block_size": subject.T, "vocab_size": subject.model_vocab,
+                 "blocks": f"{name_b} ({len(found)} x {type(found[0]).__name__})" if found else None})
+    report.checks = [c for c in report.checks if c.rule in rules]
+    return report
+
+
+def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Optional[str]
+                ) -> dict[str, Callable[[], CheckResult]]:
+    return {"shape": lambda: shape_rule(subject, B, T, length_asked),
+            "vocab": lambda: vocab_rule(subject),
+            "causal_leak": lambda: causal_leak_rule(subject),
+            "init_loss": lambda: init_loss_rule(subject),
+            "no_gradient": lambda: no_gradient_rule(subject),
+            "overfit_batch": lambda: overfit_batch_rule(subject),
+            "context_use": lambda: context_use_rule(subject),
+            "gradient_flow": lambda: gradient_flow_rule(subject, blocks)}
+
+
+def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BATCH_SIZE,
+                 block_size: Optional[int] = None, blocks: Optional[str] = None, seed: int = 1337,
+                 log: Optional[Callable[[str], None]] = None) -> CheckReport:
+    """:func:`check_model` on ``PATH.py:NAME`` (see :mod:`depthlab.usermodel`), built with ``init``.
+
+    Args:
+        source: ``PATH.py:NAME``. init: keyword arguments (a dict, JSON text or None).
+        data: a :class:`~depthlab.config.DataConfig` (None = the embedded Tiny Shakespeare).
+
+    Raises:
+        DepthlabError: the file, the name, the construction or the forward fails (one line).
+    """
+    from ...config import DataConfig
+    from ...data import load_corpus
+    from ...usermodel import build_model, parse_init, parse_source
+
+    src = parse_source(source, option="check")
+    kw = parse_init(init, option="--init")
+    corpus = load_corpus(data or DataConfig())
+    V = len(corpus.tokenizer.vocab)
+
+    def build() -> nn.Module:
+        torch.manual_seed(seed)
+        return build_model(src, kw, V)
+
+    report = check_model(build(), corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
+                         blocks=blocks, seed=seed, name=str(src), log=log)
+    report.model = {"source": str(src), "init": kw, **{k: v for k, v in report.model.items() if k != "name"}}
+    return report
+
+
+def format_check_table(report: CheckReport) -> str:
+    """The report as text: one line per rule (ok / PROBLEM / not run), its evidence, and the remedy when wrong."""
+    m = report.model
+    head = (f"depthlab check {m.get('source', m.get('name', ''))}: {m['class']}, {m['parameters']:,} parameters, "
+            f"checked at batch {m.get('batch_size')} x length {m.get('block_size')} on {m['corpus']} "
+            f"(V={m['corpus_vocab_size']})")
+    lines = [head, ""]
+    for c in report.checks:
+        status = "ok" if c.ok else "not run" if c.ok is None else "PROBLEM"
+        lines.append(f"{c.rule:<14} {status:<8} {c.summary}")
+        if c.ok is not True and c.remedy:
+            lines.append(f"{'':<14} {'fix:':<8} {c.remedy}")
+    n = len(report.failed)
+    lines += ["", f"{n} problem{'s' if n != 1 else ''} found" + (f": {', '.join(report.failed)}" if n else "")]
+    return "\n".join(lines)

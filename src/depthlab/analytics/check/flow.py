@@ -1,0 +1,160 @@
+"""gradient_flow: depthlab's probe at initialisation on the blocks of a model depthlab did not write.
+
+The blocks are the longest ``ModuleList`` / ``Sequential`` / ``ModuleDict`` whose entries are all
+modules of one class, with parameters, and which is not inside another such container (so the
+attention heads inside each block do not win over the blocks), or the container named by
+``--blocks ATTR``. Per block, as ``depthlab probe`` measures them: the L2 norm of the gradient over
+the block's parameters, the mean |grad|, the weight norm, and of the block's output the RMS, the
+rank measure and the token cosine (:mod:`depthlab.analytics.activations`). The verdicts are the
+probe's own (:func:`depthlab.analytics.probe.probe_verdicts`: vanishing or exploding gradients,
+activations that underflow, grow or shrink, rank collapse).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from ...errors import DepthlabError
+from ..activations import rank_measure, rms, token_cosine
+from ..probe import PROBE_BATCH_SIZE, PROBE_BATCHES, probe_verdicts
+from .subject import CheckResult, Subject, call_user
+
+__all__ = ["find_blocks", "gradient_flow_rule"]
+
+_CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+
+
+def _entries(m: nn.Module) -> list[nn.Module]:
+    return list(m.values()) if isinstance(m, nn.ModuleDict) else list(m.children())
+
+
+def _uniform(m: nn.Module) -> bool:
+    e = _entries(m)
+    return bool(e) and all(type(c) is type(e[0]) for c in e) and all(any(True for _ in c.parameters()) for c in e)
+
+
+def find_blocks(model: nn.Module, attr: Optional[str] = None) -> tuple[Optional[str], list[nn.Module]]:
+    """(name, blocks): the model's stack of blocks, or (None, []) when there is none.
+
+    Args:
+        model: any module.
+        attr: the container's dotted name (``transformer.h``) instead of the search.
+
+    Raises:
+        DepthlabError: ``attr`` names no submodule, or one without entries.
+    """
+    if attr is not None:
+        try:
+            m = model.get_submodule(attr)
+        except AttributeError:
+            names = [n for n, c in model.named_modules() if isinstance(c, _CONTAINERS) and n]
+            raise DepthlabError(f"--blocks {attr}: the model has no submodule {attr!r}"
+                                + (f"; its containers: {', '.join(names[:8])}" if names else "")) from None
+        blocks = _entries(m)
+        if not blocks:
+            raise DepthlabError(f"--blocks {attr}: {type(m).__name__} {attr!r} has no entries; name the list of blocks")
+        return attr, blocks
+    found = [(n, c) for n, c in model.named_modules() if isinstance(c, _CONTAINERS) and _uniform(c)]
+    outer = [(n, c) for n, c in found if not any(o != n and (o == "" or n.startswith(o + ".")) for o, _ in found)]
+    if not outer:
+        return None, []
+    name, best = max(outer, key=lambda nc: len(_entries(nc[1])))  # max keeps the first of equal lengths
+    return name or "(the model itself)", _entries(best)
+
+
+def _output(out) -> Optional[torch.Tensor]:
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    return out if isinstance(out, torch.Tensor) else None
+
+
+def _measure(subject: Subject, model: nn.Module, blocks: list[nn.Module]) -> dict:
+    """Probe-shaped result: loss and per-block gradient and activation statistics (means over batches)."""
+    L, n = len(blocks), PROBE_BATCHES
+    acts: dict[int, torch.Tensor] = {}
+    hooks = [b.register_forward_hook(lambda _m, _i, out, i=i: acts.__setitem__(i, _output(out))) for i, b in
+             enumerate(blocks)]
+    acc = {k: [0.0] * L for k in ("act_rms", "rank_measure", "token_cosine")}
+    undefined = [False] * L
+    loss_sum = 0.0
+    rng = subject.rng(8)
+    try:
+        for _ in range(n):
+            x, y = subject.batch(subject.free_batch(PROBE_BATCH_SIZE), subject.T, rng)
+            acts.clear()
+            loss = subject.loss(model, x, y)
+            if loss.requires_grad:
+                call_user((loss / n).backward)
+            loss_sum += float(loss.detach())
+            for i in range(L):
+                a = acts.get(i)
+                rm = rank_measure(a) if a is not None and a.dim() == 3 else math.nan
+                tc = token_cosine(a) if a is not None and a.dim() == 3 else math.nan
+                acc["act_rms"][i] += (rms(a) if a is not None else math.nan) / n
+                undefined[i] |= not (math.isfinite(rm) and math.isfinite(tc))
+                acc["rank_measure"][i] += (rm if math.isfinite(rm) else 0.0) / n
+                acc["token_cosine"][i] += (tc if math.isfinite(tc) else 0.0) / n
+    finally:
+        for h in hooks:
+            h.remove()
+    layers = []
+    for i, b in enumerate(blocks):
+        ps = list(b.parameters())
+        g = [p.grad.detach().float() if p.grad is not None else torch.zeros(()) for p in ps]
+        layers.append({"block": i, "grad_norm": math.sqrt(sum(float(t.pow(2).sum()) for t in g)),
+                       "mean_abs_grad": sum(float(t.abs().sum()) for t in g) / max(1, sum(p.numel() for p in ps)),
+                       "weight_norm": math.sqrt(sum(float(p.detach().float().pow(2).sum()) for p in ps)),
+                       "act_rms": acc["act_rms"][i], "attn_out_rms": None, "mlp_out_rms": None,
+                       "rank_measure": None if undefined[i] else acc["rank_measure"][i],
+                       "token_cosine": None if undefined[i] else acc["token_cosine"][i]})
+    return {"loss": loss_sum / n, "layers": layers}
+
+
+def _native_config(model: nn.Module) -> dict:
+    """depthlab's own GPT: the config fields the probe's verdicts read (ReZero's gates, the norm's eps)."""
+    cfg = getattr(model, "config", None)
+    keys = ("variant", "norm", "n_layer", "n_embd", "init")
+    if cfg is None or not all(hasattr(cfg, k) for k in keys) or type(model).__name__ != "GPT":
+        return {}
+    return {k: getattr(cfg, k) for k in keys}
+
+
+def _norm_eps(model: nn.Module) -> Optional[float]:
+    for m in model.modules():
+        if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+            return float(m.eps) if m.eps is not None else float(torch.finfo(torch.float32).eps)
+    return None
+
+
+def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> CheckResult:
+    """The init probe on the model's blocks: per-block gradient norm, activation RMS, rank measure, verdicts."""
+    torch.manual_seed(subject.seed)
+    model = subject.fresh().eval()
+    name, blocks = find_blocks(model, blocks_attr)
+    if not blocks:
+        return CheckResult("gradient_flow", None, {
+            "summary": "not run: no blocks found (no ModuleList, Sequential or ModuleDict of modules of one class); "
+                       "name the list of blocks with --blocks ATTR"},
+            "keep the blocks in an nn.ModuleList (self.blocks = nn.ModuleList(Block(...) for _ in range(n_layer))) "
+            "or give --blocks ATTR")
+    result = _measure(subject, model, blocks)
+    result["config"], result["norm_eps"] = _native_config(model), _norm_eps(model)
+    problems, fine = probe_verdicts(result)
+    lay = result["layers"]
+    desc = f"{name} ({len(blocks)} x {type(blocks[0]).__name__})"
+    ev = {"blocks": desc, "loss": result["loss"], "verdicts": problems or fine,
+          "layers": [{k: r[k] for k in ("block", "grad_norm", "act_rms", "rank_measure", "token_cosine")} for r in lay]}
+    head = (f"{desc}: gradient norm {lay[0]['grad_norm']:.2e} (block 0) .. {lay[-1]['grad_norm']:.2e} "
+            f"(block {len(lay) - 1}), activation RMS {lay[0]['act_rms']:.3g} .. {lay[-1]['act_rms']:.3g}")
+    if not problems:
+        return CheckResult("gradient_flow", True, {"summary": f"{head}; " + "; ".join(fine) + " in range", **ev})
+    text = " ".join(problems)
+    remedy = ("give each sublayer a shortcut so the signal and the gradient have a path that does not shrink with "
+              "depth: x = x + attn(norm(x)); x = x + mlp(norm(x)) (pre-norm); or fewer blocks")
+    if text.startswith("exploding") or "grow" in text.split(":")[0]:
+        remedy = "scale the blocks' initial weights down (e.g. std 0.02) and normalise the stream (pre-norm)"
+    return CheckResult("gradient_flow", False, {"summary": f"{head}; {text}", **ev}, remedy)

@@ -1,0 +1,384 @@
+"""The rules that need no training: shape, vocab, causal_leak, init_loss, no_gradient.
+
+Each rule takes the :class:`~depthlab.analytics.check.subject.Subject` and returns a
+:class:`~depthlab.analytics.check.subject.CheckResult`; ``shape`` also sets the sizes the other
+rules use (the asked ones, or the ones the forward turned out to accept).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .subject import CheckResult, ModelFault, Subject, call_user
+
+__all__ = ["shape_rule", "vocab_rule", "causal_leak_rule", "init_loss_rule", "no_gradient_rule",
+           "INIT_EXCESS", "SHAPE_TRIES"]
+
+SHAPE_TRIES = 40
+"""At most this many (B, T) pairs are tried when the asked sizes fail."""
+MAX_TOKENS = 1 << 16
+"""No size tried holds more than this many tokens (B x T)."""
+INIT_EXCESS = 1.0
+"""init_loss fails when the loss at initialisation exceeds ln V by more than this (nats)."""
+LEAK_REL_TOL = 1e-6
+"""causal_leak's tolerance, relative to the largest |logit| (float32 rounding is ~1e-7 of it)."""
+NOGRAD_STEPS = 3
+"""Optimizer steps after which an all-zero gradient still counts (a zero-initialised gate is not a bug)."""
+_NAMES_SHOWN = 12
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    return shown + (f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else "")
+
+
+# ------------------------------------------------------------------------- shape
+def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int] = None) -> Optional[str]:
+    """None when the forward accepts (B, T) and returns (B, T, V) logits, else the problem in one line.
+
+    ``cap``: use token ids below it only (when the corpus's ids fail, to tell a vocabulary problem apart).
+    """
+    x, _ = subject.batch(B, T, subject.rng(1))
+    if cap is not None:
+        x = x % cap
+    try:
+        with torch.no_grad():
+            logits = subject.logits(model, x)
+    except ModelFault as e:
+        return str(e)
+    subject.model_vocab = int(logits.shape[-1])
+    return None
+
+
+def _numbers(text: str) -> list[int]:
+    seen: list[int] = []
+    for n in (int(m) for m in re.findall(r"\d+", text)):
+        if 1 <= n <= 4096 and n not in seen:
+            seen.append(n)
+    return seen
+
+
+def _candidates(B: int, T: int, err: str, max_T: int) -> list[tuple[int, int]]:
+    """(B, T) pairs to try when the asked ones fail: numbers in the error message first, then round sizes."""
+    nums = _numbers(err)
+    bs = nums + [1, 2, 4, 8, 16, 32, 64, 128]
+    ts = nums + [T // 2, T // 4, 8, 16, 32, 64, 128, 256, 512]
+    pairs = [(b, T) for b in bs] + [(B, t) for t in ts] + [(b, t) for b in nums for t in nums]
+    pairs += [(b, t) for b in bs for t in ts]
+    out: list[tuple[int, int]] = []
+    for b, t in pairs:
+        if (b, t) != (B, T) and 1 <= b and 2 <= t <= max_T and b * t <= MAX_TOKENS and (b, t) not in out:
+            out.append((b, t))
+    return out[:SHAPE_TRIES]
+
+
+def _neighbours(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int]) -> tuple[dict, dict]:
+    """{other batch: problem} and {shorter length: problem} for the sizes around a working (B, T)."""
+    bad_b = {b: e for b in sorted({1, B + 1} - {B}) if (e := _attempt(subject, model, b, T, cap))}
+    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0}) if (e := _attempt(subject, model, B, t, cap))}
+    return bad_b, bad_t
+
+
+def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> CheckResult:
+    """The forward accepts (B, T) and other sizes; a hard-coded batch size or length is named.
+
+    Sets ``subject.B``, ``subject.T`` (the sizes the other rules use) and ``subject.batch_fixed``.
+
+    Raises:
+        ModelFault: no size tried works (the forward cannot be used at all).
+    """
+    model = subject.fresh().eval()
+    max_T = min(len(subject.corpus.train), len(subject.corpus.val)) - 1
+    asked_err = _attempt(subject, model, B, T)
+    cap = None
+    if asked_err is not None and _attempt(subject, model, B, T, cap=2) is None:
+        cap, asked_err = 2, None  # the size is fine, some token ids are not: the vocab rule says which
+    found = (B, T) if asked_err is None else None
+    if asked_err is not None:
+        for b, t in _candidates(B, T, asked_err, max_T):
+            if _attempt(subject, model, b, t) is None:
+                found = (b, t)
+                break
+    if found is None:
+        raise ModelFault(f"forward(idx) fails at the asked size B={B}, T={T} and at every other size tried: "
+                         f"{asked_err}")
+    B0, T0 = found
+    bad_b, bad_t = _neighbours(subject, model, B0, T0, cap)
+    subject.B, subject.T = B0, T0
+    subject.batch_fixed = len(bad_b) == len({1, B0 + 1} - {B0})
+    ev: dict = {"asked": {"batch_size": B, "block_size": T}, "works_at": {"batch_size": B0, "block_size": T0},
+                "logits": [B0, T0, subject.model_vocab]}
+    if asked_err:
+        ev["asked_error"] = asked_err
+    if bad_b:
+        ev["failing_batch_sizes"] = {str(b): e for b, e in bad_b.items()}
+    if bad_t:
+        ev["failing_lengths"] = {str(t): e for t, e in bad_t.items()}
+    fixed_b = B0 if subject.batch_fixed else None
+    fixed_t = T0 if bad_t and len(bad_t) == len({T0 // 2, T0 - 1} - {T0, 0}) else None
+    ev["hard_coded_batch_size"], ev["hard_coded_length"] = fixed_b, fixed_t
+    return _shape_verdict(ev, asked_err, bad_b, bad_t, fixed_b, fixed_t, length_asked)
+
+
+def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict, fixed_b: Optional[int],
+                   fixed_t: Optional[int], length_asked: bool) -> CheckResult:
+    B, T = ev["asked"]["batch_size"], ev["asked"]["block_size"]
+    B0, T0 = ev["works_at"]["batch_size"], ev["works_at"]["block_size"]
+    parts = []
+    if asked_err:
+        parts.append(f"the asked size B={B}, T={T} fails ({asked_err}); the forward works at B={B0}, T={T0}")
+    else:
+        parts.append(f"forward(idx) of ({B}, {T}) returns logits {tuple(ev['logits'])}")
+    if fixed_b:
+        parts.append(f"batch size {B0} is hard-coded: B={', '.join(map(str, bad_b))} fails "
+                     f"({next(iter(bad_b.values()))})")
+    elif bad_b:
+        parts.append(f"B={', '.join(map(str, bad_b))} fails ({next(iter(bad_b.values()))})")
+    if fixed_t:
+        parts.append(f"length {T0} is hard-coded: T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
+    elif bad_t:
+        parts.append(f"T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
+    only_longer = asked_err and B0 == B and T0 < T and not bad_b and not bad_t
+    if not (asked_err or bad_b or bad_t):
+        parts.append(f"other sizes (B=1, {B + 1}; T={T // 2}, {T - 1}) work too")
+        return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
+    if only_longer and not length_asked:
+        parts.append(f"the checks run at T={T0}, the longest length that works among those tried")
+        return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
+    remedy = []
+    if fixed_b or bad_b or fixed_t or bad_t or (asked_err and not only_longer):
+        remedy.append("take the sizes from the input instead of writing numbers: B, T = idx.shape in forward "
+                      "(and B, T, C = x.shape where x is reshaped), then view(B, T, n_head, C // n_head), "
+                      "view(B, T, C), torch.arange(T); slice a mask built for the longest length: mask[:T, :T]")
+    if only_longer:
+        remedy.append(f"the model accepts at most T={T0}: run with --block_size {T0} or build it with a longer "
+                      "context (its position table and mask)")
+    if T0 != T or B0 != B:
+        parts.append(f"the other checks run at B={B0}, T={T0}")
+    return CheckResult("shape", False, {"summary": "; ".join(parts), **ev}, "; ".join(remedy))
+
+
+# ------------------------------------------------------------------------- vocab
+def vocab_rule(subject: Subject) -> CheckResult:
+    """The logits' last dimension against the corpus vocabulary; every token id goes through the forward."""
+    V, Vm = subject.vocab_size, subject.model_vocab
+    ev = {"corpus_vocab_size": V, "logits_vocab_size": Vm}
+    if Vm is not None and Vm < V:
+        subject.unusable = f"the logits have {Vm} entries but the corpus has {V} tokens (vocab)"
+        return CheckResult("vocab", False, {"summary": f"the logits have {Vm} entries per position but the corpus has "
+                                                       f"{V} tokens: ids {Vm}..{V - 1} can never be predicted "
+                                                       "(cross-entropy fails on them)", **ev},
+                           f"build the model with vocab_size={V} (the corpus's): its output layer needs {V} outputs "
+                           f"and its token embedding {V} rows (e.g. --init '{{\"vocab_size\": {V}}}')")
+    T = subject.T
+    ids = torch.arange(V, dtype=torch.int64)
+    rows = -(-V // T)
+    seqs = ids.repeat(-(-rows * T // V))[:rows * T].view(rows, T)
+    model = subject.fresh().eval()
+    try:
+        with torch.no_grad():
+            subject.logits_many(model, seqs)
+    except ModelFault as e:
+        subject.unusable = "the forward fails on some token ids of the corpus (vocab)"
+        return CheckResult("vocab", False, {"summary": f"the forward fails on the corpus's token ids 0..{V - 1}: {e}",
+                                            **ev},
+                           f"the token embedding needs {V} rows, one per token of the corpus: "
+                           f"nn.Embedding({V}, n_embd), or build the model with vocab_size={V}")
+    extra = (f" ({Vm - V} more than the corpus uses: never targets, harmless, e.g. a padded vocabulary)"
+             if Vm > V else "")
+    return CheckResult("vocab", True, {"summary": f"the logits have {Vm} entries for the corpus's {V} tokens{extra}; "
+                                                  f"every id 0..{V - 1} goes through the forward", **ev})
+
+
+# ------------------------------------------------------------------------- causal_leak
+def _perturbed(subject: Subject, base: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """[base, base with token j changed for j = 1..T-1, base again] as one (T + 1, T) tensor."""
+    T, V = base.numel(), subject.vocab_size
+    seqs = base.repeat(T + 1, 1)
+    shift = torch.randint(1, max(2, V), (T - 1,), generator=gen)
+    j = torch.arange(1, T)
+    seqs[j, j] = (base[j] + shift) % V
+    return seqs
+
+
+def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
+    """Change the token at position j, see whether the logits at positions t < j move (perturbation test)."""
+    T = subject.T
+    if T < 2:
+        return CheckResult("causal_leak", None, {"summary": f"not run: needs sequences of at least 2 tokens (T={T})"})
+    model = subject.fresh().eval()
+    gen = torch.Generator().manual_seed(subject.seed)
+    x, _ = subject.batch(windows, T, subject.rng(2), split="val")
+    leak = torch.zeros(T, T)  # leak[j, t]: max |change| of the logits at t when token j changes
+    noise, scale, own = 0.0, 0.0, 0.0
+    for w in range(windows):
+        with torch.no_grad():
+            L = subject.logits_many(model, _perturbed(subject, x[w], gen))
+        base = L[0]
+        noise = max(noise, float((L[-1] - base).abs().max()))
+        scale = max(scale, float(base.abs().max()))
+        d = (L[1:-1] - base).abs().amax(dim=-1)  # (T - 1, T): row j - 1, column t
+        own = max(own, float(d.diagonal(offset=1).max()))
+        leak[1:] = torch.maximum(leak[1:], d)
+    tol = LEAK_REL_TOL * max(1.0, scale) + 10 * noise
+    ev = {"tolerance": tol, "logit_scale": scale, "pairs_tested": T * (T - 1) // 2, "windows": windows,
+          "change_at_changed_position": own}
+    if not math.isfinite(noise) or noise > 1e-3 * max(1.0, scale):
+        why = f"not run: the same input gives logits differing by {noise:.3g} in eval mode (randomness in the forward?)"
+        return CheckResult("causal_leak", None, {"summary": why, **ev})
+    past = torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)  # [j, t] with t < j
+    bad = (leak > tol) & past
+    ev["max_change_before_changed_position"] = float(leak[past].max())
+    if not bool(bad.any()):
+        return CheckResult("causal_leak", True, {
+            "summary": f"changing the token at position j never moved the logits at any position before j: max change "
+                       f"{ev['max_change_before_changed_position']:.2g} over {T * (T - 1) // 2} pairs x {windows} "
+                       f"windows (tolerance {tol:.1g}; the changed position itself moves by up to {own:.3g})", **ev})
+    subject.leaks = True
+    return _leak_verdict(ev, leak, bad)
+
+
+def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResult:
+    js, ts = bad.nonzero(as_tuple=True)
+    offsets = sorted(set((js - ts).tolist()))
+    first = offsets[0]
+    at = (js - ts) == first
+    k = int(leak[js[at], ts[at]].argmax())
+    j, t = int(js[at][k]), int(ts[at][k])
+    T = leak.shape[0]
+    later = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # [j, t] with t > j: the legitimate dependence
+    future, past = float(leak[bad].mean()), float(leak[later].mean()) if T > 2 else 0.0
+    ev.update({"first_leaking_offset": first, "leaking_offsets": offsets, "leaking_pairs": int(bad.sum()),
+               "example": {"position": t, "changed_position": j, "change": float(leak[j, t])},
+               "mean_change_from_later_token": future, "mean_change_from_earlier_token": past,
+               "first_leaking_position": int(ts.min())})
+    span = f"{offsets[0]}" if len(offsets) == 1 else f"{offsets[0]}..{offsets[-1]}"
+    text = (f"the logits at position t depend on later tokens: first leaking offset +{first} (the logits at position "
+            f"{t} move by {float(leak[j, t]):.3g} when the token at position {j} changes); {int(bad.sum())} of "
+            f"{ev['pairs_tested']} (position, later position) pairs leak, offsets {span}")
+    remedy = ("position t must see only tokens 0..t: mask the attention scores before the softmax, "
+              "att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')), softmax over the last (key) "
+              "axis, or F.scaled_dot_product_attention(q, k, v, is_causal=True)")
+    if offsets == list(range(1, len(offsets) + 1)) and len(offsets) <= min(8, T // 2):
+        text += (f"; only the nearest {len(offsets)} later token(s) leak: the mask lets each position see the next "
+                 "token, and each layer passes that on one position further")
+        remedy = ("the mask lets each position see the next token: build it with torch.tril(torch.ones(T, T)) "
+                  "(diagonal=0), not tril(..., diagonal=1) or triu(..., diagonal=2)")
+    elif past > 0 and future < 0.1 * past:
+        text += (f"; a later token moves the logits {future / past:.1e} x as much as an earlier one (mean "
+                 f"{future:.2g} vs {past:.2g}): the future gets a small but non-zero weight")
+        remedy = ("the future must get exactly zero weight: mask with float('-inf') (masked_fill(mask == 0, "
+                  "float('-inf'))), not a finite bias that the softmax turns into a small weight, applied after any "
+                  "scaling of the scores; and take the softmax over the keys (dim=-1): over the queries (dim=-2) "
+                  "each weight is normalised by the scores of later positions")
+    elif past > 0:
+        text += (f"; a later token moves the logits about as much as an earlier one (mean {future:.2g} vs "
+                 f"{past:.2g}): nothing hides the future")
+    return CheckResult("causal_leak", False, {"summary": text, **ev}, remedy)
+
+
+# ------------------------------------------------------------------------- init_loss
+def _output_layer(model: nn.Module, V: int) -> tuple[Optional[str], Optional[torch.Tensor]]:
+    """(name, weight) of the last Linear with V outputs (or Embedding with V rows, a tied head)."""
+    found: tuple[Optional[str], Optional[torch.Tensor]] = (None, None)
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear) and m.out_features == V:
+            found = (name, m.weight)
+    if found[0] is None:
+        for name, m in model.named_modules():
+            if isinstance(m, nn.Embedding) and m.num_embeddings == V:
+                found = (name, m.weight)
+    return found
+
+
+def init_loss_rule(subject: Subject, batches: int = 2) -> CheckResult:
+    """The loss at initialisation against ln V (uniform guessing), with the logits' scale."""
+    model = subject.fresh().eval()
+    Vm = subject.model_vocab or subject.vocab_size
+    rng = subject.rng(3)
+    losses, stds, peak = [], [], 0.0
+    with torch.no_grad():
+        for _ in range(batches):
+            x, y = subject.batch(subject.B, subject.T, rng)
+            logits = subject.logits(model, x)
+            losses.append(float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))))
+            stds.append(float(logits.std(dim=-1).mean()))
+            peak = max(peak, float(logits.abs().max()))
+    loss, std, ref = sum(losses) / len(losses), sum(stds) / len(stds), math.log(Vm)
+    ev = {"loss": loss, "ln_V": ref, "excess_nats": loss - ref, "logit_std": std, "max_abs_logit": peak,
+          "vocab_size": Vm}
+    txt = (f"loss at init {loss:.3f} nats vs ln {Vm} = {ref:.3f} (uniform guessing), {loss - ref:+.2f} nats; "
+           f"the logits' std across the vocabulary is {std:.3g} (max |logit| {peak:.3g})")
+    if math.isfinite(loss) and loss <= ref + INIT_EXCESS:
+        return CheckResult("init_loss", True, {"summary": txt, **ev})
+    name, w = _output_layer(model, Vm)
+    if w is not None:
+        ev["output_layer"], ev["output_weight_std"] = name, float(w.detach().float().std())
+        txt += f"; the output layer {name} starts with weight std {ev['output_weight_std']:.3g}"
+    where = f"{name}.weight" if name else "the output layer's weight"
+    return CheckResult("init_loss", False, {"summary": txt + " -- the model starts out confidently wrong", **ev},
+                       f"start the output layer small so the first guesses are near uniform (loss ~ ln V): "
+                       f"nn.init.normal_({where}, std=0.02) or zeros, and no large scale on the logits")
+
+
+# ------------------------------------------------------------------------- no_gradient
+def no_gradient_rule(subject: Subject) -> CheckResult:
+    """Every parameter gets a gradient: none that is None, all-zero (after a few steps) or frozen."""
+    torch.manual_seed(subject.seed)
+    model = subject.fresh().train()
+    named = list(model.named_parameters())
+    frozen = [n for n, p in named if not p.requires_grad]
+    live = [(n, p) for n, p in named if p.requires_grad]
+    ev: dict = {"parameters": len(named), "trainable": len(live)}
+    if not live:
+        return CheckResult("no_gradient", False, {"summary": f"none of the {len(named)} parameters requires grad",
+                                                  "frozen": frozen, **ev},
+                           "set requires_grad=True on the parameters (do not freeze the whole model)")
+    rng = subject.rng(4)
+    opt = torch.optim.AdamW([p for _, p in live], lr=1e-3)
+    zero: list[str] = []
+    none: list[str] = []
+    for step in range(NOGRAD_STEPS + 1):
+        x, y = subject.batch(subject.free_batch(4), subject.T, rng)
+        loss = subject.loss(model, x, y)
+        opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:
+            call_user(loss.backward)
+        if step == 0:
+            none = [n for n, p in live if p.grad is None]
+            zero = [n for n, p in live if p.grad is not None and not bool(p.grad.any())]
+        else:
+            grads = dict(live)
+            zero = [n for n in zero if grads[n].grad is None or not bool(grads[n].grad.any())]
+        if not zero or not loss.requires_grad:
+            break
+        opt.step()
+    ev.update({"no_grad": none, "zero_grad": zero, "frozen": frozen})
+    if not (none or zero or frozen):
+        return CheckResult("no_gradient", True, {"summary": f"all {len(live)} parameters get a non-zero gradient",
+                                                 **ev})
+    return _no_gradient_verdict(ev, none, zero, frozen, len(named))
+
+
+def _no_gradient_verdict(ev: dict, none: list[str], zero: list[str], frozen: list[str], total: int) -> CheckResult:
+    parts, remedy = [], []
+    if none:
+        parts.append(f"{len(none)} of {total} parameters get no gradient at all (grad None: they never reach the "
+                     f"loss): {_names(none)}")
+        remedy.append("a part that is computed but never reaches the loss: use its output (e.g. x = x + "
+                      "out_proj(attention) into the stream), and do not .detach() it or run it under torch.no_grad()")
+    if zero:
+        parts.append(f"{len(zero)} get an all-zero gradient even after {NOGRAD_STEPS} optimizer steps: {_names(zero)}")
+        remedy.append("an all-zero gradient means the output does not depend on them (multiplied by 0, or a "
+                      "constant path): check how their result is used")
+    if frozen:
+        parts.append(f"{len(frozen)} are frozen (requires_grad=False): {_names(frozen)}")
+        remedy.append("set requires_grad=True on the frozen ones (or register_buffer them if they are meant to stay "
+                      "fixed)")
+    return CheckResult("no_gradient", False, {"summary": "; ".join(parts), **ev}, "; ".join(remedy))

@@ -1,0 +1,208 @@
+"""The rules that train a copy of the model briefly: overfit_batch and context_use.
+
+Both use one small loop of their own (AdamW, linear warmup, gradient clipping at 1.0, CPU,
+seeded), not the trainer: a check must not write a run directory, and its budget is seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..baselines import bigram_nats, unigram_nats
+from .subject import CheckResult, Subject, call_user
+
+__all__ = ["overfit_batch_rule", "context_use_rule", "OVERFIT_STEPS", "OVERFIT_TARGET", "CONTEXT_STEPS",
+           "CONTEXT_MIN_GAIN"]
+
+OVERFIT_BATCH = 4
+"""Sequences in the one batch overfit_batch memorises (unless the batch size is hard-coded)."""
+OVERFIT_STEPS = 150
+OVERFIT_LR = 3e-3
+OVERFIT_TARGET = 0.3
+"""overfit_batch passes when the loss on its batch falls below this many nats within OVERFIT_STEPS (it stops there)."""
+CONTEXT_TOKENS = 1024
+"""Tokens per step of context_use's training (batch = this / T, unless the batch size is hard-coded)."""
+CONTEXT_STEPS = 250
+"""Training steps of context_use (twice that when the first ones end above the bigram baseline, undecided)."""
+CONTEXT_LR = 1e-2
+CONTEXT_PAIRS = 512
+"""Targets scored twice by context_use: at position 0 (one token seen) and at a late position (many seen)."""
+CONTEXT_MIN_GAIN = 0.05
+"""context_use passes when the same targets are predicted this many nats better with context (and > 2 s.e.)."""
+
+
+class _Loop:
+    """AdamW (betas 0.9/0.99, no weight decay), linear warmup over ``warmup`` steps, clipping at 1.0;
+    :meth:`run` can be called again to continue (optimizer state and step count kept)."""
+
+    def __init__(self, subject: Subject, model: nn.Module, lr: float, warmup: int):
+        self.subject, self.model, self.lr, self.warmup = subject, model, lr, max(1, warmup)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+        self.step = 0
+        self.history: list[list[float]] = []  # [step, loss] every record_every steps (and at a stop)
+        self.nonfinite: Optional[int] = None  # the step of a non-finite loss
+
+    def run(self, steps: int, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], record_every: int = 25,
+            stop_below: Optional[float] = None) -> bool:
+        """Train ``steps`` more steps (fewer when the loss falls below ``stop_below``); False on a non-finite loss."""
+        for _ in range(steps):
+            s = self.step
+            for g in self.opt.param_groups:
+                g["lr"] = self.lr * min(1.0, (s + 1) / self.warmup)
+            x, y = batch(s)
+            loss = self.subject.loss(self.model, x, y)
+            if not torch.isfinite(loss):
+                self.nonfinite = s
+                return False
+            value = float(loss.detach())
+            below = stop_below is not None and value < stop_below
+            if s % record_every == 0 or below:
+                self.history.append([s, value])
+            if below or not loss.requires_grad:
+                return True
+            self.opt.zero_grad(set_to_none=True)
+            call_user(loss.backward)
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.opt.step()
+            self.step += 1
+        return True
+
+
+def overfit_batch_rule(subject: Subject) -> CheckResult:
+    """Memorise one small batch: the loss on it must fall near zero in a fixed number of steps."""
+    torch.manual_seed(subject.seed)
+    model = subject.fresh().eval()  # eval: no dropout, the point is whether it *can* fit
+    if not any(p.requires_grad for p in model.parameters()):
+        return CheckResult("overfit_batch", False, {"summary": "no parameter requires grad: nothing can be fitted"},
+                           "set requires_grad=True on the model's parameters")
+    B, T = subject.free_batch(OVERFIT_BATCH), subject.T
+    x, y = subject.batch(B, T, subject.rng(5))
+    loop = _Loop(subject, model, OVERFIT_LR, OVERFIT_STEPS // 10)
+    loop.run(OVERFIT_STEPS, lambda s: (x, y), stop_below=OVERFIT_TARGET)
+    history, bad = loop.history, loop.nonfinite
+    reached = history[-1][0] if history and history[-1][1] < OVERFIT_TARGET else None
+    if reached is None:
+        with torch.no_grad():
+            final = float(subject.loss(model, x, y))
+    else:
+        final = history[-1][1]
+    first = history[0][1] if history else math.nan
+    ev = {"batch_size": B, "block_size": T, "tokens": B * T, "steps": OVERFIT_STEPS, "lr": OVERFIT_LR,
+          "initial_loss": first, "final_loss": final, "target": OVERFIT_TARGET, "reached_at_step": reached,
+          "history": history}
+    if bad is not None:
+        why = f"the loss became non-finite at step {bad} while fitting one batch (lr {OVERFIT_LR:g})"
+        return CheckResult("overfit_batch", False, {"summary": why, **ev},
+                           "something overflows in training: look for a division by a small number, exp() of "
+                           "large scores, or an initialisation that makes the logits huge (see init_loss)")
+    took = f"at step {reached} of at most {OVERFIT_STEPS}" if reached is not None else f"after {OVERFIT_STEPS}"
+    txt = (f"one batch of {B}x{T} tokens: loss {first:.3f} -> {final:.3f} nats {took} AdamW steps "
+           f"(lr {OVERFIT_LR:g}; target < {OVERFIT_TARGET})")
+    if final < OVERFIT_TARGET:
+        return CheckResult("overfit_batch", True, {"summary": txt, **ev})
+    return CheckResult("overfit_batch", False, {"summary": txt + ": it cannot even memorise a batch", **ev},
+                       "a model that cannot memorise a handful of sequences does not learn from its input: look "
+                       "for outputs cut from the graph (.detach(), torch.no_grad(), .data), parameters without "
+                       "gradient (no_gradient), logits misaligned with the targets, or a deep stack without "
+                       "shortcuts (gradient_flow)")
+
+
+def _pairs(subject: Subject, T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Windows scoring each target twice: A[i] has it at position 0, Bw[i] at position k[i] >= T // 2."""
+    val = np.asarray(subject.corpus.val)
+    rng = subject.rng(6)
+    s = rng.integers(T, len(val) - T - 1, size=CONTEXT_PAIRS)
+    k = rng.integers(T // 2, T, size=CONTEXT_PAIRS)
+    ar = np.arange(T + 1)
+    a = torch.from_numpy(val[s[:, None] + ar].astype(np.int64))
+    b = torch.from_numpy(val[(s - k)[:, None] + ar].astype(np.int64))
+    return a, b, torch.from_numpy(k), torch.from_numpy(s)
+
+
+def _per_position_loss(subject: Subject, model: nn.Module, w: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy (N, T) of windows w (N, T + 1): inputs w[:, :-1], targets w[:, 1:]."""
+    with torch.no_grad():
+        logits = subject.logits_many(model, w[:, :-1])
+    n, T, V = logits.shape
+    return F.cross_entropy(logits.reshape(-1, V), w[:, 1:].reshape(-1), reduction="none").view(n, T)
+
+
+def _measure_context(subject: Subject, model: nn.Module, ev: dict) -> tuple[float, float, float, float]:
+    """Score the validation pairs; fills ``ev``; returns (gain, its standard error, position-0 loss, late loss)."""
+    T = subject.T
+    model.eval()
+    a, b, k, _ = _pairs(subject, T)
+    la, lb = _per_position_loss(subject, model, a), _per_position_loss(subject, model, b)
+    model.train()
+    gain = la[:, 0] - lb[torch.arange(len(k)), k]
+    g, se = float(gain.mean()), float(gain.std() / math.sqrt(len(gain)))
+    both = torch.cat([la, lb])
+    pos0, late = float(both[:, 0].mean()), float(both[:, T // 2:].mean())
+    ev.update({"loss_position_0": pos0, "loss_late": late, "late_from": T // 2, "gain_nats": g, "gain_se": se,
+               "pairs": len(gain),
+               "loss_by_position": {str(p): float(both[:, p].mean())
+                                    for p in sorted({0, 1, 2, T // 4, T // 2, T - 1})}})
+    return g, se, pos0, late
+
+
+def context_use_rule(subject: Subject) -> CheckResult:
+    """After a short training on the corpus: are the same targets predicted better late than at position 0?
+
+    Trains CONTEXT_STEPS steps; when that does not show context use and the loss is still above the
+    bigram baseline (the training did not get far enough to tell), CONTEXT_STEPS more, once.
+    """
+    T = subject.T
+    if T < 4 or len(subject.corpus.val) < 3 * T + 2:
+        return CheckResult("context_use", None, {"summary": f"not run: needs T >= 4 and a validation split of at least "
+                                                            f"{3 * T + 2} tokens (T={T}, {len(subject.corpus.val)})"})
+    if subject.leaks:
+        return CheckResult("context_use", None, {"summary": "not judged: the logits see later tokens (causal_leak), so "
+                                                            "a trained model's loss measures copying the answer, not "
+                                                            "use of the context; fix the leak first"})
+    torch.manual_seed(subject.seed)
+    model = subject.fresh().train()
+    B = subject.free_batch(max(1, CONTEXT_TOKENS // T))
+    rng = subject.rng(7)
+    V = subject.vocab_size
+    bigram = bigram_nats(subject.corpus.train, subject.corpus.val, V)
+    ev: dict = {"batch_size": B, "block_size": T, "lr": CONTEXT_LR, "bigram_nats": bigram,
+                "unigram_nats": unigram_nats(subject.corpus.train, subject.corpus.val, V)}
+    loop = _Loop(subject, model, CONTEXT_LR, CONTEXT_STEPS // 10)
+    for _ in range(2):
+        ok = loop.run(CONTEXT_STEPS, lambda s: subject.batch(B, T, rng), record_every=50)
+        ev.update({"steps": loop.step, "history": loop.history})
+        if not ok:
+            why = f"the training loss became non-finite at step {loop.nonfinite} (AdamW lr {CONTEXT_LR:g}, clip 1.0)"
+            return CheckResult("context_use", False, {"summary": why, **ev},
+                               "something overflows in training: see init_loss and gradient_flow")
+        g, se, pos0, late = _measure_context(subject, model, ev)
+        if _uses_context(g, se) or late <= bigram:
+            break
+    return _context_verdict(ev, g, se, pos0, late, bigram)
+
+
+def _uses_context(g: float, se: float) -> bool:
+    return g >= CONTEXT_MIN_GAIN and g > 2 * se
+
+
+def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bigram: float) -> CheckResult:
+    versus = "below" if late < bigram else "still above"
+    txt = (f"after {ev['steps']} steps ({ev['batch_size']}x{ev['block_size']} tokens each): the same validation "
+           f"targets cost {g:.3f} +- {se:.3f} nats less at a late position than at position 0 (one token seen); loss "
+           f"at positions >= {ev['late_from']} {late:.3f} vs position 0 {pos0:.3f}, {versus} the bigram baseline "
+           f"{bigram:.3f}")
+    if _uses_context(g, se):
+        return CheckResult("context_use", True, {"summary": txt, **ev})
+    return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
+                       "the tokens before the current one do not reach the prediction, so the loss stays at the "
+                       f"bigram level ({bigram:.3f} on this corpus): check that the attention output is added into "
+                       "the residual stream (x = x + out_proj(attn)), that the mask keeps the past visible "
+                       "(torch.tril, not torch.eye), and that no parameter lacks a gradient (no_gradient)")
+

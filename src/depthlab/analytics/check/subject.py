@@ -1,0 +1,194 @@
+"""The model under check: a pristine copy, the corpus, the sizes its forward accepts, and the calls.
+
+Every rule of :mod:`depthlab.analytics.check` talks to the user's model through a :class:`Subject`,
+so the protocol (``forward(idx) -> logits``, or a tuple starting with them), the loss
+(:class:`depthlab.training.protocol.ModelPort`), the batches of real text and the handling of a
+hard-coded batch size live in one place. An exception raised by the user's code becomes a
+:class:`ModelFault` carrying its first line and the line of the user's file it came from.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ...data import Corpus, get_batch
+from ...errors import DepthlabError
+from ...training.protocol import ModelPort
+from ...usermodel import first_line
+
+__all__ = ["CheckResult", "ModelFault", "Subject", "where"]
+
+_LIBRARY_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (torch, np)) + (
+    str(Path(__file__).resolve().parents[2]),)
+
+
+@dataclass
+class CheckResult:
+    """One rule's verdict.
+
+    Attributes:
+        rule: the rule's fixed name (``shape``, ``vocab``, ...).
+        ok: True = no problem found, False = a problem found, None = the rule could not run (the
+            evidence says why).
+        evidence: what was measured: ``summary`` (one sentence with the numbers) and the numbers,
+            parameter names and positions themselves.
+        remedy: what to change, in plain words, naming the knob ("" when nothing is wrong).
+        seconds: wall time of the rule (not part of :meth:`to_dict`: output stays reproducible).
+    """
+
+    rule: str
+    ok: Optional[bool]
+    evidence: dict = field(default_factory=dict)
+    remedy: str = ""
+    seconds: float = 0.0
+
+    @property
+    def summary(self) -> str:
+        """The one-sentence reading of the evidence."""
+        return str(self.evidence.get("summary", ""))
+
+    def to_dict(self) -> dict:
+        """``{"rule", "ok", "evidence", "remedy"}`` (JSON-ready)."""
+        return {"rule": self.rule, "ok": self.ok, "evidence": self.evidence, "remedy": self.remedy}
+
+
+class ModelFault(Exception):
+    """The user's code raised (or returned something unusable) during a check.
+
+    Args:
+        message: the problem's first line (``Type: text``), with where it happened.
+    """
+
+
+def where(e: BaseException) -> Optional[str]:
+    """``file.py:LINE: code`` of the deepest frame of ``e``'s traceback outside torch, numpy and depthlab."""
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):
+        fn = str(Path(fr.filename).resolve()) if fr.filename and not fr.filename.startswith("<") else ""
+        if fn and not fn.startswith(_LIBRARY_DIRS):
+            return f"{Path(fn).name}:{fr.lineno}: {(fr.line or '').strip()}"
+    return None
+
+
+def fault_text(e: BaseException) -> str:
+    """The first line of a user's exception, with the line of their file it came from when known."""
+    at = where(e)
+    return f"{first_line(e)} (at {at})" if at else first_line(e)
+
+
+class Subject:
+    """The model to check and what the rules share.
+
+    Args:
+        model: the model as built (at initialisation); kept pristine, rules work on copies.
+        rebuild: a zero-argument function building the model again (used when a copy fails), or None.
+        corpus: the corpus (vocabulary and train/validation tokens).
+        seed: seeds every rule's torch and numpy generators.
+    """
+
+    def __init__(self, model: nn.Module, rebuild: Optional[Callable[[], nn.Module]], corpus: Corpus,
+                 seed: int = 1337):
+        self.pristine = model
+        self.rebuild = rebuild
+        self.corpus = corpus
+        self.vocab_size = len(corpus.tokenizer.vocab)
+        self.seed = int(seed)
+        self.B = 0  # the sizes the forward accepts, set by the shape rule
+        self.T = 0
+        self.batch_fixed = False  # the forward accepts only batch B (a hard-coded batch size)
+        self.model_vocab: Optional[int] = None  # the logits' last dimension
+        self.unusable: Optional[str] = None  # set when later rules cannot run (e.g. vocabulary too small)
+        self.leaks = False  # causal_leak found the logits depending on later tokens
+
+    # ------------------------------------------------------------------ models
+    def fresh(self) -> nn.Module:
+        """A copy of the model at initialisation (deepcopy, else rebuilt with the same seed)."""
+        try:
+            return copy.deepcopy(self.pristine)
+        except Exception as e:  # noqa: BLE001 - some user modules cannot be deep-copied; build another
+            if self.rebuild is None:
+                raise DepthlabError(f"the model cannot be copied (copy.deepcopy: {first_line(e)}); "
+                                    "give a function that builds it again") from None
+            torch.manual_seed(self.seed)
+            return self.rebuild()
+
+    def logits(self, model: nn.Module, idx: torch.Tensor, targets: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The logits of every position, as the trainer gets them (:meth:`ModelPort.logits`: a forward that
+        takes ``targets`` is given them), checked to be (B, T, V) floats.
+
+        Raises:
+            ModelFault: the forward raised, or returned something else.
+        """
+        try:
+            logits = ModelPort(model).logits(model, idx, targets)
+        except DepthlabError as e:  # not logits
+            raise ModelFault(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the user's forward
+            raise ModelFault(fault_text(e)) from None
+        B, T = idx.shape
+        if logits.dim() != 3 or tuple(logits.shape[:2]) != (B, T):
+            hint = ""
+            if logits.dim() == 3 and logits.shape[:2] == (B, 1) and T > 1:
+                hint = "; only the last position came back: return the logits of every position"
+            raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
+                             f"expected ({B}, {T}, V){hint}")
+        if not logits.is_floating_point():
+            raise ModelFault(f"forward(idx) returned {logits.dtype} logits; they must be floating point")
+        return logits
+
+    def logits_many(self, model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
+        """Logits of N sequences (N, T), in batches of the accepted size (padded when it is fixed)."""
+        out = []
+        step = self.B if self.batch_fixed else max(self.B, 16)
+        for i in range(0, len(seqs), step):
+            chunk = seqs[i:i + step]
+            n = len(chunk)
+            if self.batch_fixed and n < self.B:
+                chunk = torch.cat([chunk, chunk[:1].expand(self.B - n, -1)])
+            out.append(self.logits(model, chunk)[:n].float())
+        return torch.cat(out)
+
+    def loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (nats/token), as the trainer computes it (:class:`ModelPort`).
+
+        Raises:
+            ModelFault: the forward raised or its logits do not fit the targets.
+        """
+        port = ModelPort(model)
+        if not port.native:  # the trainer's loss of a user's model, with the user's line when the forward fails
+            logits = self.logits(model, x, y)
+            return call_user(lambda: F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)))
+        return call_user(lambda: port.loss(model, x, y))
+
+    # ------------------------------------------------------------------ data
+    def rng(self, stream: int) -> np.random.Generator:
+        """A numpy generator of its own for each use (stream), seeded with the check's seed."""
+        return np.random.default_rng([self.seed, 101, stream])
+
+    def batch(self, B: int, T: int, rng: np.random.Generator, split: str = "train"
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random windows (x, y) of real text, each (B, T) int64."""
+        data = self.corpus.train if split == "train" else self.corpus.val
+        return get_batch(data, T, B, rng)
+
+    def free_batch(self, wanted: int) -> int:
+        """``wanted`` sequences, or the only batch size the forward accepts."""
+        return self.B if self.batch_fixed else max(1, int(wanted))
+
+
+def call_user(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` (which calls the user's code); its exception becomes a :class:`ModelFault`."""
+    try:
+        return fn()
+    except ModelFault:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's code
+        raise ModelFault(fault_text(e)) from None

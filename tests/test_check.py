@@ -1,0 +1,296 @@
+"""`depthlab check`: each planted bug is caught by its named rule, correct models raise no alarm.
+
+The models are in tests/fixtures/planted.py, loaded as a user's file (``PATH.py:NAME``). The fast
+tests run only the rule under test (after ``shape``, which always runs); the full eight rules, with
+their short trainings (overfit_batch, context_use), are the slow tests.
+"""
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from depthlab.analytics.check import RULES, check_model, find_blocks, format_check_table
+from depthlab.config import DataConfig
+from depthlab.data import load_corpus
+from depthlab.errors import DepthlabError
+from depthlab.usermodel import build_model, parse_source
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = ROOT / "tests" / "fixtures" / "planted.py"
+EXAMPLE = ROOT / "examples" / "tiny_transformer.py"
+FAST = tuple(r for r in RULES if r not in ("overfit_batch", "context_use"))
+
+
+@lru_cache(maxsize=1)
+def _corpus_cached(cache: str):
+    return load_corpus(DataConfig(cache_dir=cache))
+
+
+@pytest.fixture
+def corpus(tmp_path_factory):
+    return _corpus_cached(str(tmp_path_factory.getbasetemp() / "check-cache"))
+
+
+def planted(name: str, **init) -> nn.Module:
+    torch.manual_seed(0)
+    return build_model(parse_source(f"{PLANTED}:{name}"), init, 65)
+
+
+def run(name, corpus, rules=FAST, block_size=32, **init):
+    rep = check_model(planted(name, **init), corpus, block_size=block_size, rules=("shape",) + tuple(rules),
+                      name=name)
+    return rep, {c.rule: c for c in rep.checks}
+
+
+# ------------------------------------------------------------------------- the planted bugs
+@pytest.mark.parametrize("name", ["no_mask", "off_by_one", "small_bias", "wrong_axis"])
+def test_causal_leak_caught(name, corpus):
+    rep, c = run(name, corpus, ["causal_leak"])
+    leak = c["causal_leak"]
+    assert leak.ok is False and rep.exit_code == 1
+    assert leak.evidence["first_leaking_offset"] == 1
+    assert leak.remedy and "later tokens" in leak.summary
+
+
+def test_no_mask_leaks_everywhere_and_as_much_as_the_past(corpus):
+    _, c = run("no_mask", corpus, ["causal_leak"])
+    ev = c["causal_leak"].evidence
+    assert ev["leaking_pairs"] == ev["pairs_tested"] == 32 * 31 // 2
+    assert "nothing hides the future" in c["causal_leak"].summary
+
+
+def test_off_by_one_names_the_next_token(corpus):
+    _, c = run("off_by_one", corpus, ["causal_leak"])
+    ev = c["causal_leak"].evidence
+    assert ev["leaking_offsets"] == [1, 2]  # two layers: the next token, passed on one position further
+    assert "diagonal=0" in c["causal_leak"].remedy
+
+
+def test_small_bias_is_a_small_leak(corpus):
+    _, c = run("small_bias", corpus, ["causal_leak"])
+    ev = c["causal_leak"].evidence
+    assert ev["mean_change_from_later_token"] < 0.1 * ev["mean_change_from_earlier_token"]
+    assert "-inf" in c["causal_leak"].remedy
+
+
+def test_unused_attention_has_no_gradient(corpus):
+    _, c = run("unused_attention", corpus, ["no_gradient"])
+    ng = c["no_gradient"]
+    assert ng.ok is False
+    assert {"blocks.0.attn.qkv.weight", "blocks.1.attn.proj.bias"} <= set(ng.evidence["no_grad"])
+    assert not any("mlp" in n for n in ng.evidence["no_grad"])
+
+
+def test_frozen_parameter_named(corpus):
+    _, c = run("frozen_param", corpus, ["no_gradient"])
+    assert c["no_gradient"].ok is False and c["no_gradient"].evidence["frozen"] == ["pos.weight"]
+    assert "requires_grad=True" in c["no_gradient"].remedy
+
+
+def test_deep_stack_without_shortcut_fails_gradient_flow(corpus):
+    _, c = run("no_shortcut", corpus, ["gradient_flow"])
+    gf = c["gradient_flow"]
+    assert gf.ok is False and gf.evidence["blocks"] == "blocks (12 x Block)"
+    assert "underflow" in gf.summary or "vanishing" in gf.summary
+    assert "shortcut" in gf.remedy
+
+
+def test_hard_coded_batch_size_named(corpus):
+    rep, c = run("fixed_batch", corpus, [])
+    sh = c["shape"]
+    assert sh.ok is False and sh.evidence["hard_coded_batch_size"] == 8
+    assert sh.evidence["hard_coded_length"] is None
+    assert "planted.py:" in sh.summary  # the line of the user's file
+    assert rep.model["batch_size"] == 8  # the other rules run at the size that works
+
+
+def test_hard_coded_batch_still_checked_at_that_size(corpus):
+    _, c = run("fixed_batch", corpus, ["causal_leak", "no_gradient", "gradient_flow"])
+    assert all(c[r].ok is True for r in ("causal_leak", "no_gradient", "gradient_flow"))
+
+
+def test_big_head_fails_init_loss(corpus):
+    _, c = run("big_head", corpus, ["init_loss"])
+    il = c["init_loss"]
+    assert il.ok is False and il.evidence["excess_nats"] > 1.0 and il.evidence["logit_std"] > 5
+    assert il.evidence["output_layer"] == "head" and "head.weight" in il.remedy
+
+
+# ------------------------------------------------------------------------- no false alarms
+@pytest.mark.parametrize("variant", ["prenorm", "postnorm", "plain", "rezero", "deepnorm"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_depthlab_gpt_no_false_alarm_fast_rules(variant, norm, corpus):
+    rep, c = run("depthlab_gpt", corpus, FAST, variant=variant, norm=norm)
+    assert rep.failed == [], {r: c[r].summary for r in rep.failed}
+    assert c["gradient_flow"].evidence["blocks"] == "transformer.h (2 x Block)"
+
+
+@pytest.mark.parametrize("name", ["TinyGPT", "KarpathyStyle"])
+def test_correct_models_no_false_alarm_fast_rules(name, corpus):
+    rep, _ = run(name, corpus, FAST)
+    assert rep.failed == []
+    assert all(c.ok is True for c in rep.checks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["prenorm", "postnorm", "plain", "rezero", "deepnorm"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_depthlab_gpt_no_false_alarm_all_rules(variant, norm, corpus):
+    rep, c = run("depthlab_gpt", corpus, RULES, variant=variant, norm=norm)
+    assert [x.rule for x in rep.checks] == list(RULES)
+    assert rep.failed == [], {r: c[r].summary for r in rep.failed}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["TinyGPT", "KarpathyStyle"])
+def test_correct_models_no_false_alarm_all_rules(name, corpus):
+    rep, _ = run(name, corpus, RULES)
+    assert rep.exit_code == 0 and all(c.ok is True for c in rep.checks)
+
+
+@pytest.mark.slow
+def test_unused_attention_fails_context_use(corpus):
+    _, c = run("unused_attention", corpus, ["context_use"])
+    cu = c["context_use"]
+    assert cu.ok is False and cu.evidence["gain_nats"] < 0.05
+    assert "x = x + out_proj(attn)" in cu.remedy
+
+
+@pytest.mark.slow
+def test_deep_stack_without_shortcut_cannot_overfit(corpus):
+    _, c = run("no_shortcut", corpus, ["overfit_batch"])
+    assert c["overfit_batch"].ok is False and c["overfit_batch"].evidence["final_loss"] > 1.0
+
+
+def test_context_use_not_judged_through_a_leak(corpus):
+    _, c = run("no_mask", corpus, ["causal_leak", "context_use"])
+    assert c["causal_leak"].ok is False and c["context_use"].ok is None
+    assert c["context_use"].summary.startswith("not judged")
+
+
+# ------------------------------------------------------------------------- blocks
+def test_blocks_are_the_outer_list_not_the_heads():
+    name, blocks = find_blocks(planted("KarpathyStyle"))  # 4 heads per block, 2 blocks
+    assert name == "blocks" and len(blocks) == 2
+
+
+def test_no_blocks_is_not_run_and_says_why(corpus):
+    model = build_model(parse_source(f"{EXAMPLE}:TinyTransformer"), {}, 65)
+    assert find_blocks(model) == (None, [])
+    rep = check_model(model, corpus, block_size=64, rules=("shape", "gradient_flow"))
+    gf = rep.checks[-1]
+    assert gf.ok is None and "--blocks" in gf.summary
+
+
+def test_blocks_option(corpus):
+    rep = check_model(planted("KarpathyStyle"), corpus, block_size=32, blocks="blocks.0.sa.heads",
+                      rules=("shape", "gradient_flow"))
+    assert rep.checks[-1].evidence["blocks"] == "blocks.0.sa.heads (4 x Head)"
+    with pytest.raises(DepthlabError, match="no submodule 'blockz'"):
+        check_model(planted("KarpathyStyle"), corpus, block_size=32, blocks="blockz")
+
+
+# ------------------------------------------------------------------------- the worked example
+def test_tiny_transformer_hard_coded_sizes_named(corpus):
+    model = build_model(parse_source(f"{EXAMPLE}:TinyTransformer"), {}, 65)
+    rep = check_model(model, corpus, rules=("shape", "causal_leak", "no_gradient"))
+    sh = rep.checks[0]
+    assert sh.ok is False
+    assert sh.evidence["hard_coded_batch_size"] == 32 and sh.evidence["hard_coded_length"] == 64
+    line = next(i for i, t in enumerate(EXAMPLE.read_text().splitlines(), 1) if "Q = Q.view(32, 64, 2, 32)" in t)
+    assert f"tiny_transformer.py:{line}: Q = Q.view(32, 64, 2, 32)" in sh.summary  # the line of the user's file
+    assert rep.model["batch_size"] == 32 and rep.model["block_size"] == 64
+    assert rep.checks[1].ok is True and rep.checks[2].ok is True
+
+
+# ------------------------------------------------------------------------- the protocol and the report
+class Shuffled(nn.Module):
+    """Correct per sequence, but random in eval mode: the leak test cannot tell."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(65, 8)
+        self.head = nn.Linear(8, 65)
+
+    def forward(self, idx):
+        return self.head(self.emb(idx) + torch.randn(idx.shape[0], idx.shape[1], 8))
+
+
+def test_random_forward_cannot_be_leak_tested(corpus):
+    rep = check_model(Shuffled(), corpus, block_size=16, rules=("shape", "causal_leak"))
+    assert rep.checks[1].ok is None and "not run" in rep.checks[1].summary
+
+
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, idx):
+        raise RuntimeError("not written yet")
+
+
+def test_forward_failing_everywhere_is_one_error(corpus):
+    with pytest.raises(DepthlabError, match="not written yet") as e:
+        check_model(Broken(), corpus, block_size=16)
+    assert "\n" not in str(e.value)
+
+
+def test_small_vocabulary_fails_vocab_and_stops_the_rest(corpus):
+    rep = check_model(planted("TinyGPT", vocab_size=50), corpus, block_size=16, rules=FAST)
+    c = {x.rule: x for x in rep.checks}
+    assert c["vocab"].ok is False and "vocab_size=65" in c["vocab"].remedy
+    assert all(c[r].ok is None for r in FAST if r not in ("shape", "vocab"))
+
+
+def test_padded_vocabulary_is_fine_and_init_loss_uses_its_size(corpus):
+    rep = check_model(planted("TinyGPT", vocab_size=128), corpus, block_size=16, rules=("vocab", "init_loss"))
+    c = {x.rule: x for x in rep.checks}
+    assert c["vocab"].ok is True and c["init_loss"].ok is True
+    assert c["init_loss"].evidence["ln_V"] == pytest.approx(math.log(128))
+
+
+def test_forward_returning_logits_and_loss_with_targets_none(corpus):
+    rep, c = run("KarpathyStyle", corpus, ["causal_leak", "init_loss"])  # forward(idx, targets=None) -> (logits, loss)
+    assert c["causal_leak"].ok is True and c["init_loss"].ok is True
+
+
+def test_last_position_only_is_named(corpus):
+    class LastOnly(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(65, 65)
+
+        def forward(self, idx):
+            return self.emb(idx)[:, [-1], :]
+
+    with pytest.raises(DepthlabError, match="only the last position"):
+        check_model(LastOnly(), corpus, block_size=16)
+
+
+def test_report_json_and_table(corpus):
+    rep, _ = run("no_mask", corpus, FAST)
+    doc = json.loads(json.dumps(rep.to_dict()))
+    assert [c["rule"] for c in doc["checks"]] == list(FAST)
+    assert all(set(c) == {"rule", "ok", "evidence", "remedy"} for c in doc["checks"])
+    assert doc["model"]["name"] == "no_mask" and doc["model"]["blocks"] == "blocks (2 x Block)"
+    table = format_check_table(rep)
+    assert "causal_leak    PROBLEM" in table and table.endswith("1 problem found: causal_leak")
+
+
+def test_the_model_given_is_not_changed(corpus):
+    m = planted("TinyGPT")
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    check_model(m, corpus, block_size=16, rules=FAST)
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
+def test_fast_rules_are_reproducible(corpus):
+    a = run("small_bias", corpus, FAST)[0].to_dict()
+    b = run("small_bias", corpus, FAST)[0].to_dict()
+    assert a == b
