@@ -86,7 +86,8 @@ def test_tokens_per_sec_leaves_out_evaluation_and_observers(tmp_path, tiny_text_
     assert [r["tokens_per_sec"] for r in rows] == [pytest.approx(5 * 4 * 16 / (5 * 0.02))] * 4
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert s["tokens_per_sec"] == pytest.approx(20 * 64 / (20 * 0.02))
-    assert s["tokens_per_sec_overall"] < s["tokens_per_sec"]  # the wall clock includes everything else
+    # the overall figure is against the real wall clock, evaluations included
+    assert s["tokens_per_sec_overall"] == pytest.approx(s["tokens_seen"] / s["wall_time_s"], rel=1e-2)
 
 
 # ----------------------------------------------- the device-side check forced on CPU: the same run as the host check
