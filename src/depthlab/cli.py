@@ -302,6 +302,47 @@ def run_probe(ns) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- check
+def build_check_parser():
+    """The parser of ``depthlab check PATH.py:NAME``: the model's file, its arguments and the sizes."""
+    from .analytics.check import DEFAULT_BATCH_SIZE, RULES
+
+    p = new_parser("check", "Check a model you wrote (PATH.py:NAME, a class or a function returning an nn.Module "
+                            "whose forward(idx) gives logits (B, T, V)) before training it: "
+                            f"{', '.join(RULES)}. Each check prints its evidence and, when it finds a problem, "
+                            "the fix. The file is your code and runs as Python. Exit 0 = no problem found, "
+                            "1 = problems found, 2 = usage error.")
+    p.add_argument("source", type=str, help="PATH.py:NAME, the file and the class or function that makes the model")
+    p.add_argument("--init", type=Optional[str], default=None,
+                   help="keyword arguments for NAME, a JSON object, e.g. '{\"n_layer\": 2}'")
+    p.add_argument("--data.path", type=Optional[str], default=None,
+                   help="text file of the corpus (default: the embedded Tiny Shakespeare)")
+    p.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help="sequences per forward (the training checks use their own small batches)")
+    p.add_argument("--block_size", "--block-size", type=Optional[int], default=None,
+                   help="sequence length T (default: the model's block_size attribute, else 64)")
+    p.add_argument("--blocks", type=Optional[str], default=None,
+                   help="the model's list of blocks, e.g. transformer.h (default: found)")
+    p.add_argument("--seed", type=int, default=1337, help="seeds every check")
+    p.add_argument("--json", action="store_true",
+                   help='print one JSON object {"model": ..., "checks": [{"rule", "ok", "evidence", "remedy"}]}')
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    return p
+
+
+def run_check(ns) -> int:
+    """``depthlab check``: the table of checks (or JSON); exit 1 when a check found a problem."""
+    from .analytics.check import check_source, format_check_table
+    from .config import DataConfig
+
+    _set_threads(ns.threads)
+    log = None if ns.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    report = check_source(ns.source, ns.init, DataConfig(path=ns.data.path), batch_size=ns.batch_size,
+                          block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log)
+    print(json.dumps(report.to_dict()) if ns.json else format_check_table(report))
+    return report.exit_code
+
+
 # ------------------------------------------------------------------------- sample
 def build_sample_parser():
     """The parser of ``depthlab sample RUN_DIR``."""
@@ -584,6 +625,8 @@ COMMANDS: dict[str, Command] = {
     "sample": Command("generate text from a run directory", build_sample_parser, run_sample),
     "probe": Command("gradient flow, activation scale and rank per block at initialisation (no training)",
                      build_probe_parser, run_probe, expand_presets),
+    "check": Command("check a model you wrote (PATH.py:NAME): shape, causal leak, init loss, gradients, ...",
+                     build_check_parser, run_check),
     "diagnose": Command("findings in plain words (evidence + remedy) for a run directory", build_diagnose_parser,
                         run_diagnose),
     "report": Command("write a self-contained HTML report (figures, diagnosis, baselines) of a run or a sweep",
