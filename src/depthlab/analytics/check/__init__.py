@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -212,18 +213,30 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
     return report
 
 
-def format_check_table(report: CheckReport) -> str:
-    """The report as text: one line per rule (ok / PROBLEM / not run), its evidence, and the remedy when wrong."""
+def format_check_table(report: CheckReport, width: int = 110) -> str:
+    """The report as text: one entry per rule (ok / PROBLEM / not run) with its evidence, and the fix when
+    it found a problem or could not run; wrapped at ``width`` columns."""
+    import textwrap
+
+    from ...data import embedded_corpus_path
+
     m = report.model
+    corpus = m["corpus"]
+    if Path(corpus).resolve() == embedded_corpus_path().resolve():
+        corpus = "the embedded Tiny Shakespeare"
     head = (f"depthlab check {m.get('source', m.get('name', ''))}: {m['class']}, {m['parameters']:,} parameters, "
-            f"checked at batch {m.get('batch_size')} x length {m.get('block_size')} on {m['corpus']} "
+            f"checked at batch {m.get('batch_size')} x length {m.get('block_size')} on {corpus} "
             f"(V={m['corpus_vocab_size']})")
-    lines = [head, ""]
+    indent = " " * 24
+    lines = [textwrap.fill(head, width, subsequent_indent="  "), ""]
     for c in report.checks:
         status = "ok" if c.ok else "not run" if c.ok is None else "PROBLEM"
-        lines.append(f"{c.rule:<14} {status:<8} {c.summary}")
+        summary = c.summary[len("not run: "):] if c.summary.startswith("not run: ") else c.summary
+        lines.append(textwrap.fill(summary, width, initial_indent=f"{c.rule:<14} {status:<8} ",
+                                   subsequent_indent=indent, break_on_hyphens=False))
         if c.ok is not True and c.remedy:
-            lines.append(f"{'':<14} {'fix:':<8} {c.remedy}")
+            lines.append(textwrap.fill(c.remedy, width, initial_indent=f"{'':<14} {'fix:':<8} ",
+                                       subsequent_indent=indent, break_on_hyphens=False))
     n = len(report.failed)
     lines += ["", f"{n} problem{'s' if n != 1 else ''} found" + (f": {', '.join(report.failed)}" if n else "")]
     return "\n".join(lines)
