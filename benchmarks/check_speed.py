@@ -71,8 +71,9 @@ def main():
             for c in rep.checks:
                 best[c.rule] = min(best.get(c.rule, float("inf")), c.seconds)
             failed = rep.failed
+            steps = next(c.evidence.get("steps") for c in rep.checks if c.rule == "context_use")
         print(f"\n{label}: {a.n_layer} blocks x {a.n_embd} wide, batch {a.batch_size} x length {a.block_size}; "
-              f"problems found: {', '.join(failed) or 'none'}")
+              f"problems found: {', '.join(failed) or 'none'}; context_use trained {steps} steps")
         for r in RULES:
             print(f"  {r:<14} {best[r]:7.2f} s")
         print(f"  {'total':<14} {min(totals):7.2f} s (best of {a.repeats}; all: "
