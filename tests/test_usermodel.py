@@ -170,3 +170,11 @@ def test_a_model_that_cannot_run_at_the_run_sizes_is_refused_before_training(tmp
     with pytest.raises(DepthlabError) as e:
         Trainer(cfg, **QUIET)
     assert words in str(e.value) and not (tmp_path / "x").exists()  # the run folder it made is gone again
+
+
+def test_probe_refuses_a_source_model_instead_of_probing_the_default_gpt(capsys, model_file):
+    # it printed a healthy "prenorm, 4 blocks" probe of depthlab's default GPT for the user's model
+    assert main(["probe", "--model.source", f"{model_file}:MyGPT"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab: error: probe builds depthlab's GPT") and "depthlab check" in err
+    assert err.count("\n") == 1

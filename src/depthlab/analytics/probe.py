@@ -53,8 +53,14 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
         ``rank_measure`` Dong et al.'s relative residual of the block output (None where undefined).
 
     Raises:
-        DepthlabError: bad sizes or an unreadable corpus.
+        DepthlabError: bad sizes or an unreadable corpus; ``model.source`` (the probe builds
+            depthlab's GPT from the model fields: for your own model, ``depthlab check``'s
+            ``gradient_flow`` is this probe on its blocks).
     """
+    if getattr(cfg.model, "source", None):
+        raise DepthlabError(f"probe builds depthlab's GPT from the model fields, not model.source {cfg.model.source}; "
+                            f"for your model run `depthlab check {cfg.model.source}` (its gradient_flow rule is this "
+                            "probe on your model's blocks)")
     import dataclasses
 
     from ..data import get_batch, load_corpus
