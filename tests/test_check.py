@@ -267,6 +267,12 @@ def test_forward_returning_logits_and_loss_with_targets_none(corpus):
     assert c["causal_leak"].ok is True and c["init_loss"].ok is True
 
 
+def test_factory_of_a_nanogpt_style_model(corpus):
+    """forward(idx, targets=None) -> (logits, loss), only the last position without targets: given targets."""
+    rep, _ = run("nanogpt_like", corpus, FAST)
+    assert rep.failed == [] and all(c.ok is True for c in rep.checks)
+
+
 def test_last_position_only_is_named(corpus):
     class LastOnly(nn.Module):
         def __init__(self):
