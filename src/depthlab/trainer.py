@@ -187,6 +187,8 @@ class Trainer:
                 self.log(f"warning: {original} changed since this run copied it; resuming with the run's own copy "
                          f"{own.path} (sha256 {self.source_sha256[:12]}...)")
             return make_model(self.cfg.model, self.run_dir)
+        if point is not None and point.entry is not None:
+            run_source(self.run_dir, source)  # a checkpointed run without its copy: refused, as sample does
         src = parse_source(source)
         self.log(f"model: {source} (your code, run as Python because model.source names it)")
         model = make_model(self.cfg.model)
