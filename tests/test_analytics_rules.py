@@ -16,8 +16,9 @@ def test_every_rule_has_the_one_interface():
     from depthlab.analytics.diagnose import RULE_SET, Evidence
     from depthlab.analytics.rules import Finding, Need, NotJudged, Rule
 
-    assert RULES == ("bigram_stuck", "vanishing_gradients", "exploding", "rank_collapse", "uniform_attention",
-                     "lr_too_high", "lr_too_low", "overfitting", "plateau")  # the stable contract
+    assert RULES == ("bigram_stuck", "unigram_stuck", "no_gradient", "vanishing_gradients", "exploding",
+                     "rank_collapse", "uniform_attention", "lr_too_high", "lr_too_low", "overfitting",
+                     "plateau")  # the stable contract (names are added, never renamed)
     assert {n for r in RULE_SET for n in r.names} == set(RULES)
     healthy = Evidence(evals([4.2, 3.0, 2.3, 2.2, 2.1, 2.0]) + [grad(s, [0.5, 1.0]) for s in (100, 150, 200)]
                        + [probe(500, [0.9, 0.8])], {"model": {"vocab_size": 65}}, BASE)
@@ -70,9 +71,12 @@ def test_a_rule_is_judged_or_not_judged_never_both():
     assert not [w for w in d.without_data() if w.startswith("bigram_stuck")]
     # no config: the tokens bigram_stuck needs come from the baselines' V (the line said "0 tokens")
     d = diagnose(Evidence(evals([4.17, 3.0, 2.7], tokens_per_step=1), None, BASE))
+    # 200 steps is enough: the tokens are the gate that fails, and the line says the tokens (issue 23 case 17:
+    # it said "with 8,450 tokens seen by then; the run is 200 steps", naming steps the run has)
     assert d.findings == () and d.without_data()[-2:] == [
-        "bigram_stuck (it needs an evaluation at step 200 or later, with 8,450 tokens seen by then; the run is 200 "
-        "steps)", "plateau (3 of the 6 evaluations it needs)"]
+        "bigram_stuck, unigram_stuck (they need 8,450 tokens seen (2 x V^2, V = 65) at an evaluation at step 200 "
+        "or later; by its last evaluation, at step 200, the run had seen 200: raise train.batch_size or train "
+        "longer)", "plateau (3 of the 6 evaluations it needs)"]
     for recs in (evals([4.1, 2.5, 2.4, 3.5]), [grad(s, [1e-9, 1e-4, 1.0], [1e-7, 1e-6, 1e-5]) for s in (150, 250)],
                  evals([4.17, 2.6, 2.45]) + [probe(500, [0.6, 0.001], ent=[[3.8, 3.9]] * 2)]):
         d = diagnose(Evidence(recs, {"model": {"block_size": 64}}, BASE))

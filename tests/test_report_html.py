@@ -258,10 +258,13 @@ def test_bigram_card_agrees_with_the_diagnosis(probed_run):
         (note,) = [note for label, _, note in H.run_cards(data) if label == "minus bigram baseline"]
         return note.removeprefix("nats: ")
 
-    assert level_words(2.441, base) == "within 0.05 of bigram, little context used"
+    # the two lines mean different things (issue 23 case 12): the bigram line is the current character alone,
+    # the unigram line no context at all
+    assert level_words(2.441, base) == "within 0.05 of bigram: the current character alone"
     assert level_words(2.2, base) == "below bigram, uses context"
-    assert level_words(3.35, base) == "at the unigram level, no context used at all"
-    assert level_words(2.441, {"bigram": {"nats": 2.482}}) == "within 0.05 of bigram, little context used"
+    assert level_words(3.35, base) == "at the unigram level: no context at all, not even the current character"
+    assert level_words(2.6, base) == "above bigram: less than the current character tells"
+    assert level_words(2.441, {"bigram": {"nats": 2.482}}) == "within 0.05 of bigram: the current character alone"
 
 
 def test_whole_split_card_shows_the_final_validation(probed_run):

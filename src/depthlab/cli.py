@@ -310,11 +310,13 @@ def run_sample(ns) -> int:
 # ------------------------------------------------------------------------- diagnose, report, presets
 def build_diagnose_parser():
     """The parser of ``depthlab diagnose RUN_DIR``."""
-    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, vanishing_gradients, exploding, "
-                               "rank_collapse, uniform_attention, lr_too_high, lr_too_low, overfitting, plateau) "
+    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, unigram_stuck, no_gradient, "
+                               "vanishing_gradients, exploding, rank_collapse, uniform_attention, lr_too_high, "
+                               "lr_too_low, overfitting, plateau) "
                                "to a run directory's metrics and print the findings with evidence and remedy.")
     _add_run_dir(p)
-    p.add_argument("--json", action="store_true", help='print {"findings": [{"rule", "evidence", "remedy"}]}')
+    p.add_argument("--json", action="store_true",
+                   help='print {"findings": [{"rule", "evidence", "remedy"}], "not_judged": [...]} (diagnosis.json)')
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .cli_args import flag_value
+from .cli_args import flag_value, occurrences
 from .errors import DepthlabError
 
-__all__ = ["expand_presets", "expand_train_argv", "list_presets", "preset_dir", "preset_path"]
+__all__ = ["expand_presets", "expand_train_argv", "list_presets", "preset_dir", "preset_path", "corpus_target"]
 
 
 def preset_dir() -> Path:
@@ -74,6 +74,8 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     from .rundir import CONFIG, RunDir
 
     out = expand_presets(argv)
+    if flag_value(argv, "--resume") is None:
+        out = corpus_target(argv, out)
     resume = flag_value(argv, "--resume")
     if resume is None:
         init = flag_value(argv, "--init-from") or flag_value(argv, "--init_from")
@@ -112,3 +114,79 @@ def _init_from_model_flags(init: str) -> list[str]:
             else str(value)
         out += [f"--model.{key}={text}"]
     return out
+
+
+# ------------------------------------------------------------------------- a preset's corpus-specific target
+def _yaml_section(path: str, section: str) -> dict:
+    """``section`` of the config file ``path`` ({} when it cannot be read: the parser says why later)."""
+    from .config import read_yaml
+
+    try:
+        d = read_yaml(path, "config file", "")
+    except (OSError, DepthlabError):
+        return {}
+    sec = d.get(section) if isinstance(d, dict) else None
+    return sec if isinstance(sec, dict) else {}
+
+
+def _final(out: list[str], key: str) -> tuple[bool, object]:
+    """(given, value) of config field ``section.field`` after every ``--config`` file and flag of the
+    expanded ``out`` (later ones win, as the parser reads them)."""
+    sec, field = key.split(".")
+    given, value = False, None
+    for i, name, v in occurrences(out, ["--config", "-c", f"--{key}"]):
+        if name == f"--{key}":
+            given, value = True, v
+        elif v is not None and field in _yaml_section(v, sec):
+            given, value = True, _yaml_section(v, sec)[field]
+    return given, value
+
+
+def _is_embedded(path: object) -> bool:
+    """True for no ``data.path`` (the embedded Tiny Shakespeare) or a file with exactly its bytes."""
+    from .data import embedded_corpus_path
+
+    if path in (None, "", "null", "None"):
+        return True
+    p, emb = Path(str(path)), embedded_corpus_path()
+    try:
+        return p.stat().st_size == emb.stat().st_size and p.read_bytes() == emb.read_bytes()
+    except OSError:
+        return False
+
+
+def corpus_target(argv: list[str], out: list[str], log=print) -> list[str]:
+    """A preset's ``train.target_val_loss`` is measured on the embedded Tiny Shakespeare with the char
+    tokenizer (fast-cpu's 1.88 nats/char): on another corpus or tokenizer it means nothing, so it is
+    dropped (``--train.target_val_loss 0`` after the preset) and ``log`` says so. A target the user
+    sets (a flag, or a ``-c`` file after the preset) is kept.
+
+    Args:
+        argv: the command line as typed. out: it with ``--preset`` expanded (:func:`expand_presets`).
+
+    Returns:
+        ``out``, with the drop inserted after each preset that sets a target.
+    """
+    presets = [(v, str(preset_path(v))) for _, _, v in occurrences(argv, ["--preset"]) if v is not None]
+    tuned = [(name, path) for name, path in presets
+             if float(_yaml_section(path, "train").get("target_val_loss") or 0) > 0]
+    if not tuned:
+        return out
+    name, path = tuned[-1]
+    after = out[max(i for i, a in enumerate(out) if a == path) + 1:]
+    if _final(after, "train.target_val_loss")[0]:
+        return out  # the user's own target, after the preset: theirs
+    _, data_path = _final(out, "data.path")
+    _, tokenizer = _final(out, "data.tokenizer")
+    if _is_embedded(data_path) and (tokenizer is None or tokenizer == "char"):
+        return out
+    target = float(_yaml_section(path, "train")["target_val_loss"])
+    what = (f"--data.path {data_path}" if not _is_embedded(data_path) else "") + \
+        (f"{' and ' if not _is_embedded(data_path) else ''}--data.tokenizer {tokenizer}"
+         if tokenizer not in (None, "char") else "")
+    log(f"preset {name}: its train.target_val_loss {target:g} nats/char was measured on the embedded Tiny "
+        f"Shakespeare with the char tokenizer; {what} is another corpus or unit, so that target is dropped and "
+        "training runs its planned steps (set one for this corpus with --train.target_val_loss; the run prints "
+        "its corpus baselines at start)")
+    i = out.index(path) + 1
+    return out[:i] + ["--train.target_val_loss", "0"] + out[i:]

@@ -459,6 +459,22 @@ SECTIONS = (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)
 PREDATING = {"train": {"optimizer": "adamw"}}
 
 
+def ran_optimizer(config: Optional[dict]) -> Optional[str]:
+    """The optimizer a run's ``config.json`` says trained it: ``resolved.optimizer`` (what ``auto``
+    became), else ``train.optimizer`` when it names one, else (a run from before the field, with
+    ``auto``) :data:`PREDATING`'s AdamW; None without a config."""
+    if not isinstance(config, dict):
+        return None
+    resolved, train = config.get("resolved"), config.get("train")
+    ran = resolved.get("optimizer") if isinstance(resolved, dict) else None
+    asked = train.get("optimizer") if isinstance(train, dict) else None
+    if ran:
+        return str(ran)
+    if asked and asked != "auto":
+        return str(asked)
+    return PREDATING["train"]["optimizer"]
+
+
 def add_config_arguments(parser) -> None:
     """Add every config field to a ``jsonargparse.ArgumentParser`` as a dotted flag (``--model.n_layer``).
 
@@ -484,8 +500,11 @@ def schedule_warnings(t: TrainConfig) -> list[str]:
     """
     out = []
     if t.warmup_iters >= t.max_iters:
+        # on a resume the schedule may continue from the checkpoint's learning rate and decay from there
+        # (the "resume: the learning rate continues from ..." line): only the peak is surely never reached
         out.append(f"train.warmup_iters ({t.warmup_iters}) >= train.max_iters ({t.max_iters}): the peak "
-                   f"train.learning_rate {t.learning_rate:g} is never reached and the cosine decay never starts")
+                   f"train.learning_rate {t.learning_rate:g} is never reached"
+                   + ("" if t.resume else " and the cosine decay never starts"))
     decay = t.lr_decay_iters or t.max_iters
     if t.lr_decay_iters and decay > t.max_iters:
         out.append(f"train.lr_decay_iters ({t.lr_decay_iters}) > train.max_iters ({t.max_iters}): training ends "

@@ -8,9 +8,11 @@ interface: it declares what it needs and judges that evidence into a finding, "n
 (naming what was missing) or nothing, so it can be unit-tested on synthetic metrics; thresholds
 live in :class:`Thresholds`.
 
-Rules (names are a stable contract): ``bigram_stuck``, ``vanishing_gradients``, ``exploding``,
-``rank_collapse``, ``uniform_attention``, ``lr_too_high``, ``lr_too_low``, ``overfitting``,
-``plateau``.
+Rules (names are a stable contract): ``bigram_stuck`` (the current character alone: the context
+before it does not reach the loss), ``unigram_stuck`` (no context at all, not even the current
+character; runs diagnosed before it existed said ``bigram_stuck``), ``no_gradient``,
+``vanishing_gradients``, ``exploding``, ``rank_collapse``, ``uniform_attention``, ``lr_too_high``,
+``lr_too_low``, ``overfitting``, ``plateau``.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def diagnose_records(records: list[dict], baselines: Optional[dict] = None, conf
 
     Args:
         records: the parsed lines of ``metrics.jsonl``.
-        baselines: ``baselines.json`` content (needed by ``bigram_stuck``).
+        baselines: ``baselines.json`` content (needed by ``bigram_stuck`` / ``unigram_stuck``).
         config: ``config.json`` content (variant, norm, block size, learning rate, warmup, ...;
             optional: without it remedies are conditional).
         thresholds: rule thresholds (defaults: :class:`Thresholds`).
@@ -99,7 +101,7 @@ def rules_without_data(records: list[dict], config: Optional[dict] = None, thres
 
     A rule that could not run must not read as "no problem found": ``lr_too_high``/``lr_too_low``
     need ``lr_min_records`` gradient records after the warmup, ``vanishing_gradients`` one,
-    ``rank_collapse``/``uniform_attention`` an activation probe, ``bigram_stuck`` an evaluation
+    ``rank_collapse``/``uniform_attention`` an activation probe, ``bigram_stuck``/``unigram_stuck`` an evaluation
     after ``bigram_min_steps`` (and enough tokens) and the corpus baselines, ``plateau``
     ``plateau_evals + 1`` evaluations and ``overfitting`` ``overfit_window`` of them with a
     train loss. The needs are each rule's own declaration (:attr:`Rule.needs`).
@@ -150,15 +152,21 @@ def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -
     return "\n".join(lines)
 
 
-def findings_json(findings: list[Finding]) -> dict:
-    """``{"findings": [{"rule", "evidence", "remedy"}, ...]}`` (the diagnosis.json format)."""
-    return {"findings": [asdict(f) for f in findings]}
+def findings_json(findings: list[Finding], not_judged: Optional[Sequence[str]] = None) -> dict:
+    """``{"findings": [{"rule", "evidence", "remedy"}, ...], "not_judged": [...]}`` (the diagnosis.json
+    format, and ``depthlab diagnose --json``'s); ``not_judged`` (:func:`rules_without_data`'s lines) only
+    when given."""
+    out: dict = {"findings": [asdict(f) for f in findings]}
+    if not_judged is not None:
+        out["not_judged"] = list(not_judged)
+    return out
 
 
-def write_diagnosis(run_dir: Path, findings: list[Finding]) -> Path:
-    """Write ``run_dir/diagnosis.json`` atomically; returns its path."""
+def write_diagnosis(run_dir: Path, findings: list[Finding], not_judged: Sequence[str] = ()) -> Path:
+    """Write ``run_dir/diagnosis.json`` atomically (the findings and the rules not judged, as
+    ``depthlab diagnose --json`` prints them); returns its path."""
     p = Path(run_dir) / DIAGNOSIS
-    write_json(p, findings_json(findings))
+    write_json(p, findings_json(findings, not_judged))
     return p
 
 
@@ -174,5 +182,5 @@ class DiagnosisCallback(Callback):
         except DepthlabError as e:  # never fail a finished training run over its diagnosis
             run.log(f"diagnosis skipped: {e}")
             return
-        write_diagnosis(run.run_dir, findings)
+        write_diagnosis(run.run_dir, findings, without_data)
         run.log(format_findings(findings, without_data))

@@ -291,7 +291,8 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[O
         return (f"rank collapse: the rank measure falls from {defined[0][1]:.3f} at block 0 to "
                 f"{defined[-1][1]:.1e} at block {defined[-1][0]}{tc_txt} (below {collapse} from block "
                 f"{first_bad}); all positions carry nearly the same vector, so the output cannot depend on "
-                "context -- expect a loss stuck near the bigram/unigram level.", None)
+                "context, not even on the current character -- expect a loss stuck at the unigram level (character "
+                "frequencies).", None)
     if defined and not underflow:
         return None, f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})"
     return None, None  # the rank of an all-zero stream is undefined; the underflow sentence says it all
@@ -354,8 +355,10 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
                    "gradient; the sublayer weights start learning once the alphas move.")
     if (any(s.startswith("rank collapse") for s in out) and _eps_check(result) is None
             and not any(s.startswith(("vanishing", "tiny gradients")) for s in out)):
-        out.append("note: the textbook 'vanishing gradients' explanation does not fit these numbers; the "
-                   "failure is in the token representations.")
+        out.append("note: at initialisation, before any update, the textbook 'vanishing gradients' explanation "
+                   "does not fit these numbers; the failure is in the token representations. Once training starts "
+                   "the gradients of such a stack can vanish too (depthlab diagnose reads the gradients recorded "
+                   "during training): both hold, at different moments.")
     return out
 
 

@@ -24,7 +24,7 @@ from ..analytics.samples import TEMPERATURE, TOP_K
 from ..errors import DepthlabError
 from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write
 from ..units import finite_or_none, fmt_value
-from .plots import PLOTS, RunData, load_run_data, make_all_plots
+from .plots import PLOTS, UPDATE_RATIO_MUON, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "run_cards", "GENERATOR"]
 
@@ -256,7 +256,10 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
     if finite_or_none(s.get("wall_time_s")) is not None:
         cards.append(("wall time", f"{float(s['wall_time_s']):.1f}", "seconds"))
     if finite_or_none(s.get("params")) is not None:
-        cards.append(("parameters", f"{float(s['params']):,.0f}", "non-embedding"))
+        m = (run.config or {}).get("model") or {}
+        tied = "token embedding (tied to the head)" if m.get("tie_weights", True) else "token embedding and head"
+        cards.append(("parameters", f"{float(s['params']):,.0f}", "every parameter of the model" if m.get("source")
+                      else f"{tied} included, position table left out"))
     return cards
 
 
@@ -269,9 +272,9 @@ def _level_words(best: float, baselines: dict) -> str:
         bg = float(baselines["bigram"]["nats"])
         level = "below bigram" if best < bg - margin else "above bigram" if best >= bg else "within margin of bigram"
     return {"at uniform": "at the uniform level, nothing learned yet",
-            "at unigram": "at the unigram level, no context used at all",
-            "above bigram": "above bigram, less than the previous character used",
-            "within margin of bigram": f"within {margin:g} of bigram, little context used",
+            "at unigram": "at the unigram level: no context at all, not even the current character",
+            "above bigram": "above bigram: less than the current character tells",
+            "within margin of bigram": f"within {margin:g} of bigram: the current character alone",
             "below bigram": "below bigram, uses context"}[level]
 
 
@@ -281,8 +284,8 @@ def _baseline_section(run: RunData) -> str:
         return f'<p class="muted">No {BASELINES} in this run (older run, or analytics were off).</p>'
     rows = []
     for name, what in (("uniform", "every character equally likely: ln V"),
-                       ("unigram", "character frequencies, no context"),
-                       ("bigram", "previous character only")):
+                       ("unigram", "character frequencies, no context at all"),
+                       ("bigram", "the current character only, none of the context before it")):
         e = b.get(name)
         if isinstance(e, dict):
             rows.append((name, what, finite_or_none(e.get("nats")), finite_or_none(e.get("bits_per_char"))))
@@ -302,7 +305,12 @@ def _diagnosis_section(run: RunData) -> str:
         return (f'<p class="muted">No {DIAGNOSIS} in this run; run <code>depthlab diagnose RUN_DIR</code> '
                 "to produce one.</p>")
     findings = d.get("findings") or []
+    nj = [str(w) for w in (d.get("not_judged") or []) if isinstance(w, str)]
+    nj_html = "".join(f'<p class="muted">Not judged, too little data: {esc(w)}</p>' for w in nj)
     if not findings:
+        if nj:
+            return ('<div class="finding ok"><p class="rule">no problems found by the rules that had data</p>'
+                    "</div>" + nj_html)
         return '<div class="finding ok"><p class="rule">no problems found</p><p>The diagnosis rules found ' \
                "nothing to flag.</p></div>"
     out = []
@@ -313,7 +321,7 @@ def _diagnosis_section(run: RunData) -> str:
         ev_txt = ev if isinstance(ev, str) else json.dumps(ev)
         out.append(f'<div class="finding"><p class="rule">{esc(f.get("rule", "?"))}</p>'
                    f"<p><b>Evidence:</b> {esc(ev_txt)}</p><p><b>Remedy:</b> {esc(f.get('remedy', ''))}</p></div>")
-    return "".join(out)
+    return "".join(out) + nj_html
 
 
 MAX_SAMPLES = 12
@@ -346,15 +354,39 @@ def _samples_section(run: RunData) -> Optional[str]:
             "model had learned by that step.</p>")
 
 
+RESOLVED_FIELDS = ("optimizer", "dtype", "attention", "device", "compile", "threads")
+"""``train`` fields whose ``auto`` (or 0) config.json ``resolved`` records the outcome of."""
+
+
+def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
+    """The rows of one config section as the report shows them: for ``train``, a field that
+    ``resolved`` records reads ``asked (ran: what ran)`` when the two differ (``auto (ran: muon)``)."""
+    d = run.config.get(sec) if run.config else None
+    if not isinstance(d, dict):
+        return []
+    rows = _flatten(d)
+    ran = run.config.get("resolved")
+    if sec != "train" or not isinstance(ran, dict):
+        return rows
+    out = []
+    for k, v in rows:
+        if k in RESOLVED_FIELDS and k in ran and ran[k] != v:
+            v = f"{fmt_value(v)} (ran: {fmt_value(ran[k])})"
+        out.append((k, v))
+    return out
+
+
 def _config_section(run: RunData) -> str:
     if not run.config:
         return f'<p class="muted">No {CONFIG} in this run.</p>'
     parts = ['<div class="tables">']
     for sec in ("model", "train", "data"):
-        d = run.config.get(sec)
-        if isinstance(d, dict):
-            parts.append(f"<div><h3>{esc(sec)}</h3>{html_table(_flatten(d))}</div>")
+        if isinstance(run.config.get(sec), dict):
+            parts.append(f"<div><h3>{esc(sec)}</h3>{html_table(config_rows(run, sec))}</div>")
     parts.append("</div>")
+    if isinstance(run.config.get("resolved"), dict):
+        parts.append('<p class="muted">"ran:" is what the run used (config.json <code>resolved</code>) where the '
+                     "config asked for <code>auto</code> or another value decided on the machine.</p>")
     return "".join(parts)
 
 
@@ -366,13 +398,16 @@ def _summary_section(run: RunData) -> str:
 
 FIGURE_NOTES = {
     "loss": "Losses are per character, in nats (left axis) and bits (right axis). The horizontal lines "
-            "are what trivial models reach; staying above bigram means the network ignores context.",
+            "are what trivial models reach: at the unigram line the network uses no context at all (not even the "
+            "current character; a stack without shortcuts whose positions collapsed ends here); at the bigram line "
+            "it predicts from the current character alone, so the context before it does not reach the loss "
+            "(look at attention); only below the bigram line is that context used.",
     "grad_flow": "Each row is a block, each column a logged step; colour is the gradient L2 norm on a log "
                  "scale. Vanishing gradients show as dark rows near block 0.",
     "grad_layers": "Gradient L2 norm of each block at the first, middle and last logged steps, and per "
                    "component at the last step.",
     "update_ratio": "Size of each optimizer update relative to the weights, per block. Around 1e-3 is the "
-                    "usual healthy range for Adam; far above means too high a learning rate.",
+                    "usual healthy range for AdamW; far above means too high a learning rate.",
     "activations": "Residual-stream RMS, sublayer output RMS, rank measure (0 = all tokens collapsed onto "
                    "one vector, Dong et al. 2021) and mean token cosine, per block; colour = training step.",
     "attn_entropy": "Entropy of each head's attention distribution, in nats. ln t is the entropy of "
@@ -382,6 +417,14 @@ FIGURE_NOTES = {
     "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each "
                     "sublayer contributes.",
 }
+
+
+def figure_note(run: RunData, name: str) -> Optional[str]:
+    """The note under figure ``name`` of this run: :data:`FIGURE_NOTES`, except the update ratios of a Muon
+    run, which AdamW's ~1e-3 rule of thumb does not describe."""
+    if name == "update_ratio" and run.optimizer == "muon":
+        return UPDATE_RATIO_MUON + "."
+    return FIGURE_NOTES.get(name)
 
 
 def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = None,
@@ -407,7 +450,7 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
     figs = []
     for name, (_fn, caption) in PLOTS.items():
         if name in pngs:
-            figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=FIGURE_NOTES.get(name)))
+            figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=figure_note(run, name)))
     if not figs:
         figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
     missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"]

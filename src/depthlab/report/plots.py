@@ -67,7 +67,9 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     """Train and validation loss vs optimizer step and vs tokens seen, with the corpus baselines.
 
     The baselines (uniform ln V, unigram, bigram cross-entropy on val) are labelled horizontal
-    lines: a model above the bigram line has not learned to use context yet.
+    lines: a model at the unigram line uses no context at all (not even the current character);
+    at the bigram line it predicts from the current character alone, and only below it does the
+    context before that character reach the prediction.
 
     Args:
         run: a run directory or its :class:`RunData`.
@@ -131,7 +133,8 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3), fontsize=9,
                    frameon=False)
     best = finite_or((run.summary or {}).get("best_val_loss"), math.nan)
-    sub = "lower is better; dashed/dotted lines = corpus baselines (a model must beat bigram to use context)"
+    sub = ("lower is better; dashed/dotted lines = corpus baselines (at unigram: no context at all; at bigram: the "
+           "current character alone; below bigram: the context before it is used)")
     if math.isfinite(best):
         sub = f"best validation {best:.3f} nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char; " + sub
     return save_run_figure(fig, run.run_dir, "loss", f"Loss — {run.title()}", sub)
@@ -242,7 +245,9 @@ def plot_grad_layers(run: str | Path | RunData) -> Optional[Path]:
         ax2.set_xlabel("gradient L2 norm (log scale)")
         ax2.set_title(f"per component, step {finite_or(comp[0], math.nan):g}", fontsize=10)
     return save_run_figure(fig, run.run_dir, "grad_layers", f"Gradient norm by layer — {run.title()}",
-                           "a curve falling steeply towards block 0 = vanishing gradients; rising = exploding")
+                           "falling by orders of magnitude towards block 0 = vanishing gradients, rising by orders "
+                           "of magnitude = exploding; a rise of a few times toward block 0 (as in a healthy pre-LN "
+                           "stack) is neither")
 
 
 def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
@@ -265,22 +270,32 @@ def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
     if not steps or not _positive([v for r in rows for v in r]):
         return None
     nb = max(len(r) for r in rows)
+    muon = run.optimizer == "muon"
     fig = new_figure((9.0, 4.2))
     axes = panel_grid(fig)
     ax = axes[0, 0]
-    ax.axhspan(1e-4, 1e-2, color=OKABE_ITO["green"], alpha=0.08, lw=0)
-    ax.axhline(1e-3, color=OKABE_ITO["black"], ls="--", lw=1.2)
-    ax.annotate("~1e-3 reference", xy=(0.0, 1e-3), xycoords=("axes fraction", "data"), xytext=(3, 3),
-                textcoords="offset points", fontsize=8)
+    if not muon:  # Adam's rule of thumb; Muon sizes each matrix update from muon_lr, whatever the gradient
+        ax.axhspan(1e-4, 1e-2, color=OKABE_ITO["green"], alpha=0.08, lw=0)
+        ax.axhline(1e-3, color=OKABE_ITO["black"], ls="--", lw=1.2)
+        ax.annotate("~1e-3 reference", xy=(0.0, 1e-3), xycoords=("axes fraction", "data"), xytext=(3, 3),
+                    textcoords="offset points", fontsize=8)
     for b, col in enumerate(depth_colours(nb)):
         ys = [r[b] if b < len(r) and r[b] > 0 else math.nan for r in rows]
         ax.plot(steps, ys, lw=1.5, color=col, label=f"block {b}", marker="o" if len(steps) < 3 else None, ms=3)
-    log_axis(ax, "y", [v for r in rows for v in r] + [1e-4, 1e-2])
+    log_axis(ax, "y", [v for r in rows for v in r] + ([] if muon else [1e-4, 1e-2]))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("‖Δθ‖ / ‖θ‖ per step (log scale)")
     depth_key(fig, ax, nb)
     return save_run_figure(fig, run.run_dir, "update_ratio", f"Update / weight ratio per block — {run.title()}",
-                           "shaded band 1e-4 … 1e-2; far above = learning rate too high, far below = too low")
+                           UPDATE_RATIO_MUON if muon else
+                           "AdamW: shaded band 1e-4 … 1e-2 around the ~1e-3 rule of thumb; far above = "
+                           "train.learning_rate too high, far below = too low")
+
+
+UPDATE_RATIO_MUON = ("Muon run: the block matrices' updates are orthogonalised and sized by train.muon_lr (about 0.2 × "
+                     "muon_lr per element, whatever the gradient), so AdamW's ~1e-3 rule of thumb does not apply; "
+                     "the ratio falls as the schedule decays muon_lr and as the weights grow")
+"""The update-ratio caption of a Muon run (no Adam band is drawn)."""
 
 
 # ----------------------------------------------------------------------------- probes
@@ -302,7 +317,7 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     """
     run = as_run_data(run)
     panels = [("resid_rms", "residual-stream RMS after the block", True),
-              ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖, 0 … 1 (0 = collapsed)", True),
+              ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖, 0 … 1 (0 = collapsed)", False),
               ("token_cosine", "mean pairwise token cosine (1 = identical)", False)]
     have = [p for p in panels if matrix(run.probes, p[0])[0]]
     if not have:
@@ -332,7 +347,7 @@ def _per_block_panel(fig, ax, probes: list[dict], key: str, label: str, logy: bo
         ax.plot(range(len(r)), r, "o-", ms=3, lw=1.3, color=c)
     if logy and _positive([v for r in rows for v in r]):
         log_axis(ax, "y", [v for r in rows for v in r])
-    if key == "token_cosine":
+    if key in ("token_cosine", "rank_measure"):  # both live in [0, 1] (cosine down to -1): a linear axis shows 0
         fin = [v for r in rows for v in r if math.isfinite(v)]
         ax.set_ylim(min(0.0, min(fin, default=0.0)) - 0.02, max(1.0, max(fin, default=1.0)) + 0.02)
     ax.set_ylabel(label, fontsize=9)

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from ..config import ran_optimizer
 from ..errors import DepthlabError
 from ..rundir import CONFIG, METRICS, RunDir
 from ..units import LN2, finite_or, finite_or_none
@@ -67,6 +68,11 @@ class RunData:
     def unit(self) -> str:
         """What one token is: ``char`` for character runs, ``token`` for sub-word (BPE) runs."""
         return "token" if ((self.config or {}).get("data") or {}).get("tokenizer", "char") != "char" else "char"
+
+    @property
+    def optimizer(self) -> Optional[str]:
+        """What trained the run: config.json ``resolved.optimizer`` (:func:`depthlab.config.ran_optimizer`)."""
+        return ran_optimizer(self.config)
 
     def bits_per_char(self, nats: float) -> float:
         """Bits per character of a loss in nats per token: nats / ln 2 for characters; for BPE

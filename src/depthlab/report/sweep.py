@@ -277,7 +277,8 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
 _PLOT_NOTES = {
     "loss": ("Best validation loss vs {x}", "loss vs {x}",
              "Mean over seeds with ±1 sd error bars; dots are single seeds; horizontal lines are corpus baselines "
-             "(unigram: letter frequencies, bigram: previous letter only).{depth_note}"),
+             "(unigram: letter frequencies, no context at all; bigram: the current letter alone, none of the context "
+             "before it).{depth_note}"),
     "curves": ("Learning curves", "learning curves",
                "Validation loss vs step, one panel per setting, one line per run (seeds share a colour)."),
     "grad": ("Gradient flow per block", "gradient norm per block",
@@ -349,8 +350,9 @@ def _cards(rows: list[dict], baselines: Optional[dict]) -> list[tuple[str, str, 
     n_ok = sum(1 for r in rows if r["status"] in OK_STATUSES)
     cards = [("runs finished", f"{n_ok}/{len(rows)}", "status ok")]
     if baselines:
-        cards.append(("bigram baseline", f"{baselines['bigram']:.3f}", "nats/char (no context)"))
-        cards.append(("unigram baseline", f"{baselines['unigram']:.3f}", "nats/char (letter frequencies)"))
+        cards.append(("bigram baseline", f"{baselines['bigram']:.3f}", "nats/char (the current character alone)"))
+        cards.append(("unigram baseline", f"{baselines['unigram']:.3f}", "nats/char (letter frequencies, no context "
+                      "at all)"))
     return cards
 
 

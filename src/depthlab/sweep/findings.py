@@ -58,10 +58,10 @@ def _plain_lines(d: dict, baselines: Optional[dict]) -> list[str]:
         u, b = baselines["unigram"], baselines.get("bigram")
         if d[deep][0] >= u - 0.05:
             out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts character "
-                       "frequencies and uses no context at all.")
+                       "frequencies and uses no context at all, not even the current character.")
         elif b is not None and d[deep][0] >= b - 0.05:
-            out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it barely "
-                       "uses context beyond the current character.")
+            out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it predicts from "
+                       "the current character alone and uses almost none of the context before it.")
     return out
 
 

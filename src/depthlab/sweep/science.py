@@ -211,7 +211,7 @@ def depth_helps(items: Sequence[dict], extra: dict) -> Row:
         rises = plain[max(plain)][0] >= plain[min(plain)][0] + 0.1
         verdict = "yes" if falls and rises else ("partly" if falls or rises else "no")
     return ["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while plain's rises",
-            "He et al. 2016 (deeper residual nets are better, plain ones worse); the learner's shortcut notes",
+            "He et al. 2016 (deeper residual nets are better, plain ones worse)",
             f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
             f"{_vals(items, 'train.max_iters')} steps for every depth, mean ± sd over {_seeds(items)}; yes = "
             "pre-LN falls at every depth step by more than 2x the seed spread in all, and plain's deepest >= "

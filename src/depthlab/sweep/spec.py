@@ -246,6 +246,15 @@ def _unique(values) -> list:
 
 
 # --------------------------------------------------------------------------- mappings -> spec
+def _coerce_in(what: str, key: str, value: Any) -> Any:
+    """:func:`coerce_value`, with a refusal that names where the value was written (``sweep file F.yaml grid``)."""
+    try:
+        return coerce_value(key, value)
+    except DepthlabError as e:
+        msg = str(e)
+        raise DepthlabError(msg if msg.startswith(what) else f"{what}: {msg}") from None
+
+
 def _flatten(d: Any, what: str) -> dict[str, Any]:
     """``{"model": {"n_layer": 2}, "train.seed": 1}`` -> ``{"model.n_layer": 2, "train.seed": 1}``, typed."""
     if not isinstance(d, dict):
@@ -254,12 +263,12 @@ def _flatten(d: Any, what: str) -> dict[str, Any]:
     for k, v in d.items():
         k = str(k)
         if "." in k:
-            out[k] = coerce_value(k, v)
+            out[k] = _coerce_in(what, k, v)
         elif k in SECTIONS:
             if not isinstance(v, dict):
                 raise DepthlabError(f"{what}: section {k!r} must be a mapping, got {type(v).__name__}")
             for f, fv in v.items():
-                out[f"{k}.{f}"] = coerce_value(f"{k}.{f}", fv)
+                out[f"{k}.{f}"] = _coerce_in(what, f"{k}.{f}", fv)
         else:
             raise DepthlabError(f"{what}: unknown key {k!r} (expected sections {', '.join(SECTIONS)} "
                                 "or dotted fields like model.n_layer)")
@@ -280,7 +289,7 @@ def _grid(d: Any, what: str) -> dict[str, list]:
             vals = [vals]
         if not vals:
             raise DepthlabError(f"{what}: {k} has no values")
-        out[k] = _unique(coerce_value(k, v) for v in vals)
+        out[k] = _unique(_coerce_in(what, k, v) for v in vals)
     return out
 
 

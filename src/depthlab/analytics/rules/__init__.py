@@ -7,17 +7,25 @@ runs it.
 
 from .advice import SHORTCUT_VARIANTS
 from .evidence import Evidence, Finding, Thresholds
-from .losses import bigram_stuck, exploding, loss_level, no_context, overfitting, plateau
-from .rule import (BASELINES, GRAD, LATE_EVAL, LR_RECORDS, NEEDS, OVERFIT_EVALS, PLATEAU_EVALS, PROBE, Need, NotJudged,
-                   Rule, Verdict, rule, who_needs)
-from .training import learning_rate, rank_collapse, uniform_attention, vanishing_gradients
+from .losses import (bigram_stuck, exploding, loss_level, no_context, one_char_window, overfitting, plateau,
+                     stuck_at_baseline, stuck_name)
+from .rule import (BASELINES, GRAD, GRAD_LATE, LATE_EVAL, LR_RECORDS, NEEDS, OVERFIT_EVALS, PLATEAU_EVALS, PROBE, Need,
+                   NotJudged, Rule, Verdict, rule, who_needs)
+from .training import (NO_GRADIENT_CAUSE, learning_rate, no_gradient, rank_collapse, uniform_attention,
+                       vanishing_gradients)
 
 __all__ = ["Evidence", "Finding", "Thresholds", "Need", "NotJudged", "Rule", "Verdict", "rule", "who_needs", "NEEDS",
-           "GRAD", "LR_RECORDS", "PROBE", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS", "RULE_SET",
-           "SHORTCUT_VARIANTS", "loss_level"]
+           "GRAD", "GRAD_LATE", "LR_RECORDS", "PROBE", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS",
+           "RULE_SET", "SHORTCUT_VARIANTS", "loss_level", "stuck_name", "NO_GRADIENT_CAUSE", "bigram_stuck",
+           "no_context"]
 
-RULE_SET: tuple[Rule, ...] = (no_context, bigram_stuck, vanishing_gradients, exploding, rank_collapse,
-                              uniform_attention, learning_rate, overfitting, plateau)
-"""Every rule, in the order of their findings. Two rules may give the same name (``no_context``
-and ``bigram_stuck`` both say ``bigram_stuck``): the first that finds something gives it, and
-the later ones are not asked."""
+RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, no_gradient, vanishing_gradients, exploding,
+                              rank_collapse, uniform_attention, learning_rate, overfitting, plateau)
+"""Every rule, in the order of their findings. Two rules may give the same name (``one_char_window``
+and ``stuck_at_baseline`` both say ``bigram_stuck``): the first that finds something gives it, and
+the later ones are not asked.
+
+``bigram_stuck`` and ``unigram_stuck`` are two different findings: at the unigram line the model
+uses no context at all (not even the current character), at the bigram line it predicts from the
+current character alone (the context before it does not reach the loss). Runs diagnosed before
+``unigram_stuck`` existed said ``bigram_stuck`` for both."""

@@ -7,7 +7,7 @@ from typing import Optional
 from .evidence import Evidence
 from .signals import divergence, lr_verdict, update_ratio_median, vanishing
 
-__all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "lr_advice"]
+__all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
 
 SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""
@@ -22,6 +22,8 @@ def wiring_advice(ev: Evidence) -> Optional[str]:
     """
     m = ev.section("model")
     v, norm = m.get("variant"), m.get("norm")
+    if m.get("source"):
+        return None  # model.variant / model.norm describe depthlab's GPT, not the user's model
     if v is None:
         return ("if the model has no residual connections, add them (model.variant prenorm, rezero or deepnorm); "
                 "if it has no normalisation, add it (model.norm layernorm)")
@@ -42,7 +44,7 @@ def wiring_has(ev: Evidence) -> str:
     """"model.variant prenorm + layernorm already has a shortcut and normalisation" (or "" if unknown)."""
     m = ev.section("model")
     v, norm = m.get("variant"), m.get("norm")
-    if v not in SHORTCUT_VARIANTS:
+    if m.get("source") or v not in SHORTCUT_VARIANTS:
         return ""
     if v == "rezero":
         return "model.variant rezero already has residual connections (gated by alpha, no norm by design)"
@@ -51,18 +53,45 @@ def wiring_has(ev: Evidence) -> str:
     return f"model.variant {v} + {norm} already has residual connections and normalisation"
 
 
+MUON_RATIO = ("Muon sets the size of every block-matrix update from train.muon_lr (about 0.2 x muon_lr per "
+              "element, whatever the gradient), so Adam's ~1e-3 rule of thumb does not apply to these ratios")
+"""Why a Muon run's block update/weight ratios are not read against AdamW's ~1e-3."""
+
+
+def lr_knob(ev: Evidence) -> str:
+    """The learning rate that sets the blocks' update/weight ratios, with its value: ``train.muon_lr``
+    on a Muon run (it trains the blocks' matrices), else ``train.learning_rate``."""
+    if ev.muon:
+        return f"train.muon_lr{ev.now('train.muon_lr')}"
+    return f"train.learning_rate{ev.now('train.learning_rate')}"
+
+
+def lr_knobs(ev: Evidence) -> str:
+    """Every learning rate of the run, for a remedy that lowers all of them (a diverged run): on Muon
+    both ``train.muon_lr`` (block matrices) and ``train.learning_rate`` (AdamW: embeddings, head,
+    norms, biases)."""
+    if ev.muon:
+        return (f"train.muon_lr{ev.now('train.muon_lr')} (Muon: the block matrices) and train.learning_rate"
+                f"{ev.now('train.learning_rate')} (AdamW: embeddings, head, norms, biases)")
+    return f"train.learning_rate{ev.now('train.learning_rate')}"
+
+
 def lr_advice(ev: Evidence) -> Optional[str]:
     """Which way a remedy may move the learning rate: "lower", "raise", or None (no advice).
 
     "lower" for a run that diverged or whose update/weight ratios are above ``lr_high``; none
     when the gradients vanish (the tiny updates come from them, not from the step size);
     otherwise the ratios after warmup against the ~1e-3 of a healthy AdamW run, with a tenfold
-    tighter band than the ``lr_*`` rules, so that a remedy never points the wrong way.
+    tighter band than the ``lr_*`` rules, so that a remedy never points the wrong way. On a Muon
+    run that band is not applied (:data:`MUON_RATIO`): only the ``lr_*`` rules' own limits count.
+    The knob to name is :func:`lr_knob`.
     """
     if divergence(ev) or lr_verdict(ev) == "high":
         return "lower"
     if vanishing(ev):
         return None
+    if ev.muon:
+        return "raise" if lr_verdict(ev) == "low" else None
     med = update_ratio_median(ev)
     if med is None:
         return None

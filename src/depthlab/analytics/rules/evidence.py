@@ -15,10 +15,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from ...config import ran_optimizer
 from ...rundir import RunDir
 from ...units import finite_or_none
 
-__all__ = ["Finding", "Thresholds", "Evidence", "written_number"]
+__all__ = ["Finding", "Thresholds", "Evidence", "written_number", "names_list"]
 
 
 @dataclass
@@ -81,6 +82,16 @@ class Thresholds:
     plateau_tol: float = 1e-3
 
 
+NAMES_SHOWN = 12
+"""Parameter names a finding lists before "and N more" (as ``depthlab check`` does)."""
+
+
+def names_list(names: Sequence[str]) -> str:
+    """``a, b, c`` (the first :data:`NAMES_SHOWN`, then "and N more")."""
+    shown = ", ".join(names[:NAMES_SHOWN])
+    return shown + (f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else "")
+
+
 def written_number(v: Any) -> bool:
     """True when a number was written: finite, NaN or infinite (also the strings "nan", "inf").
 
@@ -140,6 +151,16 @@ class Evidence:
         sec, name = dotted.split(".")
         v = self.section(sec).get(name)
         return f" (now {v:g})" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+
+    @property
+    def optimizer(self) -> Optional[str]:
+        """What trained the run (:func:`depthlab.config.ran_optimizer`; None without a config)."""
+        return ran_optimizer(self.config)
+
+    @property
+    def muon(self) -> bool:
+        """True when Muon trained the blocks' matrices (their update/weight ratios are set by ``train.muon_lr``)."""
+        return self.optimizer == "muon"
 
     @property
     def vocab_size(self) -> int:

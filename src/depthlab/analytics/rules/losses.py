@@ -1,5 +1,5 @@
-"""Rules on the loss curves: ``bigram_stuck`` (and its config-only case), ``exploding``,
-``overfitting``, ``plateau``."""
+"""Rules on the loss curves: ``bigram_stuck`` / ``unigram_stuck`` (and the config-only case of a
+one-character window), ``exploding``, ``overfitting``, ``plateau``."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ import math
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import lr_advice, wiring_advice, wiring_has
-from .evidence import Evidence, Finding
+from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
+from .evidence import Evidence, Finding, names_list as _names
 from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, rule
-from .signals import divergence
+from .signals import divergence, zero_grad_params
 
-__all__ = ["loss_level", "no_context", "bigram_stuck", "exploding", "overfitting", "plateau"]
+__all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
+           "exploding", "overfitting", "plateau"]
 
 
 def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
     """Where a validation loss sits among the corpus baselines, in words.
+
+    The two lines mean different things: at the **unigram** line the model predicts character
+    frequencies, so not even the character it has just read reaches its output (a stack without
+    shortcuts that collapsed every position into one vector ends here); at the **bigram** line it
+    predicts from the current character alone, so none of the context before it reaches the
+    output (the path through attention does not reach the loss).
 
     Args:
         best: a validation loss (nats/char).
@@ -35,23 +42,31 @@ def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
     if best >= ug - margin:
         return "at unigram", (f"best val loss {best:.3f} nats is at the unigram level {ug:.3f} (within {margin:g}): "
                               "the model predicts character frequencies and uses no context at all, not even the "
-                              f"previous character (bigram baseline {bg:.3f})")
+                              f"current character (the bigram baseline {bg:.3f} is what the current character "
+                              "alone gives)")
     if best >= bg:
         return "above bigram", (f"best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline "
-                                f"{bg:.3f} (unigram {ug:.3f}), so the model uses less than what the previous "
-                                "character tells")
+                                f"{bg:.3f} (unigram {ug:.3f}): the model uses less than the current character "
+                                "tells, and none of the context before it")
     if best >= bg - margin:
         return "within margin of bigram", (f"best val loss {best:.3f} nats is within {margin:g} of the bigram baseline "
-                                           f"{bg:.3f} ({bg - best:.3f} below it; unigram {ug:.3f}): the model uses "
-                                           "little context beyond the previous character")
+                                           f"{bg:.3f} ({bg - best:.3f} below it; unigram {ug:.3f}): the model "
+                                           "predicts from the current character alone and uses almost none of "
+                                           "the context before it")
     return "below bigram", f"best val loss {best:.3f} nats is {bg - best:.3f} below the bigram baseline {bg:.3f}"
 
 
-# ---------------------------------------------------------------------------------- bigram_stuck
+def stuck_name(level: str) -> str:
+    """The finding a loss level gives: ``unigram_stuck`` at or above the unigram line (no context at
+    all), ``bigram_stuck`` from there down to the bigram line (the current character alone)."""
+    return "unigram_stuck" if level in ("at uniform", "at unigram") else "bigram_stuck"
+
+
+# ---------------------------------------------------------------------------------- bigram_stuck, unigram_stuck
 @rule("bigram_stuck")
-def no_context(ev: Evidence) -> Optional[Finding]:
+def one_char_window(ev: Evidence) -> Optional[Finding]:
     """``model.block_size`` 1: no training takes the model past a bigram table; judged from the
-    config alone (no steps or baselines needed). Ahead of :data:`bigram_stuck` in the rule set."""
+    config alone (no steps or baselines needed). Ahead of :data:`stuck_at_baseline` in the rule set."""
     if ev.section("model").get("block_size") != 1:
         return None
     txt = ("model.block_size is 1: every prediction sees only the current character, so no amount of training "
@@ -64,9 +79,16 @@ def no_context(ev: Evidence) -> Optional[Finding]:
                    "one-character window is exactly a bigram model")
 
 
-@rule("bigram_stuck", needs=(LATE_EVAL, BASELINES))
-def bigram_stuck(ev: Evidence) -> Optional[Finding]:
-    """Best val loss not below the bigram baseline - margin after enough steps and tokens."""
+no_context = one_char_window
+"""The old name of :data:`one_char_window` (kept for imports)."""
+
+
+@rule("bigram_stuck", "unigram_stuck", needs=(LATE_EVAL, BASELINES))
+def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
+    """Best val loss not below the bigram baseline - margin after enough steps and tokens:
+    ``unigram_stuck`` when it sits at the unigram line or above (no context at all: not even the
+    current character reaches the output), else ``bigram_stuck`` (the current character alone:
+    the context before it does not reach the output)."""
     th = ev.thresholds
     best = min((v for _, v in ev.val_losses), default=math.inf)
     if best < float(ev.baselines["bigram"]["nats"]) - th.bigram_margin:
@@ -74,26 +96,87 @@ def bigram_stuck(ev: Evidence) -> Optional[Finding]:
     last = ev.late_evals()[-1]
     tokens = last.get("tokens_seen")
     when = f"after {last['step']} steps" + (f" and {tokens:,} tokens" if tokens is not None else "")
-    ev_txt = f"{when}: " + (loss_level(best, ev.baselines, th.bigram_margin)[1] if math.isfinite(best)
-                            else "no finite validation loss")
-    return Finding("bigram_stuck", ev_txt, _bigram_remedy(ev, last))
+    if not math.isfinite(best):
+        return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
+    level, words = loss_level(best, ev.baselines, th.bigram_margin)
+    name = stuck_name(level)
+    remedy = _unigram_remedy(ev, last) if name == "unigram_stuck" else _bigram_remedy(ev, last)
+    return Finding(name, f"{when}: {words}", remedy)
+
+
+bigram_stuck = stuck_at_baseline
+"""The old name of :data:`stuck_at_baseline` (kept for imports)."""
+
+
+def _source_check(ev: Evidence, rules: str) -> str:
+    """``depthlab check FILE:NAME`` (its rules ``rules``) for a run of the user's own model, else ""."""
+    src = ev.section("model").get("source")
+    return f"depthlab check {src} tests the model for this ({rules})" if src else ""
+
+
+def _no_grad_part(ev: Evidence) -> Optional[str]:
+    """"N parameters never get a gradient (no_gradient): names" when the records show some, else None."""
+    zero, total, _ = zero_grad_params(ev)
+    if not zero or len(zero) == total:
+        return None
+    return (f"{len(zero)} of {total} parameters never get a gradient ({_names(zero)}; see no_gradient): their branch "
+            "does not reach the loss")
+
+
+def _lr_part(ev: Evidence) -> Optional[str]:
+    lr = lr_advice(ev)
+    if not lr:
+        return None
+    return (f"{lr} {lr_knob(ev)}: the update/weight ratios say it is too {'high' if lr == 'lower' else 'low'}")
 
 
 def _bigram_remedy(ev: Evidence, last: dict) -> str:
-    """Remedies for ``bigram_stuck`` that the run does not already have."""
+    """Remedies for ``bigram_stuck``: the prediction comes from the current character alone, so the
+    context before it does not reach the loss. That points at the path through attention (not at
+    the residual path, which carries the current character)."""
+    parts = [p for p in (_no_grad_part(ev),) if p]
+    src = ev.section("model").get("source")
+    if src:
+        parts.append("the characters before the current one reach the prediction only through attention: check "
+                     "that the attention output is added into the stream (x = x + out_proj(attention)), is not "
+                     "detached, and that the causal mask lets earlier positions through (torch.tril, not torch.eye); "
+                     + _source_check(ev, "no_gradient, causal_leak, context_use"))
+    else:
+        parts.append("the characters before the current one reach the prediction only through attention: check "
+                     "attention entropy and the attention figure (the report; depthlab probe) to see whether the "
+                     "heads select earlier characters")
+    block = ev.section("model").get("block_size")
+    if isinstance(block, int) and block < 16:
+        parts.append(f"raise model.block_size (now {block}; a short window holds little context)")
+    lr = _lr_part(ev)
+    if lr:
+        parts.append(lr)
+    parts.append(f"train longer ({last['step']} steps so far)")
+    return "; ".join(parts)
+
+
+def _unigram_remedy(ev: Evidence, last: dict) -> str:
+    """Remedies for ``unigram_stuck``: not even the current character reaches the output. In a stack
+    without shortcuts that is rank collapse (every position carries the same vector)."""
     parts = []
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
-    lr = lr_advice(ev)
+    nog = _no_grad_part(ev)
+    if nog:
+        parts.append(nog)
+    if ev.section("model").get("source"):
+        parts.append("the output does not depend on the input character: check that the token embedding reaches "
+                     "the head through every block (a shortcut x = x + block(x) keeps it; without one a deep stack "
+                     "averages every position into one vector); " + _source_check(ev, "gradient_flow, overfit_batch"))
+    else:
+        parts.append("check rank collapse (depthlab probe at initialisation; the report's activation figure during "
+                     "training): a stack that averages every position into one vector loses even the current "
+                     "character")
+    lr = _lr_part(ev)
     if lr:
-        parts.append(f"{lr} train.learning_rate{ev.now('train.learning_rate')}: the update/weight ratios "
-                     f"say it is too {'high' if lr == 'lower' else 'low'}")
-    block = ev.section("model").get("block_size")
-    if isinstance(block, int) and block < 16:
-        parts.append(f"raise model.block_size (now {block}; a short window holds little context)")
+        parts.append(lr)
     parts.append(f"train longer ({last['step']} steps so far)")
-    parts.append("check rank collapse and attention entropy (depthlab probe; the report's activation figures)")
     has = wiring_has(ev)
     return "; ".join(parts) + (f"; not the wiring: {has}" if has and not wiring else "")
 
@@ -108,8 +191,12 @@ def exploding(ev: Evidence) -> Optional[Finding]:
         return None
     t = ev.section("train")
     lr = t.get("learning_rate")
-    parts = [f"lower train.learning_rate{ev.now('train.learning_rate')}"
-             + (f", e.g. to {lr / 3:.2g}" if isinstance(lr, (int, float)) and lr > 0 else " (try / 3)"),
+    if ev.muon:
+        first = f"lower {lr_knobs(ev)} (try / 3)"
+    else:
+        first = (f"lower train.learning_rate{ev.now('train.learning_rate')}"
+                 + (f", e.g. to {lr / 3:.2g}" if isinstance(lr, (int, float)) and lr > 0 else " (try / 3)"))
+    parts = [first,
              f"raise train.warmup_iters{ev.now('train.warmup_iters')}"]
     clip = t.get("grad_clip")
     if clip is None or clip == 0 or clip > 1.0:

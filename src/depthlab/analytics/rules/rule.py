@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from .evidence import Evidence, Finding
+from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
-__all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "LR_RECORDS", "PROBE",
-           "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
+__all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
+           "PROBE", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
 
 
 def who_needs(n_rules: int) -> str:
@@ -113,6 +114,14 @@ def _grad(ev: Evidence, who: str) -> Optional[str]:
             f"and the run is {ev.last_step} steps")
 
 
+def _grad_late(ev: Evidence, who: str) -> Optional[str]:
+    if grad_records_judged(ev):
+        return None
+    return (f"{who} a gradient record at step {NO_GRAD_FROM_STEP} or later (at step 1 a zero-initialised gate, "
+            f"as in ReZero, has no gradient by design); the records are at steps "
+            f"{', '.join(str(r['step']) for r in ev.grads[:5])}")
+
+
 def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     n, need = len(ev.update_ratios[0]), ev.thresholds.lr_min_records
     if n >= need:
@@ -132,8 +141,15 @@ def _probe(ev: Evidence, who: str) -> Optional[str]:
 def _late_eval(ev: Evidence, who: str) -> Optional[str]:
     if ev.late_evals():
         return None
-    return (f"{who} an evaluation at step {ev.thresholds.bigram_min_steps} or later, with "
-            f"{int(ev.bigram_tokens()):,} tokens seen by then; the run is {ev.last_step} steps")
+    th, need = ev.thresholds, int(ev.bigram_tokens())
+    late = [r for r in ev.evals if int(r["step"]) >= th.bigram_min_steps]
+    if late:  # the step gate is met: the tokens gate is the one that fails, so say the tokens
+        seen = max(int(r.get("tokens_seen") or 0) for r in late)
+        return (f"{who} {need:,} tokens seen ({th.bigram_min_pairs_seen:g} x V^2, V = {ev.vocab_size}) at an "
+                f"evaluation at step {th.bigram_min_steps} or later; by its last evaluation, at step "
+                f"{late[-1]['step']}, the run had seen {seen:,}: raise train.batch_size or train longer")
+    return (f"{who} an evaluation at step {th.bigram_min_steps} or later, with "
+            f"{need:,} tokens seen by then; the run is {ev.last_step} steps")
 
 
 def _baselines(ev: Evidence, who: str) -> Optional[str]:
@@ -155,6 +171,7 @@ def _overfit_evals(ev: Evidence, who: str) -> Optional[str]:
 
 
 GRAD = Need("grad", "gradient records", _grad)
+GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
 PROBE = Need("probe", "an activation probe", _probe)
 LATE_EVAL = Need("eval", "a late evaluation", _late_eval)
@@ -162,5 +179,5 @@ BASELINES = Need("baselines", "corpus baselines", _baselines)
 PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
-NEEDS = (GRAD, LR_RECORDS, PROBE, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
+NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

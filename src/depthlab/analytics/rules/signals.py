@@ -14,7 +14,8 @@ from typing import Optional
 from ...units import finite_or_none
 from .evidence import Evidence, written_number
 
-__all__ = ["divergence", "block_grad_ratio", "vanishing", "update_ratio_median", "lr_verdict"]
+__all__ = ["divergence", "block_grad_ratio", "vanishing", "update_ratio_median", "lr_verdict", "NO_GRAD_FROM_STEP",
+           "grad_records_judged", "zero_grad_params"]
 
 _NONFINITE_KEYS = ("loss", "train_loss", "val_loss", "grad_2.0_norm_total", "grad_norm")
 
@@ -99,3 +100,32 @@ def lr_verdict(ev: Evidence) -> Optional[str]:
     if med < ev.thresholds.lr_low:
         return "low"
     return None
+
+
+NO_GRAD_FROM_STEP = 2
+"""The first gradient record :func:`zero_grad_params` reads: step 1's gradients are those at
+initialisation, where a zero-initialised gate (ReZero's alpha) leaves its blocks without a gradient
+by design; after one update it opens."""
+
+
+def grad_records_judged(ev: Evidence) -> list[dict]:
+    """The ``kind: grad`` records from step :data:`NO_GRAD_FROM_STEP` on."""
+    return [r for r in ev.grads if int(r.get("step", 0)) >= NO_GRAD_FROM_STEP]
+
+
+def zero_grad_params(ev: Evidence) -> tuple[list[str], int, list[int]]:
+    """(parameters whose gradient norm is exactly 0 in every judged gradient record, parameters
+    recorded, the records' steps).
+
+    A record holds ``grad_2.0_norm/<name>`` for every trainable parameter, 0.0 both for a gradient
+    that is None (the parameter never reached the loss) and for one that is all zero; neither
+    can be told apart afterwards, and neither learns. A parameter missing from some record is
+    not judged.
+    """
+    recs = grad_records_judged(ev)
+    if not recs:
+        return [], 0, []
+    prefix = "grad_2.0_norm/"
+    names = [k[len(prefix):] for k in recs[0] if k.startswith(prefix)]
+    zero = [n for n in names if all(written_number(r.get(prefix + n)) and float(r[prefix + n]) == 0.0 for r in recs)]
+    return zero, len(names), [int(r["step"]) for r in recs]

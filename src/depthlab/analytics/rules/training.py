@@ -1,17 +1,49 @@
-"""Rules on the gradient and probe records: ``vanishing_gradients``, ``lr_too_high`` / ``lr_too_low``,
-``rank_collapse``, ``uniform_attention``."""
+"""Rules on the gradient and probe records: ``no_gradient``, ``vanishing_gradients``, ``lr_too_high`` /
+``lr_too_low``, ``rank_collapse``, ``uniform_attention``."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import lr_advice, wiring_advice, wiring_has
-from .evidence import Evidence, Finding
-from .rule import GRAD, LR_RECORDS, PROBE, rule
-from .signals import block_grad_ratio, lr_verdict, update_ratio_median, vanishing
+from .advice import MUON_RATIO, lr_advice, lr_knob, wiring_advice, wiring_has
+from .evidence import Evidence, Finding, names_list
+from .rule import GRAD, GRAD_LATE, LR_RECORDS, PROBE, rule
+from .signals import NO_GRAD_FROM_STEP, block_grad_ratio, lr_verdict, update_ratio_median, vanishing, zero_grad_params
 
-__all__ = ["vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention"]
+__all__ = ["no_gradient", "vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention",
+           "NO_GRADIENT_CAUSE"]
+
+NO_GRADIENT_CAUSE = ("a parameter whose gradient is always exactly 0 (or None) never reaches the loss: its branch is "
+                     "computed and then not used (e.g. an attention output never added to the stream: use it, "
+                     "x = x + out_proj(attention)), or it is detached (.detach(), torch.no_grad()) or multiplied by 0")
+"""What ``no_gradient`` means, in the words of ``depthlab check``'s rule of the same name."""
+
+
+@rule("no_gradient", needs=(GRAD, GRAD_LATE))
+def no_gradient(ev: Evidence) -> Optional[Finding]:
+    """Parameters whose recorded gradient norm is exactly 0 in every gradient record from step 2 on
+    (a gradient that is None is recorded as 0 too): they cannot learn, and their branch does not
+    reach the loss. Step 1 is left out: a zero-initialised gate (ReZero's alpha) leaves its blocks
+    without a gradient at initialisation by design. ``depthlab check``'s ``no_gradient`` tests the
+    same before training, on the live model."""
+    zero, total, steps = zero_grad_params(ev)
+    if not zero:
+        return None
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    evidence = (f"{len(zero)} of {total} parameters have a gradient norm of exactly 0 in all {len(steps)} gradient "
+                f"records ({span}; from step {NO_GRAD_FROM_STEP} on): {names_list(zero)}")
+    if len(zero) == total:
+        evidence += "; no parameter gets a gradient, so the loss does not depend on the weights at all"
+    parts = [NO_GRADIENT_CAUSE]
+    m = ev.section("model")
+    if m.get("source"):
+        parts.append(f"depthlab check {m['source']} finds it before training (no_gradient names the parameters)")
+    else:
+        wiring = wiring_advice(ev)
+        if wiring:
+            parts.append(f"in depthlab's GPT only a signal that underflows to 0 does this: {wiring}")
+    return Finding("no_gradient", evidence, "; ".join(parts))
 
 
 def _ratio_span(ev: Evidence) -> str:
@@ -33,13 +65,16 @@ def vanishing_gradients(ev: Evidence) -> Optional[Finding]:
     med, steps = ratio
     wiring, has = wiring_advice(ev), wiring_has(ev)
     parts = [wiring] if wiring else []
-    n_layer = ev.section("model").get("n_layer")
+    m = ev.section("model")
+    n_layer = None if m.get("source") else m.get("n_layer")
     parts.append(f"use fewer layers{f' (model.n_layer is {n_layer})' if n_layer else ''}")
     if not wiring and has:
         parts.append(f"{has}, so look at the initialisation (model.init) and the learning rate instead of the wiring")
-    evidence = (f"first/last block gradient-norm ratio median {med:.2e} over {len(steps)} records "
-                f"(steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): the early blocks "
-                "barely learn")
+    evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over {len(steps)} "
+                f"gradient records (steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): "
+                "the early blocks barely learn. That is the trained run; at initialisation, before any update "
+                "(what depthlab probe measures), a stack without shortcuts can still have level gradients and fail "
+                "through rank collapse instead: both hold, at different moments")
     if lr_verdict(ev) == "low":
         evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
                      f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
@@ -57,15 +92,21 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
     if verdict is None or (verdict == "low" and vanishing(ev)):
         return None
     med = update_ratio_median(ev)
-    lr = ev.section("train").get("learning_rate")
-    lr_txt = f" with train.learning_rate {lr:g}" if lr is not None else ""
-    head = f"median update/weight ratio {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; healthy is about 1e-3, "
+    if ev.muon:
+        lr = ev.section("train").get("muon_lr")
+        lr_txt = f" (block matrices trained by Muon, train.muon_lr {lr:g})" if lr is not None else " (Muon)"
+        head = (f"median update/weight ratio of the blocks {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; "
+                f"{MUON_RATIO}, but ")
+    else:
+        lr = ev.section("train").get("learning_rate")
+        lr_txt = f" with train.learning_rate {lr:g}" if lr is not None else ""
+        head = f"median update/weight ratio {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; healthy is about 1e-3, "
     if verdict == "high":
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
-                       f"lower train.learning_rate{ev.now('train.learning_rate')} (try / 3 to / 10) or "
+                       f"lower {lr_knob(ev)} (try / 3 to / 10) or "
                        f"raise train.warmup_iters{ev.now('train.warmup_iters')}")
     return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
-                   f"raise train.learning_rate{ev.now('train.learning_rate')} (try x 3 to x 10)")
+                   f"raise {lr_knob(ev)} (try x 3 to x 10)")
 
 
 @rule("rank_collapse", needs=(PROBE,))
@@ -92,9 +133,9 @@ def _rank_remedy(ev: Evidence) -> str:
     if m.get("variant") == "plain" or not m:
         return (wiring_advice(ev) + "; a shortcut keeps the token identity that stacked attention + normalisation "
                 "averages away (Dong et al. 2021)")
-    remedy = (f"{wiring_has(ev)}, so this collapse was learned, not built in: lower train.learning_rate"
-              f"{ev.now('train.learning_rate')} or raise train.warmup_iters{ev.now('train.warmup_iters')}, and "
-              "compare the probes over steps (the report's activation figure) to see when it happened")
+    remedy = (f"{wiring_has(ev)}, so this collapse was learned, not built in: lower {lr_knob(ev)} or raise "
+              f"train.warmup_iters{ev.now('train.warmup_iters')}, and compare the probes over steps (the report's "
+              "activation figure) to see when it happened")
     if m.get("norm") == "none" and m.get("variant") != "rezero":
         remedy += "; normalise (model.norm is none: use layernorm or rmsnorm)"
     if m.get("variant") == "postnorm":
@@ -124,10 +165,10 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
         return None
     lr = lr_advice(ev)
     if lr == "lower":
-        parts = [f"lower train.learning_rate{ev.now('train.learning_rate')}: the update/weight ratios are high, "
+        parts = [f"lower {lr_knob(ev)}: the update/weight ratios are high, "
                  "and attention that is rewritten every few steps never sharpens"]
     elif lr == "raise":
-        parts = [f"raise train.learning_rate{ev.now('train.learning_rate')}: the update/weight ratios are low, the "
+        parts = [f"raise {lr_knob(ev)}: the update/weight ratios are low, the "
                  "attention weights hardly move"]
     else:
         parts = [f"train longer ({p['step']} steps so far)"]
