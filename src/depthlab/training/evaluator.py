@@ -61,6 +61,7 @@ class Evaluator:
         self._val_chars_per_token: Optional[float] = None
 
     def state_dict(self) -> dict:
+        """``best_val_loss`` (nats/token), ``best_step``, ``evals_without_improvement`` for the resume state."""
         return {"best_val_loss": self.best_val, "best_step": self.best_step,
                 "evals_without_improvement": self.evals_without_improvement}
 

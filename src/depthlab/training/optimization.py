@@ -134,6 +134,7 @@ class LRSchedule:
 
     @property
     def plan(self) -> Optional[Plan]:
+        """The time plan the schedule follows (the budget's), or None."""
         return self.budget.plan
 
     @property
@@ -143,6 +144,7 @@ class LRSchedule:
 
     @property
     def warmup_iters(self) -> int:
+        """Steps of linear warmup: the plan's, else ``train.warmup_iters``."""
         return self.plan.warmup_iters if self.plan is not None else self.train.warmup_iters
 
     @property
@@ -210,4 +212,5 @@ class LRSchedule:
             "no jump back to the peak")
 
     def state_dict(self) -> dict:
+        """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
         return {"lr_anchor": list(self.anchor) if self.anchor is not None else None}

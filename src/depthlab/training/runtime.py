@@ -214,6 +214,7 @@ class Runtime:
 
     @property
     def dtype_name(self) -> str:
+        """``bfloat16`` or ``float32``: what the forward passes compute in."""
         return "bfloat16" if self.bf16 else "float32"
 
     @property

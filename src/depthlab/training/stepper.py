@@ -51,10 +51,12 @@ class Stepper:
         self._halted: Optional[torch.Tensor] = None  # on_nonfinite stop, device check: sticky 0-d skip flag
 
     def state_dict(self) -> dict:
+        """``step``, ``tokens_seen``, ``nonfinite_skips``, ``train_seconds`` (s) for the checkpoint's resume state."""
         return {"step": self.step, "tokens_seen": self.tokens_seen, "nonfinite_skips": self.nonfinite_skips,
                 "train_seconds": self.train_seconds}
 
     def load_state_dict(self, st: dict) -> None:
+        """Restore :meth:`state_dict`'s keys from a checkpoint's resume state (older ones: defaults)."""
         self.step = int(st["step"])
         self.tokens_seen = int(st["tokens_seen"])
         self.nonfinite_skips = int(st.get("nonfinite_skips", 0))
