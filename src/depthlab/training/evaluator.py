@@ -17,7 +17,27 @@ from ..data import get_batch
 from ..rundir import RunDir
 from ..units import LN2
 
-__all__ = ["Evaluator", "val_perplexity"]
+__all__ = ["Evaluator", "eval_batches", "val_perplexity"]
+
+
+def eval_batches(data: np.ndarray, block_size: int, batch_size: int, seed: int, split: str, n_batches: int,
+                 device: Optional[torch.device] = None):
+    """The fixed windows of every evaluation: ``n_batches`` batches drawn by a generator seeded with
+    ``(seed, 1, 0)`` for ``train`` and ``(seed, 1, 1)`` for ``val``, so each call gives the same windows
+    and the training RNG is untouched (the one definition; ``depthlab layers`` / ``context`` read them too).
+
+    Args:
+        data: the split's token ids (N,). block_size: T. batch_size: B, the global batch
+            (``train.batch_size`` x processes). seed: ``train.seed``. split: ``train`` or ``val``.
+        n_batches: how many batches (``train.eval_iters``); a prefix of the same sequence for fewer.
+        device: where to put them.
+
+    Yields:
+        ``(x, y)``, each (B, T) int64; y is x shifted by one token.
+    """
+    rng = np.random.default_rng([seed, 1, 0 if split == "train" else 1])
+    for _ in range(n_batches):
+        yield get_batch(data, block_size, batch_size, rng, device)
 
 
 def val_perplexity(loss: float) -> Optional[float]:
@@ -96,11 +116,10 @@ class Evaluator:
         model.eval()
         out = {}
         for split, data in (("train", self.corpus.train), ("val", self.corpus.val)):
-            rng = np.random.default_rng([t.seed, 1, 0 if split == "train" else 1])
             losses = torch.zeros(t.eval_iters)
-            for i in range(t.eval_iters):
-                # the global batch size, so evaluation is the same whatever the number of processes
-                x, y = get_batch(data, self.cfg.model.block_size, t.batch_size * rt.world_size, rng, rt.device)
+            # the global batch size, so evaluation is the same whatever the number of processes
+            for i, (x, y) in enumerate(eval_batches(data, self.cfg.model.block_size, t.batch_size * rt.world_size,
+                                                    t.seed, split, t.eval_iters, rt.device)):
                 with rt.ctx:
                     loss = self.port.loss(model, x, y)
                 losses[i] = loss.float().item()
@@ -116,12 +135,10 @@ class Evaluator:
         """
         if self._val_chars_per_token is None:
             t = self.cfg.train
-            rng = np.random.default_rng([t.seed, 1, 1])  # the windows evaluate() draws for "val"
             chars, tokens = self.corpus.tokenizer.token_chars, 0
             total = 0.0
-            for _ in range(t.eval_iters):
-                _, y = get_batch(self.corpus.val, self.cfg.model.block_size,
-                                 t.batch_size * self.runtime.world_size, rng)
+            for _, y in eval_batches(self.corpus.val, self.cfg.model.block_size, t.batch_size * self.runtime.world_size,
+                                     t.seed, "val", t.eval_iters):  # the windows evaluate() reads for "val"
                 total += float(chars[y.numpy()].sum())
                 tokens += y.numel()
             self._val_chars_per_token = total / tokens if total > 0 else 1.0
