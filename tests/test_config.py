@@ -34,7 +34,8 @@ def _valid_config(draw):
                  bias=draw(st.booleans()), ff_mult=draw(st.integers(1, 8)),
                  activation=draw(st.sampled_from(["gelu", "relu"])), variant=draw(st.sampled_from(VARIANTS)),
                  norm=draw(st.sampled_from(NORMS)), tie_weights=draw(st.booleans()),
-                 init=draw(st.sampled_from(["gpt2", "torch"])), vocab_size=draw(st.integers(0, 10**5)))
+                 init=draw(st.sampled_from(["gpt2", "torch"])), vocab_size=draw(st.integers(0, 10**5)),
+                 residual_scale=draw(st.sampled_from([1, "depth"])))
     train = dict(batch_size=draw(st.integers(1, 512)), grad_accum=draw(st.integers(1, 8)),
                  max_iters=draw(st.integers(1, 10**6)), max_time=draw(st.floats(0.0, 1e6)), learning_rate=lr,
                  min_lr=lr * draw(st.floats(0.0, 1.0)), warmup_iters=warmup,
@@ -75,6 +76,8 @@ def test_fuzz_config_raises_only_depthlab_error(d, valid):
     (dict(n_embd=30, n_head=4), "model.n_embd (30) must be divisible by model.n_head (4)"),
     (dict(n_layer=0), "model.n_layer"), (dict(block_size=-1), "model.block_size"),
     (dict(dropout=1.0), "model.dropout"), (dict(variant="resnet"), "model.variant"),
+    *[(dict(residual_scale=v), "model.residual_scale must be 1 (no branch scaling) or depth")
+      for v in (True, 1.0, 2, "Depth", "1")],
 ])
 def test_impossible_configs_name_the_field(kw, needle):
     with pytest.raises(DepthlabError) as e:
@@ -103,3 +106,15 @@ def test_schedule_warning_is_printed(tmp_path, tiny_text_file, capsys):
     args = tiny_cli_args(tiny_text_file, tmp_path / "w", train__max_iters=5, train__warmup_iters=100)
     assert main(["train", *args]) == 0
     assert "warning: train.warmup_iters (100) >= train.max_iters (5)" in capsys.readouterr().out
+
+
+def test_residual_scale_on_the_command_line_is_typed(capsys):
+    from conftest import cli_print_config
+
+    assert "residual_scale: depth\n" in cli_print_config(capsys, "train", "--model.residual_scale", "depth",
+                                                       "--print_config")
+    assert "residual_scale: 1\n" in cli_print_config(capsys, "train", "--model.residual_scale", "1",
+                                                   "--print_config")
+    assert main(["train", "--model.residual_scale", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab: error:") and "model.residual_scale" in err and "Traceback" not in err

@@ -102,6 +102,39 @@ def test_plain_none_is_bare_stack_and_postnorm_formula():
     assert torch.allclose(b3(x), b3.ln_2(a * mid + b3.mlp(mid)), atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["prenorm", "postnorm", "rezero", "deepnorm"])
+def test_residual_scale_depth_multiplies_each_branch_by_one_over_sqrt_2L(variant):
+    L = 3
+    m = tiny_gpt(0, variant=variant, n_layer=L, residual_scale="depth")
+    blk, s = m.transformer.h[1], 1 / math.sqrt(2 * L)
+    with torch.no_grad():
+        if variant == "rezero":
+            blk.alpha_attn.fill_(0.7), blk.alpha_mlp.fill_(-0.4)
+        x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(3))
+        a, ln_1, ln_2 = (2 * L) ** 0.25, blk.ln_1, blk.ln_2
+        if variant == "prenorm":
+            mid = x + s * blk.attn(ln_1(x))
+            want = mid + s * blk.mlp(ln_2(mid))
+        elif variant == "postnorm":
+            mid = ln_1(x + s * blk.attn(x))
+            want = ln_2(mid + s * blk.mlp(mid))
+        elif variant == "rezero":
+            mid = x + 0.7 * s * blk.attn(x)
+            want = mid - 0.4 * s * blk.mlp(mid)
+        else:
+            mid = ln_1(a * x + s * blk.attn(x))
+            want = ln_2(a * mid + s * blk.mlp(mid))
+        torch.testing.assert_close(blk(x), want, atol=1e-6, rtol=0)
+
+
+def test_residual_scale_1_is_the_unscaled_model_bit_for_bit():
+    idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    a = tiny_gpt(0, n_layer=3)(idx, idx)[1]
+    b = tiny_gpt(0, n_layer=3, residual_scale=1)(idx, idx)[1]
+    d = tiny_gpt(0, n_layer=3, residual_scale="depth")(idx, idx)[1]
+    assert a.item() == b.item() and d.item() != a.item()
+
+
 def test_deepnorm_init_gains():
     torch.manual_seed(0)
     L, C = 6, 64
@@ -163,12 +196,17 @@ def test_rmsnorm_under_bf16_autocast_is_fused_and_close_to_fp32():
 ATOL = 1e-5
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+#: (variant, extra fields) the cache tests run: every variant, and each field that changes the wiring
+CACHED = [(v, {}) for v in VARIANTS] + [("prenorm", {"residual_scale": "depth"}),
+                                        ("rezero", {"residual_scale": "depth"})]
+
+
+@pytest.mark.parametrize("variant,extra", CACHED)
 @pytest.mark.parametrize("explicit", [False, True])
 @pytest.mark.parametrize("chunks", [[1] * 8, [3, 1, 1, 1, 2], [8], [5, 3]])
-def test_cached_logits_equal_full_forward_at_every_position(variant, explicit, chunks):
+def test_cached_logits_equal_full_forward_at_every_position(variant, extra, explicit, chunks):
     norm = "rmsnorm" if variant == "plain" else "layernorm"
-    m = bigger_logits(tiny_gpt(1, tie_weights=False, variant=variant, norm=norm))
+    m = bigger_logits(tiny_gpt(1, tie_weights=False, variant=variant, norm=norm, **extra))
     for blk in m.transformer.h:
         blk.attn.explicit = explicit
     idx = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(2))
@@ -182,12 +220,12 @@ def test_cached_logits_equal_full_forward_at_every_position(variant, explicit, c
     assert t == 8
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant,extra", CACHED)
 @pytest.mark.parametrize("norm,activation,bias", [("layernorm", "gelu", False), ("rmsnorm", "relu", True),
                                                   ("none", "gelu", True), ("layernorm", "relu", True)])
-def test_decode_plan_computes_the_full_forward_one_position_at_a_time(variant, norm, activation, bias):
+def test_decode_plan_computes_the_full_forward_one_position_at_a_time(variant, extra, norm, activation, bias):
     m = bigger_logits(tiny_gpt(3, tie_weights=False, variant=variant, norm=norm, activation=activation,
-                                bias=bias))
+                                bias=bias, **extra))
     with torch.no_grad():  # biases start at 0 (GPT-2 init): make them count
         for name, p in m.named_parameters():
             if name.endswith("bias") or "alpha" in name:

@@ -18,8 +18,9 @@ from .errors import DepthlabError
 VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm")
 #: ModelConfig fields that describe depthlab's GPT only (refused at other values with ``model.source``).
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
-            "tie_weights")
+            "tie_weights", "residual_scale")
 NORMS = ("layernorm", "rmsnorm", "none")
+RESIDUAL_SCALES = (1, "depth")
 
 
 def _positive(section: str, obj: Any, *names: str) -> None:
@@ -31,7 +32,7 @@ def _positive(section: str, obj: Any, *names: str) -> None:
 
 def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise DepthlabError(f"{section}.{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise DepthlabError(f"{section}.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
 
 
 @dataclass
@@ -120,6 +121,9 @@ class ModelConfig:
             that describe depthlab's GPT (``n_layer``, ``variant``, ...) do not apply and must stay at
             their defaults; ``block_size`` is the length of the training windows and of the sampling
             context.
+        residual_scale: ``1`` or ``depth``: the factor each branch (the attention or MLP output, after
+            dropout) is multiplied by before it joins the residual stream; ``depth`` = 1/sqrt(2 n_layer),
+            the depth-muP branch scaling (see :class:`depthlab.model.Block`), ``1`` = none.
     """
 
     vocab_size: int = 0
@@ -136,6 +140,7 @@ class ModelConfig:
     tie_weights: bool = True
     init: Union[Literal["gpt2", "torch"], dict] = "gpt2"
     source: Optional[str] = None
+    residual_scale: Literal[1, "depth"] = 1
 
     def __post_init__(self) -> None:
         self._check_source()
@@ -157,6 +162,10 @@ class ModelConfig:
         _choice("model", "activation", self.activation, ("gelu", "relu"))
         if not isinstance(self.init, dict):
             _choice("model", "init", self.init, ("gpt2", "torch"))
+        if type(self.residual_scale) not in (int, str) or self.residual_scale not in RESIDUAL_SCALES:
+            # exact types: True == 1 and 1.0 == 1 would otherwise pass as 1
+            raise DepthlabError(f"model.residual_scale must be 1 (no branch scaling) or depth (each branch "
+                                f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}")
 
     def _check_source(self) -> None:
         """``source`` is PATH.py:NAME and the GPT-only fields stay at their defaults; ``init`` as a

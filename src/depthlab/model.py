@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 __all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
-           "make_norm", "wire"]
+           "make_norm", "wire", "branch_scale"]
 
 
 class HookPoint(nn.Module):
@@ -62,6 +62,11 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.n_embd)
     return nn.Identity()
+
+
+def branch_scale(cfg: ModelConfig) -> float:
+    """The factor s each branch is multiplied by (``cfg.residual_scale``; see :class:`Block`): 1 or 1/sqrt(2L)."""
+    return 1.0 / math.sqrt(2 * cfg.n_layer) if cfg.residual_scale == "depth" else 1.0
 
 
 class KVCache:
@@ -221,8 +226,18 @@ class Block(nn.Module):
         deepnorm  x -> *a -+                                 x' = LN(a*x + S(x))  Wang et al. 2022
                   x -> S --(+)-> LN -> x'                    a = (2L)^(1/4)
 
+    ``cfg.residual_scale`` ``depth`` multiplies every branch S(.) by s = 1/sqrt(2L) before it is wired
+    (S above reads s*S; ``1``: s = 1): the depth-muP branch scaling x_{i+1} = x_i + (1/sqrt(N)) S_i(x_i)
+    of Bordelon et al. 2023 ("Depthwise hyperparameter transfer in residual networks: dynamics and
+    scaling limit") and Yang et al. 2023 ("Tensor Programs VI: feature learning in infinite-depth
+    neural networks", Depth-muP, block depth 1), N = the number of residual branches summed into the
+    stream. Each sublayer here is its own branch (the stream after the last block is x_0 plus 2L
+    branch outputs), so N = 2L, the count GPT-2's c_proj init divides by too: with O(1) branch
+    outputs the stream's variance then stays O(1) as L grows. The same s multiplies S in every
+    variant (in ``plain`` + a norm it cancels up to the norm's eps).
+
     Hook points: hook_resid_pre, hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post
-    (all (B, T, C)); ``attn.hook_pattern`` (B, nh, T, T).
+    (all (B, T, C); hook_attn_out / hook_mlp_out see s*S); ``attn.hook_pattern`` (B, nh, T, T).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -237,13 +252,16 @@ class Block(nn.Module):
             self.alpha_attn = nn.Parameter(torch.zeros(1))
             self.alpha_mlp = nn.Parameter(torch.zeros(1))
         self.deepnorm_alpha = (2.0 * cfg.n_layer) ** 0.25
+        self.branch_scale = branch_scale(cfg)
         for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"):
             setattr(self, name, HookPoint())
 
     def _sublayer(self, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], ln: nn.Module,
                   hook: HookPoint,
                   alpha: Optional[torch.Tensor]) -> torch.Tensor:
-        return wire(self.variant, x, lambda h: hook(self.drop(fn(h))), ln, alpha, self.deepnorm_alpha)
+        s = self.branch_scale
+        branch = (lambda h: hook(self.drop(fn(h)))) if s == 1.0 else (lambda h: hook(self.drop(fn(h)) * s))
+        return wire(self.variant, x, branch, ln, alpha, self.deepnorm_alpha)
 
     def forward(self, x: torch.Tensor, kv: Optional[tuple[torch.Tensor, torch.Tensor, int]] = None
                 ) -> torch.Tensor:
@@ -407,6 +425,7 @@ def _block_step(blk: "Block") -> Callable[[torch.Tensor, torch.Tensor, torch.Ten
     Wf, bf, Wp, bp, act = mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias, _plain_fn(mlp.act)
     ln_1, ln_2 = _plain_fn(blk.ln_1), _plain_fn(blk.ln_2)
     alpha_attn, alpha_mlp = getattr(blk, "alpha_attn", None), getattr(blk, "alpha_mlp", None)
+    s = blk.branch_scale
 
     def attn(h: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pos: int) -> torch.Tensor:
         # method calls, not tensor[...] indexing: parsing an index tuple costs more than the copy
@@ -417,11 +436,16 @@ def _block_step(blk: "Block") -> Callable[[torch.Tensor, torch.Tensor, torch.Ten
         # one query sees every cached key: no mask (CausalSelfAttention.forward's T == 1 branch)
         y = F.scaled_dot_product_attention(qkv.select(1, 0), k_buf.narrow(2, 0, pos + 1),
                                            v_buf.narrow(2, 0, pos + 1))  # (B, nh, 1, hs)
-        return F.linear(y.view(B, C), Wo, bo)  # heads side by side, as forward's
+        y = F.linear(y.view(B, C), Wo, bo)  # heads side by side, as forward's
+        return y if s == 1.0 else y * s
+
+    def mlp_fn(h: torch.Tensor) -> torch.Tensor:
+        y = F.linear(act(F.linear(h, Wf, bf)), Wp, bp)
+        return y if s == 1.0 else y * s
 
     def step(x: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pos: int) -> torch.Tensor:
         x = wire(variant, x, lambda h: attn(h, k_buf, v_buf, pos), ln_1, alpha_attn, da)
-        return wire(variant, x, lambda h: F.linear(act(F.linear(h, Wf, bf)), Wp, bp), ln_2, alpha_mlp, da)
+        return wire(variant, x, mlp_fn, ln_2, alpha_mlp, da)
 
     return step
 
