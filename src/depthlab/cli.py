@@ -133,11 +133,23 @@ def run_train(ns) -> int:
     from .analytics import default_callbacks
     from .trainer import Trainer
 
+    from .training.autotune import Restart
+
     cfg = _config_from(ns)
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
-    Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from).fit()
+    try:
+        trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
+                          restart_ok=_PROCESS_ARGV is not None)
+    except Restart as r:  # raised before anything was written: the same command, another OpenMP policy
+        import os
+
+        print(f"auto settings: {r.tuning.setting.label()} was fastest; restarting with "
+              f"OMP_WAIT_POLICY={r.env['OMP_WAIT_POLICY']} (read once, when torch loads)", flush=True)
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
+    trainer.fit()
     return 0
 
 
@@ -577,24 +589,44 @@ def _error(msg: str) -> None:
     print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
 
 
-def _passive_openmp() -> None:
-    """Let idle OpenMP threads sleep instead of spinning, unless the user chose otherwise.
+#: The command line of this process when :func:`main` is the process's entry point (so ``train`` may
+#: restart it with another OpenMP wait policy); None when main() is called from Python.
+_PROCESS_ARGV: Optional[list[str]] = None
 
-    On a laptop whose cores are busy with something else, spinning threads wait for a core that
-    is taken: training at the default shape measured 409 tokens/s with 2 spinning threads against
-    2,480 with ``OMP_WAIT_POLICY=PASSIVE`` (2 cores, load average 8). The thread count, and so
-    every result, is unchanged. It only takes effect if torch is not loaded yet (the command line).
+
+def _openmp_policy(command: str) -> None:
+    """Choose how idle OpenMP threads wait (spin or sleep), unless the user set ``OMP_WAIT_POLICY``.
+
+    The policy is read once, when torch loads, and which is faster depends on the machine and its load:
+    on a busy laptop spinning threads wait for a core that is taken (409 tokens/s spinning against
+    2,480 passive, 2 AMD cores, load average 8); on an idle Xeon passive waiting halved the speed
+    (issue 24). ``train`` starts with the policy last measured fastest on this machine at this load
+    (:func:`depthlab.training.autotune.guess_policy`), passive when never measured; its measurement may
+    restart it with the other one. Results are unchanged: only the waiting differs.
     """
     import os
 
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from .training.autotune import OMP_MARK
+
+    if "torch" in sys.modules or ("OMP_WAIT_POLICY" in os.environ and os.environ.get(OMP_MARK) is None):
+        return  # too late, or the user's choice
+    if OMP_MARK in os.environ:
+        return  # a restart: the policy it was given
+    policy = "passive"
+    if command == "train":
+        from .training.autotune import guess_policy
+
+        policy = guess_policy() or policy
+    os.environ["OMP_WAIT_POLICY"] = os.environ[OMP_MARK] = policy.upper()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals)."""
+    global _PROCESS_ARGV
+    if argv is None:
+        _PROCESS_ARGV = list(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
-    _passive_openmp()
+    _openmp_policy(argv[0] if argv else "")
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)

@@ -305,16 +305,23 @@ class TrainConfig:
         log_interval: steps between training log lines.
         seed: seeds model init, batch sampling and dropout.
         device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto`` (bf16 on CUDA and on CPUs with native
-            bf16 instructions, fp32 elsewhere).
+        dtype: ``float32`` | ``bfloat16`` (autocast) | ``auto``: bf16 on CUDA; on a CPU the faster of the
+            two, timed at the run's shape (:mod:`depthlab.training.autotune`; bf16 is timed only where the CPU
+            has native bf16 instructions: elsewhere it is emulated, several times slower).
         compile: wrap the model in ``torch.compile`` (falls back to eager with one warning): ``true``,
             ``false`` or ``auto`` = on CUDA, where it pays, off elsewhere (on CPU the compile time,
             10-20 s, is not won back by a few-minute run; benchmarks/vs_reference.py).
         attention: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (matmul + masked
-            softmax) or ``auto``: explicit on CPU under bf16 autocast, where it measured 1.6-1.7x faster
-            than SDPA's CPU flash kernel, SDPA elsewhere (fp32 on CPU: SDPA 8-10 % faster;
-            benchmarks/train_speed.py).
-        threads: torch intra-op threads on CPU (0 = leave torch's default).
+            softmax) or ``auto``: on a CPU the faster of the two, timed (under bf16 autocast explicit
+            measured 1.6-1.7x faster than SDPA's CPU flash kernel; in fp32 SDPA 8-10 % faster;
+            benchmarks/train_speed.py); SDPA elsewhere.
+        threads: torch intra-op threads on CPU; 0 = timed at the run's shape (1 or every core, with
+            OpenMP's idle threads spinning or sleeping unless ``OMP_WAIT_POLICY`` is set).
+        flush_denormal: on a CPU, compute subnormal floats (|x| < 1.2e-38 in float32) as zero while
+            training. A collapsed deep stack (``plain``) fills its activations and gradients with them,
+            and many CPUs take a slow path for each (issue 24: a 16-block plain run 3,531 -> 16,240
+            tokens/s on a Xeon); values that small are 1e-31 of the unit-scale values they are summed
+            with, below float32's resolution (1.2e-7), so the loss is unchanged.
         keep_last: how many step checkpoints to keep besides ``best``.
         on_nonfinite: ``stop`` (exit 3) or ``skip`` the step on a non-finite loss/gradient.
         resume: continue the run in ``out_dir`` from its latest good checkpoint.
@@ -360,6 +367,7 @@ class TrainConfig:
     compile: Union[bool, Literal["auto"]] = "auto"
     attention: Literal["auto", "sdpa", "explicit"] = "auto"
     threads: int = 0
+    flush_denormal: bool = True
     keep_last: int = 2
     on_nonfinite: Literal["stop", "skip"] = "stop"
     resume: bool = False

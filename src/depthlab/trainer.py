@@ -41,6 +41,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
 from .training.stopping import StopRules
+from .training.autotune import tune
 from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
 
 
@@ -66,6 +67,9 @@ class Trainer:
         init_from: a run directory whose best weights start this new run (same shape and vocabulary;
             new optimizer, step 0).
 
+        restart_ok: the caller (the command line) can restart the process with another OpenMP wait
+            policy: :class:`~depthlab.training.autotune.Restart` is raised, before anything is written,
+            when the measured-fastest setting needs one.
     Raises:
         DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
             do not fit (a run directory this call created is removed again).
@@ -79,9 +83,10 @@ class Trainer:
     device_checks: Optional[bool] = None
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
-                 log=console, init_from: Optional[str] = None):
+                 log=console, init_from: Optional[str] = None, restart_ok: bool = False):
         self.callbacks = list(callbacks)
         t = cfg.train
+        self.restart_ok = restart_ok
         self.runtime = rt = Runtime(t, log)
         self.rank, self.world_size, self.is_main, self.device, self.log = (
             rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
@@ -138,6 +143,8 @@ class Trainer:
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point is not None else resolve_optimizer(t.optimizer, self.device)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
+        rt.apply(tune(self.cfg, self.raw_model, self.device, point.old_config.get("resolved") if point else None,
+                      restart_ok=self.restart_ok, log=self.log, world_size=self.world_size))
         self.ctx = rt.ctx
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"
@@ -403,6 +410,8 @@ class Trainer:
                  f"{self.world_size} = {t.batch_size * self.runtime.accum * self.world_size} sequences of "
                  f"{m.block_size} tokens")
 
+        if self.runtime.tuning is not None and self.device.type == "cpu":
+            self.log(self.runtime.tuning.line())
     def _log_step(self, info: StepInfo, tokens_per_sec: float, bar) -> None:
         self.metrics.log("train", {"step": info.step, "loss": info.loss, "lr": info.lr,
                                    "grad_norm": info.grad_norm, "tokens_per_sec": tokens_per_sec},

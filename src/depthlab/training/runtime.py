@@ -185,6 +185,22 @@ class Runtime:
         self.bf16 = use_bf16(self.device, train.dtype)
         self.explicit_attention = use_explicit_attention(train.attention, self.device, self.bf16)
         self.ctx = autocast_ctx(self.device, train.dtype)
+        self.tuning = None  # what depthlab.training.autotune decided (apply())
+        # set before the first parallel op of a command-line run, so OpenMP's threads inherit it
+        cpu = self.device.type == "cpu"
+        self.flush_denormal = bool(train.flush_denormal and cpu and torch.set_flush_denormal(True))
+
+    def apply(self, tuning) -> None:
+        """Run with ``tuning``'s setting (:class:`~depthlab.training.autotune.Tuning`): threads, dtype and
+        attention path (CPU only; elsewhere the rules stand)."""
+        self.tuning = tuning
+        if self.device.type != "cpu":
+            return
+        s = tuning.setting
+        torch.set_num_threads(s.threads)
+        self.bf16 = s.dtype == "bfloat16"
+        self.explicit_attention = s.attention == "explicit"
+        self.ctx = autocast_ctx(self.device, s.dtype)
 
     def _set_threads(self) -> None:
         t = self.train
@@ -225,9 +241,13 @@ class Runtime:
 
     def resolved(self) -> dict:
         """What the ``auto``/0 device settings became on this machine (part of config.json ``resolved``)."""
-        return {"device": str(self.device), "dtype": self.dtype_name,
-                "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
-                "processes": self.world_size, "compile": self.compile_wanted}
+        from .autotune import omp_policy
+
+        r = {"device": str(self.device), "dtype": self.dtype_name,
+             "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
+             "processes": self.world_size, "compile": self.compile_wanted, "omp_wait": omp_policy(),
+             "flush_denormal": self.flush_denormal}
+        return {**r, "tuning": self.tuning.to_record()} if self.tuning is not None else r
 
     def agree(self, **flags: bool) -> dict[str, bool]:
         """Each flag OR-ed over every process (one all-reduce of a small tensor); as given with one process.
@@ -323,6 +343,9 @@ class Runtime:
     def close(self) -> None:
         """Wait for every process, then destroy the process group this runtime made."""
         self.barrier()
+        if self.flush_denormal:
+            torch.set_flush_denormal(False)
+            self.flush_denormal = False
         if self.world_size > 1 and self.owns_process_group:
             import torch.distributed as dist
 

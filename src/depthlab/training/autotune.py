@@ -1,0 +1,507 @@
+"""Measured ``auto``: a CPU run's threads, dtype, attention path and OpenMP waiting, chosen by timing
+the run's own training step.
+
+Which of these is fastest depends on the CPU and on what else runs on it, and rules read off one CPU
+were wrong on the next one (issue 24, 2 Intel Xeon cores with avx512_bf16: bf16 autocast 0.8x of fp32;
+OpenMP's passive waiting 0.5x of spinning when idle, while on a busy AMD machine passive was 6x faster).
+So every setting the config leaves at ``auto`` (``train.dtype``, ``train.attention``; ``train.threads``
+0) and the OpenMP wait policy (when the environment does not set ``OMP_WAIT_POLICY``) is decided by
+timing a few optimizer steps of a copy of the run's model and optimizer at the run's batch shape under
+each candidate (:func:`candidates`), in rounds so that a change of load hits every candidate alike.
+Explicit values are never overridden.
+
+The wait policy is read once, when the OpenMP runtime starts inside ``import torch``, so the other
+policy is timed in a child process (``python -m depthlab.training.autotune``), and a run whose
+fastest setting is the other policy is restarted by the command line before anything is written
+(:class:`Restart`); a run started from Python keeps its process's policy.
+
+Results are cached under the cache directory (``$DEPTHLAB_CACHE`` or ``$XDG_CACHE_HOME/depthlab``) per
+CPU model, core count, torch version, model and batch shape, optimizer, and how many cores other
+processes kept busy when it was measured (a busy machine wants other settings than an idle one). A
+resumed run keeps the settings it started with (its numbers continue bit for bit) when it runs on the
+same machine. Runs too short to repay the measurement (under :data:`MIN_RUN_S` of planned training,
+judged from the first timed step) keep the rules of :mod:`depthlab.training.runtime`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+__all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "guess_policy",
+           "omp_free", "omp_policy", "tune"]
+
+#: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
+#: policy the user exported is theirs and is never changed).
+OMP_MARK = "DEPTHLAB_OMP_WAIT"
+#: Set to ``off`` to keep the rule-based settings (the tests do, for bit-reproducible seeded runs).
+SWITCH = "DEPTHLAB_AUTOTUNE"
+#: Planned training time (s) below which measuring is not worth its cost: the measurement takes about
+#: 3 steps per candidate, so it is kept under ~5 % of the run.
+MIN_RUN_S = 60.0
+#: Candidates within this fraction of the fastest count as equally fast; the earlier one (the simpler
+#: setting: fewer threads, float32, SDPA, passive waiting) wins, so noise does not flip choices.
+TIE = 0.02
+ROUNDS = 2  # timed steps per candidate, interleaved (after one untimed warm-up step each)
+CAP = 2.5  # a candidate this many times slower than the fastest is timed no more
+#: Share of the planned training time the measurement may take (at least MIN_MEASURE_S).
+MEASURE_SHARE, MIN_MEASURE_S = 0.05, 4.0
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to run a CPU training step.
+
+    Attributes:
+        threads: torch intra-op threads. dtype: ``float32`` | ``bfloat16`` (autocast).
+        attention: ``sdpa`` | ``explicit``. omp_wait: ``passive`` | ``active``: how idle OpenMP threads wait.
+    """
+
+    threads: int
+    dtype: str
+    attention: str
+    omp_wait: str
+
+    def label(self) -> str:
+        """``"2 threads, float32, sdpa, passive"``: one table row's name."""
+        n = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        return f"{n}, {self.dtype}, {self.attention}, {self.omp_wait}"
+
+
+@dataclass
+class Tuning:
+    """What :func:`tune` decided and why (config.json ``resolved.tuning``).
+
+    Attributes:
+        setting: the chosen :class:`Setting`.
+        source: ``measured`` | ``cached`` | ``resumed`` (the run's own earlier choice) | ``rule`` (not
+            measured: see ``why``).
+        why: one sentence: what decided.
+        ms_per_step: candidate label -> measured milliseconds per optimizer step (empty for ``rule``).
+        seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy.
+        machine: :func:`machine_name` of the machine that measured it.
+    """
+
+    setting: Setting
+    source: str
+    why: str
+    ms_per_step: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    busy: int = 0
+    machine: str = field(default_factory=lambda: machine_name())
+
+    def to_record(self) -> dict:
+        return {"setting": asdict(self.setting), "source": self.source, "why": self.why,
+                "ms_per_step": dict(self.ms_per_step), "seconds": round(self.seconds, 2), "busy_cores": self.busy,
+                "machine": self.machine}
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> Optional["Tuning"]:
+        try:
+            return cls(Setting(**r["setting"]), str(r["source"]), str(r["why"]),
+                       {str(k): float(v) for k, v in dict(r.get("ms_per_step") or {}).items()},
+                       float(r.get("seconds", 0.0)), int(r.get("busy_cores", 0)), str(r.get("machine", "")))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def line(self) -> str:
+        """The one console line: what was chosen, from what."""
+        s = self.setting
+        if self.source == "rule" or not self.ms_per_step:
+            return f"auto settings: {s.label()} ({self.why})"
+        best = self.ms_per_step.get(s.label())
+        rest = sorted((v, k) for k, v in self.ms_per_step.items() if k != s.label())
+        worst = f"; slowest {rest[-1][1]} {rest[-1][0]:.0f} ms" if rest else ""
+        when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
+        return (f"auto settings: {s.label()} ({best:.0f} ms/step{worst}; {len(self.ms_per_step)} candidates, "
+                f"{when}, {self.busy} of {os.cpu_count() or 1} cores busy with other work)")
+
+
+class Restart(Exception):
+    """The fastest setting needs another OpenMP wait policy: the command line restarts the process with ``env``."""
+
+    def __init__(self, env: dict[str, str], tuning: Tuning):
+        self.env, self.tuning = env, tuning
+        super().__init__(f"restart with OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']}")
+
+
+# ------------------------------------------------------------------------- the machine
+def omp_policy() -> str:
+    """This process's OpenMP wait policy: ``passive`` or ``active`` (libgomp spins a while by default,
+    which is ``active`` here)."""
+    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive" else "active"
+
+
+def omp_free() -> bool:
+    """Whether depthlab chose this process's wait policy (so it may choose another): the user did not."""
+    return os.environ.get(OMP_MARK, "") == os.environ.get("OMP_WAIT_POLICY", "-")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_name() -> str:
+    """``"<CPU model> x<cores>"``: which machine a measurement belongs to."""
+    return f"{cpu_model()} x{os.cpu_count() or 1}"
+
+
+def busy_cores(window_s: float = 0.15) -> int:
+    """How many cores other processes keep busy now: non-idle time over ``window_s`` from /proc/stat, rounded.
+
+    Read while this process sleeps, so its own threads do not count. 0 where /proc/stat is missing.
+    """
+    def read() -> Optional[tuple[int, int]]:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+        return sum(v), idle
+
+    a = read()
+    time.sleep(window_s)
+    b = read()
+    if a is None or b is None or b[0] <= a[0]:
+        return 0
+    busy_share = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+    return int(round(busy_share * (os.cpu_count() or 1)))
+
+
+# ------------------------------------------------------------------------- candidates and choice
+def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: bool) -> list[Setting]:
+    """Every setting worth timing, simplest first.
+
+    Args:
+        train: the run's TrainConfig: a field not at ``auto`` (threads not 0) is fixed to its value.
+        cores: CPU cores. bf16_native: the CPU has native bf16 dot products (otherwise bf16 is emulated,
+            several times slower than fp32, and not timed). policy: this process's OpenMP wait policy.
+        other_policy: whether the other policy may be timed (depthlab chose this one).
+    """
+    threads = [train.threads] if train.threads else sorted({1, cores})
+    dtypes = [train.dtype] if train.dtype != "auto" else (["float32", "bfloat16"] if bf16_native else ["float32"])
+    attns = [train.attention] if train.attention != "auto" else ["sdpa", "explicit"]
+    policies = [policy] + ([{"passive": "active", "active": "passive"}[policy]] if other_policy else [])
+    out = []
+    for w in sorted(policies, key=lambda p: p != "passive"):
+        for n in threads:
+            if n == 1 and w != policy:
+                continue  # one thread starts no OpenMP team: its waiting policy changes nothing
+            out += [Setting(n, d, a, w) for d in dtypes for a in attns]
+    return out
+
+
+def fastest(ms: Mapping[Setting, float], order: Sequence[Setting]) -> Setting:
+    """The fastest of ``ms`` (milliseconds per step); one within :data:`TIE` of it that comes earlier in
+    ``order`` (simpler) wins instead."""
+    best = min(ms.values())
+    return next(s for s in order if s in ms and ms[s] <= best * (1.0 + TIE))
+
+
+# ------------------------------------------------------------------------- measuring
+def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, settings: Sequence[Setting],
+                  rounds: int = ROUNDS, set_attention: Callable = lambda m, e: None, ref_ms: float = float("inf"),
+                  deadline: float = float("inf")) -> dict[Setting, float]:
+    """Milliseconds per optimizer step (min over ``rounds`` interleaved timings) of each setting.
+
+    A setting whose step takes over :data:`CAP` times the fastest seen (or ``ref_ms``) is timed no
+    more: a spinning thread team on a busy machine measured 8x slower, and timing it three times would
+    cost more than it could win. Past ``deadline`` (``time.perf_counter()``) nothing new is timed.
+
+    Args:
+        model: a copy of the run's model (its weights change: never pass the run's own).
+        make_optimizer: ``model -> optimizer`` as the run makes it. loss_fn: ``(model, x, y) -> loss``.
+        batch: (x, y), each (B, T) int64. settings: those of this process's wait policy.
+        set_attention: ``(model, explicit: bool) -> None``.
+        ref_ms: a step time already measured elsewhere (the other process), for the cap.
+
+    Returns:
+        setting -> ms for every setting timed at least once (a dropped one: its slowest step).
+    """
+    import torch
+
+    x, y = batch
+    opt = make_optimizer(model)
+    threads0 = torch.get_num_threads()
+
+    def step(s: Setting) -> float:
+        torch.set_num_threads(s.threads)
+        set_attention(model, s.attention == "explicit")
+        ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if s.dtype == "bfloat16" else contextlib.nullcontext())
+        t0 = time.perf_counter()
+        with ctx:
+            loss = loss_fn(model, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return (time.perf_counter() - t0) * 1e3
+
+    times: dict[Setting, list[float]] = {}
+    live: list[Setting] = []
+    best = ref_ms
+    try:
+        for s in settings:  # warm-up: first-call allocations and kernel selection, untimed unless dropped
+            if time.perf_counter() > deadline:
+                break
+            w = step(s)
+            if w > CAP * 2 * best:  # 2: a first call may cost twice a later one
+                times[s] = [w]
+                continue
+            best = min(best, w)
+            times[s], live = [], live + [s]
+        for _ in range(rounds):
+            for s in list(live):
+                if time.perf_counter() > deadline and times[s]:
+                    continue
+                v = step(s)
+                times[s].append(v)
+                best = min(best, v)
+                if v > CAP * best:
+                    live.remove(s)
+    finally:
+        torch.set_num_threads(threads0)
+    return {s: min(v) if s in live else max(v) for s, v in times.items() if v}
+
+
+def _child(cfg_dict: dict, settings: Sequence[Setting], policy: str, timeout_s: float,
+           run_dir: Optional[str] = None, ref_ms: float = float("inf")) -> dict[Setting, float]:
+    """Time ``settings`` in a new Python process whose OpenMP waits ``policy`` ({} if it fails).
+
+    ``run_dir``: where a ``model.source`` run keeps its copy of the user's file (the child builds from it).
+    """
+    env = {**os.environ, "OMP_WAIT_POLICY": policy.upper(), OMP_MARK: policy.upper(), SWITCH: "child"}
+    spec = json.dumps({"config": cfg_dict, "settings": [asdict(s) for s in settings], "run_dir": run_dir,
+                       "ref_ms": ref_ms if ref_ms != float("inf") else None, "seconds": timeout_s})
+    try:
+        out = subprocess.run([sys.executable, "-m", "depthlab.training.autotune"], input=spec, env=env,
+                             capture_output=True, text=True, timeout=timeout_s + 5.0, check=True).stdout
+        rows = json.loads(out.strip().splitlines()[-1])
+        return {Setting(**r["setting"]): float(r["ms"]) for r in rows}
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return {}  # too slow or failed: the choice is among this process's settings
+
+
+def _model_and_batch(cfg, model=None, run_dir: Optional[str] = None):
+    """A copy of ``model`` (or a new one from ``cfg``, a source model from ``run_dir``'s copy), its
+    optimizer maker, loss and a random batch."""
+    import torch
+
+    from ..usermodel import make_model
+    from .optimization import make_optimizer, resolve_optimizer
+    from .protocol import ModelPort
+
+    cpu = torch.device("cpu")
+    m = copy.deepcopy(model) if model is not None else make_model(cfg.model, Path(run_dir) if run_dir else None)
+    port = ModelPort(m)
+    name = resolve_optimizer(cfg.train.optimizer, cpu, m)
+    g = torch.Generator().manual_seed(0)
+    B, T, V = cfg.train.batch_size, cfg.model.block_size, cfg.model.vocab_size
+    x = torch.randint(0, V, (B, T), generator=g)
+    y = torch.randint(0, V, (B, T), generator=g)
+    return (m, lambda mm: make_optimizer(mm, cfg.train, cpu, name), port.loss, (x, y),
+            lambda mm, e: ModelPort(mm).set_attention(e))
+
+
+# ------------------------------------------------------------------------- the cache
+def _cache_file() -> Path:
+    base = os.environ.get("DEPTHLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                           os.path.join(os.path.expanduser("~"), ".cache"), "depthlab")
+    return Path(base) / "autotune.json"
+
+
+def cache_key(cfg, busy: int) -> str:
+    """CPU model, cores, torch version, model section, batch shape, optimizer and busy cores, hashed."""
+    import torch
+
+    m, t = asdict(cfg.model), cfg.train
+    what = [cpu_model(), os.cpu_count(), torch.__version__, m, t.batch_size, t.grad_accum, t.optimizer,
+            t.dtype, t.attention, t.threads, busy]
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def policy_key(busy: int) -> str:
+    """The cache entry of the wait policy last measured fastest on this machine at this load (any shape)."""
+    return f"omp_wait {machine_name()} busy {busy}"
+
+
+def guess_policy() -> Optional[str]:
+    """The wait policy to start a training process with (before torch loads): the one last measured
+    fastest on this machine at the present load, or None if never measured."""
+    w = (_read_cache().get(policy_key(busy_cores())) or {}).get("omp_wait")
+    return w if w in ("passive", "active") else None
+
+
+def _read_cache() -> dict:
+    try:
+        d = json.loads(_cache_file().read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_cache(key: str, tuning: Tuning) -> None:
+    from ..rundir import write_json
+
+    d = _read_cache()
+    d[key] = tuning.to_record()
+    d[policy_key(tuning.busy)] = {"omp_wait": tuning.setting.omp_wait}
+    if len(d) > 200:  # keep the newest entries only
+        d = dict(list(d.items())[-200:])
+    try:
+        _cache_file().parent.mkdir(parents=True, exist_ok=True)
+        write_json(_cache_file(), d)
+    except OSError:
+        pass  # a read-only home: measure again next time
+
+
+# ------------------------------------------------------------------------- the decision
+def rule_setting(train, device, bf16_native: bool, policy: str) -> Setting:
+    """What the rules of :mod:`depthlab.training.runtime` pick without measuring."""
+    import torch
+
+    from .runtime import use_bf16, use_explicit_attention
+
+    bf16 = use_bf16(device, train.dtype) if train.dtype != "auto" else bf16_native
+    return Setting(train.threads or torch.get_num_threads(), "bfloat16" if bf16 else "float32",
+                   "explicit" if use_explicit_attention(train.attention, device, bf16) else "sdpa", policy)
+
+
+def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool = False,
+         log: Callable[[str], None] = lambda s: None, world_size: int = 1) -> Tuning:
+    """Decide the CPU settings of a run (see the module docstring).
+
+    Args:
+        cfg: the run's RunConfig (``model.vocab_size`` filled in). model: the run's model (copied, not changed).
+        device: the run's device; only ``cpu`` is measured. resumed: the run's earlier ``resolved`` record.
+        restart_ok: the caller can restart the process (:class:`Restart`) for another wait policy.
+        log: console lines. world_size: processes of the run (several: rules, the ranks must agree).
+
+    Raises:
+        Restart: the fastest setting has the other wait policy and ``restart_ok``.
+    """
+    from .runtime import cpu_has_bf16
+
+    policy, t = omp_policy(), cfg.train
+    native = cpu_has_bf16()
+    rule = rule_setting(t, device, native, policy)
+    if device.type != "cpu" or world_size > 1:
+        return Tuning(rule, "rule", "not measured: " + ("not a CPU run" if device.type != "cpu" else
+                                                        "several processes keep the rules so all ranks agree"))
+    if os.environ.get(SWITCH, "").lower() in ("off", "0", "false"):
+        return Tuning(rule, "rule", f"not measured: {SWITCH}=off")
+    if t.threads and t.dtype != "auto" and t.attention != "auto" and not (restart_ok and omp_free()):
+        return Tuning(rule, "rule", "every setting given")
+    given = decided_in_env()
+    if given is not None:  # this process was restarted with the decision its first start measured
+        return given
+    old = Tuning.from_record((resumed or {}).get("tuning") or {}) if resumed else None
+    if old is not None and old.source != "rule" and old.machine == machine_name():
+        s = old.setting  # values given on this command line still win
+        old.setting = Setting(t.threads or s.threads, s.dtype if t.dtype == "auto" else rule.dtype,
+                              s.attention if t.attention == "auto" else rule.attention, s.omp_wait)
+        old.source, old.why = "resumed", "the settings this run started with"
+        return _maybe_restart(old, policy, restart_ok)
+    busy = busy_cores()
+    key = cache_key(cfg, busy)
+    hit = Tuning.from_record(_read_cache().get(key) or {})
+    if hit is not None:
+        hit.source = "cached"
+        return _maybe_restart(hit, policy, restart_ok)
+    switch = restart_ok and omp_free()
+    return _maybe_restart(_measure(cfg, model, t, native, policy, rule, busy, key, log, switch), policy, restart_ok)
+
+
+def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int, key: str, log,
+             switch: bool) -> Tuning:
+    import torch
+
+    t0 = time.perf_counter()
+    cores = os.cpu_count() or 1
+    order = candidates(t, cores, native, policy, switch)
+    here = [s for s in order if s.omp_wait == policy]
+    m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, model)
+    rng = torch.get_rng_state()
+    try:
+        first = time_settings(m, make_opt, loss_fn, batch, [rule if rule in here else here[0]], rounds=1,
+                              set_attention=set_attn)
+        planned = _planned_seconds(t, next(iter(first.values())) / 1e3)
+        if planned < MIN_RUN_S:
+            return Tuning(rule, "rule", f"not measured: about {planned:.0f} s of training planned, under "
+                                        f"{MIN_RUN_S:.0f} s")
+        budget = max(MIN_MEASURE_S, MEASURE_SHARE * planned)
+        log(f"auto settings: timing {len(order)} candidates of threads / dtype / attention / OpenMP waiting "
+            f"at this run's shape (at most {budget:.0f} s, once per machine, load and shape; cached)")
+        ms = time_settings(m, make_opt, loss_fn, batch, here, set_attention=set_attn,
+                           deadline=time.perf_counter() + 0.6 * budget) or first
+    finally:
+        torch.set_rng_state(rng)
+    there = [s for s in order if s.omp_wait != policy]
+    if there:
+        left = max(MIN_MEASURE_S, budget - (time.perf_counter() - t0))
+        ms.update(_child(cfg.to_dict(), there, there[0].omp_wait, timeout_s=left, ref_ms=min(ms.values()),
+                         run_dir=cfg.train.out_dir if cfg.model.source else None))
+    best = fastest(ms, order)
+    tuning = Tuning(best, "measured", "fastest measured", {s.label(): round(v, 2) for s, v in ms.items()},
+                    time.perf_counter() - t0, busy)
+    _write_cache(key, tuning)
+    return tuning
+
+
+def _planned_seconds(t, s_per_step: float) -> float:
+    steps = t.max_iters * s_per_step
+    return min(steps, t.max_time) if t.max_time else steps
+
+
+def _maybe_restart(tuning: Tuning, policy: str, restart_ok: bool) -> Tuning:
+    want = tuning.setting.omp_wait
+    if want != policy and tuning.setting.threads > 1:
+        if restart_ok and omp_free():
+            env = {"OMP_WAIT_POLICY": want.upper(), OMP_MARK: want.upper(), SWITCH + "_DECIDED": json.dumps(
+                tuning.to_record())}
+            raise Restart(env, tuning)
+        tuning.setting = Setting(tuning.setting.threads, tuning.setting.dtype, tuning.setting.attention, policy)
+        tuning.why += f"; OpenMP waits {policy} in this process (its policy is fixed once torch has loaded)"
+    return tuning
+
+
+def decided_in_env() -> Optional[Tuning]:
+    """The decision a restarted process was given (``DEPTHLAB_AUTOTUNE_DECIDED``), else None."""
+    raw = os.environ.pop(SWITCH + "_DECIDED", None)
+    return Tuning.from_record(json.loads(raw)) if raw else None
+
+
+def _main() -> int:
+    """Child process: read {config, settings} JSON on stdin, print [{setting, ms}] JSON on stdout."""
+    from ..config import RunConfig
+
+    spec = json.loads(sys.stdin.read())
+    cfg = RunConfig.from_dict(spec["config"])
+    settings = [Setting(**s) for s in spec["settings"]]
+    m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, run_dir=spec.get("run_dir"))
+    ref = spec.get("ref_ms") or float("inf")
+    ms = time_settings(m, make_opt, loss_fn, batch, settings, set_attention=set_attn, ref_ms=ref,
+                       deadline=time.perf_counter() + 0.7 * float(spec.get("seconds") or 60.0))
+    print(json.dumps([{"setting": asdict(s), "ms": v} for s, v in ms.items()]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

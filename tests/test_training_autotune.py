@@ -1,0 +1,146 @@
+"""Measured ``auto`` (depthlab.training.autotune): the chooser fed fake timings picks the faster setting,
+caches it, keeps explicit values, and asks for a restart only when it may."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from depthlab.config import TrainConfig
+from depthlab.training import autotune as at
+from depthlab.training.autotune import Restart, Setting, Tuning, candidates, fastest
+
+from conftest import tiny_config
+
+
+def S(threads=1, dtype="float32", attention="sdpa", omp="passive"):
+    return Setting(threads, dtype, attention, omp)
+
+
+def test_candidates_cover_every_auto_field_and_keep_explicit_ones():
+    auto = TrainConfig(dtype="auto", attention="auto", threads=0)
+    c = candidates(auto, cores=2, bf16_native=False, policy="passive", other_policy=True)
+    # one thread runs no OpenMP team, so its waiting policy is not timed twice; bf16 is emulated here
+    assert c == [S(1), S(1, attention="explicit"), S(2), S(2, attention="explicit"),
+                 S(2, omp="active"), S(2, attention="explicit", omp="active")]
+    c = candidates(auto, cores=2, bf16_native=True, policy="active", other_policy=False)
+    assert {s.dtype for s in c} == {"float32", "bfloat16"} and {s.omp_wait for s in c} == {"active"}
+    fixed = TrainConfig(dtype="bfloat16", attention="sdpa", threads=2)
+    assert candidates(fixed, cores=2, bf16_native=False, policy="passive", other_policy=False) == [
+        S(2, "bfloat16")]
+
+
+def test_fastest_picks_the_lowest_time_and_breaks_near_ties_toward_the_simpler_setting():
+    order = [S(1), S(2), S(2, omp="active")]
+    assert fastest({S(1): 30.0, S(2): 20.0, S(2, omp="active"): 10.0}, order) == S(2, omp="active")
+    assert fastest({S(1): 30.0, S(2): 10.0, S(2, omp="active"): 9.9}, order) == S(2)  # within 2 %: simpler
+    assert fastest({S(2): 10.0}, order) == S(2)
+
+
+def _fake_timer(monkeypatch, table):
+    """time_settings replaced: the fake table's ms for each setting asked for (what a machine would measure)."""
+    def fake(model, make_opt, loss_fn, batch, settings, rounds=2, set_attention=None, ref_ms=0, deadline=0):
+        return {s: table[s] for s in settings if s in table}
+
+    monkeypatch.setattr(at, "time_settings", fake)
+    monkeypatch.setattr(at, "_child", lambda cfg, settings, policy, **kw: {s: table[s] for s in settings})
+    monkeypatch.setattr(at, "busy_cores", lambda window_s=0.15: 0)
+
+
+def _long_cfg(tmp_path, **train):
+    return tiny_config(tmp_path / "run", train={"max_iters": 100_000, "dtype": "auto", "attention": "auto",
+                                                "threads": 0, **train})
+
+
+@pytest.fixture
+def chosen_by_depthlab(monkeypatch):
+    monkeypatch.setattr(at.os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv(at.OMP_MARK, "PASSIVE")
+    monkeypatch.delenv(at.SWITCH, raising=False)
+    monkeypatch.setattr(at, "cpu_has_bf16", lambda: False, raising=False)
+
+
+def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypatch, chosen_by_depthlab):
+    from depthlab.model import GPT
+
+    cfg = _long_cfg(tmp_path)
+    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
+    table = {S(1): 50.0, S(1, attention="explicit"): 60.0, S(2): 30.0, S(2, attention="explicit"): 40.0,
+             S(2, omp="active"): 35.0, S(2, attention="explicit", omp="active"): 45.0}
+    _fake_timer(monkeypatch, table)
+    model = GPT(cfg.model)
+    t = at.tune(cfg, model, torch.device("cpu"), restart_ok=True)
+    assert t.setting == S(2) and t.source == "measured"
+    assert t.ms_per_step[S(2).label()] == 30.0 and len(t.ms_per_step) == 6
+    again = at.tune(cfg, model, torch.device("cpu"), restart_ok=True)
+    assert again.source == "cached" and again.setting == S(2)
+
+    # now spinning is faster: a command line (restart_ok) is asked to restart with that policy ...
+    table[S(2, omp="active")] = 10.0
+    other = _long_cfg(tmp_path, batch_size=5)  # another shape: another cache entry
+    other = type(other)(other.data, cfg.model, other.train)
+    with pytest.raises(Restart) as r:
+        at.tune(other, model, torch.device("cpu"), restart_ok=True)
+    assert r.value.env["OMP_WAIT_POLICY"] == "ACTIVE" and r.value.tuning.setting == S(2, omp="active")
+    decided = json.loads(r.value.env[at.SWITCH + "_DECIDED"])
+    # ... and the restarted process takes the decision instead of measuring again
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setenv(at.OMP_MARK, "ACTIVE")
+    monkeypatch.setenv(at.SWITCH + "_DECIDED", json.dumps(decided))
+    assert at.tune(other, model, torch.device("cpu"), restart_ok=True).setting == S(2, omp="active")
+
+
+def test_python_callers_keep_their_policy_and_explicit_values_win(tmp_path, monkeypatch, chosen_by_depthlab):
+    from depthlab.model import GPT
+
+    cfg = _long_cfg(tmp_path)
+    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
+    table = {S(1): 50.0, S(1, attention="explicit"): 60.0, S(2): 30.0, S(2, attention="explicit"): 40.0,
+             S(2, omp="active"): 10.0, S(2, attention="explicit", omp="active"): 45.0}
+    _fake_timer(monkeypatch, table)
+    t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False)  # no restart: this policy only
+    assert t.setting == S(2)
+    given = _long_cfg(tmp_path, threads=1, attention="explicit")
+    given = type(given)(given.data, cfg.model, given.train)
+    assert at.tune(given, GPT(cfg.model), torch.device("cpu")).setting == S(1, attention="explicit")
+
+
+def test_a_resumed_run_keeps_its_measured_settings_unless_given_others(tmp_path, monkeypatch, chosen_by_depthlab):
+    from depthlab.model import GPT
+
+    cfg = _long_cfg(tmp_path)
+    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
+    _fake_timer(monkeypatch, {})  # any measuring would find nothing
+    old = Tuning(S(2, attention="explicit"), "measured", "fastest measured", {"x": 1.0}).to_record()
+    t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}, restart_ok=True)
+    assert t.source == "resumed" and t.setting == S(2, attention="explicit")
+    given = _long_cfg(tmp_path, threads=1)
+    given = type(given)(given.data, cfg.model, given.train)
+    assert at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}).setting.threads == 1
+
+
+def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one():
+    calls = []
+
+    def loss_fn(model, x, y):  # a step that takes 2 ms with one thread and 20 ms with two
+        calls.append(torch.get_num_threads())
+        time.sleep(0.002 if torch.get_num_threads() == 1 else 0.02)
+        return model(x).float().mean()
+
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    ms = at.time_settings(model, lambda m: torch.optim.SGD(m.parameters(), lr=0.1), loss_fn, (x, x),
+                          [S(1), S(2)], rounds=2)
+    assert 2.0 <= ms[S(1)] < 10.0 and ms[S(2)] >= 20.0
+    assert calls.count(1) == 3 and calls.count(2) <= 2  # the slow one: dropped after its first timing
+
+
+def test_a_short_run_is_not_measured(tmp_path, monkeypatch, chosen_by_depthlab):
+    from depthlab.model import GPT
+
+    cfg = tiny_config(tmp_path / "run", train={"max_iters": 20, "dtype": "auto", "threads": 0})
+    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
+    t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=True)
+    assert t.source == "rule" and "not measured" in t.why and t.ms_per_step == {}
