@@ -147,3 +147,20 @@ def test_training_probe_of_a_diverged_model_writes_its_histograms(tmp_path):
     rec = cb.probe(SimpleNamespace(raw_model=model, metrics=metrics), 5)
     writer.close()
     assert rec["step"] == 5 and len(logged) == 1 and not math.isfinite(rec["resid_rms"][1])
+
+
+def test_rms_and_rank_of_a_collapsed_stream_survive_flushed_subnormals():
+    """A deep plain stack's stream at 1e-21: x^2 is subnormal in float32, and training flushes those to 0
+    (train.flush_denormal). The statistics must read what they read at unit scale, times the scale."""
+    import torch
+
+    from depthlab.analytics.activations import rank_measure, rms
+
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))
+    before = torch.set_flush_denormal(True)
+    try:
+        tiny = x * 1e-21
+        assert abs(rms(tiny) / rms(x) - 1e-21) < 1e-27
+        assert abs(rank_measure(tiny) - rank_measure(x)) < 1e-6
+    finally:
+        torch.set_flush_denormal(False) if before else None

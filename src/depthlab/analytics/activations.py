@@ -77,8 +77,12 @@ def record_activations(model: nn.Module, names: Sequence[str]) -> Iterator[dict[
 
 
 def rms(x: torch.Tensor) -> float:
-    """Root mean square sqrt(mean(x^2)) over all elements (same unit as x)."""
-    return float(x.detach().float().pow(2).mean().sqrt())
+    """Root mean square sqrt(mean(x^2)) over all elements (same unit as x).
+
+    Computed in float64: in float32 x^2 underflows for |x| < 1e-19 (a collapsed deep stack's stream),
+    and with subnormals flushed to zero (``train.flush_denormal``) it would read 0.
+    """
+    return float(x.detach().double().pow(2).mean().sqrt())
 
 
 def _composite_norm(m: torch.Tensor) -> torch.Tensor:
@@ -114,7 +118,7 @@ def rank_measure(x: torch.Tensor) -> float:
         Mean over the batch (dimensionless, in [0, 1]); NaN when T < 2 (undefined: one token is
         trivially "collapsed") or when a sequence is all zeros.
     """
-    x = x.detach().float()
+    x = x.detach().double()  # the norms' product underflows float32 for a collapsed stream (see rms)
     if x.dim() == 2:
         x = x.unsqueeze(0)
     if x.size(1) < 2:
