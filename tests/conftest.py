@@ -489,6 +489,15 @@ def probe_record(step, rank, ent=None, u=4.0, cos=None) -> dict:
             "attn_entropy": ent or [[1.0, 1.0]] * len(rank), "attn_entropy_uniform": u}
 
 
+def context_record(step, curve, windows=64) -> dict:
+    """A loss-by-position record (``event: context``) of the curve ``curve`` (nats per position), its
+    context gain = curve[0] minus the mean over the last quarter (the curve of identical windows: se 0)."""
+    q = max(1, len(curve) // 4)
+    gain = curve[0] - sum(curve[-q:]) / q if len(curve) > 1 else None
+    return {"step": step, "kind": "event", "event": "context", "loss_by_position": list(curve),
+            "context_gain": gain, "context_gain_se": 0.0, "windows": windows, "tokens": windows * len(curve)}
+
+
 # ----------------------------------------------------------------------------- sweeps
 TINY_SWEEP = {"model.n_layer": 1, "model.n_head": 2, "model.n_embd": 16, "model.block_size": 16,
               "train.batch_size": 4, "train.max_iters": 4, "train.eval_interval": 2, "train.eval_iters": 1,

@@ -16,7 +16,7 @@ from depthlab.analytics.diagnose import RULES, Thresholds, diagnose_records, dia
 from depthlab.cli import main
 from depthlab.errors import DepthlabError
 
-from conftest import QUIET, tiny_config
+from conftest import QUIET, context_record, tiny_config
 from conftest import SHAKESPEARE_BASELINES as BASE
 from conftest import eval_records as evals
 from conftest import grad_record as grad
@@ -135,12 +135,13 @@ def test_rules_without_data_are_named_not_passed():
     assert text.startswith("diagnosis: no problems found by the rules that had data") and "not judged" in text
     full = evals([2.5, 2.4, 2.3, 2.2, 2.1, 2.0]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}] \
         + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] \
-        + [{"kind": "probe", "step": 200}]
+        + [{"kind": "probe", "step": 200}] \
+        + [context_record(200, [2.5, 2.0])]
     assert rules_without_data(full, cfg, baselines=BASE) == []
     # without baselines bigram_stuck cannot judge: it says so (it used to be silently counted as "no problem")
     assert rules_without_data(full, cfg) == [
-        "bigram_stuck, unigram_stuck (no corpus baselines: baselines.json is missing and the run's corpus could not "
-        "be read to recompute it)"]
+        "bigram_stuck, unigram_stuck, context_unused (no corpus baselines: baselines.json is missing and the run's "
+        "corpus could not be read to recompute it)"]
     assert format_findings([], []).startswith("diagnosis: no problems found (rules: ")
     assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
 

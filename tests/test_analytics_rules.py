@@ -7,6 +7,7 @@ from depthlab.analytics.diagnose import RULES
 from conftest import SHAKESPEARE_BASELINES as BASE
 from conftest import eval_records as evals
 from conftest import grad_record as grad
+from conftest import context_record as context_rec
 from conftest import probe_record as probe
 
 
@@ -16,15 +17,16 @@ def test_every_rule_has_the_one_interface():
     from depthlab.analytics.diagnose import RULE_SET, Evidence
     from depthlab.analytics.rules import Finding, Need, NotJudged, Rule
 
-    assert RULES == ("bigram_stuck", "unigram_stuck", "no_gradient", "vanishing_gradients", "exploding",
-                     "rank_collapse", "uniform_attention", "lr_too_high", "lr_too_low", "overfitting",
+    assert RULES == ("bigram_stuck", "unigram_stuck", "context_unused", "no_gradient", "vanishing_gradients",
+                     "exploding", "rank_collapse", "uniform_attention", "lr_too_high", "lr_too_low", "overfitting",
                      "plateau")  # the stable contract (names are added, never renamed)
     assert {n for r in RULE_SET for n in r.names} == set(RULES)
     healthy = Evidence(evals([4.2, 3.0, 2.3, 2.2, 2.1, 2.0]) + [grad(s, [0.5, 1.0]) for s in (100, 150, 200)]
-                       + [probe(500, [0.9, 0.8])], {"model": {"vocab_size": 65}}, BASE)
+                       + [probe(500, [0.9, 0.8]), context_rec(500, [2.5, 2.0])], {"model": {"vocab_size": 65}}, BASE)
     for r in RULE_SET:
         assert isinstance(r, Rule) and set(r.names) <= set(RULES), r
-        assert all(isinstance(n, Need) and n.source in {"eval", "grad", "probe", "baselines"} for n in r.needs), r
+        assert all(isinstance(n, Need) and n.source in {"eval", "grad", "probe", "baselines", "event"}
+                   for n in r.needs), r
         assert list(inspect.signature(r.judge).parameters) == ["ev"], r  # one input: the evidence
         empty = r(Evidence())  # nothing recorded: a rule with needs says which, one without judges
         if r.needs:

@@ -20,7 +20,7 @@ import json
 import sys
 from argparse import ArgumentError
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
@@ -322,7 +322,7 @@ def run_sample(ns) -> int:
 # ------------------------------------------------------------------------- diagnose, report, presets
 def build_diagnose_parser():
     """The parser of ``depthlab diagnose RUN_DIR``."""
-    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, unigram_stuck, no_gradient, "
+    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, unigram_stuck, context_unused, no_gradient, "
                                "vanishing_gradients, exploding, rank_collapse, uniform_attention, lr_too_high, "
                                "lr_too_low, overfitting, plateau) "
                                "to a run directory's metrics and print the findings with evidence and remedy.")
@@ -492,6 +492,32 @@ def run_sweep(ns, argv: list[str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- layers, context
+def build_views_parser(command: str):
+    """The parser of ``depthlab layers RUN_DIR`` / ``depthlab context RUN_DIR`` (the depth views)."""
+    from .analytics.context import DEFAULT_MAX_TOKENS, VIEW_HELP
+
+    p = new_parser(command, VIEW_HELP[command])
+    _add_run_dir(p)
+    p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
+    p.add_argument("--max_tokens", "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help="most val tokens to read: a prefix of the run's evaluation batches (0 = all of them)")
+    p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    return p
+
+
+def run_views(ns, command: str) -> int:
+    """``depthlab layers`` / ``context``: the table and what to read in it (or JSON)."""
+    from .analytics import context, layers
+
+    _set_threads(ns.threads)
+    mod = layers if command == "layers" else context
+    res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens)
+    print(json.dumps(res) if ns.json else getattr(mod, f"format_{command}")(res))
+    return 0
+
+
 # ------------------------------------------------------------------------- export
 def build_export_parser():
     """The parser of ``depthlab export RUN_DIR OUT_DIR``."""
@@ -548,6 +574,10 @@ COMMANDS: dict[str, Command] = {
                       build_report_parser, run_report),
     "sweep": Command("run a grid of training runs (e.g. depth x variant) and compare them in one report",
                      build_sweep_parser, run_sweep, needs_argv=True),
+    "layers": Command("what each block adds: logit lens, block ablation, relative update (effective depth)",
+                      partial(build_views_parser, "layers"), partial(run_views, command="layers")),
+    "context": Command("val loss by position against the bigram baseline: does the model use its context?",
+                       partial(build_views_parser, "context"), partial(run_views, command="context")),
     "export": Command("write a Hugging Face directory (transformers AutoModelForCausalLM / AutoTokenizer)",
                       build_export_parser, run_export),
     "presets": Command("list the shipped training presets", build_presets_parser, run_presets),

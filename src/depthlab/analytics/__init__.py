@@ -12,6 +12,7 @@ from ..trainer import console
 from ..trainer import train as _train_bare
 from .activations import ActivationProbe, block_stats, probe_stats, rank_measure, record_activations
 from .baselines import BaselinesCallback, corpus_baselines
+from .context import ContextCallback
 from .diagnose import DiagnosisCallback, Finding, diagnose_records, diagnose_run
 from .hparams import HParamsCallback, hparam_values
 from .samples import SampleCallback
@@ -28,8 +29,8 @@ def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> lis
 
     Corpus baselines at start, the gradient logger every ``grad_log_interval`` steps (0 = off),
     activation probes every ``probe_interval`` steps (0 = off; depthlab's GPT only: not for a
-    ``model.source`` model), samples every ``sample_interval``
-    steps (0 = off), the diagnosis at the end, and the TensorBoard HParams of the run
+    ``model.source`` model), samples every ``sample_interval`` steps (0 = off), the loss by position of
+    the final weights and the diagnosis at the end, and the TensorBoard HParams of the run
     (:class:`HParamsCallback`) with ``train.tensorboard`` or in a sweep (``hparam_fields`` given).
 
     Args:
@@ -48,6 +49,7 @@ def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> lis
         cbs.append(ActivationProbe(t.probe_interval, histograms=t.tensorboard))
     if t.sample_interval > 0:
         cbs.append(SampleCallback(t.sample_interval, t.sample_tokens))
+    cbs.append(ContextCallback())  # before the diagnosis: context_unused reads its record
     cbs.append(DiagnosisCallback())
     if t.tensorboard or hparam_fields is not None:  # a sweep's runs always: TensorBoard compares them
         cbs.append(HParamsCallback(hparam_fields))

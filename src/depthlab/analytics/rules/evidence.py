@@ -19,7 +19,7 @@ from ...config import ran_optimizer
 from ...rundir import RunDir
 from ...units import finite_or_none
 
-__all__ = ["Finding", "Thresholds", "Evidence", "written_number", "names_list"]
+__all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list"]
 
 
 @dataclass
@@ -61,6 +61,8 @@ class Thresholds:
         overfit_window: evals.
         plateau_evals: no improvement (by more than ``plateau_tol`` nats) over this many evals.
         plateau_tol: nats.
+        context_min_gain: nats; ``context_unused`` when the loss at position 0 minus the mean over the
+            last quarter of the positions is below this (and the last quarter is not below bigram - margin).
     """
 
     bigram_margin: float = 0.05
@@ -80,7 +82,11 @@ class Thresholds:
     overfit_window: int = 3
     plateau_evals: int = 5
     plateau_tol: float = 1e-3
+    context_min_gain: float = 0.1
 
+
+CONTEXT_EVENT = "context"
+"""The ``event`` of the loss-by-position record in ``metrics.jsonl``."""
 
 NAMES_SHOWN = 12
 """Parameter names a finding lists before "and N more" (as ``depthlab check`` does)."""
@@ -197,6 +203,14 @@ class Evidence:
     def last_probe(self) -> Optional[dict]:
         """The last ``kind: probe`` record, or None."""
         pr = [r for r in self.records if r.get("kind") == "probe"]
+        return pr[-1] if pr else None
+
+    @cached_property
+    def context(self) -> Optional[dict]:
+        """The last loss-by-position record (``kind: event``, ``event: context``, written at the end of
+        training by :class:`depthlab.analytics.context.ContextCallback`), or None."""
+        pr = [r for r in self.records if r.get("kind") == "event" and r.get("event") == CONTEXT_EVENT
+              and isinstance(r.get("loss_by_position"), list)]
         return pr[-1] if pr else None
 
     @cached_property

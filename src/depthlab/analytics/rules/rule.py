@@ -17,7 +17,7 @@ from .evidence import Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
-           "PROBE", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
+           "PROBE", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
 
 
 def who_needs(n_rules: int) -> str:
@@ -152,6 +152,16 @@ def _late_eval(ev: Evidence, who: str) -> Optional[str]:
             f"{need:,} tokens seen by then; the run is {ev.last_step} steps")
 
 
+def _context(ev: Evidence, who: str) -> Optional[str]:
+    rec = ev.context
+    if rec is None:
+        return ("no loss-by-position record: the trainer writes one at the end of training (runs trained before "
+                "it existed have none; `depthlab context RUN` measures it from the checkpoint)")
+    if not isinstance(rec.get("context_gain"), (int, float)) or isinstance(rec.get("context_gain"), bool):
+        return f"no later position to compare with position 0 (model.block_size {len(rec['loss_by_position'])})"
+    return None
+
+
 def _baselines(ev: Evidence, who: str) -> Optional[str]:
     if ev.baselines and "bigram" in ev.baselines:
         return None
@@ -176,8 +186,9 @@ LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
 PROBE = Need("probe", "an activation probe", _probe)
 LATE_EVAL = Need("eval", "a late evaluation", _late_eval)
 BASELINES = Need("baselines", "corpus baselines", _baselines)
+CONTEXT = Need("event", "a loss-by-position record", _context)
 PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
-NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
+NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

@@ -1,0 +1,343 @@
+"""Loss by position: does the model use its context?
+
+The val loss of a trained model, split by the position t = 0 .. T-1 of the predicting token inside its
+window, against the corpus baselines (:mod:`depthlab.analytics.baselines`). Position 0 sees one
+character, so a causal model there is a one-character (bigram) predictor and cannot beat the bigram
+baseline except by sampling noise; every position whose loss is below the bigram line uses context
+before the current character. TransformerLens plots the same curve ("loss by position") on a
+pretrained model; here it sits next to the baselines of the corpus the run trained on.
+
+``context gain`` = loss at position 0 minus the mean loss over the last quarter of the positions
+(``max(1, T // 4)`` of them), in nats; its standard error is that of the per-window differences.
+
+Every number is measured on the run's own fixed evaluation windows (:func:`~depthlab.training.evaluator.
+eval_batches`, the val windows each evaluation of the run read), a prefix of them capped at
+``max_tokens`` target tokens so the command stays fast on a CPU; the output says how many.
+
+The same curve of the final weights is recorded at the end of training (:class:`ContextCallback`, a
+``kind: event`` record with ``event: context``) so ``depthlab diagnose`` judges it from the records
+(:mod:`depthlab.analytics.rules.context`) without loading the model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import checkpoint as ckpt
+from ..callbacks import Callback, RunView
+from ..errors import DepthlabError
+from ..rundir import CHECKPOINTS, TOKENIZER, RunDir, read_json
+from ..training.evaluator import eval_batches
+from ..usermodel import full_logits, make_model
+from .rules.context import CONTEXT_EVENT, context_words
+
+__all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
+           "kept_weights", "token_losses", "context_gain", "position_curve", "run_context", "format_context",
+           "ContextCallback"]
+
+DEFAULT_MAX_TOKENS = 16384
+"""Target tokens the depth views read by default: 8 of the default recipe's 20 evaluation batches of
+16 x 128 (a forward of that model over 16k tokens takes ~1-2 s on 2 CPU cores)."""
+
+
+VIEW_HELP = {
+    "layers": "For each block of a trained run: the val loss when the residual stream after it is decoded through "
+              "the model's final norm and head (logit lens), the change in val loss when the block is replaced by "
+              "the identity (ablation) and its relative update ||out - in|| / ||in||; the lens of the embeddings "
+              "alone; and the effective depth (blocks whose removal costs >= 0.01 nats). Losses in nats per token "
+              "on the run's fixed val evaluation windows (float32). Needs the model's blocks, final norm and head "
+              "(depthlab's GPT, or a model.source model naming them transformer.h, transformer.ln_f, lm_head).",
+    "context": "Val loss by position 0..T-1 of a trained run against the unigram and bigram baselines, with the "
+               "context gain (loss at position 0 minus the mean over the last quarter of positions, nats) of the "
+               "chosen weights and of every checkpoint the run keeps. Position 0 sees one character, so it cannot "
+               "beat the bigram line; below it at later positions is context the model uses. Works on any model.",
+}
+"""``--help`` text of ``depthlab layers`` and ``depthlab context``."""
+
+
+@dataclass(frozen=True)
+class ViewWindows:
+    """A prefix of a run's fixed val evaluation windows.
+
+    Attributes:
+        batches: ``(x, y)`` pairs, each (B, T) int64 on the CPU.
+        of_batches: the run's ``train.eval_iters`` (batches one evaluation reads).
+        batch_size: B, the run's global evaluation batch (``train.batch_size`` x processes).
+        block_size: T. seed: ``train.seed``.
+    """
+
+    batches: list
+    of_batches: int
+    batch_size: int
+    block_size: int
+    seed: int
+
+    @property
+    def windows(self) -> int:
+        """Windows read (B x batches)."""
+        return self.batch_size * len(self.batches)
+
+    @property
+    def tokens(self) -> int:
+        """Target tokens read (windows x T)."""
+        return self.windows * self.block_size
+
+    def describe(self) -> str:
+        """e.g. ``8 of the run's 20 fixed val evaluation batches: 128 windows x 128 = 16,384 tokens``."""
+        part = "all" if len(self.batches) == self.of_batches else f"{len(self.batches)} of"
+        return (f"{part} the run's {self.of_batches} fixed val evaluation batches: {self.windows} windows x "
+                f"{self.block_size} = {self.tokens:,} tokens")
+
+
+def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, eval_iters: int,
+                 max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewWindows:
+    """The first batches of the run's evaluation windows, as many as fit ``max_tokens`` (at least one).
+
+    Args:
+        val: the val split's token ids (N,). block_size: T. batch_size: the global evaluation batch B.
+        seed: ``train.seed``. eval_iters: ``train.eval_iters``.
+        max_tokens: most target tokens to read; 0 = all ``eval_iters`` batches.
+
+    Raises:
+        DepthlabError: the val split is not longer than one window, or ``max_tokens`` is negative.
+    """
+    if max_tokens < 0:
+        raise DepthlabError(f"--max_tokens must be >= 0 (0 = every evaluation batch), got {max_tokens}")
+    if len(val) <= block_size:
+        raise DepthlabError(f"the val split has {len(val)} tokens, not more than model.block_size {block_size}: "
+                            "no evaluation window fits; raise data.val_fraction or use a longer text")
+    n = eval_iters if max_tokens == 0 else max(1, min(eval_iters, max_tokens // (batch_size * block_size)))
+    return ViewWindows(list(eval_batches(val, block_size, batch_size, seed, "val", n)), eval_iters, batch_size,
+                       block_size, seed)
+
+
+@dataclass(frozen=True)
+class ViewRun:
+    """What the depth views read of a run directory: its config, val windows and baselines.
+
+    Attributes:
+        run_dir: the run directory. config: config.json's content. windows: :class:`ViewWindows`.
+        baselines: baselines.json's content (``unigram`` / ``bigram`` with ``nats``), or None.
+    """
+
+    run_dir: Path
+    config: dict
+    windows: ViewWindows
+    baselines: Optional[dict]
+
+    def baseline(self, name: str) -> Optional[float]:
+        """A corpus baseline in nats per token (``unigram``, ``bigram``), or None when the run has none."""
+        b = (self.baselines or {}).get(name)
+        v = b.get("nats") if isinstance(b, dict) else None
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewRun:
+    """Read a run directory for ``depthlab layers`` / ``context``: its corpus's val windows and baselines.
+
+    Raises:
+        DepthlabError: not a run directory, a config this depthlab cannot read, the corpus is gone.
+    """
+    from ..config import RunConfig
+    from ..data import load_corpus
+
+    rd = RunDir(run_dir).require("config")
+    cfg = RunConfig.from_dict(rd.config)
+    tok = rd.file(TOKENIZER)
+    tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
+    try:
+        corpus = load_corpus(cfg.data, seed=cfg.train.seed, tokenizer_json=tok_json)
+    except DepthlabError as e:
+        raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and the depth views are measured on its "
+                            f"val split: {e}") from None
+    processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
+    w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
+                     cfg.train.eval_iters, max_tokens)
+    return ViewRun(rd.path, rd.config, w, rd.baselines)
+
+
+def _model_from(run_dir: Path, path: Path) -> torch.nn.Module:
+    """The model of the weights file ``path`` (depthlab's GPT or the run's model.source), in eval mode."""
+    sd, meta = ckpt.load_weights_file(path)
+    model = make_model(ckpt.model_config_from_meta(meta, path), run_dir)
+    ckpt.load_into(model, sd, path)
+    return model.eval()
+
+
+def load_weights(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module, str]:
+    """``(model in eval mode, which weights: e.g. "best.safetensors (step 400, val loss 2.18 nats)")``.
+
+    Raises:
+        DepthlabError: as :func:`depthlab.checkpoint.select_weights` (no checkpoint, a corrupt best).
+    """
+    path = ckpt.select_weights(Path(run_dir), which)
+    return _model_from(Path(run_dir), path), ckpt.describe_weights(Path(run_dir), path)
+
+
+def kept_weights(run_dir: Path) -> list[tuple[str, int, Path]]:
+    """Every intact weights file the run keeps, oldest step first: ``(label, step, path)``.
+
+    The step checkpoints the manifest lists whose sha256 matches, and ``best`` (labelled
+    ``best = step N`` and listed once when its step is also a kept step checkpoint).
+    """
+    ckdir = Path(run_dir) / CHECKPOINTS
+    manifest = read_json(ckdir / "manifest.json") or {}
+    out: dict[int, tuple[str, int, Path]] = {}
+    for entry in manifest.get("checkpoints") or []:
+        name = f"{entry.get('name')}.safetensors"
+        digest = (entry.get("files") or {}).get(name)
+        if (ckdir / name).is_file() and ckpt.sha256_file(ckdir / name) == digest:
+            out[int(entry["step"])] = (f"step {int(entry['step'])}", int(entry["step"]), ckdir / name)
+    best = manifest.get("best") or {}
+    if best:
+        try:
+            path = ckpt.verified_best(Path(run_dir))
+            step = int(best.get("step", -1))
+            out[step] = (f"best = step {step}", step, out[step][2] if step in out else path)
+        except DepthlabError:
+            pass  # a corrupt best is named by `--checkpoint best`; the curves of the intact ones still show
+    return [out[s] for s in sorted(out)]
+
+
+@torch.no_grad()
+def token_losses(model: torch.nn.Module, batches: list) -> torch.Tensor:
+    """Cross-entropy of every target token, float32, in eval mode (the mode is restored after).
+
+    Args:
+        model: any model of the protocol (``forward(idx)`` -> logits (B, T, V), or a tuple).
+        batches: ``(x, y)`` pairs (B, T).
+
+    Returns:
+        (W, T) nats, W = the windows of all batches.
+    """
+    was = model.training
+    model.eval()
+    try:
+        out = []
+        for x, y in batches:
+            logits = full_logits(model, x, y).float()  # (B, T, V)
+            out.append(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
+                                       reduction="none").view(y.shape).cpu())
+    finally:
+        model.train(was)
+    return torch.cat(out)
+
+
+def context_gain(losses: torch.Tensor) -> tuple[Optional[float], Optional[float]]:
+    """``(gain, standard error)`` in nats: loss at position 0 minus the mean over the last quarter of positions.
+
+    Args:
+        losses: (W, T) per-token losses (:func:`token_losses`).
+
+    Returns:
+        ``(mean over windows of d, std(d) / sqrt(W))`` with ``d = l[:, 0] - mean(l[:, -max(1, T // 4):])``;
+        ``(None, None)`` for T = 1 (no later position); the error is None for one window.
+    """
+    W, T = losses.shape
+    if T < 2:
+        return None, None
+    d = losses[:, 0].double() - losses[:, -max(1, T // 4):].double().mean(dim=1)
+    se = float(d.std(unbiased=True)) / math.sqrt(W) if W > 1 else None
+    return float(d.mean()), se
+
+
+def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
+    """The loss-by-position curve of ``model`` on ``windows``.
+
+    Returns:
+        ``{"loss_by_position": [T floats, nats], "position_se": [T standard errors], "val_loss": mean,
+        "context_gain": g, "context_gain_se": se, "windows": W, "tokens": W*T}``.
+    """
+    lo = token_losses(model, windows.batches).double()  # (W, T)
+    W = lo.shape[0]
+    se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 else [None] * lo.shape[1]
+    gain, gain_se = context_gain(lo)
+    return {"loss_by_position": lo.mean(dim=0).tolist(), "position_se": se, "val_loss": float(lo.mean()),
+            "context_gain": gain, "context_gain_se": gain_se, "windows": W, "tokens": int(lo.numel())}
+
+
+def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
+    """``depthlab context RUN``: the curve of the ``which`` weights and of every kept checkpoint.
+
+    Returns:
+        :func:`position_curve`'s keys for ``which`` (the JSON's top level) plus ``unigram``, ``bigram``
+        (nats per token, None without baselines.json), ``weights`` (which file), ``windows_described``
+        and ``checkpoints``: one ``{"label", "step", "loss_by_position", "context_gain", ...}`` per kept
+        weights file, oldest first.
+
+    Raises:
+        DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
+    """
+    run = open_run(run_dir, max_tokens)
+    model, weights = load_weights(run.run_dir, which)
+    out = {**position_curve(model, run.windows), "unigram": run.baseline("unigram"),
+           "bigram": run.baseline("bigram"), "weights": weights, "windows_described": run.windows.describe(),
+           "run_dir": str(run.run_dir)}
+    curves = []
+    for label, step, path in kept_weights(run.run_dir):
+        c = position_curve(_model_from(run.run_dir, path), run.windows)
+        curves.append({"label": label, "step": step, **c})
+    out["checkpoints"] = curves
+    return out
+
+
+def _shown_positions(T: int) -> list[int]:
+    """Positions the text table shows (the figure and the JSON have every one)."""
+    pts = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, T - 1}
+    return sorted(p for p in pts if p < T)
+
+
+def format_context(res: dict) -> str:
+    """The console text of :func:`run_context`: a table of chosen positions, the gain per checkpoint,
+    and what it means."""
+    curve, se = res["loss_by_position"], res["position_se"]
+    T, bg, ug = len(curve), res.get("bigram"), res.get("unigram")
+    lines = [f"loss by position of {res['weights']} on {res['windows_described']} (nats/token)",
+             "  position   loss    ± se" + ("   - bigram" if bg is not None else "")]
+    for t in _shown_positions(T):
+        err = f"{se[t]:6.3f}" if se[t] is not None else "     -"
+        lines.append(f"  {t:8d} {curve[t]:7.3f} {err}" + (f" {curve[t] - bg:+10.3f}" if bg is not None else ""))
+    if bg is not None:
+        lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} (baselines.json; position 0 sees one "
+                     "character, so it cannot beat the bigram line)")
+    for c in res["checkpoints"]:
+        g, gse = c["context_gain"], c["context_gain_se"]
+        lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (
+            f" ± {gse:.3f}" if gse is not None else "") + " nats"))
+    model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
+    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model))
+    return "\n".join(lines)
+
+
+class ContextCallback(Callback):
+    """At train end (main rank): the loss-by-position curve of the final weights, as a ``kind: event``
+    record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``,
+    ``windows``, ``tokens``) that the ``context_unused`` rule reads. Costs one forward over at most
+    :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows.
+    """
+
+    def on_train_end(self, run: RunView, summary: dict) -> None:
+        """Measure and record the curve (never fails the finished run: a problem is one log line)."""
+        if not run.is_main:
+            return
+        t, m = run.cfg.train, run.cfg.model
+        try:
+            w = view_windows(run.corpus.val, m.block_size, t.batch_size * int(getattr(run, "world_size", 1) or 1),
+                             t.seed, t.eval_iters)
+            w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
+                            w.batch_size, w.block_size, w.seed)
+            c = position_curve(run.raw_model, w)
+        except DepthlabError as e:
+            run.log(f"loss by position skipped: {e}")
+            return
+        step = int(summary.get("final_step", 0) or 0)
+        run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
+                                  "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
+                                  "windows": c["windows"], "tokens": c["tokens"]})

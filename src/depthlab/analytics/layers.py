@@ -1,0 +1,255 @@
+"""What each block adds: the logit lens, block ablation and the relative update, per block.
+
+For each block i of a trained model, on the run's fixed val evaluation windows
+(:func:`depthlab.analytics.context.open_run`):
+
+* **lens loss**: the val loss when the residual stream after block i is decoded through the model's
+  own final norm and head (the "logit lens", nostalgebraist 2020; TransformerLens's
+  ``accumulated_resid`` + ``apply_ln_to_stack``). The lens after the last block is the model's own loss;
+  the lens of the embeddings alone (the stream before block 0) sees one character and its position.
+* **ablation delta**: the val loss with block i replaced by the identity (its input passed on to
+  block i + 1, every other block unchanged) minus the loss through the same final norm and head with
+  every block in place, in nats. ``effective depth`` counts the blocks whose removal costs at least
+  :data:`EFFECTIVE_DELTA` nats.
+* **relative update**: ``||out - in|| / ||in||`` of block i, Frobenius norms over every (window,
+  position, channel) of the windows (how far the block moves the stream, relative to its size).
+
+Everything goes through the model's own modules (its list of blocks, its final norm, its head, each
+block called with the arguments the model's forward gave it), so every ``model.variant`` and a user's
+model that names them the GPT-2 way works unchanged. Losses are float32 on the CPU (no autocast), so
+the lens after the last block equals the model's val loss on the same windows to float error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import DepthlabError
+from ..model import GPT
+from ..usermodel import full_logits
+from .check.flow import find_blocks
+from .context import DEFAULT_MAX_TOKENS, load_weights, open_run
+
+__all__ = ["EFFECTIVE_DELTA", "LayerAccess", "layer_access", "measure_layers", "run_layers", "format_layers",
+           "lens_meaning"]
+
+EFFECTIVE_DELTA = 0.01
+"""Nats: a block whose removal raises the val loss by at least this counts towards the effective depth."""
+
+#: Attribute names of a final norm and a head, tried in order on a model depthlab did not write
+#: (GPT-2 / nanoGPT first, then common alternatives).
+NORM_NAMES = ("transformer.ln_f", "ln_f", "norm", "final_norm", "ln_final")
+HEAD_NAMES = ("lm_head", "head", "output")
+
+
+@dataclass(frozen=True)
+class LayerAccess:
+    """The parts of a model the lens and the ablation call: its blocks, final norm and head.
+
+    Attributes:
+        blocks: the blocks in forward order. names: ``(blocks, norm, head)`` attribute names.
+        norm: the final norm (``nn.Identity`` when the model has none). head: the LM head, (..., C) -> (..., V).
+    """
+
+    blocks: list
+    norm: nn.Module
+    head: nn.Module
+    names: tuple[str, str, str]
+
+
+def _get(model: nn.Module, names: tuple[str, ...]) -> Optional[tuple[str, nn.Module]]:
+    for n in names:
+        try:
+            return n, model.get_submodule(n)
+        except AttributeError:
+            continue
+    return None
+
+
+def layer_access(model: nn.Module) -> LayerAccess:
+    """The blocks, final norm and head of depthlab's GPT, or of a user's model that exposes them.
+
+    Raises:
+        DepthlabError: a model without a list of blocks, a final norm or a head by those names (one line
+            saying what ``depthlab layers`` needs).
+    """
+    if isinstance(model, GPT):
+        return LayerAccess(list(model.transformer.h), model.transformer.ln_f, model.lm_head,
+                           ("transformer.h", "transformer.ln_f", "lm_head"))
+    blocks_name, blocks = find_blocks(model)
+    norm, head = _get(model, NORM_NAMES), _get(model, HEAD_NAMES)
+    if not blocks or norm is None or head is None:
+        missing = [w for w, ok in (("a list of blocks (an nn.ModuleList of one block class)", bool(blocks)),
+                                   (f"a final norm ({' or '.join(NORM_NAMES)})", norm is not None),
+                                   (f"a head ({' or '.join(HEAD_NAMES)})", head is not None)) if not ok]
+        raise DepthlabError(f"layers: the model ({type(model).__name__}) lacks {' and '.join(missing)}; the lens and "
+                            "the ablation need its blocks plus the final norm and head that read the stream after the "
+                            "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head); "
+                            "`depthlab context` works on any model")
+    return LayerAccess(blocks, norm[1], head[1], (blocks_name, norm[0], head[0]))
+
+
+def lens_meaning(model: nn.Module, acc: LayerAccess) -> str:
+    """What the lens of this model reads, in one sentence (variant-aware for depthlab's GPT)."""
+    variant = getattr(getattr(model, "config", None), "variant", None) if isinstance(model, GPT) else None
+    blocks, norm, head = acc.names
+    if isinstance(acc.norm, nn.Identity):
+        how = (f"the stream after each block through {head} alone ({norm} is the identity: this variant ends each "
+               "block in its norm, or has none)")
+    else:
+        how = f"the stream after each block through {norm} + {head} (the logit lens)"
+    if variant == "plain":
+        how += ("; model.variant plain has no shortcut, so no stream passes around the blocks: each block's "
+                "output is all the next one sees, and the lens reads the representation at that depth (the head "
+                "was trained to read the last one only)")
+    return how
+
+
+def _first(out: Any) -> torch.Tensor:
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise DepthlabError(f"layers: a block returned {type(out).__name__}; the lens needs blocks that return the "
+                            "stream (B, T, C), or a tuple starting with it")
+    return out
+
+
+def _ce_sum(logits: torch.Tensor, y: torch.Tensor) -> float:
+    """Summed cross-entropy (nats) of logits (B, T, V) against y (B, T), in float32."""
+    return float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum"))
+
+
+def _capture(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor):
+    """One forward of the model that keeps each block's call (args, kwargs) and output; hooks removed after.
+
+    Returns:
+        (logits (B, T, V), calls: [(args, kwargs)] per block, outs: [output (B, T, C)] per block).
+    """
+    calls: list = [None] * len(acc.blocks)
+    outs: list = [None] * len(acc.blocks)
+    handles = []
+    for i, b in enumerate(acc.blocks):
+        handles.append(b.register_forward_pre_hook(lambda m, a, k, i=i: calls.__setitem__(i, (a, k)), with_kwargs=True))
+        handles.append(b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, _first(o))))
+    try:
+        logits = full_logits(model, x, y)
+    finally:
+        for h in handles:
+            h.remove()
+    if any(c is None for c in calls) or any(not c[0] for c in calls):
+        raise DepthlabError("layers: the model's forward did not call every block with the stream as its first "
+                            "argument; the lens and the ablation need blocks called in order on the stream")
+    return logits, calls, outs
+
+
+def _batch(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """Summed losses and squared norms of one batch (see :func:`measure_layers`)."""
+    L = len(acc.blocks)
+    logits, calls, outs = _capture(model, acc, x, y)
+    read = lambda h: acc.head(acc.norm(h))  # noqa: E731 - the lens: final norm + head on a stream
+    ins = [c[0][0] for c in calls]
+    lens = [_ce_sum(read(h), y) for h in [ins[0], *outs]]
+    ablated = []
+    for i in range(L):
+        h = ins[i]  # block i is the identity: its input goes on
+        for j in range(i + 1, L):
+            a, k = calls[j]
+            h = _first(acc.blocks[j](h, *a[1:], **k))
+        ablated.append(_ce_sum(read(h), y))
+    return {"model": _ce_sum(logits, y), "lens": lens, "ablated": ablated,
+            "diff2": [float(((o.double() - i.double()) ** 2).sum()) for i, o in zip(ins, outs)],
+            "in2": [float((i.double() ** 2).sum()) for i in ins]}
+
+
+@torch.no_grad()
+def measure_layers(model: nn.Module, batches: list) -> dict:
+    """Logit lens, ablation and relative update of every block of ``model`` on ``batches``.
+
+    Args:
+        model: depthlab's GPT or a model :func:`layer_access` accepts.
+        batches: ``(x, y)`` pairs (B, T) int64 (the run's val windows).
+
+    Returns:
+        ``{"val_loss", "embedding_lens_loss", "blocks": [{"block", "lens_loss", "ablation_delta",
+        "relative_update"}], "effective_depth", "n_layer", "lens"}``: losses in nats per token (the
+        model's own forward for ``val_loss``, final norm + head for the lens and the ablations).
+
+    Raises:
+        DepthlabError: as :func:`layer_access`, or blocks that do not return the stream.
+    """
+    acc = layer_access(model)
+    was = model.training
+    model.eval()
+    tot: Optional[dict] = None
+    n = 0
+    try:
+        for x, y in batches:
+            b = _batch(model, acc, x, y)
+            tot = b if tot is None else {k: (tot[k] + v if not isinstance(v, list) else
+                                             [s + t for s, t in zip(tot[k], v)]) for k, v in b.items()}
+            n += y.numel()
+    finally:
+        model.train(was)
+    L, last = len(acc.blocks), tot["lens"][-1] / n
+    blocks = [{"block": i, "lens_loss": tot["lens"][i + 1] / n, "ablation_delta": tot["ablated"][i] / n - last,
+               "relative_update": math.sqrt(tot["diff2"][i] / tot["in2"][i]) if tot["in2"][i] > 0 else None}
+              for i in range(L)]
+    return {"val_loss": tot["model"] / n, "embedding_lens_loss": tot["lens"][0] / n, "blocks": blocks,
+            "effective_depth": sum(1 for b in blocks if b["ablation_delta"] >= EFFECTIVE_DELTA), "n_layer": L,
+            "lens": lens_meaning(model, acc)}
+
+
+def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
+    """``depthlab layers RUN``: :func:`measure_layers` of the run's ``which`` weights on its val windows.
+
+    Returns:
+        :func:`measure_layers`'s keys plus ``unigram``, ``bigram`` (nats, None without baselines.json),
+        ``weights`` (which file), ``windows``, ``tokens`` and ``windows_described``.
+
+    Raises:
+        DepthlabError: not a run, no checkpoint, the corpus is gone, a model without blocks/norm/head.
+    """
+    run = open_run(run_dir, max_tokens)
+    model, weights = load_weights(run.run_dir, which)
+    res = measure_layers(model, run.windows.batches)
+    return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
+            "windows": run.windows.windows, "tokens": run.windows.tokens,
+            "windows_described": run.windows.describe()}
+
+
+def _vs(v: float, bg: Optional[float]) -> str:
+    return f"{v - bg:+9.3f}" if bg is not None else ""
+
+
+def format_layers(res: dict) -> str:
+    """The console text of :func:`run_layers`: one row per block, the effective depth and how to read it."""
+    bg, ug, L = res.get("bigram"), res.get("unigram"), res["n_layer"]
+    lines = [f"layers of {res['weights']} on {res['windows_described']}",
+             f"val loss {res['val_loss']:.4f} nats/token (float32, these windows)"
+             + (f"; baselines unigram {ug:.3f}, bigram {bg:.3f}" if bg is not None else ""),
+             f"lens: {res['lens']}",
+             "  block     lens" + ("  - bigram" if bg is not None else "") + "  ablation Δ  ‖out−in‖/‖in‖",
+             f"  embed {res['embedding_lens_loss']:8.3f}{_vs(res['embedding_lens_loss'], bg)}           -            -"]
+    for b in res["blocks"]:
+        ru = f"{b['relative_update']:12.3f}" if b["relative_update"] is not None else "           -"
+        lens = f"{b['lens_loss']:8.3f}{_vs(b['lens_loss'], bg)}"
+        lines.append(f"  {b['block']:5d} {lens}  {b['ablation_delta']:+10.4f} {ru}")
+    lines.append(f"effective depth: {res['effective_depth']} of {L} blocks cost >= {EFFECTIVE_DELTA:g} nats "
+                 "when removed")
+    idle = [str(b["block"]) for b in res["blocks"] if b["ablation_delta"] < EFFECTIVE_DELTA]
+    if idle:
+        lines.append(f"  removing block{'s' if len(idle) > 1 else ''} {', '.join(idle)} costs less than "
+                     f"{EFFECTIVE_DELTA:g} nats on these windows: the depth there is not in use (fewer blocks, "
+                     "model.n_layer, would lose nothing at this training length; `depthlab diagnose` shows whether "
+                     "their gradients vanish)")
+    if bg is not None:
+        lines.append("  the embedding lens sees one character (and its position), so it cannot beat the bigram "
+                     "line; a lens below it is context that the blocks up to there have brought in")
+    return "\n".join(lines)

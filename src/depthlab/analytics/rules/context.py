@@ -1,0 +1,97 @@
+"""``context_unused``: the later positions of the val windows do not beat position 0.
+
+Judged from the loss-by-position record the trainer writes at the end of training
+(:class:`depthlab.analytics.context.ContextCallback`: ``kind: event``, ``event: context``), so
+``diagnose`` reads records and never loads the model. Position 0 sees one character; a model whose
+loss at the last quarter of the positions is no lower than at position 0 (context gain below
+``Thresholds.context_min_gain``) and no lower than the bigram baseline (minus ``bigram_margin``)
+predicts from the current character alone: the context before it does not reach the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+from ...units import finite_or_none
+from .evidence import CONTEXT_EVENT, Evidence, Finding
+from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
+
+__all__ = ["CONTEXT_EVENT", "CONTEXT", "uses_context", "last_quarter", "context_verdict",
+           "context_words", "context_causes", "context_unused"]
+
+def last_quarter(curve: Sequence[float]) -> float:
+    """Mean loss over the last ``max(1, T // 4)`` positions (nats)."""
+    q = max(1, len(curve) // 4)
+    return sum(curve[-q:]) / q
+
+
+def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float,
+                 margin: float) -> bool:
+    """True when the later positions beat position 0 by ``min_gain`` nats, or the last quarter beats
+    the bigram baseline by ``margin`` (the low-noise test: it averages many tokens, position 0 one per window)."""
+    if gain >= min_gain:
+        return True
+    return bigram is not None and last_quarter(curve) < bigram - margin
+
+
+def context_causes(model: dict) -> list[str]:
+    """The three reasons a model does not use its context, each with its knob, for the run's ``model`` section:
+    no attention path to the loss, a broken causal mask, too short a context."""
+    src, v, T = model.get("source"), model.get("variant"), model.get("block_size")
+    if src:
+        path = "no attention path to the loss (an attention output that is zeroed, detached or never added)"
+        mask = f"a broken causal mask (depthlab check {src} runs causal_leak and context_use)"
+    else:
+        path = ("no attention path to the loss: model.variant plain has no shortcut, so what attention adds is "
+                "lost on the way up (use model.variant prenorm)" if v == "plain" else
+                f"no attention path to the loss (model.variant {v} has a shortcut: look at the other two first)")
+        mask = "a broken causal mask (depthlab's GPT masks with is_causal, tested: not this run's cause)"
+    short = f"too short a context (raise model.block_size, now {T})" if T else "too short a context (model.block_size)"
+    return [path, mask, short]
+
+
+def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
+                    unigram: Optional[float], min_gain: float = 0.1, margin: float = 0.05) -> tuple[bool, str]:
+    """``(uses context, one sentence with the numbers)`` of a loss-by-position curve (nats)."""
+    if gain is None:
+        return False, "one position per window (model.block_size 1): there is no context to use"
+    pm = f" ± {se:.3f}" if se is not None else ""
+    head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {last_quarter(curve):.3f})"
+    if uses_context(gain, curve, bigram, min_gain, margin):
+        below = (f"; the last quarter is {bigram - last_quarter(curve):.3f} nats below the bigram line: that much "
+                 "comes from the context before the current character" if bigram is not None else "")
+        return True, f"{head}: the model uses its context{below}"
+    level = ""
+    if unigram is not None and curve[0] >= unigram - margin:
+        level = " (position 0 is at the unigram line: not even the current character is used)"
+    return False, f"{head}: the later positions do not beat position 0, so the model does not use its context{level}"
+
+
+def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
+                  unigram: Optional[float], model: Optional[dict] = None) -> str:
+    """:func:`context_verdict`'s sentence, and when the context is unused the three reasons with their knobs."""
+    used, words = context_verdict(gain, se, curve, bigram, unigram)
+    if used or gain is None:
+        return words
+    a, b, c = context_causes(model or {})
+    return f"{words}; why this happens: {a}; {b}; or {c}"
+
+
+@rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
+def context_unused(ev: Evidence) -> Optional[Finding]:
+    """The final weights' loss over the last quarter of the positions is not below position 0's by
+    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``: the context before the
+    current character does not reach the loss."""
+    rec, th = ev.context, ev.thresholds
+    curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
+    gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
+    bigram = float(ev.baselines["bigram"]["nats"])
+    unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
+    used, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin)
+    if used:
+        return None
+    evidence = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions: "
+                f"{words}; bigram baseline {bigram:.3f}")
+    a, b, c = context_causes(ev.section("model"))
+    return Finding("context_unused", evidence, f"the context does not reach the loss through {a}; {b}; or {c}")
