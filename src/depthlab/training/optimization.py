@@ -14,6 +14,7 @@ import torch
 
 from ..budget import Plan, TimeBudget
 from ..config import TrainConfig
+from ..errors import DepthlabError
 from .protocol import ModelPort
 
 __all__ = ["LRSchedule", "apply_hyperparameters", "get_lr", "get_lr_from", "make_optimizer", "param_groups",
@@ -63,14 +64,17 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def resolve_optimizer(name: str, device: torch.device) -> str:
-    """``adamw`` or ``muon`` for ``train.optimizer``; ``auto`` is Muon on CPU, AdamW elsewhere.
+def resolve_optimizer(name: str, device: torch.device, model: Optional[torch.nn.Module] = None) -> str:
+    """``adamw`` or ``muon`` for ``train.optimizer``; ``auto`` is Muon on CPU, AdamW elsewhere (and AdamW
+    for a ``model`` with no matrices for Muon, :meth:`ModelPort.hidden_matrices`, such as a bigram table).
 
     On CPU (2-core AMD EPYC, fp32) Muon reached val 1.536 nats in the default recipe's 270 s against
     AdamW's 1.616, and fast-cpu's val 1.88 in 300 steps instead of 700. On CUDA it is unmeasured,
     and fused AdamW lets the trainer check for non-finite steps on the device without a host sync.
     """
-    return ("muon" if device.type == "cpu" else "adamw") if name == "auto" else name
+    if name != "auto":
+        return name
+    return "muon" if device.type == "cpu" and (model is None or ModelPort(model).hidden_matrices()) else "adamw"
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device, name: Optional[str] = None):
@@ -89,6 +93,9 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.devic
     from ..optim import Muon, MuonAdamW
 
     hidden = ModelPort(model).hidden_matrices()
+    if not hidden:
+        raise DepthlabError("train.optimizer muon updates the 2-D weights inside the model's blocks and this model "
+                            "has none (only embeddings and the output layer): use --train.optimizer adamw (or auto)")
     ids = {id(p) for p in hidden}
     rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
     groups = [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": cfg.weight_decay},

@@ -222,8 +222,14 @@ class Stepper:
         r.metrics.log("event", {"step": step, "nonfinite": True, "loss": loss_val, "grad_norm": gnorm, "lr": lr})
         where = ("not recorded (checked on the device; this and every later update were skipped)"
                  if deferred else self._first_nonfinite_param())
+        what = "loss" if not math.isfinite(loss_val) else "gradient"
+        if step - 1 == self.nonfinite_skips:  # no update has reached the weights: the learning rate played no part
+            advice = (f"this is before any optimizer update, so not the learning rate: the weights the run started "
+                      f"with already give a non-finite {what}"
+                      + (f" (depthlab check {r.cfg.model.source} names where the first NaN/inf is made)"
+                         if r.cfg.model.source else ""))
+        else:
+            advice = "lower train.learning_rate or raise train.warmup_iters"
         raise NonFiniteError(
-            f"non-finite {'loss' if not math.isfinite(loss_val) else 'gradient'} at step "
-            f"{step} (loss {loss_val}, first non-finite gradient: {where}, lr {lr:.3g}, dtype "
-            f"{r.runtime.dtype_name}); lower train.learning_rate or raise train.warmup_iters; the "
-            f"checkpoints in {r.run_dir} are untouched")
+            f"non-finite {what} at step {step} (loss {loss_val}, first non-finite gradient: {where}, lr {lr:.3g}, "
+            f"dtype {r.runtime.dtype_name}); {advice}; the checkpoints in {r.run_dir} are untouched")

@@ -1,12 +1,15 @@
 """``depthlab check``: does a model the learner wrote compute what a GPT must, and can it learn?
 
-Eight rules with fixed names (scripts rely on them), each giving a :class:`CheckResult`
+Nine rules with fixed names (scripts rely on them), each giving a :class:`CheckResult`
 (ok True = no problem found, False = a problem, None = could not run, with why), evidence with the
 numbers, parameter names and positions, and a remedy naming the knob:
 
 ``shape``          the forward accepts the asked (B, T) and other sizes; a hard-coded batch size or
                    length is found (other B and T are tried) and named, with the line of the file
 ``vocab``          the logits' last dimension against the corpus vocabulary; every id goes through
+``finite``         the logits, the loss and every gradient at initialisation are finite (a NaN would
+                   pass the comparisons of the rules below); names where the first non-finite value is
+                   made; when they are not, the rules that read them are not run
 ``causal_leak``    the token at position j is changed and the logits at every t < j compared (zero
                    up to float error); the first leaking offset j - t is named
 ``init_loss``      the loss at initialisation against ln V, with the logits' scale
@@ -32,6 +35,7 @@ import torch
 import torch.nn as nn
 
 from ...errors import DepthlabError
+from .finite import finite_rule
 from .flow import find_blocks, gradient_flow_rule
 from .forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule, vocab_rule
 from .learning import context_use_rule, overfit_batch_rule
@@ -40,8 +44,10 @@ from .subject import CheckResult, ModelFault, Subject
 __all__ = ["RULES", "CheckResult", "CheckReport", "check_model", "check_source", "find_blocks",
            "format_check_table", "DEFAULT_BATCH_SIZE", "DEFAULT_BLOCK_SIZE"]
 
-RULES = ("shape", "vocab", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
+RULES = ("shape", "vocab", "finite", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
          "gradient_flow")
+TRAINING_RULES = ("no_gradient", "overfit_batch", "context_use", "gradient_flow")
+"""The rules that need a finite loss and finite gradients (not run when ``finite`` found them otherwise)."""
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_BLOCK_SIZE = 64
 """The length checked when none is asked and the model declares none (``block_size`` / ``config.block_size``)."""
@@ -154,10 +160,12 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
         except ModelFault as e:
             raise DepthlabError(f"{info['name']}: {e}") from None
         for rule in RULES[1:]:
-            if rule not in rules:
+            if rule not in rules and rule != "finite":  # finite always runs: the rules after it trust its numbers
                 continue
-            if subject.unusable and rule != "vocab":
-                res = CheckResult(rule, None, {"summary": f"not run: {subject.unusable}"})
+            skip = None if rule == "vocab" else subject.unusable or (subject.untrainable if rule in TRAINING_RULES
+                                                                     else None)
+            if skip:
+                res = CheckResult(rule, None, {"summary": f"not run: {skip}"})
             else:
                 res = _timed(steps[rule], rule)
             report.checks.append(res)
@@ -174,6 +182,7 @@ def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Op
                 ) -> dict[str, Callable[[], CheckResult]]:
     return {"shape": lambda: shape_rule(subject, B, T, length_asked),
             "vocab": lambda: vocab_rule(subject),
+            "finite": lambda: finite_rule(subject),
             "causal_leak": lambda: causal_leak_rule(subject),
             "init_loss": lambda: init_loss_rule(subject),
             "no_gradient": lambda: no_gradient_rule(subject),

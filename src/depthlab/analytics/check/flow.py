@@ -21,6 +21,7 @@ import torch.nn as nn
 from ...errors import DepthlabError
 from ..activations import rank_measure, rms, token_cosine
 from ..probe import PROBE_BATCH_SIZE, PROBE_BATCHES, probe_verdicts
+from .finite import nonfinite_result
 from .subject import CheckResult, Subject, call_user
 
 __all__ = ["find_blocks", "gradient_flow_rule"]
@@ -143,9 +144,15 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
             "or give --blocks ATTR")
     result = _measure(subject, model, blocks)
     result["config"], result["norm_eps"] = _native_config(model), _norm_eps(model)
-    problems, fine = probe_verdicts(result)
     lay = result["layers"]
     desc = f"{name} ({len(blocks)} x {type(blocks[0]).__name__})"
+    bad = [r["block"] for r in lay if not all(math.isfinite(r[k]) for k in ("grad_norm", "act_rms"))]
+    if bad or not math.isfinite(result["loss"]):
+        # the probe's verdicts would call this a depth problem; a NaN says nothing about depth
+        return nonfinite_result("gradient_flow", f"{desc}: at initialisation the loss is {result['loss']:.4g} and "
+                                                 f"the gradient norm or activation RMS of block(s) {bad[:8]} is not "
+                                                 "finite", {"blocks": desc, "loss": result["loss"]})
+    problems, fine = probe_verdicts(result)
     ev = {"blocks": desc, "loss": result["loss"], "verdicts": problems or fine,
           "layers": [{k: r[k] for k in ("block", "grad_norm", "act_rms", "rank_measure", "token_cosine")} for r in lay]}
     head = (f"{desc}: gradient norm {lay[0]['grad_norm']:.2e} (block 0) .. {lay[-1]['grad_norm']:.2e} "

@@ -8,19 +8,19 @@ rules use (the asked ones, or the ones the forward turned out to accept).
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .finite import first_nonfinite, nonfinite_result
 from .subject import CheckResult, ModelFault, Subject, call_user
 
 __all__ = ["shape_rule", "vocab_rule", "causal_leak_rule", "init_loss_rule", "no_gradient_rule",
            "INIT_EXCESS", "SHAPE_TRIES"]
 
-SHAPE_TRIES = 40
+SHAPE_TRIES = 60
 """At most this many (B, T) pairs are tried when the asked sizes fail."""
 MAX_TOKENS = 1 << 16
 """No size tried holds more than this many tokens (B x T)."""
@@ -56,26 +56,68 @@ def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[i
     return None
 
 
-def _numbers(text: str) -> list[int]:
-    seen: list[int] = []
-    for n in (int(m) for m in re.findall(r"\d+", text)):
-        if 1 <= n <= 4096 and n not in seen:
-            seen.append(n)
-    return seen
+_SIZES = tuple(2 ** k for k in range(11))
+"""Batch sizes and lengths tried when the asked ones fail (1 .. 1024: the sizes people write)."""
 
 
-def _candidates(B: int, T: int, err: str, max_T: int) -> list[tuple[int, int]]:
-    """(B, T) pairs to try when the asked ones fail: numbers in the error message first, then round sizes."""
-    nums = _numbers(err)
-    bs = nums + [1, 2, 4, 8, 16, 32, 64, 128]
-    ts = nums + [T // 2, T // 4, 8, 16, 32, 64, 128, 256, 512]
-    pairs = [(b, T) for b in bs] + [(B, t) for t in ts] + [(b, t) for b in nums for t in nums]
-    pairs += [(b, t) for b in bs for t in ts]
-    out: list[tuple[int, int]] = []
-    for b, t in pairs:
-        if (b, t) != (B, T) and 1 <= b and 2 <= t <= max_T and b * t <= MAX_TOKENS and (b, t) not in out:
-            out.append((b, t))
-    return out[:SHAPE_TRIES]
+class _SizeSearch:
+    """Tries (B, T) pairs on the forward, at most :data:`SHAPE_TRIES` of them, and remembers each outcome.
+
+    Only whether a size works is used, never the text of the error: a message's numbers (a line of the
+    user's file, a tensor's size) say nothing reliable about the context length.
+    """
+
+    def __init__(self, subject: Subject, model: nn.Module, max_T: int):
+        self.subject, self.model, self.max_T = subject, model, max_T
+        self.tried: dict[tuple[int, int], bool] = {}
+
+    def works(self, b: int, t: int) -> bool:
+        """Whether forward(idx) of (b, t) returns (b, t, V) logits (False when out of range or out of tries)."""
+        if (b, t) not in self.tried:
+            if not (1 <= b and 2 <= t <= self.max_T and b * t <= MAX_TOKENS) or len(self.tried) >= SHAPE_TRIES:
+                return False
+            self.tried[(b, t)] = _attempt(self.subject, self.model, b, t) is None
+        return self.tried[(b, t)]
+
+    def longest_below(self, B: int, T: int) -> Optional[int]:
+        """The longest length under T that works at batch B, by bisection above the longest round one that works.
+
+        Returns None when no length tried works. The result t has t + 1 tried and failing (or t + 1 == T),
+        so "at most t" holds for a forward whose failures start at one length (a position table, a mask).
+        """
+        failing = T
+        for t in sorted({T - 1} | {s for s in _SIZES if s < T}, reverse=True):
+            if self.works(B, t):
+                lo, hi = t, failing  # lo works, hi fails
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    lo, hi = (mid, hi) if self.works(B, mid) else (lo, mid)
+                return lo
+            failing = t
+        return None
+
+    def find(self, B: int, T: int) -> tuple[Optional[tuple[int, int]], Optional[int]]:
+        """((B0, T0) that works or None, the longest length when T0 came from :meth:`longest_below`).
+
+        Order: shorter lengths at batch B (a context shorter than asked), other batch sizes at length T
+        (a hard-coded batch), longer lengths at batch B (a hard-coded longer length), then both changed.
+        """
+        longest = self.longest_below(B, T)  # first: at most 11 + 10 tries, within SHAPE_TRIES
+        if longest is not None:
+            return (B, longest), longest
+        others = [b for b in _SIZES if b != B]
+        longer = [t for t in _SIZES if t > T]
+        shorter = [t for t in _SIZES if t < T]
+        for b, t in [(b, T) for b in others] + [(B, t) for t in longer] + [(b, t) for b in others
+                                                                             for t in longer + shorter]:
+            if self.works(b, t):
+                return (b, t), None
+        return None, None
+
+
+def _span(sizes) -> str:
+    s = sorted(set(sizes))
+    return f"{s[0]}..{s[-1]}" if len(s) > 1 else (str(s[0]) if s else "none")
 
 
 def _neighbours(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int]) -> tuple[dict, dict]:
@@ -99,15 +141,13 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     cap = None
     if asked_err is not None and _attempt(subject, model, B, T, cap=2) is None:
         cap, asked_err = 2, None  # the size is fine, some token ids are not: the vocab rule says which
-    found = (B, T) if asked_err is None else None
-    if asked_err is not None:
-        for b, t in _candidates(B, T, asked_err, max_T):
-            if _attempt(subject, model, b, t) is None:
-                found = (b, t)
-                break
+    search = _SizeSearch(subject, model, max_T)
+    found, longest = ((B, T), None) if asked_err is None else search.find(B, T)
     if found is None:
-        raise ModelFault(f"forward(idx) fails at the asked size B={B}, T={T} and at every other size tried: "
-                         f"{asked_err}")
+        tried = sorted(search.tried)
+        raise ModelFault(f"forward(idx) fails at the asked size B={B}, T={T} and at the {len(tried)} other sizes "
+                         f"tried (B {_span(b for b, _ in tried)}, T {_span(t for _, t in tried)}): {asked_err}; "
+                         "give the sizes it is built for with --batch_size and --block_size")
     B0, T0 = found
     bad_b, bad_t = _neighbours(subject, model, B0, T0, cap)
     subject.B, subject.T = B0, T0
@@ -116,6 +156,8 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
                 "logits": [B0, T0, subject.model_vocab]}
     if asked_err:
         ev["asked_error"] = asked_err
+    if longest is not None:
+        ev["longest_length"] = longest  # T0 works at B, T0 + 1 does not
     if bad_b:
         ev["failing_batch_sizes"] = {str(b): e for b, e in bad_b.items()}
     if bad_t:
@@ -144,12 +186,12 @@ def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict,
         parts.append(f"length {T0} is hard-coded: T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
     elif bad_t:
         parts.append(f"T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
-    only_longer = asked_err and B0 == B and T0 < T and not bad_b and not bad_t
+    only_longer = asked_err and ev.get("longest_length") == T0 and not bad_b and not bad_t
     if not (asked_err or bad_b or bad_t):
         parts.append(f"other sizes (B=1, {B + 1}; T={T // 2}, {T - 1}) work too")
         return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
     if only_longer and not length_asked:
-        parts.append(f"the checks run at T={T0}, the longest length that works among those tried")
+        parts.append(f"the checks run at T={T0}, the longest length that works (T={T0 + 1} fails)")
         return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
     remedy = []
     if fixed_b or bad_b or fixed_t or bad_t or (asked_err and not only_longer):
@@ -218,8 +260,15 @@ def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
     leak = torch.zeros(T, T)  # leak[j, t]: max |change| of the logits at t when token j changes
     noise, scale, own = 0.0, 0.0, 0.0
     for w in range(windows):
+        seqs = _perturbed(subject, x[w], gen)
         with torch.no_grad():
-            L = subject.logits_many(model, _perturbed(subject, x[w], gen))
+            L = subject.logits_many(model, seqs)
+        rows = ~torch.isfinite(L).flatten(1).all(dim=1)  # (T + 1,) sequences with a non-finite logit
+        if bool(rows.any()):
+            where = first_nonfinite(model, lambda: subject.logits_many(model, seqs[rows]))
+            return nonfinite_result("causal_leak", f"the logits are not finite at initialisation on {int(rows.sum())} "
+                                                   f"of the {len(seqs)} windows of validation text compared (window "
+                                                   f"{w})", where=where)
         base = L[0]
         noise = max(noise, float((L[-1] - base).abs().max()))
         scale = max(scale, float(base.abs().max()))
@@ -304,9 +353,14 @@ def init_loss_rule(subject: Subject, batches: int = 2) -> CheckResult:
     rng = subject.rng(3)
     losses, stds, peak = [], [], 0.0
     with torch.no_grad():
-        for _ in range(batches):
+        for i in range(batches):
             x, y = subject.batch(subject.B, subject.T, rng)
             logits = subject.logits(model, x)
+            if not bool(torch.isfinite(logits).all()):
+                where = first_nonfinite(model, lambda: subject.logits(model, x))
+                return nonfinite_result("init_loss", f"the logits are not finite at initialisation on batch {i + 1} "
+                                                     f"of {batches} ({int((~torch.isfinite(logits)).sum()):,} of "
+                                                     f"{logits.numel():,} values)", where=where)
             losses.append(float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))))
             stds.append(float(logits.std(dim=-1).mean()))
             peak = max(peak, float(logits.abs().max()))
@@ -341,15 +395,22 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
                                                   "frozen": frozen, **ev},
                            "set requires_grad=True on the parameters (do not freeze the whole model)")
     rng = subject.rng(4)
-    opt = torch.optim.AdamW([p for _, p in live], lr=1e-3)
+    opt: Optional[torch.optim.Optimizer] = None  # built only when a step is needed (most models need none)
     zero: list[str] = []
     none: list[str] = []
     for step in range(NOGRAD_STEPS + 1):
         x, y = subject.batch(subject.free_batch(4), subject.T, rng)
         loss = subject.loss(model, x, y)
-        opt.zero_grad(set_to_none=True)
+        for _, p in live:
+            p.grad = None
         if loss.requires_grad:
             call_user(loss.backward)
+        bad = [n for n, p in live if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
+        if bad or not math.isfinite(float(loss.detach())):
+            when = "at initialisation" if step == 0 else f"after {step} AdamW step(s) (lr 1e-3)"
+            grads = f" and the gradient of {len(bad)} parameter(s) is not finite ({_names(bad)})" if bad else ""
+            return nonfinite_result("no_gradient", f"{when} the loss is {float(loss.detach()):.4g}{grads}: a NaN "
+                                                   "gradient hides whether it would be zero", ev)
         if step == 0:
             none = [n for n, p in live if p.grad is None]
             zero = [n for n, p in live if p.grad is not None and not bool(p.grad.any())]
@@ -358,6 +419,7 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
             zero = [n for n in zero if grads[n].grad is None or not bool(grads[n].grad.any())]
         if not zero or not loss.requires_grad:
             break
+        opt = opt or torch.optim.AdamW([p for _, p in live], lr=1e-3)
         opt.step()
     ev.update({"no_grad": none, "zero_grad": zero, "frozen": frozen})
     if not (none or zero or frozen):

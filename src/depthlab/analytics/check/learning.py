@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..baselines import bigram_nats, unigram_nats
+from .finite import nonfinite_result
 from .subject import CheckResult, Subject, call_user
 
 __all__ = ["overfit_batch_rule", "context_use_rule", "OVERFIT_STEPS", "OVERFIT_TARGET", "CONTEXT_STEPS",
@@ -91,6 +92,8 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
     if reached is None:
         with torch.no_grad():
             final = float(subject.loss(model, x, y))
+        if bad is None and not math.isfinite(final):  # the last update made the weights non-finite
+            bad = OVERFIT_STEPS
     else:
         final = history[-1][1]
     first = history[0][1] if history else math.nan
@@ -183,6 +186,9 @@ def context_use_rule(subject: Subject) -> CheckResult:
             return CheckResult("context_use", False, {"summary": why, **ev},
                                "something overflows in training: see init_loss and gradient_flow")
         g, se, pos0, late = _measure_context(subject, model, ev)
+        if not all(math.isfinite(v) for v in (g, se, pos0, late)):
+            return nonfinite_result("context_use", f"after {loop.step} training steps (loss finite throughout) the "
+                                                   "logits on the validation windows are not finite", ev)
         if _uses_context(g, se) or late <= bigram:
             break
     return _context_verdict(ev, g, se, pos0, late, bigram)

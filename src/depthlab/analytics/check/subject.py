@@ -107,6 +107,7 @@ class Subject:
         self.model_vocab: Optional[int] = None  # the logits' last dimension
         self.unusable: Optional[str] = None  # set when later rules cannot run (e.g. vocabulary too small)
         self.leaks = False  # causal_leak found the logits depending on later tokens
+        self.untrainable: Optional[str] = None  # set when the loss or a gradient is not finite at init (finite)
 
     # ------------------------------------------------------------------ models
     def fresh(self) -> nn.Module:

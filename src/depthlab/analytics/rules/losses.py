@@ -189,6 +189,9 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     signs = divergence(ev)
     if not signs:
         return None
+    at_init = _nonfinite_at_init(ev)
+    if at_init:
+        return at_init
     t = ev.section("train")
     lr = t.get("learning_rate")
     if ev.muon:
@@ -205,6 +208,23 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     if wiring:
         parts.append(wiring)
     return Finding("exploding", "; ".join(signs), "; ".join(parts))
+
+
+def _nonfinite_at_init(ev: Evidence) -> Optional[Finding]:
+    """A loss already non-finite at step 0 (the evaluation before any update): the weights as built, not the
+    learning rate, which has not acted yet."""
+    bad = next((r for r in ev.evals if r.get("step") == 0 and any(
+        k in r and finite_or_none(r[k]) is None for k in ("train_loss", "val_loss"))), None)
+    if bad is None:
+        return None
+    source = ev.section("model").get("source")
+    where = (f"depthlab check {source} names where the first NaN/inf is made (its finite check)" if source else
+             "look for an operation that makes NaN/inf at initialisation (0/0, log or sqrt of values <= 0, exp of "
+             "large scores)")
+    return Finding("exploding", f"the loss is non-finite at step 0, before any optimizer update (train_loss "
+                                f"{bad.get('train_loss')}, val_loss {bad.get('val_loss')}): the weights the run "
+                                "started with already compute NaN/inf",
+                   f"not the learning rate (no update had happened): {where}")
 
 
 # ---------------------------------------------------------------------------------- overfitting, plateau

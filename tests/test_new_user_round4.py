@@ -1,0 +1,241 @@
+"""What a fresh new user found (issue 23, round 4): each case reproduced, then its fix checked.
+
+The check tests use the small line corpus of conftest (``tiny_text_file``) and models written here,
+at B=4 and T <= 32, so each runs in well under a second.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from depthlab.analytics.check import check_model
+from depthlab.analytics.check.finite import finite_rule
+from depthlab.analytics.check.flow import gradient_flow_rule
+from depthlab.analytics.check.forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule
+from depthlab.analytics.check.subject import Subject
+from depthlab.config import DataConfig
+from depthlab.data import load_corpus
+
+from conftest import run_cli
+
+
+@pytest.fixture
+def corpus(tiny_text_file):
+    return load_corpus(DataConfig(path=str(tiny_text_file)))
+
+
+def _vocab(corpus) -> int:
+    return len(corpus.tokenizer.vocab)
+
+
+# ------------------------------------------------------------------------- 1. the shape search
+POSITIONS_FILE = '''import torch
+import torch.nn as nn
+
+
+class Positions(nn.Module):
+    """A position table of 24 rows: lengths up to 24 work, 25 and more fail."""
+
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, 8)
+        self.pos = nn.Embedding(24, 8)
+        self.head = nn.Linear(8, vocab_size)
+
+    def forward(self, idx):
+        B, T = idx.shape
+        # the failing line below is line 20 of this file: the old search took 20 from the error text
+        #
+        #
+        #
+        x = self.tok(idx) + self.pos(torch.arange(T))
+        return self.head(x)
+'''
+
+
+def test_shape_finds_the_longest_length_by_trying_not_from_the_error_text(tmp_path, corpus):
+    from depthlab.usermodel import build_model, parse_source
+
+    f = tmp_path / "positions.py"
+    f.write_text(POSITIONS_FILE)
+    assert f.read_text().splitlines()[19].strip().startswith("x = self.tok(idx) + self.pos")
+    model = build_model(parse_source(f"{f}:Positions"), {}, _vocab(corpus))
+    rep = check_model(model, corpus, batch_size=4, block_size=30, rules=("shape",))
+    sh = rep.checks[0]
+    assert "positions.py:20" in sh.evidence["asked_error"]  # the number 20 is in the error text...
+    assert sh.evidence["works_at"] == {"batch_size": 4, "block_size": 24}  # ...and not taken for the length
+    assert sh.evidence["longest_length"] == 24
+    assert "at most T=24" in sh.remedy and "--block_size 24" in sh.remedy
+
+
+def test_shape_reading_no_error_text_at_all(corpus, monkeypatch):
+    """The search's outcome does not change when every error message is replaced by one without numbers."""
+    import depthlab.analytics.check.forward as fw
+
+    real = fw._attempt
+    monkeypatch.setattr(fw, "_attempt", lambda *a, **k: None if real(*a, **k) is None else "it failed")
+    V = _vocab(corpus)
+
+    class Fixed(nn.Module):  # batch 8 hard-coded in a reshape
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = nn.Embedding(V, 8), nn.Linear(8, V)
+
+        def forward(self, idx):
+            return self.head(self.emb(idx).view(8, idx.shape[1], 8))
+
+    sh = check_model(Fixed(), corpus, batch_size=4, block_size=16, rules=("shape",)).checks[0]
+    assert sh.evidence["hard_coded_batch_size"] == 8 and sh.evidence["works_at"]["batch_size"] == 8
+
+
+# ------------------------------------------------------------------------- 2. non-finite numbers
+class _Block(nn.Module):
+    def __init__(self, n: int, nan_inside: bool = False):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.nan_inside = nan_inside
+
+    def forward(self, x):
+        y = x + self.lin(x)
+        return torch.log(-(y.abs() + 1)) if self.nan_inside else y  # log of a negative number: NaN
+
+
+class NaNModel(nn.Module):
+    """Blocks in a ModuleList; NaN made in the model's own code after them (0/0), or inside block 0."""
+
+    def __init__(self, V: int, where: str = "after_blocks"):
+        super().__init__()
+        self.tok = nn.Embedding(V, 16)
+        self.blocks = nn.ModuleList(_Block(16, nan_inside=(where == "block0" and i == 0)) for i in range(2))
+        self.head = nn.Linear(16, V)
+        self.where = where
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        for b in self.blocks:
+            x = b(x)
+        if self.where == "after_blocks":
+            x = x / (x - x)
+        return self.head(x)
+
+
+def test_nan_logits_are_their_own_finding_and_the_rest_do_not_run(corpus):
+    rep = check_model(NaNModel(_vocab(corpus)), corpus, batch_size=4, block_size=16)
+    c = {r.rule: r for r in rep.checks}
+    fin = c["finite"]
+    assert fin.ok is False and rep.failed == ["finite"]
+    assert "the logits are NaN at initialisation, before any training step" in fin.summary
+    assert f"{4 * 16 * _vocab(corpus):,} NaN of {4 * 16 * _vocab(corpus):,} values" in fin.summary
+    assert "in NaNModel.forward's own code after blocks.1 (_Block, finite output), before head" in fin.summary
+    assert "learning" not in fin.remedy and "epsilon" in fin.remedy
+    for rule in ("causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use", "gradient_flow"):
+        assert c[rule].ok is None and "not finite at initialisation (finite)" in c[rule].summary
+
+
+def test_nan_made_inside_a_block_is_named(corpus):
+    rep = check_model(NaNModel(_vocab(corpus), "block0"), corpus, batch_size=4, block_size=16, rules=("finite",))
+    fin = rep.checks[-1]
+    assert fin.rule == "finite" and fin.ok is False
+    assert fin.evidence["nonfinite_at"] == "inside blocks.0 (_Block): its inputs are finite, its output is not"
+
+
+def _subject(model, corpus) -> Subject:
+    s = Subject(model, None, corpus, seed=3)
+    assert shape_rule(s, 4, 16).ok is True
+    return s
+
+
+@pytest.mark.parametrize("rule", [causal_leak_rule, init_loss_rule, no_gradient_rule, gradient_flow_rule])
+def test_no_rule_passes_or_advises_on_nan(rule, corpus):
+    """Each rule on its own (without the finite gate): NaN is a problem named as such, no other advice."""
+    res = rule(_subject(NaNModel(_vocab(corpus)), corpus))
+    assert res.ok is False and res.evidence["nonfinite"] is True
+    assert "cannot judge" in res.summary
+    assert all(w not in res.remedy for w in ("shortcut", "output layer", "std=0.02", "tril", "learning_rate"))
+
+
+class SqrtAtZero(nn.Module):
+    """Finite logits, NaN gradient: d sqrt(u)/du at u = 0 is inf, times 0."""
+
+    def __init__(self, V: int):
+        super().__init__()
+        self.tok, self.head = nn.Embedding(V, 8), nn.Linear(8, V)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        return self.head(x + torch.sqrt(x * 0))
+
+
+def test_finite_logits_with_nan_gradients(corpus):
+    rep = check_model(SqrtAtZero(_vocab(corpus)), corpus, batch_size=4, block_size=16,
+                      rules=("finite", "causal_leak", "no_gradient", "gradient_flow"))
+    c = {r.rule: r for r in rep.checks}
+    assert c["finite"].ok is False and c["finite"].evidence["nonfinite_gradients"] == ["tok.weight"]
+    assert "the gradient of 1 parameters is not: tok.weight" in c["finite"].summary
+    assert c["causal_leak"].ok is True  # the logits are fine: the leak test still means something
+    assert c["no_gradient"].ok is None and c["gradient_flow"].ok is None
+
+
+def test_finite_passes_a_correct_model_with_its_numbers(corpus):
+    s = _subject(_Tiny(_vocab(corpus)), corpus)
+    res = finite_rule(s)
+    assert res.ok is True and math.isfinite(res.evidence["loss"])
+    assert res.evidence["nonfinite_gradients"] == [] and res.evidence["nonfinite_parameters"] == []
+
+
+class _Tiny(nn.Module):
+    def __init__(self, V: int):
+        super().__init__()
+        self.tok, self.head = nn.Embedding(V, 8), nn.Linear(8, V)
+
+    def forward(self, idx):
+        return self.head(self.tok(idx))
+
+
+NAN_FILE = '''import torch.nn as nn
+
+
+class M(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok, self.head = nn.Embedding(vocab_size, 8), nn.Linear(8, vocab_size)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        return self.head(x / (x - x))
+'''
+
+
+def test_diagnose_nan_at_step_0_is_not_the_learning_rate():
+    from depthlab.analytics.diagnose import diagnose_records
+
+    evs = [{"kind": "eval", "step": 0, "train_loss": "nan", "val_loss": "nan"}]
+    cfg = {"model": {"source": "my.py:M"}, "train": {"learning_rate": 0.003, "warmup_iters": 10}}
+    f = diagnose_records(evs, config=cfg)
+    assert [x.rule for x in f] == ["exploding"]
+    assert "at step 0, before any optimizer update" in f[0].evidence
+    assert f[0].remedy.startswith("not the learning rate") and "depthlab check my.py:M" in f[0].remedy
+    later = diagnose_records([{"kind": "eval", "step": 0, "train_loss": 4.1, "val_loss": 4.1},
+                              {"kind": "eval", "step": 100, "train_loss": "nan", "val_loss": "nan"}], config=cfg)
+    assert "lower train.learning_rate (now 0.003)" in later[0].remedy  # after updates the rate is the suspect
+
+
+@pytest.mark.slow
+def test_training_a_nan_model_does_not_blame_the_learning_rate(tmp_path, tiny_text_file, capsys):
+    f = tmp_path / "nanmodel.py"
+    f.write_text(NAN_FILE)
+    out = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", f"{f}:M",
+                         "--model.block_size", "8", "--train.batch_size", "2", "--train.max_iters", "3",
+                         "--train.eval_iters", "1", "--train.out_dir", str(out), "--train.tensorboard", "false",
+                         "--train.progress", "false")
+    assert rc == 3
+    assert "before any optimizer update, so not the learning rate" in err and "lower train.learning_rate" not in err
+    assert f"depthlab check {f}:M" in err
+    rc, out_text, _ = run_cli(capsys, "diagnose", str(out), "--json")
+    found = {x["rule"]: x for x in json.loads(out_text)["findings"]}
+    assert "before any optimizer update" in found["exploding"]["evidence"]
+    assert "learning_rate" not in found["exploding"]["remedy"] and "depthlab check" in found["exploding"]["remedy"]
