@@ -124,7 +124,7 @@ def test_export_refuses_to_overwrite_and_leaves_nothing_on_failure(run, tmp_path
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
-    with pytest.raises(DepthlabError, match="not empty"):
+    with pytest.raises(DepthlabError, match="not an export directory"):  # not "--overwrite", refused next
         export_run(run, out)
     with pytest.raises(DepthlabError, match="not an export directory"):
         export_run(run, out, overwrite=True)

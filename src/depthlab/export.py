@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -57,7 +56,7 @@ from .config import ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
 from .model import GPT
-from .rundir import RunDir
+from .rundir import RunDir, make_temp_dir, normalise_modes
 
 #: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
 EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -214,13 +213,18 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise DepthlabError(f"export: {out} is a file; choose a folder name for OUT_DIR")
     if out.exists() and any(out.iterdir()):
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in EXPORT_FILES)
-        if not overwrite:
-            raise DepthlabError(f"export: {out} already exists and is not empty; choose another OUT_DIR "
-                                "(or --overwrite to replace an earlier export)")
+        # only an earlier export is offered --overwrite: for any other folder it is refused
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in EXPORT_FILES or not p.is_file()
+                         or p.is_symlink())
         if foreign:
-            raise DepthlabError(f"export: {out} is not an export directory (it holds {', '.join(foreign[:5])}); "
-                                "refusing to replace it with --overwrite")
+            raise DepthlabError(f"export: {out} already exists and is not an export directory (it holds "
+                                f"{', '.join(foreign[:5])}); choose another OUT_DIR (a new or empty folder)")
+        if not overwrite:
+            raise DepthlabError(f"export: {out} already exists and holds an earlier export; choose another OUT_DIR "
+                                "(or --overwrite to replace it)")
+        if out.is_symlink():
+            raise DepthlabError(f"export: {out} is a symbolic link; --overwrite replaces only a folder itself: "
+                                f"give {out.resolve()} or another OUT_DIR")
 
 
 def _stderr(line: str) -> None:
@@ -272,7 +276,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     bos, eos = special_ids(tok)
     hf = build_hf_model(model, bos, eos)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    tmp = make_temp_dir(out.parent, f".{out.name}.tmp-")
+    old = None
     try:
         hf.save_pretrained(str(tmp))
         gen = {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None}
@@ -283,11 +288,17 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
                 "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
                 "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
         (tmp / "depthlab.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
+        normalise_modes(tmp)  # save_pretrained writes model.safetensors 0600, the other files 0666 & ~umask
+        if out.exists():  # the earlier export moves aside; it comes back if the new one cannot take its place
+            old = make_temp_dir(out.parent, f".{out.name}.old-")
+            out.rename(old / out.name)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not out.exists():  # the new export did not arrive: the earlier one goes back
+            (old / out.name).rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     for line in rules if log else ():
         log(line)
     return out

@@ -34,6 +34,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -68,25 +69,81 @@ KINDS = ("eval", "train", "grad", "probe", "event", "sample")
 
 
 # ------------------------------------------------------------------------- atomic writes
-def _set_default_mode(fd: int) -> None:
-    """Give a ``mkstemp`` file (0600) the user's usual mode; skipped where ``os.fchmod`` is missing."""
-    umask = os.umask(0)
+def _umask() -> int:
+    """The process umask, read without changing it where the OS tells it (Linux >= 4.7).
+
+    ``os.umask`` can only be read by setting it; for that instant a file another thread creates
+    (TensorBoard's writer, a data loader) would get mode 0666, so the set-and-restore is the fallback.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
+    return umask
+
+
+def file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0666 without the umask's bits."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """The mode ``Path.mkdir`` gives a new folder: 0777 without the umask's bits."""
+    return 0o777 & ~_umask()
+
+
+def _chmod_fd(fd: int, mode: int) -> None:
     fchmod = getattr(os, "fchmod", None)  # absent on Windows before Python 3.13
     if fchmod is not None:
-        fchmod(fd, 0o666 & ~umask)
+        fchmod(fd, mode)
+
+
+def make_temp_dir(parent: Path, prefix: str) -> Path:
+    """A new folder in ``parent`` (which must exist) for a write that is renamed into place when done.
+
+    ``tempfile.mkdtemp`` makes it 0700; it gets :func:`dir_mode`, so the renamed folder has the mode
+    of every other folder depthlab makes.
+    """
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix))
+    os.chmod(tmp, dir_mode())
+    return tmp
+
+
+def normalise_modes(folder: Path) -> None:
+    """Give every plain file directly in ``folder`` :func:`file_mode` (a library wrote some 0600)."""
+    mode = file_mode()
+    for p in Path(folder).iterdir():
+        if p.is_file() and not p.is_symlink():
+            os.chmod(p, mode)
 
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder, fsync, rename (POSIX-atomic).
 
+    The file gets the mode ``open(path, "w")`` would give it: an existing file's own mode, else
+    :func:`file_mode` (``mkstemp`` alone makes 0600).
+
     Raises:
+        DepthlabError: ``path`` is a symbolic link (the rename would replace the link, which
+            depthlab did not make; writing through it would change a file elsewhere).
         OSError: the folder is missing or not writable (the temp file is removed).
     """
     path = Path(path)
+    if path.is_symlink():
+        raise DepthlabError(f"{path} is a symbolic link (to {os.readlink(path)}); depthlab writes only files it "
+                            "made: remove the link or give another path")
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = file_mode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        _set_default_mode(fd)
+        _chmod_fd(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -336,40 +393,125 @@ def default_out_dir() -> Path:
     return p
 
 
-def is_pure_run_dir(path: Path) -> bool:
-    """True when ``path`` holds a ``config.json`` and nothing but :data:`RUN_ARTIFACTS`."""
+#: What depthlab writes inside a run directory's folders (``checkpoint.py``, ``figures.py``, TensorBoard's
+#: ``SummaryWriter``, ``usermodel.keep_source`` and the ``__pycache__`` Python makes beside that copy).
+_RUN_SUBFILES = {CHECKPOINTS: re.compile(r"manifest\.json|best\.safetensors|step-\d+\.(safetensors|state\.pt)"),
+                 PLOTS: re.compile(r"[\w.-]+\.png"),
+                 TENSORBOARD: re.compile(r"events\.out\.tfevents\..+"),
+                 SOURCE: re.compile(r"ORIGIN|[^/]+\.py|__pycache__/[^/]+\.pyc")}
+#: The temporary name of an :func:`atomic_write` that a crash left behind (depthlab's own).
+_TEMP = re.compile(r"\..+\.tmp")
+
+
+def foreign_files(path: Path) -> list[str]:
+    """Paths inside the run directory ``path`` (relative, sorted) that depthlab did not write.
+
+    Everything not named in :data:`RUN_ARTIFACTS` at the top, anything in its folders depthlab would not
+    have written there, and every symbolic link (depthlab makes none) is foreign. Used before a
+    folder is deleted (``--overwrite``): one foreign file means it is not deleted.
+    """
     path = Path(path)
-    return (path / CONFIG).exists() and all(p.name in RUN_ARTIFACTS for p in path.iterdir())
+    out = []
+    for p in path.iterdir():
+        if p.is_symlink() or p.name not in RUN_ARTIFACTS and not _TEMP.fullmatch(p.name):
+            out.append(p.name)
+        elif p.is_dir():
+            pattern = _RUN_SUBFILES.get(p.name)
+            for q in p.rglob("*"):
+                rel = q.relative_to(p).as_posix()
+                ok = q.is_dir() and not q.is_symlink() and rel == "__pycache__" and p.name == SOURCE
+                ok = ok or (q.is_file() and not q.is_symlink() and pattern is not None
+                            and (pattern.fullmatch(rel) is not None or _TEMP.fullmatch(q.name) is not None))
+                if not ok:
+                    out.append(f"{p.name}/{rel}")
+        elif p.name in _RUN_SUBFILES:  # a file where depthlab makes a folder
+            out.append(p.name)
+    return sorted(out)
 
 
-def prepare_run_dir(out_dir: Path, overwrite: bool) -> None:
+def is_pure_run_dir(path: Path) -> bool:
+    """True when ``path`` holds a ``config.json`` and nothing depthlab did not write (:func:`foreign_files`)."""
+    path = Path(path)
+    return (path / CONFIG).is_file() and not foreign_files(path)
+
+
+def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to put a run into the existing, non-empty ``out_dir`` unless ``overwrite`` may replace it.
+
+    Every message names a fix that works for this folder: ``--resume`` only for a run, ``--overwrite``
+    only for a run that holds nothing else.
+    """
+    flag = "--train.out_dir"
+    if not (out_dir / CONFIG).is_file():
+        raise DepthlabError(f"train.out_dir {out_dir} already exists and is not a depthlab run directory (it "
+                            f"holds {_names(p.name for p in out_dir.iterdir())} and no config.json); choose another "
+                            f"{flag} (a new or empty folder)")
+    foreign = foreign_files(out_dir)
+    if not overwrite:
+        replace = "" if foreign else ", --overwrite to replace it"
+        raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue it"
+                            f"{replace}, or another {flag}")
+    if foreign:
+        raise DepthlabError(f"train.out_dir {out_dir} holds files depthlab did not write ({_names(foreign)}); "
+                            f"refusing to delete them with --overwrite: move them out, or choose another {flag}")
+    if out_dir.is_symlink():
+        raise DepthlabError(f"train.out_dir {out_dir} is a symbolic link (to {os.readlink(out_dir)}); --overwrite "
+                            f"replaces only a folder itself: give {out_dir.resolve()} or another {flag}")
+    cwd = Path.cwd().resolve()
+    target = out_dir.resolve()
+    if target == cwd or target in cwd.parents:
+        raise DepthlabError(f"refusing to --overwrite {out_dir}: it is the current folder or contains it")
+
+
+def _names(names: Iterable[str]) -> str:
+    names = sorted(names)
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
     """Create ``out_dir``; refuse an existing non-empty one unless ``overwrite`` and it is a run.
+
+    The run ``overwrite`` replaces is not deleted yet: it is renamed to a hidden folder beside
+    ``out_dir`` whose path is returned, for :func:`drop_replaced` once the new run has started, or
+    :func:`restore_replaced` when starting it fails (bad input then loses nothing).
+
+    Returns:
+        The old run's hidden folder, or None when nothing was replaced.
 
     Raises:
         DepthlabError: the folder exists (and what to do), or is a file, or is not a depthlab run,
-            or is the current folder, or cannot be created.
+            or holds files depthlab did not write, or is the current folder, or cannot be created.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
+    aside = None
     if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue "
-                                "it, --overwrite to replace it, or another --train.out_dir")
-        cwd = Path.cwd().resolve()
-        target = out_dir.resolve()
-        if target == cwd or target in cwd.parents:
-            raise DepthlabError(f"refusing to --overwrite {out_dir}: it is the current folder or contains it")
-        if not is_pure_run_dir(out_dir):
-            foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_ARTIFACTS)
-            raise DepthlabError(f"train.out_dir {out_dir} is not a depthlab run directory (it holds "
-                                f"{', '.join(foreign[:5]) or 'no config.json'}); refusing to delete it with "
-                                "--overwrite")
-        shutil.rmtree(out_dir)
+        _check_replaceable(out_dir, overwrite)
+        aside = make_temp_dir(out_dir.parent, f".{out_dir.name}.replaced-")
+        os.replace(out_dir, aside / out_dir.name)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        restore_replaced(out_dir, aside)
         raise DepthlabError(f"cannot create train.out_dir {out_dir}: {e.strerror}; choose a writable folder") from None
+    return aside
+
+
+def restore_replaced(out_dir: Path, aside: Optional[Path]) -> None:
+    """Put the run :func:`prepare_run_dir` set aside back at ``out_dir`` (the new run's files are deleted)."""
+    if aside is None:
+        return
+    if Path(out_dir).is_dir():
+        shutil.rmtree(out_dir)
+    os.replace(aside / Path(out_dir).name, out_dir)
+    aside.rmdir()
+
+
+def drop_replaced(aside: Optional[Path]) -> None:
+    """Delete the run :func:`prepare_run_dir` set aside: the new run has started in its place."""
+    if aside is not None:
+        shutil.rmtree(aside)
 
 
 # ------------------------------------------------------------------------- the reader

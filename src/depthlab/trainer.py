@@ -30,7 +30,8 @@ from .callbacks import Callback, StepInfo
 from .config import RunConfig, schedule_warnings
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
-from .rundir import MetricsWriter, default_out_dir, prepare_run_dir, truncate_metrics
+from .rundir import (MetricsWriter, default_out_dir, drop_replaced, prepare_run_dir, restore_replaced,
+                     truncate_metrics)
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
@@ -104,12 +105,12 @@ class Trainer:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
                                 "(or train.out_dir in the config)")
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log)
-        point, new_dirs = None, []  # new_dirs: the folders this start makes, innermost first (runs/<time>, runs)
+        point, new_dirs, replaced = None, [], None  # new_dirs: the folders this start makes, innermost first
         if t.resume:
             point = self.checkpointer.check_resume(cfg, vocab, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
-            prepare_run_dir(self.run_dir, overwrite)
+            replaced = prepare_run_dir(self.run_dir, overwrite)  # --overwrite: the old run, set aside until started
         self.created_run_dir = bool(new_dirs)
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
                                        train=dataclasses.replace(t, out_dir=str(self.run_dir)))
@@ -127,7 +128,9 @@ class Trainer:
                         parent.rmdir()  # only while empty: another run may have appeared there
                     except OSError:
                         break
+            restore_replaced(self.run_dir, replaced)  # bad input loses nothing: the old run is back
             raise
+        drop_replaced(replaced)
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime

@@ -20,7 +20,7 @@ from ..figures import new_figure, write_png
 from ..units import fmt_value
 
 __all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
-           "PROBE_BATCHES", "PROBE_BATCH_SIZE"]
+           "written_by_probe", "PROBE_BATCHES", "PROBE_BATCH_SIZE", "PROBE_SOFTWARE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -404,4 +404,21 @@ def plot_probe(result: dict, path: str | Path) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     wiring = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
     fig.suptitle(f"depthlab probe at init: {wiring}, {cfg.get('n_layer')} blocks x {cfg.get('n_embd')} wide")
-    return write_png(fig, path, dpi=100)
+    return write_png(fig, path, dpi=100, metadata={"Software": PROBE_SOFTWARE})
+
+
+#: The PNG ``Software`` text of :func:`plot_probe`: how ``depthlab probe`` knows a file at ``--out`` is its own.
+PROBE_SOFTWARE = "depthlab probe"
+
+
+def written_by_probe(path: str | Path) -> bool:
+    """True when ``path`` is a PNG :func:`plot_probe` wrote (its ``Software`` tEXt chunk, PNG spec 11.3.4).
+
+    Matplotlib writes the text chunks right after the header, so the first 4 KiB hold it.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"\x89PNG") and b"Software\x00" + PROBE_SOFTWARE.encode("ascii") in head
