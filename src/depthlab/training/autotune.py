@@ -43,10 +43,10 @@ __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates
 #: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
 #: policy the user exported is theirs and is never changed).
 OMP_MARK = "DEPTHLAB_OMP_WAIT"
-#: Set to ``off`` to keep the rule-based settings (the tests do, for bit-reproducible seeded runs).
+#: ``off``: keep the rule-based settings; ``on``: measure even a run too short to repay it (benchmarks).
 SWITCH = "DEPTHLAB_AUTOTUNE"
-#: Planned training time (s) below which measuring is not worth its cost: the measurement takes about
-#: 3 steps per candidate, so it is kept under ~5 % of the run.
+#: Planned training time (s) below which measuring is not worth its cost (about 3 steps per candidate,
+#: kept under MEASURE_SHARE of the run: it runs before the first step, outside ``train.max_time``).
 MIN_RUN_S = 60.0
 #: Candidates within this fraction of the fastest count as equally fast; the earlier one (the simpler
 #: setting: fewer threads, float32, SDPA, passive waiting) wins, so noise does not flip choices.
@@ -54,7 +54,7 @@ TIE = 0.02
 ROUNDS = 2  # timed steps per candidate, interleaved (after one untimed warm-up step each)
 CAP = 2.5  # a candidate this many times slower than the fastest is timed no more
 #: Share of the planned training time the measurement may take (at least MIN_MEASURE_S).
-MEASURE_SHARE, MIN_MEASURE_S = 0.05, 4.0
+MEASURE_SHARE, MIN_MEASURE_S = 0.03, 3.0
 
 
 @dataclass(frozen=True)
@@ -443,7 +443,7 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         first = time_settings(m, make_opt, loss_fn, batch, [rule if rule in here else here[0]], rounds=1,
                               set_attention=set_attn)
         planned = _planned_seconds(t, next(iter(first.values())) / 1e3)
-        if planned < MIN_RUN_S:
+        if planned < MIN_RUN_S and os.environ.get(SWITCH, "").lower() != "on":
             return Tuning(rule, "rule", f"not measured: about {planned:.0f} s of training planned, under "
                                         f"{MIN_RUN_S:.0f} s")
         budget = max(MIN_MEASURE_S, MEASURE_SHARE * planned)
