@@ -36,6 +36,8 @@ def _valid_config(draw):
                  norm=draw(st.sampled_from(NORMS)), tie_weights=draw(st.booleans()),
                  init=draw(st.sampled_from(["gpt2", "torch"])), vocab_size=draw(st.integers(0, 10**5)),
                  residual_scale=draw(st.sampled_from([1, "depth"])))
+    if model["variant"] == "prenorm" and model["norm"] != "none":  # the only wiring LayerNorm Scaling has
+        model["norm_scale"] = draw(st.sampled_from([1, "depth"]))
     train = dict(batch_size=draw(st.integers(1, 512)), grad_accum=draw(st.integers(1, 8)),
                  max_iters=draw(st.integers(1, 10**6)), max_time=draw(st.floats(0.0, 1e6)), learning_rate=lr,
                  min_lr=lr * draw(st.floats(0.0, 1.0)), warmup_iters=warmup,
@@ -78,6 +80,10 @@ def test_fuzz_config_raises_only_depthlab_error(d, valid):
     (dict(dropout=1.0), "model.dropout"), (dict(variant="resnet"), "model.variant"),
     *[(dict(residual_scale=v), "model.residual_scale must be 1 (no branch scaling) or depth")
       for v in (True, 1.0, 2, "Depth", "1")],
+    (dict(norm_scale=0), "model.norm_scale must be 1 (no scaling) or depth"),
+    (dict(norm_scale="depth", variant="periln"), "not defined for model.variant periln; use --model.variant prenorm"),
+    (dict(norm_scale="depth", norm="none"), "not defined for model.norm none (no norm)"),
+    (dict(norm="batchnorm"), "model.norm must be one of layernorm, rmsnorm, dyt, none"),
 ])
 def test_impossible_configs_name_the_field(kw, needle):
     with pytest.raises(DepthlabError) as e:

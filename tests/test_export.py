@@ -47,7 +47,10 @@ def test_exported_logits_equal_depthlab(tie, bias, act, variant, ff):
     ("model.variant plain", dict(variant="plain")), ("model.variant rezero", dict(variant="rezero")),
     ("model.variant deepnorm", dict(variant="deepnorm")), ("model.norm rmsnorm", dict(norm="rmsnorm")),
     ("model.norm none", dict(norm="none")), ("model.activation gelu", dict(variant="postnorm")),
-    ("model.ff_mult 2", dict(variant="postnorm", activation="relu", ff_mult=2))])
+    ("model.ff_mult 2", dict(variant="postnorm", activation="relu", ff_mult=2)),
+    ("model.variant periln", dict(variant="periln")), ("model.norm dyt", dict(norm="dyt")),
+    ("model.residual_scale depth", dict(residual_scale="depth")), ("model.norm_scale depth", dict(norm_scale="depth")),
+    ("model.residual_scale depth", dict(variant="postnorm", activation="relu", residual_scale="depth"))])
 def test_unmappable_models_are_refused_naming_the_field(field, kw):
     with pytest.raises(DepthlabError) as e:
         check_exportable(tiny_gpt(**kw).config)

@@ -14,7 +14,7 @@ from depthlab.model import DecodePlan, GPT
 from conftest import bigger_logits, tiny_gpt, tiny_model_config
 
 
-VARIANTS = ["prenorm", "postnorm", "plain", "rezero", "deepnorm"]
+VARIANTS = ["prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln"]
 
 
 def cfg(**kw):
@@ -59,7 +59,7 @@ def test_sdpa_and_explicit_paths_agree():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "none"])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm", "dyt", "none"])
 def test_every_variant_forward_backward(variant, norm):
     torch.manual_seed(0)
     m = GPT(cfg(variant=variant, norm=norm, activation="relu" if norm == "none" else "gelu"))
@@ -135,6 +135,70 @@ def test_residual_scale_1_is_the_unscaled_model_bit_for_bit():
     assert a.item() == b.item() and d.item() != a.item()
 
 
+def test_dyt_is_gamma_tanh_alpha_x_plus_beta_with_the_papers_init():
+    from depthlab.model import DyT
+
+    d = DyT(16, bias=True)
+    assert d.alpha.shape == (1,) and d.alpha.item() == 0.5  # Zhu et al. 2025: alpha0 = 0.5
+    assert torch.equal(d.weight, torch.ones(16)) and torch.equal(d.bias, torch.zeros(16))
+    assert DyT(16, bias=False).bias is None
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        d.alpha.fill_(1.7), d.weight.copy_(torch.randn(16, generator=g)), d.bias.copy_(torch.randn(16, generator=g))
+    x = 3 * torch.randn(2, 5, 16, generator=g)
+    want = d.weight * ((torch.exp(2 * 1.7 * x) - 1) / (torch.exp(2 * 1.7 * x) + 1)) + d.bias
+    torch.testing.assert_close(d(x), want, atol=1e-5, rtol=0)
+
+
+def test_norm_dyt_replaces_every_norm_the_final_one_too():
+    from depthlab.model import DyT
+
+    m = tiny_gpt(0, norm="dyt", n_layer=2)
+    blk = m.transformer.h[0]
+    assert all(isinstance(n, DyT) for n in (blk.ln_1, blk.ln_2, m.transformer.ln_f))
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        blk.ln_1.alpha.fill_(0.3), blk.ln_2.alpha.fill_(2.0)
+        mid = x + blk.attn(torch.tanh(0.3 * x))
+        torch.testing.assert_close(blk(x), mid + blk.mlp(torch.tanh(2.0 * mid)), atol=1e-6, rtol=0)
+    assert not any(isinstance(n, DyT) for n in tiny_gpt(0, norm="dyt", variant="postnorm").transformer.ln_f.modules())
+
+
+def test_periln_normalises_each_sublayers_input_and_output():
+    m = tiny_gpt(0, variant="periln", n_layer=2)
+    blk = m.transformer.h[1]
+    names = {n for n, _ in m.named_parameters()}
+    assert {"transformer.h.1.ln_1.weight", "transformer.h.1.ln_1_out.weight", "transformer.h.1.ln_2.weight",
+            "transformer.h.1.ln_2_out.weight", "transformer.ln_f.weight"} <= names
+    x = 5 * torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        for ln in (blk.ln_1, blk.ln_1_out, blk.ln_2, blk.ln_2_out):  # distinct gains: a swapped norm shows
+            ln.weight.uniform_(0.5, 1.5)
+        ln = torch.nn.functional.layer_norm
+        mid = x + ln(blk.attn(ln(x, (16,), blk.ln_1.weight)), (16,), blk.ln_1_out.weight)
+        want = mid + ln(blk.mlp(ln(mid, (16,), blk.ln_2.weight)), (16,), blk.ln_2_out.weight)
+        torch.testing.assert_close(blk(x), want, atol=1e-5, rtol=0)
+        # the stream is never normalised inside: its RMS keeps the input's scale, unlike postnorm's ~1
+        assert blk(x).pow(2).mean().sqrt().item() > 3
+
+
+def test_norm_scale_depth_is_layernorm_scaling_one_over_sqrt_l():
+    L = 3
+    m = tiny_gpt(0, n_layer=L, norm_scale="depth")
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        for i, blk in enumerate(m.transformer.h):
+            c = 1 / math.sqrt(i + 1)  # Sun et al. 2025: block l = i + 1 scales its norms' outputs by 1/sqrt(l)
+            mid = x + blk.attn(blk.ln_1(x) * c)
+            torch.testing.assert_close(blk(x), mid + blk.mlp(blk.ln_2(mid) * c), atol=1e-6, rtol=0)
+        idx = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(5))
+        plain = tiny_gpt(0, n_layer=L)
+        assert torch.equal(m(idx)[0], m(idx)[0]) and not torch.allclose(m(idx)[0], plain(idx)[0])
+        plain.transformer.h[0].load_state_dict(m.transformer.h[0].state_dict())
+        h0 = [torch.equal(a(x), b(x)) for a, b in zip(m.transformer.h, plain.transformer.h)]
+        assert h0[0]  # l = 1: 1/sqrt(1), the first block is unscaled
+
+
 def test_deepnorm_init_gains():
     torch.manual_seed(0)
     L, C = 6, 64
@@ -198,7 +262,9 @@ ATOL = 1e-5
 
 #: (variant, extra fields) the cache tests run: every variant, and each field that changes the wiring
 CACHED = [(v, {}) for v in VARIANTS] + [("prenorm", {"residual_scale": "depth"}),
-                                        ("rezero", {"residual_scale": "depth"})]
+                                        ("rezero", {"residual_scale": "depth"}),
+                                        ("periln", {"residual_scale": "depth"}),
+                                        ("prenorm", {"norm_scale": "depth"})]
 
 
 @pytest.mark.parametrize("variant,extra", CACHED)
@@ -222,14 +288,17 @@ def test_cached_logits_equal_full_forward_at_every_position(variant, extra, expl
 
 @pytest.mark.parametrize("variant,extra", CACHED)
 @pytest.mark.parametrize("norm,activation,bias", [("layernorm", "gelu", False), ("rmsnorm", "relu", True),
-                                                  ("none", "gelu", True), ("layernorm", "relu", True)])
+                                                  ("none", "gelu", True), ("layernorm", "relu", True),
+                                                  ("dyt", "gelu", True)])
 def test_decode_plan_computes_the_full_forward_one_position_at_a_time(variant, extra, norm, activation, bias):
+    if norm == "none" and extra.get("norm_scale") == "depth":
+        pytest.skip("norm_scale depth needs a norm (refused by ModelConfig)")
     m = bigger_logits(tiny_gpt(3, tie_weights=False, variant=variant, norm=norm, activation=activation,
                                 bias=bias, **extra))
     with torch.no_grad():  # biases start at 0 (GPT-2 init): make them count
         for name, p in m.named_parameters():
-            if name.endswith("bias") or "alpha" in name:
-                p.normal_(0.0, 0.5)
+            if name.endswith("bias") or "alpha" in name or (norm == "dyt" and "ln" in name):
+                p.normal_(0.0, 0.5)  # DyT's weights too: ones would hide a swapped gamma / alpha
     idx = torch.randint(0, 11, (3, 8), generator=torch.Generator().manual_seed(1))
     full, _ = m(idx)
     cache = m.new_kv_cache(3)

@@ -15,11 +15,11 @@ from typing import Any, Literal, Optional, Union
 
 from .errors import DepthlabError
 
-VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm")
+VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln")
 #: ModelConfig fields that describe depthlab's GPT only (refused at other values with ``model.source``).
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
-            "tie_weights", "residual_scale")
-NORMS = ("layernorm", "rmsnorm", "none")
+            "tie_weights", "residual_scale", "norm_scale")
+NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 RESIDUAL_SCALES = (1, "depth")
 
 
@@ -106,7 +106,8 @@ class ModelConfig:
         ff_mult: feed-forward expansion; hidden width = ff_mult * n_embd (the "magic 4").
         activation: ``gelu`` or ``relu`` in the feed-forward layer.
         variant: residual/norm wiring, see :class:`depthlab.model.Block`.
-        norm: ``layernorm`` | ``rmsnorm`` | ``none`` (identity); ignored by ``rezero``.
+        norm: ``layernorm`` | ``rmsnorm`` | ``dyt`` (Dynamic Tanh, gamma*tanh(alpha*x) + beta, no
+            statistics; Zhu et al. 2025) | ``none`` (identity); ignored by ``rezero``.
         tie_weights: share the token embedding and the output head (GPT-2 default).
         init: ``gpt2`` (N(0, 0.02), residual projections / sqrt(2 n_layer)) or ``torch``
             (PyTorch module defaults, U(+-1/sqrt(fan_in))). ``deepnorm`` always applies its
@@ -124,6 +125,9 @@ class ModelConfig:
         residual_scale: ``1`` or ``depth``: the factor each branch (the attention or MLP output, after
             dropout) is multiplied by before it joins the residual stream; ``depth`` = 1/sqrt(2 n_layer),
             the depth-muP branch scaling (see :class:`depthlab.model.Block`), ``1`` = none.
+        norm_scale: ``1`` or ``depth``: ``depth`` multiplies the output of block l's norms by 1/sqrt(l)
+            (l = 1..n_layer), LayerNorm Scaling (Sun et al. 2025); pre-LN only (``variant prenorm`` with
+            a norm), since it is defined on pre-LN's norms; ``1`` = none.
     """
 
     vocab_size: int = 0
@@ -135,12 +139,13 @@ class ModelConfig:
     bias: bool = False
     ff_mult: int = 4
     activation: Literal["gelu", "relu"] = "gelu"
-    variant: Literal["prenorm", "postnorm", "plain", "rezero", "deepnorm"] = "prenorm"
-    norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
+    variant: Literal["prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln"] = "prenorm"
+    norm: Literal["layernorm", "rmsnorm", "dyt", "none"] = "layernorm"
     tie_weights: bool = True
     init: Union[Literal["gpt2", "torch"], dict] = "gpt2"
     source: Optional[str] = None
     residual_scale: Literal[1, "depth"] = 1
+    norm_scale: Literal[1, "depth"] = 1
 
     def __post_init__(self) -> None:
         self._check_source()
@@ -166,6 +171,18 @@ class ModelConfig:
             # exact types: True == 1 and 1.0 == 1 would otherwise pass as 1
             raise DepthlabError(f"model.residual_scale must be 1 (no branch scaling) or depth (each branch "
                                 f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}")
+        self._check_norm_scale()
+
+    def _check_norm_scale(self) -> None:
+        """``norm_scale`` is 1 or depth, and depth only where LayerNorm Scaling is defined (pre-LN's norms)."""
+        if type(self.norm_scale) not in (int, str) or self.norm_scale not in RESIDUAL_SCALES:
+            raise DepthlabError(f"model.norm_scale must be 1 (no scaling) or depth (block l's norm outputs times "
+                                f"1/sqrt(l)); got {self.norm_scale!r}")
+        if self.norm_scale == "depth" and (self.variant != "prenorm" or self.norm == "none"):
+            what = f"model.variant {self.variant}" if self.variant != "prenorm" else "model.norm none (no norm)"
+            raise DepthlabError(f"model.norm_scale depth (LayerNorm Scaling, Sun et al. 2025) scales the outputs of "
+                                f"pre-LN's norms and is not defined for {what}; use --model.variant prenorm with "
+                                "--model.norm layernorm, rmsnorm or dyt, or --model.norm_scale 1")
 
     def _check_source(self) -> None:
         """``source`` is PATH.py:NAME and the GPT-only fields stay at their defaults; ``init`` as a

@@ -35,8 +35,9 @@ code, and at every export by comparing logits on random ids):
   final norm). Its ``gelu`` is the tanh approximation and its MLP is always 4 x n_embd, so a GELU or
   another ff_mult is refused; its causal mask adds -1e4 instead of -inf (the same softmax in float32
   unless attention scores reach ~1e4).
-* Every other variant or norm (plain, rezero, deepnorm; rmsnorm, none) has no such class and is
-  refused with one line naming the field.
+* Every other variant or norm (plain, rezero, deepnorm, periln; rmsnorm, dyt, none), and a branch or
+  norm scale (``residual_scale`` / ``norm_scale`` depth: GPT-2 has neither multiplier), has no such
+  class and is refused with one line naming the field.
 
 ``transformers`` is an optional dependency (``pip install -e ".[hf]"``), imported inside functions.
 """
@@ -96,6 +97,11 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.norm != "layernorm":
         raise DepthlabError(f"cannot export model.norm {cfg.norm}: GPT-2 and OpenAI GPT use LayerNorm "
                             "(exportable: model.norm layernorm)")
+    for name in ("residual_scale", "norm_scale"):
+        if getattr(cfg, name) != 1:
+            raise DepthlabError(f"cannot export model.{name} {getattr(cfg, name)}: GPT-2 and OpenAI GPT have no "
+                                f"multiplier there, so the exported model would compute another function "
+                                f"(exportable: model.{name} 1)")
     if cfg.variant == "postnorm" and cfg.activation != "relu":
         raise DepthlabError(f"cannot export model.activation {cfg.activation} with postnorm: OpenAI GPT's gelu is "
                             "the tanh approximation, not nn.GELU (exportable: relu, or the prenorm variant)")

@@ -29,7 +29,11 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 __all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
-           "make_norm", "wire", "branch_scale"]
+           "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "FINAL_NORM_VARIANTS"]
+
+
+#: the variants whose residual stream is never normalised inside the blocks, so the GPT ends in ``ln_f``
+FINAL_NORM_VARIANTS = ("prenorm", "periln")
 
 
 class HookPoint(nn.Module):
@@ -55,18 +59,57 @@ class RMSNorm(nn.RMSNorm):
         return F.rms_norm(x.float(), self.normalized_shape, w, self.eps)
 
 
+class DyT(nn.Module):
+    """Dynamic Tanh, a normalisation layer without statistics: y = weight * tanh(alpha * x) + bias.
+
+    Zhu, Chen, He, LeCun & Liu 2025, "Transformers without Normalization" (eq. 1): alpha is one
+    learnable scalar per layer, initialised to alpha0 = 0.5 (the paper's default for its non-LLM
+    models); weight (gamma) starts at ones and bias (beta) at zeros, per channel. For LLaMA the
+    authors tune alpha0 per site and width (the 7B model: 0.8 before attention, 0.2 before the MLP
+    and at the final norm; smaller for wider models); at depthlab's widths the default 0.5 is used
+    everywhere. ``bias`` follows ``model.bias``, as LayerNorm's does here, so DyT and LayerNorm
+    runs have the same affine parameters.
+
+    Args:
+        n_embd: C, the channels. bias: whether beta exists. alpha0: alpha's initial value.
+    """
+
+    def __init__(self, n_embd: int, bias: bool, alpha0: float = 0.5):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((1,), alpha0))
+        self.weight = nn.Parameter(torch.ones(n_embd))
+        self.bias = nn.Parameter(torch.zeros(n_embd)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x (..., C). Returns: (..., C), each element squashed into weight * (-1, 1) + bias."""
+        y = torch.tanh(self.alpha * x) * self.weight
+        return y if self.bias is None else y + self.bias
+
+
 def make_norm(cfg: ModelConfig) -> nn.Module:
-    """The configured normalisation over the last dim C: LayerNorm, RMSNorm or identity."""
+    """The configured normalisation over the last dim C: LayerNorm, RMSNorm, DyT or identity."""
     if cfg.norm == "layernorm":
         return nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.n_embd)
+    if cfg.norm == "dyt":
+        return DyT(cfg.n_embd, cfg.bias)
     return nn.Identity()
 
 
 def branch_scale(cfg: ModelConfig) -> float:
     """The factor s each branch is multiplied by (``cfg.residual_scale``; see :class:`Block`): 1 or 1/sqrt(2L)."""
     return 1.0 / math.sqrt(2 * cfg.n_layer) if cfg.residual_scale == "depth" else 1.0
+
+
+def norm_factor(cfg: ModelConfig, layer: int) -> float:
+    """Block ``layer``'s (0-based) norm-output factor (``cfg.norm_scale``): 1, or 1/sqrt(layer + 1)."""
+    return 1.0 / math.sqrt(layer + 1) if cfg.norm_scale == "depth" else 1.0
+
+
+def _times(fn: Callable[[torch.Tensor], torch.Tensor], c: float) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``fn`` followed by multiplication by ``c`` (``fn`` itself when c is 1, so defaults stay bit-identical)."""
+    return fn if c == 1.0 else (lambda x: fn(x) * c)
 
 
 class KVCache:
@@ -184,23 +227,28 @@ class MLP(nn.Module):
 
 
 def wire(variant: str, x: torch.Tensor, sub: Callable[[torch.Tensor], torch.Tensor],
-         ln: Callable[[torch.Tensor], torch.Tensor], alpha: Optional[torch.Tensor], deepnorm_alpha: float
-         ) -> torch.Tensor:
+         ln: Callable[[torch.Tensor], torch.Tensor], alpha: Optional[torch.Tensor], deepnorm_alpha: float,
+         ln_out: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+         join: Callable[[torch.Tensor], torch.Tensor] = lambda t: t) -> torch.Tensor:
     """One sublayer ``sub`` joined to the residual stream ``x`` as ``variant`` says (see :class:`Block`).
 
     Args:
-        variant: plain | postnorm | prenorm | rezero | deepnorm.
+        variant: plain | postnorm | prenorm | rezero | deepnorm | periln.
         x: (..., C) residual stream.
         sub: the sublayer (attention or MLP, dropout included), (..., C) -> (..., C).
-        ln: the sublayer's norm, (..., C) -> (..., C).
+        ln: the sublayer's (input) norm, (..., C) -> (..., C), LayerNorm Scaling's factor included.
         alpha: ReZero's gate (1,) or None; deepnorm_alpha: DeepNorm's a = (2L)^(1/4) (Wang et al. 2022).
+        ln_out: Peri-LN's output norm (periln only).
+        join: applied to the branch term where it joins the stream (residual_scale's factor, the hook).
 
     Returns:
         (..., C), the stream after the sublayer.
     """
     if variant == "prenorm":
-        return x + sub(ln(x))
-    s = sub(x)
+        return x + join(sub(ln(x)))
+    if variant == "periln":
+        return x + join(ln_out(sub(ln(x))))
+    s = join(sub(x))
     if variant == "postnorm":
         return ln(x + s)
     if variant == "plain":
@@ -225,6 +273,20 @@ class Block(nn.Module):
                      +---------------------^                 (alpha init 0, no LN)
         deepnorm  x -> *a -+                                 x' = LN(a*x + S(x))  Wang et al. 2022
                   x -> S --(+)-> LN -> x'                    a = (2L)^(1/4)
+        periln    x -+-> LN -> S -> LN' --(+)-> x'           x' = x + LN'(S(LN(x)))  Kim et al. 2025
+                     +-----------------------^               (LN' = ln_1_out / ln_2_out)
+
+    ``periln`` (Peri-LN, Kim et al. 2025, "Peri-LN: Revisiting Layer Normalization in the Transformer
+    Architecture") normalises each sublayer's input and output; the stream itself is never
+    normalised, so like ``prenorm`` it ends in the final norm ``ln_f``. The embeddings enter the
+    stream un-normalised, as in ``prenorm`` (the formula above is the paper's sublayer rule; no
+    embedding norm is added). The input norms keep GPT-2's names ``ln_1`` / ``ln_2``.
+
+    ``cfg.norm`` ``dyt`` makes every LN above (and ``ln_f``) a :class:`DyT`. ``cfg.norm_scale``
+    ``depth`` (``prenorm`` only) is LayerNorm Scaling, Sun et al. 2025, "The Curse of Depth in Large
+    Language Models": block l's (1-based) norm outputs are multiplied by 1/sqrt(l), x' = x +
+    S(LN(x)/sqrt(l)), which the paper shows turns pre-LN's exponential growth of the output variance with
+    depth into a polynomial one, so deep blocks stay more than near-identities; ``ln_f`` is not scaled.
 
     ``cfg.residual_scale`` ``depth`` multiplies every branch S(.) by s = 1/sqrt(2L) before it is wired
     (S above reads s*S; ``1``: s = 1): the depth-muP branch scaling x_{i+1} = x_i + (1/sqrt(N)) S_i(x_i)
@@ -237,45 +299,56 @@ class Block(nn.Module):
     variant (in ``plain`` + a norm it cancels up to the norm's eps).
 
     Hook points: hook_resid_pre, hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post
-    (all (B, T, C); hook_attn_out / hook_mlp_out see s*S); ``attn.hook_pattern`` (B, nh, T, T).
+    (all (B, T, C); hook_attn_out / hook_mlp_out see the branch term that joins the stream: s*S, or
+    s*LN'(S) in ``periln``; ReZero's alpha is applied after them); ``attn.hook_pattern`` (B, nh, T, T).
+
+    Args:
+        cfg: the model config. layer: this block's 0-based index (LayerNorm Scaling's l - 1).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.variant = cfg.variant
         self.ln_1 = make_norm(cfg) if cfg.variant != "rezero" else nn.Identity()
         self.attn = CausalSelfAttention(cfg)
+        if cfg.variant == "periln":
+            self.ln_1_out = make_norm(cfg)
         self.ln_2 = make_norm(cfg) if cfg.variant != "rezero" else nn.Identity()
         self.mlp = MLP(cfg)
+        if cfg.variant == "periln":
+            self.ln_2_out = make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         if cfg.variant == "rezero":
             self.alpha_attn = nn.Parameter(torch.zeros(1))
             self.alpha_mlp = nn.Parameter(torch.zeros(1))
         self.deepnorm_alpha = (2.0 * cfg.n_layer) ** 0.25
         self.branch_scale = branch_scale(cfg)
+        self.norm_factor = norm_factor(cfg, layer)
         for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"):
             setattr(self, name, HookPoint())
 
     def _sublayer(self, x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor], ln: nn.Module,
-                  hook: HookPoint,
-                  alpha: Optional[torch.Tensor]) -> torch.Tensor:
+                  hook: HookPoint, alpha: Optional[torch.Tensor], ln_out: Optional[nn.Module]) -> torch.Tensor:
         s = self.branch_scale
-        branch = (lambda h: hook(self.drop(fn(h)))) if s == 1.0 else (lambda h: hook(self.drop(fn(h)) * s))
-        return wire(self.variant, x, branch, ln, alpha, self.deepnorm_alpha)
+        join = hook if s == 1.0 else (lambda t: hook(t * s))
+        return wire(self.variant, x, lambda h: self.drop(fn(h)), _times(ln, self.norm_factor), alpha,
+                    self.deepnorm_alpha, ln_out, join)
 
     def forward(self, x: torch.Tensor, kv: Optional[tuple[torch.Tensor, torch.Tensor, int]] = None
                 ) -> torch.Tensor:
         """Args: x (B, T, C) residual stream; kv: see :meth:`CausalSelfAttention.forward`. Returns: (B, T, C)."""
         attn = self.attn if kv is None else partial(self.attn, kv=kv)
         x = self.hook_resid_pre(x)
-        x = self._sublayer(x, attn, self.ln_1, self.hook_attn_out, getattr(self, "alpha_attn", None))
+        x = self._sublayer(x, attn, self.ln_1, self.hook_attn_out, getattr(self, "alpha_attn", None),
+                           getattr(self, "ln_1_out", None))
         x = self.hook_resid_mid(x)
-        x = self._sublayer(x, self.mlp, self.ln_2, self.hook_mlp_out, getattr(self, "alpha_mlp", None))
+        x = self._sublayer(x, self.mlp, self.ln_2, self.hook_mlp_out, getattr(self, "alpha_mlp", None),
+                           getattr(self, "ln_2_out", None))
         return self.hook_resid_post(x)
 
 
 class GPT(nn.Module):
-    """Token + position embeddings -> n_layer Blocks -> final norm (prenorm only) -> LM head.
+    """Token + position embeddings -> n_layer Blocks -> final norm (prenorm, periln) -> LM head.
 
     Args:
         cfg: model config; ``cfg.vocab_size`` must be set (> 0).
@@ -295,9 +368,9 @@ class GPT(nn.Module):
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
             drop=nn.Dropout(cfg.dropout),
-            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-            # only pre-LN leaves the stream un-normalised; the other variants end in LN (or have none)
-            ln_f=make_norm(cfg) if cfg.variant == "prenorm" else nn.Identity(),
+            h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
+            # pre-LN and Peri-LN leave the stream un-normalised; the other variants end in LN (or have none)
+            ln_f=make_norm(cfg) if cfg.variant in FINAL_NORM_VARIANTS else nn.Identity(),
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
@@ -423,9 +496,11 @@ def _block_step(blk: "Block") -> Callable[[torch.Tensor, torch.Tensor, torch.Ten
     a, mlp, variant, da = blk.attn, blk.mlp, blk.variant, blk.deepnorm_alpha
     nh, Wa, ba, Wo, bo = a.n_head, a.c_attn.weight, a.c_attn.bias, a.c_proj.weight, a.c_proj.bias
     Wf, bf, Wp, bp, act = mlp.c_fc.weight, mlp.c_fc.bias, mlp.c_proj.weight, mlp.c_proj.bias, _plain_fn(mlp.act)
-    ln_1, ln_2 = _plain_fn(blk.ln_1), _plain_fn(blk.ln_2)
+    ln_1, ln_2 = _times(_plain_fn(blk.ln_1), blk.norm_factor), _times(_plain_fn(blk.ln_2), blk.norm_factor)
+    outs = [_plain_fn(getattr(blk, n)) if hasattr(blk, n) else None for n in ("ln_1_out", "ln_2_out")]
     alpha_attn, alpha_mlp = getattr(blk, "alpha_attn", None), getattr(blk, "alpha_mlp", None)
     s = blk.branch_scale
+    join = (lambda t: t) if s == 1.0 else (lambda t: t * s)
 
     def attn(h: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pos: int) -> torch.Tensor:
         # method calls, not tensor[...] indexing: parsing an index tuple costs more than the copy
@@ -436,16 +511,12 @@ def _block_step(blk: "Block") -> Callable[[torch.Tensor, torch.Tensor, torch.Ten
         # one query sees every cached key: no mask (CausalSelfAttention.forward's T == 1 branch)
         y = F.scaled_dot_product_attention(qkv.select(1, 0), k_buf.narrow(2, 0, pos + 1),
                                            v_buf.narrow(2, 0, pos + 1))  # (B, nh, 1, hs)
-        y = F.linear(y.view(B, C), Wo, bo)  # heads side by side, as forward's
-        return y if s == 1.0 else y * s
-
-    def mlp_fn(h: torch.Tensor) -> torch.Tensor:
-        y = F.linear(act(F.linear(h, Wf, bf)), Wp, bp)
-        return y if s == 1.0 else y * s
+        return F.linear(y.view(B, C), Wo, bo)  # heads side by side, as forward's
 
     def step(x: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pos: int) -> torch.Tensor:
-        x = wire(variant, x, lambda h: attn(h, k_buf, v_buf, pos), ln_1, alpha_attn, da)
-        return wire(variant, x, mlp_fn, ln_2, alpha_mlp, da)
+        x = wire(variant, x, lambda h: attn(h, k_buf, v_buf, pos), ln_1, alpha_attn, da, outs[0], join)
+        return wire(variant, x, lambda h: F.linear(act(F.linear(h, Wf, bf)), Wp, bp), ln_2, alpha_mlp, da,
+                    outs[1], join)
 
     return step
 
