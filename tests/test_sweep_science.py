@@ -1,40 +1,124 @@
-"""Science claims (one judge per experiment of the science profile).
+"""Science claims (one judge per experiment of the science profile) and the statistics they are judged by.
 
 Each judge gets tiny synthetic result rows and must give the verdict its docstring's rule says;
-every verdict test has a case on each side of the threshold, so a broken rule fails."""
+every verdict test has a case on each side of the threshold, so a broken rule fails. The tests of
+:mod:`depthlab.sweep.stats` check against scipy and against textbook numbers."""
 
+import math
+
+import pytest
 
 from depthlab import sweep
-from depthlab.sweep import science
+from depthlab.sweep import science, stats
 
 from conftest import sweep_item
 
-
-DEG = [sweep_item("plain", 1, 2.6), sweep_item("plain", 4, 2.5), sweep_item("plain", 16, 3.3),
-       sweep_item("prenorm", 1, 2.6), sweep_item("prenorm", 4, 2.4), sweep_item("prenorm", 16, 2.3)]
+NOISE = (0.01, -0.01, 0.005, -0.005, 0.0, 0.008, -0.008, 0.002)
 
 
-def test_summary_and_claims_from_rows():
-    lines = " ".join(sweep.summary_lines(DEG, "model.n_layer", ["model.variant"], {"unigram": 3.3, "bigram": 2.5}))
-    assert "plain: best n_layer = 4" in lines and "gets worse with depth" in lines
-    assert "prenorm: best n_layer = 16" in lines and "improves with depth" in lines
-    assert "+0.800 nats/char" in lines and "unigram baseline" in lines
-    claims = sweep.science_claims({"depth": DEG}, {})
-    # the depth experiment gives two rows: degradation (plain) and "depth helps" (pre-LN); one seed has no spread
-    assert [r[-1] for r in claims] == ["yes", "yes"] and all(len(r) == len(science.CLAIM_HEADER) for r in claims)
-    assert claims[0][1].startswith("He et al. 2016")
-    rank_items = [sweep_item("plain", 4, 0, rank=0.4), sweep_item("plain", 32, 0, rank=0.0001),
-                  sweep_item("prenorm", 4, 0, rank=0.98), sweep_item("prenorm", 32, 0, rank=0.97)]
-    assert sweep.science_claims({"rank_init": rank_items}, {})[0][-1] == "yes"
+def cells(v, L, mean, n=2, spread=1.0, **kw):
+    """``n`` seeds of one cell around ``mean`` (± spread x NOISE: sd 0.014 for n = 2 at spread 1)."""
+    return [sweep_item(v, L, None if mean is None else mean + spread * NOISE[i], seed=i + 1, **kw) for i in range(n)]
 
 
-def test_claims_table_order_and_missing_experiments():
-    rank_items = [sweep_item("plain", 4, 0, rank=0.4), sweep_item("plain", 32, 0, rank=0.3)]
-    rows = sweep.science_claims({"depth": DEG, "rank_init": rank_items, "other": DEG, "rezero_speed": []}, {})
+def depth_grid(pre, plain, n=2, spread=1.0):
+    """Cells of pre-LN and plain at depths 1, 2, 4, 8 with means ``pre`` / ``plain``."""
+    return [it for v, ms in (("prenorm", pre), ("plain", plain)) for L, m in zip((1, 2, 4, 8), ms)
+            for it in cells(v, L, m, n, spread)]
+
+
+# --------------------------------------------------------------------------- statistics
+def test_welch_p_value_matches_scipy_and_the_hand_computed_value():
+    from scipy import stats as sps
+
+    a, b = [2.31, 2.29, 2.35], [2.05, 2.01]
+    t, df, p = stats.welch_greater(a, b)
+    ref = sps.ttest_ind(a, b, equal_var=False, alternative="greater")
+    assert t == pytest.approx(ref.statistic, rel=1e-9) and df == pytest.approx(ref.df, rel=1e-9)
+    assert p == pytest.approx(ref.pvalue, rel=1e-9)
+    # by hand: t = 0.25 / sqrt(0.0002/2 + 0.0002/2) = 17.678 on df 2 -> p = 0.0015924
+    t, df, p = stats.welch_greater([2.31, 2.29], [2.06, 2.04])
+    assert (t, df) == (pytest.approx(17.67767, abs=1e-4), pytest.approx(2.0))
+    assert p == pytest.approx(0.0015924, abs=1e-6)
+    # a margin shifts the difference: the same as testing a - margin against b
+    p_m = stats.welch_greater(a, b, margin=0.2)[2]
+    assert p_m == pytest.approx(sps.ttest_ind([x - 0.2 for x in a], b, equal_var=False, alternative="greater").pvalue)
+    assert stats.welch_greater([1.0], [0.0, 0.1]) is None  # one run: no spread to test against
+    assert stats.welch_greater([1.0, 1.0], [0.0, 0.0])[2] == 0.0  # no spread: the difference is exact
+    assert stats.welch_greater([0.0, 0.0], [1.0, 1.0])[2] == 1.0
+
+
+def test_cell_stats_t_interval():
+    cs = stats.cell_stats([1.0, 2.0, 3.0])
+    # mean 2, sd 1, t(0.975, 2) = 4.3027: 2 ± 4.3027 / sqrt(3) = 2 ± 2.4841
+    assert (cs.mean, cs.sd, cs.n) == (2.0, 1.0, 3) and (cs.lo, cs.hi) == (pytest.approx(-0.48414, abs=1e-5),
+                                                                         pytest.approx(4.48414, abs=1e-5))
+    assert cs.text() == "2.000 ± 1.000 (n = 3, CI -0.484 to 4.484)"
+    assert stats.cell_stats([2.5]).text() == "2.500 (n = 1)" and stats.cell_stats([]) is None
+
+
+def test_seeds_needed_matches_the_textbook_power_table():
+    # Cohen's d = 1 (0.5), one-sided alpha 0.05, power 0.8: 14 (51) per group (G*Power, two-sample t)
+    assert stats.seeds_needed(1.0, 1.0, 1.0) == 14 and stats.seeds_needed(0.5, 1.0, 1.0) == 51
+    assert stats.seeds_needed(0.0, 1.0, 1.0) == math.inf and stats.seeds_needed(-0.1, 1.0, 1.0) == math.inf
+    assert stats.seeds_needed(0.01, 1.0, 1.0) == math.inf  # beyond MAX_ESTIMATE
+
+
+def test_all_is_intersection_union_and_any_is_bonferroni():
+    def leaf(p):
+        return stats.Leaf("x", "welch", p, 1 - p, (2, 2))
+
+    both = stats.All([leaf(0.01), leaf(0.04)])
+    assert stats.p_yes(both) == 0.04 and stats.p_no(both) == pytest.approx(2 * 0.96 if 2 * 0.96 < 1 else 1.0)
+    assert stats.verdict(both).startswith("yes (p = 0.04")
+    some = stats.Any([leaf(0.03), leaf(0.5)])
+    assert stats.p_yes(some) == pytest.approx(0.06) and stats.verdict(some).startswith("undecided (p = 0.06")
+    refuted = stats.All([leaf(0.5), leaf(0.99)])  # the second part goes the other way: p_no = 2 x 0.01
+    assert stats.p_no(refuted) == pytest.approx(0.02) and stats.verdict(refuted) == "no (p = 0.02, n = 2)"
+    assert stats.verdict(None) == "not run"
+
+
+def test_fisher_on_runs_not_ok():
+    # 0 of 4 vs 4 of 4 failed: 1 / C(8, 4) = 1/70
+    assert stats.fisher_fewer(0, 4, 4, 4) == pytest.approx(1 / 70)
+    assert stats.fisher_fewer(4, 4, 0, 4) == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- verdict strings
+def test_depth_helps_yes_no_undecided_with_seeds_needed():
+    row = science.depth_helps(depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.50, 3.30, 3.35)), {})
+    # pre-LN L1 2.300 ± 0.014 vs L8 2.050 ± 0.014: t = 17.68 on df 2, p = 0.0016 (plain's part is smaller)
+    assert row[-1] == "yes (p = 0.0016, n = 2)"
+    assert "L1 2.300 ± 0.014 (n = 2, CI 2.173 to 2.427)" in row[3] and "seeds 1, 2" in row[2]
+    assert "pre-LN per depth step, not judged: L1->L2 -0.100" in row[3]
+    # pre-LN rises with depth (8 blocks worse than 1 by 0.1): the claim's first part is refuted, p = 2 x 0.0097
+    row = science.depth_helps(depth_grid((2.30, 2.30, 2.35, 2.40), (2.30, 2.50, 3.30, 3.35)), {})
+    assert row[-1].startswith("no (p = 0.0") and row[-1].endswith(", n = 2)")
+    # falls by 0.03 with sd 0.028: undecided, and Welch's power says about 12 seeds per cell
+    row = science.depth_helps(depth_grid((2.30, 2.29, 2.28, 2.27), (2.3, 2.5, 3.3, 3.35), spread=2.0), {})
+    assert row[-1] == "undecided (p = 0.2, n = 2): add seeds, about 12 per cell (Welch power 0.8 at alpha 0.05)"
+    # the same effect at 8 seeds (sd 0.013): decided
+    assert science.depth_helps(depth_grid((2.30, 2.29, 2.28, 2.27), (2.3, 2.5, 3.3, 3.35), n=8, spread=2.0),
+                               {})[-1].startswith("yes (")
+    one = science.depth_helps(depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.50, 3.30, 3.35), n=1), {})
+    assert one[-1] == "undecided (n = 1): add seeds (a cell has one run: at least 2 per cell to measure the spread)"
+    assert science.depth_helps([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    assert not any("partly" in science.depth_helps(depth_grid(p, q), {})[-1]
+                   for p, q in [((2.3,) * 4, (2.3,) * 4), ((2.3, 2.2, 2.1, 2.1), (2.3, 2.32, 2.34, 2.35))])
+
+
+def test_claims_from_rows_and_table_order():
+    deg = (cells("plain", 1, 2.6) + cells("plain", 4, 2.5) + cells("plain", 16, 3.3) + cells("prenorm", 1, 2.6)
+           + cells("prenorm", 4, 2.4) + cells("prenorm", 16, 2.3))
+    claims = sweep.science_claims({"depth": deg}, {})
+    assert [r[-1].split(" ")[0] for r in claims] == ["yes", "yes"] and all(len(r) == 5 for r in claims)
+    assert claims[0][1].startswith("He et al. 2016") and claims[0].test is not None
+    ranks = [sweep_item(v, L, 0, seed=s, rank=r + 0.001 * s) for v, L, r in
+             (("plain", 4, 0.4), ("plain", 32, 0.0001), ("prenorm", 4, 0.98), ("prenorm", 32, 0.97)) for s in (1, 2)]
+    rows = sweep.science_claims({"depth": deg, "rank_init": ranks, "other": deg, "rezero_speed": []}, {})
     assert [r[0].split(":")[0] for r in rows] == ["Rank collapse without skips", "Degradation",
                                                   "With shortcuts, depth helps"]
-    assert rows[0][-1] == "no"  # 0.4 -> 0.3 falls, but not below half, and no residual variant to compare
-    assert "plain: L4 0.400, L32 0.300" in rows[0][3] and "seed 1" in rows[0][2]
+    assert rows[0][-1].startswith("yes (p < 0.001") and "plain: L4 0.402 ± 0.001, L32 0.002 ± 0.001" in rows[0][3]
 
 
 def test_claims_markdown():
@@ -45,83 +129,68 @@ def test_claims_markdown():
 
 
 def test_degradation_verdicts():
-    assert science.degradation(DEG, {})[-1] == "yes"
-    flat_plain = [it for it in DEG if it["config"]["model"]["variant"] != "plain"] + \
-        [sweep_item("plain", 1, 2.6), sweep_item("plain", 16, 2.62)]
-    assert science.degradation(flat_plain, {})[-1] == "partly"  # residual fine, plain does not degrade
+    deg = depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.50, 3.30, 3.35))
+    assert science.degradation(deg, {})[-1].startswith("yes (")
+    # pre-LN's 8 blocks 0.01 better than 4 with sd 0.014: within the 0.02 margin, but only at p = 0.084
+    assert science.degradation(depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.50, 3.30, 3.35)), {})[-1] == \
+        "undecided (p = 0.084, n = 2): add seeds, about 4 per cell (Welch power 0.8 at alpha 0.05)"
+    flat = depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.30, 2.30, 2.31))  # plain does not degrade: refuted
+    assert science.degradation(flat, {})[-1].startswith("no (")
     assert science.degradation([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
-
-
-def _depth_grid(pre, plain, spread=0.01):
-    """Two seeds per point, means ``pre`` / ``plain`` per depth 1, 2, 4, 8, each seed +- spread."""
-    return [sweep_item(v, L, m + s * spread, seed=seed) for v, ms in (("prenorm", pre), ("plain", plain))
-            for L, m in zip((1, 2, 4, 8), ms) for seed, s in ((1, 1), (2, -1))]
-
-
-def test_depth_helps_verdicts():
-    row = science.depth_helps(_depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.50, 3.30, 3.35)), {})
-    assert row[-1] == "yes" and "prenorm: L1 2.300 ± 0.014, L2 2.200 ± 0.014" in row[3] and "seeds 1, 2" in row[2]
-    # pre-LN flat from 4 to 8 blocks (2.10 -> 2.10): not "falls at every step"
-    assert science.depth_helps(_depth_grid((2.30, 2.20, 2.10, 2.10), (2.3, 2.5, 3.3, 3.35)), {})[-1] == "partly"
-    # pre-LN falls by 0.03 in all but the seeds spread by sd 0.028: within noise
-    assert science.depth_helps(_depth_grid((2.30, 2.29, 2.28, 2.27), (2.3, 2.5, 3.3, 3.35), 0.02), {})[-1] == "partly"
-    # plain rises by only 0.05: pre-LN half only
-    assert science.depth_helps(_depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.32, 2.34, 2.35)), {})[-1] == "partly"
-    assert science.depth_helps(_depth_grid((2.30, 2.30, 2.30, 2.30), (2.30, 2.30, 2.30, 2.30)), {})[-1] == "no"
-    assert science.depth_helps([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
 
 
 def _warm_grid(post0, post100, pre0=2.3, init="torch", status0="ok", lr=1e-3):
     pre_g, post_g = [0.6, 0.5], [0.8, 0.6]
-    return [sweep_item("postnorm", 12, post0, init=init, warmup=0, lr=lr, status=status0, grads=post_g),
-            sweep_item("postnorm", 12, post100, init=init, warmup=100, lr=lr, grads=post_g),
-            sweep_item("prenorm", 12, pre0, init=init, warmup=0, lr=lr, grads=pre_g),
-            sweep_item("prenorm", 12, pre0, init=init, warmup=100, lr=lr, grads=pre_g)]
+    return (cells("postnorm", 12, post0, init=init, warmup=0, lr=lr, status=status0, grads=post_g)
+            + cells("postnorm", 12, post100, init=init, warmup=100, lr=lr, grads=post_g)
+            + cells("prenorm", 12, pre0, init=init, warmup=0, lr=lr, grads=pre_g)
+            + cells("prenorm", 12, pre0, init=init, warmup=100, lr=lr, grads=pre_g))
 
 
 def test_postln_warmup_verdicts():
     row = science.postln_warmup(_warm_grid(3.37, 2.5), {})
-    assert row[-1] == "yes (torch init)" and "L12 lr 0.001 torch: post-LN warmup 0 3.370, warmup 100 2.500; pre-LN " \
-        "warmup 0 2.300 [needs warmup]" in row[3]
+    assert row[-1].startswith("yes (p = ") and row[-1].endswith("; torch init)")
+    assert "L12 lr 0.001 torch: post-LN warmup 0 3.370 ± 0.014, warmup 100 2.500 ± 0.014; pre-LN warmup 0 " \
+        "2.300 ± 0.014 [needs warmup]" in row[3]
     assert "post-LN last-block grad 0.6 (last/first 0.75) vs pre-LN 0.5 (last/first 0.83)" in row[3]
-    assert science.postln_warmup(_warm_grid(3.37, 2.5) + _warm_grid(3.3, 2.4, init="gpt2"), {})[-1] == \
-        "yes (gpt2, torch init)"
-    assert science.postln_warmup(_warm_grid(2.59, 2.5), {})[-1] == "no"  # 0.09 worse: under the 0.1 rule
+    # two cells, only the GPT-2 one shows it (Bonferroni over the 2 cells)
+    both = science.postln_warmup(_warm_grid(2.5, 2.5) + _warm_grid(3.3, 2.4, init="gpt2"), {})
+    assert both[-1].endswith("; gpt2 init)")
+    # without warmup 0.05 better than with it: the cell's first part is refuted
+    assert science.postln_warmup(_warm_grid(2.45, 2.5), {})[-1].startswith("no (")
     diverged = science.postln_warmup(_warm_grid(None, 2.5, status0="nonfinite"), {})
-    assert diverged[-1] == "yes (torch init)" and "post-LN warmup 0 diverged, warmup 100 2.500" in diverged[3]
-    # post-LN without warmup is worse, but pre-LN fails there too (lr too high for everyone): partly
-    assert science.postln_warmup(_warm_grid(3.37, 2.5, pre0=3.3), {})[-1] == "partly"
-    # only the GPT-2 init cell shows it; the PyTorch-init cell is worse without warmup but pre-LN fails there too
-    assert science.postln_warmup(_warm_grid(2.5, 2.5) + _warm_grid(3.3, 2.4, init="gpt2"), {})[-1] == "yes (gpt2 init)"
-    assert science.postln_warmup(_warm_grid(3.37, 2.5, pre0=3.3) + _warm_grid(2.5, 2.5, init="gpt2"), {})[-1] == \
-        "partly"
+    assert "post-LN warmup 0 diverged, warmup 100 2.500" in diverged[3] and "(by runs not ok)" in diverged[3]
+    assert diverged[-1].startswith("undecided (p = 0.17, n = 2)")  # 2 of 2 vs 0 of 2 diverged: Fisher p = 1/6
 
 
 def test_rezero_speed_verdicts():
     def run(v, lr, first_step_below, seed=1, loss=2.5):
         evals = [(s, 3.0, 3.0 if s < first_step_below else 2.5) for s in (25, 50, 75, 100)]
-        return sweep_item(v, 8, loss, lr=lr, evals=evals, seed=seed)
+        it = sweep_item(v, 8, loss, lr=lr, evals=evals, seed=seed)
+        it["config"]["train"]["max_iters"] = 100
+        return it
 
-    its = [run("rezero", 1e-2, 25), run("rezero", 1e-2, 50, seed=2), run("rezero", 1e-3, 100),
-           run("rezero", 1e-3, 100, seed=2), run("prenorm", 1e-2, 50), run("prenorm", 1e-2, 50, seed=2),
-           run("postnorm", 1e-2, 75), run("postnorm", 1e-2, 999, seed=2)]
+    its = [run("rezero", 1e-2, 25), run("rezero", 1e-2, 25, seed=2), run("rezero", 1e-3, 100),
+           run("rezero", 1e-3, 100, seed=2), run("prenorm", 1e-2, 75), run("prenorm", 1e-2, 75, seed=2),
+           run("postnorm", 1e-2, 100), run("postnorm", 1e-2, 999, seed=2)]
     row = science.rezero_speed(its, {"target_val_loss": 2.6})
-    assert row[-1] == "yes" and "<= 2.6 nats" in row[2]
-    # mean over seeds (25, 50) -> 37.5; a seed that never reaches the target makes the lr "—"
-    assert "rezero: lr 0.001 100 / 2.500, lr 0.01 37.5 / 2.500" in row[3] and "postnorm: lr 0.01 — / 2.500" in row[3]
-    assert "rezero 37.5 steps (lr 0.01, 38,400 tokens)" in row[3] and "postnorm never reached" in row[3]
-    its[4:6] = [run("prenorm", 1e-2, 25), run("prenorm", 1e-2, 50, seed=2)]  # ties ReZero
-    assert science.rezero_speed(its, {"target_val_loss": 2.6})[-1] == "partly"
-    its[4:6] = [run("prenorm", 1e-2, 25, loss=2.4), run("prenorm", 1e-2, 25, seed=2, loss=2.4)]  # faster and better
-    assert science.rezero_speed(its, {"target_val_loss": 2.6})[-1] == "no"
-    # a target below every loss: nobody reaches it, ReZero included
-    assert science.rezero_speed(its, {"target_val_loss": 1.0})[-1] == "no"
+    # postnorm's seed 2 never reached 2.6: counted as the budget + one evaluation, 100 + 25 = 125 steps;
+    # (100, 125) against ReZero's (25, 25): t = 7 on df 1, p = 0.045, the largest of the two comparisons
+    assert row[-1] == "yes (p = 0.045, n = 2)" and "<= 2.6 nats" in row[2]
+    assert "rezero: lr 0.001 100 ± 0 / 2.500 ± 0.000, lr 0.01 25 ± 0 / 2.500 ± 0.000" in row[3]
+    assert "postnorm: lr 0.01 — / 2.500" in row[3] and "postnorm lr 0.01: 112.5 steps (115,200 tokens)" in row[3]
+    its[4:6] = [run("prenorm", 1e-2, 25), run("prenorm", 1e-2, 25, seed=2)]  # ties ReZero exactly
+    assert science.rezero_speed(its, {"target_val_loss": 2.6})[-1].startswith("undecided (p = 0.5")
+    # a target below every loss: nobody reaches it, all censored alike: undecided, nothing to estimate
+    assert "more than 1000 per cell" in science.rezero_speed(its, {"target_val_loss": 1.0})[-1]
+    its[:2] = [run("rezero", 1e-2, 100), run("rezero", 1e-2, 100, seed=2)]  # ReZero slower than pre-LN: refuted
+    assert science.rezero_speed(its, {"target_val_loss": 2.6})[-1].startswith("no (")
 
 
 def test_deepnorm_depth_verdicts():
-    its = [sweep_item("postnorm", 16, 2.6, lr=1e-2), sweep_item("deepnorm", 16, 2.5, lr=1e-2),
-           sweep_item("postnorm", 32, None, lr=1e-2, status="nonfinite"), sweep_item("deepnorm", 32, 2.55, lr=1e-2)]
+    its = (cells("postnorm", 16, 2.6, lr=1e-2) + cells("deepnorm", 16, 2.5, lr=1e-2)
+           + cells("postnorm", 32, 2.7, lr=1e-2) + cells("deepnorm", 32, 2.55, lr=1e-2))
     row = science.deepnorm_depth(its, {})
-    assert row[-1] == "yes" and "L32 lr 0.01: post-LN diverged, DeepNorm 2.550" in row[3]
-    its[1] = sweep_item("deepnorm", 16, 2.7, lr=1e-2)  # worse than post-LN by 0.1 at depth 16
-    assert science.deepnorm_depth(its, {})[-1] == "partly"
+    assert row[-1].startswith("yes (") and "L32 lr 0.01: post-LN 2.700 ± 0.014, DeepNorm 2.550 ± 0.014" in row[3]
+    its[2:4] = cells("deepnorm", 16, 2.7, lr=1e-2)  # worse than post-LN by 0.1 at depth 16
+    assert science.deepnorm_depth(its, {})[-1].startswith("no (")

@@ -14,16 +14,21 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
 from .results import FINAL_STATUSES
-from .spec import RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, spec_to_json, varied_fields
+from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expand_point, run_name, spec_to_json,
+                   varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "config_diff", "plan", "clear_run_dir",
-           "write_plan", "warm_token_cache", "Progress"]
+           "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS", "parse_seeds", "cell_key",
+           "cell_seeds", "read_added", "add_seeds", "seeded_points"]
+
+#: ``--seeds auto`` without ``:MAX``: at most this many seeds per cell.
+AUTO_MAX_SEEDS = 8
 
 #: Where progress lines go: ``log(line)``.
 Log = Callable[[str], None]
@@ -139,12 +144,117 @@ def warm_token_cache(points: Sequence[RunPoint]) -> None:
         load_corpus(DataConfig(**json.loads(dc)))
 
 
-def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint]) -> None:
-    """Write ``sweep.json``: the spec, the varied fields and every run's config (creates ``sweep_dir``)."""
+def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
+               added: Optional[dict[str, list[int]]] = None) -> None:
+    """Write ``sweep.json``: the spec, the varied fields, every run's config and the seeds ``--seeds`` added
+    (``added_seeds``: ``[{"experiment", "cell", "seeds"}]``); creates ``sweep_dir``."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    extra = [dict(zip(("experiment", "cell"), json.loads(k)), seeds=sorted(v))
+             for k, v in sorted((added or {}).items())]
     write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
                                         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                        "runs": [dataclasses.asdict(p) for p in points]})
+                                        "runs": [dataclasses.asdict(p) for p in points], "added_seeds": extra})
+
+
+# --------------------------------------------------------------------------- seeds (--seeds N | auto[:MAX])
+def parse_seeds(text: Optional[str | int]) -> Optional[tuple[str, int]]:
+    """The ``--seeds`` value: None, ``N`` -> ``("fixed", N)``, ``auto`` / ``auto:MAX`` -> ``("auto", MAX)``.
+
+    Raises:
+        DepthlabError: anything else, or a count below 1 (the message shows both forms).
+    """
+    if text is None or text == "":
+        return None
+    t = str(text).strip().lower()
+    mode, _, num = t.partition(":") if t.startswith("auto") else ("fixed", "", t)
+    try:
+        n = AUTO_MAX_SEEDS if mode == "auto" and not num else int(num)
+    except ValueError:
+        n = 0
+    if mode not in ("fixed", "auto") or n < 1:
+        raise DepthlabError(f"--seeds {text!r}: give N (seeds 1..N in every cell, e.g. --seeds 4) or auto[:MAX] "
+                            f"(seeds added to the cells of undecided claims, at most MAX per cell, default "
+                            f"{AUTO_MAX_SEEDS}; e.g. --seeds auto:6)")
+    return mode, n
+
+
+def cell_key(experiment: str, point: dict) -> str:
+    """The cell of a run: its experiment and grid values without ``train.seed``, as JSON text."""
+    return json.dumps([experiment, {k: v for k, v in sorted(point.items()) if k != "train.seed"}])
+
+
+def cell_seeds(points: Sequence[RunPoint]) -> dict[str, set[int]]:
+    """Cell key -> the seeds its runs use."""
+    out: dict[str, set[int]] = {}
+    for p in points:
+        out.setdefault(cell_key(p.experiment, p.point), set()).add(int(p.config["train"]["seed"]))
+    return out
+
+
+def read_added(sweep_dir: Path) -> dict[str, list[int]]:
+    """The seeds earlier ``--seeds`` runs added to this sweep (cell key -> seeds), from its ``sweep.json``."""
+    try:
+        meta = rundir.read_json(Path(sweep_dir) / SWEEP_JSON)
+        return {cell_key(a["experiment"], a["cell"]): [int(s) for s in a["seeds"]]
+                for a in (meta or {}).get("added_seeds") or []}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def add_seeds(added: dict[str, list[int]], have: dict[str, set[int]], want: dict[str, int]) -> dict[str, list[int]]:
+    """``added`` plus the smallest unused positive seeds that bring each cell of ``want`` to its count.
+
+    Args:
+        added: cell key -> seeds added so far.
+        have: cell key -> seeds the cell has now (grid and added).
+        want: cell key -> seeds it should have.
+
+    Returns:
+        A new mapping (the old seeds kept).
+    """
+    out = {k: list(v) for k, v in added.items()}
+    for key, n in want.items():
+        used, s = set(have.get(key, set())), 1
+        while len(used) < n:
+            if s not in used:
+                used.add(s)
+                out.setdefault(key, []).append(s)
+            s += 1
+    return out
+
+
+def seeded_points(spec: SweepSpec, sweep_dir: Path, added: dict[str, list[int]],
+                  fixed: Optional[int] = None) -> tuple[list[RunPoint], dict[str, list[int]]]:
+    """The sweep's runs: its grid (:func:`depthlab.sweep.spec.expand`) plus the seeds added to its cells.
+
+    Args:
+        spec: the sweep.
+        sweep_dir: the sweep directory.
+        added: cell key -> seeds added earlier (a cell no longer in the grid is dropped).
+        fixed: ``--seeds N``: every cell gets seeds 1..N too.
+
+    Returns:
+        (runs, added seeds); the grid's own runs keep their names (:func:`depthlab.sweep.spec.run_name`).
+    """
+    base = expand(spec, sweep_dir)
+    have = cell_seeds(base)
+    if fixed:
+        now = {k: v | set(added.get(k, ())) for k, v in have.items()}
+        added = add_seeds(added, now, {k: len(v | set(range(1, fixed + 1))) for k, v in now.items()})
+    exps, names = {e.name: e for e in spec.experiments}, {p.name for p in base}
+    points, kept = list(base), {}
+    for key, seeds in sorted(added.items()):
+        if key not in have:  # the cell is not in this grid any more
+            continue
+        exp_name, cell = json.loads(key)
+        kept[key] = sorted(set(seeds))
+        for s in kept[key]:
+            point = {**{k: cell[k] for k in exps[exp_name].grid if k in cell}, "train.seed": s}
+            name = run_name(exps[exp_name], point)
+            if name not in names:
+                names.add(name)
+                points.append(expand_point(spec, exps[exp_name], name, point, sweep_dir))
+    return points, kept
 
 
 # --------------------------------------------------------------------------- progress

@@ -12,10 +12,11 @@ from typing import Callable, Optional
 
 from ..errors import DepthlabError
 from . import local
-from .common import Log, check_counts, check_sweep_dir, clear_run_dir, cores, plan, warm_token_cache, write_plan
+from .common import (Log, add_seeds, cell_seeds, check_counts, check_sweep_dir, clear_run_dir, cores, parse_seeds,
+                     plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
-from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, expand, varied_fields
+from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
 
 #: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
 Runner = Callable[[list, int, Log, int, int], list]
@@ -34,7 +35,7 @@ def _runner(backend: str, sweep_dir: Path, workers: int, ray_address: Optional[s
 
 def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: int = 0, rerun: bool = False,
               log: Optional[Log] = print, backend: str = "local", ray_address: Optional[str] = None,
-              ray_scheduler: str = "fifo") -> Path:
+              ray_scheduler: str = "fifo", seeds: Optional[str | int] = None) -> Path:
     """Run every point of ``spec`` (skipping finished ones) and write results.csv / results.md.
 
     No report is built here (``depthlab.report.sweep.build_sweep_report`` does that afterwards).
@@ -53,25 +54,64 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
         ray_address: Ray backend: ``auto``, ``HOST:PORT`` of a running cluster, or None to start
             a one-machine Ray on 127.0.0.1 for this sweep.
         ray_scheduler: Ray backend: ``fifo`` (every run to the end) or ``asha`` (early stopping).
+        seeds: ``--seeds``: ``N`` runs seeds 1..N in every cell (the grid's other seeds stay);
+            ``auto[:MAX]`` then judges the science claims (:func:`depthlab.sweep.science.seeds_wanted`)
+            and adds seeds to the cells of undecided ones, round after round, until every claim is
+            decided or its cells have MAX seeds (default 8). Seeds added earlier stay in the sweep.
 
     Returns:
         The sweep directory.
 
     Raises:
-        DepthlabError: a bad grid or config (before any run starts), negative workers/threads, an
-            ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs;
+        DepthlabError: a bad grid, config or ``seeds`` (before any run starts), negative workers/threads,
+            an ``out_dir`` that is a file or a non-sweep folder, or a finished run whose config differs;
             Ray missing (naming the extra), unreachable, or a sweep directory its nodes cannot write.
         KeyboardInterrupt: the sweep was interrupted (running workers were stopped; run the same
             command again to finish it). results.csv is written first.
     """
     log = log or (lambda s: None)
     check_counts(workers, threads)
+    mode = parse_seeds(seeds)
     sweep_dir = Path(out_dir)
     runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
-    points = expand(spec, sweep_dir)
     check_sweep_dir(sweep_dir)
+    points, added = seeded_points(spec, sweep_dir, read_added(sweep_dir), mode[1] if mode and mode[0] == "fixed"
+                                  else None)
+    t0, results = time.time(), []
+    while True:
+        results += _run_round(spec, sweep_dir, points, added, runner, backend, (workers, threads), rerun, log)
+        rerun = False  # a later round only adds runs
+        if not mode or mode[0] != "auto":
+            break
+        from .science import seeds_wanted
+
+        want = seeds_wanted(sweep_dir, mode[1])
+        more = add_seeds(added, cell_seeds(points), want)
+        if more == added:
+            log(f"--seeds auto: no claim left that more seeds (at most {mode[1]} per cell) could decide")
+            break
+        grown = [k for k in more if len(more[k]) != len(added.get(k, []))]
+        log(f"--seeds auto: undecided claims: adding seeds to {len(grown)} cell(s) (up to "
+            f"{max(want[k] for k in grown)} seeds per cell)")
+        points, added = seeded_points(spec, sweep_dir, more)
+    failed = [r for r in results if r["status"] not in OK_STATUSES]
+    if results:
+        log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
+            f"-> {sweep_dir / RESULTS_CSV}")
+    else:
+        log(f"nothing to run: all {len(points)} runs had finished -> {sweep_dir / RESULTS_CSV}")
+    return sweep_dir
+
+
+def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runner: Runner, backend: str,
+               counts: tuple[int, int], rerun: bool, log: Log) -> list:
+    """Plan ``points``, write sweep.json, run what is not finished, write results.csv; the new results.
+
+    ``counts`` is (workers, threads) as :func:`run_sweep` takes them (0 = automatic).
+    """
+    workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
-    write_plan(sweep_dir, spec, points)
+    write_plan(sweep_dir, spec, points, added)
     warm_token_cache(points)
     n_cores = cores()
     n_workers = max(1, min(workers or n_cores, len(todo))) if todo else 1
@@ -86,18 +126,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
     for p in todo:
         clear_run_dir(sweep_dir / RUNS / p.name)
         jobs.append({"name": p.name, "config": p.config, "threads": threads, "hparams": varied})
-    t0, results = time.time(), []
+    results = []
     try:
-        results = runner(jobs, n_workers, log, len(points), len(done))
+        results = runner(jobs, n_workers, log, len(points), len(done)) if jobs else []
     finally:
         try:
             write_results(sweep_dir)
         except Exception as e:  # noqa: BLE001 - never hide the original error
             log(f"warning: could not write results: {type(e).__name__}: {e}")
-    failed = [r for r in results if r["status"] not in OK_STATUSES]
-    if results:
-        log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
-            f"-> {sweep_dir / RESULTS_CSV}")
-    else:
-        log(f"nothing to run: all {len(points)} runs had finished -> {sweep_dir / RESULTS_CSV}")
-    return sweep_dir
+    return results

@@ -2,32 +2,41 @@
 
 Each function judges the experiment of the same name in ``profiles/science.yaml`` (the YAML
 comment above each entry names its judge here) and returns one table row: claim, source,
-setting, our numbers (with the seeds), verdict. The verdicts are ``yes``, ``no``, ``partly`` or
-``not run``; the rule behind each is in the judge's docstring and, shortened, in the setting
-column. Losses are validation cross-entropy in nats per character. Measured, never forced: a
-"no" means this small CPU setting did not show the effect in its budget.
+setting, our numbers, verdict (a :class:`ClaimRow`, which also carries the comparisons behind
+the verdict). A claim is a set of one-sided comparisons of *cells* (a grid point without its
+seed: its runs differ only in ``train.seed``), each a Welch t-test over the seeds (Fisher's exact
+test on the runs that did not finish ok where a cell has one), joined as :mod:`depthlab.sweep.stats`
+says. The verdict is ``yes (p = 0.003, n = 4)``, ``no (p = ..., n = ...)``, ``undecided (p = 0.21,
+n = 2): add seeds, about 6 per cell (...)`` or ``not run``; the rule behind each is in the judge's
+docstring and, shortened, in the setting column, and was written before the runs it judges.
+Each compared cell is shown as mean ± sd (n) with its 95 % t-interval. Losses are validation
+cross-entropy in nats per character. Measured, never forced: a "no" means this small CPU setting
+showed the opposite at alpha 0.05, "undecided" that its seeds cannot tell.
 
 Every judge takes ``(items, extra)``: the experiment's per-run dicts (``config``, ``row``,
 ``details``, see :func:`depthlab.sweep.results.sweep_items`) and its extra settings from the
 profile (``target_val_loss``). :func:`write_science_table` writes the table as Markdown
-(``SWEEP_DIR/science.md``), which is what README's science table is pasted from.
+(``SWEEP_DIR/science.md``), which is what README's science table is pasted from;
+:func:`seeds_wanted` is what ``depthlab sweep --seeds auto`` asks after each round.
 """
 
 from __future__ import annotations
 
+import math
 import statistics as st
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..rundir import atomic_write
 from ..units import finite_or_none, fmt_value
-from .results import OK_STATUSES, aggregate, field_value, mean_metric, sweep_items
+from .common import cell_key
+from .results import OK_STATUSES, field_value, sweep_items
+from .stats import (ALPHA, All, Any as AnyOf, Leaf, Node, cell_stats, fewer_failures, fmt_p, greater, leaves,
+                    needed, p_yes, verdict, welch_greater)
 
-__all__ = ["CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "science_claims", "claims_markdown", "write_science_table",
-           "rank_init", "degradation", "depth_helps", "postln_warmup", "rezero_speed", "deepnorm_depth",
-           "init_last_rank", "init_grad_blocks", "steps_to"]
-
-Row = list  # [claim, source, setting, our numbers, verdict], all text
+__all__ = ["CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "ClaimRow", "science_claims", "claims_markdown",
+           "write_science_table", "seeds_wanted", "rank_init", "degradation", "depth_helps", "postln_warmup",
+           "rezero_speed", "deepnorm_depth", "init_last_rank", "init_grad_blocks", "steps_to"]
 
 #: Column names of a claims row (the Markdown table and the HTML report use them).
 CLAIM_HEADER = ["claim", "source", "setting", "our numbers", "verdict"]
@@ -107,123 +116,215 @@ def _seeds(items: Sequence[dict]) -> str:
     return ("seed " if len(s) == 1 else "seeds ") + ", ".join(map(str, s))
 
 
-def _mean(xs: Sequence[Optional[float]]) -> Optional[float]:
-    """Mean of the values, or None when any is None (a run that did not reach or did not finish)."""
-    return None if not xs or any(x is None for x in xs) else st.mean(xs)
+# --------------------------------------------------------------------------- cells and their tests
+#: How every verdict is reached, as the setting column says it (the rules are in :mod:`.stats`).
+TESTS_NOTE = ("one-sided Welch t-test per comparison (Fisher's exact test on runs not ok where a cell has one), "
+              "alpha 0.05; CI = 95% t-interval")
+
+
+class ClaimRow(list):
+    """A claims row ``[claim, source, setting, our numbers, verdict]`` (text) that also carries its test.
+
+    Attributes:
+        test: the comparisons behind the verdict (:mod:`depthlab.sweep.stats` nodes), None when not run.
+    """
+
+    test: Optional[Node] = None
+
+
+def _claim(texts: Sequence[str], test: Optional[Node], verdict_text: Optional[str] = None) -> ClaimRow:
+    row = ClaimRow([*texts, verdict_text or verdict(test)])
+    row.test = test
+    return row
+
+
+def _losses(items: Sequence[dict]) -> list[float]:
+    """Best val losses (nats/char) of the runs that finished ok."""
+    return [v for v in (finite_or_none(it["row"].get("best_val_loss")) for it in items if _ok(it)) if v is not None]
+
+
+def _short(values: Sequence[float], spec: str = ".3f") -> str:
+    cs = cell_stats(values)
+    return cs.short(spec) if cs else "—"
+
+
+def _cell_short(items: Sequence[dict]) -> str:
+    """``2.006 ± 0.053`` of a cell's best val losses, ``diverged`` when no run finished ok."""
+    bad = sum(not _ok(it) for it in items)
+    if bad and bad == len(items):
+        return "diverged" if any(it["row"]["status"] == "nonfinite" for it in items) else "not ok"
+    return _short(_losses(items)) + (f" ({bad} of {len(items)} not ok)" if bad else "")
+
+
+def _loss_leaf(label: str, a: Sequence[dict], b: Sequence[dict], margin: float = 0.0,
+               names: tuple = ("a", "b")) -> Leaf:
+    """The leaf "best val loss of cell a > cell b + margin" (Welch); when a run of either cell did not
+    finish ok (a diverged run has no loss), Fisher's exact test that cell b fails less often than a."""
+    fa, fb = (sum(not _ok(it) for it in x) for x in (a, b))
+    if fa or fb:
+        return fewer_failures(f"{label} (by runs not ok)", fb, len(b), fa, len(a), items=(b, a),
+                              names=names[::-1])
+    return greater(label, _losses(a), _losses(b), margin, items=(a, b), names=names)
+
+
+def _side(lf: Leaf, i: int) -> str:
+    if lf.kind == "fisher":
+        fail, n = lf.counts[2 * i], lf.counts[2 * i + 1]
+        return f"{lf.names[i]} {fail} of {n} not ok"
+    cs = cell_stats(lf.values[i])
+    return f"{lf.names[i]} {cs.text() if cs else '—'}"
+
+
+def _compared(node: Node) -> str:
+    """``compared: <label>: <cell a> vs <cell b>, p = 0.03; ...`` for every comparison of a claim."""
+    parts = [f"{lf.label}: {_side(lf, 0)} vs {_side(lf, 1)}, "
+             + (fmt_p(lf.p_yes) if lf.p_yes is not None else "untested (a cell has one run)")
+             for lf in leaves(node)]
+    return "compared: " + "; ".join(parts)
+
+
+def _grid_text(items: Sequence[dict], value) -> str:
+    """``plain: L1 2.386 ± 0.115, L2 ...; prenorm: ...`` (mean ± sd over seeds of ``value(cell items)``)."""
+    depths = _sorted_values(items, "model.n_layer")
+    return "; ".join(f"{v}: " + ", ".join(f"L{L} {value(_by(items, model__variant=v, model__n_layer=L))}"
+                                         for L in depths if _by(items, model__variant=v, model__n_layer=L))
+                     for v in _sorted_values(items, "model.variant"))
 
 
 # --------------------------------------------------------------------------- the claims
-def rank_init(items: Sequence[dict], extra: dict) -> Row:
+def _ranks(items: Sequence[dict]) -> list[float]:
+    return [r for r in (init_last_rank(it) for it in items) if r is not None]
+
+
+def rank_init(items: Sequence[dict], extra: dict) -> ClaimRow:
     """Rank collapse without skips at init (Dong et al. 2021, "Attention is not all you need").
 
-    yes = the plain stack's last-block rank measure falls monotonically with depth to < half of
-    its shallowest value, and every residual variant at the deepest depth is >= 5x plain.
+    Cells are (variant, depth); values are the last block's rank measure at init, one per seed.
+    yes = the plain stack's deepest is below half its shallowest (Welch on half the shallowest
+    values against the deepest) and every residual variant's deepest is above 5x plain's deepest
+    (Welch on 5x plain's values), all comparisons at alpha 0.05 (intersection-union test).
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile.
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
-    depths = _sorted_values(items, "model.n_layer")
-    variants = _sorted_values(items, "model.variant")
-    tab = {}
-    for v in variants:
-        for L in depths:
-            rs = [r for r in (init_last_rank(it) for it in _by(items, model__variant=v, model__n_layer=L))
-                  if r is not None]
-            tab[(v, L)] = st.mean(rs) if rs else None
-    nums = "; ".join(f"{v}: " + ", ".join(f"L{L} {fmt_value(tab[(v, L)], '.3f')}" for L in depths) for v in variants)
-    verdict = "not run"
-    if "plain" in variants:
-        pl = [tab[("plain", L)] for L in depths]
-        others = [tab[(v, depths[-1])] for v in variants if v != "plain" and tab[(v, depths[-1])] is not None]
-        if all(p is not None for p in pl):
-            falls = all(a >= b for a, b in zip(pl, pl[1:])) and pl[-1] < 0.5 * pl[0]
-            above = bool(others) and min(others) >= 5 * max(pl[-1], 1e-6)
-            verdict = "yes" if falls and above else ("partly" if falls or above else "no")
-    return ["Rank collapse without skips: at init the last-block rank measure of a plain stack falls towards 0 "
-            "with depth; residual variants stay well above",
-            "Dong et al. 2021, Attention is not all you need (ICML)",
-            f"depths {', '.join(map(str, depths))}, at init, mean over {_seeds(items)}; yes = plain falls "
-            "monotonically to < half and residual variants at the deepest depth are >= 5x plain",
-            nums, verdict]
+    depths, variants = _sorted_values(items, "model.n_layer"), _sorted_values(items, "model.variant")
+    test = None
+    if "plain" in variants and len(depths) > 1:
+        d0, d1 = depths[0], depths[-1]
+        p0, p1 = (_by(items, model__variant="plain", model__n_layer=L) for L in (d0, d1))
+        kids = [greater(f"plain L{d1} < half of L{d0}", [0.5 * r for r in _ranks(p0)], _ranks(p1),
+                        items=(p0, p1), names=(f"half of L{d0}", f"L{d1}"))]
+        for v in variants:
+            if v != "plain":
+                sel = _by(items, model__variant=v, model__n_layer=d1)
+                kids.append(greater(f"{v} L{d1} > 5x plain", _ranks(sel), [5 * r for r in _ranks(p1)],
+                                    items=(sel, p1), names=(v, "5x plain")))
+        test = All(kids)
+    nums = _grid_text(items, lambda sel: _short(_ranks(sel)))
+    return _claim(["Rank collapse without skips: at init the last-block rank measure of a plain stack falls towards 0 "
+                   "with depth; residual variants stay well above",
+                   "Dong et al. 2021, Attention is not all you need (ICML)",
+                   f"depths {', '.join(map(str, depths))}, at init, mean ± sd over {_seeds(items)}; yes = plain's "
+                   "deepest < half its shallowest and every residual variant's deepest > 5x plain's deepest; "
+                   + TESTS_NOTE, nums + (f". {_compared(test)}" if test else "")], test)
 
 
-def degradation(items: Sequence[dict], extra: dict) -> Row:
+def _by_depth(items: Sequence[dict], v: str) -> dict[int, list[dict]]:
+    return {L: _by(items, model__variant=v, model__n_layer=L) for L in _sorted_values(_by(items, model__variant=v),
+                                                                                      "model.n_layer")}
+
+
+def _best_shallower(cells: dict[int, list[dict]]) -> Optional[int]:
+    """The shallower depth (not the deepest) with the lowest mean best val loss, None if none finished."""
+    deep = max(cells)
+    means = [(st.mean(_losses(c)), L) for L, c in cells.items() if L < deep and _losses(c)]
+    return min(means)[1] if means else None
+
+
+def degradation(items: Sequence[dict], extra: dict) -> ClaimRow:
     """Degradation with depth at an equal step budget (He et al. 2016, shown there for CNNs).
 
-    yes = the deepest plain model's best val loss is >= the best shallower plain + 0.1 nats, and
-    every residual variant's deepest is <= its best shallower + 0.02 nats.
+    Cells are (variant, depth), values the best val loss per seed (nats/char). yes = plain's deepest
+    is worse than its best shallower depth (lowest mean) by more than 0.1 nats, and every residual
+    variant's deepest is within 0.02 nats of its best shallower or better; each comparison a
+    one-sided Welch test at alpha 0.05, all must hold.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile.
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
-    agg = aggregate(items, "model.n_layer", ["model.variant"])
-    parts, ok_plain, ok_res = [], None, []
-    for v, d in sorted(agg.items()):
-        parts.append(f"{v}: " + ", ".join(f"L{k} {m:.3f}" for k, (m, _, _) in d.items()))
-        if len(d) > 1:
-            deep = max(d)
-            best_sh = min(m for k, (m, _, _) in d.items() if k < deep)
-            if v == "plain":
-                ok_plain = d[deep][0] >= best_sh + 0.1
-            else:
-                ok_res.append(d[deep][0] <= best_sh + 0.02)
-    verdict = "not run" if ok_plain is None else (
-        "yes" if ok_plain and ok_res and all(ok_res) else ("partly" if ok_plain or any(ok_res) else "no"))
-    return ["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
-            "He et al. 2016, Deep residual learning (CVPR; shown there for CNNs)",
-            f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
-            f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean over {_seeds(items)}; "
-            "yes = deepest plain >= best shallower + 0.1 and every residual variant's deepest <= its best "
-            "shallower + 0.02", "; ".join(parts), verdict]
+    kids = []
+    for v in _sorted_values(items, "model.variant"):
+        cells = _by_depth(items, v)
+        best = _best_shallower(cells) if len(cells) > 1 else None
+        if best is None:
+            continue
+        deep = max(cells)
+        if v == "plain":
+            kids.insert(0, _loss_leaf(f"plain L{deep} > L{best} + 0.1", cells[deep], cells[best], 0.1,
+                                      (f"L{deep}", f"L{best}")))
+        else:
+            kids.append(_loss_leaf(f"{v} L{deep} < L{best} + 0.02", cells[best], cells[deep], -0.02,
+                                   (f"L{best}", f"L{deep}")))
+    test = All(kids) if kids and "plain" in _sorted_values(items, "model.variant") else None
+    return _claim(["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
+                   "He et al. 2016, Deep residual learning (CVPR; shown there for CNNs)",
+                   f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
+                   f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
+                   f"{_seeds(items)}; yes = deepest plain > best shallower + 0.1 and every residual variant's "
+                   f"deepest < its best shallower + 0.02; {TESTS_NOTE}",
+                   _grid_text(items, _cell_short) + (f". {_compared(test)}" if test else "")], test)
 
 
-def depth_helps(items: Sequence[dict], extra: dict) -> Row:
+def _doublings(cells: dict[int, list[dict]]) -> str:
+    """Per depth step of pre-LN: the change of mean loss and the one-sided p of a fall (reported, not judged)."""
+    out, depths = [], sorted(cells)
+    for a, b in zip(depths, depths[1:]):
+        la, lb = _losses(cells[a]), _losses(cells[b])
+        if la and lb:
+            r = welch_greater(la, lb)
+            out.append(f"L{a}->L{b} {st.mean(lb) - st.mean(la):+.3f}" + (f" ({fmt_p(r[2])})" if r else ""))
+    return ("pre-LN per depth step, not judged: " + ", ".join(out)) if out else ""
+
+
+def depth_helps(items: Sequence[dict], extra: dict) -> ClaimRow:
     """With shortcuts depth helps, without them it hurts: the two halves of the degradation story.
 
-    Mean best val loss over seeds per depth. yes = pre-LN's mean falls at every doubling of depth
-    and its total fall (shallowest - deepest) exceeds twice the largest seed spread (sample sd)
-    of its points, and plain's deepest mean is >= its shallowest + 0.1 nats; partly = one half.
+    Cells are (variant, depth), values the best val loss per seed (nats/char). yes = pre-LN's
+    deepest is below its shallowest (He et al.'s claim: the deeper residual net is the better one)
+    and plain's deepest is above its shallowest + 0.1 nats; one-sided Welch tests at alpha 0.05,
+    both must hold. The change at each depth step of pre-LN is reported with its p, not judged.
+    (The rule before was "pre-LN falls at every step by more than 2x the largest seed sd", a hand
+    rule on two seeds; replaced by these tests before the runs that decide it.)
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile.
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
-    agg = aggregate(items, "model.n_layer", ["model.variant"])
-    parts = [f"{v}: " + ", ".join(f"L{k} {m:.3f}" + (f" ± {sd:.3f}" if n > 1 else "") for k, (m, sd, n) in d.items())
-             for v, d in sorted(agg.items())]
-    pre, plain = agg.get("prenorm", {}), agg.get("plain", {})
-    verdict = "not run"
+    pre, plain = _by_depth(items, "prenorm"), _by_depth(items, "plain")
+    test = None
     if len(pre) > 1 and len(plain) > 1:
-        ms = [m for m, _, _ in pre.values()]
-        spread = max(sd for _, sd, _ in pre.values())
-        falls = all(b < a for a, b in zip(ms, ms[1:])) and ms[0] - ms[-1] > 2 * spread
-        rises = plain[max(plain)][0] >= plain[min(plain)][0] + 0.1
-        verdict = "yes" if falls and rises else ("partly" if falls or rises else "no")
-    return ["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while plain's rises",
-            "He et al. 2016 (deeper residual nets are better, plain ones worse)",
-            f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
-            f"{_vals(items, 'train.max_iters')} steps for every depth, mean ± sd over {_seeds(items)}; yes = "
-            "pre-LN falls at every depth step by more than 2x the seed spread in all, and plain's deepest >= "
-            "its shallowest + 0.1", "; ".join(parts), verdict]
-
-
-def _warmup_cell(items: Sequence[dict], v: str, w: int) -> tuple[str, Optional[float], bool]:
-    """(text, mean best val loss, any run not ok) of one variant and warmup among ``items``."""
-    sel = _by(items, model__variant=v, train__warmup_iters=w)
-    bad = any(not _ok(it) for it in sel)
-    m = mean_metric(sel)
-    return ("diverged" if bad and m is None else fmt_value(m, ".3f")), m, bad
+        (p0, p1), (q0, q1) = (min(pre), max(pre)), (min(plain), max(plain))
+        test = All([_loss_leaf(f"pre-LN L{p1} < L{p0}", pre[p0], pre[p1], 0.0, (f"L{p0}", f"L{p1}")),
+                    _loss_leaf(f"plain L{q1} > L{q0} + 0.1", plain[q1], plain[q0], 0.1, (f"L{q1}", f"L{q0}"))])
+    steps = _doublings(pre) if len(pre) > 2 else ""
+    nums = _grid_text(items, _cell_short) + (f". {_compared(test)}" if test else "") + (f". {steps}" if steps else "")
+    return _claim(["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while plain's rises",
+                   "He et al. 2016 (deeper residual nets are better, plain ones worse)",
+                   f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
+                   f"{_vals(items, 'train.max_iters')} steps for every depth, mean ± sd over {_seeds(items)}; yes = "
+                   f"pre-LN's deepest < its shallowest and plain's deepest > its shallowest + 0.1; {TESTS_NOTE}",
+                   nums], test)
 
 
 def _init_grad_note(items: Sequence[dict]) -> str:
@@ -243,56 +344,66 @@ def _init_grad_note(items: Sequence[dict]) -> str:
     return ("gradient norm per block at init: " + "; ".join(notes)) if notes else ""
 
 
-def postln_warmup(items: Sequence[dict], extra: dict) -> Row:
+def _warmup_cells(items: Sequence[dict], warms: list) -> list[tuple[str, str, Node]]:
+    """(init, text, test) of every (depth, lr, init) cell: post-LN needs warmup there."""
+    out = []
+    for L in _sorted_values(items, "model.n_layer"):
+        for lr in _sorted_values(items, "train.learning_rate"):
+            for init in _sorted_values(items, "model.init"):
+                cell = _by(items, model__n_layer=L, train__learning_rate=lr, model__init=init)
+                if not cell:
+                    continue
+                post0, post1, pre0 = (_by(cell, model__variant=v, train__warmup_iters=w) for v, w in
+                                      (("postnorm", warms[0]), ("postnorm", warms[-1]), ("prenorm", warms[0])))
+                where = f"L{L} lr {lr:g} {init}"
+                test = All([_loss_leaf(f"{where}: post-LN warmup {warms[0]} > warmup {warms[-1]} + 0.1", post0, post1,
+                                       0.1, (f"warmup {warms[0]}", f"warmup {warms[-1]}")),
+                            _loss_leaf(f"{where}: pre-LN warmup {warms[0]} < post-LN warmup {warms[-1]} + 0.1", post1,
+                                       pre0, -0.1, ("post-LN", "pre-LN"))])
+                text = (f"{where}: post-LN warmup {warms[0]} {_cell_short(post0)}, warmup {warms[-1]} "
+                        f"{_cell_short(post1)}; pre-LN warmup {warms[0]} {_cell_short(pre0)}")
+                out.append((init, text, test))
+    return out
+
+
+def postln_warmup(items: Sequence[dict], extra: dict) -> ClaimRow:
     """Post-LN needs learning-rate warmup (Xiong et al. 2020, "On layer normalization in the Transformer").
 
-    A cell is one depth, learning rate and init. Post-LN needs warmup in a cell when, without
-    warmup, it diverges while the warmed-up run does not, or ends >= 0.1 nats worse than with
-    warmup; and pre-LN without warmup trains there (finishes within 0.1 nats of warmed-up post-LN,
-    or better) — the issue's definition, whatever the init. yes = some cell shows it, and the
-    verdict names the inits whose cells do (``yes (gpt2 init)``); partly = post-LN without warmup
-    is >= 0.1 worse somewhere but pre-LN fails there too (the setting cannot separate them); no =
-    no cell. The per-block gradient norm at init (the paper's explanation) is reported next to it,
-    not judged.
+    A cell is one depth, learning rate and init. Post-LN needs warmup there when, without warmup,
+    its best val loss is above the warmed-up run's + 0.1 nats (or it diverges more often: Fisher),
+    and pre-LN without warmup trains there (below warmed-up post-LN + 0.1, or better) — both
+    one-sided tests must hold in the cell. yes = some cell shows it, at alpha 0.05 / (number of
+    cells) (Bonferroni); no = every cell fails one of its tests. The verdict names the inits whose
+    cells show it (``yes (p = 0.01, n = 2; gpt2 init)``). The per-block gradient norm at init (the
+    paper's explanation) is reported next to it, not judged.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile.
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
     warms = _sorted_values(items, "train.warmup_iters")
-    parts, hits, worse = [], [], False
-    for L in _sorted_values(items, "model.n_layer"):
-        for lr in _sorted_values(items, "train.learning_rate"):
-            for init in _sorted_values(items, "model.init"):
-                cell = _by(items, model__n_layer=L, train__learning_rate=lr, model__init=init)
-                if len(warms) < 2 or not cell:
-                    continue
-                t0, m0, b0 = _warmup_cell(cell, "postnorm", warms[0])
-                t1, m1, b1 = _warmup_cell(cell, "postnorm", warms[-1])
-                tp, mp, bp = _warmup_cell(cell, "prenorm", warms[0])
-                hurt = (b0 and not b1 and m1 is not None) or (m0 is not None and m1 is not None and m0 >= m1 + 0.1)
-                pre_ok = mp is not None and not bp and (m1 is None or mp <= m1 + 0.1)
-                worse = worse or hurt
-                if hurt and pre_ok:
-                    hits.append(init)
-                parts.append(f"L{L} lr {lr:g} {init}: post-LN warmup {warms[0]} {t0}, warmup {warms[-1]} {t1}; "
-                             f"pre-LN warmup {warms[0]} {tp}" + (" [needs warmup]" if hurt and pre_ok else ""))
-    inits = sorted(set(hits))
-    verdict = "not run" if not parts else (
-        f"yes ({', '.join(inits)} init)" if hits else ("partly" if worse else "no"))
+    cells = _warmup_cells(items, warms) if len(warms) > 1 else []
+    test = AnyOf([t for _, _, t in cells]) if cells else None
+    hits = sorted({init for init, _, t in cells if (p_yes(t) or 1.0) * len(cells) < ALPHA})
+    parts = [text + (" [needs warmup]" if (p_yes(t) or 1.0) * len(cells) < ALPHA else "") for _, text, t in cells]
+    v = verdict(test)
+    if v.startswith("yes (") and hits:
+        v = v[:-1] + f"; {', '.join(hits)} init)"
     note = _init_grad_note(items)
-    return ["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
-            "and pre-LN train",
-            "Xiong et al. 2020, On layer normalization in the Transformer architecture (ICML)",
-            f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, Adam lr "
-            f"{_vals(items, 'train.learning_rate')}, warmup {_vals(items, 'train.warmup_iters')} steps, init "
-            f"{_vals(items, 'model.init')}, {_vals(items, 'train.max_iters')} steps, best val loss (nats/char), "
-            f"{_seeds(items)}; yes = in some cell (depth, lr, init) post-LN without warmup is >= 0.1 worse (or "
-            "diverges) while pre-LN without warmup is within 0.1 of warmed-up post-LN",
-            "; ".join(parts) + (f". {note}" if note else ""), verdict]
+    return _claim(["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
+                   "and pre-LN train",
+                   "Xiong et al. 2020, On layer normalization in the Transformer architecture (ICML)",
+                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, Adam lr "
+                   f"{_vals(items, 'train.learning_rate')}, warmup {_vals(items, 'train.warmup_iters')} steps, init "
+                   f"{_vals(items, 'model.init')}, {_vals(items, 'train.max_iters')} steps, best val loss (nats/char), "
+                   f"mean ± sd over {_seeds(items)}; yes = in some cell (depth, lr, init) post-LN without warmup > "
+                   "with warmup + 0.1 (or diverges more often) and pre-LN without warmup < warmed-up post-LN + 0.1 "
+                   f"(Bonferroni over the cells); {TESTS_NOTE}",
+                   "; ".join(parts) + (f". {_compared(test)}" if test else "") + (f". {note}" if note else "")],
+                  test, v)
 
 
 def _tokens_per_step(items: Sequence[dict]) -> Optional[int]:
@@ -303,109 +414,102 @@ def _tokens_per_step(items: Sequence[dict]) -> Optional[int]:
     return int(t["batch_size"] * t.get("grad_accum", 1) * m["block_size"])
 
 
-def _rezero_variant(items: Sequence[dict], v: str, target: float) -> tuple[str, Optional[tuple], Optional[tuple]]:
-    """(text, (fewest mean steps, lr), (lowest mean loss, lr)) of one variant over its learning rates."""
-    steps, losses, cells = [], [], []
+def _steps_censored(it: dict, target: float) -> float:
+    """Steps to the target, or ``max_iters + eval_interval`` for a run that never reached it (a lower bound)."""
+    s = steps_to(it, target) if _ok(it) else None
+    t = it["config"]["train"]
+    return float(s) if s is not None else float(t["max_iters"] + t["eval_interval"])
+
+
+def _rezero_variant(items: Sequence[dict], v: str, target: float) -> tuple[str, Optional[tuple]]:
+    """(text, (mean censored steps, lr, cell items) at the variant's best lr) of one variant."""
+    cells, best = [], None
     for lr in _sorted_values(_by(items, model__variant=v), "train.learning_rate"):
         sel = _by(items, model__variant=v, train__learning_rate=lr)
-        s = _mean([steps_to(it, target) for it in sel])
-        m = mean_metric(sel) if all(_ok(it) for it in sel) else None
-        cells.append(f"lr {lr:g} {fmt_value(s, 'g')} / {fmt_value(m, '.3f')}")
-        if s is not None:
-            steps.append((s, lr))
-        if m is not None:
-            losses.append((m, lr))
-    return f"{v}: " + ", ".join(cells), min(steps) if steps else None, min(losses) if losses else None
+        steps = [_steps_censored(it, target) for it in sel]
+        reached = all(steps_to(it, target) is not None and _ok(it) for it in sel)
+        cells.append(f"lr {lr:g} {_short(steps, 'g') if reached else '—'} / {_cell_short(sel)}")
+        if best is None or st.mean(steps) < best[0]:
+            best = (st.mean(steps), lr, sel)
+    return f"{v}: " + ", ".join(cells), best
 
 
-def _best_text(v: str, s: Optional[tuple], loss: Optional[tuple], tps: Optional[int]) -> str:
-    """``rezero 150 steps (lr 0.003, 153,600 tokens), loss 2.412 (lr 0.01)`` for the rezero row."""
-    if s is None:
-        steps = "never reached"
-    else:
-        steps = f"{s[0]:g} steps (lr {s[1]:g}" + (f", {s[0] * tps:,.0f} tokens)" if tps else ")")
-    return f"{v} {steps}, loss {fmt_value(loss[0] if loss else None, '.3f')}" + (f" (lr {loss[1]:g})" if loss else "")
-
-
-def rezero_speed(items: Sequence[dict], extra: dict) -> Row:
+def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
     """ReZero converges in fewer steps (Bachlechner et al. 2020, "ReZero is all you need").
 
-    Each variant at its own best learning rate of the grid, for each measure: the fewest steps
-    to val loss <= ``extra["target_val_loss"]`` (nats, default 2.6; mean over seeds, a seed that
-    never reaches it makes that lr "not reached") and the lowest best val loss at the fixed step
-    budget (mean over seeds). yes = ReZero's fewest steps are strictly fewer than every other
-    variant's; partly = it ties for the fewest, or it is not fewest but has the lowest loss at the
-    budget; no otherwise (also when ReZero never reaches the target).
+    Each variant at its own best learning rate of the grid (fewest mean steps): the steps to val
+    loss <= ``extra["target_val_loss"]`` (nats, default 2.6) per seed, a seed that never reaches it
+    counted as ``max_iters + eval_interval`` (a lower bound: censored in the other variants' favour
+    when ReZero is faster). yes = ReZero needs fewer steps than every other variant (one-sided
+    Welch, alpha 0.05, all must hold); the best val loss at the budget is reported, not judged.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile (``target_val_loss`` in nats/char).
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
     target = float((extra or {}).get("target_val_loss", 2.6))
     tps = _tokens_per_step(items) if items else None
-    parts, best_s, best_l = [], {}, {}
+    parts, best = [], {}
     for v in _sorted_values(items, "model.variant"):
-        text, best_s[v], best_l[v] = _rezero_variant(items, v, target)
+        text, best[v] = _rezero_variant(items, v, target)
         parts.append(text)
-    summary = [_best_text(v, best_s[v], best_l[v], tps) for v in best_s]
-    rz, others = best_s.get("rezero"), [s for v, s in best_s.items() if v != "rezero"]
-    lz, lothers = best_l.get("rezero"), [s for v, s in best_l.items() if v != "rezero"]
-    lowest_loss = lz is not None and all(o is None or lz[0] < o[0] for o in lothers)
-    if rz is not None and all(o is None or rz[0] < o[0] for o in others):
-        verdict = "yes"
-    elif rz is not None and all(o is None or rz[0] <= o[0] for o in others) or (rz is not None and lowest_loss):
-        verdict = "partly"
-    else:
-        verdict = "no"
-    return ["ReZero trains faster: fewer steps (tokens) to a target loss than LayerNorm variants",
-            "Bachlechner et al. 2020, ReZero is all you need (arXiv:2003.04887)",
-            f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
-            f"{_vals(items, 'train.learning_rate')} per variant, {_vals(items, 'train.max_iters')} steps, "
-            f"{_seeds(items)}; per lr: mean steps to val <= {target:g} nats/char (evaluated every "
-            f"{_vals(items, 'train.eval_interval')} steps; — = not reached by every seed) / mean best val loss; "
-            "each variant at its best lr per measure; yes = ReZero strictly fewest steps",
-            "; ".join(parts) + ". Best: " + "; ".join(summary), verdict]
+    rz, test = best.get("rezero"), None
+    if rz is not None and len(best) > 1:
+        test = All([greater(f"{o} (lr {b[1]:g}) slower than rezero (lr {rz[1]:g})",
+                            [_steps_censored(it, target) for it in b[2]], [_steps_censored(it, target) for it in rz[2]],
+                            items=(b[2], rz[2]), names=(o, "rezero")) for o, b in best.items() if o != "rezero"])
+    summary = [f"{v} lr {b[1]:g}: {b[0]:g} steps" + (f" ({b[0] * tps:,.0f} tokens)" if tps else "")
+               for v, b in best.items() if b]
+    return _claim(["ReZero trains faster: fewer steps (tokens) to a target loss than LayerNorm variants",
+                   "Bachlechner et al. 2020, ReZero is all you need (arXiv:2003.04887)",
+                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
+                   f"{_vals(items, 'train.learning_rate')} per variant, {_vals(items, 'train.max_iters')} steps, "
+                   f"{_seeds(items)}; per lr: steps to val <= {target:g} nats/char, mean ± sd (evaluated every "
+                   f"{_vals(items, 'train.eval_interval')} steps; — = not reached by every seed) / best val loss; "
+                   "each variant at its lr of fewest mean steps (a seed not reaching counts as the budget + one "
+                   f"evaluation); yes = ReZero fewer steps than every other variant; {TESTS_NOTE}",
+                   "; ".join(parts) + ". Best: " + "; ".join(summary) + (f". {_compared(test)}" if test else "")],
+                  test)
 
 
-def deepnorm_depth(items: Sequence[dict], extra: dict) -> Row:
+def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     """DeepNorm keeps post-LN stable at depth (Wang et al. 2022, "DeepNet").
 
-    yes = DeepNorm never diverges and, at every depth and learning rate, is within 0.02 nats of
-    post-LN or better (or post-LN diverged); partly = that holds somewhere.
+    Cells are (variant, depth, lr). yes = at every depth and learning rate DeepNorm's best val loss
+    is below post-LN's + 0.02 nats (one-sided Welch; where a run did not finish ok, DeepNorm fails
+    less often: Fisher), all at alpha 0.05.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
         extra: its extra settings from the profile.
 
     Returns:
-        [claim, source, setting, our numbers, verdict] as text.
+        The row; ``row.test`` holds the comparisons.
     """
-    parts, wins, fails = [], [], []
+    parts, kids = [], []
     for L in _sorted_values(items, "model.n_layer"):
         for lr in _sorted_values(items, "train.learning_rate"):
             pn = _by(items, model__variant="postnorm", model__n_layer=L, train__learning_rate=lr)
             dn = _by(items, model__variant="deepnorm", model__n_layer=L, train__learning_rate=lr)
-            mp, md = mean_metric(pn), mean_metric(dn)
-            bad_p = any(not _ok(it) for it in pn)
-            bad_d = any(not _ok(it) for it in dn)
-            parts.append(f"L{L} lr {lr:g}: post-LN {'diverged' if bad_p else fmt_value(mp, '.3f')}, "
-                         f"DeepNorm {'diverged' if bad_d else fmt_value(md, '.3f')}")
-            fails.append(bad_d)
-            wins.append(md is not None and (bad_p or mp is None or md <= mp + 0.02))
-    verdict = "yes" if wins and all(wins) and not any(fails) else ("partly" if any(wins) else "no")
-    return ["DeepNorm keeps post-LN stable at depth where post-LN fails",
-            "Wang et al. 2022, DeepNet: scaling Transformers to 1,000 layers (arXiv:2203.00555)",
-            f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')}, "
-            f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), {_seeds(items)}; "
-            "yes = DeepNorm never diverges and is within 0.02 of post-LN or better everywhere",
-            "; ".join(parts), verdict]
+            if not pn or not dn:
+                continue
+            parts.append(f"L{L} lr {lr:g}: post-LN {_cell_short(pn)}, DeepNorm {_cell_short(dn)}")
+            kids.append(_loss_leaf(f"L{L} lr {lr:g}: DeepNorm < post-LN + 0.02", pn, dn, -0.02,
+                                   ("post-LN", "DeepNorm")))
+    test = All(kids) if kids else None
+    return _claim(["DeepNorm keeps post-LN stable at depth where post-LN fails",
+                   "Wang et al. 2022, DeepNet: scaling Transformers to 1,000 layers (arXiv:2203.00555)",
+                   f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')}, "
+                   f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
+                   f"{_seeds(items)}; yes = DeepNorm < post-LN + 0.02 at every depth and lr; {TESTS_NOTE}",
+                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
 
 #: Experiment name (in ``profiles/science.yaml``) -> its judges (one table row each), in table order.
 #: ``depth`` gives two rows from the same runs: degradation (plain) and "depth helps" (pre-LN).
-CLAIMS: dict[str, tuple[Callable[[Sequence[dict], dict], Row], ...]] = {
+CLAIMS: dict[str, tuple[Callable[[Sequence[dict], dict], ClaimRow], ...]] = {
     "rank_init": (rank_init,), "depth": (degradation, depth_helps), "postln_warmup": (postln_warmup,),
     "rezero_speed": (rezero_speed,), "deepnorm_depth": (deepnorm_depth,),
 }
@@ -469,3 +573,51 @@ def write_science_table(sweep_dir: str | Path) -> Optional[str]:
     text = (f"{table}\nLosses are validation cross-entropy in nats/char; {n} runs in {Path(sweep_dir)}.\n")
     atomic_write(Path(sweep_dir) / SCIENCE_MD, text.encode("utf-8"))
     return text
+
+
+def _claim_target(row: ClaimRow, n_now: int, max_seeds: int) -> int:
+    """Seeds per cell the next round gives an undecided claim: towards the estimate of
+    :func:`depthlab.sweep.stats.needed`, at most doubling per round (the spread is re-measured),
+    at least one more, at most ``max_seeds``."""
+    est = [needed(row.test, route) for route in ("yes", "no")]
+    if None in est:  # a cell with one run: no spread yet
+        return min(max_seeds, n_now + 1)
+    k = min(est)
+    k = max_seeds if math.isinf(k) else int(k)
+    return min(max_seeds, max(n_now + 1, min(k, 2 * n_now)))
+
+
+def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
+    """The cells of the undecided claims of a sweep and the seeds each should have next (``--seeds auto``).
+
+    Args:
+        sweep_dir: a sweep directory.
+        max_seeds: the most seeds a cell may get.
+
+    Returns:
+        Cell key (:func:`depthlab.sweep.common.cell_key`) -> seeds it should have; only cells of
+        claims that are undecided and below ``max_seeds``.
+
+    Raises:
+        DepthlabError: not a sweep directory.
+    """
+    meta, _, _, items = sweep_items(sweep_dir)
+    points = {r["name"]: r["point"] for r in meta["runs"]}
+    exps = meta["spec"]["experiments"]
+    by_exp = {e["name"]: [it for it in items if it["experiment"] == e["name"]] for e in exps}
+    want: dict[str, int] = {}
+    for row in science_claims(by_exp, {e["name"]: e.get("extra") or {} for e in exps}):
+        if row.test is None or not row[-1].startswith("undecided"):
+            continue
+        cells: dict[str, set] = {}
+        for lf in leaves(row.test):
+            for it in (x for side in lf.items for x in side if x.get("name") in points):
+                cells.setdefault(cell_key(it["experiment"], points[it["name"]]), set()).add(it["name"])
+        n_now = min((len(v) for v in cells.values()), default=max_seeds)
+        if n_now >= max_seeds:
+            continue
+        target = _claim_target(row, n_now, max_seeds)
+        for k in cells:
+            want[k] = max(want.get(k, 0), target)
+    return want
+

@@ -36,7 +36,8 @@ from ..units import fmt_value
 __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
            "RUNS", "RESULTS_CSV", "RESULTS_MD",
            "coerce_value", "parse_grid_arg", "load_profile", "profile_descriptions", "profile_spec",
-           "load_sweep_file", "build_spec", "spec_to_json", "default_sweep_dir", "expand", "varied_fields",
+           "load_sweep_file", "build_spec", "spec_to_json", "default_sweep_dir", "expand", "expand_point", "run_name",
+           "varied_fields",
            "estimate_seconds"]
 
 SECTIONS = ("data", "model", "train")
@@ -504,27 +505,61 @@ def _nest(flat: dict[str, Any]) -> dict:
     return out
 
 
-def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
-    """(run name, grid point) of every point of ``exp``, first grid key varying slowest.
+def _name_widths(exp: Experiment) -> dict[str, int]:
+    """Zero-padding width of each all-integer grid axis (not the seed: ``--seeds`` adds seeds later)."""
+    return {k: max(len(_name_part(v)) for v in vals) for k, vals in exp.grid.items()
+            if k != "train.seed" and all(isinstance(v, int) and not isinstance(v, bool) for v in vals)}
 
-    Names are ``field-value`` joined by ``_``; integers are zero-padded to the widest value so
-    names sort numerically; the experiment's name, if any, is a folder above.
+
+def run_name(exp: Experiment, point: dict) -> str:
+    """The run name of one point of ``exp``: ``field-value`` per grid key joined by ``_``, under ``exp.name/``.
+
+    Integers are zero-padded to the widest value of their axis so names sort numerically; a
+    ``train.seed`` that is not a grid key (a seed added by ``--seeds``) is appended as ``seed-S``,
+    so the runs the grid already names keep their names.
+
+    Args:
+        exp: the experiment.
+        point: dotted field -> value for every grid key (and optionally ``train.seed``).
+
+    Returns:
+        The name relative to ``SWEEP_DIR/runs``.
     """
-    keys = list(exp.grid)
+    keys = list(exp.grid) + [k for k in ("train.seed",) if k in point and k not in exp.grid]
     short = [k.split(".")[1] for k in keys]
     if len(set(short)) != len(short):
         short = [k.replace(".", "-") for k in keys]
-    widths = {k: max(len(_name_part(v)) for v in exp.grid[k]) for k in keys
-              if all(isinstance(v, int) and not isinstance(v, bool) for v in exp.grid[k])}
-    out = []
-    for combo in itertools.product(*(exp.grid[k] for k in keys)):
-        parts = []
-        for k, s, v in zip(keys, short, combo):
-            fv = _name_part(v)
-            parts.append(f"{s}-{fv.zfill(widths[k]) if k in widths else fv}")
-        name = "_".join(parts) or "run"
-        out.append((f"{exp.name}/{name}" if exp.name else name, dict(zip(keys, combo))))
-    return out
+    widths = _name_widths(exp)
+    parts = []
+    for k, s in zip(keys, short):
+        fv = _name_part(point[k])
+        parts.append(f"{s}-{fv.zfill(widths[k]) if k in widths else fv}")
+    name = "_".join(parts) or "run"
+    return f"{exp.name}/{name}" if exp.name else name
+
+
+def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
+    """(run name, grid point) of every point of ``exp``, first grid key varying slowest (:func:`run_name`)."""
+    keys = list(exp.grid)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(exp.grid[k] for k in keys))]
+    return [(run_name(exp, pt), pt) for pt in points]
+
+
+def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep_dir: str | Path) -> RunPoint:
+    """One run of ``exp`` at ``point`` with its full, validated config (out_dir ``sweep_dir/runs/name``).
+
+    Raises:
+        DepthlabError: the point's config is invalid (names the run and the field).
+    """
+    from ..config import RunConfig
+
+    flat = {**SWEEP_DEFAULTS, **spec.base, **exp.base, **spec.overrides, **point,
+            "train.out_dir": str(Path(sweep_dir) / RUNS / name), "train.resume": False}
+    try:
+        cfg = RunConfig.from_dict(_nest(flat))
+    except DepthlabError as e:
+        raise DepthlabError(f"sweep run {name}: {e}") from None
+    return RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict())
 
 
 def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
@@ -541,19 +576,8 @@ def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
         DepthlabError: a grid point whose config is invalid (names the run and the field), or two
             runs with the same name.
     """
-    from ..config import RunConfig
-
-    sweep_dir = Path(sweep_dir)
-    points: list[RunPoint] = []
-    for exp in spec.experiments:
-        for name, point in _run_names(exp):
-            flat = {**SWEEP_DEFAULTS, **spec.base, **exp.base, **spec.overrides, **point,
-                    "train.out_dir": str(sweep_dir / RUNS / name), "train.resume": False}
-            try:
-                cfg = RunConfig.from_dict(_nest(flat))
-            except DepthlabError as e:
-                raise DepthlabError(f"sweep run {name}: {e}") from None
-            points.append(RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict()))
+    points = [expand_point(spec, exp, name, point, sweep_dir) for exp in spec.experiments
+              for name, point in _run_names(exp)]
     names = [p.name for p in points]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
