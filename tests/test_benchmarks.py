@@ -31,3 +31,100 @@ def test_benchmark_scripts_import_and_parse_args(script):
                        text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "usage" in r.stdout.lower()
+
+
+# ------------------------------------------------------------------ benchmarks/vs_nanogpt.py
+@pytest.fixture(scope="module")
+def vs_nanogpt():
+    """benchmarks/vs_nanogpt.py as a module (it imports benchmarks/_common.py)."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        yield importlib.import_module("vs_nanogpt")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_vs_nanogpt_reads_train_py_log(vs_nanogpt):
+    """train.py's own lines: iterations < 5 and the ones that ran an evaluation (dt holds it) are left out."""
+    dt = [0.5 if i < 5 or i == 10 else 0.1 for i in range(13)]  # settling, and iteration 10 evaluates
+    lines = [(0.5, "step 0: train loss 4.2000, val loss 4.1900"), (0.6, "saving checkpoint to out")]
+    lines += [(1.0 + sum(dt[:i + 1]), f"iter {i}: loss 3.0000, time {dt[i] * 1000:.2f}ms, mfu -100.00%")
+              for i in range(13)]
+    lines.insert(12, (3.75, "step 10: train loss 2.5000, val loss 1.8700"))
+    iters = vs_nanogpt.nanogpt_iters(lines)
+    assert [i for i, _, _ in iters] == list(range(13))
+    assert vs_nanogpt.nanogpt_train_tps(iters, eval_interval=10) == pytest.approx(768 * 7 / 0.7)  # iters 5-12 but 10
+    assert vs_nanogpt.eval_lines(lines, vs_nanogpt.NANO_EVAL) == [(0, 4.19, 0.5), (10, 1.87, 3.75)]
+    # the loop from iteration 5 to 12, evaluation included: 7 steps in 6 x 0.1 + 0.5 s
+    assert vs_nanogpt.loop_tps([(i, t) for i, t, _ in iters]) == pytest.approx(7 * 768 / 1.1)
+
+
+def test_vs_nanogpt_reads_depthlab_records(vs_nanogpt):
+    """tokens_per_sec covers the steps since the previous record: the total is a step-weighted harmonic mean."""
+    recs = [{"step": 5, "tokens_per_sec": 1.0}, {"step": 7, "tokens_per_sec": 1000.0},
+            {"step": 8, "tokens_per_sec": 3000.0}]
+    assert vs_nanogpt.depthlab_train_tps(recs) == pytest.approx(3 * 768 / (2 * 768 / 1000 + 768 / 3000))
+    with pytest.raises(vs_nanogpt.DepthlabError, match="no training step after the first 5"):
+        vs_nanogpt.depthlab_train_tps(recs[:1])
+    lines = [(2.0, "eval step 50: train 1.9000 val 1.8790 nats/token (2.711 bits/char, ppl 6.55)"),
+             (3.0, "step 51/400 | loss 1.9 | lr 1e-3 | grad_norm 0.3 | 9,000 tokens/s | 3.0s")]
+    assert vs_nanogpt.eval_lines(lines, vs_nanogpt.DL_EVAL) == [(50, 1.879, 2.0)]
+    assert vs_nanogpt.DL_STEP.match(lines[1][1]).group(1) == "51"
+
+
+def test_vs_nanogpt_flops_at_nanogpt_cpu_shape(vs_nanogpt):
+    """N = 12·L·C² + V·C = 794,752 (nanoGPT's 0.80 M without wpe); 6N + 12·4·64·128 per token."""
+    n, fpt = vs_nanogpt.model_flops_per_token(65)
+    assert n == 794_752
+    assert fpt == 6 * 794_752 + 12 * 4 * 64 * 128 == 5_161_728
+
+
+def test_vs_nanogpt_prepares_a_copy_like_prepare_py(vs_nanogpt, tmp_path):
+    """train.bin + val.bin decode to the text (the first int(0.9 n) characters train); the checkout is untouched."""
+    src = tmp_path / "nanoGPT"
+    (src / "config").mkdir(parents=True)
+    for name in ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py"):
+        (src / name).write_text("# stub\n")
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    corpus = tmp_path / "corpus.txt"
+    text = "First Citizen:\nBefore we proceed any further, hear me speak.\n"
+    corpus.write_text(text, encoding="utf-8")
+    vs_nanogpt.prepare_nanogpt(src, tmp_path / "copy", corpus)
+    import pickle
+
+    import numpy as np
+
+    data = tmp_path / "copy" / "data" / "shakespeare_char"
+    meta = pickle.loads((data / "meta.pkl").read_bytes())
+    assert meta["vocab_size"] == len(set(text)) and meta["itos"][0] == "\n"
+    decode = lambda f: "".join(meta["itos"][int(i)] for i in np.fromfile(data / f, dtype=np.uint16))  # noqa: E731
+    assert decode("train.bin") == text[:int(len(text) * 0.9)] and decode("val.bin") == text[int(len(text) * 0.9):]
+    assert (tmp_path / "copy" / "config" / "train_shakespeare_char.py").is_file()
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+
+
+def test_vs_nanogpt_bad_input_is_one_line(vs_nanogpt, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    assert vs_nanogpt.main(["--nanogpt", str(tmp_path), "--no-ttq", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err == "depthlab: error: --rounds 0: give 1 or more\n"
+    with pytest.raises(vs_nanogpt.DepthlabError, match=r"not a nanoGPT checkout \(no model.py, configurator.py"):
+        vs_nanogpt.prepare_nanogpt(tmp_path, tmp_path / "copy", tmp_path / "corpus.txt")
+    assert not (tmp_path / "copy").exists()
+
+
+@pytest.mark.slow
+def test_vs_nanogpt_quick_against_the_reimplementation():
+    """--quick end to end (re-implementation, 1 round of 30 steps, time to val <= 3.6): every figure printed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_nanogpt.py"), "--quick"], capture_output=True,
+                       text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert "NOT nanoGPT's own train.py" in out and "cpu flags:" in out and "resolved: device cpu" in out
+    rows = {"nanoGPT re-implementation": 31, "depthlab defaults": 30, "depthlab fp32 AdamW": 30,
+            "depthlab dtype auto, AdamW": 30}  # train.py's loop runs iterations 0..max_iters
+    for name, steps in rows.items():
+        assert f"  {name}" in out and f" {steps} steps" in out.split(f"  {name}")[1].splitlines()[0]
+    assert "% fp32 peak" in out and "time to val <= 3.6 from launch" in out
