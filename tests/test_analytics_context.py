@@ -1,0 +1,109 @@
+"""analytics.context: val loss by position, context gain, the end-of-training record and ``context_unused``."""
+
+import json
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from depthlab.analytics.context import context_gain, position_curve, run_context, token_losses, view_windows
+from depthlab.analytics.diagnose import Evidence, diagnose
+
+from conftest import SHAKESPEARE_BASELINES as BASE
+from conftest import context_record, run_cli, tiny_gpt
+from conftest import eval_records as evals
+
+
+def _conditional_entropy(pairs) -> float:
+    """Empirical H(Y | X) in nats of (x, y) pairs: the lowest mean cross-entropy any predictor that sees only
+    x can reach on exactly these pairs (Gibbs' inequality)."""
+    joint, marg = Counter(pairs), Counter(x for x, _ in pairs)
+    return -sum(c * math.log(c / marg[x]) for (x, _), c in joint.items()) / len(pairs)
+
+
+def test_context_gain_is_position_0_minus_the_last_quarter_with_its_standard_error():
+    lo = torch.tensor([[3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5],
+                       [4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.5, 1.5]])  # T 8: the last quarter is positions 6, 7
+    gain, se = context_gain(lo)
+    assert gain == pytest.approx(((3 - 0.5) + (4 - 1.5)) / 2)  # 2.5
+    assert se == pytest.approx(0.0)  # both windows gain 2.5
+    assert context_gain(lo[:, :1]) == (None, None)  # one position: nothing later to compare
+    assert context_gain(torch.tensor([[2.0, 1.0, 0.0]]))[0] == pytest.approx(2.0)  # T 3: last quarter = 1 position
+
+
+def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
+    model = tiny_gpt(seed=4).eval()
+    w = view_windows(torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0)).numpy(), 8, 4, 1337, 3)
+    assert w.windows == 12 and w.tokens == 96 and len(w.batches) == 3
+    c = position_curve(model, w)
+    with torch.no_grad():
+        own = sum(float(model(x, y)[1]) for x, y in w.batches) / 3
+    assert len(c["loss_by_position"]) == 8 and c["val_loss"] == pytest.approx(own, abs=1e-5)
+    assert sum(c["loss_by_position"]) / 8 == pytest.approx(own, abs=1e-5)
+    assert view_windows(w.batches[0][0].flatten().numpy().repeat(20), 8, 4, 1337, 3, max_tokens=40).windows == 4
+
+
+def test_a_trained_runs_position_0_and_embedding_lens_cannot_beat_one_character(report_run):
+    """Position 0 and the lens of the embeddings see one character (and a position): on the same windows their
+    loss is at least the empirical conditional entropy a one-character predictor is bounded by."""
+    from depthlab.analytics.context import load_weights
+    from depthlab.analytics.layers import measure_layers
+    from depthlab.config import RunConfig
+    from depthlab.data import load_corpus
+
+    cfg = RunConfig.from_dict(json.loads((report_run / "config.json").read_text()))
+    # 512 windows, not the run's 8: with few samples the one-character floor is near 0 and proves nothing
+    w = view_windows(load_corpus(cfg.data, seed=cfg.train.seed).val, 16, 64, cfg.train.seed, 8, max_tokens=0)
+    model, _ = load_weights(report_run)
+    lo = token_losses(model, w.batches)  # (W, T)
+    x, y = torch.cat([b[0] for b in w.batches]), torch.cat([b[1] for b in w.batches])
+    floor0 = _conditional_entropy(list(zip(x[:, 0].tolist(), y[:, 0].tolist())))
+    assert floor0 > 0.3 and float(lo[:, 0].mean()) >= floor0 - 1e-5
+    T = x.shape[1]
+    floor_emb = _conditional_entropy([((int(a), t % T), int(b)) for t, (a, b) in
+                                      enumerate(zip(x.flatten(), y.flatten()))])
+    assert floor_emb > 0.3 and measure_layers(model, w.batches)["embedding_lens_loss"] >= floor_emb - 1e-5
+
+
+def test_the_trainer_records_the_final_curve_and_context_reads_the_same(report_run, capsys):
+    recs = [json.loads(r) for r in (report_run / "metrics.jsonl").read_text().splitlines()]
+    rec = [r for r in recs if r.get("event") == "context"][-1]
+    assert rec["kind"] == "event" and rec["step"] == 20 and len(rec["loss_by_position"]) == 16
+    assert rec["windows"] == 8 and rec["tokens"] == 128
+    res = run_context(report_run, "last")  # the final weights, the same windows
+    assert res["loss_by_position"] == pytest.approx(rec["loss_by_position"], abs=1e-6)
+    assert res["context_gain"] == pytest.approx(rec["context_gain"], abs=1e-6)
+    assert [(c["label"], c["step"]) for c in res["checkpoints"]] == [("step 10", 10), ("best = step 20", 20)]
+    assert res["checkpoints"][-1]["context_gain"] == pytest.approx(rec["context_gain"], abs=1e-6)  # best is last
+    rc, out, _ = run_cli(capsys, "context", str(report_run), "--json")
+    j = json.loads(out)
+    assert rc == 0 and {"loss_by_position", "unigram", "bigram", "context_gain"} <= set(j)
+    assert j["bigram"] == json.loads((report_run / "baselines.json").read_text())["bigram"]["nats"]
+    rc, out, _ = run_cli(capsys, "context", str(report_run))
+    assert rc == 0 and "position 0 sees one character, so it cannot beat the bigram line" in out
+    assert f"context gain {j['context_gain']:.3f}" in out
+
+
+def _ev(curve, variant="plain", block_size=None):
+    cfg = {"model": {"vocab_size": 65, "variant": variant, "block_size": block_size or len(curve)}}
+    return Evidence(evals([4.2, 3.0, 2.5]) + [context_record(200, curve)], cfg, BASE)
+
+
+def test_context_unused_fires_on_a_flat_curve_and_names_the_knobs():
+    flat = [2.49] * 12 + [2.50] * 4  # bigram 2.482: position 0 at the bigram line and no lower later
+    d = diagnose(_ev(flat))
+    f = [f for f in d.findings if f.rule == "context_unused"]
+    assert len(f) == 1 and "context gain -0.010" in f[0].evidence and "do not beat position 0" in f[0].evidence
+    assert "use model.variant prenorm" in f[0].remedy and "raise model.block_size, now 16" in f[0].remedy
+    prenorm = [x.remedy for x in diagnose(_ev(flat, "prenorm")).findings if x.rule == "context_unused"][0]
+    assert "model.variant prenorm has a shortcut" in prenorm and "is_causal" in prenorm
+    used = [2.5] + [1.9] * 15  # later positions well below position 0 and the bigram line
+    assert not [x for x in diagnose(_ev(used)).findings if x.rule == "context_unused"]
+    lower = [2.49] * 12 + [2.40] * 4  # gain 0.09 < 0.1, but the last quarter is 0.08 below the bigram line
+    assert not [x for x in diagnose(_ev(lower)).findings if x.rule == "context_unused"]
+
+
+def test_context_unused_is_not_judged_without_a_record():
+    d = diagnose(Evidence(evals([4.2, 3.0, 2.5]), {"model": {"vocab_size": 65}}, BASE))
+    assert any(w.startswith("context_unused (no loss-by-position record") for w in d.without_data())
