@@ -19,7 +19,7 @@ from depthlab.analytics.check.subject import Subject
 from depthlab.config import DataConfig
 from depthlab.data import load_corpus
 
-from conftest import run_cli
+from conftest import cli_err, run_cli, write_run_dir
 
 
 @pytest.fixture
@@ -239,3 +239,35 @@ def test_training_a_nan_model_does_not_blame_the_learning_rate(tmp_path, tiny_te
     found = {x["rule"]: x for x in json.loads(out_text)["findings"]}
     assert "before any optimizer update" in found["exploding"]["evidence"]
     assert "learning_rate" not in found["exploding"]["remedy"] and "depthlab check" in found["exploding"]["remedy"]
+
+
+# ------------------------------------------------------------------------- 3. messages that give the fix
+def test_check_given_a_gpt_field_says_to_use_init(capsys, tmp_path):
+    err = cli_err(capsys, "check", f"{tmp_path}/m.py:M", "--model.n_layer", "3")
+    assert "check takes no --model.* fields" in err and """--init '{"n_layer": 3}'""" in err
+    err = cli_err(capsys, "check", f"{tmp_path}/m.py:M", "--train.batch_size", "3")
+    assert "check's own is --batch_size" in err
+
+
+@pytest.mark.parametrize("flag, shown", [("--batch_size", "--batch_size must be >= 1 (got 0)"),
+                                         ("--block_size", "--block_size must be >= 1 (got 0)")])
+def test_check_size_zero_names_the_flag_alone(capsys, tmp_path, tiny_text_file, flag, shown):
+    f = tmp_path / "tiny_model.py"
+    f.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self, vocab_size):\n"
+                 "        super().__init__()\n        self.e = nn.Embedding(vocab_size, vocab_size)\n\n"
+                 "    def forward(self, idx):\n        return self.e(idx)\n")
+    err = cli_err(capsys, "check", f"{f}:M", "--data.path", str(tiny_text_file), flag, "0")
+    assert shown in err and "None" not in err and ", " not in err.split("(got")[1].split(")")[0]
+
+
+@pytest.mark.parametrize("argv", [["--resume"], ["--resume", "--train.max_iters", "5"]])
+def test_bare_resume_says_what_to_give(capsys, argv):
+    err = cli_err(capsys, "train", *argv)
+    assert "--resume needs the run directory to continue: --resume RUN_DIR" in err
+
+
+def test_resume_of_a_gpt_run_with_a_source_says_it_was_the_built_in_gpt(capsys, tmp_path):
+    rd = write_run_dir(tmp_path, [])
+    err = cli_err(capsys, "train", "--resume", str(rd), "--model.source", "mine.py:M")
+    assert "trained with depthlab's built-in GPT" in err and "drop --model.source mine.py:M" in err
+    assert "n_layer" not in err

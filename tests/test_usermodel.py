@@ -75,8 +75,8 @@ def test_build_gives_the_corpus_vocabulary_to_a_class_or_a_function(model_file):
 
 @pytest.mark.parametrize("spec,init,words", [
     ("{f}:Missing", None, "defines no 'Missing' (it defines Block, MyGPT, factory, not_a_module)"),
-    ("{f}:NOT_A_MODEL", None, "NOT_A_MODEL is a int, not a class or a function"),
-    ("{f}:not_a_module", None, "returned a str, not a torch.nn.Module"),
+    ("{f}:NOT_A_MODEL", None, "NOT_A_MODEL is not a class or a function (its type is int)"),
+    ("{f}:not_a_module", None, "returned an object of type str, not a torch.nn.Module"),
     ("{f}:MyGPT", {"depth": 2}, "MyGPT(depth=2, vocab_size=11) failed: TypeError:"),
     ("{d}/nothere.py:M", None, "nothere.py not found"),
     ("{f}", None, "must be PATH.py:NAME"),

@@ -13,6 +13,7 @@ its own words, passed through unchanged.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import typing
 from pathlib import Path
@@ -513,6 +514,36 @@ def _config_files(argv: list[str]) -> list[str]:
             if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config=")]
 
 
+def _check_takes_no_config_field(key: str, known: set[str], argv: list[str]) -> None:
+    """``depthlab check`` given a train field (``--model.n_layer 3``): say what check takes instead.
+
+    Raises:
+        DepthlabError: ``key`` is a ``model.`` or ``train.`` field that check has no flag for.
+    """
+    sec, _, name = key.partition(".")
+    if key in known or sec not in ("model", "train"):
+        return
+    if sec == "model":
+        value = flag_value(argv, flag(key))
+        example = json.dumps({name: _json_value(value)}) if value is not None else f'{{"{name}": ...}}'
+        length = " (and --block_size N, the length checked)" if name == "block_size" else ""
+        raise DepthlabError(f"check: {flag(key)}: check takes no --model.* fields (they configure depthlab's GPT "
+                            "in depthlab train); it builds your model from PATH.py:NAME, so give it its arguments "
+                            f"with --init '{example}'{length}")
+    own = {"batch_size": "--batch_size", "block_size": "--block_size", "seed": "--seed", "threads": "--threads"}
+    raise DepthlabError(f"check: {flag(key)}: check takes no --train.* options (it trains no run)"
+                        + (f"; check's own is {own[name]}" if name in own else
+                           "; its options: --batch_size, --block_size, --seed, --init (see depthlab check --help)"))
+
+
+def _json_value(text: str) -> Any:
+    """``text`` as the JSON value it spells (3, 0.1, true), else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> None:
     """Refuse unknown keys (all of them at once, each with a suggestion), fields the command ignores,
     and values of config files that their field's type does not take.
@@ -525,6 +556,9 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     """
     known = _flat_keys(parser.get_defaults().as_dict())
     flags = [field_of(a) for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
+    if command == "check":
+        for k in flags:
+            _check_takes_no_config_field(k, known, argv)
     problems = [_suggest(k, known, flag) for k in flags if k not in known]
     options = {o for act in parser._actions for o in act.option_strings}
     for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Optional
 
-from .cli_args import flag_value, occurrences
+from .cli_args import convert, flag_value, occurrences
 from .errors import DepthlabError
 
 __all__ = ["expand_presets", "expand_train_argv", "list_presets", "preset_dir", "preset_path", "corpus_target"]
@@ -73,6 +74,11 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     """
     from .rundir import CONFIG, RunDir
 
+    given = occurrences(argv, ["--resume"])
+    if given and (given[0][2] is None or given[0][2].startswith("--")):
+        raise DepthlabError("--resume needs the run directory to continue: --resume RUN_DIR, the folder holding its "
+                            "config.json (depthlab train writes runs/<date-time> unless --train.out_dir says "
+                            "otherwise)")
     out = expand_presets(argv)
     if flag_value(argv, "--resume") is None:
         out = corpus_target(argv, out)
@@ -85,6 +91,12 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         RunDir(rd).require("config")
     except DepthlabError as e:
         raise DepthlabError(f"cannot resume: {e}") from None
+    source = flag_value(argv, "--model.source")
+    ran_source = ((RunDir(rd).config or {}).get("model") or {}).get("source")
+    if source is not None and convert(source, Optional[str]) is not None and not ran_source:
+        raise DepthlabError(f"--resume {rd}: that run was trained with depthlab's built-in GPT (its config.json has "
+                            f"no model.source), and a resume continues the same model; drop --model.source {source}, "
+                            f"or train it as a new run: --model.source {source} --train.out_dir NEW_DIR")
     other = flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
         raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "

@@ -117,7 +117,8 @@ def _factory(src: Source) -> Callable[..., Any]:
         raise DepthlabError(f"{src}: {src.path} defines no {src.name!r}"
                             + (f" (it defines {', '.join(names)})" if names else ""))
     if not callable(made):
-        raise DepthlabError(f"{src}: {src.name} is a {type(made).__name__}, not a class or a function")
+        raise DepthlabError(f"{src}: {src.name} is not a class or a function (its type is {type(made).__name__}); "
+                            "name the model's class or a function that returns the model")
     return made
 
 
@@ -148,7 +149,8 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) failed: {first_line(e)}") from None
     if not isinstance(model, torch.nn.Module):
-        raise DepthlabError(f"{src}: {src.name}(...) returned a {type(model).__name__}, not a torch.nn.Module; "
+        raise DepthlabError(f"{src}: {src.name}(...) returned an object of type {type(model).__name__}, not a "
+                            "torch.nn.Module; "
                             "give a class or a function that returns the model")
     return model
 

@@ -140,9 +140,14 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
             size tried (one line naming the problem).
     """
     unknown = [r for r in rules if r not in RULES]
-    if unknown or batch_size < 1 or (block_size is not None and block_size < 1):
-        raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}" if unknown else
-                            f"--batch_size and --block_size must be >= 1 (got {batch_size}, {block_size})")
+    if unknown:
+        raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}")
+    if batch_size < 1:
+        raise DepthlabError(f"--batch_size must be >= 1 (got {batch_size}): the sequences per forward, e.g. "
+                            f"--batch_size {DEFAULT_BATCH_SIZE}")
+    if block_size is not None and block_size < 1:
+        raise DepthlabError(f"--block_size must be >= 1 (got {block_size}): the tokens per sequence, e.g. "
+                            "--block_size 32; leave it out to use the model's own block_size")
     T = block_size or min(declared_block_size(model) or DEFAULT_BLOCK_SIZE, 1024)
     corpus.check_block_size(T)
     if blocks is not None:
