@@ -180,11 +180,8 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
     path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
     if not path.parent.is_dir():
         raise DepthlabError(f"probe: the folder of --out {path} does not exist; create it or choose another path")
-    from .analytics.probe import written_by_probe
-
-    if path.is_symlink() or path.exists() and not written_by_probe(path):
-        raise DepthlabError(f"probe: {path} exists and was not written by depthlab probe; refusing to replace "
-                            "it: choose another --out")
+    from .analytics.probe import check_replaceable
+    check_replaceable(path)  # only a PNG probe wrote is replaced
     return path
 
 

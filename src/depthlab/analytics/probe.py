@@ -20,7 +20,7 @@ from ..figures import new_figure, write_png
 from ..units import fmt_value
 
 __all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
-           "written_by_probe", "PROBE_BATCHES", "PROBE_BATCH_SIZE", "PROBE_SOFTWARE"]
+           "written_by_probe", "check_replaceable", "PROBE_BATCHES", "PROBE_BATCH_SIZE", "PROBE_SOFTWARE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -422,3 +422,15 @@ def written_by_probe(path: str | Path) -> bool:
     except OSError:
         return False
     return head.startswith(b"\x89PNG") and b"Software\x00" + PROBE_SOFTWARE.encode("ascii") in head
+
+
+def check_replaceable(path: str | Path) -> None:
+    """Refuse a ``--out`` that exists and is not a PNG :func:`plot_probe` wrote (or is a symbolic link).
+
+    Raises:
+        DepthlabError: names the file and the fix (another ``--out``).
+    """
+    path = Path(path)
+    if path.is_symlink() or path.exists() and not written_by_probe(path):
+        raise DepthlabError(f"probe: {path} exists and was not written by depthlab probe; refusing to replace "
+                            "it: choose another --out")
