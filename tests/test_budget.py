@@ -67,7 +67,7 @@ def test_propose_plans_a_lower_end_decay_and_warmup_and_leaves_the_config_alone(
     assert "max_iters is now 2448" in msg and "warmup_iters 489 (was 1000)" in msg
     assert b.plan == Plan(max_iters=2448, lr_decay_iters=2448, warmup_iters=489, max_iters_asked=5000,
                           lr_decay_iters_asked=4000, warmup_iters_asked=1000, s_per_step=0.1, s_per_eval=2.0,
-                          at_step=20)
+                          at_step=20, max_time=t.max_time)
     assert b.max_iters == 2448 and dataclasses.asdict(t) == asked  # the plan is a value beside the config
     assert b.propose(200, 2460, 0.099) is None  # within 1 %: the plan stands
     assert "re-measured" in b.propose(200, 2700, 0.09) and b.plan.max_iters == 2700 == b.plan.lr_decay_iters

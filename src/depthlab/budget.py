@@ -42,6 +42,8 @@ class Plan:
         max_iters_asked, lr_decay_iters_asked, warmup_iters_asked: the config values it replaces.
         s_per_step: measured seconds per training step; s_per_eval: seconds per evaluation.
         at_step: the step the (latest) plan was made at.
+        max_time: the ``train.max_time`` (s) of the session that made it (0: a plan recorded before
+            plans kept it); a resume continues the plan in steps whatever its own limit.
     """
 
     max_iters: int
@@ -53,6 +55,7 @@ class Plan:
     s_per_step: float
     s_per_eval: float
     at_step: int
+    max_time: float = 0.0
 
     def made_for(self, train: TrainConfig) -> bool:
         """Whether a resume asking ``train`` continues this plan: it asks for the schedule the plan
@@ -84,7 +87,8 @@ class Plan:
         """
         rec = rec or {}
         if isinstance(rec.get("plan"), dict):
-            return cls(**{f.name: rec["plan"][f.name] for f in dataclasses.fields(cls)})
+            return cls(**{f.name: rec["plan"][f.name] for f in dataclasses.fields(cls)
+                          if f.name in rec["plan"] or f.default is dataclasses.MISSING})
         old = rec.get("fit_to_time")
         if not isinstance(old, dict):
             return None
@@ -222,9 +226,10 @@ class TimeBudget:
         warmup = t.warmup_iters if t.warmup_iters <= n // 5 else max(step, n // 5)
         self.plan = Plan(max_iters=n, lr_decay_iters=decay, warmup_iters=warmup, max_iters_asked=t.max_iters,
                          lr_decay_iters_asked=t.lr_decay_iters, warmup_iters_asked=t.warmup_iters,
-                         s_per_step=round(s_step, 4), s_per_eval=round(s_eval, 3), at_step=step)
+                         s_per_step=round(s_step, 4), s_per_eval=round(s_eval, 3), at_step=step,
+                         max_time=t.max_time)
         shorter = f" and warmup_iters {warmup} (was {t.warmup_iters})" if warmup != t.warmup_iters else ""
-        return (f"train.fit_to_time: {t.max_iters} steps would not fit train.max_time {t.max_time:g} s "
+        return (f"train.fit_to_time: {t.max_iters} steps would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
                 f"{shorter}, the learning rate decays to train.min_lr there "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")

@@ -284,8 +284,9 @@ class TrainConfig:
         batch_size: micro-batch size in sequences.
         grad_accum: micro-batches per optimizer step (global batch = batch_size * grad_accum).
         max_iters: total optimizer steps (a resumed run counts the steps already done).
-        max_time: wall-clock budget in seconds for the training loop (0 = none); when it runs
-            out, the run evaluates, checkpoints and ends as if max_iters were reached.
+        max_time: wall-clock budget in seconds for the training loop of one session (0 = none); when
+            it runs out, the run evaluates, checkpoints and ends as if max_iters were reached. A
+            ``--resume`` gets the whole budget again (summary.json's ``wall_time_s`` counts every session).
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never above the value asked for; planned again, better
             measured, at step 200 and halfway through what is left, the decay then continuing from

@@ -15,7 +15,7 @@ from .. import checkpoint as ckpt
 from .. import evaluation
 from ..data import get_batch
 from ..rundir import RunDir
-from ..units import LN2
+from ..units import LN2, finite_or_none
 
 __all__ = ["Evaluator", "eval_batches", "val_perplexity"]
 
@@ -64,8 +64,11 @@ class Evaluator:
         best_val, best_step: the lowest val loss (nats/token) and its step (inf, -1 before any).
         evals_without_improvement: evaluations in a row that did not lower ``best_val`` by ``min_delta``.
         last_eval: the latest evaluation record ({} before any).
-        target_reached: ``(step, elapsed_s)`` of the first evaluation at or under ``target_val_loss``.
-        patience_exhausted: ``patience`` evaluations passed without improvement (agreed by all processes).
+        target_reached: ``(step, elapsed_s)`` of the first evaluation at or under ``target_val_loss``; on
+            resume read from the run's evaluations with this session's target (an earlier session's too).
+        patience_exhausted: ``patience`` evaluations passed without improvement (agreed by all processes);
+            on resume the count carries over and is compared with this session's ``patience``.
+        session_evals: evaluations judged in this session (0 at a resume: a rule met then was met before it).
         final_val: ``train.final_validation``'s result for the summary, or None.
     """
 
@@ -77,6 +80,7 @@ class Evaluator:
         self.last_eval: dict = {}
         self.target_reached: Optional[tuple[int, float]] = None
         self.patience_exhausted = False
+        self.session_evals = 0
         self.final_val: Optional[dict] = None
         self._val_chars_per_token: Optional[float] = None
 
@@ -92,6 +96,17 @@ class Evaluator:
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         evals = [r for r in RunDir(run_dir).evals if r["step"] <= step]
         self.last_eval = evals[-1] if evals else {}
+        # the stop rules as this session states them, applied to what the run did before it: a target
+        # already reached (or patience already lost) stops the run at once, as one uninterrupted run
+        # would have stopped there, and the summary keeps the step it was first reached at
+        t = self.cfg.train
+        losses = [(r, finite_or_none(r.get("val_loss"))) for r in evals]
+        hit = next((r for r, v in losses if t.target_val_loss > 0 and v is not None and v <= t.target_val_loss), None)
+        agreed = self.runtime.agree(target=hit is not None,
+                                    patience=0 < t.patience <= self.evals_without_improvement)
+        if agreed["target"] and hit is not None:
+            self.target_reached = (int(hit["step"]), float(hit.get("elapsed_s") or 0.0))
+        self.patience_exhausted = agreed["patience"]
 
     @property
     def final_batches(self) -> int:
@@ -160,6 +175,7 @@ class Evaluator:
         if is_best:
             self.best_val, self.best_step = vl, step
         self.last_eval = rec
+        self.session_evals += 1
         agreed = self.runtime.agree(target=t.target_val_loss > 0 and vl <= t.target_val_loss,
                                     patience=0 < t.patience <= self.evals_without_improvement)
         self.patience_exhausted = agreed["patience"]

@@ -1,7 +1,14 @@
 """Why the training loop stops now: the plan's end, the time limit, a signal, the target loss, patience.
 
 Every flag that ends the loop is agreed across the processes (:meth:`Runtime.agree`), so every rank
-leaves at the same step.
+leaves at the same step. Across sessions of one run (``--resume`` after a stop, a crash, SIGINT/SIGTERM):
+
+- ``train.max_time`` limits each session: a resume gets the whole limit again (summary.json's
+  ``wall_time_s`` counts every session). A plan of ``train.fit_to_time`` is in steps and carries over.
+- ``train.target_val_loss`` and ``train.patience`` apply to the whole run, with the values this session
+  is given: a target the run's evaluations already reached, or patience already lost, stops a resumed
+  run before it trains (the message names the flag that trains on); the patience count and the best
+  val loss carry over in the checkpoint.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class StopRules:
     def flags(self, elapsed_s: float) -> dict[str, bool]:
         """``time_up`` (``elapsed_s`` of this session reached train.max_time) and ``signal``, agreed by every process.
 
+        ``elapsed_s`` is this session's time only: each session of a run gets the whole ``max_time``.
+
         Every process takes the same decision, or one leaves while another waits in an all-reduce.
         """
         t = self.train
@@ -73,19 +82,28 @@ class StopRules:
         if step >= schedule.max_iters:
             if not budget.planned_end():
                 return "max_iters"
+            planned = budget.plan.max_time or t.max_time  # 0: a plan recorded before plans kept it
+            other = (f" in an earlier session; this session's limit is {t.max_time:g} s and a resume continues "
+                     "the stored plan" if planned != t.max_time else "")
             self.log(f"stopped at step {step}: the end train.fit_to_time planned for train.max_time "
-                     f"{t.max_time:g} s ({budget.plan.max_iters_asked} steps were asked for)")
+                     f"{planned:g} s{other} ({budget.plan.max_iters_asked} steps were asked for)")
             return "max_time"  # the time budget ended the run, with its decay finished
         if time_up:
-            self.log(f"stopped by train.max_time ({t.max_time:g} s) at step {step} of "
-                     f"{schedule.max_iters}: the learning rate had not finished its decay")
+            self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a --resume gets as long "
+                     f"again) at step {step} of {schedule.max_iters}: the learning rate had not finished its decay")
             return "max_time"
+        before = "" if ev.session_evals else ", before this resume; nothing more was trained"
         if ev.target_reached is not None:
-            self.log(f"stopped at step {step}: val loss reached train.target_val_loss {t.target_val_loss:g}")
+            train_on = "; --train.target_val_loss 0 (off) or a lower value trains on" if before else ""
+            self.log(f"stopped at step {step}: val loss reached train.target_val_loss {t.target_val_loss:g} "
+                     f"at step {ev.target_reached[0]}{before}{train_on}")
             return "target_val_loss"
         if ev.patience_exhausted:
+            more = f"; a --train.patience above {ev.evals_without_improvement} (or 0, off) trains on"
+            train_on = more if before else ""
             self.log(f"stopped early at step {step}: {ev.evals_without_improvement} evaluations without "
                      f"lowering the best val loss {ev.best_val:.4f} (step {ev.best_step}) by train.min_delta "
-                     f"{t.min_delta:g} (train.patience {t.patience}); best.safetensors holds the best weights")
+                     f"{t.min_delta:g} (train.patience {t.patience}){before}; best.safetensors holds the best "
+                     f"weights{train_on}")
             return "patience"
         return None
