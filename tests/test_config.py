@@ -111,7 +111,7 @@ def test_contradictory_schedule_is_refused_or_warned():
 def test_schedule_warning_is_printed(tmp_path, tiny_text_file, capsys):
     args = tiny_cli_args(tiny_text_file, tmp_path / "w", train__max_iters=5, train__warmup_iters=100)
     assert main(["train", *args]) == 0
-    assert "warning: train.warmup_iters (100) >= train.max_iters (5)" in capsys.readouterr().out
+    assert "depthlab: warning: train.warmup_iters (100) >= train.max_iters (5)" in capsys.readouterr().err
 
 
 def test_residual_scale_on_the_command_line_is_typed(capsys):

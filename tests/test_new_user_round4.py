@@ -271,3 +271,40 @@ def test_resume_of_a_gpt_run_with_a_source_says_it_was_the_built_in_gpt(capsys, 
     err = cli_err(capsys, "train", "--resume", str(rd), "--model.source", "mine.py:M")
     assert "trained with depthlab's built-in GPT" in err and "drop --model.source mine.py:M" in err
     assert "n_layer" not in err
+
+
+# ------------------------------------------------------------------------- 4. stdout for results, stderr for the rest
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from depthlab.trainer import train
+
+    from conftest import QUIET, TINY_TEXT, tiny_config
+
+    d = tmp_path_factory.mktemp("round4")
+    p = d / "t.txt"
+    p.write_text(TINY_TEXT)
+    return train(tiny_config(d / "run", p, train=dict(max_iters=2, eval_interval=2)), **QUIET)
+
+
+@pytest.mark.slow
+def test_export_draws_no_progress_bar_and_writes_the_sampling_defaults(tiny_run, tmp_path, capsys):
+    from depthlab.config import SAMPLE_DEFAULTS
+
+    rc, out, err = run_cli(capsys, "export", str(tiny_run), str(tmp_path / "hf"))
+    assert rc == 0 and out.strip() == str(tmp_path / "hf")  # the result alone on stdout
+    assert "Writing model shards" not in err and "%|" not in err
+    assert all(line.startswith("depthlab: export: ") for line in err.strip().splitlines())
+    gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert gen["temperature"] == SAMPLE_DEFAULTS["temperature"] == 0.8 and gen["do_sample"] is True
+    assert gen["top_k"] == SAMPLE_DEFAULTS["top_k"] and gen["max_new_tokens"] == SAMPLE_DEFAULTS["max_new_tokens"]
+    assert gen.get("eos_token_id") == cfg["eos_token_id"] is None  # a char run: no end-of-text token anywhere
+
+
+def test_train_warnings_go_to_stderr_and_the_log_to_stdout(tmp_path, tiny_text_file, capsys):
+    from depthlab.training.runtime import console
+
+    console("warning: something to see")
+    console("eval step 0: a log line")
+    out, err = capsys.readouterr()
+    assert out == "eval step 0: a log line\n" and err == "depthlab: warning: something to see\n"

@@ -247,6 +247,10 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
 
 #: Most torch CPU threads a command accepts (torch overflows on absurd counts).
 MAX_THREADS = 4096
+#: What ``depthlab sample`` generates with when no flag says otherwise (top_k 200 of the vocabulary; top_p
+#: None = off). ``depthlab export`` writes the same values to generation_config.json, so ``generate()``
+#: of the exported model samples as depthlab does.
+SAMPLE_DEFAULTS = {"max_new_tokens": 500, "temperature": 0.8, "top_k": 200, "top_p": None}
 
 
 def check_threads(n: object, option: str) -> None:

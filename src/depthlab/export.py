@@ -44,16 +44,17 @@ code, and at every export by comparing logits on random ids):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
 from . import checkpoint as ckpt
-from .config import ModelConfig
+from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
 from .model import GPT
@@ -182,6 +183,30 @@ def _write_tokenizer(out: Path, tok: Tokenizer, block_size: int) -> None:
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """transformers' progress bars off (save_pretrained draws "Writing model shards" for one file); restored after."""
+    from transformers.utils import logging as tf_logging
+
+    was = tf_logging.is_progress_bar_enabled()
+    tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            tf_logging.enable_progress_bar()
+
+
+def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int]) -> None:
+    """generation_config.json: ``depthlab sample``'s defaults (:data:`~depthlab.config.SAMPLE_DEFAULTS`) and
+    the special ids of config.json (none for a char run: generation runs for max_new_tokens, as depthlab's)."""
+    tf = require_transformers()
+    d = SAMPLE_DEFAULTS
+    kw = {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos), ("top_p", d["top_p"])) if v is not None}
+    tf.GenerationConfig(do_sample=d["temperature"] > 0, temperature=d["temperature"], top_k=d["top_k"],
+                        max_new_tokens=d["max_new_tokens"], **kw).save_pretrained(str(out))
+
+
 def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = None):
     """The ``transformers`` model computing the same function as ``model`` (eval mode, float32);
     ``bos``/``eos`` go into its config (:func:`special_ids`).
@@ -285,9 +310,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     tmp = make_temp_dir(out.parent, f".{out.name}.tmp-")
     old = None
     try:
-        hf.save_pretrained(str(tmp))
-        gen = {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos)) if v is not None}
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2), encoding="utf-8")
+        with _no_progress_bar():
+            hf.save_pretrained(str(tmp))
+        _write_generation_config(tmp, bos, eos)
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
         info = {"run_dir": str(rd), "checkpoint": which, "step": int(meta.get("step", -1)),

@@ -9,6 +9,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
+from .config import SAMPLE_DEFAULTS
 from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
@@ -220,8 +221,9 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     return model.to(device).eval(), tok
 
 
-def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = 500, temperature: float = 0.8,
-                top_k: Optional[int] = 200, top_p: Optional[float] = None, seed: int = 1337,
+def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAMPLE_DEFAULTS["max_new_tokens"],
+                temperature: float = SAMPLE_DEFAULTS["temperature"], top_k: Optional[int] = SAMPLE_DEFAULTS["top_k"],
+                top_p: Optional[float] = SAMPLE_DEFAULTS["top_p"], seed: int = 1337,
                 num_samples: int = 1, which: str = "best", device: str = "cpu",
                 stream: Optional[Callable[[str], None]] = None, kv_cache: bool = True) -> list[str]:
     """Generate ``num_samples`` texts from a run (each = prompt + max_new_tokens tokens).

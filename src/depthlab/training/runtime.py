@@ -21,21 +21,26 @@ __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16",
 
 
 def console(msg: str) -> None:
-    """Print one log line to stdout, safely around a tqdm progress bar.
+    """Print one log line, safely around a tqdm progress bar: the log to stdout, a warning to stderr.
 
-    If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the log
-    is discarded instead of killing the run: training and its files matter more than the log.
+    The rule of every command (as of Unix tools): results and the run's log on stdout, warnings and
+    notices on stderr, so ``depthlab train > log.txt`` still shows them. A warning is a line depthlab
+    writes as ``warning: ...``; it is shown as ``depthlab: warning: ...``, as ``sample`` and ``export``
+    show theirs. If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the
+    log is discarded instead of killing the run: training and its files matter more than the log.
     """
+    stream = sys.stderr if msg.startswith("warning: ") else sys.stdout
+    text = f"depthlab: {msg}" if stream is sys.stderr else msg
     try:
         try:
             from tqdm import tqdm
 
-            tqdm.write(msg, file=sys.stdout)
+            tqdm.write(text, file=stream)
         except ImportError:
-            print(msg)
-        sys.stdout.flush()
+            print(text, file=stream)
+        stream.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def resolve_device(name: str, option: str = "train.device") -> torch.device:
