@@ -261,13 +261,18 @@ def run_check(ns) -> int:
 # ------------------------------------------------------------------------- sample
 def build_sample_parser():
     """The parser of ``depthlab sample RUN_DIR``."""
+    from .config import SAMPLE_DEFAULTS
+
     p = new_parser("sample", "Generate text from a trained run; prints prompt + generated text to stdout.")
     _add_run_dir(p)
     p.add_argument("--prompt", type=str, default="", help="text to continue (default: a newline)")
-    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=500, help="tokens to generate")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax)")
-    p.add_argument("--top_k", "--top-k", type=int, default=200, help="keep the k most likely tokens (0 = off)")
-    p.add_argument("--top_p", "--top-p", type=Optional[float], default=None, help="nucleus sampling mass in (0, 1]")
+    d = SAMPLE_DEFAULTS
+    p.add_argument("--max_new_tokens", "--max-new-tokens", type=int, default=d["max_new_tokens"],
+                   help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=d["temperature"], help="0 = greedy (argmax)")
+    p.add_argument("--top_k", "--top-k", type=int, default=d["top_k"], help="keep the k most likely tokens (0 = off)")
+    p.add_argument("--top_p", "--top-p", type=Optional[float], default=d["top_p"],
+                   help="nucleus sampling mass in (0, 1]")
     p.add_argument("--seed", type=int, default=1337, help="random seed of the sampler")
     p.add_argument("--num_samples", "--num-samples", type=int, default=1, help="independent samples to print")
     p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
