@@ -209,3 +209,41 @@ def test_real_narrow_plain_probe_names_eps(tmp_path, tiny_text_file):
     cfg = tiny_config(tmp_path, tiny_text_file, model={"variant": "prenorm", "n_layer": 8})
     text = "\n".join(summarise_probe(probe_at_init(cfg, n_batches=1, batch_size=2)))
     assert text.startswith("healthy at initialisation (prenorm"), text
+
+
+def test_dyt_after_the_sum_fades_by_its_own_mechanism_not_eps(tmp_path, tiny_text_file):
+    cfg = tiny_config(tmp_path, tiny_text_file, model={"n_layer": 3, "variant": "postnorm", "norm": "dyt"})
+    res = probe_at_init(cfg, n_batches=1, batch_size=2)
+    a = [r["act_rms"] for r in res["layers"]]
+    text = " ".join(summarise_probe(res))
+    assert res["norm_eps"] is None and "eps dominates" not in text
+    gain = (a[-1] / a[0]) ** 0.5
+    assert 0.2 < gain < 0.3  # two DyTs per block at alpha 0.5 on a small signal: ~0.25
+    assert "mechanism: DyT does not normalise" in text and f"passes on ~{gain:.2g} x" in text
+    assert "model.variant prenorm or periln" in text
+
+
+def test_prenorm_dyt_names_the_final_dyt_and_the_init(tmp_path, tiny_text_file):
+    cfg = tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt"})
+    res = probe_at_init(cfg, n_batches=1, batch_size=2)
+    text = " ".join(summarise_probe(res))
+    a = res["layers"][-1]["act_rms"]
+    assert a < 0.1 and f"hands the head RMS ~{0.5 * a:.1e}" in text and "model.init torch" in text
+    big = tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "init": "torch"})  # N(0, 1) embeddings
+    healthy = summarise_probe(probe_at_init(big, n_batches=1, batch_size=2))
+    assert healthy[0].startswith("healthy at initialisation (prenorm, 2 blocks)"), healthy
+    peri = probe_at_init(tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "variant": "periln"}),
+                         n_batches=1, batch_size=2)
+    assert "the final DyT (ln_f) hands the head" in " ".join(summarise_probe(peri))  # Peri-LN ends in ln_f too
+
+
+def test_periln_and_depth_scalings_are_named(tmp_path, tiny_text_file):
+    from depthlab.analytics.probe import wiring_label
+
+    cfg = tiny_config(tmp_path, tiny_text_file, model={"variant": "periln", "residual_scale": "depth"})
+    res = probe_at_init(cfg, n_batches=1, batch_size=2)
+    assert summarise_probe(res)[0].startswith("healthy at initialisation (periln + residual_scale depth, 2 blocks)")
+    assert wiring_label(res["config"]) == "periln + layernorm + residual_scale depth"
+    assert wiring_label({"variant": "prenorm", "norm": "rmsnorm", "norm_scale": "depth"}) == \
+        "prenorm + rmsnorm + norm_scale depth"
+    assert wiring_label({"variant": "rezero", "norm": "layernorm"}) == "rezero (no norm)"

@@ -189,7 +189,7 @@ def run_probe(ns) -> int:
     """``depthlab probe``: measure at init, print the table and summary, write the PNG."""
     import torch
 
-    from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe
+    from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe, wiring_label
 
     cfg = _config_from(ns)
     out = _probe_png(cfg, ns.out)
@@ -206,8 +206,7 @@ def run_probe(ns) -> int:
         print(json.dumps({**result, "summary": summary, "plot": str(out)}))
         return 0
     c = result["config"]
-    norm = "no norm" if c["variant"] == "rezero" else c["norm"]
-    print(f"probe at init: {c['variant']} + {norm}, {c['n_layer']} blocks x {c['n_embd']} wide, "
+    print(f"probe at init: {wiring_label(c)}, {c['n_layer']} blocks x {c['n_embd']} wide, "
           f"{ns.batches} batch{'es' if ns.batches != 1 else ''} of {ns.probe_batch_size} x {c['block_size']} "
           f"tokens; loss {result['loss']:.3f} nats (uniform ln V = {result['uniform_nats']:.3f})")
     print(format_probe_table(result))

@@ -29,9 +29,12 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 __all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
-           "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "FINAL_NORM_VARIANTS"]
+           "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "DYT_ALPHA0",
+           "FINAL_NORM_VARIANTS"]
 
 
+#: DyT's initial alpha (Zhu et al. 2025's default for its non-LLM models)
+DYT_ALPHA0 = 0.5
 #: the variants whose residual stream is never normalised inside the blocks, so the GPT ends in ``ln_f``
 FINAL_NORM_VARIANTS = ("prenorm", "periln")
 
@@ -74,7 +77,7 @@ class DyT(nn.Module):
         n_embd: C, the channels. bias: whether beta exists. alpha0: alpha's initial value.
     """
 
-    def __init__(self, n_embd: int, bias: bool, alpha0: float = 0.5):
+    def __init__(self, n_embd: int, bias: bool, alpha0: float = DYT_ALPHA0):
         super().__init__()
         self.alpha = nn.Parameter(torch.full((1,), alpha0))
         self.weight = nn.Parameter(torch.ones(n_embd))

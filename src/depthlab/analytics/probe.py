@@ -17,10 +17,12 @@ import torch
 
 from ..errors import DepthlabError
 from ..figures import new_figure, write_png
+from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
 from ..units import fmt_value
 
 __all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
-           "written_by_probe", "check_replaceable", "PROBE_BATCHES", "PROBE_BATCH_SIZE", "PROBE_SOFTWARE"]
+           "written_by_probe", "check_replaceable", "wiring_label", "PROBE_BATCHES", "PROBE_BATCH_SIZE",
+           "PROBE_SOFTWARE"]
 
 PROBE_BATCHES = 3
 PROBE_BATCH_SIZE = 4
@@ -86,7 +88,8 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
         if flushed:
             torch.set_flush_denormal(False)
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
-                                                        "block_size", "activation", "init")},
+                                                        "block_size", "activation", "init", "residual_scale",
+                                                        "norm_scale")},
             "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
 
@@ -229,16 +232,19 @@ def _gradient_check(result: dict, vanish: float, explode: float, tiny: float) ->
     return None, f"gradient magnitude ({rel_txt}block 0 / block {L - 1} ratio {gr:.2g})"
 
 
-def _activation_check(layers: list[dict], act_change: float) -> tuple[Optional[str], Optional[str]]:
+def _activation_check(layers: list[dict], act_change: float, norm: Optional[str] = None
+                      ) -> tuple[Optional[str], Optional[str]]:
     """(finding, all-clear) about the residual-stream RMS across depth: underflow to 0, growth, shrinkage."""
     a = [r["act_rms"] for r in layers]
     L = len(a)
     zero = [i for i, v in enumerate(a) if v == 0.0]
     ar = _ratio(a[-1], a[0]) if L > 1 else 1.0
     if zero:
+        why = ("DyT (model.norm dyt) does not rescale a small signal and there is no shortcut to keep it alive"
+               if norm == "dyt" else "there is no normalisation and no shortcut to keep the signal alive")
         return (f"activations underflow: the residual stream is exactly 0 from block {zero[0]} on "
                 f"(block 0 RMS {a[0]:.2e}); every later block and the gradient reaching the lower blocks "
-                "see nothing -- there is no normalisation and no shortcut to keep the signal alive.", None)
+                f"see nothing -- {why}.", None)
     if L > 1 and (ar > act_change or ar < 1 / act_change):
         word, fold = ("grow", ar) if ar > 1 else ("shrink", 1 / ar)
         return (f"activations {word} {fold:.1e}-fold across depth (RMS {a[0]:.2e} at block 0 -> "
@@ -256,8 +262,8 @@ def _eps_check(result: dict) -> Optional[str]:
     """
     cfg, lay = result.get("config", {}), result["layers"]
     a = [r["act_rms"] for r in lay]
-    if cfg.get("variant") not in ("plain", "postnorm", "deepnorm") or cfg.get("norm") in (None, "none"):
-        return None
+    if cfg.get("variant") not in ("plain", "postnorm", "deepnorm") or cfg.get("norm") in (None, "none", "dyt"):
+        return None  # DyT has no eps: _dyt_check says what a small signal does to it
     if not a or not (0 < a[-1] < 0.5) or not all(math.isfinite(v) for v in a):
         return None
     name = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}.get(cfg["norm"], cfg["norm"])
@@ -279,6 +285,40 @@ def _eps_check(result: dict) -> Optional[str]:
             "make the sublayer outputs this small; a wider model gets outputs above sqrt(eps), its norm restores "
             "RMS ~1, and then only the rank can collapse -- a different mechanism. A shortcut (model.variant "
             "prenorm) or larger initial weights (model.init torch) avoid this one.")
+
+
+def _dyt_check(result: dict) -> Optional[str]:
+    """The mechanism when DyT is the norm and the stream is small: DyT has no statistics.
+
+    DyT(x) = weight * tanh(alpha * x) + bias (weight 1, bias 0, alpha = 0.5 at init; Zhu et al. 2025)
+    is ~alpha * x where |x| is well below 1/alpha, so unlike LayerNorm / RMSNorm it does not bring a
+    small signal back to RMS ~1. Where a block's output is a DyT's (plain, postnorm, deepnorm) each of
+    its two DyTs multiplies the stream by ~alpha; in pre-LN and Peri-LN the final DyT hands the head
+    ~alpha x the stream. Said when the last block's RMS is below 0.5 (tanh's linear range at alpha 0.5).
+    """
+    cfg, lay = result.get("config", {}), result["layers"]
+    a = [r["act_rms"] for r in lay]
+    if cfg.get("norm") != "dyt" or cfg.get("variant") == "rezero" or not a or not all(math.isfinite(v) for v in a):
+        return None
+    if not 0 < a[-1] < 0.5:
+        return None
+    txt = (f"mechanism: DyT does not normalise. tanh(alpha*x) ~ alpha*x for |x| well below 1/alpha, and the "
+           f"stream's RMS is {min(a):.1e} to {max(a):.1e}, so each DyT (alpha = {DYT_ALPHA0:g} at init) passes a "
+           f"small signal on at ~alpha times its size instead of restoring RMS ~1 as LayerNorm does")
+    if cfg.get("variant") in FINAL_NORM_VARIANTS:
+        return txt + (f"; the final DyT (ln_f) hands the head RMS ~{DYT_ALPHA0 * a[-1]:.1e}: near-uniform logits and "
+                      "small gradients. "
+                      + ("The stream is this small because model.init gpt2 draws the embeddings at std 0.02. "
+                         if cfg.get("init") == "gpt2" else "")
+                      + "Larger initial weights (model.init torch: N(0, 1) embeddings) or model.norm layernorm avoid "
+                      "it. AdamW's step does not shrink with the gradient's size while the gradient stays above its "
+                      "eps 1e-8, so small gradients alone do not stop training.")
+    if len(a) > 1:
+        gain = (a[-1] / a[0]) ** (1 / (len(a) - 1))
+        txt += f"; each block passes on ~{gain:.2g} x the scale it receives"
+        txt += ", so the signal fades geometrically" if gain < 0.9 else ""
+    return txt + (". DyT was designed for pre-LN, where it sits on the branch input and the shortcut carries the "
+                  "stream: model.variant prenorm or periln keep it there; model.norm layernorm normalises.")
 
 
 def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[Optional[str], Optional[str]]:
@@ -323,8 +363,9 @@ def probe_verdicts(result: dict, vanish: float = 1e-2, explode: float = 1e2, act
     if nonfinite or not math.isfinite(result.get("loss", 0.0)):
         problems.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
     underflow = any(r["act_rms"] == 0.0 for r in lay)
-    eps = _eps_check(result)
-    checks = [_gradient_check(result, vanish, explode, tiny_grad), _activation_check(lay, act_change), (eps, None),
+    eps = _eps_check(result) or _dyt_check(result)
+    checks = [_gradient_check(result, vanish, explode, tiny_grad),
+              _activation_check(lay, act_change, result.get("config", {}).get("norm")), (eps, None),
               _rank_check(lay, collapse, underflow)]
     problems += [bad for bad, _ in checks if bad]
     # the cause before its consequence: an underflowing stream explains the zero gradients
@@ -348,12 +389,13 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
     if out and ok:
         out.append("not the problem here: " + "; ".join(ok) + ".")
     elif not out:
-        out.append(f"healthy at initialisation ({cfg.get('variant', '?')}, {len(lay)} blocks): " + "; ".join(ok)
+        which = " + ".join([str(cfg.get("variant", "?"))] + _scales(cfg))
+        out.append(f"healthy at initialisation ({which}, {len(lay)} blocks): " + "; ".join(ok)
                    + " all stay in range.")
     if cfg.get("variant") == "rezero":
         out.append("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
                    "gradient; the sublayer weights start learning once the alphas move.")
-    if (any(s.startswith("rank collapse") for s in out) and _eps_check(result) is None
+    if (any(s.startswith("rank collapse") for s in out) and _eps_check(result) is None and _dyt_check(result) is None
             and not any(s.startswith(("vanishing", "tiny gradients")) for s in out)):
         out.append("note: at initialisation, before any update, the textbook 'vanishing gradients' explanation "
                    "does not fit these numbers; the failure is in the token representations. Once training starts "
@@ -402,13 +444,27 @@ def plot_probe(result: dict, path: str | Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel("block")
         ax.grid(True, which="both", alpha=0.3)
-    wiring = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
-    fig.suptitle(f"depthlab probe at init: {wiring}, {cfg.get('n_layer')} blocks x {cfg.get('n_embd')} wide")
+    fig.suptitle(f"depthlab probe at init: {wiring_label(cfg)}, {cfg.get('n_layer')} blocks x {cfg.get('n_embd')} wide")
     return write_png(fig, path, dpi=100, metadata={"Software": PROBE_SOFTWARE})
 
 
 #: The PNG ``Software`` text of :func:`plot_probe`: how ``depthlab probe`` knows a file at ``--out`` is its own.
 PROBE_SOFTWARE = "depthlab probe"
+
+
+def wiring_label(cfg: dict) -> str:
+    """A model's wiring in the probe's words: ``prenorm + dyt``, ``rezero (no norm)``, ``+ norm_scale depth``.
+
+    Args:
+        cfg: the model section as a dict (``variant``, ``norm``, and ``residual_scale`` / ``norm_scale`` if set).
+    """
+    base = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
+    return " + ".join([base] + _scales(cfg))
+
+
+def _scales(cfg: dict) -> list[str]:
+    """``["residual_scale depth", ...]``: the depth scalings a model config turns on."""
+    return [f"{k} depth" for k in ("residual_scale", "norm_scale") if cfg.get(k) == "depth"]
 
 
 def written_by_probe(path: str | Path) -> bool:
