@@ -141,3 +141,27 @@ def test_the_planned_end_names_the_limit_it_was_planned_for():
     # resumed with --train.max_time 600: the stored plan goes on; it was made for 270 s, not 600 (said so)
     line = _planned_end(b.plan, 600.0)
     assert "planned for train.max_time 270 s in an earlier session; this session's limit is 600 s" in line
+
+
+# ----------------------------------------------------------------------------- the sweep's runs
+def test_a_sweep_rerun_keeps_time_capped_runs_and_redoes_interrupted_ones_from_step_0(tmp_path, corpus):
+    from conftest import tiny_sweep_spec
+    from depthlab import rundir
+    from depthlab.sweep.common import clear_run_dir, plan
+    from depthlab.sweep.spec import expand
+
+    spec = tiny_sweep_spec(corpus, {"model.n_layer": [1, 2]}, {"model.n_embd": 16, "model.n_head": 2,
+                                                                "model.block_size": 16, "train.max_time": 5.0})
+    capped, cut = expand(spec, tmp_path)
+    for p, status in ((capped, "time_capped"), (cut, "interrupted")):
+        d = tmp_path / "runs" / p.name
+        (d / "checkpoints").mkdir(parents=True)
+        rundir.write_json(d / rundir.CONFIG, p.config)
+        rundir.write_json(d / rundir.SWEEP_STATUS, {"name": p.name, "status": status})
+    rundir.write_json(tmp_path / "runs" / capped.name / rundir.SUMMARY, {"stopped_by": "max_time"})
+    done, todo = plan([capped, cut], tmp_path)
+    # each run's max_time is its own (one process, one session); a capped run is a result, an interrupted
+    # one is started again (what "run the same command again" after an interrupted sweep does)
+    assert [p.name for p in done] == [capped.name] and [p.name for p in todo] == [cut.name]
+    clear_run_dir(tmp_path / "runs" / cut.name)
+    assert not (tmp_path / "runs" / cut.name).exists()

@@ -486,7 +486,7 @@ def run_sweep(ns, argv: list[str]) -> int:
                         backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler)
     except KeyboardInterrupt:
         print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
-              f"{out_dir} are kept)", file=sys.stderr)
+              f"{out_dir} are kept; the interrupted ones start again from step 0)", file=sys.stderr)
         return 130
     if not ns.no_report:
         from .report.sweep import build_sweep_report
