@@ -524,6 +524,37 @@ def run_views(ns, command: str) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- coordcheck
+def build_coordcheck_parser():
+    """The parser of ``depthlab coordcheck``: run-config fields plus the axis, grid, steps and seeds."""
+    from .analytics.coordcheck import COORDCHECK_HELP
+
+    p = new_parser("coordcheck", COORDCHECK_HELP, config_fields=True)
+    p.add_argument("--axis", type=Optional[str], default=None,
+                   help="FIELD=V1,V2,...: a numeric config field and at least two values > 0 (model.n_layer=2,4,8,16)")
+    p.add_argument("--grid", action="append", default=[],
+                   help="SECTION.FIELD=V1,V2 crossed with the axis, as depthlab sweep's (model.variant=plain,prenorm)")
+    p.add_argument("--steps", type=int, default=3, help="measurements per point: step 1 = init, one update between")
+    p.add_argument("--seeds", type=int, default=1, help="seeds averaged: train.seed, train.seed + 1, ...")
+    p.add_argument("--json", action="store_true", help='print {"rows": [...], "slopes": [...], "verdicts": {...}}')
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    return p
+
+
+def run_coordcheck(ns) -> int:
+    """``depthlab coordcheck``: the table, the slopes and a verdict per variant (or JSON)."""
+    from .analytics.coordcheck import coordcheck, format_coordcheck, parse_axis
+    from .sweep.spec import parse_grid_arg
+
+    _set_threads(ns.threads)
+    axis = parse_axis(ns.axis)
+    grid = dict(parse_grid_arg(g) for g in ns.grid)
+    log = None if ns.json else (lambda line: print(line, file=sys.stderr, flush=True))
+    result = coordcheck(_config_from(ns), axis, grid, ns.steps, ns.seeds, log=log)
+    print(json.dumps(result) if ns.json else format_coordcheck(result))
+    return 0
+
+
 # ------------------------------------------------------------------------- export
 def build_export_parser():
     """The parser of ``depthlab export RUN_DIR OUT_DIR``."""
@@ -584,6 +615,8 @@ COMMANDS: dict[str, Command] = {
                       partial(build_views_parser, "layers"), partial(run_views, command="layers")),
     "context": Command("val loss by position against the bigram baseline: does the model use its context?",
                        partial(build_views_parser, "context"), partial(run_views, command="context")),
+    "coordcheck": Command("activation scale against depth or width at init and a few steps in: stable, grows or "
+                          "vanishes per variant", build_coordcheck_parser, run_coordcheck),
     "export": Command("write a Hugging Face directory (transformers AutoModelForCausalLM / AutoTokenizer)",
                       build_export_parser, run_export),
     "presets": Command("list the shipped training presets", build_presets_parser, run_presets),

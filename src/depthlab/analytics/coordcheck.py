@@ -1,0 +1,515 @@
+"""The coordinate check along an axis (depth, width): activation scale at init and over the first steps.
+
+Library code behind ``depthlab coordcheck`` (the command itself lives in :mod:`depthlab.cli`). For
+each grid point and each value of the axis (e.g. ``model.n_layer`` = 2, 4, 8, 16) the model is built
+as the trainer builds it (``torch.manual_seed(seed)``), measured, trained one step with the run's
+own optimizer and learning-rate schedule, measured again, and so on for ``steps`` measurements:
+step 1 is the model at initialisation, before any update. Three root-mean-square values are
+recorded at each step (:func:`measure`):
+
+* ``resid_rms``: the residual stream after the last block (the last block's output, before any final
+  norm: ``hook_resid_post`` of depthlab's GPT). At step 1 it is exactly the init probe's ``act_rms``
+  of the last block (:func:`depthlab.analytics.probe.probe_at_init`): same seed, same batches, same
+  attention path, same :func:`~depthlab.analytics.activations.rms`.
+* ``attn_logits_rms``: the attention logits q.k / sqrt(hs) before the softmax (Vaswani et al. 2017),
+  over the causally visible query-key pairs; the **maximum over blocks** (``attn_logits_block`` says
+  which block), because growth starts wherever it starts. Measured where a block has a fused
+  ``attn.c_attn`` projection (C -> 3C) and ``attn.n_head`` (depthlab's GPT, nanoGPT); None elsewhere.
+* ``logits_rms``: the output logits (B, T, V).
+
+Each is the mean over the init probe's batches (``PROBE_BATCHES`` x ``PROBE_BATCH_SIZE`` windows of
+the train split, generator seeded with (seed, 3)), then the mean over ``seeds`` seeds
+(``train.seed``, ``train.seed + 1``, ...) with the population standard deviation as the spread.
+
+The log-log slope of each quantity against the axis value (least squares of ln RMS on ln value) says
+how it scales: slope 0 = independent of the axis, -1 = inversely proportional. The verdict per
+variant is read from the slope of ``resid_rms``, the natural coordinate of a coordinate check (what
+every block reads and writes; microsoft/mup's coord check, Yang et al. 2021, plots the same thing
+against width): ``stable`` when |slope| < :data:`STABLE_SLOPE` at every step, else ``grows`` when the
+largest excursion is a slope >= +STABLE_SLOPE, ``vanishes`` when it is <= -STABLE_SLOPE; an RMS that
+reaches exactly 0 at some axis value is ``vanishes``, a non-finite one ``grows``.
+
+Numbers are float32 on CPU, in eval mode for the measurements and train mode for the updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..errors import DepthlabError
+from ..units import fmt_value
+from .activations import record_activations, rms
+from .probe import PROBE_BATCH_SIZE, PROBE_BATCHES
+
+__all__ = ["STABLE_SLOPE", "QUANTITIES", "COORDCHECK_HELP", "numeric_fields", "parse_axis", "attention_logits_rms",
+           "measure", "loglog_slope", "slope_verdict", "run_point", "coordcheck", "format_coordcheck", "needs_blocks"]
+
+#: |log-log slope| of the residual-stream RMS below which a variant is ``stable`` (see the module docstring
+#: for how it was chosen: the measured slopes in the README's coordcheck subsection sit far from it).
+STABLE_SLOPE = 0.25
+#: The RMS values recorded per step, in the order they are printed.
+QUANTITIES = ("resid_rms", "attn_logits_rms", "logits_rms")
+#: Where a model may keep its blocks as depthlab's GPT does; other models are searched (find_blocks).
+_GPT_BLOCKS = "transformer.h"
+
+#: ``depthlab coordcheck --help``'s description (the command's parser lives in :mod:`depthlab.cli`).
+COORDCHECK_HELP = (
+    "Coordinate check: for each --grid point and each value of --axis (e.g. model.n_layer=2,4,8,16), build the "
+    "model as train does, then at steps 1..--steps (step 1 = init, before any update; the updates use the run's "
+    f"optimizer, learning-rate schedule (train.warmup_iters) and grad clip, on batches of {PROBE_BATCH_SIZE} train "
+    "windows) print the RMS of the residual stream after the last block, of the attention logits q.k/sqrt(hs) "
+    f"before the softmax (the max over blocks) and of the output logits, averaged over the init probe's "
+    f"{PROBE_BATCHES} x {PROBE_BATCH_SIZE} windows and over --seeds seeds (train.seed, +1, ...; spread = std). Then "
+    "the log-log slope of each against the axis and a verdict per variant from the residual stream's slope: "
+    f"|slope| < {STABLE_SLOPE:g} at every step = stable, else the larger excursion: >= +{STABLE_SLOPE:g} = grows, "
+    f"<= -{STABLE_SLOPE:g} = vanishes (an RMS of exactly 0 = vanishes, inf/NaN = grows). Step 1 equals depthlab "
+    "probe's act_rms of the last block for the same seed. float32 on CPU. Works on a model.source model that "
+    "keeps its blocks in a ModuleList (vary its own argument: --axis model.init.n_layer=2,4,8).")
+
+
+# --------------------------------------------------------------------------- the axis
+def numeric_fields() -> list[str]:
+    """The dotted config fields an axis may vary: the integer and float fields of ``model`` and ``train``."""
+    from ..config import ModelConfig, TrainConfig
+
+    out = []
+    for sec, klass in (("model", ModelConfig), ("train", TrainConfig)):
+        hints = typing.get_type_hints(klass)
+        out += [f"{sec}.{f.name}" for f in dataclasses.fields(klass) if hints[f.name] in (int, float)]
+    return out
+
+
+def _field_type(key: str) -> type:
+    from ..config import ModelConfig, TrainConfig
+
+    sec, _, name = key.partition(".")
+    return typing.get_type_hints({"model": ModelConfig, "train": TrainConfig}[sec])[name]
+
+
+def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
+    """Parse ``FIELD=V1,V2,...``: a numeric config field and at least two distinct positive values.
+
+    ``model.init.NAME`` varies a keyword argument of a ``model.source`` model (its own ``n_layer``).
+
+    Args:
+        text: e.g. ``model.n_layer=2,4,8,16`` (None: the option was not given).
+        option: the option's name, for messages.
+
+    Returns:
+        (dotted field, values typed as the field: int or float), in the order given.
+
+    Raises:
+        DepthlabError: no axis, no ``=``, an unknown or non-numeric field, a value that is not a number or not
+            > 0 (the slope is taken on a log scale), fewer than two distinct values.
+    """
+    example = f"e.g. {option} model.n_layer=2,4,8,16"
+    if text is None:
+        raise DepthlabError(f"coordcheck needs {option} FIELD=V1,V2,... the field to vary and its values ({example})")
+    key, eq, vals = str(text).partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise DepthlabError(f"{option} {text!r}: expected FIELD=V1,V2,... ({example})")
+    fields = numeric_fields()
+    if key.startswith("model.init.") and key[len("model.init."):].isidentifier():
+        kind: type = float
+    elif key in fields:
+        kind = _field_type(key)
+    else:
+        raise DepthlabError(f"{option} {key}: not a numeric config field (the slope is taken against its log; vary "
+                            f"other fields with --grid); choose one of {', '.join(fields)} (or model.init.NAME for a "
+                            f"model.source model), {example}")
+    values = []
+    for item in vals.split(","):
+        try:
+            v = kind(float(item)) if kind is float else int(item)
+        except ValueError:
+            what = "a number" if kind is float else "an integer"
+            raise DepthlabError(f"{option} {text!r}: {item.strip()!r} is not {what} ({key} takes "
+                                f"{'numbers' if kind is float else 'integers'}), {example}") from None
+        if not (math.isfinite(v) and v > 0):
+            raise DepthlabError(f"{option} {text!r}: {item.strip()!r} must be > 0 (the slope is taken against "
+                                f"ln {key}), {example}")
+        if v not in values:
+            values.append(v)
+    if len(values) < 2:
+        raise DepthlabError(f"{option} {text!r}: a slope needs at least two different values of {key}, {example}")
+    if key.startswith("model.init."):
+        values = [int(v) if float(v).is_integer() else v for v in values]
+    return key, values
+
+
+def _with(base: dict, key: str, value: Any) -> dict:
+    """A copy of the nested config ``base`` with dotted ``key`` (``model.init.NAME`` too) set to ``value``."""
+    d = {s: dict(v) if isinstance(v, dict) else v for s, v in base.items()}
+    sec, _, name = key.partition(".")
+    if key.startswith("model.init."):
+        init = d["model"].get("init")
+        d["model"]["init"] = {**(init if isinstance(init, dict) else {}), name[len("init."):]: value}
+    else:
+        d[sec][name] = value
+    return d
+
+
+def _points(base, axis: tuple[str, list], grid: dict[str, list]) -> list[tuple[dict, list]]:
+    """[(grid point {field: value}, [RunConfig per axis value])], every config validated up front."""
+    from ..config import RunConfig
+
+    key, values = axis
+    if key in grid:
+        raise DepthlabError(f"{key} is both the --axis and a --grid field; vary it in one of them")
+    if key.startswith("model.init.") and not base.model.source:
+        arg = key[len("model.init."):]
+        raise DepthlabError(f"--axis {key} varies a keyword argument of a model.source model; depthlab's GPT "
+                            f"takes {arg} as a model field: --axis model.{arg}=...")
+    if base.model.source and key.startswith("model.") and not key.startswith("model.init.") \
+            and key != "model.block_size":
+        name = key[len("model."):]
+        raise DepthlabError(f"--axis {key} describes depthlab's GPT, not model.source {base.model.source}; vary "
+                            f"your model's own argument instead: --axis model.init.{name}=...")
+    combos: list[dict] = [{}]
+    for k, vs in grid.items():
+        combos = [{**c, k: v} for c in combos for v in vs]
+    out = []
+    for point in combos:
+        d = base.to_dict()
+        for k, v in point.items():
+            d = _with(d, k, v)
+        out.append((point, [RunConfig.from_dict(_with(d, key, v)) for v in values]))
+    return out
+
+
+# --------------------------------------------------------------------------- one measurement
+def needs_blocks(model: nn.Module) -> tuple[str, list[str]]:
+    """(container name, module name of each block) of ``model``'s stack of blocks.
+
+    depthlab's GPT keeps them in ``transformer.h``; another model's are found as ``depthlab check``
+    finds them (:func:`depthlab.analytics.check.flow.find_blocks`).
+
+    Raises:
+        DepthlabError: no stack of blocks (what coordcheck needs, in one line).
+    """
+    from .check.flow import find_blocks
+
+    name, blocks = find_blocks(model, _GPT_BLOCKS if hasattr(model, "transformer") and
+                               hasattr(model.transformer, "h") else None)
+    if not blocks:
+        raise DepthlabError(f"coordcheck needs the model's blocks: {type(model).__name__} has no ModuleList, "
+                            "Sequential or ModuleDict of blocks of one class (like transformer.h), so there is no "
+                            "residual stream after the last block to measure; keep the blocks in an nn.ModuleList")
+    names = {id(m): n for n, m in model.named_modules()}
+    return name, [names[id(b)] for b in blocks]
+
+
+def _attention_of(model: nn.Module, block_names: Sequence[str]) -> list[Optional[tuple[str, int]]]:
+    """Per block: (name of its fused q/k/v projection, n_head) when it has ``attn.c_attn`` (C -> 3C) and
+    ``attn.n_head``; else None."""
+    mods = dict(model.named_modules())
+    out: list[Optional[tuple[str, int]]] = []
+    for b in block_names:
+        attn = mods.get(f"{b}.attn")
+        lin, nh = getattr(attn, "c_attn", None), getattr(attn, "n_head", None)
+        ok = (isinstance(lin, nn.Linear) and isinstance(nh, int) and nh > 0 and lin.out_features == 3 * lin.in_features
+              and lin.in_features % nh == 0)
+        out.append((f"{b}.attn.c_attn", nh) if ok else None)
+    return out
+
+
+def attention_logits_rms(qkv: torch.Tensor, n_head: int) -> float:
+    """RMS of the attention logits q.k / sqrt(hs) over the causally visible pairs (key j <= query i).
+
+    Args:
+        qkv: the fused projection's output (B, T, 3C), queries | keys | values side by side.
+        n_head: nh; hs = C // nh.
+
+    Returns:
+        The RMS (dimensionless: logits before the softmax, Vaswani et al. 2017's scaled dot product).
+    """
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // n_head
+    q, k, _ = qkv.detach().float().split(C, dim=2)
+    q = q.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
+    visible = torch.ones(T, T, dtype=torch.bool).tril()
+    return rms(att[..., visible])
+
+
+def measure(model: nn.Module, block_names: Sequence[str], batches: Sequence[tuple[torch.Tensor, torch.Tensor]]
+            ) -> dict:
+    """The three RMS values of one model, means over ``batches``, in eval mode without gradients.
+
+    depthlab's GPT runs its explicit attention path here (the one the init probe's hooks select), so
+    ``resid_rms`` is bit-identical to the probe's ``act_rms`` of the last block.
+
+    Args:
+        model: the model; block_names: its blocks' module names (:func:`needs_blocks`).
+        batches: (x, y) token ids, each (B, T).
+
+    Returns:
+        ``{"resid_rms", "attn_logits_rms" (max over blocks, None when not measurable),
+        "attn_logits_block" (the block of that max), "logits_rms"}``.
+    """
+    from ..training.protocol import ModelPort
+
+    port = ModelPort(model)
+    attn = _attention_of(model, block_names)
+    names = [block_names[-1]] + [a[0] for a in attn if a is not None]
+    n = len(batches)
+    resid, logits_acc, att_acc = 0.0, 0.0, [0.0] * len(attn)
+    was_training = model.training
+    model.eval()
+    port.set_attention(True)
+    try:
+        with torch.no_grad(), record_activations(model, names) as acts:
+            for x, y in batches:
+                logits = port.logits(model, x, y)
+                resid += rms(_first_tensor(acts[block_names[-1]])) / n
+                logits_acc += rms(logits) / n
+                for i, a in enumerate(attn):
+                    if a is not None:
+                        att_acc[i] += attention_logits_rms(acts[a[0]], a[1]) / n
+    finally:
+        port.set_attention(False)
+        model.train(was_training)
+    measured = [(v, i) for i, v in enumerate(att_acc) if attn[i] is not None]
+    top = max(measured, key=lambda vi: vi[0] if math.isfinite(vi[0]) else math.inf) if measured else (None, None)
+    return {"resid_rms": resid, "attn_logits_rms": top[0], "attn_logits_block": top[1], "logits_rms": logits_acc}
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    """A block's output: the tensor itself, or the first element of a tuple it returns."""
+    if isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise DepthlabError(f"coordcheck: a block returned {type(out).__name__}; it must return the residual "
+                            "stream (B, T, C), or a tuple starting with it")
+    return out
+
+
+# --------------------------------------------------------------------------- one configuration, a few steps
+def _build(cfg, corpus, seed: int) -> nn.Module:
+    """The model a run of ``cfg`` trains, built with ``torch.manual_seed(seed)`` as the trainer and the probe do."""
+    from ..usermodel import make_model
+
+    mcfg = dataclasses.replace(cfg.model, vocab_size=len(corpus.tokenizer.vocab))
+    torch.manual_seed(seed)
+    return make_model(mcfg)
+
+
+def run_point(cfg, corpus, steps: int, seed: int) -> list[dict]:
+    """Measure one configuration at steps 1..``steps`` (step 1 = init), training one step in between.
+
+    The updates are the run's: ``train.optimizer`` (auto = Muon + AdamW on CPU), its learning rate
+    at optimizer step 0, 1, ... of the warmup + cosine schedule (``train.warmup_iters``: 0 gives the
+    peak rate from the first update), ``train.grad_clip``; each on a fresh batch of
+    ``PROBE_BATCH_SIZE`` train windows (generator seeded with (seed, 4)).
+
+    Args:
+        cfg: a :class:`~depthlab.config.RunConfig`; corpus: its loaded :class:`~depthlab.data.Corpus`.
+        steps: measurements (>= 1). seed: seeds the model and both batch streams.
+
+    Returns:
+        One dict per step: ``{"step", "resid_rms", "attn_logits_rms", "attn_logits_block", "logits_rms"}``.
+    """
+    from ..budget import TimeBudget
+    from ..data import get_batch
+    from ..training.optimization import LRSchedule, make_optimizer
+    from ..training.protocol import ModelPort
+
+    T = cfg.model.block_size
+    corpus.check_block_size(T)
+    model = _build(cfg, corpus, seed)
+    _, block_names = needs_blocks(model)
+    rng = np.random.default_rng([seed, 3])  # the init probe's batches (probe_at_init)
+    batches = [get_batch(corpus.train, T, PROBE_BATCH_SIZE, rng) for _ in range(PROBE_BATCHES)]
+    rows = [{"step": 1, **measure(model, block_names, batches)}]
+    if steps == 1:
+        return rows  # init only: no optimizer (Muon's first import alone takes seconds)
+    train_rng = np.random.default_rng([seed, 4])
+    port = ModelPort(model)
+    optimizer = make_optimizer(model, cfg.train, torch.device("cpu"))
+    schedule = LRSchedule(cfg.train, TimeBudget(cfg.train))
+    clip = cfg.train.grad_clip if cfg.train.grad_clip > 0 else math.inf
+    for step in range(2, steps + 1):
+        model.train()
+        schedule.apply(optimizer, step - 2)  # optimizer step 0 leads from measurement 1 to measurement 2
+        x, y = get_batch(corpus.train, T, PROBE_BATCH_SIZE, train_rng)
+        port.loss(model, x, y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        rows.append({"step": step, **measure(model, block_names, batches)})
+    return rows
+
+
+# --------------------------------------------------------------------------- slopes and verdicts
+def loglog_slope(xs: Sequence[float], ys: Sequence[Optional[float]]) -> Optional[float]:
+    """Least-squares slope of ln y against ln x (the exponent p of y ~ x^p).
+
+    Returns:
+        The slope, or None when fewer than two points have a finite y > 0 (a y of 0 has no logarithm).
+    """
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if y is not None and math.isfinite(y) and y > 0]
+    if len(pts) < 2 or len({p[0] for p in pts}) < 2:
+        return None
+    lx = np.array([p[0] for p in pts])
+    ly = np.array([p[1] for p in pts])
+    dx = lx - lx.mean()
+    return float((dx * (ly - ly.mean())).sum() / (dx * dx).sum())
+
+
+def slope_verdict(slopes: Sequence[Optional[float]], zero: bool = False, nonfinite: bool = False,
+                  threshold: float = STABLE_SLOPE) -> str:
+    """``stable``, ``grows`` or ``vanishes`` from the residual-stream slopes of every step.
+
+    Args:
+        slopes: one log-log slope per step (None where undefined).
+        zero: the RMS was exactly 0 at some axis value and step (underflow): ``vanishes``.
+        nonfinite: it was inf or NaN somewhere (overflow): ``grows``.
+        threshold: |slope| below it at every step is ``stable`` (:data:`STABLE_SLOPE`); otherwise the
+            larger excursion decides: a slope >= +threshold ``grows``, <= -threshold ``vanishes``.
+    """
+    if nonfinite:
+        return "grows"
+    if zero:
+        return "vanishes"
+    s = [v for v in slopes if v is not None]
+    hi, lo = max(s, default=0.0), min(s, default=0.0)
+    if hi < threshold and lo > -threshold:
+        return "stable"
+    return "grows" if hi >= -lo else "vanishes"
+
+
+def _label(cfg, point: dict) -> str:
+    """The name a verdict goes under: the variant (or the model.source), plus any other grid field."""
+    name = str(cfg.model.source) if cfg.model.source else cfg.model.variant
+    rest = [f"{k}={v}" for k, v in point.items() if k != "model.variant"]
+    return " ".join([name] + rest)
+
+
+def _aggregate(per_seed: list[list[dict]], step: int) -> dict:
+    """Mean and population std over seeds of each quantity at ``step`` (None where unmeasured)."""
+    rows = [runs[step] for runs in per_seed]
+    out: dict = {}
+    for q in QUANTITIES:
+        vals = [r[q] for r in rows]
+        if any(v is None for v in vals):
+            out[q], out[f"{q}_std"] = None, None
+            continue
+        arr = np.array(vals, dtype=np.float64)
+        out[q], out[f"{q}_std"] = float(arr.mean()), float(arr.std())
+    out["attn_logits_block"] = rows[0]["attn_logits_block"]
+    return out
+
+
+def _judge(rows: list[dict], values: list, steps: int) -> tuple[list[dict], str]:
+    """(slopes per step, verdict) of one grid point's rows."""
+    slopes = []
+    for step in range(1, steps + 1):
+        at = [next(r for r in rows if r["step"] == step and r["axis_value"] == v) for v in values]
+        slopes.append({"step": step, **{q: loglog_slope(values, [r[q] for r in at]) for q in QUANTITIES}})
+    resid = [r["resid_rms"] for r in rows]
+    verdict = slope_verdict([s["resid_rms"] for s in slopes], zero=any(v == 0 for v in resid),
+                            nonfinite=any(not math.isfinite(v) for v in resid))
+    return slopes, verdict
+
+
+def coordcheck(base, axis: tuple[str, list], grid: Optional[dict[str, list]] = None, steps: int = 3,
+               seeds: int = 1, log: Optional[Callable[[str], None]] = None) -> dict:
+    """The coordinate check: RMS of the residual stream, attention logits and output logits against the axis.
+
+    Args:
+        base: the :class:`~depthlab.config.RunConfig` every point starts from.
+        axis: (dotted field, values) from :func:`parse_axis`.
+        grid: dotted field -> typed values (``depthlab sweep``'s ``--grid``), crossed; None = one point.
+        steps: measurements per configuration, >= 1 (step 1 = init, then one update before each next one).
+        seeds: seeds averaged (``train.seed`` + 0 .. seeds - 1), >= 1.
+        log: progress lines (None = silent).
+
+    Returns:
+        ``{"axis": {"field", "values"}, "grid", "steps", "seeds", "threshold", "verdict_on": "resid_rms",
+        "attn_logits": "max over blocks", "rows": [{"label", "point", "axis_value", "step", "resid_rms",
+        "resid_rms_std", "attn_logits_rms", "attn_logits_rms_std", "attn_logits_block", "logits_rms",
+        "logits_rms_std"}], "slopes": [{"label", "step", "resid_rms", "attn_logits_rms", "logits_rms"}],
+        "verdicts": {label: verdict}}``; a label is the variant (or the model.source), plus any other
+        grid field's value.
+
+    Raises:
+        DepthlabError: steps or seeds < 1, a config the fields refuse, a model without blocks, an
+            unreadable corpus.
+    """
+    from ..data import load_corpus
+
+    for name, v, cap in (("--steps", steps, 1000), ("--seeds", seeds, 100)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= cap:
+            raise DepthlabError(f"coordcheck: {name} must be an integer from 1 to {cap}, got {v!r}")
+    key, values = axis
+    points = _points(base, axis, dict(grid or {}))
+    corpora: dict = {}
+    rows, slopes, verdicts = [], [], {}
+    flushed = torch.set_flush_denormal(True)  # a bare deep stack runs through subnormals (see probe_at_init)
+    try:
+        for point, cfgs in points:
+            label = _label(cfgs[0], point)
+            mine = []
+            for v, cfg in zip(values, cfgs):
+                if log:
+                    log(f"coordcheck: {label}, {key} = {v}")
+                dk = repr(cfg.data)
+                corpus = corpora[dk] = corpora.get(dk) or load_corpus(cfg.data)
+                per_seed = [run_point(cfg, corpus, steps, cfg.train.seed + k) for k in range(seeds)]
+                mine += [{"label": label, "point": point, "axis_value": v, "step": s + 1, **_aggregate(per_seed, s)}
+                         for s in range(steps)]
+            point_slopes, verdicts[label] = _judge(mine, values, steps)
+            rows += mine
+            slopes += [{"label": label, **s} for s in point_slopes]
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
+    return {"axis": {"field": key, "values": list(values)}, "grid": dict(grid or {}), "steps": steps,
+            "seeds": seeds, "threshold": STABLE_SLOPE, "verdict_on": "resid_rms", "attn_logits": "max over blocks",
+            "rows": rows, "slopes": slopes, "verdicts": verdicts}
+
+
+def _slope_text(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:+.2f}"
+
+
+def format_coordcheck(result: dict) -> str:
+    """The table (one line per label, axis value and step), then the slopes and the verdict per label."""
+    key = result["axis"]["field"]
+    short = key.rpartition(".")[2]
+    seeds = result["seeds"]
+    spread = " (mean over %d seeds, +- std)" % seeds if seeds > 1 else ""
+    lines = [f"coordcheck along {key}: RMS at steps 1..{result['steps']} (step 1 = init){spread}; attention "
+             "logits q.k/sqrt(hs): the max over blocks",
+             f"{'variant':<16} {short:>8} {'step':>4}  {'resid_rms':>18}  {'attn_logits(max)':>22}  {'logits_rms':>18}"]
+    for r in result["rows"]:
+        cells = []
+        for q in QUANTITIES:
+            v, sd = r[q], r[f"{q}_std"]
+            txt = fmt_value(v, ".3e", missing="n/a")
+            if seeds > 1 and sd is not None:
+                txt += f" +-{sd:.1e}"
+            if q == "attn_logits_rms" and r["attn_logits_block"] is not None:
+                txt += f" (b{r['attn_logits_block']})"
+            cells.append(txt)
+        lines.append(f"{r['label']:<16} {r['axis_value']!s:>8} {r['step']:>4}  {cells[0]:>18}  {cells[1]:>22}  "
+                     f"{cells[2]:>18}")
+    t = result["threshold"]
+    lines.append(f"log-log slope against {key} per step (resid / attn logits / logits); verdict on the residual "
+                 f"stream: |slope| < {t:g} at every step = stable, else >= +{t:g} = grows, <= -{t:g} = vanishes")
+    for label, verdict in result["verdicts"].items():
+        per = [s for s in result["slopes"] if s["label"] == label]
+        txt = ", ".join(f"step {s['step']} {_slope_text(s['resid_rms'])} / {_slope_text(s['attn_logits_rms'])} / "
+                        f"{_slope_text(s['logits_rms'])}" for s in per)
+        lines.append(f"{label}: {txt} -> {verdict}")
+    return "\n".join(lines)
