@@ -308,3 +308,15 @@ def test_train_warnings_go_to_stderr_and_the_log_to_stdout(tmp_path, tiny_text_f
     console("eval step 0: a log line")
     out, err = capsys.readouterr()
     assert out == "eval step 0: a log line\n" and err == "depthlab: warning: something to see\n"
+
+
+# ------------------------------------------------------------------------- 5. probe --help lists what probe takes
+def test_probe_help_lists_of_train_only_what_probe_accepts(capsys):
+    import re
+
+    from depthlab.cli import build_probe_parser
+
+    shown = set(re.findall(r"--train\.\w+", build_probe_parser().format_help()))
+    assert shown == {"--train.seed"}
+    err = cli_err(capsys, "probe", "--train.max_iters", "3")
+    assert "uses only train.seed" in err

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, field_types, files_first, flag, \
-    one_line
+    hide_train_options, one_line
 from .cli_expand import expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401
 from .errors import DepthlabError, NonFiniteError
 
@@ -169,6 +169,7 @@ def build_probe_parser():
     p.add_argument("--probe_batch_size", "--probe-batch-size", type=int, default=PROBE_BATCH_SIZE,
                    help="sequences per batch")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = min(torch default, 4))")
+    hide_train_options(p)  # probe trains nothing: of train.* it takes train.seed only
     return p
 
 

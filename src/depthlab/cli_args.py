@@ -392,6 +392,19 @@ _NOT_USED = {
 _PROBE_TRAIN_FIELDS = {"train.seed"}
 
 
+def hide_train_options(parser, keep: Iterable[str] = _PROBE_TRAIN_FIELDS) -> None:
+    """Leave out of ``--help`` the ``train.*`` flags a command refuses (probe uses only ``train.seed``).
+
+    They stay parsed, so :func:`check_keys` can say why one is refused instead of "unknown key".
+    """
+    from argparse import SUPPRESS
+
+    keep = set(keep)
+    for action in parser._actions:
+        if action.dest == "train" or (action.dest.startswith("train.") and action.dest not in keep):
+            action.help = SUPPRESS
+
+
 def files_first(argv: list[str]) -> list[str]:
     """Config files (``-c/--config FILE``, presets already turned into them) first, ``--print_config`` last.
 
