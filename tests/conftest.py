@@ -322,7 +322,8 @@ def old_run(tmp_path):
 # ----------------------------------------------------------------------------- run directories for the report
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CONTENT_PX = 1240 - 2 * 28  # the report's content column (main max-width minus padding)
-RUN_FIGURES = ("loss", "grad_flow", "grad_layers", "update_ratio", "activations", "attn_entropy", "attention")
+RUN_FIGURES = ("loss", "grad_flow", "grad_layers", "update_ratio", "activations", "attn_entropy", "attention",
+               "layers", "context")
 PROBED_N_LAYER, PROBED_N_HEAD = 3, 8
 
 

@@ -125,7 +125,7 @@ def test_report_from_real_analytics_records(tmp_path):
 
 def test_a_run_of_the_previous_release_gets_a_report(old_run, capsys):
     """Two figures (speed): the loss curves (old eval/train records) and gradient flow (old grad records)."""
-    skip = ["grad_layers", "update_ratio", "activations", "attn_entropy", "attention"]
+    skip = ["grad_layers", "update_ratio", "activations", "attn_entropy", "attention", "layers", "context"]
     assert main(["report", str(old_run), "--skip", *skip]) == 0
     assert capsys.readouterr().out.strip() == str(old_run / "report.html")
     html = (old_run / "report.html").read_text(encoding="utf-8")

@@ -22,13 +22,15 @@ from typing import Callable, Optional, Sequence
 
 from ..units import finite_or
 from .attention import plot_attention
+from .depth import plot_context, plot_layers
 from ..figures import (BASELINE_STYLE, C_TRAIN, C_VAL, MAX_W, OKABE_ITO, TALL, WIDE, block_ticks, depth_colours,
                       depth_key, log_axis, new_figure, panel_grid, save_run_figure, time_key)
 from .run_data import RunData, as_run_data, load_run_data, matrix, series
 
 __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad_layers",
            "plot_attention", "plot_activations", "plot_attn_entropy", "plot_update_ratio",
-           "plot_rezero_alpha", "make_all_plots", "rank_for_display", "PLOTS", "OKABE_ITO"]
+           "plot_rezero_alpha", "plot_layers", "plot_context", "make_all_plots", "rank_for_display", "PLOTS",
+           "OKABE_ITO"]
 
 
 def rank_for_display(v: float) -> float:
@@ -525,6 +527,8 @@ PLOTS: dict[str, tuple[Callable[[RunData], Optional[Path]], str]] = {
     "attn_entropy": (plot_attn_entropy, "Attention entropy per head"),
     "attention": (plot_attention, "Attention patterns on a validation snippet"),
     "rezero_alpha": (plot_rezero_alpha, "ReZero gates over training"),
+    "layers": (plot_layers, "What each block adds: logit lens and block ablation"),
+    "context": (plot_context, "Loss by position against the baselines"),
 }
 """Figure name -> (function, one-line caption), in report order."""
 

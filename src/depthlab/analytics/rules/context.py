@@ -75,7 +75,7 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
     if used or gain is None:
         return words
     a, b, c = context_causes(model or {})
-    return f"{words}; why this happens: {a}; {b}; or {c}"
+    return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
 
 
 @rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
