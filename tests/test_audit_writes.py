@@ -130,6 +130,17 @@ def test_foreign_files_names_only_what_depthlab_did_not_write(made_run, tmp_path
 
 
 # ----------------------------------------------------------------------------- links and the user's files
+def test_export_to_a_symlink_is_refused_and_the_link_kept(made_run, tmp_path, capsys):
+    target = tmp_path / "big_disk"
+    target.mkdir()
+    link = tmp_path / "hf"
+    link.symlink_to(target, target_is_directory=True)
+    err = cli_err(capsys, "export", str(made_run), str(link))  # was: the link replaced by a new folder
+    assert "symbolic link" in err and str(target.resolve()) in err
+    assert link.is_symlink() and not any(target.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big_disk", "hf"]
+
+
 def test_atomic_write_refuses_a_symlink_and_keeps_its_target(tmp_path):
     target = tmp_path / "elsewhere.json"
     target.write_text("theirs")

@@ -241,6 +241,9 @@ def compare_logits(model: GPT, hf, batch: int = 2, seed: int = 0) -> float:
 
 
 def _check_out_dir(out: Path, overwrite: bool) -> None:
+    if out.is_symlink():  # the finished folder is renamed onto OUT_DIR: that would replace the link itself
+        raise DepthlabError(f"export: {out} is a symbolic link; give the folder itself ({out.resolve()}) or "
+                            "another OUT_DIR")
     if out.exists() and not out.is_dir():
         raise DepthlabError(f"export: {out} is a file; choose a folder name for OUT_DIR")
     if out.exists() and any(out.iterdir()):
@@ -253,9 +256,6 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         if not overwrite:
             raise DepthlabError(f"export: {out} already exists and holds an earlier export; choose another OUT_DIR "
                                 "(or --overwrite to replace it)")
-        if out.is_symlink():
-            raise DepthlabError(f"export: {out} is a symbolic link; --overwrite replaces only a folder itself: "
-                                f"give {out.resolve()} or another OUT_DIR")
 
 
 def _stderr(line: str) -> None:
