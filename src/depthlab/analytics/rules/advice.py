@@ -9,7 +9,7 @@ from .signals import divergence, lr_verdict, update_ratio_median, vanishing
 
 __all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
 
-SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm")
+SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm", "periln")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""
 
 
