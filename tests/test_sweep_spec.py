@@ -101,9 +101,13 @@ def test_profiles_expand(tmp_path):
         recipes = {json.dumps({**p.config["train"], "out_dir": None})
                    for p in quick if p.config["model"]["n_layer"] == L}
         assert len(recipes) == 1
-    assert len(sweep.expand(sweep.profile_spec("full"), tmp_path)) == 50
+    full = sweep.expand(sweep.profile_spec("full"), tmp_path)
+    assert len(full) == 80
+    wirings = {(p.config["model"]["variant"], p.config["model"]["norm"], p.config["model"]["norm_scale"]) for p in full}
+    assert {("periln", "layernorm", 1), ("prenorm", "dyt", 1), ("prenorm", "layernorm", "depth")} <= wirings
     sci = sweep.expand(sweep.profile_spec("science"), tmp_path)
-    assert len(sci) == 90
+    assert len(sci) == 96
+    assert {p.config["model"]["variant"] for p in sci if p.experiment == "rank_init"} >= {"periln"}
     assert {p.experiment for p in sci} == {"rank_init", "depth", "postln_warmup", "rezero_speed",
                                            "deepnorm_depth"}
     assert {p.experiment for p in sci} == set(sweep.CLAIMS)  # every science experiment has its judge
@@ -115,9 +119,10 @@ def test_profiles_expand(tmp_path):
 
 def test_default_sweep_dir_is_stable():
     """The same command continues the same sweep. (Profile hashes changed once, when the profiles pinned
-    ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf.)"""
+    ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf; and
+    when rank_init added Peri-LN: science-dad275e9 -> science-a6fc3566.)"""
     s = sweep.build_spec("science", None, [], {}, "rank_init")
-    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-dad275e9"))
+    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-a6fc3566"))
     over = {"model.n_embd": 32, "model.n_head": 2, "model.block_size": 16, "train.batch_size": 8,
             "train.max_iters": 50, "train.eval_interval": 10, "train.eval_iters": 2, "train.target_val_loss": 4.5}
     s = sweep.build_spec(None, None, ["model.n_layer=1,2"], over, None)
