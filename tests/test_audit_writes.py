@@ -114,6 +114,22 @@ def test_overwrite_whose_start_fails_keeps_the_old_run(made_run, tmp_path, corpu
     assert _tree(run) != before
 
 
+def test_overwrite_of_a_run_that_cannot_move_is_one_line_and_leaves_no_folder(made_run, tmp_path, monkeypatch):
+    import errno
+
+    run = tmp_path / "run"
+    shutil.copytree(made_run, run)
+    before = _tree(run)
+
+    def busy(src, dst):  # a run folder that is a mount point cannot be renamed
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+
+    monkeypatch.setattr(rundir.os, "replace", busy)
+    with pytest.raises(DepthlabError, match="delete the old run yourself or choose another --train.out_dir"):
+        rundir.prepare_run_dir(run, overwrite=True)
+    assert _tree(run) == before and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_foreign_files_names_only_what_depthlab_did_not_write(made_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(made_run, run)

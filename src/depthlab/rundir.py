@@ -489,7 +489,12 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
     if out_dir.exists() and any(out_dir.iterdir()):
         _check_replaceable(out_dir, overwrite)
         aside = make_temp_dir(out_dir.parent, f".{out_dir.name}.replaced-")
-        os.replace(out_dir, aside / out_dir.name)
+        try:
+            os.replace(out_dir, aside / out_dir.name)
+        except OSError as e:  # e.g. out_dir is a mount point: it cannot move
+            aside.rmdir()
+            raise DepthlabError(f"cannot replace train.out_dir {out_dir}: {e.strerror}; delete the old run "
+                                "yourself or choose another --train.out_dir") from None
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
