@@ -274,16 +274,20 @@ def test_resume_of_a_gpt_run_with_a_source_says_it_was_the_built_in_gpt(capsys, 
 
 
 # ------------------------------------------------------------------------- 4. stdout for results, stderr for the rest
+BANNER: list[str] = []  # the log lines of tiny_run
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from depthlab.trainer import train
 
-    from conftest import QUIET, TINY_TEXT, tiny_config
+    from conftest import TINY_TEXT, tiny_config
 
     d = tmp_path_factory.mktemp("round4")
     p = d / "t.txt"
     p.write_text(TINY_TEXT)
-    return train(tiny_config(d / "run", p, train=dict(max_iters=2, eval_interval=2)), **QUIET)
+    BANNER.clear()
+    return train(tiny_config(d / "run", p, train=dict(max_iters=2, eval_interval=2)), log=BANNER.append)
 
 
 @pytest.mark.slow
@@ -320,3 +324,28 @@ def test_probe_help_lists_of_train_only_what_probe_accepts(capsys):
     assert shown == {"--train.seed"}
     err = cli_err(capsys, "probe", "--train.max_iters", "3")
     assert "uses only train.seed" in err
+
+
+# ------------------------------------------------------------------------- 6. one parameter count
+def test_check_counts_parameters_as_training_does(corpus):
+    from depthlab.model import GPT
+    from depthlab.training.protocol import ModelPort
+
+    from conftest import tiny_model_config
+
+    gpt = GPT(tiny_model_config(vocab_size=_vocab(corpus)))
+    rep = check_model(gpt, corpus, batch_size=4, block_size=8, rules=("shape",))
+    n = ModelPort(gpt).num_params()  # what the training banner and summary.json count
+    assert rep.model["parameters"] == n == sum(p.numel() for p in gpt.parameters()) - gpt.transformer.wpe.weight.numel()
+
+
+@pytest.mark.slow
+def test_banner_summary_and_report_card_are_one_number(tiny_run):
+    from depthlab.report.html import run_cards
+    from depthlab.report.run_data import RunData
+
+    params = json.loads((tiny_run / "summary.json").read_text())["params"]
+    banner = next(line for line in BANNER if line.startswith("run ") and "M parameters" in line)
+    assert f"{params / 1e6:.3f} M parameters" in banner
+    card = {label: (value, note) for label, value, note in run_cards(RunData(tiny_run))}["parameters"]
+    assert card == (f"{params:,}", "token embedding (tied to the head) included, position table left out")

@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 
 from ...errors import DepthlabError
+from ...training.protocol import ModelPort
 from .finite import finite_rule
 from .flow import find_blocks, gradient_flow_rule
 from .forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule, vocab_rule
@@ -153,9 +154,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
     if blocks is not None:
         find_blocks(model, blocks)  # a bad --blocks is a usage error, before any work
     subject = Subject(model, rebuild, corpus, seed)
-    named = list(model.named_parameters())
     info = {"name": name or type(model).__name__, "class": type(model).__name__,
-            "parameters": sum(p.numel() for _, p in named), "corpus": str(corpus.path),
+            "parameters": ModelPort(model).num_params(), "corpus": str(corpus.path),
             "corpus_vocab_size": subject.vocab_size, "seed": seed}
     steps = _rule_table(subject, batch_size, T, block_size is not None, blocks)
     report = CheckReport(info)
