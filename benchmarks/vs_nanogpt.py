@@ -11,15 +11,23 @@ from depthlab's embedded corpus (the same file prepare.py downloads): the checko
 Without ``--nanogpt`` the faithful re-implementation of benchmarks/time_to_loss.py runs instead,
 through the same loop and log lines, and the output says so.
 
-Each round runs, one after the other in this process tree: nanoGPT's README CPU command
-(``python train.py config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20
---log_interval=1 --block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000
---lr_decay_iters=2000 --dropout=0.0``, with ``--max_iters`` set to ``--steps``), then ``depthlab train``
-at the same shape (4 layers, 4 heads, n_embd 128, block_size 64, batch 12, dropout 0, eval every 250
-steps on 20 batches, a log line every step) in three variants: its defaults, fp32 AdamW, and
-``dtype auto`` with AdamW. Then, unless ``--no-ttq``, time to quality: nanoGPT's CPU recipe (its 2000
-steps, evaluated every ``--eval-interval`` steps) and ``depthlab train --preset fast-cpu``, each
-timed from its launch to the first log line with val <= ``--target``.
+Each round runs, one after the other in this process tree, each as a user starts it (this script's
+environment, printed, passed on unchanged): nanoGPT's README CPU command (``python train.py
+config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20 --log_interval=1
+--block_size=64 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000
+--lr_decay_iters=2000 --dropout=0.0``, with ``--max_iters`` set to ``--steps``: train.py then runs
+iterations 0 to max_iters), then ``python -m depthlab train`` (the ``depthlab`` command, its own
+start-up choices included) at the same shape (4 layers, 4 heads, n_embd 128, block_size 64, batch 12,
+dropout 0, eval every 250 steps on 20 batches, a log line every step, ``--train.max_iters`` =
+``--steps``, ``--train.max_time 0``) in three variants: its defaults, fp32 AdamW (``--train.dtype
+float32 --train.optimizer adamw``) and ``--train.dtype auto --train.optimizer adamw``; the
+``resolved`` section of each run's config.json (what its ``auto`` settings became) is printed.
+With ``--seconds S`` nanoGPT is stopped S seconds after its first step line and depthlab gets
+``--train.max_time S --train.fit_to_time false``. Then, unless ``--no-ttq``, time to quality:
+nanoGPT's CPU recipe (its 2000 steps, evaluated every ``--eval-interval`` steps instead of 250, so
+the time is known to that many steps; stopped at the first val <= ``--target``) and ``depthlab train
+--preset fast-cpu --train.target_val_loss TARGET`` (which stops itself there; evaluated every 50
+steps), each timed from its launch to the log line of that evaluation.
 
 Throughput, two figures per run, the first 5 steps left out of both (nanoGPT's own MFU estimate
 waits 5 steps too):
@@ -33,6 +41,11 @@ The ratios depthlab / nanoGPT are taken per round and shown as min-max over the 
 FLOP/s = tokens/s x (6N + 12·L·T·C) per token (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022,
 appendix B; nanoGPT's ``estimate_mfu``), N = 12·L·C² + V·C, as a share of a 1024³ ``torch.matmul``
 timed in each round (fp32; bf16 too where the CPU has native bf16), the best round taken as the peak.
+
+``--quick`` checks the plumbing (1 round of 30 steps; time to val <= 3.6 with evaluations every 10
+steps, at most 100 steps; no final validation). Its numbers mean nothing; for figures, on an idle
+machine: ``python benchmarks/vs_nanogpt.py --nanogpt PATH --rounds 2 --steps 1000``.
+Bad input or a failed run: one line ``depthlab: error: ...``, exit status 2.
 """
 
 from __future__ import annotations
@@ -274,6 +287,26 @@ def nanogpt_cmd(workdir: Optional[Path], overrides: list[str]) -> list[str]:
     return [sys.executable, "train.py", "config/train_shakespeare_char.py", *README_FLAGS, *overrides]
 
 
+def _reference_batches() -> tuple[int, Callable]:
+    """``(V, get_batch)`` of the embedded corpus as train.py reads it: ``get_batch(split) -> x, y`` (B, T) int64,
+    random windows drawn with ``torch.randint``, the first 90 % of the characters for ``train``."""
+    import torch
+
+    from depthlab.data import embedded_corpus_path
+
+    text = embedded_corpus_path().read_text(encoding="utf-8")
+    stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    splits = {"train": data[:int(0.9 * len(data))], "val": data[int(0.9 * len(data)):]}
+
+    def get_batch(split):
+        d = splits[split]
+        ix = torch.randint(len(d) - T, (B,))
+        return torch.stack([d[i:i + T] for i in ix]), torch.stack([d[i + 1:i + 1 + T] for i in ix])
+
+    return len(stoi), get_batch
+
+
 def reference_train(argv: list[str]) -> None:
     """The re-implementation run like train.py: its loop order, its log lines, README flags as ``--key=value``.
 
@@ -297,20 +330,9 @@ def reference_train(argv: list[str]) -> None:
             opts[k] = int(v)
         elif k in fixed and int(v) != fixed[k]:
             raise DepthlabError(f"--{k}={v}: the re-implementation has nanoGPT's CPU shape only ({k} {fixed[k]})")
-    from depthlab.data import embedded_corpus_path
-
-    text = embedded_corpus_path().read_text(encoding="utf-8")
-    stoi = {ch: i for i, ch in enumerate(sorted(set(text)))}
-    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
-    splits = {"train": data[:int(0.9 * len(data))], "val": data[int(0.9 * len(data)):]}
-
-    def get_batch(split):
-        d = splits[split]
-        ix = torch.randint(len(d) - T, (B,))
-        return torch.stack([d[i:i + T] for i in ix]), torch.stack([d[i + 1:i + 1 + T] for i in ix])
-
+    vocab_size, get_batch = _reference_batches()
     torch.manual_seed(1337)
-    model = NanoGPT(len(stoi))
+    model = NanoGPT(vocab_size)
     groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=LR, betas=(0.9, 0.99))
