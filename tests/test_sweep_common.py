@@ -29,3 +29,40 @@ def test_a_finished_run_older_than_train_optimizer_counts_as_adamw():
     assert config_diff(want, old) == []  # the profiles pin adamw: their finished runs still count
     want["train"]["optimizer"] = "auto"  # muon on CPU: not what that run did
     assert config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]
+
+
+def _spec(grid, **base):
+    from depthlab import sweep
+
+    return sweep.SweepSpec(experiments=[sweep.Experiment(name="depth", grid=grid)],
+                           base={"model.n_embd": 16, "model.n_head": 2, "model.block_size": 16, **base})
+
+
+def test_seeds_n_adds_seeds_to_every_cell_and_keeps_the_grids_names(tmp_path):
+    from depthlab.sweep.common import seeded_points
+
+    # no seed axis: the grid's runs keep their names, seeds 2 and 3 are appended
+    pts, added = seeded_points(_spec({"model.n_layer": [1, 2]}), tmp_path, {}, fixed=3)
+    names = sorted(p.name for p in pts)
+    assert names == ["depth/n_layer-1", "depth/n_layer-1_seed-2", "depth/n_layer-1_seed-3", "depth/n_layer-2",
+                     "depth/n_layer-2_seed-2", "depth/n_layer-2_seed-3"]
+    assert sorted(p.config["train"]["seed"] for p in pts) == [1, 1, 2, 2, 3, 3]
+    assert {len(v) for v in added.values()} == {2}
+    # a seed axis 1, 2 with --seeds 3: only seed 3 is new, named like the grid's own seeds (never zero-padded)
+    pts, _ = seeded_points(_spec({"model.n_layer": [1], "train.seed": [1, 2]}), tmp_path, {}, fixed=3)
+    assert [p.name for p in pts] == ["depth/n_layer-1_seed-1", "depth/n_layer-1_seed-2", "depth/n_layer-1_seed-3"]
+    pts, _ = seeded_points(_spec({"model.n_layer": [1], "train.seed": [1, 2]}), tmp_path, {}, fixed=12)
+    assert pts[-1].name == "depth/n_layer-1_seed-12" and pts[0].name == "depth/n_layer-1_seed-1"
+
+
+def test_parse_seeds():
+    import pytest
+
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep.common import AUTO_MAX_SEEDS, parse_seeds
+
+    assert parse_seeds(None) is None and parse_seeds("4") == ("fixed", 4) and parse_seeds(" auto:5 ") == ("auto", 5)
+    assert parse_seeds("auto") == ("auto", AUTO_MAX_SEEDS) == ("auto", 8)
+    for bad in ("0", "auto:0", "two", "auto:x", "autox"):
+        with pytest.raises(DepthlabError, match="give N"):
+            parse_seeds(bad)

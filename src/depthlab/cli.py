@@ -429,6 +429,11 @@ def build_sweep_parser():
                    help="run only these experiments (NAME[,NAME]) of a profile or file")
     p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                    help="list the runs and the time estimate, run nothing")
+    p.add_argument("--seeds", type=Optional[str], default=None,
+                   help="N: seeds 1..N in every cell (grid point without its seed; the grid's other seeds stay); "
+                        "auto[:MAX]: then add seeds to the cells of undecided science claims, round after round, "
+                        "until each is decided or its cells have MAX seeds (default 8). Finished runs are never "
+                        "redone")
     p.add_argument("--backend", type=Literal["local", "ray"], default="local",
                    help="local: worker processes on this machine; ray: one Ray Tune trial per run (needs "
                         'pip install -e ".[ray]"; see README, Sweeps on a Ray cluster)')
@@ -480,11 +485,12 @@ def run_sweep(ns, argv: list[str]) -> int:
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:
-        print(sweep.dry_run(spec, out_dir, ns.workers))
+        print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds))
         return 0
     try:
         sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
-                        backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler)
+                        backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler,
+                        seeds=ns.seeds)
     except KeyboardInterrupt:
         print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
               f"{out_dir} are kept; the interrupted ones start again from step 0)", file=sys.stderr)

@@ -30,8 +30,8 @@ from typing import Optional, Sequence
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .common import Log, Progress, check_counts, check_sweep_dir, cores
-from .spec import SweepSpec, estimate_seconds, expand
+from .common import Log, Progress, check_counts, check_sweep_dir, cores, parse_seeds, read_added, seeded_points
+from .spec import SweepSpec, estimate_seconds
 
 __all__ = ["dry_run", "init_probe", "execute", "run_jobs"]
 
@@ -163,13 +163,15 @@ def _child_main(job: dict) -> None:
 
 
 # --------------------------------------------------------------------------- dry run (parent side)
-def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
+def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optional[str | int] = None) -> str:
     """The runs of ``spec`` with a time estimate each, and the total; nothing is run or written.
 
     Args:
         spec: the sweep.
         out_dir: the sweep directory the runs would go to.
         workers: worker processes (0 = one per core).
+        seeds: ``--seeds``: ``N`` lists seeds 1..N of every cell; ``auto[:MAX]`` lists the first round
+            (the seeds it adds depend on the results) and says so.
 
     Returns:
         One line per run (``name ~seconds``), then a line with the run count, the estimated
@@ -180,8 +182,10 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
             ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep).
     """
     check_counts(workers, 0)
+    mode = parse_seeds(seeds)
     check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
-    points = expand(spec, out_dir)
+    points, _ = seeded_points(spec, Path(out_dir), read_added(Path(out_dir)),
+                              mode[1] if mode and mode[0] == "fixed" else None)
     nw = max(1, min(workers or cores(), len(points)))
     lines, total = [], 0.0
     for pt in points:
@@ -190,6 +194,9 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0) -> str:
         lines.append(f"{pt.name:50s} ~{e:7.1f}s")
     lines.append(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough estimate for an "
                  f"idle CPU, one thread per worker) -> {out_dir}")
+    if mode and mode[0] == "auto":
+        lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
+                     "the cells of undecided claims, which depends on their results")
     return "\n".join(lines)
 
 
