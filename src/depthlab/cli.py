@@ -429,11 +429,8 @@ def build_sweep_parser():
                    help="run only these experiments (NAME[,NAME]) of a profile or file")
     p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                    help="list the runs and the time estimate, run nothing")
-    p.add_argument("--seeds", type=Optional[str], default=None,
-                   help="N: seeds 1..N in every cell (grid point without its seed; the grid's other seeds stay); "
-                        "auto[:MAX]: then add seeds to the cells of undecided science claims, round after round, "
-                        "until each is decided or its cells have MAX seeds (default 8). Finished runs are never "
-                        "redone")
+    p.add_argument("--seeds", type=Optional[str], default=None, help="N: seeds 1..N in every cell; auto[:MAX]: "
+                   "then add seeds to undecided claims' cells until decided or MAX per cell (default 8)")
     p.add_argument("--backend", type=Literal["local", "ray"], default="local",
                    help="local: worker processes on this machine; ray: one Ray Tune trial per run (needs "
                         'pip install -e ".[ray]"; see README, Sweeps on a Ray cluster)')
