@@ -7,7 +7,8 @@ Notation used in shape comments:
 
 State-dict names follow GPT-2 (``transformer.wte``, ``.wpe``, ``.h.{i}.ln_1``, ``attn.c_attn``,
 ``attn.c_proj``, ``ln_2``, ``mlp.c_fc``, ``mlp.c_proj``, ``transformer.ln_f``, ``lm_head``) so a
-pre-LN model maps to Hugging Face's GPT-2 with only the usual Conv1D transposes.
+pre-LN model maps to Hugging Face's GPT-2 with only the usual Conv1D transposes; Peri-LN's output
+norms, which GPT-2 lacks, are ``ln_1_out`` / ``ln_2_out``.
 Hook points (identity modules, TransformerLens names) let observers read activations without
 changing the maths; see :mod:`depthlab.analytics.activations`.
 
