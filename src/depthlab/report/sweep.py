@@ -330,8 +330,11 @@ def _claims_section(by_exp: dict, extras: dict) -> Optional[Section]:
     if not claims:
         return None
     return Section("Published claims", html_table(claims, header=CLAIM_HEADER)
-                   + '<p class="muted">Measured, never forced: a "no" means this small CPU setting did not show '
-                   "the effect with these budgets.</p>", anchor="claims")
+                   + '<p class="muted">Measured, never forced: each verdict is a one-sided test over the seeds '
+                   "(Welch's t; Fisher's exact test on runs not ok) at alpha 0.05, fixed in code before the runs: "
+                   '"no" means this small CPU setting showed the opposite, "undecided" that its seeds cannot tell '
+                   "(<code>depthlab sweep --seeds auto</code> adds them). Cells are mean ± sd (n) with the 95% "
+                   "t-interval; aggregates.csv has every cell.</p>", anchor="claims")
 
 
 def _runs_section(rows: list[dict], columns: list[str]) -> Section:

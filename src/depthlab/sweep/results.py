@@ -19,7 +19,8 @@ from ..rundir import RunDir, atomic_write, read_json
 from ..units import LN2, finite_or_none, number_or_none
 from .spec import RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_JSON
 
-__all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "is_sweep_dir", "load_sweep",
+__all__ = ["RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "AGGREGATES_CSV", "AGGREGATE_COLUMNS",
+           "read_results", "cell_aggregates", "is_sweep_dir", "load_sweep",
            "run_details", "collect_results", "write_results", "sweep_items", "sweep_baselines",
            "corpus_baselines", "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric"]
 
@@ -37,6 +38,11 @@ METRIC_COLUMNS = ["best_val_bpc", "whole_val_loss", "tokens_per_sec", "grad_rati
 OK_STATUSES = ("ok",)
 #: Statuses that are kept on restart (deterministic outcomes); other failures are redone.
 FINAL_STATUSES = ("ok", "nonfinite")
+
+#: Seed statistics per cell (a grid point without its seed), computed from results.csv (:func:`cell_aggregates`).
+AGGREGATES_CSV = "aggregates.csv"
+#: Its columns after the cell's fields: finished runs, mean, sample sd and the 95 % t-interval of best_val_loss.
+AGGREGATE_COLUMNS = ["metric", "n", "mean", "sd", "ci_low", "ci_high"]
 
 #: Fields with their own leading column (not repeated among the varied fields).
 _LEADING_FIELDS = ("model.n_layer", "model.variant", "train.seed")
@@ -255,7 +261,61 @@ def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
     text = ("# Sweep results\n\nLosses in nats per character; `best_val_bpc` in bits per character.\n\n"
             + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     atomic_write(sweep_dir / RESULTS_MD, text.encode())
+    _write_aggregates(sweep_dir)
     return sweep_dir / RESULTS_CSV, sweep_dir / RESULTS_MD
+
+
+def read_results(csv_path: str | Path) -> tuple[list[dict], list[str]]:
+    """The rows of a results.csv, as written (text; an empty cell is ``""``), and its columns."""
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        return list(reader), list(reader.fieldnames or [])
+
+
+def cell_aggregates(rows: Sequence[dict], columns: Sequence[str], metric: str = "best_val_loss") -> list[dict]:
+    """Seed statistics of ``metric`` per cell: the runs that share every column but the seed and the measurements.
+
+    Args:
+        rows: results rows (from :func:`read_results` or :func:`collect_results`); only status ``ok`` counts.
+        columns: their columns; the cell is made of ``n_layer``, ``variant``, ``experiment`` and the varied
+            fields (those between :data:`RESULT_COLUMNS` and :data:`METRIC_COLUMNS`), ``seed`` left out.
+        metric: the column to summarise (nats/char for losses).
+
+    Returns:
+        One dict per cell in first-seen order: the cell's fields (as text) + :data:`AGGREGATE_COLUMNS`
+        (:func:`depthlab.sweep.stats.cell_stats`: mean, sample sd, 95 % t-interval; None where undefined).
+    """
+    from .stats import cell_stats
+
+    skip = set(RESULT_COLUMNS[2:]) | set(METRIC_COLUMNS)
+    keys = [c for c in columns if c not in skip]
+    cells: dict[tuple, list[float]] = {}
+    for r in rows:
+        key = tuple("" if r.get(k) is None else str(r.get(k)) for k in keys)
+        vals = cells.setdefault(key, [])
+        v = finite_or_none(r.get(metric)) if r.get("status") in OK_STATUSES else None
+        if v is not None:
+            vals.append(v)
+    out = []
+    for key, vals in cells.items():
+        cs = cell_stats(vals)
+        out.append({**dict(zip(keys, key)), "metric": metric, "n": len(vals), "mean": cs.mean if cs else None,
+                    "sd": cs.sd if cs and cs.n > 1 else None, "ci_low": cs.lo if cs else None,
+                    "ci_high": cs.hi if cs else None})
+    return out
+
+
+def _write_aggregates(sweep_dir: Path) -> None:
+    """``aggregates.csv`` from the results.csv just written (so the two always agree)."""
+    rows, columns = read_results(sweep_dir / RESULTS_CSV)
+    agg = cell_aggregates(rows, columns)
+    header = (list(agg[0]) if agg else AGGREGATE_COLUMNS)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for a in agg:
+        w.writerow([_cell(a[c]) for c in header])
+    atomic_write(sweep_dir / AGGREGATES_CSV, buf.getvalue().encode())
 
 
 def sweep_items(sweep_dir: str | Path) -> tuple[dict, list[dict], list[str], list[dict]]:
