@@ -69,6 +69,18 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.1f}; run {run}")
     res = run_layers(run, "best", max_tokens)
     print(f"windows: {res['windows_described']}; {res['n_layer']} blocks")
+    from depthlab.analytics.context import kept_weights, load_weights, open_run
+
+    batches = open_run(run, max_tokens).windows.batches
+    model, _ = load_weights(run)
+    with torch.no_grad():
+        fwd = best_of(lambda: model(batches[0][0]), 3)
+    L, n = res["n_layer"], len(batches)
+    layer_fw = n * (L + L * (L - 1) / 2) / L  # the clean pass, then blocks i+1.. after removing block i
+    ctx_fw = n * len({p.read_bytes() for _, _, p in kept_weights(run)})
+    print(f"one forward of a {tuple(batches[0][0].shape)} batch: {fwd:.3f} s now; the work is ~{layer_fw:.0f} such "
+          f"forwards for layers (~{layer_fw * fwd:.1f} s) and {ctx_fw} for context (~{ctx_fw * fwd:.1f} s), "
+          "plus loading the run")
     for name, fn in (("layers", lambda: run_layers(run, "best", max_tokens)),
                      ("context", lambda: run_context(run, "best", max_tokens))):
         lib = best_of(fn, a.repeats)

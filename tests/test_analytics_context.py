@@ -107,3 +107,12 @@ def test_context_unused_fires_on_a_flat_curve_and_names_the_knobs():
 def test_context_unused_is_not_judged_without_a_record():
     d = diagnose(Evidence(evals([4.2, 3.0, 2.5]), {"model": {"vocab_size": 65}}, BASE))
     assert any(w.startswith("context_unused (no loss-by-position record") for w in d.without_data())
+
+
+def test_bad_input_to_the_depth_views_is_one_line(report_run, tmp_path, capsys):
+    from conftest import cli_err
+
+    for cmd in ("layers", "context"):
+        assert "not found" in cli_err(capsys, cmd, str(tmp_path / "none"))
+        assert "--max_tokens must be >= 0" in cli_err(capsys, cmd, str(report_run), "--max_tokens", "-1")
+        assert "--checkpoint" in cli_err(capsys, cmd, str(report_run), "--checkpoint", "middle")

@@ -172,12 +172,12 @@ def test_every_command_shares_the_common_options(name):
     assert {"-c", "--config", "--print_config", "--debug"} <= opts
 
 
-@pytest.mark.parametrize("name", ["sample", "probe", "diagnose", "report", "sweep"])
+@pytest.mark.parametrize("name", ["sample", "probe", "diagnose", "report", "sweep", "layers", "context"])
 def test_every_computing_command_takes_threads(name):
     assert "--threads" in Grammar(COMMANDS[name].build(), {}).options
 
 
-@pytest.mark.parametrize("name", ["sample", "diagnose", "report"])
+@pytest.mark.parametrize("name", ["sample", "diagnose", "report", "layers", "context"])
 def test_run_dir_commands_name_it_the_same(name):
     g = Grammar(COMMANDS[name].build(), {})
     assert "run_dir" in {a.dest for a in [*g.slots, *g.options.values()]}

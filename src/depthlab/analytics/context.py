@@ -276,16 +276,16 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
     """
     run = open_run(run_dir, max_tokens)
-    model, weights = load_weights(run.run_dir, which)
-    out = {**position_curve(model, run.windows), "unigram": run.baseline("unigram"),
-           "bigram": run.baseline("bigram"), "weights": weights, "windows_described": run.windows.describe(),
-           "run_dir": str(run.run_dir)}
-    curves = []
+    chosen = ckpt.select_weights(run.run_dir, which)
+    curves, by_sha = [], {}
     for label, step, path in kept_weights(run.run_dir):
         c = position_curve(_model_from(run.run_dir, path), run.windows)
+        by_sha[ckpt.sha256_file(path)] = c  # best is a copy of a step checkpoint's bytes: measured once
         curves.append({"label": label, "step": step, **c})
-    out["checkpoints"] = curves
-    return out
+    top = by_sha.get(ckpt.sha256_file(chosen)) or position_curve(_model_from(run.run_dir, chosen), run.windows)
+    return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"),
+            "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
+            "run_dir": str(run.run_dir), "checkpoints": curves}
 
 
 def _shown_positions(T: int) -> list[int]:
