@@ -119,7 +119,7 @@ def test_vs_nanogpt_quick_against_the_reimplementation():
     """--quick end to end (re-implementation, 1 round of 30 steps, time to val <= 3.6): every figure printed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_nanogpt.py"), "--quick"], capture_output=True,
-                       text=True, env=env, timeout=900)
+                       text=True, env=env, timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
     assert "NOT nanoGPT's own train.py" in out and "cpu flags:" in out and "resolved: device cpu" in out
