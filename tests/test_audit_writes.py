@@ -168,15 +168,22 @@ def test_atomic_write_refuses_a_symlink_and_keeps_its_target(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "summary.json"]  # no temp file left
 
 
-def test_probe_replaces_only_its_own_png(tmp_path, corpus, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    args = ["probe", "--data.path", str(corpus), "--model.n_layer", "2", "--model.n_head", "2", "--model.n_embd",
+def _probe_args(corpus):
+    return ["probe", "--data.path", str(corpus), "--model.n_layer", "2", "--model.n_head", "2", "--model.n_embd",
             "16", "--model.block_size", "16", "--batches", "1", "--probe_batch_size", "2"]
+
+
+def test_probe_refuses_to_replace_a_png_it_did_not_write(tmp_path, corpus, capsys):
     photo = tmp_path / "photo.png"
     photo.write_bytes(b"\x89PNG\r\n\x1a\n the user's picture")
-    err = cli_err(capsys, *args, "--out", str(photo))
+    err = cli_err(capsys, *_probe_args(corpus), "--out", str(photo))  # was: overwritten with the probe figure
     assert "not written by depthlab probe" in err and "another --out" in err
     assert photo.read_bytes() == b"\x89PNG\r\n\x1a\n the user's picture"
+
+
+@pytest.mark.slow  # two probes with their figures (~2 s)
+def test_probe_replaces_its_own_png(tmp_path, corpus, capsys):
+    args = _probe_args(corpus)
     own = tmp_path / "p.png"
     assert run_cli(capsys, *args, "--out", str(own))[0] == 0
     first = own.stat().st_mtime_ns
