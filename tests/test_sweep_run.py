@@ -48,19 +48,20 @@ def test_seeds_auto_adds_seeds_only_to_undecided_cells(tiny_text_file, tmp_path,
     seeds = {}
     for v, L, s in calls:
         seeds.setdefault((v, L), []).append(s)
-    # depth_helps and degradation compare 1 and 4 blocks (and 1 is plain's best shallower): only those
-    # cells get seeds 3-4 (the 2-seed estimate asks for more, a round at most doubles), the 2-block cells keep 2
+    # depth_helps and degradation compare 1 and 4 blocks (and 1 is plain's best shallower); plain's comparison
+    # is decided at 2 seeds, so only pre-LN's 1- and 4-block cells get seeds 3-4 (the 2-seed estimate asks for
+    # more, a round at most doubles); the 2-block cells are in no comparison and keep 2
     assert {k: sorted(v) for k, v in seeds.items()} == {
-        ("plain", 1): [1, 2, 3, 4], ("plain", 2): [1, 2], ("plain", 4): [1, 2, 3, 4],
+        ("plain", 1): [1, 2], ("plain", 2): [1, 2], ("plain", 4): [1, 2],
         ("prenorm", 1): [1, 2, 3, 4], ("prenorm", 2): [1, 2], ("prenorm", 4): [1, 2, 3, 4]}
-    assert any("--seeds auto: undecided claims: adding seeds to 4 cell(s) (up to 4 seeds per cell)" in s
+    assert any("--seeds auto: undecided claims: adding seeds to 2 cell(s) (up to 4 seeds per cell)" in s
                for s in lines)
-    assert len(read_sweep_rows(sw)) == 20  # one row per run
+    assert len(read_sweep_rows(sw)) == 16  # one row per run
     table = sweep.write_science_table(sw)
-    assert "| yes (p = " in table and "n = 4)" in table and "undecided" not in table
+    assert "| yes (p = " in table and "n = 2-4)" in table and "undecided" not in table
     calls.clear()
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=lines.append)  # without --seeds: the added runs stay
-    assert calls == [] and len(read_sweep_rows(sw)) == 20
+    assert calls == [] and len(read_sweep_rows(sw)) == 16
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=lines.append, seeds="auto:3")
     assert calls == []  # everything decided: nothing re-run, nothing added
 

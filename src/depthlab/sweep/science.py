@@ -595,8 +595,9 @@ def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
         max_seeds: the most seeds a cell may get.
 
     Returns:
-        Cell key (:func:`depthlab.sweep.common.cell_key`) -> seeds it should have; only cells of
-        claims that are undecided and below ``max_seeds``.
+        Cell key (:func:`depthlab.sweep.common.cell_key`) -> seeds it should have; only the cells of
+        the comparisons not yet decided (p >= alpha both ways, Bonferroni over the claim's comparisons
+        for the negation) of claims that are undecided, below ``max_seeds``.
 
     Raises:
         DepthlabError: not a sweep directory.
@@ -610,7 +611,10 @@ def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
         if row.test is None or not row[-1].startswith("undecided"):
             continue
         cells: dict[str, set] = {}
-        for lf in leaves(row.test):
+        lvs = leaves(row.test)
+        for lf in lvs:
+            if lf.p_yes is not None and (lf.p_yes < ALPHA or lf.p_no < ALPHA / len(lvs)):
+                continue  # this comparison is decided already: its cells need no more seeds
             for it in (x for side in lf.items for x in side if x.get("name") in points):
                 cells.setdefault(cell_key(it["experiment"], points[it["name"]]), set()).add(it["name"])
         n_now = min((len(v) for v in cells.values()), default=max_seeds)
