@@ -63,8 +63,10 @@ def main() -> int:
     tmp = None
     run = Path(a.run_dir) if a.run_dir else None
     if run is None:
+        threads = torch.get_num_threads()
         tmp = tempfile.TemporaryDirectory()
         run = train_default_shape(Path(tmp.name) / "run", a.steps)
+        torch.set_num_threads(threads)  # the trainer sets its own count; the commands run with torch's default
     print(machine_info())
     print(f"load average {os.getloadavg()[0]:.1f}; run {run}")
     res = run_layers(run, "best", max_tokens)
