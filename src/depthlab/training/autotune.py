@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from .runtime import cpu_has_bf16, omp_policy, use_bf16, use_explicit_attention
+
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "guess_policy",
            "omp_free", "omp_policy", "tune"]
 
@@ -135,12 +137,6 @@ class Restart(Exception):
 
 
 # ------------------------------------------------------------------------- the machine
-def omp_policy() -> str:
-    """This process's OpenMP wait policy: ``passive`` or ``active`` (libgomp spins a while by default,
-    which is ``active`` here)."""
-    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive" else "active"
-
-
 def omp_free() -> bool:
     """Whether depthlab chose this process's wait policy (so it may choose another): the user did not."""
     return os.environ.get(OMP_MARK, "") == os.environ.get("OMP_WAIT_POLICY", "-")
@@ -377,8 +373,6 @@ def rule_setting(train, device, bf16_native: bool, policy: str) -> Setting:
     """What the rules of :mod:`depthlab.training.runtime` pick without measuring."""
     import torch
 
-    from .runtime import use_bf16, use_explicit_attention
-
     bf16 = use_bf16(device, train.dtype) if train.dtype != "auto" else bf16_native
     return Setting(train.threads or torch.get_num_threads(), "bfloat16" if bf16 else "float32",
                    "explicit" if use_explicit_attention(train.attention, device, bf16) else "sdpa", policy)
@@ -397,8 +391,6 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     Raises:
         Restart: the fastest setting has the other wait policy and ``restart_ok``.
     """
-    from .runtime import cpu_has_bf16
-
     policy, t = omp_policy(), cfg.train
     native = cpu_has_bf16()
     rule = rule_setting(t, device, native, policy)
