@@ -463,9 +463,10 @@ def ttq_line(name: str, r: dict, target: float, every: Optional[int]) -> str:
 def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, native_bf16: bool) -> dict:
     """One interleaved round: matmul peak, nanoGPT, the three depthlab variants, then time to quality."""
     cwd = nano if nano is not None else tmp
-    res: dict = {"peak": matmul_peaks(native_bf16)}
+    res: dict = {"peak": matmul_peaks(native_bf16), "load": os.getloadavg()[0]}
     peaks = ", ".join(f"{d} {v / 1e9:.0f} GFLOP/s" for d, v in res["peak"].items())
-    print(f"round {k}: 1024^3 matmul {peaks}", flush=True)
+    print(f"round {k}: load average (1 min) {res['load']:.1f} on {os.cpu_count()} cores; 1024^3 matmul {peaks}",
+          flush=True)
     res["nanoGPT"] = nanogpt_throughput(nano, cwd, a.steps, a.seconds)
     print(throughput_line("nanoGPT train.py" if nano else "nanoGPT re-implementation", res["nanoGPT"]), flush=True)
     for name, extra in VARIANTS.items():
@@ -504,6 +505,10 @@ def print_summary(rounds: list[dict], fpt: float, a: argparse.Namespace, nano_la
     if over:
         print("  (a share over 100 %: the matmul was timed under a heavier load than that run had; "
               "rerun on an idle machine)")
+    load = max(r["load"] for r in rounds)
+    if load >= 0.5 * (os.cpu_count() or 1):  # other work on the cores: neither side had the machine
+        print(f"  the machine was busy (load average up to {load:.1f} on {os.cpu_count()} cores at a round's "
+              "start): these are not idle figures")
     if a.no_ttq:
         return
     ratios = [r["ttq"]["depthlab"]["hit"][2] / r["ttq"]["nanoGPT"]["hit"][2] for r in rounds

@@ -114,6 +114,26 @@ def test_vs_nanogpt_bad_input_is_one_line(vs_nanogpt, tmp_path, capsys):
     assert not (tmp_path / "copy").exists()
 
 
+def test_vs_nanogpt_summary_ratios_and_peak_share(vs_nanogpt, capsys):
+    """Ratios are per round (min-max), the share divides by the best round's matmul; a busy machine is said."""
+    import argparse
+
+    def rnd(nano, fp32, peak, load):
+        r = {"peak": {"fp32": peak}, "load": load, "nanoGPT": {"train_tps": nano, "loop_tps": nano / 2}}
+        r.update({n: {"train_tps": nano, "loop_tps": nano / 2} for n in vs_nanogpt.VARIANTS})
+        r["fp32 AdamW"] = {"train_tps": fp32, "loop_tps": fp32}
+        return r
+
+    rounds = [rnd(20_000.0, 12_000.0, 3e11, 0.1), rnd(10_000.0, 7_000.0, 1e11, 0.2)]
+    vs_nanogpt.print_summary(rounds, 5e6, argparse.Namespace(no_ttq=True), "nanoGPT train.py")
+    row = next(line for line in capsys.readouterr().out.splitlines() if "depthlab fp32 AdamW" in line).split()
+    # tokens/s 7,000-12,000; ratio 0.60-0.70; loop ratio 1.20-1.40; 35-60 GFLOP/s = 11.7-20.0 % of 300 GFLOP/s
+    assert row[3:] == ["7,000-12,000", "0.60-0.70", "7,000-12,000", "1.20-1.40", "35.0-60.0", "11.7-20.0"]
+    rounds[1]["load"] = float(os.cpu_count())  # one busy process per core
+    vs_nanogpt.print_summary(rounds, 5e6, argparse.Namespace(no_ttq=True), "nanoGPT train.py")
+    assert f"the machine was busy (load average up to {os.cpu_count():.1f} on" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_vs_nanogpt_quick_against_the_reimplementation():
     """--quick end to end (re-implementation, 1 round of 30 steps, time to val <= 3.6): every figure printed."""
