@@ -194,3 +194,30 @@ def test_deepnorm_depth_verdicts():
     assert row[-1].startswith("yes (") and "L32 lr 0.01: post-LN 2.700 ± 0.014, DeepNorm 2.550 ± 0.014" in row[3]
     its[2:4] = cells("deepnorm", 16, 2.7, lr=1e-2)  # worse than post-LN by 0.1 at depth 16
     assert science.deepnorm_depth(its, {})[-1].startswith("no (")
+
+
+def _dyt_grid(ln, dyt, n=2):
+    """Pre-LN cells per lr 1e-3, 3e-3, 1e-2, 3e-2 with mean losses ``ln`` (LayerNorm) and ``dyt`` (None: diverged)."""
+    out = []
+    for norm, ms in (("layernorm", ln), ("dyt", dyt)):
+        for lr, m in zip((1e-3, 3e-3, 1e-2, 3e-2), ms):
+            for it in cells("prenorm", 4, m, n, lr=lr, status="ok" if m is not None else "nonfinite"):
+                it["config"]["model"]["norm"] = norm
+                out.append(it)
+    return out
+
+
+def test_dyt_rows():
+    wide, narrow = (2.40, 2.22, 2.20, 2.21), (2.60, 2.35, 2.21, None)
+    match = science.dyt_matches(_dyt_grid(wide, narrow), {})
+    window = science.dyt_lr_window(_dyt_grid(wide, narrow, 4), {})
+    # DyT's best (lr 0.01, 2.21) within 0.02 of LayerNorm's best (lr 0.01, 2.20)? 0.01 worse with sd 0.014: undecided
+    assert match[-1].startswith("undecided (p = ") and "DyT (lr 0.01) < LayerNorm (lr 0.01) + 0.02" in match[3]
+    assert science.dyt_matches(_dyt_grid(wide, (2.6, 2.35, 2.15, None)), {})[-1].startswith("yes (")
+    assert science.dyt_matches(_dyt_grid(wide, (2.6, 2.35, 2.30, None)), {})[-1].startswith("no (")
+    # at lr 3e-3 LayerNorm is 0.02 from its best, DyT 0.14 from its own: narrower window (4 seeds; Bonferroni
+    # over the 3 lrs that are neither norm's best)
+    assert window[-1].startswith("yes (") and "DyT: lr 0.001 2.600 ± 0.009" in window[3] and "diverged" in window[3]
+    same = science.dyt_lr_window(_dyt_grid(wide, wide, 4), {})  # identical windows: every lr refutes one part
+    assert same[-1].startswith("no (")
+    assert science.dyt_matches([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"

@@ -16,6 +16,7 @@ from .common import (Log, add_seeds, cell_seeds, check_counts, check_sweep_dir, 
                      plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
+from .seeds import seeds_wanted
 from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
 
 #: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
@@ -55,7 +56,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
             a one-machine Ray on 127.0.0.1 for this sweep.
         ray_scheduler: Ray backend: ``fifo`` (every run to the end) or ``asha`` (early stopping).
         seeds: ``--seeds``: ``N`` runs seeds 1..N in every cell (the grid's other seeds stay);
-            ``auto[:MAX]`` then judges the science claims (:func:`depthlab.sweep.science.seeds_wanted`)
+            ``auto[:MAX]`` then judges the science claims (:func:`depthlab.sweep.seeds.seeds_wanted`)
             and adds seeds to the cells of undecided ones, round after round, until every claim is
             decided or its cells have MAX seeds (default 8). Seeds added earlier stay in the sweep.
 
@@ -83,8 +84,6 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
         rerun = False  # a later round only adds runs
         if not mode or mode[0] != "auto":
             break
-        from .science import seeds_wanted
-
         want = seeds_wanted(sweep_dir, mode[1])
         more = add_seeds(added, cell_seeds(points), want)
         if more == added:

@@ -17,26 +17,25 @@ Every judge takes ``(items, extra)``: the experiment's per-run dicts (``config``
 ``details``, see :func:`depthlab.sweep.results.sweep_items`) and its extra settings from the
 profile (``target_val_loss``). :func:`write_science_table` writes the table as Markdown
 (``SWEEP_DIR/science.md``), which is what README's science table is pasted from;
-:func:`seeds_wanted` is what ``depthlab sweep --seeds auto`` asks after each round.
+:func:`depthlab.sweep.seeds.seeds_wanted` reads the same rows for ``depthlab sweep --seeds auto``.
 """
 
 from __future__ import annotations
 
-import math
 import statistics as st
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..rundir import atomic_write
 from ..units import finite_or_none, fmt_value
-from .common import cell_key
 from .results import OK_STATUSES, field_value, sweep_items
 from .stats import (ALPHA, All, Any as AnyOf, Leaf, Node, cell_stats, fewer_failures, fmt_p, greater, leaves,
-                    needed, p_yes, verdict, welch_greater)
+                    p_yes, verdict, welch_greater)
 
 __all__ = ["CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "ClaimRow", "science_claims", "claims_markdown",
-           "write_science_table", "seeds_wanted", "rank_init", "degradation", "depth_helps", "postln_warmup",
-           "rezero_speed", "deepnorm_depth", "init_last_rank", "init_grad_blocks", "steps_to"]
+           "write_science_table", "rank_init", "degradation", "depth_helps", "postln_warmup",
+           "rezero_speed", "deepnorm_depth", "dyt_matches", "dyt_lr_window", "init_last_rank", "init_grad_blocks",
+           "steps_to"]
 
 #: Column names of a claims row (the Markdown table and the HTML report use them).
 CLAIM_HEADER = ["claim", "source", "setting", "our numbers", "verdict"]
@@ -507,11 +506,95 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
                    f"{_seeds(items)}; yes = DeepNorm < post-LN + 0.02 at every depth and lr; {TESTS_NOTE}",
                    "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
 
+def _norm_lrs(items: Sequence[dict], norm: str) -> dict[float, list[dict]]:
+    sel = _by(items, model__norm=norm)
+    return {lr: _by(sel, train__learning_rate=lr) for lr in _sorted_values(sel, "train.learning_rate")}
+
+
+def _best_lr(cells: dict[float, list[dict]]) -> Optional[float]:
+    """The learning rate whose cell has the lowest mean best val loss (every run ok), or None."""
+    ok = [(st.mean(_losses(c)), lr) for lr, c in cells.items() if c and all(_ok(it) for it in c)]
+    return min(ok)[1] if ok else None
+
+
+def _dyt_cells(items: Sequence[dict]) -> tuple[dict, dict, Optional[float], Optional[float], str]:
+    """LayerNorm's and DyT's cells per lr, each one's best lr, and the per-lr text."""
+    ln, dyt = _norm_lrs(items, "layernorm"), _norm_lrs(items, "dyt")
+    text = "; ".join(f"{name}: " + ", ".join(f"lr {lr:g} {_cell_short(c)}" for lr, c in cells.items())
+                     for name, cells in (("LayerNorm", ln), ("DyT", dyt)) if cells)
+    return ln, dyt, _best_lr(ln), _best_lr(dyt), text
+
+
+def _dyt_setting(items: Sequence[dict], rule: str) -> str:
+    return (f"pre-LN, {_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
+            f"{_vals(items, 'train.learning_rate')} per norm, {_vals(items, 'train.max_iters')} steps (equal for "
+            f"both), best val loss (nats/char), mean ± sd over {_seeds(items)}; {rule}; {TESTS_NOTE}")
+
+
+def dyt_matches(items: Sequence[dict], extra: dict) -> ClaimRow:
+    """DyT matches LayerNorm (Zhu et al. 2025, "Transformers without normalization": DyT "matches or
+    exceeds" its normalised counterpart).
+
+    Each norm at its own best learning rate of the grid (lowest mean best val loss, every seed ok),
+    the same step budget. yes = DyT's best < LayerNorm's best + 0.02 nats (non-inferiority, one-sided
+    Welch at alpha 0.05); no = DyT is worse by more than 0.02 at p < 0.05. Rule fixed before any run.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        The row; ``row.test`` holds the comparison.
+    """
+    ln, dyt, bl, bd, text = _dyt_cells(items)
+    test = None
+    if bl is not None and bd is not None:
+        test = All([_loss_leaf(f"DyT (lr {bd:g}) < LayerNorm (lr {bl:g}) + 0.02", ln[bl], dyt[bd], -0.02,
+                               ("LayerNorm", "DyT"))])
+    return _claim(["DyT matches LayerNorm at this scale: equal steps, each at its best lr",
+                   "Zhu et al. 2025, Transformers without normalization (CVPR)",
+                   _dyt_setting(items, "yes = DyT's best < LayerNorm's best + 0.02"),
+                   text + (f". {_compared(test)}" if test else "")], test)
+
+
+def dyt_lr_window(items: Sequence[dict], extra: dict) -> ClaimRow:
+    """DyT is more sensitive to the learning rate than LayerNorm (Zhu et al. 2025 tune alpha0 with the lr
+    for LLMs; users report DyT runs that do not train at LayerNorm's lr).
+
+    The lr window of a norm is the set of grid lrs whose mean loss is within 0.05 nats of that norm's
+    best lr's. yes = at some lr LayerNorm is inside its window (its loss < its best + 0.05) while DyT
+    is outside its own (its loss > its best + 0.05, or runs not ok: Fisher), both one-sided at
+    alpha 0.05 / (number of lrs) (Bonferroni over the lrs); no = at every lr one of the two is refuted.
+    Rule fixed before any run.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        The row; ``row.test`` holds the comparisons.
+    """
+    ln, dyt, bl, bd, text = _dyt_cells(items)
+    test = None
+    if bl is not None and bd is not None:
+        kids = [All([_loss_leaf(f"lr {lr:g}: LayerNorm < its best + 0.05", ln[bl], ln[lr], -0.05,
+                                ("best", f"lr {lr:g}")),
+                     _loss_leaf(f"lr {lr:g}: DyT > its best + 0.05", dyt[lr], dyt[bd], 0.05, (f"lr {lr:g}", "best"))])
+                for lr in ln if lr in dyt and lr not in (bl, bd)]
+        test = AnyOf(kids) if kids else None
+    return _claim(["DyT is more sensitive to the learning rate than LayerNorm: a narrower lr window",
+                   "Zhu et al. 2025, Transformers without normalization (CVPR; alpha0 and lr tuned together)",
+                   _dyt_setting(items, "window = lrs within 0.05 of the norm's best; yes = some lr inside "
+                                "LayerNorm's window and outside DyT's (Bonferroni over the lrs)"),
+                   text + (f". {_compared(test)}" if test else "")], test)
+
+
 #: Experiment name (in ``profiles/science.yaml``) -> its judges (one table row each), in table order.
 #: ``depth`` gives two rows from the same runs: degradation (plain) and "depth helps" (pre-LN).
 CLAIMS: dict[str, tuple[Callable[[Sequence[dict], dict], ClaimRow], ...]] = {
     "rank_init": (rank_init,), "depth": (degradation, depth_helps), "postln_warmup": (postln_warmup,),
     "rezero_speed": (rezero_speed,), "deepnorm_depth": (deepnorm_depth,),
+    "dyt_lr": (dyt_matches, dyt_lr_window),
 }
 
 
@@ -573,55 +656,4 @@ def write_science_table(sweep_dir: str | Path) -> Optional[str]:
     text = (f"{table}\nLosses are validation cross-entropy in nats/char; {n} runs in {Path(sweep_dir)}.\n")
     atomic_write(Path(sweep_dir) / SCIENCE_MD, text.encode("utf-8"))
     return text
-
-
-def _claim_target(row: ClaimRow, n_now: int, max_seeds: int) -> int:
-    """Seeds per cell the next round gives an undecided claim: towards the estimate of
-    :func:`depthlab.sweep.stats.needed`, at most doubling per round (the spread is re-measured),
-    at least one more, at most ``max_seeds``."""
-    est = [needed(row.test, route) for route in ("yes", "no")]
-    if None in est:  # a cell with one run: no spread yet
-        return min(max_seeds, n_now + 1)
-    k = min(est)
-    k = max_seeds if math.isinf(k) else int(k)
-    return min(max_seeds, max(n_now + 1, min(k, 2 * n_now)))
-
-
-def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
-    """The cells of the undecided claims of a sweep and the seeds each should have next (``--seeds auto``).
-
-    Args:
-        sweep_dir: a sweep directory.
-        max_seeds: the most seeds a cell may get.
-
-    Returns:
-        Cell key (:func:`depthlab.sweep.common.cell_key`) -> seeds it should have; only the cells of
-        the comparisons not yet decided (p >= alpha both ways, Bonferroni over the claim's comparisons
-        for the negation) of claims that are undecided, below ``max_seeds``.
-
-    Raises:
-        DepthlabError: not a sweep directory.
-    """
-    meta, _, _, items = sweep_items(sweep_dir)
-    points = {r["name"]: r["point"] for r in meta["runs"]}
-    exps = meta["spec"]["experiments"]
-    by_exp = {e["name"]: [it for it in items if it["experiment"] == e["name"]] for e in exps}
-    want: dict[str, int] = {}
-    for row in science_claims(by_exp, {e["name"]: e.get("extra") or {} for e in exps}):
-        if row.test is None or not row[-1].startswith("undecided"):
-            continue
-        cells: dict[str, set] = {}
-        lvs = leaves(row.test)
-        for lf in lvs:
-            if lf.p_yes is not None and (lf.p_yes < ALPHA or lf.p_no < ALPHA / len(lvs)):
-                continue  # this comparison is decided already: its cells need no more seeds
-            for it in (x for side in lf.items for x in side if x.get("name") in points):
-                cells.setdefault(cell_key(it["experiment"], points[it["name"]]), set()).add(it["name"])
-        n_now = min((len(v) for v in cells.values()), default=max_seeds)
-        if n_now >= max_seeds:
-            continue
-        target = _claim_target(row, n_now, max_seeds)
-        for k in cells:
-            want[k] = max(want.get(k, 0), target)
-    return want
 
