@@ -245,10 +245,10 @@ def format_layers(res: dict) -> str:
                  "when removed")
     idle = [str(b["block"]) for b in res["blocks"] if b["ablation_delta"] < EFFECTIVE_DELTA]
     if idle:
-        lines.append(f"  removing block{'s' if len(idle) > 1 else ''} {', '.join(idle)} costs less than "
-                     f"{EFFECTIVE_DELTA:g} nats on these windows: the depth there is not in use (fewer blocks, "
-                     "model.n_layer, would lose nothing at this training length; `depthlab diagnose` shows whether "
-                     "their gradients vanish)")
+        which = f"block {idle[0]}" if len(idle) == 1 else f"any one of blocks {', '.join(idle)}"
+        lines.append(f"  removing {which} alone costs less than {EFFECTIVE_DELTA:g} nats on these windows: the loss "
+                     "does not use what it computes (each measured alone, the others in place; `depthlab diagnose` "
+                     "shows whether the gradients there vanish, and model.n_layer sets the depth)")
     if bg is not None:
         lines.append("  the embedding lens sees one character (and its position), so it cannot beat the bigram "
                      "line; a lens below it is context that the blocks up to there have brought in")

@@ -94,4 +94,4 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     evidence = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions: "
                 f"{words}; bigram baseline {bigram:.3f}")
     a, b, c = context_causes(ev.section("model"))
-    return Finding("context_unused", evidence, f"the context does not reach the loss through {a}; {b}; or {c}")
+    return Finding("context_unused", evidence, f"the cause is one of: {a}; {b}; or {c}")
