@@ -349,3 +349,62 @@ def test_banner_summary_and_report_card_are_one_number(tiny_run):
     assert f"{params / 1e6:.3f} M parameters" in banner
     card = {label: (value, note) for label, value, note in run_cards(RunData(tiny_run))}["parameters"]
     assert card == (f"{params:,}", "token embedding (tied to the head) included, position table left out")
+
+
+# ------------------------------------------------------------------------- 7. what a new user breaks
+def test_check_on_a_too_short_corpus_names_checks_own_flags(capsys, tmp_path):
+    text = tmp_path / "short.txt"
+    text.write_text("abcdefghijklmnopqrstuvwxyz0123456789")  # 36 characters
+    model = tmp_path / "tiny_model.py"
+    model.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self, vocab_size):\n"
+                     "        super().__init__()\n        self.e = nn.Embedding(vocab_size, vocab_size)\n\n"
+                     "    def forward(self, idx):\n        return self.e(idx)\n")
+    err = cli_err(capsys, "check", f"{model}:M", "--data.path", str(text))
+    assert "has 36 tokens, but checking at length T=64 (the default length) needs 130" in err
+    assert "give --block_size 17 or a longer text (--data.path)" in err and "model.block_size" not in err
+    (tmp_path / "one.txt").write_text("a")
+    err = cli_err(capsys, "check", f"{model}:M", "--data.path", str(tmp_path / "one.txt"), "--block_size", "4")
+    assert "has 1 token, but checking at length T=4 (--block_size) needs 10" in err and "give a longer text" in err
+
+
+def test_report_into_a_read_only_place_is_one_line(capsys, tmp_path, monkeypatch):
+    import depthlab.report.html as html
+
+    rd = write_run_dir(tmp_path, [{"kind": "eval", "step": 0, "train_loss": 4.0, "val_loss": 4.0}])
+    monkeypatch.setattr(html, "make_all_plots", lambda *a, **k: {})
+
+    def read_only(path, data):
+        raise OSError(30, "Read-only file system", str(path))
+
+    monkeypatch.setattr(html, "atomic_write", read_only)
+    err = cli_err(capsys, "report", str(rd), "--out", str(tmp_path / "r.html"))
+    assert f"report: cannot write {tmp_path / 'r.html'}: Read-only file system; choose a writable --out" in err
+
+
+def test_ctrl_c_that_a_library_turns_into_another_error_is_still_an_interruption(capsys, monkeypatch):
+    import os
+    import signal
+
+    import depthlab.export as export
+
+    def interrupted_import(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while a library imports (the handler raises here)...
+        except KeyboardInterrupt:
+            raise ImportError("cannot load module more than once per process") from None  # ...which it turns into this
+
+    monkeypatch.setattr(export, "export_run", interrupted_import)
+    rc, _, err = run_cli(capsys, "export", "some_run", "some_out")
+    assert rc == 130 and err.strip() == "depthlab: interrupted"
+
+
+@pytest.mark.slow
+def test_export_into_a_read_only_place_is_one_line(tiny_run, tmp_path, capsys, monkeypatch):
+    import depthlab.export as export
+
+    def read_only(parent, prefix):
+        raise OSError(30, "Read-only file system", str(parent))
+
+    monkeypatch.setattr(export, "make_temp_dir", read_only)
+    err = cli_err(capsys, "export", str(tiny_run), str(tmp_path / "ro" / "hf"))
+    assert f"export: cannot write into {tmp_path / 'ro'}: Read-only file system; choose a writable OUT_DIR" in err

@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, field_types, files_first, flag, \
     hide_train_options, one_line
 from .cli_expand import expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401
-from .errors import DepthlabError, NonFiniteError
+from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
 
 PROG = "depthlab"
 
@@ -699,7 +699,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv is None:
         _PROCESS_ARGV = list(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
-    _openmp_policy(argv[0] if argv else "")
     debug = "--debug" in argv
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
@@ -710,6 +709,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG} {__version__}")
         return 0
     try:
+        watch_sigint()
+        _openmp_policy(argv[0])  # inside the try: a Ctrl-C while it imports torch is an interruption too
         return dispatch(argv[0], argv[1:])
     except NonFiniteError as e:
         if debug:
@@ -740,6 +741,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if isinstance(e, Interrupted):
             print(f"{PROG}: {e}", file=sys.stderr)
             return e.exit_code
+        if sigint_seen() and not debug:  # Ctrl-C inside an import leaves a half-imported module that fails later
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return 130
         if debug:
             raise
         _error(f"unexpected {type(e).__name__}: {one_line(str(e))[:300]} "

@@ -1,8 +1,12 @@
 """The one exception type that depthlab raises for bad input.
 
 The CLI turns a :class:`DepthlabError` into a single line ``depthlab: error: <message>`` on
-stderr and exit status 2; library callers catch it like any exception.
+stderr and exit status 2; library callers catch it like any exception. Ctrl-C is remembered here too
+(:func:`watch_sigint`), for the command line's exit status 130.
 """
+
+import signal
+import threading
 
 
 class DepthlabError(Exception):
@@ -15,3 +19,31 @@ class DepthlabError(Exception):
 
 class NonFiniteError(DepthlabError):
     """A non-finite loss or gradient stopped training (CLI exit status 3)."""
+
+
+_SIGINT_SEEN = False
+
+
+def _note_sigint(signum, frame) -> None:
+    global _SIGINT_SEEN
+    _SIGINT_SEEN = True
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt, as Python's own handler does
+
+
+def watch_sigint() -> None:
+    """Remember that Ctrl-C came, then raise KeyboardInterrupt as usual (the main thread only).
+
+    A Ctrl-C inside an import (torch, transformers) can leave a half-imported module whose next use
+    raises something else (RecursionError, ImportError, ModuleNotFoundError): :func:`sigint_seen` lets
+    the command line report such an end as the interruption it is.
+    """
+    global _SIGINT_SEEN
+    _SIGINT_SEEN = False
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _note_sigint):
+        signal.signal(signal.SIGINT, _note_sigint)
+
+
+def sigint_seen() -> bool:
+    """Whether Ctrl-C (SIGINT) came since :func:`watch_sigint`."""
+    return _SIGINT_SEEN

@@ -306,9 +306,13 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     ckpt.load_into(model, sd, path)
     bos, eos = special_ids(tok)
     hf = build_hf_model(model, bos, eos)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = make_temp_dir(out.parent, f".{out.name}.tmp-")
-    old = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = make_temp_dir(out.parent, f".{out.name}.tmp-")
+    except OSError as e:
+        raise DepthlabError(f"export: cannot write into {out.parent}: {e.strerror or e}; choose a writable "
+                            "OUT_DIR") from None
+    old, earlier = None, out.exists()
     try:
         with _no_progress_bar():
             hf.save_pretrained(str(tmp))
@@ -324,6 +328,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
             old = make_temp_dir(out.parent, f".{out.name}.old-")
             out.rename(old / out.name)
         tmp.rename(out)
+    except OSError as e:  # e.g. the disk filled up: the temporary folder goes, an earlier export stays
+        raise DepthlabError(f"export: writing {out} failed: {e.strerror or e}; nothing of it was left behind"
+                            + (f"; the earlier export in {out} is kept" if earlier else "")) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not out.exists():  # the new export did not arrive: the earlier one goes back

@@ -454,7 +454,11 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
     run = load_run_data(run_dir)
     dest = Path(out) if out else run.dir.file(REPORT)
     _check_dest(dest)
-    pngs = make_all_plots(run.run_dir, skip=skip)
+    try:
+        pngs = make_all_plots(run.run_dir, skip=skip)
+    except OSError as e:  # the figures go into the run's plots/ (a read-only run directory, a full disk)
+        raise DepthlabError(f"report: cannot write the figures into {run.run_dir / 'plots'}: {e.strerror or e}; "
+                            "the run directory must be writable (copy it elsewhere to report on it)") from None
     figs = []
     for name, (_fn, caption) in PLOTS.items():
         if name in pngs:
@@ -475,8 +479,11 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                 Section("Summary", _summary_section(run)),
                 Section("Configuration", _config_section(run))]
     page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=run_cards(run))
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(dest, page.encode("utf-8"))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(dest, page.encode("utf-8"))
+    except OSError as e:
+        raise DepthlabError(f"report: cannot write {dest}: {e.strerror or e}; choose a writable --out") from None
     return dest
 
 

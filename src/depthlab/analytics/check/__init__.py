@@ -150,6 +150,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
         raise DepthlabError(f"--block_size must be >= 1 (got {block_size}): the tokens per sequence, e.g. "
                             "--block_size 32; leave it out to use the model's own block_size")
     T = block_size or min(declared_block_size(model) or DEFAULT_BLOCK_SIZE, 1024)
+    _check_corpus_length(corpus, T, "--block_size" if block_size else
+                         "the model's block_size" if declared_block_size(model) else "the default length")
     corpus.check_block_size(T)
     if blocks is not None:
         find_blocks(model, blocks)  # a bad --blocks is a usage error, before any work
@@ -181,6 +183,22 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
                  "blocks": f"{name_b} ({len(found)} x {type(found[0]).__name__})" if found else None})
     report.checks = [c for c in report.checks if c.rule in rules]
     return report
+
+
+def _check_corpus_length(corpus, T: int, source: str) -> None:
+    """The corpus holds T + 1 tokens in each split, or one line naming check's own flags.
+
+    Raises:
+        DepthlabError: the corpus is shorter than 2 (T + 1) tokens.
+    """
+    n, need = len(corpus.tokens), 2 * (T + 1)
+    if n >= need:
+        return
+    fits = n // 2 - 1  # the longest T whose T + 1 tokens fit in each split
+    fix = f"give --block_size {fits} or a longer text" if fits >= 2 else "give a longer text"
+    raise DepthlabError(f"the corpus {corpus.path} has {n} token{'s' if n != 1 else ''}, but checking at length "
+                        f"T={T} ({source}) needs {need}, T + 1 in each of the train and validation splits; {fix} "
+                        "(--data.path)")
 
 
 def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Optional[str]
