@@ -58,7 +58,7 @@ def chosen_by_depthlab(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setenv(at.OMP_MARK, "PASSIVE")
     monkeypatch.delenv(at.SWITCH, raising=False)
-    monkeypatch.setattr(at, "cpu_has_bf16", lambda: False, raising=False)
+    monkeypatch.setattr(at.runtime, "cpu_has_bf16", lambda: False)
 
 
 def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypatch, chosen_by_depthlab):

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from .runtime import cpu_has_bf16, omp_policy, use_bf16, use_explicit_attention
+from . import runtime
+from .runtime import omp_policy, use_bf16, use_explicit_attention
 
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "guess_policy",
            "omp_free", "omp_policy", "tune"]
@@ -392,7 +393,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
         Restart: the fastest setting has the other wait policy and ``restart_ok``.
     """
     policy, t = omp_policy(), cfg.train
-    native = cpu_has_bf16()
+    native = runtime.cpu_has_bf16()
     rule = rule_setting(t, device, native, policy)
     if device.type != "cpu" or world_size > 1:
         return Tuning(rule, "rule", "not measured: " + ("not a CPU run" if device.type != "cpu" else

@@ -188,6 +188,7 @@ class Runtime:
             raise DepthlabError(f"train.grad_accum ({train.grad_accum}) counts micro-batches of the global batch and "
                                 f"must be divisible by the number of processes ({self.world_size})")
         self.accum = train.grad_accum // self.world_size  # micro-batches per process per step
+        self.threads_before = torch.get_num_threads()  # close() gives them back (a notebook trains again)
         self._set_threads()
         self.device = resolve_device(train.device)
         self.owns_process_group = False
@@ -350,8 +351,10 @@ class Runtime:
             dist.barrier()
 
     def close(self) -> None:
-        """Wait for every process, then destroy the process group this runtime made."""
+        """Wait for every process, give back the caller's thread count and subnormal handling, then
+        destroy the process group this runtime made."""
         self.barrier()
+        torch.set_num_threads(self.threads_before)
         if self.flush_denormal:
             torch.set_flush_denormal(False)
             self.flush_denormal = False
