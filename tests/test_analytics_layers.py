@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from depthlab.analytics.layers import layer_access, measure_layers
-from depthlab.config import VARIANTS
+from depthlab.config import NORMS, VARIANTS
 from depthlab.errors import DepthlabError
 
 from conftest import TINY_TEXT, run_cli, tiny_gpt
@@ -79,6 +79,16 @@ def test_lens_after_the_last_block_is_the_models_own_val_loss(variant):
     assert res["val_loss"] == pytest.approx(own, abs=1e-5)
     assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)
     assert [b["block"] for b in res["blocks"]] == [0, 1] and res["n_layer"] == 2
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_the_lens_identity_holds_for_every_norm(norm):
+    model = tiny_gpt(seed=5, norm=norm)
+    batches = _batches(seed=6)
+    res = measure_layers(model, batches)
+    with torch.no_grad():
+        own = sum(float(model(x, y)[1]) for x, y in batches) / len(batches)
+    assert res["blocks"][-1]["lens_loss"] == pytest.approx(own, abs=1e-5)
 
 
 def test_embedding_lens_is_the_head_on_the_embeddings_and_a_zeroed_block_costs_nothing():
