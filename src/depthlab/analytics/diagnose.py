@@ -10,7 +10,8 @@ live in :class:`Thresholds`.
 
 Rules (names are a stable contract): ``bigram_stuck`` (the current character alone: the context
 before it does not reach the loss), ``unigram_stuck`` (no context at all, not even the current
-character; runs diagnosed before it existed said ``bigram_stuck``), ``no_gradient``,
+character; runs diagnosed before it existed said ``bigram_stuck``), ``context_unused`` (the later
+positions of the final weights' loss by position do not beat position 0), ``no_gradient``,
 ``vanishing_gradients``, ``exploding``, ``rank_collapse``, ``uniform_attention``, ``lr_too_high``,
 ``lr_too_low``, ``overfitting``, ``plateau``.
 """
