@@ -408,3 +408,18 @@ def test_export_into_a_read_only_place_is_one_line(tiny_run, tmp_path, capsys, m
     monkeypatch.setattr(export, "make_temp_dir", read_only)
     err = cli_err(capsys, "export", str(tiny_run), str(tmp_path / "ro" / "hf"))
     assert f"export: cannot write into {tmp_path / 'ro'}: Read-only file system; choose a writable OUT_DIR" in err
+
+
+@pytest.mark.parametrize("argv", [["sample", "{f}"], ["diagnose", "{f}"], ["export", "{f}", "{d}/out"],
+                                  ["train", "--resume", "{f}"]])
+def test_a_run_dir_that_is_a_file_is_called_a_file(capsys, tmp_path, argv):
+    f = tmp_path / "notes.txt"
+    f.write_text("my notes")
+    err = cli_err(capsys, *[a.format(f=f, d=tmp_path) for a in argv])
+    assert f"{f} is a file, not a run directory" in err and "(no " not in err
+    assert f.read_text() == "my notes"
+
+
+def test_check_of_a_folder_says_it_is_a_folder(capsys, tmp_path):
+    err = cli_err(capsys, "check", f"{tmp_path}:M")
+    assert f"{tmp_path} is a folder; give the .py file in it that defines M" in err and "not found" not in err

@@ -564,8 +564,10 @@ class RunDir:
             raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
         needs = {"config": [CONFIG], "metrics": [CONFIG, METRICS],
                  "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
+        if not rd.is_dir():
+            raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
         missing = [n for n in needs if not (rd / n).is_file()]
-        if not rd.is_dir() or missing:
+        if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")
         return self

@@ -65,6 +65,9 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
                             "in it that makes the model (e.g. mymodel.py:GPT)")
     p = Path(path)
+    if p.is_dir():
+        raise DepthlabError(f"{option} {text}: {path} is a folder; give the .py file in it that defines {name} "
+                            f"(e.g. {Path(path) / 'model.py'}:{name})")
     if not p.is_file():
         raise DepthlabError(f"{option} {text}: file {path} not found")
     return Source(p, name)
