@@ -157,6 +157,10 @@ class Stack(nn.Module):
             x = b(x)
         return self.head(x)
 
+class Broken(Stack):
+    def forward(self, idx):
+        raise ValueError("boom")
+
 class NoBlocks(nn.Module):
     def __init__(self, vocab_size):
         super().__init__()
@@ -184,6 +188,8 @@ def test_own_model_with_blocks_and_refusal_without(tmp_path, tiny_text_file):
     bare = _own(tiny_text_file, f"{f}:NoBlocks")
     with pytest.raises(DepthlabError, match="coordcheck needs the model's blocks"):
         coordcheck(bare, ("train.learning_rate", [1e-3, 1e-2]), steps=1)
+    with pytest.raises(DepthlabError, match="the model's forward failed on idx of shape .*ValueError: boom"):
+        coordcheck(_own(tiny_text_file, f"{f}:Broken"), ("model.init.depth", [1, 2]), steps=1)
     with pytest.raises(DepthlabError, match="--axis model.init.n_layer"):
         coordcheck(cfg, ("model.n_layer", [1, 2]), steps=1)
 
