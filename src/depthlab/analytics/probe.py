@@ -310,9 +310,10 @@ def _dyt_check(result: dict) -> Optional[str]:
                       "small gradients. "
                       + ("The stream is this small because model.init gpt2 draws the embeddings at std 0.02. "
                          if cfg.get("init") == "gpt2" else "")
-                      + "Larger initial weights (model.init torch: N(0, 1) embeddings) or model.norm layernorm avoid "
-                      "it. AdamW's step does not shrink with the gradient's size while the gradient stays above its "
-                      "eps 1e-8, so small gradients alone do not stop training.")
+                      + "Larger initial weights (model.init torch: N(0, 1) embeddings) remove the small signal at "
+                      "init; model.norm layernorm normalises it. AdamW's step does not shrink with the gradient's "
+                      "size while the gradient stays above its eps 1e-8, so small gradients alone do not stop "
+                      "training.")
     if len(a) > 1:
         gain = (a[-1] / a[0]) ** (1 / (len(a) - 1))
         txt += f"; each block passes on ~{gain:.2g} x the scale it receives"
