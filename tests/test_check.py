@@ -1,7 +1,7 @@
 """`depthlab check`: each planted bug is caught by its named rule, correct models raise no alarm.
 
 The models are in tests/fixtures/planted.py, loaded as a user's file (``PATH.py:NAME``). The fast
-tests run only the rule under test (after ``shape``, which always runs); the full eight rules, with
+tests run only the rule under test (after ``shape``, which always runs); the full nine rules, with
 their short trainings (overfit_batch, context_use), are the slow tests.
 """
 
