@@ -506,9 +506,11 @@ def format_coordcheck(result: dict) -> str:
     short = key.rpartition(".")[2]
     seeds = result["seeds"]
     spread = " (mean over %d seeds, +- std)" % seeds if seeds > 1 else ""
+    w = max([16] + [len(r["label"]) for r in result["rows"]])
     lines = [f"coordcheck along {key}: RMS at steps 1..{result['steps']} (step 1 = init){spread}; attention "
              "logits q.k/sqrt(hs): the max over blocks",
-             f"{'variant':<16} {short:>8} {'step':>4}  {'resid_rms':>18}  {'attn_logits(max)':>22}  {'logits_rms':>18}"]
+             f"{'variant':<{w}} {short:>8} {'step':>4}  {'resid_rms':>18}  {'attn_logits(max)':>22}  "
+             f"{'logits_rms':>18}"]
     for r in result["rows"]:
         cells = []
         for q in QUANTITIES:
@@ -519,7 +521,7 @@ def format_coordcheck(result: dict) -> str:
             if q == "attn_logits_rms" and r["attn_logits_block"] is not None:
                 txt += f" (b{r['attn_logits_block']})"
             cells.append(txt)
-        lines.append(f"{r['label']:<16} {r['axis_value']!s:>8} {r['step']:>4}  {cells[0]:>18}  {cells[1]:>22}  "
+        lines.append(f"{r['label']:<{w}} {r['axis_value']!s:>8} {r['step']:>4}  {cells[0]:>18}  {cells[1]:>22}  "
                      f"{cells[2]:>18}")
     t = result["threshold"]
     lines.append(f"log-log slope against {key} per step (resid / attn logits / logits); verdict on the residual "
