@@ -35,13 +35,14 @@ def _spec(grid, **base):
     from depthlab import sweep
 
     return sweep.SweepSpec(experiments=[sweep.Experiment(name="depth", grid=grid)],
-                           base={"model.n_embd": 16, "model.n_head": 2, "model.block_size": 16, **base})
+                           base={"model.n_embd": 16, "model.n_head": 2, "model.block_size": 16, "train.seed": 1,
+                                 **base})
 
 
 def test_seeds_n_adds_seeds_to_every_cell_and_keeps_the_grids_names(tmp_path):
     from depthlab.sweep.common import seeded_points
 
-    # no seed axis: the grid's runs keep their names, seeds 2 and 3 are appended
+    # no seed axis (the base's seed 1): the grid's runs keep their names, seeds 2 and 3 are appended
     pts, added = seeded_points(_spec({"model.n_layer": [1, 2]}), tmp_path, {}, fixed=3)
     names = sorted(p.name for p in pts)
     assert names == ["depth/n_layer-1", "depth/n_layer-1_seed-2", "depth/n_layer-1_seed-3", "depth/n_layer-2",

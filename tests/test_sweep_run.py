@@ -75,5 +75,6 @@ def test_seeds_auto_stops_at_max(tiny_text_file, tmp_path, monkeypatch):
               "train.max_iters": 2, "train.seed": 1})
     sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=lines.append, seeds="auto:2")
     assert sorted(calls) == sorted((v, L, s) for v in ("plain", "prenorm") for L in (1, 4) for s in (1, 2))
-    assert lines[-2].startswith("--seeds auto: no claim left that more seeds (at most 2 per cell) could decide")
+    assert lines[-2].startswith("--seeds auto: nothing to add: every claim is decided, or its undecided "
+                                "comparisons' cells have 2 seeds")
     assert "undecided (p = " in sweep.write_science_table(tmp_path / "sw")

@@ -87,7 +87,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
         want = seeds_wanted(sweep_dir, mode[1])
         more = add_seeds(added, cell_seeds(points), want)
         if more == added:
-            log(f"--seeds auto: no claim left that more seeds (at most {mode[1]} per cell) could decide")
+            log(f"--seeds auto: nothing to add: every claim is decided, or its undecided comparisons' cells have "
+                f"{mode[1]} seeds (the most --seeds auto:{mode[1]} allows)")
             break
         grown = [k for k in more if len(more[k]) != len(added.get(k, []))]
         log(f"--seeds auto: undecided claims: adding seeds to {len(grown)} cell(s) (up to "
