@@ -679,7 +679,7 @@ def _openmp_policy(command: str) -> None:
     """
     import os
 
-    from .training.autotune import OMP_MARK
+    from .training.machine import OMP_MARK
 
     if "torch" in sys.modules or ("OMP_WAIT_POLICY" in os.environ and os.environ.get(OMP_MARK) is None):
         return  # too late, or the user's choice
@@ -687,7 +687,7 @@ def _openmp_policy(command: str) -> None:
         return  # a restart: the policy it was given
     policy = "passive"
     if command == "train":
-        from .training.autotune import guess_policy
+        from .training.machine import guess_policy
 
         policy = guess_policy() or policy
     os.environ["OMP_WAIT_POLICY"] = os.environ[OMP_MARK] = policy.upper()

@@ -38,14 +38,13 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from . import runtime
+from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, machine_name, omp_free, policy_key,
+                      read_cache)
 from .runtime import omp_policy, use_bf16, use_explicit_attention
 
-__all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "guess_policy",
-           "omp_free", "omp_policy", "tune"]
+__all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "omp_free",
+           "omp_policy", "tune"]
 
-#: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
-#: policy the user exported is theirs and is never changed).
-OMP_MARK = "DEPTHLAB_OMP_WAIT"
 #: ``off``: keep the rule-based settings; ``on``: measure even a run too short to repay it (benchmarks).
 SWITCH = "DEPTHLAB_AUTOTUNE"
 #: Planned training time (s) below which measuring is not worth its cost (about 3 steps per candidate,
@@ -54,6 +53,7 @@ MIN_RUN_S = 60.0
 #: Candidates within this fraction of the fastest count as equally fast; the earlier one (the simpler
 #: setting: fewer threads, float32, SDPA, passive waiting) wins, so noise does not flip choices.
 TIE = 0.02
+_START = time.perf_counter()  # a child's deadline counts from its import, not from its first step
 ROUNDS = 2  # timed steps per candidate, interleaved (after one untimed warm-up step each)
 CAP = 2.5  # a candidate this many times slower than the fastest is timed no more
 #: Share of the planned training time the measurement may take (at least MIN_MEASURE_S).
@@ -138,49 +138,12 @@ class Restart(Exception):
 
 
 # ------------------------------------------------------------------------- the machine
-def omp_free() -> bool:
-    """Whether depthlab chose this process's wait policy (so it may choose another): the user did not."""
-    return os.environ.get(OMP_MARK, "") == os.environ.get("OMP_WAIT_POLICY", "-")
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (``unknown`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
-def machine_name() -> str:
-    """``"<CPU model> x<cores>"``: which machine a measurement belongs to."""
-    return f"{cpu_model()} x{os.cpu_count() or 1}"
 
 
-def busy_cores(window_s: float = 0.15) -> int:
-    """How many cores other processes keep busy now: non-idle time over ``window_s`` from /proc/stat, rounded.
-
-    Read while this process sleeps, so its own threads do not count. 0 where /proc/stat is missing.
-    """
-    def read() -> Optional[tuple[int, int]]:
-        try:
-            with open("/proc/stat") as f:
-                v = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-        return sum(v), idle
-
-    a = read()
-    time.sleep(window_s)
-    b = read()
-    if a is None or b is None or b[0] <= a[0]:
-        return 0
-    busy_share = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
-    return int(round(busy_share * (os.cpu_count() or 1)))
 
 
 # ------------------------------------------------------------------------- candidates and choice
@@ -252,13 +215,14 @@ def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, set
         return (time.perf_counter() - t0) * 1e3
 
     times: dict[Setting, list[float]] = {}
+    warm: dict[Setting, float] = {}  # the warm-up step: the figure of a setting the deadline left untimed
     live: list[Setting] = []
     best = ref_ms
     try:
-        for s in settings:  # warm-up: first-call allocations and kernel selection, untimed unless dropped
+        for s in settings:  # warm-up: first-call allocations and kernel selection
             if time.perf_counter() > deadline:
                 break
-            w = step(s)
+            w = warm[s] = step(s)
             if w > CAP * 2 * best:  # 2: a first call may cost twice a later one
                 times[s] = [w]
                 continue
@@ -266,8 +230,8 @@ def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, set
             times[s], live = [], live + [s]
         for _ in range(rounds):
             for s in list(live):
-                if time.perf_counter() > deadline and times[s]:
-                    continue
+                if time.perf_counter() > deadline:
+                    break
                 v = step(s)
                 times[s].append(v)
                 best = min(best, v)
@@ -275,7 +239,7 @@ def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, set
                     live.remove(s)
     finally:
         torch.set_num_threads(threads0)
-    return {s: min(v) if s in live else max(v) for s, v in times.items() if v}
+    return {s: (min(v) if s in live else max(v)) if v else warm[s] for s, v in times.items()}
 
 
 def _child(cfg_dict: dict, settings: Sequence[Setting], policy: str, timeout_s: float,
@@ -289,7 +253,7 @@ def _child(cfg_dict: dict, settings: Sequence[Setting], policy: str, timeout_s: 
                        "ref_ms": ref_ms if ref_ms != float("inf") else None, "seconds": timeout_s})
     try:
         out = subprocess.run([sys.executable, "-m", "depthlab.training.autotune"], input=spec, env=env,
-                             capture_output=True, text=True, timeout=timeout_s + 5.0, check=True).stdout
+                             capture_output=True, text=True, timeout=timeout_s, check=True).stdout
         rows = json.loads(out.strip().splitlines()[-1])
         return {Setting(**r["setting"]): float(r["ms"]) for r in rows}
     except (subprocess.SubprocessError, OSError, ValueError, KeyError, IndexError, TypeError):
@@ -318,10 +282,6 @@ def _model_and_batch(cfg, model=None, run_dir: Optional[str] = None):
 
 
 # ------------------------------------------------------------------------- the cache
-def _cache_file() -> Path:
-    base = os.environ.get("DEPTHLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                           os.path.join(os.path.expanduser("~"), ".cache"), "depthlab")
-    return Path(base) / "autotune.json"
 
 
 def cache_key(cfg, busy: int) -> str:
@@ -334,37 +294,23 @@ def cache_key(cfg, busy: int) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def policy_key(busy: int) -> str:
-    """The cache entry of the wait policy last measured fastest on this machine at this load (any shape)."""
-    return f"omp_wait {machine_name()} busy {busy}"
 
 
-def guess_policy() -> Optional[str]:
-    """The wait policy to start a training process with (before torch loads): the one last measured
-    fastest on this machine at the present load, or None if never measured."""
-    w = (_read_cache().get(policy_key(busy_cores())) or {}).get("omp_wait")
-    return w if w in ("passive", "active") else None
 
 
-def _read_cache() -> dict:
-    try:
-        d = json.loads(_cache_file().read_text())
-        return d if isinstance(d, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _write_cache(key: str, tuning: Tuning) -> None:
     from ..rundir import write_json
 
-    d = _read_cache()
+    d = read_cache()
     d[key] = tuning.to_record()
     d[policy_key(tuning.busy)] = {"omp_wait": tuning.setting.omp_wait}
     if len(d) > 200:  # keep the newest entries only
         d = dict(list(d.items())[-200:])
     try:
-        _cache_file().parent.mkdir(parents=True, exist_ok=True)
-        write_json(_cache_file(), d)
+        cache_file().parent.mkdir(parents=True, exist_ok=True)
+        write_json(cache_file(), d)
     except OSError:
         pass  # a read-only home: measure again next time
 
@@ -414,7 +360,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
         return _maybe_restart(old, policy, restart_ok)
     busy = busy_cores()
     key = cache_key(cfg, busy)
-    hit = Tuning.from_record(_read_cache().get(key) or {})
+    hit = Tuning.from_record(read_cache().get(key) or {})
     if hit is not None:
         hit.source = "cached"
         return _maybe_restart(hit, policy, restart_ok)
@@ -447,8 +393,8 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
     finally:
         torch.set_rng_state(rng)
     there = [s for s in order if s.omp_wait != policy]
-    if there:
-        left = max(MIN_MEASURE_S, budget - (time.perf_counter() - t0))
+    left = budget - (time.perf_counter() - t0)
+    if there and left > 1.0:  # a child needs about a second to import torch on an idle machine
         ms.update(_child(cfg.to_dict(), there, there[0].omp_wait, timeout_s=left, ref_ms=min(ms.values()),
                          run_dir=cfg.train.out_dir if cfg.model.source else None))
     best = fastest(ms, order)
@@ -491,7 +437,7 @@ def _main() -> int:
     m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, run_dir=spec.get("run_dir"))
     ref = spec.get("ref_ms") or float("inf")
     ms = time_settings(m, make_opt, loss_fn, batch, settings, set_attention=set_attn, ref_ms=ref,
-                       deadline=time.perf_counter() + 0.7 * float(spec.get("seconds") or 60.0))
+                       deadline=_START + 0.8 * float(spec.get("seconds") or 60.0))
     print(json.dumps([{"setting": asdict(s), "ms": v} for s, v in ms.items()]))
     return 0
 

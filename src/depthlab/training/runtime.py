@@ -15,6 +15,7 @@ import torch
 
 from ..config import RunConfig, TrainConfig, check_device_name
 from ..errors import DepthlabError
+from .machine import omp_policy
 
 __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "omp_policy", "resolve_device",
            "training_memory_bytes", "use_bf16", "use_explicit_attention"]
@@ -77,12 +78,6 @@ def cpu_has_bf16() -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def omp_policy() -> str:
-    """This process's OpenMP wait policy, ``passive`` or ``active`` (libgomp's default spins for a while
-    before sleeping, which counts as ``active``). It is read once, when torch loads."""
-    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive" else "active"
 
 
 def use_bf16(device: torch.device, dtype: str) -> bool:

@@ -1,0 +1,97 @@
+"""What a CPU run's automatic settings depend on, readable before torch loads: the machine (CPU model,
+cores, how busy), this process's OpenMP wait policy, and the measurement cache of
+:mod:`depthlab.training.autotune`. Nothing here imports torch: the command line asks it which policy
+to start with, and OpenMP reads that once, when torch loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "guess_policy", "machine_name", "omp_free",
+           "omp_policy", "policy_key", "read_cache"]
+
+#: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
+#: policy the user exported is theirs and is never changed).
+OMP_MARK = "DEPTHLAB_OMP_WAIT"
+
+
+def omp_policy() -> str:
+    """This process's OpenMP wait policy, ``passive`` or ``active`` (libgomp's default spins for a while
+    before sleeping, which counts as ``active``). It is read once, when torch loads."""
+    return "passive" if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive" else "active"
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``unknown`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_name() -> str:
+    """``"<CPU model> x<cores>"``: which machine a measurement belongs to."""
+    return f"{cpu_model()} x{os.cpu_count() or 1}"
+
+
+def busy_cores(window_s: float = 0.15) -> int:
+    """How many cores other processes keep busy now: non-idle time over ``window_s`` from /proc/stat, rounded.
+
+    Read while this process sleeps, so its own threads do not count. 0 where /proc/stat is missing.
+    """
+    def read() -> Optional[tuple[int, int]]:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+        return sum(v), idle
+
+    a = read()
+    time.sleep(window_s)
+    b = read()
+    if a is None or b is None or b[0] <= a[0]:
+        return 0
+    busy_share = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+    return int(round(busy_share * (os.cpu_count() or 1)))
+
+
+def omp_free() -> bool:
+    """Whether depthlab chose this process's wait policy (so it may choose another): the user did not."""
+    return os.environ.get(OMP_MARK, "") == os.environ.get("OMP_WAIT_POLICY", "-")
+
+
+def cache_file() -> Path:
+    base = os.environ.get("DEPTHLAB_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                           os.path.join(os.path.expanduser("~"), ".cache"), "depthlab")
+    return Path(base) / "autotune.json"
+
+
+def read_cache() -> dict:
+    try:
+        d = json.loads(cache_file().read_text())
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def policy_key(busy: int) -> str:
+    """The cache entry of the wait policy last measured fastest on this machine at this load (any shape)."""
+    return f"omp_wait {machine_name()} busy {busy}"
+
+
+def guess_policy() -> Optional[str]:
+    """The wait policy to start a training process with (before torch loads): the one last measured
+    fastest on this machine at the present load, or None if never measured."""
+    w = (read_cache().get(policy_key(busy_cores())) or {}).get("omp_wait")
+    return w if w in ("passive", "active") else None
