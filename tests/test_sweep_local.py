@@ -224,3 +224,12 @@ def test_rank_collapse_at_init_plain_vs_residual():
         assert ranks["plain", 4] > ranks["plain", 16] > ranks["plain", 32] or ranks["plain", 32] < 1e-6
         assert ranks["plain", 32] < 0.01
         assert min(ranks["prenorm", L] for L in (4, 16, 32)) > 0.5
+
+
+def test_dry_run_lists_the_seeds_seeds_adds(tiny_text_file, tmp_path):
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}, train__seed=1)
+    out = sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="2")
+    assert "n_layer-1_seed-2" in out and "n_layer-2_seed-2" in out and "4 runs, about" in out
+    auto = sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="auto:3")
+    assert "2 runs, about" in auto and "--seeds auto: these are the first round" in auto and "at most 3" in auto
+    assert not (tmp_path / "sw").exists()  # a dry run writes nothing
