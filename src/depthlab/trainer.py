@@ -41,8 +41,8 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
-from .training.stopping import StopRules
 from .training.autotune import tune
+from .training.stopping import StopRules
 from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
 
 
@@ -67,10 +67,10 @@ class Trainer:
         log: ``callable(str)`` for console lines (default: stdout).
         init_from: a run directory whose best weights start this new run (same shape and vocabulary;
             new optimizer, step 0).
-
         restart_ok: the caller (the command line) can restart the process with another OpenMP wait
             policy: :class:`~depthlab.training.autotune.Restart` is raised, before anything is written,
             when the measured-fastest setting needs one.
+
     Raises:
         DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
             do not fit (a run directory this call created is removed again).
@@ -86,8 +86,8 @@ class Trainer:
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console, init_from: Optional[str] = None, restart_ok: bool = False):
         self.callbacks = list(callbacks)
-        t = cfg.train
         self.restart_ok = restart_ok
+        t = cfg.train
         self.runtime = rt = Runtime(t, log)
         self.rank, self.world_size, self.is_main, self.device, self.log = (
             rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
@@ -143,11 +143,11 @@ class Trainer:
         resumed = point is not None and point.entry is not None
         self.raw_model = self._make_model(point).to(self.device)
         self.port = ModelPort(self.raw_model)
+        rt.apply(tune(self.cfg, self.raw_model, self.device, point.old_config.get("resolved") if point else None,
+                      restart_ok=self.restart_ok, log=self.log, world_size=self.world_size))
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point else resolve_optimizer(t.optimizer, self.device, self.raw_model)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
-        rt.apply(tune(self.cfg, self.raw_model, self.device, point.old_config.get("resolved") if point else None,
-                      restart_ok=self.restart_ok, log=self.log, world_size=self.world_size))
         self.ctx = rt.ctx
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"
@@ -409,12 +409,12 @@ class Trainer:
         self.log(f"run {self.run_dir}: {self.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
                  f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
+        if self.runtime.tuning is not None and self.device.type == "cpu":
+            self.log(self.runtime.tuning.line())
         self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.runtime.accum} x processes "
                  f"{self.world_size} = {t.batch_size * self.runtime.accum * self.world_size} sequences of "
                  f"{m.block_size} tokens")
 
-        if self.runtime.tuning is not None and self.device.type == "cpu":
-            self.log(self.runtime.tuning.line())
     def _log_step(self, info: StepInfo, tokens_per_sec: float, bar) -> None:
         self.metrics.log("train", {"step": info.step, "loss": info.loss, "lr": info.lr,
                                    "grad_norm": info.grad_norm, "tokens_per_sec": tokens_per_sec},
