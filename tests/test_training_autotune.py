@@ -142,6 +142,8 @@ def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one(monkeyp
 def test_a_short_run_is_not_measured(tmp_path, monkeypatch, chosen_by_depthlab):
     from depthlab.model import GPT
 
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))  # nothing measured before
+
     cfg = tiny_config(tmp_path / "run", train={"max_iters": 20, "dtype": "auto", "threads": 0})
     cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
     t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=True)

@@ -215,3 +215,21 @@ def test_fit_to_time_does_not_charge_evaluations_the_compile_time(tmp_path, tiny
     plan = t.budget.plan
     assert plan is not None and plan.s_per_eval < 1.0  # the evaluations' own cost, not a compile's 30 s
     assert plan.max_iters > 100  # 6 s of 10 ms readings: hundreds of steps, not the handful 30 s/eval leaves
+
+
+def test_subnormals_are_flushed_only_while_training(tmp_path, tiny_text_file):
+    """train.flush_denormal is process state: a Trainer that is made (or has trained) leaves it as it was."""
+    seen = []
+
+    class Probe:
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+        def on_step_end(self, run, info):
+            seen.append(torch.tensor([1e-40]).item())  # a subnormal float32 reads 0 while flushed
+
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), callbacks=[Probe()], **QUIET)
+    assert torch.tensor([1e-40]).item() != 0.0  # made, not training: untouched
+    t.fit()
+    assert seen and all(v == 0.0 for v in seen)
+    assert torch.tensor([1e-40]).item() != 0.0

@@ -20,96 +20,17 @@ import json
 import sys
 from argparse import ArgumentError
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
-from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, field_types, files_first, flag, \
+from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, one_line
 from .cli_expand import expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401
 from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
 
-PROG = "depthlab"
-
-
-# ------------------------------------------------------------------------- the grammar
-@lru_cache(maxsize=None)
-def _parser_class():
-    """jsonargparse's ``ArgumentParser``, also keeping the type each option was added with
-    (``value_types``: dest -> type), so that :mod:`depthlab.cli_args` checks values in depthlab's words."""
-    from jsonargparse import ArgumentParser
-
-    class Parser(ArgumentParser):
-        def add_argument(self, *args, **kwargs):
-            action = super().add_argument(*args, **kwargs)
-            if "type" in kwargs:
-                vars(self).setdefault("value_types", {})[action.dest] = kwargs["type"]
-            return action
-
-    return Parser
-
-
-def value_types(parser) -> dict[str, Any]:
-    """``dest`` -> type hint of every option of ``parser``: the config fields' from the config
-    dataclasses, the command's own from :func:`new_parser`'s record."""
-    return {**vars(parser).get("value_types", {}), **field_types()}
-
-
-def new_parser(command: str, description: str, config_fields: bool = False):
-    """A ``jsonargparse.ArgumentParser`` for ``depthlab COMMAND`` with the options every command has.
-
-    Args:
-        command: the subcommand name (for ``--help`` and error messages).
-        description: one paragraph for ``--help``.
-        config_fields: add every run-config field as a dotted flag (``--model.n_layer``), via
-            :func:`depthlab.config.add_config_arguments`.
-
-    Returns:
-        The parser (``exit_on_error=False``: parse errors raise ``argparse.ArgumentError``).
-    """
-    from jsonargparse import ActionConfigFile
-
-    p = _parser_class()(prog=f"{PROG} {command}", description=description, exit_on_error=False, allow_abbrev=False)
-    p.add_argument("-c", "--config", action=ActionConfigFile,
-                   help="YAML file of this command's options" + (" (sections data/model/train)" if config_fields
-                                                                 else ""))
-    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
-    if config_fields:
-        from argparse import SUPPRESS
-
-        from .config import add_config_arguments
-
-        add_config_arguments(p)
-        # a run's config.json also records what "auto" resolved to; read back, it is information only
-        p.add_argument("--resolved", type=Optional[dict], default=None, help=SUPPRESS)
-    return p
-
-
-def _add_run_dir(p, what: str = "a run directory written by depthlab train") -> None:
-    p.add_argument("run_dir", type=str, help=what)
-
-
-def _add_device(p) -> None:
-    p.add_argument("--device", type=str, default="auto", help="auto (cuda, else mps, else cpu), cpu, cuda, cuda:N, mps")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
-
-
-def _config_from(ns) -> Any:
-    """The validated :class:`~depthlab.config.RunConfig` of a namespace with data/model/train sections."""
-    from .config import RunConfig
-
-    d = ns.as_dict()
-    return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
-
-
-def _set_threads(n: int) -> None:
-    from .config import check_threads
-
-    check_threads(n, "--threads")
-    if n:
-        import torch
-
-        torch.set_num_threads(n)
+from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
+    new_parser, set_threads as _set_threads, value_types
 
 
 # ------------------------------------------------------------------------- train
@@ -139,6 +60,10 @@ def run_train(ns) -> int:
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
+    if cfg.train.flush_denormal:  # before any parallel work, so OpenMP's threads inherit it (the process ends after)
+        import torch
+
+        torch.set_flush_denormal(True)
     try:
         trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
                           restart_ok=_PROCESS_ARGV is not None)

@@ -331,7 +331,7 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         bar = self._progress_bar()
-        with self.stop.signals_caught():
+        with self.stop.signals_caught(), self.runtime.numerics():
             try:
                 self.model.train()
                 self._loop(tokens_per_step, bar)

@@ -193,9 +193,19 @@ class Runtime:
         self.explicit_attention = use_explicit_attention(train.attention, self.device, self.bf16)
         self.ctx = autocast_ctx(self.device, train.dtype)
         self.tuning = None  # what depthlab.training.autotune decided (apply())
-        # set before the first parallel op of a command-line run, so OpenMP's threads inherit it
-        cpu = self.device.type == "cpu"
-        self.flush_denormal = bool(train.flush_denormal and cpu and torch.set_flush_denormal(True))
+        self.flush_denormal = bool(train.flush_denormal and self.device.type == "cpu")
+
+    @contextlib.contextmanager
+    def numerics(self):
+        """While training: subnormal floats computed as zero on the CPU (``train.flush_denormal``), then
+        the caller's handling again. It is process state, so it is set only for the loop (the command
+        line sets it once before any parallel work, so OpenMP's threads, made later, inherit it)."""
+        was = torch.set_flush_denormal(True) if self.flush_denormal else False
+        try:
+            yield
+        finally:
+            if was:
+                torch.set_flush_denormal(False)
 
     def apply(self, tuning) -> None:
         """Run with ``tuning``'s setting (:class:`~depthlab.training.autotune.Tuning`): threads, dtype and
@@ -350,9 +360,6 @@ class Runtime:
         destroy the process group this runtime made."""
         self.barrier()
         torch.set_num_threads(self.threads_before)
-        if self.flush_denormal:
-            torch.set_flush_denormal(False)
-            self.flush_denormal = False
         if self.world_size > 1 and self.owns_process_group:
             import torch.distributed as dist
 

@@ -1,0 +1,94 @@
+"""The grammar every ``depthlab`` command shares: one jsonargparse parser class that remembers each
+option's type (so :mod:`depthlab.cli_args` checks values in depthlab's words), the options every
+command has, and the small builders the commands' parsers are made of (see :mod:`depthlab.cli`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Optional
+
+from .cli_args import field_types
+
+PROG = "depthlab"
+
+__all__ = ["PROG", "add_device", "add_run_dir", "config_from", "new_parser", "set_threads", "value_types"]
+
+
+@lru_cache(maxsize=None)
+def _parser_class():
+    """jsonargparse's ``ArgumentParser``, also keeping the type each option was added with
+    (``value_types``: dest -> type), so that :mod:`depthlab.cli_args` checks values in depthlab's words."""
+    from jsonargparse import ArgumentParser
+
+    class Parser(ArgumentParser):
+        def add_argument(self, *args, **kwargs):
+            action = super().add_argument(*args, **kwargs)
+            if "type" in kwargs:
+                vars(self).setdefault("value_types", {})[action.dest] = kwargs["type"]
+            return action
+
+    return Parser
+
+
+def value_types(parser) -> dict[str, Any]:
+    """``dest`` -> type hint of every option of ``parser``: the config fields' from the config
+    dataclasses, the command's own from :func:`new_parser`'s record."""
+    return {**vars(parser).get("value_types", {}), **field_types()}
+
+
+def new_parser(command: str, description: str, config_fields: bool = False):
+    """A ``jsonargparse.ArgumentParser`` for ``depthlab COMMAND`` with the options every command has.
+
+    Args:
+        command: the subcommand name (for ``--help`` and error messages).
+        description: one paragraph for ``--help``.
+        config_fields: add every run-config field as a dotted flag (``--model.n_layer``), via
+            :func:`depthlab.config.add_config_arguments`.
+
+    Returns:
+        The parser (``exit_on_error=False``: parse errors raise ``argparse.ArgumentError``).
+    """
+    from jsonargparse import ActionConfigFile
+
+    p = _parser_class()(prog=f"{PROG} {command}", description=description, exit_on_error=False, allow_abbrev=False)
+    p.add_argument("-c", "--config", action=ActionConfigFile,
+                   help="YAML file of this command's options" + (" (sections data/model/train)" if config_fields
+                                                                 else ""))
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    if config_fields:
+        from argparse import SUPPRESS
+
+        from .config import add_config_arguments
+
+        add_config_arguments(p)
+        # a run's config.json also records what "auto" resolved to; read back, it is information only
+        p.add_argument("--resolved", type=Optional[dict], default=None, help=SUPPRESS)
+    return p
+
+
+def add_run_dir(p, what: str = "a run directory written by depthlab train") -> None:
+    p.add_argument("run_dir", type=str, help=what)
+
+
+def add_device(p) -> None:
+    p.add_argument("--device", type=str, default="auto", help="auto (cuda, else mps, else cpu), cpu, cuda, cuda:N, mps")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+
+
+def config_from(ns) -> Any:
+    """The validated :class:`~depthlab.config.RunConfig` of a namespace with data/model/train sections."""
+    from .config import RunConfig
+
+    d = ns.as_dict()
+    return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+
+
+def set_threads(n: int) -> None:
+    from .config import check_threads
+
+    check_threads(n, "--threads")
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
