@@ -19,6 +19,9 @@ TINY_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nA
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    # seeded runs keep the rule-based CPU settings (no timing-dependent thread counts, no measuring
+    # cost); tests/test_training_autotune.py turns it back on where it tests the chooser
+    monkeypatch.setenv("DEPTHLAB_AUTOTUNE", "off")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ def test_gpu_check_cpu_fallback(tmp_path):
     assert (tmp_path / "run" / "summary.json").exists()
 
 
+@pytest.mark.slow  # one interpreter with torch per script: ~3.5 s each on 2 cores
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "_common.py"))
 def test_benchmark_scripts_import_and_parse_args(script):
     """Every benchmark imports what exists (analytics_overhead.py once imported a module removed by a

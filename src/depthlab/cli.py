@@ -60,7 +60,9 @@ def run_train(ns) -> int:
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
-    if cfg.train.flush_denormal:  # before any parallel work, so OpenMP's threads inherit it (the process ends after)
+    if cfg.train.flush_denormal and _PROCESS_ARGV is not None:
+        # this process's own command line: set before any parallel work, so OpenMP's threads (made later)
+        # inherit it; the process ends after training. Python callers get it around the loop only (numerics()).
         import torch
 
         torch.set_flush_denormal(True)
