@@ -247,3 +247,21 @@ def test_reading_the_umask_does_not_change_it(umask_027, tmp_path, monkeypatch):
     rundir.write_json(tmp_path / "a.json", {})
     # os.umask(0) for an instant gave files other threads created then mode 0666
     assert calls == [] and rundir.file_mode() == 0o640
+
+
+def test_sweep_rerun_keeps_a_run_folder_holding_a_user_file(tmp_path):
+    """sweep --rerun deletes a run folder to redo it: never one with a file depthlab did not write."""
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep.common import clear_run_dir
+
+    rd = tmp_path / "plain-L2-s1"
+    rd.mkdir()
+    (rd / "config.json").write_text("{}")
+    (rd / "train.log").write_text("x")
+    (rd / "my_notes.txt").write_text("mine")
+    with pytest.raises(DepthlabError, match="my_notes.txt"):
+        clear_run_dir(rd)
+    assert (rd / "my_notes.txt").read_text() == "mine"
+    (rd / "my_notes.txt").unlink()
+    clear_run_dir(rd)  # depthlab's own files only: redone
+    assert not rd.exists()

@@ -116,6 +116,10 @@ def clear_run_dir(rd: Path) -> None:
     if rd.exists():
         if not rd.is_dir() or not _looks_like_run(rd):
             raise DepthlabError(f"{rd} exists and is not a depthlab run directory; refusing to delete it")
+        foreign = rundir.foreign_files(rd)
+        if foreign:  # a file of the user's inside the run: never deleted
+            raise DepthlabError(f"{rd} holds files depthlab did not write ({', '.join(foreign[:3])}"
+                                f"{', ...' if len(foreign) > 3 else ''}); move them out, then --rerun again")
         shutil.rmtree(rd)
 
 
