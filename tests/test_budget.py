@@ -107,6 +107,7 @@ def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_la
 
 
 # ------------------------------------------------ train.fit_to_time in a run (the trainer's clock faked: fake_clock)
+@pytest.mark.slow
 def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, tiny_text_file, fake_clock):
     t, s, c = fit_run(tmp_path, tiny_text_file, "fit")
     plan = c["resolved"]["plan"]
@@ -121,6 +122,7 @@ def test_run_that_does_not_fit_is_shortened_and_ends_with_its_decay(tmp_path, ti
     assert t.lr_at(FIT_STEPS + 1) > t.lr_at(n // 2) > t.lr_at(n - 1)
 
 
+@pytest.mark.slow
 def test_off_the_time_limit_cuts_the_run_mid_decay(tmp_path, tiny_text_file, fake_clock):
     t, s, c = fit_run(tmp_path, tiny_text_file, "off", fit_to_time=False)
     assert "plan" not in c["resolved"] and c["train"]["max_iters"] == 100_000
@@ -133,6 +135,7 @@ def test_a_run_that_fits_is_untouched(tmp_path, tiny_text_file, fake_clock):
     assert s["stopped_by"] == "max_iters"
 
 
+@pytest.mark.slow
 def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_file, fake_clock):
     t, s, c = fit_run(tmp_path, tiny_text_file, "w", warmup_iters=5000, learning_rate=3e-3)
     plan = c["resolved"]["plan"]
@@ -157,6 +160,7 @@ class _SpeedUp:
             self.clock[1] *= self.factor
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("factor", [0.5, 2.0])
 def test_the_second_plan_follows_the_measured_speed(tmp_path, tiny_text_file, fake_clock, factor):
     # steps get faster (or slower) after the first plan: the plan at REFIT_STEPS moves the end

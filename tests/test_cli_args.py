@@ -203,6 +203,7 @@ TEXTS = ["true", "True", "yes", "off", "1", "0", "maybe", "", "null", "None", "~
          "{a: 1}", "[1]"]
 
 
+@pytest.mark.slow
 def test_the_converters_agree_with_the_parser_on_every_type_of_option():
     """Guards the one assumption the checks make about the parser: a text depthlab's converter refuses,
     the parser refuses too, and the other way round (a jsonargparse upgrade that reads values

@@ -451,6 +451,7 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     assert r.lr_at(11) < r.lr_at(10) and r.lr_at(60) == 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fit_to_time", [True, False])
 def test_the_config_given_is_unchanged_by_a_run_and_its_resume(tmp_path, tiny_text_file, fake_clock, fit_to_time):
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=100_000, max_time=6.0, eval_interval=50,
@@ -476,6 +477,7 @@ def test_the_config_given_is_unchanged_by_a_run_and_its_resume(tmp_path, tiny_te
     assert summary["stopped_by"] == "max_time"
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):
     _, s, c = fit_run(tmp_path, tiny_text_file, "r")
     n = c["resolved"]["plan"]["max_iters"]
@@ -485,6 +487,7 @@ def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, 
     assert c2 == c and c2["train"]["max_iters"] == 100_000 and c2["resolved"]["plan"]["max_iters"] == n < 100_000
 
 
+@pytest.mark.slow
 def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_text_file, fake_clock):
     from depthlab.trainer import Interrupted
 
@@ -498,6 +501,7 @@ def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_tex
     assert s["final_step"] == n and s["stopped_by"] == "max_time"
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny_text_file, fake_clock):
     from depthlab.trainer import Interrupted
 

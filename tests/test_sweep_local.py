@@ -138,6 +138,7 @@ def test_target_val_loss_stop_is_ok_not_time_capped(tiny_text_file, tmp_path):
     assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] < 20
 
 
+@pytest.mark.slow
 def test_running_a_sweep_does_not_import_the_report(tiny_text_file, tmp_path):
     code = f"""
 import sys

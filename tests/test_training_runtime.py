@@ -177,6 +177,7 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
     assert not any(k.startswith("module.") for k in sd)
 
 
+@pytest.mark.slow
 def test_fit_to_time_does_not_charge_evaluations_the_compile_time(tmp_path, tiny_text_file, monkeypatch):
     # issue 23 case 8: a compiled model's first evaluation compiled the evaluation graph, and the plan
     # charged every evaluation that much. A fake compile costs 30 s of the trainer's clock per new graph.
