@@ -57,7 +57,8 @@ _START = time.perf_counter()  # a child's deadline counts from its import, not f
 ROUNDS = 2  # timed steps per candidate, interleaved (after one untimed warm-up step each)
 CAP = 2.5  # a candidate this many times slower than the fastest is timed no more
 #: Share of the planned training time the measurement may take (at least MIN_MEASURE_S).
-MEASURE_SHARE, MIN_MEASURE_S = 0.03, 3.0
+MEASURE_SHARE, MIN_MEASURE_S = 0.03, 6.0
+MIN_CHILD_S = 12.0  # the child that times the other wait policy: measured 8.2 s for one setting (6 s of imports)
 
 
 @dataclass(frozen=True)
@@ -389,12 +390,12 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         log(f"auto settings: timing {len(order)} candidates of threads / dtype / attention / OpenMP waiting "
             f"at this run's shape (at most {budget:.0f} s, once per machine, load and shape; cached)")
         ms = time_settings(m, make_opt, loss_fn, batch, here, set_attention=set_attn,
-                           deadline=time.perf_counter() + 0.6 * budget) or first
+                           deadline=time.perf_counter() + 0.5 * budget) or first
     finally:
         torch.set_rng_state(rng)
     there = [s for s in order if s.omp_wait != policy]
-    left = budget - (time.perf_counter() - t0)
-    if there and left > 1.0:  # a child needs about a second to import torch on an idle machine
+    left = max(MIN_CHILD_S, budget - (time.perf_counter() - t0))  # the other policy was worth 2x (issue 24)
+    if there:
         ms.update(_child(cfg.to_dict(), there, there[0].omp_wait, timeout_s=left, ref_ms=min(ms.values()),
                          run_dir=cfg.train.out_dir if cfg.model.source else None))
     best = fastest(ms, order)
