@@ -139,7 +139,8 @@ def test_a_run_of_the_previous_release_gets_every_figure(old_run, capsys):
     assert main(["report", str(old_run)]) == 0
     drawn = sorted(p.stem for p in (old_run / "plots").glob("*.png"))
     assert drawn == sorted(["loss", "grad_flow", "grad_layers", "update_ratio", "activations", "attn_entropy",
-                            "attention"])  # rezero_alpha: not a rezero run
+                            "attention", "layers", "context"])  # rezero_alpha: not a rezero run; the depth
+    # views (layers, context) are measured from the run's checkpoint, which an old run has too
     html = (old_run / "report.html").read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") == len(drawn)
 
