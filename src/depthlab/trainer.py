@@ -327,7 +327,8 @@ class Trainer:
         self.stepper.on_device = self.checks_on_device
         tokens_per_step = t.batch_size * self.runtime.accum * m.block_size * self.world_size
         self.budget.begin(self.step)
-        self._banner(tokens_per_step)
+        for line in banner(self, tokens_per_step):
+            self.log(line)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         bar = self._progress_bar()
@@ -400,21 +401,6 @@ class Trainer:
         if self.is_main:  # a resume continues this plan
             self._write_config()
 
-    def _banner(self, tokens_per_step: int) -> None:
-        t, m = self.cfg.train, self.cfg.model
-        for w in schedule_warnings(t):
-            self.log(f"warning: {w}")
-        r = self.runtime.resolved()
-        shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
-        self.log(f"run {self.run_dir}: {self.port.num_params() / 1e6:.3f} M parameters, "
-                 f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
-                 f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
-        if self.runtime.tuning is not None and self.device.type == "cpu":
-            self.log(self.runtime.tuning.line())
-        self.log(f"global batch = micro-batch {t.batch_size} x accumulation {self.runtime.accum} x processes "
-                 f"{self.world_size} = {t.batch_size * self.runtime.accum * self.world_size} sequences of "
-                 f"{m.block_size} tokens")
-
     def _log_step(self, info: StepInfo, tokens_per_sec: float, bar) -> None:
         self.metrics.log("train", {"step": info.step, "loss": info.loss, "lr": info.lr,
                                    "grad_norm": info.grad_norm, "tokens_per_sec": tokens_per_sec},
@@ -466,6 +452,23 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val}
 
+
+
+def banner(run: Trainer, tokens_per_step: int) -> list[str]:
+    """The lines a run prints before its first step: schedule warnings, size and settings (with the
+    measured ``auto`` line on a CPU), and the global batch."""
+    t, m, rt = run.cfg.train, run.cfg.model, run.runtime
+    lines = [f"warning: {w}" for w in schedule_warnings(t)]
+    r = rt.resolved()
+    shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
+    lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
+                 f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
+                 f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
+    if rt.tuning is not None and run.device.type == "cpu":
+        lines.append(rt.tuning.line())
+    lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
+                 f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")
+    return lines
 
 def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
     """Train a GPT as configured with exactly ``callbacks`` and return its run directory.
