@@ -221,3 +221,61 @@ def test_dyt_rows():
     same = science.dyt_lr_window(_dyt_grid(wide, wide, 4), {})  # identical windows: every lr refutes one part
     assert same[-1].startswith("no (")
     assert science.dyt_matches([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
+
+
+def test_periln_stability_verdicts():
+    its = [it for L in (8, 16) for lr in (1e-2, 3e-2) for v, m in (("prenorm", 2.40), ("periln", 2.35))
+           for it in cells(v, L, m + (0.1 if lr == 3e-2 else 0.0), lr=lr)]
+    row = science.periln_stability(its, {})
+    assert row[-1].startswith("yes (") and "L16 lr 0.03: pre-LN 2.500 ± 0.014, Peri-LN 2.450 ± 0.014" in row[3]
+    # Peri-LN 0.2 worse in one cell: refuted (the other cells cannot rescue an intersection-union claim)
+    its = [it for it in its if (it["config"]["model"]["variant"], it["config"]["model"]["n_layer"],
+                                it["config"]["train"]["learning_rate"]) != ("periln", 16, 3e-2)]
+    its += cells("periln", 16, 2.70, lr=3e-2)
+    assert science.periln_stability(its, {})[-1].startswith("no (")
+    # pre-LN diverges at depth and the higher lr while Peri-LN trains: decided by Fisher on the failures
+    div = [it for L in (16,) for v, m, status in (("prenorm", None, "nonfinite"), ("periln", 2.5, "ok"))
+           for it in cells(v, L, m, n=4, lr=3e-2, status=status)]
+    row = science.periln_stability(div, {})
+    assert row[-1].startswith("yes (") and "diverged" in row[3] and "by runs not ok" in row[3]
+
+
+def _lns_grid(base, scaled, n=3):
+    """Pre-LN runs of 4 blocks, ``n`` seeds per norm_scale, ablation deltas ``base`` / ``scaled`` (± noise)."""
+    out = []
+    for ns, deltas in ((1, base), ("depth", scaled)):
+        for it in cells("prenorm", 4, 2.0, n):
+            k = it["config"]["train"]["seed"] - 1
+            it["config"]["model"]["norm_scale"] = ns
+            it["details"]["layers"] = {"blocks": [{"ablation_delta": d * (1 + NOISE[k])} for d in deltas]}
+            out.append(it)
+    return out
+
+
+def test_lns_depth_verdicts_from_the_ablation_deltas():
+    row = science.lns_depth(_lns_grid((0.40, 0.30, 0.05, 0.03), (0.30, 0.25, 0.20, 0.18)), {})
+    # halves: pre-LN first 0.35, last 0.04 (ratio 0.114; x (1 + noise) per seed); scaled 0.275, 0.19 (ratio 0.69)
+    assert row[-1].startswith("yes (") and "pre-LN: first half 0.3506 ± 0.0036" in row[3]
+    assert "last/first 0.11" in row[3]
+    # deep blocks matter as much as shallow ones: the first half of the claim is refuted
+    flat = _lns_grid((0.2, 0.2, 0.3, 0.3), (0.2, 0.2, 0.4, 0.4))
+    assert science.lns_depth(flat, {})[-1].startswith("no (")
+    # LayerNorm Scaling gives the deep half a smaller share: refuted too
+    assert science.lns_depth(_lns_grid((0.4, 0.3, 0.05, 0.03), (0.5, 0.5, 0.01, 0.01)), {})[-1].startswith("no (")
+    # a run without a checkpoint or layers record gives no deltas: not run
+    its = cells("prenorm", 4, 2.0)
+    for it in its:
+        it["config"]["model"]["norm_scale"] = 1
+    assert science.lns_depth(its, {})[-1] == "not run"
+
+
+def test_ablation_deltas_measured_from_a_real_run(report_run, tmp_path):
+    """The judge measures a run's deltas itself from its checkpoint when the details do not carry them."""
+    from depthlab.analytics.layers import run_layers
+
+    run_dir = report_run
+    it = {"details": {}, "run_dir": str(run_dir), "row": {"status": "ok"}}
+    got = science.ablation_deltas(it)
+    want = [b["ablation_delta"] for b in run_layers(run_dir, max_tokens=science.LAYERS_TOKENS)["blocks"]]
+    assert got == want and len(got) == 2 and it["details"]["layers"]["blocks"]
+    assert science.ablation_deltas({"details": {}, "run_dir": str(tmp_path / "nope"), "row": {"status": "ok"}}) is None

@@ -47,9 +47,28 @@ def _fake_timer(monkeypatch, table):
     monkeypatch.setattr(at, "busy_cores", lambda window_s=0.15: 0)
 
 
-def _long_cfg(tmp_path, **train):
-    return tiny_config(tmp_path / "run", train={"max_iters": 100_000, "dtype": "auto", "attention": "auto",
-                                                "threads": 0, **train})
+def _long_cfg(tmp_path, model=None, **train):
+    """A long run with every speed knob auto (``train`` overrides); ``model``: its ModelConfig (None = tiny's)."""
+    cfg = tiny_config(tmp_path / "run", train={"max_iters": 100_000, "dtype": "auto", "attention": "auto",
+                                               "threads": 0, **train})
+    return cfg if model is None else type(cfg)(cfg.data, model, cfg.train)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    """:func:`_long_cfg` with vocab_size 11, so a GPT can be built from its model config."""
+    c = _long_cfg(tmp_path)
+    return type(c)(c.data, type(c.model)(**{**c.model.__dict__, "vocab_size": 11}), c.train)
+
+
+@pytest.fixture
+def table(monkeypatch):
+    """Fake timings (ms per step) of every candidate on 2 cores, installed by :func:`_fake_timer`: S(2) is the
+    fastest; a test may change an entry (the fake reads the dict when asked)."""
+    t = {S(1): 50.0, S(1, attention="explicit"): 60.0, S(2): 30.0, S(2, attention="explicit"): 40.0,
+         S(2, omp="active"): 35.0, S(2, attention="explicit", omp="active"): 45.0}
+    _fake_timer(monkeypatch, t)
+    return t
 
 
 @pytest.fixture
@@ -61,14 +80,10 @@ def chosen_by_depthlab(monkeypatch):
     monkeypatch.setattr(at.runtime, "cpu_has_bf16", lambda: False)
 
 
-def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypatch, chosen_by_depthlab):
+def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypatch, chosen_by_depthlab, cfg,
+                                                              table):
     from depthlab.model import GPT
 
-    cfg = _long_cfg(tmp_path)
-    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
-    table = {S(1): 50.0, S(1, attention="explicit"): 60.0, S(2): 30.0, S(2, attention="explicit"): 40.0,
-             S(2, omp="active"): 35.0, S(2, attention="explicit", omp="active"): 45.0}
-    _fake_timer(monkeypatch, table)
     model = GPT(cfg.model)
     t = at.tune(cfg, model, torch.device("cpu"), restart_ok=True)
     assert t.setting == S(2) and t.source == "measured"
@@ -78,8 +93,7 @@ def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypa
 
     # now spinning is faster: a command line (restart_ok) is asked to restart with that policy ...
     table[S(2, omp="active")] = 10.0
-    other = _long_cfg(tmp_path, batch_size=5)  # another shape: another cache entry
-    other = type(other)(other.data, cfg.model, other.train)
+    other = _long_cfg(tmp_path, cfg.model, batch_size=5)  # another shape: another cache entry
     with pytest.raises(Restart) as r:
         at.tune(other, model, torch.device("cpu"), restart_ok=True)
     assert r.value.env["OMP_WAIT_POLICY"] == "ACTIVE" and r.value.tuning.setting == S(2, omp="active")
@@ -91,32 +105,25 @@ def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypa
     assert at.tune(other, model, torch.device("cpu"), restart_ok=True).setting == S(2, omp="active")
 
 
-def test_python_callers_keep_their_policy_and_explicit_values_win(tmp_path, monkeypatch, chosen_by_depthlab):
+def test_python_callers_keep_their_policy_and_explicit_values_win(tmp_path, chosen_by_depthlab, cfg, table):
     from depthlab.model import GPT
 
-    cfg = _long_cfg(tmp_path)
-    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
-    table = {S(1): 50.0, S(1, attention="explicit"): 60.0, S(2): 30.0, S(2, attention="explicit"): 40.0,
-             S(2, omp="active"): 10.0, S(2, attention="explicit", omp="active"): 45.0}
-    _fake_timer(monkeypatch, table)
+    table[S(2, omp="active")] = 10.0  # spinning is the fastest, but only a restart could switch to it
     t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False)  # no restart: this policy only
     assert t.setting == S(2)
-    given = _long_cfg(tmp_path, threads=1, attention="explicit")
-    given = type(given)(given.data, cfg.model, given.train)
+    given = _long_cfg(tmp_path, cfg.model, threads=1, attention="explicit")
     assert at.tune(given, GPT(cfg.model), torch.device("cpu")).setting == S(1, attention="explicit")
 
 
-def test_a_resumed_run_keeps_its_measured_settings_unless_given_others(tmp_path, monkeypatch, chosen_by_depthlab):
+def test_a_resumed_run_keeps_its_measured_settings_unless_given_others(tmp_path, monkeypatch, chosen_by_depthlab,
+                                                                      cfg):
     from depthlab.model import GPT
 
-    cfg = _long_cfg(tmp_path)
-    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
     _fake_timer(monkeypatch, {})  # any measuring would find nothing
     old = Tuning(S(2, attention="explicit"), "measured", "fastest measured", {"x": 1.0}).to_record()
     t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}, restart_ok=True)
     assert t.source == "resumed" and t.setting == S(2, attention="explicit")
-    given = _long_cfg(tmp_path, threads=1)
-    given = type(given)(given.data, cfg.model, given.train)
+    given = _long_cfg(tmp_path, cfg.model, threads=1)
     assert at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}).setting.threads == 1
 
 

@@ -28,8 +28,8 @@ from .errors import DepthlabError
 from .model import GPT
 from .rundir import SOURCE, atomic_write
 
-__all__ = ["Source", "build_model", "check_forward", "first_line", "keep_source", "logits_of", "make_model",
-           "parse_init", "parse_source", "run_source", "source_copy", "full_logits", "takes_targets"]
+__all__ = ["Source", "build_model", "check_forward", "first_line", "first_tensor", "keep_source", "logits_of",
+           "make_model", "parse_init", "parse_source", "run_source", "source_copy", "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -158,18 +158,39 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     return model
 
 
-def logits_of(out: Any) -> torch.Tensor:
-    """The logits of a forward's output: the tensor itself, or the first element of a tuple/list.
+def first_tensor(out: Any, who: str, needs: str) -> torch.Tensor:
+    """The tensor a module returned: ``out`` itself, or the first element of the tuple/list it is.
+
+    The one unwrapping of a forward's output (nanoGPT's ``(logits, loss)``, a block's ``(x, cache)``):
+    the model's logits (:func:`logits_of`) and a block's residual stream (coordcheck, layers).
+
+    Args:
+        out: what the module returned: a tensor, or a non-empty tuple/list whose first element is one.
+        who: the error's subject, e.g. ``"coordcheck: a block"``.
+        needs: the error's rest, what the module must return, e.g. ``"it must return the residual
+            stream (B, T, C), or a tuple starting with it"``.
+
+    Returns:
+        The tensor, its shape as the module gave it (logits (B, T, V), a block's stream (B, T, C)).
 
     Raises:
-        DepthlabError: neither.
+        DepthlabError: neither a tensor nor a sequence starting with one: ``"{who} returned <type>; {needs}"``.
     """
     if isinstance(out, (tuple, list)) and out:
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        raise DepthlabError(f"the model's forward(idx) returned {type(out).__name__}; it must return the logits "
-                            "(B, T, V), or a tuple whose first element is the logits")
+        raise DepthlabError(f"{who} returned {type(out).__name__}; {needs}")
     return out
+
+
+def logits_of(out: Any) -> torch.Tensor:
+    """The logits (B, T, V) of a forward's output: the tensor itself, or the first element of a tuple/list.
+
+    Raises:
+        DepthlabError: neither (:func:`first_tensor`).
+    """
+    return first_tensor(out, "the model's forward(idx)",
+                        "it must return the logits (B, T, V), or a tuple whose first element is the logits")
 
 
 #: The file beside a run's copy that names the folder of the original (sibling modules come from there).

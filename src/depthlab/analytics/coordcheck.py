@@ -46,6 +46,7 @@ import torch.nn as nn
 
 from ..errors import DepthlabError
 from ..units import fmt_value
+from ..usermodel import first_tensor
 from .activations import record_activations, rms
 from .probe import PROBE_BATCH_SIZE, PROBE_BATCHES
 
@@ -60,6 +61,8 @@ STABLE_SLOPE = 0.25
 QUANTITIES = ("resid_rms", "attn_logits_rms", "logits_rms")
 #: Where a model may keep its blocks as depthlab's GPT does; other models are searched (find_blocks).
 _GPT_BLOCKS = "transformer.h"
+#: What a block must return, the end of the error when it returns something else (usermodel.first_tensor).
+_BLOCK_RETURNS = "it must return the residual stream (B, T, C), or a tuple starting with it"
 
 #: ``depthlab coordcheck --help``'s description (the command's parser lives in :mod:`depthlab.cli`).
 COORDCHECK_HELP = (
@@ -273,7 +276,7 @@ def measure(model: nn.Module, block_names: Sequence[str], batches: Sequence[tupl
         with torch.no_grad(), record_activations(model, names) as acts:
             for x, y in batches:
                 logits = _user_call(port, lambda: port.logits(model, x, y), x)
-                resid += rms(_first_tensor(acts[block_names[-1]])) / n
+                resid += rms(first_tensor(acts[block_names[-1]], "coordcheck: a block", _BLOCK_RETURNS)) / n
                 logits_acc += rms(logits) / n
                 for i, a in enumerate(attn):
                     if a is not None:
@@ -299,16 +302,6 @@ def _user_call(port, fn: Callable[[], torch.Tensor], x: torch.Tensor) -> torch.T
     except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
         raise DepthlabError(f"coordcheck: the model's forward failed on idx of shape {tuple(x.shape)}: "
                             f"{first_line(e)}") from None
-
-
-def _first_tensor(out: Any) -> torch.Tensor:
-    """A block's output: the tensor itself, or the first element of a tuple it returns."""
-    if isinstance(out, (tuple, list)) and out:
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
-        raise DepthlabError(f"coordcheck: a block returned {type(out).__name__}; it must return the residual "
-                            "stream (B, T, C), or a tuple starting with it")
-    return out
 
 
 # --------------------------------------------------------------------------- one configuration, a few steps

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from ..errors import DepthlabError
 from ..model import GPT
-from ..usermodel import full_logits
+from ..usermodel import first_tensor, full_logits
 from .check.flow import find_blocks
 from .context import DEFAULT_MAX_TOKENS, load_weights, open_run
 
@@ -113,12 +113,13 @@ def lens_meaning(model: nn.Module, acc: LayerAccess) -> str:
 
 
 def _first(out: Any) -> torch.Tensor:
-    if isinstance(out, (tuple, list)) and out:
-        out = out[0]
-    if not isinstance(out, torch.Tensor):
-        raise DepthlabError(f"layers: a block returned {type(out).__name__}; the lens needs blocks that return the "
-                            "stream (B, T, C), or a tuple starting with it")
-    return out
+    """A block's residual stream (B, T, C): its output, or the first element of the tuple it returns.
+
+    Raises:
+        DepthlabError: neither (:func:`depthlab.usermodel.first_tensor`).
+    """
+    return first_tensor(out, "layers: a block",
+                        "the lens needs blocks that return the stream (B, T, C), or a tuple starting with it")
 
 
 def _ce_sum(logits: torch.Tensor, y: torch.Tensor) -> float:

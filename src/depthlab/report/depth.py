@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from ..errors import DepthlabError
 from ..figures import BASELINE_STYLE, OKABE_ITO, WIDE, block_ticks, depth_colours, new_figure, panel_grid, \
@@ -29,6 +29,28 @@ def _baseline_lines(ax, res: dict) -> None:
             ax.axhline(v, color=col, ls=ls, lw=1.3, zorder=1, label=f"{name} baseline {v:.2f}")
 
 
+def _measured(run: str | Path | RunData, measure: Callable[[Path], dict]) -> tuple[RunData, Optional[dict]]:
+    """The run and ``measure(run_dir)``: the one guard of both figures.
+
+    Args:
+        run: a run directory or its :class:`RunData`.
+        measure: :func:`~depthlab.analytics.layers.run_layers` or :func:`~depthlab.analytics.context.run_context`
+            (run directory -> its result dict).
+
+    Returns:
+        (the run's :class:`RunData`, the result), the result None when ``measure`` raised a
+        DepthlabError (no checkpoint, corpus gone, a model without blocks/norm/head): no figure.
+
+    Raises:
+        DepthlabError: ``run`` is not a run directory.
+    """
+    run = as_run_data(run)
+    try:
+        return run, measure(run.run_dir)
+    except DepthlabError:
+        return run, None
+
+
 def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     """Lens loss per block (with the unigram and bigram lines) and the ablation delta per block.
 
@@ -43,10 +65,8 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     """
     from ..analytics.layers import EFFECTIVE_DELTA, run_layers
 
-    run = as_run_data(run)
-    try:
-        res = run_layers(run.run_dir)
-    except DepthlabError:
+    run, res = _measured(run, run_layers)
+    if res is None:
         return None
     L = res["n_layer"]
     fig = new_figure(WIDE)
@@ -88,10 +108,8 @@ def plot_context(run: str | Path | RunData) -> Optional[Path]:
     """
     from ..analytics.context import run_context
 
-    run = as_run_data(run)
-    try:
-        res = run_context(run.run_dir)
-    except DepthlabError:
+    run, res = _measured(run, run_context)
+    if res is None:
         return None
     fig = new_figure(WIDE)
     ax = panel_grid(fig)[0, 0]

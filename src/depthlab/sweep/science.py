@@ -22,6 +22,7 @@ profile (``target_val_loss``). :func:`write_science_table` writes the table as M
 
 from __future__ import annotations
 
+import math
 import statistics as st
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -34,7 +35,8 @@ from .stats import (ALPHA, All, Any as AnyOf, Leaf, Node, cell_stats, fewer_fail
 
 __all__ = ["CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "ClaimRow", "science_claims", "claims_markdown",
            "write_science_table", "rank_init", "degradation", "depth_helps", "postln_warmup",
-           "rezero_speed", "deepnorm_depth", "dyt_matches", "dyt_lr_window", "init_last_rank", "init_grad_blocks",
+           "rezero_speed", "deepnorm_depth", "dyt_matches", "dyt_lr_window", "periln_stability", "lns_depth",
+           "ablation_deltas", "init_last_rank", "init_grad_blocks",
            "steps_to"]
 
 #: Column names of a claims row (the Markdown table and the HTML report use them).
@@ -474,6 +476,30 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
                   test)
 
 
+def _noninferior_cells(items: Sequence[dict], base: tuple[str, str], new: tuple[str, str],
+                       margin: float = 0.02) -> tuple[list[str], list[Leaf]]:
+    """Per (depth, lr) cell: the text of both variants and the leaf "new < base + margin" (best val loss,
+    one-sided Welch; Fisher's exact test that ``new`` fails less often where a run did not finish ok).
+
+    Args:
+        items: the experiment's per-run dicts. base, new: ``(model.variant, display name)`` each.
+        margin: nats of loss ``new`` may be worse by and still count as no worse.
+
+    Returns:
+        (one text per cell, one leaf per cell), cells in depth-then-lr order, only those with both variants.
+    """
+    parts, kids = [], []
+    for L in _sorted_values(items, "model.n_layer"):
+        for lr in _sorted_values(items, "train.learning_rate"):
+            a, b = (_by(items, model__variant=v, model__n_layer=L, train__learning_rate=lr) for v, _ in (base, new))
+            if not a or not b:
+                continue
+            parts.append(f"L{L} lr {lr:g}: {base[1]} {_cell_short(a)}, {new[1]} {_cell_short(b)}")
+            kids.append(_loss_leaf(f"L{L} lr {lr:g}: {new[1]} < {base[1]} + {margin:g}", a, b, -margin,
+                                   (base[1], new[1])))
+    return parts, kids
+
+
 def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     """DeepNorm keeps post-LN stable at depth (Wang et al. 2022, "DeepNet").
 
@@ -488,16 +514,7 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    parts, kids = [], []
-    for L in _sorted_values(items, "model.n_layer"):
-        for lr in _sorted_values(items, "train.learning_rate"):
-            pn = _by(items, model__variant="postnorm", model__n_layer=L, train__learning_rate=lr)
-            dn = _by(items, model__variant="deepnorm", model__n_layer=L, train__learning_rate=lr)
-            if not pn or not dn:
-                continue
-            parts.append(f"L{L} lr {lr:g}: post-LN {_cell_short(pn)}, DeepNorm {_cell_short(dn)}")
-            kids.append(_loss_leaf(f"L{L} lr {lr:g}: DeepNorm < post-LN + 0.02", pn, dn, -0.02,
-                                   ("post-LN", "DeepNorm")))
+    parts, kids = _noninferior_cells(items, ("postnorm", "post-LN"), ("deepnorm", "DeepNorm"))
     test = All(kids) if kids else None
     return _claim(["DeepNorm keeps post-LN stable at depth where post-LN fails",
                    "Wang et al. 2022, DeepNet: scaling Transformers to 1,000 layers (arXiv:2203.00555)",
@@ -505,6 +522,127 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
                    f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
                    f"{_seeds(items)}; yes = DeepNorm < post-LN + 0.02 at every depth and lr; {TESTS_NOTE}",
                    "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+
+
+def periln_stability(items: Sequence[dict], extra: dict) -> ClaimRow:
+    """Peri-LN is at least as stable as pre-LN at depth and at a higher learning rate (Kim et al. 2025,
+    "Peri-LN: revisiting normalization layer in the Transformer architecture": pre-LN's unnormalised
+    sublayer outputs grow into massive activations and loss spikes or divergence at larger lrs, while
+    normalising each sublayer's output keeps Peri-LN trainable).
+
+    Cells are (variant, depth, lr). yes = in every cell Peri-LN's best val loss is below pre-LN's +
+    0.02 nats (one-sided Welch; where a run did not finish ok, Peri-LN fails less often: Fisher), all
+    at alpha 0.05 (intersection-union); no = some cell shows Peri-LN worse by more than 0.02 (or
+    failing more often) at alpha 0.05 / (number of cells). Rule fixed before any run of this experiment.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        The row; ``row.test`` holds the comparisons.
+    """
+    parts, kids = _noninferior_cells(items, ("prenorm", "pre-LN"), ("periln", "Peri-LN"))
+    test = All(kids) if kids else None
+    return _claim(["Peri-LN is at least as stable as pre-LN at depth and higher lr: no worse loss, no more divergence",
+                   "Kim et al. 2025, Peri-LN: revisiting normalization layer in the Transformer architecture (ICML)",
+                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
+                   f"{_vals(items, 'train.learning_rate')}, {_vals(items, 'train.max_iters')} steps, best val loss "
+                   f"(nats/char), mean ± sd over {_seeds(items)}; yes = Peri-LN < pre-LN + 0.02 (or fails less "
+                   f"often) at every depth and lr; {TESTS_NOTE}",
+                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+
+
+def ablation_deltas(it: dict) -> Optional[list[float]]:
+    """Per block, the val loss rise when the block is replaced by the identity (``depthlab layers``).
+
+    Read from ``details["layers"]`` when the run's details carry it, else measured on the run's best
+    checkpoint and fixed val windows (:func:`depthlab.analytics.layers.run_layers`, 4,096 tokens).
+
+    Args:
+        it: a per-run dict (``details``, ``run_dir``, ``row``).
+
+    Returns:
+        Nats per block, first block first; None for a run not ok or without a checkpoint.
+    """
+    layers = it["details"].get("layers")
+    if layers is None and _ok(it) and it.get("run_dir"):
+        from ..analytics.layers import run_layers  # loads a checkpoint: only when a judge asks
+        from ..errors import DepthlabError
+        try:
+            layers = run_layers(it["run_dir"], max_tokens=LAYERS_TOKENS)
+        except (DepthlabError, OSError):
+            layers = None
+        it["details"]["layers"] = layers  # once per run per table
+    vals = [finite_or_none(b.get("ablation_delta")) for b in (layers or {}).get("blocks", [])]
+    return vals if vals and all(v is not None for v in vals) else None
+
+
+#: Tokens of the run's val windows the ablation deltas are measured on (4 of the science recipe's
+#: 16 x 64 evaluation batches).
+LAYERS_TOKENS = 4096
+
+
+def _halves(deltas: list[float]) -> tuple[float, float]:
+    """Mean ablation delta of the first and of the last half of the blocks (an odd middle block left out)."""
+    h = len(deltas) // 2
+    return st.mean(deltas[:h]), st.mean(deltas[-h:])
+
+
+def _deep_share(deltas: list[float]) -> float:
+    """The last half's mean delta over the first half's: 1 = deep blocks matter as much as shallow ones."""
+    first, last = _halves(deltas)
+    return last / first if first > 0 else math.inf
+
+
+def lns_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
+    """Deep pre-LN blocks contribute less than shallow ones, and LayerNorm Scaling changes that (Sun et al.
+    2025, "The curse of depth in large language models": in pre-LN the output variance grows with depth,
+    so deep blocks approach the identity and removing them costs little; scaling block l's norm outputs
+    by 1/sqrt(l) makes the deep blocks contribute again).
+
+    Values per run from ``depthlab layers``' block ablation (:func:`ablation_deltas`): the mean ablation
+    delta of the first and of the last half of the blocks, and their ratio (last / first). yes = in
+    pre-LN (``norm_scale 1``) the first half's mean delta > the last half's (deep blocks contribute less)
+    and with ``norm_scale depth`` the ratio last / first is larger than without (LayerNorm Scaling gives
+    the deep half a larger share); one-sided Welch tests over the seeds at alpha 0.05, both must hold.
+    Rule fixed before any run of this experiment.
+
+    Args:
+        items: the experiment's per-run dicts (``config``, ``row``, ``details``, ``run_dir``).
+        extra: its extra settings from the profile.
+
+    Returns:
+        The row; ``row.test`` holds the comparisons.
+    """
+    cells = {ns: [(it, d) for it in _by(items, model__norm_scale=ns) if (d := ablation_deltas(it)) and len(d) > 1]
+             for ns in (1, "depth")}
+    parts = []
+    for ns, name in ((1, "pre-LN"), ("depth", "pre-LN + LayerNorm Scaling")):
+        if cells[ns]:
+            halves = [_halves(d) for _, d in cells[ns]]
+            parts.append(f"{name}: first half {_short([h[0] for h in halves], '.4f')}, last half "
+                         f"{_short([h[1] for h in halves], '.4f')}, last/first "
+                         f"{_short([_deep_share(d) for _, d in cells[ns]], '.2f')}")
+    test = None
+    if cells[1] and cells["depth"]:
+        base, lns = cells[1], cells["depth"]
+        b_items, l_items = [it for it, _ in base], [it for it, _ in lns]
+        test = All([greater("pre-LN: first half's delta > last half's", [_halves(d)[0] for _, d in base],
+                            [_halves(d)[1] for _, d in base], items=(b_items, b_items),
+                            names=("first half", "last half")),
+                    greater("last/first: LayerNorm Scaling > pre-LN", [_deep_share(d) for _, d in lns],
+                            [_deep_share(d) for _, d in base], items=(l_items, b_items),
+                            names=("LayerNorm Scaling", "pre-LN"))])
+    return _claim(["Deep pre-LN blocks contribute less than shallow ones, and LayerNorm Scaling changes that",
+                   "Sun et al. 2025, The curse of depth in large language models (arXiv:2502.05795)",
+                   f"pre-LN, {_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, "
+                   f"{_vals(items, 'train.max_iters')} steps, norm_scale {_vals(items, 'model.norm_scale')}; per run "
+                   "the mean block-ablation delta (depthlab layers, nats) of the first and the last half of the "
+                   f"blocks, mean ± sd over {_seeds(items)}; yes = without scaling first half > last half, and "
+                   f"last/first larger with LayerNorm Scaling; {TESTS_NOTE}",
+                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+
 
 def _norm_lrs(items: Sequence[dict], norm: str) -> dict[float, list[dict]]:
     sel = _by(items, model__norm=norm)
@@ -594,7 +732,7 @@ def dyt_lr_window(items: Sequence[dict], extra: dict) -> ClaimRow:
 CLAIMS: dict[str, tuple[Callable[[Sequence[dict], dict], ClaimRow], ...]] = {
     "rank_init": (rank_init,), "depth": (degradation, depth_helps), "postln_warmup": (postln_warmup,),
     "rezero_speed": (rezero_speed,), "deepnorm_depth": (deepnorm_depth,),
-    "dyt_lr": (dyt_matches, dyt_lr_window),
+    "dyt_lr": (dyt_matches, dyt_lr_window), "periln_stability": (periln_stability,), "lns_depth": (lns_depth,),
 }
 
 

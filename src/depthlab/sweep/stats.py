@@ -262,26 +262,37 @@ def _kids(node: Node) -> list:
     return node.children if node.children else [Leaf("nothing to compare", "welch", None, None, (0, 0))]
 
 
+def _combine(ps: list, every: bool) -> Optional[float]:
+    """One p-value from the children's: of "every part holds" or of "some part holds".
+
+    Args:
+        ps: the children's p-values (None: that child cannot be tested yet).
+        every: True: every part must hold, the intersection-union test (Berger 1982): the largest p,
+            None while any is unknown. False: some part must hold, Bonferroni: min(1, k x the
+            smallest known p) for k children, given while some are unknown only if it is already
+            below :data:`ALPHA` with the unknown ones counted in k.
+
+    Returns:
+        The combined p-value, or None (not testable yet).
+    """
+    if every:
+        return None if None in ps else max(ps)
+    known = [p for p in ps if p is not None]
+    return min(1.0, len(ps) * min(known)) if known and (None not in ps or min(known) * len(ps) < ALPHA) else None
+
+
 def p_yes(node: Node) -> Optional[float]:
     """The claim's p-value (None when some comparison cannot be tested yet)."""
     if isinstance(node, Leaf):
         return node.p_yes
-    ps = [p_yes(c) for c in _kids(node)]
-    if isinstance(node, All):
-        return None if None in ps else max(ps)
-    known = [p for p in ps if p is not None]
-    return min(1.0, len(ps) * min(known)) if known and (None not in ps or min(known) * len(ps) < ALPHA) else None
+    return _combine([p_yes(c) for c in _kids(node)], every=isinstance(node, All))
 
 
 def p_no(node: Node) -> Optional[float]:
-    """The negation's p-value (None when it cannot be tested yet)."""
+    """The negation's p-value (None when it cannot be tested yet): the negation of Any is every part failing."""
     if isinstance(node, Leaf):
         return node.p_no
-    ps = [p_no(c) for c in _kids(node)]
-    if isinstance(node, Any):
-        return None if None in ps else max(ps)
-    known = [p for p in ps if p is not None]
-    return min(1.0, len(ps) * min(known)) if known and (None not in ps or min(known) * len(ps) < ALPHA) else None
+    return _combine([p_no(c) for c in _kids(node)], every=isinstance(node, Any))
 
 
 def _leaf_needed(leaf: Leaf, route: str, alpha: float) -> Optional[float]:
