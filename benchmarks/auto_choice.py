@@ -98,6 +98,14 @@ def measure(shape, steps: int, rounds: int, settings: list[dict], tmp: Path) -> 
     print(f"  auto chose: {label_of(chosen)}; its first run measured {len(first.get('ms_per_step', {}))} candidates "
           f"in {first.get('seconds')} s ({first.get('source')}, {first.get('busy_cores')} cores busy)")
     print(f"  auto / best fixed ({best_fixed[1]}): {auto / best_fixed[0]:.3f}")
+    # auto's own row and the fixed row of the setting it chose run the same code: their difference is the
+    # machine's noise between processes. The choice itself is judged by the fixed row of what it chose.
+    # (one thread: waiting is moot, its fixed rows are the passive ones)
+    mine = rows.get(label_of({**chosen, "omp_wait": "passive"} if chosen["threads"] == 1 else chosen)) \
+        if chosen else None
+    if mine:
+        print(f"  fixed row of auto's choice / best fixed: {statistics.median(mine) / best_fixed[0]:.3f}"
+              f" ({'the same setting' if label_of(chosen) == best_fixed[1] else 'another setting'})")
 
 
 def label_of(setting: dict | None) -> str:

@@ -1,4 +1,5 @@
-"""depthlab.optim: Muon (float32 Newton-Schulz) + AdamW, the update torch.optim.Muon defines, resumable."""
+"""depthlab.optim: Muon (float32 or bf16 Newton-Schulz, same-shape matrices stacked) + AdamW, the update
+torch.optim.Muon defines, resumable."""
 
 import io
 
@@ -42,6 +43,53 @@ def test_muon_matches_torch_muon_up_to_its_bfloat16_iteration():
     # torch iterates in bf16 (8 bits of mantissa): the updates agree to ~1 % of their size
     assert (upd_ours - upd_ref).norm() / upd_ref.norm() < 0.02
     assert upd_ref.norm() > 0.1  # the comparison means something
+
+
+def _muon_one_at_a_time(params, grads, lr=0.02, wd=0.1, mu=0.95):
+    """The update of Muon's docstring, one matrix at a time, float32 (the reference for the stacked step)."""
+    bufs = [torch.zeros_like(p) for p in params]
+    for gs in grads:
+        for p, b, g in zip(params, bufs, gs):
+            b.mul_(mu).add_(g)
+            p.mul_(1 - lr * wd).add_(newton_schulz(g + mu * b), alpha=-lr * 0.2 * max(p.shape) ** 0.5)
+
+
+def test_stacked_step_equals_one_matrix_at_a_time_and_bf16_stays_close():
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(16, 48), (16, 48), (48, 16), (16, 16), (16, 48)]  # two shapes repeat: stacked together
+    w0 = [torch.randn(*s, generator=gen) for s in shapes]
+    grads = [[torch.randn(*s, generator=gen) for s in shapes] for _ in range(3)]
+    ref = [w.clone() for w in w0]
+    _muon_one_at_a_time(ref, grads)
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        ps = [torch.nn.Parameter(w.clone()) for w in w0]
+        opt = Muon(ps, lr=0.02, weight_decay=0.1, ns_dtype=dtype)
+        for gs in grads:
+            for p, g in zip(ps, gs):
+                p.grad = g.clone()
+            opt.step()
+        out[dtype] = [p.detach() for p in ps]
+    for a, b in zip(out[torch.float32], ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for a, b, w in zip(out[torch.bfloat16], ref, w0):  # bf16 keeps 8 bits: ~1 % of the update
+        assert (a - b).norm() / (b - w).norm() < 0.03 and a.dtype == torch.float32
+    stack = torch.stack([g for g in grads[0][:2]])
+    torch.testing.assert_close(newton_schulz(stack), torch.stack([newton_schulz(g) for g in grads[0][:2]]),
+                               atol=1e-6, rtol=1e-5)
+    assert newton_schulz(stack, dtype=torch.bfloat16).dtype == torch.bfloat16
+
+
+def test_update_precision_follows_the_run_dtype():
+    from depthlab.training.optimization import set_update_precision
+
+    _, opt = muon_model_and_optimizer(0)
+    assert opt.muon.ns_dtype == torch.float32
+    set_update_precision(opt, True)
+    assert opt.muon.ns_dtype == torch.bfloat16
+    set_update_precision(opt, False)
+    assert opt.muon.ns_dtype == torch.float32
+    set_update_precision(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]), True)  # nothing to set
 
 
 def test_muon_refuses_a_vector():

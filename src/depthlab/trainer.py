@@ -35,7 +35,7 @@ from .rundir import (MetricsWriter, default_out_dir, drop_replaced, prepare_run_
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
-    LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer)
+    LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
 from .training.protocol import ModelPort
 from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
@@ -148,6 +148,7 @@ class Trainer:
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point else resolve_optimizer(t.optimizer, self.device, self.raw_model)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
+        set_update_precision(self.optimizer, rt.bf16)
         self.ctx = rt.ctx
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"

@@ -199,6 +199,8 @@ def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, set
     """
     import torch
 
+    from .optimization import set_update_precision
+
     x, y = batch
     opt = make_optimizer(model)
     threads0 = torch.get_num_threads()
@@ -207,6 +209,7 @@ def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, set
         torch.set_num_threads(s.threads)
         set_attention(model, s.attention == "explicit")
         ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if s.dtype == "bfloat16" else contextlib.nullcontext())
+        set_update_precision(opt, s.dtype == "bfloat16")  # Muon's iteration follows the dtype, as in the run
         t0 = time.perf_counter()
         with ctx:
             loss = loss_fn(model, x, y)
