@@ -100,3 +100,41 @@ def test_per_block_panels_number_blocks_from_zero(monkeypatch, tmp_path):
     plot_per_block(items, "model.n_layer", ["model.variant"], "grad", tmp_path / "g.png")
     assert seen and all(xs[0] == 0 and xs[-1] == 2 for _, xs, _ in seen)
     assert sorted((style, ys) for style, _, ys in seen) == [("-", [1.0, 2.0, 4.0]), ("--", [1.0, 2.0, 3.0])]
+
+
+def _full_like_items():
+    """Runs of three experiments along depth, as the full profile has them (variants; DyT; LayerNorm Scaling)."""
+    from conftest import sweep_item
+
+    out = []
+    for exp, v, extra in (("depth", "plain", {}), ("depth", "prenorm", {}), ("dyt_depth", "prenorm", {"norm": "dyt"}),
+                          ("lns_depth", "prenorm", {"norm_scale": "depth"})):
+        for L, loss in ((1, 2.4), (2, 2.3), (4, 2.2)):
+            it = sweep_item(v, L, loss + (0.5 if v == "plain" and L > 1 else 0.0) + 0.01 * len(extra))
+            it["config"]["model"].update({"norm": "layernorm", "norm_scale": 1, **extra})
+            it["experiment"] = exp
+            out.append(it)
+    exps = [{"name": "depth", "base": {}, "grid": {"model.n_layer": [1, 2, 4], "model.variant": ["plain", "prenorm"]}},
+            {"name": "dyt_depth", "base": {"model.variant": "prenorm", "model.norm": "dyt"},
+             "grid": {"model.n_layer": [1, 2, 4]}},
+            {"name": "lns_depth", "base": {"model": {"variant": "prenorm", "norm_scale": "depth"}},
+             "grid": {"model.n_layer": [1, 2, 4]}}]
+    return exps, out
+
+
+def test_all_experiments_along_depth_in_one_figure(tmp_path):
+    """The full profile's variants, DyT and LayerNorm Scaling lines on one depth axis, named by what differs."""
+    from depthlab.report.sweep import _depth_overview, depth_lines
+    from depthlab.sweep import aggregate
+
+    exps, items = _full_like_items()
+    name = depth_lines(exps, items)
+    agg = aggregate(items, "model.n_layer", [], name=name)
+    assert sorted(agg) == ["plain", "prenorm", "prenorm, norm=dyt", "prenorm, norm_scale=depth"]
+    assert agg["plain"][2][0] == pytest.approx(2.8) and agg["prenorm, norm=dyt"][4][0] == pytest.approx(2.21)
+    by_exp = {e["name"]: [it for it in items if it["experiment"] == e["name"]] for e in exps}
+    sec = _depth_overview(exps, by_exp, None, tmp_path)
+    assert sec is not None and (tmp_path / "all_loss_vs_n_layer.png").stat().st_size > 1000
+    assert "depth, dyt_depth, lns_depth" in sec.body
+    # one experiment along depth: its own section has the figure, no overview
+    assert _depth_overview(exps[:1], {"depth": by_exp["depth"]}, None, tmp_path / "one") is None

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import statistics as st
 from pathlib import Path
-from typing import Any, Optional
+from collections import Counter
+from typing import Any, Callable, Optional
 
 from ..errors import DepthlabError
 from ..rundir import PLOTS, REPORT, atomic_write
@@ -33,13 +34,13 @@ __all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "pl
            "VARIANT_COLORS"]
 
 VARIANT_COLORS = {"plain": OKABE_ITO["vermillion"], "postnorm": OKABE_ITO["orange"], "prenorm": OKABE_ITO["blue"],
-                  "rezero": OKABE_ITO["green"], "deepnorm": OKABE_ITO["purple"]}
-_EXTRA_COLORS = [OKABE_ITO[k] for k in ("sky", "black", "yellow", "grey")]
+                  "rezero": OKABE_ITO["green"], "deepnorm": OKABE_ITO["purple"], "periln": OKABE_ITO["sky"]}
+_EXTRA_COLORS = [OKABE_ITO[k] for k in ("black", "yellow", "grey", "sky")]
 
 
 def _color(name: str, i: int) -> str:
     for v, c in VARIANT_COLORS.items():
-        if name == v or name.startswith(v + ","):
+        if name == v or (name.startswith(v + ",") and "=" not in name.split(",", 2)[1]):
             return c
     return _EXTRA_COLORS[i % len(_EXTRA_COLORS)]
 
@@ -54,7 +55,7 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines: Optional[dict],
-              path: Path, title: str) -> Optional[Path]:
+              path: Path, title: str, name: Optional[Callable[[dict], str]] = None) -> Optional[Path]:
     """Best val loss vs the x field (log2 axis for depth), one line per group, mean +- sd over seeds.
 
     Args:
@@ -64,11 +65,13 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
         baselines: ``{"uniform", "unigram", "bigram"}`` in nats, or None.
         path: PNG to write.
         title: axes title.
+        name: run config -> its line's name (default :func:`group_name` of ``groups``).
 
     Returns:
         The PNG path, or None without data.
     """
-    agg = aggregate(items, x, groups)
+    name = name or (lambda cfg: group_name(cfg, groups))
+    agg = aggregate(items, x, groups, name=name)
     if not agg or x is None:
         return None
     fig = new_figure((7.5, 4.6), layout=None)
@@ -80,7 +83,7 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
         c = _color(g, i)
         ax.errorbar(xs, m, yerr=sd, color=c, marker="o", capsize=3, lw=2, label=g)
         for it in items:  # individual seeds as small dots
-            if it["row"]["status"] in OK_STATUSES and group_name(it["config"], groups) == g:
+            if it["row"]["status"] in OK_STATUSES and name(it["config"]) == g:
                 v = finite_or_none(it["row"].get("best_val_loss"))
                 if v is not None:
                     ax.plot([field_value(it["config"], x)], [v], ".", color=c, alpha=0.45, ms=5)
@@ -89,7 +92,7 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
             # clip: a failed run's x may lie far outside the axis (e.g. lr 1e3), which would
             # otherwise ask the rasteriser to draw text at an overflowing pixel position
             ax.annotate("x", (field_value(it["config"], x), 0.98), xycoords=("data", "axes fraction"),
-                        color=_color(group_name(it["config"], groups), 0), ha="center",
+                        color=_color(name(it["config"]), 0), ha="center",
                         annotation_clip=True)
     lo, hi = ax.get_ylim()
     for name, (c, ls) in BASELINE_STYLE.items():
@@ -325,6 +328,61 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
     return Section(title, "".join(body), anchor=f"exp-{tag}")
 
 
+def _flat_keys(d: dict, prefix: str = "") -> list[str]:
+    """Dotted keys of a nested config section (``{"model": {"norm": ..}}`` -> ``["model.norm"]``)."""
+    return [k2 for k, v in d.items() for k2 in (_flat_keys(v, f"{prefix}{k}.") if isinstance(v, dict)
+                                                else [f"{prefix}{k}"])]
+
+
+def depth_lines(exps: list[dict], items: list[dict]) -> Callable[[dict], str]:
+    """Line names for runs of several experiments along depth: the fields the experiments set or vary
+    (grid and base, except depth and seed) where a run differs from the most common value.
+
+    ``prenorm``, ``prenorm, norm=dyt``, ``prenorm, norm_scale=depth`` for the full profile's three
+    experiments (the variant always named, other fields only where they are not the usual value).
+
+    Args:
+        exps: the experiments (``sweep.json``'s ``spec.experiments``). items: their runs.
+
+    Returns:
+        run config -> line name.
+    """
+    keys = []
+    for e in exps:
+        for k in [*e["grid"], *_flat_keys(e.get("base") or {})]:
+            wanted = k.startswith("model.") or k in e["grid"]  # a base's train fields are its recipe, not a line
+            if k not in keys and k not in ("model.n_layer", "train.seed") and wanted:
+                keys.append(k)
+    keys.sort(key=lambda k: k != "model.variant")
+    usual = {k: Counter(str(field_value(it["config"], k)) for it in items).most_common(1)[0][0] for k in keys}
+    varied = [k for k in keys if len({str(field_value(it["config"], k)) for it in items}) > 1]
+
+    def name(cfg: dict) -> str:
+        parts = [str(field_value(cfg, k)) if k == "model.variant" else f"{k.split('.')[-1]}={field_value(cfg, k)}"
+                 for k in varied if k == "model.variant" or str(field_value(cfg, k)) != usual[k]]
+        return ", ".join(parts) or "all"
+
+    return name
+
+
+def _depth_overview(exps: list[dict], by_exp: dict, baselines: Optional[dict], plots: Path) -> Optional[Section]:
+    """One figure of every trained experiment whose x axis is depth, when there are two or more (the full
+    profile: the six variants, pre-LN with DyT, pre-LN with LayerNorm Scaling)."""
+    deep = [e for e in exps if by_exp[e["name"]] and experiment_axes(e)[0] == "model.n_layer"
+            and any(it["config"]["train"]["max_iters"] > 1 for it in by_exp[e["name"]])]
+    if len(deep) < 2:
+        return None
+    items = [it for e in deep for it in by_exp[e["name"]]]
+    path = plot_vs_x(items, "model.n_layer", [], baselines, plots / "all_loss_vs_n_layer.png",
+                     "best validation loss vs depth, every experiment", name=depth_lines(deep, items))
+    if path is None:
+        return None
+    names = ", ".join(e["name"] for e in deep)
+    return Section("All experiments along depth", f"<p>Experiments {esc(names)} on one axis (their recipes must "
+                   "match for the lines to compare: the profile gives them one base).</p>"
+                   + figure_html("loss", path, "model.n_layer"), anchor="all-depth")
+
+
 def _claims_section(by_exp: dict, extras: dict) -> Optional[Section]:
     claims = science_claims(by_exp, extras)
     if not claims:
@@ -381,6 +439,7 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
     exps = meta["spec"]["experiments"]
     by_exp = {e["name"]: [it for it in items if it["experiment"] == e["name"]] for e in exps}
     sections = [s for s in [_claims_section(by_exp, {e["name"]: e.get("extra") or {} for e in exps})] if s]
+    sections += [s for s in [_depth_overview(exps, by_exp, baselines, sweep_dir / PLOTS)] if s]
     sections += [_experiment_section(e, by_exp[e["name"]], baselines, sweep_dir / PLOTS) for e in exps
                  if by_exp[e["name"]]]
     sections.append(_runs_section(rows, columns))

@@ -12,7 +12,7 @@ import io
 import math
 import statistics as st
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from ..errors import DepthlabError
 from ..rundir import RunDir, atomic_write, read_json
@@ -440,7 +440,8 @@ def _mean_sd(xs: Sequence[float]) -> tuple[float, float, int]:
 
 
 def aggregate(items: Sequence[dict], x: Optional[str], groups: Sequence[str], metric: str = "best_val_loss",
-              ok_only: bool = True) -> dict[str, dict[Any, tuple[float, float, int]]]:
+              ok_only: bool = True, name: Optional[Callable[[dict], str]] = None
+              ) -> dict[str, dict[Any, tuple[float, float, int]]]:
     """Mean, sample standard deviation and count of ``metric`` per group and x value (over seeds).
 
     Args:
@@ -449,6 +450,7 @@ def aggregate(items: Sequence[dict], x: Optional[str], groups: Sequence[str], me
         groups: dotted fields that define the lines.
         metric: results column to average (e.g. ``best_val_loss`` in nats).
         ok_only: use only runs whose status is ``ok``.
+        name: run config -> its line's name (default :func:`group_name` of ``groups``).
 
     Returns:
         ``{group name: {x value: (mean, sd, n)}}`` with x values sorted; non-finite values skipped.
@@ -460,7 +462,7 @@ def aggregate(items: Sequence[dict], x: Optional[str], groups: Sequence[str], me
         v = finite_or_none(it["row"].get(metric))
         if v is None:
             continue
-        g = group_name(it["config"], groups)
+        g = name(it["config"]) if name else group_name(it["config"], groups)
         xv = field_value(it["config"], x) if x else 0
         acc.setdefault(g, {}).setdefault(xv, []).append(v)
     return {g: {xv: _mean_sd(vs) for xv, vs in sorted(d.items(), key=lambda kv: kv[0])} for g, d in acc.items()}
