@@ -106,11 +106,11 @@ def test_profiles_expand(tmp_path):
     wirings = {(p.config["model"]["variant"], p.config["model"]["norm"], p.config["model"]["norm_scale"]) for p in full}
     assert {("periln", "layernorm", 1), ("prenorm", "dyt", 1), ("prenorm", "layernorm", "depth")} <= wirings
     sci = sweep.expand(sweep.profile_spec("science"), tmp_path)
-    assert len(sci) == 132  # postln_warmup and deepnorm_depth got seeds 1, 2 (a verdict is a test over seeds), + dyt_lr
+    assert len(sci) == 154  # every experiment two seeds or more (a verdict is a test over seeds); + periln, lns
     assert all(len({p.config["train"]["seed"] for p in sci if p.experiment == e}) >= 2 for e in sweep.CLAIMS)
     assert {p.config["model"]["variant"] for p in sci if p.experiment == "rank_init"} >= {"periln"}
     assert {p.experiment for p in sci} == {"rank_init", "depth", "postln_warmup", "rezero_speed",
-                                           "deepnorm_depth", "dyt_lr"}
+                                           "deepnorm_depth", "dyt_lr", "periln_stability", "lns_depth"}
     assert {p.experiment for p in sci} == set(sweep.CLAIMS)  # every science experiment has its judge
     rz = [e for e in sweep.profile_spec("science").experiments if e.name == "rezero_speed"][0]
     assert rz.extra == {"target_val_loss": 2.6} and rz.grid["train.learning_rate"] == [1e-3, 3e-3, 1e-2, 3e-2]

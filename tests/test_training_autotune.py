@@ -155,3 +155,37 @@ def test_a_short_run_is_not_measured(tmp_path, monkeypatch, chosen_by_depthlab):
     cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
     t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=True)
     assert t.source == "rule" and "not measured" in t.why and t.ms_per_step == {}
+
+
+def test_only_a_measurement_of_both_policies_sets_the_policy_a_command_starts_with(tmp_path, monkeypatch,
+                                                                                  chosen_by_depthlab, cfg, table):
+    """A sweep worker or a Python caller times one policy only: its winner's policy is no evidence and must
+    not replace what a comparison found (a sweep had left every later idle `depthlab train` passive, 2x slower)."""
+    from depthlab.model import GPT
+    from depthlab.training import machine
+
+    monkeypatch.setattr(machine, "busy_cores", lambda window_s=0.15: 0)
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "own-cache"))  # no guess from the tests before
+    table[S(2, omp="active")] = 10.0
+    at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False)  # passive only: no restart possible
+    assert machine.guess_policy() is None
+    with pytest.raises(Restart):  # both timed: spinning wins, and is what the next command starts with
+        at.tune(_long_cfg(tmp_path, cfg.model, batch_size=5), GPT(cfg.model), torch.device("cpu"), restart_ok=True)
+    assert machine.guess_policy() == "active"
+    at.tune(_long_cfg(tmp_path, cfg.model, batch_size=6), GPT(cfg.model), torch.device("cpu"), restart_ok=False)
+    assert machine.guess_policy() == "active"
+
+
+def test_start_policy_spins_on_an_idle_machine_sleeps_on_a_busy_one_unless_measured(tmp_path, monkeypatch):
+    from depthlab.training import machine
+
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))
+    busy = {"n": 0}
+    monkeypatch.setattr(machine, "busy_cores", lambda window_s=0.15: busy["n"])
+    assert machine.start_policy() == "active"  # never measured, idle
+    busy["n"] = 2
+    assert machine.start_policy() == "passive"  # never measured, both cores taken
+    from depthlab.rundir import write_json
+    machine.cache_file().parent.mkdir(parents=True)
+    write_json(machine.cache_file(), {machine.policy_key(2): {"omp_wait": "active"}})
+    assert machine.start_policy() == "active"  # what a measurement at this load found wins

@@ -600,9 +600,10 @@ def _openmp_policy(command: str) -> None:
     The policy is read once, when torch loads, and which is faster depends on the machine and its load:
     on a busy laptop spinning threads wait for a core that is taken (409 tokens/s spinning against
     2,480 passive, 2 AMD cores, load average 8); on an idle Xeon passive waiting halved the speed
-    (issue 24). ``train`` starts with the policy last measured fastest on this machine at this load
-    (:func:`depthlab.training.autotune.guess_policy`), passive when never measured; its measurement may
-    restart it with the other one. Results are unchanged: only the waiting differs.
+    (issue 24). ``train`` starts with the policy last measured fastest on this machine at this load,
+    else spinning when no other process keeps a core busy and sleeping when one does
+    (:func:`depthlab.training.machine.start_policy`); its measurement may restart it with the other one.
+    Results are unchanged: only the waiting differs.
     """
     import os
 
@@ -614,9 +615,9 @@ def _openmp_policy(command: str) -> None:
         return  # a restart: the policy it was given
     policy = "passive"
     if command == "train":
-        from .training.machine import guess_policy
+        from .training.machine import start_policy
 
-        policy = guess_policy() or policy
+        policy = start_policy()
     os.environ["OMP_WAIT_POLICY"] = os.environ[OMP_MARK] = policy.upper()
 
 

@@ -304,12 +304,13 @@ def cache_key(cfg, busy: int) -> str:
 
 
 
-def _write_cache(key: str, tuning: Tuning) -> None:
+def _write_cache(key: str, tuning: Tuning, policies_compared: bool) -> None:
     from ..rundir import write_json
 
     d = read_cache()
     d[key] = tuning.to_record()
-    d[policy_key(tuning.busy)] = {"omp_wait": tuning.setting.omp_wait}
+    if policies_compared:  # else the winner's policy is just the one this process had: no evidence either way
+        d[policy_key(tuning.busy)] = {"omp_wait": tuning.setting.omp_wait}
     if len(d) > 200:  # keep the newest entries only
         d = dict(list(d.items())[-200:])
     try:
@@ -404,7 +405,7 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
     best = fastest(ms, order)
     tuning = Tuning(best, "measured", "fastest measured", {s.label(): round(v, 2) for s, v in ms.items()},
                     time.perf_counter() - t0, busy)
-    _write_cache(key, tuning)
+    _write_cache(key, tuning, policies_compared=any(s.omp_wait != policy for s in ms))
     return tuning
 
 
