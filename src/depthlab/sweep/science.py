@@ -500,6 +500,20 @@ def _noninferior_cells(items: Sequence[dict], base: tuple[str, str], new: tuple[
     return parts, kids
 
 
+def _noninferior_claim(items: Sequence[dict], base: tuple[str, str], new: tuple[str, str], claim: str,
+                       source: str) -> ClaimRow:
+    """The row "``new`` is no worse than ``base`` in every (depth, lr) cell" (:func:`_noninferior_cells`, all
+    must hold): the claims of DeepNorm over post-LN and of Peri-LN over pre-LN."""
+    parts, kids = _noninferior_cells(items, base, new)
+    test = All(kids) if kids else None
+    return _claim([claim, source,
+                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
+                   f"{_vals(items, 'train.learning_rate')}, {_vals(items, 'train.max_iters')} steps, best val loss "
+                   f"(nats/char), mean ± sd over {_seeds(items)}; yes = {new[1]} < {base[1]} + 0.02 (or fails less "
+                   f"often) at every depth and lr; {TESTS_NOTE}",
+                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+
+
 def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     """DeepNorm keeps post-LN stable at depth (Wang et al. 2022, "DeepNet").
 
@@ -514,14 +528,9 @@ def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    parts, kids = _noninferior_cells(items, ("postnorm", "post-LN"), ("deepnorm", "DeepNorm"))
-    test = All(kids) if kids else None
-    return _claim(["DeepNorm keeps post-LN stable at depth where post-LN fails",
-                   "Wang et al. 2022, DeepNet: scaling Transformers to 1,000 layers (arXiv:2203.00555)",
-                   f"{_vals(items, 'model.n_layer')} blocks, lr {_vals(items, 'train.learning_rate')}, "
-                   f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
-                   f"{_seeds(items)}; yes = DeepNorm < post-LN + 0.02 at every depth and lr; {TESTS_NOTE}",
-                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+    return _noninferior_claim(items, ("postnorm", "post-LN"), ("deepnorm", "DeepNorm"),
+                              "DeepNorm keeps post-LN stable at depth where post-LN fails",
+                              "Wang et al. 2022, DeepNet: scaling Transformers to 1,000 layers (arXiv:2203.00555)")
 
 
 def periln_stability(items: Sequence[dict], extra: dict) -> ClaimRow:
@@ -542,15 +551,9 @@ def periln_stability(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    parts, kids = _noninferior_cells(items, ("prenorm", "pre-LN"), ("periln", "Peri-LN"))
-    test = All(kids) if kids else None
-    return _claim(["Peri-LN is at least as stable as pre-LN at depth and higher lr: no worse loss, no more divergence",
-                   "Kim et al. 2025, Peri-LN: revisiting normalization layer in the Transformer architecture (ICML)",
-                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
-                   f"{_vals(items, 'train.learning_rate')}, {_vals(items, 'train.max_iters')} steps, best val loss "
-                   f"(nats/char), mean ± sd over {_seeds(items)}; yes = Peri-LN < pre-LN + 0.02 (or fails less "
-                   f"often) at every depth and lr; {TESTS_NOTE}",
-                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+    claim = "Peri-LN is at least as stable as pre-LN at depth and higher lr: no worse loss, no more divergence"
+    source = "Kim et al. 2025, Peri-LN: revisiting normalization layer in the Transformer architecture (ICML)"
+    return _noninferior_claim(items, ("prenorm", "pre-LN"), ("periln", "Peri-LN"), claim, source)
 
 
 def ablation_deltas(it: dict) -> Optional[list[float]]:
