@@ -96,7 +96,9 @@ def test_existing_out_dir_refused_and_untouched(tmp_path, capsys, tiny_text_file
 
 
 @pytest.mark.parametrize("extra,needle", [(["--temperature", "-1"], "temperature"), (["--top-p", "1.5"], "top-p"),
-                                          (["--top-p", "0"], "top-p"), (["--top-k", "-3"], "top-k")])
+                                          (["--top-p", "0"], "top-p"), (["--top-k", "-3"], "top-k"),
+                                          (["--seed", str(2**64)], "--seed must be an integer from 0 to 2**63 - 1"),
+                                          (["--seed", "-1"], "--seed must be")])
 def test_sample_bad_settings(tmp_path, capsys, tiny_text_file, extra, needle):
     out = tmp_path / "run"
     assert run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--train.out_dir", str(out))[0] == 0

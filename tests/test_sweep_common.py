@@ -64,6 +64,7 @@ def test_parse_seeds():
 
     assert parse_seeds(None) is None and parse_seeds("4") == ("fixed", 4) and parse_seeds(" auto:5 ") == ("auto", 5)
     assert parse_seeds("auto") == ("auto", AUTO_MAX_SEEDS) == ("auto", 8)
-    for bad in ("0", "auto:0", "two", "auto:x", "autox"):
-        with pytest.raises(DepthlabError, match="give N"):
+    for bad in ("0", "auto:0", "two", "auto:x", "autox", "1001", "99999999999", "auto:1001"):
+        with pytest.raises(DepthlabError, match="give N from 1 to 1000"):
             parse_seeds(bad)
+    assert parse_seeds("1000") == ("fixed", 1000)

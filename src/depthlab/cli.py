@@ -178,6 +178,7 @@ def run_check(ns) -> int:
     from .config import DataConfig
 
     _set_threads(ns.threads)
+    _check_seed(ns.seed)
     log = None if ns.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     report = check_source(ns.source, ns.init, DataConfig(path=ns.data.path), batch_size=ns.batch_size,
                           block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log)
@@ -237,6 +238,7 @@ def run_sample(ns) -> int:
     check_sampling_args(ns.temperature, ns.top_k or None, ns.top_p, ns.max_new_tokens)  # bad input: one line
     if ns.num_samples < 1:
         raise DepthlabError(f"--num-samples must be >= 1, got {ns.num_samples}")
+    _check_seed(ns.seed)
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
         import warnings
 
@@ -587,6 +589,16 @@ def dispatch(name: str, argv: list[str]) -> int:
 
 def _error(msg: str) -> None:
     print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
+
+
+def _check_seed(seed: int) -> None:
+    """``--seed`` of sample and check: torch's generators take 0 <= seed < 2**63 (as ``train.seed``).
+
+    Raises:
+        DepthlabError: outside that range.
+    """
+    if not 0 <= seed < 2**63:
+        raise DepthlabError(f"--seed must be an integer from 0 to 2**63 - 1, got {seed}")
 
 
 #: The command line of this process when :func:`main` is the process's entry point (so ``train`` may

@@ -175,11 +175,16 @@ def parse_seeds(text: Optional[str | int]) -> Optional[tuple[str, int]]:
         n = AUTO_MAX_SEEDS if mode == "auto" and not num else int(num)
     except ValueError:
         n = 0
-    if mode not in ("fixed", "auto") or n < 1:
-        raise DepthlabError(f"--seeds {text!r}: give N (seeds 1..N in every cell, e.g. --seeds 4) or auto[:MAX] "
-                            f"(seeds added to the cells of undecided claims, at most MAX per cell, default "
-                            f"{AUTO_MAX_SEEDS}; e.g. --seeds auto:6)")
+    if mode not in ("fixed", "auto") or not 1 <= n <= MAX_SEEDS:
+        raise DepthlabError(f"--seeds {text!r}: give N from 1 to {MAX_SEEDS} (seeds 1..N in every cell, e.g. "
+                            f"--seeds 4) or auto[:MAX] (seeds added to the cells of undecided claims, at most MAX "
+                            f"per cell, default {AUTO_MAX_SEEDS}; e.g. --seeds auto:6)")
     return mode, n
+
+
+#: The most seeds ``--seeds`` gives a cell: a verdict over seeds needs a few to a few dozen, and every
+#: seed is a whole run per cell (``--seeds 99999999999`` once planned runs until memory ran out).
+MAX_SEEDS = 1000
 
 
 def cell_key(experiment: str, point: dict) -> str:
