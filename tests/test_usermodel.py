@@ -178,3 +178,32 @@ def test_probe_refuses_a_source_model_instead_of_probing_the_default_gpt(capsys,
     err = capsys.readouterr().err
     assert err.startswith("depthlab: error: probe builds depthlab's GPT") and "depthlab check" in err
     assert err.count("\n") == 1
+
+
+FIXED_BATCH = MODEL + '''
+class FixedBatch(MyGPT):
+    """A learner's model with the batch size written into its code (as README's example file has)."""
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        x = x.view(4, idx.shape[1], -1)  # B = 4, always
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+'''
+
+
+def test_a_model_that_takes_only_its_training_batch_finishes_its_run_without_the_final_validation(tmp_path,
+                                                                                                   tiny_text_file):
+    """The whole val split ends in a smaller batch; such a model fails there. The run is finished all the same
+    (summary written, resumable as done) and the log says why the whole-split figure is missing."""
+    src = tmp_path / "fixed.py"
+    src.write_text(FIXED_BATCH)
+    lines = []
+    t = Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{src}:FixedBatch", max_iters=10, final_validation=True),
+                log=lines.append)
+    assert t.evaluator.final_batches > 0
+    t.fit()
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["final_step"] == 10 and not summary.get("final_validation")
+    skipped = [x for x in lines if x.startswith("final validation skipped: ")]
+    assert len(skipped) == 1 and "--train.final_validation false" in skipped[0]

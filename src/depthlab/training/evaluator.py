@@ -14,6 +14,7 @@ import torch
 from .. import checkpoint as ckpt
 from .. import evaluation
 from ..data import get_batch
+from ..errors import DepthlabError
 from ..rundir import RunDir
 from ..units import LN2, finite_or_none
 
@@ -205,9 +206,16 @@ class Evaluator:
             path = ckpt.verified_best(run_dir)
             ckpt.load_into(model, ckpt.load_weights_file(path)[0], path)
         block = self.cfg.model.block_size
-        res = evaluation.split_loss(model, self.corpus.val, block, self.cfg.train.batch_size,
-                                    self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx,
-                                    loss_fn=self.port.loss)
+        try:
+            res = evaluation.split_loss(model, self.corpus.val, block, self.cfg.train.batch_size,
+                                        self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx,
+                                        loss_fn=self.port.loss)
+        except DepthlabError as e:
+            # a model of the user's that takes only its training shape (B and T written into its code)
+            # fails on the split's last, smaller batch: the run it trained is kept and finished all the same
+            log(f"final validation skipped: {e} (the whole val split ends in a smaller batch or window; "
+                "--train.final_validation false skips this step)")
+            return
         self.final_val = {"step": self.best_step, "val_loss": res.loss, "val_bpc": res.bpc,
                           "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
         log(f"final validation, best weights (step {self.best_step}): "
