@@ -213,8 +213,8 @@ class Evaluator:
         except DepthlabError as e:
             # a model of the user's that takes only its training shape (B and T written into its code)
             # fails on the split's last, smaller batch: the run it trained is kept and finished all the same
-            log(f"final validation skipped: {e} (the whole val split ends in a smaller batch or window; "
-                "--train.final_validation false skips this step)")
+            log(f"final validation skipped: {e} (the whole val split is read in batches that may hold fewer "
+                "or shorter windows than training's; --train.final_validation false skips this step)")
             return
         self.final_val = {"step": self.best_step, "val_loss": res.loss, "val_bpc": res.bpc,
                           "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
