@@ -116,3 +116,17 @@ def test_bad_input_to_the_depth_views_is_one_line(report_run, tmp_path, capsys):
         assert "not found" in cli_err(capsys, cmd, str(tmp_path / "none"))
         assert "--max_tokens must be >= 0" in cli_err(capsys, cmd, str(report_run), "--max_tokens", "-1")
         assert "--checkpoint" in cli_err(capsys, cmd, str(report_run), "--checkpoint", "middle")
+
+
+def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, capsys):
+    from conftest import cli_err, fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    cfg = run / "config.json"
+    cfg.write_text('{"model": {')  # cut off mid-write
+    for cmd in ("layers", "context", "diagnose"):
+        assert f"{cfg} is not a JSON object" in cli_err(capsys, cmd, str(run))
+    cfg.write_text('{"data": {}, "model": 5, "train": {}}')
+    for cmd in ("layers", "context"):
+        err = cli_err(capsys, cmd, str(run))
+        assert f"{cfg}: config section 'model' must be a mapping" in err

@@ -91,6 +91,31 @@ def test_out_dir_that_is_not_a_sweep_is_refused(tmp_path):
         sweep.run_sweep(spec, tmp_path / "new", workers=-1, log=quiet)
 
 
+def test_out_dir_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    spec = sweep.SweepSpec(experiments=[sweep.Experiment(grid={"model.n_layer": [1]})])
+    with pytest.raises(DepthlabError, match="lies under .*notes.txt, which is a file"):
+        sweep.run_sweep(spec, tmp_path / "notes.txt" / "sw", workers=1, threads=1, log=quiet)
+    with pytest.raises(DepthlabError, match="which is a file"):
+        sweep.dry_run(spec, tmp_path / "notes.txt" / "a" / "b")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_another_grid_into_a_sweep_folder_is_refused_and_loses_nothing(tiny_text_file, tmp_path):
+    sw = tmp_path / "sw"
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}), sw, workers=1, threads=1, log=quiet)
+    plan = (sw / "sweep.json").read_text()
+    other = tiny_spec(tiny_text_file, {"model.n_layer": [3]})
+    with pytest.raises(DepthlabError, match="holds another sweep: 2 of its runs are not in this one"):
+        sweep.run_sweep(other, sw, workers=1, threads=1, log=quiet)
+    with pytest.raises(DepthlabError, match="holds another sweep"):
+        sweep.dry_run(other, sw)
+    assert (sw / "sweep.json").read_text() == plan and len(list((sw / "runs").iterdir())) == 2
+    # a grid that keeps every old run and adds one continues the sweep
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1, 2, 3]}), sw, workers=1, threads=1, log=quiet)
+    assert len(read_rows(sw)) == 3
+
+
 def test_failing_runs_are_results(tiny_text_file, tmp_path):
     # block_size 4096 exceeds the tiny corpus: that run fails with an error, the other finishes
     spec = tiny_spec(tiny_text_file, {"model.block_size": [16, 4096]})
@@ -231,6 +256,11 @@ def test_dry_run_lists_the_seeds_seeds_adds(tiny_text_file, tmp_path):
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}, train__seed=1)
     out = sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="2")
     assert "n_layer-1_seed-2" in out and "n_layer-2_seed-2" in out and "4 runs, about" in out
+    with pytest.raises(DepthlabError, match=r"--seeds auto .*, and a command-line grid has no claim to judge"):
+        sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="auto:3")
+    with pytest.raises(DepthlabError, match="has no claim to judge"):
+        sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=quiet, seeds="auto")
+    spec.experiments[0].name = "depth"  # the science profile's depth claims judge this one
     auto = sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="auto:3")
     assert "2 runs, about" in auto and "--seeds auto: these are the first round" in auto and "at most 3" in auto
     assert not (tmp_path / "sw").exists()  # a dry run writes nothing

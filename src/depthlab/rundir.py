@@ -557,7 +557,8 @@ class RunDir:
                 ``checkpoints`` (needs ``checkpoints/manifest.json``).
 
         Raises:
-            DepthlabError: the folder is missing or lacks the files ``what`` needs.
+            DepthlabError: the folder is missing or lacks the files ``what`` needs, or its config.json
+                is not a JSON object.
         """
         rd = self.path
         if not rd.exists():
@@ -570,6 +571,9 @@ class RunDir:
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")
+        if CONFIG in needs and not isinstance(self.config, dict):
+            raise DepthlabError(f"{rd / CONFIG} is not a JSON object (damaged or edited by hand); restore it from a "
+                                "copy or train the run again")
         return self
 
     @property

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from .. import checkpoint as ckpt
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
-from ..rundir import CHECKPOINTS, TOKENIZER, RunDir, read_json
+from ..rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, context_words
@@ -150,7 +150,10 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     from ..data import load_corpus
 
     rd = RunDir(run_dir).require("config")
-    cfg = RunConfig.from_dict(rd.config)
+    try:
+        cfg = RunConfig.from_dict(rd.config)
+    except DepthlabError as e:
+        raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
     tok = rd.file(TOKENIZER)
     tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
     try:

@@ -23,8 +23,8 @@ from .results import FINAL_STATUSES
 from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expand_point, run_name, spec_to_json,
                    varied_fields)
 
-__all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "config_diff", "plan", "clear_run_dir",
-           "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS", "parse_seeds", "cell_key",
+__all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
+           "clear_run_dir", "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS", "parse_seeds", "cell_key",
            "cell_seeds", "read_added", "add_seeds", "seeded_points"]
 
 #: ``--seeds auto`` without ``:MAX``: at most this many seeds per cell.
@@ -124,13 +124,37 @@ def clear_run_dir(rd: Path) -> None:
 
 
 def check_sweep_dir(sweep_dir: Path) -> None:
-    """Refuse an out_dir that is a file, or a non-empty folder that is not a sweep."""
+    """Refuse an out_dir that is a file or lies under one, or a non-empty folder that is not a sweep."""
+    above = next((q for q in Path(sweep_dir).parents if q.exists()), None)
+    if above is not None and not above.is_dir():
+        raise DepthlabError(f"--out-dir {sweep_dir} lies under {above}, which is a file; choose a folder")
     if sweep_dir.exists():
         if not sweep_dir.is_dir():
             raise DepthlabError(f"--out-dir {sweep_dir} is a file; choose a folder")
         if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
             raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
                                 "choose a new --out-dir")
+
+
+def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
+    """Refuse to plan ``points`` into a sweep folder whose ``sweep.json`` lists runs that are not among them.
+
+    Writing the new plan would drop those runs from sweep.json while their folders stay: the results,
+    report and science table would no longer see them, and their stale figures would stay in plots/.
+
+    Raises:
+        DepthlabError: runs of the folder's own plan that have a run folder and are not in ``points``.
+    """
+    try:
+        old = [r["name"] for r in (rundir.read_json(Path(sweep_dir) / SWEEP_JSON) or {}).get("runs") or []]
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return
+    new = {p.name for p in points}
+    stray = [n for n in old if n not in new and (Path(sweep_dir) / RUNS / n).exists()]
+    if stray:
+        raise DepthlabError(f"--out-dir {sweep_dir} holds another sweep: {len(stray)} of its runs are not in this "
+                            f"one (e.g. {stray[0]}); choose a new --out-dir, or run it with the grid it was made "
+                            "with to continue it")
 
 
 def check_counts(workers: int, threads: int) -> None:
@@ -152,7 +176,10 @@ def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
                added: Optional[dict[str, list[int]]] = None) -> None:
     """Write ``sweep.json``: the spec, the varied fields, every run's config and the seeds ``--seeds`` added
     (``added_seeds``: ``[{"experiment", "cell", "seeds"}]``); creates ``sweep_dir``."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DepthlabError(f"cannot create --out-dir {sweep_dir}: {e.strerror}; choose a writable folder") from None
     extra = [dict(zip(("experiment", "cell"), json.loads(k)), seeds=sorted(v))
              for k, v in sorted((added or {}).items())]
     write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),

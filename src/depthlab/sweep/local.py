@@ -30,7 +30,9 @@ from typing import Optional, Sequence
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .common import Log, Progress, check_counts, check_sweep_dir, cores, parse_seeds, read_added, seeded_points
+from .common import (Log, Progress, check_counts, check_same_sweep, check_sweep_dir, cores, parse_seeds, read_added,
+                     seeded_points)
+from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
 __all__ = ["dry_run", "init_probe", "execute", "run_jobs"]
@@ -183,9 +185,12 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     """
     check_counts(workers, 0)
     mode = parse_seeds(seeds)
+    if mode and mode[0] == "auto":
+        check_auto_seeds(spec)
     check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
     points, _ = seeded_points(spec, Path(out_dir), read_added(Path(out_dir)),
                               mode[1] if mode and mode[0] == "fixed" else None)
+    check_same_sweep(Path(out_dir), points)
     nw = max(1, min(workers or cores(), len(points)))
     lines, total = [], 0.0
     for pt in points:

@@ -12,11 +12,11 @@ from typing import Callable, Optional
 
 from ..errors import DepthlabError
 from . import local
-from .common import (Log, add_seeds, cell_seeds, check_counts, check_sweep_dir, clear_run_dir, cores, parse_seeds,
-                     plan, read_added, seeded_points, warm_token_cache, write_plan)
+from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir, cores,
+                     parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
-from .seeds import seeds_wanted
+from .seeds import check_auto_seeds, seeds_wanted
 from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
 
 #: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
@@ -73,11 +73,14 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
     log = log or (lambda s: None)
     check_counts(workers, threads)
     mode = parse_seeds(seeds)
+    if mode and mode[0] == "auto":
+        check_auto_seeds(spec)
     sweep_dir = Path(out_dir)
     runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
     check_sweep_dir(sweep_dir)
     points, added = seeded_points(spec, sweep_dir, read_added(sweep_dir), mode[1] if mode and mode[0] == "fixed"
                                   else None)
+    check_same_sweep(sweep_dir, points)
     t0, results = time.time(), []
     while True:
         results += _run_round(spec, sweep_dir, points, added, runner, backend, (workers, threads), rerun, log)

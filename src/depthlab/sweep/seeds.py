@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..errors import DepthlabError
 from .common import cell_key
 from .results import sweep_items
-from .science import ClaimRow, science_claims
+from .science import CLAIMS, ClaimRow, science_claims
+from .spec import SweepSpec
 from .stats import ALPHA, leaves, needed
 
-__all__ = ["seeds_wanted"]
+__all__ = ["seeds_wanted", "check_auto_seeds"]
 
 
 def _claim_target(row: ClaimRow, n_now: int, max_seeds: int) -> int:
@@ -69,3 +71,17 @@ def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
             want[k] = max(want.get(k, 0), target)
     return want
 
+
+
+def check_auto_seeds(spec: SweepSpec) -> None:
+    """Refuse ``--seeds auto`` for a sweep none of whose experiments has a science claim to judge.
+
+    Raises:
+        DepthlabError: no experiment of ``spec`` is named in :data:`depthlab.sweep.science.CLAIMS`.
+    """
+    if not any(e.name in CLAIMS for e in spec.experiments):
+        names = ", ".join(sorted({e.name for e in spec.experiments if e.name}))
+        what = f"this sweep's experiments ({names})" if names else "a command-line grid"
+        raise DepthlabError(f"--seeds auto adds seeds where a science claim is undecided, and {what} has no claim "
+                            "to judge (the science profile's experiments do: --profile science); give --seeds N for "
+                            "seeds 1..N in every cell")
