@@ -12,13 +12,21 @@ import torch
 def machine_info() -> str:
     """One line: CPU model, cores, torch version, intra-op threads and whether the CPU has native bf16."""
     cpu = platform.processor() or "unknown cpu"
+    fields: dict[str, str] = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+            k, _, v = line.partition(":")
+            fields.setdefault(k.strip(), v.strip())
+            if not line.strip():
+                break  # the first core's block is enough
     except OSError:
         pass
+    cpu = fields.get("model name", cpu)
+    if "cpu family" in fields:  # a virtual machine's "AMD EPYC" names no generation: family/model do
+        cpu += f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
+    flags = set(fields.get("flags", "").split())
+    if flags:
+        cpu += f", avx512f {'yes' if 'avx512f' in flags else 'no'}, amx {'yes' if 'amx_bf16' in flags else 'no'}"
     import os
 
     from depthlab.training.runtime import cpu_has_bf16
