@@ -9,6 +9,7 @@ import torch
 
 from depthlab.analytics.context import context_gain, position_curve, run_context, token_losses, view_windows
 from depthlab.analytics.diagnose import Evidence, diagnose
+from depthlab.errors import DepthlabError
 
 from conftest import SHAKESPEARE_BASELINES as BASE
 from conftest import context_record, run_cli, tiny_gpt
@@ -130,3 +131,25 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
     for cmd in ("layers", "context"):
         err = cli_err(capsys, cmd, str(run))
         assert f"{cfg}: config section 'model' must be a mapping" in err
+
+
+def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path, capsys):
+    from conftest import cli_err, fresh_copy
+
+    from depthlab.report import build_report
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    cfg = run / "config.json"
+    (run / "report.html").write_text("the good report")
+    cfg.write_text("[1, 2]")  # valid JSON, not a config
+    assert f"{cfg} is not a JSON object" in cli_err(capsys, "report", str(run))
+    assert (run / "report.html").read_text() == "the good report"
+    with pytest.raises(DepthlabError, match="is not a JSON object"):
+        build_report(run)
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+    assert rc == 0 and "Traceback" not in err  # the weights and their vocabulary are in the checkpoint
+    # a damaged vocab.json is named on resume instead of blamed on the corpus
+    cfg.write_text((report_run / "config.json").read_text())
+    (run / "vocab.json").write_text('["a", ')
+    err = cli_err(capsys, "train", "--resume", str(run))
+    assert "vocab.json is not the JSON list of characters" in err and "corpus" not in err

@@ -100,6 +100,14 @@ def test_overwrite_of_a_symlinked_run_is_refused_in_one_line(made_run, tmp_path,
     assert link.is_symlink() and _tree(run) == before
 
 
+def test_a_dangling_symlink_out_dir_is_named(tmp_path, corpus, capsys):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone", target_is_directory=True)
+    err = cli_err(capsys, *_flags(corpus, link))  # was: "cannot create train.out_dir ...: File exists"
+    assert "is a symbolic link to" in err and "gone" in err and "does not exist" in err
+    assert link.is_symlink() and not (tmp_path / "gone").exists()
+
+
 def test_overwrite_whose_start_fails_keeps_the_old_run(made_run, tmp_path, corpus, capsys):
     run = tmp_path / "run"
     shutil.copytree(made_run, run)

@@ -264,3 +264,16 @@ def test_dry_run_lists_the_seeds_seeds_adds(tiny_text_file, tmp_path):
     auto = sweep.dry_run(spec, tmp_path / "sw", workers=1, seeds="auto:3")
     assert "2 runs, about" in auto and "--seeds auto: these are the first round" in auto and "at most 3" in auto
     assert not (tmp_path / "sw").exists()  # a dry run writes nothing
+
+
+def test_a_damaged_sweep_json_is_refused_and_nothing_changes(tiny_text_file, tmp_path):
+    sw = tmp_path / "sw"
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw, workers=1, threads=1, log=quiet)
+    (sw / "sweep.json").write_text('{"spec": {"exper')  # cut off mid-write
+    (sw / "report.html").write_text("mine")
+    other = tiny_spec(tiny_text_file, {"model.n_layer": [3]})
+    for call in (lambda: sweep.run_sweep(other, sw, workers=1, threads=1, log=quiet), lambda: sweep.dry_run(other, sw)):
+        with pytest.raises(DepthlabError, match="sweep.json is not a JSON object"):
+            call()
+    assert (sw / "sweep.json").read_text() == '{"spec": {"exper' and (sw / "report.html").read_text() == "mine"
+    assert [p.name for p in (sw / "runs").iterdir()] == ["n_layer-1"]

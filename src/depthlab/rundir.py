@@ -485,6 +485,9 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise DepthlabError(f"train.out_dir {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not "
+                            "exist; create that folder or choose another --train.out_dir")
     aside = None
     if out_dir.exists() and any(out_dir.iterdir()):
         _check_replaceable(out_dir, overwrite)
@@ -544,10 +547,17 @@ class RunDir:
         """Path of the run file ``name`` (one of this module's constants)."""
         return self.path / name
 
-    def _json(self, name: str) -> Optional[Any]:
+    def _json(self, name: str, kind: type = dict) -> Optional[Any]:
+        """The file's JSON when it is a ``kind`` (every run file is an object but vocab.json, a list), else None:
+        a damaged or hand-edited file reads as missing, never as data of another shape."""
         if name not in self._cache:
-            self._cache[name] = read_json(self.path / name)
+            v = read_json(self.path / name)
+            self._cache[name] = v if isinstance(v, kind) else None
         return self._cache[name]
+
+    def damaged(self, name: str) -> bool:
+        """True when the run file ``name`` exists but does not hold what depthlab wrote there (see :meth:`_json`)."""
+        return (self.path / name).is_file() and self._json(name, list if name == VOCAB else dict) is None
 
     def require(self, what: str = "config") -> "RunDir":
         """Check that this is a run directory and return self.
@@ -571,7 +581,7 @@ class RunDir:
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")
-        if CONFIG in needs and not isinstance(self.config, dict):
+        if CONFIG in needs and self.damaged(CONFIG):
             raise DepthlabError(f"{rd / CONFIG} is not a JSON object (damaged or edited by hand); restore it from a "
                                 "copy or train the run again")
         return self
@@ -584,7 +594,7 @@ class RunDir:
     @property
     def vocab(self) -> Optional[list[str]]:
         """``vocab.json``: the characters, id = position."""
-        return self._json(VOCAB)
+        return self._json(VOCAB, list)
 
     @property
     def summary(self) -> Optional[dict]:

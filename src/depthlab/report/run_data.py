@@ -115,14 +115,20 @@ def load_run_data(run_dir: str | Path) -> RunData:
         A :class:`RunData`.
 
     Raises:
-        DepthlabError: the folder does not exist, or holds neither a config nor a metrics file.
+        DepthlabError: the folder does not exist, holds neither a config nor a metrics file, or its
+            config.json is damaged.
     """
     rd = RunDir(run_dir)
     if not rd.path.exists():
         raise DepthlabError(f"run directory {rd.path} not found; give the out_dir of a depthlab train run")
+    if rd.path.is_file():
+        raise DepthlabError(f"{rd.path} is a file, not a run directory; give the out_dir of a depthlab train run")
     if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
         raise DepthlabError(f"{rd.path} is not a depthlab run directory (no {CONFIG} or {METRICS}); "
                             "give the out_dir of a depthlab train run")
+    if rd.damaged(CONFIG):  # a report would say the run has no config and judge it by the wrong rules
+        raise DepthlabError(f"{rd.file(CONFIG)} is not a JSON object (damaged or edited by hand); restore it from a "
+                            "copy or train the run again")
     return RunData(rd.path)
 
 

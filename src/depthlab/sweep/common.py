@@ -124,7 +124,8 @@ def clear_run_dir(rd: Path) -> None:
 
 
 def check_sweep_dir(sweep_dir: Path) -> None:
-    """Refuse an out_dir that is a file or lies under one, or a non-empty folder that is not a sweep."""
+    """Refuse an out_dir that is a file or lies under one, a non-empty folder that is not a sweep, or a sweep
+    whose sweep.json is damaged."""
     above = next((q for q in Path(sweep_dir).parents if q.exists()), None)
     if above is not None and not above.is_dir():
         raise DepthlabError(f"--out-dir {sweep_dir} lies under {above}, which is a file; choose a folder")
@@ -134,6 +135,10 @@ def check_sweep_dir(sweep_dir: Path) -> None:
         if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
             raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
                                 "choose a new --out-dir")
+        if (sweep_dir / SWEEP_JSON).exists() and not isinstance(rundir.read_json(sweep_dir / SWEEP_JSON), dict):
+            # its plan is what says which runs are this sweep's: without it they could not be kept apart
+            raise DepthlabError(f"{sweep_dir / SWEEP_JSON} is not a JSON object (damaged or edited by hand); restore "
+                                "it from a copy, or choose a new --out-dir")
 
 
 def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:

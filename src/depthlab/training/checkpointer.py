@@ -16,7 +16,7 @@ from .. import rundir
 from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
-from ..rundir import RunDir, truncate_metrics
+from ..rundir import VOCAB, RunDir, truncate_metrics
 from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
@@ -61,6 +61,9 @@ class Checkpointer:
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
+        if (old.get("data") or {}).get("tokenizer", "char") == "char" and rd.damaged(VOCAB):
+            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is not the JSON list of characters depthlab "
+                                "wrote (damaged or edited by hand); restore it from a copy")
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
         new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
         gone = [c for c in old_vocab if c not in set(vocab)]
