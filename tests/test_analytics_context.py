@@ -153,3 +153,23 @@ def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path
     (run / "vocab.json").write_text('["a", ')
     err = cli_err(capsys, "train", "--resume", str(run))
     assert "vocab.json is not the JSON list of characters" in err and "corpus" not in err
+
+
+def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_path, capsys):
+    from conftest import fresh_copy
+
+    from depthlab.rundir import damaged_metrics_lines
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m = run / "metrics.jsonl"
+    lines = m.read_text().splitlines()
+    m.write_text("\n".join(lines) + '\n{"torn": ')  # a torn last line is no damage
+    assert damaged_metrics_lines(run) == 0
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and "damaged" not in err
+    lines[1] = "garb{"
+    lines[2] = "[1, 2]"
+    m.write_text("\n".join(lines) + "\n")
+    assert damaged_metrics_lines(run) == 2
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and "warning: 2 line(s) of" in err and "not JSON records (damaged)" in err

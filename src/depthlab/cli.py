@@ -273,8 +273,14 @@ def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
 
+    from .rundir import METRICS, damaged_metrics_lines
+
     _set_threads(ns.threads)
     findings, missing = diagnose_run_full(ns.run_dir)
+    bad = damaged_metrics_lines(Path(ns.run_dir))
+    if bad:
+        print(f"warning: {bad} line(s) of {Path(ns.run_dir) / METRICS} are not JSON records (damaged): the rules "
+              "judge the run without what they held", file=sys.stderr)
     print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
           else format_findings(findings, missing))
     return 0

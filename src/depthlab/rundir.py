@@ -231,6 +231,26 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
     return out
 
 
+def damaged_metrics_lines(run_dir: Path) -> int:
+    """Lines of ``run_dir/metrics.jsonl`` that are not JSON records, a torn last line not counted.
+
+    depthlab writes whole lines and only the last can be torn (a process killed mid-write); any
+    other unreadable line is damage, and every reader skips it.
+    """
+    p = Path(run_dir) / METRICS
+    try:
+        lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        return 0
+    bad = 0
+    for ln in lines[:-1]:
+        try:
+            bad += not isinstance(json.loads(ln), dict)
+        except ValueError:
+            bad += 1
+    return bad
+
+
 def truncate_metrics(run_dir: Path, step: int) -> None:
     """Keep only records with ``step <= step`` (resume continues after a checkpoint at ``step``)."""
     keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= step]

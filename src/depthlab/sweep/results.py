@@ -120,10 +120,15 @@ def run_details(run_dir: str | Path) -> dict:
 
 
 def _status(d: dict, exists: bool) -> str:
-    """A run's status: its sweep_status.json, else ok / running / pending from what is on disk."""
+    """A run's status: its sweep_status.json, else ok / unfinished / pending from what is on disk.
+
+    ``unfinished``: a run folder without a summary or a status, i.e. stopped before it could write one
+    (Ctrl-C in its first seconds) or, read while a sweep runs, still going; results.csv is written
+    when no run of its sweep is running, so it never says "running".
+    """
     st_ = d["status"] or {}
-    status = st_.get("status") or ("ok" if d["summary"] else ("running" if exists else "pending"))
-    if d["summary"] and status in ("running", "interrupted", "error") and not st_:
+    status = st_.get("status") or ("ok" if d["summary"] else ("unfinished" if exists else "pending"))
+    if d["summary"] and status in ("unfinished", "interrupted", "error") and not st_:
         status = "ok"
     return status
 

@@ -140,6 +140,10 @@ class Checkpointer:
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
         """
+        bad = rundir.damaged_metrics_lines(self.run_dir)
+        if bad:
+            self.log(f"warning: {bad} line(s) of {rundir.METRICS} were not JSON records (damaged); the resumed run "
+                     "drops them, and its figures and diagnosis lack what they held")
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         repaired = ckpt.repair_best(self.run_dir)
