@@ -1,0 +1,163 @@
+"""What every science claim judge uses: the row type, cells of runs, their tests and texts."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from ..units import finite_or_none, fmt_value
+from .results import OK_STATUSES, field_value
+from .stats import (Leaf, Node, cell_stats, fewer_failures, fmt_p, greater, leaves,
+                    verdict)
+
+
+#: Column names of a claims row (the Markdown table and the HTML report use them).
+CLAIM_HEADER = ["claim", "source", "setting", "our numbers", "verdict"]
+#: The Markdown science table, written into the sweep directory.
+SCIENCE_MD = "science.md"
+
+
+# --------------------------------------------------------------------------- helpers
+def _by(items: Sequence[dict], **want: Any) -> list[dict]:
+    """Runs whose config has every ``section__field=value`` of ``want``."""
+    return [it for it in items
+            if all(field_value(it["config"], k.replace("__", ".")) == v for k, v in want.items())]
+
+
+def _ok(it: dict) -> bool:
+    return it["row"]["status"] in OK_STATUSES
+
+
+def init_last_rank(it: dict) -> Optional[float]:
+    """Rank measure (Dong et al. 2021) of the last block at initialisation.
+
+    Args:
+        it: a per-run dict with ``details`` (``init_probe``, ``probe``).
+
+    Returns:
+        The relative residual from rank one (0 = collapsed, dimensionless), from the init probe or
+        else the step-0 activation probe; None when neither recorded it.
+    """
+    d = it["details"]
+    p0 = [p for p in d["probe"] if p.get("step") == 0]
+    vec = (d.get("init_probe") or {}).get("rank_measure") or (p0[0]["rank_measure"] if p0 else None)
+    return finite_or_none(vec[-1]) if vec else None
+
+
+def init_grad_blocks(it: dict) -> Optional[list[float]]:
+    """Gradient L2 norm per block at initialisation (the sweep's init probe, same as ``depthlab probe``).
+
+    Args:
+        it: a per-run dict with ``details["init_probe"]``.
+
+    Returns:
+        One norm per block (first block first), or None when it was not recorded.
+    """
+    vec = (it["details"].get("init_probe") or {}).get("grad_norm_block")
+    vals = [finite_or_none(v) for v in vec] if vec else []
+    return vals if vals and all(v is not None for v in vals) else None
+
+
+def steps_to(it: dict, target: float) -> Optional[int]:
+    """Steps a run needed to reach a validation loss.
+
+    Args:
+        it: a per-run dict with ``details["evals"]`` (step, train loss, val loss).
+        target: val loss to reach, in nats/char.
+
+    Returns:
+        The first evaluated step whose val loss is <= ``target``, or None if none was.
+    """
+    for s, _, v in it["details"]["evals"]:
+        if finite_or_none(v) is not None and v <= target:
+            return int(s)
+    return None
+
+
+def _vals(items: Sequence[dict], key: str) -> str:
+    vs = sorted({field_value(it["config"], key) for it in items}, key=lambda v: (str(type(v)), v))
+    return ", ".join(fmt_value(v, "g", missing="None") for v in vs)
+
+
+def _sorted_values(items: Sequence[dict], key: str) -> list:
+    return sorted({field_value(it["config"], key) for it in items if field_value(it["config"], key) is not None})
+
+
+def _seeds(items: Sequence[dict]) -> str:
+    """``seeds 1, 2`` (or ``seed 1``) of the runs."""
+    s = _sorted_values(items, "train.seed")
+    return ("seed " if len(s) == 1 else "seeds ") + ", ".join(map(str, s))
+
+
+# --------------------------------------------------------------------------- cells and their tests
+#: How every verdict is reached, as the setting column says it (the rules are in :mod:`.stats`).
+TESTS_NOTE = ("one-sided Welch t-test per comparison (Fisher's exact test on runs not ok where a cell has one), "
+              "alpha 0.05; CI = 95% t-interval")
+
+
+class ClaimRow(list):
+    """A claims row ``[claim, source, setting, our numbers, verdict]`` (text) that also carries its test.
+
+    Attributes:
+        test: the comparisons behind the verdict (:mod:`depthlab.sweep.stats` nodes), None when not run.
+    """
+
+    test: Optional[Node] = None
+
+
+def _claim(texts: Sequence[str], test: Optional[Node], verdict_text: Optional[str] = None) -> ClaimRow:
+    row = ClaimRow([*texts, verdict_text or verdict(test)])
+    row.test = test
+    return row
+
+
+def _losses(items: Sequence[dict]) -> list[float]:
+    """Best val losses (nats/char) of the runs that finished ok."""
+    return [v for v in (finite_or_none(it["row"].get("best_val_loss")) for it in items if _ok(it)) if v is not None]
+
+
+def _short(values: Sequence[float], spec: str = ".3f") -> str:
+    cs = cell_stats(values)
+    return cs.short(spec) if cs else "—"
+
+
+def _cell_short(items: Sequence[dict]) -> str:
+    """``2.006 ± 0.053`` of a cell's best val losses, ``diverged`` when no run finished ok."""
+    bad = sum(not _ok(it) for it in items)
+    if bad and bad == len(items):
+        return "diverged" if any(it["row"]["status"] == "nonfinite" for it in items) else "not ok"
+    return _short(_losses(items)) + (f" ({bad} of {len(items)} not ok)" if bad else "")
+
+
+def _loss_leaf(label: str, a: Sequence[dict], b: Sequence[dict], margin: float = 0.0,
+               names: tuple = ("a", "b")) -> Leaf:
+    """The leaf "best val loss of cell a > cell b + margin" (Welch); when a run of either cell did not
+    finish ok (a diverged run has no loss), Fisher's exact test that cell b fails less often than a."""
+    fa, fb = (sum(not _ok(it) for it in x) for x in (a, b))
+    if fa or fb:
+        return fewer_failures(f"{label} (by runs not ok)", fb, len(b), fa, len(a), items=(b, a),
+                              names=names[::-1])
+    return greater(label, _losses(a), _losses(b), margin, items=(a, b), names=names)
+
+
+def _side(lf: Leaf, i: int) -> str:
+    if lf.kind == "fisher":
+        fail, n = lf.counts[2 * i], lf.counts[2 * i + 1]
+        return f"{lf.names[i]} {fail} of {n} not ok"
+    cs = cell_stats(lf.values[i])
+    return f"{lf.names[i]} {cs.text() if cs else '—'}"
+
+
+def _compared(node: Node) -> str:
+    """``compared: <label>: <cell a> vs <cell b>, p = 0.03; ...`` for every comparison of a claim."""
+    parts = [f"{lf.label}: {_side(lf, 0)} vs {_side(lf, 1)}, "
+             + (fmt_p(lf.p_yes) if lf.p_yes is not None else "untested (a cell has one run)")
+             for lf in leaves(node)]
+    return "compared: " + "; ".join(parts)
+
+
+def _grid_text(items: Sequence[dict], value) -> str:
+    """``plain: L1 2.386 ± 0.115, L2 ...; prenorm: ...`` (mean ± sd over seeds of ``value(cell items)``)."""
+    depths = _sorted_values(items, "model.n_layer")
+    return "; ".join(f"{v}: " + ", ".join(f"L{L} {value(_by(items, model__variant=v, model__n_layer=L))}"
+                                         for L in depths if _by(items, model__variant=v, model__n_layer=L))
+                     for v in _sorted_values(items, "model.variant"))
