@@ -36,7 +36,7 @@ def test_parse_grid_arg_types():
     ("model.n_layer=1,,2", "empty value"),
     ("model.n_layer=1,two", "model.n_layer: cannot use 'two'"),
     ("model.variant=plain,resnet", "expected one of"),
-    ("train.out_dir=a,b", "--out-dir"),
+    ("train.out_dir=a,b", "--out_dir"),
 ])
 def test_parse_grid_arg_errors(text, needle):
     with pytest.raises(DepthlabError) as e:

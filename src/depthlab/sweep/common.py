@@ -88,7 +88,7 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
 
     Raises:
         DepthlabError: a finished run whose config differs from the requested one (use another
-            ``--out-dir`` or ``--rerun``).
+            ``--out_dir`` or ``--overwrite``).
     """
     done, todo = [], []
     for p in points:
@@ -99,7 +99,7 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
             diff = config_diff(p.config, rd.config)
             if diff:
                 raise DepthlabError(f"sweep run {rd.path} was made with a different config ({diff[0]}); use "
-                                    "another --out-dir, or --rerun to redo every run")
+                                    "another --out_dir, or --overwrite to redo every run")
             done.append(p)
         else:
             todo.append(p)
@@ -119,7 +119,7 @@ def clear_run_dir(rd: Path) -> None:
         foreign = rundir.foreign_files(rd)
         if foreign:  # a file of the user's inside the run: never deleted
             raise DepthlabError(f"{rd} holds files depthlab did not write ({', '.join(foreign[:3])}"
-                                f"{', ...' if len(foreign) > 3 else ''}); move them out, then --rerun again")
+                                f"{', ...' if len(foreign) > 3 else ''}); move them out, then --overwrite again")
         shutil.rmtree(rd)
 
 
@@ -128,17 +128,17 @@ def check_sweep_dir(sweep_dir: Path) -> None:
     whose sweep.json is damaged."""
     above = next((q for q in Path(sweep_dir).parents if q.exists()), None)
     if above is not None and not above.is_dir():
-        raise DepthlabError(f"--out-dir {sweep_dir} lies under {above}, which is a file; choose a folder")
+        raise DepthlabError(f"--out_dir {sweep_dir} lies under {above}, which is a file; choose a folder")
     if sweep_dir.exists():
         if not sweep_dir.is_dir():
-            raise DepthlabError(f"--out-dir {sweep_dir} is a file; choose a folder")
+            raise DepthlabError(f"--out_dir {sweep_dir} is a file; choose a folder")
         if any(sweep_dir.iterdir()) and not (sweep_dir / SWEEP_JSON).exists():
-            raise DepthlabError(f"--out-dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
-                                "choose a new --out-dir")
+            raise DepthlabError(f"--out_dir {sweep_dir} exists and is not a sweep directory (no {SWEEP_JSON}); "
+                                "choose a new --out_dir")
         if (sweep_dir / SWEEP_JSON).exists() and not isinstance(rundir.read_json(sweep_dir / SWEEP_JSON), dict):
             # its plan is what says which runs are this sweep's: without it they could not be kept apart
             raise DepthlabError(f"{sweep_dir / SWEEP_JSON} is not a JSON object (damaged or edited by hand); restore "
-                                "it from a copy, or choose a new --out-dir")
+                                "it from a copy, or choose a new --out_dir")
 
 
 def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
@@ -157,8 +157,8 @@ def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
     new = {p.name for p in points}
     stray = [n for n in old if n not in new and (Path(sweep_dir) / RUNS / n).exists()]
     if stray:
-        raise DepthlabError(f"--out-dir {sweep_dir} holds another sweep: {len(stray)} of its runs are not in this "
-                            f"one (e.g. {stray[0]}); choose a new --out-dir, or run it with the grid it was made "
+        raise DepthlabError(f"--out_dir {sweep_dir} holds another sweep: {len(stray)} of its runs are not in this "
+                            f"one (e.g. {stray[0]}); choose a new --out_dir, or run it with the grid it was made "
                             "with to continue it")
 
 
@@ -184,7 +184,7 @@ def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DepthlabError(f"cannot create --out-dir {sweep_dir}: {e.strerror}; choose a writable folder") from None
+        raise DepthlabError(f"cannot create --out_dir {sweep_dir}: {e.strerror}; choose a writable folder") from None
     extra = [dict(zip(("experiment", "cell"), json.loads(k)), seeds=sorted(v))
              for k, v in sorted((added or {}).items())]
     write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),

@@ -1,11 +1,11 @@
 """The Ray backend: each point of a sweep is one Ray Tune trial, on one machine or a Ray cluster.
 
-``depthlab sweep ... --backend ray [--ray-address auto|HOST:PORT]`` runs the same jobs as the local
+``depthlab sweep ... --backend ray [--ray_address auto|HOST:PORT]`` runs the same jobs as the local
 backend (:func:`depthlab.sweep.local.execute`: init probe, training with the default analytics,
 ``sweep_status.json``), each as a trial of one ``ray.tune.Tuner`` over the grid:
 
 - FIFO by default: every run goes to its end, since stopping the slow deep runs early would bias
-  the depth comparison a sweep exists to show; ``scheduler="asha"`` (``--ray-scheduler asha``) is
+  the depth comparison a sweep exists to show; ``scheduler="asha"`` (``--ray_scheduler asha``) is
   the explicit opt-in to early stopping (a stopped run is a ``stopped`` row, redone on a rerun).
 - ``tune.with_resources``: each trial reserves ``threads`` CPUs (and one GPU when the cluster has
   GPUs and the run's device is not ``cpu``); the trial sets torch's threads itself (Ray sets
@@ -109,7 +109,7 @@ def ray_runner(sweep_dir: str | Path, address: Optional[str] = None, workers: in
         DepthlabError: unknown scheduler, or Ray is not installed (naming the extra).
     """
     if scheduler not in SCHEDULERS:
-        raise DepthlabError(f"--ray-scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
+        raise DepthlabError(f"--ray_scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     _prepare_env(address)
     import_ray()
 
@@ -204,7 +204,7 @@ def connect(ray, address: Optional[str], log: Log) -> bool:
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
         where = f"the Ray cluster at {address}" if address else "Ray on this machine"
         raise DepthlabError(f"cannot connect to {where}: {_one_line(str(e), 300)}; start the cluster first "
-                            "(ray start --head), or drop --ray-address to start Ray here") from None
+                            "(ray start --head), or drop --ray_address to start Ray here") from None
     res = ray.cluster_resources()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     log(f"ray: {'connected to ' + address if address else 'started on 127.0.0.1'} in {time.time() - t0:.1f}s: "
@@ -240,7 +240,7 @@ def check_storage(ray, sweep_dir: Path, probe: Callable = storage_probe, timeout
     shutil.rmtree(check, ignore_errors=True)
     if problems:
         raise DepthlabError(f"the sweep directory {sweep_dir} is not usable from every Ray node: {'; '.join(problems)}"
-                            "; put --out-dir on storage every node mounts at the same path (e.g. NFS), and install "
+                            "; put --out_dir on storage every node mounts at the same path (e.g. NFS), and install "
                             "depthlab on every node")
 
 

@@ -27,7 +27,7 @@ def _runner(backend: str, sweep_dir: Path, workers: int, ray_address: Optional[s
     """The job runner of ``backend``; for Ray, checks that Ray is installed before anything is written."""
     if backend == "local":
         if ray_address or ray_scheduler != "fifo":
-            raise DepthlabError("--ray-address and --ray-scheduler need --backend ray")
+            raise DepthlabError("--ray_address and --ray_scheduler need --backend ray")
         return local.run_jobs
     if backend == "ray":
         return ray_runner(sweep_dir, address=ray_address, workers=workers, scheduler=ray_scheduler)

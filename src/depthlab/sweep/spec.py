@@ -153,7 +153,7 @@ def _check_key(key: str, what: str) -> tuple[str, str]:
         raise DepthlabError(f"{what} {key!r}: unknown field {name!r} in {sec} "
                             f"(known: {', '.join(sorted(fields[sec]))})")
     if key == "train.out_dir":
-        raise DepthlabError(f"{what} {key!r}: the sweep sets each run's out_dir; use --out-dir for the sweep")
+        raise DepthlabError(f"{what} {key!r}: the sweep sets each run's out_dir; use --out_dir for the sweep")
     return sec, name
 
 
@@ -471,7 +471,7 @@ def spec_to_json(spec: SweepSpec) -> dict:
 
 def default_sweep_dir(spec: SweepSpec, profile: Optional[str], file: Optional[str | Path], grid: Sequence[str],
                       overrides: dict[str, Any], only: Optional[str]) -> str:
-    """The sweep directory when ``--out-dir`` is not given; the same command gives the same folder.
+    """The sweep directory when ``--out_dir`` is not given; the same command gives the same folder.
 
     ``sweeps/<profile>`` for a profile as shipped; otherwise ``sweeps/<profile or 'sweep'>-<hash>``
     where the hash is the first 8 hex digits of SHA-256 over the spec's JSON (sorted keys).
