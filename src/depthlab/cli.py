@@ -272,7 +272,6 @@ def build_diagnose_parser():
 def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
-
     from .rundir import METRICS, damaged_metrics_lines
 
     _set_threads(ns.threads)

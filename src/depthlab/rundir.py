@@ -231,6 +231,11 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
     return out
 
 
+def damaged_file_error(path: Path, fix: str = "restore it from a copy or train the run again") -> DepthlabError:
+    """The error for a depthlab file that exists but is not the JSON object depthlab wrote: names it and ``fix``."""
+    return DepthlabError(f"{path} is not a JSON object (damaged or edited by hand); {fix}")
+
+
 def damaged_metrics_lines(run_dir: Path) -> int:
     """Lines of ``run_dir/metrics.jsonl`` that are not JSON records, a torn last line not counted.
 
@@ -602,8 +607,7 @@ class RunDir:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")
         if CONFIG in needs and self.damaged(CONFIG):
-            raise DepthlabError(f"{rd / CONFIG} is not a JSON object (damaged or edited by hand); restore it from a "
-                                "copy or train the run again")
+            raise damaged_file_error(rd / CONFIG)
         return self
 
     @property

@@ -137,8 +137,7 @@ def check_sweep_dir(sweep_dir: Path) -> None:
                                 "choose a new --out_dir")
         if (sweep_dir / SWEEP_JSON).exists() and not isinstance(rundir.read_json(sweep_dir / SWEEP_JSON), dict):
             # its plan is what says which runs are this sweep's: without it they could not be kept apart
-            raise DepthlabError(f"{sweep_dir / SWEEP_JSON} is not a JSON object (damaged or edited by hand); restore "
-                                "it from a copy, or choose a new --out_dir")
+            raise rundir.damaged_file_error(sweep_dir / SWEEP_JSON, "restore it from a copy, or choose a new --out_dir")
 
 
 def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:

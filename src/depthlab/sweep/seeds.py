@@ -72,7 +72,6 @@ def seeds_wanted(sweep_dir: str | Path, max_seeds: int) -> dict[str, int]:
     return want
 
 
-
 def check_auto_seeds(spec: SweepSpec) -> None:
     """Refuse ``--seeds auto`` for a sweep none of whose experiments has a science claim to judge.
 
