@@ -66,6 +66,10 @@ def run_train(ns) -> int:
         import torch
 
         torch.set_flush_denormal(True)
+    if _PROCESS_ARGV is not None:  # the process ends after training: freed memory is kept from the start
+        from .training import hostmem
+
+        hostmem.keep_freed_memory()
     try:
         trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
                           restart_ok=_PROCESS_ARGV is not None)

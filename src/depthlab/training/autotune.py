@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from . import runtime
+from . import hostmem, runtime
 from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, machine_name, omp_free, policy_key,
                       read_cache)
 from .runtime import omp_policy, use_bf16, use_explicit_attention
@@ -438,6 +438,11 @@ def _main() -> int:
 
     spec = json.loads(sys.stdin.read())
     cfg = RunConfig.from_dict(spec["config"])
+    if cfg.train.flush_denormal:  # timed in the process state the run trains in (cli.run_train)
+        import torch
+
+        torch.set_flush_denormal(True)
+    hostmem.keep_freed_memory()
     settings = [Setting(**s) for s in spec["settings"]]
     m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, run_dir=spec.get("run_dir"))
     ref = spec.get("ref_ms") or float("inf")

@@ -15,6 +15,7 @@ import torch
 
 from ..config import RunConfig, TrainConfig, check_device_name
 from ..errors import DepthlabError
+from . import hostmem
 from .machine import omp_policy
 
 __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "omp_policy", "resolve_device",
@@ -197,15 +198,19 @@ class Runtime:
 
     @contextlib.contextmanager
     def numerics(self):
-        """While training: subnormal floats computed as zero on the CPU (``train.flush_denormal``), then
-        the caller's handling again. It is process state, so it is set only for the loop (the command
-        line sets it once before any parallel work, so OpenMP's threads, made later, inherit it)."""
+        """While training: subnormal floats computed as zero on the CPU (``train.flush_denormal``), and
+        freed memory kept for reuse by the C allocator (:mod:`~depthlab.training.hostmem`), then the
+        caller's handling again. Both are process state, so they are set only for the loop (the command
+        line sets them once before any parallel work, so OpenMP's threads, made later, inherit the first)."""
         was = torch.set_flush_denormal(True) if self.flush_denormal else False
+        ours = self.device.type == "cpu" and not hostmem.kept() and hostmem.keep_freed_memory()
         try:
             yield
         finally:
             if was:
                 torch.set_flush_denormal(False)
+            if ours:
+                hostmem.release_freed_memory()
 
     def apply(self, tuning) -> None:
         """Run with ``tuning``'s setting (:class:`~depthlab.training.autotune.Tuning`): threads, dtype and
@@ -261,7 +266,8 @@ class Runtime:
         r = {"device": str(self.device), "dtype": self.dtype_name,
              "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
              "processes": self.world_size, "compile": self.compile_wanted, "omp_wait": omp_policy(),
-             "flush_denormal": self.flush_denormal}
+             "flush_denormal": self.flush_denormal,
+             "host_memory": "kept" if self.device.type == "cpu" and hostmem.available() else "system"}
         return {**r, "tuning": self.tuning.to_record()} if self.tuning is not None else r
 
     def agree(self, **flags: bool) -> dict[str, bool]:
