@@ -2,13 +2,14 @@
 
 A training step allocates and frees the same tensors every step. glibc's malloc serves a block of
 128 KiB or more with a fresh ``mmap`` and unmaps it when freed, and trims the top of its heaps back to
-the system; every step then touches new pages, one page fault per 4 KiB. Measured at nanoGPT's CPU
-shape (4 layers x 128, batch 12 x 64, bf16 autocast, Muon) on a 2-core Zen 5 virtual machine: ~2,900
-page faults per step (11 MB of memory mapped anew each step), 0 with the settings below, the same peak
-memory (364 MB either way), and the step 1.2-1.4x faster (``benchmarks/host_memory.py``). This is what
-the jemalloc/tcmalloc advice of CPU performance guides fixes; ``mallopt`` does it in the process, with
-nothing to install: no trimming, and ``mmap`` only above 32 MiB (glibc's largest allowed threshold on
-64-bit, ``DEFAULT_MMAP_THRESHOLD_MAX``; see ``man 3 mallopt``).
+the system, raising both thresholds only after it has freed a large block: whether every step touches
+new pages (one page fault per 4 KiB) depends on the process's history. Measured at nanoGPT's CPU shape
+(4 layers x 128, batch 12 x 64, bf16 autocast, Muon) on a 2-core Zen 5 virtual machine, in a process
+that builds the model and trains: ~2,700-3,000 page faults per step, 5-15 with the settings below, the
+same peak memory, the step 0.65-0.74x as long (``benchmarks/host_memory.py``; README "A busy laptop").
+This is what the jemalloc/tcmalloc advice of CPU performance guides fixes; ``mallopt`` does it in the
+process, with nothing to install: no trimming, and ``mmap`` only above 32 MiB (glibc's largest allowed
+threshold on 64-bit, ``DEFAULT_MMAP_THRESHOLD_MAX``; see ``man 3 mallopt``).
 
 Nothing here imports torch. Where the C library is not glibc (macOS, musl) nothing is changed.
 """
