@@ -148,11 +148,14 @@ def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path
         build_report(run)
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
     assert rc == 0 and "Traceback" not in err  # the weights and their vocabulary are in the checkpoint
+    assert f"warning: {cfg} is not the JSON depthlab wrote" in err and "vocab.json" not in err
     # a damaged vocab.json is named on resume instead of blamed on the corpus
     cfg.write_text((report_run / "config.json").read_text())
     (run / "vocab.json").write_text('["a", ')
     err = cli_err(capsys, "train", "--resume", str(run))
     assert "vocab.json is not the JSON list of characters" in err and "corpus" not in err
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+    assert rc == 0 and f"warning: {run / 'vocab.json'} is not the JSON depthlab wrote" in err
 
 
 def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_path, capsys):

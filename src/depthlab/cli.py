@@ -253,6 +253,13 @@ def run_sample(ns) -> int:
                 info.append(f"{PROG}: sampling from {which}")
             except DepthlabError:
                 pass  # load_run below raises the same error with its own words
+        from .rundir import CONFIG, VOCAB, RunDir
+
+        rd = RunDir(ns.run_dir)
+        for name in (CONFIG, VOCAB):  # the checkpoint carries both: sampling goes on, the damage is said
+            if rd.damaged(name):
+                info.append(f"{PROG}: warning: {rd.file(name)} is not the JSON depthlab wrote (damaged or edited by "
+                            "hand); sampling uses the copy inside the checkpoint")
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
                 ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
     stream("\n")

@@ -313,7 +313,10 @@ class TrainConfig:
         min_lr: learning rate at the end of the cosine decay.
         warmup_iters: steps of linear warmup (lr(0) = lr / (warmup + 1) > 0).
         lr_decay_iters: step where the cosine reaches ``min_lr``; 0 = ``max_iters``.
-        weight_decay: AdamW decoupled weight decay on tensors with >= 2 dims.
+        weight_decay: decoupled weight decay (times the learning rate) of AdamW and Muon on tensors with >= 2
+            dims. 0.3 in the default recipe: at ~4,800 steps (10 passes over Tiny Shakespeare) its 0.1 left
+            train 1.14 against val 1.51 nats; 0.3 measured whole-split val 1.467 against 1.483 (issue 24,
+            README). The nanoGPT presets keep nanoGPT's 0.1.
         beta1, beta2: AdamW moment coefficients.
         grad_clip: clip the global gradient L2 norm to this (0 = off).
         eval_interval: steps between evaluations (also at step 0 and the last step).
@@ -375,7 +378,7 @@ class TrainConfig:
     min_lr: float = 1e-4
     warmup_iters: int = 50
     lr_decay_iters: int = 0
-    weight_decay: float = 0.1
+    weight_decay: float = 0.3
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0

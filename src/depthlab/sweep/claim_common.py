@@ -17,13 +17,13 @@ SCIENCE_MD = "science.md"
 
 
 # --------------------------------------------------------------------------- helpers
-def _by(items: Sequence[dict], **want: Any) -> list[dict]:
+def select(items: Sequence[dict], **want: Any) -> list[dict]:
     """Runs whose config has every ``section__field=value`` of ``want``."""
     return [it for it in items
             if all(field_value(it["config"], k.replace("__", ".")) == v for k, v in want.items())]
 
 
-def _ok(it: dict) -> bool:
+def run_ok(it: dict) -> bool:
     return it["row"]["status"] in OK_STATUSES
 
 
@@ -73,18 +73,18 @@ def steps_to(it: dict, target: float) -> Optional[int]:
     return None
 
 
-def _vals(items: Sequence[dict], key: str) -> str:
+def vals_of(items: Sequence[dict], key: str) -> str:
     vs = sorted({field_value(it["config"], key) for it in items}, key=lambda v: (str(type(v)), v))
     return ", ".join(fmt_value(v, "g", missing="None") for v in vs)
 
 
-def _sorted_values(items: Sequence[dict], key: str) -> list:
+def sorted_values(items: Sequence[dict], key: str) -> list:
     return sorted({field_value(it["config"], key) for it in items if field_value(it["config"], key) is not None})
 
 
-def _seeds(items: Sequence[dict]) -> str:
+def seeds_of(items: Sequence[dict]) -> str:
     """``seeds 1, 2`` (or ``seed 1``) of the runs."""
-    s = _sorted_values(items, "train.seed")
+    s = sorted_values(items, "train.seed")
     return ("seed " if len(s) == 1 else "seeds ") + ", ".join(map(str, s))
 
 
@@ -104,39 +104,39 @@ class ClaimRow(list):
     test: Optional[Node] = None
 
 
-def _claim(texts: Sequence[str], test: Optional[Node], verdict_text: Optional[str] = None) -> ClaimRow:
+def claim_row(texts: Sequence[str], test: Optional[Node], verdict_text: Optional[str] = None) -> ClaimRow:
     row = ClaimRow([*texts, verdict_text or verdict(test)])
     row.test = test
     return row
 
 
-def _losses(items: Sequence[dict]) -> list[float]:
+def final_losses(items: Sequence[dict]) -> list[float]:
     """Best val losses (nats/char) of the runs that finished ok."""
-    return [v for v in (finite_or_none(it["row"].get("best_val_loss")) for it in items if _ok(it)) if v is not None]
+    return [v for v in (finite_or_none(it["row"].get("best_val_loss")) for it in items if run_ok(it)) if v is not None]
 
 
-def _short(values: Sequence[float], spec: str = ".3f") -> str:
+def short_list(values: Sequence[float], spec: str = ".3f") -> str:
     cs = cell_stats(values)
     return cs.short(spec) if cs else "—"
 
 
-def _cell_short(items: Sequence[dict]) -> str:
+def cell_short(items: Sequence[dict]) -> str:
     """``2.006 ± 0.053`` of a cell's best val losses, ``diverged`` when no run finished ok."""
-    bad = sum(not _ok(it) for it in items)
+    bad = sum(not run_ok(it) for it in items)
     if bad and bad == len(items):
         return "diverged" if any(it["row"]["status"] == "nonfinite" for it in items) else "not ok"
-    return _short(_losses(items)) + (f" ({bad} of {len(items)} not ok)" if bad else "")
+    return short_list(final_losses(items)) + (f" ({bad} of {len(items)} not ok)" if bad else "")
 
 
-def _loss_leaf(label: str, a: Sequence[dict], b: Sequence[dict], margin: float = 0.0,
+def loss_leaf(label: str, a: Sequence[dict], b: Sequence[dict], margin: float = 0.0,
                names: tuple = ("a", "b")) -> Leaf:
     """The leaf "best val loss of cell a > cell b + margin" (Welch); when a run of either cell did not
     finish ok (a diverged run has no loss), Fisher's exact test that cell b fails less often than a."""
-    fa, fb = (sum(not _ok(it) for it in x) for x in (a, b))
+    fa, fb = (sum(not run_ok(it) for it in x) for x in (a, b))
     if fa or fb:
         return fewer_failures(f"{label} (by runs not ok)", fb, len(b), fa, len(a), items=(b, a),
                               names=names[::-1])
-    return greater(label, _losses(a), _losses(b), margin, items=(a, b), names=names)
+    return greater(label, final_losses(a), final_losses(b), margin, items=(a, b), names=names)
 
 
 def _side(lf: Leaf, i: int) -> str:
@@ -147,7 +147,7 @@ def _side(lf: Leaf, i: int) -> str:
     return f"{lf.names[i]} {cs.text() if cs else '—'}"
 
 
-def _compared(node: Node) -> str:
+def compared_text(node: Node) -> str:
     """``compared: <label>: <cell a> vs <cell b>, p = 0.03; ...`` for every comparison of a claim."""
     parts = [f"{lf.label}: {_side(lf, 0)} vs {_side(lf, 1)}, "
              + (fmt_p(lf.p_yes) if lf.p_yes is not None else "untested (a cell has one run)")
@@ -155,9 +155,9 @@ def _compared(node: Node) -> str:
     return "compared: " + "; ".join(parts)
 
 
-def _grid_text(items: Sequence[dict], value) -> str:
+def grid_text(items: Sequence[dict], value) -> str:
     """``plain: L1 2.386 ± 0.115, L2 ...; prenorm: ...`` (mean ± sd over seeds of ``value(cell items)``)."""
-    depths = _sorted_values(items, "model.n_layer")
-    return "; ".join(f"{v}: " + ", ".join(f"L{L} {value(_by(items, model__variant=v, model__n_layer=L))}"
-                                         for L in depths if _by(items, model__variant=v, model__n_layer=L))
-                     for v in _sorted_values(items, "model.variant"))
+    depths = sorted_values(items, "model.n_layer")
+    return "; ".join(f"{v}: " + ", ".join(f"L{L} {value(select(items, model__variant=v, model__n_layer=L))}"
+                                         for L in depths if select(items, model__variant=v, model__n_layer=L))
+                     for v in sorted_values(items, "model.variant"))

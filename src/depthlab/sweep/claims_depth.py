@@ -7,9 +7,9 @@ import statistics as st
 from typing import Optional, Sequence
 
 from .stats import (ALPHA, All, Any as AnyOf, Node, fmt_p, greater, p_yes, verdict, welch_greater)
-from .claim_common import (_by, _ok, init_last_rank, init_grad_blocks, steps_to, _vals, _sorted_values, _seeds,
-                           TESTS_NOTE, ClaimRow, _claim, _losses, _short, _cell_short, _loss_leaf, _compared,
-                           _grid_text)
+from .claim_common import (TESTS_NOTE, ClaimRow, cell_short, claim_row, compared_text, final_losses, grid_text,
+                           init_grad_blocks, init_last_rank, loss_leaf, run_ok, seeds_of, select, short_list,
+                           sorted_values, steps_to, vals_of)
 
 
 # --------------------------------------------------------------------------- the claims
@@ -32,37 +32,38 @@ def rank_init(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    depths, variants = _sorted_values(items, "model.n_layer"), _sorted_values(items, "model.variant")
+    depths, variants = sorted_values(items, "model.n_layer"), sorted_values(items, "model.variant")
     test = None
     if "plain" in variants and len(depths) > 1:
         d0, d1 = depths[0], depths[-1]
-        p0, p1 = (_by(items, model__variant="plain", model__n_layer=L) for L in (d0, d1))
+        p0, p1 = (select(items, model__variant="plain", model__n_layer=L) for L in (d0, d1))
         kids = [greater(f"plain L{d1} < half of L{d0}", [0.5 * r for r in _ranks(p0)], _ranks(p1),
                         items=(p0, p1), names=(f"half of L{d0}", f"L{d1}"))]
         for v in variants:
             if v != "plain":
-                sel = _by(items, model__variant=v, model__n_layer=d1)
+                sel = select(items, model__variant=v, model__n_layer=d1)
                 kids.append(greater(f"{v} L{d1} > 5x plain", _ranks(sel), [5 * r for r in _ranks(p1)],
                                     items=(sel, p1), names=(v, "5x plain")))
         test = All(kids)
-    nums = _grid_text(items, lambda sel: _short(_ranks(sel)))
-    return _claim(["Rank collapse without skips: at init the last-block rank measure of a plain stack falls towards 0 "
+    nums = grid_text(items, lambda sel: short_list(_ranks(sel)))
+    return claim_row(["Rank collapse without skips: at init the last-block rank measure of a plain stack falls "
+                      "towards 0 "
                    "with depth; residual variants stay well above",
                    "Dong et al. 2021, Attention is not all you need (ICML)",
-                   f"depths {', '.join(map(str, depths))}, at init, mean ± sd over {_seeds(items)}; yes = plain's "
+                   f"depths {', '.join(map(str, depths))}, at init, mean ± sd over {seeds_of(items)}; yes = plain's "
                    "deepest < half its shallowest and every residual variant's deepest > 5x plain's deepest; "
-                   + TESTS_NOTE, nums + (f". {_compared(test)}" if test else "")], test)
+                   + TESTS_NOTE, nums + (f". {compared_text(test)}" if test else "")], test)
 
 
 def _by_depth(items: Sequence[dict], v: str) -> dict[int, list[dict]]:
-    return {L: _by(items, model__variant=v, model__n_layer=L) for L in _sorted_values(_by(items, model__variant=v),
+    return {L: select(items, model__variant=v, model__n_layer=L) for L in sorted_values(select(items, model__variant=v),
                                                                                       "model.n_layer")}
 
 
 def _best_shallower(cells: dict[int, list[dict]]) -> Optional[int]:
     """The shallower depth (not the deepest) with the lowest mean best val loss, None if none finished."""
     deep = max(cells)
-    means = [(st.mean(_losses(c)), L) for L, c in cells.items() if L < deep and _losses(c)]
+    means = [(st.mean(final_losses(c)), L) for L, c in cells.items() if L < deep and final_losses(c)]
     return min(means)[1] if means else None
 
 
@@ -82,33 +83,33 @@ def degradation(items: Sequence[dict], extra: dict) -> ClaimRow:
         The row; ``row.test`` holds the comparisons.
     """
     kids = []
-    for v in _sorted_values(items, "model.variant"):
+    for v in sorted_values(items, "model.variant"):
         cells = _by_depth(items, v)
         best = _best_shallower(cells) if len(cells) > 1 else None
         if best is None:
             continue
         deep = max(cells)
         if v == "plain":
-            kids.insert(0, _loss_leaf(f"plain L{deep} > L{best} + 0.1", cells[deep], cells[best], 0.1,
+            kids.insert(0, loss_leaf(f"plain L{deep} > L{best} + 0.1", cells[deep], cells[best], 0.1,
                                       (f"L{deep}", f"L{best}")))
         else:
-            kids.append(_loss_leaf(f"{v} L{deep} < L{best} + 0.02", cells[best], cells[deep], -0.02,
+            kids.append(loss_leaf(f"{v} L{deep} < L{best} + 0.02", cells[best], cells[deep], -0.02,
                                    (f"L{best}", f"L{deep}")))
-    test = All(kids) if kids and "plain" in _sorted_values(items, "model.variant") else None
-    return _claim(["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
+    test = All(kids) if kids and "plain" in sorted_values(items, "model.variant") else None
+    return claim_row(["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
                    "He et al. 2016, Deep residual learning (CVPR; shown there for CNNs)",
-                   f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
-                   f"{_vals(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
-                   f"{_seeds(items)}; yes = deepest plain > best shallower + 0.1 and every residual variant's "
+                   f"width {vals_of(items, 'model.n_embd')}, lr {vals_of(items, 'train.learning_rate')}, "
+                   f"{vals_of(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
+                   f"{seeds_of(items)}; yes = deepest plain > best shallower + 0.1 and every residual variant's "
                    f"deepest < its best shallower + 0.02; {TESTS_NOTE}",
-                   _grid_text(items, _cell_short) + (f". {_compared(test)}" if test else "")], test)
+                   grid_text(items, cell_short) + (f". {compared_text(test)}" if test else "")], test)
 
 
 def _doublings(cells: dict[int, list[dict]]) -> str:
     """Per depth step of pre-LN: the change of mean loss and the one-sided p of a fall (reported, not judged)."""
     out, depths = [], sorted(cells)
     for a, b in zip(depths, depths[1:]):
-        la, lb = _losses(cells[a]), _losses(cells[b])
+        la, lb = final_losses(cells[a]), final_losses(cells[b])
         if la and lb:
             r = welch_greater(la, lb)
             out.append(f"L{a}->L{b} {st.mean(lb) - st.mean(la):+.3f}" + (f" ({fmt_p(r[2])})" if r else ""))
@@ -136,14 +137,16 @@ def depth_helps(items: Sequence[dict], extra: dict) -> ClaimRow:
     test = None
     if len(pre) > 1 and len(plain) > 1:
         (p0, p1), (q0, q1) = (min(pre), max(pre)), (min(plain), max(plain))
-        test = All([_loss_leaf(f"pre-LN L{p1} < L{p0}", pre[p0], pre[p1], 0.0, (f"L{p0}", f"L{p1}")),
-                    _loss_leaf(f"plain L{q1} > L{q0} + 0.1", plain[q1], plain[q0], 0.1, (f"L{q1}", f"L{q0}"))])
+        test = All([loss_leaf(f"pre-LN L{p1} < L{p0}", pre[p0], pre[p1], 0.0, (f"L{p0}", f"L{p1}")),
+                    loss_leaf(f"plain L{q1} > L{q0} + 0.1", plain[q1], plain[q0], 0.1, (f"L{q1}", f"L{q0}"))])
     steps = _doublings(pre) if len(pre) > 2 else ""
-    nums = _grid_text(items, _cell_short) + (f". {_compared(test)}" if test else "") + (f". {steps}" if steps else "")
-    return _claim(["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while plain's rises",
+    nums = grid_text(items, cell_short) + (f". {compared_text(test)}" if test else "") + (f". {steps}" if steps else "")
+    return claim_row(["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while "
+                      "plain's rises",
                    "He et al. 2016 (deeper residual nets are better, plain ones worse)",
-                   f"width {_vals(items, 'model.n_embd')}, lr {_vals(items, 'train.learning_rate')}, "
-                   f"{_vals(items, 'train.max_iters')} steps for every depth, mean ± sd over {_seeds(items)}; yes = "
+                   f"width {vals_of(items, 'model.n_embd')}, lr {vals_of(items, 'train.learning_rate')}, "
+                   f"{vals_of(items, 'train.max_iters')} steps for every depth, mean ± sd over "
+                   f"{seeds_of(items)}; yes = "
                    f"pre-LN's deepest < its shallowest and plain's deepest > its shallowest + 0.1; {TESTS_NOTE}",
                    nums], test)
 
@@ -151,11 +154,11 @@ def depth_helps(items: Sequence[dict], extra: dict) -> ClaimRow:
 def _init_grad_note(items: Sequence[dict]) -> str:
     """Gradient scale at init from the probe: post-LN's last block vs pre-LN's, per depth and init."""
     notes = []
-    for L in _sorted_values(items, "model.n_layer"):
-        for init in _sorted_values(items, "model.init"):
+    for L in sorted_values(items, "model.n_layer"):
+        for init in sorted_values(items, "model.init"):
             g = {}
             for v in ("postnorm", "prenorm"):
-                gs = [x for x in (init_grad_blocks(it) for it in _by(items, model__variant=v, model__n_layer=L,
+                gs = [x for x in (init_grad_blocks(it) for it in select(items, model__variant=v, model__n_layer=L,
                                                                      model__init=init)) if x]
                 g[v] = (st.mean(x[-1] for x in gs), st.mean(x[-1] / x[0] for x in gs)) if gs else None
             if g["postnorm"] and g["prenorm"]:
@@ -168,21 +171,21 @@ def _init_grad_note(items: Sequence[dict]) -> str:
 def _warmup_cells(items: Sequence[dict], warms: list) -> list[tuple[str, str, Node]]:
     """(init, text, test) of every (depth, lr, init) cell: post-LN needs warmup there."""
     out = []
-    for L in _sorted_values(items, "model.n_layer"):
-        for lr in _sorted_values(items, "train.learning_rate"):
-            for init in _sorted_values(items, "model.init"):
-                cell = _by(items, model__n_layer=L, train__learning_rate=lr, model__init=init)
+    for L in sorted_values(items, "model.n_layer"):
+        for lr in sorted_values(items, "train.learning_rate"):
+            for init in sorted_values(items, "model.init"):
+                cell = select(items, model__n_layer=L, train__learning_rate=lr, model__init=init)
                 if not cell:
                     continue
-                post0, post1, pre0 = (_by(cell, model__variant=v, train__warmup_iters=w) for v, w in
+                post0, post1, pre0 = (select(cell, model__variant=v, train__warmup_iters=w) for v, w in
                                       (("postnorm", warms[0]), ("postnorm", warms[-1]), ("prenorm", warms[0])))
                 where = f"L{L} lr {lr:g} {init}"
-                test = All([_loss_leaf(f"{where}: post-LN warmup {warms[0]} > warmup {warms[-1]} + 0.1", post0, post1,
+                test = All([loss_leaf(f"{where}: post-LN warmup {warms[0]} > warmup {warms[-1]} + 0.1", post0, post1,
                                        0.1, (f"warmup {warms[0]}", f"warmup {warms[-1]}")),
-                            _loss_leaf(f"{where}: pre-LN warmup {warms[0]} < post-LN warmup {warms[-1]} + 0.1", post1,
+                            loss_leaf(f"{where}: pre-LN warmup {warms[0]} < post-LN warmup {warms[-1]} + 0.1", post1,
                                        pre0, -0.1, ("post-LN", "pre-LN"))])
-                text = (f"{where}: post-LN warmup {warms[0]} {_cell_short(post0)}, warmup {warms[-1]} "
-                        f"{_cell_short(post1)}; pre-LN warmup {warms[0]} {_cell_short(pre0)}")
+                text = (f"{where}: post-LN warmup {warms[0]} {cell_short(post0)}, warmup {warms[-1]} "
+                        f"{cell_short(post1)}; pre-LN warmup {warms[0]} {cell_short(pre0)}")
                 out.append((init, text, test))
     return out
 
@@ -205,7 +208,7 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    warms = _sorted_values(items, "train.warmup_iters")
+    warms = sorted_values(items, "train.warmup_iters")
     cells = _warmup_cells(items, warms) if len(warms) > 1 else []
     test = AnyOf([t for _, _, t in cells]) if cells else None
     hits = sorted({init for init, _, t in cells if (p_yes(t) or 1.0) * len(cells) < ALPHA})
@@ -214,16 +217,18 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> ClaimRow:
     if v.startswith("yes (") and hits:
         v = v[:-1] + f"; {', '.join(hits)} init)"
     note = _init_grad_note(items)
-    return _claim(["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
+    return claim_row(["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
                    "and pre-LN train",
                    "Xiong et al. 2020, On layer normalization in the Transformer architecture (ICML)",
-                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, Adam lr "
-                   f"{_vals(items, 'train.learning_rate')}, warmup {_vals(items, 'train.warmup_iters')} steps, init "
-                   f"{_vals(items, 'model.init')}, {_vals(items, 'train.max_iters')} steps, best val loss (nats/char), "
-                   f"mean ± sd over {_seeds(items)}; yes = in some cell (depth, lr, init) post-LN without warmup > "
+                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, Adam lr "
+                   f"{vals_of(items, 'train.learning_rate')}, warmup {vals_of(items, 'train.warmup_iters')} "
+                   "steps, init "
+                   f"{vals_of(items, 'model.init')}, {vals_of(items, 'train.max_iters')} steps, best val loss "
+                   "(nats/char), "
+                   f"mean ± sd over {seeds_of(items)}; yes = in some cell (depth, lr, init) post-LN without warmup > "
                    "with warmup + 0.1 (or diverges more often) and pre-LN without warmup < warmed-up post-LN + 0.1 "
                    f"(Bonferroni over the cells); {TESTS_NOTE}",
-                   "; ".join(parts) + (f". {_compared(test)}" if test else "") + (f". {note}" if note else "")],
+                   "; ".join(parts) + (f". {compared_text(test)}" if test else "") + (f". {note}" if note else "")],
                   test, v)
 
 
@@ -237,7 +242,7 @@ def _tokens_per_step(items: Sequence[dict]) -> Optional[int]:
 
 def _steps_censored(it: dict, target: float) -> float:
     """Steps to the target, or ``max_iters + eval_interval`` for a run that never reached it (a lower bound)."""
-    s = steps_to(it, target) if _ok(it) else None
+    s = steps_to(it, target) if run_ok(it) else None
     t = it["config"]["train"]
     return float(s) if s is not None else float(t["max_iters"] + t["eval_interval"])
 
@@ -245,11 +250,11 @@ def _steps_censored(it: dict, target: float) -> float:
 def _rezero_variant(items: Sequence[dict], v: str, target: float) -> tuple[str, Optional[tuple]]:
     """(text, (mean censored steps, lr, cell items) at the variant's best lr) of one variant."""
     cells, best = [], None
-    for lr in _sorted_values(_by(items, model__variant=v), "train.learning_rate"):
-        sel = _by(items, model__variant=v, train__learning_rate=lr)
+    for lr in sorted_values(select(items, model__variant=v), "train.learning_rate"):
+        sel = select(items, model__variant=v, train__learning_rate=lr)
         steps = [_steps_censored(it, target) for it in sel]
-        reached = all(steps_to(it, target) is not None and _ok(it) for it in sel)
-        cells.append(f"lr {lr:g} {_short(steps, 'g') if reached else '—'} / {_cell_short(sel)}")
+        reached = all(steps_to(it, target) is not None and run_ok(it) for it in sel)
+        cells.append(f"lr {lr:g} {short_list(steps, 'g') if reached else '—'} / {cell_short(sel)}")
         if best is None or st.mean(steps) < best[0]:
             best = (st.mean(steps), lr, sel)
     return f"{v}: " + ", ".join(cells), best
@@ -274,7 +279,7 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
     target = float((extra or {}).get("target_val_loss", 2.6))
     tps = _tokens_per_step(items) if items else None
     parts, best = [], {}
-    for v in _sorted_values(items, "model.variant"):
+    for v in sorted_values(items, "model.variant"):
         text, best[v] = _rezero_variant(items, v, target)
         parts.append(text)
     rz, test = best.get("rezero"), None
@@ -284,13 +289,13 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
                             items=(b[2], rz[2]), names=(o, "rezero")) for o, b in best.items() if o != "rezero"])
     summary = [f"{v} lr {b[1]:g}: {b[0]:g} steps" + (f" ({b[0] * tps:,.0f} tokens)" if tps else "")
                for v, b in best.items() if b]
-    return _claim(["ReZero trains faster: fewer steps (tokens) to a target loss than LayerNorm variants",
+    return claim_row(["ReZero trains faster: fewer steps (tokens) to a target loss than LayerNorm variants",
                    "Bachlechner et al. 2020, ReZero is all you need (arXiv:2003.04887)",
-                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
-                   f"{_vals(items, 'train.learning_rate')} per variant, {_vals(items, 'train.max_iters')} steps, "
-                   f"{_seeds(items)}; per lr: steps to val <= {target:g} nats/char, mean ± sd (evaluated every "
-                   f"{_vals(items, 'train.eval_interval')} steps; — = not reached by every seed) / best val loss; "
+                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, lr "
+                   f"{vals_of(items, 'train.learning_rate')} per variant, {vals_of(items, 'train.max_iters')} steps, "
+                   f"{seeds_of(items)}; per lr: steps to val <= {target:g} nats/char, mean ± sd (evaluated every "
+                   f"{vals_of(items, 'train.eval_interval')} steps; — = not reached by every seed) / best val loss; "
                    "each variant at its lr of fewest mean steps (a seed not reaching counts as the budget + one "
                    f"evaluation); yes = ReZero fewer steps than every other variant; {TESTS_NOTE}",
-                   "; ".join(parts) + ". Best: " + "; ".join(summary) + (f". {_compared(test)}" if test else "")],
+                   "; ".join(parts) + ". Best: " + "; ".join(summary) + (f". {compared_text(test)}" if test else "")],
                   test)

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 
 from ..units import finite_or_none
 from .stats import (All, Any as AnyOf, Leaf, greater)
-from .claim_common import (_by, _ok, _vals, _sorted_values, _seeds, TESTS_NOTE, ClaimRow, _claim, _losses, _short,
-                           _cell_short, _loss_leaf, _compared)
+from .claim_common import (TESTS_NOTE, ClaimRow, cell_short, claim_row, compared_text, final_losses, loss_leaf,
+                           run_ok, seeds_of, select, short_list, sorted_values, vals_of)
 
 
 def _noninferior_cells(items: Sequence[dict], base: tuple[str, str], new: tuple[str, str],
@@ -26,13 +26,13 @@ def _noninferior_cells(items: Sequence[dict], base: tuple[str, str], new: tuple[
         (one text per cell, one leaf per cell), cells in depth-then-lr order, only those with both variants.
     """
     parts, kids = [], []
-    for L in _sorted_values(items, "model.n_layer"):
-        for lr in _sorted_values(items, "train.learning_rate"):
-            a, b = (_by(items, model__variant=v, model__n_layer=L, train__learning_rate=lr) for v, _ in (base, new))
+    for L in sorted_values(items, "model.n_layer"):
+        for lr in sorted_values(items, "train.learning_rate"):
+            a, b = (select(items, model__variant=v, model__n_layer=L, train__learning_rate=lr) for v, _ in (base, new))
             if not a or not b:
                 continue
-            parts.append(f"L{L} lr {lr:g}: {base[1]} {_cell_short(a)}, {new[1]} {_cell_short(b)}")
-            kids.append(_loss_leaf(f"L{L} lr {lr:g}: {new[1]} < {base[1]} + {margin:g}", a, b, -margin,
+            parts.append(f"L{L} lr {lr:g}: {base[1]} {cell_short(a)}, {new[1]} {cell_short(b)}")
+            kids.append(loss_leaf(f"L{L} lr {lr:g}: {new[1]} < {base[1]} + {margin:g}", a, b, -margin,
                                    (base[1], new[1])))
     return parts, kids
 
@@ -43,12 +43,12 @@ def _noninferior_claim(items: Sequence[dict], base: tuple[str, str], new: tuple[
     must hold): the claims of DeepNorm over post-LN and of Peri-LN over pre-LN."""
     parts, kids = _noninferior_cells(items, base, new)
     test = All(kids) if kids else None
-    return _claim([claim, source,
-                   f"{_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
-                   f"{_vals(items, 'train.learning_rate')}, {_vals(items, 'train.max_iters')} steps, best val loss "
-                   f"(nats/char), mean ± sd over {_seeds(items)}; yes = {new[1]} < {base[1]} + 0.02 (or fails less "
+    return claim_row([claim, source,
+                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, lr "
+                   f"{vals_of(items, 'train.learning_rate')}, {vals_of(items, 'train.max_iters')} steps, best val loss "
+                   f"(nats/char), mean ± sd over {seeds_of(items)}; yes = {new[1]} < {base[1]} + 0.02 (or fails less "
                    f"often) at every depth and lr; {TESTS_NOTE}",
-                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+                   "; ".join(parts) + (f". {compared_text(test)}" if test else "")], test)
 
 
 def deepnorm_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
@@ -106,7 +106,7 @@ def ablation_deltas(it: dict) -> Optional[list[float]]:
         Nats per block, first block first; None for a run not ok or without a checkpoint.
     """
     layers = it["details"].get("layers")
-    if layers is None and _ok(it) and it.get("run_dir"):
+    if layers is None and run_ok(it) and it.get("run_dir"):
         from ..analytics.layers import run_layers  # loads a checkpoint: only when a judge asks
         from ..errors import DepthlabError
         try:
@@ -155,15 +155,15 @@ def lns_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
     Returns:
         The row; ``row.test`` holds the comparisons.
     """
-    cells = {ns: [(it, d) for it in _by(items, model__norm_scale=ns) if (d := ablation_deltas(it)) and len(d) > 1]
+    cells = {ns: [(it, d) for it in select(items, model__norm_scale=ns) if (d := ablation_deltas(it)) and len(d) > 1]
              for ns in (1, "depth")}
     parts = []
     for ns, name in ((1, "pre-LN"), ("depth", "pre-LN + LayerNorm Scaling")):
         if cells[ns]:
             halves = [_halves(d) for _, d in cells[ns]]
-            parts.append(f"{name}: first half {_short([h[0] for h in halves], '.4f')}, last half "
-                         f"{_short([h[1] for h in halves], '.4f')}, last/first "
-                         f"{_short([_deep_share(d) for _, d in cells[ns]], '.2f')}")
+            parts.append(f"{name}: first half {short_list([h[0] for h in halves], '.4f')}, last half "
+                         f"{short_list([h[1] for h in halves], '.4f')}, last/first "
+                         f"{short_list([_deep_share(d) for _, d in cells[ns]], '.2f')}")
     test = None
     if cells[1] and cells["depth"]:
         base, lns = cells[1], cells["depth"]
@@ -174,39 +174,40 @@ def lns_depth(items: Sequence[dict], extra: dict) -> ClaimRow:
                     greater("last/first: LayerNorm Scaling > pre-LN", [_deep_share(d) for _, d in lns],
                             [_deep_share(d) for _, d in base], items=(l_items, b_items),
                             names=("LayerNorm Scaling", "pre-LN"))])
-    return _claim(["Deep pre-LN blocks contribute less than shallow ones, and LayerNorm Scaling changes that",
+    return claim_row(["Deep pre-LN blocks contribute less than shallow ones, and LayerNorm Scaling changes that",
                    "Sun et al. 2025, The curse of depth in large language models (arXiv:2502.05795)",
-                   f"pre-LN, {_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, "
-                   f"{_vals(items, 'train.max_iters')} steps, norm_scale {_vals(items, 'model.norm_scale')}; per run "
+                   f"pre-LN, {vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, "
+                   f"{vals_of(items, 'train.max_iters')} steps, norm_scale "
+                   f"{vals_of(items, 'model.norm_scale')}; per run "
                    "the mean block-ablation delta (depthlab layers, nats) of the first and the last half of the "
-                   f"blocks, mean ± sd over {_seeds(items)}; yes = without scaling first half > last half, and "
+                   f"blocks, mean ± sd over {seeds_of(items)}; yes = without scaling first half > last half, and "
                    f"last/first larger with LayerNorm Scaling; {TESTS_NOTE}",
-                   "; ".join(parts) + (f". {_compared(test)}" if test else "")], test)
+                   "; ".join(parts) + (f". {compared_text(test)}" if test else "")], test)
 
 
 def _norm_lrs(items: Sequence[dict], norm: str) -> dict[float, list[dict]]:
-    sel = _by(items, model__norm=norm)
-    return {lr: _by(sel, train__learning_rate=lr) for lr in _sorted_values(sel, "train.learning_rate")}
+    sel = select(items, model__norm=norm)
+    return {lr: select(sel, train__learning_rate=lr) for lr in sorted_values(sel, "train.learning_rate")}
 
 
 def _best_lr(cells: dict[float, list[dict]]) -> Optional[float]:
     """The learning rate whose cell has the lowest mean best val loss (every run ok), or None."""
-    ok = [(st.mean(_losses(c)), lr) for lr, c in cells.items() if c and all(_ok(it) for it in c)]
+    ok = [(st.mean(final_losses(c)), lr) for lr, c in cells.items() if c and all(run_ok(it) for it in c)]
     return min(ok)[1] if ok else None
 
 
 def _dyt_cells(items: Sequence[dict]) -> tuple[dict, dict, Optional[float], Optional[float], str]:
     """LayerNorm's and DyT's cells per lr, each one's best lr, and the per-lr text."""
     ln, dyt = _norm_lrs(items, "layernorm"), _norm_lrs(items, "dyt")
-    text = "; ".join(f"{name}: " + ", ".join(f"lr {lr:g} {_cell_short(c)}" for lr, c in cells.items())
+    text = "; ".join(f"{name}: " + ", ".join(f"lr {lr:g} {cell_short(c)}" for lr, c in cells.items())
                      for name, cells in (("LayerNorm", ln), ("DyT", dyt)) if cells)
     return ln, dyt, _best_lr(ln), _best_lr(dyt), text
 
 
 def _dyt_setting(items: Sequence[dict], rule: str) -> str:
-    return (f"pre-LN, {_vals(items, 'model.n_layer')} blocks, width {_vals(items, 'model.n_embd')}, lr "
-            f"{_vals(items, 'train.learning_rate')} per norm, {_vals(items, 'train.max_iters')} steps (equal for "
-            f"both), best val loss (nats/char), mean ± sd over {_seeds(items)}; {rule}; {TESTS_NOTE}")
+    return (f"pre-LN, {vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, lr "
+            f"{vals_of(items, 'train.learning_rate')} per norm, {vals_of(items, 'train.max_iters')} steps (equal for "
+            f"both), best val loss (nats/char), mean ± sd over {seeds_of(items)}; {rule}; {TESTS_NOTE}")
 
 
 def dyt_matches(items: Sequence[dict], extra: dict) -> ClaimRow:
@@ -227,12 +228,12 @@ def dyt_matches(items: Sequence[dict], extra: dict) -> ClaimRow:
     ln, dyt, bl, bd, text = _dyt_cells(items)
     test = None
     if bl is not None and bd is not None:
-        test = All([_loss_leaf(f"DyT (lr {bd:g}) < LayerNorm (lr {bl:g}) + 0.02", ln[bl], dyt[bd], -0.02,
+        test = All([loss_leaf(f"DyT (lr {bd:g}) < LayerNorm (lr {bl:g}) + 0.02", ln[bl], dyt[bd], -0.02,
                                ("LayerNorm", "DyT"))])
-    return _claim(["DyT matches LayerNorm at this scale: equal steps, each at its best lr",
+    return claim_row(["DyT matches LayerNorm at this scale: equal steps, each at its best lr",
                    "Zhu et al. 2025, Transformers without normalization (CVPR)",
                    _dyt_setting(items, "yes = DyT's best < LayerNorm's best + 0.02"),
-                   text + (f". {_compared(test)}" if test else "")], test)
+                   text + (f". {compared_text(test)}" if test else "")], test)
 
 
 def dyt_lr_window(items: Sequence[dict], extra: dict) -> ClaimRow:
@@ -255,16 +256,16 @@ def dyt_lr_window(items: Sequence[dict], extra: dict) -> ClaimRow:
     ln, dyt, bl, bd, text = _dyt_cells(items)
     test = None
     if bl is not None and bd is not None:
-        kids = [All([_loss_leaf(f"lr {lr:g}: LayerNorm < its best + 0.05", ln[bl], ln[lr], -0.05,
+        kids = [All([loss_leaf(f"lr {lr:g}: LayerNorm < its best + 0.05", ln[bl], ln[lr], -0.05,
                                 ("best", f"lr {lr:g}")),
-                     _loss_leaf(f"lr {lr:g}: DyT > its best + 0.05", dyt[lr], dyt[bd], 0.05, (f"lr {lr:g}", "best"))])
+                     loss_leaf(f"lr {lr:g}: DyT > its best + 0.05", dyt[lr], dyt[bd], 0.05, (f"lr {lr:g}", "best"))])
                 for lr in ln if lr in dyt and lr not in (bl, bd)]
         test = AnyOf(kids) if kids else None
-    return _claim(["DyT is more sensitive to the learning rate than LayerNorm: a narrower lr window",
+    return claim_row(["DyT is more sensitive to the learning rate than LayerNorm: a narrower lr window",
                    "Zhu et al. 2025, Transformers without normalization (CVPR; alpha0 and lr tuned together)",
                    _dyt_setting(items, "window = lrs within 0.05 of the norm's best; yes = some lr inside "
                                 "LayerNorm's window and outside DyT's (Bonferroni over the lrs)"),
-                   text + (f". {_compared(test)}" if test else "")], test)
+                   text + (f". {compared_text(test)}" if test else "")], test)
 
 
 #: Experiment name (in ``profiles/science.yaml``) -> its judges (one table row each), in table order.
