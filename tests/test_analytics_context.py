@@ -176,3 +176,21 @@ def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_
     assert damaged_metrics_lines(run) == 2
     rc, _, err = run_cli(capsys, "diagnose", str(run))
     assert rc == 0 and "warning: 2 line(s) of" in err and "not JSON records (damaged)" in err
+
+
+def test_context_on_early_weights_says_it_is_too_early_to_judge(tmp_path):
+    from depthlab.analytics.context import format_context
+
+    T = 16
+    flat = [2.5] * T  # later positions no better than position 0: unused context
+    falling = [2.5 - 0.1 * t for t in range(T)]
+
+    def res(curve, step):
+        gain = curve[0] - sum(curve[3 * T // 4:]) / (T // 4)
+        return {"loss_by_position": curve, "position_se": [0.01] * T, "bigram": 2.45, "unigram": 3.2,
+                "context_gain": gain, "context_gain_se": 0.01, "checkpoints": [], "run_dir": str(tmp_path),
+                "weights": f"step-{step:06d}.safetensors", "windows_described": "2 windows", "step": step}
+
+    assert "these weights are from step 80" in format_context(res(flat, 80))
+    assert "these weights are from step" not in format_context(res(flat, 400))  # late enough: the verdict stands
+    assert "these weights are from step" not in format_context(res(falling, 80))  # it uses its context already

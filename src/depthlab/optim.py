@@ -94,9 +94,9 @@ class Muon(torch.optim.Optimizer):
         Parameters of one shape are orthogonalised as one (k, A, B) stack: the same numbers as one at a
         time (each matrix is normalised and iterated on its own), in a few larger matmuls instead of many
         small ones (at nanoGPT's CPU shape the iteration's arithmetic is ~60 % of the model's). A matrix
-        and its transpose are stacked apart: a stack of transposed copies (and the update added back
-        through transposed views) cost more than the larger batch saved (Muon's step at nanoGPT's CPU
-        shape, bf16 on a Zen 5: ~8 ms before, see README).
+        and its transpose are stacked apart, each iterated in its own orientation (no transposed copies);
+        the whole training step measured the same as with them stacked together (nanoGPT's CPU shape, bf16,
+        Zen 5, 8 alternated rounds: 1.02x, within the noise).
         """
         for group in self.param_groups:
             lr, wd, mu = group["lr"], group["weight_decay"], group["momentum"]

@@ -36,7 +36,8 @@ from ..errors import DepthlabError
 from ..rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
-from .rules.context import CONTEXT_EVENT, context_words
+from .rules.context import CONTEXT_EVENT, context_verdict, context_words
+from .rules.evidence import Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
            "kept_weights", "token_losses", "context_gain", "position_curve", "run_context", "format_context",
@@ -281,13 +282,15 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
     """
     run = open_run(run_dir, max_tokens)
     chosen = ckpt.select_weights(run.run_dir, which)
-    curves, by_sha = [], {}
+    curves, by_sha, steps = [], {}, {}
     for label, step, path in kept_weights(run.run_dir):
         c = position_curve(_model_from(run.run_dir, path), run.windows)
-        by_sha[ckpt.sha256_file(path)] = c  # best is a copy of a step checkpoint's bytes: measured once
+        sha = ckpt.sha256_file(path)
+        by_sha[sha], steps[sha] = c, step  # best is a copy of a step checkpoint's bytes: measured once
         curves.append({"label": label, "step": step, **c})
-    top = by_sha.get(ckpt.sha256_file(chosen)) or position_curve(_model_from(run.run_dir, chosen), run.windows)
-    return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"),
+    sha = ckpt.sha256_file(chosen)
+    top = by_sha.get(sha) or position_curve(_model_from(run.run_dir, chosen), run.windows)
+    return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "step": steps.get(sha),
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
             "run_dir": str(run.run_dir), "checkpoints": curves}
 
@@ -317,6 +320,12 @@ def format_context(res: dict) -> str:
             f" ± {gse:.3f}" if gse is not None else "") + " nats"))
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model))
+    step, early = res.get("step"), Thresholds().bigram_min_steps
+    used = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug)[0]
+    if step is not None and step < early and res["context_gain"] is not None and not used:
+        lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
+                     f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
+                     f"{early} before naming a cause. Train longer (train.max_iters) and look again.)")
     return "\n".join(lines)
 
 
