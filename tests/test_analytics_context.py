@@ -126,7 +126,7 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
     cfg = run / "config.json"
     cfg.write_text('{"model": {')  # cut off mid-write
     for cmd in ("layers", "context", "diagnose"):
-        assert f"{cfg} is not a JSON object" in cli_err(capsys, cmd, str(run))
+        assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, cmd, str(run))
     cfg.write_text('{"data": {}, "model": 5, "train": {}}')
     for cmd in ("layers", "context"):
         err = cli_err(capsys, cmd, str(run))
@@ -142,9 +142,9 @@ def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path
     cfg = run / "config.json"
     (run / "report.html").write_text("the good report")
     cfg.write_text("[1, 2]")  # valid JSON, not a config
-    assert f"{cfg} is not a JSON object" in cli_err(capsys, "report", str(run))
+    assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, "report", str(run))
     assert (run / "report.html").read_text() == "the good report"
-    with pytest.raises(DepthlabError, match="is not a JSON object"):
+    with pytest.raises(DepthlabError, match="is not the JSON object depthlab wrote"):
         build_report(run)
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
     assert rc == 0 and "Traceback" not in err  # the weights and their vocabulary are in the checkpoint
@@ -154,8 +154,15 @@ def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path
     (run / "vocab.json").write_text('["a", ')
     err = cli_err(capsys, "train", "--resume", str(run))
     assert "vocab.json is not the JSON list of characters" in err and "corpus" not in err
-    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
-    assert rc == 0 and f"warning: {run / 'vocab.json'} is not the JSON depthlab wrote" in err
+    for vocab, config in [('["a", ', None), ("[1, 2]", None), (None, "{}")]:  # JSON of the wrong shape too
+        if vocab is not None:
+            (run / "vocab.json").write_text(vocab)
+        if config is not None:
+            (run / "vocab.json").write_text((report_run / "vocab.json").read_text())
+            cfg.write_text(config)
+        rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+        bad = run / ("vocab.json" if vocab is not None else "config.json")
+        assert rc == 0 and f"warning: {bad} is not the JSON depthlab wrote" in err and err.count("warning") == 1, err
 
 
 def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_path, capsys):

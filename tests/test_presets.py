@@ -74,3 +74,34 @@ def test_preset_then_flags_override(capsys):
     out = capsys.readouterr().out
     cfg = yaml.safe_load(out)
     assert cfg["model"]["n_layer"] == 2 and cfg["model"]["n_embd"] == 128 and cfg["train"]["batch_size"] == 12
+
+
+def test_a_section_file_gives_its_fields_in_its_place_and_bad_ones_are_one_line(tmp_path, capsys):
+    """``--model FILE`` (listed by --help as jsonargparse's group config) was refused as 'unknown key __path__'."""
+    from depthlab.cli import main
+
+    m = tmp_path / "m.yaml"
+    m.write_text("n_layer: 2\nn_embd: 32\nn_head: 2\n")
+    wrapped = tmp_path / "w.yaml"
+    wrapped.write_text("model:\n  n_layer: 3\n")
+
+    def printed(*args):
+        with pytest.raises(SystemExit):
+            main(["train", *args, "--print_config"])
+        return yaml.safe_load(capsys.readouterr().out)
+
+    c = printed("--model", str(m))
+    assert (c["model"]["n_layer"], c["model"]["n_embd"], c["model"]["n_head"]) == (2, 32, 2)
+    assert printed(f"--model={wrapped}")["model"]["n_layer"] == 3  # the section's name repeated in the file
+    assert printed("--model", str(wrapped), "--model.n_layer", "5")["model"]["n_layer"] == 5  # later flag wins
+    assert printed("--model.n_layer", "5", "--model", str(wrapped))["model"]["n_layer"] == 3  # in its place
+    t = tmp_path / "t.yaml"
+    t.write_text("max_iters: 7\n")
+    assert printed("--train", str(t))["train"]["max_iters"] == 7
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    for args, words in [(["--model", str(tmp_path / "nope.yaml")], "no such file"),
+                        (["--model", str(tmp_path / "list.yaml")], "not a mapping of fields"),
+                        (["--data"], "--data needs a file")]:
+        assert main(["train", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and "__path__" not in err, err

@@ -481,8 +481,11 @@ def test_the_config_given_is_unchanged_by_a_run_and_its_resume(tmp_path, tiny_te
 def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):
     _, s, c = fit_run(tmp_path, tiny_text_file, "r")
     n = c["resolved"]["plan"]["max_iters"]
-    assert main(["train", "--resume", str(tmp_path / "r")]) == 0
-    assert "nothing to train" in capsys.readouterr().out
+    assert main(["train", "--resume", str(tmp_path / "r"), "--train.max_time", "999"]) == 0
+    out = capsys.readouterr().out
+    # the plan's end is named, not max_iters (100,000 > n read as a contradiction)
+    assert f"nothing to train: the run is at step {n}, the end train.fit_to_time planned" in out
+    assert f"--train.max_iters larger than {n}" in out and "is 100000" not in out
     c2 = json.loads((tmp_path / "r" / "config.json").read_text())
     assert c2 == c and c2["train"]["max_iters"] == 100_000 and c2["resolved"]["plan"]["max_iters"] == n < 100_000
 

@@ -313,3 +313,13 @@ def test_bpe_prompt_with_a_typed_endoftext_and_bytes_that_are_not_utf8(bpe_run):
     assert text.startswith("a <|endoftext|> b")
     with pytest.raises(DepthlabError, match="not valid Unicode text"):
         sample_text(bpe_run, "caf\udce9", 5)  # was TypeError: TextInputSequence must be str
+
+
+def test_an_absurd_max_new_tokens_is_one_line_not_an_allocation_error(trained_run, capsys):
+    from depthlab.sample import MAX_NEW_TOKENS
+
+    check_sampling_args(1.0, None, None, MAX_NEW_TOKENS)  # the bound itself is accepted
+    for n in (MAX_NEW_TOKENS + 1, 2**63 - 1, 10**20):
+        assert main(["sample", str(trained_run), "--max-new-tokens", str(n)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--max-new-tokens" in err and "unexpected" not in err, err

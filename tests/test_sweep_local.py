@@ -273,7 +273,7 @@ def test_a_damaged_sweep_json_is_refused_and_nothing_changes(tiny_text_file, tmp
     (sw / "report.html").write_text("mine")
     other = tiny_spec(tiny_text_file, {"model.n_layer": [3]})
     for call in (lambda: sweep.run_sweep(other, sw, workers=1, threads=1, log=quiet), lambda: sweep.dry_run(other, sw)):
-        with pytest.raises(DepthlabError, match="sweep.json is not a JSON object"):
+        with pytest.raises(DepthlabError, match="sweep.json is not the JSON object depthlab wrote"):
             call()
     assert (sw / "sweep.json").read_text() == '{"spec": {"exper' and (sw / "report.html").read_text() == "mine"
     assert [p.name for p in (sw / "runs").iterdir()] == ["n_layer-1"]

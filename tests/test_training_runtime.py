@@ -36,6 +36,12 @@ def test_sizes_that_cannot_fit_are_refused_before_anything_is_written(tmp_path, 
     err = capsys.readouterr().err
     assert rc == 2 and "GiB" in err and "train.batch_size" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+    # weights that alone fill the machine: the advice names the model's size, not the batch (already 1)
+    rc = main(["train", *tiny_cli_args(tiny_text_file, out, train__batch_size=1, model__block_size=8,
+                                       model__n_embd=65536, model__n_layer=16, model__n_head=1)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "lower model.n_embd or model.n_layer" in err and "train.batch_size (" not in err, err
+    assert not out.exists()
 
 
 def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):

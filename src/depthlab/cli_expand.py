@@ -43,16 +43,63 @@ def preset_path(name: str) -> Path:
     return p
 
 
-def expand_presets(argv: list[str]) -> list[str]:
-    """Turn ``--preset NAME`` into ``--config <the preset's file>`` in place.
+SECTIONS = ("data", "model", "train")
+
+
+def section_file_flags(section: str, path: Optional[str]) -> list[str]:
+    """``--model FILE`` (``--data FILE``, ``--train FILE``): the file's fields as ``--model.FIELD=VALUE`` flags,
+    in its place on the command line (a later flag wins, as jsonargparse places a group's file).
+
+    The file holds the section's fields (``n_layer: 2``), or the section itself (``model: {n_layer: 2}``).
 
     Raises:
-        DepthlabError: ``--preset`` without a name, or an unknown preset.
+        DepthlabError: no file named, a file that cannot be read, is not YAML, or is not a mapping.
+    """
+    import json
+
+    from .config import read_yaml
+
+    example = {"data": "path: input.txt", "model": "n_layer: 2", "train": "max_iters: 500"}[section]
+    how = f"--{section} FILE reads a YAML file of {section} fields (a line such as '{example}'); " \
+          f"or give one field as --{section}.FIELD VALUE"
+    if path is None or path.startswith("--"):
+        raise DepthlabError(f"--{section} needs a file: {how}")
+    if not Path(path).is_file():
+        raise DepthlabError(f"--{section} {path}: no such file; {how}")
+    try:
+        d = read_yaml(path, f"--{section} file", how)
+    except OSError as e:
+        raise DepthlabError(f"--{section} {path} cannot be read ({e.strerror or e}); {how}") from None
+    if isinstance(d, dict) and set(d) == {section} and isinstance(d[section], dict):
+        d = d[section]  # the file repeats the section's name
+    if not isinstance(d, dict):
+        raise DepthlabError(f"--{section} {path} holds {type(d).__name__ if d is not None else 'nothing'}, not a "
+                            f"mapping of fields; {how}")
+    out = []
+    for key, value in d.items():
+        text = json.dumps(value) if isinstance(value, (dict, list)) else "null" if value is None else \
+            str(value).lower() if isinstance(value, bool) else str(value)
+        out.append(f"--{section}.{key}={text}")
+    return out
+
+
+def expand_presets(argv: list[str]) -> list[str]:
+    """Turn ``--preset NAME`` into ``--config <the preset's file>`` and ``--model FILE`` (``--data``,
+    ``--train``) into that file's fields as flags (:func:`section_file_flags`), in place.
+
+    Raises:
+        DepthlabError: ``--preset`` without a name, or an unknown preset; a bad section file.
     """
     out: list[str] = []
     i = 0
     while i < len(argv):
         a = argv[i]
+        name, _, value = a.partition("=")
+        if name[2:] in SECTIONS and name.startswith("--"):
+            path = value if _ else (argv[i + 1] if i + 1 < len(argv) else None)
+            out += section_file_flags(name[2:], path)
+            i += 1 if _ else 2
+            continue
         if a == "--preset" or a.startswith("--preset="):
             name = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
             if name is None:

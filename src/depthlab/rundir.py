@@ -233,7 +233,7 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
 
 def damaged_file_error(path: Path, fix: str = "restore it from a copy or train the run again") -> DepthlabError:
     """The error for a depthlab file that exists but is not the JSON object depthlab wrote: names it and ``fix``."""
-    return DepthlabError(f"{path} is not a JSON object (damaged or edited by hand); {fix}")
+    return DepthlabError(f"{path} is not the JSON object depthlab wrote (damaged or edited by hand); {fix}")
 
 
 def damaged_metrics_lines(run_dir: Path) -> int:
@@ -548,6 +548,13 @@ def drop_replaced(aside: Optional[Path]) -> None:
 
 
 # ------------------------------------------------------------------------- the reader
+#: What the run files read through :class:`RunDir` must hold beyond their JSON type (else: damaged).
+_SHAPES = {
+    CONFIG: lambda v: "model" in v,  # a model section of the wrong type is named by the config reader
+    VOCAB: lambda v: all(isinstance(c, str) for c in v),
+}
+
+
 class RunDir:
     """Read-only view of a run directory; each file is read when first asked for.
 
@@ -574,10 +581,12 @@ class RunDir:
 
     def _json(self, name: str, kind: type = dict) -> Optional[Any]:
         """The file's JSON when it is a ``kind`` (every run file is an object but vocab.json, a list), else None:
-        a damaged or hand-edited file reads as missing, never as data of another shape."""
+        a damaged or hand-edited file reads as missing, never as data of another shape (config.json: an object
+        with a ``model`` section; vocab.json: a list of strings)."""
         if name not in self._cache:
             v = read_json(self.path / name)
-            self._cache[name] = v if isinstance(v, kind) else None
+            shape = _SHAPES.get(name)
+            self._cache[name] = v if isinstance(v, kind) and (shape is None or shape(v)) else None
         return self._cache[name]
 
     def damaged(self, name: str) -> bool:
@@ -593,7 +602,7 @@ class RunDir:
 
         Raises:
             DepthlabError: the folder is missing or lacks the files ``what`` needs, or its config.json
-                is not a JSON object.
+                is not the JSON object depthlab wrote.
         """
         rd = self.path
         if not rd.exists():

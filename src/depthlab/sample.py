@@ -21,13 +21,18 @@ def _first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+#: Most tokens one ``depthlab sample`` generates per sample: the output (B, T + n) is allocated up front
+#: (int64), so an absurd request failed with an allocation error instead of one line.
+MAX_NEW_TOKENS = 10_000_000
+
+
 def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optional[float],
                         max_new_tokens: int = 0) -> None:
     """Validate sampling settings.
 
     Raises:
         DepthlabError: temperature < 0 or not finite, top_k < 0, top_p outside (0, 1],
-            max_new_tokens < 0.
+            max_new_tokens < 0 or above :data:`MAX_NEW_TOKENS`.
     """
     if not isinstance(temperature, (int, float)) or temperature != temperature or temperature < 0 \
             or temperature == float("inf"):
@@ -38,6 +43,10 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise DepthlabError(f"--top-p must be in (0, 1], got {top_p!r}")
     if max_new_tokens < 0:
         raise DepthlabError(f"--max-new-tokens must be >= 0, got {max_new_tokens!r}")
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise DepthlabError(f"--max-new-tokens {max_new_tokens} is more than depthlab samples in one call "
+                            f"({MAX_NEW_TOKENS:,}: the output is held in memory, 8 bytes a token); ask for at most "
+                            f"{MAX_NEW_TOKENS}, or sample again with the text so far as --prompt")
 
 
 def filter_logits(logits: torch.Tensor, top_k: Optional[int] = None, top_p: Optional[float] = None

@@ -321,8 +321,15 @@ class Trainer:
         t, m = self.cfg.train, self.cfg.model
         self._t_start = time.time()
         if self.nothing_to_train:
-            self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
-                     f"(a total); pass a larger --train.max_iters to extend it. Nothing was changed.")
+            plan = self.budget.plan
+            if plan is not None and plan.ends_early:
+                self.log(f"nothing to train: the run is at step {self.step}, the end train.fit_to_time planned for "
+                         f"train.max_time {plan.max_time:g} s (its learning rate decayed by then); a resume continues "
+                         f"that plan, so a larger --train.max_time does not extend it. To train on, pass "
+                         f"--train.max_iters larger than {self.step} (a total). Nothing was changed.")
+            else:
+                self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
+                         f"(a total); pass a larger --train.max_iters to extend it. Nothing was changed.")
             self.metrics.close()
             return self.run_dir
         self.stepper.on_device = self.checks_on_device

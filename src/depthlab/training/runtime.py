@@ -128,9 +128,15 @@ def training_memory_bytes(cfg: RunConfig, vocab_size: int) -> float:
     """
     m, t = cfg.model, cfg.train
     B, T, C, L, nh = t.batch_size, m.block_size, m.n_embd, m.n_layer, m.n_head
-    params = L * C * C * (4 + 2 * m.ff_mult) + (vocab_size + T) * C
     acts = 2.0 * L * T * B * C * (34 + 5 * nh * T / C)
-    return acts + 12.0 * B * T * vocab_size + 16.0 * params
+    return acts + 12.0 * B * T * vocab_size + weights_memory_bytes(cfg, vocab_size)
+
+
+def weights_memory_bytes(cfg: RunConfig, vocab_size: int) -> float:
+    """The part of :func:`training_memory_bytes` that no batch size changes: 16 bytes per parameter
+    (weights, gradients, AdamW's two moments, float32)."""
+    m = cfg.model
+    return 16.0 * (m.n_layer * m.n_embd ** 2 * (4 + 2 * m.ff_mult) + (vocab_size + m.block_size) * m.n_embd)
 
 
 def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
@@ -150,11 +156,15 @@ def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
         return  # unknown machine size: let the allocator decide
     if need > 0.9 * have:
         m, t = cfg.model, cfg.train
+        weights = weights_memory_bytes(cfg, vocab_size)
+        fix = ("lower train.batch_size (raise train.grad_accum to keep the tokens per step) or model.block_size"
+               if weights < 0.5 * have else  # the weights alone fill the machine: no batch size helps
+               f"the weights, their gradients and AdamW's moments alone need about {weights / 2**30:,.0f} GiB: "
+               "lower model.n_embd or model.n_layer")
         raise DepthlabError(
             f"a training step with train.batch_size {t.batch_size}, model.block_size {m.block_size}, "
             f"model.n_embd {m.n_embd}, model.n_layer {m.n_layer} needs about {need / 2**30:,.0f} GiB, more than this "
-            f"machine's {have / 2**30:,.0f} GiB of {where}; lower train.batch_size (raise train.grad_accum to keep "
-            "the tokens per step) or model.block_size")
+            f"machine's {have / 2**30:,.0f} GiB of {where}; {fix}")
 
 
 class Runtime:
