@@ -201,3 +201,13 @@ def test_context_on_early_weights_says_it_is_too_early_to_judge(tmp_path):
     assert "these weights are from step 80" in format_context(res(flat, 80))
     assert "these weights are from step" not in format_context(res(flat, 400))  # late enough: the verdict stands
     assert "these weights are from step" not in format_context(res(falling, 80))  # it uses its context already
+
+
+def test_a_curve_above_the_bigram_line_is_not_called_below_it():
+    from depthlab.analytics.rules.context import context_verdict
+
+    curve = [3.0] * 4 + [2.6] * 12  # gain 0.4, last quarter 2.6
+    used, words = context_verdict(0.4, 0.01, curve, bigram=2.5, unigram=3.3)
+    assert used and "0.100 nats above the bigram line" in words and "below" not in words
+    used, words = context_verdict(0.4, 0.01, curve, bigram=2.7, unigram=3.3)
+    assert used and "0.100 nats below the bigram line" in words

@@ -317,3 +317,16 @@ def test_a_corpus_of_documents_joined_by_endoftext_counts_every_character(tmp_pa
                                 tc, torch.device("cpu"))
     first = int(tc[int(c.val[0])])  # the first token is an input only
     assert res.loss * res.tokens / (res.bpc * np.log(2)) == pytest.approx(len(val_text) - first, rel=1e-9)
+
+
+def test_a_file_where_the_cache_folder_goes_is_one_line(tmp_path, tiny_text_file, capsys):
+    from depthlab.cli import main
+
+    f = tmp_path / "afile"
+    f.write_text("mine")
+    for cache in (f, f / "sub"):
+        rc = main(["train", "--data.path", str(tiny_text_file), "--data.cache_dir", str(cache), "--train.max_iters",
+                   "1", "--train.out_dir", str(tmp_path / "o")])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "--data.cache_dir" in err and "FileExistsError" not in err, err
+    assert f.read_text() == "mine" and not (tmp_path / "o").exists()

@@ -289,8 +289,8 @@ def run_diagnose(ns) -> int:
     findings, missing = diagnose_run_full(ns.run_dir)
     bad = damaged_metrics_lines(Path(ns.run_dir))
     if bad:
-        print(f"warning: {bad} line(s) of {Path(ns.run_dir) / METRICS} are not JSON records (damaged): the rules "
-              "judge the run without what they held", file=sys.stderr)
+        print(f"{PROG}: warning: {bad} line(s) of {Path(ns.run_dir) / METRICS} are not JSON records (damaged): "
+              "the rules judge the run without what they held", file=sys.stderr)
     print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
           else format_findings(findings, missing))
     return 0

@@ -272,7 +272,11 @@ def _publish(entry: Path, write: Callable[[Path], None]) -> None:
     When another process published the same entry first, its copy wins and ours is dropped, so
     every process (ranks, sweep workers) reads one and the same entry.
     """
-    entry.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file where the cache folder (or one above it) goes
+        raise DepthlabError(f"the data cache folder {entry.parent} cannot be made: a file stands in its path; "
+                            "point --data.cache_dir (or DEPTHLAB_CACHE) at a folder") from None
     tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
     try:
         write(tmp)

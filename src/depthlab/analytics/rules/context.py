@@ -59,8 +59,12 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     pm = f" ± {se:.3f}" if se is not None else ""
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {last_quarter(curve):.3f})"
     if uses_context(gain, curve, bigram, min_gain, margin):
-        below = (f"; the last quarter is {bigram - last_quarter(curve):.3f} nats below the bigram line: that much "
-                 "comes from the context before the current character" if bigram is not None else "")
+        gap = bigram - last_quarter(curve) if bigram is not None else None
+        below = ("" if gap is None else
+                 f"; the last quarter is {gap:.3f} nats below the bigram line: that much comes from the context "
+                 "before the current character" if gap >= 0 else
+                 f"; the last quarter is still {-gap:.3f} nats above the bigram line (the gain over position 0 "
+                 "shows the context in use)")
         return True, f"{head}: the model uses its context{below}"
     level = ""
     if unigram is not None and curve[0] >= unigram - margin:
