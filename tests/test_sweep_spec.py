@@ -121,9 +121,10 @@ def test_profiles_expand(tmp_path):
 def test_default_sweep_dir_is_stable():
     """The same command continues the same sweep. (Profile hashes changed once, when the profiles pinned
     ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf; and
-    when rank_init added Peri-LN: science-dad275e9 -> science-a6fc3566.)"""
+    when rank_init added Peri-LN: science-dad275e9 -> science-a6fc3566; when the profiles pinned
+    ``train.weight_decay: 0.1`` as the default recipe moved to 0.3: science-a6fc3566 -> science-d105ec6b.)"""
     s = sweep.build_spec("science", None, [], {}, "rank_init")
-    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-a6fc3566"))
+    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-d105ec6b"))
     over = {"model.n_embd": 32, "model.n_head": 2, "model.block_size": 16, "train.batch_size": 8,
             "train.max_iters": 50, "train.eval_interval": 10, "train.eval_iters": 2, "train.target_val_loss": 4.5}
     s = sweep.build_spec(None, None, ["model.n_layer=1,2"], over, None)
