@@ -122,7 +122,8 @@ def test_default_sweep_dir_is_stable():
     """The same command continues the same sweep. (Profile hashes changed once, when the profiles pinned
     ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf; and
     when rank_init added Peri-LN: science-dad275e9 -> science-a6fc3566; when the profiles pinned
-    ``train.weight_decay: 0.1`` as the default recipe moved to 0.3: science-a6fc3566 -> science-d105ec6b.)"""
+    ``train.weight_decay: 0.1`` as the default recipe moved to 0.3: science-a6fc3566 -> science-d105ec6b,
+    quick-2320e1bf -> quick-d421428f.)"""
     s = sweep.build_spec("science", None, [], {}, "rank_init")
     assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-d105ec6b"))
     over = {"model.n_embd": 32, "model.n_head": 2, "model.block_size": 16, "train.batch_size": 8,
@@ -132,7 +133,7 @@ def test_default_sweep_dir_is_stable():
         str(Path("sweeps/sweep-8031e321"))
     s = sweep.build_spec("quick", None, [], {"train.max_iters": 100}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {"train.max_iters": 100}, None) == \
-        str(Path("sweeps/quick-2320e1bf"))
+        str(Path("sweeps/quick-d421428f"))
     s = sweep.build_spec("quick", None, [], {}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {}, None) == str(Path("sweeps/quick"))
 
