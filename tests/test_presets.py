@@ -99,9 +99,15 @@ def test_a_section_file_gives_its_fields_in_its_place_and_bad_ones_are_one_line(
     t.write_text("max_iters: 7\n")
     assert printed("--train", str(t))["train"]["max_iters"] == 7
     (tmp_path / "list.yaml").write_text("- 1\n")
+    other = tmp_path / "other.yaml"
+    other.write_text("data:\n  path: x.txt\n")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("model:\n  n_layer: 2\nn_embd: 32\n")
     for args, words in [(["--model", str(tmp_path / "nope.yaml")], "no such file"),
                         (["--model", str(tmp_path / "list.yaml")], "not a mapping of fields"),
-                        (["--data"], "--data needs a file")]:
+                        (["--data"], "--data needs a file"), (["--model", str(tmp_path)], "is a folder, not a file"),
+                        (["--model", str(other)], "holds a 'data:' section"),
+                        (["--model", str(extra)], "holds a 'model:' section")]:
         assert main(["train", *args]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err and "__path__" not in err, err

@@ -64,6 +64,8 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
           f"or give one field as --{section}.FIELD VALUE"
     if path is None or path.startswith("--"):
         raise DepthlabError(f"--{section} needs a file: {how}")
+    if Path(path).is_dir():
+        raise DepthlabError(f"--{section} {path} is a folder, not a file; {how}")
     if not Path(path).is_file():
         raise DepthlabError(f"--{section} {path}: no such file; {how}")
     try:
@@ -75,6 +77,11 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
     if not isinstance(d, dict):
         raise DepthlabError(f"--{section} {path} holds {type(d).__name__ if d is not None else 'nothing'}, not a "
                             f"mapping of fields; {how}")
+    sections = [k for k in d if k in SECTIONS]
+    if sections:  # a whole config file, or the section's name with something beside it
+        raise DepthlabError(f"--{section} {path} holds a '{sections[0]}:' section; --{section} FILE reads the "
+                            f"{section} fields alone (a line such as '{example}'); a file with data/model/train "
+                            f"sections is given with -c FILE")
     out = []
     for key, value in d.items():
         text = json.dumps(value) if isinstance(value, (dict, list)) else "null" if value is None else \
