@@ -205,6 +205,19 @@ def fake_clock(monkeypatch):
     return now
 
 
+class OnStep:
+    """A callback that calls ``fn()`` after every optimizer step and keeps what it returns in ``seen``."""
+
+    def __init__(self, fn):
+        self.fn, self.seen = fn, []
+
+    def __getattr__(self, name):  # every other hook: nothing
+        return lambda *a, **k: None
+
+    def on_step_end(self, run, info):
+        self.seen.append(self.fn())
+
+
 class StopAt:
     """A callback that asks the trainer to stop (as SIGTERM would) after step ``step``."""
 

@@ -10,7 +10,7 @@ import torch
 from depthlab.trainer import Trainer
 from depthlab.training import hostmem
 
-from conftest import QUIET, tiny_config
+from conftest import QUIET, OnStep, tiny_config
 
 glibc = pytest.mark.skipif(not hostmem.available(), reason="the C library is not glibc")
 
@@ -70,17 +70,9 @@ def test_nothing_is_changed_without_glibc(monkeypatch):
 
 @glibc
 def test_memory_is_kept_only_while_training_and_config_json_says_so(tmp_path, tiny_text_file):
-    seen = []
-
-    class Probe:
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-
-        def on_step_end(self, run, info):
-            seen.append(hostmem.kept())
-
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), callbacks=[Probe()], **QUIET)
+    probe = OnStep(hostmem.kept)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), callbacks=[probe], **QUIET)
     assert not hostmem.kept()
     t.fit()
-    assert seen == [True, True] and not hostmem.kept()
+    assert probe.seen == [True, True] and not hostmem.kept()
     assert json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]["host_memory"] == "kept"

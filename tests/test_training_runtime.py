@@ -226,17 +226,11 @@ def test_fit_to_time_does_not_charge_evaluations_the_compile_time(tmp_path, tiny
 
 def test_subnormals_are_flushed_only_while_training(tmp_path, tiny_text_file):
     """train.flush_denormal is process state: a Trainer that is made (or has trained) leaves it as it was."""
-    seen = []
+    from conftest import OnStep
 
-    class Probe:
-        def __getattr__(self, name):
-            return lambda *a, **k: None
-
-        def on_step_end(self, run, info):
-            seen.append(torch.tensor([1e-40]).item())  # a subnormal float32 reads 0 while flushed
-
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), callbacks=[Probe()], **QUIET)
+    probe = OnStep(lambda: torch.tensor([1e-40]).item())  # a subnormal float32 reads 0 while flushed
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), callbacks=[probe], **QUIET)
     assert torch.tensor([1e-40]).item() != 0.0  # made, not training: untouched
     t.fit()
-    assert seen and all(v == 0.0 for v in seen)
+    assert probe.seen and all(v == 0.0 for v in probe.seen)
     assert torch.tensor([1e-40]).item() != 0.0

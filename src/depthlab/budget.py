@@ -20,7 +20,7 @@ from typing import Optional
 
 from .config import TrainConfig
 
-__all__ = ["FIT_STEPS", "REFIT_STEPS", "Plan", "TimeBudget"]
+__all__ = ["FIT_STEPS", "REFIT_STEPS", "Plan", "TimeBudget", "nothing_to_train"]
 
 #: Training steps timed before the first plan (the first two are not timed), and the step of the
 #: second, better-measured plan (both counted from the session's first step).
@@ -100,6 +100,18 @@ class Plan:
                    warmup_iters_asked=int(old.get("warmup_iters_asked", warmup)),
                    s_per_step=float(old.get("s_per_step", 0.0)), s_per_eval=float(old.get("s_per_eval", 0.0)),
                    at_step=int(old.get("at_step", 0)))
+
+
+def nothing_to_train(step: int, max_iters: int, plan: Optional[Plan]) -> str:
+    """The line of a resume that has no step left: the end that stopped it (the plan's, when
+    ``fit_to_time`` ended the run before ``max_iters``) and the knob that goes past it."""
+    if plan is not None and plan.ends_early:
+        return (f"nothing to train: the run is at step {step}, the end train.fit_to_time planned for "
+                f"train.max_time {plan.max_time:g} s (its learning rate decayed by then); a resume continues that "
+                f"plan, so a larger --train.max_time does not extend it. To train on, pass --train.max_iters larger "
+                f"than {step} (a total). Nothing was changed.")
+    return (f"nothing to train: the run is at step {step} and train.max_iters is {max_iters} (a total); pass a "
+            f"larger --train.max_iters to extend it. Nothing was changed.")
 
 
 class TimeBudget:

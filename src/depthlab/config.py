@@ -316,7 +316,8 @@ class TrainConfig:
         weight_decay: decoupled weight decay (times the learning rate) of AdamW and Muon on tensors with >= 2
             dims. 0.3 in the default recipe: at ~4,800 steps (10 passes over Tiny Shakespeare) its 0.1 left
             train 1.14 against val 1.51 nats; 0.3 measured whole-split val 1.467 against 1.483 (issue 24,
-            README). The nanoGPT presets keep nanoGPT's 0.1.
+            README). The nanoGPT presets keep nanoGPT's 0.1; fast-cpu and the sweep profiles keep the 0.1 they
+            were measured with.
         beta1, beta2: AdamW moment coefficients.
         grad_clip: clip the global gradient L2 norm to this (0 = off).
         eval_interval: steps between evaluations (also at step 0 and the last step).

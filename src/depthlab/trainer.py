@@ -25,7 +25,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import rundir
-from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
+from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, schedule_warnings
 from .data import Corpus, load_corpus
@@ -321,15 +321,7 @@ class Trainer:
         t, m = self.cfg.train, self.cfg.model
         self._t_start = time.time()
         if self.nothing_to_train:
-            plan = self.budget.plan
-            if plan is not None and plan.ends_early:
-                self.log(f"nothing to train: the run is at step {self.step}, the end train.fit_to_time planned for "
-                         f"train.max_time {plan.max_time:g} s (its learning rate decayed by then); a resume continues "
-                         f"that plan, so a larger --train.max_time does not extend it. To train on, pass "
-                         f"--train.max_iters larger than {self.step} (a total). Nothing was changed.")
-            else:
-                self.log(f"nothing to train: the run is at step {self.step} and train.max_iters is {t.max_iters} "
-                         f"(a total); pass a larger --train.max_iters to extend it. Nothing was changed.")
+            self.log(nothing_to_train(self.step, t.max_iters, self.budget.plan))
             self.metrics.close()
             return self.run_dir
         self.stepper.on_device = self.checks_on_device
