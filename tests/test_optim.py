@@ -6,7 +6,7 @@ import io
 import pytest
 import torch
 
-from depthlab.optim import Muon, newton_schulz
+from depthlab.optim import Muon, gram_newton_schulz, newton_schulz
 
 from conftest import muon_model_and_optimizer
 
@@ -26,6 +26,32 @@ def test_newton_schulz_flattens_the_singular_values_and_keeps_the_singular_vecto
     d = u.T @ o @ vh.T  # diagonal when o has g's singular vectors
     assert (d - torch.diag(torch.diagonal(d))).norm() < 0.05 * d.norm()
     torch.testing.assert_close(newton_schulz(7.0 * g), o, atol=1e-5, rtol=0)  # scale-free
+
+
+def test_gram_form_is_the_same_iteration_for_tall_wide_and_square_stacks():
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(3, 48, 16), (2, 16, 48), (2, 16, 16), (1, 40, 24), (2, 24, 40)]  # small sides 16 and 24
+    stacks = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
+    for restart in (2, 0, 3):
+        out = gram_newton_schulz(stacks, dtype=torch.float64, restart=restart)
+        for s, o in zip(stacks, out):
+            assert o.shape == s.shape and o.dtype == torch.float64
+            torch.testing.assert_close(o, newton_schulz(s, dtype=torch.float64), atol=1e-12, rtol=1e-10)
+
+
+def test_gram_form_in_bf16_stays_as_close_as_the_standard_one_thanks_to_its_restart():
+    gen = torch.Generator().manual_seed(6)
+    # nearly rank 8 (a gradient's typical spectrum): the case where the Gram matrix's bf16 errors grow
+    g = torch.randn(4, 512, 8, generator=gen) @ torch.randn(4, 8, 128, generator=gen)
+    g = g + 1e-3 * torch.randn(4, 512, 128, generator=gen)
+    ref = newton_schulz(g.double(), dtype=torch.float64)
+
+    def err(o):
+        return ((o.double() - ref).norm() / ref.norm()).item()
+
+    standard = err(newton_schulz(g, dtype=torch.bfloat16))
+    assert err(gram_newton_schulz([g], dtype=torch.bfloat16)[0]) < 1.2 * standard
+    assert err(gram_newton_schulz([g], dtype=torch.bfloat16, restart=0)[0]) > 3 * standard  # no restart: drift
 
 
 def test_muon_matches_torch_muon_up_to_its_bfloat16_iteration():
