@@ -11,9 +11,11 @@ import contextlib
 import os
 import sys
 
+import numpy as np
 import torch
 
 from ..config import RunConfig, TrainConfig, check_device_name
+from ..data import get_batch
 from ..errors import DepthlabError
 from . import hostmem
 from .machine import omp_policy
@@ -341,8 +343,11 @@ class Runtime:
 
         Compilation is lazy, so a missing toolchain only shows at the first call: one forward of
         a training micro-batch's shape, with targets, is run here (RNG states restored) so a failure
-        falls back now, not mid-training; it compiles the graph the first step uses (the trainer warms
-        the evaluation graph through its evaluator). Shapes are
+        falls back now, not mid-training; it compiles the graphs the first step uses, forward and backward,
+        on a batch with the training batches' strides (measured cold on a 2-core Xeon: a contiguous
+        warm-up batch and no backward left ~10 s of compiling in step 0, on the training clock), and
+        leaves no gradient behind (the trainer warms the evaluation graph through its
+        evaluator). Shapes are
         static (``dynamic=False``): training and evaluation batches each get their own graph instead
         of one generic dynamic-shape graph after the first shape change.
         """
@@ -351,9 +356,14 @@ class Runtime:
         self.log("compiling the model with torch.compile (the first steps take longer; ~20 s on a CPU)")
         try:
             compiled = torch.compile(model, dynamic=False)
-            x = torch.zeros((batch_size, block_size), dtype=torch.long, device=self.device)
+            # a batch laid out as training's (strided views of one window): another stride is a recompile
+            x, y = get_batch(np.zeros(block_size + 1, dtype=np.int64), block_size, batch_size,
+                             np.random.default_rng(0), self.device)
             with self.ctx:
-                port.loss(compiled, x, x)
+                loss = port.loss(compiled, x, y)
+            if loss.requires_grad:  # the backward graph compiles at the first backward: here, not on the clock
+                loss.backward()
+                model.zero_grad(set_to_none=True)
             return compiled
         except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
             self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
