@@ -186,7 +186,8 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
 @pytest.mark.slow
 def test_fit_to_time_does_not_charge_evaluations_the_compile_time(tmp_path, tiny_text_file, monkeypatch):
     # issue 23 case 8: a compiled model's first evaluation compiled the evaluation graph, and the plan
-    # charged every evaluation that much; the training graph's backward compiled in step 0, on the clock. A fake compile costs 30 s of the trainer's clock per new graph.
+    # charged every evaluation that much; the training graph's backward compiled in step 0, on the clock.
+    # A fake compile costs 30 s of the trainer's clock per new graph.
     import types
 
     import depthlab.trainer as tr
