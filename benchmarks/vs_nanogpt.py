@@ -19,8 +19,11 @@ config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20 --
 iterations 0 to max_iters), then ``python -m depthlab train`` (the ``depthlab`` command, its own
 start-up choices included) at the same shape (4 layers, 4 heads, n_embd 128, block_size 64, batch 12,
 dropout 0, eval every 250 steps on 20 batches, a log line every step, ``--train.max_iters`` =
-``--steps``, ``--train.max_time 0``) in three variants: its defaults, fp32 AdamW (``--train.dtype
-float32 --train.optimizer adamw``) and ``--train.dtype auto --train.optimizer adamw``; the
+``--steps``, ``--train.max_time 0``) in four variants: its defaults, fp32 AdamW (``--train.dtype
+float32 --train.optimizer adamw``), ``--train.dtype auto --train.optimizer adamw``, and the defaults
+with ``--train.compile true`` (not a default on a CPU: depthlab compiles before its training clock
+starts, so the compile time shows in the wall column only; torch's compile cache under /tmp makes a
+later round's compile a few seconds instead of ~45 s cold on a 2-core Xeon); the
 ``resolved`` section of each run's config.json (what its ``auto`` settings became) is printed.
 With ``--seconds S`` nanoGPT is stopped S seconds after its first step line and depthlab gets
 ``--train.max_time S --train.fit_to_time false``. Then, unless ``--no-ttq``, time to quality:
@@ -83,7 +86,8 @@ DEPTHLAB_SHAPE = ["--model.n_layer", "4", "--model.n_head", "4", "--model.n_embd
                   str(NANOGPT_EVAL_INTERVAL), "--train.eval_iters", "20", "--train.log_interval", "1"]
 VARIANTS = {"defaults": [],
             "fp32 AdamW": ["--train.dtype", "float32", "--train.optimizer", "adamw"],
-            "dtype auto, AdamW": ["--train.dtype", "auto", "--train.optimizer", "adamw"]}
+            "dtype auto, AdamW": ["--train.dtype", "auto", "--train.optimizer", "adamw"],
+            "defaults, compiled": ["--train.compile", "true"]}
 NANO_ITER = re.compile(r"^iter (\d+): loss ([-\d.naif]+), time ([\d.]+)ms")
 NANO_EVAL = re.compile(r"^step (\d+): train loss ([-\d.naif]+), val loss ([-\d.naif]+)")
 DL_STEP = re.compile(r"^step (\d+)/\d+ \|")
@@ -461,7 +465,7 @@ def ttq_line(name: str, r: dict, target: float, every: Optional[int]) -> str:
 
 
 def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, native_bf16: bool) -> dict:
-    """One interleaved round: matmul peak, nanoGPT, the three depthlab variants, then time to quality."""
+    """One interleaved round: matmul peak, nanoGPT, the depthlab variants, then time to quality."""
     cwd = nano if nano is not None else tmp
     from depthlab.training.machine import busy_cores
 
@@ -496,7 +500,7 @@ def print_summary(rounds: list[dict], fpt: float, a: argparse.Namespace, nano_la
     print(f"\nsummary over {len(rounds)} round{'s' * (len(rounds) > 1)} (min-max; ratio = depthlab / nanoGPT in the "
           "same round):")
     print(f"  {'run':26s} {'training tok/s':>17s} {'ratio':>10s} {'loop tok/s':>17s} {'ratio':>10s} "
-          f"{'model GFLOP/s':>14s} {shares}")
+          f"{'model GFLOP/s':>14s} {shares} {'wall s':>12s}")
     over = False
     for name in ["nanoGPT", *VARIANTS]:
         tr, lp = [r[name]["train_tps"] for r in rounds], [r[name]["loop_tps"] for r in rounds]
@@ -506,7 +510,8 @@ def print_summary(rounds: list[dict], fpt: float, a: argparse.Namespace, nano_la
         over = over or max(tr) * fpt > min(peak.values())
         label = nano_label if name == "nanoGPT" else f"depthlab {name}"
         print(f"  {label:26s} {spread(tr, ',.0f'):>17s} {spread(rt):>10s} {spread(lp, ',.0f'):>17s} "
-              f"{spread(rl):>10s} {spread([x * fpt / 1e9 for x in tr], '.1f'):>14s} {share}")
+              f"{spread(rl):>10s} {spread([x * fpt / 1e9 for x in tr], '.1f'):>14s} {share} "
+              f"{spread([r[name]['wall'] for r in rounds], '.1f'):>12s}")
     if over:
         print("  (a share over 100 %: the matmul was timed under a heavier load than that run had; "
               "rerun on an idle machine)")
