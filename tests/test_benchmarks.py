@@ -120,16 +120,17 @@ def test_vs_nanogpt_summary_ratios_and_peak_share(vs_nanogpt, capsys):
     import argparse
 
     def rnd(nano, fp32, peak, load):
-        r = {"peak": {"fp32": peak}, "busy": load, "nanoGPT": {"train_tps": nano, "loop_tps": nano / 2}}
-        r.update({n: {"train_tps": nano, "loop_tps": nano / 2} for n in vs_nanogpt.VARIANTS})
-        r["fp32 AdamW"] = {"train_tps": fp32, "loop_tps": fp32}
+        r = {"peak": {"fp32": peak}, "busy": load, "nanoGPT": {"train_tps": nano, "loop_tps": nano / 2, "wall": 9.0}}
+        r.update({n: {"train_tps": nano, "loop_tps": nano / 2, "wall": 9.0} for n in vs_nanogpt.VARIANTS})
+        r["fp32 AdamW"] = {"train_tps": fp32, "loop_tps": fp32, "wall": 20.0 if nano > 15_000 else 30.0}
         return r
 
     rounds = [rnd(20_000.0, 12_000.0, 3e11, 0), rnd(10_000.0, 7_000.0, 1e11, 0)]
     vs_nanogpt.print_summary(rounds, 5e6, argparse.Namespace(no_ttq=True), "nanoGPT train.py")
     row = next(line for line in capsys.readouterr().out.splitlines() if "depthlab fp32 AdamW" in line).split()
     # tokens/s 7,000-12,000; ratio 0.60-0.70; loop ratio 1.20-1.40; 35-60 GFLOP/s = 11.7-20.0 % of 300 GFLOP/s
-    assert row[3:] == ["7,000-12,000", "0.60-0.70", "7,000-12,000", "1.20-1.40", "35.0-60.0", "11.7-20.0"]
+    assert row[3:] == ["7,000-12,000", "0.60-0.70", "7,000-12,000", "1.20-1.40", "35.0-60.0", "11.7-20.0",
+                       "20.0-30.0"]  # the wall column: launch to exit
     assert "busy" not in capsys.readouterr().out  # no other process on the cores: nothing said
     rounds[1]["busy"] = os.cpu_count()  # one busy process per core
     vs_nanogpt.print_summary(rounds, 5e6, argparse.Namespace(no_ttq=True), "nanoGPT train.py")
@@ -140,7 +141,7 @@ def test_vs_nanogpt_time_to_quality_bound_when_nanogpt_never_reaches_the_target(
     """nanoGPT's recipe ending above the target: depthlab's time over nanoGPT's whole wall time, said as a bound."""
     import argparse
 
-    run = {"train_tps": 1.0, "loop_tps": 1.0}
+    run = {"train_tps": 1.0, "loop_tps": 1.0, "wall": 1.0}
     rounds = [{"peak": {"fp32": 1e11}, "busy": 0, "nanoGPT": run, **{n: run for n in vs_nanogpt.VARIANTS},
                "ttq": {"nanoGPT": {"hit": None, "wall": 120.0}, "depthlab": {"hit": (300, 1.87, 24.0)}}}]
     vs_nanogpt.print_summary(rounds, 5e6, argparse.Namespace(no_ttq=False, target=1.88), "nanoGPT train.py")
