@@ -185,6 +185,29 @@ def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_
     assert rc == 0 and "warning: 2 line(s) of" in err and "not JSON records (damaged)" in err
 
 
+def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_path, capsys):
+    """A metrics.jsonl of random bytes printed Python's UnicodeDecodeError from diagnose/report/sample, and a
+    folder in its place an IsADirectoryError (a new user's pass): now damage that is said, or one line naming it."""
+    from conftest import fresh_copy
+
+    from depthlab.rundir import damaged_metrics_lines
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m = run / "metrics.jsonl"
+    m.write_bytes(m.read_bytes() + b"\x9e\xff\x00garbage\n" + m.read_bytes().splitlines(keepends=True)[-1])
+    assert damaged_metrics_lines(run) == 1
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and "warning: 1 line(s) of" in err, err
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+    assert rc == 0 and "Error" not in err, err
+    m.unlink()
+    m.mkdir()
+    rc, _, err = run_cli(capsys, "report", str(run))
+    assert rc == 2 and f"depthlab: error: {m} is not a file" in err and len(err.strip().splitlines()) == 1, err
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")  # needs no metrics
+    assert rc == 0 and "Error" not in err, err
+
+
 def test_context_on_early_weights_says_it_is_too_early_to_judge(tmp_path):
     from depthlab.analytics.context import format_context
 

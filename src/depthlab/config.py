@@ -297,8 +297,8 @@ class TrainConfig:
             the current learning rate) so that the run, evaluations included,
             ends inside 98 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
-            to that. The new values are logged and written to config.json (the old ones in
-            ``resolved.fit_to_time``), so a resume continues that schedule (a run stopped before
+            to that. The plan is logged and written to config.json's ``resolved.plan`` (its ``train``
+            section keeps the values asked for), so a resume continues that schedule (a run stopped before
             its plan is planned when resumed); the summary says
             ``stopped_by: max_time`` (the budget ended the run); runs that fit are untouched. A
             schedule that ends with the budget: Li et al. 2020, "Budgeted Training" (ICLR). Off:

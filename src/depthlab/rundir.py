@@ -210,12 +210,19 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
     Args:
         run_dir: the run directory.
         kind: keep only records of this kind (one of :data:`KINDS`); None = all.
+
+    Raises:
+        DepthlabError: ``metrics.jsonl`` is there but is not a file (a folder).
     """
     out = []
     p = Path(run_dir) / METRICS
     if not p.exists():
         return out
-    for line in p.read_text(encoding="utf-8").splitlines():
+    if not p.is_file():
+        raise DepthlabError(f"{p} is not a file (depthlab writes its metrics there): move it out of the run "
+                            "directory, or restore the run's metrics.jsonl from a copy")
+    # undecodable bytes (a damaged file) become lines that do not parse: skipped, and counted as damage
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
         line = line.strip()
         if not line:
             continue
@@ -244,8 +251,8 @@ def damaged_metrics_lines(run_dir: Path) -> int:
     """
     p = Path(run_dir) / METRICS
     try:
-        lines = [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError):
+        lines = [ln.strip() for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
         return 0
     bad = 0
     for ln in lines[:-1]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -353,7 +354,9 @@ class Runtime:
         """
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        self.log("compiling the model with torch.compile (the first steps take longer; ~20 s on a CPU)")
+        self.log("compiling the model with torch.compile (~45 s on a 2-core CPU the first time, a few seconds "
+                 "once torch's compile cache holds it)")
+        t0 = time.perf_counter()
         try:
             compiled = torch.compile(model, dynamic=False)
             # a batch laid out as training's (strided views of one window): another stride is a recompile
@@ -364,6 +367,8 @@ class Runtime:
             if loss.requires_grad:  # the backward graph compiles at the first backward: here, not on the clock
                 loss.backward()
                 model.zero_grad(set_to_none=True)
+            self.log(f"compiled the training step's forward and backward in {time.perf_counter() - t0:.1f} s, "
+                     "before the run's clock (not in its tokens/s or summary.json's wall_time_s)")
             return compiled
         except Exception as e:  # noqa: BLE001 - any backend failure means "run eager"
             self.log(f"warning: torch.compile unavailable ({type(e).__name__}: "
