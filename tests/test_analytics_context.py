@@ -202,8 +202,9 @@ def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_
     assert rc == 0 and "Error" not in err, err
     m.unlink()
     m.mkdir()
-    rc, _, err = run_cli(capsys, "report", str(run))
-    assert rc == 2 and f"depthlab: error: {m} is not a file" in err and len(err.strip().splitlines()) == 1, err
+    for cmd in ("report", "diagnose", "context"):  # diagnose had said "no metrics.jsonl" of a folder
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert rc == 2 and f"depthlab: error: {m} is not a file" in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")  # needs no metrics
     assert rc == 0 and "Error" not in err, err
 

@@ -124,6 +124,7 @@ def test_compiled_training_matches_eager_and_warmup_leaves_the_trajectory(tmp_pa
         assert (t.model is not t.raw_model) == c
         # the compile's own time is said, apart from the run's clock
         assert any(ln.startswith("compiled the training step's forward and backward in") for ln in lines) == c
+        assert any(ln.startswith("compiled the evaluation graph in") for ln in lines) == c
         t.fit()
     a, b = evals(tmp_path / "eager"), evals(tmp_path / "compiled")
     assert [s for s, *_ in a] == [s for s, *_ in b] == [0, 5, 10]

@@ -219,8 +219,8 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
     if not p.exists():
         return out
     if not p.is_file():
-        raise DepthlabError(f"{p} is not a file (depthlab writes its metrics there): move it out of the run "
-                            "directory, or restore the run's metrics.jsonl from a copy")
+        raise DepthlabError(f"{p} is not a file (depthlab writes its {METRICS} there): move it out of the run "
+                            f"directory, or restore the run's {METRICS} from a copy")
     # undecodable bytes (a damaged file) become lines that do not parse: skipped, and counted as damage
     for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
         line = line.strip()
@@ -618,6 +618,10 @@ class RunDir:
                  "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
         if not rd.is_dir():
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
+        for n in needs:
+            if (rd / n).exists() and not (rd / n).is_file():
+                raise DepthlabError(f"{rd / n} is not a file (depthlab writes its {n} there): move it out of the "
+                                    f"run directory, or restore the run's {n} from a copy")
         missing = [n for n in needs if not (rd / n).is_file()]
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "

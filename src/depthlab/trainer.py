@@ -163,7 +163,9 @@ class Trainer:
         if self.model is not self.raw_model and rt.compile_wanted:
             # one evaluation compiles its graph now, before the clock starts: otherwise the first
             # evaluation pays for it and fit_to_time charges every evaluation that much
+            t0 = time.time()
             self.evaluator.evaluate(self.model)
+            self.log(f"compiled the evaluation graph in {time.time() - t0:.1f} s, before the run's clock too")
         if resumed:
             self._load_resume(point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already
