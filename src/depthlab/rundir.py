@@ -219,8 +219,7 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
     if not p.exists():
         return out
     if not p.is_file():
-        raise DepthlabError(f"{p} is not a file (depthlab writes its {METRICS} there): move it out of the run "
-                            f"directory, or restore the run's {METRICS} from a copy")
+        raise not_a_file_error(p)
     # undecodable bytes (a damaged file) become lines that do not parse: skipped, and counted as damage
     for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
         line = line.strip()
@@ -241,6 +240,12 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
 def damaged_file_error(path: Path, fix: str = "restore it from a copy or train the run again") -> DepthlabError:
     """The error for a depthlab file that exists but is not the JSON object depthlab wrote: names it and ``fix``."""
     return DepthlabError(f"{path} is not the JSON object depthlab wrote (damaged or edited by hand); {fix}")
+
+
+def not_a_file_error(path: Path) -> DepthlabError:
+    """The error for a folder (or other non-file) where a run directory's file ``path`` belongs: names it, the fix."""
+    return DepthlabError(f"{path} is not a file (depthlab writes its {path.name} there): move it out of the run "
+                         f"directory, or restore the run's {path.name} from a copy")
 
 
 def damaged_metrics_lines(run_dir: Path) -> int:
@@ -620,8 +625,7 @@ class RunDir:
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
         for n in needs:
             if (rd / n).exists() and not (rd / n).is_file():
-                raise DepthlabError(f"{rd / n} is not a file (depthlab writes its {n} there): move it out of the "
-                                    f"run directory, or restore the run's {n} from a copy")
+                raise not_a_file_error(rd / n)
         missing = [n for n in needs if not (rd / n).is_file()]
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "

@@ -391,15 +391,15 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
             return Tuning(rule, "rule", f"not measured: about {planned:.0f} s of training planned, under "
                                         f"{MIN_RUN_S:.0f} s")
         budget = max(MIN_MEASURE_S, MEASURE_SHARE * planned)
+        there = [s for s in order if s.omp_wait != policy]  # timed in a child: the other OpenMP policy
         # half the budget here, then the child may use what is left but at least MIN_CHILD_S (its imports)
-        most = max(budget, 0.5 * budget + MIN_CHILD_S) if len(here) < len(order) else 0.5 * budget
+        most = max(budget, 0.5 * budget + MIN_CHILD_S) if there else 0.5 * budget
         log(f"auto settings: timing {len(order)} candidates of threads / dtype / attention / OpenMP waiting "
             f"at this run's shape (up to about {most:.0f} s, once per machine, load and shape; cached)")
         ms = time_settings(m, make_opt, loss_fn, batch, here, set_attention=set_attn,
                            deadline=time.perf_counter() + 0.5 * budget) or first
     finally:
         torch.set_rng_state(rng)
-    there = [s for s in order if s.omp_wait != policy]
     left = max(MIN_CHILD_S, budget - (time.perf_counter() - t0))  # the other policy was worth 2x (issue 24)
     if there:
         ms.update(_child(cfg.to_dict(), there, there[0].omp_wait, timeout_s=left, ref_ms=min(ms.values()),

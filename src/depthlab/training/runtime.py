@@ -366,7 +366,6 @@ class Runtime:
                 loss = port.loss(compiled, x, y)
             if loss.requires_grad:  # the backward graph compiles at the first backward: here, not on the clock
                 loss.backward()
-                model.zero_grad(set_to_none=True)
             self.log(f"compiled the training step's forward and backward in {time.perf_counter() - t0:.1f} s, "
                      "before the run's clock (not in its tokens/s or summary.json's wall_time_s)")
             return compiled
@@ -375,6 +374,7 @@ class Runtime:
                      f"{str(e).splitlines()[0][:120] if str(e) else ''}); running eager")
             return model
         finally:
+            model.zero_grad(set_to_none=True)  # no warm-up gradient reaches step 0, even after a failed backward
             torch.set_rng_state(rng)
             if cuda_rng is not None:
                 torch.cuda.set_rng_state(cuda_rng, self.device)
