@@ -207,6 +207,15 @@ def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_
         assert rc == 2 and f"depthlab: error: {m} is not a file" in err and len(err.strip().splitlines()) == 1, err
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")  # needs no metrics
     assert rc == 0 and "Error" not in err, err
+    m.rmdir()
+    m.write_bytes(b"")
+    c = run / "config.json"  # a folder in config.json's place: report had said "No config.json in this run"
+    c.rename(run / "config.saved")
+    c.mkdir()
+    for cmd in ("report", "diagnose", "context"):
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert rc == 2 and f"depthlab: error: {c} is not a file" in err and len(err.strip().splitlines()) == 1, err
+    assert not (run / "report.html").exists()
 
 
 def test_context_on_early_weights_says_it_is_too_early_to_judge(tmp_path):

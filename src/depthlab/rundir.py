@@ -623,9 +623,7 @@ class RunDir:
                  "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
         if not rd.is_dir():
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
-        for n in needs:
-            if (rd / n).exists() and not (rd / n).is_file():
-                raise not_a_file_error(rd / n)
+        self.refuse_non_files(*needs)
         missing = [n for n in needs if not (rd / n).is_file()]
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
@@ -633,6 +631,16 @@ class RunDir:
         if CONFIG in needs and self.damaged(CONFIG):
             raise damaged_file_error(rd / CONFIG)
         return self
+
+    def refuse_non_files(self, *names: str) -> None:
+        """Raise :func:`not_a_file_error` for the first of ``names`` that is there but is not a file (a folder).
+
+        Raises:
+            DepthlabError: as said.
+        """
+        for n in names:
+            if self.file(n).exists() and not self.file(n).is_file():
+                raise not_a_file_error(self.file(n))
 
     @property
     def config(self) -> Optional[dict]:

@@ -115,14 +115,15 @@ def load_run_data(run_dir: str | Path) -> RunData:
         A :class:`RunData`.
 
     Raises:
-        DepthlabError: the folder does not exist, holds neither a config nor a metrics file, or its
-            config.json is damaged.
+        DepthlabError: the folder does not exist, holds neither a config nor a metrics file, holds a
+            folder in the place of either, or its config.json is damaged.
     """
     rd = RunDir(run_dir)
     if not rd.path.exists():
         raise DepthlabError(f"run directory {rd.path} not found; give the out_dir of a depthlab train run")
     if rd.path.is_file():
         raise DepthlabError(f"{rd.path} is a file, not a run directory; give the out_dir of a depthlab train run")
+    rd.refuse_non_files(CONFIG, METRICS)  # a folder in a file's place is not "no config" (its report would say so)
     if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
         raise DepthlabError(f"{rd.path} is not a depthlab run directory (no {CONFIG} or {METRICS}); "
                             "give the out_dir of a depthlab train run")
