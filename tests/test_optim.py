@@ -54,6 +54,19 @@ def test_gram_form_in_bf16_stays_as_close_as_the_standard_one_thanks_to_its_rest
     assert err(gram_newton_schulz([g], dtype=torch.bfloat16, restart=0)[0]) > 3 * standard  # no restart: drift
 
 
+def test_gram_form_in_float32_skips_the_restart_and_stays_within_1e_3_of_float64():
+    gen = torch.Generator().manual_seed(7)
+    u, _, vh = torch.linalg.svd(torch.randn(3, 256, 64, generator=gen), full_matrices=False)
+    decaying = u @ torch.diag_embed(torch.logspace(0, -6, 64).expand(3, -1)) @ vh  # condition number 1e6
+    low_rank = torch.randn(3, 256, 8, generator=gen) @ torch.randn(3, 8, 64, generator=gen)
+    for g in (decaying, low_rank + 1e-3 * torch.randn(3, 256, 64, generator=gen)):
+        ref = newton_schulz(g.double(), dtype=torch.float64)
+        out = gram_newton_schulz([g])[0]
+        assert torch.equal(out, gram_newton_schulz([g], restart=0)[0])  # float32: no restart by default
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-3  # measured 2e-4 at worst
+        assert not torch.equal(out, gram_newton_schulz([g], restart=2)[0])  # the restart does change rounding
+
+
 def test_muon_matches_torch_muon_up_to_its_bfloat16_iteration():
     torch.manual_seed(0)
     w0 = torch.randn(48, 16)
