@@ -43,6 +43,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
 from .training.stepper import Stepper
 from .training.autotune import tune
 from .training.stopping import StopRules
+from .units import counted
 from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
 
 
@@ -434,7 +435,7 @@ class Trainer:
             whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
             self.log(f"done: best val {summary['best_val_loss']:.4f} nats "
                      f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}{whole}, "
-                     f"{summary['final_step']} steps in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
+                     f"{counted(summary['final_step'], 'step')} in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
         self.metrics.close()
         self.runtime.close()
         return self.run_dir

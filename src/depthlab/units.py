@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, Optional, TypeVar
 
-__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value"]
+__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted"]
 
 #: ln 2: nats per bit. A loss in nats/token divided by LN2 is bits/token (Shannon 1948).
 LN2 = math.log(2.0)
@@ -45,6 +45,11 @@ def finite_or(v: Any, default: _D) -> float | _D:
     """
     f = finite_or_none(v)
     return default if f is None else f
+
+
+def counted(n: int, noun: str) -> str:
+    """``"1 step"``, ``"2 steps"``, ``"0 steps"``: a count with its noun (plural by an added s)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def fmt_value(v: Any, spec: Optional[str] = None, *, missing: str = "—") -> str:

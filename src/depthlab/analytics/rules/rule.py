@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
+from ...units import counted
 from .evidence import Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
@@ -107,11 +108,21 @@ def rule(*names: str, needs: tuple[Need, ...] = ()) -> Callable[[Callable[[Evide
 
 
 # ---------------------------------------------------------------------------------- the needs
+def run_length(ev: Evidence) -> str:
+    """``"the run is N steps"``: from the records, or from ``summary.json`` when it says more (damaged
+    or cut records: their readable part ends earlier than the run did, and the sentence says both)."""
+    final = (ev.summary or {}).get("final_step")
+    if isinstance(final, int) and not isinstance(final, bool) and final > ev.last_step:
+        return (f"the run is {counted(final, 'step')} (summary.json), its readable records end at "
+                f"step {ev.last_step}")
+    return f"the run is {counted(ev.last_step, 'step')}"
+
+
 def _grad(ev: Evidence, who: str) -> Optional[str]:
     if ev.grads:
         return None
     return (f"no gradient records: train.grad_log_interval is {ev.section('train').get('grad_log_interval', '?')} "
-            f"and the run is {ev.last_step} steps")
+            f"and {run_length(ev)}")
 
 
 def _grad_late(ev: Evidence, who: str) -> Optional[str]:
@@ -149,7 +160,7 @@ def _late_eval(ev: Evidence, who: str) -> Optional[str]:
                 f"evaluation at step {th.bigram_min_steps} or later; by its last evaluation, at step "
                 f"{late[-1]['step']}, the run had seen {seen:,}: raise train.batch_size or train longer")
     return (f"{who} an evaluation at step {th.bigram_min_steps} or later, with "
-            f"{need:,} tokens seen by then; the run is {ev.last_step} steps")
+            f"{need:,} tokens seen by then; {run_length(ev)}")
 
 
 def _context(ev: Evidence, who: str) -> Optional[str]:
