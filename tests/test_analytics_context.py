@@ -82,7 +82,7 @@ def test_the_trainer_records_the_final_curve_and_context_reads_the_same(report_r
     assert rc == 0 and {"loss_by_position", "unigram", "bigram", "context_gain"} <= set(j)
     assert j["bigram"] == json.loads((report_run / "baselines.json").read_text())["bigram"]["nats"]
     rc, out, _ = run_cli(capsys, "context", str(report_run))
-    assert rc == 0 and "position 0 sees one character, so it cannot beat the bigram line" in out
+    assert rc == 0 and "so it cannot beat the bigram line beyond its sampling error" in out
     assert f"context gain {j['context_gain']:.3f}" in out
 
 

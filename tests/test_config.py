@@ -124,3 +124,13 @@ def test_residual_scale_on_the_command_line_is_typed(capsys):
     assert main(["train", "--model.residual_scale", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("depthlab: error:") and "model.residual_scale" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("field", ["max_iters", "lr_decay_iters", "eval_interval"])
+def test_step_counts_beyond_any_run_are_refused_in_one_line(field):
+    from depthlab.config import MAX_STEPS, TrainConfig
+
+    TrainConfig(**{field: MAX_STEPS, **({"max_iters": MAX_STEPS} if field == "lr_decay_iters" else {})})  # the bound
+    with pytest.raises(DepthlabError, match=rf"train\.{field} must be at most 1,000,000,000,000 steps, got "
+                                            r"99,999,999,999,999,999,999,999"):
+        TrainConfig(**{field: 99999999999999999999999})  # accepted before: beyond int64

@@ -247,6 +247,8 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
 
 #: Most torch CPU threads a command accepts (torch overflows on absurd counts).
 MAX_THREADS = 4096
+#: The largest step count a config accepts: far beyond any run, and exact as a JSON number or an int64.
+MAX_STEPS = 10**12
 #: What ``depthlab sample`` generates with when no flag says otherwise (top_k 200 of the vocabulary; top_p
 #: None = off). ``depthlab export`` writes the same values to generation_config.json, so ``generate()``
 #: of the exported model samples as depthlab does.
@@ -431,6 +433,10 @@ class TrainConfig:
                 raise DepthlabError(f"train.{n} must be in [0, 1), got {getattr(self, n)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
             raise DepthlabError(f"train.seed must be an integer in [0, 2^63), got {self.seed!r}")
+        for n in ("max_iters", "warmup_iters", "lr_decay_iters", "eval_interval", "log_interval", "grad_log_interval",
+                  "probe_interval", "sample_interval", "patience"):
+            if getattr(self, n) > MAX_STEPS:  # a number of steps no run reaches (1e12: ~30 years at 1,000/s)
+                raise DepthlabError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}")
         if self.batch_size * self.grad_accum > 1_000_000:
             raise DepthlabError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
                                 "sequences per step is beyond any machine; use at most 1,000,000")

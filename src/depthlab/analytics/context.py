@@ -313,7 +313,7 @@ def format_context(res: dict) -> str:
         lines.append(f"  {t:8d} {curve[t]:7.3f} {err}" + (f" {curve[t] - bg:+10.3f}" if bg is not None else ""))
     if bg is not None:
         lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} (baselines.json; position 0 sees one "
-                     "character, so it cannot beat the bigram line)")
+                     "character, so it cannot beat the bigram line beyond its sampling error, ± se)")
     for c in res["checkpoints"]:
         g, gse = c["context_gain"], c["context_gain_se"]
         lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (

@@ -354,8 +354,8 @@ class Runtime:
         """
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        self.log("compiling the model with torch.compile (~45 s on a 2-core CPU the first time, a few seconds "
-                 "once torch's compile cache holds it)")
+        self.log("compiling the model with torch.compile (measured 45-75 s the first time on 2-core CPUs, more "
+                 "with other work on the cores; a few seconds once torch's compile cache holds it)")
         t0 = time.perf_counter()
         try:
             compiled = torch.compile(model, dynamic=False)
