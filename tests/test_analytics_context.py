@@ -185,6 +185,41 @@ def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_
     assert rc == 0 and "warning: 2 line(s) of" in err and "not JSON records (damaged)" in err
 
 
+def test_records_with_a_step_that_is_not_an_integer_are_damage_not_a_crash(report_run, tmp_path, capsys):
+    """JSON lines with the wrong types crashed diagnose (ValueError, OverflowError) and resume (TypeError) with
+    "unexpected ... please report" (a new user's pass): now they are damaged lines like any other."""
+    from conftest import fresh_copy
+
+    from depthlab.rundir import damaged_metrics_lines, read_metrics
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m = run / "metrics.jsonl"
+    good = read_metrics(run)
+    m.write_text(m.read_text() + '{"step": "abc", "kind": "eval", "val_loss": "x"}\n{"kind": "eval", "step": 1e400, '
+                 '"val_loss": NaN}\n{"step": -3}\n{"step": true}\n' + m.read_text().splitlines()[-1] + "\n")
+    assert damaged_metrics_lines(run) == 4 and len(read_metrics(run)) == len(good) + 1
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and "warning: 4 line(s) of" in err and "unexpected" not in err, err
+    step = json.loads((run / "summary.json").read_text())["final_step"]
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", str(step + 1))
+    assert rc == 0 and "unexpected" not in err, err
+
+
+def test_a_run_whose_checkpoints_were_deleted_is_named_as_a_run(report_run, tmp_path, capsys):
+    """sample said "is not a depthlab run directory (no checkpoints/manifest.json); give the out_dir of a depthlab
+    train run" of a run whose checkpoints were deleted: the fix it named was wrong."""
+    import shutil
+
+    from conftest import fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    shutil.rmtree(run / "checkpoints")
+    rc, _, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{run} is a depthlab run, but its checkpoints/manifest.json is missing" in err
+    assert "restore it from a copy or train the run again" in err and "not a depthlab run" not in err
+
+
 def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_path, capsys):
     """A metrics.jsonl of random bytes printed Python's UnicodeDecodeError from diagnose/report/sample, and a
     folder in its place an IsADirectoryError (a new user's pass): now damage that is said, or one line naming it."""
@@ -244,3 +279,14 @@ def test_a_curve_above_the_bigram_line_is_not_called_below_it():
     assert used and "0.100 nats above the bigram line" in words and "below" not in words
     used, words = context_verdict(0.4, 0.01, curve, bigram=2.7, unigram=3.3)
     assert used and "0.100 nats below the bigram line" in words
+
+
+def test_position_0_near_the_uniform_line_is_not_called_at_the_unigram_line():
+    """A 1-step run's position 0 read 4.114 (uniform 4.174, unigram 3.347) and context said it was "at the unigram
+    line" (a new user's pass)."""
+    from depthlab.analytics.rules.context import context_verdict
+
+    used, words = context_verdict(0.0, 0.01, [4.114] * 16, bigram=2.482, unigram=3.347)
+    assert not used and "0.767 nats above the unigram line" in words and "at the unigram line" not in words
+    used, words = context_verdict(0.0, 0.01, [3.36] * 16, bigram=2.482, unigram=3.347)
+    assert not used and "position 0 is at the unigram line" in words

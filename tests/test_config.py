@@ -134,3 +134,12 @@ def test_step_counts_beyond_any_run_are_refused_in_one_line(field):
     with pytest.raises(DepthlabError, match=rf"train\.{field} must be at most 1,000,000,000,000 steps, got "
                                             r"99,999,999,999,999,999,999,999"):
         TrainConfig(**{field: 99999999999999999999999})  # accepted before: beyond int64
+
+
+def test_eval_iters_beyond_any_split_is_refused_in_one_line():
+    from depthlab.config import TrainConfig
+
+    TrainConfig(eval_iters=1_000_000)
+    with pytest.raises(DepthlabError, match=r"train\.eval_iters must be at most 1,000,000 batches per evaluation, "
+                                            r"got 99,999,999,999,999,999"):
+        TrainConfig(eval_iters=99999999999999999)  # crashed allocating its losses, after making the run folder

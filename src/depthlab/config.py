@@ -437,6 +437,9 @@ class TrainConfig:
                   "probe_interval", "sample_interval", "patience"):
             if getattr(self, n) > MAX_STEPS:  # a number of steps no run reaches (1e12: ~30 years at 1,000/s)
                 raise DepthlabError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}")
+        if self.eval_iters > 1_000_000:  # its losses are one tensor: 10^17 crashed allocating it
+            raise DepthlabError(f"train.eval_iters must be at most 1,000,000 batches per evaluation, got "
+                                f"{self.eval_iters:,}")
         if self.batch_size * self.grad_accum > 1_000_000:
             raise DepthlabError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
                                 "sequences per step is beyond any machine; use at most 1,000,000")

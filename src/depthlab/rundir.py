@@ -222,19 +222,31 @@ def read_metrics(run_dir: Path, kind: Optional[str] = None) -> list[dict]:
         raise not_a_file_error(p)
     # undecodable bytes (a damaged file) become lines that do not parse: skipped, and counted as damage
     for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(r, dict):
+        r = _record(line)
+        if r is None:
             continue
         r.setdefault("kind", record_kind(r))
         if kind is None or r["kind"] == kind:
             out.append(r)
     return out
+
+
+def _record(line: str) -> Optional[dict]:
+    """One line of ``metrics.jsonl`` as a record: a JSON object whose ``step``, when it has one, is an integer
+    >= 0 (every reader orders and cuts records by it); None for a blank or damaged line."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        r = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(r, dict):
+        return None
+    step = r.get("step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None  # "abc", 1e400 (inf), 2.5: written by hand or damaged, not by depthlab
+    return r
 
 
 def damaged_file_error(path: Path, fix: str = "restore it from a copy or train the run again") -> DepthlabError:
@@ -249,7 +261,7 @@ def not_a_file_error(path: Path) -> DepthlabError:
 
 
 def damaged_metrics_lines(run_dir: Path) -> int:
-    """Lines of ``run_dir/metrics.jsonl`` that are not JSON records, a torn last line not counted.
+    """Lines of ``run_dir/metrics.jsonl`` that are not records (:func:`_record`), a torn last line not counted.
 
     depthlab writes whole lines and only the last can be torn (a process killed mid-write); any
     other unreadable line is damage, and every reader skips it.
@@ -259,13 +271,7 @@ def damaged_metrics_lines(run_dir: Path) -> int:
         lines = [ln.strip() for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
     except OSError:
         return 0
-    bad = 0
-    for ln in lines[:-1]:
-        try:
-            bad += not isinstance(json.loads(ln), dict)
-        except ValueError:
-            bad += 1
-    return bad
+    return sum(_record(ln) is None for ln in lines[:-1])
 
 
 def truncate_metrics(run_dir: Path, step: int) -> None:
@@ -625,6 +631,9 @@ class RunDir:
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
         self.refuse_non_files(*needs)
         missing = [n for n in needs if not (rd / n).is_file()]
+        if missing and (rd / CONFIG).is_file():  # a run whose files were deleted: not "not a run directory"
+            raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
+                                "never written); restore it from a copy or train the run again")
         if missing:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")

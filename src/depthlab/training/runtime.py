@@ -354,8 +354,9 @@ class Runtime:
         """
         rng = torch.get_rng_state()
         cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
-        self.log("compiling the model with torch.compile (measured 45-75 s the first time on 2-core CPUs, more "
-                 "with other work on the cores; a few seconds once torch's compile cache holds it)")
+        self.log("compiling the model with torch.compile, the training step then the evaluation graph (measured "
+                 "45-105 s in all the first time on 2-core CPUs, more with other work on the cores; ~5 s once "
+                 "torch's compile cache holds them for the same shapes and thread count)")
         t0 = time.perf_counter()
         try:
             compiled = torch.compile(model, dynamic=False)

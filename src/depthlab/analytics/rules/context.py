@@ -67,7 +67,10 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                  "shows the context in use)")
         return True, f"{head}: the model uses its context{below}"
     level = ""
-    if unigram is not None and curve[0] >= unigram - margin:
+    if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
+        level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
+                 "learned even how common each character is)")
+    elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
     return False, f"{head}: the later positions do not beat position 0, so the model does not use its context{level}"
 
