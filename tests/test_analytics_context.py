@@ -220,6 +220,25 @@ def test_a_run_whose_checkpoints_were_deleted_is_named_as_a_run(report_run, tmp_
     assert "restore it from a copy or train the run again" in err and "not a depthlab run" not in err
 
 
+def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_run, tmp_path, capsys):
+    """report said nothing of a metrics.jsonl of random bytes (its page: 'Not recorded in this run') or of a damaged
+    summary.json ('the run did not finish'); diagnose said nothing of an emptied metrics.jsonl (a new user's pass)."""
+    from conftest import fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m, sm = run / "metrics.jsonl", run / "summary.json"
+    m.write_bytes(b"\x9e\xff\x00garbage\n" * 3 + b"\n")
+    rc, _, err = run_cli(capsys, "report", str(run))
+    # the last of the 3 lines may be a torn write, not counted as damage
+    assert rc == 0 and "warning: 2 line(s) of" in err and "the report shows the run without what was lost" in err
+    m.write_text("")
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and f"warning: {m} holds no records, though summary.json says" in err, err
+    sm.write_bytes(b"\x00\x01 not json")
+    rc, _, err = run_cli(capsys, "report", str(run))
+    assert rc == 0 and f"warning: {sm} is not the JSON object depthlab wrote (damaged): read as missing" in err, err
+
+
 def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_path, capsys):
     """A metrics.jsonl of random bytes printed Python's UnicodeDecodeError from diagnose/report/sample, and a
     folder in its place an IsADirectoryError (a new user's pass): now damage that is said, or one line naming it."""

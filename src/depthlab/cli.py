@@ -283,17 +283,31 @@ def build_diagnose_parser():
 def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
-    from .rundir import METRICS, damaged_metrics_lines
-
     _set_threads(ns.threads)
     findings, missing = diagnose_run_full(ns.run_dir)
-    bad = damaged_metrics_lines(Path(ns.run_dir))
-    if bad:
-        print(f"{PROG}: warning: {bad} line(s) of {Path(ns.run_dir) / METRICS} are not JSON records (damaged): "
-              "the rules judge the run without what they held", file=sys.stderr)
+    warn_damaged_run(Path(ns.run_dir), "the rules judge the run without what was lost")
     print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
           else format_findings(findings, missing))
     return 0
+
+
+def warn_damaged_run(run_dir: Path, consequence: str) -> None:
+    """Warn on stderr of a run's damaged files: metrics.jsonl lines that are not records, a metrics.jsonl with
+    no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote."""
+    from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics
+
+    bad = damaged_metrics_lines(run_dir)
+    if bad:
+        print(f"{PROG}: warning: {bad} line(s) of {run_dir / METRICS} are not JSON records (damaged): "
+              f"{consequence}", file=sys.stderr)
+    rd = RunDir(run_dir)
+    final = (rd.summary or {}).get("final_step")
+    if not bad and isinstance(final, int) and final > 0 and (run_dir / METRICS).is_file() and not read_metrics(run_dir):
+        print(f"{PROG}: warning: {run_dir / METRICS} holds no records, though {SUMMARY} says {final} steps were "
+              f"trained (emptied or damaged): {consequence}", file=sys.stderr)
+    if rd.damaged(SUMMARY):
+        print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
+              "missing", file=sys.stderr)
 
 
 def build_report_parser():
@@ -327,7 +341,9 @@ def run_report(ns) -> int:
                                 "always SWEEP_DIR/report.html with every figure")
         print(build_sweep_report(ns.run_dir))
         return 0
-    print(build_report(ns.run_dir, ns.out, skip=ns.skip))
+    out = build_report(ns.run_dir, ns.out, skip=ns.skip)
+    warn_damaged_run(Path(ns.run_dir), "the report shows the run without what was lost")
+    print(out)
     return 0
 
 
