@@ -171,6 +171,13 @@ def test_report_shows_what_ran_and_no_adam_band_on_muon(tmp_path, monkeypatch):
     rows = dict(H.config_rows(run, "train"))
     assert rows["optimizer"] == "auto (ran: muon)" and rows["dtype"] == "auto (ran: bfloat16)"
     assert rows["attention"] == "auto (ran: explicit)"
+    # fit_to_time's plan (a new user's pass: the table showed max_iters 5000 of a 131-step run)
+    cfg = {**muon_cfg(max_iters=5000, warmup_iters=50), "data": {}}
+    cfg["resolved"]["plan"] = {"max_iters": 131, "warmup_iters": 26, "lr_decay_iters": 0}
+    (rd / "config.json").write_text(json.dumps(cfg))
+    planned = dict(H.config_rows(RunData(rd), "train"))
+    assert planned["max_iters"] == "5000 (ran: 131, train.fit_to_time's plan)"
+    assert planned["warmup_iters"] == "50 (ran: 26, train.fit_to_time's plan)"
     assert "rule of thumb does not apply" in H.figure_note(run, "update_ratio")
     seen = {}
     monkeypatch.setattr(P, "save_run_figure", lambda fig, d, name, title, sub=None: seen.update(

@@ -356,6 +356,8 @@ def _samples_section(run: RunData) -> Optional[str]:
 
 RESOLVED_FIELDS = ("optimizer", "dtype", "attention", "device", "compile", "threads")
 """``train`` fields whose ``auto`` (or 0) config.json ``resolved`` records the outcome of."""
+PLANNED_FIELDS = ("max_iters", "lr_decay_iters", "warmup_iters")
+"""``train`` fields that ``train.fit_to_time`` may replace (``resolved.plan`` records what ran)."""
 
 
 def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
@@ -368,10 +370,13 @@ def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
     ran = run.config.get("resolved")
     if sec != "train" or not isinstance(ran, dict):
         return rows
+    plan = ran.get("plan") if isinstance(ran.get("plan"), dict) else {}  # train.fit_to_time's replacements
     out = []
     for k, v in rows:
         if k in RESOLVED_FIELDS and k in ran and ran[k] != v:
             v = f"{fmt_value(v)} (ran: {fmt_value(ran[k])})"
+        elif k in PLANNED_FIELDS and k in plan and plan[k] != v:
+            v = f"{fmt_value(v)} (ran: {fmt_value(plan[k])}, train.fit_to_time's plan)"
         out.append((k, v))
     return out
 
