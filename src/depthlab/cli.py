@@ -283,6 +283,7 @@ def build_diagnose_parser():
 def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
+
     _set_threads(ns.threads)
     findings, missing = diagnose_run_full(ns.run_dir)
     warn_damaged_run(Path(ns.run_dir), "the rules judge the run without what was lost")
@@ -295,6 +296,7 @@ def warn_damaged_run(run_dir: Path, consequence: str) -> None:
     """Warn on stderr of a run's damaged files: metrics.jsonl lines that are not records, a metrics.jsonl with
     no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote."""
     from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics
+    from .units import counted
 
     bad = damaged_metrics_lines(run_dir)
     if bad:
@@ -303,8 +305,8 @@ def warn_damaged_run(run_dir: Path, consequence: str) -> None:
     rd = RunDir(run_dir)
     final = (rd.summary or {}).get("final_step")
     if not bad and isinstance(final, int) and final > 0 and (run_dir / METRICS).is_file() and not read_metrics(run_dir):
-        print(f"{PROG}: warning: {run_dir / METRICS} holds no records, though {SUMMARY} says {final} steps were "
-              f"trained (emptied or damaged): {consequence}", file=sys.stderr)
+        print(f"{PROG}: warning: {run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} "
+              f"were trained (emptied or damaged): {consequence}", file=sys.stderr)
     if rd.damaged(SUMMARY):
         print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
               "missing", file=sys.stderr)
