@@ -466,7 +466,7 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
     lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
-                 f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {tokens_per_step} tokens/step")
+                 f"{counted(r['threads'], 'thread')}, {tokens_per_step} tokens/step")
     if rt.tuning is not None and run.device.type == "cpu":
         lines.append(rt.tuning.line())
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "

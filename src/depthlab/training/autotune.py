@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from ..units import counted
 from . import hostmem, runtime
 from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, machine_name, omp_free, policy_key,
                       read_cache)
@@ -77,7 +78,7 @@ class Setting:
 
     def label(self) -> str:
         """``"2 threads, float32, sdpa, passive"``: one table row's name."""
-        n = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+        n = counted(self.threads, "thread")
         return f"{n}, {self.dtype}, {self.attention}, {self.omp_wait}"
 
 
