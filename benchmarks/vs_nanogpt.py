@@ -46,7 +46,7 @@ appendix B; nanoGPT's ``estimate_mfu``), N = 12·L·C² + V·C, as a share of a 
 timed in each round (fp32; bf16 too where the CPU has native bf16), the best round taken as the peak.
 
 ``--quick`` checks the plumbing (1 round of 30 steps; time to val <= 3.6 with evaluations every 10
-steps, at most 100 steps; no final validation). Its numbers mean nothing; for figures, on an idle
+steps, at most 100 steps; no final validation; no compiled run). Its numbers mean nothing; for figures, on an idle
 machine: ``python benchmarks/vs_nanogpt.py --nanogpt PATH --rounds 2 --steps 1000``.
 Bad input or a failed run: one line ``depthlab: error: ...``, exit status 2.
 """
@@ -464,6 +464,12 @@ def ttq_line(name: str, r: dict, target: float, every: Optional[int]) -> str:
             f"{t:6.1f} s after launch{own}")
 
 
+def variants(a: argparse.Namespace) -> dict[str, list[str]]:
+    """The depthlab runs of a round: :data:`VARIANTS`, without the compiled one under ``--quick`` (a cold
+    compile takes 45-105 s on a 2-core CPU, longer than the rest of the plumbing check)."""
+    return {k: v for k, v in VARIANTS.items() if not (getattr(a, "quick", False) and "--train.compile" in v)}
+
+
 def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, native_bf16: bool) -> dict:
     """One interleaved round: matmul peak, nanoGPT, the depthlab variants, then time to quality."""
     cwd = nano if nano is not None else tmp
@@ -478,7 +484,7 @@ def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, na
           f"{res['load']:.1f}, this script's runs included); 1024^3 matmul {peaks}", flush=True)
     res["nanoGPT"] = nanogpt_throughput(nano, cwd, a.steps, a.seconds)
     print(throughput_line("nanoGPT train.py" if nano else "nanoGPT re-implementation", res["nanoGPT"]), flush=True)
-    for name, extra in VARIANTS.items():
+    for name, extra in variants(a).items():
         out = tmp / f"round{k}-{re.sub(r'[^a-z0-9]+', '-', name.lower())}"
         res[name] = r = depthlab_throughput(extra, out, a.steps, a.seconds, a.quick)
         print(throughput_line(f"depthlab {name}", r) + f"\n      resolved: {fmt_resolved(r['resolved'])}", flush=True)
@@ -502,7 +508,7 @@ def print_summary(rounds: list[dict], fpt: float, a: argparse.Namespace, nano_la
     print(f"  {'run':26s} {'training tok/s':>17s} {'ratio':>10s} {'loop tok/s':>17s} {'ratio':>10s} "
           f"{'model GFLOP/s':>14s} {shares} {'wall s':>12s}")
     over = False
-    for name in ["nanoGPT", *VARIANTS]:
+    for name in ["nanoGPT", *variants(a)]:
         tr, lp = [r[name]["train_tps"] for r in rounds], [r[name]["loop_tps"] for r in rounds]
         rt = [r[name]["train_tps"] / r["nanoGPT"]["train_tps"] for r in rounds]
         rl = [r[name]["loop_tps"] / r["nanoGPT"]["loop_tps"] for r in rounds]
@@ -556,7 +562,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="nanoGPT's eval_interval in the time-to-quality run (its recipe: 250)")
     ap.add_argument("--no-ttq", action="store_true", help="skip the time-to-quality runs")
     ap.add_argument("--quick", action="store_true", help="plumbing check: 1 round of 30 steps, time to val "
-                    "<= 3.6 with evaluations every 10 steps, no final validation")
+                    "<= 3.6 with evaluations every 10 steps, no final validation, no compiled run")
     a = ap.parse_args(argv)
     a.ttq_iters, a.ttq_extra = 2000, []
     if a.quick:

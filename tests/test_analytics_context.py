@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from depthlab.analytics.context import context_gain, position_curve, run_context, token_losses, view_windows
+from depthlab.analytics.context import (context_gain, last_quarter_se, position_curve, run_context, token_losses,
+                                       view_windows)
 from depthlab.analytics.diagnose import Evidence, diagnose
 from depthlab.errors import DepthlabError
 
@@ -33,6 +34,30 @@ def test_context_gain_is_position_0_minus_the_last_quarter_with_its_standard_err
     assert context_gain(torch.tensor([[2.0, 1.0, 0.0]]))[0] == pytest.approx(2.0)  # T 3: last quarter = 1 position
 
 
+def test_last_quarter_standard_error_is_over_windows():
+    lo = torch.tensor([[3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.5],
+                       [4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.5, 2.5]])  # last-quarter means 0.5 and 2.0
+    assert last_quarter_se(lo) == pytest.approx(math.sqrt(((0.5 - 1.25) ** 2 + (2.0 - 1.25) ** 2) / 1) / math.sqrt(2))
+    assert last_quarter_se(lo[:1]) is None  # one window: no spread to measure
+
+
+def test_context_use_is_claimed_only_beyond_the_sampling_error():
+    """A new user's pass: "the model uses its context" from a last quarter 0.052 below the bigram line (margin
+    0.05) while the gain read 0.022 ± 0.107; the bigram test had no standard error of its own."""
+    from depthlab.analytics.rules.context import context_verdict, uses_context
+
+    curve = [2.46] * 12 + [2.43] * 4  # last quarter 2.430, 0.052 below bigram 2.482
+    assert uses_context(0.022, curve, 2.482, 0.1, 0.05)  # no errors known (old records): the margin alone
+    assert not uses_context(0.022, curve, 2.482, 0.1, 0.05, gain_se=0.107, lq_se=0.03)  # needs 0.06 below
+    assert uses_context(0.022, curve, 2.482, 0.1, 0.05, gain_se=0.107, lq_se=0.02)  # 0.052 > 2 x 0.02
+    assert not uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.1)  # gain inside 2 standard errors
+    assert uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.07)
+    used, words = context_verdict(0.022, 0.107, curve, bigram=2.482, unigram=3.347, lq_se=0.03)
+    assert not used and "last quarter 2.430 ± 0.030" in words and "beyond their sampling error" in words
+    used, words = context_verdict(0.0, 0.01, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
+    assert not used and "beyond" not in words  # nothing came near either line: plainly not used
+
+
 def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
     model = tiny_gpt(seed=4).eval()
     w = view_windows(torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(0)).numpy(), 8, 4, 1337, 3)
@@ -42,6 +67,8 @@ def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
         own = sum(float(model(x, y)[1]) for x, y in w.batches) / 3
     assert len(c["loss_by_position"]) == 8 and c["val_loss"] == pytest.approx(own, abs=1e-5)
     assert sum(c["loss_by_position"]) / 8 == pytest.approx(own, abs=1e-5)
+    assert c["last_quarter_se"] == pytest.approx(last_quarter_se(token_losses(model, w.batches)), rel=1e-9)
+    assert c["last_quarter_se"] > 0
     assert view_windows(w.batches[0][0].flatten().numpy().repeat(20), 8, 4, 1337, 3, max_tokens=40).windows == 4
 
 

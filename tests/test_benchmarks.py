@@ -167,3 +167,4 @@ def test_vs_nanogpt_quick_against_the_reimplementation():
     for name, steps in rows.items():
         assert f"  {name}" in out and f" {steps} steps" in out.split(f"  {name}")[1].splitlines()[0]
     assert "% fp32 peak" in out and "time to val <= 3.6 from launch" in out
+    assert "depthlab defaults, compiled" not in out  # --quick leaves the cold compile out

@@ -189,13 +189,13 @@ def test_killed_trial_is_a_failed_row_and_a_rerun_redoes_it(cluster, tiny_text_f
 @pytest.mark.slow
 def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missing(cluster, tiny_text_file, tmp_path):
     sw = tmp_path / "sw"
-    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "train.max_iters=4,3000", "--data.path",
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "train.max_iters=4,1500", "--data.path",
            str(tiny_text_file), "--model.n_layer", "1", "--model.n_embd", "16", "--model.n_head", "2",
            "--model.block_size", "16", "--train.batch_size", "4", "--train.eval_interval", "1000",
            "--train.eval_iters", "1", "--train.dtype", "float32", "--threads", "1", "--no-report",
            "--backend", "ray", "--ray-address", cluster.address, "--out-dir", str(sw)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    short, long_ = sw / "runs" / "max_iters-0004" / "summary.json", sw / "runs" / "max_iters-3000" / "metrics.jsonl"
+    short, long_ = sw / "runs" / "max_iters-0004" / "summary.json", sw / "runs" / "max_iters-1500" / "metrics.jsonl"
     deadline = time.time() + 180
     while time.time() < deadline and not (short.exists() and long_.exists()) and proc.poll() is None:
         time.sleep(0.05)
@@ -206,9 +206,9 @@ def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missi
         proc.kill()
     assert proc.returncode == 130, (out[-2000:], err[-2000:])
     assert "sweep interrupted; run the same command again" in err
-    assert not (sw / "runs" / "max_iters-3000" / "summary.json").exists()
+    assert not (sw / "runs" / "max_iters-1500" / "summary.json").exists()
     rows = {r["train.max_iters"]: r["status"] for r in read_rows(sw)}
-    assert rows["4"] == "ok" and rows["3000"] != "ok"
+    assert rows["4"] == "ok" and rows["1500"] != "ok"
     done = short.stat().st_mtime_ns
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -40,8 +40,8 @@ from .rules.context import CONTEXT_EVENT, context_verdict, context_words
 from .rules.evidence import Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
-           "kept_weights", "token_losses", "context_gain", "position_curve", "run_context", "format_context",
-           "ContextCallback"]
+           "kept_weights", "token_losses", "context_gain", "last_quarter_se", "position_curve", "run_context",
+           "format_context", "ContextCallback"]
 
 DEFAULT_MAX_TOKENS = 16384
 """Target tokens the depth views read by default: 8 of the default recipe's 20 evaluation batches of
@@ -253,19 +253,31 @@ def context_gain(losses: torch.Tensor) -> tuple[Optional[float], Optional[float]
     return float(d.mean()), se
 
 
+def last_quarter_se(losses: torch.Tensor) -> Optional[float]:
+    """Standard error (nats) of the mean loss over the last quarter of positions, from (W, T) ``losses``:
+    ``std over windows of mean(l[:, -max(1, T // 4):]) / sqrt(W)``; None for one window. The windows are
+    the sample, so positions of one window count once, as they are not independent."""
+    W, T = losses.shape
+    if W < 2:
+        return None
+    return float(losses[:, -max(1, T // 4):].double().mean(dim=1).std(unbiased=True)) / math.sqrt(W)
+
+
 def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
     """The loss-by-position curve of ``model`` on ``windows``.
 
     Returns:
         ``{"loss_by_position": [T floats, nats], "position_se": [T standard errors], "val_loss": mean,
-        "context_gain": g, "context_gain_se": se, "windows": W, "tokens": W*T}``.
+        "context_gain": g, "context_gain_se": se, "last_quarter_se": :func:`last_quarter_se`, "windows": W,
+        "tokens": W*T}``.
     """
     lo = token_losses(model, windows.batches).double()  # (W, T)
     W = lo.shape[0]
     se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 else [None] * lo.shape[1]
     gain, gain_se = context_gain(lo)
     return {"loss_by_position": lo.mean(dim=0).tolist(), "position_se": se, "val_loss": float(lo.mean()),
-            "context_gain": gain, "context_gain_se": gain_se, "windows": W, "tokens": int(lo.numel())}
+            "context_gain": gain, "context_gain_se": gain_se, "last_quarter_se": last_quarter_se(lo), "windows": W,
+            "tokens": int(lo.numel())}
 
 
 def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
@@ -319,9 +331,10 @@ def format_context(res: dict) -> str:
         lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (
             f" ± {gse:.3f}" if gse is not None else "") + " nats"))
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
-    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model))
+    lq_se = res.get("last_quarter_se")
+    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se))
     step, early = res.get("step"), Thresholds().bigram_min_steps
-    used = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug)[0]
+    used = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se)[0]
     if step is not None and step < early and res["context_gain"] is not None and not used:
         lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
@@ -331,7 +344,7 @@ def format_context(res: dict) -> str:
 
 class ContextCallback(Callback):
     """At train end (main rank): the loss-by-position curve of the final weights, as a ``kind: event``
-    record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``,
+    record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``, ``last_quarter_se``,
     ``windows``, ``tokens``) that the ``context_unused`` rule reads. Costs one forward over at most
     :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows.
     """
@@ -353,4 +366,5 @@ class ContextCallback(Callback):
         step = int(summary.get("final_step", 0) or 0)
         run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
                                   "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
+                                  "last_quarter_se": c["last_quarter_se"],
                                   "windows": c["windows"], "tokens": c["tokens"]})

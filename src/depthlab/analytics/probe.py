@@ -330,8 +330,8 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[O
         tc = layers[defined[-1][0]].get("token_cosine")
         tc_txt = f", token cosine {tc:.3f}" if tc is not None else ""
         return (f"rank collapse: the rank measure falls from {defined[0][1]:.3f} at block 0 to "
-                f"{defined[-1][1]:.1e} at block {defined[-1][0]}{tc_txt} (below {collapse} from block "
-                f"{first_bad}); all positions carry nearly the same vector, so the output cannot depend on "
+                f"{defined[-1][1]:.1e} at block {defined[-1][0]} (below {collapse} from block {first_bad}){tc_txt}"
+                f"; all positions carry nearly the same vector, so the output cannot depend on "
                 "context, not even on the current character -- expect a loss stuck at the unigram level (character "
                 "frequencies).", None)
     if defined and not underflow:

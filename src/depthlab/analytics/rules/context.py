@@ -3,9 +3,11 @@
 Judged from the loss-by-position record the trainer writes at the end of training
 (:class:`depthlab.analytics.context.ContextCallback`: ``kind: event``, ``event: context``), so
 ``diagnose`` reads records and never loads the model. Position 0 sees one character; a model whose
-loss at the last quarter of the positions is no lower than at position 0 (context gain below
-``Thresholds.context_min_gain``) and no lower than the bigram baseline (minus ``bigram_margin``)
-predicts from the current character alone: the context before it does not reach the loss.
+loss at the last quarter of the positions is not lower than at position 0 (context gain below
+``Thresholds.context_min_gain``, or within twice its standard error) and not lower than the bigram
+baseline (by ``bigram_margin`` and by twice the last quarter's standard error) predicts from the
+current character alone, as far as the windows measured can tell: the context before it does not
+reach the loss.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ def last_quarter(curve: Sequence[float]) -> float:
 
 
 def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float,
-                 margin: float) -> bool:
-    """True when the later positions beat position 0 by ``min_gain`` nats, or the last quarter beats
-    the bigram baseline by ``margin`` (the low-noise test: it averages many tokens, position 0 one per window)."""
-    if gain >= min_gain:
+                 margin: float, gain_se: Optional[float] = None, lq_se: Optional[float] = None) -> bool:
+    """True when the later positions beat position 0 by ``min_gain`` nats and by twice the gain's standard
+    error ``gain_se``, or the last quarter beats the bigram baseline by ``margin`` and by twice its own
+    standard error ``lq_se`` (the low-noise test: it averages many tokens per window, position 0 one).
+    A standard error of None (one window, or a record written before it was kept) is not tested."""
+    if gain >= min_gain and (gain_se is None or gain > 2 * gain_se):
         return True
-    return bigram is not None and last_quarter(curve) < bigram - margin
+    return bigram is not None and last_quarter(curve) < bigram - max(margin, 2 * (lq_se or 0.0))
 
 
 def context_causes(model: dict) -> list[str]:
@@ -52,14 +56,18 @@ def context_causes(model: dict) -> list[str]:
 
 
 def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
-                    unigram: Optional[float], min_gain: float = 0.1, margin: float = 0.05) -> tuple[bool, str]:
-    """``(uses context, one sentence with the numbers)`` of a loss-by-position curve (nats)."""
+                    unigram: Optional[float], min_gain: float = 0.1, margin: float = 0.05,
+                    lq_se: Optional[float] = None) -> tuple[bool, str]:
+    """``(uses context, one sentence with the numbers)`` of a loss-by-position curve (nats); ``se`` is the
+    gain's standard error, ``lq_se`` the last quarter's (:func:`uses_context`)."""
     if gain is None:
         return False, "one position per window (model.block_size 1): there is no context to use"
     pm = f" ± {se:.3f}" if se is not None else ""
-    head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {last_quarter(curve):.3f})"
-    if uses_context(gain, curve, bigram, min_gain, margin):
-        gap = bigram - last_quarter(curve) if bigram is not None else None
+    lq = last_quarter(curve)
+    lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
+    head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
+    if uses_context(gain, curve, bigram, min_gain, margin, se, lq_se):
+        gap = bigram - lq if bigram is not None else None
         below = ("" if gap is None else
                  f"; the last quarter is {gap:.3f} nats below the bigram line: that much comes from the context "
                  "before the current character" if gap >= 0 else
@@ -72,13 +80,16 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                  "learned even how common each character is)")
     elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
-    return False, f"{head}: the later positions do not beat position 0, so the model does not use its context{level}"
+    within = (" beyond their sampling error" if (se is not None and gain >= min_gain) or
+              (lq_se is not None and bigram is not None and lq < bigram - margin) else "")
+    return False, (f"{head}: the later positions do not beat position 0{within}, so the model does not use its "
+                   f"context{level}")
 
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
-                  unigram: Optional[float], model: Optional[dict] = None) -> str:
+                  unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None) -> str:
     """:func:`context_verdict`'s sentence, and when the context is unused the three reasons with their knobs."""
-    used, words = context_verdict(gain, se, curve, bigram, unigram)
+    used, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se)
     if used or gain is None:
         return words
     a, b, c = context_causes(model or {})
@@ -88,14 +99,15 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
 @rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
     """The final weights' loss over the last quarter of the positions is not below position 0's by
-    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``: the context before the
-    current character does not reach the loss."""
+    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``, each beyond twice its standard
+    error: the context before the current character does not reach the loss."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
     gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
     bigram = float(ev.baselines["bigram"]["nats"])
     unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
-    used, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin)
+    lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
+    used, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se)
     if used:
         return None
     evidence = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions: "
