@@ -209,7 +209,7 @@ def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_
     m.write_text("\n".join(lines) + "\n")
     assert damaged_metrics_lines(run) == 2
     rc, _, err = run_cli(capsys, "diagnose", str(run))
-    assert rc == 0 and "warning: 2 line(s) of" in err and "not JSON records (damaged)" in err
+    assert rc == 0 and "warning: 2 lines of" in err and "not JSON records (damaged)" in err
 
 
 def test_records_with_a_step_that_is_not_an_integer_are_damage_not_a_crash(report_run, tmp_path, capsys):
@@ -226,7 +226,7 @@ def test_records_with_a_step_that_is_not_an_integer_are_damage_not_a_crash(repor
                  '"val_loss": NaN}\n{"step": -3}\n{"step": true}\n' + m.read_text().splitlines()[-1] + "\n")
     assert damaged_metrics_lines(run) == 4 and len(read_metrics(run)) == len(good) + 1
     rc, _, err = run_cli(capsys, "diagnose", str(run))
-    assert rc == 0 and "warning: 4 line(s) of" in err and "unexpected" not in err, err
+    assert rc == 0 and "warning: 4 lines of" in err and "unexpected" not in err, err
     step = json.loads((run / "summary.json").read_text())["final_step"]
     rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", str(step + 1))
     assert rc == 0 and "unexpected" not in err, err
@@ -257,7 +257,7 @@ def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_ru
     m.write_bytes(b"\x9e\xff\x00garbage\n" * 3 + b"\n")
     rc, _, err = run_cli(capsys, "report", str(run))
     # the last of the 3 lines may be a torn write, not counted as damage
-    assert rc == 0 and "warning: 2 line(s) of" in err and "the report shows the run without what was lost" in err
+    assert rc == 0 and "warning: 2 lines of" in err and "the report shows the run without what was lost" in err
     m.write_text("")
     rc, _, err = run_cli(capsys, "diagnose", str(run))
     assert rc == 0 and f"warning: {m} holds no records, though summary.json says" in err, err
@@ -278,7 +278,7 @@ def test_binary_or_folder_metrics_is_one_line_or_read_as_damage(report_run, tmp_
     m.write_bytes(m.read_bytes() + b"\x9e\xff\x00garbage\n" + m.read_bytes().splitlines(keepends=True)[-1])
     assert damaged_metrics_lines(run) == 1
     rc, _, err = run_cli(capsys, "diagnose", str(run))
-    assert rc == 0 and "warning: 1 line(s) of" in err, err
+    assert rc == 0 and "warning: 1 line of" in err and "is not a JSON record (damaged)" in err, err
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
     assert rc == 0 and "Error" not in err, err
     m.unlink()

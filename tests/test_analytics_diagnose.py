@@ -262,10 +262,10 @@ def test_skipped_steps_counted_over_the_run():
     skips = [{"kind": "event", "step": s, "nonfinite_skip": True, "nonfinite_skips": i + 1}
              for i, s in enumerate(range(4, 4 + 97))]
     f = diagnose_records(skips)[0]
-    assert f.rule == "exploding" and "97 optimizer step(s) skipped" in f.evidence
+    assert f.rule == "exploding" and "97 optimizer steps skipped" in f.evidence
     assert "first at step 4, last at step 100" in f.evidence and "1 skip" not in f.evidence
     f = diagnose_records(skips[:1], summary={"nonfinite_skips": 97})[0]  # summary.json has the total
-    assert "97 optimizer step(s) skipped" in f.evidence
+    assert "97 optimizer steps skipped" in f.evidence
 
 
 def test_diverged_run_is_not_overfitting():

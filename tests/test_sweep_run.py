@@ -54,7 +54,7 @@ def test_seeds_auto_adds_seeds_only_to_undecided_cells(tiny_text_file, tmp_path,
     assert {k: sorted(v) for k, v in seeds.items()} == {
         ("plain", 1): [1, 2], ("plain", 2): [1, 2], ("plain", 4): [1, 2],
         ("prenorm", 1): [1, 2, 3, 4], ("prenorm", 2): [1, 2], ("prenorm", 4): [1, 2, 3, 4]}
-    assert any("--seeds auto: undecided claims: adding seeds to 2 cell(s) (up to 4 seeds per cell)" in s
+    assert any("--seeds auto: undecided claims: adding seeds to 2 cells (up to 4 seeds per cell)" in s
                for s in lines)
     assert len(read_sweep_rows(sw)) == 16  # one row per run
     table = sweep.write_science_table(sw)

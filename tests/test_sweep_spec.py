@@ -202,7 +202,7 @@ def test_dry_run_lists_runs(tmp_path):
     text = sweep.dry_run(spec, tmp_path / "q", 2)
     lines = text.splitlines()
     assert len(lines) == 11 and text.count("variant-") == 10
-    assert lines[-1].startswith("10 runs, about ") and "min on 2 worker(s)" in lines[-1]
+    assert lines[-1].startswith("10 runs, about ") and "min on 2 workers" in lines[-1]
     assert lines[-1].endswith(f"-> {tmp_path / 'q'}")
     total = sum(sweep.estimate_seconds(p.config) for p in sweep.expand(spec, tmp_path / "q"))
     assert f"about {total / 2 / 60:.1f} min" in lines[-1]

@@ -300,8 +300,9 @@ def warn_damaged_run(run_dir: Path, consequence: str) -> None:
 
     bad = damaged_metrics_lines(run_dir)
     if bad:
-        print(f"{PROG}: warning: {bad} line(s) of {run_dir / METRICS} are not JSON records (damaged): "
-              f"{consequence}", file=sys.stderr)
+        what = "is not a JSON record" if bad == 1 else "are not JSON records"
+        print(f"{PROG}: warning: {counted(bad, 'line')} of {run_dir / METRICS} {what} (damaged): {consequence}",
+              file=sys.stderr)
     rd = RunDir(run_dir)
     final = (rd.summary or {}).get("final_step")
     if not bad and isinstance(final, int) and final > 0 and (run_dir / METRICS).is_file() and not read_metrics(run_dir):

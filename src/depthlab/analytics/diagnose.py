@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..units import counted
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..rundir import DIAGNOSIS, write_json
@@ -144,7 +145,7 @@ def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -
             return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
         lines = ["diagnosis: no problems found by the rules that had data"]
     else:
-        lines = [f"diagnosis: {len(findings)} finding(s)"]
+        lines = [f"diagnosis: {counted(len(findings), 'finding')}"]
     for f in findings:
         lines.append(f"  [{f.rule}] {f.evidence}")
         lines.append(f"      remedy: {f.remedy}")

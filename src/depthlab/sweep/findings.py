@@ -12,7 +12,7 @@ import math
 import statistics as st
 from typing import Any, Optional, Sequence
 
-from ..units import LN2
+from ..units import LN2, counted
 from .results import OK_STATUSES, aggregate, field_value, group_name
 from .science import init_last_rank
 
@@ -98,7 +98,7 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
         out += _plain_lines(agg["plain"], baselines)
     failed = [it for it in items if it["row"]["status"] not in OK_STATUSES]
     if failed:
-        out.append(f"{len(failed)} run(s) did not finish normally: " + "; ".join(
+        out.append(f"{counted(len(failed), 'run')} did not finish normally: " + "; ".join(
             f"{it['row']['run']} ({it['row']['status']})" for it in failed[:8]) + ".")
     return out
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..units import counted
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
@@ -197,8 +198,8 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
         e = estimate_seconds(pt.config)
         total += e
         lines.append(f"{pt.name:50s} ~{e:7.1f}s")
-    lines.append(f"{len(points)} runs, about {total / nw / 60:.1f} min on {nw} worker(s) (rough estimate for an "
-                 f"idle CPU, one thread per worker) -> {out_dir}")
+    lines.append(f"{counted(len(points), 'run')}, about {total / nw / 60:.1f} min on {counted(nw, 'worker')} (rough "
+                 f"estimate for an idle CPU, one thread per worker) -> {out_dir}")
     if mode and mode[0] == "auto":
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")

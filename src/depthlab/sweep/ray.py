@@ -42,7 +42,7 @@ from .. import rundir
 from ..callbacks import Callback
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from ..units import finite_or
+from ..units import counted, finite_or
 from .common import Log, Progress, cores
 from .local import execute
 
@@ -208,7 +208,7 @@ def connect(ray, address: Optional[str], log: Log) -> bool:
     res = ray.cluster_resources()
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     log(f"ray: {'connected to ' + address if address else 'started on 127.0.0.1'} in {time.time() - t0:.1f}s: "
-        f"{len(nodes)} node(s), {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s)")
+        f"{counted(len(nodes), 'node')}, {res.get('CPU', 0):g} CPU, {res.get('GPU', 0):g} GPU")
     return True
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..units import counted
 from ..errors import DepthlabError
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir, cores,
@@ -94,7 +95,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
                 f"{mode[1]} seeds (the most --seeds auto:{mode[1]} allows)")
             break
         grown = [k for k in more if len(more[k]) != len(added.get(k, []))]
-        log(f"--seeds auto: undecided claims: adding seeds to {len(grown)} cell(s) (up to "
+        log(f"--seeds auto: undecided claims: adding seeds to {counted(len(grown), 'cell')} (up to "
             f"{max(want[k] for k in grown)} seeds per cell)")
         points, added = seeded_points(spec, sweep_dir, more)
     failed = [r for r in results if r["status"] not in OK_STATUSES]
@@ -121,8 +122,8 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     threads = threads or max(1, n_cores // n_workers)
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
-    where = f"{n_workers} worker(s) x {threads} thread(s)" if backend == "local" else \
-        f"Ray Tune trials of {threads} CPU(s)/thread(s)"
+    where = f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}" if backend == "local" else \
+        f"Ray Tune trials of {counted(threads, 'CPU')} and {counted(threads, 'thread')} each"
     log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on {where} "
         f"(rough estimate {est / n_workers / 60:.1f} min)")
     jobs, varied = [], varied_fields(spec)

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+from ..units import counted
 from .. import checkpoint as ckpt
 from .. import rundir
 from ..budget import Plan
@@ -142,7 +143,8 @@ class Checkpointer:
         """
         bad = rundir.damaged_metrics_lines(self.run_dir)
         if bad:
-            self.log(f"warning: {bad} line(s) of {rundir.METRICS} were not JSON records (damaged); the resumed run "
+            what = "was not a JSON record" if bad == 1 else "were not JSON records"
+            self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
                      "drops them, and its figures and diagnosis lack what they held")
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)

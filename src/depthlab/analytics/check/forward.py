@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ...units import counted
 from .finite import first_nonfinite, nonfinite_result
 from .subject import CheckResult, ModelFault, Subject, call_user
 
@@ -315,8 +316,9 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
               "att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')), softmax over the last (key) "
               "axis, or F.scaled_dot_product_attention(q, k, v, is_causal=True)")
     if offsets == list(range(1, len(offsets) + 1)) and len(offsets) <= min(8, T // 2):
-        text += (f"; only the nearest {len(offsets)} later token(s) leak: the mask lets each position see the next "
-                 "token, and each layer passes that on one position further")
+        verb = "leaks" if len(offsets) == 1 else "leak"
+        text += (f"; only the nearest {counted(len(offsets), 'later token')} {verb}: the mask lets each position "
+                 "see the next token, and each layer passes that on one position further")
         remedy = ("the mask lets each position see the next token: build it with torch.tril(torch.ones(T, T)) "
                   "(diagonal=0), not tril(..., diagonal=1) or triu(..., diagonal=2)")
     elif past > 0 and future < 0.1 * past:
@@ -407,8 +409,9 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
             call_user(loss.backward)
         bad = [n for n, p in live if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
         if bad or not math.isfinite(float(loss.detach())):
-            when = "at initialisation" if step == 0 else f"after {step} AdamW step(s) (lr 1e-3)"
-            grads = f" and the gradient of {len(bad)} parameter(s) is not finite ({_names(bad)})" if bad else ""
+            when = "at initialisation" if step == 0 else f"after {counted(step, 'AdamW step')} (lr 1e-3)"
+            grads = (f" and the gradient of {counted(len(bad), 'parameter')} is not finite ({_names(bad)})"
+                     if bad else "")
             return nonfinite_result("no_gradient", f"{when} the loss is {float(loss.detach()):.4g}{grads}: a NaN "
                                                    "gradient hides whether it would be zero", ev)
         if step == 0:

@@ -11,6 +11,7 @@ import math
 import statistics
 from typing import Optional
 
+from ...units import counted
 from ...units import finite_or_none
 from .evidence import Evidence, written_number
 
@@ -61,7 +62,8 @@ def _nonfinite_skips(ev: Evidence) -> Optional[str]:
         return None
     steps = [r["step"] for r in skips if "step" in r]
     where = f", first at step {steps[0]}, last at step {steps[-1]}" if steps else ""
-    return f"{total} optimizer step(s) skipped for a non-finite loss or gradient (train.on_nonfinite skip{where})"
+    return (f"{counted(total, 'optimizer step')} skipped for a non-finite loss or gradient "
+            f"(train.on_nonfinite skip{where})")
 
 
 def block_grad_ratio(ev: Evidence) -> Optional[tuple[float, list[int]]]:
