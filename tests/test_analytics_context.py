@@ -44,7 +44,7 @@ def test_last_quarter_standard_error_is_over_windows():
 def test_context_use_is_claimed_only_beyond_the_sampling_error():
     """A new user's pass: "the model uses its context" from a last quarter 0.052 below the bigram line (margin
     0.05) while the gain read 0.022 ± 0.107; the bigram test had no standard error of its own."""
-    from depthlab.analytics.rules.context import context_verdict, uses_context
+    from depthlab.analytics.rules.context import context_verdict, undecided, uses_context
 
     curve = [2.46] * 12 + [2.43] * 4  # last quarter 2.430, 0.052 below bigram 2.482
     assert uses_context(0.022, curve, 2.482, 0.1, 0.05)  # no errors known (old records): the margin alone
@@ -53,9 +53,12 @@ def test_context_use_is_claimed_only_beyond_the_sampling_error():
     assert not uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.1)  # gain inside 2 standard errors
     assert uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.07)
     used, words = context_verdict(0.022, 0.107, curve, bigram=2.482, unigram=3.347, lq_se=0.03)
-    assert not used and "last quarter 2.430 ± 0.030" in words and "beyond their sampling error" in words
+    assert not used and "last quarter 2.430 ± 0.030" in words and "cannot tell whether the model uses" in words
+    assert "does not use" not in words  # undecided: neither claim
+    assert undecided(0.022, curve, 2.482, 0.1, 0.05, 0.107, 0.03) and not undecided(0.022, curve, 2.482, 0.1, 0.05)
     used, words = context_verdict(0.0, 0.01, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
-    assert not used and "beyond" not in words  # nothing came near either line: plainly not used
+    assert not used and "does not use its context" in words  # nothing came near either line: plainly not used
+    assert not undecided(0.0, [2.6] * 16, 2.482, 0.1, 0.05, 0.01, 0.01)
 
 
 def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
@@ -130,6 +133,22 @@ def test_context_unused_fires_on_a_flat_curve_and_names_the_knobs():
     assert not [x for x in diagnose(_ev(used)).findings if x.rule == "context_unused"]
     lower = [2.49] * 12 + [2.40] * 4  # gain 0.09 < 0.1, but the last quarter is 0.08 below the bigram line
     assert not [x for x in diagnose(_ev(lower)).findings if x.rule == "context_unused"]
+
+
+def test_diagnose_names_no_cause_for_an_undecided_curve():
+    """context_unused is a finding only when the numbers show no use, not when the windows are too few to tell."""
+    def findings(curve, gain_se, lq_se):
+        ev = _ev(curve, "prenorm")
+        rec = ev.records[-1]
+        rec.update(context_gain_se=gain_se, last_quarter_se=lq_se)
+        return [f for f in diagnose(ev).findings if f.rule == "context_unused"]
+
+    near = [2.46] * 12 + [2.43] * 4  # gain 0.03, last quarter 0.052 below bigram 2.482
+    assert findings(near, 0.107, 0.03) == []  # undecided: 0.052 < 2 x 0.03
+    assert findings(near, 0.107, 0.02) == []  # used: 0.052 > 2 x 0.02
+    flat = [2.49] * 12 + [2.50] * 4
+    f = findings(flat, 0.1, 0.01)
+    assert len(f) == 1 and "last quarter 2.500 ± 0.010" in f[0].evidence and "does not use" in f[0].evidence
 
 
 def test_context_unused_is_not_judged_without_a_record():

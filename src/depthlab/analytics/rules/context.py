@@ -3,11 +3,11 @@
 Judged from the loss-by-position record the trainer writes at the end of training
 (:class:`depthlab.analytics.context.ContextCallback`: ``kind: event``, ``event: context``), so
 ``diagnose`` reads records and never loads the model. Position 0 sees one character; a model whose
-loss at the last quarter of the positions is not lower than at position 0 (context gain below
-``Thresholds.context_min_gain``, or within twice its standard error) and not lower than the bigram
-baseline (by ``bigram_margin`` and by twice the last quarter's standard error) predicts from the
-current character alone, as far as the windows measured can tell: the context before it does not
-reach the loss.
+loss at the last quarter of the positions is no lower than at position 0 (context gain below
+``Thresholds.context_min_gain``) and no lower than the bigram baseline (minus ``bigram_margin``)
+predicts from the current character alone: the context before it does not reach the loss. Use is
+claimed only beyond twice the standard error of the test that shows it; a curve in between is
+undecided, and neither claim is made.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import math
 from typing import Optional, Sequence
 
 from ...units import finite_or_none
-from .evidence import CONTEXT_EVENT, Evidence, Finding
+from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
 
-__all__ = ["CONTEXT_EVENT", "CONTEXT", "uses_context", "last_quarter", "context_verdict",
+__all__ = ["CONTEXT_EVENT", "CONTEXT", "uses_context", "undecided", "last_quarter", "context_verdict",
            "context_words", "context_causes", "context_unused"]
 
 def last_quarter(curve: Sequence[float]) -> float:
@@ -39,6 +39,15 @@ def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], m
     return bigram is not None and last_quarter(curve) < bigram - max(margin, 2 * (lq_se or 0.0))
 
 
+def undecided(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float, margin: float,
+              gain_se: Optional[float] = None, lq_se: Optional[float] = None) -> bool:
+    """True when a test of :func:`uses_context` passes on its point estimate but not beyond twice its standard
+    error: these windows cannot tell whether the context is used (neither claim is made)."""
+    if uses_context(gain, curve, bigram, min_gain, margin, gain_se, lq_se):
+        return False
+    return gain >= min_gain or (bigram is not None and last_quarter(curve) < bigram - margin)
+
+
 def context_causes(model: dict) -> list[str]:
     """The three reasons a model does not use its context, each with its knob, for the run's ``model`` section:
     no attention path to the loss, a broken causal mask, too short a context."""
@@ -56,8 +65,8 @@ def context_causes(model: dict) -> list[str]:
 
 
 def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
-                    unigram: Optional[float], min_gain: float = 0.1, margin: float = 0.05,
-                    lq_se: Optional[float] = None) -> tuple[bool, str]:
+                    unigram: Optional[float], min_gain: float = Thresholds.context_min_gain,
+                    margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None) -> tuple[bool, str]:
     """``(uses context, one sentence with the numbers)`` of a loss-by-position curve (nats); ``se`` is the
     gain's standard error, ``lq_se`` the last quarter's (:func:`uses_context`)."""
     if gain is None:
@@ -80,17 +89,19 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                  "learned even how common each character is)")
     elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
-    within = (" beyond their sampling error" if (se is not None and gain >= min_gain) or
-              (lq_se is not None and bigram is not None and lq < bigram - margin) else "")
-    return False, (f"{head}: the later positions do not beat position 0{within}, so the model does not use its "
-                   f"context{level}")
+    if undecided(gain, curve, bigram, min_gain, margin, se, lq_se):
+        return False, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
+                       "cannot tell whether the model uses its context (more windows: --max_tokens 0, or a run with "
+                       "a larger train.eval_iters)")
+    return False, f"{head}: the later positions do not beat position 0, so the model does not use its context{level}"
 
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                   unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None) -> str:
     """:func:`context_verdict`'s sentence, and when the context is unused the three reasons with their knobs."""
     used, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se)
-    if used or gain is None:
+    if used or gain is None or undecided(gain, curve, bigram, Thresholds.context_min_gain,
+                                                                Thresholds.bigram_margin, se, lq_se):
         return words
     a, b, c = context_causes(model or {})
     return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
@@ -99,8 +110,9 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
 @rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
     """The final weights' loss over the last quarter of the positions is not below position 0's by
-    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``, each beyond twice its standard
-    error: the context before the current character does not reach the loss."""
+    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``: the context before the
+    current character does not reach the loss. A curve that passes either threshold but not by twice its
+    standard error is undecided (:func:`undecided`) and no finding."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
     gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
@@ -108,8 +120,8 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
     used, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se)
-    if used:
-        return None
+    if used or undecided(gain, curve, bigram, th.context_min_gain, th.bigram_margin, se, lq_se):
+        return None  # a finding needs the numbers themselves to show no use, not only too few windows
     evidence = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions: "
                 f"{words}; bigram baseline {bigram:.3f}")
     a, b, c = context_causes(ev.section("model"))
