@@ -95,6 +95,23 @@ def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
         build_model(parse_source(f"{bad}:M"))
 
 
+def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_path, capsys):
+    """A learner's file that parses its own arguments at module level exited depthlab with argparse's usage,
+    which named depthlab (a new user's pass); sys.exit(3) exited with status 3 and no message."""
+    import sys
+
+    script = tmp_path / "argp.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\nclass M:\n    pass\n")
+    argv = list(sys.argv)
+    with pytest.raises(DepthlabError, match=r"argp.py:M: importing .*argp.py exited \(SystemExit\(2\).*"
+                                            r"if __name__ == \"__main__\""):
+        build_model(parse_source(f"{script}:M"))
+    assert sys.argv == argv and "usage: argp.py" in capsys.readouterr().err  # its message names the file
+    (tmp_path / "ex3.py").write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(DepthlabError, match=r"ex3.py exited \(SystemExit\(3\)"):
+        build_model(parse_source(f"{tmp_path / 'ex3.py'}:M"))
+
+
 def test_gpt_only_fields_are_refused_with_a_source_naming_them():
     with pytest.raises(DepthlabError, match=r"model.n_layer 8, model.variant 'plain': these describe depthlab's GPT"):
         ModelConfig(source="m.py:M", n_layer=8, variant="plain")

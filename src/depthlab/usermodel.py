@@ -109,10 +109,21 @@ def _factory(src: Source) -> Callable[..., Any]:
         raise DepthlabError(f"{src}: {src.path} cannot be loaded as Python; give a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
+    argv0 = sys.argv[0] if sys.argv else ""
     try:
+        if sys.argv:  # a script's argparse at import then names the file, not depthlab, in its own message
+            sys.argv[0] = str(src.path)
         spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
         raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
+    except SystemExit as e:  # a script's argparse or sys.exit at module level: depthlab only imports the file
+        raise DepthlabError(f"{src}: importing {src.path} exited (SystemExit({e.code!r}), any lines just above are "
+                            "its own): the file runs a script when imported (argparse, sys.exit, a training loop); "
+                            "put that code under `if __name__ == \"__main__\":` so that importing the file only "
+                            "defines the model") from None
+    finally:
+        if sys.argv:
+            sys.argv[0] = argv0
     made = getattr(module, src.name, None)
     if made is None:
         names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
