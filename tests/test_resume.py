@@ -454,6 +454,28 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     # the run planned a decay to step 20 (its config.json); at step 10 that schedule was at get_lr(10, .., 20)
     assert r.step == 10 and abs(r.lr_at(10) - get_lr(10, 3e-3, 1e-4, 2, 20)) < 1e-12
     assert r.lr_at(11) < r.lr_at(10) and r.lr_at(60) == 1e-4
+    # a new peak with the longer run: the same shape, scaled to it ("continues ... scaled to the new peak");
+    # it was the old peak's rate, while the resume line said the new peak applied (a new user's pass)
+    t = Trainer(tiny_config(tmp_path / "m2", tiny_text_file, train=cfg), callbacks=[_StopAfter(10)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r2 = Trainer(tiny_config(tmp_path / "m2", tiny_text_file, train=dict(cfg, max_iters=60, learning_rate=1e-2,
+                                                                          resume=True)), log=lines.append)
+    assert abs(r2.lr_at(10) - get_lr(10, 1e-2, 1e-4, 2, 20)) < 1e-12 and r2.lr_at(60) == 1e-4
+    assert any("train.learning_rate 0.003 -> 0.01: the schedule continues from the current step, scaled to the new "
+               "peak" in x for x in lines) and any(f"continues from {r2.lr_at(10):.3g} at step 10" in x for x in lines)
+
+
+def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_file):
+    cfg = dict(max_iters=20, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, learning_rate=1e-2,
+                                                                        resume=True)), log=lines.append)
+    assert t.lr_at(20) == t.lr_at(30) == 1e-4
+    assert any("stays at train.min_lr 0.0001 (the decay ended at step 20; the new train.learning_rate 0.01 does not "
+               "raise it)" in x for x in lines), lines
 
 
 @pytest.mark.slow

@@ -374,7 +374,8 @@ RESUME_SILENT = frozenset({
 #: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
-    "train.learning_rate": "the schedule continues from the current step with the new peak",
+    "train.learning_rate": "the schedule continues from the current step, scaled to the new peak (a decay that "
+                           "has ended stays at train.min_lr)",
     "train.muon_lr": "Muon's schedule continues from the current step with the new peak",
     "train.min_lr": "the cosine decay now ends at the new value",
     "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",

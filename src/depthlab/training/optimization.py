@@ -210,8 +210,13 @@ class LRSchedule:
         """
         t = self.train
         stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
+        old_peak = float(old_train.get("learning_rate", t.learning_rate))
+        scale = t.learning_rate / old_peak if old_peak > 0 else 1.0  # a new peak scales what continues
         if stored is not None and stored[2] == self.decay_iters:
             self.anchor = stored  # this schedule was already extended to the same end
+            if scale != 1.0 and step >= stored[0] and step < self.max_iters:
+                lr_now = max(t.min_lr, get_lr_from(step, *stored[:2], t.min_lr, stored[2]) * scale)
+                self.anchor = (step, lr_now, self.decay_iters)
             return
         if step >= self.max_iters:
             return  # nothing will train (fit says so): no schedule to continue, nothing to announce
@@ -223,14 +228,15 @@ class LRSchedule:
         if old_decay == self.decay_iters or step == 0:
             return  # the planned schedule is unchanged: the run continues exactly as it was
         if stored is not None and step >= stored[0]:  # extended once before, extended again now
-            lr_now = get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2])
-        else:
-            lr_now = get_lr(step, float(old_train.get("learning_rate", t.learning_rate)), t.min_lr, old_warmup,
-                            old_decay)
+            lr_now = get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2]) * scale
+        else:  # the old schedule's shape at this step, with the peak now asked for
+            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)
+        lr_now = max(t.min_lr, lr_now)
         self.anchor = (step, lr_now, self.decay_iters)
         if lr_now <= t.min_lr:  # the old schedule had ended: nothing left to decay
+            peak = (f"; the new train.learning_rate {t.learning_rate:g} does not raise it" if scale != 1.0 else "")
             log(f"resume: the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
-                f"{old_decay}); no jump back to the peak")
+                f"{old_decay}{peak}); no jump back to the peak")
             return
         log(f"resume: the learning rate continues from {lr_now:.3g} at step {step} and decays to "
             f"train.min_lr {t.min_lr:g} at step {self.decay_iters} (the decay used to end at {old_decay}); "
