@@ -355,3 +355,21 @@ def test_position_0_near_the_uniform_line_is_not_called_at_the_unigram_line():
     assert not used and "0.767 nats above the unigram line" in words and "at the unigram line" not in words
     used, words = context_verdict(0.0, 0.01, [3.36] * 16, bigram=2.482, unigram=3.347)
     assert not used and "position 0 is at the unigram line" in words
+
+
+def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(report_run, tmp_path, capsys):
+    """Every weights file replaced: context printed Python's UserWarning format (path, source line) and then
+    advised --checkpoint last, which was corrupt too (a new user's pass)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(report_run, run)
+    for f in (run / "checkpoints").glob("*.safetensors"):
+        f.write_bytes(b"garbage")
+    rc, _, err = run_cli(capsys, "context", str(run), "--checkpoint", "last")
+    lines = err.strip().splitlines()
+    assert rc == 2 and lines[-1].startswith("depthlab: error: no intact checkpoint")
+    assert len(lines) >= 2 and all(x.startswith("depthlab: warning: checkpoint file ") for x in lines[:-1]), lines
+    rc, _, err = run_cli(capsys, "context", str(run))
+    assert rc == 2 and "no step checkpoint is intact either" in err and "try --checkpoint last" not in err
+    assert len(err.strip().splitlines()) == 1

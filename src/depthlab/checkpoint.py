@@ -193,8 +193,11 @@ def verified_best(run_dir: Path) -> Path:
         listed = {h for c in manifest["checkpoints"] for f, h in c["files"].items() if f.endswith(".safetensors")}
         if digest in listed:
             return path
+    last = any(_verified(ckdir, c.get("files", {})) is None for c in manifest.get("checkpoints", []))
+    fix = ("try --checkpoint last" if last else "no step checkpoint is intact either: restore the run's checkpoints "
+           "from a copy or train it again")
     raise DepthlabError(f"{path} is missing or does not match its sha256 in manifest.json (corrupt or "
-                        "replaced); try --checkpoint last")
+                        f"replaced); {fix}")
 
 
 def repair_best(run_dir: Path) -> Optional[str]:

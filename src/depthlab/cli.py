@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from argparse import ArgumentError
 from dataclasses import dataclass
 from functools import partial
@@ -244,8 +245,6 @@ def run_sample(ns) -> int:
         raise DepthlabError(f"--num-samples must be >= 1, got {ns.num_samples}")
     _check_seed(ns.seed)
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # load_run prints the fallback warning itself
             try:
@@ -668,6 +667,18 @@ def _openmp_policy(command: str) -> None:
     os.environ["OMP_WAIT_POLICY"] = os.environ[OMP_MARK] = policy.upper()
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """depthlab's own warnings as one ``depthlab: warning: ...`` line; any other library's in Python's format."""
+    if issubclass(category, UserWarning) and str(Path(filename).resolve()).startswith(_PACKAGE_DIR):
+        print(f"{PROG}: warning: {message}", file=file or sys.stderr)
+        return
+    _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals)."""
     global _PROCESS_ARGV
@@ -686,7 +697,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         watch_sigint()
         _openmp_policy(argv[0])  # inside the try: a Ctrl-C while it imports torch is an interruption too
-        return dispatch(argv[0], argv[1:])
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return dispatch(argv[0], argv[1:])
     except NonFiniteError as e:
         if debug:
             raise
