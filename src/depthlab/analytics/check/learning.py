@@ -200,9 +200,11 @@ def _uses_context(g: float, se: float) -> bool:
 
 def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bigram: float) -> CheckResult:
     versus = "below" if late < bigram else "still above"
-    txt = (f"after {ev['steps']} steps ({ev['batch_size']}x{ev['block_size']} tokens each): the same validation "
-           f"targets cost {g:.3f} +- {se:.3f} nats less at a late position than at position 0 (one token seen); loss "
-           f"at positions >= {ev['late_from']} {late:.3f} vs position 0 {pos0:.3f}, {versus} the bigram baseline "
+    cost = f"{g:.3f} +- {se:.3f} nats less" if g >= 0 else f"{-g:.3f} +- {se:.3f} nats more"
+    txt = (f"after {ev['steps']} steps ({ev['batch_size']}x{ev['block_size']} tokens each): the same "
+           f"{ev['pairs']} validation targets cost {cost} at a late position than at position 0 (one token seen), "
+           f"scored in pairs; over all these windows (different targets at each position) the loss at positions "
+           f">= {ev['late_from']} is {late:.3f} and at position 0 {pos0:.3f}, {versus} the bigram baseline "
            f"{bigram:.3f}")
     if _uses_context(g, se):
         return CheckResult("context_use", True, {"summary": txt, **ev})
