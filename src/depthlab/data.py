@@ -28,6 +28,7 @@ import numpy as np
 
 from .config import DataConfig
 from .errors import DepthlabError
+from .units import counted
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer, token_dtype, train_bpe
 
 if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only numpy
@@ -113,7 +114,7 @@ class Corpus:
         n = len(self.tokens)
         if n < 2 * need:
             raise DepthlabError(
-                f"the corpus {self.path} has {n} tokens but model.block_size {block_size} needs "
+                f"the corpus {self.path} has {counted(n, 'token')} but model.block_size {block_size} needs "
                 f"at least {need} in each of the train and validation splits ({2 * need} in all); "
                 "use a smaller model.block_size or a longer text")
         if n - self.n_train < need or self.n_train < need:

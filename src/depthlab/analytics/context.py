@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from .. import checkpoint as ckpt
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
+from ..units import counted
 from ..rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
@@ -113,8 +114,8 @@ def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, e
     if max_tokens < 0:
         raise DepthlabError(f"--max_tokens must be >= 0 (0 = every evaluation batch), got {max_tokens}")
     if len(val) <= block_size:
-        raise DepthlabError(f"the val split has {len(val)} tokens, not more than model.block_size {block_size}: "
-                            "no evaluation window fits; raise data.val_fraction or use a longer text")
+        raise DepthlabError(f"the val split has {counted(len(val), 'token')}, not more than model.block_size "
+                            f"{block_size}: no evaluation window fits; raise data.val_fraction or use a longer text")
     n = eval_iters if max_tokens == 0 else max(1, min(eval_iters, max_tokens // (batch_size * block_size)))
     return ViewWindows(list(eval_batches(val, block_size, batch_size, seed, "val", n)), eval_iters, batch_size,
                        block_size, seed)

@@ -113,8 +113,9 @@ def run_length(ev: Evidence) -> str:
     or cut records: their readable part ends earlier than the run did, and the sentence says both)."""
     final = (ev.summary or {}).get("final_step")
     if isinstance(final, int) and not isinstance(final, bool) and final > ev.last_step:
-        return (f"the run is {counted(final, 'step')} (summary.json), its readable records end at "
-                f"step {ev.last_step}")
+        end = (f"its readable records end at step {ev.last_step}" if ev.records else
+               "metrics.jsonl holds no readable record")
+        return f"the run is {counted(final, 'step')} (summary.json), {end}"
     return f"the run is {counted(ev.last_step, 'step')}"
 
 
