@@ -373,3 +373,21 @@ def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(
     rc, _, err = run_cli(capsys, "context", str(run))
     assert rc == 2 and "no step checkpoint is intact either" in err and "try --checkpoint last" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_report_says_which_weights_files_are_damaged(report_run, tmp_path, capsys):
+    """Every weights file replaced: the report page said 'Not recorded in this run' of the figures drawn from the
+    weights, and nothing on the console (a new user's pass)."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(report_run, run)
+    bad = sorted(f.name for f in (run / "checkpoints").glob("*.safetensors"))
+    for name in bad:
+        (run / "checkpoints" / name).write_bytes(b"garbage")
+    rc, _, err = run_cli(capsys, "report", str(run))
+    assert rc == 0 and f"{len(bad)} weights files in {run / 'checkpoints'} are missing or fail their sha256" in err
+    assert ", ".join(bad[:4]) in err and "the report leaves out what it draws from them" in err
+    shutil.copy(report_run / "checkpoints" / bad[0], run / "checkpoints" / bad[0])
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and "weights file" not in err  # diagnose reads records only

@@ -173,6 +173,20 @@ def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:
     return None
 
 
+def damaged_weights(run_dir: Path) -> list[str]:
+    """The ``.safetensors`` files manifest.json lists (step checkpoints and best) that are missing or do not
+    match their sha256, sorted; [] when every one is intact, or there is no manifest.
+
+    Raises:
+        DepthlabError: manifest.json unreadable or not a manifest (:func:`_read_manifest`).
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    manifest = _read_manifest(ckdir)
+    listed = {f: h for c in [*manifest["checkpoints"], manifest.get("best") or {}]
+              for f, h in (c.get("files") or {}).items() if f.endswith(".safetensors")}
+    return sorted(f for f, h in listed.items() if not (ckdir / f).is_file() or sha256_file(ckdir / f) != h)
+
+
 def verified_best(run_dir: Path) -> Path:
     """Path of ``best.safetensors`` after checking its sha256 against the manifest.
 

@@ -291,9 +291,11 @@ def run_diagnose(ns) -> int:
     return 0
 
 
-def warn_damaged_run(run_dir: Path, consequence: str) -> None:
+def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str = "") -> None:
     """Warn on stderr of a run's damaged files: metrics.jsonl lines that are not records, a metrics.jsonl with
-    no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote."""
+    no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote; with
+    ``weights_consequence`` (for a command that reads the weights), weights files that fail their sha256."""
+    from .checkpoint import damaged_weights
     from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics
     from .units import counted
 
@@ -310,6 +312,16 @@ def warn_damaged_run(run_dir: Path, consequence: str) -> None:
     if rd.damaged(SUMMARY):
         print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
               "missing", file=sys.stderr)
+    try:
+        weights = damaged_weights(run_dir) if weights_consequence else []
+    except DepthlabError as e:  # manifest.json itself is damaged: its own sentence says so
+        print(f"{PROG}: warning: {e}: {weights_consequence}", file=sys.stderr)
+        weights = []
+    if weights:
+        print(f"{PROG}: warning: {counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
+              f"{'is missing or fails its' if len(weights) == 1 else 'are missing or fail their'} sha256 check "
+              f"({', '.join(weights[:4])}"
+              f"{', ...' if len(weights) > 4 else ''}): {weights_consequence}", file=sys.stderr)
 
 
 def build_report_parser():
@@ -344,7 +356,9 @@ def run_report(ns) -> int:
         print(build_sweep_report(ns.run_dir))
         return 0
     out = build_report(ns.run_dir, ns.out, skip=ns.skip)
-    warn_damaged_run(Path(ns.run_dir), "the report shows the run without what was lost")
+    warn_damaged_run(Path(ns.run_dir), "the report shows the run without what was lost",
+                     "the report leaves out what it draws from them (attention patterns, what each block adds, "
+                     "loss by position) or draws it from an older intact checkpoint")
     print(out)
     return 0
 
