@@ -331,6 +331,7 @@ def test_a_run_whose_records_end_early_is_measured_by_its_summary_and_one_step_i
     damaged = "; ".join(diagnose(Evidence((), cfg, BASE, {"final_step": 100})).without_data())
     assert "the run is 100 steps (summary.json), metrics.jsonl holds no readable record" in damaged
     assert "the run is 0 steps" not in damaged and "end at step 0" not in damaged  # what it said before
+    assert "(metrics.jsonl holds no readable record; `depthlab context RUN` measures it" in damaged
     cut = "; ".join(diagnose(Evidence(evals([4.3, 4.2], every=1), cfg, BASE, {"final_step": 100})).without_data())
     assert "the run is 100 steps (summary.json), its readable records end at step 1" in cut
     one = "; ".join(diagnose(Evidence(evals([4.3, 4.2], every=1), cfg, BASE)).without_data())

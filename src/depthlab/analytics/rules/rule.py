@@ -168,8 +168,10 @@ def _late_eval(ev: Evidence, who: str) -> Optional[str]:
 def _context(ev: Evidence, who: str) -> Optional[str]:
     rec = ev.context
     if rec is None:
-        return ("no loss-by-position record: the trainer writes one at the end of training (runs trained before "
-                "it existed have none; `depthlab context RUN` measures it from the checkpoint)")
+        why = ("metrics.jsonl holds no readable record" if not ev.records else
+               "runs trained before it existed, and runs stopped before their end, have none")
+        return (f"no loss-by-position record: the trainer writes one at the end of training ({why}; "
+                "`depthlab context RUN` measures it from the checkpoint)")
     if not isinstance(rec.get("context_gain"), (int, float)) or isinstance(rec.get("context_gain"), bool):
         return f"no later position to compare with position 0 (model.block_size {len(rec['loss_by_position'])})"
     return None
