@@ -94,8 +94,8 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
     assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
 
 
-#: Processes killed in a row: each costs a fresh interpreter's torch import (~3 s on a slow 2-core CPU); 20 were
-#: run before, 12 keep the random kill moments spread over the write (manifest, weights, state) at 60 % of the time.
+#: Processes killed in a row, each at a seeded random moment while it writes a checkpoint every step. Each costs a
+#: fresh interpreter's torch import (~3 s on a slow 2-core CPU): 20 took 98 s of the slow tier there, 12 take 60 s.
 KILLS = 12
 
 
