@@ -33,7 +33,8 @@ def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], m
     """True when the later positions beat position 0 by ``min_gain`` nats and by twice the gain's standard
     error ``gain_se``, or the last quarter beats the bigram baseline by ``margin`` and by twice its own
     standard error ``lq_se`` (the low-noise test: it averages many tokens per window, position 0 one).
-    A standard error of None (one window, or a record written before it was kept) is not tested."""
+    A standard error of None (one window, or a record written before it was kept) is not tested. ``curve``: the
+    mean loss at each position 0..T-1; every loss, margin and standard error in nats."""
     if gain >= min_gain and (gain_se is None or gain > 2 * gain_se):
         return True
     return bigram is not None and last_quarter(curve) < bigram - max(margin, 2 * (lq_se or 0.0))
@@ -42,7 +43,8 @@ def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], m
 def undecided(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float, margin: float,
               gain_se: Optional[float] = None, lq_se: Optional[float] = None) -> bool:
     """True when a test of :func:`uses_context` passes on its point estimate but not beyond twice its standard
-    error: these windows cannot tell whether the context is used (neither claim is made)."""
+    error: these windows cannot tell whether the context is used (neither claim is made). Arguments as
+    :func:`uses_context`'s, every loss, margin and standard error in nats."""
     if uses_context(gain, curve, bigram, min_gain, margin, gain_se, lq_se):
         return False
     return gain >= min_gain or (bigram is not None and last_quarter(curve) < bigram - margin)
