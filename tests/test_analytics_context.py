@@ -44,7 +44,7 @@ def test_last_quarter_standard_error_is_over_windows():
 def test_context_use_is_claimed_only_beyond_the_sampling_error():
     """A new user's pass: "the model uses its context" from a last quarter 0.052 below the bigram line (margin
     0.05) while the gain read 0.022 ± 0.107; the bigram test had no standard error of its own."""
-    from depthlab.analytics.rules.context import context_verdict, undecided, uses_context
+    from depthlab.analytics.rules.context import UNDECIDED, UNUSED, USED, context_state, context_verdict, uses_context
 
     curve = [2.46] * 12 + [2.43] * 4  # last quarter 2.430, 0.052 below bigram 2.482
     assert uses_context(0.022, curve, 2.482, 0.1, 0.05)  # no errors known (old records): the margin alone
@@ -52,13 +52,39 @@ def test_context_use_is_claimed_only_beyond_the_sampling_error():
     assert uses_context(0.022, curve, 2.482, 0.1, 0.05, gain_se=0.107, lq_se=0.02)  # 0.052 > 2 x 0.02
     assert not uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.1)  # gain inside 2 standard errors
     assert uses_context(0.15, [9.0] * 16, None, 0.1, 0.05, gain_se=0.07)
-    used, words = context_verdict(0.022, 0.107, curve, bigram=2.482, unigram=3.347, lq_se=0.03)
-    assert not used and "last quarter 2.430 ± 0.030" in words and "cannot tell whether the model uses" in words
+    state, words = context_verdict(0.022, 0.107, curve, bigram=2.482, unigram=3.347, lq_se=0.03)
+    assert state == UNDECIDED and "last quarter 2.430 ± 0.030" in words
+    assert "cannot tell whether the model uses" in words
     assert "does not use" not in words  # undecided: neither claim
-    assert undecided(0.022, curve, 2.482, 0.1, 0.05, 0.107, 0.03) and not undecided(0.022, curve, 2.482, 0.1, 0.05)
-    used, words = context_verdict(0.0, 0.01, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
-    assert not used and "does not use its context" in words  # nothing came near either line: plainly not used
-    assert not undecided(0.0, [2.6] * 16, 2.482, 0.1, 0.05, 0.01, 0.01)
+    assert context_state(0.022, curve, 2.482, 0.1, 0.05) == USED
+    state, words = context_verdict(0.0, 0.01, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
+    assert state == UNUSED and "does not use its context" in words  # nothing came near either line: plainly not used
+    assert "0.118 nats above the bigram line 2.482" in words and "cannot tell by itself" not in words
+
+
+def test_no_use_is_claimed_only_beyond_the_sampling_error():
+    """A new user's pass: "does not use its context" for a gain of 0.073 ± 0.103 (as consistent with use as
+    without); and "uses its context" from the bigram gap beside a gain of 0.210 ± 0.389, the gap unnamed as the
+    evidence."""
+    from depthlab.analytics.rules.context import UNDECIDED, UNUSED, USED, context_state, context_verdict
+
+    noisy = [2.57] + [2.50] * 15  # gain 0.07, last quarter 2.500
+    # the low-noise test decides: the last quarter stays above bigram - margin (2.432) by 2 x 0.02
+    assert context_state(0.073, noisy, 2.482, 0.1, 0.05, 0.103, 0.02) == UNUSED
+    state, words = context_verdict(0.073, 0.103, noisy, bigram=2.482, unigram=3.347, lq_se=0.02)
+    assert "0.018 nats above the bigram line" in words and "cannot tell by itself" in words
+    # a last quarter within twice its error of bigram - margin: neither test decides
+    assert context_state(0.073, noisy, 2.482, 0.1, 0.05, 0.103, 0.04) == UNDECIDED
+    assert context_state(0.073, [2.45] * 16, 2.482, 0.1, 0.05, 0.103, 0.0) == UNUSED  # only 0.032 below: < margin
+    assert context_state(0.15, [2.6] * 16, 2.482, 0.1, 0.05, 0.103, 0.01) == UNDECIDED  # gain past 0.1, not 2 se
+    # without a bigram line only the gain can tell: below 0.1 by twice its error
+    assert context_state(0.073, noisy, None, 0.1, 0.05, 0.103, 0.02) == UNDECIDED
+    assert context_state(-0.2, noisy, None, 0.1, 0.05, 0.1, None) == UNUSED
+    used = [2.6] + [2.30] * 15  # the last quarter 0.182 below the bigram line; the gain 0.3 inside 2 x 0.389
+    state, words = context_verdict(0.210, 0.389, used, bigram=2.482, unigram=3.347, lq_se=0.02)
+    assert state == USED and "this gap below the bigram line is the evidence" in words
+    state, words = context_verdict(0.5, 0.05, used, bigram=2.482, unigram=3.347, lq_se=0.02)
+    assert state == USED and "is the evidence" not in words  # the gain shows it by itself
 
 
 def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
@@ -341,9 +367,9 @@ def test_a_curve_above_the_bigram_line_is_not_called_below_it():
 
     curve = [3.0] * 4 + [2.6] * 12  # gain 0.4, last quarter 2.6
     used, words = context_verdict(0.4, 0.01, curve, bigram=2.5, unigram=3.3)
-    assert used and "0.100 nats above the bigram line" in words and "below" not in words
+    assert used == "used" and "0.100 nats above the bigram line" in words and "below" not in words
     used, words = context_verdict(0.4, 0.01, curve, bigram=2.7, unigram=3.3)
-    assert used and "0.100 nats below the bigram line" in words
+    assert used == "used" and "0.100 nats below the bigram line" in words
 
 
 def test_position_0_near_the_uniform_line_is_not_called_at_the_unigram_line():
@@ -352,9 +378,9 @@ def test_position_0_near_the_uniform_line_is_not_called_at_the_unigram_line():
     from depthlab.analytics.rules.context import context_verdict
 
     used, words = context_verdict(0.0, 0.01, [4.114] * 16, bigram=2.482, unigram=3.347)
-    assert not used and "0.767 nats above the unigram line" in words and "at the unigram line" not in words
+    assert used == "unused" and "0.767 nats above the unigram line" in words and "at the unigram line" not in words
     used, words = context_verdict(0.0, 0.01, [3.36] * 16, bigram=2.482, unigram=3.347)
-    assert not used and "position 0 is at the unigram line" in words
+    assert used == "unused" and "position 0 is at the unigram line" in words
 
 
 def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(report_run, tmp_path, capsys):

@@ -37,7 +37,7 @@ from ..units import counted
 from ..rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
-from .rules.context import CONTEXT_EVENT, context_verdict, context_words
+from .rules.context import CONTEXT_EVENT, USED, context_verdict, context_words
 from .rules.evidence import Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
@@ -335,8 +335,8 @@ def format_context(res: dict) -> str:
     lq_se = res.get("last_quarter_se")
     lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se))
     step, early = res.get("step"), Thresholds().bigram_min_steps
-    used = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se)[0]
-    if step is not None and step < early and res["context_gain"] is not None and not used:
+    state = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se)[0]
+    if step is not None and step < early and res["context_gain"] is not None and state != USED:
         lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
                      f"{early} before naming a cause. Train longer (train.max_iters) and look again.)")

@@ -4,10 +4,10 @@ Judged from the loss-by-position record the trainer writes at the end of trainin
 (:class:`depthlab.analytics.context.ContextCallback`: ``kind: event``, ``event: context``), so
 ``diagnose`` reads records and never loads the model. Position 0 sees one character; a model whose
 loss at the last quarter of the positions is no lower than at position 0 (context gain below
-``Thresholds.context_min_gain``) and no lower than the bigram baseline (minus ``bigram_margin``)
-predicts from the current character alone: the context before it does not reach the loss. Use is
-claimed only beyond twice the standard error of the test that shows it; a curve in between is
-undecided, and neither claim is made.
+``Thresholds.context_min_gain``) and no lower than the bigram baseline (minus ``bigram_margin``, beyond
+twice its standard error) predicts from the current character alone: the context before it does not
+reach the loss. Use is claimed only beyond twice the standard error of the test that shows it; a curve
+in between is undecided, and neither claim is made.
 """
 
 from __future__ import annotations
@@ -19,13 +19,24 @@ from ...units import finite_or_none
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
 
-__all__ = ["CONTEXT_EVENT", "CONTEXT", "uses_context", "undecided", "last_quarter", "context_verdict",
-           "context_words", "context_causes", "context_unused"]
+__all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "uses_context", "context_state", "last_quarter",
+           "context_verdict", "context_words", "context_causes", "context_unused"]
 
 def last_quarter(curve: Sequence[float]) -> float:
     """Mean loss over the last ``max(1, T // 4)`` positions (nats)."""
     q = max(1, len(curve) // 4)
     return sum(curve[-q:]) / q
+
+
+USED, UNUSED, UNDECIDED = "used", "unused", "undecided"
+
+
+def _gain_shows_use(gain: float, min_gain: float, gain_se: Optional[float]) -> bool:
+    return gain >= min_gain and (gain_se is None or gain > 2 * gain_se)
+
+
+def _bigram_shows_use(curve: Sequence[float], bigram: Optional[float], margin: float, lq_se: Optional[float]) -> bool:
+    return bigram is not None and last_quarter(curve) < bigram - max(margin, 2 * (lq_se or 0.0))
 
 
 def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float,
@@ -35,19 +46,24 @@ def uses_context(gain: float, curve: Sequence[float], bigram: Optional[float], m
     standard error ``lq_se`` (the low-noise test: it averages many tokens per window, position 0 one).
     A standard error of None (one window, or a record written before it was kept) is not tested. ``curve``: the
     mean loss at each position 0..T-1; every loss, margin and standard error in nats."""
-    if gain >= min_gain and (gain_se is None or gain > 2 * gain_se):
-        return True
-    return bigram is not None and last_quarter(curve) < bigram - max(margin, 2 * (lq_se or 0.0))
+    return _gain_shows_use(gain, min_gain, gain_se) or _bigram_shows_use(curve, bigram, margin, lq_se)
 
 
-def undecided(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float, margin: float,
-              gain_se: Optional[float] = None, lq_se: Optional[float] = None) -> bool:
-    """True when a test of :func:`uses_context` passes on its point estimate but not beyond twice its standard
-    error: these windows cannot tell whether the context is used (neither claim is made). Arguments as
-    :func:`uses_context`'s, every loss, margin and standard error in nats."""
+def context_state(gain: float, curve: Sequence[float], bigram: Optional[float], min_gain: float, margin: float,
+                  gain_se: Optional[float] = None, lq_se: Optional[float] = None) -> str:
+    """:data:`USED` when :func:`uses_context`; :data:`UNUSED` when the numbers show no use beyond their errors;
+    else :data:`UNDECIDED` (these windows cannot tell, and neither claim is made).
+
+    No use needs the last quarter to stay above ``bigram - margin`` by twice its standard error (the low-noise
+    test: the later positions predict no better than the current character alone) and the gain to be below
+    ``min_gain``; without a bigram baseline, the gain below ``min_gain`` by twice its standard error. Arguments
+    as :func:`uses_context`'s, every loss, margin and standard error in nats."""
     if uses_context(gain, curve, bigram, min_gain, margin, gain_se, lq_se):
-        return False
-    return gain >= min_gain or (bigram is not None and last_quarter(curve) < bigram - margin)
+        return USED
+    if bigram is not None:
+        no_better = last_quarter(curve) - 2 * (lq_se or 0.0) >= bigram - margin
+        return UNUSED if no_better and gain < min_gain else UNDECIDED
+    return UNUSED if gain + 2 * (gain_se or 0.0) < min_gain else UNDECIDED
 
 
 def context_causes(model: dict) -> list[str]:
@@ -68,42 +84,56 @@ def context_causes(model: dict) -> list[str]:
 
 def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                     unigram: Optional[float], min_gain: float = Thresholds.context_min_gain,
-                    margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None) -> tuple[bool, str]:
-    """``(uses context, one sentence with the numbers)`` of a loss-by-position curve (nats); ``se`` is the
-    gain's standard error, ``lq_se`` the last quarter's (:func:`uses_context`)."""
+                    margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None) -> tuple[str, str]:
+    """``(state, one sentence with the numbers)`` of a loss-by-position curve (nats): the state is
+    :func:`context_state`'s (:data:`UNUSED` when ``gain`` is None: one position per window); ``se`` is the
+    gain's standard error, ``lq_se`` the last quarter's. The sentence names the test that decided."""
     if gain is None:
-        return False, "one position per window (model.block_size 1): there is no context to use"
+        return UNUSED, "one position per window (model.block_size 1): there is no context to use"
     pm = f" ± {se:.3f}" if se is not None else ""
     lq = last_quarter(curve)
     lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
-    if uses_context(gain, curve, bigram, min_gain, margin, se, lq_se):
+    state = context_state(gain, curve, bigram, min_gain, margin, se, lq_se)
+    gain_decides = _gain_shows_use(gain, min_gain, se)
+    if state == USED:
         gap = bigram - lq if bigram is not None else None
         below = ("" if gap is None else
                  f"; the last quarter is {gap:.3f} nats below the bigram line: that much comes from the context "
                  "before the current character" if gap >= 0 else
                  f"; the last quarter is still {-gap:.3f} nats above the bigram line (the gain over position 0 "
                  "shows the context in use)")
-        return True, f"{head}: the model uses its context{below}"
+        if not gain_decides:
+            below += (" (the gain over position 0 is within twice its error, so this gap below the bigram line is "
+                      "the evidence)")
+        return state, f"{head}: the model uses its context{below}"
+    if state == UNDECIDED:
+        return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
+                       "cannot tell whether the model uses its context (more windows: --max_tokens 0, or a run with "
+                       "a larger train.eval_iters)")
     level = ""
     if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
                  "learned even how common each character is)")
     elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
-    if undecided(gain, curve, bigram, min_gain, margin, se, lq_se):
-        return False, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
-                       "cannot tell whether the model uses its context (more windows: --max_tokens 0, or a run with "
-                       "a larger train.eval_iters)")
-    return False, f"{head}: the later positions do not beat position 0, so the model does not use its context{level}"
+    if bigram is None:
+        return state, (f"{head}: the later positions do not beat position 0, so the model does not use its "
+                       f"context{level}")
+    rel = lq - bigram
+    where = f"{rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
+    noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
+             f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
+    return state, (f"{head}: the later positions do not beat position 0, and the last quarter is {where} the bigram "
+                   f"line {bigram:.3f} (the current character alone), not {margin} below it within twice its error, "
+                   f"so the model does not use its context{level}{noisy}")
 
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                   unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None) -> str:
     """:func:`context_verdict`'s sentence, and when the context is unused the three reasons with their knobs."""
-    used, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se)
-    if used or gain is None or undecided(gain, curve, bigram, Thresholds.context_min_gain,
-                                                                Thresholds.bigram_margin, se, lq_se):
+    state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se)
+    if state != UNUSED or gain is None:
         return words
     a, b, c = context_causes(model or {})
     return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
@@ -112,19 +142,20 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
 @rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
     """The final weights' loss over the last quarter of the positions is not below position 0's by
-    ``context_min_gain`` nor below the bigram baseline by ``bigram_margin``: the context before the
-    current character does not reach the loss. A curve that passes either threshold but not by twice its
-    standard error is undecided (:func:`undecided`) and no finding."""
+    ``context_min_gain`` and stays above the bigram baseline minus ``bigram_margin`` beyond twice its standard
+    error (:func:`context_state`): the context before the current character does not reach the loss. A curve
+    the windows cannot decide is no finding."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
     gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
     bigram = float(ev.baselines["bigram"]["nats"])
     unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
-    used, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se)
-    if used or undecided(gain, curve, bigram, th.context_min_gain, th.bigram_margin, se, lq_se):
+    state, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se)
+    if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
-    evidence = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions: "
-                f"{words}; bigram baseline {bigram:.3f}")
+    where = f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions"
+    evidence = f"{where}: {words}"
     a, b, c = context_causes(ev.section("model"))
     return Finding("context_unused", evidence, f"the cause is one of: {a}; {b}; or {c}")
+
