@@ -652,6 +652,29 @@ def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_t
     assert (ck / "best.safetensors").stat().st_size > 100 and best_step in (5, 10, 15)
 
 
+def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: with checkpoints/manifest.json deleted, --resume said "No checkpoint yet; starting it
+    again from step 0" and overwrote the run's metrics and checkpoints; context/layers blamed best's sha256."""
+    from conftest import assert_clean_error
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=20, train__eval_interval=10)]) == 0
+    (out / "checkpoints" / "manifest.json").unlink()
+    before = {p.name: p.read_bytes() for p in [*out.glob("*.json*"), *(out / "checkpoints").iterdir()]}
+    capsys.readouterr()
+    for argv in (["train", "--resume", str(out), "--train.max_iters", "30"], ["context", str(out)],
+                 ["layers", str(out)]):
+        rc = main(argv)
+        assert_clean_error(rc, capsys.readouterr().err, "manifest.json is missing", "restore manifest.json")
+    assert {p.name: p.read_bytes() for p in [*out.glob("*.json*"), *(out / "checkpoints").iterdir()]} == before
+    assert main(["report", str(out)]) == 0
+    assert "manifest.json is missing" in capsys.readouterr().err
+    # a kill inside the first checkpoint write (step files, no manifest yet) still restarts from step 0
+    (out / "checkpoints" / "best.safetensors").unlink()
+    (out / "checkpoints" / "step-000010.safetensors").unlink()
+    assert ckpt.latest_checkpoint(out) is None
+
+
 def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -96,9 +96,22 @@ def payload_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_manifest(ckdir: Path) -> dict:
+def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
+    """The manifest (an empty one when the run has none yet).
+
+    Raises:
+        DepthlabError: unreadable, not a manifest, newer than this depthlab; with ``strict``, missing while the
+            folder holds weights that only a manifest's existence explains (best.safetensors, which is written
+            after the manifest lists its step, or two step checkpoints): a deleted manifest, not a new run.
+    """
     m = ckdir / "manifest.json"
     if not m.exists():
+        listed = sorted(p.name for p in ckdir.glob("*.safetensors")) if ckdir.is_dir() else []
+        if strict and ("best.safetensors" in listed or len(listed) >= 2):
+            raise DepthlabError(f"{m} is missing (deleted?) though {ckdir} holds the weights it listed "
+                                f"({', '.join(listed[:3])}{', ...' if len(listed) > 3 else ''}): their sha256 cannot "
+                                "be checked, so depthlab neither reads nor replaces them; restore manifest.json from "
+                                "a copy, or train into a new train.out_dir")
         return {"format": FORMAT_VERSION, "checkpoints": [], "best": None}
     try:
         data = json.loads(m.read_text())
@@ -139,7 +152,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dic
     name = f"step-{step:06d}"
     atomic_write(ckdir / f"{name}.safetensors", wbytes)
     atomic_write(ckdir / f"{name}.state.pt", sbytes)
-    manifest = _read_manifest(ckdir)
+    manifest = _read_manifest(ckdir, strict=False)  # resume and the readers refuse a deleted manifest first
     entry = {"name": name, "step": step, "files": {
         f"{name}.safetensors": hashlib.sha256(wbytes).hexdigest(),
         f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()}}
@@ -175,10 +188,10 @@ def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:
 
 def damaged_weights(run_dir: Path) -> list[str]:
     """The ``.safetensors`` files manifest.json lists (step checkpoints and best) that are missing or do not
-    match their sha256, sorted; [] when every one is intact, or there is no manifest.
+    match their sha256, sorted; [] when every one is intact, or the run has no manifest yet.
 
     Raises:
-        DepthlabError: manifest.json unreadable or not a manifest (:func:`_read_manifest`).
+        DepthlabError: manifest.json unreadable, not a manifest, or deleted (:func:`_read_manifest`).
     """
     ckdir = Path(run_dir) / CKPT_DIR
     manifest = _read_manifest(ckdir)
