@@ -417,3 +417,25 @@ def test_report_says_which_weights_files_are_damaged(report_run, tmp_path, capsy
     shutil.copy(report_run / "checkpoints" / bad[0], run / "checkpoints" / bad[0])
     rc, _, err = run_cli(capsys, "diagnose", str(run))
     assert rc == 0 and "weights file" not in err  # diagnose reads records only
+
+
+def test_a_cut_last_line_is_named_as_the_reason_the_record_is_missing(report_run, tmp_path, capsys):
+    """A new user's pass: metrics.jsonl cut mid-line gave no warning, and context_unused's reason blamed "runs
+    stopped before their end" of a run that had finished."""
+    from conftest import fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m = run / "metrics.jsonl"
+    lines = m.read_text().splitlines()
+    ctx = [ln for ln in lines if '"event": "context"' in ln]
+    assert len(ctx) == 1
+    text = "".join(ln + "\n" for ln in lines if ln not in ctx) + ctx[0] + "\n"  # last, as a finished run's is
+    m.write_text(text[: len(text) - 40])
+    rc, out, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and err.count("warning:") == 1 and "is cut mid-record, though the run finished" in err
+    assert "context_unused (no loss-by-position record" in out and "is cut mid-record (damaged)" in out
+    assert "runs stopped before their end" not in out
+    m.write_text("".join(ln + "\n" for ln in lines if json.loads(ln)["step"] <= 15))  # the run's end cut off
+    rc, out, err = run_cli(capsys, "diagnose", str(run))
+    assert "records of" in err and "end at step 15, though summary.json says the run trained to step 20" in err
+    assert "its readable records end at step 15: the record of the run's end is among what is missing" in out

@@ -296,7 +296,7 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote; with
     ``weights_consequence`` (for a command that reads the weights), weights files that fail their sha256."""
     from .checkpoint import damaged_weights
-    from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics
+    from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics, torn_last_line
     from .units import counted
 
     bad = damaged_metrics_lines(run_dir)
@@ -306,9 +306,17 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
               file=sys.stderr)
     rd = RunDir(run_dir)
     final = (rd.summary or {}).get("final_step")
-    if not bad and isinstance(final, int) and final > 0 and (run_dir / METRICS).is_file() and not read_metrics(run_dir):
+    records = read_metrics(run_dir) if (run_dir / METRICS).is_file() else None
+    if not bad and isinstance(final, int) and final > 0 and records == []:
         print(f"{PROG}: warning: {run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} "
               f"were trained (emptied or damaged): {consequence}", file=sys.stderr)
+    if rd.summary is not None and torn_last_line(run_dir):
+        print(f"{PROG}: warning: the last line of {run_dir / METRICS} is cut mid-record, though the run finished "
+              f"({SUMMARY}): its last record is lost: {consequence}", file=sys.stderr)
+    last = max((r["step"] for r in records or [] if isinstance(r.get("step"), int)), default=None)
+    if isinstance(final, int) and last is not None and last < final:
+        print(f"{PROG}: warning: the readable records of {run_dir / METRICS} end at step {last}, though {SUMMARY} "
+              f"says the run trained to step {final} (cut short or damaged): {consequence}", file=sys.stderr)
     if rd.damaged(SUMMARY):
         print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
               "missing", file=sys.stderr)

@@ -274,6 +274,17 @@ def damaged_metrics_lines(run_dir: Path) -> int:
     return sum(_record(ln) is None for ln in lines[:-1])
 
 
+def torn_last_line(run_dir: Path) -> bool:
+    """True when the last non-blank line of ``run_dir/metrics.jsonl`` is not a record (:func:`_record`): cut
+    mid-write. Damage once the run has finished; in a live run, a record being appended."""
+    p = Path(run_dir) / METRICS
+    try:
+        lines = [ln for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return False
+    return bool(lines) and _record(lines[-1]) is None
+
+
 def truncate_metrics(run_dir: Path, step: int) -> None:
     """Keep only records with ``step <= step`` (resume continues after a checkpoint at ``step``)."""
     keep = [r for r in read_metrics(run_dir) if int(r.get("step", 0)) <= step]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ...config import ran_optimizer
-from ...rundir import RunDir
+from ...rundir import RunDir, torn_last_line
 from ...units import finite_or_none
 
 __all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list"]
@@ -124,6 +124,7 @@ class Evidence:
         baselines: ``baselines.json`` content (``uniform``, ``unigram``, ``bigram``, ``vocab_size``).
         summary: ``summary.json`` content (its ``nonfinite_skips`` count).
         thresholds: where the rules fire.
+        torn: the last line of a finished run's ``metrics.jsonl`` is cut mid-record (its last record is lost).
     """
 
     records: Sequence[dict] = ()
@@ -131,6 +132,7 @@ class Evidence:
     baselines: Optional[dict] = None
     summary: Optional[dict] = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    torn: bool = False
 
     @classmethod
     def from_run(cls, run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> "Evidence":
@@ -144,7 +146,8 @@ class Evidence:
         config, baselines = rd.config, rd.baselines
         if baselines is None and config is not None:
             baselines = _recompute_baselines(config)
-        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds())
+        torn = rd.summary is not None and torn_last_line(rd.path)
+        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn)
 
     # ------------------------------------------------------------------ the run's config
     def section(self, name: str) -> dict:

@@ -168,8 +168,12 @@ def _late_eval(ev: Evidence, who: str) -> Optional[str]:
 def _context(ev: Evidence, who: str) -> Optional[str]:
     rec = ev.context
     if rec is None:
+        final = (ev.summary or {}).get("final_step")
         why = ("metrics.jsonl holds no readable record" if not ev.records else
-               "runs trained before it existed, and runs stopped before their end, have none")
+               f"{run_length(ev)}: the record of the run's end is among what is missing"
+               if isinstance(final, int) and not isinstance(final, bool) and final > ev.last_step else
+               "the last line of metrics.jsonl, where a finished run keeps it, is cut mid-record (damaged)"
+               if ev.torn else "runs trained before it existed, and runs stopped before their end, have none")
         return (f"no loss-by-position record: the trainer writes one at the end of training ({why}; "
                 "`depthlab context RUN` measures it from the checkpoint)")
     if not isinstance(rec.get("context_gain"), (int, float)) or isinstance(rec.get("context_gain"), bool):
