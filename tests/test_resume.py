@@ -463,8 +463,11 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     r2 = Trainer(tiny_config(tmp_path / "m2", tiny_text_file, train=dict(cfg, max_iters=60, learning_rate=1e-2,
                                                                           resume=True)), log=lines.append)
     assert abs(r2.lr_at(10) - get_lr(10, 1e-2, 1e-4, 2, 20)) < 1e-12 and r2.lr_at(60) == 1e-4
-    assert any("train.learning_rate 0.003 -> 0.01: the schedule continues from the current step, scaled to the new "
-               "peak" in x for x in lines) and any(f"continues from {r2.lr_at(10):.3g} at step 10" in x for x in lines)
+    said = [x for x in lines if "learning" in x]
+    assert len(said) == 1 and said[0].startswith("resume: train.learning_rate 0.003 -> 0.01: the learning rate "
+                                                 f"continues from {r2.lr_at(10):.3g} at step 10 (the old peak's "
+                                                 f"schedule was at {get_lr(10, 3e-3, 1e-4, 2, 20):.3g} there)")
+    assert "and decays to train.min_lr 0.0001 at step 60 (the decay used to end at 20)" in said[0]
 
 
 def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_file):
@@ -474,8 +477,14 @@ def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_fi
     t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, learning_rate=1e-2,
                                                                         resume=True)), log=lines.append)
     assert t.lr_at(20) == t.lr_at(30) == 1e-4
-    assert any("stays at train.min_lr 0.0001 (the decay ended at step 20; the new train.learning_rate 0.01 does not "
-               "raise it)" in x for x in lines), lines
+    said = [x for x in lines if "learning" in x]  # one line, not also "scaled to the new peak" (a new user's pass)
+    assert said == ["resume: train.learning_rate 0.003 -> 0.01: the learning rate stays at train.min_lr 0.0001 (the "
+                    "decay ended at step 20; the new train.learning_rate 0.01 does not raise it); no jump back to the "
+                    "peak"], lines
+    lines.clear()  # a new peak on a run with nothing left to train: only that is said
+    Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, learning_rate=1e-2, resume=True)),
+            log=lines.append).fit()
+    assert any(x.startswith("nothing to train") for x in lines) and not any("learning" in x for x in lines), lines
 
 
 @pytest.mark.slow

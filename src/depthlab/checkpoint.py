@@ -404,8 +404,7 @@ RESUME_SILENT = frozenset({
 #: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
-    "train.learning_rate": "the schedule continues from the current step, scaled to the new peak (a decay that "
-                           "has ended stays at train.min_lr)",
+    "train.learning_rate": None,  # the schedule says what the new peak does (LRSchedule.resume)
     "train.muon_lr": "Muon's schedule continues from the current step with the new peak",
     "train.min_lr": "the cosine decay now ends at the new value",
     "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",
@@ -453,7 +452,8 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
             continue  # a field newer than the run, at its default: the run used that behaviour
         change = f"{key} {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
         if key in RESUME_NOTED:
-            noted.append(f"{change}: {RESUME_NOTED[key]}")
+            if RESUME_NOTED[key] is not None:
+                noted.append(f"{change}: {RESUME_NOTED[key]}")
         else:
             refused.append(change)
     return refused, noted

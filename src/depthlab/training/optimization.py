@@ -201,7 +201,9 @@ class LRSchedule:
             self.anchor = (step, lr_before, self.decay_iters)
 
     def resume(self, step: int, stored: Optional[list], old_train: dict, old_plan: Optional[Plan], log) -> None:
-        """On resume at ``step``: keep a stored anchor, or make one when the decay's end moved.
+        """On resume at ``step``: keep a stored anchor, or make one when the decay's end moved; a new
+        ``train.learning_rate`` scales what continues. Says in one line what the rate does from here, and nothing
+        when nothing will train (the trainer says that).
 
         Args:
             stored: the checkpoint's ``lr_anchor`` or None. old_train: the run's config.json ``train``.
@@ -214,33 +216,42 @@ class LRSchedule:
         scale = t.learning_rate / old_peak if old_peak > 0 else 1.0  # a new peak scales what continues
         if stored is not None and stored[2] == self.decay_iters:
             self.anchor = stored  # this schedule was already extended to the same end
-            if scale != 1.0 and step >= stored[0] and step < self.max_iters:
-                lr_now = max(t.min_lr, get_lr_from(step, *stored[:2], t.min_lr, stored[2]) * scale)
-                self.anchor = (step, lr_now, self.decay_iters)
-            return
         if step >= self.max_iters:
-            return  # nothing will train (fit says so): no schedule to continue, nothing to announce
+            return  # nothing will train: no schedule to continue, nothing to announce
         if old_plan is not None:
             old_decay, old_warmup = old_plan.lr_decay_iters or old_plan.max_iters, old_plan.warmup_iters
         else:
             old_decay = int(old_train.get("lr_decay_iters") or old_train.get("max_iters") or self.decay_iters)
             old_warmup = int(old_train.get("warmup_iters", t.warmup_iters))
-        if old_decay == self.decay_iters or step == 0:
-            return  # the planned schedule is unchanged: the run continues exactly as it was
-        if stored is not None and step >= stored[0]:  # extended once before, extended again now
-            lr_now = get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2]) * scale
-        else:  # the old schedule's shape at this step, with the peak now asked for
-            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)
-        lr_now = max(t.min_lr, lr_now)
-        self.anchor = (step, lr_now, self.decay_iters)
-        if lr_now <= t.min_lr:  # the old schedule had ended: nothing left to decay
-            peak = (f"; the new train.learning_rate {t.learning_rate:g} does not raise it" if scale != 1.0 else "")
-            log(f"resume: the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
+        anchored = stored is not None and step >= stored[0]  # extended before: the old schedule is the anchored one
+        if anchored:
+            old_decay, lr_old = stored[2], get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2])
+            lr_now = lr_old * scale
+        else:
+            lr_old = get_lr(step, old_peak, t.min_lr, old_warmup, old_decay)
+            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)  # its shape, the new peak
+        if scale == 1.0 and (old_decay == self.decay_iters or step == 0):
+            return  # the run continues exactly as it was
+        if step == 0:
+            log(f"resume: train.learning_rate {old_peak:g} -> {t.learning_rate:g}: the run starts again from step 0, "
+                "on the schedule of the new peak")
+            return
+        if old_decay == self.decay_iters and not anchored:
+            lr_now = self.lr_at(step)  # the same schedule with the new peak: no anchor needed
+        else:
+            lr_now = max(t.min_lr, lr_now)
+            self.anchor = (step, lr_now, self.decay_iters)
+        changed = f"train.learning_rate {old_peak:g} -> {t.learning_rate:g}: " if scale != 1.0 else ""
+        if lr_old <= t.min_lr:  # the old schedule had ended: nothing left to decay
+            self.anchor = (step, t.min_lr, self.decay_iters)
+            peak = f"; the new train.learning_rate {t.learning_rate:g} does not raise it" if scale != 1.0 else ""
+            log(f"resume: {changed}the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
                 f"{old_decay}{peak}); no jump back to the peak")
             return
-        log(f"resume: the learning rate continues from {lr_now:.3g} at step {step} and decays to "
-            f"train.min_lr {t.min_lr:g} at step {self.decay_iters} (the decay used to end at {old_decay}); "
-            "no jump back to the peak")
+        moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
+        scaled = f" (the old peak's schedule was at {lr_old:.3g} there)" if scale != 1.0 else ""
+        log(f"resume: {changed}the learning rate continues from {lr_now:.3g} at step {step}{scaled}, and decays to "
+            f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
 
     def state_dict(self) -> dict:
         """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
