@@ -112,6 +112,22 @@ def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_pat
         build_model(parse_source(f"{tmp_path / 'ex3.py'}:M"))
 
 
+def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
+    """A new user's pass: os._exit(4) at import ended `depthlab check` silently with status 4; input() at import
+    failed with EOFError glued to the file's prompt."""
+    import builtins
+    import os
+
+    exit_, input_ = os._exit, builtins.input
+    (tmp_path / "ex4.py").write_text("import os\nos._exit(4)\n")
+    with pytest.raises(DepthlabError, match=r"ex4.py exited \(SystemExit\(4\).*os._exit.*__main__"):
+        build_model(parse_source(f"{tmp_path / 'ex4.py'}:M"))
+    (tmp_path / "ask.py").write_text("n = int(input('layers? '))\n")
+    with pytest.raises(DepthlabError, match=r"ask.py asks for input \(input\('layers\? '\)\).*__main__"):
+        build_model(parse_source(f"{tmp_path / 'ask.py'}:M"))
+    assert (os._exit, builtins.input) == (exit_, input_)
+
+
 def test_gpt_only_fields_are_refused_with_a_source_naming_them():
     with pytest.raises(DepthlabError, match=r"model.n_layer 8, model.variant 'plain': these describe depthlab's GPT"):
         ModelConfig(source="m.py:M", n_layer=8, variant="plain")

@@ -13,10 +13,12 @@ The file is the user's code and runs as Python, with its own folder importable f
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import importlib.util
 import inspect
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +101,18 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
 
 
+class _InputAtImport(Exception):
+    """``input()`` called while the user's file was imported (its message: the call, with its prompt)."""
+
+
+def _exit_at_import(code: int = 0) -> None:
+    raise SystemExit(code)
+
+
+def _input_at_import(prompt: object = "") -> str:
+    raise _InputAtImport(f"input({str(prompt)!r})")
+
+
 def _factory(src: Source) -> Callable[..., Any]:
     for folder in [str(p) for p in (src.origin, src.path.resolve().parent) if p is not None]:
         if folder not in sys.path:
@@ -110,18 +124,26 @@ def _factory(src: Source) -> Callable[..., Any]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     argv0 = sys.argv[0] if sys.argv else ""
+    guard = "put that code under `if __name__ == \"__main__\":` so that importing the file only defines the model"
+    saved = os._exit, builtins.input
     try:
         if sys.argv:  # a script's argparse at import then names the file, not depthlab, in its own message
             sys.argv[0] = str(src.path)
+        # os._exit would end depthlab with no word, input() would wait on (or fail to read) the terminal: while
+        # the file is imported they raise instead, so that the one line below can say what the file did
+        os._exit, builtins.input = _exit_at_import, _input_at_import
         spec.loader.exec_module(module)
+    except _InputAtImport as e:
+        raise DepthlabError(f"{src}: importing {src.path} asks for input ({e}): the file runs a script when "
+                            f"imported; {guard}") from None
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
         raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
     except SystemExit as e:  # a script's argparse or sys.exit at module level: depthlab only imports the file
         raise DepthlabError(f"{src}: importing {src.path} exited (SystemExit({e.code!r}), any lines just above are "
-                            "its own): the file runs a script when imported (argparse, sys.exit, a training loop); "
-                            "put that code under `if __name__ == \"__main__\":` so that importing the file only "
-                            "defines the model") from None
+                            "its own): the file runs a script when imported (argparse, sys.exit, os._exit, a "
+                            f"training loop); {guard}") from None
     finally:
+        os._exit, builtins.input = saved
         if sys.argv:
             sys.argv[0] = argv0
     made = getattr(module, src.name, None)
