@@ -66,3 +66,10 @@ def test_fmt_value_is_what_the_sweep_names_runs_with(tmp_path):
     names = [p.name for p in sweep.expand(spec, tmp_path)]
     assert names == ["learning_rate-0.0003_n_layer-02", "learning_rate-0.0003_n_layer-16",
                      "learning_rate-0.001_n_layer-02", "learning_rate-0.001_n_layer-16"]
+
+
+def test_counted_and_agree_make_a_count_and_its_verb_agree():
+    from depthlab.units import agree, counted
+
+    assert [f"{counted(n, 'line')} {agree(n, 'is', 'are')}" for n in (0, 1, 2, 1000)] == [
+        "0 lines are", "1 line is", "2 lines are", "1,000 lines are"]

@@ -297,11 +297,11 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     ``weights_consequence`` (for a command that reads the weights), weights files that fail their sha256."""
     from .checkpoint import damaged_weights
     from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics, torn_last_line
-    from .units import counted
+    from .units import agree, counted
 
     bad = damaged_metrics_lines(run_dir)
     if bad:
-        what = "is not a JSON record" if bad == 1 else "are not JSON records"
+        what = agree(bad, "is not a JSON record", "are not JSON records")
         print(f"{PROG}: warning: {counted(bad, 'line')} of {run_dir / METRICS} {what} (damaged): {consequence}",
               file=sys.stderr)
     rd = RunDir(run_dir)
@@ -327,7 +327,7 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
         weights = []
     if weights:
         print(f"{PROG}: warning: {counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
-              f"{'is missing or fails its' if len(weights) == 1 else 'are missing or fail their'} sha256 check "
+              f"{agree(len(weights), 'is missing or fails its', 'are missing or fail their')} sha256 check "
               f"({', '.join(weights[:4])}"
               f"{', ...' if len(weights) > 4 else ''}): {weights_consequence}", file=sys.stderr)
 

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, Optional, TypeVar
 
-__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted"]
+__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted", "agree"]
 
 #: ln 2: nats per bit. A loss in nats/token divided by LN2 is bits/token (Shannon 1948).
 LN2 = math.log(2.0)
@@ -50,6 +50,12 @@ def finite_or(v: Any, default: _D) -> float | _D:
 def counted(n: int, noun: str) -> str:
     """``"1 step"``, ``"2 steps"``, ``"0 steps"``: a count with its noun (plural by an added s)."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def agree(n: int, one: str, many: str) -> str:
+    """``one`` when ``n`` is 1, else ``many``: the words after :func:`counted` that agree with its count
+    (``agree(n, "is", "are")``)."""
+    return one if n == 1 else many
 
 
 def fmt_value(v: Any, spec: Optional[str] = None, *, missing: str = "—") -> str:

@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from ..units import counted
+from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import rundir
 from ..budget import Plan
@@ -143,7 +143,7 @@ class Checkpointer:
         """
         bad = rundir.damaged_metrics_lines(self.run_dir)
         if bad:
-            what = "was not a JSON record" if bad == 1 else "were not JSON records"
+            what = agree(bad, "was not a JSON record", "were not JSON records")
             self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
                      "drops them, and its figures and diagnosis lack what they held")
         truncate_metrics(self.run_dir, step)

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ...units import counted
+from ...units import agree, counted
 from .finite import first_nonfinite, nonfinite_result
 from .subject import CheckResult, ModelFault, Subject, call_user
 
@@ -316,7 +316,7 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
               "att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')), softmax over the last (key) "
               "axis, or F.scaled_dot_product_attention(q, k, v, is_causal=True)")
     if offsets == list(range(1, len(offsets) + 1)) and len(offsets) <= min(8, T // 2):
-        verb = "leaks" if len(offsets) == 1 else "leak"
+        verb = agree(len(offsets), "leaks", "leak")
         text += (f"; only the nearest {counted(len(offsets), 'later token')} {verb}: the mask lets each position "
                  "see the next token, and each layer passes that on one position further")
         remedy = ("the mask lets each position see the next token: build it with torch.tril(torch.ones(T, T)) "
