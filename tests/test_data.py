@@ -124,6 +124,11 @@ def test_short_corpus_names_both_numbers(tmp_path):
     assert "30" in str(e.value) and "65" in str(e.value)
     big = D.load_corpus(DataConfig(path=str(_write(tmp_path, "s2.txt", b"to be or not to be " * 10))))
     big.check_block_size(8)  # 190 chars: both splits are long enough
+    said = []
+    big.check_block_size(40, log=said.append)  # the 10 % val split (19 chars) is shorter than 41: enlarged
+    assert len(big.val) == 41 and len(big.train) == 190 - 41
+    assert said == ["warning: the validation split was shorter than model.block_size + 1 = 41 tokens; the last 41 "
+                    "tokens are the validation split instead (a larger data.val_fraction or a longer text gives more)"]
 
 
 def test_tiny_corpora(tmp_path):

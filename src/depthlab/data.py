@@ -120,8 +120,9 @@ class Corpus:
         if n - self.n_train < need or self.n_train < need:
             self.n_train = n - need
             if log:
-                log(f"the validation split was shorter than block_size + 1 = {need}; using the last "
-                    f"{need} tokens for validation")
+                log(f"warning: the validation split was shorter than model.block_size + 1 = {need} tokens; the "
+                    f"last {need} tokens are the validation split instead (a larger data.val_fraction or a "
+                    "longer text gives more)")
 
 
 def _cache_root(cfg: DataConfig) -> Path:
