@@ -189,3 +189,20 @@ def test_start_policy_spins_on_an_idle_machine_sleeps_on_a_busy_one_unless_measu
     machine.cache_file().parent.mkdir(parents=True)
     write_json(machine.cache_file(), {machine.policy_key(2): {"omp_wait": "active"}})
     assert machine.start_policy() == "active"  # what a measurement at this load found wins
+
+
+def test_the_auto_line_says_which_settings_were_given_not_chosen(tmp_path, capsys):
+    """`--train.threads 999` printed "auto settings: 999 threads, ..." as if auto had chosen 999 threads."""
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    text = tmp_path / "t.txt"
+    text.write_text("to be or not to be, that is the question. " * 40)
+    assert main(["train", *tiny_cli_args(text, tmp_path / "r", train__max_iters=2, train__threads=1)]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("auto settings:")]
+    assert line and line[0].startswith("auto settings: 1 thread, ")
+    assert "(train.threads as given; not measured" in line[0]
+    t = Tuning(S(2), "rule", "every setting given")
+    assert t.line(["train.threads", "train.dtype", "train.attention"]).endswith("(every setting given)")
+    assert t.line().endswith("(every setting given)")

@@ -468,7 +468,9 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
                  f"{counted(r['threads'], 'thread')}, {tokens_per_step} tokens/step")
     if rt.tuning is not None and run.device.type == "cpu":
-        lines.append(rt.tuning.line())
+        given = [f"train.{f}" for f, auto in (("threads", 0), ("dtype", "auto"), ("attention", "auto"))
+                 if getattr(t, f) != auto]
+        lines.append(rt.tuning.line(given))
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
                  f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")
     return lines

@@ -118,16 +118,18 @@ class Tuning:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def line(self) -> str:
-        """The one console line: what was chosen, from what."""
+    def line(self, given: Sequence[str] = ()) -> str:
+        """The one console line: what was chosen, from what; ``given`` names the fields the user set
+        (``train.threads``), which the line says were not chosen."""
         s = self.setting
+        kept = f"{', '.join(given)} as given; " if given and self.why != "every setting given" else ""
         if self.source == "rule" or not self.ms_per_step:
-            return f"auto settings: {s.label()} ({self.why})"
+            return f"auto settings: {s.label()} ({kept}{self.why})"
         best = self.ms_per_step.get(s.label())
         rest = sorted((v, k) for k, v in self.ms_per_step.items() if k != s.label())
         worst = f"; slowest {rest[-1][1]} {rest[-1][0]:.0f} ms" if rest else ""
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
-        return (f"auto settings: {s.label()} ({best:.0f} ms/step{worst}; {len(self.ms_per_step)} candidates, "
+        return (f"auto settings: {s.label()} ({kept}{best:.0f} ms/step{worst}; {len(self.ms_per_step)} candidates, "
                 f"{when}, {self.busy} of {os.cpu_count() or 1} cores busy with other work)")
 
 
