@@ -465,9 +465,13 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     assert abs(r2.lr_at(10) - get_lr(10, 1e-2, 1e-4, 2, 20)) < 1e-12 and r2.lr_at(60) == 1e-4
     said = [x for x in lines if "learning" in x]
     assert len(said) == 1 and said[0].startswith("resume: train.learning_rate 0.003 -> 0.01: the learning rate "
-                                                 f"continues from {r2.lr_at(10):.3g} at step 10 (the old peak's "
-                                                 f"schedule was at {get_lr(10, 3e-3, 1e-4, 2, 20):.3g} there)")
+                                                 f"continues from {r2.lr_at(10):.3g} at step 10 (the run's old "
+                                                 f"settings: {get_lr(10, 3e-3, 1e-4, 2, 20):.3g})")
     assert "and decays to train.min_lr 0.0001 at step 60 (the decay used to end at 20)" in said[0]
+    # Muon follows the same schedule times muon_lr / learning_rate: a new AdamW peak moves it, and the line says so
+    muon = r2.cfg.train.muon_lr
+    assert said[0].endswith(f"; Muon's rate {get_lr(10, 3e-3, 1e-4, 2, 20) * muon / 3e-3:.3g} -> "
+                            f"{r2.lr_at(10) * muon / 1e-2:.3g}")
 
 
 def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_file):
@@ -480,11 +484,33 @@ def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_fi
     said = [x for x in lines if "learning" in x]  # one line, not also "scaled to the new peak" (a new user's pass)
     assert said == ["resume: train.learning_rate 0.003 -> 0.01: the learning rate stays at train.min_lr 0.0001 (the "
                     "decay ended at step 20; the new train.learning_rate 0.01 does not raise it); no jump back to the "
-                    "peak"], lines
+                    "peak; Muon's rate 0.000333 -> 0.0001"], lines  # Muon: min_lr x muon_lr / learning_rate
     lines.clear()  # a new peak on a run with nothing left to train: only that is said
     Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, learning_rate=1e-2, resume=True)),
             log=lines.append).fit()
     assert any(x.startswith("nothing to train") for x in lines) and not any("learning" in x for x in lines), lines
+
+
+def test_a_new_min_lr_on_an_ended_decay_says_the_rate_moves(tmp_path, tiny_text_file):
+    """A new user's pass: --train.min_lr 0.001 on a finished run printed "stays at train.min_lr 0.001" while the
+    rate went from 1.03e-4 to 1e-3; a new muon_lr on an AdamW run was announced as changing Muon's schedule."""
+    cfg = dict(max_iters=20, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4, optimizer="adamw")
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    shutil.copytree(tmp_path / "r", tmp_path / "same")
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, min_lr=1e-3, muon_lr=0.05,
+                                                                        resume=True)), log=lines.append)
+    assert t.lr_at(20) == t.lr_at(30) == 1e-3
+    said = [x for x in lines if x.startswith("resume:")]
+    assert said == ["resume: train.muon_lr 0.01 -> 0.05 changes nothing: this run trains every parameter with AdamW "
+                    "(train.optimizer)",
+                    "resume: train.min_lr 0.0001 -> 0.001: the learning rate goes from 0.0001 to the new train.min_lr "
+                    "0.001 (the decay ended at step 20); no jump back to the peak"], lines
+    lines.clear()  # the same settings: nothing to say
+    Trainer(tiny_config(tmp_path / "same", tiny_text_file, train=dict(cfg, max_iters=30, resume=True)),
+            log=lines.append)
+    assert [x for x in lines if x.startswith("resume:")] == ["resume: the learning rate stays at train.min_lr 0.0001 (the decay "
+                                                 "ended at step 20); no jump back to the peak"], lines
 
 
 @pytest.mark.slow

@@ -405,8 +405,8 @@ RESUME_SILENT = frozenset({
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
     "train.learning_rate": None,  # the schedule says what the new peak does (LRSchedule.resume)
-    "train.muon_lr": "Muon's schedule continues from the current step with the new peak",
-    "train.min_lr": "the cosine decay now ends at the new value",
+    "train.muon_lr": None,
+    "train.min_lr": None,
     "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",
     "train.lr_decay_iters": "the cosine decay is recomputed from the current step",
     "train.weight_decay": "AdamW's decoupled decay changes from the next step",

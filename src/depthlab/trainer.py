@@ -218,7 +218,7 @@ class Trainer:
         self.evaluator.load_state_dict(st, self.run_dir, self.step)
         self.wall_before = float(st["wall_time_s"])
         self.schedule.resume(self.step, st.get("lr_anchor"), point.old_config.get("train") or {}, point.plan,
-                             self.log)
+                             self.log, muon=point.optimizer == "muon")
         self.log(f"resuming {self.run_dir} from step {self.step} (best val {self.best_val:.4f})")
 
     # ----------------------------------------------------------------- what the parts hold, by name

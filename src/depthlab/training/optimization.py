@@ -200,24 +200,31 @@ class LRSchedule:
         if step > self.warmup_iters:
             self.anchor = (step, lr_before, self.decay_iters)
 
-    def resume(self, step: int, stored: Optional[list], old_train: dict, old_plan: Optional[Plan], log) -> None:
+    def resume(self, step: int, stored: Optional[list], old_train: dict, old_plan: Optional[Plan], log,
+               muon: bool = False) -> None:
         """On resume at ``step``: keep a stored anchor, or make one when the decay's end moved; a new
-        ``train.learning_rate`` scales what continues. Says in one line what the rate does from here, and nothing
-        when nothing will train (the trainer says that).
+        ``train.learning_rate`` scales what continues, a new ``train.min_lr`` is the new floor. Says in one line
+        what the rate does from here, compared with what the run's old settings gave at this step (and Muon's
+        rate, which follows ``learning_rate``), and nothing when nothing will train (the trainer says that).
 
         Args:
             stored: the checkpoint's ``lr_anchor`` or None. old_train: the run's config.json ``train``.
             old_plan: the plan the run followed until now (None: it followed ``old_train``).
-            log: console lines.
+            log: console lines. muon: the run trains its matrices with Muon.
         """
         t = self.train
         stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
         old_peak = float(old_train.get("learning_rate", t.learning_rate))
+        old_min = float(old_train.get("min_lr", t.min_lr))
+        old_muon = float(old_train.get("muon_lr", t.muon_lr))
         scale = t.learning_rate / old_peak if old_peak > 0 else 1.0  # a new peak scales what continues
         if stored is not None and stored[2] == self.decay_iters:
             self.anchor = stored  # this schedule was already extended to the same end
         if step >= self.max_iters:
             return  # nothing will train: no schedule to continue, nothing to announce
+        if old_muon != t.muon_lr and not muon:
+            log(f"resume: train.muon_lr {old_muon:g} -> {t.muon_lr:g} changes nothing: this run trains every "
+                "parameter with AdamW (train.optimizer)")
         if old_plan is not None:
             old_decay, old_warmup = old_plan.lr_decay_iters or old_plan.max_iters, old_plan.warmup_iters
         else:
@@ -225,33 +232,45 @@ class LRSchedule:
             old_warmup = int(old_train.get("warmup_iters", t.warmup_iters))
         anchored = stored is not None and step >= stored[0]  # extended before: the old schedule is the anchored one
         if anchored:
-            old_decay, lr_old = stored[2], get_lr_from(step, stored[0], stored[1], t.min_lr, stored[2])
-            lr_now = lr_old * scale
+            old_decay = stored[2]
+            lr_old = get_lr_from(step, stored[0], stored[1], old_min, stored[2])
+            lr_now = get_lr_from(step, stored[0], stored[1] * scale, t.min_lr, stored[2])
         else:
-            lr_old = get_lr(step, old_peak, t.min_lr, old_warmup, old_decay)
-            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)  # its shape, the new peak
-        if scale == 1.0 and (old_decay == self.decay_iters or step == 0):
-            return  # the run continues exactly as it was
-        if step == 0:
-            log(f"resume: train.learning_rate {old_peak:g} -> {t.learning_rate:g}: the run starts again from step 0, "
-                "on the schedule of the new peak")
-            return
-        if old_decay == self.decay_iters and not anchored:
-            lr_now = self.lr_at(step)  # the same schedule with the new peak: no anchor needed
-        else:
-            lr_now = max(t.min_lr, lr_now)
-            self.anchor = (step, lr_now, self.decay_iters)
-        changed = f"train.learning_rate {old_peak:g} -> {t.learning_rate:g}: " if scale != 1.0 else ""
-        if lr_old <= t.min_lr:  # the old schedule had ended: nothing left to decay
-            self.anchor = (step, t.min_lr, self.decay_iters)
+            lr_old = get_lr(step, old_peak, old_min, old_warmup, old_decay)
+            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)  # its shape, the new settings
+        ended = step > 0 and lr_old <= old_min
+        if ended:
+            lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
+        if (old_decay, old_peak, old_min) == (self.decay_iters, t.learning_rate, t.min_lr) or step == 0:
+            if step == 0 and scale != 1.0:
+                log(f"resume: train.learning_rate {old_peak:g} -> {t.learning_rate:g}: the run starts again from "
+                    "step 0, on the schedule of the new peak")
+            if old_muon == t.muon_lr or step == 0 or not muon:
+                return  # the run continues exactly as it was
+        if old_decay != self.decay_iters or anchored or ended:
+            self.anchor = (step, max(t.min_lr, lr_now), self.decay_iters)
+        lr_now = self.lr_at(step)
+        changed = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old_peak, t.learning_rate),
+                                                               ("min_lr", old_min, t.min_lr),
+                                                               ("muon_lr", old_muon, t.muon_lr if muon else old_muon))
+                   if a != b]
+        head = "resume: " + (f"{'; '.join(changed)}: " if changed else "")
+        if ended:
             peak = f"; the new train.learning_rate {t.learning_rate:g} does not raise it" if scale != 1.0 else ""
-            log(f"resume: {changed}the learning rate stays at train.min_lr {t.min_lr:g} (the decay ended at step "
-                f"{old_decay}{peak}); no jump back to the peak")
-            return
-        moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
-        scaled = f" (the old peak's schedule was at {lr_old:.3g} there)" if scale != 1.0 else ""
-        log(f"resume: {changed}the learning rate continues from {lr_now:.3g} at step {step}{scaled}, and decays to "
-            f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
+            moves = ("stays at" if math.isclose(lr_now, lr_old, rel_tol=1e-9) else
+                     f"goes from {lr_old:.3g} to the new")
+            what = (f"the learning rate {moves} train.min_lr {t.min_lr:g} (the decay ended at step {old_decay}{peak}); "
+                    "no jump back to the peak")
+        else:
+            was = "" if math.isclose(lr_now, lr_old, rel_tol=1e-9) else f" (the run's old settings: {lr_old:.3g})"
+            moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
+            what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}, and decays to train.min_lr "
+                    f"{t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
+        if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
+            m_old, m_now = lr_old * old_muon / old_peak, lr_now * t.muon_lr / t.learning_rate
+            if not math.isclose(m_old, m_now, rel_tol=1e-9):
+                what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
+        log(head + what)
 
     def state_dict(self) -> dict:
         """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
