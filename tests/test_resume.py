@@ -509,8 +509,9 @@ def test_a_new_min_lr_on_an_ended_decay_says_the_rate_moves(tmp_path, tiny_text_
     lines.clear()  # the same settings: nothing to say
     Trainer(tiny_config(tmp_path / "same", tiny_text_file, train=dict(cfg, max_iters=30, resume=True)),
             log=lines.append)
-    assert [x for x in lines if x.startswith("resume:")] == ["resume: the learning rate stays at train.min_lr 0.0001 (the decay "
-                                                 "ended at step 20); no jump back to the peak"], lines
+    said = [x for x in lines if x.startswith("resume:")]
+    assert said == ["resume: the learning rate stays at train.min_lr 0.0001 (the decay ended at step 20); no jump back "
+                    "to the peak"], lines
 
 
 @pytest.mark.slow
