@@ -354,3 +354,43 @@ def test_cli_usage_errors_are_one_line_exit_2(capsys, args, words):
     assert rc == 2 and out == ""
     assert err.startswith("depthlab: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert words in err
+
+
+class _Returns(nn.Module):
+    """An embedding bigram model whose forward returns ``kind`` of its logits."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind, self.emb = kind, nn.Embedding(65, 65)
+
+    def forward(self, idx, targets=None):
+        logits = self.emb(idx)
+        if self.kind == "loss_first":
+            loss = None if targets is None else nn.functional.cross_entropy(logits.view(-1, 65), targets.view(-1))
+            return loss, logits
+        return {"dict": {"logits": logits}, "int": logits.long(), "flat": logits.view(-1, 65)}[self.kind]
+
+
+@pytest.mark.parametrize("kind, needle", [("dict", "returned dict"), ("int", "torch.int64 logits"),
+                                          ("flat", "returned logits of shape (256, 65), expected (16, 16, V)")])
+def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
+    """A new user's pass: a forward returning a dict, int64 logits or a flat (B*T, V) tensor was tried at 60
+    other sizes and told to give --batch_size and --block_size: no size changes what comes back."""
+    with pytest.raises(DepthlabError) as e:
+        check_model(_Returns(kind), corpus, block_size=16)
+    assert needle in str(e.value) and "no other size changes what the forward returns" in str(e.value)
+    assert "--batch_size" not in str(e.value) and "other sizes tried" not in str(e.value)
+
+
+def test_a_loss_first_tuple_gives_its_logits(corpus):
+    """(loss, logits) was read as logits of shape () (the 0-d loss came first)."""
+    rep = check_model(_Returns("loss_first"), corpus, block_size=16, rules=("shape", "vocab", "init_loss"))
+    assert all(c.ok is True for c in rep.checks), [(c.rule, c.summary) for c in rep.checks]
+
+
+def test_a_model_without_parameters_is_one_line(tmp_path):
+    f = tmp_path / "none.py"
+    f.write_text("import torch\nclass M(torch.nn.Module):\n    def forward(self, idx):\n"
+                 "        return torch.zeros(*idx.shape, 65)\n")
+    with pytest.raises(DepthlabError, match=r"M\(\.\.\.\) has no parameters, so training has nothing to change"):
+        build_model(parse_source(f"{f}:M"))

@@ -188,6 +188,10 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         raise DepthlabError(f"{src}: {src.name}(...) returned an object of type {type(model).__name__}, not a "
                             "torch.nn.Module; "
                             "give a class or a function that returns the model")
+    if next(model.parameters(), None) is None:
+        raise DepthlabError(f"{src}: {src.name}(...) has no parameters, so training has nothing to change: make its "
+                            "weights nn.Parameter or submodules (nn.Embedding, nn.Linear) assigned as attributes in "
+                            "__init__, not plain tensors")
     return model
 
 
@@ -217,13 +221,17 @@ def first_tensor(out: Any, who: str, needs: str) -> torch.Tensor:
 
 
 def logits_of(out: Any) -> torch.Tensor:
-    """The logits (B, T, V) of a forward's output: the tensor itself, or the first element of a tuple/list.
+    """The logits (B, T, V) of a forward's output: the tensor itself, or the first element of a tuple/list that
+    is a tensor of two or more dimensions (``(logits, loss)`` as nanoGPT, or ``(loss, logits)``: a loss is 0-d),
+    else its first element.
 
     Raises:
         DepthlabError: neither (:func:`first_tensor`).
     """
+    if isinstance(out, (tuple, list)):
+        out = next((o for o in out if isinstance(o, torch.Tensor) and o.dim() >= 2), out)
     return first_tensor(out, "the model's forward(idx)",
-                        "it must return the logits (B, T, V), or a tuple whose first element is the logits")
+                        "it must return the logits (B, T, V), or a tuple holding them (nanoGPT's (logits, loss))")
 
 
 #: The file beside a run's copy that names the folder of the original (sibling modules come from there).

@@ -1,8 +1,8 @@
 """What the trainer needs of a model, and the optional extras only depthlab's own GPT has.
 
 The protocol is the one of DESIGN.md ("The user's own model"): ``forward(idx)`` with ``idx`` (B, T)
-int64 token ids returns logits (B, T, V), or a tuple whose first element is the logits. The loss is
-the mean cross-entropy in nats per target token. depthlab's :class:`~depthlab.model.GPT` computes
+int64 token ids returns logits (B, T, V), or a tuple holding them (its first tensor of 2+ dimensions). The
+loss is the mean cross-entropy in nats per target token. depthlab's :class:`~depthlab.model.GPT` computes
 that loss itself (``forward(idx, targets)``), which the trainer uses so its numbers stay bit-identical;
 its attention path and the blocks Muon updates are extras asked for through this module only.
 

@@ -40,8 +40,15 @@ def _names(names: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------- shape
+class _Problem(str):
+    """A failed attempt's one line, and whether it is :attr:`ModelFault.size_free`."""
+
+    size_free = False
+
+
 def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int] = None) -> Optional[str]:
-    """None when the forward accepts (B, T) and returns (B, T, V) logits, else the problem in one line.
+    """None when the forward accepts (B, T) and returns (B, T, V) logits, else the problem in one line (a
+    :class:`_Problem`).
 
     ``cap``: use token ids below it only (when the corpus's ids fail, to tell a vocabulary problem apart).
     """
@@ -52,7 +59,9 @@ def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[i
         with torch.no_grad():
             logits = subject.logits(model, x)
     except ModelFault as e:
-        return str(e)
+        problem = _Problem(str(e))
+        problem.size_free = e.size_free
+        return problem
     subject.model_vocab = int(logits.shape[-1])
     return None
 
@@ -142,6 +151,9 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     cap = None
     if asked_err is not None and _attempt(subject, model, B, T, cap=2) is None:
         cap, asked_err = 2, None  # the size is fine, some token ids are not: the vocab rule says which
+    if getattr(asked_err, "size_free", False):  # what came back is wrong at every size: say that alone
+        raise ModelFault(f"{asked_err} (at the asked size B={B}, T={T}; no other size changes what the forward "
+                         "returns)", size_free=True)
     search = _SizeSearch(subject, model, max_T)
     found, longest = ((B, T), None) if asked_err is None else search.find(B, T)
     if found is None:

@@ -66,7 +66,13 @@ class ModelFault(Exception):
 
     Args:
         message: the problem's first line (``Type: text``), with where it happened.
+        size_free: the forward returned the wrong kind of thing (not a tensor, not floats, not three
+            dimensions): no batch size or length changes that, so no other size is worth trying.
     """
+
+    def __init__(self, message: str, size_free: bool = False):
+        super().__init__(message)
+        self.size_free = size_free
 
 
 def where(e: BaseException) -> Optional[str]:
@@ -131,18 +137,22 @@ class Subject:
         try:
             logits = ModelPort(model).logits(model, idx, targets)
         except DepthlabError as e:  # not logits
-            raise ModelFault(str(e)) from None
+            raise ModelFault(str(e), size_free=True) from None
         except Exception as e:  # noqa: BLE001 - the user's forward
             raise ModelFault(fault_text(e)) from None
         B, T = idx.shape
-        if logits.dim() != 3 or tuple(logits.shape[:2]) != (B, T):
+        if logits.dim() != 3:
+            raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
+                             f"expected ({B}, {T}, V): three dimensions", size_free=True)
+        if tuple(logits.shape[:2]) != (B, T):
             hint = ""
             if logits.dim() == 3 and logits.shape[:2] == (B, 1) and T > 1:
                 hint = "; only the last position came back: return the logits of every position"
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({B}, {T}, V){hint}")
         if not logits.is_floating_point():
-            raise ModelFault(f"forward(idx) returned {logits.dtype} logits; they must be floating point")
+            raise ModelFault(f"forward(idx) returned {logits.dtype} logits; they must be floating point",
+                             size_free=True)
         return logits
 
     def logits_many(self, model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
