@@ -101,12 +101,26 @@ def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_pat
     import sys
 
     script = tmp_path / "argp.py"
-    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\nclass M:\n    pass\n")
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('data')\np.parse_args()\n"
+                      "class M:\n    pass\n")  # a required argument: exits 2 when run bare
     argv = list(sys.argv)
     with pytest.raises(DepthlabError, match=r"argp.py:M: importing .*argp.py exited \(SystemExit\(2\).*"
                                             r"if __name__ == \"__main__\""):
         build_model(parse_source(f"{script}:M"))
     assert sys.argv == argv and "usage: argp.py" in capsys.readouterr().err  # its message names the file
+    # an argparse with defaults only imports as when the file runs bare: depthlab's own arguments are not its
+    (tmp_path / "argd.py").write_text("import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', "
+                                      "default=2)\nN = p.parse_args().n\nARGV = list(sys.argv)\n"
+                                      "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                                      "        super().__init__()\n        self.w = torch.nn.Linear(1, 1)\n")
+    sys.argv[1:] = ["check", "--train.max_iters", "5"]
+    try:
+        build_model(parse_source(f"{tmp_path / 'argd.py'}:M"))
+        mod = sys.modules["depthlab_user_argd"]
+        assert mod.N == 2 and mod.ARGV == [str(tmp_path / "argd.py")]
+        assert sys.argv[1:] == ["check", "--train.max_iters", "5"]
+    finally:
+        sys.argv[:] = argv
     (tmp_path / "ex3.py").write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(DepthlabError, match=r"ex3.py exited \(SystemExit\(3\)"):
         build_model(parse_source(f"{tmp_path / 'ex3.py'}:M"))

@@ -123,12 +123,13 @@ def _factory(src: Source) -> Callable[..., Any]:
         raise DepthlabError(f"{src}: {src.path} cannot be loaded as Python; give a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
-    argv0 = sys.argv[0] if sys.argv else ""
+    argv = list(sys.argv)
     guard = "put that code under `if __name__ == \"__main__\":` so that importing the file only defines the model"
     saved = os._exit, builtins.input
     try:
-        if sys.argv:  # a script's argparse at import then names the file, not depthlab, in its own message
-            sys.argv[0] = str(src.path)
+        # a script's argparse at import sees the file run bare (its defaults), not depthlab's own arguments,
+        # and its messages name the file, not depthlab
+        sys.argv[:] = [str(src.path)]
         # os._exit would end depthlab with no word, input() would wait on (or fail to read) the terminal: while
         # the file is imported they raise instead, so that the one line below can say what the file did
         os._exit, builtins.input = _exit_at_import, _input_at_import
@@ -144,8 +145,7 @@ def _factory(src: Source) -> Callable[..., Any]:
                             f"training loop); {guard}") from None
     finally:
         os._exit, builtins.input = saved
-        if sys.argv:
-            sys.argv[0] = argv0
+        sys.argv[:] = argv
     made = getattr(module, src.name, None)
     if made is None:
         names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
