@@ -372,11 +372,13 @@ def write_run_dir(tmp_path, records, **files) -> Path:
 
 
 def fresh_copy(run_dir: Path, dest: Path) -> Path:
-    """A copy of a shared run without its plots/ (so every PNG found later was written by the test)."""
+    """A copy of a shared run without its plots/ and report.html (so every PNG or page found later was written by
+    the test, whichever tests ran before)."""
     import shutil
 
     dest = Path(shutil.copytree(run_dir, dest))
     shutil.rmtree(dest / "plots", ignore_errors=True)
+    (dest / "report.html").unlink(missing_ok=True)
     return dest
 
 

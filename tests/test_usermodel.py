@@ -205,6 +205,22 @@ def test_the_run_uses_its_own_copy_and_says_when_the_file_changed(tmp_path, tiny
     assert not (tmp_path / "hf").exists()
 
 
+def test_a_changed_copy_in_the_run_is_named_not_the_users_file(tmp_path, tiny_text_file, model_file, capsys):
+    """A new user's pass: the run's source/ copy replaced by `raise SystemExit(5)`: resume warned that the user's
+    (unchanged) file had changed, then blamed the file for running a script at import."""
+    from conftest import assert_clean_error
+
+    src = f"{model_file}:MyGPT"
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=10), **QUIET).fit()
+    copy = tmp_path / "r" / "source" / "mine.py"
+    copy.write_text("raise SystemExit(5)\n")
+    with pytest.raises(DepthlabError, match=r"mine.py does not match the sha256 .*config.json recorded for it .*"
+                                            r"the run's own copy of its model file was changed or damaged"):
+        Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=20, resume=True), **QUIET)
+    for argv in (["sample", str(tmp_path / "r")], ["context", str(tmp_path / "r")]):
+        assert_clean_error(main(argv), capsys.readouterr().err, "does not match the sha256")
+
+
 @pytest.mark.parametrize("init,block,words", [
     ({"n_layer": 2}, 32, "forward(idx) failed on idx of shape (4, 32) (train.batch_size, model.block_size): "
                          "IndexError: index out of range in self"),

@@ -296,7 +296,7 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote; with
     ``weights_consequence`` (for a command that reads the weights), weights files that fail their sha256."""
     from .checkpoint import damaged_weights
-    from .rundir import METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics, torn_last_line
+    from .rundir import CONFIG, METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics, torn_last_line
     from .units import agree, counted
 
     bad = damaged_metrics_lines(run_dir)
@@ -317,6 +317,8 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     if isinstance(final, int) and last is not None and last < final:
         print(f"{PROG}: warning: the readable records of {run_dir / METRICS} end at step {last}, though {SUMMARY} "
               f"says the run trained to step {final} (cut short or damaged): {consequence}", file=sys.stderr)
+    if not (run_dir / CONFIG).is_file():
+        print(f"{PROG}: warning: {run_dir / CONFIG} is missing (deleted?): {consequence}", file=sys.stderr)
     if rd.damaged(SUMMARY):
         print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
               "missing", file=sys.stderr)

@@ -642,7 +642,8 @@ class RunDir:
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
         self.refuse_non_files(*needs)
         missing = [n for n in needs if not (rd / n).is_file()]
-        if missing and (rd / CONFIG).is_file():  # a run whose files were deleted: not "not a run directory"
+        ran = any((rd / n).is_file() for n in (CONFIG, METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json"))
+        if missing and ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
         if missing:

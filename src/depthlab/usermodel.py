@@ -28,7 +28,7 @@ import torch
 
 from .errors import DepthlabError
 from .model import GPT
-from .rundir import SOURCE, atomic_write
+from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_forward", "first_line", "first_tensor", "keep_source", "logits_of",
            "make_model", "parse_init", "parse_source", "run_source", "source_copy", "full_logits", "takes_targets"]
@@ -259,7 +259,8 @@ def run_source(run_dir: Path, source: str) -> Source:
     """The run's own copy of ``source`` (``PATH.py:NAME`` as config.json names it).
 
     Raises:
-        DepthlabError: the copy is missing from the run directory.
+        DepthlabError: the copy is missing from the run directory, or does not match the sha256 its config.json
+            recorded (``resolved.source_sha256``).
     """
     copy = source_copy(run_dir, source)
     name = str(source).rpartition(":")[2]
@@ -270,7 +271,14 @@ def run_source(run_dir: Path, source: str) -> Source:
     if not copy.is_file():
         raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
                             "missing); the run cannot be rebuilt")
-    return Source(copy, name, origin)
+    own = Source(copy, name, origin)
+    recorded = ((read_json(Path(run_dir) / CONFIG) or {}).get("resolved") or {}).get("source_sha256")
+    if isinstance(recorded, str) and own.sha256 != recorded:
+        raise DepthlabError(f"{copy} does not match the sha256 {Path(run_dir) / CONFIG} recorded for it "
+                            f"({recorded[:12]}...): the run's own copy of its model file was changed or damaged; "
+                            "restore it from a copy of the run (or from the file it was trained with, if that is "
+                            "unchanged), or train a new run")
+    return own
 
 
 def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
