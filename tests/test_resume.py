@@ -772,3 +772,18 @@ def test_bpe_run_samples_resumes_exports_and_restarts_from_its_export(tmp_path, 
     assert t.corpus.tokenizer.sha256 == tok.sha256
     for k, v in model.state_dict().items():
         assert torch.equal(t.raw_model.state_dict()[k], v), k
+
+
+def test_resume_says_when_the_records_end_before_its_checkpoint(tmp_path, tiny_text_file):
+    """A new user's pass: metrics.jsonl cut to half, then --resume: a silent gap in the records."""
+    out = tmp_path / "r"
+    train(tiny_config(out, tiny_text_file, train=dict(max_iters=20, eval_interval=10, log_interval=1)), **QUIET)
+    m = out / "metrics.jsonl"
+    m.write_text("".join(ln + "\n" for ln in m.read_text().splitlines() if json.loads(ln)["step"] <= 12))
+    lines = []
+    Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=30, eval_interval=10, log_interval=1, resume=True)),
+            log=lines.append).fit()
+    assert ("warning: the records of metrics.jsonl end at step 12, before the checkpoint at step 20 (cut or damaged): "
+            "the resumed run has no records of steps 13-20") in lines
+    steps = sorted({r["step"] for r in RunDir(out).metrics() if r["kind"] == "train"})
+    assert steps == list(range(1, 13)) + list(range(21, 31))

@@ -146,6 +146,10 @@ class Checkpointer:
             what = agree(bad, "was not a JSON record", "were not JSON records")
             self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
                      "drops them, and its figures and diagnosis lack what they held")
+        kept = [int(r["step"]) for r in rundir.read_metrics(self.run_dir) if int(r.get("step", 0)) <= step]
+        if kept and max(kept) < step:  # the evaluation record of the checkpoint's step is written before it
+            self.log(f"warning: the records of {rundir.METRICS} end at step {max(kept)}, before the checkpoint at "
+                     f"step {step} (cut or damaged): the resumed run has no records of steps {max(kept) + 1}-{step}")
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         repaired = ckpt.repair_best(self.run_dir)
