@@ -143,14 +143,14 @@ def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -
     if not findings:
         if not without_data:
             return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
-        lines = ["diagnosis: no problems found by the rules that had data"]
+        lines = ["diagnosis: no problems found by the rules that could judge this run"]
     else:
         lines = [f"diagnosis: {counted(len(findings), 'finding')}"]
     for f in findings:
         lines.append(f"  [{f.rule}] {f.evidence}")
         lines.append(f"      remedy: {f.remedy}")
     for w in without_data:
-        lines.append(f"  not judged, too little data: {w}")
+        lines.append(f"  not judged: {w}")
     return "\n".join(lines)
 
 

@@ -306,10 +306,10 @@ def _diagnosis_section(run: RunData) -> str:
                 "to produce one.</p>")
     findings = d.get("findings") or []
     nj = [str(w) for w in (d.get("not_judged") or []) if isinstance(w, str)]
-    nj_html = "".join(f'<p class="muted">Not judged, too little data: {esc(w)}</p>' for w in nj)
+    nj_html = "".join(f'<p class="muted">Not judged: {esc(w)}</p>' for w in nj)
     if not findings:
         if nj:
-            return ('<div class="finding ok"><p class="rule">no problems found by the rules that had data</p>'
+            return ('<div class="finding ok"><p class="rule">no problems found by the rules that could judge this run</p>'
                     "</div>" + nj_html)
         return '<div class="finding ok"><p class="rule">no problems found</p><p>The diagnosis rules found ' \
                "nothing to flag.</p></div>"
