@@ -132,7 +132,8 @@ def test_rules_without_data_are_named_not_passed():
         "lr_too_high, lr_too_low (they need 3 gradient records after the warmup, the run has 1;")
     assert missing[1].startswith("rank_collapse, uniform_attention (no activation probe")
     text = format_findings([], missing)
-    assert text.startswith("diagnosis: no problems found by the rules that could judge this run") and "not judged" in text
+    assert text.startswith("diagnosis: no problems found by the rules that could judge this run")
+    assert "not judged" in text
     full = evals([2.5, 2.4, 2.3, 2.2, 2.1, 2.0]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}] \
         + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] \
         + [{"kind": "probe", "step": 200}] \

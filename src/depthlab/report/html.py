@@ -309,8 +309,8 @@ def _diagnosis_section(run: RunData) -> str:
     nj_html = "".join(f'<p class="muted">Not judged: {esc(w)}</p>' for w in nj)
     if not findings:
         if nj:
-            return ('<div class="finding ok"><p class="rule">no problems found by the rules that could judge this run</p>'
-                    "</div>" + nj_html)
+            return ('<div class="finding ok"><p class="rule">no problems found by the rules that could judge this '
+                    "run</p></div>" + nj_html)
         return '<div class="finding ok"><p class="rule">no problems found</p><p>The diagnosis rules found ' \
                "nothing to flag.</p></div>"
     out = []

@@ -229,8 +229,9 @@ def vocab_rule(subject: Subject) -> CheckResult:
         return CheckResult("vocab", False, {"summary": f"the logits have {Vm} entries per position but the corpus has "
                                                        f"{V} tokens: ids {Vm}..{V - 1} can never be predicted "
                                                        "(cross-entropy fails on them)", **ev},
-                           f"build the model with vocab_size={V} (the corpus's): its output layer needs {V} outputs "
-                           f"and its token embedding {V} rows (e.g. --init '{{\"vocab_size\": {V}}}')")
+                           f"give the output layer {V} outputs and the token embedding {V} rows (the corpus's "
+                           "vocabulary): take both sizes from a vocab_size argument of the constructor (depthlab "
+                           f"passes the corpus's {V} to one), not from a number written in the code")
     T = subject.T
     ids = torch.arange(V, dtype=torch.int64)
     rows = -(-V // T)
