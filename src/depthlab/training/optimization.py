@@ -214,64 +214,82 @@ class LRSchedule:
         """
         t = self.train
         stored = (int(stored[0]), float(stored[1]), int(stored[2])) if stored is not None else None
-        old_peak = float(old_train.get("learning_rate", t.learning_rate))
-        old_min = float(old_train.get("min_lr", t.min_lr))
-        old_muon = float(old_train.get("muon_lr", t.muon_lr))
-        scale = t.learning_rate / old_peak if old_peak > 0 else 1.0  # a new peak scales what continues
+        old = _OldSchedule(old_train, t)
         if stored is not None and stored[2] == self.decay_iters:
             self.anchor = stored  # this schedule was already extended to the same end
         if step >= self.max_iters:
             return  # nothing will train: no schedule to continue, nothing to announce
-        if old_muon != t.muon_lr and not muon:
-            log(f"resume: train.muon_lr {old_muon:g} -> {t.muon_lr:g} changes nothing: this run trains every "
+        if old.muon_lr != t.muon_lr and not muon:
+            log(f"resume: train.muon_lr {old.muon_lr:g} -> {t.muon_lr:g} changes nothing: this run trains every "
                 "parameter with AdamW (train.optimizer)")
-        if old_plan is not None:
-            old_decay, old_warmup = old_plan.lr_decay_iters or old_plan.max_iters, old_plan.warmup_iters
-        else:
-            old_decay = int(old_train.get("lr_decay_iters") or old_train.get("max_iters") or self.decay_iters)
-            old_warmup = int(old_train.get("warmup_iters", t.warmup_iters))
         anchored = stored is not None and step >= stored[0]  # extended before: the old schedule is the anchored one
-        if anchored:
-            old_decay = stored[2]
-            lr_old = get_lr_from(step, stored[0], stored[1], old_min, stored[2])
-            lr_now = get_lr_from(step, stored[0], stored[1] * scale, t.min_lr, stored[2])
-        else:
-            lr_old = get_lr(step, old_peak, old_min, old_warmup, old_decay)
-            lr_now = get_lr(step, t.learning_rate, t.min_lr, old_warmup, old_decay)  # its shape, the new settings
-        ended = step > 0 and lr_old <= old_min
+        old_decay, lr_old, lr_now = old.rates(step, stored if anchored else None, old_plan, t, self.decay_iters)
+        ended = step > 0 and lr_old <= old.min_lr
         if ended:
             lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
-        if (old_decay, old_peak, old_min) == (self.decay_iters, t.learning_rate, t.min_lr) or step == 0:
-            if step == 0 and scale != 1.0:
-                log(f"resume: train.learning_rate {old_peak:g} -> {t.learning_rate:g}: the run starts again from "
+        if (old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr) or step == 0:
+            if step == 0 and old.peak != t.learning_rate:
+                log(f"resume: train.learning_rate {old.peak:g} -> {t.learning_rate:g}: the run starts again from "
                     "step 0, on the schedule of the new peak")
-            if old_muon == t.muon_lr or step == 0 or not muon:
+            if old.muon_lr == t.muon_lr or step == 0 or not muon:
                 return  # the run continues exactly as it was
         if old_decay != self.decay_iters or anchored or ended:
             self.anchor = (step, max(t.min_lr, lr_now), self.decay_iters)
-        lr_now = self.lr_at(step)
-        changed = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old_peak, t.learning_rate),
-                                                               ("min_lr", old_min, t.min_lr),
-                                                               ("muon_lr", old_muon, t.muon_lr if muon else old_muon))
-                   if a != b]
+        log(self._resume_words(step, old, old_decay, lr_old, ended, muon))
+
+    def _resume_words(self, step: int, old: "_OldSchedule", old_decay: int, lr_old: float, ended: bool,
+                      muon: bool) -> str:
+        """The one ``resume:`` line: the settings that changed, then the rate at ``step`` against the old one."""
+        t, lr_now = self.train, self.lr_at(step)
+        changed = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
+                                                               ("min_lr", old.min_lr, t.min_lr),
+                                                               ("muon_lr", old.muon_lr, t.muon_lr if muon else
+                                                                old.muon_lr)) if a != b]
         head = "resume: " + (f"{'; '.join(changed)}: " if changed else "")
+        same = math.isclose(lr_now, lr_old, rel_tol=1e-9)
         if ended:
-            peak = f"; the new train.learning_rate {t.learning_rate:g} does not raise it" if scale != 1.0 else ""
-            moves = ("stays at" if math.isclose(lr_now, lr_old, rel_tol=1e-9) else
-                     f"goes from {lr_old:.3g} to the new")
+            peak = (f"; the new train.learning_rate {t.learning_rate:g} does not raise it"
+                    if old.peak != t.learning_rate else "")
+            moves = "stays at" if same else f"goes from {lr_old:.3g} to the new"
             what = (f"the learning rate {moves} train.min_lr {t.min_lr:g} (the decay ended at step {old_decay}{peak}); "
                     "no jump back to the peak")
         else:
-            was = "" if math.isclose(lr_now, lr_old, rel_tol=1e-9) else f" (the run's old settings: {lr_old:.3g})"
+            was = "" if same else f" (the run's old settings: {lr_old:.3g})"
             moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
             what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}, and decays to train.min_lr "
                     f"{t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
-            m_old, m_now = lr_old * old_muon / old_peak, lr_now * t.muon_lr / t.learning_rate
+            m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
             if not math.isclose(m_old, m_now, rel_tol=1e-9):
                 what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
-        log(head + what)
+        return head + what
 
     def state_dict(self) -> dict:
         """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
         return {"lr_anchor": list(self.anchor) if self.anchor is not None else None}
+
+
+class _OldSchedule:
+    """The schedule settings a run had before a resume (its config.json ``train``; a field it lacks: as now)."""
+
+    def __init__(self, old_train: dict, t: TrainConfig):
+        self.train = old_train
+        self.peak = float(old_train.get("learning_rate", t.learning_rate))
+        self.min_lr = float(old_train.get("min_lr", t.min_lr))
+        self.muon_lr = float(old_train.get("muon_lr", t.muon_lr))
+
+    def rates(self, step: int, anchor: Optional[tuple[int, float, int]], plan: Optional[Plan],
+              t: TrainConfig, decay_now: int) -> tuple[int, float, float]:
+        """``(where the old decay ended, the old rate at step, the new settings' rate on the old shape)``: from the
+        anchor of an earlier extension, else from the old plan or config's warmup + cosine."""
+        scale = t.learning_rate / self.peak if self.peak > 0 else 1.0  # a new peak scales what continues
+        if anchor is not None:
+            return (anchor[2], get_lr_from(step, anchor[0], anchor[1], self.min_lr, anchor[2]),
+                    get_lr_from(step, anchor[0], anchor[1] * scale, t.min_lr, anchor[2]))
+        if plan is not None:
+            decay, warmup = plan.lr_decay_iters or plan.max_iters, plan.warmup_iters
+        else:
+            decay = int(self.train.get("lr_decay_iters") or self.train.get("max_iters") or decay_now)
+            warmup = int(self.train.get("warmup_iters", t.warmup_iters))
+        return (decay, get_lr(step, self.peak, self.min_lr, warmup, decay),
+                get_lr(step, t.learning_rate, t.min_lr, warmup, decay))
