@@ -34,10 +34,11 @@ from .. import checkpoint as ckpt
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted
-from ..rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
+from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
-from .rules.context import CONTEXT_EVENT, USED, context_verdict, context_words
+from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
+from .baselines import corpus_baselines
 from .rules.evidence import Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
@@ -127,13 +128,16 @@ class ViewRun:
 
     Attributes:
         run_dir: the run directory. config: config.json's content. windows: :class:`ViewWindows`.
-        baselines: baselines.json's content (``unigram`` / ``bigram`` with ``nats``), or None.
+        baselines: baselines.json's content (``unigram`` / ``bigram`` with ``nats``), recomputed from the corpus
+            when the file is missing or damaged (as diagnose does), or None.
+        baselines_from: ``baselines.json``, or ``the corpus`` when recomputed.
     """
 
     run_dir: Path
     config: dict
     windows: ViewWindows
     baselines: Optional[dict]
+    baselines_from: str = BASELINES
 
     def baseline(self, name: str) -> Optional[float]:
         """A corpus baseline in nats per token (``unigram``, ``bigram``), or None when the run has none."""
@@ -166,7 +170,10 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
     w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
                      cfg.train.eval_iters, max_tokens)
-    return ViewRun(rd.path, rd.config, w, rd.baselines)
+    if rd.baselines is not None:
+        return ViewRun(rd.path, rd.config, w, rd.baselines)
+    base = corpus_baselines(corpus.train, corpus.val, len(corpus.tokenizer.vocab), corpus.val_chars_per_token)
+    return ViewRun(rd.path, rd.config, w, base, f"recomputed from the corpus: {BASELINES} is missing or damaged")
 
 
 def _model_from(run_dir: Path, path: Path) -> torch.nn.Module:
@@ -305,6 +312,7 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
     top = by_sha.get(sha) or position_curve(_model_from(run.run_dir, chosen), run.windows)
     return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "step": steps.get(sha),
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
+            "all_windows": len(run.windows.batches) == run.windows.of_batches, "baselines_from": run.baselines_from,
             "run_dir": str(run.run_dir), "checkpoints": curves}
 
 
@@ -325,7 +333,8 @@ def format_context(res: dict) -> str:
         err = f"{se[t]:6.3f}" if se[t] is not None else "     -"
         lines.append(f"  {t:8d} {curve[t]:7.3f} {err}" + (f" {curve[t] - bg:+10.3f}" if bg is not None else ""))
     if bg is not None:
-        lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} (baselines.json; position 0 sees one "
+        lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} ({res.get('baselines_from', BASELINES)}; "
+                     "position 0 sees one "
                      "character, so it cannot beat the bigram line beyond its sampling error, ± se)")
     for c in res["checkpoints"]:
         g, gse = c["context_gain"], c["context_gain_se"]
@@ -333,10 +342,12 @@ def format_context(res: dict) -> str:
             f" ± {gse:.3f}" if gse is not None else "") + " nats"))
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
-    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se))
+    advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
+    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice)
+    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict))
     step, early = res.get("step"), Thresholds().bigram_min_steps
-    state = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se)[0]
-    if step is not None and step < early and res["context_gain"] is not None and state != USED:
+    state = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se, **verdict)[0]
+    if step is not None and step < early and res["context_gain"] is not None and state in (UNUSED, UNDECIDED):
         lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
                      f"{early} before naming a cause. Train longer (train.max_iters) and look again.)")

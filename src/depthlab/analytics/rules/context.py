@@ -19,8 +19,9 @@ from ...units import finite_or_none
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
 
-__all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "uses_context", "context_state", "last_quarter",
-           "context_verdict", "context_words", "context_causes", "context_unused"]
+__all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "LEAKS", "MORE_WINDOWS", "uses_context",
+           "context_state", "leak_gap", "last_quarter", "context_verdict", "context_words", "context_causes",
+           "context_unused"]
 
 def last_quarter(curve: Sequence[float]) -> float:
     """Mean loss over the last ``max(1, T // 4)`` positions (nats)."""
@@ -82,80 +83,132 @@ def context_causes(model: dict) -> list[str]:
     return [path, mask, short]
 
 
+LEAKS = "leaks"
+
+#: What the verdict suggests when the windows cannot tell (the ``context`` command drops ``--max_tokens 0`` once
+#: it has read every window).
+MORE_WINDOWS = "more windows: --max_tokens 0, or a run with a larger train.eval_iters"
+
+
+def leak_gap(curve: Sequence[float], bigram: Optional[float], margin: float,
+             pos0_se: Optional[float]) -> Optional[float]:
+    """How far (nats) position 0 is below the bigram line beyond ``max(margin, 2 x its standard error)``, or None.
+
+    Position 0 sees one character, so a causal model cannot beat the bigram line there beyond its sampling
+    error; one that does sees tokens after the one it predicts (a leaking causal mask)."""
+    if bigram is None or not math.isfinite(curve[0]):
+        return None
+    gap = bigram - curve[0]
+    return gap if gap > max(margin, 2 * (pos0_se or 0.0)) else None
+
+
 def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                     unigram: Optional[float], min_gain: float = Thresholds.context_min_gain,
-                    margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None) -> tuple[str, str]:
-    """``(state, one sentence with the numbers)`` of a loss-by-position curve (nats): the state is
-    :func:`context_state`'s (:data:`UNUSED` when ``gain`` is None: one position per window); ``se`` is the
-    gain's standard error, ``lq_se`` the last quarter's. The sentence names the test that decided."""
+                    margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None,
+                    windows: Optional[int] = None, pos0_se: Optional[float] = None,
+                    advice: str = MORE_WINDOWS) -> tuple[str, str]:
+    """``(state, one sentence with the numbers)`` of a loss-by-position curve (nats).
+
+    The state is :func:`context_state`'s, except: :data:`LEAKS` when position 0 is below the bigram line
+    (:func:`leak_gap`; ``pos0_se`` its standard error, else ``se``); :data:`UNDECIDED` for one window
+    (``windows`` 1: no error to judge by) and when only the gain over position 0 shows use while the last
+    quarter stays above the bigram line (the gain can come from the position alone); :data:`UNUSED` when
+    ``gain`` is None (one position per window). ``se`` is the gain's standard error, ``lq_se`` the last
+    quarter's; ``advice`` what to do when the windows cannot tell. The sentence names the test that decided."""
     if gain is None:
         return UNUSED, "one position per window (model.block_size 1): there is no context to use"
     pm = f" ± {se:.3f}" if se is not None else ""
     lq = last_quarter(curve)
     lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
+    leak = leak_gap(curve, bigram, margin, pos0_se if pos0_se is not None else se)
+    if leak is not None:
+        return LEAKS, (f"{head}: position 0 is {leak:.3f} nats below the bigram line {bigram:.3f}, which a model "
+                       "that sees only the current character cannot reach: the model sees the tokens after the one it "
+                       "predicts (a leaking causal mask), so its loss by position says nothing of its use of the "
+                       "context (`depthlab check FILE.py:NAME` runs causal_leak on a model file)")
+    if windows is not None and windows < 2:
+        return UNDECIDED, (f"{head}: one window has no sampling error to judge by, so it cannot tell whether the model "
+                           f"uses its context ({advice})")
     state = context_state(gain, curve, bigram, min_gain, margin, se, lq_se)
-    gain_decides = _gain_shows_use(gain, min_gain, se)
+    if state == USED and bigram is not None and not _bigram_shows_use(curve, bigram, margin, lq_se):
+        return UNDECIDED, (f"{head}: the later positions beat position 0, but the last quarter is still "
+                           f"{lq - bigram:.3f} nats above the bigram line {bigram:.3f} (what the current character "
+                           "alone gives); a gain that far above it can come from the position alone, so these "
+                           "windows cannot tell whether the model uses what its context says (train longer: "
+                           "train.max_iters)")
     if state == USED:
-        gap = bigram - lq if bigram is not None else None
-        below = ("" if gap is None else
-                 f"; the last quarter is {gap:.3f} nats below the bigram line: that much comes from the context "
-                 "before the current character" if gap >= 0 else
-                 f"; the last quarter is still {-gap:.3f} nats above the bigram line (the gain over position 0 "
-                 "shows the context in use)")
-        if not gain_decides:
-            below += (" (the gain over position 0 is within twice its error, so this gap below the bigram line is "
-                      "the evidence)")
+        below = ""
+        if bigram is not None:
+            below = (f"; the last quarter is {bigram - lq:.3f} nats below the bigram line: that much comes from the "
+                     "context before the current character")
+            if not _gain_shows_use(gain, min_gain, se):
+                below += (" (the gain over position 0 is within twice its error, so this gap below the bigram line "
+                          "is the evidence)")
         return state, f"{head}: the model uses its context{below}"
     if state == UNDECIDED:
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
-                       "cannot tell whether the model uses its context (more windows: --max_tokens 0, or a run with "
-                       "a larger train.eval_iters)")
+                       f"cannot tell whether the model uses its context ({advice})")
     level = ""
     if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
                  "learned even how common each character is)")
     elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
+    beat = f"the later positions do not beat position 0 by {min_gain} nats"
     if bigram is None:
-        return state, (f"{head}: the later positions do not beat position 0, so the model does not use its "
-                       f"context{level}")
+        return state, f"{head}: {beat}, so the model does not use its context{level}"
     rel = lq - bigram
     where = f"{rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
+    within = " within twice its error" if lq_se is not None else ""
     noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
              f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
-    return state, (f"{head}: the later positions do not beat position 0, and the last quarter is {where} the bigram "
-                   f"line {bigram:.3f} (the current character alone), not {margin} below it within twice its error, "
-                   f"so the model does not use its context{level}{noisy}")
+    return state, (f"{head}: {beat}, and the last quarter is {where} the bigram line {bigram:.3f} (the current "
+                   f"character alone), not {margin} below it{within}, so the model does not use its "
+                   f"context{level}{noisy}")
 
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
-                  unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None) -> str:
-    """:func:`context_verdict`'s sentence, and when the context is unused the three reasons with their knobs."""
-    state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se)
+                  unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None,
+                  **verdict) -> str:
+    """:func:`context_verdict`'s sentence (``verdict``: its ``windows``, ``pos0_se``, ``advice``), and when the
+    context is unused the three reasons with their knobs."""
+    state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se, **verdict)
     if state != UNUSED or gain is None:
         return words
     a, b, c = context_causes(model or {})
     return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
 
 
-@rule("context_unused", needs=(CONTEXT, LATE_EVAL, BASELINES))
+def _leak_remedy(model: dict) -> str:
+    src = model.get("source")
+    if src:
+        return (f"mask the attention scores so that position t sees tokens 0..t only (torch.tril, or "
+                f"F.scaled_dot_product_attention(..., is_causal=True)); depthlab check {src} runs causal_leak and "
+                "names the positions that leak")
+    return ("depthlab's GPT masks with is_causal (tested), so position 0 cannot beat the bigram line: baselines.json "
+            "was not computed on this run's corpus (copied from another run?); delete it and diagnose recomputes it")
+
+
+@rule("context_unused", "causal_leak", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
-    """The final weights' loss over the last quarter of the positions is not below position 0's by
-    ``context_min_gain`` and stays above the bigram baseline minus ``bigram_margin`` beyond twice its standard
-    error (:func:`context_state`): the context before the current character does not reach the loss. A curve
-    the windows cannot decide is no finding."""
+    """``context_unused``: the final weights' loss over the last quarter of the positions is not below position
+    0's by ``context_min_gain`` and stays above the bigram baseline minus ``bigram_margin`` beyond twice its
+    standard error (:func:`context_state`): the context before the current character does not reach the loss.
+    A curve the windows cannot decide is no finding. ``causal_leak``: position 0 is below the bigram line
+    beyond its error (:func:`leak_gap`): the model sees the tokens it predicts."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
     gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
     bigram = float(ev.baselines["bigram"]["nats"])
     unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
-    state, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se)
+    state, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
+                                   windows=finite_or_none(rec.get("windows")))
+    where = f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions"
+    if state == LEAKS:
+        return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model")))
     if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
-    where = f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions"
-    evidence = f"{where}: {words}"
     a, b, c = context_causes(ev.section("model"))
-    return Finding("context_unused", evidence, f"the cause is one of: {a}; {b}; or {c}")
-
+    return Finding("context_unused", f"{where}: {words}", f"the cause is one of: {a}; {b}; or {c}")
