@@ -369,11 +369,13 @@ class _Returns(nn.Module):
         if self.kind == "loss_first":
             loss = None if targets is None else nn.functional.cross_entropy(logits.view(-1, 65), targets.view(-1))
             return loss, logits
-        return {"dict": {"logits": logits}, "int": logits.long(), "flat": logits.view(-1, 65)}[self.kind]
+        return {"dict": {"logits": logits}, "int": logits.long(), "flat": logits.view(-1, 65),
+                "transposed": logits.transpose(1, 2)}[self.kind]
 
 
 @pytest.mark.parametrize("kind, needle", [("dict", "returned dict"), ("int", "torch.int64 logits"),
-                                          ("flat", "returned logits of shape (256, 65), expected (16, 16, V)")])
+                                          ("flat", "returned logits of shape (256, 65), expected (16, 16, V)"),
+                                          ("transposed", "(16, 65, 16): (B, V, T), not (16, 16, V)")])
 def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
     """A new user's pass: a forward returning a dict, int64 logits or a flat (B*T, V) tensor was tried at 60
     other sizes and told to give --batch_size and --block_size: no size changes what comes back."""
@@ -394,4 +396,8 @@ def test_a_model_without_parameters_is_one_line(tmp_path):
     f.write_text("import torch\nclass M(torch.nn.Module):\n    def forward(self, idx):\n"
                  "        return torch.zeros(*idx.shape, 65)\n")
     with pytest.raises(DepthlabError, match=r"M\(\.\.\.\) has no parameters, so training has nothing to change"):
+        build_model(parse_source(f"{f}:M"))
+    f.write_text("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.w = torch.nn.Linear(2, 2)\n")
+    with pytest.raises(DepthlabError, match=r"M\(\.\.\.\) has no forward method; define forward\(self, idx\)"):
         build_model(parse_source(f"{f}:M"))

@@ -787,3 +787,12 @@ def test_resume_says_when_the_records_end_before_its_checkpoint(tmp_path, tiny_t
             "the resumed run has no records of steps 13-20") in lines
     steps = sorted({r["step"] for r in RunDir(out).metrics() if r["kind"] == "train"})
     assert steps == list(range(1, 13)) + list(range(21, 31))
+
+
+def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):
+    """A new user's pass: with vocab.json deleted, resume said the corpus vocabulary differs from the checkpoint's."""
+    out = tmp_path / "r"
+    train(tiny_config(out, tiny_text_file, train=dict(max_iters=10)), **QUIET)
+    (out / "vocab.json").unlink()
+    with pytest.raises(DepthlabError, match=r"its vocab.json is missing \(deleted\?\).*restore it from a copy"):
+        Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=20, resume=True)), **QUIET)

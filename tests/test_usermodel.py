@@ -112,7 +112,8 @@ def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_pat
     (tmp_path / "argd.py").write_text("import argparse, sys\np = argparse.ArgumentParser()\np.add_argument('--n', "
                                       "default=2)\nN = p.parse_args().n\nARGV = list(sys.argv)\n"
                                       "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n"
-                                      "        super().__init__()\n        self.w = torch.nn.Linear(1, 1)\n")
+                                      "        super().__init__()\n        self.w = torch.nn.Linear(1, 1)\n"
+                                      "    def forward(self, idx):\n        return self.w(idx)\n")
     sys.argv[1:] = ["check", "--train.max_iters", "5"]
     try:
         build_model(parse_source(f"{tmp_path / 'argd.py'}:M"))
@@ -134,7 +135,7 @@ def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
 
     exit_, input_ = os._exit, builtins.input
     (tmp_path / "ex4.py").write_text("import os\nos._exit(4)\n")
-    with pytest.raises(DepthlabError, match=r"ex4.py exited \(SystemExit\(4\).*os._exit.*__main__"):
+    with pytest.raises(DepthlabError, match=r"ex4.py exited \(os._exit\(4\).*__main__"):
         build_model(parse_source(f"{tmp_path / 'ex4.py'}:M"))
     (tmp_path / "ask.py").write_text("n = int(input('layers? '))\n")
     with pytest.raises(DepthlabError, match=r"ask.py asks for input \(input\('layers\? '\)\).*__main__"):
@@ -219,6 +220,12 @@ def test_a_changed_copy_in_the_run_is_named_not_the_users_file(tmp_path, tiny_te
         Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=20, resume=True), **QUIET)
     for argv in (["sample", str(tmp_path / "r")], ["context", str(tmp_path / "r")]):
         assert_clean_error(main(argv), capsys.readouterr().err, "does not match the sha256")
+    assert main(["report", str(tmp_path / "r")]) == 0  # the report is drawn, and says what it leaves out
+    assert "does not match the sha256" in capsys.readouterr().err
+    copy.unlink()  # a missing copy whose original is unchanged: the fix names the original
+    with pytest.raises(DepthlabError, match=r"holds no copy of its file .*missing\); copy .*mine.py there "
+                                            r"\(its sha256 is"):
+        Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=20, resume=True), **QUIET)
 
 
 @pytest.mark.parametrize("init,block,words", [

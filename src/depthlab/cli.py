@@ -327,6 +327,14 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     except DepthlabError as e:  # manifest.json itself is damaged: its own sentence says so
         print(f"{PROG}: warning: {e}: {weights_consequence}", file=sys.stderr)
         weights = []
+    source = ((rd.config or {}).get("model") or {}).get("source")
+    if weights_consequence and source:  # the weights are rebuilt with the run's own copy of the model's file
+        from .usermodel import run_source
+
+        try:
+            run_source(run_dir, source)
+        except DepthlabError as e:
+            print(f"{PROG}: warning: {e}: what is drawn from the weights is left out", file=sys.stderr)
     if weights:
         print(f"{PROG}: warning: {counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
               f"{agree(len(weights), 'is missing or fails its', 'are missing or fail their')} sha256 check "

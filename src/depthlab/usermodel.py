@@ -105,8 +105,12 @@ class _InputAtImport(Exception):
     """``input()`` called while the user's file was imported (its message: the call, with its prompt)."""
 
 
+class _OsExit(SystemExit):
+    """``os._exit(code)`` called while the user's file was imported."""
+
+
 def _exit_at_import(code: int = 0) -> None:
-    raise SystemExit(code)
+    raise _OsExit(code)
 
 
 def _input_at_import(prompt: object = "") -> str:
@@ -140,7 +144,8 @@ def _factory(src: Source) -> Callable[..., Any]:
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
         raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
     except SystemExit as e:  # a script's argparse or sys.exit at module level: depthlab only imports the file
-        raise DepthlabError(f"{src}: importing {src.path} exited (SystemExit({e.code!r}), any lines just above are "
+        how = f"os._exit({e.code!r})" if isinstance(e, _OsExit) else f"SystemExit({e.code!r})"
+        raise DepthlabError(f"{src}: importing {src.path} exited ({how}, any lines just above are "
                             "its own): the file runs a script when imported (argparse, sys.exit, os._exit, a "
                             f"training loop); {guard}") from None
     finally:
@@ -188,6 +193,9 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         raise DepthlabError(f"{src}: {src.name}(...) returned an object of type {type(model).__name__}, not a "
                             "torch.nn.Module; "
                             "give a class or a function that returns the model")
+    if type(model).forward is torch.nn.Module.forward:
+        raise DepthlabError(f"{src}: {src.name}(...) has no forward method; define forward(self, idx) returning the "
+                            "logits (B, T, V)")
     if next(model.parameters(), None) is None:
         raise DepthlabError(f"{src}: {src.name}(...) has no parameters, so training has nothing to change: make its "
                             "weights nn.Parameter or submodules (nn.Embedding, nn.Linear) assigned as attributes in "
@@ -268,11 +276,16 @@ def run_source(run_dir: Path, source: str) -> Source:
         origin: Optional[Path] = Path((copy.parent / ORIGIN).read_text(encoding="utf-8").strip())
     except OSError:
         origin = None
-    if not copy.is_file():
-        raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
-                            "missing); the run cannot be rebuilt")
-    own = Source(copy, name, origin)
     recorded = ((read_json(Path(run_dir) / CONFIG) or {}).get("resolved") or {}).get("source_sha256")
+    if not copy.is_file():
+        original = Path(str(source).rpartition(":")[0])
+        same = (isinstance(recorded, str) and original.is_file()
+                and hashlib.sha256(original.read_bytes()).hexdigest() == recorded)
+        fix = (f"copy {original} there (its sha256 is the one config.json recorded)" if same else
+               "the run cannot be rebuilt without it: restore it from a copy of the run")
+        raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
+                            f"missing); {fix}")
+    own = Source(copy, name, origin)
     if isinstance(recorded, str) and own.sha256 != recorded:
         raise DepthlabError(f"{copy} does not match the sha256 {Path(run_dir) / CONFIG} recorded for it "
                             f"({recorded[:12]}...): the run's own copy of its model file was changed or damaged; "

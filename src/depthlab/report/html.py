@@ -472,8 +472,9 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
         figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
     missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"]
     if missing and pngs:
-        figs.append(f'<p class="muted">Not drawn: {esc("; ".join(missing))} (not recorded in this run, or the files '
-                    "they are drawn from are missing or damaged: the command's warnings say which).</p>")
+        figs.append(f'<p class="muted">Not drawn: {esc("; ".join(missing))} (not recorded in this run, not '
+                    "measurable for this model, or drawn from files that are missing or damaged, which the "
+                    "command then names in a warning).</p>")
     m = (run.config or {}).get("model", {})
     sub = ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
                     if k in m) or None

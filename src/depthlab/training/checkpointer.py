@@ -65,6 +65,9 @@ class Checkpointer:
         if (old.get("data") or {}).get("tokenizer", "char") == "char" and rd.damaged(VOCAB):
             raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is not the JSON list of characters depthlab "
                                 "wrote (damaged or edited by hand); restore it from a copy")
+        if (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists():
+            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is missing (deleted?), and resuming checks the "
+                                "corpus's characters against it; restore it from a copy of the run")
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
         new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
         gone = [c for c in old_vocab if c not in set(vocab)]

@@ -246,10 +246,10 @@ class LRSchedule:
                                                                ("muon_lr", old.muon_lr, t.muon_lr if muon else
                                                                 old.muon_lr)) if a != b]
         head = "resume: " + (f"{'; '.join(changed)}: " if changed else "")
-        same = math.isclose(lr_now, lr_old, rel_tol=1e-9)
+        same = f"{lr_now:.3g}" == f"{lr_old:.3g}"  # as printed: two equal numbers are no change to show
         if ended:
-            peak = (f"; the new train.learning_rate {t.learning_rate:g} does not raise it"
-                    if old.peak != t.learning_rate else "")
+            peak = (f"; the new train.learning_rate {t.learning_rate:g} does not "
+                    f"{'raise' if t.learning_rate > old.peak else 'lower'} it" if old.peak != t.learning_rate else "")
             moves = "stays at" if same else f"goes from {lr_old:.3g} to the new"
             what = (f"the learning rate {moves} train.min_lr {t.min_lr:g} (the decay ended at step {old_decay}{peak}); "
                     "no jump back to the peak")
@@ -260,7 +260,7 @@ class LRSchedule:
                     f"{t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
-            if not math.isclose(m_old, m_now, rel_tol=1e-9):
+            if f"{m_old:.3g}" != f"{m_now:.3g}":
                 what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
         return head + what
 

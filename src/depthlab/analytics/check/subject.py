@@ -144,6 +144,13 @@ class Subject:
         if logits.dim() != 3:
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({B}, {T}, V): three dimensions", size_free=True)
+        s0, s1, s2 = (int(n) for n in logits.shape)
+        swapped = ("(B, V, T)" if (s0, s2) == (B, T) and s1 != T else
+                   "(T, B, V)" if (s0, s1) == (T, B) and B != T else None)
+        if (s0, s1) != (B, T) and swapped:  # the axes, not the sizes, are wrong
+            raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}: "
+                             f"{swapped}, not ({B}, {T}, V); put the vocabulary last (e.g. .transpose)",
+                             size_free=True)
         if tuple(logits.shape[:2]) != (B, T):
             hint = ""
             if logits.dim() == 3 and logits.shape[:2] == (B, 1) and T > 1:
