@@ -401,3 +401,16 @@ def test_a_model_without_parameters_is_one_line(tmp_path):
                  "        self.w = torch.nn.Linear(2, 2)\n")
     with pytest.raises(DepthlabError, match=r"M\(\.\.\.\) has no forward method; define forward\(self, idx\)"):
         build_model(parse_source(f"{f}:M"))
+
+
+def test_context_use_claims_no_use_only_beyond_the_error():
+    """check's context_use said "does not use its context" whenever the paired gain missed 0.05 and 2 se, though a
+    gain of 0.04 +- 0.02 is as consistent with use; and late positions clearly below the bigram line are use."""
+    from depthlab.analytics.check.learning import _context_verdict
+
+    ev = {"steps": 500, "batch_size": 32, "block_size": 64, "pairs": 512, "late_from": 32, "unigram_nats": 3.347}
+    undecided = _context_verdict(dict(ev), 0.04, 0.02, 2.55, 2.50, 2.482)
+    assert undecided.ok is None and undecided.status == "undecided" and "cannot tell" in undecided.summary
+    assert _context_verdict(dict(ev), 0.0, 0.005, 2.55, 2.55, 2.482).status == "PROBLEM"  # 0.01 < 0.05: no use
+    below = _context_verdict(dict(ev), 0.03, 0.02, 2.50, 2.30, 2.482)
+    assert below.ok is True and "0.182 nats below the bigram baseline" in below.summary

@@ -177,7 +177,7 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
                 res = _timed(steps[rule], rule)
             report.checks.append(res)
             if log:
-                log(f"{rule}: {'ok' if res.ok else 'not run' if res.ok is None else 'PROBLEM'} ({res.seconds:.1f} s)")
+                log(f"{rule}: {res.status} ({res.seconds:.1f} s)")
     name_b, found = find_blocks(model, blocks)
     info.update({"batch_size": subject.B, "block_size": subject.T, "vocab_size": subject.model_vocab,
                  "blocks": f"{name_b} ({len(found)} x {type(found[0]).__name__})" if found else None})
@@ -262,7 +262,7 @@ def format_check_table(report: CheckReport, width: int = 110) -> str:
     indent = " " * 24
     lines = [textwrap.fill(head, width, subsequent_indent="  "), ""]
     for c in report.checks:
-        status = "ok" if c.ok else "not run" if c.ok is None else "PROBLEM"
+        status = c.status
         summary = c.summary[len("not run: "):] if c.summary.startswith("not run: ") else c.summary
         lines.append(textwrap.fill(summary, width, initial_indent=f"{c.rule:<14} {status:<8} ",
                                    subsequent_indent=indent, break_on_hyphens=False))

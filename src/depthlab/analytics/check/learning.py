@@ -208,6 +208,16 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
            f"{bigram:.3f}")
     if _uses_context(g, se):
         return CheckResult("context_use", True, {"summary": txt, **ev})
+    if late < bigram - CONTEXT_MIN_GAIN:  # no one-character predictor gets there: the context does
+        return CheckResult("context_use", True, {"summary": txt + f": the late positions are {bigram - late:.3f} nats "
+                                                              "below the bigram baseline, which only the context "
+                                                              "before the current token gives", **ev})
+    if g + 2 * se >= CONTEXT_MIN_GAIN:  # neither use nor its absence shown
+        return CheckResult("context_use", None, {
+            "summary": txt + f": the paired gain is neither above {CONTEXT_MIN_GAIN} and twice its error nor below "
+                             f"{CONTEXT_MIN_GAIN} beyond twice its error, so these targets cannot tell whether the "
+                             "model uses its context", "undecided": True, **ev},
+            "train the model with --model.source and look at depthlab context RUN, which measures more windows")
     unigram = ev["unigram_nats"]
     if pos0 > unigram - 0.5 * (unigram - bigram):  # nearer the unigram level than the bigram one
         txt += (f"; even position 0 is near the unigram level {unigram:.3f}: the prediction does not depend on the "

@@ -56,6 +56,14 @@ class CheckResult:
         """The one-sentence reading of the evidence."""
         return str(self.evidence.get("summary", ""))
 
+    @property
+    def status(self) -> str:
+        """``ok``, ``PROBLEM``, ``undecided`` (it ran, and its measurement cannot tell: ``evidence["undecided"]``)
+        or ``not run``."""
+        if self.ok is None:
+            return "undecided" if self.evidence.get("undecided") else "not run"
+        return "ok" if self.ok else "PROBLEM"
+
     def to_dict(self) -> dict:
         """``{"rule", "ok", "evidence", "remedy"}`` (JSON-ready)."""
         return {"rule": self.rule, "ok": self.ok, "evidence": self.evidence, "remedy": self.remedy}
