@@ -292,54 +292,74 @@ def run_diagnose(ns) -> int:
 
 
 def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str = "") -> None:
-    """Warn on stderr of a run's damaged files: metrics.jsonl lines that are not records, a metrics.jsonl with
-    no record where summary.json says steps were trained, a summary.json that is not what depthlab wrote; with
-    ``weights_consequence`` (for a command that reads the weights), weights files that fail their sha256."""
-    from .checkpoint import damaged_weights
-    from .rundir import CONFIG, METRICS, SUMMARY, RunDir, damaged_metrics_lines, read_metrics, torn_last_line
+    """Warn on stderr, one ``depthlab: warning:`` line each, of a run's damaged files: its records
+    (:func:`_record_damage`), a missing config.json, a summary.json that is not what depthlab wrote; with
+    ``weights_consequence`` (for a command that reads the weights), what the weights are rebuilt from
+    (:func:`_weights_damage`)."""
+    from .rundir import CONFIG, SUMMARY, RunDir
+
+    rd = RunDir(run_dir)
+    lines = _record_damage(rd, consequence)
+    if not (run_dir / CONFIG).is_file():
+        lines.append(f"{run_dir / CONFIG} is missing (deleted?): {consequence}")
+    if rd.damaged(SUMMARY):
+        lines.append(f"{run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as missing")
+    if weights_consequence:
+        lines += _weights_damage(rd, weights_consequence)
+    for line in lines:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+
+
+def _record_damage(rd, consequence: str) -> list[str]:
+    """metrics.jsonl lines that are not records; no record, a cut last line, or records that end early, where
+    summary.json says the run trained further."""
+    from .rundir import METRICS, SUMMARY, damaged_metrics_lines, read_metrics, torn_last_line
     from .units import agree, counted
 
+    run_dir, out = rd.path, []
     bad = damaged_metrics_lines(run_dir)
     if bad:
         what = agree(bad, "is not a JSON record", "are not JSON records")
-        print(f"{PROG}: warning: {counted(bad, 'line')} of {run_dir / METRICS} {what} (damaged): {consequence}",
-              file=sys.stderr)
-    rd = RunDir(run_dir)
+        out.append(f"{counted(bad, 'line')} of {run_dir / METRICS} {what} (damaged): {consequence}")
     final = (rd.summary or {}).get("final_step")
     records = read_metrics(run_dir) if (run_dir / METRICS).is_file() else None
     if not bad and isinstance(final, int) and final > 0 and records == []:
-        print(f"{PROG}: warning: {run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} "
-              f"were trained (emptied or damaged): {consequence}", file=sys.stderr)
+        out.append(f"{run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} were "
+                   f"trained (emptied or damaged): {consequence}")
     if rd.summary is not None and torn_last_line(run_dir):
-        print(f"{PROG}: warning: the last line of {run_dir / METRICS} is cut mid-record, though the run finished "
-              f"({SUMMARY}): its last record is lost: {consequence}", file=sys.stderr)
+        out.append(f"the last line of {run_dir / METRICS} is cut mid-record, though the run finished ({SUMMARY}): "
+                   f"its last record is lost: {consequence}")
     last = max((r["step"] for r in records or [] if isinstance(r.get("step"), int)), default=None)
     if isinstance(final, int) and last is not None and last < final:
-        print(f"{PROG}: warning: the readable records of {run_dir / METRICS} end at step {last}, though {SUMMARY} "
-              f"says the run trained to step {final} (cut short or damaged): {consequence}", file=sys.stderr)
-    if not (run_dir / CONFIG).is_file():
-        print(f"{PROG}: warning: {run_dir / CONFIG} is missing (deleted?): {consequence}", file=sys.stderr)
-    if rd.damaged(SUMMARY):
-        print(f"{PROG}: warning: {run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as "
-              "missing", file=sys.stderr)
-    try:
-        weights = damaged_weights(run_dir) if weights_consequence else []
-    except DepthlabError as e:  # manifest.json itself is damaged: its own sentence says so
-        print(f"{PROG}: warning: {e}: {weights_consequence}", file=sys.stderr)
-        weights = []
-    source = ((rd.config or {}).get("model") or {}).get("source")
-    if weights_consequence and source:  # the weights are rebuilt with the run's own copy of the model's file
-        from .usermodel import run_source
+        out.append(f"the readable records of {run_dir / METRICS} end at step {last}, though {SUMMARY} says the run "
+                   f"trained to step {final} (cut short or damaged): {consequence}")
+    return out
 
+
+def _weights_damage(rd, consequence: str) -> list[str]:
+    """A damaged or deleted manifest.json, weights files that fail their sha256, and a ``model.source`` run's copy
+    of its file that is missing or changed."""
+    from .checkpoint import damaged_weights
+    from .units import agree, counted
+    from .usermodel import run_source
+
+    run_dir, out = rd.path, []
+    try:
+        weights = damaged_weights(run_dir)
+    except DepthlabError as e:  # manifest.json itself is damaged or gone: its own sentence says so
+        out.append(f"{e}: {consequence}")
+        weights = []
+    if weights:
+        out.append(f"{counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
+                   f"{agree(len(weights), 'is missing or fails its', 'are missing or fail their')} sha256 check "
+                   f"({', '.join(weights[:4])}{', ...' if len(weights) > 4 else ''}): {consequence}")
+    source = ((rd.config or {}).get("model") or {}).get("source")
+    if source:  # the weights are rebuilt with the run's own copy of the model's file
         try:
             run_source(run_dir, source)
         except DepthlabError as e:
-            print(f"{PROG}: warning: {e}: what is drawn from the weights is left out", file=sys.stderr)
-    if weights:
-        print(f"{PROG}: warning: {counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
-              f"{agree(len(weights), 'is missing or fails its', 'are missing or fail their')} sha256 check "
-              f"({', '.join(weights[:4])}"
-              f"{', ...' if len(weights) > 4 else ''}): {weights_consequence}", file=sys.stderr)
+            out.append(f"{e}: what is drawn from the weights is left out")
+    return out
 
 
 def build_report_parser():
