@@ -76,3 +76,16 @@ def test_errors_and_files(tmp_path):
 
     assert json.loads(p.read_text())["bigram"]["nats"] == b["bigram"]["nats"]
     assert format_baselines(b).startswith("baselines (val, nats | bits/char): uniform 1.099")
+
+
+def test_the_one_char_floor_is_the_val_splits_own_conditional_entropy():
+    """No function of the current token scores val below it; the smoothed train bigram is above it."""
+    import numpy as np
+
+    from depthlab.analytics.baselines import bigram_nats, one_char_floor_nats
+
+    val = np.array([0, 1, 0, 1, 0, 2], dtype=np.int64)  # 0 -> 1 twice, 0 -> 2 once; 1 -> 0 twice
+    h = -(2 / 5 * np.log(2 / 3) + 1 / 5 * np.log(1 / 3))  # only the token after 0 is uncertain
+    assert one_char_floor_nats(val, 3) == pytest.approx(h)
+    assert one_char_floor_nats(np.array([0, 1] * 10, dtype=np.int64), 2) == pytest.approx(0.0)
+    assert bigram_nats(val, val, 3) > one_char_floor_nats(val, 3)  # add-one smoothing costs even in-sample

@@ -28,7 +28,7 @@ from ..units import LN2
 
 DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
 
-__all__ = ["uniform_nats", "unigram_nats", "bigram_nats", "corpus_baselines", "write_baselines",
+__all__ = ["uniform_nats", "unigram_nats", "bigram_nats", "one_char_floor_nats", "corpus_baselines", "write_baselines",
            "format_baselines", "BaselinesCallback"]
 
 
@@ -125,6 +125,27 @@ def bigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int,
     return float(-logp.mean())
 
 
+def one_char_floor_nats(val: np.ndarray, vocab_size: int) -> float:
+    """The lowest cross-entropy (nats per token) any predictor that sees only the current token can reach on
+    ``val``: the conditional entropy of val's own pair counts, H(b | a) = -sum c(a,b)/N log(c(a,b)/c(a)).
+
+    No function of the current token scores ``val`` lower (Gibbs' inequality, per current token), so a model's
+    loss at position 0 below it, beyond sampling error, means the model sees more than that token. Unlike
+    :func:`bigram_nats` (counted on train, add-one smoothed: a neural model can beat that estimate, above all
+    with a large BPE vocabulary) it is a bound.
+
+    Raises:
+        DepthlabError: fewer than 2 tokens or ids outside [0, V).
+    """
+    va = _check(val, vocab_size, "val")
+    if va.size < 2:
+        raise DepthlabError("the val split needs at least 2 tokens to score a one-token floor")
+    _, pair = np.unique(va[:-1].astype(np.int64) * vocab_size + va[1:], return_counts=True)
+    _, row = np.unique(va[:-1], return_counts=True)
+    n = va.size - 1
+    return float((-(pair * np.log(pair)).sum() + (row * np.log(row)).sum()) / n)
+
+
 def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int,
                      chars_per_token: float = 1.0) -> dict[str, Any]:
     """Uniform, unigram and bigram cross-entropies in nats per token and bits per character.
@@ -152,6 +173,7 @@ def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int,
         out[name] = {"nats": nats, "bits_per_char": nats / chars_per_token / LN2}
     out["vocab_size"] = int(vocab_size)
     out["chars_per_token"] = float(chars_per_token)
+    out["one_char_floor"] = {"nats": one_char_floor_nats(val, vocab_size)}  # a bound, not a baseline model
     return out
 
 

@@ -38,7 +38,7 @@ from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_jso
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
-from .baselines import corpus_baselines
+from .baselines import corpus_baselines, one_char_floor_nats
 from .rules.evidence import Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
@@ -170,9 +170,11 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
     w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
                      cfg.train.eval_iters, max_tokens)
-    if rd.baselines is not None:
-        return ViewRun(rd.path, rd.config, w, rd.baselines)
-    base = corpus_baselines(corpus.train, corpus.val, len(corpus.tokenizer.vocab), corpus.val_chars_per_token)
+    V = len(corpus.tokenizer.vocab)
+    if rd.baselines is not None:  # a baselines.json written before the floor was kept gets it here
+        floor = rd.baselines.get("one_char_floor") or {"nats": one_char_floor_nats(corpus.val, V)}
+        return ViewRun(rd.path, rd.config, w, {**rd.baselines, "one_char_floor": floor})
+    base = corpus_baselines(corpus.train, corpus.val, V, corpus.val_chars_per_token)
     return ViewRun(rd.path, rd.config, w, base, f"recomputed from the corpus: {BASELINES} is missing or damaged")
 
 
@@ -310,7 +312,8 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         curves.append({"label": label, "step": step, **c})
     sha = ckpt.sha256_file(chosen)
     top = by_sha.get(sha) or position_curve(_model_from(run.run_dir, chosen), run.windows)
-    return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "step": steps.get(sha),
+    return {**top, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"),
+            "one_char_floor": run.baseline("one_char_floor"), "step": steps.get(sha),
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
             "all_windows": len(run.windows.batches) == run.windows.of_batches, "baselines_from": run.baselines_from,
             "run_dir": str(run.run_dir), "checkpoints": curves}
@@ -343,7 +346,7 @@ def format_context(res: dict) -> str:
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
-    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice)
+    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice, floor=res.get("one_char_floor"))
     lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict))
     step, early = res.get("step"), Thresholds().bigram_min_steps
     state = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se, **verdict)[0]

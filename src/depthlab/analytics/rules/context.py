@@ -90,15 +90,17 @@ LEAKS = "leaks"
 MORE_WINDOWS = "more windows: --max_tokens 0, or a run with a larger train.eval_iters"
 
 
-def leak_gap(curve: Sequence[float], bigram: Optional[float], margin: float,
+def leak_gap(curve: Sequence[float], floor: Optional[float], margin: float,
              pos0_se: Optional[float]) -> Optional[float]:
-    """How far (nats) position 0 is below the bigram line beyond ``max(margin, 2 x its standard error)``, or None.
+    """How far (nats) position 0 is below the one-token floor beyond ``max(margin, 2 x its standard error)``, or
+    None (also without a floor).
 
-    Position 0 sees one character, so a causal model cannot beat the bigram line there beyond its sampling
-    error; one that does sees tokens after the one it predicts (a leaking causal mask)."""
-    if bigram is None or not math.isfinite(curve[0]):
+    Position 0 sees one token, so a causal model cannot score the val tokens below the floor
+    (:func:`depthlab.analytics.baselines.one_char_floor_nats`) beyond its sampling error; one that does sees
+    tokens after the one it predicts (a leaking causal mask)."""
+    if floor is None or not math.isfinite(curve[0]):
         return None
-    gap = bigram - curve[0]
+    gap = floor - curve[0]
     return gap if gap > max(margin, 2 * (pos0_se or 0.0)) else None
 
 
@@ -106,11 +108,11 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                     unigram: Optional[float], min_gain: float = Thresholds.context_min_gain,
                     margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None,
                     windows: Optional[int] = None, pos0_se: Optional[float] = None,
-                    advice: str = MORE_WINDOWS) -> tuple[str, str]:
+                    advice: str = MORE_WINDOWS, floor: Optional[float] = None) -> tuple[str, str]:
     """``(state, one sentence with the numbers)`` of a loss-by-position curve (nats).
 
-    The state is :func:`context_state`'s, except: :data:`LEAKS` when position 0 is below the bigram line
-    (:func:`leak_gap`; ``pos0_se`` its standard error, else ``se``); :data:`UNDECIDED` for one window
+    The state is :func:`context_state`'s, except: :data:`LEAKS` when position 0 is below the one-token
+    ``floor`` (:func:`leak_gap`; ``pos0_se`` its standard error, else ``se``); :data:`UNDECIDED` for one window
     (``windows`` 1: no error to judge by) and when only the gain over position 0 shows use while the last
     quarter stays above the bigram line (the gain can come from the position alone); :data:`UNUSED` when
     ``gain`` is None (one position per window). ``se`` is the gain's standard error, ``lq_se`` the last
@@ -121,11 +123,11 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     lq = last_quarter(curve)
     lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
-    leak = leak_gap(curve, bigram, margin, pos0_se if pos0_se is not None else se)
+    leak = leak_gap(curve, floor, margin, pos0_se if pos0_se is not None else se)
     if leak is not None:
-        return LEAKS, (f"{head}: position 0 is {leak:.3f} nats below the bigram line {bigram:.3f}, which a model "
-                       "that sees only the current character cannot reach: the model sees the tokens after the one it "
-                       "predicts (a leaking causal mask), so its loss by position says nothing of its use of the "
+        return LEAKS, (f"{head}: position 0 is {leak:.3f} nats below {floor:.3f}, the lowest loss a model that sees "
+                       "only the current token can reach on these val tokens: the model sees the tokens after the one "
+                       "it predicts (a leaking causal mask), so its loss by position says nothing of its use of the "
                        "context (`depthlab check FILE.py:NAME` runs causal_leak on a model file)")
     if windows is not None and windows < 2:
         return UNDECIDED, (f"{head}: one window has no sampling error to judge by, so it cannot tell whether the model "
@@ -186,7 +188,7 @@ def _leak_remedy(model: dict) -> str:
         return (f"mask the attention scores so that position t sees tokens 0..t only (torch.tril, or "
                 f"F.scaled_dot_product_attention(..., is_causal=True)); depthlab check {src} runs causal_leak and "
                 "names the positions that leak")
-    return ("depthlab's GPT masks with is_causal (tested), so position 0 cannot beat the bigram line: baselines.json "
+    return ("depthlab's GPT masks with is_causal (tested), so position 0 cannot go below the floor: baselines.json "
             "was not computed on this run's corpus (copied from another run?); delete it and diagnose recomputes it")
 
 
@@ -203,8 +205,9 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     bigram = float(ev.baselines["bigram"]["nats"])
     unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
+    floor = finite_or_none((ev.baselines.get("one_char_floor") or {}).get("nats"))  # absent before it was kept
     state, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
-                                   windows=finite_or_none(rec.get("windows")))
+                                   windows=finite_or_none(rec.get("windows")), floor=floor)
     where = f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions"
     if state == LEAKS:
         return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model")))
