@@ -472,3 +472,16 @@ def test_position_0_below_the_bigram_line_is_a_leak_not_context_use():
     assert state == UNDECIDED and "one window has no sampling error" in words and "(ADVICE)" in words
     state, words = context_verdict(0.038, 0.016, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
     assert "the later positions do not beat position 0 by 0.1 nats" in words  # 0.038 is > 2 se, < 0.1
+
+
+def test_a_bigram_estimate_above_the_unigram_is_not_the_line():
+    """A new user's pass: i.i.d. text over 700 characters (unigram 4.544, add-one bigram 4.780): context said "uses
+    its context; the last quarter is 0.209 nats below the bigram line"."""
+    from depthlab.analytics.rules.context import USED, context_verdict
+
+    state, words = context_verdict(0.0, 0.01, [4.571] * 16, bigram=4.780, unigram=4.544, lq_se=0.01)
+    assert state != USED and "one-token line (the unigram baseline" in words and "4.544" in words
+    state, words = context_verdict(0.2, 0.05, [4.7] * 4 + [4.462] * 12, bigram=2.482, unigram=3.347, lq_se=0.01)
+    assert "still 1.980 nats above the bigram line" in words  # the usual case: the bigram line
+    state, words = context_verdict(0.3, 0.05, [2.76] * 4 + [2.46] * 12, bigram=2.482, unigram=3.347, lq_se=0.01)
+    assert state == "undecided" and "only 0.022 nats below the bigram line 2.482" in words  # was "-0.020 above"

@@ -413,4 +413,8 @@ def test_context_use_claims_no_use_only_beyond_the_error():
     assert undecided.ok is None and undecided.status == "undecided" and "cannot tell" in undecided.summary
     assert _context_verdict(dict(ev), 0.0, 0.005, 2.55, 2.55, 2.482).status == "PROBLEM"  # 0.01 < 0.05: no use
     below = _context_verdict(dict(ev), 0.03, 0.02, 2.50, 2.30, 2.482)
-    assert below.ok is True and "0.182 nats below the bigram baseline" in below.summary
+    assert below.ok is True and "0.182 nats below 2.482, what the current token alone gives" in below.summary
+    # i.i.d. text over 700 characters: the add-one bigram (4.780) sits above the unigram (4.544); a model with no
+    # attention path is 0.24 below the bigram at every position, which is no use of context (a new user's pass)
+    iid = _context_verdict(dict(ev, unigram_nats=4.544), 0.0, 0.001, 4.540, 4.541, 4.780)
+    assert iid.ok is False

@@ -208,10 +208,11 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
            f"{bigram:.3f}")
     if _uses_context(g, se):
         return CheckResult("context_use", True, {"summary": txt, **ev})
-    if late < bigram - CONTEXT_MIN_GAIN:  # no one-character predictor gets there: the context does
-        return CheckResult("context_use", True, {"summary": txt + f": the late positions are {bigram - late:.3f} nats "
-                                                              "below the bigram baseline, which only the context "
-                                                              "before the current token gives", **ev})
+    line = min(bigram, ev["unigram_nats"])  # add-one smoothing over many tokens can put the bigram above the unigram
+    if late < line - CONTEXT_MIN_GAIN and pos0 > line - CONTEXT_MIN_GAIN:  # no one-token predictor gets there
+        return CheckResult("context_use", True, {"summary": txt + f": the late positions are {line - late:.3f} nats "
+                                                              f"below {line:.3f}, what the current token alone gives, "
+                                                              "which only the context before it beats", **ev})
     if g + 2 * se >= CONTEXT_MIN_GAIN:  # neither use nor its absence shown
         return CheckResult("context_use", None, {
             "summary": txt + f": the paired gain is neither above {CONTEXT_MIN_GAIN} and twice its error nor below "

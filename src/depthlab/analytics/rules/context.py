@@ -129,23 +129,29 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                        "only the current token can reach on these val tokens: the model sees the tokens after the one "
                        "it predicts (a leaking causal mask), so its loss by position says nothing of its use of the "
                        "context (`depthlab check FILE.py:NAME` runs causal_leak on a model file)")
+    name = "bigram line"
+    if bigram is not None and unigram is not None and unigram < bigram:
+        # add-one smoothing over a large vocabulary puts the bigram estimate above the unigram's: the lower of the
+        # two is what the current token alone is known to give
+        bigram, name = unigram, "one-token line (the unigram baseline: the add-one bigram estimate is higher here)"
     if windows is not None and windows < 2:
         return UNDECIDED, (f"{head}: one window has no sampling error to judge by, so it cannot tell whether the model "
                            f"uses its context ({advice})")
     state = context_state(gain, curve, bigram, min_gain, margin, se, lq_se)
     if state == USED and bigram is not None and not _bigram_shows_use(curve, bigram, margin, lq_se):
-        return UNDECIDED, (f"{head}: the later positions beat position 0, but the last quarter is still "
-                           f"{lq - bigram:.3f} nats above the bigram line {bigram:.3f} (what the current character "
-                           "alone gives); a gain that far above it can come from the position alone, so these "
-                           "windows cannot tell whether the model uses what its context says (train longer: "
-                           "train.max_iters)")
+        rel = lq - bigram
+        where = f"still {rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
+        return UNDECIDED, (f"{head}: the later positions beat position 0, but the last quarter is {where} the "
+                           f"{name} {bigram:.3f} (what the current character alone gives, less {margin} nats); a "
+                           "gain that does not reach below it can come from the position alone, so these windows "
+                           "cannot tell whether the model uses what its context says (train longer: train.max_iters)")
     if state == USED:
         below = ""
         if bigram is not None:
-            below = (f"; the last quarter is {bigram - lq:.3f} nats below the bigram line: that much comes from the "
+            below = (f"; the last quarter is {bigram - lq:.3f} nats below the {name}: that much comes from the "
                      "context before the current character")
             if not _gain_shows_use(gain, min_gain, se):
-                below += (" (the gain over position 0 is within twice its error, so this gap below the bigram line "
+                below += (" (the gain over position 0 is within twice its error, so this gap below the line "
                           "is the evidence)")
         return state, f"{head}: the model uses its context{below}"
     if state == UNDECIDED:
@@ -165,7 +171,7 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     within = " within twice its error" if lq_se is not None else ""
     noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
              f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
-    return state, (f"{head}: {beat}, and the last quarter is {where} the bigram line {bigram:.3f} (the current "
+    return state, (f"{head}: {beat}, and the last quarter is {where} the {name} {bigram:.3f} (the current "
                    f"character alone), not {margin} below it{within}, so the model does not use its "
                    f"context{level}{noisy}")
 
@@ -197,7 +203,7 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     """``context_unused``: the final weights' loss over the last quarter of the positions is not below position
     0's by ``context_min_gain`` and stays above the bigram baseline minus ``bigram_margin`` beyond twice its
     standard error (:func:`context_state`): the context before the current character does not reach the loss.
-    A curve the windows cannot decide is no finding. ``causal_leak``: position 0 is below the bigram line
+    A curve the windows cannot decide is no finding. ``causal_leak``: position 0 is below the one-token floor
     beyond its error (:func:`leak_gap`): the model sees the tokens it predicts."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
