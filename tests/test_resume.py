@@ -796,3 +796,19 @@ def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):
     (out / "vocab.json").unlink()
     with pytest.raises(DepthlabError, match=r"its vocab.json is missing \(deleted\?\).*restore it from a copy"):
         Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=20, resume=True)), **QUIET)
+
+
+def test_a_resume_inside_the_warmup_says_the_rate_still_rises(tmp_path, tiny_text_file):
+    """A new user's pass: resumed at step 20 of a 50-step warmup with a new peak, the line said the rate "decays"
+    while it rose to the peak."""
+    cfg = dict(max_iters=100, eval_interval=10, warmup_iters=50, learning_rate=3e-3, min_lr=1e-4)
+    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(20)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, learning_rate=1e-3, resume=True)),
+                log=lines.append)
+    said = [x for x in lines if x.startswith("resume:")]
+    assert r.lr_at(21) < r.lr_at(49) < r.lr_at(50) == pytest.approx(1e-3, rel=0.05)
+    assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 20" in said[0]
+    assert "warms up to train.learning_rate 0.001 at step 50, and decays to train.min_lr 0.0001 at step 100" in said[0]

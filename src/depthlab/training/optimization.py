@@ -256,8 +256,11 @@ class LRSchedule:
         else:
             was = "" if same else f" (the run's old settings: {lr_old:.3g})"
             moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
-            what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}, and decays to train.min_lr "
-                    f"{t.min_lr:g} at step {self.decay_iters}{moved}; no jump back to the peak")
+            warm = (f", warms up to train.learning_rate {t.learning_rate:g} at step {self.warmup_iters}"
+                    if self.anchor is None and step < self.warmup_iters else "")
+            what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}{warm}, and decays to "
+                    f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}"
+                    + ("" if warm else "; no jump back to the peak"))
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
             if f"{m_old:.3g}" != f"{m_now:.3g}":
