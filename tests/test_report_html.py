@@ -41,7 +41,7 @@ def test_runs_without_analytics_skip_gracefully(report_run, tmp_path):
     assert list(make_all_plots(rd)) == ["loss"]  # no checkpoint, no grads, no probes, torn last line
     html = build_report(rd).read_text(encoding="utf-8")
     assert "No baselines.json" in html and "No diagnosis.json" in html
-    assert "Not drawn: " in html and "not recorded in this run, or the files" in html
+    assert "Not drawn: " in html and "not recorded in this run, not measurable for this model" in html
 
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -296,12 +296,15 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     (:func:`_record_damage`), a missing config.json, a summary.json that is not what depthlab wrote; with
     ``weights_consequence`` (for a command that reads the weights), what the weights are rebuilt from
     (:func:`_weights_damage`)."""
-    from .rundir import CONFIG, SUMMARY, RunDir
+    from .rundir import BASELINES, CONFIG, SUMMARY, RunDir
 
     rd = RunDir(run_dir)
     lines = _record_damage(rd, consequence)
     if not (run_dir / CONFIG).is_file():
         lines.append(f"{run_dir / CONFIG} is missing (deleted?): {consequence}")
+    elif not (run_dir / BASELINES).is_file():
+        lines.append(f"{run_dir / BASELINES} is missing (deleted?): the corpus baselines are recomputed from the "
+                     "run's corpus, when it can still be read")
     if rd.damaged(SUMMARY):
         lines.append(f"{run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as missing")
     if weights_consequence:

@@ -34,7 +34,7 @@ from .. import checkpoint as ckpt
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted
-from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, RunDir, read_json
+from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
@@ -167,6 +167,11 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     except DepthlabError as e:
         raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and the depth views are measured on its "
                             f"val split: {e}") from None
+    own = rd.vocab  # a character run's vocab.json: the ids its weights were trained on
+    if cfg.data.tokenizer == "char" and own is not None and list(corpus.tokenizer.vocab) != list(own):
+        raise DepthlabError(f"{rd.path}: the corpus {corpus.path} no longer has the characters of the run's "
+                            f"{VOCAB} (changed since training), and the depth views are measured on the run's own "
+                            "val split: restore the file the run was trained on")
     processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
     w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
                      cfg.train.eval_iters, max_tokens)
