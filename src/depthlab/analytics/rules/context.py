@@ -157,6 +157,14 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     if state == UNDECIDED:
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
                        f"cannot tell whether the model uses its context ({advice})")
+    return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se)
+
+
+def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: Optional[float],
+                  unigram: Optional[float], name: str, min_gain: float, margin: float, lq_se: Optional[float]) -> str:
+    """:func:`context_verdict`'s sentence for :data:`UNUSED`: the gain, the last quarter against the one-token
+    ``line`` called ``name``, and where position 0 stands against the unigram line."""
+    lq = last_quarter(curve)
     level = ""
     if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
@@ -164,16 +172,15 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     elif unigram is not None and curve[0] >= unigram - margin:
         level = " (position 0 is at the unigram line: not even the current character is used)"
     beat = f"the later positions do not beat position 0 by {min_gain} nats"
-    if bigram is None:
-        return state, f"{head}: {beat}, so the model does not use its context{level}"
-    rel = lq - bigram
+    if line is None:
+        return f"{head}: {beat}, so the model does not use its context{level}"
+    rel = lq - line
     where = f"{rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
     within = " within twice its error" if lq_se is not None else ""
     noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
              f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
-    return state, (f"{head}: {beat}, and the last quarter is {where} the {name} {bigram:.3f} (the current "
-                   f"character alone), not {margin} below it{within}, so the model does not use its "
-                   f"context{level}{noisy}")
+    return (f"{head}: {beat}, and the last quarter is {where} the {name} {line:.3f} (the current character alone), "
+            f"not {margin} below it{within}, so the model does not use its context{level}{noisy}")
 
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
