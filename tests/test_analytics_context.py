@@ -500,3 +500,17 @@ def test_a_corpus_that_gained_characters_is_one_line(tiny_text_file, tmp_path, c
     for cmd in ("context", "layers"):
         rc, _, err = run_cli(capsys, cmd, str(run))
         assert_clean_error(rc, err, "no longer has the characters of the run's vocab.json")
+
+
+def test_bigram_stuck_does_not_contradict_the_loss_by_position():
+    """A new user's pass: healthy 250-step pre-LN runs at the bigram level got bigram_stuck's "uses almost none of
+    the context" while `context` on the same weights said the windows cannot tell."""
+    def rules(curve, gain_se, lq_se):
+        ev = _ev(curve, "prenorm")
+        ev.records[-1].update(context_gain_se=gain_se, last_quarter_se=lq_se)
+        return {f.rule for f in diagnose(ev).findings}
+
+    flat = [2.49] * 12 + [2.50] * 4  # unused beyond its error: both findings stand
+    assert {"bigram_stuck", "context_unused"} <= rules(flat, 0.1, 0.01)
+    near = [2.76] * 4 + [2.46] * 12  # a gain of 0.3 with the last quarter only 0.022 below the line: undecided
+    assert "bigram_stuck" not in rules(near, 0.05, 0.01) and "context_unused" not in rules(near, 0.05, 0.01)

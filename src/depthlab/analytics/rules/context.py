@@ -20,8 +20,8 @@ from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
 
 __all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "LEAKS", "MORE_WINDOWS", "uses_context",
-           "context_state", "leak_gap", "last_quarter", "context_verdict", "context_words", "context_causes",
-           "context_unused"]
+           "context_state", "leak_gap", "last_quarter", "context_verdict", "record_verdict", "context_words",
+           "context_causes", "context_unused"]
 
 def last_quarter(curve: Sequence[float]) -> float:
     """Mean loss over the last ``max(1, T // 4)`` positions (nats)."""
@@ -195,6 +195,20 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
     return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
 
 
+def record_verdict(ev: Evidence) -> tuple[str, str]:
+    """:func:`context_verdict` of the run's end-of-training loss-by-position record (``ev.context``, which must
+    exist) against its baselines (``ev.baselines``, with ``bigram``)."""
+    rec, th = ev.context, ev.thresholds
+    curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
+    gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
+    bigram = float(ev.baselines["bigram"]["nats"])
+    unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
+    lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
+    floor = finite_or_none((ev.baselines.get("one_char_floor") or {}).get("nats"))  # absent before it was kept
+    return context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
+                           windows=finite_or_none(rec.get("windows")), floor=floor)
+
+
 def _leak_remedy(model: dict) -> str:
     src = model.get("source")
     if src:
@@ -212,16 +226,10 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     standard error (:func:`context_state`): the context before the current character does not reach the loss.
     A curve the windows cannot decide is no finding. ``causal_leak``: position 0 is below the one-token floor
     beyond its error (:func:`leak_gap`): the model sees the tokens it predicts."""
-    rec, th = ev.context, ev.thresholds
-    curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
-    gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
-    bigram = float(ev.baselines["bigram"]["nats"])
-    unigram = finite_or_none((ev.baselines.get("unigram") or {}).get("nats"))
-    lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
-    floor = finite_or_none((ev.baselines.get("one_char_floor") or {}).get("nats"))  # absent before it was kept
-    state, words = context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
-                                   windows=finite_or_none(rec.get("windows")), floor=floor)
-    where = f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of {len(curve)} positions"
+    rec = ev.context
+    state, words = record_verdict(ev)
+    where = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of "
+             f"{len(rec['loss_by_position'])} positions")
     if state == LEAKS:
         return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model")))
     if state != UNUSED:

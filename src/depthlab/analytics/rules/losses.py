@@ -7,6 +7,7 @@ import math
 from typing import Optional
 
 from ...units import finite_or_none
+from .context import UNUSED, record_verdict
 from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
 from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, rule
@@ -100,8 +101,18 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
         return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
     level, words = loss_level(best, ev.baselines, th.bigram_margin)
     name = stuck_name(level)
+    if name == "bigram_stuck" and _context_not_shown_unused(ev):
+        return None  # the loss by position, measured directly, does not show the context unused: no claim that it is
     remedy = _unigram_remedy(ev, last) if name == "unigram_stuck" else _bigram_remedy(ev, last)
     return Finding(name, f"{when}: {words}", remedy)
+
+
+def _context_not_shown_unused(ev: Evidence) -> bool:
+    """True when the run's loss-by-position record exists and its verdict is not :data:`UNUSED` (the context is
+    used, or the windows cannot tell, or position 0 leaks): "uses almost none of the context" would contradict it."""
+    if ev.context is None or not isinstance(ev.context.get("context_gain"), (int, float)):
+        return False
+    return record_verdict(ev)[0] != UNUSED
 
 
 bigram_stuck = stuck_at_baseline
