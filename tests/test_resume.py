@@ -20,7 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from depthlab import checkpoint as ckpt, data as D, train
 from depthlab.budget import FIT_STEPS
 from depthlab.callbacks import Callback
-from depthlab.checkpoint import RESUME_NOTED, RESUME_SILENT, latest_checkpoint, payload_sha256, resume_changes
+from depthlab.checkpoint import (RESUME_NOTED, RESUME_SCHEDULE, RESUME_SILENT, latest_checkpoint, payload_sha256,
+                                 resume_changes)
 from depthlab.cli import main
 from depthlab.config import RunConfig
 from depthlab.errors import DepthlabError
@@ -323,7 +324,7 @@ def test_extending_max_iters_is_silent(run20, capsys):
 
 def test_every_config_field_is_classified_and_unknown_fields_are_refused():
     fields = {f"{s}.{k}" for s, sec in RunConfig().to_dict().items() for k in sec}
-    assert set(RESUME_NOTED) <= fields and RESUME_SILENT <= fields
+    assert set(RESUME_NOTED) <= fields and RESUME_SILENT <= fields and RESUME_SCHEDULE <= fields
     old = RunConfig().to_dict()
     new = json.loads(json.dumps(old))
     new["train"]["seed"] = 7

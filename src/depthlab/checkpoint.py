@@ -401,12 +401,13 @@ RESUME_SILENT = frozenset({
     "train.target_val_loss", "train.on_nonfinite", "model.vocab_size", "train.patience", "train.min_delta",
     "train.sample_interval", "train.sample_tokens", "train.fit_to_time", "train.final_validation"})
 
+#: Fields that may change on ``--resume`` and whose line depends on the step the run is at: the schedule
+#: (:meth:`depthlab.training.optimization.LRSchedule.resume`) says what each does, or that nothing trains.
+RESUME_SCHEDULE = frozenset({"train.learning_rate", "train.muon_lr", "train.min_lr"})
+
 #: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
-    "train.learning_rate": None,  # the schedule says what the new peak does (LRSchedule.resume)
-    "train.muon_lr": None,
-    "train.min_lr": None,
     "train.warmup_iters": "the schedule is recomputed from the current step with the new warmup",
     "train.lr_decay_iters": "the cosine decay is recomputed from the current step",
     "train.weight_decay": "AdamW's decoupled decay changes from the next step",
@@ -437,8 +438,8 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
 
     Returns:
         ``(refused, noted)``: one sentence per changed field, naming it and both values; refused
-        ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`; all other
-        fields are refused).
+        ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`,
+        :data:`RESUME_SCHEDULE`; all other fields are refused).
     """
     from .config import RunConfig
 
@@ -451,9 +452,10 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
         if key not in a and b.get(key) == defaults.get(key):
             continue  # a field newer than the run, at its default: the run used that behaviour
         change = f"{key} {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
+        if key in RESUME_SCHEDULE:
+            continue  # allowed; the schedule says what it does at this step
         if key in RESUME_NOTED:
-            if RESUME_NOTED[key] is not None:
-                noted.append(f"{change}: {RESUME_NOTED[key]}")
+            noted.append(f"{change}: {RESUME_NOTED[key]}")
         else:
             refused.append(change)
     return refused, noted

@@ -266,23 +266,23 @@ def damaged_metrics_lines(run_dir: Path) -> int:
     depthlab writes whole lines and only the last can be torn (a process killed mid-write); any
     other unreadable line is damage, and every reader skips it.
     """
-    p = Path(run_dir) / METRICS
-    try:
-        lines = [ln.strip() for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return 0
-    return sum(_record(ln) is None for ln in lines[:-1])
+    return sum(_record(ln) is None for ln in _nonblank_lines(run_dir)[:-1])
 
 
 def torn_last_line(run_dir: Path) -> bool:
     """True when the last non-blank line of ``run_dir/metrics.jsonl`` is not a record (:func:`_record`): cut
     mid-write. Damage once the run has finished; in a live run, a record being appended."""
-    p = Path(run_dir) / METRICS
-    try:
-        lines = [ln for ln in p.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return False
+    lines = _nonblank_lines(run_dir)
     return bool(lines) and _record(lines[-1]) is None
+
+
+def _nonblank_lines(run_dir: Path) -> list[str]:
+    """The non-blank lines of ``run_dir/metrics.jsonl``, stripped ([] when it cannot be read)."""
+    try:
+        text = (Path(run_dir) / METRICS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
 def truncate_metrics(run_dir: Path, step: int) -> None:

@@ -37,7 +37,7 @@ from ..units import counted
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
-from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
+from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
 from .baselines import corpus_baselines, one_char_floor_nats
 from .rules.evidence import Thresholds
 
@@ -130,7 +130,8 @@ class ViewRun:
         run_dir: the run directory. config: config.json's content. windows: :class:`ViewWindows`.
         baselines: baselines.json's content (``unigram`` / ``bigram`` with ``nats``), recomputed from the corpus
             when the file is missing or damaged (as diagnose does), or None.
-        baselines_from: ``baselines.json``, or ``the corpus`` when recomputed.
+        baselines_from: where the baselines come from, as the console says it: ``baselines.json``, or
+            ``recomputed from the corpus: baselines.json is missing or damaged``.
     """
 
     run_dir: Path
@@ -352,9 +353,9 @@ def format_context(res: dict) -> str:
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
     verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice, floor=res.get("one_char_floor"))
-    lines.append(context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict))
+    state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
+    lines.append(words)
     step, early = res.get("step"), Thresholds().bigram_min_steps
-    state = context_verdict(res["context_gain"], res["context_gain_se"], curve, bg, ug, lq_se=lq_se, **verdict)[0]
     if step is not None and step < early and res["context_gain"] is not None and state in (UNUSED, UNDECIDED):
         lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..baselines import bigram_nats, unigram_nats
+from ..baselines import bigram_nats, one_token_line, unigram_nats
 from .finite import nonfinite_result
 from .subject import CheckResult, Subject, call_user
 
@@ -208,7 +208,7 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
            f"{bigram:.3f}")
     if _uses_context(g, se):
         return CheckResult("context_use", True, {"summary": txt, **ev})
-    line = min(bigram, ev["unigram_nats"])  # add-one smoothing over many tokens can put the bigram above the unigram
+    line = one_token_line(bigram, ev["unigram_nats"])
     if late < line - CONTEXT_MIN_GAIN and pos0 > line - CONTEXT_MIN_GAIN:  # no one-token predictor gets there
         return CheckResult("context_use", True, {"summary": txt + f": the late positions are {line - late:.3f} nats "
                                                               f"below {line:.3f}, what the current token alone gives, "

@@ -16,6 +16,7 @@ import math
 from typing import Optional, Sequence
 
 from ...units import finite_or_none
+from ..baselines import one_token_line
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
 
@@ -130,9 +131,7 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                        "it predicts (a leaking causal mask), so its loss by position says nothing of its use of the "
                        "context (`depthlab check FILE.py:NAME` runs causal_leak on a model file)")
     name = "bigram line"
-    if bigram is not None and unigram is not None and unigram < bigram:
-        # add-one smoothing over a large vocabulary puts the bigram estimate above the unigram's: the lower of the
-        # two is what the current token alone is known to give
+    if bigram is not None and one_token_line(bigram, unigram) < bigram:
         bigram, name = unigram, "one-token line (the unigram baseline: the add-one bigram estimate is higher here)"
     if windows is not None and windows < 2:
         return UNDECIDED, (f"{head}: one window has no sampling error to judge by, so it cannot tell whether the model "
@@ -185,14 +184,14 @@ def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[f
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                   unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None,
-                  **verdict) -> str:
-    """:func:`context_verdict`'s sentence (``verdict``: its ``windows``, ``pos0_se``, ``advice``), and when the
-    context is unused the three reasons with their knobs."""
+                  **verdict) -> tuple[str, str]:
+    """:func:`context_verdict`'s ``(state, sentence)`` (``verdict``: its ``windows``, ``pos0_se``, ``advice``,
+    ``floor``), the sentence followed, when the context is unused, by the three reasons with their knobs."""
     state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se, **verdict)
     if state != UNUSED or gain is None:
-        return words
+        return state, words
     a, b, c = context_causes(model or {})
-    return f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
+    return state, f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
 
 
 def record_verdict(ev: Evidence) -> tuple[str, str]:
