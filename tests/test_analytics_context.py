@@ -486,6 +486,7 @@ def test_a_bigram_estimate_above_the_unigram_is_not_the_line():
     assert "still 1.980 nats above the bigram line" in words  # the usual case: the bigram line
     state, words = context_verdict(0.3, 0.05, [2.76] * 4 + [2.46] * 12, bigram=2.482, unigram=3.347, lq_se=0.01)
     assert state == "undecided" and "only 0.022 nats below the bigram line 2.482" in words  # was "-0.020 above"
+    assert "not below 2.432 (the line less 0.05 or twice its error)" in words
 
 
 def test_a_corpus_that_gained_characters_is_one_line(tiny_text_file, tmp_path, capsys):

@@ -131,7 +131,7 @@ class ViewRun:
         baselines: baselines.json's content (``unigram`` / ``bigram`` with ``nats``), recomputed from the corpus
             when the file is missing or damaged (as diagnose does), or None.
         baselines_from: where the baselines come from, as the console says it: ``baselines.json``, or
-            ``recomputed from the corpus: baselines.json is missing or damaged``.
+            ``recomputed from the corpus: baselines.json is missing`` (or ``damaged``).
     """
 
     run_dir: Path
@@ -181,7 +181,8 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         floor = rd.baselines.get("one_char_floor") or {"nats": one_char_floor_nats(corpus.val, V)}
         return ViewRun(rd.path, rd.config, w, {**rd.baselines, "one_char_floor": floor})
     base = corpus_baselines(corpus.train, corpus.val, V, corpus.val_chars_per_token)
-    return ViewRun(rd.path, rd.config, w, base, f"recomputed from the corpus: {BASELINES} is missing or damaged")
+    why = "damaged" if rd.file(BASELINES).exists() else "missing"
+    return ViewRun(rd.path, rd.config, w, base, f"recomputed from the corpus: {BASELINES} is {why}")
 
 
 def _model_from(run_dir: Path, path: Path) -> torch.nn.Module:

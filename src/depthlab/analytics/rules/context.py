@@ -140,10 +140,12 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     if state == USED and bigram is not None and not _bigram_shows_use(curve, bigram, margin, lq_se):
         rel = lq - bigram
         where = f"still {rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
+        cut = bigram - max(margin, 2 * (lq_se or 0.0))
         return UNDECIDED, (f"{head}: the later positions beat position 0, but the last quarter is {where} the "
-                           f"{name} {bigram:.3f} (what the current character alone gives, less {margin} nats); a "
-                           "gain that does not reach below it can come from the position alone, so these windows "
-                           "cannot tell whether the model uses what its context says (train longer: train.max_iters)")
+                           f"{name} {bigram:.3f} (what the current token alone gives), not below {cut:.3f} (the "
+                           f"line less {margin} or twice its error); a gain that stays above that can come from the "
+                           "position alone, so these windows cannot tell whether the model uses what its context "
+                           "says (train longer: train.max_iters)")
     if state == USED:
         below = ""
         if bigram is not None:
