@@ -235,6 +235,13 @@ def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path
         rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
         bad = run / ("vocab.json" if vocab is not None else "config.json")
         assert rc == 0 and f"warning: {bad} is not the JSON depthlab wrote" in err and err.count("warning") == 1, err
+    for name in ("vocab.json", "config.json"):  # a deleted file is said too, and the text still comes
+        (run / "vocab.json").write_text((report_run / "vocab.json").read_text())
+        cfg.write_text((report_run / "config.json").read_text())
+        (run / name).unlink()
+        rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+        assert rc == 0 and len(out) >= 5 and err.count("warning") == 1, err
+        assert f"warning: {run / name} is missing (deleted?); sampling uses the copy inside the checkpoint" in err
 
 
 def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_path, capsys):

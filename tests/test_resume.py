@@ -813,3 +813,27 @@ def test_a_resume_inside_the_warmup_says_the_rate_still_rises(tmp_path, tiny_tex
     assert r.lr_at(21) < r.lr_at(49) < r.lr_at(50) == pytest.approx(1e-3, rel=0.05)
     assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 20" in said[0]
     assert "warms up to train.learning_rate 0.001 at step 50, and decays to train.min_lr 0.0001 at step 100" in said[0]
+
+
+def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file):
+    """A new user's pass: a resume at step 20 with train.warmup_iters 50 -> 10 said only "the schedule is
+    recomputed" while the rate jumped from 1.2e-3 to 3.0e-3; the schedule's line now gives both rates."""
+    from depthlab.training.optimization import get_lr
+
+    cfg = dict(max_iters=100, eval_interval=10, warmup_iters=50, learning_rate=3e-3, min_lr=1e-4)
+    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(20)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
+                log=lines.append)
+    said = [x for x in lines if x.startswith("resume:")]
+    new, old = get_lr(20, 3e-3, 1e-4, 10, 100), get_lr(20, 3e-3, 1e-4, 50, 100)
+    assert r.lr_at(20) == pytest.approx(new) and new > 2 * old
+    assert len(said) == 1 and f"continues from {new:.3g} at step 20 (the run's old settings: {old:.3g})" in said[0]
+    assert said[0].startswith("resume: train.warmup_iters 50 -> 10: the learning rate continues")
+    assert "(the warmup now ends at step 10, was 50)" in said[0] and "no jump" not in said[0]
+    lines.clear()  # config.json now holds warmup 10 (the resumed Trainer wrote it): the same warmup, no line
+    Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
+            log=lines.append)
+    assert not [x for x in lines if x.startswith("resume:")]

@@ -259,6 +259,9 @@ def run_sample(ns) -> int:
             if rd.damaged(name):
                 info.append(f"{PROG}: warning: {rd.file(name)} is not the JSON depthlab wrote (damaged or edited by "
                             "hand); sampling uses the copy inside the checkpoint")
+            elif not rd.file(name).exists():
+                info.append(f"{PROG}: warning: {rd.file(name)} is missing (deleted?); sampling uses the copy inside "
+                            "the checkpoint")
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
                 ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
     stream("\n")

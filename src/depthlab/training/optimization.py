@@ -227,24 +227,42 @@ class LRSchedule:
         ended = step > 0 and lr_old <= old.min_lr
         if ended:
             lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
-        if (old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr) or step == 0:
-            if step == 0 and old.peak != t.learning_rate:
-                log(f"resume: train.learning_rate {old.peak:g} -> {t.learning_rate:g}: the run starts again from "
-                    "step 0, on the schedule of the new peak")
-            if old.muon_lr == t.muon_lr or step == 0 or not muon:
-                return  # the run continues exactly as it was
+        # a new warmup reshapes the rate from here unless an anchor carries it (extended, ended, decay moved)
+        old_warmup = old.warmup(old_plan, t)
+        warmup_moved = (old_warmup != self.warmup_iters and not anchored and not ended
+                        and old_decay == self.decay_iters)
+        if step == 0:
+            new = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
+                                                             ("warmup_iters", old.warmup_asked, t.warmup_iters))
+                   if a != b]
+            if new:
+                log(f"resume: {'; '.join(new)}: the run starts again from step 0, on the new schedule")
+            return
+        # a new train.warmup_iters that an anchor (or a plan's own warmup) overrides: said, as doing nothing
+        idle_warmup = (f"train.warmup_iters {old.warmup_asked} -> {t.warmup_iters} changes nothing from step {step}"
+                       if old.warmup_asked != t.warmup_iters and not warmup_moved else "")
+        if ((old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr) and not warmup_moved
+                and (old.muon_lr == t.muon_lr or not muon)):
+            if idle_warmup:
+                log(f"resume: {idle_warmup}: the learning rate continues from {self.lr_at(step):.3g} as before")
+            return  # the run continues exactly as it was
         if old_decay != self.decay_iters or anchored or ended:
             self.anchor = (step, max(t.min_lr, lr_now), self.decay_iters)
-        log(self._resume_words(step, old, old_decay, lr_old, ended, muon))
+        words = self._resume_words(step, old, old_decay, lr_old, ended, muon, old_warmup if warmup_moved else None)
+        log(words + (f"; {idle_warmup}" if idle_warmup else ""))
 
     def _resume_words(self, step: int, old: "_OldSchedule", old_decay: int, lr_old: float, ended: bool,
-                      muon: bool) -> str:
-        """The one ``resume:`` line: the settings that changed, then the rate at ``step`` against the old one."""
+                      muon: bool, old_warmup: Optional[int] = None) -> str:
+        """The one ``resume:`` line: the settings that changed, then the rate at ``step`` against the old one
+        (``old_warmup``: where the warmup used to end, when a new one reshapes the rate from here)."""
         t, lr_now = self.train, self.lr_at(step)
         changed = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
                                                                ("min_lr", old.min_lr, t.min_lr),
                                                                ("muon_lr", old.muon_lr, t.muon_lr if muon else
-                                                                old.muon_lr)) if a != b]
+                                                                old.muon_lr),
+                                                               ("warmup_iters", old.warmup_asked, t.warmup_iters
+                                                                if old_warmup is not None else old.warmup_asked))
+                   if a != b]
         head = "resume: " + (f"{'; '.join(changed)}: " if changed else "")
         same = f"{lr_now:.3g}" == f"{lr_old:.3g}"  # as printed: two equal numbers are no change to show
         if ended:
@@ -256,11 +274,13 @@ class LRSchedule:
         else:
             was = "" if same else f" (the run's old settings: {lr_old:.3g})"
             moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
+            if old_warmup is not None:
+                moved += f" (the warmup now ends at step {self.warmup_iters}, was {old_warmup})"
             warm = (f", warms up to train.learning_rate {t.learning_rate:g} at step {self.warmup_iters}"
                     if self.anchor is None and step < self.warmup_iters else "")
             what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}{warm}, and decays to "
                     f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}"
-                    + ("" if warm else "; no jump back to the peak"))
+                    + ("" if warm or old_warmup is not None else "; no jump back to the peak"))
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
             if f"{m_old:.3g}" != f"{m_now:.3g}":
@@ -280,6 +300,11 @@ class _OldSchedule:
         self.peak = float(old_train.get("learning_rate", t.learning_rate))
         self.min_lr = float(old_train.get("min_lr", t.min_lr))
         self.muon_lr = float(old_train.get("muon_lr", t.muon_lr))
+        self.warmup_asked = int(old_train.get("warmup_iters", t.warmup_iters))
+
+    def warmup(self, plan: Optional[Plan], t: TrainConfig) -> int:
+        """The steps of warmup the run followed: its plan's, else its config's."""
+        return plan.warmup_iters if plan is not None else self.warmup_asked
 
     def rates(self, step: int, anchor: Optional[tuple[int, float, int]], plan: Optional[Plan],
               t: TrainConfig, decay_now: int) -> tuple[int, float, float]:
@@ -289,10 +314,10 @@ class _OldSchedule:
         if anchor is not None:
             return (anchor[2], get_lr_from(step, anchor[0], anchor[1], self.min_lr, anchor[2]),
                     get_lr_from(step, anchor[0], anchor[1] * scale, t.min_lr, anchor[2]))
+        warmup = self.warmup(plan, t)
         if plan is not None:
-            decay, warmup = plan.lr_decay_iters or plan.max_iters, plan.warmup_iters
+            decay = plan.lr_decay_iters or plan.max_iters
         else:
             decay = int(self.train.get("lr_decay_iters") or self.train.get("max_iters") or decay_now)
-            warmup = int(self.train.get("warmup_iters", t.warmup_iters))
         return (decay, get_lr(step, self.peak, self.min_lr, warmup, decay),
                 get_lr(step, t.learning_rate, t.min_lr, warmup, decay))
