@@ -1,5 +1,6 @@
 """analytics.context: val loss by position, context gain, the end-of-training record and ``context_unused``."""
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -504,10 +505,37 @@ def test_a_corpus_that_gained_characters_is_one_line(tiny_text_file, tmp_path, c
     from depthlab import train
 
     run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
-    tiny_text_file.write_text(tiny_text_file.read_text() + "@#~ZQ")
+    text = tiny_text_file.read_text()
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["resolved"]["corpus_sha256"] == hashlib.sha256(tiny_text_file.read_bytes()).hexdigest()
+    tiny_text_file.write_text(text + "@#~ZQ")
+    for cmd in ("context", "layers"):
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert_clean_error(rc, err, "changed since training (its sha256 is not the one in config.json's resolved")
+    del cfg["resolved"]["corpus_sha256"]  # a run from before the record: its vocab.json still tells
+    (run / "config.json").write_text(json.dumps(cfg))
     for cmd in ("context", "layers"):
         rc, _, err = run_cli(capsys, cmd, str(run))
         assert_clean_error(rc, err, "no longer has the characters of the run's vocab.json")
+
+
+def test_an_edited_corpus_without_vocab_json_is_refused_not_measured(tiny_text_file, tmp_path, capsys):
+    """A new user's pass: with vocab.json deleted and the corpus edited (same characters), context and layers
+    measured the new text as the run's val split; diagnose recomputed the deleted baselines from it."""
+    from conftest import QUIET, assert_clean_error, tiny_config
+
+    from depthlab import train
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    (run / "vocab.json").unlink()
+    (run / "baselines.json").unlink()
+    assert Evidence.from_run(run).baselines["bigram"]["nats"] > 0  # recomputed from the same corpus
+    text = tiny_text_file.read_text()
+    tiny_text_file.write_text(text[::-1])  # the same characters, reversed
+    for cmd in ("context", "layers"):
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert_clean_error(rc, err, f"the corpus {tiny_text_file} changed since training")
+    assert Evidence.from_run(run).baselines is None  # not another text's lines
 
 
 def test_bigram_stuck_does_not_contradict_the_loss_by_position():

@@ -142,7 +142,7 @@ def test_rules_without_data_are_named_not_passed():
     # without baselines bigram_stuck cannot judge: it says so (it used to be silently counted as "no problem")
     assert rules_without_data(full, cfg) == [
         "bigram_stuck, unigram_stuck, context_unused, causal_leak (no corpus baselines: baselines.json is missing and "
-        "the run's corpus could not be read to recompute it)"]
+        "the run's corpus could not be read (or changed since training) to recompute it)"]
     assert format_findings([], []).startswith("diagnosis: no problems found (rules: ")
     assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
 

@@ -668,6 +668,18 @@ class RunDir:
         """``config.json``: {"data": {...}, "model": {...}, "train": {...}}."""
         return self._json(CONFIG)
 
+    def corpus_changed(self, sha256: str) -> bool:
+        """True when config.json's ``resolved.corpus_sha256`` (the corpus file's bytes at training) is not
+        ``sha256``; False when they match or the run predates the record."""
+        return self.corpus_changed_in(self.config, sha256)
+
+    @staticmethod
+    def corpus_changed_in(config: Optional[dict], sha256: str) -> bool:
+        """:meth:`corpus_changed` of a config.json's content."""
+        resolved = (config or {}).get("resolved") if isinstance(config, dict) else None
+        recorded = resolved.get("corpus_sha256") if isinstance(resolved, dict) else None
+        return isinstance(recorded, str) and recorded != sha256
+
     @property
     def vocab(self) -> Optional[list[str]]:
         """``vocab.json``: the characters, id = position."""

@@ -256,7 +256,7 @@ class Trainer:
         """What the ``auto``/0 settings became on this machine and what the time plan decided
         (config.json's ``resolved``)."""
         plan = self.budget.plan
-        return {**self.runtime.resolved(), "optimizer": self.optimizer_name,
+        return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
                 **({"plan": plan.to_record()} if plan is not None else {}),
                 **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
 

@@ -168,6 +168,10 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     except DepthlabError as e:
         raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and the depth views are measured on its "
                             f"val split: {e}") from None
+    if rd.corpus_changed(corpus.sha256):
+        raise DepthlabError(f"{rd.path}: the corpus {corpus.path} changed since training (its sha256 is not the one in "
+                            f"{CONFIG}'s resolved.corpus_sha256), and the depth views are measured on the run's own "
+                            "val split: restore the file the run was trained on")
     own = rd.vocab  # a character run's vocab.json: the ids its weights were trained on
     if cfg.data.tokenizer == "char" and own is not None and list(corpus.tokenizer.vocab) != list(own):
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} no longer has the characters of the run's "

@@ -257,6 +257,8 @@ def _recompute_baselines(config: dict) -> Optional[dict]:
         from ..baselines import corpus_baselines
 
         c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
+        if RunDir.corpus_changed_in(config, c.sha256):
+            return None  # another text's baselines would judge the run against the wrong lines
         return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab), c.val_chars_per_token)
     except Exception:  # noqa: BLE001 - corpus moved/deleted: diagnose without the bigram rule
         return None
