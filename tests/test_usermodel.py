@@ -277,3 +277,18 @@ def test_a_model_that_takes_only_its_training_batch_finishes_its_run_without_the
     assert summary["final_step"] == 10 and not summary.get("final_validation")
     skipped = [x for x in lines if x.startswith("final validation skipped: ")]
     assert len(skipped) == 1 and "--train.final_validation false" in skipped[0]
+
+
+def test_a_keyboardinterrupt_the_file_raises_is_not_read_as_ctrl_c(tmp_path):
+    """A file that raises KeyboardInterrupt at import read as the user's Ctrl-C ("depthlab: interrupted", 130); a
+    real SIGINT during the import still interrupts, and the SIGINT handler is restored."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGINT)
+    (tmp_path / "ki.py").write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(DepthlabError, match=r"ki.py raised KeyboardInterrupt itself \(no Ctrl-C was pressed\).*__main__"):
+        build_model(parse_source(f"{tmp_path / 'ki.py'}:M"))
+    (tmp_path / "sig.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
+    with pytest.raises(KeyboardInterrupt):
+        build_model(parse_source(f"{tmp_path / 'sig.py'}:M"))
+    assert signal.getsignal(signal.SIGINT) is handler

@@ -4,9 +4,9 @@ A run asked for more steps than its time limit allows would be cut mid-decay by 
 its learning rate still high. A :class:`TimeBudget` times the first steps of the session instead and
 makes a :class:`Plan`: a lower end step (and decay end, and a warmup no longer than a fifth of the
 plan) so the cosine ends inside 98 % of ``max_time``; it plans again from better-measured steps at
-step 200 and, in a run long enough, halfway through what is left (steps can speed up or slow down
-well after the start; the schedule continues the decay from the current learning rate then, with no
-jump). The plan is a value: the config the user asked for is never changed. The learning-rate
+step 200 and then halfway through what is left, again and again while at least 100 steps lie on
+each side (steps can speed up or slow down well after the start; the schedule continues the decay
+from the current learning rate then, with no jump). The plan is a value: the config the user asked for is never changed. The learning-rate
 schedule (:class:`depthlab.training.optimization.LRSchedule`) reads it, and config.json keeps it
 under ``resolved.plan`` so a resumed run continues it. The trainer owns the clock, the processes and
 the log; this module only counts.
@@ -20,12 +20,15 @@ from typing import Optional
 
 from .config import TrainConfig
 
-__all__ = ["FIT_STEPS", "REFIT_STEPS", "Plan", "TimeBudget", "nothing_to_train"]
+__all__ = ["FIT_STEPS", "LATE_STEPS", "REFIT_STEPS", "Plan", "TimeBudget", "nothing_to_train"]
 
 #: Training steps timed before the first plan (the first two are not timed), and the step of the
 #: second, better-measured plan (both counted from the session's first step).
 FIT_STEPS = 20
 REFIT_STEPS = 200
+
+#: The fewest steps a late plan times (and leaves to the end): ~10 s of the default recipe on 2 cores.
+LATE_STEPS = 100
 
 #: Fraction of max_time a plan fills: a small overshoot then meets the time limit only at the very end.
 FILL = 0.98
@@ -158,15 +161,19 @@ class TimeBudget:
     def marks(self) -> tuple[int, ...]:
         """Steps at which the clock is read: start+2 (after one-off allocations), then each plan's.
 
-        The last plan is halfway between start+REFIT_STEPS and the planned end, when at least
-        4 x REFIT_STEPS steps are left there (a shorter run is timed well enough by then).
+        After start+REFIT_STEPS the clock is read again halfway through what is left, from the last
+        reading, for as long as both halves have at least LATE_STEPS steps: a slow stretch that a plan
+        measured (another process busy for a minute) is made up for once it passes, and a machine that
+        slowed down late ends the run inside its time. Each late plan times only the steps since the
+        previous reading.
         """
         s = self.start
         if s is None:
             return ()
         refit = s + REFIT_STEPS
-        left = self.max_iters - refit
-        late = (refit + left // 2,) if left >= 4 * REFIT_STEPS else ()
+        last = self._mark[0] if self._mark is not None and self._mark[0] >= refit else refit
+        left = self.max_iters - last
+        late = (last + left // 2,) if left >= 2 * LATE_STEPS else ()
         return (s + 2, s + FIT_STEPS, refit) + late
 
     def note_eval(self, seconds: float) -> None:
@@ -179,8 +186,8 @@ class TimeBudget:
 
         Evaluation time since that mark is taken out. Steps get faster over the first hundred or so
         (measured 0.13 s/step over steps 2-20, 0.105 later at the default recipe on a 2-core CPU),
-        so the second plan uses the budget the first would waste. After the last mark (or when it
-        is past the end) timing stops: ``start`` becomes None.
+        so the second plan uses the budget the first would waste. Timing stops when no late mark
+        fits in what is left (:attr:`marks`).
 
         Example (default recipe, 2-core CPU): steps 20-200 measured 0.110 s/step and planned 2327
         steps, which then took 244.5 s of a 270 s budget: later steps ran at ~0.100 s/step.
@@ -193,8 +200,6 @@ class TimeBudget:
             last_step, last_t, last_eval = self._mark
             s_step = max((now - last_t - (self.eval_total - last_eval)) / (step - last_step), 1e-6)
         self._mark = (step, now, self.eval_total)
-        if step == marks[-1] or marks[-1] >= self.max_iters - 1:
-            self.start = None
         return s_step
 
     def _s_eval(self, s_step: float) -> float:

@@ -295,8 +295,8 @@ class TrainConfig:
             ``--resume`` gets the whole budget again (summary.json's ``wall_time_s`` counts every session).
         fit_to_time: with ``max_time`` > 0, time the first evaluation and the first 20 training
             steps, then lower ``max_iters`` (never above the value asked for; planned again, better
-            measured, at step 200 and halfway through what is left, the decay then continuing from
-            the current learning rate) so that the run, evaluations included,
+            measured, at step 200 and then halfway through what is left while 100 steps lie on each
+            side, the decay then continuing from the current learning rate) so that the run, evaluations included,
             ends inside 98 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a ``warmup_iters`` longer than a fifth of the planned run is shortened
             to that. The plan is logged and written to config.json's ``resolved.plan`` (its ``train``

@@ -19,7 +19,9 @@ import importlib.util
 import inspect
 import json
 import os
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -117,6 +119,20 @@ def _input_at_import(prompt: object = "") -> str:
     raise _InputAtImport(f"input({str(prompt)!r})")
 
 
+def _watch_sigint(pressed: list[int]):
+    """Note a SIGINT in ``pressed`` and raise KeyboardInterrupt as Python's own handler does; returns the handler
+    it replaced, or None where no handler can be set (a thread other than the main one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def note(signum, frame):
+        pressed.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, note)
+    return old if old is not None else signal.default_int_handler  # None: a handler set outside Python
+
+
 def _factory(src: Source) -> Callable[..., Any]:
     for folder in [str(p) for p in (src.origin, src.path.resolve().parent) if p is not None]:
         if folder not in sys.path:
@@ -130,6 +146,8 @@ def _factory(src: Source) -> Callable[..., Any]:
     argv = list(sys.argv)
     guard = "put that code under `if __name__ == \"__main__\":` so that importing the file only defines the model"
     saved = os._exit, builtins.input
+    pressed: list[int] = []  # a Ctrl-C while the file imports, told apart from a KeyboardInterrupt the file raises
+    sigint = _watch_sigint(pressed)
     try:
         # a script's argparse at import sees the file run bare (its defaults), not depthlab's own arguments,
         # and its messages name the file, not depthlab
@@ -143,6 +161,11 @@ def _factory(src: Source) -> Callable[..., Any]:
                             f"imported; {guard}") from None
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
         raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
+    except KeyboardInterrupt:
+        if pressed or sigint is None:
+            raise  # the user's own Ctrl-C (or no way to tell): depthlab stops as interrupted
+        raise DepthlabError(f"{src}: importing {src.path} raised KeyboardInterrupt itself (no Ctrl-C was pressed): "
+                            f"the file runs code when imported; {guard}") from None
     except SystemExit as e:  # a script's argparse or sys.exit at module level: depthlab only imports the file
         how = f"os._exit({e.code!r})" if isinstance(e, _OsExit) else f"SystemExit({e.code!r})"
         raise DepthlabError(f"{src}: importing {src.path} exited ({how}, any lines just above are "
@@ -151,6 +174,8 @@ def _factory(src: Source) -> Callable[..., Any]:
     finally:
         os._exit, builtins.input = saved
         sys.argv[:] = argv
+        if sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
     made = getattr(module, src.name, None)
     if made is None:
         names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
