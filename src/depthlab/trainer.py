@@ -433,7 +433,9 @@ class Trainer:
             rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
             final = self.evaluator.final_val
             whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
-            self.log(f"done: best val {summary['best_val_loss']:.4f} nats "
+            se = summary.get("best_val_loss_se")
+            err = "" if se is None else f" ± {se:.3f}"  # where the evaluation windows fell: README, "Measured"
+            self.log(f"done: best val {summary['best_val_loss']:.4f}{err} nats "
                      f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}{whole}, "
                      f"{counted(summary['final_step'], 'step')} in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
         self.metrics.close()
@@ -443,7 +445,7 @@ class Trainer:
     def _summary(self) -> dict:
         wall, ev = self._wall(), self.evaluator
         reached = ev.target_reached
-        return {"best_val_loss": ev.best_val, "best_val_bpc": ev.bpc(ev.best_val),
+        return {"best_val_loss": ev.best_val, "best_val_loss_se": ev.best_se, "best_val_bpc": ev.bpc(ev.best_val),
                 "best_val_step": ev.best_step, "final_step": self.step,
                 "final_train_loss": ev.last_eval.get("train_loss"), "final_val_loss": ev.last_eval.get("val_loss"),
                 "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
