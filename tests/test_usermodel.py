@@ -286,7 +286,8 @@ def test_a_keyboardinterrupt_the_file_raises_is_not_read_as_ctrl_c(tmp_path):
 
     handler = signal.getsignal(signal.SIGINT)
     (tmp_path / "ki.py").write_text("raise KeyboardInterrupt\n")
-    with pytest.raises(DepthlabError, match=r"ki.py raised KeyboardInterrupt itself \(no Ctrl-C was pressed\).*__main__"):
+    with pytest.raises(DepthlabError,
+                       match=r"ki.py raised KeyboardInterrupt itself \(no Ctrl-C was pressed\).*__main__"):
         build_model(parse_source(f"{tmp_path / 'ki.py'}:M"))
     (tmp_path / "sig.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(5)\n")
     with pytest.raises(KeyboardInterrupt):

@@ -6,9 +6,9 @@ makes a :class:`Plan`: a lower end step (and decay end, and a warmup no longer t
 plan) so the cosine ends inside 98 % of ``max_time``; it plans again from better-measured steps at
 step 200 and then halfway through what is left, again and again while at least 100 steps lie on
 each side (steps can speed up or slow down well after the start; the schedule continues the decay
-from the current learning rate then, with no jump). The plan is a value: the config the user asked for is never changed. The learning-rate
-schedule (:class:`depthlab.training.optimization.LRSchedule`) reads it, and config.json keeps it
-under ``resolved.plan`` so a resumed run continues it. The trainer owns the clock, the processes and
+from the current learning rate then, with no jump). The plan is a value: the config the user asked
+for is never changed. The learning-rate schedule (:class:`depthlab.training.optimization.LRSchedule`)
+reads it, and config.json keeps it under ``resolved.plan`` so a resumed run continues it. The trainer owns the clock, the processes and
 the log; this module only counts.
 """
 

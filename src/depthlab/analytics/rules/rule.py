@@ -185,8 +185,8 @@ def _baselines(ev: Evidence, who: str) -> Optional[str]:
     if ev.baselines and "bigram" in ev.baselines:
         return None
     if ev.baselines is None:
-        return ("no corpus baselines: baselines.json is missing and the run's corpus could not be read (or changed since "
-                "training) to recompute it")
+        return ("no corpus baselines: baselines.json is missing and the run's corpus could not be read (or changed "
+                "since training) to recompute it")
     return "no bigram baseline in baselines.json"
 
 
