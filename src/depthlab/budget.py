@@ -8,8 +8,8 @@ step 200 and then halfway through what is left, again and again while at least 1
 each side (steps can speed up or slow down well after the start; the schedule continues the decay
 from the current learning rate then, with no jump). The plan is a value: the config the user asked
 for is never changed. The learning-rate schedule (:class:`depthlab.training.optimization.LRSchedule`)
-reads it, and config.json keeps it under ``resolved.plan`` so a resumed run continues it. The trainer owns the clock, the processes and
-the log; this module only counts.
+reads it, and config.json keeps it under ``resolved.plan`` so a resumed run continues it. The
+trainer owns the clock, the processes and the log; this module only counts.
 """
 
 from __future__ import annotations
