@@ -712,6 +712,25 @@ def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_te
     assert ckpt.latest_checkpoint(out) is None
 
 
+def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: --resume on a finished run whose checkpoints/ was deleted or emptied said "no checkpoint
+    yet; starting it again from step 0" and replaced its metrics.jsonl, summary.json and diagnosis.json."""
+    from conftest import assert_clean_error
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=20, train__eval_interval=10)]) == 0
+    for emptied in (False, True):
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+        if emptied:
+            (out / "checkpoints").mkdir()
+        before = {p.name: p.read_bytes() for p in out.glob("*.json*")}
+        capsys.readouterr()
+        rc = main(["train", "--resume", str(out), "--train.max_iters", "30"])
+        assert_clean_error(rc, capsys.readouterr().err, "summary.json says it trained 20 steps",
+                           "holds no checkpoint (deleted?)", "a new train.out_dir")
+        assert {p.name: p.read_bytes() for p in out.glob("*.json*")} == before
+
+
 def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -17,7 +17,7 @@ from .. import rundir
 from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
-from ..rundir import VOCAB, RunDir, truncate_metrics
+from ..rundir import CHECKPOINTS, SUMMARY, VOCAB, RunDir, truncate_metrics
 from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
@@ -94,6 +94,12 @@ class Checkpointer:
             entry = ckpt.latest_checkpoint(rd.path)
         for w in caught:
             self.log(f"warning: {w.message}")
+        final = (rd.summary or {}).get("final_step")
+        if entry is None and isinstance(final, int) and final > 0:  # a finished run always has a checkpoint
+            raise DepthlabError(f"cannot resume {rd.path}: its {SUMMARY} says it trained {final} steps, but "
+                                f"{rd.file(CHECKPOINTS)} holds no checkpoint (deleted?), and starting again from step 0 "
+                                "would overwrite the run's records; restore its checkpoints from a copy, or train "
+                                "into a new train.out_dir")
         return ResumePoint(entry, old, optimizer)
 
     @staticmethod
