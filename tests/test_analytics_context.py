@@ -550,3 +550,22 @@ def test_bigram_stuck_does_not_contradict_the_loss_by_position():
     assert {"bigram_stuck", "context_unused"} <= rules(flat, 0.1, 0.01)
     near = [2.76] * 4 + [2.46] * 12  # a gain of 0.3 with the last quarter only 0.022 below the line: undecided
     assert "bigram_stuck" not in rules(near, 0.05, 0.01) and "context_unused" not in rules(near, 0.05, 0.01)
+
+
+def test_a_hand_edited_baselines_json_is_damaged_not_a_crash(report_run, tmp_path, capsys):
+    """A new user's pass: valid JSON of another shape in baselines.json ({"bigram": 2.4}, a null or text nats, no
+    "uniform") made diagnose, report, context and layers fail with "unexpected ...Error ... please report it"."""
+    from conftest import fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    good = json.loads((run / "baselines.json").read_text())
+    for bad in ({"bigram": 2.4}, {**good, "bigram": {}}, {**good, "bigram": {"nats": None}},
+                {**good, "bigram": {"nats": "abc"}}, {k: good[k] for k in ("unigram", "bigram")},
+                {**good, "unigram": 7}):
+        (run / "baselines.json").write_text(json.dumps(bad))
+        for cmd in ("diagnose", "report", "context"):
+            rc, out, err = run_cli(capsys, cmd, str(run))
+            assert rc == 0 and "unexpected" not in err, (bad, cmd, err)
+            said = "is not the JSON depthlab wrote" in err if cmd != "context" else "recomputed from the corpus: baselines.json is damaged" in out
+            assert said, (bad, cmd, out, err)
+        (run / "report.html").unlink()

@@ -305,9 +305,11 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     lines = _record_damage(rd, consequence)
     if not (run_dir / CONFIG).is_file():
         lines.append(f"{run_dir / CONFIG} is missing (deleted?): {consequence}")
-    elif not (run_dir / BASELINES).is_file():
-        lines.append(f"{run_dir / BASELINES} is missing (deleted?): the corpus baselines are recomputed from the "
-                     "run's corpus, when it can still be read")
+    elif not (run_dir / BASELINES).is_file() or rd.damaged(BASELINES):
+        what = "is missing (deleted?)" if not rd.damaged(BASELINES) else "is not the JSON depthlab wrote (damaged or "\
+            "edited by hand)"
+        lines.append(f"{run_dir / BASELINES} {what}: the corpus baselines are recomputed from the run's corpus, when "
+                     "it can still be read")
     if rd.damaged(SUMMARY):
         lines.append(f"{run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as missing")
     if weights_consequence:

@@ -578,9 +578,17 @@ def drop_replaced(aside: Optional[Path]) -> None:
 
 # ------------------------------------------------------------------------- the reader
 #: What the run files read through :class:`RunDir` must hold beyond their JSON type (else: damaged).
+def _nats(entry: Any) -> bool:
+    """A baselines.json entry as depthlab writes it: an object with a finite number ``nats``."""
+    v = entry.get("nats") if isinstance(entry, dict) else None
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 _SHAPES = {
     CONFIG: lambda v: "model" in v,  # a model section of the wrong type is named by the config reader
     VOCAB: lambda v: all(isinstance(c, str) for c in v),
+    BASELINES: lambda v: (all(_nats(v.get(k)) for k in ("uniform", "unigram", "bigram"))
+                          and ("one_char_floor" not in v or _nats(v["one_char_floor"]))),
 }
 
 
