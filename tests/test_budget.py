@@ -116,6 +116,7 @@ def test_plan_round_trips_through_its_record_and_reads_the_old_record():
     assert q.made_for(TrainConfig(max_iters=1876, warmup_iters=375))  # its config.json asks the planned values
     assert q.made_for(TrainConfig(max_iters=5000, warmup_iters=1000))  # or the ones it replaced
     assert not q.made_for(TrainConfig(max_iters=8000, warmup_iters=1000))  # an extension drops the plan
+    assert q.made_for(TrainConfig(max_iters=5000, warmup_iters=10))  # a new warmup keeps it (and its warmup)
 
 
 def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_late():

@@ -856,3 +856,22 @@ def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file)
     Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
             log=lines.append)
     assert not [x for x in lines if x.startswith("resume:")]
+
+
+def test_a_new_warmup_keeps_the_time_plan_and_says_it_changes_nothing(tmp_path, tiny_text_file, fake_clock):
+    """A new user's pass: `--resume --train.warmup_iters 10` on a fit_to_time run dropped its plan (the run went on
+    to max_iters 3000 at min_lr) while the line said the new warmup "changes nothing"."""
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=100_000, max_time=6.0, eval_interval=50,
+                                                                 warmup_iters=20))
+    t = Trainer(cfg, callbacks=[_StopAfter(FIT_STEPS + 30)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    planned = t.schedule.max_iters
+    assert FIT_STEPS + 30 < planned < 100_000 and t.schedule.warmup_iters == 20
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=100_000, max_time=6.0, eval_interval=50,
+                                                                       warmup_iters=10, resume=True)), log=lines.append)
+    assert r.schedule.max_iters == planned and r.schedule.warmup_iters == 20 and r.budget.plan is not None
+    said = [x for x in lines if x.startswith("resume:")]
+    assert said == [f"resume: train.warmup_iters 20 -> 10 changes nothing from step {FIT_STEPS + 30}: the learning "
+                    f"rate continues from {r.lr_at(FIT_STEPS + 30):.3g} as before"], lines

@@ -61,12 +61,12 @@ class Plan:
     max_time: float = 0.0
 
     def made_for(self, train: TrainConfig) -> bool:
-        """Whether a resume asking ``train`` continues this plan: it asks for the schedule the plan
-        replaced, or for the planned schedule itself (as a run written before plans were values
-        does: its config.json held the planned values)."""
-        asked = (train.max_iters, train.lr_decay_iters, train.warmup_iters)
-        return asked in ((self.max_iters_asked, self.lr_decay_iters_asked, self.warmup_iters_asked),
-                         (self.max_iters, self.lr_decay_iters, self.warmup_iters))
+        """Whether a resume asking ``train`` continues this plan: it asks for the end the plan
+        replaced, or for the planned end itself (as a run written before plans were values does: its
+        config.json held the planned values). A new ``warmup_iters`` keeps the plan, and the plan's
+        warmup (the schedule's line says the new one changes nothing); a new end drops it."""
+        asked = (train.max_iters, train.lr_decay_iters)
+        return asked in ((self.max_iters_asked, self.lr_decay_iters_asked), (self.max_iters, self.lr_decay_iters))
 
     @property
     def ends_early(self) -> bool:
