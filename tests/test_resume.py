@@ -869,8 +869,8 @@ def test_a_new_warmup_keeps_the_time_plan_and_says_it_changes_nothing(tmp_path, 
     planned = t.schedule.max_iters
     assert FIT_STEPS + 30 < planned < 100_000 and t.schedule.warmup_iters == 20
     lines = []
-    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=100_000, max_time=6.0, eval_interval=50,
-                                                                       warmup_iters=10, resume=True)), log=lines.append)
+    again = dict(max_iters=100_000, max_time=6.0, eval_interval=50, warmup_iters=10, resume=True)
+    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=again), log=lines.append)
     assert r.schedule.max_iters == planned and r.schedule.warmup_iters == 20 and r.budget.plan is not None
     said = [x for x in lines if x.startswith("resume:")]
     assert said == [f"resume: train.warmup_iters 20 -> 10 changes nothing from step {FIT_STEPS + 30}: the learning "

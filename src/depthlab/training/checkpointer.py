@@ -97,9 +97,9 @@ class Checkpointer:
         final = (rd.summary or {}).get("final_step")
         if entry is None and isinstance(final, int) and final > 0:  # a finished run always has a checkpoint
             raise DepthlabError(f"cannot resume {rd.path}: its {SUMMARY} says it trained {final} steps, but "
-                                f"{rd.file(CHECKPOINTS)} holds no checkpoint (deleted?), and starting again from step 0 "
-                                "would overwrite the run's records; restore its checkpoints from a copy, or train "
-                                "into a new train.out_dir")
+                                f"{rd.file(CHECKPOINTS)} holds no checkpoint (deleted?), and starting again from "
+                                "step 0 would overwrite the run's records; restore its checkpoints from a copy, or "
+                                "train into a new train.out_dir")
         return ResumePoint(entry, old, optimizer)
 
     @staticmethod
