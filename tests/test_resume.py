@@ -466,7 +466,7 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     assert abs(r2.lr_at(10) - get_lr(10, 1e-2, 1e-4, 2, 20)) < 1e-12 and r2.lr_at(60) == 1e-4
     said = [x for x in lines if "learning" in x]
     assert len(said) == 1 and said[0].startswith("resume: train.learning_rate 0.003 -> 0.01: the learning rate "
-                                                 f"continues from {r2.lr_at(10):.3g} at step 10 (the run's old "
+                                                 f"continues from {r2.lr_at(10):.3g} at step 11 (the run's old "
                                                  f"settings: {get_lr(10, 3e-3, 1e-4, 2, 20):.3g})")
     assert "and decays to train.min_lr 0.0001 at step 60 (the decay used to end at 20)" in said[0]
     # Muon follows the same schedule times muon_lr / learning_rate: a new AdamW peak moves it, and the line says so
@@ -830,8 +830,8 @@ def test_a_resume_inside_the_warmup_says_the_rate_still_rises(tmp_path, tiny_tex
                 log=lines.append)
     said = [x for x in lines if x.startswith("resume:")]
     assert r.lr_at(21) < r.lr_at(49) < r.lr_at(50) == pytest.approx(1e-3, rel=0.05)
-    assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 20" in said[0]
-    assert "warms up to train.learning_rate 0.001 at step 50, and decays to train.min_lr 0.0001 at step 100" in said[0]
+    assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 21" in said[0]
+    assert "warms up to train.learning_rate 0.001 at step 51, and decays to train.min_lr 0.0001 at step 100" in said[0]
 
 
 def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file):
@@ -849,9 +849,9 @@ def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file)
     said = [x for x in lines if x.startswith("resume:")]
     new, old = get_lr(20, 3e-3, 1e-4, 10, 100), get_lr(20, 3e-3, 1e-4, 50, 100)
     assert r.lr_at(20) == pytest.approx(new) and new > 2 * old
-    assert len(said) == 1 and f"continues from {new:.3g} at step 20 (the run's old settings: {old:.3g})" in said[0]
+    assert len(said) == 1 and f"continues from {new:.3g} at step 21 (the run's old settings: {old:.3g})" in said[0]
     assert said[0].startswith("resume: train.warmup_iters 50 -> 10: the learning rate continues")
-    assert "(the warmup now ends at step 10, was 50)" in said[0] and "no jump" not in said[0]
+    assert "(the warmup now ends at step 11, was 51)" in said[0] and "no jump" not in said[0]
     lines.clear()  # config.json now holds warmup 10 (the resumed Trainer wrote it): the same warmup, no line
     Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
             log=lines.append)
@@ -873,5 +873,26 @@ def test_a_new_warmup_keeps_the_time_plan_and_says_it_changes_nothing(tmp_path, 
     r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=again), log=lines.append)
     assert r.schedule.max_iters == planned and r.schedule.warmup_iters == 20 and r.budget.plan is not None
     said = [x for x in lines if x.startswith("resume:")]
-    assert said == [f"resume: train.warmup_iters 20 -> 10 changes nothing from step {FIT_STEPS + 30}: the learning "
+    assert said == [f"resume: train.warmup_iters 20 -> 10 changes nothing from step {FIT_STEPS + 31}: the learning "
                     f"rate continues from {r.lr_at(FIT_STEPS + 30):.3g} as before"], lines
+
+
+def test_a_run_stopped_inside_its_warmup_and_extended_still_warms_up(tmp_path, tiny_text_file):
+    """A new user's pass: a run stopped at step 4 of a 20-step warmup and resumed with a larger max_iters stayed
+    at 7.1e-4 (a quarter of the peak) for every step: the extension anchored the cosine at the warmup's rate.
+    The steps the line names are the ones the console and metrics.jsonl log (update it is step it + 1)."""
+    cfg = dict(max_iters=60, eval_interval=10, warmup_iters=20, learning_rate=3e-3, min_lr=1e-4, log_interval=1)
+    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(4)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, max_iters=100, resume=True)),
+                log=lines.append)
+    assert r.lr_at(4) == pytest.approx(t.lr_at(4)) and r.lr_at(20) == pytest.approx(3e-3)  # the peak, at last
+    said = [x for x in lines if x.startswith("resume:")]
+    assert len(said) == 1 and f"continues from {r.lr_at(4):.3g} at step 5" in said[0], lines
+    assert "warms up to train.learning_rate 0.003 at step 21, and decays to train.min_lr 0.0001 at step 100" in said[0]
+    r.fit()
+    lrs = {x["step"]: x["lr"] for x in map(json.loads, (tmp_path / "w" / "metrics.jsonl").read_text().splitlines())
+           if x.get("kind") == "train"}
+    assert lrs[5] == pytest.approx(r.lr_at(4)) and lrs[21] == pytest.approx(3e-3)

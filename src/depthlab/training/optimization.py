@@ -229,8 +229,10 @@ class LRSchedule:
             lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
         # a new warmup reshapes the rate from here unless an anchor carries it (extended, ended, decay moved)
         old_warmup = old.warmup(old_plan, t)
+        # inside a warmup the rate does not depend on where the decay ends: no anchor, the warmup goes on to the peak
+        inside = not anchored and not ended and step < max(self.warmup_iters, old_warmup)
         warmup_moved = (old_warmup != self.warmup_iters and not anchored and not ended
-                        and old_decay == self.decay_iters)
+                        and (old_decay == self.decay_iters or inside))
         if step == 0:
             new = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
                                                              ("warmup_iters", old.warmup_asked, t.warmup_iters))
@@ -239,14 +241,14 @@ class LRSchedule:
                 log(f"resume: {'; '.join(new)}: the run starts again from step 0, on the new schedule")
             return
         # a new train.warmup_iters that an anchor (or a plan's own warmup) overrides: said, as doing nothing
-        idle_warmup = (f"train.warmup_iters {old.warmup_asked} -> {t.warmup_iters} changes nothing from step {step}"
+        idle_warmup = (f"train.warmup_iters {old.warmup_asked} -> {t.warmup_iters} changes nothing from step {step + 1}"
                        if old.warmup_asked != t.warmup_iters and not warmup_moved else "")
         if ((old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr) and not warmup_moved
                 and (old.muon_lr == t.muon_lr or not muon)):
             if idle_warmup:
                 log(f"resume: {idle_warmup}: the learning rate continues from {self.lr_at(step):.3g} as before")
             return  # the run continues exactly as it was
-        if old_decay != self.decay_iters or anchored or ended:
+        if (old_decay != self.decay_iters or anchored or ended) and not inside:
             self.anchor = (step, max(t.min_lr, lr_now), self.decay_iters)
         words = self._resume_words(step, old, old_decay, lr_old, ended, muon, old_warmup if warmup_moved else None)
         log(words + (f"; {idle_warmup}" if idle_warmup else ""))
@@ -275,10 +277,11 @@ class LRSchedule:
             was = "" if same else f" (the run's old settings: {lr_old:.3g})"
             moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
             if old_warmup is not None:
-                moved += f" (the warmup now ends at step {self.warmup_iters}, was {old_warmup})"
-            warm = (f", warms up to train.learning_rate {t.learning_rate:g} at step {self.warmup_iters}"
+                moved += f" (the warmup now ends at step {self.warmup_iters + 1}, was {old_warmup + 1})"
+            # steps as the console and metrics.jsonl number them: update ``it`` is logged as step it + 1
+            warm = (f", warms up to train.learning_rate {t.learning_rate:g} at step {self.warmup_iters + 1}"
                     if self.anchor is None and step < self.warmup_iters else "")
-            what = (f"the learning rate continues from {lr_now:.3g} at step {step}{was}{warm}, and decays to "
+            what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was}{warm}, and decays to "
                     f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}"
                     + ("" if warm or old_warmup is not None else "; no jump back to the peak"))
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
