@@ -286,7 +286,7 @@ class LRSchedule:
                     + ("" if warm or old_warmup is not None else "; no jump back to the peak"))
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
-            if f"{m_old:.3g}" != f"{m_now:.3g}":
+            if not math.isclose(m_old, m_now, rel_tol=1e-3):  # not a rounding of the same rate (3e-7 apart)
                 what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
         return head + what
 
