@@ -818,17 +818,23 @@ def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):
         Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=20, resume=True)), **QUIET)
 
 
+def _stopped_and_resumed(tmp_path, tiny_text_file, cfg: dict, stop: int, **changes):
+    """Train ``cfg`` until ``stop`` (interrupted there), then build its resume with ``changes``: ``(the first
+    Trainer, the resumed one, its resume: lines)``."""
+    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(stop)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, **changes, resume=True)),
+                log=lines.append)
+    return t, r, [x for x in lines if x.startswith("resume:")]
+
+
 def test_a_resume_inside_the_warmup_says_the_rate_still_rises(tmp_path, tiny_text_file):
     """A new user's pass: resumed at step 20 of a 50-step warmup with a new peak, the line said the rate "decays"
     while it rose to the peak."""
     cfg = dict(max_iters=100, eval_interval=10, warmup_iters=50, learning_rate=3e-3, min_lr=1e-4)
-    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(20)], **QUIET)
-    with pytest.raises(Interrupted):
-        t.fit()
-    lines = []
-    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, learning_rate=1e-3, resume=True)),
-                log=lines.append)
-    said = [x for x in lines if x.startswith("resume:")]
+    _, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 20, learning_rate=1e-3)
     assert r.lr_at(21) < r.lr_at(49) < r.lr_at(50) == pytest.approx(1e-3, rel=0.05)
     assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 21" in said[0]
     assert "warms up to train.learning_rate 0.001 at step 51, and decays to train.min_lr 0.0001 at step 100" in said[0]
@@ -840,19 +846,13 @@ def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file)
     from depthlab.training.optimization import get_lr
 
     cfg = dict(max_iters=100, eval_interval=10, warmup_iters=50, learning_rate=3e-3, min_lr=1e-4)
-    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(20)], **QUIET)
-    with pytest.raises(Interrupted):
-        t.fit()
-    lines = []
-    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
-                log=lines.append)
-    said = [x for x in lines if x.startswith("resume:")]
+    _, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 20, warmup_iters=10)
     new, old = get_lr(20, 3e-3, 1e-4, 10, 100), get_lr(20, 3e-3, 1e-4, 50, 100)
     assert r.lr_at(20) == pytest.approx(new) and new > 2 * old
     assert len(said) == 1 and f"continues from {new:.3g} at step 21 (the run's old settings: {old:.3g})" in said[0]
     assert said[0].startswith("resume: train.warmup_iters 50 -> 10: the learning rate continues")
     assert "(the warmup now ends at step 11, was 51)" in said[0] and "no jump" not in said[0]
-    lines.clear()  # config.json now holds warmup 10 (the resumed Trainer wrote it): the same warmup, no line
+    lines = []  # config.json now holds warmup 10 (the resumed Trainer wrote it): the same warmup, no line
     Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
             log=lines.append)
     assert not [x for x in lines if x.startswith("resume:")]
@@ -882,15 +882,9 @@ def test_a_run_stopped_inside_its_warmup_and_extended_still_warms_up(tmp_path, t
     at 7.1e-4 (a quarter of the peak) for every step: the extension anchored the cosine at the warmup's rate.
     The steps the line names are the ones the console and metrics.jsonl log (update it is step it + 1)."""
     cfg = dict(max_iters=60, eval_interval=10, warmup_iters=20, learning_rate=3e-3, min_lr=1e-4, log_interval=1)
-    t = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=cfg), callbacks=[_StopAfter(4)], **QUIET)
-    with pytest.raises(Interrupted):
-        t.fit()
-    lines = []
-    r = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, max_iters=100, resume=True)),
-                log=lines.append)
+    t, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 4, max_iters=100)
     assert r.lr_at(4) == pytest.approx(t.lr_at(4)) and r.lr_at(20) == pytest.approx(3e-3)  # the peak, at last
-    said = [x for x in lines if x.startswith("resume:")]
-    assert len(said) == 1 and f"continues from {r.lr_at(4):.3g} at step 5" in said[0], lines
+    assert len(said) == 1 and f"continues from {r.lr_at(4):.3g} at step 5" in said[0], said
     assert "warms up to train.learning_rate 0.003 at step 21, and decays to train.min_lr 0.0001 at step 100" in said[0]
     r.fit()
     lrs = {x["step"]: x["lr"] for x in map(json.loads, (tmp_path / "w" / "metrics.jsonl").read_text().splitlines())
