@@ -409,7 +409,7 @@ def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(
         f.write_bytes(b"garbage")
     rc, _, err = run_cli(capsys, "context", str(run), "--checkpoint", "last")
     lines = err.strip().splitlines()
-    assert rc == 2 and lines[-1].startswith("depthlab: error: no intact checkpoint")
+    assert rc == 2 and lines[-1].startswith("depthlab: error: no intact step checkpoint")
     assert len(lines) >= 2 and all(x.startswith("depthlab: warning: checkpoint file ") for x in lines[:-1]), lines
     rc, _, err = run_cli(capsys, "context", str(run))
     assert rc == 2 and "no step checkpoint is intact either" in err and "try --checkpoint last" not in err

@@ -668,7 +668,7 @@ def test_truncated_checkpoint_falls_back_or_errors(tmp_path, tiny_text_file, cap
         load_run(run)
     for f in (run / "checkpoints").glob("step-*.safetensors"):
         f.write_bytes(b"junk")
-    with pytest.raises(DepthlabError, match="no intact checkpoint"):
+    with pytest.raises(DepthlabError, match="no intact step checkpoint .* missing or fails its sha256 check"):
         Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=30)), **QUIET)
 
 

@@ -275,7 +275,8 @@ def latest_checkpoint(run_dir: Path) -> Optional[dict]:
         warnings.warn(f"checkpoint file {ckdir / bad} is missing or corrupt (sha256 mismatch); "
                       "falling back to the previous checkpoint")
     if manifest["checkpoints"]:
-        raise DepthlabError(f"no intact checkpoint in {ckdir}: every file failed its sha256 check")
+        raise DepthlabError(f"no intact step checkpoint in {ckdir}: each one listed in manifest.json has a file "
+                            "that is missing or fails its sha256 check")
     return None
 
 
