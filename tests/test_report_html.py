@@ -40,7 +40,8 @@ def test_runs_without_analytics_skip_gracefully(report_run, tmp_path):
     (rd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in core) + '{"step": 3, "tor')
     assert list(make_all_plots(rd)) == ["loss"]  # no checkpoint, no grads, no probes, torn last line
     html = build_report(rd).read_text(encoding="utf-8")
-    assert "No baselines.json" in html and "No diagnosis.json" in html
+    assert "No diagnosis.json" in html  # baselines.json: recomputed from the run's corpus, and said so
+    assert "Recomputed from the run" in html and "its baselines.json is missing or damaged" in html
     assert "Not drawn: " in html and "not recorded in this run, not measurable for this model" in html
 
     bare = tmp_path / "bare"
@@ -305,3 +306,23 @@ def test_char_report_keeps_nats_over_ln2(tmp_path, tiny_text_file):
     rd = RunData(run)
     assert rd.unit == "char" and rd.bits_per_char(s["best_val_loss"]) == s["best_val_loss"] / math.log(2)
     assert f"nats/char = {s['best_val_loss'] / math.log(2):.3f} bits/char" in build_report(run).read_text()
+
+
+def test_a_deleted_baselines_json_is_recomputed_in_the_report_as_the_warning_says(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: with baselines.json deleted, report warned "the corpus baselines are recomputed" on
+    stderr while its page said "No baselines.json in this run" and drew no bigram line."""
+    from conftest import RUN_FIGURES, run_cli
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    bigram = json.loads((run / "baselines.json").read_text())["bigram"]["nats"]
+    (run / "baselines.json").unlink()
+    skip = ["--skip", *RUN_FIGURES]
+    rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "a.html"), *skip)
+    page = (tmp_path / "a.html").read_text()
+    assert rc == 0 and "baselines are recomputed" in err
+    assert "Recomputed from the run&#x27;s corpus" in page or "Recomputed from the run's corpus" in page
+    assert RunData(run).baselines["bigram"]["nats"] == pytest.approx(bigram)
+    tiny_text_file.write_text(tiny_text_file.read_text()[::-1])  # the same characters, another text
+    assert RunData(run).baselines is None
+    rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "b.html"), *skip)
+    assert rc == 0 and "could not be read (or changed since training) to recompute" in (tmp_path / "b.html").read_text()

@@ -24,7 +24,9 @@ def test_records_split_by_kind_old_and_new(tmp_path):
     assert [r["step"] for r in run.train] == [5, 10]  # both layouts, sorted by step
     assert [r["step"] for r in run.evals] == [0, 10]
     assert [r["step"] for r in run.grads] == [10] and [r["step"] for r in run.probes] == [0]
-    assert run.summary == {"best_val_loss": 4.1} and run.baselines is None and run.diagnosis is None
+    assert run.summary == {"best_val_loss": 4.1} and run.diagnosis is None
+    # no baselines.json: recomputed from the run's corpus (its config names none: the embedded Tiny Shakespeare)
+    assert run.baselines_recomputed and round(run.baselines["bigram"]["nats"], 3) == 2.482
     assert run.tokens_per_step() == 32.0 and run.title() == "run: 2 × prenorm"
     xs, ys = series(run.evals, "val_loss")
     assert xs == [0.0, 10.0] and ys[0] == 4.1 and math.isnan(ys[1])  # "nan" string -> gap

@@ -29,6 +29,7 @@ from ..units import LN2
 DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
 
 __all__ = ["uniform_nats", "unigram_nats", "bigram_nats", "one_token_line", "one_char_floor_nats", "corpus_baselines",
+           "run_baselines",
            "write_baselines", "format_baselines", "BaselinesCallback"]
 
 
@@ -183,6 +184,23 @@ def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int,
     out["chars_per_token"] = float(chars_per_token)
     out["one_char_floor"] = {"nats": one_char_floor_nats(val, vocab_size)}  # a bound, not a baseline model
     return out
+
+
+def run_baselines(config: dict) -> Optional[dict]:
+    """A run's corpus baselines recomputed from its config.json (its baselines.json deleted or damaged), or None
+    when the corpus cannot be read or is not the text the run trained on (``resolved.corpus_sha256``): another
+    text's lines would judge the run against the wrong levels."""
+    from ..config import DataConfig
+    from ..data import load_corpus
+    from ..rundir import RunDir
+
+    try:
+        c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
+    except Exception:  # noqa: BLE001 - corpus moved, deleted or unreadable: the callers judge without baselines
+        return None
+    if RunDir.corpus_changed_in(config, c.sha256):
+        return None
+    return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab), c.val_chars_per_token)
 
 
 def format_baselines(b: dict[str, Any]) -> str:

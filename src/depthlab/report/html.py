@@ -281,7 +281,8 @@ def _level_words(best: float, baselines: dict) -> str:
 def _baseline_section(run: RunData) -> str:
     b = run.baselines
     if not b:
-        return f'<p class="muted">No {BASELINES} in this run (older run, or analytics were off).</p>'
+        return (f'<p class="muted">No {BASELINES} in this run (an older run, analytics off, or the file deleted), '
+                "and the run's corpus could not be read (or changed since training) to recompute them.</p>")
     rows = []
     for name, what in (("uniform", "every character equally likely: ln V"),
                        ("unigram", "character frequencies, no context at all"),
@@ -296,6 +297,9 @@ def _baseline_section(run: RunData) -> str:
     if b.get("vocab_size") is not None:
         txt += f'<p class="muted">Vocabulary: {esc(b["vocab_size"])} characters. Baselines: counts on ' \
                "the train split with add-one smoothing, scored on the validation split.</p>"
+    if run.baselines_recomputed:
+        txt += (f'<p class="muted">Recomputed from the run\'s corpus: its {BASELINES} is missing or damaged (the '
+                "corpus is the file the run trained on).</p>")
     return txt
 
 

@@ -46,7 +46,8 @@ class RunData:
             ``train.sample_interval``.
         config: the run's config (nested data/model/train dict) or ``None``.
         summary: the end-of-run summary or ``None``.
-        baselines: the corpus baselines or ``None``.
+        baselines: the corpus baselines or ``None``; recomputed from the run's corpus when baselines.json is
+            missing or damaged and the corpus is still the one the run trained on (``baselines_recomputed``).
         diagnosis: the diagnosis findings or ``None``.
         All record lists are sorted by ``step``.
     """
@@ -62,6 +63,12 @@ class RunData:
         self.config = _dict_or_none(self.dir.config)
         self.summary = _dict_or_none(self.dir.summary)
         self.baselines = _dict_or_none(self.dir.baselines)
+        self.baselines_recomputed = False
+        if self.baselines is None and self.config is not None:  # deleted or damaged: as diagnose does
+            from ..analytics.baselines import run_baselines
+
+            self.baselines = run_baselines(self.config)
+            self.baselines_recomputed = self.baselines is not None
         self.diagnosis = _dict_or_none(self.dir.diagnosis)
 
     @property

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ...config import ran_optimizer
+from ..baselines import run_baselines
 from ...rundir import RunDir, torn_last_line
 from ...units import finite_or_none
 
@@ -145,7 +146,7 @@ class Evidence:
         rd = RunDir(run_dir).require("metrics")
         config, baselines = rd.config, rd.baselines
         if baselines is None and config is not None:
-            baselines = _recompute_baselines(config)
+            baselines = run_baselines(config)
         torn = rd.summary is not None and torn_last_line(rd.path)
         return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn)
 
@@ -248,18 +249,4 @@ class Evidence:
     def bigram_tokens(self) -> float:
         """Tokens a run must have seen before ``bigram_stuck`` judges it: ``bigram_min_pairs_seen * V^2``."""
         return self.thresholds.bigram_min_pairs_seen * self.vocab_size ** 2
-
-
-def _recompute_baselines(config: dict) -> Optional[dict]:
-    try:
-        from ...config import DataConfig
-        from ...data import load_corpus
-        from ..baselines import corpus_baselines
-
-        c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
-        if RunDir.corpus_changed_in(config, c.sha256):
-            return None  # another text's baselines would judge the run against the wrong lines
-        return corpus_baselines(c.train, c.val, len(c.tokenizer.vocab), c.val_chars_per_token)
-    except Exception:  # noqa: BLE001 - corpus moved/deleted: diagnose without the bigram rule
-        return None
 
