@@ -326,3 +326,27 @@ def test_a_deleted_baselines_json_is_recomputed_in_the_report_as_the_warning_say
     assert RunData(run).baselines is None
     rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "b.html"), *skip)
     assert rc == 0 and "could not be read (or changed since training) to recompute" in (tmp_path / "b.html").read_text()
+
+
+def test_report_warns_of_what_it_leaves_out_as_its_page_says(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: with checkpoints/ or metrics.jsonl deleted, or the corpus edited, report left figures
+    out silently, though its page says the missing files are named in a warning."""
+    from conftest import RUN_FIGURES, run_cli
+
+    skip = ["--skip", *RUN_FIGURES]
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "0.html"), *skip)
+    assert rc == 0 and "warning" not in err, err  # an intact run: nothing to say
+    text = tiny_text_file.read_text()
+    tiny_text_file.write_text(text[::-1])
+    err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "1.html"), *skip)[2]
+    assert f"warning: the run's corpus {tiny_text_file} changed since training" in err and err.count("warning") == 1
+    tiny_text_file.unlink()
+    err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "2.html"), *skip)[2]
+    assert f"warning: the run's corpus {tiny_text_file} is missing" in err and err.count("warning") == 1
+    tiny_text_file.write_text(text)
+    shutil.rmtree(run / "checkpoints")
+    (run / "metrics.jsonl").unlink()
+    err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "3.html"), *skip)[2]
+    assert f"{run / 'checkpoints'} holds no checkpoint, though summary.json says 4 steps were trained" in err
+    assert f"{run / 'metrics.jsonl'} is missing (deleted?), though summary.json says 4 steps" in err

@@ -331,6 +331,9 @@ def _record_damage(rd, consequence: str) -> list[str]:
         out.append(f"{counted(bad, 'line')} of {run_dir / METRICS} {what} (damaged): {consequence}")
     final = (rd.summary or {}).get("final_step")
     records = read_metrics(run_dir) if (run_dir / METRICS).is_file() else None
+    if isinstance(final, int) and final > 0 and records is None:
+        out.append(f"{run_dir / METRICS} is missing (deleted?), though {SUMMARY} says {counted(final, 'step')} were "
+                   f"trained: {consequence}")
     if not bad and isinstance(final, int) and final > 0 and records == []:
         out.append(f"{run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} were "
                    f"trained (emptied or damaged): {consequence}")
@@ -348,6 +351,7 @@ def _weights_damage(rd, consequence: str) -> list[str]:
     """A damaged or deleted manifest.json, weights files that fail their sha256, and a ``model.source`` run's copy
     of its file that is missing or changed."""
     from .checkpoint import damaged_weights
+    from .rundir import SUMMARY
     from .units import agree, counted
     from .usermodel import run_source
 
@@ -361,6 +365,12 @@ def _weights_damage(rd, consequence: str) -> list[str]:
         out.append(f"{counted(len(weights), 'weights file')} in {run_dir / 'checkpoints'} "
                    f"{agree(len(weights), 'is missing or fails its', 'are missing or fail their')} sha256 check "
                    f"({', '.join(weights[:4])}{', ...' if len(weights) > 4 else ''}): {consequence}")
+    ckdir, final = run_dir / "checkpoints", (rd.summary or {}).get("final_step")
+    if isinstance(final, int) and final > 0 and not any(ckdir.glob("*.safetensors")) \
+            and not (ckdir / "manifest.json").exists():  # a finished run always has a checkpoint
+        out.append(f"{ckdir} holds no checkpoint, though {SUMMARY} says {counted(final, 'step')} were trained "
+                   f"(deleted?): {consequence}")
+    out += _corpus_damage(rd, "what is measured on its val split is left out")
     source = ((rd.config or {}).get("model") or {}).get("source")
     if source:  # the weights are rebuilt with the run's own copy of the model's file
         try:
@@ -368,6 +378,25 @@ def _weights_damage(rd, consequence: str) -> list[str]:
         except DepthlabError as e:
             out.append(f"{e}: what is drawn from the weights is left out")
     return out
+
+
+def _corpus_damage(rd, consequence: str) -> list[str]:
+    """The corpus file a run trained on, when it is gone or no longer has the sha256 config.json recorded."""
+    from .checkpoint import sha256_file
+    from .rundir import CONFIG
+
+    data = (rd.config or {}).get("data") or {}
+    resolved = (rd.config or {}).get("resolved") or {}
+    path, recorded = data.get("path"), resolved.get("corpus_sha256") if isinstance(resolved, dict) else None
+    if not isinstance(path, str) or not isinstance(recorded, str):
+        return []  # the embedded corpus, or a run from before the record
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return [f"the run's corpus {p} is missing (moved, or a path relative to another folder): {consequence}"]
+    if sha256_file(p) != recorded:
+        return [f"the run's corpus {p} changed since training (its sha256 is not {CONFIG}'s "
+                f"resolved.corpus_sha256): {consequence}"]
+    return []
 
 
 def build_report_parser():
