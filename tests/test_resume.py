@@ -890,3 +890,19 @@ def test_a_run_stopped_inside_its_warmup_and_extended_still_warms_up(tmp_path, t
     lrs = {x["step"]: x["lr"] for x in map(json.loads, (tmp_path / "w" / "metrics.jsonl").read_text().splitlines())
            if x.get("kind") == "train"}
     assert lrs[5] == pytest.approx(r.lr_at(4)) and lrs[21] == pytest.approx(3e-3)
+
+
+def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file, capsys, monkeypatch):
+    """A new user's pass: a run trained with `--data.path corp.txt` could not be resumed from another folder ("not
+    found"), and the right path from there was refused as a changed data.path. config.json holds it absolute."""
+    (tmp_path / "a").mkdir()
+    shutil.copy(tiny_text_file, tmp_path / "a" / "corp.txt")
+    monkeypatch.chdir(tmp_path / "a")
+    assert main(["train", *tiny_cli_args("corp.txt", Path("run"), train__max_iters=10, train__eval_interval=5)]) == 0
+    assert json.loads(Path("run/config.json").read_text())["data"]["path"] == str(tmp_path / "a" / "corp.txt")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--resume", "a/run", "--train.max_iters", "15"]) == 0
+    assert main(["train", "--resume", "a/run", "--train.max_iters", "20", "--data.path", "a/corp.txt"]) == 0
+    assert json.loads((tmp_path / "a/run/summary.json").read_text())["final_step"] == 20
+    capsys.readouterr()
+    assert main(["context", "a/run"]) == 0

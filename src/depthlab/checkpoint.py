@@ -429,6 +429,14 @@ def _flat(d: dict) -> dict[str, Any]:
     return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
 
 
+def _same_file(a: dict, b: dict, key: str) -> bool:
+    """Both values of ``key`` are paths of one file (config.json holds it absolute; the command line may not)."""
+    x, y = a.get(key), b.get(key)
+    if not (isinstance(x, str) and isinstance(y, str)):
+        return False
+    return Path(x).expanduser().resolve() == Path(y).expanduser().resolve()
+
+
 def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     """Compare a run's stored config with the config it is resumed with, field by field.
 
@@ -447,7 +455,7 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     defaults = _flat(RunConfig().to_dict())
     refused, noted = [], []
     for key in sorted(set(a) | set(b)):
-        if key in RESUME_SILENT or a.get(key) == b.get(key):
+        if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
             continue
         if key not in a and b.get(key) == defaults.get(key):
             continue  # a field newer than the run, at its default: the run used that behaviour

@@ -261,8 +261,12 @@ class Trainer:
                 **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
 
     def _write_config(self) -> None:
-        """config.json: the config asked for (vocab_size and out_dir filled in) and ``resolved``; the one writer."""
-        rundir.write_json(self.run_dir / rundir.CONFIG, {**self.cfg.to_dict(), "resolved": self.resolved()})
+        """config.json: the config asked for (vocab_size and out_dir filled in, data.path made absolute so that the
+        run's commands find its corpus from any folder) and ``resolved``; the one writer."""
+        d = self.cfg.to_dict()
+        if d["data"].get("path"):
+            d["data"]["path"] = str(Path(d["data"]["path"]).expanduser().resolve())
+        rundir.write_json(self.run_dir / rundir.CONFIG, {**d, "resolved": self.resolved()})
 
     def _write_vocab(self, vocab: list[str]) -> None:
         rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
