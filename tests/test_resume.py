@@ -814,6 +814,9 @@ def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):
     out = tmp_path / "r"
     train(tiny_config(out, tiny_text_file, train=dict(max_iters=10)), **QUIET)
     (out / "vocab.json").unlink()
+    cfg = json.loads((out / "config.json").read_text())
+    del cfg["resolved"]["corpus_sha256"]  # a run from before the record: nothing says the corpus is the same
+    (out / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(DepthlabError, match=r"its vocab.json is missing \(deleted\?\).*restore it from a copy"):
         Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=20, resume=True)), **QUIET)
 
@@ -906,3 +909,23 @@ def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file
     assert json.loads((tmp_path / "a/run/summary.json").read_text())["final_step"] == 20
     capsys.readouterr()
     assert main(["context", "a/run"]) == 0
+
+
+def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: resume refused a run whose vocab.json was deleted though the corpus was unchanged (its
+    sha256 is config.json's) and the checkpoint holds the vocabulary; another text is still refused."""
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
+    vocab = (out / "vocab.json").read_text()
+    (out / "vocab.json").unlink()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), "--train.max_iters", "15"]) == 0
+    assert (out / "vocab.json").read_text() == vocab
+    assert "vocab.json was missing; written again from the corpus" in capsys.readouterr().out
+    (out / "vocab.json").unlink()
+    tiny_text_file.write_text(tiny_text_file.read_text()[::-1])
+    from conftest import assert_clean_error
+
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "20"])
+    assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?)")
+    assert not (out / "vocab.json").exists()

@@ -108,7 +108,7 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log)
         point, new_dirs, replaced = None, [], None  # new_dirs: the folders this start makes, innermost first
         if t.resume:
-            point = self.checkpointer.check_resume(cfg, vocab, self.device)
+            point = self.checkpointer.check_resume(cfg, vocab, self.device, self.corpus.sha256)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
             replaced = prepare_run_dir(self.run_dir, overwrite)  # --overwrite: the old run, set aside until started
@@ -174,8 +174,11 @@ class Trainer:
         self.nothing_to_train = resumed and self.step >= self.schedule.max_iters
         if self.is_main and not self.nothing_to_train:
             self._write_config()  # on resume too: config.json must show what this run now uses
-            if not resumed:
+            if not resumed or point.vocab_missing:
                 self._write_vocab(vocab)
+            if resumed and point.vocab_missing:
+                self.log(f"resume: {self.run_dir / rundir.VOCAB} was missing; written again from the corpus, the "
+                         "file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
             if resumed and self.checkpointer.reopen(self.step):
                 self.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
             elif point is not None and not resumed:

@@ -31,10 +31,13 @@ class ResumePoint:
         old_config: the run's config.json as it was ({} if unreadable).
         optimizer: the optimizer the run was made with (what ``auto`` resolved to then).
         plan: the time plan the run followed (config.json ``resolved``), or None.
+        vocab_missing: a character run's vocab.json is gone, and the corpus is the one it trained on: the
+            trainer writes it again.
     """
 
-    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str):
+    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: bool = False):
         self.entry, self.old_config, self.optimizer = entry, old_config, optimizer
+        self.vocab_missing = vocab_missing
         self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
 
 
@@ -50,8 +53,11 @@ class Checkpointer:
         self.run_dir, self.runtime, self.log = run_dir, runtime, log
 
     # ------------------------------------------------------------------ before the model exists
-    def check_resume(self, cfg, vocab: list[str], device) -> ResumePoint:
+    def check_resume(self, cfg, vocab: list[str], device, corpus_sha256: Optional[str] = None) -> ResumePoint:
         """Refuse a resume whose corpus vocabulary or config differs where it matters; find its checkpoint.
+
+        A character run's deleted vocab.json is written again from ``vocab`` when the corpus is the file the run
+        trained on (``corpus_sha256`` is config.json's ``resolved.corpus_sha256``): its characters are the run's.
 
         Raises:
             DepthlabError: not a run, another vocabulary, or a refused field change (naming them).
@@ -65,7 +71,10 @@ class Checkpointer:
         if (old.get("data") or {}).get("tokenizer", "char") == "char" and rd.damaged(VOCAB):
             raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is not the JSON list of characters depthlab "
                                 "wrote (damaged or edited by hand); restore it from a copy")
-        if (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists():
+        same_corpus = corpus_sha256 is not None and (old.get("resolved") or {}).get("corpus_sha256") == corpus_sha256
+        if (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists() and same_corpus:
+            old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
+        elif (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists():
             raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is missing (deleted?), and resuming checks the "
                                 "corpus's characters against it; restore it from a copy of the run")
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
@@ -79,7 +88,8 @@ class Checkpointer:
                 parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
             raise DepthlabError(
                 f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
-                f"({'; '.join(parts)}); resume with the run's own corpus, or use --init-from for a new run")
+                f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
+                "these weights either: --init-from needs the same characters)")
         asked = cfg.to_dict()
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
@@ -100,7 +110,8 @@ class Checkpointer:
                                 f"{rd.file(CHECKPOINTS)} holds no checkpoint (deleted?), and starting again from "
                                 "step 0 would overwrite the run's records; restore its checkpoints from a copy, or "
                                 "train into a new train.out_dir")
-        return ResumePoint(entry, old, optimizer)
+        char = (old.get("data") or {}).get("tokenizer", "char") == "char"
+        return ResumePoint(entry, old, optimizer, vocab_missing=char and not rd.file(VOCAB).exists())
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
