@@ -235,6 +235,8 @@ def test_report_cli(report_run, tmp_path, capsys):
                       (["report", str(tmp_path)], "not a depthlab run directory"),
                       (["report", str(report_run), "--out", str(mine)], "refusing to overwrite"),
                       (["report", str(report_run), "--out", str(tmp_path)], "is a folder"),
+                      (["report", str(report_run), "--out", str(mine / "x.html")],  # was "File exists"
+                       f"{mine} is a file, not a folder"),
                       (["report"], "run_dir")):
         assert main(argv) == 2
         err = capsys.readouterr().err

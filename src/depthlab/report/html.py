@@ -501,6 +501,9 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
 def _check_dest(dest: Path) -> None:
     if dest.is_dir():
         raise DepthlabError(f"--out {dest} is a folder; give a file name such as {dest / REPORT}")
+    above = next((p for p in dest.parents if p.exists()), None)  # the nearest existing folder the file goes under
+    if above is not None and not above.is_dir():
+        raise DepthlabError(f"--out {dest}: {above} is a file, not a folder; give a path inside a folder")
     if dest.exists():
         try:
             head = dest.read_text(encoding="utf-8", errors="replace")[:4000]
