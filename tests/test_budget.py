@@ -172,6 +172,13 @@ def test_a_plan_shorter_than_the_warmup_shortens_the_warmup(tmp_path, tiny_text_
     assert plan["warmup_iters_asked"] == 5000 and FIT_STEPS <= w <= n // 4
     assert t.lr_at(w) == 3e-3 and t.lr_at(n) == 1e-4  # reaches the peak, then decays to min_lr
     assert s["stopped_by"] == "max_time" and s["final_step"] == n
+    # a new user's pass: steps 1-20 followed the 5000-step ramp, then the shorter one (x8 at step 21); the warmup now
+    # goes on straight from the rate it had, as the plan records
+    at, lr = plan["warmup_from"]
+    assert at == FIT_STEPS and lr == pytest.approx(3e-3 * (at + 1) / 5001)  # the rate of the 5000-step ramp
+    steps = [t.lr_at(it + 1) - t.lr_at(it) for it in range(at, w)]
+    assert t.lr_at(at) == pytest.approx(lr) and max(steps) == pytest.approx(min(steps))  # one straight line
+    assert max(steps) < 3e-3 / (w - at) * 1.01  # from that rate to the peak: no jump at step 21
 
 
 class _SpeedUp:

@@ -47,6 +47,8 @@ class Plan:
         at_step: the step the (latest) plan was made at.
         max_time: the ``train.max_time`` (s) of the session that made it (0: a plan recorded before
             plans kept it); a resume continues the plan in steps whatever its own limit.
+        warmup_from: ``[step, lr]`` when a plan shortened the warmup after it began: the warmup then goes on
+            linearly from that rate to the peak at ``warmup_iters`` (no jump to the shorter ramp), else None.
     """
 
     max_iters: int
@@ -59,6 +61,7 @@ class Plan:
     s_per_eval: float
     at_step: int
     max_time: float = 0.0
+    warmup_from: Optional[list] = None
 
     def made_for(self, train: TrainConfig) -> bool:
         """Whether a resume asking ``train`` continues this plan: it asks for the end the plan

@@ -399,12 +399,12 @@ class Trainer:
         if s_step is None:
             return
         n = self.runtime.min_int(self.budget.steps_that_fit(self.step, s_step, time.time() - self._t_start))
-        lr_before = self.schedule.lr_at(self.step)
+        lr_before, warmup_before = self.schedule.lr_at(self.step), self.schedule.warmup_iters
         msg = self.budget.propose(self.step, n, s_step)
         if msg is None:
             return
         self.log(msg)
-        self.schedule.replanned(self.step, lr_before)
+        self.schedule.replanned(self.step, lr_before, warmup_before)
         if bar is not None:
             bar.total = self.schedule.max_iters
             bar.refresh()

@@ -7,6 +7,7 @@ run continues its cosine from the learning rate it had (an anchor), so the rate 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
@@ -180,10 +181,14 @@ class LRSchedule:
         return self.train.lr_decay_iters or self.train.max_iters
 
     def lr_at(self, it: int) -> float:
-        """Learning rate of optimizer step ``it``: :func:`get_lr`, or :func:`get_lr_from` after an anchor."""
+        """Learning rate of optimizer step ``it``: :func:`get_lr`, or :func:`get_lr_from` after an anchor, or the
+        plan's continued warmup (:attr:`~depthlab.budget.Plan.warmup_from`)."""
         t, a = self.train, self.anchor
         if a is not None and it >= a[0]:
             return get_lr_from(it, a[0], a[1], t.min_lr, self.decay_iters)
+        w = self.plan.warmup_from if self.plan is not None else None
+        if w is not None and w[0] <= it < self.warmup_iters:  # straight on from the rate it had to the peak
+            return w[1] + (t.learning_rate - w[1]) * (it - w[0]) / (self.warmup_iters - w[0])
         return get_lr(it, t.learning_rate, t.min_lr, self.warmup_iters, self.decay_iters)
 
     def apply(self, optimizer, it: int) -> float:
@@ -195,10 +200,13 @@ class LRSchedule:
             g["lr"] = muon_lr if g.get("muon") else lr
         return lr
 
-    def replanned(self, step: int, lr_before: float) -> None:
-        """After a new plan at ``step``: mid-decay, continue from ``lr_before`` (no jump), as an extension does."""
+    def replanned(self, step: int, lr_before: float, warmup_before: int) -> None:
+        """After a new plan at ``step``: mid-decay, continue from ``lr_before`` (no jump), as an extension does;
+        inside a warmup the plan shortened, go on from ``lr_before`` to the peak at the new warmup's end."""
         if step > self.warmup_iters:
             self.anchor = (step, lr_before, self.decay_iters)
+        elif self.warmup_iters != warmup_before and 0 < step < self.warmup_iters:
+            self.budget.plan = dataclasses.replace(self.plan, warmup_from=[step, lr_before])
 
     def resume(self, step: int, stored: Optional[list], old_train: dict, old_plan: Optional[Plan], log,
                muon: bool = False) -> None:
