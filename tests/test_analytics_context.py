@@ -563,10 +563,10 @@ def test_a_hand_edited_baselines_json_is_damaged_not_a_crash(report_run, tmp_pat
                 {**good, "bigram": {"nats": "abc"}}, {k: good[k] for k in ("unigram", "bigram")},
                 {**good, "unigram": 7}):
         (run / "baselines.json").write_text(json.dumps(bad))
-        for cmd in ("diagnose", "report", "context"):
+        for cmd in ("diagnose", "report", "context", "layers"):
             rc, out, err = run_cli(capsys, cmd, str(run))
             assert rc == 0 and "unexpected" not in err, (bad, cmd, err)
-            said = ("is not the JSON depthlab wrote" in err if cmd != "context"
-                    else "recomputed from the corpus: baselines.json is damaged" in out)
+            said = ("is not the JSON depthlab wrote" in err if cmd in ("diagnose", "report")
+                    else "(recomputed from the corpus: baselines.json is damaged" in out)
             assert said, (bad, cmd, out, err)
         (run / "report.html").unlink()

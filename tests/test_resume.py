@@ -729,6 +729,20 @@ def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_pat
         assert_clean_error(rc, capsys.readouterr().err, "summary.json says it trained 20 steps",
                            "holds no checkpoint (deleted?)", "a new train.out_dir")
         assert {p.name: p.read_bytes() for p in out.glob("*.json*")} == before
+    # a second pass: summary.json deleted too (the records still show training past the checkpoint at step 10)
+    (out / "summary.json").unlink()
+    before = {p.name: p.read_bytes() for p in out.glob("*.json*")}
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "30"])
+    assert_clean_error(rc, capsys.readouterr().err, "metrics.jsonl records steps up to 20, past the evaluation (and "
+                       "checkpoint) at step 10", "holds no checkpoint (deleted?)")
+    assert {p.name: p.read_bytes() for p in out.glob("*.json*")} == before
+    # the manifest emptied, the weights still there: named as such
+    shutil.rmtree(out)
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=20, train__eval_interval=10)]) == 0
+    (out / "checkpoints" / "manifest.json").write_text("{}")
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "30"])
+    assert_clean_error(rc, capsys.readouterr().err, "its manifest.json lists no checkpoint, though", "best.safetensors")
 
 
 def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):

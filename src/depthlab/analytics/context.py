@@ -166,16 +166,16 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     try:
         corpus = load_corpus(cfg.data, seed=cfg.train.seed, tokenizer_json=tok_json)
     except DepthlabError as e:
-        raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and the depth views are measured on its "
+        raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and layers and context measure its "
                             f"val split: {e}") from None
     if rd.corpus_changed(corpus.sha256):
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} changed since training (its sha256 is not the one in "
-                            f"{CONFIG}'s resolved.corpus_sha256), and the depth views are measured on the run's own "
+                            f"{CONFIG}'s resolved.corpus_sha256), and layers and context measure the run's own "
                             "val split: restore the file the run was trained on")
     own = rd.vocab  # a character run's vocab.json: the ids its weights were trained on
     if cfg.data.tokenizer == "char" and own is not None and list(corpus.tokenizer.vocab) != list(own):
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} no longer has the characters of the run's "
-                            f"{VOCAB} (changed since training), and the depth views are measured on the run's own "
+                            f"{VOCAB} (changed since training), and layers and context measure the run's own "
                             "val split: restore the file the run was trained on")
     processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
     w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,

@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import DepthlabError
+from ..rundir import BASELINES
 from ..model import GPT
 from ..usermodel import first_tensor, full_logits
 from .check.flow import find_blocks
@@ -221,6 +222,7 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     model, weights = load_weights(run.run_dir, which)
     res = measure_layers(model, run.windows.batches)
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
+            "baselines_from": run.baselines_from,
             "windows": run.windows.windows, "tokens": run.windows.tokens,
             "windows_described": run.windows.describe()}
 
@@ -234,7 +236,9 @@ def format_layers(res: dict) -> str:
     bg, ug, L = res.get("bigram"), res.get("unigram"), res["n_layer"]
     lines = [f"layers of {res['weights']} on {res['windows_described']}",
              f"val loss {res['val_loss']:.4f} nats/token (float32, these windows)"
-             + (f"; baselines unigram {ug:.3f}, bigram {bg:.3f}" if bg is not None else ""),
+             + (f"; baselines unigram {ug:.3f}, bigram {bg:.3f}" if bg is not None else "")
+             + (f" ({res['baselines_from']})" if bg is not None and res.get("baselines_from", BASELINES) != BASELINES
+                else ""),
              f"lens: {res['lens']}",
              "  block     lens" + ("  - bigram" if bg is not None else "") + "  ablation Δ  ‖out−in‖/‖in‖",
              f"  embed {res['embedding_lens_loss']:8.3f}{_vs(res['embedding_lens_loss'], bg)}           -            -"]

@@ -41,6 +41,21 @@ class ResumePoint:
         self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
 
 
+def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
+    """Why the run's own files say it wrote a checkpoint, or None: summary.json's final step (a finished run), or
+    records after an evaluation (each evaluation past step 0 writes one before training goes on)."""
+    final = (rd.summary or {}).get("final_step")
+    if isinstance(final, int) and final > 0:
+        return f"its {SUMMARY} says it trained {final} steps"
+    records = rd.metrics() if rd.file(rundir.METRICS).is_file() else []
+    evals = [r["step"] for r in records if "val_loss" in r and isinstance(r.get("step"), int) and r["step"] > 0]
+    last = max((r["step"] for r in records if isinstance(r.get("step"), int)), default=0)
+    if evals and last > min(evals):
+        return (f"its {rundir.METRICS} records steps up to {last}, past the evaluation (and checkpoint) at step "
+                f"{min(evals)}")
+    return None
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -104,12 +119,15 @@ class Checkpointer:
             entry = ckpt.latest_checkpoint(rd.path)
         for w in caught:
             self.log(f"warning: {w.message}")
-        final = (rd.summary or {}).get("final_step")
-        if entry is None and isinstance(final, int) and final > 0:  # a finished run always has a checkpoint
-            raise DepthlabError(f"cannot resume {rd.path}: its {SUMMARY} says it trained {final} steps, but "
-                                f"{rd.file(CHECKPOINTS)} holds no checkpoint (deleted?), and starting again from "
-                                "step 0 would overwrite the run's records; restore its checkpoints from a copy, or "
-                                "train into a new train.out_dir")
+        trained = _trained_past_a_checkpoint(rd) if entry is None else None
+        if trained is not None:
+            ckdir = rd.file(CHECKPOINTS)
+            files = sorted(p.name for p in ckdir.glob("*.safetensors")) if ckdir.is_dir() else []
+            where = (f"its manifest.json lists no checkpoint, though {ckdir} holds {', '.join(files[:3])} (emptied or "
+                     "edited?)" if files else f"{ckdir} holds no checkpoint (deleted?)")
+            raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
+                                "would overwrite the run's records; restore its checkpoints from a copy, or train "
+                                "into a new train.out_dir")
         char = (old.get("data") or {}).get("tokenizer", "char") == "char"
         return ResumePoint(entry, old, optimizer, vocab_missing=char and not rd.file(VOCAB).exists())
 

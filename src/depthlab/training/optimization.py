@@ -237,8 +237,9 @@ class LRSchedule:
             lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
         # a new warmup reshapes the rate from here unless an anchor carries it (extended, ended, decay moved)
         old_warmup = old.warmup(old_plan, t)
-        # inside a warmup the rate does not depend on where the decay ends: no anchor, the warmup goes on to the peak
-        inside = not anchored and not ended and step < max(self.warmup_iters, old_warmup)
+        # stopped inside its warmup, the rate does not depend on where the decay ends: no anchor, the warmup goes on
+        # to the peak (past it, an extension carries the rate on and a new warmup changes nothing)
+        inside = not anchored and not ended and step < old_warmup
         warmup_moved = (old_warmup != self.warmup_iters and not anchored and not ended
                         and (old_decay == self.decay_iters or inside))
         if step == 0:
