@@ -83,13 +83,15 @@ class Checkpointer:
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
-        if (old.get("data") or {}).get("tokenizer", "char") == "char" and rd.damaged(VOCAB):
+        char = (old.get("data") or {}).get("tokenizer", "char") == "char"
+        if char and rd.damaged(VOCAB):
             raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is not the JSON list of characters depthlab "
                                 "wrote (damaged or edited by hand); restore it from a copy")
         same_corpus = corpus_sha256 is not None and (old.get("resolved") or {}).get("corpus_sha256") == corpus_sha256
-        if (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists() and same_corpus:
+        vocab_missing = char and not rd.file(VOCAB).exists()
+        if vocab_missing and same_corpus:
             old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
-        elif (old.get("data") or {}).get("tokenizer", "char") == "char" and not rd.file(VOCAB).exists():
+        elif vocab_missing:
             raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is missing (deleted?), and resuming checks the "
                                 "corpus's characters against it; restore it from a copy of the run")
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
@@ -128,8 +130,7 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
-        char = (old.get("data") or {}).get("tokenizer", "char") == "char"
-        return ResumePoint(entry, old, optimizer, vocab_missing=char and not rd.file(VOCAB).exists())
+        return ResumePoint(entry, old, optimizer, vocab_missing=vocab_missing)
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
