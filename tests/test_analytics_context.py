@@ -317,6 +317,9 @@ def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_ru
     m.write_text("")
     rc, _, err = run_cli(capsys, "diagnose", str(run))
     assert rc == 0 and f"warning: {m} holds no records, though summary.json says" in err, err
+    m.write_text("x")  # one cut line and nothing else: one warning, not two (a new user's pass)
+    rc, _, err = run_cli(capsys, "report", str(run))
+    assert rc == 0 and f"warning: {m} holds no records" in err and err.count("metrics.jsonl") == 1, err
     sm.write_bytes(b"\x00\x01 not json")
     rc, _, err = run_cli(capsys, "report", str(run))
     assert rc == 0 and f"warning: {sm} is not the JSON object depthlab wrote (damaged): read as missing" in err, err
@@ -570,3 +573,19 @@ def test_a_hand_edited_baselines_json_is_damaged_not_a_crash(report_run, tmp_pat
                     else "(recomputed from the corpus: baselines.json is damaged" in out)
             assert said, (bad, cmd, out, err)
         (run / "report.html").unlink()
+
+
+def test_a_moved_corpus_is_named_with_a_fix_that_applies(tiny_text_file, tmp_path, capsys):
+    """A new user's pass: with the run's corpus moved, context said "give an existing text file (or leave data.path
+    unset for the embedded Tiny Shakespeare)": train's advice, not an option of context."""
+    from conftest import QUIET, assert_clean_error, tiny_config
+
+    from depthlab import train
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    tiny_text_file.rename(tmp_path / "elsewhere.txt")
+    for cmd in ("context", "layers"):
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert_clean_error(rc, err, f"the run's corpus {tiny_text_file} is missing (moved or deleted?)",
+                           "put the file back at that path")
+        assert "leave data.path unset" not in err

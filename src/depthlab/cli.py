@@ -334,10 +334,11 @@ def _record_damage(rd, consequence: str) -> list[str]:
     if isinstance(final, int) and final > 0 and records is None:
         out.append(f"{run_dir / METRICS} is missing (deleted?), though {SUMMARY} says {counted(final, 'step')} were "
                    f"trained: {consequence}")
-    if not bad and isinstance(final, int) and final > 0 and records == []:
+    none = not bad and isinstance(final, int) and final > 0 and records == []
+    if none:
         out.append(f"{run_dir / METRICS} holds no records, though {SUMMARY} says {counted(final, 'step')} were "
                    f"trained (emptied or damaged): {consequence}")
-    if rd.summary is not None and torn_last_line(run_dir):
+    if rd.summary is not None and torn_last_line(run_dir) and not none:  # a lone cut line: "holds no records" says it
         out.append(f"the last line of {run_dir / METRICS} is cut mid-record, though the run finished ({SUMMARY}): "
                    f"its last record is lost: {consequence}")
     last = max((r["step"] for r in records or [] if isinstance(r.get("step"), int)), default=None)

@@ -163,6 +163,9 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
     tok = rd.file(TOKENIZER)
     tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
+    if cfg.data.path and not Path(cfg.data.path).expanduser().is_file():  # train's advice (leave it unset) is no fix
+        raise DepthlabError(f"{rd.path}: the run's corpus {cfg.data.path} is missing (moved or deleted?), and layers "
+                            "and context measure its val split: put the file back at that path")
     try:
         corpus = load_corpus(cfg.data, seed=cfg.train.seed, tokenizer_json=tok_json)
     except DepthlabError as e:
