@@ -319,8 +319,8 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
 
 
 def _record_damage(rd, consequence: str) -> list[str]:
-    """metrics.jsonl lines that are not records; no record, a cut last line, or records that end early, where
-    summary.json says the run trained further."""
+    """metrics.jsonl lines that are not records; the file missing, no record, a cut last line, or records that end
+    early, where summary.json says the run trained further."""
     from .rundir import METRICS, SUMMARY, damaged_metrics_lines, read_metrics, torn_last_line
     from .units import agree, counted
 
@@ -349,8 +349,9 @@ def _record_damage(rd, consequence: str) -> list[str]:
 
 
 def _weights_damage(rd, consequence: str) -> list[str]:
-    """A damaged or deleted manifest.json, weights files that fail their sha256, and a ``model.source`` run's copy
-    of its file that is missing or changed."""
+    """A damaged or deleted manifest.json, weights files that fail their sha256, a finished run's checkpoints gone,
+    the corpus moved or edited (:func:`_corpus_damage`), and a ``model.source`` run's copy of its file that is
+    missing or changed."""
     from .checkpoint import damaged_weights
     from .rundir import SUMMARY
     from .units import agree, counted
