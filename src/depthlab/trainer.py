@@ -266,10 +266,7 @@ class Trainer:
     def _write_config(self) -> None:
         """config.json: the config asked for (vocab_size and out_dir filled in, data.path made absolute so that the
         run's commands find its corpus from any folder) and ``resolved``; the one writer."""
-        d = self.cfg.to_dict()
-        if d["data"].get("path"):
-            d["data"]["path"] = str(Path(d["data"]["path"]).expanduser().resolve())
-        rundir.write_json(self.run_dir / rundir.CONFIG, {**d, "resolved": self.resolved()})
+        rundir.write_json(self.run_dir / rundir.CONFIG, {**config_record(self.cfg), "resolved": self.resolved()})
 
     def _write_vocab(self, vocab: list[str]) -> None:
         rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
@@ -438,13 +435,7 @@ class Trainer:
             cb.on_train_end(self, summary)
         if self.is_main:
             rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
-            final = self.evaluator.final_val
-            whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
-            se = summary.get("best_val_loss_se")
-            err = "" if se is None else f" ± {se:.3f}"  # where the evaluation windows fell: README, "Measured"
-            self.log(f"done: best val {summary['best_val_loss']:.4f}{err} nats "
-                     f"({summary['best_val_bpc']:.3f} bits/char) at step {summary['best_val_step']}{whole}, "
-                     f"{counted(summary['final_step'], 'step')} in {summary['wall_time_s']:.1f}s -> {self.run_dir}")
+            self.log(done_line(summary, self.evaluator.final_val, self.run_dir))
         self.metrics.close()
         self.runtime.close()
         return self.run_dir
@@ -464,6 +455,27 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val}
 
+
+
+def config_record(cfg: RunConfig) -> dict:
+    """config.json's data/model/train sections: ``cfg`` as asked, with ``data.path`` absolute (the run's commands
+    then find its corpus from any folder)."""
+    d = cfg.to_dict()
+    if d["data"].get("path"):
+        d["data"]["path"] = str(Path(d["data"]["path"]).expanduser().resolve())
+    return d
+
+
+def done_line(summary: dict, final: Optional[dict], run_dir: Path) -> str:
+    """The run's last console line: best val (nats/token) ± its sampling error over where the evaluation windows
+    fell (README, "Measured speed and quality"), bits/char, the whole-split loss of ``final`` (the final
+    validation, or None), steps and seconds."""
+    whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
+    se = summary.get("best_val_loss_se")
+    err = "" if se is None else f" ± {se:.3f}"
+    return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({summary['best_val_bpc']:.3f} bits/char) at "
+            f"step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
+            f"{summary['wall_time_s']:.1f}s -> {run_dir}")
 
 
 def banner(run: Trainer, tokens_per_step: int) -> list[str]:
