@@ -30,7 +30,7 @@ from safetensors.torch import save as st_save
 
 from .config import ModelConfig
 from .errors import DepthlabError
-from .data import BPETokenizer, CharTokenizer, Tokenizer
+from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .rundir import CHECKPOINTS, TOKENIZER, atomic_write
 
 FORMAT_VERSION = 1
@@ -70,15 +70,6 @@ def weights_bytes(model: torch.nn.Module, metadata: dict[str, str]) -> bytes:
             raise DepthlabError(f"refusing to write a checkpoint: weight {k} is not finite")
         out[k] = v.detach().to("cpu").contiguous()
     return st_save(out, metadata=metadata)
-
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def payload_sha256(path: Path) -> str:

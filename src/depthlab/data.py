@@ -34,7 +34,8 @@ from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer, token_dtype,
 if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only numpy
     import torch
 
-__all__ = ["Corpus", "load_corpus", "embedded_corpus_path", "sorted_lines_warning", "get_batch", "to_device",
+__all__ = ["Corpus", "load_corpus", "sha256_file", "embedded_corpus_path", "sorted_lines_warning",
+           "get_batch", "to_device",
            # the tokenizers (defined in depthlab.tokenizer), re-exported: importers of depthlab.data keep working
            "CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "token_dtype", "train_bpe"]
 
@@ -148,7 +149,9 @@ def _resolve_path(cfg: DataConfig) -> Path:
     return p
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks (the one home of a file's digest: corpus, checkpoints,
+    a model's source)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
@@ -233,7 +236,7 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
             ``split: lines`` file without lines.
     """
     path = _resolve_path(cfg)
-    digest = _sha256(path)
+    digest = sha256_file(path)
     enc_name = codecs.lookup(cfg.encoding).name
     entry = _cache_root(cfg) / f"{digest[:32]}-{enc_name}-v{CACHE_FORMAT}"
     if not (entry / "meta.json").exists():

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .errors import DepthlabError
+from .data import sha256_file
 from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
@@ -55,7 +56,7 @@ class Source:
     @property
     def sha256(self) -> str:
         """sha256 of the file's bytes (hex)."""
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return sha256_file(self.path)
 
 
 def parse_source(text: str, option: str = "model.source") -> Source:
@@ -305,7 +306,7 @@ def run_source(run_dir: Path, source: str) -> Source:
     if not copy.is_file():
         original = Path(str(source).rpartition(":")[0])
         same = (isinstance(recorded, str) and original.is_file()
-                and hashlib.sha256(original.read_bytes()).hexdigest() == recorded)
+                and sha256_file(original) == recorded)
         fix = (f"copy {original} there (its sha256 is the one config.json recorded)" if same else
                "the run cannot be rebuilt without it: restore it from a copy of the run")
         raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
