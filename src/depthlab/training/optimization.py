@@ -230,18 +230,6 @@ class LRSchedule:
         if old.muon_lr != t.muon_lr and not muon:
             log(f"resume: train.muon_lr {old.muon_lr:g} -> {t.muon_lr:g} changes nothing: this run trains every "
                 "parameter with AdamW (train.optimizer)")
-        anchored = stored is not None and step >= stored[0]  # extended before: the old schedule is the anchored one
-        old_decay, lr_old, lr_now = old.rates(step, stored if anchored else None, old_plan, t, self.decay_iters)
-        ended = step > 0 and lr_old <= old.min_lr
-        if ended:
-            lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
-        # a new warmup reshapes the rate from here unless an anchor carries it (extended, ended, decay moved)
-        old_warmup = old.warmup(old_plan, t)
-        # stopped inside its warmup, the rate does not depend on where the decay ends: no anchor, the warmup goes on
-        # to the peak (past it, an extension carries the rate on and a new warmup changes nothing)
-        inside = not anchored and not ended and step < old_warmup
-        warmup_moved = (old_warmup != self.warmup_iters and not anchored and not ended
-                        and (old_decay == self.decay_iters or inside))
         if step == 0:
             new = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
                                                              ("warmup_iters", old.warmup_asked, t.warmup_iters))
@@ -249,17 +237,19 @@ class LRSchedule:
             if new:
                 log(f"resume: {'; '.join(new)}: the run starts again from step 0, on the new schedule")
             return
+        case = _ResumeCase.of(self, step, stored, old, old_plan)
         # a new train.warmup_iters that an anchor (or a plan's own warmup) overrides: said, as doing nothing
         idle_warmup = (f"train.warmup_iters {old.warmup_asked} -> {t.warmup_iters} changes nothing from step {step + 1}"
-                       if old.warmup_asked != t.warmup_iters and not warmup_moved else "")
-        if ((old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr) and not warmup_moved
-                and (old.muon_lr == t.muon_lr or not muon)):
+                       if old.warmup_asked != t.warmup_iters and not case.warmup_moved else "")
+        if ((case.old_decay, old.peak, old.min_lr) == (self.decay_iters, t.learning_rate, t.min_lr)
+                and not case.warmup_moved and (old.muon_lr == t.muon_lr or not muon)):
             if idle_warmup:
                 log(f"resume: {idle_warmup}: the learning rate continues from {self.lr_at(step):.3g} as before")
             return  # the run continues exactly as it was
-        if (old_decay != self.decay_iters or anchored or ended) and not inside:
-            self.anchor = (step, max(t.min_lr, lr_now), self.decay_iters)
-        words = self._resume_words(step, old, old_decay, lr_old, ended, muon, old_warmup if warmup_moved else None)
+        if (case.old_decay != self.decay_iters or case.anchored or case.ended) and not case.inside:
+            self.anchor = (step, max(t.min_lr, case.lr_now), self.decay_iters)
+        words = self._resume_words(step, old, case.old_decay, case.lr_old, case.ended, muon,
+                                   case.old_warmup if case.warmup_moved else None)
         log(words + (f"; {idle_warmup}" if idle_warmup else ""))
 
     def _resume_words(self, step: int, old: "_OldSchedule", old_decay: int, lr_old: float, ended: bool,
@@ -302,6 +292,46 @@ class LRSchedule:
     def state_dict(self) -> dict:
         """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
         return {"lr_anchor": list(self.anchor) if self.anchor is not None else None}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ResumeCase:
+    """Where a resumed run stands against its old schedule (:meth:`LRSchedule.resume`).
+
+    Attributes:
+        anchored: it was extended before and is past that anchor: the old schedule is the anchored cosine.
+        ended: its old decay had reached the old min_lr: nothing is left to decay, the new floor holds.
+        inside: stopped inside its old warmup (not anchored, not ended): the warmup goes on to the peak,
+            wherever the decay now ends.
+        warmup_moved: a new warmup reshapes the rate from here (no anchor carries it: the decay's end did
+            not move, or the run is inside its warmup).
+        old_decay: where the old decay ended. old_warmup: where the old warmup ended.
+        lr_old: the old settings' rate at the step. lr_now: the new settings' rate on the old shape.
+    """
+
+    anchored: bool
+    ended: bool
+    inside: bool
+    warmup_moved: bool
+    old_decay: int
+    old_warmup: int
+    lr_old: float
+    lr_now: float
+
+    @classmethod
+    def of(cls, schedule: "LRSchedule", step: int, stored: Optional[tuple[int, float, int]], old: "_OldSchedule",
+           old_plan: Optional[Plan]) -> "_ResumeCase":
+        t = schedule.train
+        anchored = stored is not None and step >= stored[0]
+        old_decay, lr_old, lr_now = old.rates(step, stored if anchored else None, old_plan, t, schedule.decay_iters)
+        ended = step > 0 and lr_old <= old.min_lr
+        if ended:
+            lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
+        old_warmup = old.warmup(old_plan, t)
+        inside = not anchored and not ended and step < old_warmup
+        warmup_moved = (old_warmup != schedule.warmup_iters and not anchored and not ended
+                        and (old_decay == schedule.decay_iters or inside))
+        return cls(anchored, ended, inside, warmup_moved, old_decay, old_warmup, lr_old, lr_now)
 
 
 class _OldSchedule:
