@@ -571,7 +571,9 @@ def test_a_hand_edited_baselines_json_is_damaged_not_a_crash(report_run, tmp_pat
             rc, out, err = run_cli(capsys, cmd, str(run))
             assert rc == 0 and "unexpected" not in err, (bad, cmd, err)
             said = ("is not the JSON depthlab wrote" in err if cmd in ("diagnose", "report")
-                    else "(recomputed from the corpus: baselines.json is damaged" in out)
+                    else "(recomputed from the corpus: baselines.json is damaged" in out
+                    and f"warning: {run / 'baselines.json'}: the corpus baselines are recomputed from the corpus: "
+                        "baselines.json is damaged" in err)  # on stderr, as diagnose and report warn
             assert said, (bad, cmd, out, err)
         (run / "report.html").unlink(missing_ok=True)
 

@@ -574,10 +574,14 @@ def build_views_parser(command: str):
 def run_views(ns, command: str) -> int:
     """``depthlab layers`` / ``context``: the table and what to read in it (or JSON)."""
     from .analytics import context, layers
+    from .rundir import BASELINES
 
     _set_threads(ns.threads)
     mod = layers if command == "layers" else context
     res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens)
+    if res.get("baselines_from", BASELINES) != BASELINES:  # said on stderr as diagnose and report say it
+        print(f"{PROG}: warning: {Path(ns.run_dir) / BASELINES}: the corpus baselines are "
+              f"{res['baselines_from']}", file=sys.stderr)
     print(json.dumps(res) if ns.json else getattr(mod, f"format_{command}")(res))
     return 0
 
