@@ -91,14 +91,15 @@ def test_propose_plans_a_lower_end_decay_and_warmup_and_leaves_the_config_alone(
     asked = dataclasses.asdict(t)
     b.note_eval(2.0)
     msg = b.propose(20, 2448, 0.1)
-    assert "max_iters is now 2448" in msg and "warmup_iters 489 (was 1000)" in msg
-    assert b.plan == Plan(max_iters=2448, lr_decay_iters=2448, warmup_iters=489, max_iters_asked=5000,
+    # the warmup: no longer than a fifth of what is left to plan, 20 + (2448 - 20) // 5
+    assert "max_iters is now 2448" in msg and "warmup_iters 505 (was 1000)" in msg
+    assert b.plan == Plan(max_iters=2448, lr_decay_iters=2448, warmup_iters=505, max_iters_asked=5000,
                           lr_decay_iters_asked=4000, warmup_iters_asked=1000, s_per_step=0.1, s_per_eval=2.0,
                           at_step=20, max_time=t.max_time)
     assert b.max_iters == 2448 and dataclasses.asdict(t) == asked  # the plan is a value beside the config
     assert b.propose(200, 2460, 0.099) is None  # within 1 %: the plan stands
     assert "re-measured" in b.propose(200, 2700, 0.09) and b.plan.max_iters == 2700 == b.plan.lr_decay_iters
-    assert b.plan.warmup_iters == 489 and b.plan.at_step == 200
+    assert b.plan.warmup_iters == 505 and b.plan.at_step == 200
     assert b.propose(200, 9000, 0.01) and b.plan.max_iters == 5000  # never more than asked
     assert b.plan.lr_decay_iters == 4000 and b.planned_end() is False  # 5000 of 5000: max_iters ended it
 
@@ -128,10 +129,24 @@ def test_nothing_to_plan_without_fit_to_time_or_time_limit_or_when_planned_or_la
     b.begin(0)
     assert b.start is None and b.planned_end()
     b = TimeBudget(t)
-    b.begin(FIT_STEPS)  # a session resumed after the first FIT_STEPS steps of an unplanned run
-    assert b.start is None
     b.begin(5)  # resumed early: plans from there
     assert b.marks[:3] == (7, 5 + FIT_STEPS, 5 + REFIT_STEPS)
+    b.begin(4990)  # fewer than FIT_STEPS steps left: nothing to plan
+    assert b.start is None
+
+
+@pytest.mark.parametrize("warmup, planned", [(50, 50), (2000, 820 + (1600 - 820) // 5)])
+def test_a_session_resumed_mid_run_without_a_plan_plans_the_steps_left(warmup, planned):
+    """helper-18: `--resume --train.max_iters 1600` on a planned run (a new end drops the plan) made no new plan, since
+    plans were made only in a session's first FIT_STEPS steps: the time limit then cut the decay. max_time limits each
+    session, so the steps left are planned; a warmup already done stays, a longer one ends within a fifth of them."""
+    t = TrainConfig(max_iters=5000, max_time=270.0, warmup_iters=warmup)
+    b = TimeBudget(t)
+    b.begin(800)
+    assert b.marks[:3] == (802, 800 + FIT_STEPS, 800 + REFIT_STEPS)
+    msg = b.propose(800 + FIT_STEPS, 1600, 0.1)
+    assert msg.startswith("train.fit_to_time: the steps from 800 to 5000 would not fit this session's train.max_time")
+    assert b.plan.max_iters == 1600 and b.plan.warmup_iters == planned
 
 
 # ------------------------------------------------ train.fit_to_time in a run (the trainer's clock faked: fake_clock)

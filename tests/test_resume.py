@@ -943,3 +943,32 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
     rc = main(["train", "--resume", str(out), "--train.max_iters", "20"])
     assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?)")
     assert not (out / "vocab.json").exists()
+
+
+def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(tmp_path, tiny_text_file, fake_clock):
+    """helper-18: `--resume --train.max_iters N` on a fit_to_time run made no new plan (plans were made only in a
+    session's first 20 steps), so the session's max_time cut the decay. Now the steps left are planned, and the rate
+    continues from where it was (no jump back to the peak) to min_lr at the planned end."""
+    from conftest import StopAt
+
+    from depthlab.trainer import Interrupted
+
+    base = dict(max_iters=200, max_time=0.0, eval_interval=50, log_interval=1, min_lr=1e-4, learning_rate=3e-3,
+                warmup_iters=10)
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=base), callbacks=[StopAt(60)], **QUIET).fit()
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(base, max_iters=100_000, max_time=3.0,
+                                                                       fit_to_time=True, resume=True)),
+                log=lines.append)
+    run = t.fit()
+    s = json.loads((run / "summary.json").read_text())
+    plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
+    n = plan["max_iters"]
+    assert any("the steps from 60 to 100000 would not fit" in x for x in lines), lines
+    assert plan["at_step"] >= 60 + FIT_STEPS and 60 + FIT_STEPS < n < 100_000
+    assert s["final_step"] == n and s["stopped_by"] == "max_time" and t.lr_at(n) == 1e-4
+    lrs = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+           if r.get("kind") == "train" and r["step"] >= 60]
+    assert 2e-3 < lrs[0] < 3e-3 and lrs[1] == pytest.approx(lrs[0], rel=1e-2)  # where the first session left it
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(lrs, lrs[1:]))  # down from there, never back up to the peak

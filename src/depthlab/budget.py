@@ -152,10 +152,11 @@ class TimeBudget:
 
     def begin(self, step: int) -> None:
         """Start timing at ``step`` when a plan is to be made: fit_to_time on with a max_time, not
-        planned before, within the first FIT_STEPS steps (a session resumed from an early checkpoint
-        plans too), and more than FIT_STEPS steps to go."""
+        planned before, and more than FIT_STEPS steps to go. A session resumed without a plan plans from
+        where it starts (``max_time`` limits each session: the steps left must fit it, or the limit would
+        cut the decay); one resumed with a plan continues it in steps."""
         t = self.train
-        if not (t.fit_to_time and t.max_time > 0) or self.plan is not None or step >= FIT_STEPS:
+        if not (t.fit_to_time and t.max_time > 0) or self.plan is not None:
             self.start = None
         else:
             self.start = step if step + FIT_STEPS < t.max_iters else None
@@ -243,13 +244,16 @@ class TimeBudget:
                                             at_step=step)
             return msg
         s_eval = self._s_eval(s_step)
-        warmup = t.warmup_iters if t.warmup_iters <= n // 5 else max(step, n // 5)
+        # no longer than a fifth of what is left to plan (a warmup already done stays as it was)
+        limit = step + (n - step) // 5
+        warmup = t.warmup_iters if t.warmup_iters <= limit else limit
         self.plan = Plan(max_iters=n, lr_decay_iters=decay, warmup_iters=warmup, max_iters_asked=t.max_iters,
                          lr_decay_iters_asked=t.lr_decay_iters, warmup_iters_asked=t.warmup_iters,
                          s_per_step=round(s_step, 4), s_per_eval=round(s_eval, 3), at_step=step,
                          max_time=t.max_time)
         shorter = f" and warmup_iters {warmup} (was {t.warmup_iters})" if warmup != t.warmup_iters else ""
-        return (f"train.fit_to_time: {t.max_iters} steps would not fit this session's train.max_time {t.max_time:g} s "
+        steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
+        return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
                 f"{shorter}, the learning rate decays to train.min_lr there "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")
