@@ -72,6 +72,27 @@ def test_a_slow_stretch_the_first_plans_measured_is_made_up_for_once_it_passes()
     assert b.plan.max_iters == step > 1500  # the plan at step 200 alone: ~600
 
 
+def test_a_short_first_plan_is_measured_again_halfway_and_the_line_names_the_steps_timed():
+    """helper-19: steps 2-20 ran slowly beside another program and planned 196 steps; the second reading, at step 200,
+    never came, and the run ended at 5.8 s of its 20 s. The line of a later plan named the steps since the last plan
+    ("since step 200") instead of the steps it timed."""
+    t, b = _budget(max_iters=5000, max_time=20.0)
+    assert b.tick(2, 0.0) is None
+    s_step = b.tick(FIT_STEPS, 0.1 * (FIT_STEPS - 2))
+    assert "max_iters is now 196" in b.propose(FIT_STEPS, 196, s_step)
+    half = FIT_STEPS + (196 - FIT_STEPS) // 2
+    assert b.marks[:3] == (2, FIT_STEPS, half)  # the reading at step 200 would come after the end
+    s_fast = b.tick(half, 0.1 * (FIT_STEPS - 2) + 0.015 * (half - FIT_STEPS))
+    assert s_fast == pytest.approx(0.015)
+    msg = b.propose(half, 1200, s_fast)
+    assert f"re-measured 0.015 s/step over steps {FIT_STEPS}-{half}; max_iters is now 1200 (was 196)" in msg
+    assert b.marks[2] == REFIT_STEPS  # a plan past step 200 reads the clock there again
+    t, b = _budget(max_iters=5000)
+    b.plan = Plan(max_iters=FIT_STEPS + 30, lr_decay_iters=0, warmup_iters=5, max_iters_asked=5000,
+                  lr_decay_iters_asked=0, warmup_iters_asked=50, s_per_step=0.1, s_per_eval=1.0, at_step=FIT_STEPS)
+    assert b.marks == (2, FIT_STEPS, REFIT_STEPS)  # too few steps left to time: no reading before the end
+
+
 def test_steps_that_fit_counts_the_last_evaluation_and_one_per_interval():
     t, b = _budget()
     b.note_eval(2.0)

@@ -144,6 +144,7 @@ class TimeBudget:
         self.eval_total = 0.0
         self.final_batches = 0
         self._mark: Optional[tuple[int, float, float]] = None  # (step, time, eval_total) at the last mark
+        self.timed_from = 0  # the step of the reading before the latest one: the steps a plan timed begin there
 
     @property
     def max_iters(self) -> int:
@@ -163,7 +164,9 @@ class TimeBudget:
 
     @property
     def marks(self) -> tuple[int, ...]:
-        """Steps at which the clock is read: start+2 (after one-off allocations), then each plan's.
+        """Steps at which the clock is read: start+2 (after one-off allocations), then each plan's: start+FIT_STEPS,
+        start+REFIT_STEPS (or, when a plan ends before it, halfway from start+FIT_STEPS to that end: a first plan
+        that measured a busy stretch and planned 196 steps is measured again while it can still grow).
 
         After start+REFIT_STEPS the clock is read again halfway through what is left, from the last
         reading, for as long as both halves have at least LATE_STEPS steps: a slow stretch that a plan
@@ -175,6 +178,9 @@ class TimeBudget:
         if s is None:
             return ()
         refit = s + REFIT_STEPS
+        if self.max_iters <= refit:  # a plan that ends before the second reading: that reading comes halfway to it
+            short = self.max_iters - s - FIT_STEPS
+            refit = s + FIT_STEPS + short // 2 if short >= 2 * FIT_STEPS else refit
         last = self._mark[0] if self._mark is not None and self._mark[0] >= refit else refit
         left = self.max_iters - last
         late = (last + left // 2,) if left >= 2 * LATE_STEPS else ()
@@ -203,6 +209,7 @@ class TimeBudget:
         if self._mark is not None:
             last_step, last_t, last_eval = self._mark
             s_step = max((now - last_t - (self.eval_total - last_eval)) / (step - last_step), 1e-6)
+            self.timed_from = last_step
         self._mark = (step, now, self.eval_total)
         return s_step
 
@@ -238,8 +245,8 @@ class TimeBudget:
             return None  # no change of schedule for noise
         decay = min(t.lr_decay_iters, n)  # 0 stays 0: the decay ends with the plan
         if old is not None:  # a later plan
-            msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over the steps since step "
-                   f"{old.at_step}; max_iters is now {n} (was {old.max_iters})")
+            msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over steps {self.timed_from}-{step}; "
+                   f"max_iters is now {n} (was {old.max_iters})")
             self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
                                             at_step=step)
             return msg
