@@ -147,6 +147,28 @@ def test_rules_without_data_are_named_not_passed():
     assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
 
 
+def test_the_lr_rules_count_from_the_warmup_a_fit_to_time_plan_shortened():
+    """helper-19: a fit_to_time run asked warmup_iters 4000, planned 230 (resolved.plan); with 23 gradient records after
+    step 230, diagnose said "they need 3 gradient records after the warmup, the run has 0" (it read the 4000)."""
+    from depthlab.analytics.diagnose import rules_without_data
+    from depthlab.analytics.rules.evidence import Evidence
+
+    plan = {"max_iters": 1150, "lr_decay_iters": 1150, "warmup_iters": 230, "max_iters_asked": 5000,
+            "lr_decay_iters_asked": 0, "warmup_iters_asked": 4000, "s_per_step": 0.02, "s_per_eval": 0.5,
+            "at_step": 20}
+    cfg = {"train": {"grad_log_interval": 50, "probe_interval": 0, "warmup_iters": 4000, "learning_rate": 1.0},
+           "model": {"vocab_size": 65}, "resolved": {"plan": plan}}
+    recs = evals([2.5, 2.4, 2.3]) + [{"kind": "grad", "step": s, "update_ratio_block": [0.5, 0.5]}
+                                     for s in range(50, 1200, 50)]
+    assert not any(m.startswith("lr_too_high") for m in rules_without_data(recs, cfg)), rules_without_data(recs, cfg)
+    ev = Evidence(recs, cfg, BASE)
+    assert ev.warmup_iters == 230 and ev.update_ratios[1][0] == 250
+    high = [f for f in diagnose_records(recs, BASE, cfg) if f.rule == "lr_too_high"]
+    assert high and "raise train.warmup_iters (now 4000; train.fit_to_time shortened it to 230" in high[0].remedy
+    del cfg["resolved"]  # no plan: the warmup asked for
+    assert Evidence(recs, cfg, BASE).warmup_iters == 4000
+
+
 def test_rules_that_need_evaluations_say_so_on_a_short_run():
     from depthlab.analytics.diagnose import rules_without_data
 

@@ -157,10 +157,29 @@ class Evidence:
         return sec if isinstance(sec, dict) else {}
 
     def now(self, dotted: str) -> str:
-        """`` (now V)`` with the run's value of ``section.field``, or "" when the config does not say."""
+        """`` (now V)`` with the run's value of ``section.field``, or "" when the config does not say; for
+        ``train.warmup_iters`` shortened by a fit_to_time plan, the warmup the run followed too."""
         sec, name = dotted.split(".")
         v = self.section(sec).get(name)
-        return f" (now {v:g})" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return ""
+        if dotted == "train.warmup_iters" and self.warmup_iters != v:
+            return f" (now {v:g}; train.fit_to_time shortened it to {self.warmup_iters} to fit train.max_time)"
+        return f" (now {v:g})"
+
+    @cached_property
+    def warmup_iters(self) -> int:
+        """Steps of warmup the run followed: its train.fit_to_time plan's (config.json ``resolved.plan``), else
+        ``train.warmup_iters`` (0 when the config does not say)."""
+        from ...budget import Plan
+
+        try:
+            plan = Plan.from_record(self.section("resolved"), self.section("train"))
+        except (TypeError, KeyError, ValueError):  # a hand-edited record: the warmup asked for
+            plan = None
+        if plan is not None and isinstance(plan.warmup_iters, int):
+            return plan.warmup_iters
+        return int(self.section("train").get("warmup_iters", 0) or 0)
 
     @property
     def optimizer(self) -> Optional[str]:
@@ -226,7 +245,7 @@ class Evidence:
     def update_ratios(self) -> tuple[list[float], list[int]]:
         """Per grad record after the warmup: the median over blocks of the positive finite
         update/weight ratios, and the record's step."""
-        warm = int(self.section("train").get("warmup_iters", 0) or 0)
+        warm = self.warmup_iters
         vals, steps = [], []
         for r in self.records:
             if int(r.get("step", 0)) <= warm or r.get("kind") != "grad" or not r.get("update_ratio_block"):
