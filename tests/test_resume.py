@@ -712,6 +712,28 @@ def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_te
     assert ckpt.latest_checkpoint(out) is None
 
 
+@pytest.mark.parametrize("name", ["summary.json", "baselines.json"])
+def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_written(tmp_path, tiny_text_file, capsys,
+                                                                                    name):
+    """helper-19: summary.json replaced by a folder: --resume rewrote config.json (max_iters, resume, out_dir), then
+    failed with "IsADirectoryError: [Errno 21] ..." when it came to remove the old summary."""
+    from conftest import assert_clean_error
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
+    (out / name).unlink()
+    (out / name).mkdir()
+    before = {p.name: p.read_bytes() for p in [*out.glob("*.json*"), *(out / "checkpoints").iterdir()] if p.is_file()}
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "15"])
+    assert_clean_error(rc, capsys.readouterr().err, f"cannot resume: {out / name} is not a file (depthlab writes its "
+                       f"{name} there)", "move it out of the run directory")
+    assert {p.name: p.read_bytes() for p in [*out.glob("*.json*"), *(out / "checkpoints").iterdir()]
+            if p.is_file()} == before
+    assert main(["diagnose", str(out)]) == 0  # diagnose said nothing of the folder, or called it "missing (deleted?)"
+    assert f"warning: {out / name} is not a file" in capsys.readouterr().err
+
+
 def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_path, tiny_text_file, capsys):
     """A new user's pass: --resume on a finished run whose checkpoints/ was deleted or emptied said "no checkpoint
     yet; starting it again from step 0" and replaced its metrics.jsonl, summary.json and diagnosis.json."""

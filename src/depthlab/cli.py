@@ -306,12 +306,15 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     if not (run_dir / CONFIG).is_file():
         lines.append(f"{run_dir / CONFIG} is missing (deleted?): {consequence}")
     elif not (run_dir / BASELINES).is_file() or rd.damaged(BASELINES):
-        what = "is missing (deleted?)" if not rd.damaged(BASELINES) else "is not the JSON depthlab wrote (damaged or "\
-            "edited by hand)"
+        what = ("is not a file" if (run_dir / BASELINES).exists() and not (run_dir / BASELINES).is_file() else
+                "is missing (deleted?)" if not rd.damaged(BASELINES) else
+                "is not the JSON depthlab wrote (damaged or edited by hand)")
         lines.append(f"{run_dir / BASELINES} {what}: the corpus baselines are recomputed from the run's corpus, when "
                      "it can still be read")
     if rd.damaged(SUMMARY):
         lines.append(f"{run_dir / SUMMARY} is not the JSON object depthlab wrote (damaged): read as missing")
+    elif (run_dir / SUMMARY).exists() and not (run_dir / SUMMARY).is_file():
+        lines.append(f"{run_dir / SUMMARY} is not a file: read as missing")
     if weights_consequence:
         lines += _weights_damage(rd, weights_consequence)
     for line in lines:

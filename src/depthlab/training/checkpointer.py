@@ -17,7 +17,8 @@ from .. import rundir
 from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
-from ..rundir import CHECKPOINTS, SUMMARY, VOCAB, RunDir, truncate_metrics
+from ..rundir import (BASELINES, CHECKPOINTS, DIAGNOSIS, METRICS, SUMMARY, TOKENIZER, TRAIN_LOG, VOCAB, RunDir,
+                      truncate_metrics)
 from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
@@ -80,6 +81,8 @@ class Checkpointer:
         rd = RunDir(self.run_dir)
         try:
             rd.require("config")
+            # before anything is written: a folder where the run writes a file fails only after config.json changed
+            rd.refuse_non_files(METRICS, SUMMARY, VOCAB, TOKENIZER, BASELINES, DIAGNOSIS, TRAIN_LOG)
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
