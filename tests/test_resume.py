@@ -947,6 +947,30 @@ def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file
     assert main(["context", "a/run"]) == 0
 
 
+def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, tiny_text_file, capsys):
+    """helper-19: with the run's corpus moved, --resume gave train's advice ("give an existing text file (or leave
+    data.path unset ...)"), and the moved file given with --data.path was refused as a changed data.path, shown
+    relative. The same bytes (sha256) elsewhere are the run's corpus: config.json then records where it is."""
+    from conftest import assert_clean_error
+
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=10, train__eval_interval=5)]) == 0
+    moved = tmp_path / "moved.txt"
+    tiny_text_file.rename(moved)
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "15"])
+    assert_clean_error(rc, capsys.readouterr().err, f"cannot resume {out}: its corpus {tiny_text_file} is missing",
+                       "put the file back at that path, or give --data.path where it is now")
+    assert "leave data.path unset" not in capsys.readouterr().err
+    assert main(["train", "--resume", str(out), "--train.max_iters", "15", "--data.path", str(moved)]) == 0
+    assert f"resume: the corpus moved: data.path {tiny_text_file} -> {moved} (the same file" in capsys.readouterr().out
+    assert json.loads((out / "config.json").read_text())["data"]["path"] == str(moved)
+    other = tmp_path / "other.txt"
+    other.write_text(moved.read_text()[::-1])  # the same characters, another text: refused, shown absolute
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "20", "--data.path", str(other)])
+    assert_clean_error(rc, capsys.readouterr().err, f"changed data.path '{moved}' -> '{other}'")
+
+
 def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_path, tiny_text_file, capsys):
     """A new user's pass: resume refused a run whose vocab.json was deleted though the corpus was unchanged (its
     sha256 is config.json's) and the checkpoint holds the vocabulary; another text is still refused."""

@@ -111,6 +111,13 @@ class Checkpointer:
                 f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
                 "these weights either: --init-from needs the same characters)")
         asked = cfg.to_dict()
+        path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
+        if isinstance(path, str) and path:
+            asked["data"]["path"] = path = str(Path(path).expanduser().resolve())  # as config.json holds it
+            if same_corpus and isinstance(old_path, str) and path != old_path:
+                self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
+                         f"the one config.json recorded)")
+                asked["data"]["path"] = old_path
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
