@@ -92,10 +92,8 @@ class Trainer:
         self.runtime = rt = Runtime(t, log)
         self.rank, self.world_size, self.is_main, self.device, self.log = (
             rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
-        if t.resume and cfg.data.path and not Path(cfg.data.path).expanduser().exists():  # train's advice is no fix
-            raise DepthlabError(f"cannot resume {t.out_dir}: its corpus {cfg.data.path} is missing (moved or "
-                                "deleted?): put the file back at that path, or give --data.path where it is now (the "
-                                "resume checks it is the same file by its sha256)")
+        if t.resume:
+            Checkpointer.refuse_missing_corpus(cfg)
         self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
         self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)

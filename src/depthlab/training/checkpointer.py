@@ -110,14 +110,7 @@ class Checkpointer:
                 f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
                 f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
                 "these weights either: --init-from needs the same characters)")
-        asked = cfg.to_dict()
-        path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
-        if isinstance(path, str) and path:
-            asked["data"]["path"] = path = str(Path(path).expanduser().resolve())  # as config.json holds it
-            if same_corpus and isinstance(old_path, str) and path != old_path:
-                self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
-                         f"the one config.json recorded)")
-                asked["data"]["path"] = old_path
+        asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
@@ -183,6 +176,32 @@ class Checkpointer:
                                 f"checkpoint (sha256 {old_sha[:12]}... then, {run.corpus.sha256[:12]}... now); "
                                 "resume with the original file, or start a new run (--init-from)")
         return st
+
+    def _asked(self, cfg, old: dict, same_corpus: bool) -> dict:
+        """The config a resume asks for, as config.json would hold it (``data.path`` absolute) to compare with the
+        run's ``old`` one; a moved corpus (the same sha256 as the run's) compares as the run's path, said once."""
+        asked = cfg.to_dict()
+        path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
+        if isinstance(path, str) and path:
+            asked["data"]["path"] = path = str(Path(path).expanduser().resolve())
+            if same_corpus and isinstance(old_path, str) and path != old_path:
+                self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
+                         f"the one config.json recorded)")
+                asked["data"]["path"] = old_path
+        return asked
+
+    @staticmethod
+    def refuse_missing_corpus(cfg) -> None:
+        """Before a resume loads its corpus: a data.path that is gone is named with the fixes that apply to a resume
+        (train's "leave data.path unset" is none: another text is refused).
+
+        Raises:
+            DepthlabError: the corpus file is missing.
+        """
+        if cfg.data.path and not Path(cfg.data.path).expanduser().exists():
+            raise DepthlabError(f"cannot resume {cfg.train.out_dir}: its corpus {cfg.data.path} is missing (moved or "
+                                "deleted?): put the file back at that path, or give --data.path where it is now (the "
+                                "resume checks it is the same file by its sha256)")
 
     def reopen(self, step: int) -> bool:
         """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
