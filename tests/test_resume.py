@@ -732,6 +732,10 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_writ
             if p.is_file()} == before
     assert main(["diagnose", str(out)]) == 0  # diagnose said nothing of the folder, or called it "missing (deleted?)"
     assert f"warning: {out / name} is not a file" in capsys.readouterr().err
+    shutil.rmtree(out / "checkpoints")
+    (out / "checkpoints").write_text("")  # sample had said "checkpoints/manifest.json is missing"
+    assert_clean_error(main(["sample", str(out)]), capsys.readouterr().err,
+                       f"{out / 'checkpoints'} is not a folder (depthlab keeps the run's checkpoints there)")
 
 
 def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_path, tiny_text_file, capsys):
@@ -987,8 +991,15 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
     from conftest import assert_clean_error
 
     rc = main(["train", "--resume", str(out), "--train.max_iters", "20"])
-    assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?)")
+    # helper-19: the edited corpus is named (it had said only "restore vocab.json from a copy", then refused again)
+    assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?), and the corpus changed since "
+                       "training too", "restore the file the run trained on, and the resume writes vocab.json again")
     assert not (out / "vocab.json").exists()
+    tiny_text_file.write_text(tiny_text_file.read_text()[::-1])  # the run's corpus back; vocab.json damaged
+    (out / "vocab.json").write_text('["a", ')
+    assert main(["train", "--resume", str(out), "--train.max_iters", "20"]) == 0
+    assert (out / "vocab.json").read_text() == vocab
+    assert "vocab.json was damaged; written again from the corpus" in capsys.readouterr().out
 
 
 def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(tmp_path, tiny_text_file, fake_clock):

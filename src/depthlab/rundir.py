@@ -648,6 +648,9 @@ class RunDir:
                  "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
         if not rd.is_dir():
             raise DepthlabError(f"{rd} is a file, not a run directory; give the out_dir of a depthlab train run")
+        if what == "checkpoints" and (rd / CHECKPOINTS).exists() and not (rd / CHECKPOINTS).is_dir():
+            raise DepthlabError(f"{rd / CHECKPOINTS} is not a folder (depthlab keeps the run's checkpoints there): "
+                                "move it out of the run directory, or restore the run's checkpoints/ from a copy")
         self.refuse_non_files(*needs)
         missing = [n for n in needs if not (rd / n).is_file()]
         ran = any((rd / n).is_file() for n in (CONFIG, METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json"))

@@ -179,8 +179,8 @@ class Trainer:
             if not resumed or point.vocab_missing:
                 self._write_vocab(vocab)
             if resumed and point.vocab_missing:
-                self.log(f"resume: {self.run_dir / rundir.VOCAB} was missing; written again from the corpus, the "
-                         "file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
+                self.log(f"resume: {self.run_dir / rundir.VOCAB} was {point.vocab_missing}; written again from the "
+                         "corpus, the file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
             if resumed and self.checkpointer.reopen(self.step):
                 self.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
             elif point is not None and not resumed:

@@ -32,11 +32,11 @@ class ResumePoint:
         old_config: the run's config.json as it was ({} if unreadable).
         optimizer: the optimizer the run was made with (what ``auto`` resolved to then).
         plan: the time plan the run followed (config.json ``resolved``), or None.
-        vocab_missing: a character run's vocab.json is gone, and the corpus is the one it trained on: the
-            trainer writes it again.
+        vocab_missing: ``missing`` or ``damaged`` when a character run's vocab.json is so and the corpus is the one
+            it trained on: the trainer writes it again; else "".
     """
 
-    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: bool = False):
+    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: str = ""):
         self.entry, self.old_config, self.optimizer = entry, old_config, optimizer
         self.vocab_missing = vocab_missing
         self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
@@ -87,16 +87,20 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
         char = (old.get("data") or {}).get("tokenizer", "char") == "char"
-        if char and rd.damaged(VOCAB):
-            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is not the JSON list of characters depthlab "
-                                "wrote (damaged or edited by hand); restore it from a copy")
-        same_corpus = corpus_sha256 is not None and (old.get("resolved") or {}).get("corpus_sha256") == corpus_sha256
-        vocab_missing = char and not rd.file(VOCAB).exists()
-        if vocab_missing and same_corpus:
+        recorded = (old.get("resolved") or {}).get("corpus_sha256")
+        same_corpus = corpus_sha256 is not None and recorded == corpus_sha256
+        vocab_gone = ("" if not char else "missing" if not rd.file(VOCAB).exists() else
+                      "damaged" if rd.damaged(VOCAB) else "")
+        if vocab_gone and same_corpus:
             old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
-        elif vocab_missing:
-            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is missing (deleted?), and resuming checks the "
-                                "corpus's characters against it; restore it from a copy of the run")
+        elif vocab_gone:
+            what = ("missing (deleted?)" if vocab_gone == "missing" else
+                    "not the JSON list of characters depthlab wrote (damaged or edited by hand)")
+            fix = (f"the corpus changed since training too (its sha256 is not config.json's resolved.corpus_sha256): "
+                   f"restore the file the run trained on, and the resume writes {VOCAB} again from it"
+                   if recorded and corpus_sha256 else
+                   "resuming checks the corpus's characters against it: restore it from a copy of the run")
+            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is {what}, and {fix}")
         same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
         new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
         gone = [c for c in old_vocab if c not in set(vocab)]
@@ -133,7 +137,7 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
-        return ResumePoint(entry, old, optimizer, vocab_missing=vocab_missing)
+        return ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone)
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
