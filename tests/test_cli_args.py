@@ -80,6 +80,9 @@ def test_a_negative_number_is_quoted_as_typed(capsys):
 
     assert main(["train", "--train.max_time", "-3"]) == 2
     assert capsys.readouterr().err.strip().endswith("train.max_time must be a non-negative number, got -3")
+    for lr in ("-1", "0"):  # helper-19: -1 was "a non-negative number", though 0 is refused too
+        assert main(["train", "--train.learning_rate", lr]) == 2
+        assert capsys.readouterr().err.strip().endswith(f"train.learning_rate must be a number > 0, got {lr}")
 
 
 @pytest.mark.parametrize("text,msg", [

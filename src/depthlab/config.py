@@ -415,11 +415,11 @@ class TrainConfig:
         for n in ("max_time", "learning_rate", "muon_lr", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
                   "min_delta"):
             v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or (n == "learning_rate"
+                                                                                       and v == 0):
                 shown = f"{v:g}" if isinstance(v, float) else repr(v)  # -3, as typed, not -3.0
-                raise DepthlabError(f"train.{n} must be a non-negative number, got {shown}")
-        if self.learning_rate <= 0:
-            raise DepthlabError(f"train.learning_rate must be > 0, got {self.learning_rate!r}")
+                what = "a number > 0" if n == "learning_rate" else "a non-negative number"
+                raise DepthlabError(f"train.{n} must be {what}, got {shown}")
         if self.min_lr > self.learning_rate:
             raise DepthlabError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
                                 f"({self.learning_rate})")
