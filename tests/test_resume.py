@@ -1029,3 +1029,26 @@ def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(
            if r.get("kind") == "train" and r["step"] >= 60]
     assert 2e-3 < lrs[0] < 3e-3 and lrs[1] == pytest.approx(lrs[0], rel=1e-2)  # where the first session left it
     assert all(b <= a * (1 + 1e-9) for a, b in zip(lrs, lrs[1:]))  # down from there, never back up to the peak
+
+
+def test_a_new_lr_decay_iters_is_said_by_the_schedule_and_only_when_the_end_moves(tmp_path, tiny_text_file):
+    """helper-19: `--resume --train.lr_decay_iters 0` where 0 means the same end step printed "the cosine decay is
+    recomputed from the current step" though nothing changed. The schedule's line now says it, with the rate."""
+    from conftest import StopAt
+
+    from depthlab.trainer import Interrupted
+
+    base = dict(max_iters=40, lr_decay_iters=40, eval_interval=10, learning_rate=3e-3, min_lr=1e-4, warmup_iters=5)
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=base), callbacks=[StopAt(20)], **QUIET).fit()
+    shutil.copytree(tmp_path / "r", tmp_path / "s")
+    lines = []
+    Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(base, lr_decay_iters=0, max_iters=30, resume=True)),
+            log=lines.append)  # 0 = max_iters: the end moves from 40 to 30
+    said = [x for x in lines if x.startswith("resume: train.lr_decay_iters")]
+    assert said and "train.lr_decay_iters 40 -> 0: the learning rate continues from" in said[0], lines
+    assert "decays to train.min_lr 0.0001 at step 30 (the decay used to end at 40)" in said[0]
+    lines.clear()
+    Trainer(tiny_config(tmp_path / "s", tiny_text_file, train=dict(base, lr_decay_iters=0, resume=True)),
+            log=lines.append)  # 0 = max_iters 40: the same end
+    assert not [x for x in lines if x.startswith("resume:")], lines

@@ -395,12 +395,12 @@ RESUME_SILENT = frozenset({
 
 #: Fields that may change on ``--resume`` and whose line depends on the step the run is at: the schedule
 #: (:meth:`depthlab.training.optimization.LRSchedule.resume`) says what each does, or that nothing trains.
-RESUME_SCHEDULE = frozenset({"train.learning_rate", "train.muon_lr", "train.min_lr", "train.warmup_iters"})
+RESUME_SCHEDULE = frozenset({"train.learning_rate", "train.muon_lr", "train.min_lr", "train.warmup_iters",
+                             "train.lr_decay_iters"})
 
 #: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
 #: trajectory of one uninterrupted run with either setting.
 RESUME_NOTED = {
-    "train.lr_decay_iters": "the cosine decay is recomputed from the current step",
     "train.weight_decay": "AdamW's decoupled decay changes from the next step",
     "train.beta1": "AdamW's moment averages change from the next step",
     "train.beta2": "AdamW's moment averages change from the next step",

@@ -262,7 +262,9 @@ class LRSchedule:
                                                                ("muon_lr", old.muon_lr, t.muon_lr if muon else
                                                                 old.muon_lr),
                                                                ("warmup_iters", old.warmup_asked, t.warmup_iters
-                                                                if old_warmup is not None else old.warmup_asked))
+                                                                if old_warmup is not None else old.warmup_asked),
+                                                               ("lr_decay_iters", old.decay_asked, t.lr_decay_iters
+                                                                if old_decay != self.decay_iters else old.decay_asked))
                    if a != b]
         head = "resume: " + (f"{'; '.join(changed)}: " if changed else "")
         same = f"{lr_now:.3g}" == f"{lr_old:.3g}"  # as printed: two equal numbers are no change to show
@@ -343,6 +345,7 @@ class _OldSchedule:
         self.min_lr = float(old_train.get("min_lr", t.min_lr))
         self.muon_lr = float(old_train.get("muon_lr", t.muon_lr))
         self.warmup_asked = int(old_train.get("warmup_iters", t.warmup_iters))
+        self.decay_asked = int(old_train.get("lr_decay_iters", t.lr_decay_iters))
 
     def warmup(self, plan: Optional[Plan], t: TrainConfig) -> int:
         """The steps of warmup the run followed: its plan's, else its config's."""
