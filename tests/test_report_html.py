@@ -338,9 +338,13 @@ def test_report_warns_of_what_it_leaves_out_as_its_page_says(tmp_path, tiny_text
     rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "0.html"), *skip)
     assert rc == 0 and "warning" not in err, err  # an intact run: nothing to say
     text = tiny_text_file.read_text()
+    from depthlab.report.attention import plot_attention
+
+    assert plot_attention(run) is not None
     tiny_text_file.write_text(text[::-1])
     err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "1.html"), *skip)[2]
     assert f"warning: the run's corpus {tiny_text_file} changed since training" in err and err.count("warning") == 1
+    assert plot_attention(run) is None  # helper-19: drawn on the edited file's text, called the validation text
     tiny_text_file.unlink()
     err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "2.html"), *skip)[2]
     assert f"warning: the run's corpus {tiny_text_file} is missing" in err and err.count("warning") == 1
@@ -350,3 +354,8 @@ def test_report_warns_of_what_it_leaves_out_as_its_page_says(tmp_path, tiny_text
     err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "3.html"), *skip)[2]
     assert f"{run / 'checkpoints'} holds no checkpoint, though summary.json says 4 steps were trained" in err
     assert f"{run / 'metrics.jsonl'} is missing (deleted?), though summary.json says 4 steps" in err
+    c = json.loads((run / "config.json").read_text())
+    c["model"]["n_layer"] = "two"  # helper-19: the figures that need the model were left out without a word
+    (run / "config.json").write_text(json.dumps(c))
+    rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "4.html"), *skip)
+    assert rc == 0 and f"warning: {run / 'config.json'}: model.n_layer" in err and "(edited by hand?)" in err, err

@@ -294,6 +294,19 @@ def run_diagnose(ns) -> int:
     return 0
 
 
+def _config_fault(rd) -> Optional[str]:
+    """Why a run's readable config.json is not a config depthlab can run (a field edited to ``"two"``), or None."""
+    from .config import RunConfig
+
+    if rd.config is None:
+        return None  # damaged JSON: said by its own line
+    try:
+        RunConfig.from_dict(rd.config)
+    except DepthlabError as e:
+        return str(e)
+    return None
+
+
 def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str = "") -> None:
     """Warn on stderr, one ``depthlab: warning:`` line each, of a run's damaged files: its records
     (:func:`_record_damage`), a missing config.json, a summary.json that is not what depthlab wrote; with
@@ -305,6 +318,8 @@ def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str =
     lines = _record_damage(rd, consequence)
     if not (run_dir / CONFIG).is_file():
         lines.append(f"{run_dir / CONFIG} is missing (deleted?): {consequence}")
+    elif (bad := _config_fault(rd)) is not None:
+        lines.append(f"{run_dir / CONFIG}: {bad} (edited by hand?): {consequence}")
     elif not (run_dir / BASELINES).is_file() or rd.damaged(BASELINES):
         what = ("is not a file" if (run_dir / BASELINES).exists() and not (run_dir / BASELINES).is_file() else
                 "is missing (deleted?)" if not rd.damaged(BASELINES) else

@@ -26,10 +26,14 @@ def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
     from ..config import RunConfig
     from ..data import load_corpus
 
+    from ..rundir import RunDir
+
     try:
         cfg = RunConfig.from_dict(run.config)
         corpus = load_corpus(cfg.data, seed=cfg.train.seed)
     except Exception:  # noqa: BLE001 - corpus moved or config from another version: no snippet
+        return None
+    if RunDir.corpus_changed_in(run.config, corpus.sha256):  # an edited corpus's text is not the run's val split
         return None
     val = corpus.val
     head = corpus.tokenizer.decode([int(i) for i in val[: 400 + length]])
