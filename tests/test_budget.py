@@ -87,6 +87,14 @@ def test_a_short_first_plan_is_measured_again_halfway_and_the_line_names_the_ste
     msg = b.propose(half, 1200, s_fast)
     assert f"re-measured 0.015 s/step over steps {FIT_STEPS}-{half}; max_iters is now 1200 (was 196)" in msg
     assert b.marks[2] == REFIT_STEPS  # a plan past step 200 reads the clock there again
+    # helper-20: each short re-plan moved the next reading (20-58, 58-69, 69-90, 90-92): one halfway reading only
+    t, b = _budget(max_iters=5000, max_time=8.0)
+    b.tick(2, 0.0)
+    b.propose(FIT_STEPS, 97, b.tick(FIT_STEPS, 0.5))
+    half = FIT_STEPS + (97 - FIT_STEPS) // 2
+    assert b.marks[2] == half
+    b.propose(half, 118, b.tick(half, 1.0))
+    assert b.marks == (2, FIT_STEPS, REFIT_STEPS)  # past the plan's end: no more readings
     t, b = _budget(max_iters=5000)
     b.plan = Plan(max_iters=FIT_STEPS + 30, lr_decay_iters=0, warmup_iters=5, max_iters_asked=5000,
                   lr_decay_iters_asked=0, warmup_iters_asked=50, s_per_step=0.1, s_per_eval=1.0, at_step=FIT_STEPS)
@@ -276,3 +284,18 @@ def test_a_late_change_of_speed_moves_the_end_halfway_and_the_rate_continues_wit
     assert t.lr_at(n) == 1e-4
     s = json.loads((run / "summary.json").read_text())
     assert n - n // 50 <= s["final_step"] <= n and s["stopped_by"] == "max_time"
+
+
+def test_a_plan_ending_just_after_its_warmup_decays_and_never_jumps_to_the_peak():
+    """helper-20: max_time 12 on the default model planned 21 steps, warmup 20 (from 50): the rate went 0.00118 at step
+    20 to the peak 0.003 at step 21, the last one, and never decayed. A plan whose warmup ends at the step it is made
+    decays from the rate the run has."""
+    from depthlab.training.optimization import LRSchedule
+
+    t, b = _budget(max_iters=5000, max_time=12.0, learning_rate=3e-3, min_lr=1e-4)
+    sched = LRSchedule(t, b)
+    lr_before, warmup_before = sched.lr_at(FIT_STEPS), sched.warmup_iters
+    assert b.propose(FIT_STEPS, FIT_STEPS + 1, 0.5) and b.plan.warmup_iters == FIT_STEPS
+    sched.replanned(FIT_STEPS, lr_before, warmup_before)
+    assert sched.lr_at(FIT_STEPS) == pytest.approx(lr_before) and lr_before < 3e-3
+    assert sched.lr_at(FIT_STEPS + 1) == pytest.approx(1e-4)  # min_lr at the planned end

@@ -177,10 +177,12 @@ class TimeBudget:
         s = self.start
         if s is None:
             return ()
-        refit = s + REFIT_STEPS
-        if self.max_iters <= refit:  # a plan that ends before the second reading: that reading comes halfway to it
-            short = self.max_iters - s - FIT_STEPS
-            refit = s + FIT_STEPS + short // 2 if short >= 2 * FIT_STEPS else refit
+        refit, first = s + REFIT_STEPS, s + FIT_STEPS
+        # a first plan that ends before the second reading: that reading comes halfway to it, once (a later plan
+        # moving the end does not move a reading already made)
+        if self.max_iters <= refit and (self._mark is None or self._mark[0] <= first):
+            short = self.max_iters - first
+            refit = first + short // 2 if short >= 2 * FIT_STEPS else refit
         last = self._mark[0] if self._mark is not None and self._mark[0] >= refit else refit
         left = self.max_iters - last
         late = (last + left // 2,) if left >= 2 * LATE_STEPS else ()

@@ -202,8 +202,9 @@ class LRSchedule:
 
     def replanned(self, step: int, lr_before: float, warmup_before: int) -> None:
         """After a new plan at ``step``: mid-decay, continue from ``lr_before`` (no jump), as an extension does;
-        inside a warmup the plan shortened, go on from ``lr_before`` to the peak at the new warmup's end."""
-        if step > self.warmup_iters:
+        inside a warmup the plan shortened, go on from ``lr_before`` to the peak at the new warmup's end; a plan
+        whose warmup ends here (it ends a few steps later) decays from ``lr_before`` too, never up to the peak."""
+        if step > self.warmup_iters or 0 < step == self.warmup_iters:
             self.anchor = (step, lr_before, self.decay_iters)
         elif self.warmup_iters != warmup_before and 0 < step < self.warmup_iters:
             self.budget.plan = dataclasses.replace(self.plan, warmup_from=[step, lr_before])
