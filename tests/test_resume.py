@@ -732,6 +732,22 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_writ
             if p.is_file()} == before
     assert main(["diagnose", str(out)]) == 0  # diagnose said nothing of the folder, or called it "missing (deleted?)"
     assert f"warning: {out / name} is not a file" in capsys.readouterr().err
+    # helper-20: a file where tb/ goes, a folder where a checkpoint file goes (now, or at the session's end)
+    (out / name).rmdir()
+    for blocked, make in (("tb", Path.touch), ("checkpoints/best.safetensors", Path.mkdir),
+                          ("checkpoints/step-000015.safetensors", Path.mkdir)):
+        saved = tmp_path / "saved"
+        if (out / blocked).exists():
+            (out / blocked).rename(saved)
+        make(out / blocked)
+        before = {p.name: p.read_bytes() for p in out.glob("*.json*")}
+        kind = "not a folder" if blocked == "tb" else "not a file"
+        assert_clean_error(main(["train", "--resume", str(out), "--train.max_iters", "15"]), capsys.readouterr().err,
+                           f"cannot resume: {out / blocked} is {kind}")
+        assert {p.name: p.read_bytes() for p in out.glob("*.json*")} == before, blocked
+        (out / blocked).unlink() if blocked == "tb" else (out / blocked).rmdir()
+        if saved.exists():
+            saved.rename(out / blocked)
     shutil.rmtree(out / "checkpoints")
     (out / "checkpoints").write_text("")  # sample had said "checkpoints/manifest.json is missing"
     assert_clean_error(main(["sample", str(out)]), capsys.readouterr().err,

@@ -17,8 +17,8 @@ from .. import rundir
 from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
-from ..rundir import (BASELINES, CHECKPOINTS, DIAGNOSIS, METRICS, SUMMARY, TOKENIZER, TRAIN_LOG, VOCAB, RunDir,
-                      truncate_metrics)
+from ..rundir import (BASELINES, CHECKPOINTS, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG, VOCAB,
+                      RunDir, not_a_file_error, truncate_metrics)
 from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
@@ -57,6 +57,24 @@ def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
     return None
 
 
+def _refuse_blocked_folders(rd: RunDir) -> None:
+    """A file where the run writes a folder (checkpoints/, tb/), or a folder inside checkpoints/ where a checkpoint
+    file goes, fails a resume only after it has written (or after a whole session, at its checkpoint).
+
+    Raises:
+        DepthlabError: naming the first such path.
+    """
+    for name in (CHECKPOINTS, TENSORBOARD):
+        p = rd.file(name)
+        if p.exists() and not p.is_dir():
+            raise DepthlabError(f"{p} is not a folder (depthlab writes the run's {name}/ there): move it out of the "
+                                f"run directory, or restore the run's {name}/ from a copy")
+    ck = rd.file(CHECKPOINTS)
+    for p in sorted(ck.iterdir()) if ck.is_dir() else ():
+        if not p.is_file():
+            raise not_a_file_error(p)
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -83,6 +101,7 @@ class Checkpointer:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed
             rd.refuse_non_files(METRICS, SUMMARY, VOCAB, TOKENIZER, BASELINES, DIAGNOSIS, TRAIN_LOG)
+            _refuse_blocked_folders(rd)
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old, old_vocab = rd.config or {}, rd.vocab or []
