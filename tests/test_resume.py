@@ -342,7 +342,7 @@ def test_changed_corpus_bytes_are_refused(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
     text = tiny_text_file.read_text()
     tiny_text_file.write_text(text[::-1])  # same characters, other text
-    with pytest.raises(DepthlabError, match="corpus .* changed since the checkpoint"):
+    with pytest.raises(DepthlabError, match="corpus .* changed since training"):
         Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
 
 
@@ -985,6 +985,11 @@ def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, t
     assert main(["train", "--resume", str(out), "--train.max_iters", "15", "--data.path", str(moved)]) == 0
     assert f"resume: the corpus moved: data.path {tiny_text_file} -> {moved} (the same file" in capsys.readouterr().out
     assert json.loads((out / "config.json").read_text())["data"]["path"] == str(moved)
+    moved.rename(tmp_path / "kept.txt")
+    moved.write_text("short text\n")  # helper-20: another, short file in its place was "has 11 tokens but block_size"
+    rc = main(["train", "--resume", str(out), "--train.max_iters", "20"])
+    assert_clean_error(rc, capsys.readouterr().err, f"the corpus {moved} changed since training")
+    (tmp_path / "kept.txt").replace(moved)
     other = tmp_path / "other.txt"
     other.write_text(moved.read_text()[::-1])  # the same characters, another text: refused, shown absolute
     rc = main(["train", "--resume", str(out), "--train.max_iters", "20", "--data.path", str(other)])
@@ -1008,14 +1013,19 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
 
     rc = main(["train", "--resume", str(out), "--train.max_iters", "20"])
     # helper-19: the edited corpus is named (it had said only "restore vocab.json from a copy", then refused again)
-    assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?), and the corpus changed since "
-                       "training too", "restore the file the run trained on, and the resume writes vocab.json again")
+    assert_clean_error(rc, capsys.readouterr().err, "vocab.json is missing (deleted?), and the corpus "
+                       f"{tiny_text_file} changed since training too", "restore the file the run trained on, and the "
+                       "resume writes vocab.json again")
     assert not (out / "vocab.json").exists()
     tiny_text_file.write_text(tiny_text_file.read_text()[::-1])  # the run's corpus back; vocab.json damaged
     (out / "vocab.json").write_text('["a", ')
     assert main(["train", "--resume", str(out), "--train.max_iters", "20"]) == 0
     assert (out / "vocab.json").read_text() == vocab
     assert "vocab.json was damaged; written again from the corpus" in capsys.readouterr().out
+    (out / "vocab.json").write_text('["a", "b"]')  # helper-20: valid JSON, not the run's: was blamed on the corpus
+    assert main(["train", "--resume", str(out), "--train.max_iters", "25"]) == 0
+    assert (out / "vocab.json").read_text() == vocab
+    assert "vocab.json was edited (not the characters the run trained on); written again" in capsys.readouterr().out
 
 
 def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(tmp_path, tiny_text_file, fake_clock):

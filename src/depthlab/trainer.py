@@ -96,7 +96,8 @@ class Trainer:
             Checkpointer.refuse_missing_corpus(cfg)
         self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
-        self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)
+        if not t.resume:  # a resume checks the corpus is the run's first (check_resume)
+            self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)
         vocab = self.corpus.tokenizer.vocab
         if not cfg.model.source:  # the estimate knows depthlab's GPT only
             check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
@@ -110,7 +111,7 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log)
         point, new_dirs, replaced = None, [], None  # new_dirs: the folders this start makes, innermost first
         if t.resume:
-            point = self.checkpointer.check_resume(cfg, vocab, self.device, self.corpus.sha256)
+            point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
             replaced = prepare_run_dir(self.run_dir, overwrite)  # --overwrite: the old run, set aside until started

@@ -57,6 +57,57 @@ def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
     return None
 
 
+def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str]) -> tuple[bool, str]:
+    """A resume's corpus against the run's: ``(same_corpus, vocab_gone)``.
+
+    ``same_corpus``: the file's sha256 is config.json's ``resolved.corpus_sha256``. ``vocab_gone``: ``missing``,
+    ``damaged`` or ``edited`` when a character run's vocab.json is so and the corpus is the run's (the trainer writes
+    it again from ``vocab``: the same file has the same characters), else "".
+
+    Raises:
+        DepthlabError: the corpus changed since training (checked before its length or characters are judged), or
+            its characters differ from vocab.json's, or vocab.json is gone and nothing says the corpus is the run's.
+    """
+    old, old_vocab = rd.config or {}, rd.vocab or []
+    char = (old.get("data") or {}).get("tokenizer", "char") == "char"
+    recorded = (old.get("resolved") or {}).get("corpus_sha256")
+    same_corpus = corpus_sha256 is not None and recorded == corpus_sha256
+    vocab_gone = ("" if not char else "missing" if not rd.file(VOCAB).exists() else
+                  "damaged" if rd.damaged(VOCAB) else
+                  "edited (not the characters the run trained on)" if same_corpus and old_vocab != list(vocab) else "")
+    if vocab_gone and not same_corpus:
+        what = ("missing (deleted?)" if vocab_gone == "missing" else
+                "not the JSON list of characters depthlab wrote (damaged or edited by hand)")
+        fix = (f"the corpus {cfg.data.path or 'embedded'} changed since training too (its sha256 is not config.json's "
+               f"resolved.corpus_sha256): restore the file the run trained on, and the resume writes {VOCAB} again "
+               "from it" if recorded and corpus_sha256 else
+               "resuming checks the corpus's characters against it: restore it from a copy of the run")
+        raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is {what}, and {fix}")
+    old_path, path = (old.get("data") or {}).get("path"), cfg.data.path
+    same_path = (old_path or None) == (path or None) or (
+        isinstance(old_path, str) and bool(path) and Path(old_path) == Path(path).expanduser().resolve())
+    if recorded and corpus_sha256 and not same_corpus and same_path:
+        raise DepthlabError(f"cannot resume {rd.path}: the corpus {path or 'embedded'} changed since training (its "
+                            "sha256 is not config.json's resolved.corpus_sha256); resume with the original file, "
+                            "or start a new run (--init-from)")
+    if vocab_gone:
+        old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
+    same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
+    new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused later, by name
+    gone = [c for c in old_vocab if c not in set(vocab)]
+    if same_kind and (new or gone):
+        parts = []
+        if new:
+            parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
+        if gone:
+            parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
+        raise DepthlabError(
+            f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
+            f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
+            "these weights either: --init-from needs the same characters)")
+    return same_corpus, vocab_gone
+
+
 def _refuse_blocked_folders(rd: RunDir) -> None:
     """A file where the run writes a folder (checkpoints/, tb/), or a folder inside checkpoints/ where a checkpoint
     file goes, fails a resume only after it has written (or after a whole session, at its checkpoint).
@@ -87,11 +138,12 @@ class Checkpointer:
         self.run_dir, self.runtime, self.log = run_dir, runtime, log
 
     # ------------------------------------------------------------------ before the model exists
-    def check_resume(self, cfg, vocab: list[str], device, corpus_sha256: Optional[str] = None) -> ResumePoint:
-        """Refuse a resume whose corpus vocabulary or config differs where it matters; find its checkpoint.
+    def check_resume(self, cfg, corpus, device) -> ResumePoint:
+        """Refuse a resume whose corpus or config differs where it matters; find its checkpoint.
 
-        A character run's deleted vocab.json is written again from ``vocab`` when the corpus is the file the run
-        trained on (``corpus_sha256`` is config.json's ``resolved.corpus_sha256``): its characters are the run's.
+        A character run's deleted vocab.json is written again from the ``corpus`` (a :class:`~depthlab.data.Corpus`)
+        when it is the file the run trained on (its sha256 is config.json's ``resolved.corpus_sha256``): its
+        characters are the run's. The corpus's length is judged against ``model.block_size`` once it is the run's.
 
         Raises:
             DepthlabError: not a run, another vocabulary, or a refused field change (naming them).
@@ -104,35 +156,9 @@ class Checkpointer:
             _refuse_blocked_folders(rd)
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
-        old, old_vocab = rd.config or {}, rd.vocab or []
-        char = (old.get("data") or {}).get("tokenizer", "char") == "char"
-        recorded = (old.get("resolved") or {}).get("corpus_sha256")
-        same_corpus = corpus_sha256 is not None and recorded == corpus_sha256
-        vocab_gone = ("" if not char else "missing" if not rd.file(VOCAB).exists() else
-                      "damaged" if rd.damaged(VOCAB) else "")
-        if vocab_gone and same_corpus:
-            old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
-        elif vocab_gone:
-            what = ("missing (deleted?)" if vocab_gone == "missing" else
-                    "not the JSON list of characters depthlab wrote (damaged or edited by hand)")
-            fix = (f"the corpus changed since training too (its sha256 is not config.json's resolved.corpus_sha256): "
-                   f"restore the file the run trained on, and the resume writes {VOCAB} again from it"
-                   if recorded and corpus_sha256 else
-                   "resuming checks the corpus's characters against it: restore it from a copy of the run")
-            raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is {what}, and {fix}")
-        same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer
-        new = [c for c in vocab if c not in set(old_vocab)]  # another tokenizer is refused below, by name
-        gone = [c for c in old_vocab if c not in set(vocab)]
-        if same_kind and (new or gone):
-            parts = []
-            if new:
-                parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
-            if gone:
-                parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
-            raise DepthlabError(
-                f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
-                f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
-                "these weights either: --init-from needs the same characters)")
+        old = rd.config or {}
+        same_corpus, vocab_gone = _check_corpus(rd, cfg, corpus.tokenizer.vocab, corpus.sha256)
+        corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
