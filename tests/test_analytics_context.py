@@ -594,3 +594,25 @@ def test_a_moved_corpus_is_named_with_a_fix_that_applies(tiny_text_file, tmp_pat
         assert_clean_error(rc, err, f"the run's corpus {tiny_text_file} is missing (moved or deleted?)",
                            "put the file back at that path")
         assert "leave data.path unset" not in err
+
+
+@pytest.mark.parametrize("edit", [("train", "warmup_iters", "x"), ("data", "path", 5), ("model", None, []),
+                                  ("resolved", None, 7)])
+def test_a_config_json_edited_by_hand_is_one_line_or_a_warning_never_a_crash(report_run, tmp_path, capsys, edit):
+    """helper-20: train.warmup_iters "x" crashed diagnose (ValueError), data.path 5 report/context/layers (TypeError),
+    "model": [] read as defaults (block_size 128 against the weights' 32), "resolved": 7 an AttributeError."""
+    from conftest import RUN_FIGURES, fresh_copy
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    c = json.loads((run / "config.json").read_text())
+    section, key, value = edit
+    if key is None:
+        c[section] = value
+    else:
+        c[section][key] = value
+    (run / "config.json").write_text(json.dumps(c))
+    for cmd, extra in (("diagnose", []), ("report", ["--skip", *RUN_FIGURES]), ("context", []), ("layers", [])):
+        rc, out, err = run_cli(capsys, cmd, str(run), *extra)
+        assert "unexpected" not in err and "Traceback" not in err, (cmd, err)
+        assert (rc == 2 and err.count("\n") == 1 and err.startswith("depthlab: error: ")) or (
+            rc == 0 and "depthlab: warning:" in err and "config.json" in err), (cmd, rc, err)

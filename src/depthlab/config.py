@@ -65,6 +65,8 @@ class DataConfig:
     split: Literal["tail", "lines"] = "tail"
 
     def __post_init__(self) -> None:
+        if self.path is not None and not isinstance(self.path, str):  # a config.json edited to "path": 5
+            raise DepthlabError(f"data.path must be the path of a text file, got {self.path!r}")
         if not (0.0 < float(self.val_fraction) <= 0.5):
             raise DepthlabError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
         import codecs
@@ -487,7 +489,7 @@ class RunConfig:
                                 "(allowed: data, model, train)")
         parts = {}
         for name, klass in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
-            sec = d.get(name) or {}
+            sec = {} if d.get(name) is None else d[name]  # [] is no mapping either (it had read as {}: defaults)
             if not isinstance(sec, dict):
                 raise DepthlabError(f"config section {name!r} must be a mapping, got {type(sec).__name__}")
             known = {f.name for f in dataclasses.fields(klass)}

@@ -585,7 +585,8 @@ def _nats(entry: Any) -> bool:
 
 
 _SHAPES = {
-    CONFIG: lambda v: "model" in v,  # a model section of the wrong type is named by the config reader
+    # a model section of the wrong type is named by the config reader; ``resolved`` is depthlab's record alone
+    CONFIG: lambda v: "model" in v and isinstance(v.get("resolved", {}), dict),
     VOCAB: lambda v: all(isinstance(c, str) for c in v),
     BASELINES: lambda v: (all(_nats(v.get(k)) for k in ("uniform", "unigram", "bigram"))
                           and ("one_char_floor" not in v or _nats(v["one_char_floor"]))),

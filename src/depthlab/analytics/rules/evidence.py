@@ -179,7 +179,8 @@ class Evidence:
             plan = None
         if plan is not None and isinstance(plan.warmup_iters, int):
             return plan.warmup_iters
-        return int(self.section("train").get("warmup_iters", 0) or 0)
+        asked = self.section("train").get("warmup_iters")
+        return asked if isinstance(asked, int) and not isinstance(asked, bool) else 0  # "x" by hand: none
 
     @property
     def optimizer(self) -> Optional[str]:
@@ -194,7 +195,10 @@ class Evidence:
     @property
     def vocab_size(self) -> int:
         """V from ``baselines.json``, else from ``config.json`` (0 when neither says)."""
-        return int((self.baselines or {}).get("vocab_size") or self.section("model").get("vocab_size") or 0)
+        for v in ((self.baselines or {}).get("vocab_size"), self.section("model").get("vocab_size")):
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return 0
 
     # ------------------------------------------------------------------ views of the records
     @cached_property
