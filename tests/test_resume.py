@@ -863,6 +863,18 @@ def test_resume_says_when_the_records_end_before_its_checkpoint(tmp_path, tiny_t
             "the resumed run has no records of steps 13-20") in lines
     steps = sorted({r["step"] for r in RunDir(out).metrics() if r["kind"] == "train"})
     assert steps == list(range(1, 13)) + list(range(21, 31))
+    # helper-20: a checkpoint saved at a stop (Ctrl-C at step 36, the last record at step 30) is no gap
+    from conftest import StopAt
+
+    from depthlab.trainer import Interrupted
+
+    with pytest.raises(Interrupted):
+        Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=60, eval_interval=10, log_interval=100,
+                                                             resume=True)), callbacks=[StopAt(36)], **QUIET).fit()
+    assert max(r["step"] for r in RunDir(out).metrics()) == 30
+    lines = []
+    Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=40, eval_interval=10, resume=True)), log=lines.append)
+    assert any("resuming" in x and "from step 36" in x for x in lines) and not any("cut or damaged" in x for x in lines)
 
 
 def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):
@@ -1049,6 +1061,9 @@ def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(
     plan = json.loads((run / "config.json").read_text())["resolved"]["plan"]
     n = plan["max_iters"]
     assert any("the steps from 60 to 100000 would not fit" in x for x in lines), lines
+    said = [x for x in lines if x.startswith("resume: ")]  # helper-20: it said "decays ... at step 100000" alone
+    assert said and said[0].endswith("(unless train.fit_to_time plans an earlier end for this session's "
+                                     "train.max_time)"), said
     assert plan["at_step"] >= 60 + FIT_STEPS and 60 + FIT_STEPS < n < 100_000
     assert s["final_step"] == n and s["stopped_by"] == "max_time" and t.lr_at(n) == 1e-4
     lrs = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
@@ -1078,3 +1093,17 @@ def test_a_new_lr_decay_iters_is_said_by_the_schedule_and_only_when_the_end_move
     Trainer(tiny_config(tmp_path / "s", tiny_text_file, train=dict(base, lr_decay_iters=0, resume=True)),
             log=lines.append)  # 0 = max_iters 40: the same end
     assert not [x for x in lines if x.startswith("resume:")], lines
+
+
+def test_a_run_that_ends_inside_its_warmup_is_said_to_warm_up_to_its_end(tmp_path, tiny_text_file):
+    """helper-20: a 40-step run (warmup 50) resumed with max_iters 50 was said to "warm up to 0.003 at step 51, and
+    decay to train.min_lr 0.0001 at step 50"; the rate rises to its last step."""
+    base = dict(max_iters=40, eval_interval=20, learning_rate=3e-3, min_lr=1e-4, warmup_iters=50, max_time=0.0)
+    Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=base), **QUIET).fit()
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(base, max_iters=50, resume=True)),
+                log=lines.append)
+    said = [x for x in lines if x.startswith("resume: ")]
+    assert said and "warms up until the run ends at step 50 (train.warmup_iters 50 reaches past it: no decay)" in \
+        said[0] and "decays" not in said[0], said
+    assert t.lr_at(49) > t.lr_at(40) and t.lr_at(49) < 3e-3  # still rising at the last step

@@ -146,7 +146,8 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dic
     manifest = _read_manifest(ckdir, strict=False)  # resume and the readers refuse a deleted manifest first
     entry = {"name": name, "step": step, "files": {
         f"{name}.safetensors": hashlib.sha256(wbytes).hexdigest(),
-        f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()}}
+        f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()},
+        "evaluated": val_loss is not None}  # an evaluation's checkpoint: its record is written before it
     ckpts = [c for c in manifest["checkpoints"] if c["step"] != step] + [entry]
     drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
     manifest["checkpoints"] = ckpts

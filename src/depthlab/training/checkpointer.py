@@ -252,8 +252,12 @@ class Checkpointer:
                                 "deleted?): put the file back at that path, or give --data.path where it is now (the "
                                 "resume checks it is the same file by its sha256)")
 
-    def reopen(self, step: int) -> bool:
+    def reopen(self, step: int, evaluated: bool = True) -> bool:
         """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
+
+        ``evaluated``: the checkpoint is an evaluation's (its manifest entry's ``evaluated``; a manifest older than
+        the key: True), so metrics.jsonl holds a record of its step unless the records were cut; a checkpoint saved
+        at a stop (Ctrl-C, SIGTERM, the time limit) may follow the last record by up to ``log_interval`` steps.
 
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
@@ -264,7 +268,7 @@ class Checkpointer:
             self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
                      "drops them, and its figures and diagnosis lack what they held")
         kept = [int(r["step"]) for r in rundir.read_metrics(self.run_dir) if int(r.get("step", 0)) <= step]
-        if kept and max(kept) < step:  # the evaluation record of the checkpoint's step is written before it
+        if evaluated and kept and max(kept) < step:  # the evaluation record of the checkpoint's step came first
             self.log(f"warning: the records of {rundir.METRICS} end at step {max(kept)}, before the checkpoint at "
                      f"step {step} (cut or damaged): the resumed run has no records of steps {max(kept) + 1}-{step}")
         truncate_metrics(self.run_dir, step)

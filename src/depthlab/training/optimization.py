@@ -286,6 +286,13 @@ class LRSchedule:
             what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was}{warm}, and decays to "
                     f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}"
                     + ("" if warm or old_warmup is not None else "; no jump back to the peak"))
+            if warm and self.warmup_iters >= self.max_iters:  # the run ends inside its warmup: no decay to speak of
+                what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was} and warms up until the "
+                        f"run ends at step {self.max_iters} (train.warmup_iters {self.warmup_iters} reaches past it: "
+                        "no decay)")
+            tb = self.budget.train
+            if tb.fit_to_time and tb.max_time > 0 and self.plan is None:  # the session's plan may end it sooner
+                what += " (unless train.fit_to_time plans an earlier end for this session's train.max_time)"
         if muon:  # Muon's rate is the same schedule scaled by muon_lr / learning_rate (apply)
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
             if not math.isclose(m_old, m_now, rel_tol=1e-3):  # not a rounding of the same rate (3e-7 apart)
