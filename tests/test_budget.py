@@ -138,6 +138,10 @@ def test_plan_round_trips_through_its_record_and_reads_the_old_record():
              warmup_iters_asked=50, s_per_step=0.135, s_per_eval=2.1, at_step=200)
     assert Plan.from_record({"device": "cpu", "plan": p.to_record()}) == p
     assert Plan.from_record({"device": "cpu"}) is None and Plan.from_record(None) is None
+    # helper-20: a record edited by hand is no plan (the resume warns), not a plan ending at step -5
+    for bad in ("garbage", {**p.to_record(), "max_iters": -5}, {**p.to_record(), "at_step": "x"},
+                {k: v for k, v in p.to_record().items() if k != "s_per_step"}):
+        assert Plan.from_record({"plan": bad}) is None, bad
     # a run written before plans were values: the planned values stood in its train section
     old = {"fit_to_time": {"max_iters_asked": 5000, "max_iters": 1876, "s_per_step": 0.135, "s_per_eval": 2.1,
                            "at_step": 200, "warmup_iters_asked": 1000}}

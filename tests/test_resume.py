@@ -569,6 +569,21 @@ def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_tex
 
 
 @pytest.mark.slow
+def test_a_plan_edited_by_hand_is_said_and_the_run_follows_its_asked_schedule(tmp_path, tiny_text_file, fake_clock):
+    from depthlab.trainer import Interrupted
+
+    with pytest.raises(Interrupted):
+        fit_run(tmp_path, tiny_text_file, "g", stop_at=FIT_STEPS + 30)
+    c = json.loads((tmp_path / "g" / "config.json").read_text())
+    c["resolved"]["plan"]["max_iters"] = -5
+    (tmp_path / "g" / "config.json").write_text(json.dumps(c))
+    lines = []
+    cfg = RunConfig.from_dict(c)
+    cfg.train.resume = True
+    Trainer(cfg, log=lines.append)
+    assert any("config.json's resolved.plan is not the record depthlab wrote (edited by hand?)" in x for x in lines)
+
+
 def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny_text_file, fake_clock):
     from depthlab.trainer import Interrupted
 

@@ -91,10 +91,19 @@ class Plan:
                 with the planned values in the ``train`` section.
             train: that config.json's ``train`` section (for the old record).
         """
-        rec = rec or {}
-        if isinstance(rec.get("plan"), dict):
-            return cls(**{f.name: rec["plan"][f.name] for f in dataclasses.fields(cls)
-                          if f.name in rec["plan"] or f.default is dataclasses.MISSING})
+        rec = rec if isinstance(rec, dict) else {}
+        if "plan" in rec:  # None for a record edited into something else (the caller says so): no plan
+            p = rec["plan"]
+            steps = ("max_iters", "lr_decay_iters", "warmup_iters", "max_iters_asked", "lr_decay_iters_asked",
+                     "warmup_iters_asked", "at_step")
+            if not (isinstance(p, dict) and all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool)
+                                                and p[k] >= 0 for k in steps) and p["max_iters"] > 0):
+                return None
+            try:
+                return cls(**{f.name: p[f.name] for f in dataclasses.fields(cls)
+                              if f.name in p or f.default is dataclasses.MISSING})
+            except (KeyError, TypeError):
+                return None
         old = rec.get("fit_to_time")
         if not isinstance(old, dict):
             return None

@@ -17,8 +17,8 @@ from .. import rundir
 from ..budget import Plan
 from ..config import PREDATING
 from ..errors import DepthlabError
-from ..rundir import (BASELINES, CHECKPOINTS, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG, VOCAB,
-                      RunDir, not_a_file_error, truncate_metrics)
+from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
+                      VOCAB, RunDir, not_a_file_error, truncate_metrics)
 from .optimization import apply_hyperparameters, resolve_optimizer
 
 __all__ = ["Checkpointer", "ResumePoint"]
@@ -182,7 +182,11 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
-        return ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone)
+        point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone)
+        if "plan" in (old.get("resolved") or {}) and point.plan is None:
+            self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
+                     "the resumed run follows the schedule asked for (train.max_iters, train.fit_to_time)")
+        return point
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
