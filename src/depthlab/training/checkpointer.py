@@ -32,8 +32,8 @@ class ResumePoint:
         old_config: the run's config.json as it was ({} if unreadable).
         optimizer: the optimizer the run was made with (what ``auto`` resolved to then).
         plan: the time plan the run followed (config.json ``resolved``), or None.
-        vocab_missing: ``missing`` or ``damaged`` when a character run's vocab.json is so and the corpus is the one
-            it trained on: the trainer writes it again; else "".
+        vocab_missing: ``missing``, ``damaged`` or ``edited (...)`` when a character run's vocab.json is so and the
+            corpus is the one it trained on: the trainer writes it again (and says which); else "".
     """
 
     def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: str = ""):
