@@ -303,3 +303,16 @@ def test_a_plan_ending_just_after_its_warmup_decays_and_never_jumps_to_the_peak(
     sched.replanned(FIT_STEPS, lr_before, warmup_before)
     assert sched.lr_at(FIT_STEPS) == pytest.approx(lr_before) and lr_before < 3e-3
     assert sched.lr_at(FIT_STEPS + 1) == pytest.approx(1e-4)  # min_lr at the planned end
+
+
+def test_a_budget_that_ends_inside_the_warmup_says_so(tmp_path, tiny_text_file, fake_clock):
+    """helper-21: max_time 5 on the default model stopped at step 5, inside the 50-step warmup, with "the learning rate
+    had not finished its decay" (it had not begun one)."""
+    fake_clock[1] = 0.2  # fake seconds per clock reading: the budget ends within the first steps
+    lines = []
+    cfg = tiny_config(tmp_path / "w", tiny_text_file, train=dict(max_iters=5000, max_time=3.0, warmup_iters=50,
+                                                                 eval_interval=1000, log_interval=1))
+    Trainer(cfg, log=lines.append).fit()
+    said = [x for x in lines if x.startswith("stopped by train.max_time")]
+    assert said and said[0].endswith("the learning rate was still warming up (the budget ended before "
+                                     "train.fit_to_time had timed the steps it plans from)"), lines

@@ -890,7 +890,13 @@ def test_resume_says_when_the_records_end_before_its_checkpoint(tmp_path, tiny_t
     assert max(r["step"] for r in RunDir(out).metrics()) == 30
     lines = []
     Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=40, eval_interval=10, resume=True)), log=lines.append)
-    assert any("resuming" in x and "from step 36" in x for x in lines) and not any("cut or damaged" in x for x in lines)
+    assert any("resuming" in x and "from step 36" in x for x in lines) and not any("cut or damaged" in x for x in lines), lines
+    # helper-21: records cut further back than log_interval before a stop's checkpoint are still a gap that is said
+    m.write_text("".join(ln + "\n" for ln in m.read_text().splitlines() if json.loads(ln)["step"] <= 12))
+    lines = []
+    Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=40, eval_interval=10, log_interval=10, resume=True)),
+            log=lines.append)
+    assert any("end at step 12, before the checkpoint at step 36 (cut or damaged)" in x for x in lines), lines
 
 
 def test_a_deleted_vocab_json_is_named_not_the_corpus(tmp_path, tiny_text_file):

@@ -41,6 +41,15 @@ class ResumePoint:
         self.vocab_missing = vocab_missing
         self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
 
+    @property
+    def record_slack(self) -> int:
+        """Steps the checkpoint may follow metrics.jsonl's last record by: 0 for an evaluation's (and a manifest entry
+        older than its ``evaluated`` key), the session's ``train.log_interval`` for one saved at a stop."""
+        if self.entry is None or self.entry.get("evaluated", True):
+            return 0
+        v = (self.old_config.get("train") or {}).get("log_interval")
+        return v if isinstance(v, int) and v > 0 else 1
+
 
 def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
     """Why the run's own files say it wrote a checkpoint, or None: summary.json's final step (a finished run), or
@@ -256,12 +265,12 @@ class Checkpointer:
                                 "deleted?): put the file back at that path, or give --data.path where it is now (the "
                                 "resume checks it is the same file by its sha256)")
 
-    def reopen(self, step: int, evaluated: bool = True) -> bool:
+    def reopen(self, step: int, slack: int = 0) -> bool:
         """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
 
-        ``evaluated``: the checkpoint is an evaluation's (its manifest entry's ``evaluated``; a manifest older than
-        the key: True), so metrics.jsonl holds a record of its step unless the records were cut; a checkpoint saved
-        at a stop (Ctrl-C, SIGTERM, the time limit) may follow the last record by up to ``log_interval`` steps.
+        ``slack``: steps the checkpoint may follow the last record by: 0 for an evaluation's (its record is written
+        before it; a manifest entry older than its ``evaluated`` key counts as one), ``log_interval`` for one saved
+        at a stop (Ctrl-C, SIGTERM); records ending earlier than that were cut, and a warning says so.
 
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
@@ -272,9 +281,10 @@ class Checkpointer:
             self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
                      "drops them, and its figures and diagnosis lack what they held")
         kept = [int(r["step"]) for r in rundir.read_metrics(self.run_dir) if int(r.get("step", 0)) <= step]
-        if evaluated and kept and max(kept) < step:  # the evaluation record of the checkpoint's step came first
-            self.log(f"warning: the records of {rundir.METRICS} end at step {max(kept)}, before the checkpoint at "
-                     f"step {step} (cut or damaged): the resumed run has no records of steps {max(kept) + 1}-{step}")
+        last = max(kept, default=0)
+        if step > 0 and last < step - slack:
+            self.log(f"warning: the records of {rundir.METRICS} end at step {last}, before the checkpoint at "
+                     f"step {step} (cut or damaged): the resumed run has no records of steps {last + 1}-{step}")
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         repaired = ckpt.repair_best(self.run_dir)

@@ -89,8 +89,11 @@ class StopRules:
                      f"{planned:g} s{other} ({budget.plan.max_iters_asked} steps were asked for)")
             return "max_time"  # the time budget ended the run, with its decay finished
         if time_up:
+            plan = (" (the budget ended before train.fit_to_time had timed the steps it plans from)"
+                    if t.fit_to_time and budget.plan is None else "")
+            where = f"was still warming up{plan}" if step < schedule.warmup_iters else "had not finished its decay"
             self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a --resume gets as long "
-                     f"again) at step {step} of {schedule.max_iters}: the learning rate had not finished its decay")
+                     f"again) at step {step} of {schedule.max_iters}: the learning rate {where}")
             return "max_time"
         before = "" if ev.session_evals else ", before this resume; nothing more was trained"
         if ev.target_reached is not None:
