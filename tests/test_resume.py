@@ -890,7 +890,8 @@ def test_resume_says_when_the_records_end_before_its_checkpoint(tmp_path, tiny_t
     assert max(r["step"] for r in RunDir(out).metrics()) == 30
     lines = []
     Trainer(tiny_config(out, tiny_text_file, train=dict(max_iters=40, eval_interval=10, resume=True)), log=lines.append)
-    assert any("resuming" in x and "from step 36" in x for x in lines) and not any("cut or damaged" in x for x in lines), lines
+    assert any("resuming" in x and "from step 36" in x for x in lines), lines
+    assert not any("cut or damaged" in x for x in lines), lines
     # helper-21: records cut further back than log_interval before a stop's checkpoint are still a gap that is said
     m.write_text("".join(ln + "\n" for ln in m.read_text().splitlines() if json.loads(ln)["step"] <= 12))
     lines = []
