@@ -246,7 +246,8 @@ class Checkpointer:
         path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
         if isinstance(path, str) and path:
             asked["data"]["path"] = path = str(Path(path).expanduser().resolve())
-            if same_corpus and isinstance(old_path, str) and path != old_path:
+            # a link to the run's file (or the run's own path written another way) did not move: nothing to say
+            if same_corpus and isinstance(old_path, str) and Path(old_path).expanduser().resolve() != Path(path):
                 self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
                          f"the one config.json recorded)")
                 asked["data"]["path"] = old_path
