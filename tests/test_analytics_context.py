@@ -193,17 +193,20 @@ def test_bad_input_to_the_depth_views_is_one_line(report_run, tmp_path, capsys):
 
 
 def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, capsys):
-    from conftest import cli_err, fresh_copy
+    from conftest import cli_err, fresh_copy, run_cli
 
     run = fresh_copy(report_run, tmp_path / "run")
     cfg = run / "config.json"
     cfg.write_text('{"model": {')  # cut off mid-write
     for cmd in ("layers", "context", "diagnose"):
         assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, cmd, str(run))
-    cfg.write_text('{"data": {}, "model": 5, "train": {}}')
-    for cmd in ("layers", "context"):
-        err = cli_err(capsys, cmd, str(run))
-        assert f"{cfg}: config section 'model' must be a mapping" in err
+    for bad in ('{"data": {}, "model": 5, "train": {}}', '{"data": {}, "model": "gpt", "train": {}}',
+                '{"data": {}, "model": null, "train": {}}', '{"data": [], "model": {}, "train": {}}'):
+        cfg.write_text(bad)
+        for cmd in ("layers", "context", "diagnose", "report"):
+            assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, cmd, str(run)), (bad, cmd)
+        rc, out, err = run_cli(capsys, "sample", str(run), "--max-new-tokens", "5")  # the checkpoint holds a copy
+        assert rc == 0 and f"{cfg} is not the JSON depthlab wrote" in err and "sampling uses the copy" in err, err
 
 
 def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path, capsys):

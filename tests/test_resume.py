@@ -290,6 +290,21 @@ def test_overwrite_with_resume_is_refused_and_the_run_is_untouched(run20, capsys
     assert _snapshot(run20) == before
 
 
+@pytest.mark.parametrize("section,key,value", [("model", "activation", "relu"), ("train", "seed", 7),
+                                               ("data", "tokenizer", "bpe")])
+def test_a_config_json_edited_by_hand_is_refused_against_the_checkpoints_config(run20, capsys, section, key, value):
+    cfg = json.loads((run20 / "config.json").read_text())
+    was = cfg[section][key]
+    cfg[section][key] = value
+    (run20 / "config.json").write_text(json.dumps(cfg))
+    before = _snapshot(run20)
+    rc = main(["train", "--resume", str(run20), "--train.max_iters", "30"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"differs from the checkpoint step-000020 it would resume from: {section}.{key} {was!r} -> {value!r}" in err
+    assert _snapshot(run20) == before
+
+
 def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0

@@ -37,7 +37,8 @@ FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "latest_checkpoint", "verified_best", "load_weights_file",
-           "load_into", "load_state", "model_config_from_meta", "capture_rng_state", "restore_rng_state",
+           "load_into", "load_state", "read_metadata", "model_config_from_meta", "capture_rng_state",
+           "restore_rng_state",
            "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
 
@@ -294,6 +295,18 @@ def load_weights_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
         raise DepthlabError(f"checkpoint {path} has format {meta['format']}, newer than this depthlab "
                             f"understands ({FORMAT_VERSION}); upgrade depthlab")
     return clean_state_dict(sd), meta
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The string metadata in a safetensors file's header (``config``, ``vocab``, ``step``), without its tensors;
+    {} when the file cannot be read (its sha256 check names a damaged one)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception:  # safetensors raises its own error types for bad headers
+        return {}
 
 
 def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path) -> None:
@@ -584,12 +597,9 @@ def describe_weights(run_dir: Path, path: Path) -> str:
         e.g. ``best.safetensors (step 1700, val loss 1.5590 nats)``; the loss is left out when the
         run recorded none at that step.
     """
-    from safetensors import safe_open
-
     from .rundir import RunDir
 
-    with safe_open(str(path), framework="pt") as f:
-        step = int((f.metadata() or {}).get("step", -1))
+    step = int(read_metadata(path).get("step", -1))
     losses = {r["step"]: r.get("val_loss") for r in RunDir(run_dir).evals}
     val = losses.get(step)
     loss = f", val loss {float(val):.4f} nats" if isinstance(val, (int, float)) else ""

@@ -585,8 +585,10 @@ def _nats(entry: Any) -> bool:
 
 
 _SHAPES = {
-    # a model section of the wrong type is named by the config reader; ``resolved`` is depthlab's record alone
-    CONFIG: lambda v: "model" in v and isinstance(v.get("resolved", {}), dict),
+    # every section depthlab writes is an object (``"model": null`` had read as the default model); ``resolved``
+    # is depthlab's record alone
+    CONFIG: lambda v: (isinstance(v.get("model"), dict)
+                       and all(isinstance(v.get(k, {}), dict) for k in ("data", "train", "resolved"))),
     VOCAB: lambda v: all(isinstance(c, str) for c in v),
     BASELINES: lambda v: (all(_nats(v.get(k)) for k in ("uniform", "unigram", "bigram"))
                           and ("one_char_floor" not in v or _nats(v["one_char_floor"]))),

@@ -93,7 +93,7 @@ class Trainer:
         self.rank, self.world_size, self.is_main, self.device, self.log = (
             rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
         if t.resume:
-            Checkpointer.refuse_missing_corpus(cfg)
+            Checkpointer.refuse_before_loading(cfg)
         self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
         if not t.resume:  # a resume checks the corpus is the run's first (check_resume)
