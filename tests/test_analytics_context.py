@@ -209,6 +209,22 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
         assert rc == 0 and f"{cfg} is not the JSON depthlab wrote" in err and "sampling uses the copy" in err, err
 
 
+def test_a_config_json_edited_against_its_checkpoint_is_named_by_every_reader(report_run, tmp_path, capsys):
+    from conftest import cli_err, fresh_copy, run_cli
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["data"]["tokenizer"] = "bpe"  # had read the char run's weights through a new BPE encoding: IndexError
+    (run / "config.json").write_text(json.dumps(cfg))
+    edit = "differs from the checkpoint step-000020 (the config its weights were trained with): data.tokenizer " \
+           "'char' -> 'bpe' (checkpoint -> config.json)"
+    for cmd in ("layers", "context"):
+        assert f"cannot measure {run}: its config.json {edit}" in cli_err(capsys, cmd, str(run))
+    for cmd in ("diagnose", "report"):
+        rc, out, err = run_cli(capsys, cmd, str(run))
+        assert rc == 0 and f"warning: {run / 'config.json'}: {edit} (edited by hand?)" in err, err
+
+
 def test_a_damaged_run_file_is_named_not_read_as_other_data(report_run, tmp_path, capsys):
     from conftest import cli_err, fresh_copy
 

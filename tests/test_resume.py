@@ -301,7 +301,9 @@ def test_a_config_json_edited_by_hand_is_refused_against_the_checkpoints_config(
     rc = main(["train", "--resume", str(run20), "--train.max_iters", "30"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert f"differs from the checkpoint step-000020 it would resume from: {section}.{key} {was!r} -> {value!r}" in err
+    assert f"cannot resume {run20}: its config.json differs from the checkpoint step-000020 (the config its weights " \
+        f"were trained with): {section}.{key} {was!r} -> {value!r} (checkpoint -> config.json); edited by hand? put " \
+        "the checkpoint's values back in config.json" in err
     assert _snapshot(run20) == before
 
 

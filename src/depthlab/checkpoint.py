@@ -31,13 +31,14 @@ from safetensors.torch import save as st_save
 from .config import ModelConfig
 from .errors import DepthlabError
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
-from .rundir import CHECKPOINTS, TOKENIZER, atomic_write
+from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "latest_checkpoint", "verified_best", "load_weights_file",
-           "load_into", "load_state", "read_metadata", "model_config_from_meta", "capture_rng_state",
+           "load_into", "load_state", "read_metadata", "config_edits", "refuse_edited_config", "model_config_from_meta",
+           "capture_rng_state",
            "restore_rng_state",
            "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
@@ -474,6 +475,65 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     return refused, noted
 
 
+def _saved_config(ckdir: Path) -> tuple[Optional[str], Optional[dict]]:
+    """The newest step checkpoint listed in ``ckdir``'s manifest whose header reads, and the run config stored in
+    it: ``(name, config)``, or ``(None, None)``. Its sha256 is not checked here (the commands that load weights do);
+    every checkpoint of a run holds the same fields that a resume may not change."""
+    try:
+        entries = _read_manifest(ckdir, strict=False)["checkpoints"]
+    except DepthlabError:
+        return None, None  # the command names the manifest's fault itself
+    for e in reversed(entries):
+        name = e.get("name") if isinstance(e, dict) else None
+        meta = read_metadata(ckdir / f"{name}.safetensors") if isinstance(name, str) else {}
+        try:
+            saved = json.loads(meta.get("config", "null"))
+        except ValueError:
+            continue
+        if isinstance(saved, dict):
+            return name, saved
+    return None, None
+
+
+def config_edits(run_dir: Path) -> Optional[str]:
+    """How a run's config.json differs from the config stored in its checkpoint, or None: a resume, ``layers`` and
+    ``context`` build the model and read the corpus from config.json, so a field edited there by hand
+    (``model.activation`` gelu -> relu, ``train.seed``, ``data.tokenizer``) would run the weights as another model,
+    on another draw or encoding, or fail with another cause. The fields a resume may change (:data:`RESUME_NOTED`,
+    ...) and ``data.path`` (a moved corpus is judged by its sha256) are not compared; nor is anything without a
+    checkpoint or a readable config.json (the commands name those themselves).
+
+    Returns:
+        e.g. ``differs from the checkpoint step-000030 (the config its weights were trained with): model.activation
+        'gelu' -> 'relu' (checkpoint -> config.json)``.
+    """
+    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
+    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
+    if saved is None or old is None:
+        return None
+    edited, _ = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
+    edited = [e for e in edited if not e.startswith("data.path ")]
+    if not edited:
+        return None
+    return (f"differs from the checkpoint {name} (the config its weights were trained with): {'; '.join(edited)} "
+            f"(checkpoint -> {CONFIG})")
+
+
+def refuse_edited_config(run_dir: Path, prefix: str) -> None:
+    """Refuse a run whose config.json was edited against its checkpoint (:func:`config_edits`).
+
+    Args:
+        run_dir: the run directory. prefix: the error's opening words (``cannot resume``).
+
+    Raises:
+        DepthlabError: naming each edited field with the checkpoint's value and config.json's.
+    """
+    edits = config_edits(run_dir)
+    if edits:
+        raise DepthlabError(f"{prefix} {run_dir}: its {CONFIG} {edits}; edited by hand? put the checkpoint's values "
+                            f"back in {CONFIG}")
+
+
 # ------------------------------------------------------------------------- Hugging Face weight layout
 #: depthlab (variant, norm) -> the Hugging Face ``model_type`` that computes the same function, and the
 #: name of its token / position embeddings and of its final norm (None: the class has none).
@@ -597,8 +657,6 @@ def describe_weights(run_dir: Path, path: Path) -> str:
         e.g. ``best.safetensors (step 1700, val loss 1.5590 nats)``; the loss is left out when the
         run recorded none at that step.
     """
-    from .rundir import RunDir
-
     step = int(read_metadata(path).get("step", -1))
     losses = {r["step"]: r.get("val_loss") for r in RunDir(run_dir).evals}
     val = losses.get(step)

@@ -295,7 +295,8 @@ def run_diagnose(ns) -> int:
 
 
 def _config_fault(rd) -> Optional[str]:
-    """Why a run's readable config.json is not a config depthlab can run (a field edited to ``"two"``), or None."""
+    """Why a run's readable config.json is not a config depthlab can run (a field edited to ``"two"``) or not the
+    one its checkpoint was trained with (:func:`~depthlab.checkpoint.config_edits`), or None."""
     from .config import RunConfig
 
     if rd.config is None:
@@ -304,7 +305,9 @@ def _config_fault(rd) -> Optional[str]:
         RunConfig.from_dict(rd.config)
     except DepthlabError as e:
         return str(e)
-    return None
+    from .checkpoint import config_edits
+
+    return config_edits(rd.path)
 
 
 def warn_damaged_run(run_dir: Path, consequence: str, weights_consequence: str = "") -> None:

@@ -161,6 +161,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         cfg = RunConfig.from_dict(rd.config)
     except DepthlabError as e:
         raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
+    ckpt.refuse_edited_config(rd.path, "cannot measure")
     tok = rd.file(TOKENIZER)
     tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
     if cfg.data.path and not Path(cfg.data.path).expanduser().is_file():  # train's advice (leave it unset) is no fix

@@ -117,48 +117,6 @@ def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str
     return same_corpus, vocab_gone
 
 
-def _saved_config(rd: RunDir) -> tuple[Optional[str], Optional[dict]]:
-    """The newest step checkpoint listed in the manifest whose header reads, and the run config stored in it:
-    ``(name, config)``, or ``(None, None)``. Its sha256 is not checked here (the resume does, later); every
-    checkpoint of a run holds the same fields that a resume may not change."""
-    try:
-        entries = ckpt._read_manifest(rd.file(CHECKPOINTS), strict=False)["checkpoints"]
-    except DepthlabError:
-        return None, None  # the resume names the manifest's fault itself
-    for e in reversed(entries):
-        name = e.get("name") if isinstance(e, dict) else None
-        meta = ckpt.read_metadata(rd.file(CHECKPOINTS) / f"{name}.safetensors") if isinstance(name, str) else {}
-        try:
-            saved = json.loads(meta.get("config", "null"))
-        except ValueError:
-            continue
-        if isinstance(saved, dict):
-            return name, saved
-    return None, None
-
-
-def _refuse_edited_config(rd: RunDir) -> None:
-    """config.json against the config stored in the run's checkpoint, before a resume loads anything: the run is
-    rebuilt from config.json, so a field edited there by hand (``model.activation`` gelu -> relu, ``train.seed``,
-    ``data.tokenizer``) would run the checkpoint's weights as another model, on another draw or encoding, or be
-    blamed on another cause. Fields a resume may change (:data:`~depthlab.checkpoint.RESUME_NOTED`, ...) and
-    ``data.path`` (a moved corpus is judged by its sha256) are not compared.
-
-    Raises:
-        DepthlabError: naming each edited field with the checkpoint's value and config.json's.
-    """
-    name, saved = _saved_config(rd)
-    old = rd.config if rd.file(CONFIG).is_file() else None
-    if saved is None or old is None:
-        return  # no checkpoint yet, or a config.json the resume names as missing or damaged
-    edited, _ = ckpt.resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
-    edited = [e for e in edited if not e.startswith("data.path ")]
-    if edited:
-        raise DepthlabError(f"cannot resume {rd.path}: its {CONFIG} differs from the checkpoint {name} it "
-                            f"would resume from: {'; '.join(edited)} (checkpoint -> {CONFIG}; edited by hand?); the "
-                            f"weights were trained with the checkpoint's values: put them back in {CONFIG}")
-
-
 def _refuse_blocked_folders(rd: RunDir) -> None:
     """A file where the run writes a folder (checkpoints/, tb/), or a folder inside checkpoints/ where a checkpoint
     file goes, fails a resume only after it has written (or after a whole session, at its checkpoint).
@@ -298,14 +256,14 @@ class Checkpointer:
     @staticmethod
     def refuse_before_loading(cfg) -> None:
         """Before a resume loads its corpus: config.json edited by hand against its checkpoint
-        (:func:`_refuse_edited_config`), and a data.path that is gone, named with the fixes that apply to a resume
-        (train's "leave data.path unset" is none: another text is refused).
+        (:func:`~depthlab.checkpoint.refuse_edited_config`), and a data.path that is gone, named with the fixes
+        that apply to a resume (train's "leave data.path unset" is none: another text is refused).
 
         Raises:
             DepthlabError: an edited field, or the corpus file is missing.
         """
         if cfg.train.out_dir and Path(cfg.train.out_dir).is_dir():
-            _refuse_edited_config(RunDir(cfg.train.out_dir))
+            ckpt.refuse_edited_config(Path(cfg.train.out_dir), "cannot resume")
         if cfg.data.path and not Path(cfg.data.path).expanduser().exists():
             raise DepthlabError(f"cannot resume {cfg.train.out_dir}: its corpus {cfg.data.path} is missing (moved or "
                                 "deleted?): put the file back at that path, or give --data.path where it is now (the "
