@@ -133,6 +133,16 @@ def test_propose_plans_a_lower_end_decay_and_warmup_and_leaves_the_config_alone(
     assert b.plan.lr_decay_iters == 4000 and b.planned_end() is False  # 5000 of 5000: max_iters ended it
 
 
+def test_a_plan_too_short_to_decay_says_so_instead_of_promising_min_lr():
+    t, b = _budget()
+    b.note_eval(2.0)
+    msg = b.propose(20, 21, 0.5)  # a budget nearly spent by the steps timed: one step left
+    assert "max_iters is now 21" in msg and "decays to train.min_lr there" not in msg
+    assert "which leaves 1 step to train: too few for the learning rate to decay to train.min_lr" in msg
+    assert "decays to train.min_lr there" in _budget()[1].propose(20, 30, 0.5)  # 10 steps: 3 % above min_lr
+    assert "which leaves 4 steps to train" in b.propose(200, 204, 0.5)  # a re-plan that shortens to 4 steps
+
+
 def test_plan_round_trips_through_its_record_and_reads_the_old_record():
     p = Plan(max_iters=1876, lr_decay_iters=0, warmup_iters=50, max_iters_asked=5000, lr_decay_iters_asked=0,
              warmup_iters_asked=50, s_per_step=0.135, s_per_eval=2.1, at_step=200)

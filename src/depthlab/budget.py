@@ -33,6 +33,19 @@ LATE_STEPS = 100
 #: Fraction of max_time a plan fills: a small overshoot then meets the time limit only at the very end.
 FILL = 0.98
 
+#: Fewer steps than this between a plan and its end cannot carry a cosine to min_lr: the last trained step
+#: (``n - 1`` of a decay ending at ``n``) is still above min_lr by 1/2 (1 + cos(pi (k-1)/k)) of the range,
+#: 3 % at k = 9, 50 % at k = 2, all of it at k = 1.
+DECAY_STEPS = 10
+
+
+def _decay_words(step: int, n: int) -> str:
+    """What the learning rate does up to a plan's end ``n`` made at ``step``, true of a plan too short to decay."""
+    if n - step >= DECAY_STEPS:
+        return "the learning rate decays to train.min_lr there"
+    return (f"which leaves {n - step} step{'s' if n - step != 1 else ''} to train: too few for the learning rate to "
+            "decay to train.min_lr (a larger train.max_time gives the decay room)")
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -256,8 +269,9 @@ class TimeBudget:
             return None  # no change of schedule for noise
         decay = min(t.lr_decay_iters, n)  # 0 stays 0: the decay ends with the plan
         if old is not None:  # a later plan
+            short = f", {_decay_words(step, n)}" if n - step < DECAY_STEPS else ""
             msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over steps {self.timed_from}-{step}; "
-                   f"max_iters is now {n} (was {old.max_iters})")
+                   f"max_iters is now {n} (was {old.max_iters}){short}")
             self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
                                             at_step=step)
             return msg
@@ -273,7 +287,7 @@ class TimeBudget:
         steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
-                f"{shorter}, the learning rate decays to train.min_lr there "
+                f"{shorter}, {_decay_words(step, n)} "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")
 
     def planned_end(self) -> bool:
