@@ -427,6 +427,31 @@ def test_auto_and_what_it_resolved_to_are_the_same_optimizer_on_resume(tmp_path,
     assert "changed train.optimizer" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("edit", ["deleted", "edited"])
+def test_a_lost_resolved_optimizer_names_the_checkpoints_and_the_fix_works(tmp_path, tiny_text_file, capsys,
+                                                                             monkeypatch, edit):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *tiny_cli_args(tiny_text_file, "a", train__max_iters=10)]) == 0  # auto: muon on CPU
+    cfg_file = tmp_path / "a" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    if edit == "deleted":
+        del cfg["resolved"]
+    else:
+        cfg["resolved"]["optimizer"] = "adamw"
+    cfg_file.write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["train", "--resume", "a", "--train.max_iters", "15"]) == 2
+    err = capsys.readouterr().err
+    why = "is missing (deleted?)" if edit == "deleted" else "says 'adamw' (edited by hand?)"
+    assert "its checkpoint holds muon's optimizer state, not the adamw this resume would use" in err, err
+    assert f"resolved.optimizer{',' if edit == 'deleted' else ''} " in err and why in err
+    assert 'set "optimizer": "muon" in the "resolved" section of a/config.json' in err
+    cfg.setdefault("resolved", {})["optimizer"] = "muon"  # what the line says to do
+    cfg_file.write_text(json.dumps(cfg))
+    assert main(["train", "--resume", "a", "--train.max_iters", "15"]) == 0
+    assert json.loads(cfg_file.read_text())["resolved"]["optimizer"] == "muon"
+
+
 def test_resume_with_more_steps_updates_config_json(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
     train(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
@@ -705,7 +730,8 @@ def test_truncated_checkpoint_falls_back_or_errors(tmp_path, tiny_text_file, cap
         Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=30)), **QUIET)
 
 
-def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_text_file):
+@pytest.mark.parametrize("fault", ["corrupt", "deleted"])
+def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_text_file, fault):
     from depthlab.sample import load_run
 
     cfg = dict(max_iters=10, eval_interval=5, keep_last=5)
@@ -713,13 +739,34 @@ def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_t
     t.fit()
     ck = tmp_path / "r" / "checkpoints"
     best_step = json.loads((ck / "manifest.json").read_text())["best"]["step"]
-    (ck / "best.safetensors").write_bytes(b"x")
+    if fault == "corrupt":
+        (ck / "best.safetensors").write_bytes(b"x")
+    else:
+        (ck / "best.safetensors").unlink()
     lines = []
     Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=15, resume=True)),
             log=lines.append).fit()
-    assert any("best.safetensors was corrupt; restored from" in x for x in lines)
+    said = ("did not match its sha256 in manifest.json (corrupt or replaced)" if fault == "corrupt" else
+            "was missing (deleted?)")
+    assert any(f"best.safetensors {said}; restored from" in x for x in lines), lines
     load_run(tmp_path / "r")  # verifies again
     assert (ck / "best.safetensors").stat().st_size > 100 and best_step in (5, 10, 15)
+
+
+def test_a_damaged_or_deleted_baselines_json_is_said_when_a_resume_writes_it_again(run20, capsys):
+    before = (run20 / "baselines.json").read_text()
+    (run20 / "baselines.json").write_text('{"bigram": 2.4}')
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "25"]) == 0
+    out = capsys.readouterr().err
+    assert f"warning: {run20 / 'baselines.json'} was not the JSON depthlab wrote (damaged or edited by hand): " \
+        "written again from the run's corpus" in out
+    assert json.loads((run20 / "baselines.json").read_text()) == json.loads(before)  # the same corpus's numbers
+    (run20 / "baselines.json").unlink()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
+    assert f"{run20 / 'baselines.json'} was missing (deleted?): written again" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "35"]) == 0
+    assert "baselines.json was" not in str(capsys.readouterr())  # intact: nothing to say
 
 
 def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_text_file, capsys):

@@ -239,16 +239,18 @@ def repair_best(run_dir: Path) -> Optional[str]:
         return None
     except DepthlabError:
         pass
+    fault = ("was missing (deleted?)" if not (ckdir / "best.safetensors").exists() else
+             "did not match its sha256 in manifest.json (corrupt or replaced)")
     twin = next((c for c in manifest["checkpoints"] if c["step"] == best.get("step")), None)
     if twin is not None and _verified(ckdir, twin["files"]) is None:
         name = f"{twin['name']}.safetensors"
         atomic_write(ckdir / "best.safetensors", (ckdir / name).read_bytes())
         best["files"] = {"best.safetensors": twin["files"][name]}
         atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
-        return f"best.safetensors was corrupt; restored from {name} (the same step)"
+        return f"best.safetensors {fault}; restored from {name} (the same step)"
     manifest["best"] = None
     atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
-    return ("best.safetensors was corrupt and no intact checkpoint of its step is left; the next evaluation "
+    return (f"best.safetensors {fault} and no intact checkpoint of its step is left; the next evaluation "
             "writes a new best")
 
 

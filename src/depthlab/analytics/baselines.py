@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import DepthlabError
 from ..callbacks import Callback, RunView, StepInfo
-from ..rundir import BASELINES, write_json
+from ..rundir import BASELINES, RunDir, write_json
 from ..units import LN2
 
 DENSE_PAIR_LIMIT = 1 << 22  # 4M cells = 32 MB of int64 counts; above this use sparse pair codes
@@ -236,5 +236,10 @@ class BaselinesCallback(Callback):
             self._cache[key] = corpus_baselines(c.train, c.val, len(c.tokenizer.vocab),
                                                 getattr(c, "val_chars_per_token", 1.0))
         b = self._cache[key]
+        rd = RunDir(run.run_dir)  # a resume writes them again, the same numbers of the same corpus: say why
+        fault = ("not the JSON depthlab wrote (damaged or edited by hand)" if rd.damaged(BASELINES) else
+                 "missing (deleted?)" if info.step > 0 and not rd.file(BASELINES).exists() else "")
         write_baselines(run.run_dir, b)
+        if fault:
+            run.log(f"warning: {rd.file(BASELINES)} was {fault}: written again from the run's corpus")
         run.log(format_baselines(b))

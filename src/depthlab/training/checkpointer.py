@@ -226,10 +226,7 @@ class Checkpointer:
         try:
             run.optimizer.load_state_dict(st["optimizer"])
         except (ValueError, KeyError):  # a state of another optimizer: config.json was edited by hand
-            raise DepthlabError(
-                f"cannot resume {self.run_dir}: its checkpoint holds another optimizer's state than the "
-                f"{run.optimizer_name} this run uses; pass --train.optimizer with the run's own "
-                f"(config.json resolved.optimizer)") from None
+            raise self._other_optimizer(st["optimizer"], run.optimizer_name) from None
         apply_hyperparameters(run.optimizer, run.cfg.train)  # the state brought the old decay and betas back
         ckpt.restore_rng_state(st["rng"], run.batch_rng, self.runtime.device)
         old_sha = st.get("corpus_sha256")
@@ -238,6 +235,21 @@ class Checkpointer:
                                 f"checkpoint (sha256 {old_sha[:12]}... then, {run.corpus.sha256[:12]}... now); "
                                 "resume with the original file, or start a new run (--init-from)")
         return st
+
+    def _other_optimizer(self, state, used: str) -> DepthlabError:
+        """The error for a checkpoint whose optimizer state (``state``) is not the ``used`` optimizer's: names the
+        one it holds (Muon's is a ``{"muon", "adamw"}`` pair) and why this resume chose another: config.json's
+        ``resolved.optimizer`` records what ``auto`` became, and it was deleted or edited (the checkpoint's own
+        config says ``auto`` too, and a changed ``train.optimizer`` is refused before this)."""
+        held = "muon" if isinstance(state, dict) and set(state) == {"muon", "adamw"} else "adamw"
+        resolved = (RunDir(self.run_dir).config or {}).get("resolved")
+        why = (f"{CONFIG}'s resolved.optimizer, which records what train.optimizer auto became, is missing (deleted?), "
+               f"and a run without it is taken as one from before the field, an {PREDATING['train']['optimizer']} run"
+               if not isinstance(resolved, dict) or "optimizer" not in resolved else
+               f"{CONFIG}'s resolved.optimizer says {resolved['optimizer']!r} (edited by hand?)")
+        return DepthlabError(f"cannot resume {self.run_dir}: its checkpoint holds {held}'s optimizer state, not the "
+                             f"{used} this resume would use: {why}; set \"optimizer\": \"{held}\" in the \"resolved\" "
+                             f"section of {self.run_dir / CONFIG}")
 
     def _asked(self, cfg, old: dict, same_corpus: bool) -> dict:
         """The config a resume asks for, as config.json would hold it (``data.path`` absolute) to compare with the
