@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .config import ModelConfig
+from .config import ModelConfig, corpus_file
 from .errors import DepthlabError
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
@@ -439,10 +439,8 @@ def _flat(d: dict) -> dict[str, Any]:
 
 def _same_file(a: dict, b: dict, key: str) -> bool:
     """Both values of ``key`` are paths of one file (config.json holds it absolute; the command line may not)."""
-    x, y = a.get(key), b.get(key)
-    if not (isinstance(x, str) and isinstance(y, str)):
-        return False
-    return Path(x).expanduser().resolve() == Path(y).expanduser().resolve()
+    x = corpus_file(a.get(key))
+    return x is not None and x == corpus_file(b.get(key))
 
 
 def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:

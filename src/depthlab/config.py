@@ -23,6 +23,13 @@ NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 RESIDUAL_SCALES = (1, "depth")
 
 
+def corpus_file(path: Any) -> Optional[Path]:
+    """The corpus file a ``data.path`` names, absolute (``~`` expanded, links and ``..`` resolved): the one way a
+    path written by a user, a config.json or a resume is compared or recorded. None for the embedded corpus
+    (None or "") and for a value that is no path (a hand-edited config.json)."""
+    return Path(path).expanduser().resolve() if isinstance(path, str) and path else None
+
+
 def _positive(section: str, obj: Any, *names: str) -> None:
     for n in names:
         v = getattr(obj, n)

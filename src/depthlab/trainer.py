@@ -27,7 +27,7 @@ from . import checkpoint as ckpt
 from . import rundir
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
-from .config import RunConfig, schedule_warnings
+from .config import RunConfig, corpus_file, schedule_warnings
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
 from .rundir import (MetricsWriter, default_out_dir, drop_replaced, prepare_run_dir, restore_replaced,
@@ -465,7 +465,7 @@ def config_record(cfg: RunConfig) -> dict:
     then find its corpus from any folder)."""
     d = cfg.to_dict()
     if d["data"].get("path"):
-        d["data"]["path"] = str(Path(d["data"]["path"]).expanduser().resolve())
+        d["data"]["path"] = str(corpus_file(d["data"]["path"]))
     return d
 
 

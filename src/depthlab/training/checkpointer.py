@@ -15,7 +15,7 @@ from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import rundir
 from ..budget import Plan
-from ..config import PREDATING
+from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
 from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
                       VOCAB, RunDir, not_a_file_error, truncate_metrics)
@@ -93,8 +93,8 @@ def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str
                "resuming checks the corpus's characters against it: restore it from a copy of the run")
         raise DepthlabError(f"cannot resume {rd.path}: its {VOCAB} is {what}, and {fix}")
     old_path, path = (old.get("data") or {}).get("path"), cfg.data.path
-    same_path = (old_path or None) == (path or None) or (
-        isinstance(old_path, str) and bool(path) and Path(old_path) == Path(path).expanduser().resolve())
+    same_path = (old_path or None) == (path or None) or (corpus_file(path) is not None
+                                                         and corpus_file(old_path) == corpus_file(path))
     if recorded and corpus_sha256 and not same_corpus and same_path:
         raise DepthlabError(f"cannot resume {rd.path}: the corpus {path or 'embedded'} changed since training (its "
                             "sha256 is not config.json's resolved.corpus_sha256); resume with the original file, "
@@ -256,10 +256,10 @@ class Checkpointer:
         run's ``old`` one; a moved corpus (the same sha256 as the run's) compares as the run's path, said once."""
         asked = cfg.to_dict()
         path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
-        if isinstance(path, str) and path:
-            asked["data"]["path"] = path = str(Path(path).expanduser().resolve())
+        if corpus_file(path) is not None:
+            asked["data"]["path"] = path = str(corpus_file(path))
             # a link to the run's file (or the run's own path written another way) did not move: nothing to say
-            if same_corpus and isinstance(old_path, str) and Path(old_path).expanduser().resolve() != Path(path):
+            if same_corpus and corpus_file(old_path) not in (None, Path(path)):
                 self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
                          f"the one config.json recorded)")
                 asked["data"]["path"] = old_path
