@@ -94,6 +94,22 @@ def test_compile_auto_is_the_default_and_means_cuda_only(tmp_path, tiny_text_fil
         assert rt.compile_wanted is want, (compile_, device)
 
 
+def test_compile_mode_auto_is_cuda_graphs_on_one_cuda_device_only():
+    """``auto``: reduce-overhead on one CUDA device; default on a CPU and under DDP; explicit values win."""
+    from depthlab.config import TrainConfig
+    from depthlab.training.runtime import Runtime
+
+    assert TrainConfig().compile_mode == "auto"
+    with pytest.raises(DepthlabError, match="train.compile_mode must be one of auto, default, reduce-overhead"):
+        TrainConfig(compile_mode="fast")
+    for mode, device, world, want in (("auto", "cuda", 1, "reduce-overhead"), ("auto", "cpu", 1, "default"),
+                                      ("auto", "cuda", 2, "default"), ("default", "cuda", 1, "default"),
+                                      ("max-autotune", "cpu", 1, "max-autotune")):
+        rt = Runtime(TrainConfig(compile_mode=mode))
+        rt.device, rt.world_size = torch.device(device), world  # the decision alone (no CUDA here)
+        assert rt.compile_mode == want, (mode, device, world)
+
+
 def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_text_file, monkeypatch):
     from depthlab.trainer import Trainer
 

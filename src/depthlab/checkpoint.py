@@ -406,7 +406,8 @@ def restore_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.de
 RESUME_SILENT = frozenset({
     "data.cache_dir", "train.max_iters", "train.max_time", "train.eval_interval", "train.log_interval",
     "train.out_dir", "train.resume", "train.progress", "train.tensorboard", "train.grad_log_interval",
-    "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile", "train.flush_denormal",
+    "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile",
+    "train.compile_mode", "train.flush_denormal",
     "train.target_val_loss", "train.on_nonfinite", "model.vocab_size", "train.patience", "train.min_delta",
     "train.sample_interval", "train.sample_tokens", "train.fit_to_time", "train.final_validation"})
 

@@ -49,7 +49,8 @@ def _comparable(cfg: dict) -> dict:
     for k in ("path", "cache_dir"):  # the Ray backend gives its trials absolute paths
         if c.get("data", {}).get(k):
             c["data"][k] = str(Path(c["data"][k]).resolve())
-    for k in ("out_dir", "resume", "progress", "threads", "compile"):  # how a run is executed, not what it computes
+    # how a run is executed, not what it computes
+    for k in ("out_dir", "resume", "progress", "threads", "compile", "compile_mode"):
         c["train"].pop(k, None)
     return c
 

@@ -152,13 +152,16 @@ class Evaluator:
         model.eval()
         out = {}
         for split, data in (("train", self.corpus.train), ("val", self.corpus.val)):
-            losses = torch.zeros(t.eval_iters)
+            # kept on the device and read once per split: a read per batch would make the host wait for
+            # each batch's kernels before it queues the next batch's (on CUDA)
+            losses = torch.zeros(t.eval_iters, device=rt.device)
             # the global batch size, so evaluation is the same whatever the number of processes
             for i, (x, y) in enumerate(eval_batches(data, self.cfg.model.block_size, t.batch_size * rt.world_size,
                                                     t.seed, split, t.eval_iters, rt.device)):
                 with rt.ctx:
                     loss = self.port.loss(model, x, y)
-                losses[i] = loss.float().item()
+                losses[i] = loss.detach().float()
+            losses = losses.cpu()
             out[split] = losses.mean().item()
             if split == "val":
                 out["val_se"] = window_se(losses)

@@ -274,11 +274,21 @@ class Runtime:
         c = self.train.compile
         return c is True or (c == "auto" and self.device.type == "cuda")
 
+    @property
+    def compile_mode(self) -> str:
+        """``train.compile_mode`` with ``auto`` resolved: ``reduce-overhead`` (CUDA graphs) on one CUDA device,
+        ``default`` elsewhere."""
+        m = self.train.compile_mode
+        if m != "auto":
+            return m
+        return "reduce-overhead" if self.device.type == "cuda" and self.world_size == 1 else "default"
+
     def resolved(self) -> dict:
         """What the ``auto``/0 device settings became on this machine (part of config.json ``resolved``)."""
         r = {"device": str(self.device), "dtype": self.dtype_name,
              "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
-             "processes": self.world_size, "compile": self.compile_wanted, "omp_wait": omp_policy(),
+             "processes": self.world_size, "compile": self.compile_wanted,
+             "compile_mode": self.compile_mode if self.compile_wanted else None, "omp_wait": omp_policy(),
              "flush_denormal": self.flush_denormal,
              "host_memory": "kept" if self.device.type == "cpu" and hostmem.available() else "system"}
         return {**r, "tuning": self.tuning.to_record()} if self.tuning is not None else r
@@ -359,7 +369,7 @@ class Runtime:
                  "torch's compile cache holds them for the same shapes and thread count)")
         t0 = time.perf_counter()
         try:
-            compiled = torch.compile(model, dynamic=False)
+            compiled = torch.compile(model, dynamic=False, mode=self.compile_mode)
             # a batch laid out as training's (strided views of one window): another stride is a recompile
             x, y = get_batch(np.zeros(block_size + 1, dtype=np.int64), block_size, batch_size,
                              np.random.default_rng(0), self.device)
