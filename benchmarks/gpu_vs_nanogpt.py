@@ -9,18 +9,17 @@ folder and Tiny Shakespeare is prepared there as its ``prepare.py`` does, from d
 (benchmarks/vs_nanogpt.py's ``prepare_nanogpt``): the checkout is only read.
 
 nanoGPT runs first, then depthlab, one variant at a time (``python -m depthlab train --preset nanogpt-gpu
---train.target_val_loss TARGET --train.eval_interval 100 --train.eval_iters 40``, no analytics observers,
-plus each variant's flags: :data:`VARIANTS`), each stopping itself at the first evaluation at or below the
-target. nanoGPT's recipe runs exactly as its README gives it (``python train.py
-config/train_shakespeare_char.py``; its defaults on a GPU: ``compile=True``, bf16 autocast, eval every
-250 steps on 200 batches), stopped by this script at its first eval line at or below the target, or
-after ``--nanogpt-limit`` seconds (the table then says it was cut off); depthlab's variants share what
-is left of ``--deadline`` (the whole script's seconds). Each run is timed from its launch to the log
-line of that evaluation ("wall to target": start-up, compile, evaluations and checkpoints included) and
-depthlab's own training clock (summary.json's ``target_reached_s``: the steps and evaluations, without
-start-up and compile) is shown beside it. Training tokens/s: the median of depthlab's per-log-interval ``tokens_per_sec`` (first left
-out: it holds the first steps), and of nanoGPT's own ``time Xms`` lines (iterations 0-4 and the ones that
-ran an evaluation left out).
+--train.target_val_loss TARGET --train.eval_interval 100 --train.eval_iters 40``, no analytics observers, plus
+each variant's flags: :data:`VARIANTS`), each stopping itself at the first evaluation at or below the target.
+nanoGPT's recipe runs exactly as its README gives it (``python train.py config/train_shakespeare_char.py``;
+its defaults on a GPU: ``compile=True``, bf16 autocast, eval every 250 steps on 200 batches), stopped by this
+script at its first eval line at or below the target, or after ``--nanogpt-limit`` seconds (the table then
+says it was cut off); depthlab's variants share what is left of ``--deadline`` (the whole script's seconds).
+Each run is timed from its launch to the log line of that evaluation ("wall to target": start-up, compile,
+evaluations and checkpoints included) and depthlab's own training clock (summary.json's ``target_reached_s``:
+the steps and evaluations, without start-up and compile) is shown beside it. Training tokens/s: the median of
+depthlab's per-log-interval ``tokens_per_sec`` (first left out: it holds the first steps), and of nanoGPT's
+own ``time Xms`` lines (iterations 0-4 and the ones that ran an evaluation left out).
 
 ``--quick`` checks the plumbing on any machine (CPU when there is no GPU): a tiny shape, 30 steps, target
 3.9; its numbers mean nothing. Bad input or a failed run: one line ``depthlab: error: ...``, exit 2.

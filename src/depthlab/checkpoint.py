@@ -36,10 +36,9 @@ from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
 
-__all__ = ["atomic_write", "save_checkpoint", "latest_checkpoint", "verified_best", "load_weights_file",
-           "load_into", "load_state", "read_metadata", "config_edits", "refuse_edited_config", "model_config_from_meta",
-           "capture_rng_state",
-           "restore_rng_state",
+__all__ = ["atomic_write", "save_checkpoint", "checkpoint_bytes", "write_checkpoint", "latest_checkpoint",
+           "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "config_edits",
+           "refuse_edited_config", "model_config_from_meta", "capture_rng_state", "restore_rng_state",
            "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
 
@@ -135,13 +134,32 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dic
         is_best: also write ``best.safetensors``.
         val_loss: validation loss in nats recorded for ``best``.
     """
-    ckdir = Path(run_dir) / CKPT_DIR
-    ckdir.mkdir(parents=True, exist_ok=True)
+    write_checkpoint(run_dir, checkpoint_bytes(step, model, state, meta), keep_last, is_best, val_loss)
+
+
+def checkpoint_bytes(step: int, model: torch.nn.Module, state: dict[str, Any], meta: dict[str, str]) -> tuple:
+    """``(step, weights bytes, state bytes)``: a step checkpoint's files as they will be written.
+
+    A snapshot: training may go on changing the model and optimizer while :func:`write_checkpoint`
+    writes these bytes (the trainer's background writes on CUDA).
+    """
     meta = dict(meta, format=str(FORMAT_VERSION), step=str(step))
-    wbytes = weights_bytes(model, meta)
     buf = io.BytesIO()
     torch.save(state, buf)
-    sbytes = buf.getvalue()
+    return step, weights_bytes(model, meta), buf.getvalue()
+
+
+def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: bool = False,
+                     val_loss: Optional[float] = None) -> None:
+    """Write :func:`checkpoint_bytes`'s files, optionally as ``best`` too, then the manifest (see
+    :func:`save_checkpoint` for the arguments).
+
+    Raises:
+        OSError: a file could not be written (what was written before stays consistent).
+    """
+    step, wbytes, sbytes = files
+    ckdir = Path(run_dir) / CKPT_DIR
+    ckdir.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:06d}"
     atomic_write(ckdir / f"{name}.safetensors", wbytes)
     atomic_write(ckdir / f"{name}.state.pt", sbytes)

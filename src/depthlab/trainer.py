@@ -346,8 +346,10 @@ class Trainer:
             try:
                 self.model.train()
                 self._loop(tokens_per_step, bar)
+                self.checkpointer.wait_agreed()  # the last background write, before final_validation reads best
                 self.evaluator.final_validation(self.raw_model, self.step, self.run_dir, self.log)
             finally:
+                self.checkpointer.settle()
                 if bar is not None:
                     bar.close()
         return self._finish()

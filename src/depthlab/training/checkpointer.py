@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -141,10 +142,21 @@ class Checkpointer:
     Args:
         run_dir: the run directory. runtime: the run's Runtime (only its main process writes).
         log: console lines.
+
+    Attributes:
+        background: :meth:`save` takes the snapshot (the files' bytes) at once and hands hashing and
+            writing to a thread, one write at a time and in order, so training goes on meanwhile. True on
+            CUDA, where the step checkpoint at every evaluation held the GPU idle ~0.42 s on an H200
+            machine at nanoGPT's GPU shape, about a third of a run to val 1.47; False elsewhere (a CPU's
+            cores are busy training). A failed background write is raised by the next :meth:`save` or
+            :meth:`wait`; the trainer waits for the last one before it reads ``best`` or returns.
     """
 
     def __init__(self, run_dir: Path, runtime, log):
         self.run_dir, self.runtime, self.log = run_dir, runtime, log
+        self.background = runtime.device.type == "cuda"
+        self._writer: Optional[threading.Thread] = None
+        self._write_error: Optional[BaseException] = None
 
     # ------------------------------------------------------------------ before the model exists
     def check_resume(self, cfg, corpus, device) -> ResumePoint:
@@ -341,11 +353,42 @@ class Checkpointer:
         return meta
 
     def save(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
-        """Write a step checkpoint of ``run`` (and ``best`` if ``is_best``) on the main process."""
-        if self.runtime.is_main:
-            ckpt.save_checkpoint(self.run_dir, run.step, run.raw_model, run.resume_state(),
-                                 self.meta(run.cfg, run.corpus.tokenizer), keep_last=run.cfg.train.keep_last,
-                                 is_best=is_best, val_loss=val_loss)
+        """Write a step checkpoint of ``run`` (and ``best`` if ``is_best``) on the main process: now, or
+        in the background (:attr:`background`) from a snapshot taken now.
+
+        Raises:
+            OSError or DepthlabError: this write failed, or the background write before it did.
+        """
+        if not self.runtime.is_main:
+            return
+        meta = self.meta(run.cfg, run.corpus.tokenizer)
+        files = ckpt.checkpoint_bytes(run.step, run.raw_model, run.resume_state(), meta)
+        self.wait()
+        args = (self.run_dir, files, run.cfg.train.keep_last, is_best, val_loss)
+        if not self.background:
+            ckpt.write_checkpoint(*args)
+            return
+        self._writer = threading.Thread(target=self._write, args=args, name="depthlab-checkpoint", daemon=False)
+        self._writer.start()
+
+    def _write(self, *args) -> None:
+        try:
+            ckpt.write_checkpoint(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the training thread, raised at its next save or wait
+            self._write_error = e
+
+    def wait(self) -> None:
+        """Wait for the background write in flight, if any.
+
+        Raises:
+            the error that write ended with (once).
+        """
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        error, self._write_error = self._write_error, None
+        if error is not None:
+            raise error
 
     def save_agreed(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
         """``run.save`` on rank 0, then every rank learns whether it failed and stops together if so.
@@ -353,9 +396,27 @@ class Checkpointer:
         Raises:
             DepthlabError or OSError: the checkpoint could not be written (on every rank).
         """
+        self._agreed(lambda: run.save(is_best=is_best, val_loss=val_loss))
+
+    def settle(self) -> None:
+        """:meth:`wait` where another error is already on its way: a failed write is logged, not raised."""
+        try:
+            self.wait()
+        except BaseException as e:  # noqa: BLE001 - the error in flight is the one to report
+            self.log(f"warning: the last checkpoint write failed too ({type(e).__name__}: {e})")
+
+    def wait_agreed(self) -> None:
+        """:meth:`wait` on every process, stopping together if the main process's background write failed.
+
+        Raises:
+            DepthlabError or OSError: the checkpoint could not be written (on every rank).
+        """
+        self._agreed(self.wait)
+
+    def _agreed(self, write) -> None:
         error: Optional[BaseException] = None
         try:
-            run.save(is_best=is_best, val_loss=val_loss)
+            write()
         except (DepthlabError, OSError) as e:
             error = e
         if self.runtime.agree(save_failed=error is not None)["save_failed"]:
