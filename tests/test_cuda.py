@@ -40,9 +40,14 @@ def test_cuda_compiled_bf16_trains(tmp_path, tiny_text_file, mode):
 
 
 def test_cuda_graphs_with_the_analytics_observers_on(tmp_path, tiny_text_file):
-    """compile_mode auto (CUDA graphs) with gradient records and activation probes: both recorded, loss falls."""
-    run, cfg = _run(tmp_path, tiny_text_file, "observed", compile=True, dtype="auto", grad_log_interval=10,
-                    probe_interval=20)
+    """compile_mode auto (CUDA graphs) with gradient records and activation probes (``depthlab.train`` attaches
+    the observers; a bare Trainer has none): both recorded, the loss falls."""
+    from depthlab import train
+
+    cfg = dict(device="cuda", max_iters=40, eval_interval=20, eval_iters=4, learning_rate=1e-2, compile=True,
+               dtype="auto", grad_log_interval=10, probe_interval=20)
+    run = train(tiny_config(tmp_path / "observed", tiny_text_file, train=cfg), **QUIET)
+    cfg = json.loads((run / "config.json").read_text())
     assert cfg["resolved"]["compile_mode"] == "reduce-overhead"
     kinds = {json.loads(line).get("kind") for line in (run / "metrics.jsonl").read_text().splitlines()}
     assert {"grad", "probe"} <= kinds, kinds
