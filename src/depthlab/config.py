@@ -353,7 +353,7 @@ class TrainConfig:
             small to keep a GPU busy between launches), ``max-autotune`` (CUDA graphs and
             benchmarked kernel choices: longer compiles), ``max-autotune-no-cudagraphs``, or ``auto`` =
             ``reduce-overhead`` on one CUDA device (measured on an H200 at nanoGPT's GPU shape: the
-            training steps 1.45 M -> 3.04 M tokens/s, the same losses to 3 decimals; README), ``default``
+            training steps 1.45 M -> 3.04 M tokens/s on the same loss curve; README), ``default``
             elsewhere (CUDA graphs do nothing on a CPU, and are unmeasured under DDP).
         attention: ``sdpa`` (``F.scaled_dot_product_attention``), ``explicit`` (matmul + masked
             softmax) or ``auto``: on a CPU the faster of the two, timed (under bf16 autocast explicit
