@@ -292,9 +292,6 @@ class Trainer:
         """Write a step checkpoint (and ``best`` if ``is_best``) on the main process."""
         self.checkpointer.save(self, is_best=is_best, val_loss=val_loss)
 
-    def _save_agreed(self, is_best: bool = False, val_loss: Optional[float] = None) -> None:
-        self.checkpointer.save_agreed(self, is_best=is_best, val_loss=val_loss)
-
     # ----------------------------------------------------------------- evaluation
     def evaluate(self) -> dict:
         """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split (:meth:`Evaluator.evaluate`)."""
@@ -307,7 +304,7 @@ class Trainer:
         self.log(Evaluator.describe(rec))
         for cb in self.callbacks:
             cb.on_eval(self, self.last_info, rec)
-        self._save_agreed(is_best=is_best, val_loss=rec["val_loss"])
+        self.checkpointer.save_agreed(self, is_best=is_best, val_loss=rec["val_loss"])
 
     # ----------------------------------------------------------------- the loop
     def _before_clip(self, info: StepInfo) -> None:
@@ -372,7 +369,7 @@ class Trainer:
             if self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
                 return
             if flags["signal"]:
-                self._save_agreed()
+                self.checkpointer.save_agreed(self)
                 raise Interrupted(self.stop.signum or signal.SIGTERM, self.run_dir, self.step)
             info = self.stepper.train_step(params, tokens_per_step)
             if info is not None:
