@@ -168,3 +168,30 @@ def test_vs_nanogpt_quick_against_the_reimplementation():
         assert f"  {name}" in out and f" {steps} steps" in out.split(f"  {name}")[1].splitlines()[0]
     assert "% fp32 peak" in out and "time to val <= 3.6 from launch" in out
     assert "depthlab defaults, compiled" not in out  # --quick leaves the cold compile out
+
+
+# ------------------------------------------------------------------ benchmarks/gpu_vs_nanogpt.py
+@pytest.fixture(scope="module")
+def gpu_vs():
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        yield importlib.import_module("gpu_vs_nanogpt")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_gpu_vs_nanogpt_row_and_ratio(gpu_vs):
+    """The table's row: target step, wall to target, training clock, tokens/s (first interval left out), ratio."""
+    assert gpu_vs.median_tps([10.0, 3.0, 5.0, 4.0]) == 4.0 and gpu_vs.median_tps([]) is None
+    r = {"name": "depthlab preset", "hit": (1600, 1.4655, 45.7), "best": 1.4655, "wall": 49.6, "trained_s": 14.1,
+         "tps": 3026212.0, "cut": False}
+    line = gpu_vs.row(r, 69.0)
+    assert line.split()[2:7] == ["1600", "45.7", "14.1", "49.6", "3,026,212"] and "0.66x" in line
+    missed = gpu_vs.row(dict(r, hit=None, best=1.4735, cut=False), 69.0)
+    assert "ended above the target" in missed and "x " not in missed
+    failed = gpu_vs.row(dict(r, hit=None, best=None, failed="exited 1"), None)
+    assert "FAILED: exited 1" in failed
+    with pytest.raises(gpu_vs.DepthlabError, match="choose from preset"):
+        gpu_vs.parse_args(["--nanogpt", ".", "--variants", "fast"])
