@@ -13,6 +13,12 @@ from depthlab.training.autotune import Restart, Setting, Tuning, candidates, fas
 from conftest import tiny_config
 
 
+@pytest.fixture(autouse=True)
+def _no_omp_num_threads(monkeypatch):
+    """The chooser's cases assume a thread count left to measure: OMP_NUM_THREADS would fix it."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
 def S(threads=1, dtype="float32", attention="sdpa", omp="passive"):
     return Setting(threads, dtype, attention, omp)
 
@@ -206,3 +212,19 @@ def test_the_auto_line_says_which_settings_were_given_not_chosen(tmp_path, capsy
     t = Tuning(S(2), "rule", "every setting given")
     assert t.line(["train.threads", "train.dtype", "train.attention"]).endswith("(every setting given)")
     assert t.line().endswith("(every setting given)")
+
+
+def test_omp_num_threads_is_a_given_thread_count_and_train_threads_wins(monkeypatch):
+    """OMP_NUM_THREADS=1 in the environment: only 1-thread settings are timed (it had been replaced by a
+    measured 2 without a word); an explicit train.threads wins over it; junk in the variable is ignored."""
+    auto = TrainConfig(dtype="auto", attention="auto", threads=0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    c = candidates(auto, cores=2, bf16_native=False, policy="passive", other_policy=True)
+    assert {s.threads for s in c} == {1} and len(c) == 2
+    assert {s.threads for s in candidates(TrainConfig(threads=2), cores=2, bf16_native=False, policy="passive",
+                                          other_policy=False)} == {2}
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    assert at.given_threads(auto) == 0
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert {s.threads for s in candidates(auto, cores=2, bf16_native=False, policy="passive",
+                                          other_policy=False)} == {1, 2}

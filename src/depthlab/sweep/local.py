@@ -142,7 +142,12 @@ def execute(job: dict, callbacks: Sequence = ()) -> dict:
         probe = None if job["config"]["model"].get("source") else init_probe(job["config"])
     except Exception as e:  # noqa: BLE001 - the probe is optional; the run decides the status
         message = f"init probe failed: {type(e).__name__}: {e}"
-    status, msg = _train_one(job["config"], _run_log(run_dir), callbacks, job.get("hparams"))
+    cfg = job["config"]
+    if job.get("threads") and not (cfg.get("train") or {}).get("threads"):
+        # the sweep's share of the cores is the run's given thread count: measured auto must not replace it,
+        # nor read Ray's OMP_NUM_THREADS=1 in its workers as the user's
+        cfg = {**cfg, "train": {**cfg["train"], "threads": int(job["threads"])}}
+    status, msg = _train_one(cfg, _run_log(run_dir), callbacks, job.get("hparams"))
     if status != "ok":  # a failure's message replaces a failed probe's
         message = msg
     torch.set_num_threads(old_threads)  # in-process runs leave the caller's setting as it was

@@ -151,16 +151,28 @@ class Restart(Exception):
 
 
 # ------------------------------------------------------------------------- candidates and choice
+def env_threads() -> int:
+    """``OMP_NUM_THREADS`` when the environment sets it to a positive integer (torch starts with that many
+    threads), else 0."""
+    raw = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
+
+
+def given_threads(train) -> int:
+    """The thread count the user gave: ``train.threads``, else ``OMP_NUM_THREADS``; 0 = measured."""
+    return train.threads or env_threads()
+
+
 def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: bool) -> list[Setting]:
     """Every setting worth timing, simplest first.
 
     Args:
-        train: the run's TrainConfig: a field not at ``auto`` (threads not 0) is fixed to its value.
+        train: the run's TrainConfig: a field not at ``auto`` is fixed to its value (threads: :func:`given_threads`).
         cores: CPU cores. bf16_native: the CPU has native bf16 dot products (otherwise bf16 is emulated,
             several times slower than fp32, and not timed). policy: this process's OpenMP wait policy.
         other_policy: whether the other policy may be timed (depthlab chose this one).
     """
-    threads = [train.threads] if train.threads else sorted({1, cores})
+    threads = [given_threads(train)] if given_threads(train) else sorted({1, cores})
     dtypes = [train.dtype] if train.dtype != "auto" else (["float32", "bfloat16"] if bf16_native else ["float32"])
     attns = [train.attention] if train.attention != "auto" else ["sdpa", "explicit"]
     policies = [policy] + ([{"passive": "active", "active": "passive"}[policy]] if other_policy else [])
@@ -297,7 +309,7 @@ def cache_key(cfg, busy: int) -> str:
 
     m, t = asdict(cfg.model), cfg.train
     what = [cpu_model(), os.cpu_count(), torch.__version__, m, t.batch_size, t.grad_accum, t.optimizer,
-            t.dtype, t.attention, t.threads, busy]
+            t.dtype, t.attention, given_threads(t), busy]
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -354,7 +366,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
                                                         "several processes keep the rules so all ranks agree"))
     if os.environ.get(SWITCH, "").lower() in ("off", "0", "false"):
         return Tuning(rule, "rule", f"not measured: {SWITCH}=off")
-    if t.threads and t.dtype != "auto" and t.attention != "auto" and not (restart_ok and omp_free()):
+    if given_threads(t) and t.dtype != "auto" and t.attention != "auto" and not (restart_ok and omp_free()):
         return Tuning(rule, "rule", "every setting given")
     given = decided_in_env()
     if given is not None:  # this process was restarted with the decision its first start measured
@@ -362,7 +374,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     old = Tuning.from_record((resumed or {}).get("tuning") or {}) if resumed else None
     if old is not None and old.source != "rule" and old.machine == machine_name():
         s = old.setting  # values given on this command line still win
-        old.setting = Setting(t.threads or s.threads, s.dtype if t.dtype == "auto" else rule.dtype,
+        old.setting = Setting(given_threads(t) or s.threads, s.dtype if t.dtype == "auto" else rule.dtype,
                               s.attention if t.attention == "auto" else rule.attention, s.omp_wait)
         old.source, old.why = "resumed", "the settings this run started with"
         return _maybe_restart(old, policy, restart_ok)
