@@ -138,9 +138,12 @@ def test_a_plan_too_short_to_decay_says_so_instead_of_promising_min_lr():
     b.note_eval(2.0)
     msg = b.propose(20, 21, 0.5)  # a budget nearly spent by the steps timed: one step left
     assert "max_iters is now 21" in msg and "decays to train.min_lr there" not in msg
-    assert "which leaves 1 step to train: too few for the learning rate to decay to train.min_lr" in msg
+    assert "which leaves 1 step after step 20: too few for the learning rate to decay to train.min_lr" in msg
+    # the warmup (50 asked) is cut where the ramp is: the line must not read as if the peak was reached
+    assert "the warmup ends at step 20 (train.warmup_iters was 50), short of the peak" in msg
+    assert "warmup_iters 20" not in msg and b.plan.warmup_iters == 20
     assert "decays to train.min_lr there" in _budget()[1].propose(20, 30, 0.5)  # 10 steps: 3 % above min_lr
-    assert "which leaves 4 steps to train" in b.propose(200, 204, 0.5)  # a re-plan that shortens to 4 steps
+    assert "which leaves 4 steps after step 200" in b.propose(200, 204, 0.5)  # a re-plan that shortens to 4 steps
 
 
 def test_plan_round_trips_through_its_record_and_reads_the_old_record():

@@ -43,8 +43,8 @@ def _decay_words(step: int, n: int) -> str:
     """What the learning rate does up to a plan's end ``n`` made at ``step``, true of a plan too short to decay."""
     if n - step >= DECAY_STEPS:
         return "the learning rate decays to train.min_lr there"
-    return (f"which leaves {n - step} step{'s' if n - step != 1 else ''} to train: too few for the learning rate to "
-            "decay to train.min_lr (a larger train.max_time gives the decay room)")
+    return (f"which leaves {n - step} step{'s' if n - step != 1 else ''} after step {step}: too few for the learning "
+            "rate to decay to train.min_lr (a larger train.max_time gives the decay room)")
 
 
 @dataclass(frozen=True)
@@ -284,6 +284,9 @@ class TimeBudget:
                          s_per_step=round(s_step, 4), s_per_eval=round(s_eval, 3), at_step=step,
                          max_time=t.max_time)
         shorter = f" and warmup_iters {warmup} (was {t.warmup_iters})" if warmup != t.warmup_iters else ""
+        if warmup <= step < t.warmup_iters:  # cut where the ramp is now: the rate never reaches the peak
+            shorter = (f" and the warmup ends at step {step} (train.warmup_iters was {t.warmup_iters}), short of the "
+                       "peak train.learning_rate")
         steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"

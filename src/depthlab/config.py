@@ -576,8 +576,9 @@ def schedule_warnings(t: TrainConfig) -> list[str]:
         out.append(f"train.warmup_iters ({t.warmup_iters}) >= train.max_iters ({t.max_iters}): the peak "
                    f"train.learning_rate {t.learning_rate:g} is never reached"
                    + ("" if t.resume else " and the cosine decay never starts")
-                   + (" - unless train.fit_to_time shortens the run to fit train.max_time: its plan then caps the "
-                      "warmup at a fifth of the planned steps and says so" if t.fit_to_time and t.max_time > 0 else ""))
+                   + (" - unless train.fit_to_time shortens the run to fit train.max_time: its plan then ends the "
+                      "warmup within the first fifth of the steps left when it plans, and says so"
+                      if t.fit_to_time and t.max_time > 0 else ""))
     decay = t.lr_decay_iters or t.max_iters
     if t.lr_decay_iters and decay > t.max_iters:
         out.append(f"train.lr_decay_iters ({t.lr_decay_iters}) > train.max_iters ({t.max_iters}): training ends "
