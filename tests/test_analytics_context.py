@@ -200,11 +200,15 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
     cfg.write_text('{"model": {')  # cut off mid-write
     for cmd in ("layers", "context", "diagnose"):
         assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, cmd, str(run))
-    for bad in ('{"data": {}, "model": 5, "train": {}}', '{"data": {}, "model": "gpt", "train": {}}',
-                '{"data": {}, "model": null, "train": {}}', '{"data": [], "model": {}, "train": {}}'):
-        cfg.write_text(bad)
+    for bad, section in (('{"data": {}, "model": 5, "train": {}}', '"model": 5'),
+                         ('{"data": {}, "model": "gpt", "train": {}}', '"model": "gpt"'),
+                         ('{"data": {}, "model": null, "train": {}}', '"model": null'),
+                         ('{"data": [], "model": {}, "train": {}}', '"data": []')):
+        cfg.write_text(bad)  # whole JSON, one section not an object: the section is named, the fix is an edit
         for cmd in ("layers", "context", "diagnose", "report"):
-            assert f"{cfg} is not the JSON object depthlab wrote" in cli_err(capsys, cmd, str(run)), (bad, cmd)
+            err = cli_err(capsys, cmd, str(run))
+            assert f"{cfg}: {section} is not the object depthlab wrote there (edited by hand?); put back the " \
+                   "section" in err, (bad, cmd, err)
         rc, out, err = run_cli(capsys, "sample", str(run), "--max-new-tokens", "5")  # the checkpoint holds a copy
         assert rc == 0 and f"{cfg} is not the JSON depthlab wrote" in err and "sampling uses the copy" in err, err
 

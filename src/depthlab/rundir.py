@@ -254,6 +254,19 @@ def damaged_file_error(path: Path, fix: str = "restore it from a copy or train t
     return DepthlabError(f"{path} is not the JSON object depthlab wrote (damaged or edited by hand); {fix}")
 
 
+def damaged_config_error(path: Path) -> DepthlabError:
+    """:func:`damaged_file_error` for a config.json, naming the section when the JSON is whole but a section
+    is not an object (``"model": null``): the fix is then an edit, not a new run."""
+    v = read_json(path)
+    bad = [k for k in ("data", "model", "train", "resolved") if isinstance(v, dict)
+           and (k in v or k == "model") and not isinstance(v.get(k), dict)]
+    if not bad:
+        return damaged_file_error(path)
+    what = ", ".join(f'"{k}": {json.dumps(v.get(k))[:40]}' for k in bad)
+    return DepthlabError(f"{path}: {what} is not the object depthlab wrote there (edited by hand?); put back the "
+                         "section as depthlab wrote it, or restore config.json from a copy")
+
+
 def not_a_file_error(path: Path) -> DepthlabError:
     """The error for a folder (or other non-file) where a run directory's file ``path`` belongs: names it, the fix."""
     return DepthlabError(f"{path} is not a file (depthlab writes its {path.name} there): move it out of the run "
@@ -664,7 +677,7 @@ class RunDir:
             raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
                                 "give the out_dir of a depthlab train run")
         if CONFIG in needs and self.damaged(CONFIG):
-            raise damaged_file_error(rd / CONFIG)
+            raise damaged_config_error(rd / CONFIG)
         return self
 
     def refuse_non_files(self, *names: str) -> None:
