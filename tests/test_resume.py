@@ -360,7 +360,8 @@ def test_changed_corpus_bytes_are_refused(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=10)), **QUIET)
     text = tiny_text_file.read_text()
     tiny_text_file.write_text(text[::-1])  # same characters, other text
-    with pytest.raises(DepthlabError, match="corpus .* changed since training"):
+    with pytest.raises(DepthlabError,
+                       match="corpus .* changed since training, or config.json.s data.path was edited to another file"):
         Trainer(tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20)), **QUIET)
 
 

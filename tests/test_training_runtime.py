@@ -110,6 +110,26 @@ def test_compile_mode_auto_is_cuda_graphs_on_one_cuda_device_only():
         assert rt.compile_mode == want, (mode, device, world)
 
 
+def test_a_compile_mode_that_does_nothing_says_so(tmp_path, tiny_text_file, monkeypatch):
+    """A mode asked for with the model not compiled, or CUDA graphs on a CPU: one warning each, naming the knob."""
+    from depthlab.trainer import Trainer
+
+    logs = []
+    Trainer(tiny_config(tmp_path / "a", tiny_text_file, train=dict(compile_mode="max-autotune", max_iters=2)),
+            log=logs.append)
+    assert [line for line in logs if "compile_mode" in line] == [
+        "warning: train.compile_mode max-autotune has no effect: the model is not compiled (train.compile auto = "
+        "on CUDA only; --train.compile true compiles it)"]
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)  # the warning, not a 40-s compile
+    logs.clear()
+    Trainer(tiny_config(tmp_path / "b", tiny_text_file, train=dict(compile=True, compile_mode="reduce-overhead",
+                                                                   max_iters=2)), log=logs.append)
+    assert sum("reduce-overhead's CUDA graphs do nothing on cpu" in line for line in logs) == 1
+    logs.clear()
+    Trainer(tiny_config(tmp_path / "c", tiny_text_file, train=dict(max_iters=2)), log=logs.append)
+    assert not [line for line in logs if "compile_mode" in line]  # auto says nothing
+
+
 def test_compile_failure_falls_back_to_eager_with_one_warning(tmp_path, tiny_text_file, monkeypatch):
     from depthlab.trainer import Trainer
 

@@ -97,9 +97,9 @@ def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str
     same_path = (old_path or None) == (path or None) or (corpus_file(path) is not None
                                                          and corpus_file(old_path) == corpus_file(path))
     if recorded and corpus_sha256 and not same_corpus and same_path:
-        raise DepthlabError(f"cannot resume {rd.path}: the corpus {path or 'embedded'} changed since training (its "
-                            "sha256 is not config.json's resolved.corpus_sha256); resume with the original file, "
-                            "or start a new run (--init-from)")
+        raise DepthlabError(f"cannot resume {rd.path}: the corpus {path or 'embedded'} changed since training, or "
+                            "config.json's data.path was edited to another file (its sha256 is not config.json's "
+                            "resolved.corpus_sha256); resume with the original file, or start a new run (--init-from)")
     if vocab_gone:
         old_vocab = list(vocab)  # the trainer writes it again, once the resume is allowed
     same_kind = (old.get("data") or {}).get("tokenizer", "char") == cfg.data.tokenizer

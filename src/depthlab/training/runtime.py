@@ -341,8 +341,16 @@ class Runtime:
 
     def wrap(self, model: torch.nn.Module, batch_size: int, block_size: int, port) -> torch.nn.Module:
         """``model`` compiled when :attr:`compile_wanted` (eager on failure), then in DDP with several processes."""
+        mode = self.train.compile_mode
         if self.compile_wanted:
+            if mode == "reduce-overhead" and self.device.type != "cuda":
+                self.log(f"warning: train.compile_mode reduce-overhead's CUDA graphs do nothing on {self.device.type}: "
+                         "the model compiles as with default")
             model = self._compile(model, batch_size, block_size, port)
+        elif mode not in ("auto", "default"):
+            self.log(f"warning: train.compile_mode {mode} has no effect: the model is not compiled (train.compile "
+                     f"{self.train.compile}{' = on CUDA only' if self.train.compile == 'auto' else ''}; "
+                     "--train.compile true compiles it)")
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
