@@ -307,6 +307,23 @@ def test_a_config_json_edited_by_hand_is_refused_against_the_checkpoints_config(
     assert _snapshot(run20) == before
 
 
+def test_a_config_json_edited_into_an_invalid_value_names_config_json_on_resume(run20, capsys):
+    """model.n_head 3 against n_embd 32: the train-time hint ("try n_head ...") would not resume the run; the
+    line says --resume read it from config.json and what puts it right."""
+    cfg = json.loads((run20 / "config.json").read_text())
+    cfg["model"]["n_head"] = 3
+    (run20 / "config.json").write_text(json.dumps(cfg))
+    before = _snapshot(run20)
+    rc = main(["train", "--resume", str(run20), "--train.max_iters", "30"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "must be divisible by model.n_head (3)" in err, err
+    assert f"(--resume reads {run20 / 'config.json'}: if that value was edited there by hand, put back the one the " \
+           "run was trained with)" in err
+    assert _snapshot(run20) == before
+    rc = main(["train", "--model.n_head", "3", "--train.out_dir", str(run20.parent / "new")])
+    assert rc == 2 and "--resume reads" not in capsys.readouterr().err  # not a resume: the plain line
+
+
 def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0

@@ -57,7 +57,15 @@ def run_train(ns) -> int:
 
     from .training.autotune import Restart
 
-    cfg = _config_from(ns)
+    try:
+        cfg = _config_from(ns)
+    except DepthlabError as e:
+        train = ns.as_dict().get("train") or {}
+        if not train.get("resume"):
+            raise
+        where = Path(train.get("out_dir") or ".") / "config.json"
+        raise DepthlabError(f"{e} (--resume reads {where}: if that value was edited there by hand, put back the "
+                            "one the run was trained with)") from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
