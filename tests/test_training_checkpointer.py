@@ -38,6 +38,7 @@ def _files(run):
 def test_background_writes_leave_the_same_files_as_writing_at_once(tmp_path, tiny_text_file, monkeypatch):
     """The same files with the same tensors, the same manifest entries and best (the sha256s vouch for them:
     a run that resumes or samples verifies them), even when each write takes longer than the steps after it."""
+    import json
     import time
 
     from depthlab import checkpoint as ckpt
@@ -63,6 +64,9 @@ def test_background_writes_leave_the_same_files_as_writing_at_once(tmp_path, tin
         assert now[name].keys() == thread[name].keys()
         assert all(torch.equal(now[name][k], thread[name][k]) for k in now[name])
     assert ckpt.verified_best(runs["thread"]).name == "best.safetensors"
+    t.save()  # outside the loop (the API): on disk when it returns, even with background writes allowed
+    assert t.checkpointer._writer is None and json.loads((runs["thread"] / "checkpoints" / "manifest.json")
+                                                         .read_text())["checkpoints"][-1]["name"] == "step-000030"
 
 
 def test_a_failed_background_write_stops_the_run_at_the_next_save(tmp_path, tiny_text_file, monkeypatch):

@@ -288,9 +288,9 @@ class Trainer:
         """Seconds of training wall time, earlier sessions of a resumed run included."""
         return self.wall_before + (time.time() - self._t_start)
 
-    def save(self, is_best: bool = False, val_loss: Optional[float] = None) -> None:
-        """Write a step checkpoint (and ``best`` if ``is_best``) on the main process."""
-        self.checkpointer.save(self, is_best=is_best, val_loss=val_loss)
+    def save(self, is_best: bool = False, val_loss: Optional[float] = None, background: bool = False) -> None:
+        """Write a step checkpoint (and ``best`` if ``is_best``) on the main process (:meth:`Checkpointer.save`)."""
+        self.checkpointer.save(self, is_best=is_best, val_loss=val_loss, background=background)
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self) -> dict:

@@ -144,10 +144,10 @@ class Checkpointer:
         log: console lines.
 
     Attributes:
-        background: :meth:`save` takes the snapshot (the files' bytes) at once and hands hashing and
-            writing to a thread, one write at a time and in order, so training goes on meanwhile. True on
-            CUDA, where the step checkpoint at every evaluation held the GPU idle ~0.42 s on an H200
-            machine at nanoGPT's GPU shape, about a third of a run to val 1.47; False elsewhere (a CPU's
+        background: the training loop's :meth:`save_agreed` takes the snapshot (the files' bytes) at once and
+            hands hashing and writing to a thread, one write at a time and in order, so training goes on
+            meanwhile. True on CUDA, where the step checkpoint at every evaluation held the GPU idle ~0.42 s on
+            an H200 machine at nanoGPT's GPU shape, about a third of a run to val 1.47; False elsewhere (a CPU's
             cores are busy training). A failed background write is raised by the next :meth:`save` or
             :meth:`wait`; the trainer waits for the last one before it reads ``best`` or returns.
     """
@@ -352,9 +352,9 @@ class Checkpointer:
             meta["tokenizer_sha256"] = tokenizer.sha256
         return meta
 
-    def save(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
-        """Write a step checkpoint of ``run`` (and ``best`` if ``is_best``) on the main process: now, or
-        in the background (:attr:`background`) from a snapshot taken now.
+    def save(self, run, is_best: bool = False, val_loss: Optional[float] = None, background: bool = False) -> None:
+        """Write a step checkpoint of ``run`` (and ``best`` if ``is_best``) on the main process: now, or with
+        ``background`` (the training loop's saves, where :attr:`background` allows) from a snapshot taken now.
 
         Raises:
             OSError or DepthlabError: this write failed, or the background write before it did.
@@ -365,7 +365,7 @@ class Checkpointer:
         files = ckpt.checkpoint_bytes(run.step, run.raw_model, run.resume_state(), meta)
         self.wait()
         args = (self.run_dir, files, run.cfg.train.keep_last, is_best, val_loss)
-        if not self.background:
+        if not (background and self.background):
             ckpt.write_checkpoint(*args)
             return
         self._writer = threading.Thread(target=self._write, args=args, name="depthlab-checkpoint", daemon=False)
@@ -396,7 +396,7 @@ class Checkpointer:
         Raises:
             DepthlabError or OSError: the checkpoint could not be written (on every rank).
         """
-        self._agreed(lambda: run.save(is_best=is_best, val_loss=val_loss))
+        self._agreed(lambda: run.save(is_best=is_best, val_loss=val_loss, background=True))
 
     def settle(self) -> None:
         """:meth:`wait` where another error is already on its way: a failed write is logged, not raised."""
