@@ -146,6 +146,13 @@ def test_a_plan_too_short_to_decay_says_so_instead_of_promising_min_lr():
     assert "which leaves 4 steps after step 200" in b.propose(200, 204, 0.5)  # a re-plan that shortens to 4 steps
 
 
+def test_a_plan_of_a_rate_already_at_its_floor_says_it_stays_there():
+    """A resumed run whose decay had ended: 'stays at train.min_lr', not 'decays to train.min_lr there'."""
+    msg = _budget()[1].propose(200, 500, 0.01, at_floor=True)
+    assert "max_iters is now 500, the learning rate stays at train.min_lr" in msg and "decays" not in msg
+    assert "decays to train.min_lr there" in _budget()[1].propose(200, 500, 0.01)
+
+
 def test_plan_round_trips_through_its_record_and_reads_the_old_record():
     p = Plan(max_iters=1876, lr_decay_iters=0, warmup_iters=50, max_iters_asked=5000, lr_decay_iters_asked=0,
              warmup_iters_asked=50, s_per_step=0.135, s_per_eval=2.1, at_step=200)
@@ -329,3 +336,23 @@ def test_a_budget_that_ends_inside_the_warmup_says_so(tmp_path, tiny_text_file, 
     said = [x for x in lines if x.startswith("stopped by train.max_time")]
     assert said and said[0].endswith("the learning rate was still warming up (the budget ended before "
                                      "train.fit_to_time had timed the steps it plans from)"), lines
+
+
+@pytest.mark.slow
+def test_the_plan_line_of_a_resumed_finished_decay_says_the_rate_stays_and_a_warmup_is_not_a_floor(
+        tmp_path, tiny_text_file, capsys):
+    from conftest import run_cli, tiny_cli_args
+
+    run = tmp_path / "r"
+    rc, _, _ = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=40,
+                                                      train__max_time=0, train__warmup_iters=5))
+    assert rc == 0
+    rc, out, _ = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "1000000", "--train.max_time", "3")
+    assert rc == 0 and "the learning rate stays at train.min_lr 0.0001 (the decay ended at step 40)" in out, out
+    plan = next(line for line in out.splitlines() if line.startswith("train.fit_to_time: the steps from 40"))
+    assert "the learning rate stays at train.min_lr (" in plan and "decays" not in plan, plan
+    # a long warmup starts below min_lr: not a floor (the rate at step 20 of 1000 is 6e-5 of a 3e-3 peak)
+    rc, out, _ = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, tmp_path / "w", train__max_iters=1000000,
+                                                      train__max_time=3, train__warmup_iters=1000))
+    plan = next(line for line in out.splitlines() if line.startswith("train.fit_to_time:"))
+    assert rc == 0 and "stays at train.min_lr" not in plan, plan

@@ -39,8 +39,11 @@ FILL = 0.98
 DECAY_STEPS = 10
 
 
-def _decay_words(step: int, n: int) -> str:
-    """What the learning rate does up to a plan's end ``n`` made at ``step``, true of a plan too short to decay."""
+def _decay_words(step: int, n: int, at_floor: bool = False) -> str:
+    """What the learning rate does up to a plan's end ``n`` made at ``step``, true of a plan too short to decay
+    and of a rate already at its floor (``at_floor``)."""
+    if at_floor:
+        return "the learning rate stays at train.min_lr"
     if n - step >= DECAY_STEPS:
         return "the learning rate decays to train.min_lr there"
     return (f"which leaves {n - step} step{'s' if n - step != 1 else ''} after step {step}: too few for the learning "
@@ -257,11 +260,12 @@ class TimeBudget:
         left = FILL * t.max_time - elapsed - s_eval - s_final
         return step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
 
-    def propose(self, step: int, n: int, s_step: float) -> Optional[str]:
+    def propose(self, step: int, n: int, s_step: float, at_floor: bool = False) -> Optional[str]:
         """Make ending at step ``n`` (capped at the steps asked for) the plan, unless within 1 % of the current end.
 
         Sets :attr:`plan` to a new :class:`Plan` (the config is not touched); returns a line for the
-        log, or None when the plan stands.
+        log, or None when the plan stands. ``at_floor``: the rate is already train.min_lr (a resumed run whose
+        decay had ended), so the line says it stays there.
         """
         t, old = self.train, self.plan
         n = min(n, t.max_iters)
@@ -269,7 +273,7 @@ class TimeBudget:
             return None  # no change of schedule for noise
         decay = min(t.lr_decay_iters, n)  # 0 stays 0: the decay ends with the plan
         if old is not None:  # a later plan
-            short = f", {_decay_words(step, n)}" if n - step < DECAY_STEPS else ""
+            short = f", {_decay_words(step, n, at_floor)}" if n - step < DECAY_STEPS else ""
             msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over steps {self.timed_from}-{step}; "
                    f"max_iters is now {n} (was {old.max_iters}){short}")
             self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
@@ -290,7 +294,7 @@ class TimeBudget:
         steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
-                f"{shorter}, {_decay_words(step, n)} "
+                f"{shorter}, {_decay_words(step, n, at_floor)} "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")
 
     def planned_end(self) -> bool:

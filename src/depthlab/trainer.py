@@ -399,7 +399,8 @@ class Trainer:
             return
         n = self.runtime.min_int(self.budget.steps_that_fit(self.step, s_step, time.time() - self._t_start))
         lr_before, warmup_before = self.schedule.lr_at(self.step), self.schedule.warmup_iters
-        msg = self.budget.propose(self.step, n, s_step)
+        floor = self.step > warmup_before and lr_before <= self.cfg.train.min_lr * (1 + 1e-6)  # a warmup starts low
+        msg = self.budget.propose(self.step, n, s_step, at_floor=floor)
         if msg is None:
             return
         self.log(msg)
