@@ -35,16 +35,21 @@ def test_benchmark_scripts_import_and_parse_args(script):
 
 
 # ------------------------------------------------------------------ benchmarks/vs_nanogpt.py
-@pytest.fixture(scope="module")
-def vs_nanogpt():
-    """benchmarks/vs_nanogpt.py as a module (it imports benchmarks/_common.py)."""
+def _benchmark(name: str):
+    """benchmarks/NAME.py as a module, with benchmarks/ on the path while it is used (for _common.py and the
+    scripts they import)."""
     import importlib
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        yield importlib.import_module("vs_nanogpt")
+        yield importlib.import_module(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@pytest.fixture(scope="module")
+def vs_nanogpt():
+    yield from _benchmark("vs_nanogpt")
 
 
 def test_vs_nanogpt_reads_train_py_log(vs_nanogpt):
@@ -173,13 +178,7 @@ def test_vs_nanogpt_quick_against_the_reimplementation():
 # ------------------------------------------------------------------ benchmarks/gpu_vs_nanogpt.py
 @pytest.fixture(scope="module")
 def gpu_vs():
-    import importlib
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        yield importlib.import_module("gpu_vs_nanogpt")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    yield from _benchmark("gpu_vs_nanogpt")
 
 
 def test_gpu_vs_nanogpt_row_and_ratio(gpu_vs):
