@@ -146,7 +146,7 @@ def execute(job: dict, callbacks: Sequence = ()) -> dict:
     if job.get("threads") and not (cfg.get("train") or {}).get("threads"):
         # the sweep's share of the cores is the run's given thread count: measured auto must not replace it,
         # nor read Ray's OMP_NUM_THREADS=1 in its workers as the user's
-        cfg = {**cfg, "train": {**cfg["train"], "threads": int(job["threads"])}}
+        cfg = {**cfg, "train": {**(cfg.get("train") or {}), "threads": int(job["threads"])}}
     status, msg = _train_one(cfg, _run_log(run_dir), callbacks, job.get("hparams"))
     if status != "ok":  # a failure's message replaces a failed probe's
         message = msg

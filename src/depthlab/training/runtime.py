@@ -348,9 +348,9 @@ class Runtime:
                          "the model compiles as with default")
             model = self._compile(model, batch_size, block_size, port)
         elif mode not in ("auto", "default"):
+            c = self.train.compile
             self.log(f"warning: train.compile_mode {mode} has no effect: the model is not compiled (train.compile "
-                     f"{self.train.compile}{' = on CUDA only' if self.train.compile == 'auto' else ''}; "
-                     "--train.compile true compiles it)")
+                     f"{str(c).lower()}{' = on CUDA only' if c == 'auto' else ''}; --train.compile true compiles it)")
         if self.world_size > 1:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
