@@ -23,6 +23,8 @@ fi
 python3 benchmarks/gpu_vs_nanogpt.py --nanogpt "$nano" --deadline "$deadline" --logs "$out/g" --variants "$variants"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -20 | tee -a "$out/env.txt"
 echo "start-up profile: depthlab train --preset nanogpt-gpu, 1 step, eager (cProfile, cumulative s):" | tee -a "$out/env.txt"
-python3 -m cProfile -s cumtime -m depthlab train --preset nanogpt-gpu --train.max_iters 1 --train.compile false \
-  --train.eval_iters 1 --train.final_validation false --train.out_dir /tmp/startup --train.progress false \
-  2>&1 | grep -E "ncalls|src/depthlab/|cuda/__init__|_lazy_init" | head -30 | tee -a "$out/env.txt"
+python3 -m cProfile -o /tmp/startup.prof -m depthlab train --preset nanogpt-gpu --train.max_iters 1 \
+  --train.compile false --train.eval_iters 1 --train.final_validation false --train.out_dir /tmp/startup \
+  --train.progress false > /tmp/startup.log 2>&1 || tail -3 /tmp/startup.log | tee -a "$out/env.txt"
+python3 -c "import pstats; pstats.Stats('/tmp/startup.prof').sort_stats('cumulative').print_stats(35)" 2>&1 \
+  | tail -45 | tee -a "$out/env.txt"

@@ -63,7 +63,9 @@ def run_train(ns) -> int:
         train = ns.as_dict().get("train") or {}
         if not train.get("resume"):
             raise
-        where = Path(train.get("out_dir") or ".") / "config.json"
+        from .rundir import CONFIG
+
+        where = Path(train.get("out_dir") or ".") / CONFIG
         raise DepthlabError(f"{e} (--resume reads {where}: if that value was edited there by hand, put back the "
                             "one the run was trained with)") from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed

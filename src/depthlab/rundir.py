@@ -258,8 +258,7 @@ def damaged_config_error(path: Path) -> DepthlabError:
     """:func:`damaged_file_error` for a config.json, naming the section when the JSON is whole but a section
     is not an object (``"model": null``): the fix is then an edit, not a new run."""
     v = read_json(path)
-    bad = [k for k in ("data", "model", "train", "resolved") if isinstance(v, dict)
-           and (k in v or k == "model") and not isinstance(v.get(k), dict)]
+    bad = _config_section_faults(v) if isinstance(v, dict) else []
     if not bad:
         return damaged_file_error(path)
     what = ", ".join(f'"{k}": {json.dumps(v.get(k))[:40]}' for k in bad)
@@ -597,11 +596,15 @@ def _nats(entry: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _config_section_faults(v: dict) -> list[str]:
+    """The sections of a config.json object that are not objects: ``model`` must be one; ``data``, ``train`` and
+    ``resolved`` (depthlab's record alone) must be when present (``"model": null`` had read as the default model)."""
+    return [k for k in ("data", "model", "train", "resolved")
+            if (k in v or k == "model") and not isinstance(v.get(k), dict)]
+
+
 _SHAPES = {
-    # every section depthlab writes is an object (``"model": null`` had read as the default model); ``resolved``
-    # is depthlab's record alone
-    CONFIG: lambda v: (isinstance(v.get("model"), dict)
-                       and all(isinstance(v.get(k, {}), dict) for k in ("data", "train", "resolved"))),
+    CONFIG: lambda v: not _config_section_faults(v),
     VOCAB: lambda v: all(isinstance(c, str) for c in v),
     BASELINES: lambda v: (all(_nats(v.get(k)) for k in ("uniform", "unigram", "bigram"))
                           and ("one_char_floor" not in v or _nats(v["one_char_floor"]))),

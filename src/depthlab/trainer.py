@@ -494,7 +494,8 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     if rt.tuning is not None and run.device.type == "cpu":
         given = [f"train.{f}" for f, auto in (("threads", 0), ("dtype", "auto"), ("attention", "auto"))
                  if getattr(t, f) != auto]
-        given += [f"OMP_NUM_THREADS={env_threads()}"] if env_threads() and not t.threads else []
+        omp = env_threads()
+        given += [f"OMP_NUM_THREADS={omp}"] if omp and not t.threads else []
         lines.append(rt.tuning.line(given))
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
                  f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")

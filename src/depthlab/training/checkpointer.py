@@ -402,7 +402,7 @@ class Checkpointer:
         """:meth:`wait` where another error is already on its way: a failed write is logged, not raised."""
         try:
             self.wait()
-        except BaseException as e:  # noqa: BLE001 - the error in flight is the one to report
+        except Exception as e:  # noqa: BLE001 - the error in flight is the one to report (Ctrl-C is not swallowed)
             self.log(f"warning: the last checkpoint write failed too ({type(e).__name__}: {e})")
 
     def wait_agreed(self) -> None:
