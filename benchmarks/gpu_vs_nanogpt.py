@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from vs_nanogpt import DL_EVAL, NANO_EVAL, eval_lines, nanogpt_iters, prepare_nanogpt, run_logged
+from vs_nanogpt import DL_EVAL, NANO_EVAL, cli_main, eval_lines, nanogpt_iters, prepare_nanogpt, run_logged
 
 from depthlab import rundir
 from depthlab.errors import DepthlabError
@@ -210,12 +210,7 @@ def table(results: list[dict], nano: dict, target: float, what: str, logs: Path)
 
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point: 0 done, 2 bad input or a failed run (one ``depthlab: error:`` line)."""
-    try:
-        run(parse_args(sys.argv[1:] if argv is None else argv))
-    except DepthlabError as e:
-        print(f"depthlab: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return cli_main(lambda a: run(parse_args(a)), argv)
 
 
 if __name__ == "__main__":

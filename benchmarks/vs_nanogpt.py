@@ -611,18 +611,20 @@ def run(a: argparse.Namespace) -> None:
     print_summary(rounds, fpt, a, "nanoGPT train.py" if nano else "nanoGPT re-implementation")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """Entry point: 0 done, 2 bad input or a failed run (one ``depthlab: error:`` line)."""
-    argv = sys.argv[1:] if argv is None else argv
+def cli_main(body: Callable[[list[str]], None], argv: Optional[list[str]] = None) -> int:
+    """Run ``body(argv)`` (default: this process's arguments): 0 done, 2 bad input or a failed run (one
+    ``depthlab: error:`` line on stderr). Shared by the benchmarks that compare with nanoGPT."""
     try:
-        if argv[:1] == ["--reference-train"]:
-            reference_train(argv[1:])
-        else:
-            run(parse_args(argv))
+        body(sys.argv[1:] if argv is None else argv)
     except DepthlabError as e:
         print(f"depthlab: error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point: 0 done, 2 bad input or a failed run (one ``depthlab: error:`` line)."""
+    return cli_main(lambda a: reference_train(a[1:]) if a[:1] == ["--reference-train"] else run(parse_args(a)), argv)
 
 
 if __name__ == "__main__":
