@@ -317,8 +317,9 @@ def test_a_config_json_edited_into_an_invalid_value_names_config_json_on_resume(
     rc = main(["train", "--resume", str(run20), "--train.max_iters", "30"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "must be divisible by model.n_head (3)" in err, err
-    assert f"(--resume reads {run20 / 'config.json'}: if that value was edited there by hand, put back the one the " \
-           "run was trained with)" in err
+    assert f"(--resume reads {run20 / 'config.json'}, which differs from the checkpoint step-000020 (the config its " \
+           "weights were trained with): model.n_head 2 -> 3 (checkpoint -> config.json): put the checkpoint's values " \
+           "back)" in err
     assert _snapshot(run20) == before
     rc = main(["train", "--model.n_head", "3", "--train.out_dir", str(run20.parent / "new")])
     assert rc == 2 and "--resume reads" not in capsys.readouterr().err  # not a resume: the plain line
@@ -610,7 +611,8 @@ def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, 
     out = capsys.readouterr().out
     # the plan's end is named, not max_iters (100,000 > n read as a contradiction)
     assert f"nothing to train: the run is at step {n}, the end train.fit_to_time planned" in out
-    assert f"--train.max_iters larger than {n}" in out and "is 100000" not in out
+    assert f"--train.max_iters larger than {n} (a total) and other than 100000, the one that plan was made from" \
+        in out and "is 100000" not in out  # 100000 itself keeps the plan: the line must not invite it
     c2 = json.loads((tmp_path / "r" / "config.json").read_text())
     assert c2 == c and c2["train"]["max_iters"] == 100_000 and c2["resolved"]["plan"]["max_iters"] == n < 100_000
 

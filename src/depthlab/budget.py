@@ -139,8 +139,9 @@ def nothing_to_train(step: int, max_iters: int, plan: Optional[Plan]) -> str:
     if plan is not None and plan.ends_early:
         return (f"nothing to train: the run is at step {step}, the end train.fit_to_time planned for "
                 f"train.max_time {plan.max_time:g} s (its learning rate decayed by then); a resume continues that "
-                f"plan, so a larger --train.max_time does not extend it. To train on, pass --train.max_iters larger "
-                f"than {step} (a total). Nothing was changed.")
+                f"plan, so a larger --train.max_time does not extend it. To train on, pass a --train.max_iters "
+                f"larger than {step} (a total) and other than {plan.max_iters_asked}, the one that plan was made "
+                f"from (it then plans this session anew). Nothing was changed.")
     return (f"nothing to train: the run is at step {step} and train.max_iters is {max_iters} (a total); pass a "
             f"larger --train.max_iters to extend it. Nothing was changed.")
 

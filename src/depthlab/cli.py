@@ -63,11 +63,14 @@ def run_train(ns) -> int:
         train = ns.as_dict().get("train") or {}
         if not train.get("resume"):
             raise
+        from .checkpoint import config_edits
         from .rundir import CONFIG
 
-        where = Path(train.get("out_dir") or ".") / CONFIG
-        raise DepthlabError(f"{e} (--resume reads {where}: if that value was edited there by hand, put back the "
-                            "one the run was trained with)") from None
+        run = Path(train.get("out_dir") or ".")
+        edits = config_edits(run)  # the checkpoint's own config names the value to put back
+        raise DepthlabError(f"{e} (--resume reads {run / CONFIG}" + (
+            f", which {edits}: put the checkpoint's values back)" if edits else
+            ": if that value was edited there by hand, put back the one the run was trained with)")) from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
