@@ -372,3 +372,17 @@ def test_cache_refuses_positions_past_block_size():
         m.forward_cached(torch.zeros(1, 3, dtype=torch.long), cache)
     cache.reset()
     assert cache.pos == 0 and m.forward_cached(torch.zeros(1, 8, dtype=torch.long), cache).shape == (1, 11)
+
+
+def test_causal_bias_is_made_once_and_is_a_plain_tensor_even_when_first_made_in_inference_mode():
+    from depthlab.model import causal_bias
+
+    with torch.inference_mode():
+        b = causal_bias(2, 4, torch.float32, torch.device("cpu"))  # query i is position 2 + i
+    assert not b.is_inference() and causal_bias(2, 4, torch.float32, torch.device("cpu")) is b
+    assert torch.equal(torch.isinf(b), torch.tensor([[False, False, False, True], [False] * 4]))
+    assert causal_bias(2, 4, torch.bfloat16, torch.device("cpu")).dtype == torch.bfloat16
+    q = torch.randn(1, 1, 2, 8, requires_grad=True)  # used by a training forward after sampling made it
+    att = torch.baddbmm(b, q.reshape(1, 2, 8), torch.randn(1, 8, 4))
+    att.softmax(-1).sum().backward()
+    assert q.grad is not None

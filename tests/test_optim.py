@@ -158,3 +158,40 @@ def test_state_dict_round_trip_continues_identically_and_an_adamw_state_is_refus
         assert torch.equal(p, q), n
     with pytest.raises(ValueError, match="not a Muon"):
         o2.load_state_dict(torch.optim.AdamW(m2.parameters()).state_dict())
+
+
+def test_a_state_loaded_into_a_stepped_muon_replaces_its_stacked_momentum():
+    # Muon keeps each shape's momentum as one stack, the per-parameter state entries its views: a state
+    # loaded into a Muon that has stepped since must be used, not the stack it had made
+    gen = torch.Generator().manual_seed(4)
+    shapes = [(16, 48), (16, 48), (48, 16)]
+    grads = [[torch.randn(*s, generator=gen) for s in shapes] for _ in range(5)]
+    w0 = [torch.randn(*s, generator=gen) for s in shapes]
+
+    def step(ps, opt, gs):
+        for p, g in zip(ps, gs):
+            p.grad = g.clone()
+        opt.step()
+
+    p1 = [torch.nn.Parameter(w.clone()) for w in w0]
+    o1 = Muon(p1, lr=0.02, weight_decay=0.1)
+    step(p1, o1, grads[0])
+    buf = io.BytesIO()
+    torch.save({"w": [p.detach().clone() for p in p1], "opt": o1.state_dict()}, buf)
+    for gs in grads[1:4]:
+        step(p1, o1, gs)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    with torch.no_grad():
+        for p, w in zip(p1, saved["w"]):
+            p.copy_(w)
+    o1.load_state_dict(saved["opt"])
+    p2 = [torch.nn.Parameter(w.clone()) for w in saved["w"]]
+    o2 = Muon(p2, lr=0.02, weight_decay=0.1)
+    o2.load_state_dict(saved["opt"])
+    step(p1, o1, grads[4])
+    step(p2, o2, grads[4])
+    for a, b in zip(p1, p2):
+        assert torch.equal(a, b)
+    bufs = [s["momentum_buffer"] for s in o1.state_dict()["state"].values()]
+    assert len(bufs) == 3 and all(torch.equal(b, o2.state[q]["momentum_buffer"]) for b, q in zip(bufs, p2))

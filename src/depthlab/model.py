@@ -20,7 +20,7 @@ whole context's; the logits are the same function as :meth:`GPT.forward`'s (test
 from __future__ import annotations
 
 import math
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable, Optional
 
 import torch
@@ -156,6 +156,29 @@ class KVCache:
         return self.k[i], self.v[i], self.pos
 
 
+def causal_bias(T: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(T, S) additive causal mask: 0 where query i (position S - T + i) may see key j, -inf elsewhere.
+
+    Made once per shape, dtype and device and shared (callers only read it): building it took five
+    small ops per block and step, ~2 % of a step at nanoGPT's CPU shape (torch.profiler, Zen 4). Built
+    in place while torch.compile traces (a graph constant there, not a Python cache).
+    """
+    if torch.compiler.is_compiling():
+        return _causal_bias(T, S, dtype, device)
+    return _cached_causal_bias(T, S, dtype, device)
+
+
+def _causal_bias(T: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    keep = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    return torch.zeros(T, S, device=device).masked_fill_(~keep, float("-inf")).to(dtype)
+
+
+@lru_cache(maxsize=16)
+def _cached_causal_bias(T: int, S: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    with torch.inference_mode(False), torch.no_grad():  # a plain tensor even when first asked for in sampling
+        return _causal_bias(T, S, dtype, device)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (Vaswani et al. 2017), fused q/k/v projection.
 
@@ -223,10 +246,8 @@ class CausalSelfAttention(nn.Module):
         """
         B, nh, T, hs = q.shape
         S = k.size(2)
-        bias = torch.zeros(T, S, device=q.device).masked_fill_(
-            ~torch.ones(T, S, dtype=torch.bool, device=q.device).tril(diagonal=S - T), float("-inf"))
-        att = torch.baddbmm(bias.to(q.dtype), q.reshape(B * nh, T, hs), k.reshape(B * nh, S, hs).transpose(1, 2),
-                            alpha=1.0 / math.sqrt(hs))  # (B * nh, T, S)
+        att = torch.baddbmm(causal_bias(T, S, q.dtype, q.device), q.reshape(B * nh, T, hs),
+                            k.reshape(B * nh, S, hs).transpose(1, 2), alpha=1.0 / math.sqrt(hs))  # (B * nh, T, S)
         att = self.hook_pattern(att.softmax(dim=-1).view(B, nh, T, S))  # (B, nh, T, S)
         return self.attn_dropout(att) @ v  # (B, nh, T, hs)
 
