@@ -356,3 +356,18 @@ def test_the_plan_line_of_a_resumed_finished_decay_says_the_rate_stays_and_a_war
                                                       train__max_time=3, train__warmup_iters=1000))
     plan = next(line for line in out.splitlines() if line.startswith("train.fit_to_time:"))
     assert rc == 0 and "stays at train.min_lr" not in plan, plan
+
+
+def test_a_plan_that_cannot_fit_even_one_step_says_by_how_much_it_runs_past_max_time():
+    t, b = _budget(max_time=12.0)
+    b.note_eval(2.0)
+    b.final_batches = 5 * t.eval_iters  # the final validation: 2.5 evaluations' worth, 5 s
+    # at 9 s: one step (0.1 s), the last evaluation (2 s) and the final validation (5 s) end at 16.1 s
+    assert b.steps_that_fit(20, 0.1, 9.0) == 21
+    msg = b.propose(20, 21, 0.1)
+    assert "ends ~4.1 s past train.max_time 12 s" in msg and "evaluation and final validation take ~7.0 s" in msg
+    assert "--train.final_validation false" in msg
+    t, b = _budget(max_time=12.0)
+    b.note_eval(2.0)
+    assert b.steps_that_fit(20, 0.1, 2.0) > 21  # when steps fit, no such clause
+    assert "past train.max_time" not in b.propose(20, b.steps_that_fit(20, 0.1, 2.0), 0.1)

@@ -169,6 +169,8 @@ class TimeBudget:
         self.eval_first: Optional[float] = None
         self.eval_total = 0.0
         self.final_batches = 0
+        self.overrun = 0.0  # seconds past max_time of the shortest plan (steps_that_fit), 0 when it fits
+        self.last_evals_s = 0.0
         self._mark: Optional[tuple[int, float, float]] = None  # (step, time, eval_total) at the last mark
         self.timed_from = 0  # the step of the reading before the latest one: the steps a plan timed begin there
 
@@ -259,7 +261,11 @@ class TimeBudget:
         s_eval = self._s_eval(s_step)
         s_final = s_eval * self.final_batches / (2 * max(t.eval_iters, 1))
         left = FILL * t.max_time - elapsed - s_eval - s_final
-        return step + max(1, int(left / (s_step + s_eval / t.eval_interval)))
+        fit = int(left / (s_step + s_eval / t.eval_interval))
+        # the plan keeps one step even when none fits: by this much the session then runs past max_time
+        self.overrun = max(0.0, elapsed + s_step + s_eval + s_final - t.max_time) if fit < 1 else 0.0
+        self.last_evals_s = s_eval + s_final
+        return step + max(1, fit)
 
     def propose(self, step: int, n: int, s_step: float, at_floor: bool = False) -> Optional[str]:
         """Make ending at step ``n`` (capped at the steps asked for) the plan, unless within 1 % of the current end.
@@ -276,7 +282,7 @@ class TimeBudget:
         if old is not None:  # a later plan
             short = f", {_decay_words(step, n, at_floor)}" if n - step < DECAY_STEPS else ""
             msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over steps {self.timed_from}-{step}; "
-                   f"max_iters is now {n} (was {old.max_iters}){short}")
+                   f"max_iters is now {n} (was {old.max_iters}){short}{self._overrun_words()}")
             self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
                                             at_step=step)
             return msg
@@ -296,7 +302,18 @@ class TimeBudget:
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
                 f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
                 f"{shorter}, {_decay_words(step, n, at_floor)} "
-                f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit)")
+                f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit){self._overrun_words()}")
+
+    def _overrun_words(self) -> str:
+        """The end of a first plan's line when even its one step runs past max_time (:meth:`steps_that_fit`)."""
+        if self.overrun < 0.05:
+            return ""
+        t = self.train
+        final = " and final validation" if self.final_batches else ""
+        knobs = "train.eval_iters" + (" or --train.final_validation false" if self.final_batches else "")
+        return (f"; even so this session ends ~{self.overrun:.1f} s past train.max_time {t.max_time:g} s: its last "
+                f"evaluation{final} take{'' if final else 's'} ~{self.last_evals_s:.1f} s (a larger train.max_time, "
+                f"a smaller {knobs} brings it inside)")
 
     def planned_end(self) -> bool:
         """True when the run ends at the plan's step, before the steps asked for (the time limit ended it)."""
