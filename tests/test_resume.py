@@ -325,6 +325,23 @@ def test_a_config_json_edited_into_an_invalid_value_names_config_json_on_resume(
     assert rc == 2 and "--resume reads" not in capsys.readouterr().err  # not a resume: the plain line
 
 
+def test_a_noted_field_edited_in_config_json_is_announced_like_a_command_line_change(run20, capsys):
+    """model.dropout edited by hand in config.json: the resume uses it, so it says so, as for --model.dropout."""
+    cfg = json.loads((run20 / "config.json").read_text())
+    cfg["model"]["dropout"] = 0.1
+    (run20 / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
+    cap = capsys.readouterr()
+    assert "resume: model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the " \
+           "regularisation changes from the next step" in cap.out + cap.err
+    saved = json.loads(ckpt.read_metadata(run20 / "checkpoints" / "step-000030.safetensors")["config"])
+    assert saved["model"]["dropout"] == 0.1  # the line is true: the resumed steps trained with it
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "40"]) == 0
+    cap = capsys.readouterr()
+    assert "model.dropout" not in cap.out + cap.err  # the newer checkpoint holds 0.1: nothing changed since
+
+
 def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0

@@ -38,8 +38,8 @@ CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "checkpoint_bytes", "write_checkpoint", "latest_checkpoint",
            "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "config_edits",
-           "refuse_edited_config", "model_config_from_meta", "capture_rng_state", "restore_rng_state",
-           "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
+           "config_json_notes", "refuse_edited_config", "model_config_from_meta", "capture_rng_state",
+           "restore_rng_state", "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
 
 def clean_state_dict(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -536,6 +536,22 @@ def config_edits(run_dir: Path) -> Optional[str]:
         return None
     return (f"differs from the checkpoint {name} (the config its weights were trained with): {'; '.join(edited)} "
             f"(checkpoint -> {CONFIG})")
+
+
+def config_json_notes(run_dir: Path) -> list[str]:
+    """The fields a resume may change with a line (:data:`RESUME_NOTED`) whose value in a run's config.json differs
+    from the config stored in its newest checkpoint: edited there by hand, they would be used without a word.
+
+    Returns:
+        e.g. ``["model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the
+        regularisation changes from the next step"]``; empty without a checkpoint or a readable config.json.
+    """
+    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
+    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
+    if saved is None or old is None:
+        return []
+    _, noted = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
+    return [line.replace(": ", f" (edited in {CONFIG} since the checkpoint {name}): ", 1) for line in noted]
 
 
 def refuse_edited_config(run_dir: Path, prefix: str) -> None:

@@ -187,7 +187,7 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
                                 "start a new run (--init-from to reuse its weights)")
-        for line in noted:
+        for line in ckpt.config_json_notes(rd.path) + noted:
             self.log(f"resume: {line}")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
