@@ -41,7 +41,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
-from .training.autotune import env_threads, tune
+from .training.autotune import env_threads, env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
 from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
@@ -485,8 +485,9 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     """The lines a run prints before its first step: schedule warnings, size and settings (with the
     measured ``auto`` line on a CPU), and the global batch."""
     t, m, rt = run.cfg.train, run.cfg.model, run.runtime
-    lines = [f"warning: {w}" for w in schedule_warnings(t)]
     r = rt.resolved()
+    omp = env_threads_warning(t, r["threads"], rt.tuning.source if rt.tuning is not None else None)
+    lines = [f"warning: {w}" for w in schedule_warnings(t) + ([omp] if omp else [])]
     shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
     lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "

@@ -158,6 +158,28 @@ def env_threads() -> int:
     return int(raw) if raw.isdigit() and int(raw) > 0 else 0
 
 
+#: What a run's thread count came from when it is not given, by :class:`Tuning` source (None: no tuning).
+_THREADS_FROM = {"measured": "the fastest it measured", "cached": "the fastest measured earlier on this machine",
+                 "resumed": "the run's own earlier choice", "rule": "its auto choice, not measured",
+                 None: "its auto choice"}
+
+
+def env_threads_warning(train, threads: int, source: Optional[str]) -> Optional[str]:
+    """The warning for an ``OMP_NUM_THREADS`` that is set but not a positive integer (``abc``, ``0``, ``4,2``), which
+    :func:`env_threads` ignores, saying what sets the thread count instead, or None.
+
+    Args:
+        train: the run's TrainConfig. threads: the threads the run uses. source: its :class:`Tuning`'s source, or None.
+    """
+    raw = os.environ.get("OMP_NUM_THREADS")
+    if raw is None or not raw.strip() or env_threads():
+        return None
+    instead = (f"lets train.threads {train.threads} set the thread count" if train.threads else
+               f"runs with {counted(threads, 'thread')}, {_THREADS_FROM.get(source, _THREADS_FROM[None])}")
+    return (f"OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab ignores it and {instead}; "
+            "set it to a number (OMP_NUM_THREADS=1) or unset it")
+
+
 def given_threads(train) -> int:
     """The thread count the user gave: ``train.threads``, else ``OMP_NUM_THREADS``; 0 = measured."""
     return train.threads or env_threads()
