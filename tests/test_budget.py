@@ -371,3 +371,46 @@ def test_a_plan_that_cannot_fit_even_one_step_says_by_how_much_it_runs_past_max_
     b.note_eval(2.0)
     assert b.steps_that_fit(20, 0.1, 2.0) > 21  # when steps fit, no such clause
     assert "past train.max_time" not in b.propose(20, b.steps_that_fit(20, 0.1, 2.0), 0.1)
+
+
+@pytest.mark.parametrize("max_iters", [1, 2, 3, 20, 23])
+def test_the_warmup_warning_of_a_run_too_short_to_plan_says_nothing_of_fit_to_time(max_iters):
+    """A new user's pass: with --train.max_iters 1-3 the warning said fit_to_time could shorten the run and end
+    its warmup early; its first plan comes after FIT_STEPS steps, so it never can."""
+    from depthlab.config import schedule_warnings
+
+    t = TrainConfig(max_iters=max_iters, warmup_iters=50, max_time=30, fit_to_time=True)
+    (w,) = schedule_warnings(t)
+    assert w == (f"train.warmup_iters (50) >= train.max_iters ({max_iters}): the peak train.learning_rate 0.003 is "
+                 "never reached and the cosine decay never starts")
+    b = TimeBudget(t)
+    b.begin(0)
+    assert not b.may_shorten
+    b.start = 0  # even timed, the earliest plan (a step after the first reading) is no change of the end
+    assert b.propose(FIT_STEPS, FIT_STEPS + 1, 0.1) is None and b.plan is None
+
+
+def test_the_warmup_warning_keeps_the_fit_to_time_clause_where_a_plan_can_shorten_the_run():
+    from depthlab.config import schedule_warnings
+
+    t = TrainConfig(max_iters=24, warmup_iters=50, max_time=30, fit_to_time=True)
+    assert "unless train.fit_to_time shortens the run" in schedule_warnings(t)[0]
+    b = TimeBudget(t)
+    b.begin(0)
+    assert b.may_shorten and b.propose(FIT_STEPS, FIT_STEPS + 1, 0.1) is not None and b.plan.max_iters == 21
+    b = TimeBudget(t)
+    b.begin(4)  # a session resumed at step 4 would time 20 steps first: too late to end before 24
+    assert not b.may_shorten
+    assert "unless" not in schedule_warnings(t, plannable=False)[0]
+
+
+def test_a_three_step_run_prints_the_warmup_warning_without_the_fit_to_time_clause(tmp_path, tiny_text_file,
+                                                                                   capsys):
+    from depthlab.cli import main
+    from conftest import tiny_cli_args
+
+    assert main(["train", *tiny_cli_args(tiny_text_file, tmp_path / "r", train__max_iters=3,
+                                         train__warmup_iters=50)]) == 0
+    err = capsys.readouterr().err
+    assert ("depthlab: warning: train.warmup_iters (50) >= train.max_iters (3): the peak train.learning_rate 0.003 "
+            "is never reached and the cosine decay never starts\n") in err and "fit_to_time" not in err

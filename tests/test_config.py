@@ -107,7 +107,7 @@ def test_contradictory_schedule_is_refused_or_warned():
     assert len(w) == 1 and "train.warmup_iters (100) >= train.max_iters (20)" in w[0]
     assert schedule_warnings(TrainConfig(max_iters=200, warmup_iters=100)) == []
     # a new user's pass: the warning said the peak is never reached while fit_to_time's plan capped the warmup
-    (w,) = schedule_warnings(TrainConfig(max_iters=20, warmup_iters=100, max_time=30, fit_to_time=True))
+    (w,) = schedule_warnings(TrainConfig(max_iters=40, warmup_iters=100, max_time=30, fit_to_time=True))
     assert "unless train.fit_to_time shortens the run" in w
     (w,) = schedule_warnings(TrainConfig(max_iters=20, warmup_iters=100, max_time=0))
     assert "fit_to_time" not in w  # no time limit: no plan, the warning stands as it is

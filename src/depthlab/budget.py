@@ -18,13 +18,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from .config import TrainConfig
+from .config import FIT_STEPS, TrainConfig, fit_can_shorten
 
 __all__ = ["FIT_STEPS", "LATE_STEPS", "REFIT_STEPS", "Plan", "TimeBudget", "nothing_to_train"]
 
-#: Training steps timed before the first plan (the first two are not timed), and the step of the
-#: second, better-measured plan (both counted from the session's first step).
-FIT_STEPS = 20
+#: Training steps timed before the first plan (the first two are not timed; FIT_STEPS lives in config, whose
+#: schedule warning needs it), and the step of the second, better-measured plan (both counted from the session's
+#: first step).
 REFIT_STEPS = 200
 
 #: The fewest steps a late plan times (and leaves to the end): ~10 s of the default recipe on 2 cores.
@@ -189,6 +189,11 @@ class TimeBudget:
             self.start = None
         else:
             self.start = step if step + FIT_STEPS < t.max_iters else None
+
+    @property
+    def may_shorten(self) -> bool:
+        """Whether a plan may still end this session before its end step (after :meth:`begin`)."""
+        return self.start is not None and fit_can_shorten(self.start, self.max_iters)
 
     @property
     def marks(self) -> tuple[int, ...]:

@@ -560,11 +560,19 @@ def add_config_arguments(parser) -> None:
         parser.add_class_arguments(klass, name, instantiate=False)
 
 
-def schedule_warnings(t: TrainConfig) -> list[str]:
+#: Training steps ``train.fit_to_time`` times before its first plan (:mod:`depthlab.budget`): a session with no more
+#: steps than these to go is never planned, so its schedule is the one asked for.
+FIT_STEPS = 20
+
+
+def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None) -> list[str]:
     """Warnings about a learning-rate schedule that is legal but probably not what was meant.
 
     Args:
         t: the train section.
+        plannable: whether ``train.fit_to_time`` may still plan this session (the trainer's
+            :class:`~depthlab.budget.TimeBudget` knows); None: judged from ``t`` alone (fit_to_time on, a
+            max_time, and enough steps for a plan to end the run earlier: :func:`fit_can_shorten`).
 
     Returns:
         One sentence per problem, naming the fields (empty when the schedule is coherent).
@@ -578,9 +586,22 @@ def schedule_warnings(t: TrainConfig) -> list[str]:
                    + ("" if t.resume else " and the cosine decay never starts")
                    + (" - unless train.fit_to_time shortens the run to fit train.max_time: its plan then ends the "
                       "warmup within the first fifth of the steps left when it plans, and says so"
-                      if t.fit_to_time and t.max_time > 0 else ""))
+                      if _plannable(t, plannable) else ""))
     decay = t.lr_decay_iters or t.max_iters
     if t.lr_decay_iters and decay > t.max_iters:
         out.append(f"train.lr_decay_iters ({t.lr_decay_iters}) > train.max_iters ({t.max_iters}): training ends "
                    "before the learning rate reaches train.min_lr")
     return out
+
+
+def fit_can_shorten(start: int, max_iters: int) -> bool:
+    """Whether a ``train.fit_to_time`` plan of a session starting at step ``start`` can end it before ``max_iters``:
+    its first plan comes at ``start + FIT_STEPS`` and ends a step later at the earliest, and an end within
+    ``max(2, max_iters // 100)`` steps of the current one is no change (:meth:`depthlab.budget.TimeBudget.propose`)."""
+    return max_iters - (start + FIT_STEPS + 1) > max(2, max_iters // 100)
+
+
+def _plannable(t: TrainConfig, plannable: Optional[bool]) -> bool:
+    if plannable is not None:
+        return plannable
+    return t.fit_to_time and t.max_time > 0 and fit_can_shorten(0, t.max_iters)

@@ -487,7 +487,7 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     t, m, rt = run.cfg.train, run.cfg.model, run.runtime
     r = rt.resolved()
     omp = env_threads_warning(t, r["threads"], rt.tuning.source if rt.tuning is not None else None)
-    lines = [f"warning: {w}" for w in schedule_warnings(t) + ([omp] if omp else [])]
+    lines = [f"warning: {w}" for w in schedule_warnings(t, run.budget.may_shorten) + ([omp] if omp else [])]
     shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
     lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
