@@ -284,3 +284,23 @@ def test_subnormals_are_flushed_only_while_training(tmp_path, tiny_text_file):
     t.fit()
     assert probe.seen and all(v == 0.0 for v in probe.seen)
     assert torch.tensor([1e-40]).item() != 0.0
+
+
+def test_a_context_no_batch_size_fits_is_refused_first_in_one_line_naming_block_size(tmp_path, capsys):
+    """A new user's pass: --model.block_size 500000 on the embedded corpus printed the validation split's warning
+    (enlarged to 500001 tokens: advice that could not help) and then the memory error advising a smaller batch,
+    which no batch size could satisfy. Now the one line comes first and says what does help."""
+    import dataclasses
+
+    out = tmp_path / "huge"
+    rc = main(["train", "--model.n_layer", "1", "--model.n_embd", "32", "--model.n_head", "2", "--model.block_size",
+               "500000", "--train.max_iters", "2", "--train.out_dir", str(out)])
+    err = capsys.readouterr().err
+    cfg = RunConfig.from_dict({"model": dict(n_layer=1, n_embd=32, n_head=2, block_size=500000)})
+    one = training_memory_bytes(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=1)), 65)
+    assert rc == 2 and len(err.splitlines()) == 1 and "validation split" not in err, err
+    assert err.startswith("depthlab: error: a training step with train.batch_size 16, model.block_size 500000, "
+                          f"model.n_embd 32, model.n_layer 1 needs about {training_memory_bytes(cfg, 65) / 2**30:,.0f} "
+                          "GiB, more than this machine's ")
+    assert err.endswith(f"; even train.batch_size 1 needs about {one / 2**30:,.0f} GiB: lower model.block_size\n")
+    assert not out.exists()

@@ -96,11 +96,11 @@ class Trainer:
             Checkpointer.refuse_before_loading(cfg)
         self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
                                           tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
+        vocab = self.corpus.tokenizer.vocab
+        if not cfg.model.source:  # the estimate knows depthlab's GPT only; before the split's warning (moot if refused)
+            check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if not t.resume:  # a resume checks the corpus is the run's first (check_resume)
             self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)
-        vocab = self.corpus.tokenizer.vocab
-        if not cfg.model.source:  # the estimate knows depthlab's GPT only
-            check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if len(vocab) == 1:
             self.log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
                      "the model has nothing to learn (loss will go to 0)")

@@ -8,6 +8,7 @@ on every process (stop flags, the time plan) goes through :meth:`Runtime.agree` 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -160,10 +161,12 @@ def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
     if need > 0.9 * have:
         m, t = cfg.model, cfg.train
         weights = weights_memory_bytes(cfg, vocab_size)
-        fix = ("lower train.batch_size (raise train.grad_accum to keep the tokens per step) or model.block_size"
-               if weights < 0.5 * have else  # the weights alone fill the machine: no batch size helps
-               f"the weights, their gradients and AdamW's moments alone need about {weights / 2**30:,.0f} GiB: "
-               "lower model.n_embd or model.n_layer")
+        one = training_memory_bytes(dataclasses.replace(cfg, train=dataclasses.replace(t, batch_size=1)), vocab_size)
+        fix = (f"the weights, their gradients and AdamW's moments alone need about {weights / 2**30:,.0f} GiB: "
+               "lower model.n_embd or model.n_layer" if weights >= 0.5 * have else  # no batch size helps
+               f"even train.batch_size 1 needs about {one / 2**30:,.0f} GiB: lower model.block_size"
+               if one > 0.9 * have else
+               "lower train.batch_size (raise train.grad_accum to keep the tokens per step) or model.block_size")
         raise DepthlabError(
             f"a training step with train.batch_size {t.batch_size}, model.block_size {m.block_size}, "
             f"model.n_embd {m.n_embd}, model.n_layer {m.n_layer} needs about {need / 2**30:,.0f} GiB, more than this "
