@@ -333,8 +333,8 @@ def test_a_noted_field_edited_in_config_json_is_announced_like_a_command_line_ch
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
     cap = capsys.readouterr()
-    assert "resume: model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the " \
-           "regularisation changes from the next step" in cap.out + cap.err
+    assert "depthlab: resume: model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): " \
+           "the regularisation changes from the next step\n" in cap.err
     saved = json.loads(ckpt.read_metadata(run20 / "checkpoints" / "step-000030.safetensors")["config"])
     assert saved["model"]["dropout"] == 0.1  # the line is true: the resumed steps trained with it
     assert main(["train", "--resume", str(run20), "--train.max_iters", "40"]) == 0
@@ -345,8 +345,8 @@ def test_a_noted_field_edited_in_config_json_is_announced_like_a_command_line_ch
 def test_changed_optimiser_setting_is_allowed_with_a_line_and_recorded(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30", "--train.learning_rate", "0.001"]) == 0
-    out = capsys.readouterr().out
-    assert "resume: train.learning_rate 0.003 -> 0.001" in out
+    cap = capsys.readouterr()  # a notice: on stderr (README: results on stdout, warnings and notices on stderr)
+    assert "depthlab: resume: train.learning_rate 0.003 -> 0.001" in cap.err and "resume: " not in cap.out
     cfg = json.loads((run20 / "config.json").read_text())
     assert cfg["train"]["learning_rate"] == 0.001 and cfg["train"]["max_iters"] == 30
 
@@ -370,9 +370,9 @@ def test_resume_applies_a_changed_weight_decay_and_betas(tmp_path, tiny_text_fil
 def test_extending_max_iters_is_silent(run20, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
-    out = capsys.readouterr().out
-    assert "resume: train." not in out and json.loads((run20 / "summary.json").read_text())["final_step"] == 30
-    assert "the learning rate continues from" in out  # the schedule is extended without a jump, and says so
+    err = capsys.readouterr().err
+    assert "resume: train." not in err and json.loads((run20 / "summary.json").read_text())["final_step"] == 30
+    assert "depthlab: resume: the learning rate continues from" in err  # extended without a jump, and says so
 
 
 def test_every_config_field_is_classified_and_unknown_fields_are_refused():
@@ -625,9 +625,9 @@ def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, 
     _, s, c = fit_run(tmp_path, tiny_text_file, "r")
     n = c["resolved"]["plan"]["max_iters"]
     assert main(["train", "--resume", str(tmp_path / "r"), "--train.max_time", "999"]) == 0
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     # the plan's end is named, not max_iters (100,000 > n read as a contradiction)
-    assert f"nothing to train: the run is at step {n}, the end train.fit_to_time planned" in out
+    assert f"depthlab: nothing to train: the run is at step {n}, the end train.fit_to_time planned" in out
     assert f"--train.max_iters larger than {n} (a total) and other than 100000, the one that plan was made from" \
         in out and "is 100000" not in out  # 100000 itself keeps the plan: the line must not invite it
     c2 = json.loads((tmp_path / "r" / "config.json").read_text())
@@ -711,7 +711,8 @@ def test_resume_with_nothing_to_train_changes_nothing(tmp_path, tiny_text_file, 
     before = _snapshot(out)
     capsys.readouterr()
     assert main(["train", "--resume", str(out)]) == 0
-    assert "nothing to train" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "depthlab: nothing to train" in cap.err and "nothing to train" not in cap.out
     assert _snapshot(out) == before
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum(r["kind"] == "probe" and r["step"] == 20 for r in recs) == 1
@@ -1119,7 +1120,8 @@ def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, t
                        "put the file back at that path, or give --data.path where it is now")
     assert "leave data.path unset" not in capsys.readouterr().err
     assert main(["train", "--resume", str(out), "--train.max_iters", "15", "--data.path", str(moved)]) == 0
-    assert f"resume: the corpus moved: data.path {tiny_text_file} -> {moved} (the same file" in capsys.readouterr().out
+    assert f"depthlab: resume: the corpus moved: data.path {tiny_text_file} -> {moved} (the same file" in \
+        capsys.readouterr().err
     assert json.loads((out / "config.json").read_text())["data"]["path"] == str(moved)
     moved.rename(tmp_path / "kept.txt")
     moved.write_text("short text\n")  # helper-20: another, short file in its place was "has 11 tokens but block_size"
@@ -1142,7 +1144,8 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
     capsys.readouterr()
     assert main(["train", "--resume", str(out), "--train.max_iters", "15"]) == 0
     assert (out / "vocab.json").read_text() == vocab
-    assert "vocab.json was missing; written again from the corpus" in capsys.readouterr().out
+    assert f"depthlab: resume: {out / 'vocab.json'} was missing; written again from the corpus" in \
+        capsys.readouterr().err
     (out / "vocab.json").unlink()
     tiny_text_file.write_text(tiny_text_file.read_text()[::-1])
     from conftest import assert_clean_error
@@ -1157,11 +1160,13 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
     (out / "vocab.json").write_text('["a", ')
     assert main(["train", "--resume", str(out), "--train.max_iters", "20"]) == 0
     assert (out / "vocab.json").read_text() == vocab
-    assert "vocab.json was damaged; written again from the corpus" in capsys.readouterr().out
+    assert f"depthlab: resume: {out / 'vocab.json'} was damaged; written again from the corpus" in \
+        capsys.readouterr().err
     (out / "vocab.json").write_text('["a", "b"]')  # helper-20: valid JSON, not the run's: was blamed on the corpus
     assert main(["train", "--resume", str(out), "--train.max_iters", "25"]) == 0
     assert (out / "vocab.json").read_text() == vocab
-    assert "vocab.json was edited (not the characters the run trained on); written again" in capsys.readouterr().out
+    assert f"depthlab: resume: {out / 'vocab.json'} was edited (not the characters the run trained on); written " \
+        "again" in capsys.readouterr().err
 
 
 def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(tmp_path, tiny_text_file, fake_clock):

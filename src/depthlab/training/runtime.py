@@ -26,16 +26,21 @@ __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16",
            "training_memory_bytes", "use_bf16", "use_explicit_attention"]
 
 
+#: The openings of the log lines that are warnings or notices (:func:`console` shows them on stderr): a resume's
+#: changes (``resume: model.dropout 0.0 -> 0.1: ...``) and a resume that has nothing to train.
+NOTICES = ("warning: ", "resume: ", "nothing to train")
+
+
 def console(msg: str) -> None:
-    """Print one log line, safely around a tqdm progress bar: the log to stdout, a warning to stderr.
+    """Print one log line, safely around a tqdm progress bar: the log to stdout, warnings and notices to stderr.
 
     The rule of every command (as of Unix tools): results and the run's log on stdout, warnings and
-    notices on stderr, so ``depthlab train > log.txt`` still shows them. A warning is a line depthlab
-    writes as ``warning: ...``; it is shown as ``depthlab: warning: ...``, as ``sample`` and ``export``
-    show theirs. If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the
+    notices on stderr, so ``depthlab train > log.txt`` still shows them. A warning or notice is a line depthlab
+    writes opening with one of :data:`NOTICES`; it is shown as ``depthlab: warning: ...``, as ``sample`` and
+    ``export`` show theirs. If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the
     log is discarded instead of killing the run: training and its files matter more than the log.
     """
-    stream = sys.stderr if msg.startswith("warning: ") else sys.stdout
+    stream = sys.stderr if msg.startswith(NOTICES) else sys.stdout
     text = f"depthlab: {msg}" if stream is sys.stderr else msg
     try:
         try:
