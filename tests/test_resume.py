@@ -1236,3 +1236,28 @@ def test_a_run_that_ends_inside_its_warmup_is_said_to_warm_up_to_its_end(tmp_pat
     assert said and "warms up until the run ends at step 50 (train.warmup_iters 50 reaches past it: no decay)" in \
         said[0] and "decays" not in said[0], said
     assert t.lr_at(49) > t.lr_at(40) and t.lr_at(49) < 3e-3  # still rising at the last step
+
+
+def test_a_resumed_session_with_other_resolved_settings_says_so_in_one_line(run20, capsys):
+    """A new user's pass: a resume went from resolved.omp_wait passive to active without a word (the environment's
+    OMP_WAIT_POLICY, or auto settings, decide it anew each session)."""
+    from depthlab.training.machine import omp_policy
+
+    cfg = json.loads((run20 / "config.json").read_text())
+    now, threads = omp_policy(), cfg["resolved"]["threads"]
+    other = {"passive": "active", "active": "passive"}[now]
+    cfg["resolved"].update(omp_wait=other, threads=threads + 1)  # as if the run's first session had them
+    (run20 / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
+    cap = capsys.readouterr()
+    said = [x for x in cap.err.splitlines() if "resolved section" in x]
+    assert said == [f"depthlab: resume: this session runs with other settings than config.json's resolved section "
+                    f"records (run -> now): threads {threads + 1} -> {threads}: the speed, and float rounding where a "
+                    f"sum is split across threads; omp_wait {other!r} -> {now!r}: how idle OpenMP threads wait, which "
+                    "changes the speed only"], cap.err
+    assert "resolved section" not in cap.out
+    new = json.loads((run20 / "config.json").read_text())["resolved"]
+    assert (new["omp_wait"], new["threads"]) == (now, threads)  # what the line says this session ran with
+    assert main(["train", "--resume", str(run20), "--train.max_iters", "40"]) == 0
+    assert "resolved section" not in capsys.readouterr().err  # the same settings again: nothing to say

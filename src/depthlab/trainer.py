@@ -147,8 +147,8 @@ class Trainer:
         resumed = point is not None and point.entry is not None
         self.raw_model = self._make_model(point).to(self.device)
         self.port = ModelPort(self.raw_model)
-        rt.apply(tune(self.cfg, self.raw_model, self.device, point.old_config.get("resolved") if point else None,
-                      restart_ok=self.restart_ok, log=self.log, world_size=self.world_size))
+        rt.apply(tune(self.cfg, self.raw_model, self.device, old := point.old_config.get("resolved") if point else None,
+                      restart_ok=self.restart_ok, log=self.log, world_size=self.world_size), resumed=old)
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point else resolve_optimizer(t.optimizer, self.device, self.raw_model)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Mapping, Optional
 
 import numpy as np
 import torch
@@ -178,6 +179,27 @@ def check_memory(cfg: RunConfig, vocab_size: int, device: torch.device) -> None:
             f"machine's {have / 2**30:,.0f} GiB of {where}; {fix}")
 
 
+#: The resolved settings a resumed session may run with otherwise than the run did, and what each changes.
+RESOLVED_MEANING = {
+    "device": "another device, whose float rounding differs",
+    "dtype": "the rest of the run computes in the new precision, not bit-identical to either",
+    "attention": "the same function by another kernel, whose float rounding differs",
+    "threads": "the speed, and float rounding where a sum is split across threads",
+    "omp_wait": "how idle OpenMP threads wait, which changes the speed only",
+}
+
+
+def resolved_changes(old: Optional[Mapping], new: Mapping) -> str:
+    """The :data:`RESOLVED_MEANING` settings whose value in ``new`` (this session's ``resolved``) differs from
+    ``old`` (the run's config.json ``resolved``), e.g. ``omp_wait 'passive' -> 'active': how idle OpenMP threads
+    wait, which changes the speed only``, joined by ``; ``; "" when none does or ``old`` is not a record (a field
+    it lacks is not compared)."""
+    if not isinstance(old, Mapping):
+        return ""
+    return "; ".join(f"{k} {old[k]!r} -> {new[k]!r}: {why}" for k, why in RESOLVED_MEANING.items()
+                     if k in old and k in new and old[k] != new[k])
+
+
 class Runtime:
     """The processes, device and numeric settings of one run (``torchrun`` sets RANK / WORLD_SIZE).
 
@@ -233,17 +255,22 @@ class Runtime:
             if ours:
                 hostmem.release_freed_memory()
 
-    def apply(self, tuning) -> None:
+    def apply(self, tuning, resumed: Optional[Mapping] = None) -> None:
         """Run with ``tuning``'s setting (:class:`~depthlab.training.autotune.Tuning`): threads, dtype and
-        attention path (CPU only; elsewhere the rules stand)."""
+        attention path (CPU only; elsewhere the rules stand). ``resumed``: a resumed run's config.json
+        ``resolved`` section; settings this session runs with otherwise are said in one ``resume:`` line
+        (:func:`resolved_changes`)."""
         self.tuning = tuning
-        if self.device.type != "cpu":
-            return
-        s = tuning.setting
-        torch.set_num_threads(s.threads)
-        self.bf16 = s.dtype == "bfloat16"
-        self.explicit_attention = s.attention == "explicit"
-        self.ctx = autocast_ctx(self.device, s.dtype)
+        if self.device.type == "cpu":
+            s = tuning.setting
+            torch.set_num_threads(s.threads)
+            self.bf16 = s.dtype == "bfloat16"
+            self.explicit_attention = s.attention == "explicit"
+            self.ctx = autocast_ctx(self.device, s.dtype)
+        said = resolved_changes(resumed, self.resolved())
+        if said:
+            self.log(f"resume: this session runs with other settings than config.json's resolved section records "
+                     f"(run -> now): {said}")
 
     def _set_threads(self) -> None:
         t = self.train
