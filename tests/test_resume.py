@@ -905,6 +905,29 @@ def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_pat
     assert_clean_error(rc, capsys.readouterr().err, "its manifest.json lists no checkpoint, though", "best.safetensors")
 
 
+@pytest.mark.parametrize("damage,fault", [('{"checkpoints": [', "is unreadable (Expecting value"),
+                                          ("[1]", "is not a depthlab checkpoint manifest")])
+def test_a_damaged_manifest_is_named_with_the_ways_forward_and_nothing_is_touched(run20, tmp_path, capsys, damage,
+                                                                                  fault):
+    """A new user's pass: a corrupt checkpoints/manifest.json said only that the checkpoints "cannot be trusted"."""
+    m = run20 / "checkpoints" / "manifest.json"
+    m.write_text(damage)
+    before = _snapshot(run20)
+    for argv in (["train", "--resume", str(run20), "--train.max_iters", "30"], ["sample", str(run20)],
+                 ["export", str(run20), str(tmp_path / "hf")]):
+        capsys.readouterr()
+        assert_clean_error(main(argv), capsys.readouterr().err, f"{m} {fault}", "the sha256 of the run's checkpoints "
+                           "cannot be checked, so depthlab neither reads nor replaces them; restore manifest.json from "
+                           "a copy of the run, or start a new run from its best weights, unchecked: depthlab train "
+                           f"--init-from {run20} --train.out_dir NEW_DIR")
+        assert _snapshot(run20) == before and not (tmp_path / "hf").exists()
+    # the way forward it names works, and still touches nothing of the run
+    new = tmp_path / "new"
+    assert main(["train", "--init-from", str(run20), "--train.out_dir", str(new), "--train.max_iters", "2",
+                 "--data.path", json.loads((run20 / "config.json").read_text())["data"]["path"]]) == 0
+    assert (new / "summary.json").is_file() and _snapshot(run20) == before
+
+
 def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -88,6 +88,15 @@ def payload_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _damaged_manifest(m: Path, fault: str) -> DepthlabError:
+    """The error for a checkpoint manifest ``m`` that is there but damaged (``fault``): the weights beside it may be
+    intact, but their sha256 cannot be checked; what the user can do."""
+    return DepthlabError(
+        f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so depthlab neither reads nor replaces "
+        f"them; restore {m.name} from a copy of the run, or start a new run from its best weights, unchecked: "
+        f"depthlab train --init-from {m.parent.parent} --train.out_dir NEW_DIR")
+
+
 def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
     """The manifest (an empty one when the run has none yet).
 
@@ -108,9 +117,9 @@ def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
     try:
         data = json.loads(m.read_text())
     except (OSError, ValueError) as e:
-        raise DepthlabError(f"{m} is unreadable ({e}); the run's checkpoints cannot be trusted") from None
+        raise _damaged_manifest(m, f"is unreadable ({e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("checkpoints", []), list):
-        raise DepthlabError(f"{m} is not a depthlab checkpoint manifest; the run's checkpoints cannot be trusted")
+        raise _damaged_manifest(m, "is not a depthlab checkpoint manifest")
     data.setdefault("checkpoints", [])
     data.setdefault("best", None)
     if int(data.get("format", 0)) > FORMAT_VERSION:
