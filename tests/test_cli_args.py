@@ -1,6 +1,7 @@
 """depthlab.cli_args: the command line checked in depthlab's own words before the parser sees it
 (issue 21: one converter per type, never a library's message read), file order, config files, suggestions."""
 
+import json
 from typing import Literal, Optional, Union
 
 import pytest
@@ -33,7 +34,26 @@ def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
     f = tmp_path / "flat.yaml"
     f.write_text("n_layer: 3\nmodel:\n  n_heads: 2\n")
     err = cli_err(capsys, "train", "-c", str(f))
-    assert "n_layer belongs under model:" in err and "model.n_heads (did you mean model.n_head?)" in err
+    assert f"{f}: unknown key(s) n_layer (belongs under model:), model.n_heads (did you mean model.n_head?): edit or " \
+        "remove them" in err
+
+
+def test_an_unknown_key_in_a_file_opens_with_the_file_and_says_what_to_do(capsys, tmp_path, tiny_text_file):
+    """A new user's pass: "train: unknown key(s): runs/x/config.json: train.bogus_key (did you mean train.out_dir?)"
+    put the file mid-sentence and suggested a key that has nothing to do with it."""
+    from conftest import tiny_cli_args
+
+    run = tmp_path / "x"
+    assert main(["train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2)]) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["train"]["bogus_key"] = 1
+    (run / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    err = cli_err(capsys, "train", "--resume", str(run), "--train.max_iters", "4")
+    assert err == f"depthlab: error: {run / 'config.json'}: unknown key(s) train.bogus_key: edit or remove it\n"
+    err = cli_err(capsys, "train", "--model.n_layers", "3", "-c", str(run / "config.json"))
+    assert err == (f"depthlab: error: train: unknown key(s) --model.n_layers (did you mean --model.n_layer?); "
+                   f"{run / 'config.json'}: unknown key(s) train.bogus_key: edit or remove it\n")
 
 
 def test_fields_the_command_does_not_use_are_refused(capsys):

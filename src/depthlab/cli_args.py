@@ -443,7 +443,11 @@ def _suggest(key: str, known: set[str], name=str) -> str:
     """``key`` with the closest known key, both written by ``name`` (:func:`flag` for the command line)."""
     sec, _, field = key.rpartition(".")
     alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
-    close = [alias] if alias in known else difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    # within its section, the field's name alone is compared (train.bogus_key is not "close" to train.out_dir)
+    fields = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == sec)
+    near = [f"{sec}.{f}" for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
+    close = [alias] if alias in known else near or ([] if fields else
+                                                    difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6))
     return f"{name(key)} (did you mean {name(close[0])}?)" if close else name(key)
 
 
@@ -480,14 +484,18 @@ def _file_entries(d: dict) -> list[tuple[str, Any]]:
     return out
 
 
-def _file_key_problems(path: str, d: dict, known: set[str]) -> list[str]:
+def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
+    """The unknown keys of config file ``path`` (mapping ``d``) in one clause that opens with the file, or None:
+    ``runs/x/config.json: unknown key(s) train.bogus_key: edit or remove it``."""
     out = []
     for key, _ in _file_entries(d):
         if key in known:
             continue
         home = [s for s in SECTIONS if f"{s}.{key}" in known]
-        out.append(f"{path}: {key} belongs under {home[0]}:" if home else f"{path}: {_suggest(key, known)}")
-    return out
+        out.append(f"{key} (belongs under {home[0]}:)" if home else _suggest(key, known))
+    if not out:
+        return None
+    return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
 
 
 def _check_file_values(path: str, d: dict, types: dict[str, Any]) -> None:
@@ -572,7 +580,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     if command == "check":
         for k in flags:
             _check_takes_no_config_field(k, known, argv)
-    problems = [_suggest(k, known, flag) for k in flags if k not in known]
+    problems = [_suggest(k, known, flag) for k in flags if k not in known]  # the command line's
     options = {o for act in parser._actions for o in act.option_strings}
     for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
         name = a.split("=", 1)[0]
@@ -581,9 +589,10 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
     files = [(path, _read_config(path)) for path in _config_files(argv)]
-    problems += [p for path, d in files if d is not None for p in _file_key_problems(path, d, known)]
-    if problems:
-        raise DepthlabError(f"{command}: unknown key(s): {'; '.join(problems)}")
+    in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
+    if problems or in_files:
+        raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}"] if problems else [])
+                                      + in_files))
     ignored = [f"{flag(k)} {_NOT_USED[k]}" for k in flags if k in _NOT_USED]
     if command == "probe":
         ignored += [f"{flag(k)} has no effect (probe measures the model at initialisation; of train.* it uses "
