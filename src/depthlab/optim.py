@@ -196,7 +196,9 @@ class Muon(torch.optim.Optimizer):
         matmuls. Measured on a 2-core Xeon with AMX (bf16, 8 alternated rounds of 40 steps): the whole
         training step 27.9 -> 25.4 ms at nanoGPT's CPU shape (1.10x), 49.1 -> 47.9 ms at the default shape.
         The momentum of a stack is one tensor too (:meth:`_momentum_stack`): its update is two ops, not two
-        per matrix, which matters at that shape, where each op on a CPU costs ~10-30 us whatever its size.
+        per matrix, which matters at that shape, where each op on a CPU costs ~10-30 us whatever its size:
+        Muon.step of its 16 matrices 13.8 -> 12.9 ms (bf16) and 18.5 -> 17.0 ms (float32), medians of 300
+        interleaved steps on a 2-core Zen 4 EPYC with another process running (the same numbers bit for bit).
         """
         for group in self.param_groups:
             lr, wd, mu = group["lr"], group["weight_decay"], group["momentum"]
