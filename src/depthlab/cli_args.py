@@ -573,7 +573,8 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
 
     Raises:
         DepthlabError: one line listing every unknown key, e.g. ``--model.n_layers (did you mean
-            --model.n_layer?)`` or ``c.yaml: n_layer belongs under model:``; or the first bad file value.
+            --model.n_layer?)`` or ``c.yaml: unknown key(s) n_layer (belongs under model:): edit or remove it``;
+            or the first bad file value.
     """
     known = _flat_keys(parser.get_defaults().as_dict())
     flags = [field_of(a) for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
