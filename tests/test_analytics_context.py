@@ -639,3 +639,17 @@ def test_a_config_json_edited_by_hand_is_one_line_or_a_warning_never_a_crash(rep
         assert "unexpected" not in err and "Traceback" not in err, (cmd, err)
         assert (rc == 2 and err.count("\n") == 1 and err.startswith("depthlab: error: ")) or (
             rc == 0 and "depthlab: warning:" in err and "config.json" in err), (cmd, rc, err)
+
+
+def test_context_unused_puts_the_training_first_when_the_run_has_not_beaten_the_bigram_line():
+    """A new user's run with train.muon_lr 3 never learned even the bigram statistics; the remedy blamed the
+    architecture and the context length alone (block_size was the default and not the cause)."""
+    flat = [2.49] * 12 + [2.50] * 4
+    cfg = {"model": {"vocab_size": 65, "variant": "prenorm", "block_size": 16}, "train": {"optimizer": "muon"}}
+    stuck = [f for f in diagnose(Evidence(evals([4.2, 3.0, 2.5]) + [context_record(200, flat)], cfg, BASE)).findings
+             if f.rule == "context_unused"][0]
+    assert stuck.remedy.startswith("first the training: the best val loss 2.500 is not below the bigram baseline 2.482")
+    assert "train.learning_rate and train.muon_lr" in stuck.remedy and "raise model.block_size" in stuck.remedy
+    learned = [f for f in diagnose(Evidence(evals([4.2, 3.0, 2.2]) + [context_record(200, flat)], cfg, BASE)).findings
+               if f.rule == "context_unused"]
+    assert learned and "first the training" not in learned[0].remedy  # below the line: the architecture's turn

@@ -236,4 +236,20 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
     a, b, c = context_causes(ev.section("model"))
-    return Finding("context_unused", f"{where}: {words}", f"the cause is one of: {a}; {b}; or {c}")
+    return Finding("context_unused", f"{where}: {words}",
+                   _training_cause(ev) + f"the cause is one of: {a}; {b}; or {c}")
+
+
+def _training_cause(ev: Evidence) -> str:
+    """The remedy's first clause when the run's best val loss is not below the bigram baseline (by its margin): a
+    model that has not learned what one character says is no evidence of its architecture, and the knobs that
+    decide are the training's. "" otherwise."""
+    best = min((v for _, v in ev.val_losses), default=None)
+    bigram = finite_or_none((ev.baselines or {}).get("bigram", {}).get("nats"))
+    if best is None or bigram is None or best < bigram - ev.thresholds.bigram_margin:
+        return ""
+    lr = "train.learning_rate" + (" and train.muon_lr (the blocks' matrices)" if ev.muon else "")
+    return (f"first the training: the best val loss {best:.3f} is not below the bigram baseline {bigram:.3f}, so the "
+            f"model has not learned even what the current character says, and its architecture cannot be judged "
+            f"yet (the learning rate, {lr}, and train.max_iters decide that; see the run's other findings); "
+            "if it trains well and this stays, ")
