@@ -195,3 +195,22 @@ def test_a_state_loaded_into_a_stepped_muon_replaces_its_stacked_momentum():
         assert torch.equal(a, b)
     bufs = [s["momentum_buffer"] for s in o1.state_dict()["state"].values()]
     assert len(bufs) == 3 and all(torch.equal(b, o2.state[q]["momentum_buffer"]) for b, q in zip(bufs, p2))
+
+
+def test_two_param_groups_with_one_shape_keep_their_own_momentum_stacks():
+    gen = torch.Generator().manual_seed(8)
+    w0 = [torch.randn(16, 48, generator=gen) for _ in range(3)]
+    grads = [[torch.randn(16, 48, generator=gen) for _ in range(3)] for _ in range(3)]
+    one = [torch.nn.Parameter(w.clone()) for w in w0]
+    two = [torch.nn.Parameter(w.clone()) for w in w0]
+    a = Muon(one, lr=0.02, weight_decay=0.1)
+    b = Muon([{"params": two[:1]}, {"params": two[1:]}], lr=0.02, weight_decay=0.1)
+    for gs in grads:
+        for p, q, g in zip(one, two, gs):
+            p.grad, q.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    for p, q in zip(one, two):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
+    assert len(b._stacks) == 2 and all(torch.equal(a.state[p]["momentum_buffer"], b.state[q]["momentum_buffer"])
+                                       for p, q in zip(one, two))

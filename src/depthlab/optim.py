@@ -158,7 +158,7 @@ class Muon(torch.optim.Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-2, weight_decay: float = 0.1, momentum: float = 0.95,
                  nesterov: bool = True, ns_steps: int = 5, ns_dtype: torch.dtype = torch.float32):
         self.ns_dtype = ns_dtype
-        self._stacks: dict[tuple, tuple] = {}  # shape -> (params, momentum stack, its per-parameter views)
+        self._stacks: dict[tuple, tuple] = {}  # (group, shape) -> (params, momentum stack, its per-parameter views)
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, nesterov=nesterov,
                                       ns_steps=ns_steps))
         for group in self.param_groups:
@@ -166,14 +166,15 @@ class Muon(torch.optim.Optimizer):
                 if p.dim() != 2:
                     raise ValueError(f"Muon updates 2-D weights only, got a parameter of shape {tuple(p.shape)}")
 
-    def _momentum_stack(self, shape: tuple, ps: list) -> torch.Tensor:
-        """The (k, A, B) momentum buffer of the parameters ``ps`` (all of ``shape``), made once and reused.
+    def _momentum_stack(self, key: tuple, ps: list) -> torch.Tensor:
+        """The (k, A, B) momentum buffer of the parameters ``ps`` (one param group's of one shape: ``key``), made
+        once and reused.
 
         Each parameter's ``state["momentum_buffer"]`` is a view of the stack, so ``state_dict`` and
         ``load_state_dict`` see torch's per-parameter layout; a state loaded since (new tensors, not the
         views) or another set of parameters with gradients is stacked again from those entries.
         """
-        hit = self._stacks.get(shape)
+        hit = self._stacks.get(key)
         if (hit is not None and len(hit[0]) == len(ps) and all(a is b for a, b in zip(hit[0], ps))
                 and all(self.state[p].get("momentum_buffer") is v for p, v in zip(ps, hit[2]))):
             return hit[1]
@@ -182,7 +183,7 @@ class Muon(torch.optim.Optimizer):
         views = list(stack.unbind(0))
         for p, v in zip(ps, views):
             self.state[p]["momentum_buffer"] = v
-        self._stacks[shape] = (list(ps), stack, views)
+        self._stacks[key] = (list(ps), stack, views)
         return stack
 
     @torch.no_grad()
@@ -200,7 +201,7 @@ class Muon(torch.optim.Optimizer):
         Muon.step of its 16 matrices 13.8 -> 12.9 ms (bf16) and 18.5 -> 17.0 ms (float32), medians of 300
         interleaved steps on a 2-core Zen 4 EPYC with another process running (the same numbers bit for bit).
         """
-        for group in self.param_groups:
+        for gi, group in enumerate(self.param_groups):
             lr, wd, mu = group["lr"], group["weight_decay"], group["momentum"]
             by_shape: dict[tuple, list] = {}
             for p in group["params"]:
@@ -208,7 +209,7 @@ class Muon(torch.optim.Optimizer):
                     by_shape.setdefault(tuple(p.shape), []).append(p)
             stacks = []
             for shape, ps in by_shape.items():
-                buf = self._momentum_stack(shape, ps)
+                buf = self._momentum_stack((gi, shape), ps)
                 grads = torch.stack([p.grad for p in ps])  # a copy: the Nesterov update below may write it
                 buf.mul_(mu).add_(grads)
                 stacks.append(grads.add_(buf, alpha=mu) if group["nesterov"] else buf)
