@@ -59,10 +59,11 @@ TRAIN_LOG = "train.log"
 INIT_PROBE = "init_probe.json"
 SWEEP_STATUS = "sweep_status.json"
 SOURCE = "source"
+LOCK = ".lock"  # held by the process training the run (training/runlock.py)
 
 #: Everything a run directory may hold; ``--overwrite`` deletes a folder only if it holds nothing else.
 RUN_ARTIFACTS = frozenset({CONFIG, VOCAB, TOKENIZER, METRICS, SUMMARY, BASELINES, DIAGNOSIS, CHECKPOINTS, TENSORBOARD,
-                           PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS, SOURCE})
+                           PLOTS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS, SOURCE, LOCK})
 
 #: The values of a metrics record's ``kind``.
 KINDS = ("eval", "train", "grad", "probe", "event", "sample")
@@ -555,7 +556,7 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
         raise DepthlabError(f"train.out_dir {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not "
                             "exist; create that folder or choose another --train.out_dir")
     aside = None
-    if out_dir.exists() and any(out_dir.iterdir()):
+    if out_dir.exists() and any(p.name != LOCK for p in out_dir.iterdir()):  # a lone .lock: a start that failed
         _check_replaceable(out_dir, overwrite)
         aside = make_temp_dir(out_dir.parent, f".{out_dir.name}.replaced-")
         try:

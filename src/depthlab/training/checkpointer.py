@@ -21,6 +21,7 @@ from ..errors import DepthlabError
 from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
                       VOCAB, RunDir, not_a_file_error, truncate_metrics)
 from .optimization import apply_hyperparameters, resolve_optimizer
+from . import runlock
 
 __all__ = ["Checkpointer", "ResumePoint"]
 
@@ -170,6 +171,8 @@ class Checkpointer:
             DepthlabError: not a run, another vocabulary, or a refused field change (naming them).
         """
         rd = RunDir(self.run_dir)
+        if self.runtime.is_main and self.run_dir.is_dir():
+            runlock.hold(self.run_dir, self.runtime)  # before anything is written: one process trains a run at a time
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed

@@ -228,6 +228,7 @@ class Runtime:
                                 f"must be divisible by the number of processes ({self.world_size})")
         self.accum = train.grad_accum // self.world_size  # micro-batches per process per step
         self.threads_before = torch.get_num_threads()  # close() gives them back (a notebook trains again)
+        self.on_close: list = []  # called by close(): the run folder's lock is given back (training/runlock.py)
         self._set_threads()
         self.device = resolve_device(train.device)
         self.owns_process_group = False
@@ -445,6 +446,8 @@ class Runtime:
         destroy the process group this runtime made."""
         self.barrier()
         torch.set_num_threads(self.threads_before)
+        while self.on_close:
+            self.on_close.pop()()
         if self.world_size > 1 and self.owns_process_group:
             import torch.distributed as dist
 
