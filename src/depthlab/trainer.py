@@ -226,7 +226,7 @@ class Trainer:
         self.wall_before = float(st["wall_time_s"])
         self.schedule.resume(self.step, st.get("lr_anchor"), point.old_config.get("train") or {}, point.plan,
                              self.log, muon=point.optimizer == "muon")
-        self.log(f"resuming {self.run_dir} from step {self.step} (best val {self.best_val:.4f})")
+        self.checkpointer.announce_resume(self)  # only when the session trains
 
     # ----------------------------------------------------------------- what the parts hold, by name
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import threading
 import warnings
 from pathlib import Path
@@ -295,6 +296,14 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {cfg.train.out_dir}: its corpus {cfg.data.path} is missing (moved or "
                                 "deleted?): put the file back at that path, or give --data.path where it is now (the "
                                 "resume checks it is the same file by its sha256)")
+
+    def announce_resume(self, run) -> None:
+        """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says
+        ``nothing to train`` instead; a run without a finite val loss says so (not ``best val inf``)."""
+        if run.step >= run.schedule.max_iters:
+            return
+        best = f"best val {run.best_val:.4f}" if math.isfinite(run.best_val) else "no finite val loss yet"
+        self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
     def reopen(self, step: int, slack: int = 0) -> bool:
         """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
