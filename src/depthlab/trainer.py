@@ -37,7 +37,6 @@ from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-expo
 from .training.optimization import (  # noqa: F401 (re-exported)
     LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
 from .training.protocol import ModelPort
-from .training.runlock import claim_run_dir
 from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
     training_memory_bytes, use_bf16, use_explicit_attention)
@@ -115,7 +114,7 @@ class Trainer:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
-            replaced = claim_run_dir(self.run_dir, overwrite, rt)  # locked; --overwrite: old run set aside till started
+            replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run set aside till started
         self.created_run_dir = bool(new_dirs)
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
                                        train=dataclasses.replace(t, out_dir=str(self.run_dir)))

@@ -159,6 +159,7 @@ class Checkpointer:
         self.background = runtime.device.type == "cuda"
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
+        self.replaced = False  # claim(): --overwrite replaced a previous run
 
     # ------------------------------------------------------------------ before the model exists
     def check_resume(self, cfg, corpus, device) -> ResumePoint:
@@ -296,6 +297,28 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {cfg.train.out_dir}: its corpus {cfg.data.path} is missing (moved or "
                                 "deleted?): put the file back at that path, or give --data.path where it is now (the "
                                 "resume checks it is the same file by its sha256)")
+
+    def claim(self, overwrite: bool) -> Optional[Path]:
+        """Make (or, with ``overwrite``, replace) the run folder under this process's lock
+        (:func:`~depthlab.training.runlock.claim_run_dir`); remembers whether a previous run was replaced."""
+        replaced = runlock.claim_run_dir(self.run_dir, overwrite, self.runtime)
+        self.replaced = replaced is not None
+        return replaced
+
+    def kept_note(self) -> str:
+        """What a run that stopped (a non-finite loss) leaves: its checkpoints, none yet, and whether
+        ``--overwrite`` replaced the run the folder held before (whose checkpoints are gone)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                entry = ckpt.latest_checkpoint(self.run_dir)
+            except DepthlabError:
+                entry = None
+        ours = (f"this run's checkpoints in {self.run_dir} (the latest at step {entry['step']}) are untouched"
+                if entry is not None else f"{self.run_dir} holds no checkpoint of this run")
+        if self.replaced:
+            return f"--overwrite replaced the run {self.run_dir} held before (its checkpoints are gone); {ours}"
+        return ours
 
     def announce_resume(self, run) -> None:
         """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says

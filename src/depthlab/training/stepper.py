@@ -232,4 +232,4 @@ class Stepper:
             advice = "lower train.learning_rate or raise train.warmup_iters"
         raise NonFiniteError(
             f"non-finite {what} at step {step} (loss {loss_val}, first non-finite gradient: {where}, lr {lr:.3g}, "
-            f"dtype {r.runtime.dtype_name}); {advice}; the checkpoints in {r.run_dir} are untouched")
+            f"dtype {r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
