@@ -30,3 +30,31 @@ def test_the_resume_line_states_the_best_val_loss_as_it_is():
     assert _line(4.17543) == ["resuming RUN from step 157 (best val 4.1754)"]
     assert _line(float("inf")) == ["resuming RUN from step 157 (no finite val loss yet)"]
     assert _line(4.17543, max_iters=100) == []
+
+
+def test_a_resume_that_falls_back_keeps_the_later_best_and_says_so(tmp_path, tiny_text_file, capsys):
+    import hashlib
+    import json
+
+    run = tmp_path / "run"
+    ck = run / "checkpoints"
+    assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run))[0] == 0
+    best = json.loads((ck / "manifest.json").read_text())["best"]
+    assert best["step"] == 20  # the newest checkpoint holds the run's best
+    weights = (ck / "best.safetensors").read_bytes()
+    with open(ck / "step-000020.state.pt", "r+b") as f:
+        f.truncate(100)  # the newest checkpoint is damaged: the resume falls back to step 15
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "16")
+    assert rc == 0, err
+    line = next(s for s in out.splitlines() if s.startswith("resuming"))
+    assert line.startswith(f"resuming {run} from step 15 (best val ")
+    assert line.endswith(f" as of this checkpoint; the run's best is val {best['val_loss']:.4f} at step 20, after it)")
+    kept = ck / "best-step-000020.safetensors"
+    assert (f"warning: best.safetensors (step 20, val {best['val_loss']:.4f}) is later than the checkpoint resumed "
+            f"from (step 15); kept as {kept} (this session's evaluations write a new best.safetensors)") in err
+    assert kept.read_bytes() == weights
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert manifest["kept"] == [{"step": 20, "val_loss": best["val_loss"],
+                                 "files": {kept.name: hashlib.sha256(weights).hexdigest()}}]
+    assert run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")[0] == 0
+    assert kept.read_bytes() == weights  # never rotated away

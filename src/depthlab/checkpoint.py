@@ -281,6 +281,39 @@ def repair_best(run_dir: Path) -> Optional[str]:
             "writes a new best")
 
 
+def later_best(run_dir: Path, step: int) -> Optional[dict]:
+    """The manifest's intact ``best`` when it is of a step after ``step`` (a resume that fell back past a damaged
+    newer checkpoint), else None."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    best = _read_manifest(ckdir).get("best")
+    if not best or int(best.get("step", -1)) <= step or _verified(ckdir, best.get("files") or {}) is not None:
+        return None
+    return best
+
+
+def keep_later_best(run_dir: Path, step: int) -> Optional[tuple[Path, dict]]:
+    """Before a session resumed at ``step`` can replace a :func:`later_best`: copy it to
+    ``best-step-NNNNNN.safetensors``, listed in manifest.json's ``kept`` (never rotated away).
+
+    Returns:
+        (the copy, the best's manifest entry), or None when there is no later best.
+    """
+    best = later_best(run_dir, step)
+    if best is None:
+        return None
+    ckdir = Path(run_dir) / CKPT_DIR
+    name = f"best-step-{int(best['step']):06d}.safetensors"
+    digest = best["files"]["best.safetensors"]
+    manifest = _read_manifest(ckdir)
+    kept = manifest.setdefault("kept", [])
+    if not any((k.get("files") or {}).get(name) == digest for k in kept) or _verified(ckdir, {name: digest}):
+        atomic_write(ckdir / name, (ckdir / "best.safetensors").read_bytes())
+        kept[:] = [k for k in kept if name not in (k.get("files") or {})]
+        kept.append({"step": best["step"], "val_loss": best.get("val_loss"), "files": {name: digest}})
+        atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+    return ckdir / name, best
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:
     """Manifest entry of the newest step checkpoint whose files verify, or None if there is none.
 

@@ -462,7 +462,8 @@ def default_out_dir() -> Path:
 
 #: What depthlab writes inside a run directory's folders (``checkpoint.py``, ``figures.py``, TensorBoard's
 #: ``SummaryWriter``, ``usermodel.keep_source`` and the ``__pycache__`` Python makes beside that copy).
-_RUN_SUBFILES = {CHECKPOINTS: re.compile(r"manifest\.json|best\.safetensors|step-\d+\.(safetensors|state\.pt)"),
+_RUN_SUBFILES = {CHECKPOINTS: re.compile(r"manifest\.json|best(-step-\d+)?\.safetensors"  # best-step-N: kept on resume
+                                          r"|step-\d+\.(safetensors|state\.pt)"),
                  PLOTS: re.compile(r"[\w.-]+\.png"),
                  TENSORBOARD: re.compile(r"events\.out\.tfevents\..+"),
                  SOURCE: re.compile(r"ORIGIN|[^/]+\.py|__pycache__/[^/]+\.pyc")}

@@ -160,6 +160,7 @@ class Checkpointer:
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
         self.replaced = False  # claim(): --overwrite replaced a previous run
+        self.later_best: Optional[dict] = None  # check_resume(): a best after the checkpoint resumed from
 
     # ------------------------------------------------------------------ before the model exists
     def check_resume(self, cfg, corpus, device) -> ResumePoint:
@@ -209,6 +210,7 @@ class Checkpointer:
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
         point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone)
+        self.later_best = ckpt.later_best(rd.path, entry["step"]) if entry is not None else None
         if "plan" in (old.get("resolved") or {}) and point.plan is None:
             self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
                      "the resumed run follows the schedule asked for (train.max_iters, train.fit_to_time)")
@@ -320,12 +322,26 @@ class Checkpointer:
             return f"--overwrite replaced the run {self.run_dir} held before (its checkpoints are gone); {ours}"
         return ours
 
+    def _keep_later_best(self, step: int) -> None:
+        """A best later than the checkpoint resumed from (``step``) is copied aside before the session can replace
+        best.safetensors (:func:`~depthlab.checkpoint.keep_later_best`), and one warning names the copy."""
+        kept = ckpt.keep_later_best(self.run_dir, step)
+        if kept is not None:
+            path, best = kept
+            self.log(f"warning: best.safetensors (step {best['step']}, val {float(best['val_loss']):.4f}) is later "
+                     f"than the checkpoint resumed from (step {step}); kept as {path} (this session's evaluations "
+                     "write a new best.safetensors)")
+
     def announce_resume(self, run) -> None:
         """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says
         ``nothing to train`` instead; a run without a finite val loss says so (not ``best val inf``)."""
         if run.step >= run.schedule.max_iters:
             return
         best = f"best val {run.best_val:.4f}" if math.isfinite(run.best_val) else "no finite val loss yet"
+        if self.later_best is not None:  # the newest checkpoint was damaged: the run's best is later than this one
+            lb = self.later_best
+            best += (f" as of this checkpoint; the run's best is val {float(lb['val_loss']):.4f} at step "
+                     f"{lb['step']}, after it")
         self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
     def reopen(self, step: int, slack: int = 0) -> bool:
@@ -338,6 +354,7 @@ class Checkpointer:
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
         """
+        self._keep_later_best(step)
         bad = rundir.damaged_metrics_lines(self.run_dir)
         if bad:
             what = agree(bad, "was not a JSON record", "were not JSON records")
