@@ -261,6 +261,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     else:  # start from a newline when the corpus has one, else its first symbol
         prompt = "\n" if "\n" in tok.vocab else tok.vocab[0]
         ids = tok.encode(prompt)
+    check_finite_logits(model, ids, block_size, run_dir, device)
     g = torch.Generator(device=device).manual_seed(seed)
     texts = []
     for i in range(num_samples):
@@ -275,6 +276,22 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
             _put(stream, piece.flush())
         texts.append(tok.decode(out[0].tolist()))
     return texts
+
+
+def check_finite_logits(model: torch.nn.Module, ids: list[int], block_size: Optional[int], run_dir: str | Path,
+                        device: str = "cpu") -> None:
+    """Refuse weights whose next-token logits for the prompt are NaN/inf: every draw from them is noise.
+
+    Raises:
+        DepthlabError: the logits hold NaN or inf (named), before any text is printed.
+    """
+    with torch.inference_mode():
+        logits = _next_logits_fn(model, False, block_size)(torch.tensor([ids], dtype=torch.long, device=device))
+    if bool(torch.isfinite(logits).all()):
+        return
+    kinds = [k for k, bad in (("NaN", torch.isnan(logits).any()), ("inf", torch.isinf(logits).any())) if bad]
+    raise DepthlabError(f"{run_dir}'s weights give non-finite logits ({' and '.join(kinds)}) for the prompt; nothing "
+                        f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
 
 
 def _put(stream: Callable[[str], None], text: str) -> None:

@@ -1,0 +1,40 @@
+"""A new user's findings (round nu30): NaN weights refused by sample and context, absent-character
+lists that say they are cut, a truncated --init_from weights file with a way forward, probe --out
+a folder, edited vocab/config files said by sample, a cap on --num-samples."""
+
+import pytest
+
+from depthlab.cli import main
+
+from conftest import TINY_TEXT, assert_clean_error, run_cli
+
+NAN_MODEL = """import torch
+class NaN(torch.nn.Module):
+    def __init__(self, vocab_size=65):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab_size, 8)
+        self.head = torch.nn.Linear(8, vocab_size)
+    def forward(self, idx):
+        return self.head(self.emb(idx)) * float("nan")
+"""
+
+
+@pytest.fixture(scope="module")
+def nan_run(tmp_path_factory):
+    """A model.source run whose model gives NaN logits: training stops at step 1, the step-0 checkpoint stays."""
+    d = tmp_path_factory.mktemp("nan")
+    (d / "t.txt").write_text(TINY_TEXT)
+    (d / "m.py").write_text(NAN_MODEL)
+    rc = main(["train", "--data.path", str(d / "t.txt"), "--model.source", f"{d / 'm.py'}:NaN",
+               "--model.block_size", "16", "--train.batch_size", "4", "--train.max_iters", "10",
+               "--train.eval_interval", "5", "--train.eval_iters", "2", "--train.tensorboard", "false",
+               "--train.threads", "1", "--train.max_time", "0", "--train.out_dir", str(d / "run")])
+    assert rc == 3 and (d / "run" / "checkpoints" / "step-000000.safetensors").exists()
+    return d / "run"
+
+
+def test_sample_refuses_weights_whose_logits_are_nan(nan_run, capsys):
+    rc, out, err = run_cli(capsys, "sample", str(nan_run), "--max-new-tokens", "5")
+    assert out == ""  # was 6 bare newlines, exit 0
+    assert_clean_error(rc, err, f"{nan_run}'s weights give non-finite logits (NaN)", "nothing to sample",
+                       f"depthlab diagnose {nan_run}")
