@@ -38,3 +38,13 @@ def test_sample_refuses_weights_whose_logits_are_nan(nan_run, capsys):
     assert out == ""  # was 6 bare newlines, exit 0
     assert_clean_error(rc, err, f"{nan_run}'s weights give non-finite logits (NaN)", "nothing to sample",
                        f"depthlab diagnose {nan_run}")
+
+
+def test_context_blames_the_nan_not_the_sampling_error(nan_run, capsys):
+    rc, out, err = run_cli(capsys, "context", str(nan_run))
+    verdict = [line for line in out.splitlines() if line.startswith("context gain")]
+    assert rc == 0 and len(verdict) == 1, out
+    assert "the loss is non-finite (NaN) at 16 of 16 positions" in verdict[0]
+    assert "no context gain to measure" in verdict[0]
+    assert "sampling error" not in verdict[0] and "train.eval_iters" not in out  # was: "within twice its sampling
+    assert "Train longer" not in out  # error ... (more windows: a run with a larger train.eval_iters)"

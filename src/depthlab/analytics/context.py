@@ -365,7 +365,8 @@ def format_context(res: dict) -> str:
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)
     step, early = res.get("step"), Thresholds().bigram_min_steps
-    if step is not None and step < early and res["context_gain"] is not None and state in (UNUSED, UNDECIDED):
+    gain = res["context_gain"]
+    if step is not None and step < early and gain is not None and math.isfinite(gain) and state in (UNUSED, UNDECIDED):
         lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
                      f"{early} before naming a cause. Train longer (train.max_iters) and look again.)")

@@ -124,6 +124,8 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     lq = last_quarter(curve)
     lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
+    if not math.isfinite(gain) or not all(math.isfinite(x) for x in curve):
+        return UNDECIDED, _non_finite_words(head, gain, curve)
     leak = leak_gap(curve, floor, margin, pos0_se if pos0_se is not None else se)
     if leak is not None:
         return LEAKS, (f"{head}: position 0 is {leak:.3f} nats below {floor:.3f}, the lowest loss a model that sees "
@@ -159,6 +161,16 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
                        f"cannot tell whether the model uses its context ({advice})")
     return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se)
+
+
+def _non_finite_words(head: str, gain: float, curve: Sequence[float]) -> str:
+    """:func:`context_verdict`'s sentence for a curve with NaN/inf in it: the weights, not the sampling error."""
+    bad = [x for x in curve if not math.isfinite(x)]
+    kind = " and ".join(k for k, hit in (("NaN", any(x != x for x in [*bad, gain])),
+                                           ("inf", any(abs(x) == math.inf for x in [*bad, gain]))) if hit)
+    return (f"{head}: the loss is non-finite ({kind}) at {len(bad)} of {len(curve)} positions: these weights compute "
+            "non-finite losses, so there is no context gain to measure, whatever the number of windows (depthlab "
+            "diagnose on the run looks for where it went non-finite)")
 
 
 def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: Optional[float],
