@@ -2,11 +2,13 @@
 lists that say they are cut, a truncated --init_from weights file with a way forward, probe --out
 a folder, edited vocab/config files said by sample, a cap on --num-samples."""
 
+import string
+
 import pytest
 
 from depthlab.cli import main
 
-from conftest import TINY_TEXT, assert_clean_error, run_cli
+from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
 
 NAN_MODEL = """import torch
 class NaN(torch.nn.Module):
@@ -48,3 +50,26 @@ def test_context_blames_the_nan_not_the_sampling_error(nan_run, capsys):
     assert "no context gain to measure" in verdict[0]
     assert "sampling error" not in verdict[0] and "train.eval_iters" not in out  # was: "within twice its sampling
     assert "Train longer" not in out  # error ... (more windows: a run with a larger train.eval_iters)"
+
+
+GOOD_TEXT = TINY_TEXT + ("\n" + string.ascii_letters + string.digits) * 20
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("good")
+    (d / "t.txt").write_text(GOOD_TEXT)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=10)]) == 0
+    return d / "run"
+
+
+def test_resume_on_another_corpus_counts_the_absent_characters_and_marks_the_cut(good_run, tmp_path, capsys):
+    other = tmp_path / "other.txt"
+    other.write_bytes(b"xyz \xe9\xe8\n" * 50)  # latin-1: two characters the run never saw, nearly all of its own gone
+    gone = sorted(set(GOOD_TEXT) - set("xyz \n"))
+    rc, _, err = run_cli(capsys, "train", "--resume", str(good_run), "--data.path", str(other),
+                         "--data.encoding", "latin-1")
+    assert len(gone) > 40
+    assert_clean_error(rc, err, "2 characters absent from the checkpoint: 'èé'",
+                       f"{len(gone)} checkpoint characters absent from this corpus, the first 40: "
+                       f"{''.join(gone[:40])!r} ({len(gone) - 40} more not shown)")

@@ -110,14 +110,26 @@ def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str
     if same_kind and (new or gone):
         parts = []
         if new:
-            parts.append(f"characters absent from the checkpoint: {''.join(new)[:40]!r}")
+            parts.append(_chars_said("characters absent from the checkpoint", new))
         if gone:
-            parts.append(f"checkpoint characters absent from this corpus: {''.join(gone)[:40]!r}")
+            parts.append(_chars_said("checkpoint characters absent from this corpus", gone))
         raise DepthlabError(
             f"cannot resume {rd.path}: the corpus vocabulary differs from the checkpoint's "
             f"({'; '.join(parts)}); resume with the run's own corpus (a new run on this one cannot start from "
             "these weights either: --init-from needs the same characters)")
     return same_corpus, vocab_gone
+
+
+#: Most characters a vocabulary-difference message lists; the count says how many more there are.
+CHARS_SHOWN = 40
+
+
+def _chars_said(what: str, chars: list[str]) -> str:
+    """``"52 WHAT, the first 40: '...' (12 more)"``, or ``"3 WHAT: 'xyz'"`` when all of them fit."""
+    shown = repr("".join(chars[:CHARS_SHOWN]))
+    if len(chars) <= CHARS_SHOWN:
+        return f"{len(chars)} {what}: {shown}"
+    return f"{len(chars)} {what}, the first {CHARS_SHOWN}: {shown} ({len(chars) - CHARS_SHOWN} more not shown)"
 
 
 def _refuse_blocked_folders(rd: RunDir) -> None:
