@@ -2,6 +2,7 @@
 lists that say they are cut, a truncated --init_from weights file with a way forward, probe --out
 a folder, edited vocab/config files said by sample, a cap on --num-samples."""
 
+import shutil
 import string
 
 import pytest
@@ -73,3 +74,34 @@ def test_resume_on_another_corpus_counts_the_absent_characters_and_marks_the_cut
     assert_clean_error(rc, err, "2 characters absent from the checkpoint: 'èé'",
                        f"{len(gone)} checkpoint characters absent from this corpus, the first 40: "
                        f"{''.join(gone[:40])!r} ({len(gone) - 40} more not shown)")
+
+
+def _truncated_copy(good_run, tmp_path):
+    run = tmp_path / "trunc"
+    shutil.copytree(good_run, run)
+    best = run / "checkpoints" / "best.safetensors"
+    best.write_bytes(best.read_bytes()[:len(best.read_bytes()) // 2])
+    return run, best
+
+
+def test_init_from_a_truncated_best_names_the_intact_copy_of_its_step_and_the_fix_works(good_run, tmp_path, capsys):
+    run, best = _truncated_copy(good_run, tmp_path)
+    twin = run / "checkpoints" / "step-000010.safetensors"  # the run's last and best step
+    argv = ["train", "--init_from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new")]
+    (tmp_path / "t.txt").write_text(GOOD_TEXT)
+    rc, _, err = run_cli(capsys, *argv)
+    assert_clean_error(rc, err, f"--init-from {run}: checkpoint {best} is corrupt or truncated",
+                       "step-000010.safetensors is the same weights, intact", f"(cp {twin} {best})")
+    shutil.copyfile(twin, best)  # what the line says to do
+    assert main(argv) == 0 and (tmp_path / "new" / "checkpoints" / "best.safetensors").exists()
+
+
+def test_init_from_a_truncated_best_without_its_step_says_restore_from_a_copy(good_run, tmp_path, capsys):
+    run, best = _truncated_copy(good_run, tmp_path)
+    for f in (run / "checkpoints").glob("step-000010.*"):
+        f.unlink()
+    (tmp_path / "t.txt").write_text(GOOD_TEXT)
+    rc, _, err = run_cli(capsys, "train", "--init_from", str(run),
+                         *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new"))
+    assert_clean_error(rc, err, "is corrupt or truncated", "no intact step checkpoint holds the same weights: "
+                       "restore best.safetensors from a copy of the run, or train the source run again")

@@ -826,6 +826,34 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
     return None
 
 
+def best_copy(run_dir: Path) -> Optional[Path]:
+    """The intact step checkpoint whose bytes are the manifest's ``best.safetensors`` (best is written as a copy of
+    its step's file), or None: no best recorded, no such step checkpoint kept, or it fails its sha256 too."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    try:
+        manifest = _read_manifest(ckdir, strict=False)
+    except DepthlabError:
+        return None
+    want = ((manifest.get("best") or {}).get("files") or {}).get("best.safetensors")
+    for c in manifest["checkpoints"]:
+        files = c.get("files") or {}
+        name = next((f for f, h in files.items() if f.endswith(".safetensors") and h == want), None)
+        if want and name and _verified(ckdir, files) is None:
+            return ckdir / name
+    return None
+
+
+def _best_fix(run_dir: Path) -> str:
+    """What restores a run's damaged ``best.safetensors``: its step's own intact checkpoint when kept, else a copy."""
+    twin = best_copy(run_dir)
+    best = Path(run_dir) / CKPT_DIR / "best.safetensors"
+    if twin is not None:
+        return (f"{twin.name} is the same weights, intact (the manifest's sha256 of best): copy it over the broken "
+                f"file (cp {twin} {best}) and run the command again")
+    return ("no intact step checkpoint holds the same weights: restore best.safetensors from a copy of the run, or "
+            "train the source run again")
+
+
 def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch.Tensor]:
     """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export.
 
@@ -846,7 +874,10 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
         path = src / CKPT_DIR / "best.safetensors"
         if not path.exists():
             raise DepthlabError(f"--init-from {src}: no {CKPT_DIR}/best.safetensors there")
-        sd, meta = load_weights_file(path)
+        try:
+            sd, meta = load_weights_file(path)
+        except DepthlabError as e:
+            raise DepthlabError(f"--init-from {src}: {e}; {_best_fix(src)}") from None
         _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
         return sd
     try:
