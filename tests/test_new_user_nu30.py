@@ -5,6 +5,8 @@ a folder, edited vocab/config files said by sample, a cap on --num-samples."""
 import shutil
 import string
 
+from pathlib import Path
+
 import pytest
 
 from depthlab.cli import main
@@ -105,3 +107,14 @@ def test_init_from_a_truncated_best_without_its_step_says_restore_from_a_copy(go
                          *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new"))
     assert_clean_error(rc, err, "is corrupt or truncated", "no intact step checkpoint holds the same weights: "
                        "restore best.safetensors from a copy of the run, or train the source run again")
+
+
+def test_probe_out_a_folder_writes_inside_it_and_says_where(tmp_path, tiny_text_file, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figs").mkdir()
+    rc, out, _ = run_cli(capsys, "probe", "--data.path", str(tiny_text_file), "--model.n_layer", "1",
+                         "--model.n_embd", "32", "--model.n_head", "2", "--model.block_size", "16", "--out", "figs")
+    want = Path("figs") / "probe-prenorm-layernorm-1.png"
+    assert rc == 0 and f"plot: {want}" in out.splitlines()
+    assert (tmp_path / want).stat().st_size > 1000
+    assert not (tmp_path / "figs.png").exists()  # was written silently beside the folder

@@ -109,7 +109,8 @@ def build_probe_parser():
                             "(default probe-<variant>-<norm>-<n_layer>.png). No training.", config_fields=True)
     p.add_argument("--preset", type=Optional[str], default=None, help="load a training preset's model/data")
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
-    p.add_argument("--out", type=Optional[str], default=None, help="PNG file to write")
+    p.add_argument("--out", type=Optional[str], default=None,
+                   help="PNG file to write, or an existing folder to write the default name in")
     p.add_argument("--batches", type=int, default=PROBE_BATCHES, help="batches of text to average over")
     p.add_argument("--probe_batch_size", "--probe-batch-size", type=int, default=PROBE_BATCH_SIZE,
                    help="sequences per batch")
@@ -120,7 +121,10 @@ def build_probe_parser():
 
 def _probe_png(cfg, out: Optional[str]) -> Path:
     m = cfg.model
-    path = Path(out) if out else Path(f"probe-{m.variant}-{m.norm}-{m.n_layer}.png")
+    default = f"probe-{m.variant}-{m.norm}-{m.n_layer}.png"
+    path = Path(out) if out else Path(default)
+    if out and path.is_dir():  # a folder: the default name inside it (the "plot: PATH" line says where)
+        path = path / default
     if path.suffix.lower() not in (".png", ""):
         raise DepthlabError(f"probe: --out {path} must be a .png file name")
     path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
