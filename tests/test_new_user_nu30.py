@@ -2,6 +2,7 @@
 lists that say they are cut, a truncated --init_from weights file with a way forward, probe --out
 a folder, edited vocab/config files said by sample, a cap on --num-samples."""
 
+import json
 import shutil
 import string
 
@@ -118,3 +119,23 @@ def test_probe_out_a_folder_writes_inside_it_and_says_where(tmp_path, tiny_text_
     assert rc == 0 and f"plot: {want}" in out.splitlines()
     assert (tmp_path / want).stat().st_size > 1000
     assert not (tmp_path / "figs.png").exists()  # was written silently beside the folder
+
+
+def test_sample_says_an_edited_vocab_or_config_json_is_not_what_it_uses(good_run, tmp_path, capsys):
+    run = tmp_path / "edited"
+    shutil.copytree(good_run, run)
+    rc, want, err = run_cli(capsys, "sample", str(run), "--max-new-tokens", "10", "--temperature", "0")
+    assert rc == 0 and "warning" not in err  # untouched: no word
+    vocab = json.loads((run / "vocab.json").read_text())
+    (run / "vocab.json").write_text(json.dumps(vocab[::-1]))
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["model"]["n_layer"] = 3
+    (run / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max-new-tokens", "10", "--temperature", "0")
+    assert rc == 0 and out == want  # the checkpoint's own copies, as before
+    lines = err.splitlines()
+    assert (f"depthlab: warning: {run / 'vocab.json'} differs from the characters stored in best.safetensors "
+            "(edited by hand?); sampling uses the checkpoint's copy") in lines, err
+    assert [line for line in lines if line.startswith(f"depthlab: warning: {run / 'config.json'} differs from the "
+            "checkpoint step-000010") and "model.n_layer 2 -> 3" in line
+            and line.endswith("sampling uses the checkpoint's copy")], err

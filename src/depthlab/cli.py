@@ -239,6 +239,37 @@ def _sample_device(name: str) -> str:
     return str(resolve_device(name, option="--device"))
 
 
+def _sample_notes(run_dir: Path, which: str) -> list[str]:
+    """The stderr lines of ``depthlab sample RUN`` before its text: which weights speak, and each of the run's
+    config.json and vocab.json that is damaged, missing or edited (the checkpoint's own copies are used)."""
+    from .checkpoint import config_edits, describe_weights, read_metadata, select_weights
+    from .rundir import CONFIG, VOCAB, RunDir
+
+    notes, path = [], None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # load_run prints the fallback warning itself
+        try:
+            path = select_weights(run_dir, which)
+            notes.append(f"{PROG}: sampling from {describe_weights(run_dir, path)}")
+        except DepthlabError:
+            pass  # load_run raises the same error with its own words
+    rd = RunDir(run_dir)
+    saved_vocab = (read_metadata(path) if path is not None else {}).get("vocab")
+    for name in (CONFIG, VOCAB):  # the checkpoint carries both: sampling goes on, the damage is said
+        if rd.damaged(name):
+            notes.append(f"{PROG}: warning: {rd.file(name)} is not the JSON depthlab wrote (damaged or edited by "
+                         "hand); sampling uses the copy inside the checkpoint")
+        elif not rd.file(name).exists():
+            notes.append(f"{PROG}: warning: {rd.file(name)} is missing (deleted?); sampling uses the copy inside "
+                         "the checkpoint")
+        elif name == CONFIG and (edits := config_edits(run_dir)) is not None:
+            notes.append(f"{PROG}: warning: {rd.file(name)} {edits}; sampling uses the checkpoint's copy")
+        elif name == VOCAB and saved_vocab is not None and rd.vocab != json.loads(saved_vocab):
+            notes.append(f"{PROG}: warning: {rd.file(name)} differs from the characters stored in {path.name} (edited "
+                         "by hand?); sampling uses the checkpoint's copy")
+    return notes
+
+
 def run_sample(ns) -> int:
     """``depthlab sample``: stream generated text (prompt included) to stdout."""
     from .sample import sample_text
@@ -254,7 +285,6 @@ def run_sample(ns) -> int:
         sys.stdout.write(s)
         sys.stdout.flush()
 
-    from .checkpoint import describe_weights, select_weights
     from .sample import check_sampling_args
 
     check_sampling_args(ns.temperature, ns.top_k or None, ns.top_p, ns.max_new_tokens)  # bad input: one line
@@ -262,23 +292,7 @@ def run_sample(ns) -> int:
         raise DepthlabError(f"--num-samples must be >= 1, got {ns.num_samples}")
     _check_seed(ns.seed)
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # load_run prints the fallback warning itself
-            try:
-                which = describe_weights(Path(ns.run_dir), select_weights(Path(ns.run_dir), ns.checkpoint))
-                info.append(f"{PROG}: sampling from {which}")
-            except DepthlabError:
-                pass  # load_run below raises the same error with its own words
-        from .rundir import CONFIG, VOCAB, RunDir
-
-        rd = RunDir(ns.run_dir)
-        for name in (CONFIG, VOCAB):  # the checkpoint carries both: sampling goes on, the damage is said
-            if rd.damaged(name):
-                info.append(f"{PROG}: warning: {rd.file(name)} is not the JSON depthlab wrote (damaged or edited by "
-                            "hand); sampling uses the copy inside the checkpoint")
-            elif not rd.file(name).exists():
-                info.append(f"{PROG}: warning: {rd.file(name)} is missing (deleted?); sampling uses the copy inside "
-                            "the checkpoint")
+        info.extend(_sample_notes(Path(ns.run_dir), ns.checkpoint))
     sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
                 ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
     stream("\n")
