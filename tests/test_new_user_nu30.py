@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from depthlab.cli import main
+from depthlab.errors import DepthlabError
 
 from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
 
@@ -139,3 +140,20 @@ def test_sample_says_an_edited_vocab_or_config_json_is_not_what_it_uses(good_run
     assert [line for line in lines if line.startswith(f"depthlab: warning: {run / 'config.json'} differs from the "
             "checkpoint step-000010") and "model.n_layer 2 -> 3" in line
             and line.endswith("sampling uses the checkpoint's copy")], err
+
+
+def test_an_absurd_num_samples_is_one_line_like_max_new_tokens(good_run, capsys):
+    from depthlab.sample import MAX_NEW_TOKENS, MAX_NUM_SAMPLES, check_sampling_args
+
+    check_sampling_args(1.0, None, None, 10, MAX_NUM_SAMPLES)  # the bound itself is accepted
+    with pytest.raises(DepthlabError, match="--num-samples 10001 is more than"):
+        check_sampling_args(1.0, None, None, 10, MAX_NUM_SAMPLES + 1)
+    for n in (MAX_NUM_SAMPLES + 1, 100_000_000, 2**63 - 1):  # 100,000,000 stalled for many minutes
+        rc, out, err = run_cli(capsys, "sample", str(good_run), "--num-samples", str(n))
+        assert out == ""
+        assert_clean_error(rc, err, f"--num-samples {n} is more than depthlab samples in one call (10,000: ",
+                           "ask for at most 10000")
+    rc, out, err = run_cli(capsys, "sample", str(good_run), "--num-samples", "10000", "--max-new-tokens", "1001")
+    assert out == "" and MAX_NEW_TOKENS == 10_000_000
+    assert_clean_error(rc, err, "--num-samples 10000 x --max-new-tokens 1001 = 10,010,000 tokens is more than "
+                       "depthlab samples in one call (10,000,000: ")

@@ -287,9 +287,7 @@ def run_sample(ns) -> int:
 
     from .sample import check_sampling_args
 
-    check_sampling_args(ns.temperature, ns.top_k or None, ns.top_p, ns.max_new_tokens)  # bad input: one line
-    if ns.num_samples < 1:
-        raise DepthlabError(f"--num-samples must be >= 1, got {ns.num_samples}")
+    check_sampling_args(ns.temperature, ns.top_k or None, ns.top_p, ns.max_new_tokens, ns.num_samples)  # one line
     _check_seed(ns.seed)
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
         info.extend(_sample_notes(Path(ns.run_dir), ns.checkpoint))

@@ -25,14 +25,19 @@ def _first_line(e: BaseException) -> str:
 #: (int64), so an absurd request failed with an allocation error instead of one line.
 MAX_NEW_TOKENS = 10_000_000
 
+#: Most samples one ``depthlab sample`` generates: each is its own generation, one after the other, and every
+#: text is kept to be returned, so 100,000,000 stalled for hours instead of saying so.
+MAX_NUM_SAMPLES = 10_000
+
 
 def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optional[float],
-                        max_new_tokens: int = 0) -> None:
+                        max_new_tokens: int = 0, num_samples: int = 1) -> None:
     """Validate sampling settings.
 
     Raises:
         DepthlabError: temperature < 0 or not finite, top_k < 0, top_p outside (0, 1],
-            max_new_tokens < 0 or above :data:`MAX_NEW_TOKENS`.
+            max_new_tokens < 0 or above :data:`MAX_NEW_TOKENS`, num_samples < 1 or above :data:`MAX_NUM_SAMPLES`,
+            or num_samples x max_new_tokens above :data:`MAX_NEW_TOKENS`.
     """
     if not isinstance(temperature, (int, float)) or temperature != temperature or temperature < 0 \
             or temperature == float("inf"):
@@ -47,6 +52,21 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise DepthlabError(f"--max-new-tokens {max_new_tokens} is more than depthlab samples in one call "
                             f"({MAX_NEW_TOKENS:,}: the output is held in memory, 8 bytes a token); ask for at most "
                             f"{MAX_NEW_TOKENS}, or sample again with the text so far as --prompt")
+    _check_num_samples(num_samples, max_new_tokens)
+
+
+def _check_num_samples(n: int, max_new_tokens: int) -> None:
+    """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
+    if n < 1:
+        raise DepthlabError(f"--num-samples must be >= 1, got {n}")
+    if n > MAX_NUM_SAMPLES:
+        raise DepthlabError(f"--num-samples {n} is more than depthlab samples in one call ({MAX_NUM_SAMPLES:,}: "
+                            f"each sample is generated in turn and every text is kept); ask for at most "
+                            f"{MAX_NUM_SAMPLES}, or sample again with another --seed for more")
+    if n * max_new_tokens > MAX_NEW_TOKENS:
+        raise DepthlabError(f"--num-samples {n} x --max-new-tokens {max_new_tokens} = {n * max_new_tokens:,} tokens "
+                            f"is more than depthlab samples in one call ({MAX_NEW_TOKENS:,}: every text is held in "
+                            "memory); lower either, or sample again with another --seed for more")
 
 
 def filter_logits(logits: torch.Tensor, top_k: Optional[int] = None, top_p: Optional[float] = None
@@ -251,9 +271,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     Raises:
         DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
     """
-    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
-    if num_samples < 1:
-        raise DepthlabError(f"--num-samples must be >= 1, got {num_samples}")
+    check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
     model, tok = load_run(run_dir, which, device)
     block_size = int(((RunDir(run_dir).config or {}).get("model") or {}).get("block_size") or 0) or None
     if prompt:
