@@ -60,6 +60,30 @@ def test_more_threads_than_cores_is_warned(tmp_path, tiny_text_file):
     assert not any("more than this machine's" in s for s in lines)
 
 
+def test_omp_num_threads_above_the_cores_is_honoured_and_warned_like_train_threads(tmp_path, tiny_text_file,
+                                                                                  monkeypatch):
+    """torch alone caps OMP_NUM_THREADS at the cores, while the run said "OMP_NUM_THREADS=64 as given"
+    and ran 2 threads without a word; now it runs what was given, with train.threads' warning."""
+    from depthlab.trainer import banner
+
+    cores = os.cpu_count() or 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
+    before, lines = torch.get_num_threads(), []
+    try:
+        t = Trainer(tiny_config(tmp_path / "t", tiny_text_file, train=dict(threads=0, max_iters=2)),
+                    log=lines.append)
+        assert t.resolved()["threads"] == torch.get_num_threads() == cores + 1
+        assert [s for s in lines if "more than this machine's" in s] == [
+            f"warning: OMP_NUM_THREADS={cores + 1} is more than this machine's {cores} cores; oversubscribed "
+            f"threads make each step slower (try OMP_NUM_THREADS={cores}, or unset it)"]
+        said = banner(t, 1)
+        assert any(f", {cores + 1} threads, " in s for s in said if s.startswith("run "))
+        assert any(s.startswith(f"auto settings: {cores + 1} threads, ") and f"OMP_NUM_THREADS={cores + 1} as given"
+                   in s for s in said), said
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("dtype,bf16_cpu,want", [("float32", True, "sdpa"), ("bfloat16", True, "explicit"),
                                                  ("auto", False, "sdpa"), ("auto", True, "explicit")])
 def test_attention_auto_is_explicit_only_under_cpu_bf16(tmp_path, tiny_text_file, monkeypatch, dtype, bf16_cpu, want):

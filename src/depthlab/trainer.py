@@ -41,7 +41,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
-from .training.autotune import env_threads, env_threads_warning, tune
+from .training.autotune import env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
 from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
@@ -495,8 +495,8 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     if rt.tuning is not None and run.device.type == "cpu":
         given = [f"train.{f}" for f, auto in (("threads", 0), ("dtype", "auto"), ("attention", "auto"))
                  if getattr(t, f) != auto]
-        omp = env_threads()
-        given += [f"OMP_NUM_THREADS={omp}"] if omp and not t.threads else []
+        n, knob = rt.given_threads()
+        given += [f"OMP_NUM_THREADS={n}"] if knob == "OMP_NUM_THREADS" else []
         lines.append(rt.tuning.line(given))
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
                  f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")

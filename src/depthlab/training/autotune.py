@@ -39,8 +39,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ..units import counted
 from . import hostmem, runtime
-from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, machine_name, omp_free, policy_key,
-                      read_cache)
+from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, env_threads, machine_name, omp_free,
+                      policy_key, read_cache)
 from .runtime import omp_policy, use_bf16, use_explicit_attention
 
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "omp_free",
@@ -151,13 +151,6 @@ class Restart(Exception):
 
 
 # ------------------------------------------------------------------------- candidates and choice
-def env_threads() -> int:
-    """``OMP_NUM_THREADS`` when the environment sets it to a positive integer (torch starts with that many
-    threads), else 0."""
-    raw = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
-
-
 #: What a run's thread count came from when it is not given, by :class:`Tuning` source (None: no tuning).
 _THREADS_FROM = {"measured": "the fastest it measured", "cached": "the fastest measured earlier on this machine",
                  "resumed": "the run's own earlier choice", "rule": "its auto choice, not measured",

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "guess_policy", "machine_name", "omp_free",
-           "omp_policy", "policy_key", "read_cache", "start_policy"]
+__all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "machine_name",
+           "omp_free", "omp_policy", "policy_key", "read_cache", "start_policy"]
 
 #: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
 #: policy the user exported is theirs and is never changed).
@@ -24,6 +24,13 @@ def omp_policy() -> str:
     """This process's OpenMP wait policy, ``passive`` or ``active`` (libgomp's default spins for a while
     before sleeping, which counts as ``active``). It is read once, when torch loads."""
     return "passive" if os.environ.get("OMP_WAIT_POLICY", "").lower() == "passive" else "active"
+
+
+def env_threads() -> int:
+    """``OMP_NUM_THREADS`` when the environment sets it to a positive integer, else 0. A run honours it as a
+    given thread count (torch itself starts with at most one thread per core, whatever it says)."""
+    raw = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
 
 
 def cpu_model() -> str:

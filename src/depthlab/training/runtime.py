@@ -21,7 +21,7 @@ from ..config import RunConfig, TrainConfig, check_device_name
 from ..data import get_batch
 from ..errors import DepthlabError
 from . import hostmem
-from .machine import omp_policy
+from .machine import env_threads, omp_policy
 
 __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "omp_policy", "resolve_device",
            "training_memory_bytes", "use_bf16", "use_explicit_attention"]
@@ -273,14 +273,24 @@ class Runtime:
             self.log(f"resume: this session runs with other settings than config.json's resolved section records "
                      f"(run -> now): {said}")
 
+    def given_threads(self) -> tuple[int, str]:
+        """The thread count the user gave and its knob: ``train.threads``, else (one process) a positive
+        ``OMP_NUM_THREADS``, which torch alone would cap at the cores; ``(0, "")`` when none is given."""
+        if self.train.threads:
+            return self.train.threads, "train.threads"
+        env = env_threads() if self.world_size == 1 else 0  # torchrun sets it to 1 for its processes
+        return (env, "OMP_NUM_THREADS") if env else (0, "")
+
     def _set_threads(self) -> None:
-        t = self.train
-        if t.threads:
+        n, knob = self.given_threads()
+        if n:
             cores = os.cpu_count() or 1
-            if t.threads > cores:
-                self.log(f"warning: train.threads {t.threads} is more than this machine's {cores} cores; "
-                         f"oversubscribed threads make each step slower (try --train.threads {cores}, or 0)")
-            torch.set_num_threads(t.threads)
+            if n > cores:
+                said, fix = ((f"train.threads {n}", f"--train.threads {cores}, or 0") if knob == "train.threads"
+                             else (f"OMP_NUM_THREADS={n}", f"OMP_NUM_THREADS={cores}, or unset it"))
+                self.log(f"warning: {said} is more than this machine's {cores} cores; "
+                         f"oversubscribed threads make each step slower (try {fix})")
+            torch.set_num_threads(n)
         elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
             local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
