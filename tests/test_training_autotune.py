@@ -230,7 +230,7 @@ def test_omp_num_threads_is_a_given_thread_count_and_train_threads_wins(monkeypa
                                           other_policy=False)} == {1, 2}
 
 
-@pytest.mark.parametrize("raw", ["abc", "0", "4,2", "-1"])
+@pytest.mark.parametrize("raw", ["abc", "0", "4,2", "-1", "", " "])
 def test_an_omp_num_threads_that_is_not_a_count_is_warned_with_what_sets_the_threads_instead(monkeypatch, raw):
     monkeypatch.setenv("OMP_NUM_THREADS", raw)
     auto = TrainConfig(threads=0)
@@ -244,7 +244,7 @@ def test_an_omp_num_threads_that_is_not_a_count_is_warned_with_what_sets_the_thr
         TrainConfig(threads=3), 3, "rule")
 
 
-@pytest.mark.parametrize("raw", ["1", "8", " ", None])
+@pytest.mark.parametrize("raw", ["1", "8", None])
 def test_a_valid_or_unset_omp_num_threads_gets_no_warning(monkeypatch, raw):
     if raw is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -253,18 +253,19 @@ def test_a_valid_or_unset_omp_num_threads_gets_no_warning(monkeypatch, raw):
     assert at.env_threads_warning(TrainConfig(threads=0), 2, "rule") is None
 
 
+@pytest.mark.parametrize("raw", ["abc", ""])
 def test_train_warns_once_on_stderr_of_a_junk_omp_num_threads_with_the_threads_it_uses(monkeypatch, tmp_path,
-                                                                                       tiny_text_file, capsys):
+                                                                                       tiny_text_file, capsys, raw):
     from depthlab.cli import main
     from conftest import tiny_cli_args
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    monkeypatch.setenv("OMP_NUM_THREADS", raw)
     assert main(["train", *tiny_cli_args(tiny_text_file, tmp_path / "r", train__threads=0,
                                          train__max_iters=4, train__warmup_iters=0)]) == 0
     cap = capsys.readouterr()
     used = json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]["threads"]
     line = [x for x in cap.err.splitlines() if "OMP_NUM_THREADS" in x]
-    assert line == [f"depthlab: warning: OMP_NUM_THREADS='abc' is not a thread count (a positive integer): depthlab "
+    assert line == [f"depthlab: warning: OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab "
                     f"ignores it and runs with {used} thread{'s' if used != 1 else ''}, its auto choice, not measured; "
                     "set it to a number (OMP_NUM_THREADS=1) or unset it"]
     assert "OMP_NUM_THREADS" not in cap.out

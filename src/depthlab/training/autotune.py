@@ -158,14 +158,14 @@ _THREADS_FROM = {"measured": "the fastest it measured", "cached": "the fastest m
 
 
 def env_threads_warning(train, threads: int, source: Optional[str]) -> Optional[str]:
-    """The warning for an ``OMP_NUM_THREADS`` that is set but not a positive integer (``abc``, ``0``, ``4,2``), which
-    :func:`env_threads` ignores, saying what sets the thread count instead, or None.
+    """The warning for an ``OMP_NUM_THREADS`` that is set but not a positive integer (``abc``, ``0``, ``4,2``, an
+    empty value), which :func:`env_threads` ignores, saying what sets the thread count instead, or None.
 
     Args:
         train: the run's TrainConfig. threads: the threads the run uses. source: its :class:`Tuning`'s source, or None.
     """
     raw = os.environ.get("OMP_NUM_THREADS")
-    if raw is None or not raw.strip() or env_threads():
+    if raw is None or env_threads():  # an empty one too: libgomp's own complaint says nothing of what runs
         return None
     instead = (f"lets train.threads {train.threads} set the thread count" if train.threads else
                f"runs with {counted(threads, 'thread')}, {_THREADS_FROM.get(source, _THREADS_FROM[None])}")
