@@ -95,11 +95,13 @@ def test_patience_lost_before_a_resume_stops_it_at_once_and_a_larger_patience_tr
     assert (s["stopped_by"], s["final_step"]) == ("patience", 5)  # was: 5 more steps, then stopped at 10
     (line,) = _stop_lines(lines)
     assert "before this resume" in line and "--train.patience above 1" in line
+    assert "step 5: 1 evaluation since step 0 (val loss " in line  # read back from the run's records
     lines = []
     s = _train(run, corpus, lines, patience=3, min_delta=100.0, max_iters=20, resume=True)
     # the count carried over (1 at step 5) meets patience 3 at step 15: two more evaluations
     assert (s["stopped_by"], s["final_step"]) == ("patience", 15)
-    assert "3 evaluations without" in _stop_lines(lines)[0] and "before this resume" not in _stop_lines(lines)[0]
+    assert "3 evaluations in a row since step 0 (val loss " in _stop_lines(lines)[0]
+    assert "before this resume" not in _stop_lines(lines)[0]
 
 
 # ----------------------------------------------------------------------------- max_time

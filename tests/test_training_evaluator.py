@@ -87,6 +87,21 @@ def test_val_ppl_is_the_true_value_or_null(tmp_path, tiny_text_file):
     assert abs(r["val_ppl"] - math.exp(60)) <= 1e-12 * math.exp(60)
 
 
+def test_the_patience_stop_line_names_the_evaluation_its_count_runs_from(tmp_path, tiny_text_file):
+    """The tester's losses: the line named "the best val loss 2.4469 (step 150)" as the one not lowered
+    by min_delta 0.5, though step 150 set it; the count runs from step 50's 2.7124."""
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "p", tiny_text_file, train=dict(max_iters=200, eval_interval=5, patience=2,
+                                                                        min_delta=0.5)), log=lines.append)
+    vals = iter([4.1754, 2.7124, 2.4924, 2.4469, 1.0])
+    t.evaluate = lambda: {"train": 1.0, "val": next(vals)}
+    t.fit()
+    assert [s for s in lines if s.startswith("stopped")] == [
+        "stopped early at step 15: 2 evaluations in a row since step 5 (val loss 2.7124) without lowering the best "
+        "val loss before each by train.min_delta 0.5 (train.patience 2); best.safetensors holds the best weights "
+        "(val loss 2.4469, step 15)"]
+
+
 def test_patience_stops_after_n_evaluations_without_improvement(tmp_path, tiny_text_file):
     t = Trainer(tiny_config(tmp_path / "p", tiny_text_file, train=dict(max_iters=200, eval_interval=5,
                                                                         patience=3, min_delta=0.01)), **QUIET)

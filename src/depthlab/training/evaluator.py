@@ -81,6 +81,7 @@ class Evaluator:
         best_val, best_step: the lowest val loss (nats/token) and its step (inf, -1 before any).
         best_se: that evaluation's sampling error over where its windows fell (:func:`window_se`), or None.
         evals_without_improvement: evaluations in a row that did not lower ``best_val`` by ``min_delta``.
+        patience_ref: ``(val_loss, step)`` of the evaluation that last did (the count runs from it), or None.
         last_eval: the latest evaluation record ({} before any).
         target_reached: ``(step, elapsed_s)`` of the first evaluation at or under ``target_val_loss``; on
             resume read from the run's evaluations with this session's target (an earlier session's too).
@@ -96,6 +97,7 @@ class Evaluator:
         self.best_step = -1
         self.best_se: Optional[float] = None
         self.evals_without_improvement = 0
+        self.patience_ref: Optional[tuple[float, int]] = None
         self.last_eval: dict = {}
         self.target_reached: Optional[tuple[int, float]] = None
         self.patience_exhausted = False
@@ -115,6 +117,10 @@ class Evaluator:
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         evals = [r for r in RunDir(run_dir).evals if r["step"] <= step]
         self.last_eval = evals[-1] if evals else {}
+        k = self.evals_without_improvement  # the evaluation before the last k reset the count
+        ref = evals[-k - 1] if k < len(evals) else {}
+        v = finite_or_none(ref.get("val_loss"))
+        self.patience_ref = (float(v), int(ref["step"])) if v is not None else None
         self.best_se = next((finite_or_none(r.get("val_loss_se")) for r in evals if r["step"] == self.best_step), None)
         # the stop rules as this session states them, applied to what the run did before it: a target
         # already reached (or patience already lost) stops the run at once, as one uninterrupted run
@@ -198,6 +204,7 @@ class Evaluator:
                "elapsed_s": round(elapsed_s, 3)}
         improved = math.isfinite(vl) and vl < self.best_val - t.min_delta
         self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
+        self.patience_ref = (vl, step) if improved else self.patience_ref
         is_best = math.isfinite(vl) and vl < self.best_val
         if is_best:
             self.best_val, self.best_step, self.best_se = vl, step, losses.get("val_se")

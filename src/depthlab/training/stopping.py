@@ -17,6 +17,8 @@ import contextlib
 import signal
 from typing import Iterator, Optional
 
+from ..units import counted
+
 __all__ = ["StopRules"]
 
 
@@ -104,9 +106,13 @@ class StopRules:
         if ev.patience_exhausted:
             more = f"; a --train.patience above {ev.evals_without_improvement} (or 0, off) trains on"
             train_on = more if before else ""
-            self.log(f"stopped early at step {step}: {ev.evals_without_improvement} evaluations without "
-                     f"lowering the best val loss {ev.best_val:.4f} (step {ev.best_step}) by train.min_delta "
-                     f"{t.min_delta:g} (train.patience {t.patience}){before}; best.safetensors holds the best "
-                     f"weights{train_on}")
+            ref = ev.patience_ref
+            since = f" since step {ref[1]} (val loss {ref[0]:.4f})" if ref else ""
+            n = ev.evals_without_improvement
+            row, each = (" in a row", "each") if n > 1 else ("", "it")
+            self.log(f"stopped early at step {step}: {counted(n, 'evaluation')}{row}{since} without lowering the "
+                     f"best val loss before {each} by train.min_delta {t.min_delta:g} "
+                     f"(train.patience {t.patience}){before}; best.safetensors holds the best weights "
+                     f"(val loss {ev.best_val:.4f}, step {ev.best_step}){train_on}")
             return "patience"
         return None
