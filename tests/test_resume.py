@@ -594,6 +594,25 @@ def test_a_new_min_lr_on_an_ended_decay_says_the_rate_moves(tmp_path, tiny_text_
                     "to the peak"], lines
 
 
+def test_an_extension_stopped_at_the_floor_says_when_the_decay_ended_not_the_extensions_end(tmp_path,
+                                                                                          tiny_text_file):
+    """A new user's pass: finished at 20, extended to 35 and stopped at 22, resumed with max_iters 25: the line
+    said "the decay ended at step 35" at step 22; the rate has been at min_lr since step 20."""
+    cfg = dict(max_iters=20, eval_interval=100, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=35, resume=True)),
+                callbacks=[_StopAfter(22)], **QUIET)
+    with pytest.raises(Interrupted):
+        t.fit()
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=25, resume=True)),
+                log=lines.append)
+    assert r.step == 22 and r.lr_at(22) == r.lr_at(25) == 1e-4
+    assert [x for x in lines if x.startswith("resume:")] == [
+        "resume: the learning rate stays at train.min_lr 0.0001 (the decay ended by step 20; the schedule's later end "
+        "at step 35 kept it there); no jump back to the peak"], lines
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fit_to_time", [True, False])
 def test_the_config_given_is_unchanged_by_a_run_and_its_resume(tmp_path, tiny_text_file, fake_clock, fit_to_time):

@@ -250,13 +250,14 @@ class LRSchedule:
         if (case.old_decay != self.decay_iters or case.anchored or case.ended) and not case.inside:
             self.anchor = (step, max(t.min_lr, case.lr_now), self.decay_iters)
         words = self._resume_words(step, old, case.old_decay, case.lr_old, case.ended, muon,
-                                   case.old_warmup if case.warmup_moved else None)
+                                   case.old_warmup if case.warmup_moved else None, case.ended_by)
         log(words + (f"; {idle_warmup}" if idle_warmup else ""))
 
     def _resume_words(self, step: int, old: "_OldSchedule", old_decay: int, lr_old: float, ended: bool,
-                      muon: bool, old_warmup: Optional[int] = None) -> str:
+                      muon: bool, old_warmup: Optional[int] = None, ended_by: Optional[int] = None) -> str:
         """The one ``resume:`` line: the settings that changed, then the rate at ``step`` against the old one
-        (``old_warmup``: where the warmup used to end, when a new one reshapes the rate from here)."""
+        (``old_warmup``: where the warmup used to end, when a new one reshapes the rate from here; ``ended_by``:
+        a step by which an ended decay had reached the floor, when ``old_decay`` is a later end that kept it)."""
         t, lr_now = self.train, self.lr_at(step)
         changed = [f"train.{k} {a:g} -> {b:g}" for k, a, b in (("learning_rate", old.peak, t.learning_rate),
                                                                ("min_lr", old.min_lr, t.min_lr),
@@ -273,7 +274,9 @@ class LRSchedule:
             peak = (f"; the new train.learning_rate {t.learning_rate:g} does not "
                     f"{'raise' if t.learning_rate > old.peak else 'lower'} it" if old.peak != t.learning_rate else "")
             moves = "stays at" if same else f"goes from {lr_old:.3g} to the new"
-            what = (f"the learning rate {moves} train.min_lr {t.min_lr:g} (the decay ended at step {old_decay}{peak}); "
+            end = (f"at step {old_decay}" if ended_by is None or ended_by >= old_decay else
+                   f"by step {ended_by}; the schedule's later end at step {old_decay} kept it there")
+            what = (f"the learning rate {moves} train.min_lr {t.min_lr:g} (the decay ended {end}{peak}); "
                     "no jump back to the peak")
         else:
             was = "" if same else f" (the run's old settings: {lr_old:.3g})"
@@ -316,6 +319,8 @@ class _ResumeCase:
         warmup_moved: a new warmup reshapes the rate from here (no anchor carries it: the decay's end did
             not move, or the run is inside its warmup).
         old_decay: where the old decay ended. old_warmup: where the old warmup ended.
+        ended_by: a step by which an ended decay had reached the floor: ``old_decay``, or the start of an anchor
+            that continued from the floor to a later end (an extension of a finished run).
         lr_old: the old settings' rate at the step. lr_now: the new settings' rate on the old shape.
     """
 
@@ -327,6 +332,7 @@ class _ResumeCase:
     old_warmup: int
     lr_old: float
     lr_now: float
+    ended_by: int
 
     @classmethod
     def of(cls, schedule: "LRSchedule", step: int, stored: Optional[tuple[int, float, int]], old: "_OldSchedule",
@@ -341,7 +347,8 @@ class _ResumeCase:
         inside = not anchored and not ended and step < old_warmup
         warmup_moved = (old_warmup != schedule.warmup_iters and not anchored and not ended
                         and (old_decay == schedule.decay_iters or inside))
-        return cls(anchored, ended, inside, warmup_moved, old_decay, old_warmup, lr_old, lr_now)
+        ended_by = stored[0] if anchored and stored is not None and old_decay > step else old_decay
+        return cls(anchored, ended, inside, warmup_moved, old_decay, old_warmup, lr_old, lr_now, ended_by)
 
 
 class _OldSchedule:
