@@ -293,6 +293,31 @@ def test_damaged_metrics_lines_are_counted_and_diagnose_says_so(report_run, tmp_
     assert rc == 0 and "warning: 2 lines of" in err and "not JSON records (damaged)" in err
 
 
+def test_a_whole_junk_last_line_is_damage_not_a_cut_record(report_run, tmp_path, capsys):
+    """A new user's pass: `echo 'garbage line' >> metrics.jsonl` on a finished run made diagnose say the last line
+    "is cut mid-record ... its last record is lost" (every record was intact), and a resume dropped it unsaid."""
+    from conftest import fresh_copy
+
+    from depthlab.rundir import damaged_metrics_lines, read_metrics, torn_last_line
+
+    run = fresh_copy(report_run, tmp_path / "run")
+    m = run / "metrics.jsonl"
+    good = read_metrics(run)
+    m.write_text(m.read_text() + "garbage line\n")
+    assert damaged_metrics_lines(run) == 1 and not torn_last_line(run) and read_metrics(run) == good
+    rc, _, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0 and [x for x in err.splitlines() if "warning" in x] == [
+        f"depthlab: warning: 1 line of {m} is not a JSON record (damaged): the rules judge the run without what was "
+        "lost"], err
+    step = json.loads((run / "summary.json").read_text())["final_step"]
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", str(step + 1))
+    assert rc == 0 and ("warning: 1 line of metrics.jsonl was not a JSON record (damaged); the resumed run drops it, "
+                        "and its figures and diagnosis lack what it held") in err, err
+    assert "garbage" not in m.read_text()
+    m.write_text(m.read_text() + '{"step": 3, "kind": "tr')  # cut before its newline: a torn write, no damage
+    assert damaged_metrics_lines(run) == 0 and torn_last_line(run)
+
+
 def test_records_with_a_step_that_is_not_an_integer_are_damage_not_a_crash(report_run, tmp_path, capsys):
     """JSON lines with the wrong types crashed diagnose (ValueError, OverflowError) and resume (TypeError) with
     "unexpected ... please report" (a new user's pass): now they are damaged lines like any other."""
@@ -337,8 +362,8 @@ def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_ru
     m, sm = run / "metrics.jsonl", run / "summary.json"
     m.write_bytes(b"\x9e\xff\x00garbage\n" * 3 + b"\n")
     rc, _, err = run_cli(capsys, "report", str(run))
-    # the last of the 3 lines may be a torn write, not counted as damage
-    assert rc == 0 and "warning: 2 lines of" in err and "the report shows the run without what was lost" in err
+    # the last of the 3 lines ends with its newline: whole, so damage, not a torn write
+    assert rc == 0 and "warning: 3 lines of" in err and "the report shows the run without what was lost" in err
     m.write_text("")
     rc, _, err = run_cli(capsys, "diagnose", str(run))
     assert rc == 0 and f"warning: {m} holds no records, though summary.json says" in err, err

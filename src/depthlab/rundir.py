@@ -276,26 +276,32 @@ def not_a_file_error(path: Path) -> DepthlabError:
 def damaged_metrics_lines(run_dir: Path) -> int:
     """Lines of ``run_dir/metrics.jsonl`` that are not records (:func:`_record`), a torn last line not counted.
 
-    depthlab writes whole lines and only the last can be torn (a process killed mid-write); any
-    other unreadable line is damage, and every reader skips it.
+    depthlab writes whole lines and only the last can be torn (a process killed mid-write, before its
+    newline: :func:`torn_last_line`); any other unreadable line, a whole last line too, is damage, and every
+    reader skips it.
     """
-    return sum(_record(ln) is None for ln in _nonblank_lines(run_dir)[:-1])
+    lines, ended = _nonblank_lines(run_dir)
+    whole = lines if ended else lines[:-1]
+    return sum(_record(ln) is None for ln in whole)
 
 
 def torn_last_line(run_dir: Path) -> bool:
-    """True when the last non-blank line of ``run_dir/metrics.jsonl`` is not a record (:func:`_record`): cut
-    mid-write. Damage once the run has finished; in a live run, a record being appended."""
-    lines = _nonblank_lines(run_dir)
-    return bool(lines) and _record(lines[-1]) is None
+    """True when the last non-blank line of ``run_dir/metrics.jsonl`` is not a record (:func:`_record`) and no
+    newline ends it: cut mid-write. Damage once the run has finished; in a live run, a record being appended.
+    A whole line that is not a record (newline-ended: ``echo junk >> metrics.jsonl``) is damage, not a cut
+    (:func:`damaged_metrics_lines`)."""
+    lines, ended = _nonblank_lines(run_dir)
+    return bool(lines) and not ended and _record(lines[-1]) is None
 
 
-def _nonblank_lines(run_dir: Path) -> list[str]:
-    """The non-blank lines of ``run_dir/metrics.jsonl``, stripped ([] when it cannot be read)."""
+def _nonblank_lines(run_dir: Path) -> tuple[list[str], bool]:
+    """The non-blank lines of ``run_dir/metrics.jsonl``, stripped ([] when it cannot be read), and whether a
+    newline ends the last of them (depthlab ends every record it writes with one)."""
     try:
         text = (Path(run_dir) / METRICS).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return []
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return [], True
+    return [ln.strip() for ln in text.splitlines() if ln.strip()], text.rstrip(" \t\r\f\v").endswith("\n")
 
 
 def truncate_metrics(run_dir: Path, step: int) -> None:

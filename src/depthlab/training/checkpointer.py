@@ -370,8 +370,9 @@ class Checkpointer:
         bad = rundir.damaged_metrics_lines(self.run_dir)
         if bad:
             what = agree(bad, "was not a JSON record", "were not JSON records")
+            them = agree(bad, "it", "them")
             self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
-                     "drops them, and its figures and diagnosis lack what they held")
+                     f"drops {them}, and its figures and diagnosis lack what {them} held")
         kept = [int(r["step"]) for r in rundir.read_metrics(self.run_dir) if int(r.get("step", 0)) <= step]
         last = max(kept, default=0)
         if step > 0 and last < step - slack:
