@@ -234,6 +234,40 @@ class Shuffled(nn.Module):
 def test_random_forward_cannot_be_leak_tested(corpus):
     rep = check_model(Shuffled(), corpus, block_size=16, rules=("shape", "causal_leak"))
     assert rep.checks[1].ok is None and "not run" in rep.checks[1].summary
+    assert "computed twice" in rep.checks[1].summary and "randomness" in rep.checks[1].summary
+
+
+class BatchMix(nn.Module):
+    """Deterministic, but each row sees the batch's mean (rolled one position: the future too, when ``roll``)."""
+
+    def __init__(self, roll):
+        super().__init__()
+        self.roll, self.emb = roll, nn.Embedding(65, 65)
+
+    def forward(self, idx):
+        y = self.emb(idx)
+        m = y.mean(0, keepdim=True)
+        return y + (m.roll(-1, 1) if self.roll else m)
+
+
+@pytest.mark.parametrize("roll", [True, False])
+def test_logits_mixing_the_batch_is_a_leak_not_randomness(roll, corpus):
+    """A new user's pass: y + y.mean(0).roll(-1, 1) was "not run ... (randomness in the forward?)", 0 problems."""
+    torch.manual_seed(0)
+    rep = check_model(BatchMix(roll), corpus, block_size=16, rules=("shape", "causal_leak"))
+    leak = rep.checks[1]
+    assert leak.ok is False and rep.exit_code == 1
+    assert leak.summary.startswith("the logits of one sequence depend on the other sequences in the batch")
+    assert leak.evidence["batch_leak"] is True and leak.evidence["batch_dependence"] > 0.01
+    assert "randomness" not in leak.summary and "dim 0" in leak.remedy
+    # computed one sequence at a time, the roll is a leak of the next token; the plain mean is not
+    assert (leak.evidence.get("first_leaking_offset") == 1) is roll
+    assert ("first leaking offset +1" in leak.summary) is roll
+
+
+def test_a_deterministic_model_is_no_batch_leak(corpus):
+    rep = check_model(planted("TinyGPT"), corpus, block_size=16, rules=("shape", "causal_leak"))
+    assert rep.checks[1].ok is True and rep.checks[1].evidence["batch_leak"] is False
 
 
 class Broken(nn.Module):

@@ -11,7 +11,9 @@ numbers, parameter names and positions, and a remedy naming the knob:
                    pass the comparisons of the rules below); names where the first non-finite value is
                    made; when they are not, the rules that read them are not run
 ``causal_leak``    the token at position j is changed and the logits at every t < j compared (zero
-                   up to float error); the first leaking offset j - t is named
+                   up to float error); the first leaking offset j - t is named; a sequence computed
+                   alone and within a batch must give the same logits (a mean/softmax/norm over the
+                   batch leaks the other sequences), else the test runs one sequence at a time
 ``init_loss``      the loss at initialisation against ln V, with the logits' scale
 ``no_gradient``    parameters whose gradient is None, all zero (still after a few steps), or frozen
 ``overfit_batch``  one small batch memorised (loss near zero) within a fixed number of steps

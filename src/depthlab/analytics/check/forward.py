@@ -29,6 +29,9 @@ INIT_EXCESS = 1.0
 """init_loss fails when the loss at initialisation exceeds ln V by more than this (nats)."""
 LEAK_REL_TOL = 1e-6
 """causal_leak's tolerance, relative to the largest |logit| (float32 rounding is ~1e-7 of it)."""
+BATCH_REL_TOL = 1e-4
+"""A sequence's logits alone vs within a batch may differ by this much of the largest |logit| (kernels chosen
+by batch size round differently); more means the sequences of a batch mix."""
 NOGRAD_STEPS = 3
 """Optimizer steps after which an all-zero gradient still counts (a zero-initialised gate is not a bug)."""
 _NAMES_SHOWN = 12
@@ -263,8 +266,30 @@ def _perturbed(subject: Subject, base: torch.Tensor, gen: torch.Generator) -> to
     return seqs
 
 
+def _window_logits(subject: Subject, model: nn.Module, seqs: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """(logits of ``seqs``, how far row 0 computed alone differs from row 0 within the batch, how far row 0
+    alone differs from itself computed alone again).
+
+    When the rows depend on each other (a mean, softmax or norm over dim 0), the logits come back computed one
+    sequence per forward, so that the perturbation test sees only what each sequence does to itself.
+    """
+    L = subject.logits_many(model, seqs)
+    if not bool(torch.isfinite(L).all()):
+        return L, 0.0, 0.0
+    first = subject.logits_many(model, seqs[:1], alone=True)[0]
+    scale = max(1.0, float(L[0].abs().max()))
+    mixed = float((L[0] - first).abs().max())
+    if not math.isfinite(mixed) or mixed <= BATCH_REL_TOL * scale:
+        return L, mixed, 0.0
+    again = float((subject.logits_many(model, seqs[:1], alone=True)[0] - first).abs().max())
+    if not math.isfinite(again) or again > 1e-3 * scale:  # randomness: the same sequence alone differs too
+        return L, mixed, again
+    return subject.logits_many(model, seqs, alone=True), mixed, again
+
+
 def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
-    """Change the token at position j, see whether the logits at positions t < j move (perturbation test)."""
+    """Change the token at position j, see whether the logits at positions t < j move (perturbation test);
+    and whether a sequence's logits depend on the other sequences of its batch."""
     T = subject.T
     if T < 2:
         return CheckResult("causal_leak", None, {"summary": f"not run: needs sequences of at least 2 tokens (T={T})"})
@@ -272,11 +297,11 @@ def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
     gen = torch.Generator().manual_seed(subject.seed)
     x, _ = subject.batch(windows, T, subject.rng(2), split="val")
     leak = torch.zeros(T, T)  # leak[j, t]: max |change| of the logits at t when token j changes
-    noise, scale, own = 0.0, 0.0, 0.0
+    noise, scale, own, mixed = 0.0, 0.0, 0.0, 0.0
     for w in range(windows):
         seqs = _perturbed(subject, x[w], gen)
         with torch.no_grad():
-            L = subject.logits_many(model, seqs)
+            L, mix, again = _window_logits(subject, model, seqs)
         rows = ~torch.isfinite(L).flatten(1).all(dim=1)  # (T + 1,) sequences with a non-finite logit
         if bool(rows.any()):
             where = first_nonfinite(model, lambda: subject.logits_many(model, seqs[rows]))
@@ -284,20 +309,27 @@ def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
                                                    f"of the {len(seqs)} windows of validation text compared (window "
                                                    f"{w})", where=where)
         base = L[0]
-        noise = max(noise, float((L[-1] - base).abs().max()))
+        noise = max(noise, float((L[-1] - base).abs().max()), again)
         scale = max(scale, float(base.abs().max()))
+        mixed = max(mixed, mix)
         d = (L[1:-1] - base).abs().amax(dim=-1)  # (T - 1, T): row j - 1, column t
         own = max(own, float(d.diagonal(offset=1).max()))
         leak[1:] = torch.maximum(leak[1:], d)
     tol = LEAK_REL_TOL * max(1.0, scale) + 10 * noise
     ev = {"tolerance": tol, "logit_scale": scale, "pairs_tested": T * (T - 1) // 2, "windows": windows,
-          "change_at_changed_position": own}
+          "change_at_changed_position": own, "batch_dependence": mixed}
     if not math.isfinite(noise) or noise > 1e-3 * max(1.0, scale):
-        why = f"not run: the same input gives logits differing by {noise:.3g} in eval mode (randomness in the forward?)"
+        why = (f"not run: the same sequence, computed twice, gives logits differing by {noise:.3g} in eval "
+               "mode (randomness in the forward?)")
         return CheckResult("causal_leak", None, {"summary": why, **ev})
     past = torch.ones(T, T, dtype=torch.bool).tril(diagonal=-1)  # [j, t] with t < j
     bad = (leak > tol) & past
     ev["max_change_before_changed_position"] = float(leak[past].max())
+    batch_leak = mixed > BATCH_REL_TOL * max(1.0, scale)
+    ev["batch_leak"] = batch_leak
+    if batch_leak:
+        subject.leaks = True
+        return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
     if not bool(bad.any()):
         return CheckResult("causal_leak", True, {
             "summary": f"changing the token at position j never moved the logits at any position before j: max change "
@@ -305,6 +337,25 @@ def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
                        f"windows (tolerance {tol:.1g}; the changed position itself moves by up to {own:.3g})", **ev})
     subject.leaks = True
     return _leak_verdict(ev, leak, bad)
+
+
+def _batch_leak_verdict(ev: dict, future: Optional[CheckResult]) -> CheckResult:
+    """The PROBLEM of logits depending on the batch's other sequences, with the future leak (per sequence) if any."""
+    text = (f"the logits of one sequence depend on the other sequences in the batch (a mean/softmax/norm over dim "
+            f"0?): the same sequence computed alone and within a batch gives logits differing by up to "
+            f"{ev['batch_dependence']:.3g} -- at training time each prediction sees the other sequences, "
+            "including their later tokens")
+    remedy = ("compute each sequence on its own: reduce over the positions or features of one sequence, never "
+              "over dim 0 (the batch): softmax/mean/norm over dim=-1 (or the time axis with a causal mask), "
+              "LayerNorm rather than BatchNorm")
+    if future is not None:
+        text += "; and computed one sequence at a time, " + future.summary
+        remedy += "; and " + future.remedy
+    else:
+        text += ("; computed one sequence at a time, changing the token at position j never moved the logits "
+                 "before j")
+    return CheckResult("causal_leak", False, {**future.evidence, "summary": text} if future else
+                       {"summary": text, **ev}, remedy)
 
 
 def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResult:

@@ -170,10 +170,11 @@ class Subject:
                              size_free=True)
         return logits
 
-    def logits_many(self, model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
-        """Logits of N sequences (N, T), in batches of the accepted size (padded when it is fixed)."""
+    def logits_many(self, model: nn.Module, seqs: torch.Tensor, alone: bool = False) -> torch.Tensor:
+        """Logits of N sequences (N, T), in batches of the accepted size (padded when it is fixed); with
+        ``alone``, one sequence per forward (a fixed batch size gets copies of that sequence)."""
         out = []
-        step = self.B if self.batch_fixed else max(self.B, 16)
+        step = 1 if alone else self.B if self.batch_fixed else max(self.B, 16)
         for i in range(0, len(seqs), step):
             chunk = seqs[i:i + step]
             n = len(chunk)
