@@ -279,10 +279,28 @@ class Broken(nn.Module):
         raise RuntimeError("not written yet")
 
 
-def test_forward_failing_everywhere_is_one_error(corpus):
-    with pytest.raises(DepthlabError, match="not written yet") as e:
-        check_model(Broken(), corpus, block_size=16)
-    assert "\n" not in str(e.value)
+def test_forward_failing_everywhere_is_a_shape_problem(corpus):
+    """A forward that raises is a problem found (exit 1), as the help says, not a usage error (exit 2)."""
+    rep = check_model(Broken(), corpus, block_size=16)
+    shape = rep.checks[0]
+    assert shape.rule == "shape" and shape.ok is False and rep.exit_code == 1 and rep.failed == ["shape"]
+    assert "not written yet" in shape.summary and "\n" not in shape.summary and "fix the error" in shape.remedy
+    assert [c.rule for c in rep.checks] == list(RULES)
+    assert all(c.ok is None and "not run" in c.summary for c in rep.checks[1:])
+
+
+@pytest.mark.parametrize("model, words", [("Broken", "RuntimeError: not written yet"),
+                                          ("flat", "returned logits of shape (256, 65)")])
+def test_cli_a_forward_that_raises_or_returns_a_wrong_shape_exits_1(model, words, capsys, tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import torch.nn as nn\n"
+                 "class Broken(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.emb = nn.Embedding(65, 65)\n"
+                 "    def forward(self, idx):\n        raise RuntimeError('not written yet')\n"
+                 "class flat(Broken):\n    def forward(self, idx):\n        return self.emb(idx).view(-1, 65)\n")
+    rc, out, err = _cli(capsys, f"{f}:{model}", "--block_size", 16)
+    assert rc == 1 and "depthlab: error" not in err
+    assert "shape          PROBLEM" in out and words in out and "1 problem found: shape" in out
 
 
 def test_small_vocabulary_fails_vocab_and_stops_the_rest(corpus):
@@ -320,8 +338,8 @@ def test_last_position_only_is_named(corpus):
         def forward(self, idx):
             return self.emb(idx)[:, [-1], :]
 
-    with pytest.raises(DepthlabError, match="only the last position"):
-        check_model(LastOnly(), corpus, block_size=16)
+    rep = check_model(LastOnly(), corpus, block_size=16)
+    assert rep.failed == ["shape"] and "only the last position" in rep.checks[0].summary
 
 
 def test_report_json_and_table(corpus):
@@ -413,10 +431,12 @@ class _Returns(nn.Module):
 def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
     """A new user's pass: a forward returning a dict, int64 logits or a flat (B*T, V) tensor was tried at 60
     other sizes and told to give --batch_size and --block_size: no size changes what comes back."""
-    with pytest.raises(DepthlabError) as e:
-        check_model(_Returns(kind), corpus, block_size=16)
-    assert needle in str(e.value) and "no other size changes what the forward returns" in str(e.value)
-    assert "--batch_size" not in str(e.value) and "other sizes tried" not in str(e.value)
+    rep = check_model(_Returns(kind), corpus, block_size=16)
+    shape = rep.checks[0]
+    assert shape.ok is False and rep.exit_code == 1
+    assert needle in shape.summary and "no other size changes what the forward returns" in shape.summary
+    assert "--batch_size" not in shape.summary + shape.remedy and "other sizes tried" not in shape.summary
+    assert "(B, T, V)" in shape.remedy
 
 
 def test_a_loss_first_tuple_gives_its_logits(corpus):

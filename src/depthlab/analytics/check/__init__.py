@@ -139,8 +139,9 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
         The :class:`CheckReport`.
 
     Raises:
-        DepthlabError: bad sizes, an unknown rule or --blocks name, or a forward that fails at every
-            size tried (one line naming the problem).
+        DepthlabError: bad sizes, an unknown rule or --blocks name (one line naming the problem). A forward
+            that raises or returns the wrong shape at every size tried is a ``shape`` problem found, and the
+            other rules are not run.
     """
     unknown = [r for r in rules if r not in RULES]
     if unknown:
@@ -163,16 +164,19 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
             "corpus_vocab_size": subject.vocab_size, "seed": seed}
     steps = _rule_table(subject, batch_size, T, block_size is not None, blocks)
     report = CheckReport(info)
+    runs = True  # the forward gives logits at some size
     with _quiet_numerics():
         try:
             report.checks.append(_timed(steps["shape"], "shape", faults=False))
-        except ModelFault as e:
-            raise DepthlabError(f"{info['name']}: {e}") from None
+        except ModelFault as e:  # the model runs wrong or raises: a problem found, not a usage error
+            report.checks.append(_unusable_forward(e))
+            subject.unusable = "the forward gives no usable logits at any size tried (shape)"
+            subject.B, subject.T, runs = batch_size, T, False  # the sizes asked, for the report's header
         for rule in RULES[1:]:
             if rule not in rules and rule != "finite":  # finite always runs: the rules after it trust its numbers
                 continue
-            skip = None if rule == "vocab" else subject.unusable or (subject.untrainable if rule in TRAINING_RULES
-                                                                     else None)
+            trained = subject.untrainable if rule in TRAINING_RULES else None
+            skip = None if rule == "vocab" and runs else subject.unusable or trained
             if skip:
                 res = CheckResult(rule, None, {"summary": f"not run: {skip}"})
             else:
@@ -185,6 +189,15 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
                  "blocks": f"{name_b} ({len(found)} x {type(found[0]).__name__})" if found else None})
     report.checks = [c for c in report.checks if c.rule in rules]
     return report
+
+
+def _unusable_forward(e: ModelFault) -> CheckResult:
+    """The ``shape`` PROBLEM of a forward that raises, or returns no (B, T, V) logits, at every size tried."""
+    remedy = ("return the logits of every position from forward(idx): a floating-point tensor of shape (B, T, V), "
+              "or a tuple starting with it" if e.size_free else
+              "fix the error above (the line named is where it happened), or give the sizes the model is built "
+              "for with --batch_size and --block_size")
+    return CheckResult("shape", False, {"summary": str(e), "size_free": e.size_free}, remedy)
 
 
 def _check_corpus_length(corpus, T: int, source: str) -> None:
@@ -226,7 +239,8 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
         data: a :class:`~depthlab.config.DataConfig` (None = the embedded Tiny Shakespeare).
 
     Raises:
-        DepthlabError: the file, the name, the construction or the forward fails (one line).
+        DepthlabError: the file, the name or the construction fails (one line); a forward that fails
+            everywhere is the ``shape`` problem of the report.
     """
     from ...config import DataConfig
     from ...data import load_corpus
