@@ -270,6 +270,26 @@ def test_a_deterministic_model_is_no_batch_leak(corpus):
     assert rep.checks[1].ok is True and rep.checks[1].evidence["batch_leak"] is False
 
 
+class Detached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(65, 65)
+
+    def forward(self, idx):
+        return self.emb(idx).detach()
+
+
+def test_training_checks_without_a_gradient_are_not_run(corpus):
+    """A new user's pass: all outputs detached gave `context_use ok after 0 steps` next to no_gradient PROBLEM."""
+    rep = check_model(Detached(), corpus, block_size=16, rules=("shape", "no_gradient", "overfit_batch",
+                                                                   "context_use"))
+    c = {x.rule: x for x in rep.checks}
+    assert c["no_gradient"].ok is False and rep.failed == ["no_gradient"]
+    for rule in ("overfit_batch", "context_use"):
+        assert c[rule].ok is None and c[rule].status == "not run" and c[rule].evidence["steps"] == 0
+        assert c[rule].summary.startswith("not run: the loss has no gradient") and "after" not in c[rule].summary
+
+
 class Broken(nn.Module):
     def __init__(self):
         super().__init__()

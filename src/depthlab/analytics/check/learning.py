@@ -49,6 +49,7 @@ class _Loop:
         self.step = 0
         self.history: list[list[float]] = []  # [step, loss] every record_every steps (and at a stop)
         self.nonfinite: Optional[int] = None  # the step of a non-finite loss
+        self.no_grad = False  # the loss had no gradient (logits cut from the graph): no step was taken
 
     def run(self, steps: int, batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]], record_every: int = 25,
             stop_below: Optional[float] = None) -> bool:
@@ -66,7 +67,8 @@ class _Loop:
             below = stop_below is not None and value < stop_below
             if s % record_every == 0 or below:
                 self.history.append([s, value])
-            if below or not loss.requires_grad:
+            self.no_grad = not loss.requires_grad
+            if below or self.no_grad:
                 return True
             self.opt.zero_grad(set_to_none=True)
             call_user(loss.backward)
@@ -87,6 +89,8 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
     x, y = subject.batch(B, T, subject.rng(5))
     loop = _Loop(subject, model, OVERFIT_LR, OVERFIT_STEPS // 10)
     loop.run(OVERFIT_STEPS, lambda s: (x, y), stop_below=OVERFIT_TARGET)
+    if loop.no_grad:
+        return _no_step("overfit_batch")
     history, bad = loop.history, loop.nonfinite
     reached = history[-1][0] if history and history[-1][1] < OVERFIT_TARGET else None
     if reached is None:
@@ -115,6 +119,13 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
                        "for outputs cut from the graph (.detach(), torch.no_grad(), .data), parameters without "
                        "gradient (no_gradient), logits misaligned with the targets, or a deep stack without "
                        "shortcuts (gradient_flow)")
+
+
+def _no_step(rule: str) -> CheckResult:
+    """Not run: the loss carries no gradient (every output detached), so no training step could be taken."""
+    return CheckResult(rule, None, {"summary": "not run: the loss has no gradient (the logits are cut from the graph: "
+                                               "see no_gradient), so no training step could be taken", "steps": 0},
+                       "let the logits keep their graph: no .detach(), torch.no_grad() or .data in forward")
 
 
 def _pairs(subject: Subject, T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -180,6 +191,8 @@ def context_use_rule(subject: Subject) -> CheckResult:
     loop = _Loop(subject, model, CONTEXT_LR, CONTEXT_STEPS // 10)
     for _ in range(2):
         ok = loop.run(CONTEXT_STEPS, lambda s: subject.batch(B, T, rng), record_every=50)
+        if loop.no_grad:
+            return _no_step("context_use")
         ev.update({"steps": loop.step, "history": loop.history})
         if not ok:
             why = f"the training loss became non-finite at step {loop.nonfinite} (AdamW lr {CONTEXT_LR:g}, clip 1.0)"
