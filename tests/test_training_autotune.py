@@ -36,6 +36,14 @@ def test_candidates_cover_every_auto_field_and_keep_explicit_ones():
         S(2, "bfloat16")]
 
 
+def test_a_source_models_attention_is_its_own_and_not_timed():
+    """model.source: train.attention does not apply, so sdpa/explicit are neither timed nor reported."""
+    auto = TrainConfig(dtype="auto", attention="auto", threads=0)
+    c = candidates(auto, cores=2, bf16_native=False, policy="passive", other_policy=False, own=True)
+    assert c == [S(1, attention="own"), S(2, attention="own")]
+    assert S(1, attention="own").label() == "1 thread, float32, the model's own attention, passive"
+
+
 def test_fastest_picks_the_lowest_time_and_breaks_near_ties_toward_the_simpler_setting():
     order = [S(1), S(2), S(2, omp="active")]
     assert fastest({S(1): 30.0, S(2): 20.0, S(2, omp="active"): 10.0}, order) == S(2, omp="active")

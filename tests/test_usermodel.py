@@ -151,6 +151,21 @@ def test_gpt_only_fields_are_refused_with_a_source_naming_them():
     assert ModelConfig(source="m.py:M", init='{"n_layer": 2}').init == {"n_layer": 2}  # JSON text is read
 
 
+def test_train_attention_is_refused_with_a_source_and_the_run_records_the_models_own(tmp_path, tiny_text_file,
+                                                                                     model_file):
+    """A new user's pass: --train.attention sdpa with model.source was accepted and reported, though the user's
+    forward computes its own attention (losses bit-identical to explicit); auto said 'explicit' or 'sdpa'."""
+    src = f"{model_file}:MyGPT"
+    for attention in ("sdpa", "explicit"):
+        with pytest.raises(DepthlabError, match=rf"train.attention '{attention}': this chooses depthlab's GPT's "
+                                                rf"attention code and does not apply to model.source .*mine.py:MyGPT"):
+            _cfg(tmp_path / "x", tiny_text_file, src, attention=attention)
+    assert RunConfig(train=TrainConfig(attention="sdpa")).train.attention == "sdpa"  # depthlab's GPT: as before
+    Trainer(_cfg(tmp_path / "A", tiny_text_file, src, max_iters=2, eval_interval=2), **QUIET).fit()
+    resolved = json.loads((tmp_path / "A" / "config.json").read_text())["resolved"]
+    assert resolved["attention"] == "own" and resolved["tuning"]["setting"]["attention"] == "own"
+
+
 def _evals(run):
     return [(r["step"], r["train_loss"], r["val_loss"]) for r in map(json.loads, (run / "metrics.jsonl").open())
             if r.get("kind") == "eval"]

@@ -486,6 +486,13 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
+    def __post_init__(self) -> None:
+        """``train.attention`` chooses depthlab's GPT's attention code: with ``model.source`` only ``auto``."""
+        if self.model.source is not None and self.train.attention != "auto":
+            raise DepthlabError(f"train.attention {self.train.attention!r}: this chooses depthlab's GPT's attention "
+                                f"code and does not apply to model.source {self.model.source} (its forward computes "
+                                "its own attention); leave train.attention at auto")
+
     def to_dict(self) -> dict:
         """Plain nested dict of every resolved field (what ``config.json`` holds)."""
         return dataclasses.asdict(self)

@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -62,13 +62,18 @@ MEASURE_SHARE, MIN_MEASURE_S = 0.03, 6.0
 MIN_CHILD_S = 12.0  # the child that times the other wait policy: measured 8.2 s for one setting (6 s of imports)
 
 
+OWN_ATTENTION = "own"
+"""The attention of a model given by ``model.source``: its forward's own code (``train.attention`` does not apply)."""
+
+
 @dataclass(frozen=True)
 class Setting:
     """One way to run a CPU training step.
 
     Attributes:
         threads: torch intra-op threads. dtype: ``float32`` | ``bfloat16`` (autocast).
-        attention: ``sdpa`` | ``explicit``. omp_wait: ``passive`` | ``active``: how idle OpenMP threads wait.
+        attention: ``sdpa`` | ``explicit`` | ``own`` (:data:`OWN_ATTENTION`).
+        omp_wait: ``passive`` | ``active``: how idle OpenMP threads wait.
     """
 
     threads: int
@@ -79,7 +84,8 @@ class Setting:
     def label(self) -> str:
         """``"2 threads, float32, sdpa, passive"``: one table row's name."""
         n = counted(self.threads, "thread")
-        return f"{n}, {self.dtype}, {self.attention}, {self.omp_wait}"
+        attention = "the model's own attention" if self.attention == OWN_ATTENTION else self.attention
+        return f"{n}, {self.dtype}, {attention}, {self.omp_wait}"
 
 
 @dataclass
@@ -178,7 +184,8 @@ def given_threads(train) -> int:
     return train.threads or env_threads()
 
 
-def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: bool) -> list[Setting]:
+def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: bool, own: bool = False
+               ) -> list[Setting]:
     """Every setting worth timing, simplest first.
 
     Args:
@@ -186,10 +193,11 @@ def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: 
         cores: CPU cores. bf16_native: the CPU has native bf16 dot products (otherwise bf16 is emulated,
             several times slower than fp32, and not timed). policy: this process's OpenMP wait policy.
         other_policy: whether the other policy may be timed (depthlab chose this one).
+        own: the model is the user's (``model.source``): its attention is its own, not timed.
     """
     threads = [given_threads(train)] if given_threads(train) else sorted({1, cores})
     dtypes = [train.dtype] if train.dtype != "auto" else (["float32", "bfloat16"] if bf16_native else ["float32"])
-    attns = [train.attention] if train.attention != "auto" else ["sdpa", "explicit"]
+    attns = [OWN_ATTENTION] if own else [train.attention] if train.attention != "auto" else ["sdpa", "explicit"]
     policies = [policy] + ([{"passive": "active", "active": "passive"}[policy]] if other_policy else [])
     out = []
     for w in sorted(policies, key=lambda p: p != "passive"):
@@ -351,13 +359,15 @@ def _write_cache(key: str, tuning: Tuning, policies_compared: bool) -> None:
 
 
 # ------------------------------------------------------------------------- the decision
-def rule_setting(train, device, bf16_native: bool, policy: str) -> Setting:
-    """What the rules of :mod:`depthlab.training.runtime` pick without measuring."""
+def rule_setting(train, device, bf16_native: bool, policy: str, own: bool = False) -> Setting:
+    """What the rules of :mod:`depthlab.training.runtime` pick without measuring (``own``: a model.source model,
+    whose attention is its own)."""
     import torch
 
     bf16 = use_bf16(device, train.dtype) if train.dtype != "auto" else bf16_native
-    return Setting(train.threads or torch.get_num_threads(), "bfloat16" if bf16 else "float32",
-                   "explicit" if use_explicit_attention(train.attention, device, bf16) else "sdpa", policy)
+    attention = (OWN_ATTENTION if own else "explicit" if use_explicit_attention(train.attention, device, bf16)
+                 else "sdpa")
+    return Setting(train.threads or torch.get_num_threads(), "bfloat16" if bf16 else "float32", attention, policy)
 
 
 def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool = False,
@@ -375,7 +385,8 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     """
     policy, t = omp_policy(), cfg.train
     native = runtime.cpu_has_bf16()
-    rule = rule_setting(t, device, native, policy)
+    own = cfg.model.source is not None
+    rule = rule_setting(t, device, native, policy, own)
     if device.type != "cpu" or world_size > 1:
         return Tuning(rule, "rule", "not measured: " + ("not a CPU run" if device.type != "cpu" else
                                                         "several processes keep the rules so all ranks agree"))
@@ -390,7 +401,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     if old is not None and old.source != "rule" and old.machine == machine_name():
         s = old.setting  # values given on this command line still win
         old.setting = Setting(given_threads(t) or s.threads, s.dtype if t.dtype == "auto" else rule.dtype,
-                              s.attention if t.attention == "auto" else rule.attention, s.omp_wait)
+                              rule.attention if own or t.attention != "auto" else s.attention, s.omp_wait)
         old.source, old.why = "resumed", "the settings this run started with"
         return _maybe_restart(old, policy, restart_ok)
     busy = busy_cores()
@@ -398,6 +409,8 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     hit = Tuning.from_record(read_cache().get(key) or {})
     if hit is not None:
         hit.source = "cached"
+        if own:  # the model's own attention, whatever an older record says
+            hit.setting = replace(hit.setting, attention=OWN_ATTENTION)
         return _maybe_restart(hit, policy, restart_ok)
     switch = restart_ok and omp_free()
     return _maybe_restart(_measure(cfg, model, t, native, policy, rule, busy, key, log, switch), policy, restart_ok)
@@ -409,7 +422,7 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
 
     t0 = time.perf_counter()
     cores = os.cpu_count() or 1
-    order = candidates(t, cores, native, policy, switch)
+    order = candidates(t, cores, native, policy, switch, own=cfg.model.source is not None)
     here = [s for s in order if s.omp_wait == policy]
     m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, model)
     rng = torch.get_rng_state()

@@ -238,6 +238,7 @@ class Runtime:
         self.explicit_attention = use_explicit_attention(train.attention, self.device, self.bf16)
         self.ctx = autocast_ctx(self.device, train.dtype)
         self.tuning = None  # what depthlab.training.autotune decided (apply())
+        self.own_attention = False  # the model is model.source's: train.attention does not apply (apply())
         self.flush_denormal = bool(train.flush_denormal and self.device.type == "cpu")
 
     @contextlib.contextmanager
@@ -262,6 +263,7 @@ class Runtime:
         ``resolved`` section; settings this session runs with otherwise are said in one ``resume:`` line
         (:func:`resolved_changes`)."""
         self.tuning = tuning
+        self.own_attention = tuning.setting.attention == "own"  # a model.source model: its forward's own code
         if self.device.type == "cpu":
             s = tuning.setting
             torch.set_num_threads(s.threads)
@@ -332,7 +334,8 @@ class Runtime:
     def resolved(self) -> dict:
         """What the ``auto``/0 device settings became on this machine (part of config.json ``resolved``)."""
         r = {"device": str(self.device), "dtype": self.dtype_name,
-             "attention": "explicit" if self.explicit_attention else "sdpa", "threads": torch.get_num_threads(),
+             "attention": "own" if self.own_attention else "explicit" if self.explicit_attention else "sdpa",
+             "threads": torch.get_num_threads(),
              "processes": self.world_size, "compile": self.compile_wanted,
              "compile_mode": self.compile_mode if self.compile_wanted else None, "omp_wait": omp_policy(),
              "flush_denormal": self.flush_denormal,
