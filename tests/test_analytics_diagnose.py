@@ -147,6 +147,27 @@ def test_rules_without_data_are_named_not_passed():
     assert "vanishing_gradients" in rules_without_data(evals([2.5]), cfg)[0]
 
 
+def test_the_lr_rules_of_a_model_without_blocks_name_what_is_missing_not_the_interval():
+    """A new user's pass: a model.source run with 30 grad records (grad_log_interval 10) was told "they need 3
+    gradient records after the warmup, the run has 0; lower train.grad_log_interval": its model has no numbered
+    blocks, so every record's update_ratio_block is [] and no interval would change that."""
+    from depthlab.analytics.diagnose import rules_without_data
+
+    cfg = {"train": {"grad_log_interval": 10, "probe_interval": 0, "warmup_iters": 50},
+           "model": {"vocab_size": 65, "source": "m.py:Good"}}
+    recs = evals([2.5, 2.4, 2.3]) + [{"kind": "grad", "step": s, "update_ratio_block": [],
+                                      "update_ratio_component": {"tok": 1e-3}} for s in range(10, 310, 10)]
+    lr = [m for m in rules_without_data(recs, cfg) if m.startswith("lr_too_high")]
+    assert lr == ["lr_too_high, lr_too_low (they need the update/weight ratios of the model's blocks, and the run's "
+                  "25 gradient records after the warmup hold none: no parameter of model.source m.py:Good sits in a "
+                  "numbered list of blocks (such as blocks.0.attn.weight); keep the blocks in an nn.ModuleList to "
+                  "have them measured)"]
+    few = recs[:3] + [r for r in recs[3:] if r["step"] <= 60]  # one record after the warmup: the interval it is
+    assert [m for m in rules_without_data(few, cfg) if m.startswith("lr_too_high")][0].startswith(
+        "lr_too_high, lr_too_low (they need 3 gradient records after the warmup, the run has 0; lower "
+        "train.grad_log_interval")
+
+
 def test_the_lr_rules_count_from_the_warmup_a_fit_to_time_plan_shortened():
     """helper-19: a fit_to_time run asked warmup_iters 4000, planned 230 (resolved.plan); with 23 gradient records after
     step 230, diagnose said "they need 3 gradient records after the warmup, the run has 0" (it read the 4000)."""

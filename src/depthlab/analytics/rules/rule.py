@@ -138,6 +138,14 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     n, need = len(ev.update_ratios[0]), ev.thresholds.lr_min_records
     if n >= need:
         return None
+    after = [r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]
+    blockless = [r for r in after if r.get("update_ratio_block") == []]
+    if len(blockless) >= need and n == 0:  # records enough, but no block in any: no grad_log_interval helps
+        source = ev.section("model").get("source")
+        model = f"model.source {source}" if source else "the model"
+        return (f"{who} the update/weight ratios of the model's blocks, and the run's {len(after)} gradient records "
+                f"after the warmup hold none: no parameter of {model} sits in a numbered list of blocks (such as "
+                "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
     return (f"{who} {need} gradient records after the warmup, the run has {n}; lower train.grad_log_interval or "
             "train longer")
 
