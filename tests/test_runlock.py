@@ -51,3 +51,13 @@ def test_the_lock_is_exclusive_between_processes_and_kept_within_one(tmp_path):
     runlock.release(run)
     out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True).stdout
     assert out == ""
+
+
+def test_a_process_that_exits_holding_a_lock_closes_it_without_a_resource_warning(tmp_path):
+    # a resume that ended in an error or "nothing to train" printed "sys:1: ResourceWarning: unclosed file
+    # <... name='RUN/.lock'>" after its one line
+    run = tmp_path / "run"
+    run.mkdir()
+    code = "import sys; from depthlab.training import runlock; runlock.hold(sys.argv[1]); print('held')"
+    p = subprocess.run([sys.executable, "-W", "default", "-c", code, str(run)], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout == "held\n" and "ResourceWarning" not in p.stderr, p.stderr

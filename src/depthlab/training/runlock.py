@@ -7,6 +7,7 @@ it (the other ranks share the folder). Readers (sample, diagnose, report) take n
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 from pathlib import Path
@@ -17,6 +18,14 @@ from ..rundir import LOCK, prepare_run_dir
 
 #: The lock files this process holds, by resolved path (kept open: closing one drops its lock).
 _HELD: dict[str, IO] = {}
+
+
+@atexit.register
+def _close_held() -> None:
+    """Close the lock files still held when the process exits (a run that ended in an error): the kernel would
+    drop the locks anyway, but an open file object left to the interpreter's shutdown prints a ResourceWarning."""
+    while _HELD:
+        _HELD.popitem()[1].close()
 
 
 def _refusal(run_dir: Path, f: IO) -> DepthlabError:
