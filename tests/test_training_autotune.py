@@ -277,3 +277,16 @@ def test_train_warns_once_on_stderr_of_a_junk_omp_num_threads_with_the_threads_i
                     f"ignores it and runs with {used} thread{'s' if used != 1 else ''}, its auto choice, not measured; "
                     "set it to a number (OMP_NUM_THREADS=1) or unset it"]
     assert "OMP_NUM_THREADS" not in cap.out
+
+
+def test_a_resumed_run_keeps_settings_its_short_first_session_ruled_over_a_cached_measurement(
+        tmp_path, monkeypatch, chosen_by_depthlab, cfg, table):
+    """A new user's resume of a 30-step run (ruled: not measured) took the cache's measured choice for the shape,
+    moved from one dtype and attention to others mid-run, and a later resume's record called that its start."""
+    from depthlab.model import GPT
+
+    model = GPT(cfg.model)
+    assert at.tune(cfg, model, torch.device("cpu"), restart_ok=True).setting == S(2)  # the cache now says S(2)
+    old = Tuning(S(1, attention="explicit"), "rule", "not measured: about 3 s of training planned, under 60 s")
+    t = at.tune(cfg, model, torch.device("cpu"), resumed={"tuning": old.to_record()}, restart_ok=True)
+    assert t.source == "resumed" and t.setting == S(1, attention="explicit")

@@ -398,7 +398,9 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     if given is not None:  # this process was restarted with the decision its first start measured
         return given
     old = Tuning.from_record((resumed or {}).get("tuning") or {}) if resumed else None
-    if old is not None and old.source != "rule" and old.machine == machine_name():
+    # the run keeps what it started with, measured or ruled (a short first session is ruled): a resume that
+    # measured or read the cache could change its dtype mid-run, and its record would call that its start
+    if old is not None and old.machine == machine_name():
         s = old.setting  # values given on this command line still win
         old.setting = Setting(given_threads(t) or s.threads, s.dtype if t.dtype == "auto" else rule.dtype,
                               rule.attention if own or t.attention != "auto" else s.attention, s.omp_wait)
