@@ -41,7 +41,7 @@ from ..units import counted
 from . import hostmem, runtime
 from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, env_threads, machine_name, omp_free,
                       policy_key, read_cache)
-from .runtime import omp_policy, use_bf16, use_explicit_attention
+from .runtime import OWN_ATTENTION, omp_policy, use_bf16, use_explicit_attention
 
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "omp_free",
            "omp_policy", "tune"]
@@ -62,8 +62,6 @@ MEASURE_SHARE, MIN_MEASURE_S = 0.03, 6.0
 MIN_CHILD_S = 12.0  # the child that times the other wait policy: measured 8.2 s for one setting (6 s of imports)
 
 
-OWN_ATTENTION = "own"
-"""The attention of a model given by ``model.source``: its forward's own code (``train.attention`` does not apply)."""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,9 @@ __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16",
            "training_memory_bytes", "use_bf16", "use_explicit_attention"]
 
 
+OWN_ATTENTION = "own"
+"""The attention of a model given by ``model.source``: its forward's own code (``train.attention`` does not apply)."""
+
 #: The openings of the log lines that are warnings or notices (:func:`console` shows them on stderr): a resume's
 #: changes (``resume: model.dropout 0.0 -> 0.1: ...``) and a resume that has nothing to train.
 NOTICES = ("warning: ", "resume: ", "nothing to train")
@@ -263,7 +266,7 @@ class Runtime:
         ``resolved`` section; settings this session runs with otherwise are said in one ``resume:`` line
         (:func:`resolved_changes`)."""
         self.tuning = tuning
-        self.own_attention = tuning.setting.attention == "own"  # a model.source model: its forward's own code
+        self.own_attention = tuning.setting.attention == OWN_ATTENTION  # a model.source model: its forward's own code
         if self.device.type == "cpu":
             s = tuning.setting
             torch.set_num_threads(s.threads)
@@ -334,7 +337,7 @@ class Runtime:
     def resolved(self) -> dict:
         """What the ``auto``/0 device settings became on this machine (part of config.json ``resolved``)."""
         r = {"device": str(self.device), "dtype": self.dtype_name,
-             "attention": "own" if self.own_attention else "explicit" if self.explicit_attention else "sdpa",
+             "attention": OWN_ATTENTION if self.own_attention else "explicit" if self.explicit_attention else "sdpa",
              "threads": torch.get_num_threads(),
              "processes": self.world_size, "compile": self.compile_wanted,
              "compile_mode": self.compile_mode if self.compile_wanted else None, "omp_wait": omp_policy(),
