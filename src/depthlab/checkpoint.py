@@ -73,6 +73,21 @@ def weights_bytes(model: torch.nn.Module, metadata: dict[str, str]) -> bytes:
     return st_save(out, metadata=metadata)
 
 
+def nonfinite_weight(sd: dict[str, torch.Tensor]) -> Optional[str]:
+    """The name of the first floating-point tensor of ``sd`` holding NaN or inf, or None when all are finite."""
+    return next((k for k, v in sd.items() if v.is_floating_point() and not torch.isfinite(v).all()), None)
+
+
+def finite_best(run_dir: Path) -> Optional[Path]:
+    """``best.safetensors`` of a run when it passes its sha256 check and every weight in it is finite, else None."""
+    try:
+        path = verified_best(Path(run_dir))
+        sd, _ = load_weights_file(path)
+    except DepthlabError:
+        return None
+    return path if nonfinite_weight(sd) is None else None
+
+
 def payload_sha256(path: Path) -> str:
     """SHA-256 over a safetensors file's tensors (sorted names, dtype, shape, bytes), ignoring metadata.
 

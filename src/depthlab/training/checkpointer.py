@@ -252,6 +252,7 @@ class Checkpointer:
         ckdir = self.run_dir / ckpt.CKPT_DIR
         path = ckdir / f"{entry['name']}.safetensors"
         sd, _ = ckpt.load_weights_file(path)
+        self._refuse_nonfinite(path, sd)
         ckpt.load_into(run.raw_model, sd, path)
         st = ckpt.load_state(ckdir / f"{entry['name']}.state.pt")
         try:
@@ -266,6 +267,24 @@ class Checkpointer:
                                 f"checkpoint (sha256 {old_sha[:12]}... then, {run.corpus.sha256[:12]}... now); "
                                 "resume with the original file, or start a new run (--init-from)")
         return st
+
+    def _refuse_nonfinite(self, path: Path, sd: dict) -> None:
+        """A checkpoint whose weights hold NaN or inf (never written so: changed after it was written, its sha256
+        with it) is refused before anything is written, naming it and the way forward that works for this run.
+
+        Raises:
+            DepthlabError: a weight of ``sd`` is not finite.
+        """
+        bad = ckpt.nonfinite_weight(sd)
+        if bad is None:
+            return
+        best = ckpt.finite_best(self.run_dir)
+        fix = (f"restore {path.name} from a copy of the run, or start a new run from its best weights ({best.name}, "
+               f"finite): depthlab train --init-from {self.run_dir} --train.out_dir NEW_DIR" if best is not None else
+               f"restore {path.name} from a copy of the run (its best.safetensors is no finite, intact alternative)")
+        raise DepthlabError(f"cannot resume {self.run_dir}: its checkpoint {path} holds non-finite weights ({bad} is "
+                            "NaN or inf) though its sha256 matches manifest.json; depthlab never writes such a file, "
+                            f"so it was replaced after training; nothing was changed; {fix}")
 
     def _other_optimizer(self, state, used: str) -> DepthlabError:
         """The error for a checkpoint whose optimizer state (``state``) is not the ``used`` optimizer's: names the

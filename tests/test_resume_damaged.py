@@ -1,0 +1,51 @@
+"""A resume from checkpoints damaged after they were written: non-finite weights, deleted or truncated files,
+a kept later best, and rotation past a damaged checkpoint (new-user round nu33)."""
+
+import hashlib
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from depthlab.cli import main
+
+from conftest import tiny_cli_args
+
+
+def _snapshot(run):
+    """Every file under ``run`` with its bytes: a resume that must change nothing keeps this equal."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def _nan_weights(run, name):
+    """Fill checkpoint ``name``'s float tensors with NaN and record its new sha256 in manifest.json."""
+    path = run / "checkpoints" / f"{name}.safetensors"
+    sd = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in load_file(path).items()}
+    save_file(sd, path)
+    m = json.loads((run / "checkpoints" / "manifest.json").read_text())
+    for c in m["checkpoints"]:
+        if path.name in c["files"]:
+            c["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (run / "checkpoints" / "manifest.json").write_text(json.dumps(m, indent=1))
+
+
+@pytest.fixture
+def run30(tmp_path, tiny_text_file):
+    out = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__max_iters=30, train__eval_interval=10)]) == 0
+    return out
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_in_one_line_and_nothing_changes(run30, capsys):
+    _nan_weights(run30, "step-000030")
+    before = _snapshot(run30)
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(run30), "--train.max_iters", "60"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("depthlab: error: cannot resume")
+    assert f"{run30 / 'checkpoints' / 'step-000030.safetensors'} holds non-finite weights" in err
+    assert f"--init-from {run30} --train.out_dir NEW_DIR" in err
+    assert "learning_rate" not in err  # the weights were NaN before this session's first step
+    assert _snapshot(run30) == before  # config.json, summary.json, metrics.jsonl: all as they were
