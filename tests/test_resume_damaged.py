@@ -49,3 +49,20 @@ def test_a_checkpoint_with_nan_weights_is_refused_in_one_line_and_nothing_change
     assert f"--init-from {run30} --train.out_dir NEW_DIR" in err
     assert "learning_rate" not in err  # the weights were NaN before this session's first step
     assert _snapshot(run30) == before  # config.json, summary.json, metrics.jsonl: all as they were
+
+
+@pytest.mark.parametrize("damage,said", [("delete", "is missing (deleted?)"),
+                                         ("truncate", "does not match its sha256 in manifest.json")])
+def test_a_deleted_step_file_is_called_missing_and_a_truncated_one_a_sha256_mismatch(run30, capsys, damage, said):
+    path = run30 / "checkpoints" / "step-000030.safetensors"
+    if damage == "delete":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:1000])
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 0
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if "step-000030.safetensors" in ln and "falling back" in ln)
+    assert line == f"depthlab: warning: checkpoint file {path} {said}" + (
+        " (damaged or replaced)" if damage == "truncate" else "") + "; falling back to the previous checkpoint"
+    assert "missing or corrupt" not in err

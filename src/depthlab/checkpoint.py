@@ -343,8 +343,9 @@ def latest_checkpoint(run_dir: Path) -> Optional[dict]:
         bad = _verified(ckdir, entry["files"])
         if bad is None:
             return entry
-        warnings.warn(f"checkpoint file {ckdir / bad} is missing or corrupt (sha256 mismatch); "
-                      "falling back to the previous checkpoint")
+        fault = ("is missing (deleted?)" if not (ckdir / bad).exists() else
+                 "does not match its sha256 in manifest.json (damaged or replaced)")
+        warnings.warn(f"checkpoint file {ckdir / bad} {fault}; falling back to the previous checkpoint")
     if manifest["checkpoints"]:
         raise DepthlabError(f"no intact step checkpoint in {ckdir}: each one listed in manifest.json has a file "
                             "that is missing or fails its sha256 check")
