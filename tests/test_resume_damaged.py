@@ -66,3 +66,35 @@ def test_a_deleted_step_file_is_called_missing_and_a_truncated_one_a_sha256_mism
     assert line == f"depthlab: warning: checkpoint file {path} {said}" + (
         " (damaged or replaced)" if damage == "truncate" else "") + "; falling back to the previous checkpoint"
     assert "missing or corrupt" not in err
+
+
+def _kept_line(run, val, step):
+    return f"; a better best is kept aside: checkpoints/best-step-{step:06d}.safetensors (val {val:.4f} at step {step})"
+
+
+def test_the_done_line_and_a_later_resume_name_a_better_best_kept_aside(run30, capsys):
+    best = json.loads((run30 / "checkpoints" / "manifest.json").read_text())["best"]
+    (run30 / "checkpoints" / "step-000030.safetensors").unlink()  # the resume falls back to step 20
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "22"]) == 0
+    out = capsys.readouterr()
+    kept = json.loads((run30 / "checkpoints" / "manifest.json").read_text())["kept"]
+    assert [k["step"] for k in kept] == [30] and kept[0]["val_loss"] == best["val_loss"]
+    done = out.out.splitlines()[-1]
+    assert done.startswith("done: ") and done.endswith(f"-> {run30}{_kept_line(run30, best['val_loss'], 30)}")
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "24"]) == 0
+    out = capsys.readouterr()
+    now = json.loads((run30 / "summary.json").read_text())
+    assert now["best_val_loss"] > best["val_loss"]  # still better than the run's best
+    resuming = next(ln for ln in (out.out + out.err).splitlines() if ln.startswith("resuming "))
+    assert resuming.endswith(_kept_line(run30, best["val_loss"], 30) + ")")
+    assert out.out.splitlines()[-1].endswith(_kept_line(run30, best["val_loss"], 30))
+
+
+def test_a_kept_best_that_the_run_has_beaten_is_not_named(run30, capsys):
+    (run30 / "checkpoints" / "step-000030.safetensors").unlink()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "60"]) == 0
+    out = capsys.readouterr()
+    assert json.loads((run30 / "summary.json").read_text())["best_val_loss"] < json.loads(
+        (run30 / "checkpoints" / "manifest.json").read_text())["kept"][0]["val_loss"]
+    assert out.out.splitlines()[-1].startswith("done: ") and "kept aside" not in out.out.splitlines()[-1]

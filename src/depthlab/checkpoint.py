@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import random
 import warnings
 from pathlib import Path
@@ -327,6 +328,32 @@ def keep_later_best(run_dir: Path, step: int) -> Optional[tuple[Path, dict]]:
         kept.append({"step": best["step"], "val_loss": best.get("val_loss"), "files": {name: digest}})
         atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
     return ckdir / name, best
+
+
+def better_kept(run_dir: Path, val_loss: Optional[float]) -> Optional[tuple[str, dict]]:
+    """The intact best kept aside by a fallback resume (manifest.json's ``kept``, :func:`keep_later_best`) with the
+    lowest val loss, when that is below ``val_loss`` (the run's best now; None: it has none): (file name, entry);
+    else None, also when the manifest is missing or damaged (the commands that read it say so)."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    try:
+        kept = _read_manifest(ckdir, strict=False).get("kept") or []
+    except DepthlabError:
+        return None
+    better = [k for k in kept if isinstance(k, dict) and isinstance(k.get("val_loss"), (int, float))
+              and (val_loss is None or not math.isfinite(val_loss) or k["val_loss"] < val_loss)
+              and len(k.get("files") or {}) == 1 and _verified(ckdir, k["files"]) is None]
+    best = min(better, key=lambda k: k["val_loss"], default=None)
+    return None if best is None else (next(iter(best["files"])), best)
+
+
+def kept_clause(run_dir: Path, val_loss: Optional[float]) -> str:
+    """``; a better best is kept aside: checkpoints/best-step-N.safetensors (val X at step N)`` when
+    :func:`better_kept` finds one, else ""."""
+    kept = better_kept(run_dir, val_loss)
+    if kept is None:
+        return ""
+    name, k = kept
+    return f"; a better best is kept aside: {CKPT_DIR}/{name} (val {float(k['val_loss']):.4f} at step {k['step']})"
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:

@@ -478,7 +478,7 @@ def done_line(summary: dict, final: Optional[dict], run_dir: Path) -> str:
     err = "" if se is None else f" ± {se:.3f}"
     return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({summary['best_val_bpc']:.3f} bits/char) at "
             f"step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
-            f"{summary['wall_time_s']:.1f}s -> {run_dir}")
+            f"{summary['wall_time_s']:.1f}s -> {run_dir}{ckpt.kept_clause(run_dir, summary['best_val_loss'])}")
 
 
 def banner(run: Trainer, tokens_per_step: int) -> list[str]:

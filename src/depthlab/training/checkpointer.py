@@ -373,6 +373,8 @@ class Checkpointer:
             lb = self.later_best
             best += (f" as of this checkpoint; the run's best is val {float(lb['val_loss']):.4f} at step "
                      f"{lb['step']}, after it")
+        else:  # a best kept aside by an earlier fallback resume, still better than this checkpoint's
+            best += ckpt.kept_clause(self.run_dir, run.best_val)
         self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
     def reopen(self, step: int, slack: int = 0) -> bool:
