@@ -98,3 +98,27 @@ def test_a_kept_best_that_the_run_has_beaten_is_not_named(run30, capsys):
     assert json.loads((run30 / "summary.json").read_text())["best_val_loss"] < json.loads(
         (run30 / "checkpoints" / "manifest.json").read_text())["kept"][0]["val_loss"]
     assert out.out.splitlines()[-1].startswith("done: ") and "kept aside" not in out.out.splitlines()[-1]
+
+
+def _steps(run):
+    return [c["step"] for c in json.loads((run / "checkpoints" / "manifest.json").read_text())["checkpoints"]]
+
+
+def test_rotation_after_a_fallback_resume_keeps_the_intact_checkpoint_and_leaves_the_damaged_one(run30, capsys):
+    ckdir = run30 / "checkpoints"
+    bad = ckdir / "step-000030.safetensors"
+    bad.write_bytes(bad.read_bytes() + b"damaged")
+    damaged = bad.read_bytes()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "22", "--train.eval_interval", "2"]) == 0
+    # keep_last 2 counts the intact 20 and 22; the damaged 30 is not counted, and not deleted
+    assert _steps(run30) == [20, 22, 30] and (ckdir / "step-000020.safetensors").is_file()
+    assert bad.read_bytes() == damaged
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "28", "--train.eval_interval", "2"]) == 0
+    assert _steps(run30) == [26, 28, 30] and bad.read_bytes() == damaged
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "34", "--train.eval_interval", "2"]) == 0
+    err = capsys.readouterr().err
+    assert ("depthlab: warning: the damaged checkpoint of step 30 (step-000030.safetensors, not matching its "
+            "sha256), left untouched since a resume skipped it, is replaced now by this session's checkpoint of step "
+            "30\n") in err
+    assert _steps(run30) == [32, 34] and not bad.exists()

@@ -193,9 +193,13 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
         f"{name}.safetensors": hashlib.sha256(wbytes).hexdigest(),
         f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()},
         "evaluated": val_loss is not None}  # an evaluation's checkpoint: its record is written before it
-    ckpts = [c for c in manifest["checkpoints"] if c["step"] != step] + [entry]
+    ckpts = [c for c in manifest["checkpoints"] if c["step"] != step]
+    # after a fallback resume the manifest lists the damaged checkpoints it skipped, later than this step: they
+    # stay untouched and uncounted, so rotation never deletes an intact checkpoint to keep a damaged one
+    aside = [c for c in ckpts if c["step"] > step and _verified(ckdir, c["files"]) is not None]
+    ckpts = [c for c in ckpts if c not in aside] + [entry]
     drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
-    manifest["checkpoints"] = ckpts
+    manifest["checkpoints"] = sorted(ckpts + aside, key=lambda c: c["step"])
     manifest["format"] = FORMAT_VERSION
     # The manifest first lists the new step checkpoint with the old best; only then is best replaced,
     # then named. A kill between the two leaves best.safetensors holding the bytes of a listed step
@@ -212,6 +216,17 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
                 (ckdir / f).unlink()
             except FileNotFoundError:
                 pass
+
+
+def damaged_at(run_dir: Path, step: int) -> Optional[str]:
+    """The first damaged file (missing, or not its sha256) of the manifest's step checkpoint of ``step``, which a
+    checkpoint of that step replaces (one a fallback resume skipped), or None: no such entry, or it is intact."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    try:
+        entry = next((c for c in _read_manifest(ckdir, strict=False)["checkpoints"] if c["step"] == step), None)
+    except DepthlabError:
+        return None
+    return None if entry is None else _verified(ckdir, entry.get("files") or {})
 
 
 def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:

@@ -450,12 +450,22 @@ class Checkpointer:
         meta = self.meta(run.cfg, run.corpus.tokenizer)
         files = ckpt.checkpoint_bytes(run.step, run.raw_model, run.resume_state(), meta)
         self.wait()
+        self._say_replaced(run.step)
         args = (self.run_dir, files, run.cfg.train.keep_last, is_best, val_loss)
         if not (background and self.background):
             ckpt.write_checkpoint(*args)
             return
         self._writer = threading.Thread(target=self._write, args=args, name="depthlab-checkpoint", daemon=False)
         self._writer.start()
+
+    def _say_replaced(self, step: int) -> None:
+        """One warning when this step's checkpoint replaces a damaged one of the same step (kept untouched since a
+        fallback resume skipped it): the user's file is not lost without a word."""
+        bad = ckpt.damaged_at(self.run_dir, step)
+        if bad is not None:
+            fault = "missing" if not (self.run_dir / ckpt.CKPT_DIR / bad).exists() else "not matching its sha256"
+            self.log(f"warning: the damaged checkpoint of step {step} ({bad}, {fault}), left untouched since a resume "
+                     f"skipped it, is replaced now by this session's checkpoint of step {step}")
 
     def _write(self, *args) -> None:
         try:
