@@ -362,6 +362,30 @@ def test_last_position_only_is_named(corpus):
     assert rep.failed == ["shape"] and "only the last position" in rep.checks[0].summary
 
 
+@pytest.mark.parametrize("block_size", [None, 8])
+def test_two_dimensional_logits_are_named_when_the_asked_length_is_too_long(corpus, block_size):
+    """(B, V) logits from a model with a 16-position table: at the asked 64 the forward raises IndexError, at
+    the shorter sizes the search tries it returns (B, V); that, not the IndexError, is the problem named."""
+    class LastOnly2D(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(65, 32), nn.Embedding(16, 32)
+            self.head = nn.Linear(32, 65)
+
+        def forward(self, idx):
+            return self.head(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))[:, -1, :]
+
+    rep = check_model(LastOnly2D(), corpus, block_size=block_size)
+    shape = rep.checks[0]
+    T = block_size or 16
+    assert rep.failed == ["shape"] and rep.exit_code == 1 and "\n" not in shape.summary
+    assert shape.summary.startswith(f"forward(idx) of shape (16, {T}) returned logits of shape (16, 65), "
+                                    f"expected (16, {T}, V): three dimensions; (B, V) is one position per sequence")
+    assert "IndexError" not in shape.summary.split("fails first")[0] and "other sizes tried" not in shape.summary
+    assert ("the asked size B=16, T=64 fails first: IndexError" in shape.summary) == (block_size is None)
+    assert "return the logits of every position" in shape.remedy
+
+
 def test_report_json_and_table(corpus):
     rep, _ = run("no_mask", corpus, FAST)
     doc = json.loads(json.dumps(rep.to_dict()))

@@ -85,11 +85,19 @@ class _SizeSearch:
         self.tried: dict[tuple[int, int], bool] = {}
 
     def works(self, b: int, t: int) -> bool:
-        """Whether forward(idx) of (b, t) returns (b, t, V) logits (False when out of range or out of tries)."""
+        """Whether forward(idx) of (b, t) returns (b, t, V) logits (False when out of range or out of tries).
+
+        Raises:
+            ModelFault: (size_free) the forward runs at (b, t) but returns the wrong kind of thing (e.g. 2-D
+                logits): no size will work, and that, not the asked size's error, is the problem to name.
+        """
         if (b, t) not in self.tried:
             if not (1 <= b and 2 <= t <= self.max_T and b * t <= MAX_TOKENS) or len(self.tried) >= SHAPE_TRIES:
                 return False
-            self.tried[(b, t)] = _attempt(self.subject, self.model, b, t) is None
+            problem = _attempt(self.subject, self.model, b, t)
+            if getattr(problem, "size_free", False):
+                raise ModelFault(str(problem), size_free=True)
+            self.tried[(b, t)] = problem is None
         return self.tried[(b, t)]
 
     def longest_below(self, B: int, T: int) -> Optional[int]:
@@ -158,7 +166,11 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
         raise ModelFault(f"{asked_err} (at the asked size B={B}, T={T}; no other size changes what the forward "
                          "returns)", size_free=True)
     search = _SizeSearch(subject, model, max_T)
-    found, longest = ((B, T), None) if asked_err is None else search.find(B, T)
+    try:
+        found, longest = ((B, T), None) if asked_err is None else search.find(B, T)
+    except ModelFault as e:  # a smaller size runs and shows what is wrong at every size: name that, not the IndexError
+        raise ModelFault(f"{e} (the asked size B={B}, T={T} fails first: {asked_err}; no other size changes what "
+                         "the forward returns)", size_free=True) from None
     if found is None:
         tried = sorted(search.tried)
         raise ModelFault(f"forward(idx) fails at the asked size B={B}, T={T} and at the {len(tried)} other sizes "

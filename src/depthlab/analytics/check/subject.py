@@ -150,8 +150,10 @@ class Subject:
             raise ModelFault(fault_text(e)) from None
         B, T = idx.shape
         if logits.dim() != 3:
+            one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
+                   if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else "")
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
-                             f"expected ({B}, {T}, V): three dimensions", size_free=True)
+                             f"expected ({B}, {T}, V): three dimensions{one}", size_free=True)
         s0, s1, s2 = (int(n) for n in logits.shape)
         swapped = ("(B, V, T)" if (s0, s2) == (B, T) and s1 != T else
                    "(T, B, V)" if (s0, s1) == (T, B) and B != T else None)
