@@ -323,3 +323,34 @@ def test_an_absurd_max_new_tokens_is_one_line_not_an_allocation_error(trained_ru
         assert main(["sample", str(trained_run), "--max-new-tokens", str(n)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--max-new-tokens" in err and "unexpected" not in err, err
+
+
+@pytest.mark.parametrize("raw, flag", [("abc", []), ("0", []), ("", []), ("4,2", []), ("abc", ["--threads", "1"])])
+def test_sample_warns_once_of_an_omp_num_threads_that_is_not_a_count_in_train_s_words(run, monkeypatch, capsys,
+                                                                                        raw, flag):
+    """``depthlab train`` said it; ``sample`` (and every command setting threads through the same helper) said
+    nothing. The wording is the one of train's warning (test_training_autotune), with what sets the threads."""
+    monkeypatch.setenv("OMP_NUM_THREADS", raw)
+    before = torch.get_num_threads()
+    try:
+        assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5", *flag]) == 0
+        used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    cap = capsys.readouterr()
+    instead = ("lets --threads 1 set the thread count" if flag else
+               f"runs with {used} thread{'s' if used != 1 else ''}, torch's default")
+    assert [x for x in cap.err.splitlines() if "OMP_NUM_THREADS" in x] == [
+        f"depthlab: warning: OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab ignores it "
+        f"and {instead}; set it to a number (OMP_NUM_THREADS=1) or unset it"]
+    assert "OMP_NUM_THREADS" not in cap.out and cap.out.startswith("First")
+
+
+@pytest.mark.parametrize("raw", ["1", None])
+def test_sample_gives_no_thread_warning_for_a_count_or_no_omp_num_threads(run, monkeypatch, capsys, raw):
+    if raw is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", raw)
+    assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5"]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -137,15 +137,11 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
 
 def run_probe(ns) -> int:
     """``depthlab probe``: measure at init, print the table and summary, write the PNG."""
-    import torch
-
     from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe, wiring_label
 
     cfg = _config_from(ns)
     out = _probe_png(cfg, ns.out)
-    _set_threads(ns.threads)
-    if not ns.threads:
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 4)))
+    _set_threads(ns.threads, cap=4)
     result = probe_at_init(cfg, n_batches=ns.batches, batch_size=ns.probe_batch_size)
     summary = summarise_probe(result)
     try:

@@ -84,11 +84,27 @@ def config_from(ns) -> Any:
     return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
 
 
-def set_threads(n: int) -> None:
+def set_threads(n: int, cap: Optional[int] = None) -> None:
+    """A command's ``--threads n`` (0: torch's default, at most ``cap`` when given); an ``OMP_NUM_THREADS``
+    that is not a thread count gets the one warning every command gives (``depthlab train``'s too).
+
+    Raises:
+        DepthlabError: ``n`` is not a thread count.
+    """
+    import torch
+
     from .config import check_threads
+    from .training.machine import ignored_env_threads
+    from .training.runtime import console
+    from .units import counted
 
     check_threads(n, "--threads")
     if n:
-        import torch
-
         torch.set_num_threads(n)
+    elif cap:
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), cap)))
+    warning = ignored_env_threads(f"lets --threads {n} set the thread count" if n else
+                                  f"runs with {counted(torch.get_num_threads(), 'thread')}, torch's default"
+                                  + (f" (at most {cap})" if cap else ""))
+    if warning:
+        console(f"warning: {warning}")

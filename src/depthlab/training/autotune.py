@@ -39,8 +39,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ..units import counted
 from . import hostmem, runtime
-from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, env_threads, machine_name, omp_free,
-                      policy_key, read_cache)
+from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, env_threads, ignored_env_threads, machine_name,
+                      omp_free, policy_key, read_cache)
 from .runtime import OWN_ATTENTION, omp_policy, use_bf16, use_explicit_attention
 
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "omp_free",
@@ -162,19 +162,15 @@ _THREADS_FROM = {"measured": "the fastest it measured", "cached": "the fastest m
 
 
 def env_threads_warning(train, threads: int, source: Optional[str]) -> Optional[str]:
-    """The warning for an ``OMP_NUM_THREADS`` that is set but not a positive integer (``abc``, ``0``, ``4,2``, an
-    empty value), which :func:`env_threads` ignores, saying what sets the thread count instead, or None.
+    """A run's warning for an ``OMP_NUM_THREADS`` that is set but not a positive integer
+    (:func:`~depthlab.training.machine.ignored_env_threads`), saying what sets the thread count instead, or None.
 
     Args:
         train: the run's TrainConfig. threads: the threads the run uses. source: its :class:`Tuning`'s source, or None.
     """
-    raw = os.environ.get("OMP_NUM_THREADS")
-    if raw is None or env_threads():  # an empty one too: libgomp's own complaint says nothing of what runs
-        return None
-    instead = (f"lets train.threads {train.threads} set the thread count" if train.threads else
-               f"runs with {counted(threads, 'thread')}, {_THREADS_FROM.get(source, _THREADS_FROM[None])}")
-    return (f"OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab ignores it and {instead}; "
-            "set it to a number (OMP_NUM_THREADS=1) or unset it")
+    return ignored_env_threads(f"lets train.threads {train.threads} set the thread count" if train.threads else
+                               f"runs with {counted(threads, 'thread')}, "
+                               f"{_THREADS_FROM.get(source, _THREADS_FROM[None])}")
 
 
 def given_threads(train) -> int:

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "machine_name",
-           "omp_free", "omp_policy", "policy_key", "read_cache", "start_policy"]
+__all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "ignored_env_threads",
+           "machine_name", "omp_free", "omp_policy", "policy_key", "read_cache", "start_policy"]
 
 #: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
 #: policy the user exported is theirs and is never changed).
@@ -31,6 +31,22 @@ def env_threads() -> int:
     given thread count (torch itself starts with at most one thread per core, whatever it says)."""
     raw = os.environ.get("OMP_NUM_THREADS", "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else 0
+
+
+def ignored_env_threads(instead: str) -> Optional[str]:
+    """The one warning (without ``warning: ``) for an ``OMP_NUM_THREADS`` that is set but not a positive integer
+    (``abc``, ``0``, ``4,2``, an empty value), which :func:`env_threads` ignores, or None when it is unset or a
+    thread count. Every command that sets the thread count says it in these words.
+
+    Args:
+        instead: what sets the thread count instead, as the end of "depthlab ignores it and ...", e.g.
+            ``lets --threads 2 set the thread count`` or ``runs with 2 threads, torch's default``.
+    """
+    raw = os.environ.get("OMP_NUM_THREADS")
+    if raw is None or env_threads():  # an empty one too: libgomp's own complaint says nothing of what runs
+        return None
+    return (f"OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab ignores it and {instead}; "
+            "set it to a number (OMP_NUM_THREADS=1) or unset it")
 
 
 def cpu_model() -> str:
