@@ -328,3 +328,31 @@ def test_a_context_no_batch_size_fits_is_refused_first_in_one_line_naming_block_
                           "GiB, more than this machine's ")
     assert err.endswith(f"; even train.batch_size 1 needs about {one / 2**30:,.0f} GiB: lower model.block_size\n")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("threads, raw, world, given", [
+    (3, "2", 1, (3, "train.threads")), (3, "2", 2, (3, "train.threads")),  # train.threads wins, and names itself
+    (0, "2", 1, (2, "OMP_NUM_THREADS")), (0, "abc", 1, (0, "")), (0, None, 1, (0, "")),
+    (0, "1", 2, (0, "")),  # torchrun set OMP_NUM_THREADS=1 for its processes: not the user's count
+])
+def test_the_thread_count_the_user_gave_has_one_home(monkeypatch, threads, raw, world, given):
+    """runtime.given_threads is the rule; the Runtime asks it with its processes, autotune (one process only: it
+    keeps the rules with several) asks it too, so the two cannot drift apart."""
+    from depthlab.config import TrainConfig
+    from depthlab.training import autotune, runtime
+
+    if raw is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", raw)
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("RANK", "0")
+    train = TrainConfig(threads=threads, device="cpu")
+    assert runtime.given_threads(train, world) == given
+    rt = object.__new__(runtime.Runtime)  # no thread setting or process group: only the rule under test
+    rt.train, rt.world_size = train, world
+    assert rt.given_threads() == given
+    if world == 1:
+        assert autotune.given_threads(train) == given[0]
+    monkeypatch.setattr(runtime, "given_threads", lambda t, world_size=1: (7, "train.threads"))
+    assert autotune.given_threads(train) == 7 and rt.given_threads() == (7, "train.threads")

@@ -39,8 +39,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ..units import counted
 from . import hostmem, runtime
-from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, env_threads, ignored_env_threads, machine_name,
-                      omp_free, policy_key, read_cache)
+from .machine import (OMP_MARK, busy_cores, cache_file, cpu_model, ignored_env_threads, machine_name, omp_free,
+                      policy_key, read_cache)
 from .runtime import OWN_ATTENTION, omp_policy, use_bf16, use_explicit_attention
 
 __all__ = ["OMP_MARK", "Restart", "Setting", "Tuning", "busy_cores", "candidates", "fastest", "omp_free",
@@ -174,8 +174,9 @@ def env_threads_warning(train, threads: int, source: Optional[str]) -> Optional[
 
 
 def given_threads(train) -> int:
-    """The thread count the user gave: ``train.threads``, else ``OMP_NUM_THREADS``; 0 = measured."""
-    return train.threads or env_threads()
+    """The thread count the user gave (:func:`depthlab.training.runtime.given_threads`); 0 = measured. Measuring
+    is for one process only (:func:`tune` keeps the rules with several), so ``OMP_NUM_THREADS`` counts here."""
+    return runtime.given_threads(train, world_size=1)[0]
 
 
 def candidates(train, cores: int, bf16_native: bool, policy: str, other_policy: bool, own: bool = False

@@ -23,8 +23,8 @@ from ..errors import DepthlabError
 from . import hostmem
 from .machine import env_threads, omp_policy
 
-__all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "omp_policy", "resolve_device",
-           "training_memory_bytes", "use_bf16", "use_explicit_attention"]
+__all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "given_threads", "omp_policy",
+           "resolve_device", "training_memory_bytes", "use_bf16", "use_explicit_attention"]
 
 
 OWN_ATTENTION = "own"
@@ -203,6 +203,20 @@ def resolved_changes(old: Optional[Mapping], new: Mapping) -> str:
                      if k in old and k in new and old[k] != new[k])
 
 
+def given_threads(train: TrainConfig, world_size: int = 1) -> tuple[int, str]:
+    """The thread count the user gave and its knob: ``train.threads``, else a positive ``OMP_NUM_THREADS`` (which
+    torch alone would cap at the cores); ``(0, "")`` when none is given (the threads are depthlab's choice).
+
+    The one home of this rule (:class:`Runtime` and :mod:`~depthlab.training.autotune` ask it). With several
+    processes (``world_size`` > 1, torchrun) ``OMP_NUM_THREADS`` does not count: torchrun sets it (to 1) for the
+    processes it starts, so it is not the user's choice.
+    """
+    if train.threads:
+        return train.threads, "train.threads"
+    env = env_threads() if world_size == 1 else 0
+    return (env, "OMP_NUM_THREADS") if env else (0, "")
+
+
 class Runtime:
     """The processes, device and numeric settings of one run (``torchrun`` sets RANK / WORLD_SIZE).
 
@@ -279,12 +293,8 @@ class Runtime:
                      f"(run -> now): {said}")
 
     def given_threads(self) -> tuple[int, str]:
-        """The thread count the user gave and its knob: ``train.threads``, else (one process) a positive
-        ``OMP_NUM_THREADS``, which torch alone would cap at the cores; ``(0, "")`` when none is given."""
-        if self.train.threads:
-            return self.train.threads, "train.threads"
-        env = env_threads() if self.world_size == 1 else 0  # torchrun sets it to 1 for its processes
-        return (env, "OMP_NUM_THREADS") if env else (0, "")
+        """:func:`given_threads` of this run's processes (under torchrun, ``OMP_NUM_THREADS`` is not the user's)."""
+        return given_threads(self.train, self.world_size)
 
     def _set_threads(self) -> None:
         n, knob = self.given_threads()
