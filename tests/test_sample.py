@@ -354,3 +354,52 @@ def test_sample_gives_no_thread_warning_for_a_count_or_no_omp_num_threads(run, m
         monkeypatch.setenv("OMP_NUM_THREADS", raw)
     assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+class _NaNBeyond(torch.nn.Module):
+    """A tiny model.source-style model whose logits are NaN at positions >= k (finite before)."""
+
+    def __init__(self, k: int, vocab_size: int = 65):
+        super().__init__()
+        self.k = k
+        self.emb = torch.nn.Embedding(vocab_size, vocab_size)
+
+    def forward(self, idx):
+        logits = self.emb(idx)
+        logits[:, self.k:] = float("nan")
+        return logits
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_generate_stops_at_the_first_position_whose_logits_are_nan(temperature):
+    """The prompt's logits are finite (position 2 of 3 < k = 5), so the prompt check passes; the token drawn at
+    position 6 comes from the logits at position 5: NaN. It printed noise (or newlines, greedy) and exit 0."""
+    from depthlab.sample import NonFiniteLogits
+
+    seen = []
+    with pytest.raises(NonFiniteLogits) as e:
+        generate(_NaNBeyond(5), torch.tensor([[1, 2, 3]]), 10, temperature=temperature,
+                 generator=torch.Generator().manual_seed(0), on_token=seen.append, block_size=64)
+    assert e.value.position == 6 and len(seen) == 3  # positions 3, 4, 5 drawn from finite logits
+    assert str(e.value) == ("the weights give non-finite logits (NaN) at position 6 of the sample (after the "
+                            "prompt's 3 tokens and 3 generated)")
+
+
+def test_sample_refuses_in_one_line_when_the_logits_turn_nan_after_the_prompt(run, monkeypatch, capsys):
+    import depthlab.sample as sample_mod
+
+    real = sample_mod._next_logits_fn
+
+    def nan_after_7(model, kv_cache, block_size=None):
+        f = real(model, kv_cache, block_size)
+        return lambda idx: f(idx) * (float("nan") if idx.size(1) > 7 else 1.0)
+
+    monkeypatch.setattr(sample_mod, "_next_logits_fn", nan_after_7)
+    rc = main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "20", "--seed", "3"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert err.splitlines()[-1] == (f"depthlab: error: {run}'s weights give non-finite logits (NaN) at position 8 of "
+                                    "the sample (after the prompt's 5 tokens and 3 generated); nothing more to sample "
+                                    f"(depthlab diagnose {run} looks for where the run went non-finite)")
+    assert "Traceback" not in err and len(err.splitlines()) == 2  # the "sampling from" line and the refusal
+    assert out.startswith("First") and out.endswith("\n") and len(out) == 5 + 3 + 1  # 3 tokens, then the line ends

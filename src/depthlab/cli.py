@@ -275,11 +275,14 @@ def run_sample(ns) -> int:
 
     info: list[str] = []  # the "sampling from" line, printed when the text starts (after every check passed)
 
+    started: list[bool] = []  # whether any text has been written
+
     def stream(s: str) -> None:
         while info:
             print(info.pop(), file=sys.stderr)
         sys.stdout.write(s)
         sys.stdout.flush()
+        started.append(True)
 
     from .sample import check_sampling_args
 
@@ -287,8 +290,13 @@ def run_sample(ns) -> int:
     _check_seed(ns.seed)
     if Path(ns.run_dir).is_dir():  # say which weights speak (stderr: stdout is the text alone)
         info.extend(_sample_notes(Path(ns.run_dir), ns.checkpoint))
-    sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
-                ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
+    try:
+        sample_text(ns.run_dir, ns.prompt, ns.max_new_tokens, ns.temperature, ns.top_k or None, ns.top_p,
+                    ns.seed, ns.num_samples, ns.checkpoint, device, stream=stream, kv_cache=not ns.no_kv_cache)
+    except DepthlabError:  # e.g. NaN logits at a later position: the text so far ends its line before the error
+        if started:
+            stream("\n")
+        raise
     stream("\n")
     return 0
 

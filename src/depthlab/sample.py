@@ -163,6 +163,25 @@ def draw(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> to
     return (probs / torch.empty_like(probs).exponential_(generator=generator)).argmax(dim=-1)
 
 
+class NonFiniteLogits(DepthlabError):
+    """The next-token logits hold NaN or inf; ``where`` says for which position (the prompt, or a later one)."""
+
+    def __init__(self, logits: torch.Tensor, t: int, prompt_len: int):
+        self.kinds = " and ".join(k for k, bad in (("NaN", torch.isnan(logits).any()),
+                                                   ("inf", torch.isinf(logits).any())) if bad)
+        self.position = t
+        self.where = ("for the prompt" if t == prompt_len else
+                      f"at position {t} of the sample (after the prompt's {prompt_len} tokens and "
+                      f"{t - prompt_len} generated)")
+        super().__init__(f"the weights give non-finite logits ({self.kinds}) {self.where}")
+
+    def refusal(self, run_dir: str | Path) -> DepthlabError:
+        """The one line ``depthlab sample`` stops with, for ``run_dir``'s weights."""
+        more = "" if self.where == "for the prompt" else " more"
+        return DepthlabError(f"{run_dir}'s weights give non-finite logits ({self.kinds}) {self.where}; nothing{more} "
+                             f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
+
+
 def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
@@ -190,6 +209,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
 
     Raises:
         DepthlabError: invalid sampling settings.
+        NonFiniteLogits: the logits of a position are NaN or inf (the ids before it are already given to
+            ``on_token``): a draw from them is noise, so sampling stops there.
     """
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     was_training = model.training
@@ -202,6 +223,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
             out[:, :T] = idx
             for t in range(T, T + max_new_tokens):
                 logits = next_logits(out[:, :t]).float()  # (B, V): only the last position is needed
+                if not bool(torch.isfinite(logits).all()):  # far cheaper than the forward; a NaN draw is noise
+                    raise NonFiniteLogits(logits, t, T)
                 if temperature < 1e-5:  # below this, logits/T overflows float32: greedy is the limit anyway
                     nxt = logits.argmax(dim=-1)
                 else:
@@ -287,9 +310,12 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
             stream(("\n---------------\n" if i else "") + prompt)
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         piece = tok.stream_decoder(prefix=ids)  # BPE: a character split across tokens prints once, whole
-        out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
-                       on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
-                       block_size=block_size)
+        try:
+            out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
+                           on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
+                           block_size=block_size)
+        except NonFiniteLogits as e:
+            raise e.refusal(run_dir) from None
         if stream:  # what the last tokens left incomplete (U+FFFD each, as decode shows it)
             _put(stream, piece.flush())
         texts.append(tok.decode(out[0].tolist()))
@@ -305,11 +331,8 @@ def check_finite_logits(model: torch.nn.Module, ids: list[int], block_size: Opti
     """
     with torch.inference_mode():
         logits = _next_logits_fn(model, False, block_size)(torch.tensor([ids], dtype=torch.long, device=device))
-    if bool(torch.isfinite(logits).all()):
-        return
-    kinds = [k for k, bad in (("NaN", torch.isnan(logits).any()), ("inf", torch.isinf(logits).any())) if bad]
-    raise DepthlabError(f"{run_dir}'s weights give non-finite logits ({' and '.join(kinds)}) for the prompt; nothing "
-                        f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteLogits(logits, len(ids), len(ids)).refusal(run_dir)
 
 
 def _put(stream: Callable[[str], None], text: str) -> None:
