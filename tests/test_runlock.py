@@ -61,3 +61,36 @@ def test_a_process_that_exits_holding_a_lock_closes_it_without_a_resource_warnin
     code = "import sys; from depthlab.training import runlock; runlock.hold(sys.argv[1]); print('held')"
     p = subprocess.run([sys.executable, "-W", "default", "-c", code, str(run)], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout == "held\n" and "ResourceWarning" not in p.stderr, p.stderr
+
+
+def _snapshot(run):
+    """Every path under ``run`` with its bytes (files) and mtime, and the folder's own mtime (a file made or deleted
+    changes it)."""
+    return run.stat().st_mtime_ns, {str(p.relative_to(run)): (p.read_bytes() if p.is_file() else None,
+                                                             p.stat().st_mtime_ns) for p in sorted(run.rglob("*"))}
+
+
+def test_a_refused_resume_or_overwrite_changes_nothing_in_the_run_folder_not_even_its_lock_file(
+        tmp_path, tiny_text_file, capsys):
+    # each of these wrote its pid into RUN/.lock (made it where there was none) before refusing
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run))[0] == 0
+    assert (run / ".lock").read_text() == f"{__import__('os').getpid()}\n"
+    (run / ".lock").write_text("12345\n")  # a previous process's: its bytes and mtime must stay
+    refusals = [(["--resume", str(run)], "nothing to train"),
+                (["--resume", str(run), "--model.n_layer", "3"], "cannot resume"),
+                ([*tiny_cli_args(tiny_text_file, run), "--overwrite"], "depthlab did not write (notes.txt)")]
+    for lock in (True, False):
+        if not lock:
+            (run / ".lock").unlink()
+        (run / "notes.txt").write_text("mine")
+        before = _snapshot(run)
+        for argv, said in refusals:
+            rc, out, err = run_cli(capsys, "train", *argv)
+            assert rc != 0 or "nothing to train" in err, err
+            assert said in err, err
+            assert _snapshot(run) == before, argv
+        (run / "notes.txt").unlink()
+        runlock.release(run)
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
+    assert rc == 0 and (run / ".lock").read_text() == f"{__import__('os').getpid()}\n"  # a resume that trains: named

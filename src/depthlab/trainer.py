@@ -36,6 +36,7 @@ from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
     LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
+from .training import runlock
 from .training.protocol import ModelPort
 from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
@@ -267,8 +268,8 @@ class Trainer:
                 **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
 
     def _write_config(self) -> None:
-        """config.json: the config asked for (vocab_size and out_dir filled in, data.path made absolute so that the
-        run's commands find its corpus from any folder) and ``resolved``; the one writer."""
+        """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""
+        runlock.mark(self.run_dir)  # committed to training: RUN/.lock names this process from here on
         rundir.write_json(self.run_dir / rundir.CONFIG, {**config_record(self.cfg), "resolved": self.resolved()})
 
     def _write_vocab(self, vocab: list[str]) -> None:

@@ -1,9 +1,12 @@
 """The lock on a run folder: one process trains it at a time.
 
 A process that trains a run folder (a new run, ``--resume``, ``--overwrite``) holds an exclusive
-advisory lock (``fcntl.flock``, never waited for) on ``RUN/.lock`` until it ends; the kernel drops it
-when the process dies, SIGKILL included, so no stale lock is left. Under torchrun rank 0 alone takes
-it (the other ranks share the folder). Readers (sample, diagnose, report) take none.
+advisory lock (``fcntl.flock``, never waited for) on the folder itself until it ends; the kernel drops it
+when the process dies, SIGKILL included, so no stale lock is left. Taking it writes nothing: a command that
+refuses (a contradicting flag, nothing to train, a refused ``--overwrite``) leaves the folder as it was. Once the
+process has committed to training (:func:`mark`, as it writes config.json) ``RUN/.lock`` names its pid.
+Under torchrun rank 0 alone takes it (the other ranks share the folder). Readers (sample, diagnose, report)
+take none.
 """
 from __future__ import annotations
 
@@ -11,62 +14,89 @@ import atexit
 import fcntl
 import os
 from pathlib import Path
-from typing import IO, Optional
+from typing import Optional
 
 from ..errors import DepthlabError
 from ..rundir import LOCK, prepare_run_dir
 
-#: The lock files this process holds, by resolved path (kept open: closing one drops its lock).
-_HELD: dict[str, IO] = {}
+#: The folders this process holds locked, by resolved path: [descriptor of the folder (kept open: closing it
+#: drops its lock), whether RUN/.lock names this process yet].
+_HELD: dict[str, list] = {}
 
 
 @atexit.register
 def _close_held() -> None:
-    """Close the lock files still held when the process exits (a run that ended in an error): the kernel would
-    drop the locks anyway, but an open file object left to the interpreter's shutdown prints a ResourceWarning."""
+    """Close the folders still held when the process exits (a run that ended in an error)."""
     while _HELD:
-        _HELD.popitem()[1].close()
+        os.close(_HELD.popitem()[1][0])
 
 
-def _refusal(run_dir: Path, f: IO) -> DepthlabError:
-    f.seek(0)
-    pid = f.read().strip() or "unknown"
-    return DepthlabError(f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, "
-                         "or train into another --train.out_dir")
+def _key(run_dir: Path) -> str:
+    return str(Path(run_dir).resolve())
+
+
+def _holder_pid(run_dir: Path, fd: int) -> str:
+    """The pid holding the lock on the folder open as ``fd``: from /proc/locks (Linux) where it lists it, else
+    the one RUN/.lock names."""
+    st = os.fstat(fd)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where and parts[4].isdigit() \
+                        and int(parts[4]) > 0:
+                    return parts[4]
+    except OSError:
+        pass
+    try:
+        return (Path(run_dir) / LOCK).read_text(encoding="ascii").strip() or "unknown"
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
 
 
 def hold(run_dir: Path, runtime=None) -> None:
-    """Take this process's lock on the existing folder ``run_dir`` (kept while it holds it already); held
-    until the process ends or, with a ``runtime``, until its ``close()`` (the run finished: a notebook that
-    trained a run does not keep it from another process).
+    """Take this process's lock on the existing folder ``run_dir`` (kept while it holds it already), writing
+    nothing; held until the process ends or, with a ``runtime``, until its ``close()`` (the run finished: a
+    notebook that trained a run does not keep it from another process).
 
     Raises:
-        DepthlabError: another process holds it (naming its pid).
+        DepthlabError: another process holds it (naming its pid), or the folder cannot be opened.
     """
-    path = Path(run_dir) / LOCK
-    key = str(path.resolve())
+    key = _key(run_dir)
     held = _HELD.pop(key, None)
     if held is not None:
         try:
-            if os.fstat(held.fileno()).st_ino == os.stat(path).st_ino:
+            if os.fstat(held[0]).st_ino == os.stat(run_dir).st_ino:
                 _HELD[key] = held
                 _release_on_close(run_dir, runtime)
                 return
         except OSError:
             pass
-        held.close()  # the folder it locked was replaced (--overwrite) or deleted
-    f = open(path, "a+")
+        os.close(held[0])  # the folder it locked was replaced (--overwrite) or deleted
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fd = os.open(run_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise DepthlabError(f"cannot open the run folder {run_dir}: {e.strerror}; choose a folder you can read, "
+                            "or another --train.out_dir") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        err = _refusal(Path(run_dir), f)
-        f.close()
-        raise err from None
-    f.truncate(0)
-    f.write(f"{os.getpid()}\n")
-    f.flush()
-    _HELD[key] = f
+        pid = _holder_pid(Path(run_dir), fd)
+        os.close(fd)
+        raise DepthlabError(f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, "
+                            "or train into another --train.out_dir") from None
+    _HELD[key] = [fd, False]
     _release_on_close(run_dir, runtime)
+
+
+def mark(run_dir: Path) -> None:
+    """Write this process's pid to ``RUN/.lock`` once it holds the folder and has committed to training it (once;
+    a process that does not hold it, another rank, writes nothing)."""
+    held = _HELD.get(_key(run_dir))
+    if held is not None and not held[1]:
+        (Path(run_dir) / LOCK).write_text(f"{os.getpid()}\n", encoding="ascii")
+        held[1] = True
 
 
 def _release_on_close(run_dir: Path, runtime) -> None:
@@ -76,20 +106,27 @@ def _release_on_close(run_dir: Path, runtime) -> None:
 
 def release(run_dir: Path) -> None:
     """Drop this process's lock on ``run_dir`` (if it holds one)."""
-    f = _HELD.pop(str((Path(run_dir) / LOCK).resolve()), None)
-    if f is not None:
-        f.close()
+    held = _HELD.pop(_key(run_dir), None)
+    if held is not None:
+        os.close(held[0])
 
 
 def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path]:
-    """:func:`~depthlab.rundir.prepare_run_dir` under the lock: a folder another process trains is refused
-    before anything is written (``--overwrite`` included); the new folder is locked before it is returned."""
+    """:func:`~depthlab.rundir.prepare_run_dir` under the lock: an existing folder another process trains is
+    refused before anything is written (``--overwrite`` included); the new folder is locked before it is returned.
+    A refusal leaves no lock held."""
     run_dir = Path(run_dir)
-    if overwrite and (run_dir / LOCK).is_file():
-        hold(run_dir)  # refuses while another process trains it; else ours until the folder is replaced
-    replaced = prepare_run_dir(run_dir, overwrite)
+    had = _key(run_dir) in _HELD
+    try:
+        if overwrite and run_dir.is_dir():
+            hold(run_dir)  # refuses while another process trains it; else ours until the folder is replaced
+        replaced = prepare_run_dir(run_dir, overwrite)
+    except DepthlabError:
+        if not had:
+            release(run_dir)
+        raise
     hold(run_dir, runtime)  # refused only if another process made the folder since: the old run stays set aside, intact
     return replaced
 
 
-__all__ = ["claim_run_dir", "hold", "release"]
+__all__ = ["claim_run_dir", "hold", "mark", "release"]
