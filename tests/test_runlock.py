@@ -94,3 +94,25 @@ def test_a_refused_resume_or_overwrite_changes_nothing_in_the_run_folder_not_eve
         runlock.release(run)
     rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
     assert rc == 0 and (run / ".lock").read_text() == f"{__import__('os').getpid()}\n"  # a resume that trains: named
+
+
+def test_a_new_run_into_a_folder_another_process_is_training_gets_the_lock_line(tmp_path, tiny_text_file, capsys):
+    # in a run's first seconds (no config.json yet) a second train said "not a depthlab run directory", and once
+    # config.json existed "already exists; use --resume RUN", which the lock then refused
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "tb").mkdir()  # a starting run's first file, before its config.json
+    p = _holder(run)
+    try:
+        for config in (False, True):
+            if config:
+                (run / "config.json").write_text("{}")
+            before = _snapshot(run)
+            for extra in ([], ["--overwrite"]):
+                rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run), *extra)
+                assert_clean_error(rc, err, f"{run} is being trained by another process (pid {p.pid}): wait for it "
+                                            "to end, or train into another --train.out_dir")
+                assert _snapshot(run) == before
+    finally:
+        p.kill()
+        p.wait()

@@ -113,12 +113,12 @@ def release(run_dir: Path) -> None:
 
 def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path]:
     """:func:`~depthlab.rundir.prepare_run_dir` under the lock: an existing folder another process trains is
-    refused before anything is written (``--overwrite`` included); the new folder is locked before it is returned.
-    A refusal leaves no lock held."""
+    refused with the lock's line before anything is written (a run still starting, before its config.json, and
+    ``--overwrite`` included); the new folder is locked before it is returned. A refusal leaves no lock held."""
     run_dir = Path(run_dir)
     had = _key(run_dir) in _HELD
     try:
-        if overwrite and run_dir.is_dir():
+        if run_dir.is_dir():
             hold(run_dir)  # refuses while another process trains it; else ours until the folder is replaced
         replaced = prepare_run_dir(run_dir, overwrite)
     except DepthlabError:
