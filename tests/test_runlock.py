@@ -1,6 +1,12 @@
 """One process trains a run folder at a time: RUN/.lock (training/runlock.py)."""
+import os
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from conftest import assert_clean_error, run_cli, tiny_cli_args, weights_hash
 
@@ -116,3 +122,47 @@ def test_a_new_run_into_a_folder_another_process_is_training_gets_the_lock_line(
     finally:
         p.kill()
         p.wait()
+
+
+def _flock_pids(folder):
+    """The pids /proc/locks lists as holding a flock on ``folder`` (Linux)."""
+    st = os.stat(folder)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as f:
+        return [int(p[4]) for p in map(str.split, f) if len(p) > 5 and p[1] == "FLOCK" and p[5] == where]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads /proc/locks (Linux)")
+def test_under_torchrun_rank_0_alone_holds_the_lock_and_a_plain_train_is_refused(tmp_path, tiny_text_file, capsys):
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    run = tmp_path / "run"
+    argv = tiny_cli_args(tiny_text_file, run, train__max_iters=100000, train__eval_interval=1000, train__grad_accum=2,
+                         train__device="cpu", train__dtype="float32", train__max_time=0)
+    with open(tmp_path / "err", "w") as log:
+        p = subprocess.Popen([torchrun, "--standalone", "--nproc_per_node", "2", "-m", "depthlab", "train", *argv],
+                             stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.time() + 120
+        while not (run / ".lock").is_file() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert (run / ".lock").is_file(), (tmp_path / "err").read_text()[-3000:]
+        pid = int((run / ".lock").read_text())
+        assert _flock_pids(run) == [pid]  # one holder: the other rank takes no lock on the folder
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+        env = dict(kv.split("=", 1) for kv in environ if "=" in kv)
+        assert env["RANK"] == "0" and env["WORLD_SIZE"] == "2"
+        before = _snapshot(run)[1]["config.json"]
+        for cmd in (["--resume", str(run), "--train.max_iters", "200000"], tiny_cli_args(tiny_text_file, run),
+                    [*tiny_cli_args(tiny_text_file, run), "--overwrite"]):
+            rc, out, err = run_cli(capsys, "train", *cmd)
+            assert_clean_error(rc, err, f"{run} is being trained by another process (pid {pid}): wait for it to end, "
+                                        "or train into another --train.out_dir")
+        assert (run / "config.json").read_bytes() == before[0] and p.poll() is None
+    finally:
+        p.terminate()  # torchrun passes SIGTERM on to its workers (in sessions of their own) and waits for them
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
