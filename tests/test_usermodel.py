@@ -308,3 +308,32 @@ def test_a_keyboardinterrupt_the_file_raises_is_not_read_as_ctrl_c(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         build_model(parse_source(f"{tmp_path / 'sig.py'}:M"))
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+@pytest.mark.parametrize("attention", ["explicit", "sdpa"])
+def test_a_source_run_whose_config_records_an_attention_resumes_without_a_false_line(tmp_path, tiny_text_file,
+                                                                                       model_file, capsys, attention):
+    # a model.source run made before --train.attention was refused with model.source: its config.json says
+    # train.attention explicit (resolved.attention too); resuming it was refused, or said "attention explicit -> own"
+    run = tmp_path / "A"
+    src = f"{model_file}:MyGPT"
+    Trainer(_cfg(run, tiny_text_file, src, max_iters=10, eval_interval=5), **QUIET).fit()
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["train"]["attention"] = cfg["resolved"]["attention"] = cfg["resolved"]["tuning"]["setting"]["attention"] = \
+        attention
+    (run / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.max_iters", "20"]) == 0
+    out, err = capsys.readouterr()
+    assert f"resuming {run} from step 10" in out
+    assert "attention" not in err, err
+    after = json.loads((run / "config.json").read_text())
+    assert after["train"]["attention"] == "auto" and after["resolved"]["attention"] == "own"
+    assert _evals(run)[-1][0] == 20
+    for argv in (["--resume", str(run), "--train.max_iters", "30", "--train.attention", attention],  # asked: judged
+                 ["--data.path", str(tiny_text_file), "--model.source", src, "--train.attention", attention,
+                  "--train.out_dir", str(tmp_path / "new")]):
+        assert main(["train", *argv]) == 2
+        err = capsys.readouterr().err
+        assert f"depthlab: error: train.attention '{attention}': this chooses depthlab's GPT's attention code" in err
+    assert not (tmp_path / "new").exists() and _evals(run)[-1][0] == 20

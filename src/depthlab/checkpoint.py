@@ -582,6 +582,8 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     for key in sorted(set(a) | set(b)):
         if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
             continue
+        if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
+            continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
         if key not in a and b.get(key) == defaults.get(key):
             continue  # a field newer than the run, at its default: the run used that behaviour
         change = f"{key} {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"

@@ -158,7 +158,20 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
-    return ["--config", str(rd / CONFIG)] + out + ["--train.resume", "true", "--train.out_dir", str(rd)]
+    return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out + ["--train.resume", "true",
+                                                                          "--train.out_dir", str(rd)]
+
+
+def _source_attention(rd: Path) -> list[str]:
+    """``--train.attention auto`` for a model.source run whose config.json records another value (written before
+    that was refused with model.source; it never chose anything for the user's forward); after the run's
+    config.json, so that a ``--train.attention`` given with the resume is still judged."""
+    from .rundir import RunDir
+
+    cfg = RunDir(rd).config or {}
+    source = (cfg.get("model") or {}).get("source")
+    attention = (cfg.get("train") or {}).get("attention")
+    return ["--train.attention", "auto"] if source and attention not in (None, "auto") else []
 
 
 def _init_from_model_flags(init: str) -> list[str]:

@@ -200,7 +200,8 @@ def resolved_changes(old: Optional[Mapping], new: Mapping) -> str:
     if not isinstance(old, Mapping):
         return ""
     return "; ".join(f"{k} {old[k]!r} -> {new[k]!r}: {why}" for k, why in RESOLVED_MEANING.items()
-                     if k in old and k in new and old[k] != new[k])
+                     if k in old and k in new and old[k] != new[k]
+                     and not (k == "attention" and new[k] == OWN_ATTENTION))  # a model.source's: never another
 
 
 def given_threads(train: TrainConfig, world_size: int = 1) -> tuple[int, str]:
