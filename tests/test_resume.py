@@ -1146,6 +1146,31 @@ def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file
     assert main(["context", "a/run"]) == 0
 
 
+def test_a_mistyped_data_path_on_resume_is_named_as_the_given_flag_not_the_runs_corpus(tmp_path, tiny_text_file,
+                                                                                        capsys):
+    """nu36: ``--resume RUN --data.path /nonexistent`` said "its corpus /nonexistent is missing (moved or
+    deleted?)", blaming the run's corpus for the path just typed. It names the given flag and what the run was
+    trained on (the embedded corpus, or its own file), with the fix: drop the flag or fix the path."""
+    emb = tmp_path / "emb"
+    args = tiny_cli_args(None, emb, train__max_iters=4, train__eval_interval=2)
+    i = args.index("--data.path")
+    assert main(["train", *args[:i], *args[i + 2:]]) == 0
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(emb), "--data.path", str(tmp_path / "nope.txt"), "--train.max_iters", "6"])
+    assert_clean_error(rc, capsys.readouterr().err,
+                       f"cannot resume {emb}: the given --data.path {tmp_path / 'nope.txt'} does not exist; the run "
+                       "was trained on the embedded corpus (data.path unset): drop --data.path, or fix the path")
+    own = tmp_path / "own"
+    assert main(["train", *tiny_cli_args(tiny_text_file, own, train__max_iters=4, train__eval_interval=2)]) == 0
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(own), "--data.path", "typo.txt", "--train.max_iters", "6"])
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err, f"the given --data.path typo.txt does not exist; the run was trained on its own "
+                       f"corpus {tiny_text_file}: drop --data.path, or fix the path")
+    assert "moved or deleted" not in err
+    assert json.loads((own / "summary.json").read_text())["final_step"] == 4
+
+
 def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, tiny_text_file, capsys):
     """helper-19: with the run's corpus moved, --resume gave train's advice ("give an existing text file (or leave
     data.path unset ...)"), and the moved file given with --data.path was refused as a changed data.path, shown

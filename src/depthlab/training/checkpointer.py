@@ -124,6 +124,23 @@ def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str
 CHARS_SHOWN = 40
 
 
+def _missing_corpus(cfg) -> str:
+    """The error for a resume whose ``data.path`` does not exist: the run's own corpus gone (moved or deleted), or
+    a path given for this resume that is not the run's (a typo, or the run used the embedded corpus)."""
+    out = cfg.train.out_dir
+    old = ((RunDir(Path(out)).config or {}).get("data") or {}) if out and Path(out).is_dir() else {}
+    own = old.get("path")
+    given = Path(cfg.data.path).expanduser()
+    if "path" in old and (own is None or Path(own).expanduser().resolve() != given.resolve()):
+        trained = (f"its own corpus {own}" if own else "the embedded corpus (data.path unset)")
+        fix = ("fix the path (the run's own file is gone too)" if own and not Path(own).expanduser().exists() else
+               "drop --data.path, or fix the path")
+        return (f"cannot resume {out}: the given --data.path {cfg.data.path} does not exist; the run was trained on "
+                f"{trained}: {fix}")
+    return (f"cannot resume {out}: its corpus {cfg.data.path} is missing (moved or deleted?): put the file back at "
+            "that path, or give --data.path where it is now (the resume checks it is the same file by its sha256)")
+
+
 def _chars_said(what: str, chars: list[str]) -> str:
     """``"52 WHAT, the first 40: '...' (12 more)"``, or ``"3 WHAT: 'xyz'"`` when all of them fit."""
     shown = repr("".join(chars[:CHARS_SHOWN]))
@@ -327,9 +344,7 @@ class Checkpointer:
         if cfg.train.out_dir and Path(cfg.train.out_dir).is_dir():
             ckpt.refuse_edited_config(Path(cfg.train.out_dir), "cannot resume")
         if cfg.data.path and not Path(cfg.data.path).expanduser().exists():
-            raise DepthlabError(f"cannot resume {cfg.train.out_dir}: its corpus {cfg.data.path} is missing (moved or "
-                                "deleted?): put the file back at that path, or give --data.path where it is now (the "
-                                "resume checks it is the same file by its sha256)")
+            raise DepthlabError(_missing_corpus(cfg))
 
     def claim(self, overwrite: bool) -> Optional[Path]:
         """Make (or, with ``overwrite``, replace) the run folder under this process's lock
