@@ -237,11 +237,16 @@ def test_report_cli(report_run, tmp_path, capsys):
                       (["report", str(report_run), "--out", str(tmp_path)], "is a folder"),
                       (["report", str(report_run), "--out", str(mine / "x.html")],  # was "File exists"
                        f"{mine} is a file, not a folder"),
+                      # nu36: a mistyped folder was made (mkdir -p) and the report written there, exit 0
+                      (["report", str(report_run), "--out", str(tmp_path / "typo" / "sub" / "r.html")],
+                       f"report: the folder of --out {tmp_path / 'typo' / 'sub' / 'r.html'} does not exist; create "
+                       "it or choose another path"),
                       (["report"], "run_dir")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("depthlab: error:") and msg in err and "Traceback" not in err
     assert mine.read_text() == "my notes"
+    assert not (tmp_path / "typo").exists()
 
 
 def test_report_listed_in_help(capsys):

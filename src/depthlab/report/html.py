@@ -491,7 +491,6 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                 Section("Configuration", _config_section(run))]
     page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=run_cards(run))
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(dest, page.encode("utf-8"))
     except OSError as e:
         raise DepthlabError(f"report: cannot write {dest}: {e.strerror or e}; choose a writable --out") from None
@@ -504,6 +503,8 @@ def _check_dest(dest: Path) -> None:
     above = next((p for p in dest.parents if p.exists()), None)  # the nearest existing folder the file goes under
     if above is not None and not above.is_dir():
         raise DepthlabError(f"--out {dest}: {above} is a file, not a folder; give a path inside a folder")
+    if not dest.parent.is_dir():  # a mistyped folder is not made (probe refuses it too)
+        raise DepthlabError(f"report: the folder of --out {dest} does not exist; create it or choose another path")
     if dest.exists():
         try:
             head = dest.read_text(encoding="utf-8", errors="replace")[:4000]
