@@ -255,6 +255,19 @@ def test_report_listed_in_help(capsys):
 
 
 # ---------------------------------------------------------------------------------------------------- depthlab sweep
+def test_cli_sweep_with_a_missing_corpus_leaves_no_folder(capsys, tmp_path, monkeypatch):
+    """nu36: a sweep refused for a --data.path (or grid data.path) that does not exist had already written
+    OUT_DIR/sweep.json (or sweeps/sweep-<hash>/ in the current folder, unasked); nothing is left now."""
+    from conftest import assert_clean_error
+
+    monkeypatch.chdir(tmp_path)
+    for extra in (["--out_dir", "s"], []):
+        rc = main(["sweep", "--grid", "model.n_layer=1", "--data.path", str(tmp_path / "nope.txt"),
+                   "--train.max_iters", "2", "--workers", "1", *extra])
+        assert_clean_error(rc, capsys.readouterr().err, f"data.path {tmp_path / 'nope.txt'} not found")
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_cli_bad_grid_is_one_line_exit_2(capsys, tmp_path):
     rc = main(["sweep", "--grid", "model.n_layer", "--out-dir", str(tmp_path / "s")])
     err = capsys.readouterr().err

@@ -115,8 +115,8 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     """
     workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
+    warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
     write_plan(sweep_dir, spec, points, added)
-    warm_token_cache(points)
     n_cores = cores()
     n_workers = max(1, min(workers or n_cores, len(todo))) if todo else 1
     threads = threads or max(1, n_cores // n_workers)
