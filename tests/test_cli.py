@@ -255,6 +255,18 @@ def test_report_listed_in_help(capsys):
 
 
 # ---------------------------------------------------------------------------------------------------- depthlab sweep
+@pytest.mark.parametrize("flag,value", [("--batches", "0"), ("--batches", "-1"), ("--probe_batch_size", "0")])
+def test_probe_nonpositive_counts_name_their_flag(capsys, tmp_path, monkeypatch, flag, value):
+    """nu36: ``probe --batches 0`` (or -1, or --probe_batch_size 0) said "probe needs at least one batch of at
+    least one sequence", naming neither flag; and nothing is written."""
+    from conftest import assert_clean_error
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["probe", "--model.n_layer", "1", "--model.n_embd", "32", "--model.n_head", "2", flag, value])
+    assert_clean_error(rc, capsys.readouterr().err, f"probe: {flag} must be at least 1, got {value}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_sweep_with_a_missing_corpus_leaves_no_folder(capsys, tmp_path, monkeypatch):
     """nu36: a sweep refused for a --data.path (or grid data.path) that does not exist had already written
     OUT_DIR/sweep.json (or sweeps/sweep-<hash>/ in the current folder, unasked); nothing is left now."""

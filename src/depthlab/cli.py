@@ -139,6 +139,9 @@ def run_probe(ns) -> int:
     """``depthlab probe``: measure at init, print the table and summary, write the PNG."""
     from .analytics.probe import format_probe_table, plot_probe, probe_at_init, summarise_probe, wiring_label
 
+    for opt, n in (("--batches", ns.batches), ("--probe_batch_size", ns.probe_batch_size)):
+        if n < 1:  # named by its flag (probe_at_init's own message knows no flags)
+            raise DepthlabError(f"probe: {opt} must be at least 1, got {n}")
     cfg = _config_from(ns)
     out = _probe_png(cfg, ns.out)
     _set_threads(ns.threads, cap=4)
