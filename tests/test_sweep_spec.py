@@ -197,6 +197,21 @@ def test_sweep_file(tmp_path):
     assert yaml.safe_load("a: 1e-2")["a"] == "1e-2"  # why the grammar, not YAML, types the values
 
 
+def test_sweep_file_that_is_a_folder_says_so(tmp_path):
+    """nu36: ``sweep --file FOLDER`` (a sweep's own folder, given to continue it) said "sweep file FOLDER not
+    found" of a folder that exists."""
+    with pytest.raises(DepthlabError) as e:
+        sweep.load_sweep_file(tmp_path)
+    assert str(e.value) == f"sweep file {tmp_path} is a folder, not a YAML file; give the sweep's .yaml file"
+    (tmp_path / "sweep.json").write_text("{}")
+    with pytest.raises(DepthlabError) as e:
+        sweep.load_sweep_file(tmp_path)
+    assert str(e.value).endswith(f"; to continue the sweep in it, run the command that made it with --out_dir "
+                                 f"{tmp_path}")
+    with pytest.raises(DepthlabError, match="not found"):
+        sweep.load_sweep_file(tmp_path / "none.yaml")
+
+
 def test_dry_run_lists_runs(tmp_path):
     spec = sweep.build_spec("quick", None, [], {}, None)
     text = sweep.dry_run(spec, tmp_path / "q", 2)

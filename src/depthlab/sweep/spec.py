@@ -395,6 +395,10 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
         DepthlabError: missing/unreadable file, invalid YAML, unknown keys or fields, bad values.
     """
     p = Path(path)
+    if p.is_dir():  # a sweep's folder given to continue it is the common case: say how
+        cont = (f"; to continue the sweep in it, run the command that made it with --out_dir {p}"
+                if (p / "sweep.json").is_file() else "")
+        raise DepthlabError(f"sweep file {p} is a folder, not a YAML file; give the sweep's .yaml file{cont}")
     if not p.is_file():
         raise DepthlabError(f"sweep file {p} not found")
     return _spec_from_mapping(_read_yaml(p, "sweep file") or {}, f"sweep file {p}")
