@@ -351,6 +351,13 @@ def test_a_run_whose_checkpoints_were_deleted_is_named_as_a_run(report_run, tmp_
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{run} is a depthlab run, but its checkpoints/manifest.json is missing" in err
     assert "restore it from a copy or train the run again" in err and "not a depthlab run" not in err
+    steps = json.loads((run / "summary.json").read_text())["final_step"]
+    for cmd in ("context", "layers"):  # nu36: these said "RUN has no checkpoint yet" of a finished run
+        rc, _, err = run_cli(capsys, cmd, str(run))
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"depthlab: error: {run} holds no checkpoint, though summary.json says {steps} steps were trained: " \
+            "its checkpoints/ was deleted or emptied; restore it from a copy or train the run again" in err, err
+        assert "yet" not in err
 
 
 def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_run, tmp_path, capsys):
