@@ -325,6 +325,17 @@ def test_a_config_json_edited_into_an_invalid_value_names_config_json_on_resume(
     assert rc == 2 and "--resume reads" not in capsys.readouterr().err  # not a resume: the plain line
 
 
+def test_an_invalid_flag_on_resume_is_not_blamed_on_config_json(run20, capsys):
+    """config.json is valid and --model.n_head 3 is the bad value: the line said "if that value was edited there
+    by hand, put back the one the run was trained with", untrue of a flag."""
+    before = _snapshot(run20)
+    rc = main(["train", "--resume", str(run20), "--model.n_head", "3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == "depthlab: error: model.n_embd (32) must be divisible by model.n_head (3); try n_head " \
+        "2\n", err
+    assert _snapshot(run20) == before
+
+
 def test_a_noted_field_edited_in_config_json_is_announced_like_a_command_line_change(run20, capsys):
     """model.dropout edited by hand in config.json: the resume uses it, so it says so, as for --model.dropout."""
     cfg = json.loads((run20 / "config.json").read_text())

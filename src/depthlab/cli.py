@@ -64,9 +64,12 @@ def run_train(ns) -> int:
         if not train.get("resume"):
             raise
         from .checkpoint import config_edits
+        from .cli_expand import resume_config_fault
         from .rundir import CONFIG
 
         run = Path(train.get("out_dir") or ".")
+        if resume_config_fault(run) is None:  # config.json alone is valid: a flag given with the resume failed
+            raise
         edits = config_edits(run)  # the checkpoint's own config names the value to put back
         raise DepthlabError(f"{e} (--resume reads {run / CONFIG}" + (
             f", which {edits}: put the checkpoint's values back)" if edits else

@@ -14,7 +14,8 @@ from typing import Optional
 from .cli_args import convert, flag_value, occurrences
 from .errors import DepthlabError
 
-__all__ = ["expand_presets", "expand_train_argv", "list_presets", "preset_dir", "preset_path", "corpus_target"]
+__all__ = ["expand_presets", "expand_train_argv", "resume_config_fault", "list_presets", "preset_dir", "preset_path",
+           "corpus_target"]
 
 
 def preset_dir() -> Path:
@@ -172,6 +173,26 @@ def _source_attention(rd: Path) -> list[str]:
     source = (cfg.get("model") or {}).get("source")
     attention = (cfg.get("train") or {}).get("attention")
     return ["--train.attention", "auto"] if source and attention not in (None, "auto") else []
+
+
+def resume_config_fault(rd: Path) -> Optional[str]:
+    """Why run ``rd``'s config.json, read as ``--resume`` reads it (with :func:`_source_attention`) and without the
+    resume's flags, is not a config depthlab can run, or None (valid, or missing/unreadable: not the cause). A
+    resume whose config fails while this is None failed on a value its command line gave."""
+    from .config import RunConfig
+    from .rundir import RunDir
+
+    cfg = RunDir(rd).config if (Path(rd) / "config.json").is_file() else None
+    if not isinstance(cfg, dict):
+        return None
+    d = {k: dict(cfg.get(k) or {}) for k in ("data", "model", "train")}
+    if _source_attention(rd):
+        d["train"]["attention"] = "auto"
+    try:
+        RunConfig.from_dict(d)
+    except DepthlabError as e:
+        return str(e)
+    return None
 
 
 def _init_from_model_flags(init: str) -> list[str]:
