@@ -267,6 +267,28 @@ def damaged_config_error(path: Path) -> DepthlabError:
                          "section as depthlab wrote it, or restore config.json from a copy")
 
 
+def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> DepthlabError:
+    """The one error for a folder that is not a run: it lacks all of ``missing``. A sweep folder (``sweep.json``,
+    its runs in ``runs/NAME/``) is named as one, with a run of it to give instead.
+
+    Returns:
+        e.g. ``SW is a sweep folder: give one of its runs, e.g. SW/runs/n_layer-1 (2 runs)``, or ``X is not a
+        depthlab run directory (no config.json or metrics.jsonl); give the out_dir of a depthlab train run``.
+    """
+    from .units import counted
+
+    if (path / "sweep.json").is_file():
+        runs = sorted(p for p in (path / "runs").glob("*") if (p / CONFIG).is_file()) \
+            if (path / "runs").is_dir() else []
+        if runs:
+            return DepthlabError(f"{path} is a sweep folder: give one of its runs, e.g. {runs[0]} "
+                                 f"({counted(len(runs), 'run')})")
+        return DepthlabError(f"{path} is a sweep folder none of whose runs has started ({path / 'runs'} holds no "
+                             "run); run the sweep first, or give the out_dir of a depthlab train run")
+    return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
+                         "give the out_dir of a depthlab train run")
+
+
 def not_a_file_error(path: Path) -> DepthlabError:
     """The error for a folder (or other non-file) where a run directory's file ``path`` belongs: names it, the fix."""
     return DepthlabError(f"{path} is not a file (depthlab writes its {path.name} there): move it out of the run "
@@ -685,8 +707,7 @@ class RunDir:
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
         if missing:
-            raise DepthlabError(f"{rd} is not a depthlab run directory (no {', '.join(missing) or 'files'}); "
-                                "give the out_dir of a depthlab train run")
+            raise not_a_run_error(rd, missing)
         if CONFIG in needs and self.damaged(CONFIG):
             raise damaged_config_error(rd / CONFIG)
         return self

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from ..config import ran_optimizer
 from ..errors import DepthlabError
-from ..rundir import CONFIG, METRICS, RunDir, damaged_config_error
+from ..rundir import CONFIG, METRICS, RunDir, damaged_config_error, not_a_run_error
 from ..units import LN2, finite_or, finite_or_none
 
 __all__ = ["RunData", "load_run_data", "as_run_data", "series", "matrix"]
@@ -132,8 +132,7 @@ def load_run_data(run_dir: str | Path) -> RunData:
         raise DepthlabError(f"{rd.path} is a file, not a run directory; give the out_dir of a depthlab train run")
     rd.refuse_non_files(CONFIG, METRICS)  # a folder in a file's place is not "no config" (its report would say so)
     if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
-        raise DepthlabError(f"{rd.path} is not a depthlab run directory (no {CONFIG} or {METRICS}); "
-                            "give the out_dir of a depthlab train run")
+        raise not_a_run_error(rd.path)
     if rd.damaged(CONFIG):  # a report would say the run has no config and judge it by the wrong rules
         raise damaged_config_error(rd.file(CONFIG))
     return RunData(rd.path)
