@@ -36,3 +36,26 @@ def test_the_not_a_run_line_is_one_line_for_every_command(tmp_path, capsys):
         assert main([command, str(tmp_path / "E")]) == 2
         assert capsys.readouterr().err == (f"depthlab: error: {tmp_path / 'E'} is not a depthlab run directory (no "
                                            "config.json or metrics.jsonl); give the out_dir of a depthlab train run\n")
+
+
+PROBE = ["probe", "--model.n_layer", "1", "--model.n_embd", "32", "--model.n_head", "2", "--model.block_size", "16",
+         "--batches", "1", "--probe_batch_size", "2"]
+
+
+@pytest.mark.parametrize("name", ["afile", "notes.txt"])
+def test_probe_out_an_existing_file_that_is_not_a_png_is_refused(tmp_path, capsys, name):
+    # was: --out afile (an existing file, no extension) wrote afile.png beside it, while --out p4.txt was refused
+    (tmp_path / name).write_text("mine")
+    assert main([*PROBE, "--out", str(tmp_path / name)]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: probe: --out {tmp_path / name} is an existing file, not a "
+                                       ".png file name or a folder; give a .png file name or a folder\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name] and (tmp_path / name).read_text() == "mine"
+
+
+def test_probe_out_a_new_name_without_extension_gets_png_as_its_help_says(tmp_path, capsys):
+    assert main([*PROBE, "--out", str(tmp_path / "new")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"plot: {tmp_path / 'new.png'}"
+    assert [p.name for p in tmp_path.iterdir()] == ["new.png"]
+    with pytest.raises(SystemExit):
+        main([*PROBE, "--help"])
+    assert "a new name without an extension gets .png added" in " ".join(capsys.readouterr().out.split())

@@ -113,7 +113,9 @@ def build_probe_parser():
     p.add_argument("--preset", type=Optional[str], default=None, help="load a training preset's model/data")
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     p.add_argument("--out", type=Optional[str], default=None,
-                   help="PNG file to write, or an existing folder to write the default name in")
+                   help="PNG file to write (a new name without an extension gets .png added; an existing "
+                        "file is replaced only if it is a .png probe wrote), or an existing folder to write the "
+                        "default name in")
     p.add_argument("--batches", type=int, default=PROBE_BATCHES, help="batches of text to average over")
     p.add_argument("--probe_batch_size", "--probe-batch-size", type=int, default=PROBE_BATCH_SIZE,
                    help="sequences per batch")
@@ -128,6 +130,9 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
     path = Path(out) if out else Path(default)
     if out and path.is_dir():  # a folder: the default name inside it (the "plot: PATH" line says where)
         path = path / default
+    if path.suffix.lower() != ".png" and (path.exists() or path.is_symlink()):  # was: afile.png written beside it
+        raise DepthlabError(f"probe: --out {path} is an existing file, not a .png file name or a folder; give a "
+                            ".png file name or a folder")
     if path.suffix.lower() not in (".png", ""):
         raise DepthlabError(f"probe: --out {path} must be a .png file name")
     path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
