@@ -40,8 +40,10 @@ def console(msg: str) -> None:
 
     The rule of every command (as of Unix tools): results and the run's log on stdout, warnings and
     notices on stderr, so ``depthlab train > log.txt`` still shows them. A warning or notice is a line depthlab
-    writes opening with one of :data:`NOTICES`; it is shown as ``depthlab: warning: ...``, as ``sample`` and
-    ``export`` show theirs. If stdout is a pipe whose reader has gone (``depthlab train | head``), the rest of the
+    writes opening with one of :data:`NOTICES`; it is shown with ``depthlab: `` before it (``depthlab: warning:
+    ...``, as ``sample`` shows its warnings). A notice, nothing amiss, keeps its own words, as ``depthlab: sampling
+    from ...`` and export's tokenizer rules (``depthlab: export: ...``) do. If stdout is a pipe whose reader has gone
+    (``depthlab train | head``), the rest of the
     log is discarded instead of killing the run: training and its files matter more than the log.
     """
     stream = sys.stderr if msg.startswith(NOTICES) else sys.stdout
