@@ -1169,15 +1169,23 @@ def test_a_mistyped_data_path_on_resume_is_named_as_the_given_flag_not_the_runs_
     capsys.readouterr()
     rc = main(["train", "--resume", str(emb), "--data.path", str(tmp_path / "nope.txt"), "--train.max_iters", "6"])
     assert_clean_error(rc, capsys.readouterr().err,
-                       f"cannot resume {emb}: the given --data.path {tmp_path / 'nope.txt'} does not exist; the run "
-                       "was trained on the embedded corpus (data.path unset): drop --data.path, or fix the path")
+                       f"cannot resume {emb}: data.path {tmp_path / 'nope.txt'} (given for this resume) does not "
+                       "exist; the run was trained on the embedded corpus (data.path unset): fix the path, or give no "
+                       "data.path (the resume then reads the run's own)")
+    # nu39: from a -c file it said "the given --data.path", a flag never typed
+    (tmp_path / "c.yaml").write_text(f"data:\n  path: {tmp_path / 'nope.txt'}\n")
+    rc = main(["train", "--resume", str(emb), "-c", str(tmp_path / "c.yaml"), "--train.max_iters", "6"])
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err, f"data.path {tmp_path / 'nope.txt'} (given for this resume) does not exist")
+    assert "--data.path" not in err
     own = tmp_path / "own"
     assert main(["train", *tiny_cli_args(tiny_text_file, own, train__max_iters=4, train__eval_interval=2)]) == 0
     capsys.readouterr()
     rc = main(["train", "--resume", str(own), "--data.path", "typo.txt", "--train.max_iters", "6"])
     err = capsys.readouterr().err
-    assert_clean_error(rc, err, f"the given --data.path typo.txt does not exist; the run was trained on its own "
-                       f"corpus {tiny_text_file}: drop --data.path, or fix the path")
+    assert_clean_error(rc, err, f"data.path typo.txt (given for this resume) does not exist; the run was trained on "
+                       f"its own corpus {tiny_text_file}: fix the path, or give no data.path (the resume then reads "
+                       "the run's own)")
     assert "moved or deleted" not in err
     assert json.loads((own / "summary.json").read_text())["final_step"] == 4
 

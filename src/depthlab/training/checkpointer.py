@@ -134,9 +134,10 @@ def _missing_corpus(cfg) -> str:
     if "path" in old and (own is None or Path(own).expanduser().resolve() != given.resolve()):
         trained = (f"its own corpus {own}" if own else "the embedded corpus (data.path unset)")
         fix = ("fix the path (the run's own file is gone too)" if own and not Path(own).expanduser().exists() else
-               "drop --data.path, or fix the path")
-        return (f"cannot resume {out}: the given --data.path {cfg.data.path} does not exist; the run was trained on "
-                f"{trained}: {fix}")
+               "fix the path, or give no data.path (the resume then reads the run's own)")
+        # data.path came from --data.path or from a -c file: the words hold for both
+        return (f"cannot resume {out}: data.path {cfg.data.path} (given for this resume) does not exist; the run "
+                f"was trained on {trained}: {fix}")
     return (f"cannot resume {out}: its corpus {cfg.data.path} is missing (moved or deleted?): put the file back at "
             "that path, or give --data.path where it is now (the resume checks it is the same file by its sha256)")
 
