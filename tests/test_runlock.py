@@ -166,3 +166,24 @@ def test_under_torchrun_rank_0_alone_holds_the_lock_and_a_plain_train_is_refused
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def test_a_filesystem_that_cannot_lock_a_folder_trains_unguarded_with_one_warning(tmp_path, monkeypatch, capsys):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    try:
+        runlock.hold(run)  # no traceback: the run goes on
+        runlock.mark(run)
+        assert (run / ".lock").read_text() == f"{os.getpid()}\n"
+    finally:
+        runlock.release(run)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"depthlab: warning: cannot lock the run folder {run} (No locks available); nothing keeps")

@@ -86,6 +86,11 @@ def hold(run_dir: Path, runtime=None) -> None:
         os.close(fd)
         raise DepthlabError(f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, "
                             "or train into another --train.out_dir") from None
+    except OSError as e:  # a filesystem that cannot lock a folder (some network mounts): the lock only guards
+        from .runtime import console  # against a mistake, so the run goes on, unguarded, and says so
+
+        console(f"warning: cannot lock the run folder {run_dir} ({e.strerror}); nothing keeps another process "
+                "from training it at the same time: start one at a time")
     _HELD[key] = [fd, False]
     _release_on_close(run_dir, runtime)
 
