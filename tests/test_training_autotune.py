@@ -290,3 +290,19 @@ def test_a_resumed_run_keeps_settings_its_short_first_session_ruled_over_a_cache
     old = Tuning(S(1, attention="explicit"), "rule", "not measured: about 3 s of training planned, under 60 s")
     t = at.tune(cfg, model, torch.device("cpu"), resumed={"tuning": old.to_record()}, restart_ok=True)
     assert t.source == "resumed" and t.setting == S(1, attention="explicit")
+
+
+@pytest.mark.parametrize("raw", ["999999", "4097"])
+def test_an_omp_num_threads_past_the_thread_cap_is_ignored_not_given_to_torch(monkeypatch, raw):
+    """OMP_NUM_THREADS=999999 went to torch.set_num_threads and the train died of a segfault (exit 139) after
+    one warning; it is ignored like train.threads' cap (4096) refuses it, and the warning says why."""
+    from depthlab.training.machine import env_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", raw)
+    auto = TrainConfig(threads=0)
+    assert env_threads() == 0 and at.given_threads(auto) == 0
+    assert at.env_threads_warning(auto, 2, "rule") == (
+        f"OMP_NUM_THREADS={raw!r} is more than the 4,096 threads depthlab accepts: depthlab ignores it and runs "
+        "with 2 threads, its auto choice, not measured; set it to a number (OMP_NUM_THREADS=1) or unset it")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4096")
+    assert env_threads() == 4096 and at.env_threads_warning(auto, 4096, "rule") is None

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..config import MAX_THREADS
+
 __all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "ignored_env_threads",
            "machine_name", "omp_free", "omp_policy", "policy_key", "read_cache", "start_policy"]
 
@@ -27,10 +29,11 @@ def omp_policy() -> str:
 
 
 def env_threads() -> int:
-    """``OMP_NUM_THREADS`` when the environment sets it to a positive integer, else 0. A run honours it as a
-    given thread count (torch itself starts with at most one thread per core, whatever it says)."""
+    """``OMP_NUM_THREADS`` when the environment sets it to an integer in [1, MAX_THREADS], else 0. A run honours
+    it as a given thread count (torch itself starts with at most one thread per core, whatever it says; a count
+    past MAX_THREADS given to ``torch.set_num_threads`` measured a segfault at 999999)."""
     raw = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
+    return int(raw) if raw.isdigit() and 0 < int(raw) <= MAX_THREADS else 0
 
 
 def ignored_env_threads(instead: str) -> Optional[str]:
@@ -45,7 +48,9 @@ def ignored_env_threads(instead: str) -> Optional[str]:
     raw = os.environ.get("OMP_NUM_THREADS")
     if raw is None or env_threads():  # an empty one too: libgomp's own complaint says nothing of what runs
         return None
-    return (f"OMP_NUM_THREADS={raw!r} is not a thread count (a positive integer): depthlab ignores it and {instead}; "
+    what = (f"is more than the {MAX_THREADS:,} threads depthlab accepts" if raw.strip().isdigit() and int(raw) > 0
+            else "is not a thread count (a positive integer)")
+    return (f"OMP_NUM_THREADS={raw!r} {what}: depthlab ignores it and {instead}; "
             "set it to a number (OMP_NUM_THREADS=1) or unset it")
 
 
