@@ -516,3 +516,22 @@ def test_context_use_claims_no_use_only_beyond_the_error():
     # attention path is 0.24 below the bigram at every position, which is no use of context (a new user's pass)
     iid = _context_verdict(dict(ev, unigram_nats=4.544), 0.0, 0.001, 4.540, 4.541, 4.780)
     assert iid.ok is False
+
+
+def test_flattened_logits_are_named_as_the_loss_flattening_them(corpus):
+    """(B*T, V) logits, the `.view(-1, V)` a loss does: the shape problem said only "three dimensions"."""
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.head = nn.Embedding(65, 32), nn.Linear(32, 65)
+
+        def forward(self, idx):
+            return self.head(self.tok(idx)).view(-1, 65)
+
+    rep = check_model(Flat(), corpus, block_size=8)
+    shape = rep.checks[0]
+    assert rep.failed == ["shape"] and rep.exit_code == 1
+    assert shape.summary.startswith(
+        "forward(idx) of shape (16, 8) returned logits of shape (128, 65), expected (16, 8, V): three dimensions; "
+        "(128, 65) is the logits flattened to (B*T, V) (16 x 8 = 128 rows), as a loss flattens them: return them "
+        "before the .view(-1, V) / .reshape (depthlab computes the loss itself)")

@@ -338,3 +338,23 @@ def test_a_source_run_whose_config_records_an_attention_resumes_without_a_false_
         assert f"depthlab: error: train.attention '{attention}': this chooses depthlab's GPT's attention code" in err
         assert "--resume reads" not in err and "by hand" not in err  # the flag's value, not config.json's
     assert not (tmp_path / "new").exists() and _evals(run)[-1][0] == 20
+
+
+def test_train_names_flattened_logits_as_the_loss_flattening_them():
+    """`--model.source` with a forward returning logits.view(-1, V): the refusal said only "(B, T, V)"."""
+    from depthlab.usermodel import check_forward
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.head = torch.nn.Embedding(65, 8), torch.nn.Linear(8, 65)
+
+        def forward(self, idx):
+            return self.head(self.tok(idx)).reshape(-1, 65)
+
+    with pytest.raises(DepthlabError) as e:
+        check_forward(Flat(), "m.py:Flat", 4, 16, 65)
+    assert str(e.value) == (
+        "m.py:Flat: forward(idx) on (4, 16) returned logits of shape (64, 65), not (4, 16, 65) (B, T, V with the "
+        "corpus's 65 tokens); (64, 65) is the logits flattened to (B*T, V) (4 x 16 = 64 rows), as a loss flattens "
+        "them: return them before the .view(-1, V) / .reshape (depthlab computes the loss itself)")

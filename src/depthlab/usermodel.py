@@ -346,6 +346,15 @@ def takes_targets(model: torch.nn.Module) -> bool:
         return False
 
 
+def flat_logits_hint(shape: tuple, B: int, T: int) -> str:
+    """What a 2-D ``(B*T, V)`` logits tensor is (the loss's ``logits.view(-1, V)`` returned instead of the
+    logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1)."""
+    if len(shape) != 2 or B < 2 or T < 2 or int(shape[0]) != B * T:
+        return ""
+    return (f"({B * T}, {shape[1]}) is the logits flattened to (B*T, V) ({B} x {T} = {B * T} rows), as a loss "
+            "flattens them: return them before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
+
+
 def full_logits(model: torch.nn.Module, x: torch.Tensor, y: Optional[torch.Tensor] = None,
                 with_targets: Optional[bool] = None) -> torch.Tensor:
     """The logits (B, T, V) of every position: ``forward(idx, targets)`` when the forward takes targets
@@ -387,7 +396,8 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):
         fix = (f"give the model vocab_size={vocab_size}" if logits.dim() == 3 and logits.shape[:2] == x.shape else
-               "return the logits of every position: (B, T, V)")
+               flat_logits_hint(tuple(logits.shape), batch_size, block_size)
+               or "return the logits of every position: (B, T, V)")
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
                             f"corpus's {vocab_size} tokens); {fix}")

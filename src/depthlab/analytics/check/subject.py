@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ...data import Corpus, get_batch
 from ...errors import DepthlabError
 from ...training.protocol import ModelPort
-from ...usermodel import first_line
+from ...usermodel import first_line, flat_logits_hint
 
 __all__ = ["CheckResult", "ModelFault", "Subject", "where"]
 
@@ -150,8 +150,9 @@ class Subject:
             raise ModelFault(fault_text(e)) from None
         B, T = idx.shape
         if logits.dim() != 3:
+            flat = flat_logits_hint(tuple(logits.shape), B, T)
             one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
-                   if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else "")
+                   if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else f"; {flat}" if flat else "")
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({B}, {T}, V): three dimensions{one}", size_free=True)
         s0, s1, s2 = (int(n) for n in logits.shape)
