@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from . import checkpoint as ckpt
+from . import hf_layout
 from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
@@ -83,7 +84,7 @@ def require_transformers():
 
 
 def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
-    """The :data:`depthlab.checkpoint.HF_FAMILIES` entry of ``cfg``, after checking it is exactly mappable.
+    """The :data:`depthlab.hf_layout.HF_FAMILIES` entry of ``cfg``, after checking it is exactly mappable.
 
     Raises:
         DepthlabError: one line naming the field that has no equivalent ``transformers`` class.
@@ -109,7 +110,7 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.variant == "postnorm" and cfg.ff_mult != 4:
         raise DepthlabError(f"cannot export model.ff_mult {cfg.ff_mult} with postnorm: OpenAI GPT's MLP is always "
                             "4 x n_embd (exportable: ff_mult 4, or the prenorm variant)")
-    return ckpt.HF_FAMILIES[(cfg.variant, cfg.norm)]
+    return hf_layout.HF_FAMILIES[(cfg.variant, cfg.norm)]
 
 
 def special_ids(tok: Tokenizer) -> tuple[Optional[int], Optional[int]]:
@@ -217,7 +218,7 @@ def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = N
     cfg = model.config
     hcfg, klass = hf_config(cfg, bos, eos)
     hf = klass(hcfg).eval()
-    sd = ckpt.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
+    sd = hf_layout.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
     missing, unexpected = hf.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_weights)]
     if missing or unexpected:
