@@ -277,3 +277,31 @@ def test_a_damaged_sweep_json_is_refused_and_nothing_changes(tiny_text_file, tmp
             call()
     assert (sw / "sweep.json").read_text() == '{"spec": {"exper' and (sw / "report.html").read_text() == "mine"
     assert [p.name for p in (sw / "runs").iterdir()] == ["n_layer-1"]
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint_when_the_sweep_runs_again(tiny_text_file, tmp_path,
+                                                                                   monkeypatch):
+    from depthlab import analytics
+
+    from conftest import StopAt
+
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=8)
+    sweep.run_sweep(spec, tmp_path / "whole", workers=1, threads=1, log=quiet)
+    whole = rundir.RunDir(tmp_path / "whole" / "runs" / "n_layer-1").summary
+
+    real, sw, logs = analytics.train, tmp_path / "sw", []
+    monkeypatch.setattr(analytics, "train", lambda cfg, callbacks=(), **k: real(cfg, [*callbacks, StopAt(4)], **k))
+    with pytest.raises(KeyboardInterrupt):  # stopped after step 4, as Ctrl-C would
+        sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert logs[-1] == "[1/1] n_layer-1: interrupted in %.1fs (interrupted at step 4; checkpoint written)" % (
+        rundir.RunDir(sw / "runs" / "n_layer-1").sweep_status["wall_s"])
+    monkeypatch.setattr(analytics, "train", real)
+    logs.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert "1 to run (1 of them resume from a checkpoint)" in logs[0]
+    rd = rundir.RunDir(sw / "runs" / "n_layer-1")
+    assert "resuming" in rd.file(rundir.TRAIN_LOG).read_text()
+    steps = [r["step"] for r in rd.metrics() if "val_loss" in r]
+    assert steps == sorted(set(steps)) and steps[-1] == 8  # one history, not a restart from step 0
+    assert rd.summary["final_step"] == 8 and rd.sweep_status["status"] == "ok"
+    assert rd.summary["best_val_loss"] == pytest.approx(whole["best_val_loss"], abs=1e-6)

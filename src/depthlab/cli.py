@@ -609,7 +609,8 @@ def run_sweep(ns, argv: list[str]) -> int:
                         seeds=ns.seeds)
     except KeyboardInterrupt:
         print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
-              f"{out_dir} are kept; the interrupted ones start again from step 0)", file=sys.stderr)
+              f"{out_dir} are kept; interrupted ones continue from their last checkpoint, or from step 0 if they have "
+              "none)", file=sys.stderr)
         return 130
     if not ns.no_report:
         from .report.sweep import build_sweep_report

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -24,8 +25,8 @@ from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expa
                    varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
-           "clear_run_dir", "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS", "parse_seeds", "cell_key",
-           "cell_seeds", "read_added", "add_seeds", "seeded_points"]
+           "clear_run_dir", "resume_config", "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS",
+           "parse_seeds", "cell_key", "cell_seeds", "read_added", "add_seeds", "seeded_points"]
 
 #: ``--seeds auto`` without ``:MAX``: at most this many seeds per cell.
 AUTO_MAX_SEEDS = 8
@@ -122,6 +123,26 @@ def clear_run_dir(rd: Path) -> None:
             raise DepthlabError(f"{rd} holds files depthlab did not write ({', '.join(foreign[:3])}"
                                 f"{', ...' if len(foreign) > 3 else ''}); move them out, then --overwrite again")
         shutil.rmtree(rd)
+
+
+def resume_config(run_dir: Path, config: dict) -> Optional[dict]:
+    """``config`` set to resume the unfinished run in ``run_dir`` from its latest checkpoint (as ``depthlab train
+    --resume`` would), or None when there is nothing to resume: no run there, one made with another config, or one
+    without an intact checkpoint before its last step (it then starts again from step 0)."""
+    from ..checkpoint import latest_checkpoint
+
+    rd = RunDir(run_dir)
+    if not rd.path.is_dir() or not isinstance(rd.config, dict) or config_diff(config, rd.config):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry = latest_checkpoint(rd.path)
+    except (DepthlabError, OSError, ValueError, KeyError, TypeError):
+        return None
+    if entry is None or not entry.get("step", 0) < config["train"].get("max_iters", 0):
+        return None  # none, or at its last step (a finished run whose summary.json is gone): trained again
+    return {**config, "train": {**config["train"], "resume": True}}
 
 
 def check_sweep_dir(sweep_dir: Path) -> None:

@@ -5,8 +5,9 @@ cores // workers), longest first. The pool is our own, not ``ProcessPoolExecutor
 per run, so a worker that crashes (segfault, out of memory) only costs its own run, which is
 recorded as ``error``. Every run of an experiment gets the same budget (the same
 ``train.max_iters``). Stopping a sweep and starting it again skips finished runs (those with a
-``summary.json``, and deterministic failures such as a non-finite loss) and deletes and restarts
-unfinished ones (:func:`depthlab.sweep.common.plan`, shared with the Ray backend like the
+``summary.json``, and deterministic failures such as a non-finite loss), resumes interrupted ones
+from their latest checkpoint (as ``depthlab train --resume`` would) and deletes and restarts
+other unfinished ones (:func:`depthlab.sweep.common.plan`, shared with the Ray backend like the
 sweep-directory checks and the progress line). A failing run is a result (``status``
 ``nonfinite``, ``error``, ...), not a crash of the sweep.
 
@@ -89,8 +90,8 @@ def _train_one(config: dict, log: Log, callbacks: Sequence = (),
         return "ok", ""
     except NonFiniteError as e:
         return "nonfinite", str(e)
-    except Interrupted as e:
-        return "interrupted", str(e)
+    except Interrupted as e:  # not the trainer's "Resume with: depthlab train --resume": the sweep resumes it
+        return "interrupted", f"interrupted at step {e.step}; checkpoint written"
     except KeyboardInterrupt:
         return "interrupted", "interrupted"
     except DepthlabError as e:

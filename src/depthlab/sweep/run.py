@@ -14,6 +14,7 @@ from ..units import counted
 from ..errors import DepthlabError
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir, cores,
+                     resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
@@ -124,12 +125,16 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     est = sum(estimate_seconds(p.config) for p in todo)
     where = f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}" if backend == "local" else \
         f"Ray Tune trials of {counted(threads, 'CPU')} and {counted(threads, 'thread')} each"
-    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run on {where} "
-        f"(rough estimate {est / n_workers / 60:.1f} min)")
     jobs, varied = [], varied_fields(spec)
-    for p in todo:
-        clear_run_dir(sweep_dir / RUNS / p.name)
-        jobs.append({"name": p.name, "config": p.config, "threads": threads, "hparams": varied})
+    for p in todo:  # an interrupted run continues from its checkpoint; any other unfinished one starts again
+        config = None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config)
+        if config is None:
+            clear_run_dir(sweep_dir / RUNS / p.name)
+        jobs.append({"name": p.name, "config": config or p.config, "threads": threads, "hparams": varied})
+    resumed = sum(bool(j["config"]["train"].get("resume")) for j in jobs)
+    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run"
+        f"{f' ({resumed} of them resume from a checkpoint)' if resumed else ''} on {where} "
+        f"(rough estimate {est / n_workers / 60:.1f} min)")
     results = []
     try:
         results = runner(jobs, n_workers, log, len(points), len(done)) if jobs else []
