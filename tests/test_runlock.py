@@ -186,4 +186,4 @@ def test_a_filesystem_that_cannot_lock_a_folder_trains_unguarded_with_one_warnin
         runlock.release(run)
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith(f"depthlab: warning: cannot lock the run folder {run} (No locks available); nothing keeps")
+    assert err.startswith(f"depthlab: warning: cannot lock {run} (No locks available); nothing keeps")

@@ -305,3 +305,32 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_when_the_sweep_runs_agai
     assert steps == sorted(set(steps)) and steps[-1] == 8  # one history, not a restart from step 0
     assert rd.summary["final_step"] == 8 and rd.sweep_status["status"] == "ok"
     assert rd.summary["best_val_loss"] == pytest.approx(whole["best_val_loss"], abs=1e-6)
+
+
+def test_a_second_sweep_in_a_folder_another_process_sweeps_is_refused_naming_it(tiny_text_file, tmp_path, capsys):
+    import time
+
+    from conftest import assert_clean_error, run_cli
+
+    sw = tmp_path / "sw"
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw, workers=1, threads=1, log=quiet)
+    for f in (rundir.SUMMARY, rundir.SWEEP_STATUS):  # left to do, as in a sweep still running
+        (sw / "runs" / "n_layer-1" / f).unlink()
+    before = {p: p.stat().st_mtime_ns for p in sw.rglob("*")}
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(sw)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rc, out, err = run_cli(capsys, "sweep", "--grid", "model.n_layer=1", "--data.path", str(tiny_text_file),
+                               "--out_dir", str(sw), "--workers", "1", "--no-report", "--train.max_iters", "4",
+                               "--model.n_embd", "16", "--model.block_size", "16")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert_clean_error(rc, err, f"--out_dir {sw} is in use by another sweep (pid {holder.pid}): wait for it to end, "
+                       "or choose another --out_dir")
+    assert out == "" and {p: p.stat().st_mtime_ns for p in sw.rglob("*")} == before  # nothing read into or written
+    time.sleep(0.1)
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw, workers=1, threads=1, log=quiet)
+    assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] == 4  # once it has ended, the folder is free

@@ -20,12 +20,14 @@ from typing import Callable, Optional, Sequence
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
+from ..training import runlock
 from .results import FINAL_STATUSES
 from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expand_point, run_name, spec_to_json,
                    varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
-           "clear_run_dir", "resume_config", "write_plan", "warm_token_cache", "Progress", "AUTO_MAX_SEEDS",
+           "clear_run_dir", "hold_sweep_dir", "resume_config", "write_plan", "warm_token_cache", "Progress",
+           "AUTO_MAX_SEEDS",
            "parse_seeds", "cell_key", "cell_seeds", "read_added", "add_seeds", "seeded_points"]
 
 #: ``--seeds auto`` without ``:MAX``: at most this many seeds per cell.
@@ -162,6 +164,19 @@ def check_sweep_dir(sweep_dir: Path) -> None:
             raise rundir.damaged_file_error(sweep_dir / SWEEP_JSON, "restore it from a copy, or choose a new --out_dir")
 
 
+def hold_sweep_dir(sweep_dir: Path) -> None:
+    """Lock the sweep folder, if it exists, for this process (the run-folder lock of
+    :mod:`depthlab.training.runlock`, kept until the process ends or :func:`~depthlab.training.runlock.release`):
+    two sweeps in one folder would race for its runs.
+
+    Raises:
+        DepthlabError: another process holds it (naming its pid).
+    """
+    if Path(sweep_dir).is_dir():
+        runlock.hold(Path(sweep_dir), busy=f"--out_dir {sweep_dir} is in use by another sweep (pid {{pid}}): wait for "
+                                           "it to end, or choose another --out_dir")
+
+
 def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
     """Refuse to plan ``points`` into a sweep folder whose ``sweep.json`` lists runs that are not among them.
 
@@ -201,11 +216,13 @@ def warm_token_cache(points: Sequence[RunPoint]) -> None:
 def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
                added: Optional[dict[str, list[int]]] = None) -> None:
     """Write ``sweep.json``: the spec, the varied fields, every run's config and the seeds ``--seeds`` added
-    (``added_seeds``: ``[{"experiment", "cell", "seeds"}]``); creates ``sweep_dir``."""
+    (``added_seeds``: ``[{"experiment", "cell", "seeds"}]``); creates ``sweep_dir`` and locks it
+    (:func:`hold_sweep_dir`)."""
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DepthlabError(f"cannot create --out_dir {sweep_dir}: {e.strerror}; choose a writable folder") from None
+    hold_sweep_dir(sweep_dir)  # a folder made just now: locked before its plan is written
     extra = [dict(zip(("experiment", "cell"), json.loads(k)), seeds=sorted(v))
              for k, v in sorted((added or {}).items())]
     write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),

@@ -12,9 +12,10 @@ from typing import Callable, Optional
 
 from ..units import counted
 from ..errors import DepthlabError
+from ..training import runlock
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir, cores,
-                     resume_config,
+                     hold_sweep_dir, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
@@ -80,12 +81,24 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
     sweep_dir = Path(out_dir)
     runner = _runner(backend, sweep_dir, workers, ray_address, ray_scheduler)
     check_sweep_dir(sweep_dir)
+    had = runlock.is_held(sweep_dir)
+    hold_sweep_dir(sweep_dir)  # before anything is read or written: one sweep in a folder at a time
+    try:
+        return _run_locked(spec, sweep_dir, (workers, threads), rerun, log, backend, runner, mode)
+    finally:
+        if not had:
+            runlock.release(sweep_dir)
+
+
+def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun: bool, log: Log, backend: str,
+                runner: Runner, mode: Optional[tuple[str, int]]) -> Path:
+    """:func:`run_sweep` once the sweep folder is locked (or made and locked as sweep.json is written)."""
     points, added = seeded_points(spec, sweep_dir, read_added(sweep_dir), mode[1] if mode and mode[0] == "fixed"
                                   else None)
     check_same_sweep(sweep_dir, points)
     t0, results = time.time(), []
     while True:
-        results += _run_round(spec, sweep_dir, points, added, runner, backend, (workers, threads), rerun, log)
+        results += _run_round(spec, sweep_dir, points, added, runner, backend, counts, rerun, log)
         rerun = False  # a later round only adds runs
         if not mode or mode[0] != "auto":
             break

@@ -55,10 +55,11 @@ def _holder_pid(run_dir: Path, fd: int) -> str:
         return "unknown"
 
 
-def hold(run_dir: Path, runtime=None) -> None:
+def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     """Take this process's lock on the existing folder ``run_dir`` (kept while it holds it already), writing
     nothing; held until the process ends or, with a ``runtime``, until its ``close()`` (the run finished: a
-    notebook that trained a run does not keep it from another process).
+    notebook that trained a run does not keep it from another process). ``busy``: the refusal when another
+    process holds it, ``{pid}`` standing for its pid (default: the run folder's, naming --train.out_dir).
 
     Raises:
         DepthlabError: another process holds it (naming its pid), or the folder cannot be opened.
@@ -84,13 +85,13 @@ def hold(run_dir: Path, runtime=None) -> None:
     except BlockingIOError:
         pid = _holder_pid(Path(run_dir), fd)
         os.close(fd)
-        raise DepthlabError(f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, "
-                            "or train into another --train.out_dir") from None
+        raise DepthlabError(busy.format(pid=pid) if busy else f"{run_dir} is being trained by another process "
+                            f"(pid {pid}): wait for it to end, or train into another --train.out_dir") from None
     except OSError as e:  # a filesystem that cannot lock a folder (some network mounts): the lock only guards
         from .runtime import console  # against a mistake, so the run goes on, unguarded, and says so
 
-        console(f"warning: cannot lock the run folder {run_dir} ({e.strerror}); nothing keeps another process "
-                "from training it at the same time: start one at a time")
+        console(f"warning: cannot lock {run_dir} ({e.strerror}); nothing keeps another process from writing "
+                "into it at the same time: start one at a time")
     _HELD[key] = [fd, False]
     _release_on_close(run_dir, runtime)
 
@@ -107,6 +108,11 @@ def mark(run_dir: Path) -> None:
 def _release_on_close(run_dir: Path, runtime) -> None:
     if runtime is not None:
         runtime.on_close.append(lambda: release(run_dir))
+
+
+def is_held(run_dir: Path) -> bool:
+    """Whether this process holds the lock on ``run_dir``."""
+    return _key(run_dir) in _HELD
 
 
 def release(run_dir: Path) -> None:
@@ -134,4 +140,4 @@ def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path
     return replaced
 
 
-__all__ = ["claim_run_dir", "hold", "mark", "release"]
+__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release"]
