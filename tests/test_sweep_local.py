@@ -334,3 +334,15 @@ def test_a_second_sweep_in_a_folder_another_process_sweeps_is_refused_naming_it(
     time.sleep(0.1)
     sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw, workers=1, threads=1, log=quiet)
     assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] == 4  # once it has ended, the folder is free
+
+
+def test_dry_run_refuses_a_missing_corpus_as_the_real_sweep_does(tiny_text_file, tmp_path, capsys):
+    from conftest import assert_clean_error, run_cli
+
+    line = f"data.path {tmp_path / 'nope'} not found; give an existing text file"
+    for how in (["--data.path", str(tmp_path / "nope")], ["--grid", f"data.path={tmp_path / 'nope'}"]):
+        for dry in (["--dry_run"], []):
+            rc, out, err = run_cli(capsys, "sweep", "--grid", "model.n_layer=1", *how, "--out_dir",
+                                   str(tmp_path / "sw"), "--train.max_iters", "4", "--workers", "1", *dry)
+            assert_clean_error(rc, err, line)
+            assert out == "" and not (tmp_path / "sw").exists()

@@ -149,6 +149,16 @@ def _resolve_path(cfg: DataConfig) -> Path:
     return p
 
 
+def corpus_path(cfg: DataConfig) -> Path:
+    """The corpus file ``cfg`` names (the embedded one when ``data.path`` is unset), checked as :func:`load_corpus`
+    checks it first, with the same message; nothing is read or written.
+
+    Raises:
+        DepthlabError: ``data.path`` missing, a directory, or empty.
+    """
+    return _resolve_path(cfg)
+
+
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file's bytes, read in chunks (the one home of a file's digest: corpus, checkpoints,
     a model's source)."""

@@ -26,7 +26,8 @@ from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expa
                    varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
-           "clear_run_dir", "hold_sweep_dir", "resume_config", "write_plan", "warm_token_cache", "Progress",
+           "clear_run_dir", "hold_sweep_dir", "resume_config", "write_plan", "check_corpora", "warm_token_cache",
+           "Progress",
            "AUTO_MAX_SEEDS",
            "parse_seeds", "cell_key", "cell_seeds", "read_added", "add_seeds", "seeded_points"]
 
@@ -202,6 +203,16 @@ def check_counts(workers: int, threads: int) -> None:
     """Refuse negative ``--workers`` / ``--threads`` (DepthlabError)."""
     if workers < 0 or threads < 0:
         raise DepthlabError(f"--workers and --threads must be >= 0, got {workers} and {threads}")
+
+
+def check_corpora(points: Sequence[RunPoint]) -> None:
+    """Refuse a run whose ``data.path`` is missing, a folder or empty, in the line the real sweep's
+    :func:`warm_token_cache` gives; reads no corpus and writes nothing (``--dry_run``)."""
+    from ..config import DataConfig
+    from ..data import corpus_path
+
+    for dc in {json.dumps(p.config["data"], sort_keys=True) for p in points}:
+        corpus_path(DataConfig(**json.loads(dc)))
 
 
 def warm_token_cache(points: Sequence[RunPoint]) -> None:

@@ -32,8 +32,8 @@ from ..units import counted
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
-from .common import (Log, Progress, check_counts, check_same_sweep, check_sweep_dir, cores, parse_seeds, read_added,
-                     seeded_points)
+from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, cores,
+                     parse_seeds, read_added, seeded_points)
 from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
@@ -187,8 +187,9 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
         minutes on that many workers (:func:`depthlab.sweep.estimate_seconds`) and ``out_dir``.
 
     Raises:
-        DepthlabError: an invalid grid point (names the run and the field), ``workers`` < 0, or an
-            ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep).
+        DepthlabError: an invalid grid point (names the run and the field), ``workers`` < 0, an
+            ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep), or a
+            ``data.path`` that is missing, a folder or empty.
     """
     check_counts(workers, 0)
     mode = parse_seeds(seeds)
@@ -198,6 +199,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     points, _ = seeded_points(spec, Path(out_dir), read_added(Path(out_dir)),
                               mode[1] if mode and mode[0] == "fixed" else None)
     check_same_sweep(Path(out_dir), points)
+    check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
     nw = max(1, min(workers or cores(), len(points)))
     lines, total = [], 0.0
     for pt in points:
