@@ -106,7 +106,7 @@ def test_another_grid_into_a_sweep_folder_is_refused_and_loses_nothing(tiny_text
     sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}), sw, workers=1, threads=1, log=quiet)
     plan = (sw / "sweep.json").read_text()
     other = tiny_spec(tiny_text_file, {"model.n_layer": [3]})
-    with pytest.raises(DepthlabError, match="holds another sweep: 2 of its runs are not in this one"):
+    with pytest.raises(DepthlabError, match="holds another sweep: it has 2 runs not in this one"):
         sweep.run_sweep(other, sw, workers=1, threads=1, log=quiet)
     with pytest.raises(DepthlabError, match="holds another sweep"):
         sweep.dry_run(other, sw)
@@ -346,3 +346,22 @@ def test_dry_run_refuses_a_missing_corpus_as_the_real_sweep_does(tiny_text_file,
                                    str(tmp_path / "sw"), "--train.max_iters", "4", "--workers", "1", *dry)
             assert_clean_error(rc, err, line)
             assert out == "" and not (tmp_path / "sw").exists()
+
+
+def test_sweep_lines_count_in_words_and_the_dry_run_says_the_workers_and_threads_the_run_uses(tiny_text_file,
+                                                                                              tmp_path):
+    from depthlab.sweep.common import cores
+
+    spec, sw, logs = tiny_spec(tiny_text_file, {"model.n_layer": [1]}), tmp_path / "sw", []
+    dry = sweep.dry_run(spec, sw, workers=1).splitlines()[-1]
+    assert dry == (f"1 run, about {sweep.estimate_seconds(sweep.expand(spec, sw)[0].config) / 60:.1f} min on 1 worker "
+                   f"x {cores()} thread{'s' * (cores() > 1)} (rough estimate for an idle CPU) -> {sw}")
+    assert " on 1 worker x 3 threads (" in sweep.dry_run(spec, sw, workers=1, threads=3)
+    sweep.run_sweep(spec, sw, workers=1, threads=3, log=logs.append)
+    assert logs[0].startswith(f"sweep {sw}: 1 run, 0 already finished, 1 to run on 1 worker x 3 threads (")
+    logs.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=3, log=logs.append)
+    assert logs[-1] == f"nothing to run: 1 run had finished -> {sw / sweep.RESULTS_CSV}"
+    other = tiny_spec(tiny_text_file, {"model.n_layer": [2]})
+    with pytest.raises(DepthlabError, match="holds another sweep: it has 1 run not in this one"):
+        sweep.dry_run(other, sw)

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
+from ..units import counted
 from ..training import runlock
 from .results import FINAL_STATUSES
 from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expand_point, run_name, spec_to_json,
@@ -194,8 +195,8 @@ def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
     new = {p.name for p in points}
     stray = [n for n in old if n not in new and (Path(sweep_dir) / RUNS / n).exists()]
     if stray:
-        raise DepthlabError(f"--out_dir {sweep_dir} holds another sweep: {len(stray)} of its runs are not in this "
-                            f"one (e.g. {stray[0]}); choose a new --out_dir, or run it with the grid it was made "
+        raise DepthlabError(f"--out_dir {sweep_dir} holds another sweep: it has {counted(len(stray), 'run')} not in "
+                            f"this one (e.g. {stray[0]}); choose a new --out_dir, or run it with the grid it was made "
                             "with to continue it")
 
 

@@ -172,13 +172,15 @@ def _child_main(job: dict) -> None:
 
 
 # --------------------------------------------------------------------------- dry run (parent side)
-def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optional[str | int] = None) -> str:
+def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optional[str | int] = None,
+            threads: int = 0) -> str:
     """The runs of ``spec`` with a time estimate each, and the total; nothing is run or written.
 
     Args:
         spec: the sweep.
         out_dir: the sweep directory the runs would go to.
         workers: worker processes (0 = one per core).
+        threads: torch threads per run (0 = cores // workers, at least 1, as the real sweep picks them).
         seeds: ``--seeds``: ``N`` lists seeds 1..N of every cell; ``auto[:MAX]`` lists the first round
             (the seeds it adds depend on the results) and says so.
 
@@ -191,7 +193,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
             ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep), or a
             ``data.path`` that is missing, a folder or empty.
     """
-    check_counts(workers, 0)
+    check_counts(workers, threads)
     mode = parse_seeds(seeds)
     if mode and mode[0] == "auto":
         check_auto_seeds(spec)
@@ -201,13 +203,14 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     check_same_sweep(Path(out_dir), points)
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
     nw = max(1, min(workers or cores(), len(points)))
+    where = f"{counted(nw, 'worker')} x {counted(threads or max(1, cores() // nw), 'thread')}"  # as run.py picks
     lines, total = [], 0.0
     for pt in points:
         e = estimate_seconds(pt.config)
         total += e
         lines.append(f"{pt.name:50s} ~{e:7.1f}s")
-    lines.append(f"{counted(len(points), 'run')}, about {total / nw / 60:.1f} min on {counted(nw, 'worker')} (rough "
-                 f"estimate for an idle CPU, one thread per worker) -> {out_dir}")
+    lines.append(f"{counted(len(points), 'run')}, about {total / nw / 60:.1f} min on {where} (rough estimate for an "
+                 f"idle CPU) -> {out_dir}")
     if mode and mode[0] == "auto":
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")

@@ -117,7 +117,8 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
         log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
             f"-> {sweep_dir / RESULTS_CSV}")
     else:
-        log(f"nothing to run: all {len(points)} runs had finished -> {sweep_dir / RESULTS_CSV}")
+        log(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished -> "
+            f"{sweep_dir / RESULTS_CSV}")
     return sweep_dir
 
 
@@ -145,7 +146,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
             clear_run_dir(sweep_dir / RUNS / p.name)
         jobs.append({"name": p.name, "config": config or p.config, "threads": threads, "hparams": varied})
     resumed = sum(bool(j["config"]["train"].get("resume")) for j in jobs)
-    log(f"sweep {sweep_dir}: {len(points)} runs, {len(done)} already finished, {len(todo)} to run"
+    log(f"sweep {sweep_dir}: {counted(len(points), 'run')}, {len(done)} already finished, {len(todo)} to run"
         f"{f' ({resumed} of them resume from a checkpoint)' if resumed else ''} on {where} "
         f"(rough estimate {est / n_workers / 60:.1f} min)")
     results = []
