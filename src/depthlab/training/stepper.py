@@ -190,11 +190,12 @@ class Stepper:
             return None
         return StepInfo(step=step, loss=loss_sum / accum, lr=lr, grad_norm=gnorm, tokens_seen=self.tokens_seen)
 
-    def _first_nonfinite_param(self) -> str:
+    def _first_nonfinite_param(self) -> Optional[str]:
+        """The first parameter whose gradient holds a NaN/inf; None when every gradient is finite."""
         for name, p in self.run.raw_model.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 return name
-        return "(none: every gradient is finite but their total norm overflowed float32)"
+        return None
 
     def nonfinite(self, loss_val: float, gnorm: float, lr: float, step: Optional[int] = None) -> None:
         """Skip the step (``on_nonfinite: skip``) or raise :class:`NonFiniteError`; nothing reaches the weights.
@@ -223,13 +224,20 @@ class Stepper:
         where = ("not recorded (checked on the device; this and every later update were skipped)"
                  if deferred else self._first_nonfinite_param())
         what = "loss" if not math.isfinite(loss_val) else "gradient"
+        headline = f"non-finite {what} at step {step} (loss {loss_val}, first non-finite gradient: {where}, "
+        if where is None:  # every gradient finite: only their float32 total norm (or the loss) is not
+            headline = (f"non-finite loss at step {step} (loss {loss_val}, every gradient is finite, "
+                        if what == "loss" else
+                        f"the gradient norm overflowed float32 at step {step} (every gradient is finite; "
+                        f"loss {loss_val}, ")
+        overflow = where is None and what == "gradient"
+        made = "a gradient norm past float32's range" if overflow else f"a non-finite {what}"
         if step - 1 == self.nonfinite_skips:  # no update has reached the weights: the learning rate played no part
             advice = (f"this is before any optimizer update, so not the learning rate: the weights the run started "
-                      f"with already give a non-finite {what}"
+                      f"with already give {made}"
                       + (f" (depthlab check {r.cfg.model.source} names where the first NaN/inf is made)"
                          if r.cfg.model.source else ""))
         else:
             advice = "lower train.learning_rate or raise train.warmup_iters"
         raise NonFiniteError(
-            f"non-finite {what} at step {step} (loss {loss_val}, first non-finite gradient: {where}, lr {lr:.3g}, "
-            f"dtype {r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
+            f"{headline}lr {lr:.3g}, dtype {r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
