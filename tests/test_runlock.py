@@ -30,11 +30,14 @@ def test_a_run_being_trained_refuses_resume_and_overwrite_then_frees_when_its_pr
     before = (weights_hash(run), (run / "metrics.jsonl").read_text(), (run / "config.json").read_text())
     p = _holder(run)
     try:
-        for argv in (["--resume", str(run), "--train.max_iters", "30"],
-                     [*tiny_cli_args(tiny_text_file, run), "--overwrite"]):
+        busy = f"depthlab: error: {run} is being trained by another process (pid {p.pid}): wait for it to end"
+        # a resume is not told to train into another --train.out_dir (that would be a new run, not this one resumed)
+        for argv, after in ((["--resume", str(run), "--train.max_iters", "30"],
+                             "; then --resume it again: it resumes from the latest checkpoint that process leaves"),
+                            ([*tiny_cli_args(tiny_text_file, run), "--overwrite"],
+                             ", or train into another --train.out_dir")):
             rc, out, err = run_cli(capsys, "train", *argv)
-            assert_clean_error(rc, err, f"{run} is being trained by another process (pid {p.pid})",
-                               "another --train.out_dir")
+            assert rc == 2 and err == f"{busy}{after}\n", err
             assert out == ""
         assert (weights_hash(run), (run / "metrics.jsonl").read_text(), (run / "config.json").read_text()) == before
     finally:
@@ -153,11 +156,13 @@ def test_under_torchrun_rank_0_alone_holds_the_lock_and_a_plain_train_is_refused
         env = dict(kv.split("=", 1) for kv in environ if "=" in kv)
         assert env["RANK"] == "0" and env["WORLD_SIZE"] == "2"
         before = _snapshot(run)[1]["config.json"]
-        for cmd in (["--resume", str(run), "--train.max_iters", "200000"], tiny_cli_args(tiny_text_file, run),
-                    [*tiny_cli_args(tiny_text_file, run), "--overwrite"]):
+        for cmd, after in ((["--resume", str(run), "--train.max_iters", "200000"], "; then --resume it again"),
+                           (tiny_cli_args(tiny_text_file, run), ", or train into another --train.out_dir"),
+                           ([*tiny_cli_args(tiny_text_file, run), "--overwrite"],
+                            ", or train into another --train.out_dir")):
             rc, out, err = run_cli(capsys, "train", *cmd)
-            assert_clean_error(rc, err, f"{run} is being trained by another process (pid {pid}): wait for it to end, "
-                                        "or train into another --train.out_dir")
+            assert_clean_error(rc, err, f"{run} is being trained by another process (pid {pid}): wait for it to end"
+                                        f"{after}")
         assert (run / "config.json").read_bytes() == before[0] and p.poll() is None
     finally:
         p.terminate()  # torchrun passes SIGTERM on to its workers (in sessions of their own) and waits for them

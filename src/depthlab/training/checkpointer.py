@@ -205,7 +205,8 @@ class Checkpointer:
         """
         rd = RunDir(self.run_dir)
         if self.runtime.is_main and self.run_dir.is_dir():
-            runlock.hold(self.run_dir, self.runtime)  # before anything is written: one process trains a run at a time
+            # before anything is written: one process trains a run at a time
+            runlock.hold(self.run_dir, self.runtime, runlock.resuming(self.run_dir))
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed

@@ -96,6 +96,14 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     _release_on_close(run_dir, runtime)
 
 
+def resuming(run_dir: Path) -> str:
+    """The refusal (:func:`hold`'s ``busy``) of a ``--resume`` of a run another process trains: wait, then resume
+    (not a new run's "another --train.out_dir")."""
+    name = str(run_dir).replace("{", "{{").replace("}", "}}")
+    return (f"{name} is being trained by another process (pid {{pid}}): wait for it to end; then --resume it again: "
+            "it resumes from the latest checkpoint that process leaves")
+
+
 def mark(run_dir: Path) -> None:
     """Write this process's pid to ``RUN/.lock`` once it holds the folder and has committed to training it (once;
     a process that does not hold it, another rank, writes nothing)."""
@@ -140,4 +148,4 @@ def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path
     return replaced
 
 
-__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release"]
+__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release", "resuming"]
