@@ -1,5 +1,5 @@
 """A new user's findings (round nu40): a gradient norm that overflowed float32 is named as that, not as a
-non-finite gradient; ..."""
+non-finite gradient; an out_dir under a file names the file;"""
 
 from conftest import run_cli, tiny_cli_args
 
@@ -18,3 +18,14 @@ def test_an_overflowed_gradient_norm_is_not_called_a_non_finite_gradient(tmp_pat
     assert "non-finite gradient" not in line and "(none" not in line
     assert line.endswith(f"); lower train.learning_rate or raise train.warmup_iters; this run's checkpoints in {run} "
                          "(the latest at step 0) are untouched"), line
+
+
+def test_an_out_dir_under_a_file_names_the_file(tmp_path, tiny_text_file, capsys):
+    # was: "cannot create train.out_dir .../afile/sub: Not a directory; choose a writable folder"
+    (tmp_path / "afile").write_text("mine")
+    for out in (tmp_path / "afile" / "sub", tmp_path / "afile" / "sub" / "deeper"):
+        rc, out_text, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, out))
+        assert rc == 2 and out_text == ""
+        assert err == (f"depthlab: error: cannot create train.out_dir {out}: {tmp_path / 'afile'} is a file, not a "
+                       f"folder; choose a --train.out_dir that is not under the file {tmp_path / 'afile'}\n"), err
+    assert (tmp_path / "afile").read_text() == "mine"

@@ -598,6 +598,10 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         restore_replaced(out_dir, aside)
+        above = next((p for p in out_dir.parents if p.exists()), None)  # the nearest existing path it goes under
+        if above is not None and not above.is_dir():
+            raise DepthlabError(f"cannot create train.out_dir {out_dir}: {above} is a file, not a folder; choose "
+                                f"a --train.out_dir that is not under the file {above}") from None
         raise DepthlabError(f"cannot create train.out_dir {out_dir}: {e.strerror}; choose a writable folder") from None
     return aside
 
