@@ -1,5 +1,6 @@
 """A new user's findings (round nu40): a gradient norm that overflowed float32 is named as that, not as a
-non-finite gradient; an out_dir under a file names the file;"""
+non-finite gradient; an out_dir under a file names the file; a resume with no intact step checkpoint names the
+ways forward (--init-from its intact best, else the run again from its config.json);"""
 
 from conftest import run_cli, tiny_cli_args
 
@@ -29,3 +30,34 @@ def test_an_out_dir_under_a_file_names_the_file(tmp_path, tiny_text_file, capsys
         assert err == (f"depthlab: error: cannot create train.out_dir {out}: {tmp_path / 'afile'} is a file, not a "
                        f"folder; choose a --train.out_dir that is not under the file {tmp_path / 'afile'}\n"), err
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path, tiny_text_file, capsys):
+    # was: "no intact step checkpoint in RUN/checkpoints: each one listed in manifest.json has a file that is missing
+    # or fails its sha256 check", with no way forward
+    run = tmp_path / "run"
+    assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run))[0] == 0
+    for f in (run / "checkpoints").glob("step-*.safetensors"):
+        f.unlink()
+    head = (f"depthlab: error: cannot resume {run}: no intact step checkpoint in {run / 'checkpoints'}: each one "
+            "listed in manifest.json has a file that is missing or fails its sha256 check; restore its checkpoints/ "
+            "from a copy of the run, ")
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
+    assert rc == 2 and out == ""
+    assert err == (f"{head}or start a new run from its best weights (best.safetensors is intact): depthlab train "
+                   f"--init-from {run} --train.out_dir NEW_DIR\n"), err
+    new = tmp_path / "new"  # the way named works
+    rc, out, err = run_cli(capsys, "train", "--init-from", str(run), "--data.path", str(tiny_text_file),
+                           "--train.out_dir", str(new), "--train.max_iters", "5", "--train.eval_interval", "5",
+                           "--train.tensorboard", "false")
+    assert rc == 0, err
+    best = run / "checkpoints" / "best.safetensors"
+    best.write_bytes(best.read_bytes()[:100])
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
+    assert rc == 2 and out == ""
+    assert err == (f"{head}or start it again from step 0 in a new folder (its best.safetensors is missing or damaged "
+                   f"too, so --init-from cannot reuse its weights): depthlab train -c {run / 'config.json'} "
+                   "--train.out_dir NEW_DIR\n"), err
+    rc, out, err = run_cli(capsys, "train", "-c", str(run / "config.json"), "--train.out_dir", str(tmp_path / "again"),
+                           "--train.max_iters", "5", "--train.eval_interval", "5")
+    assert rc == 0, err

@@ -39,6 +39,7 @@ FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "checkpoint_bytes", "write_checkpoint", "latest_checkpoint",
+           "NoIntactCheckpoint",
            "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "config_edits",
            "config_json_notes", "refuse_edited_config", "model_config_from_meta", "capture_rng_state",
            "restore_rng_state", "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
@@ -372,13 +373,17 @@ def kept_clause(run_dir: Path, val_loss: Optional[float]) -> str:
     return f"; a better best is kept aside: {CKPT_DIR}/{name} (val {float(k['val_loss']):.4f} at step {k['step']})"
 
 
+class NoIntactCheckpoint(DepthlabError):
+    """Step checkpoints are listed but none verifies (what to do depends on the command: resume, sample)."""
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[dict]:
     """Manifest entry of the newest step checkpoint whose files verify, or None if there is none.
 
     Warns (``UserWarning``) naming each newer checkpoint file that failed verification.
 
     Raises:
-        DepthlabError: if checkpoints exist but none verifies.
+        NoIntactCheckpoint: if checkpoints exist but none verifies.
     """
     ckdir = Path(run_dir) / CKPT_DIR
     manifest = _read_manifest(ckdir)
@@ -390,7 +395,7 @@ def latest_checkpoint(run_dir: Path) -> Optional[dict]:
                  "does not match its sha256 in manifest.json (damaged or replaced)")
         warnings.warn(f"checkpoint file {ckdir / bad} {fault}; falling back to the previous checkpoint")
     if manifest["checkpoints"]:
-        raise DepthlabError(f"no intact step checkpoint in {ckdir}: each one listed in manifest.json has a file "
+        raise NoIntactCheckpoint(f"no intact step checkpoint in {ckdir}: each one listed in manifest.json has a file "
                             "that is missing or fails its sha256 check")
     return None
 

@@ -168,6 +168,27 @@ def _refuse_blocked_folders(rd: RunDir) -> None:
             raise not_a_file_error(p)
 
 
+def _latest_to_resume(run_dir: Path) -> Optional[dict]:
+    """:func:`~depthlab.checkpoint.latest_checkpoint` of the run to resume; when no step checkpoint is intact, the
+    refusal names the ways forward: --init-from its best weights when they verify, else a new run.
+
+    Raises:
+        DepthlabError: no listed step checkpoint verifies (or the manifest is damaged: its own line).
+    """
+    try:
+        return ckpt.latest_checkpoint(run_dir)
+    except ckpt.NoIntactCheckpoint as e:
+        if ckpt.finite_best(run_dir) is not None:
+            new = (f"or start a new run from its best weights (best.safetensors is intact): depthlab train "
+                   f"--init-from {run_dir} --train.out_dir NEW_DIR")
+        else:
+            new = ("or start it again from step 0 in a new folder (its best.safetensors is missing or damaged too, so "
+                   f"--init-from cannot reuse its weights): depthlab train -c {Path(run_dir) / CONFIG} "
+                   "--train.out_dir NEW_DIR")
+        raise DepthlabError(f"cannot resume {run_dir}: {e}; restore its checkpoints/ from a copy of the run, "
+                            f"{new}") from None
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -228,7 +249,7 @@ class Checkpointer:
             self.log(f"resume: {line}")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            entry = ckpt.latest_checkpoint(rd.path)
+            entry = _latest_to_resume(rd.path)
         for w in caught:
             self.log(f"warning: {w.message}")
         trained = _trained_past_a_checkpoint(rd) if entry is None else None
