@@ -1,8 +1,13 @@
 """A new user's findings (round nu40): a gradient norm that overflowed float32 is named as that, not as a
 non-finite gradient; an out_dir under a file names the file; a resume with no intact step checkpoint names the
-ways forward (--init-from its intact best, else the run again from its config.json);"""
+ways forward (--init-from its intact best, else the run again from its config.json); one autotune candidate is
+"1 candidate"."""
+
+import re
 
 from conftest import run_cli, tiny_cli_args
+
+from depthlab.training import autotune as at
 
 
 def test_an_overflowed_gradient_norm_is_not_called_a_non_finite_gradient(tmp_path, tiny_text_file, capsys):
@@ -61,3 +66,21 @@ def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path
     rc, out, err = run_cli(capsys, "train", "-c", str(run / "config.json"), "--train.out_dir", str(tmp_path / "again"),
                            "--train.max_iters", "5", "--train.eval_interval", "5")
     assert rc == 0, err
+
+
+def test_one_timed_candidate_is_one_candidate(tmp_path, tiny_text_file, capsys, monkeypatch):
+    # was: "auto settings: timing 1 candidates of ..." and "...; 1 candidates, measured in 1.0 s, ..."
+    monkeypatch.setenv("DEPTHLAB_AUTOTUNE", "on")  # measured although the run is short
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "cache"))  # nothing cached: it is timed here
+    monkeypatch.setattr(at.os, "cpu_count", lambda: 1)  # threads timed (0): 1 is the one count worth timing
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    args = tiny_cli_args(tiny_text_file, tmp_path / "run", train__dtype="float32", train__attention="sdpa",
+                         train__threads=0, train__max_iters=5)  # dtype, attention given: one setting to time
+    rc, out, err = run_cli(capsys, "train", *args)
+    assert rc == 0, err
+    said = [x for x in (out + err).splitlines() if x.startswith("auto settings:")]
+    assert said[0] == ("auto settings: timing 1 candidate of threads / dtype / attention / OpenMP waiting at this "
+                       "run's shape (up to about 3 s, once per machine, load and shape; cached)"), said
+    assert re.fullmatch(r"auto settings: 1 thread, float32, sdpa, \w+ \(train\.dtype, "
+                        r"train\.attention as given; \d+ ms/step; 1 candidate, measured in [\d.]+ s, \d+ of \d+ "
+                        r"cores busy with other work\)", said[1]), said

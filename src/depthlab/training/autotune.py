@@ -133,8 +133,9 @@ class Tuning:
         rest = sorted((v, k) for k, v in self.ms_per_step.items() if k != s.label())
         worst = f"; slowest {rest[-1][1]} {rest[-1][0]:.0f} ms" if rest else ""
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
-        return (f"auto settings: {s.label()} ({kept}{best:.0f} ms/step{worst}; {len(self.ms_per_step)} candidates, "
-                f"{when}, {self.busy} of {os.cpu_count() or 1} cores busy with other work)")
+        tried = counted(len(self.ms_per_step), "candidate")
+        return (f"auto settings: {s.label()} ({kept}{best:.0f} ms/step{worst}; {tried}, {when}, "
+                f"{self.busy} of {os.cpu_count() or 1} cores busy with other work)")
 
 
 class Restart(Exception):
@@ -434,8 +435,8 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         there = [s for s in order if s.omp_wait != policy]  # timed in a child: the other OpenMP policy
         # half the budget here, then the child may use what is left but at least MIN_CHILD_S (its imports)
         most = max(budget, 0.5 * budget + MIN_CHILD_S) if there else 0.5 * budget
-        log(f"auto settings: timing {len(order)} candidates of threads / dtype / attention / OpenMP waiting "
-            f"at this run's shape (up to about {most:.0f} s, once per machine, load and shape; cached)")
+        log(f"auto settings: timing {counted(len(order), 'candidate')} of threads / dtype / attention / OpenMP "
+            f"waiting at this run's shape (up to about {most:.0f} s, once per machine, load and shape; cached)")
         ms = time_settings(m, make_opt, loss_fn, batch, here, set_attention=set_attn,
                            deadline=time.perf_counter() + 0.5 * budget) or first
     finally:
