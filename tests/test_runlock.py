@@ -192,3 +192,22 @@ def test_a_filesystem_that_cannot_lock_a_folder_trains_unguarded_with_one_warnin
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"depthlab: warning: cannot lock {run} (No locks available); nothing keeps")
+
+
+def test_a_sweep_folder_with_braces_in_its_name_gets_the_busy_line(tmp_path):
+    from depthlab.sweep.common import hold_sweep_dir
+
+    sw = tmp_path / "sw{x}"
+    sw.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; from depthlab.training import runlock; "
+                              f"runlock.hold({str(sw)!r}); print('held', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(runlock.DepthlabError) as e:
+            hold_sweep_dir(sw)
+        assert str(e.value) == (f"--out_dir {sw} is in use by another sweep (pid {child.pid}): wait for it to end, "
+                                "or choose another --out_dir")
+    finally:
+        child.kill()
+        child.wait()

@@ -59,7 +59,8 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     """Take this process's lock on the existing folder ``run_dir`` (kept while it holds it already), writing
     nothing; held until the process ends or, with a ``runtime``, until its ``close()`` (the run finished: a
     notebook that trained a run does not keep it from another process). ``busy``: the refusal when another
-    process holds it, ``{pid}`` standing for its pid (default: the run folder's, naming --train.out_dir).
+    process holds it, ``{pid}`` standing for its pid (replaced, not ``str.format``: a folder's name may
+    hold braces) (default: the run folder's, naming --train.out_dir).
 
     Raises:
         DepthlabError: another process holds it (naming its pid), or the folder cannot be opened.
@@ -85,7 +86,7 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     except BlockingIOError:
         pid = _holder_pid(Path(run_dir), fd)
         os.close(fd)
-        raise DepthlabError(busy.format(pid=pid) if busy else f"{run_dir} is being trained by another process "
+        raise DepthlabError(busy.replace("{pid}", pid) if busy else f"{run_dir} is being trained by another process "
                             f"(pid {pid}): wait for it to end, or train into another --train.out_dir") from None
     except OSError as e:  # a filesystem that cannot lock a folder (some network mounts): the lock only guards
         from .runtime import console  # against a mistake, so the run goes on, unguarded, and says so
@@ -99,8 +100,7 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
 def resuming(run_dir: Path) -> str:
     """The refusal (:func:`hold`'s ``busy``) of a ``--resume`` of a run another process trains: wait, then resume
     (not a new run's "another --train.out_dir")."""
-    name = str(run_dir).replace("{", "{{").replace("}", "}}")
-    return (f"{name} is being trained by another process (pid {{pid}}): wait for it to end; then --resume it again: "
+    return (f"{run_dir} is being trained by another process (pid {{pid}}): wait for it to end; then --resume it again: "
             "it resumes from the latest checkpoint that process leaves")
 
 
