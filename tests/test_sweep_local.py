@@ -307,6 +307,30 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_when_the_sweep_runs_agai
     assert rd.summary["best_val_loss"] == pytest.approx(whole["best_val_loss"], abs=1e-6)
 
 
+def test_an_interrupted_run_with_another_config_is_refused_not_deleted(tiny_text_file, tmp_path, monkeypatch):
+    from depthlab import analytics
+
+    from conftest import StopAt
+
+    real, sw = analytics.train, tmp_path / "sw"
+    monkeypatch.setattr(analytics, "train", lambda cfg, callbacks=(), **k: real(cfg, [*callbacks, StopAt(4)], **k))
+    with pytest.raises(KeyboardInterrupt):  # stopped after step 4, as Ctrl-C would
+        sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=8), sw, workers=1,
+                        threads=1, log=quiet)
+    monkeypatch.setattr(analytics, "train", real)
+    ck = sw / "runs" / "n_layer-1" / "checkpoints"
+    before = {p.name: p.read_bytes() for p in ck.iterdir()}
+    plan_before = (sw / "sweep.json").read_text()
+    with pytest.raises(DepthlabError) as e:  # a re-run with another max_iters used to delete the 4 steps silently
+        sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=12), sw, workers=1,
+                        threads=1, log=quiet)
+    assert str(e.value) == (f"sweep run {sw / 'runs' / 'n_layer-1'} was interrupted at step 4 with a different config "
+                            "(train.max_iters: 8 there, 12 now); run the sweep with the run's config to continue it, "
+                            "use another --out_dir, or --overwrite to redo every run")
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before and "step-000004.safetensors" in before
+    assert (sw / "sweep.json").read_text() == plan_before
+
+
 def test_a_second_sweep_in_a_folder_another_process_sweeps_is_refused_naming_it(tiny_text_file, tmp_path, capsys):
     import time
 

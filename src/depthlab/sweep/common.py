@@ -108,8 +108,25 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
                                     "another --out_dir, or --overwrite to redo every run")
             done.append(p)
         else:
+            _refuse_other_config_checkpoint(rd, p.config, rerun)
             todo.append(p)
     return done, todo
+
+
+def _refuse_other_config_checkpoint(rd: RunDir, config: dict, rerun: bool) -> None:
+    """Refuse (DepthlabError) to plan an unfinished run that has step checkpoints but another config than the
+    sweep asks for: it would be deleted and trained again from step 0, its steps lost without a word."""
+    manifest = rundir.read_json(rd.path / rundir.CHECKPOINTS / "manifest.json")
+    steps = [c.get("step") for c in (manifest or {}).get("checkpoints") or [] if isinstance(c, dict)] \
+        if isinstance(manifest, dict) else []
+    steps = [s for s in steps if isinstance(s, int) and s > 0]
+    if rerun or not steps or not isinstance(rd.config, dict):
+        return
+    diff = config_diff(config, rd.config)
+    if diff:
+        raise DepthlabError(f"sweep run {rd.path} was interrupted at step {max(steps)} with a different config "
+                            f"({diff[0]}); run the sweep with the run's config to continue it, use another "
+                            "--out_dir, or --overwrite to redo every run")
 
 
 def _looks_like_run(d: Path) -> bool:
