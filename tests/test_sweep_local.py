@@ -389,3 +389,20 @@ def test_sweep_lines_count_in_words_and_the_dry_run_says_the_workers_and_threads
     other = tiny_spec(tiny_text_file, {"model.n_layer": [2]})
     with pytest.raises(DepthlabError, match="holds another sweep: it has 1 run not in this one"):
         sweep.dry_run(other, sw)
+
+
+@pytest.mark.parametrize("threads", [0, 1])
+def test_sweep_warns_on_its_stderr_of_a_junk_omp_num_threads(tiny_text_file, tmp_path, capsys, monkeypatch, threads):
+    """Every other command said it; a sweep said it only inside each run's train.log (libgomp's own line alone
+    on the console). ``--dry_run``: the same start, nothing trained."""
+    from conftest import run_cli
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    rc, out, err = run_cli(capsys, "sweep", "--grid", "model.n_layer=1,2", "--data.path", str(tiny_text_file),
+                           "--out_dir", str(tmp_path / "sw"), "--threads", str(threads), "--dry_run")
+    instead = "lets --threads 1 set each run's thread count" if threads else \
+        "gives each run the cores per worker (--threads sets it)"
+    assert rc == 0 and [x for x in err.splitlines() if "OMP_NUM_THREADS" in x] == [
+        f"depthlab: warning: OMP_NUM_THREADS='abc' is not a thread count (a positive integer): depthlab ignores it "
+        f"and {instead}; set it to a number (OMP_NUM_THREADS=1) or unset it"]
+    assert "OMP_NUM_THREADS" not in out

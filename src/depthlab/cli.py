@@ -589,6 +589,18 @@ def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
     return conf, rest
 
 
+def _warn_sweep_omp(threads: int) -> None:
+    """The sweep's own line for an ``OMP_NUM_THREADS`` that is not a thread count (its runs say it only in their
+    train.log), naming what sets each run's threads instead."""
+    from .training.machine import ignored_env_threads
+    from .training.runtime import console
+
+    warning = ignored_env_threads(f"lets --threads {threads} set each run's thread count" if threads else
+                                  "gives each run the cores per worker (--threads sets it)")
+    if warning:
+        console(f"warning: {warning}")
+
+
 def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
@@ -597,6 +609,7 @@ def run_sweep(ns, argv: list[str]) -> int:
     check_threads(ns.threads, "--threads")
     if ns.workers < 0:
         raise DepthlabError(f"--workers must be >= 0, got {ns.workers}")
+    _warn_sweep_omp(ns.threads)
     overrides = _explicit_overrides(argv)
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
