@@ -1347,3 +1347,21 @@ def test_a_resumed_session_with_other_resolved_settings_says_so_in_one_line(run2
     assert (new["omp_wait"], new["threads"]) == (now, threads)  # what the line says this session ran with
     assert main(["train", "--resume", str(run20), "--train.max_iters", "40"]) == 0
     assert "resolved section" not in capsys.readouterr().err  # the same settings again: nothing to say
+
+
+def test_a_run_that_ended_inside_its_warmup_is_extended_from_its_warmed_up_rate_not_dropped_to_min_lr(
+        tmp_path, tiny_text_file):
+    """A new user's pass: warmup 50 with max_iters 30, extended to 50, then to 60: the second extension printed
+    "the learning rate stays at train.min_lr (the decay ended at step 50)" and trained at 1e-4, though the run had
+    never decayed (its rate at step 49 was 2.94e-3): the schedule's end fell before its warmup."""
+    cfg = dict(max_iters=10, eval_interval=100, warmup_iters=20, learning_rate=3e-3, min_lr=1e-4)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=20, resume=True)), **QUIET)
+    lines = []
+    r = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, resume=True)),
+                log=lines.append)
+    assert r.step == 20
+    assert r.lr_at(20) == pytest.approx(3e-3)  # the warmup ended at step 20: the peak, then the cosine
+    assert 1e-4 < r.lr_at(25) < r.lr_at(21) < 3e-3 and r.lr_at(30) == 1e-4
+    said = [x for x in lines if x.startswith("resume:")]
+    assert len(said) == 1 and "ended" not in said[0] and "decays to train.min_lr 0.0001 at step 30" in said[0], lines

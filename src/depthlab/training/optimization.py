@@ -379,5 +379,8 @@ class _OldSchedule:
             decay = plan.lr_decay_iters or plan.max_iters
         else:
             decay = int(self.train.get("lr_decay_iters") or self.train.get("max_iters") or decay_now)
-        return (decay, get_lr(step, self.peak, self.min_lr, warmup, decay),
-                get_lr(step, t.learning_rate, t.min_lr, warmup, decay))
+        # A run whose end came before its warmup did never decayed: at its end get_lr drops from the warmed-up
+        # rate to min_lr in one step. What continues is the warmup (then the peak), not an ended decay.
+        shape = max(decay, step + 1) if warmup >= decay else decay
+        return (decay, get_lr(step, self.peak, self.min_lr, warmup, shape),
+                get_lr(step, t.learning_rate, t.min_lr, warmup, shape))
