@@ -403,3 +403,20 @@ def test_sample_refuses_in_one_line_when_the_logits_turn_nan_after_the_prompt(ru
                                     f"(depthlab diagnose {run} looks for where the run went non-finite)")
     assert "Traceback" not in err and len(err.splitlines()) == 2  # the "sampling from" line and the refusal
     assert out.startswith("First") and out.endswith("\n") and len(out) == 5 + 3 + 1  # 3 tokens, then the line ends
+
+
+def test_the_nan_refusal_counts_one_prompt_token_and_names_check_for_a_source_models_run(tmp_path):
+    """A new user's pass: "after the prompt's 1 tokens"; a model.source run whose forward gives NaN from finite
+    weights was sent to diagnose (which found nothing) instead of to check, which tests the forward."""
+    import json
+
+    from depthlab.sample import NonFiniteLogits
+
+    nan = torch.full((1, 65), float("nan"))
+    e = NonFiniteLogits(nan, 3, 1)
+    assert e.where == "at position 3 of the sample (after the prompt's 1 token and 2 generated)"
+    (tmp_path / "config.json").write_text(json.dumps({"model": {"source": "mine.py:MyGPT"}, "train": {}}))
+    assert str(e.refusal(tmp_path)) == (
+        f"{tmp_path}'s model (model.source mine.py:MyGPT) gives non-finite logits (NaN) at position 3 of the sample "
+        "(after the prompt's 1 token and 2 generated); nothing more to sample (its forward or its weights: depthlab "
+        f"check mine.py:MyGPT tests the forward; depthlab diagnose {tmp_path} looks for where the run went non-finite)")

@@ -14,6 +14,7 @@ from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
+from .units import counted
 from .usermodel import logits_of, make_model
 
 
@@ -171,13 +172,20 @@ class NonFiniteLogits(DepthlabError):
                                                    ("inf", torch.isinf(logits).any())) if bad)
         self.position = t
         self.where = ("for the prompt" if t == prompt_len else
-                      f"at position {t} of the sample (after the prompt's {prompt_len} tokens and "
+                      f"at position {t} of the sample (after the prompt's {counted(prompt_len, 'token')} and "
                       f"{t - prompt_len} generated)")
         super().__init__(f"the weights give non-finite logits ({self.kinds}) {self.where}")
 
     def refusal(self, run_dir: str | Path) -> DepthlabError:
-        """The one line ``depthlab sample`` stops with, for ``run_dir``'s weights."""
+        """The one line ``depthlab sample`` stops with, for ``run_dir``'s weights (a ``model.source`` run: its model,
+        whose own forward may give them from finite weights; ``depthlab check`` tests that forward)."""
         more = "" if self.where == "for the prompt" else " more"
+        source = ((RunDir(run_dir).config or {}).get("model") or {}).get("source")
+        if source:
+            return DepthlabError(f"{run_dir}'s model (model.source {source}) gives non-finite logits ({self.kinds}) "
+                                 f"{self.where}; nothing{more} to sample (its forward or its weights: depthlab check "
+                                 f"{source} tests the forward; depthlab diagnose {run_dir} looks for where the run "
+                                 "went non-finite)")
         return DepthlabError(f"{run_dir}'s weights give non-finite logits ({self.kinds}) {self.where}; nothing{more} "
                              f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
 
