@@ -122,3 +122,25 @@ def test_rotation_after_a_fallback_resume_keeps_the_intact_checkpoint_and_leaves
             "sha256), left untouched since a resume skipped it, is replaced now by this session's checkpoint of step "
             "30\n") in err
     assert _steps(run30) == [32, 34] and not bad.exists()
+
+
+def test_a_skipped_damaged_checkpoint_whose_step_the_run_passes_without_writing_it_is_removed_with_a_warning(
+        run30, capsys):
+    """A new user's pass: after a fallback resume the damaged step-30 checkpoint was deleted without a word once the
+    run had passed step 30 on an eval_interval that never wrote step 30 again (README: left untouched until the
+    run writes its step again)."""
+    ckdir = run30 / "checkpoints"
+    bad = ckdir / "step-000030.safetensors"
+    bad.write_bytes(bad.read_bytes() + b"damaged")
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "29", "--train.eval_interval", "4"]) == 0
+    assert _steps(run30) == [28, 29, 30] and bad.is_file()  # 30 is skipped, kept, not counted
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "35", "--train.eval_interval", "4"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("is removed now") == 1 and (
+        "depthlab: warning: the damaged checkpoint of step 30 (step-000030.safetensors, not matching its sha256), left "
+        "untouched since a resume skipped it, is removed now: the run has passed its step (step 32) without writing "
+        "it again\n") in err, err
+    assert _steps(run30) == [32, 35] and not bad.exists()
+    manifest = json.loads((ckdir / "manifest.json").read_text())
+    assert not any("skipped" in c for c in manifest["checkpoints"])

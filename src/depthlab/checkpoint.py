@@ -197,10 +197,14 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
         "evaluated": val_loss is not None}  # an evaluation's checkpoint: its record is written before it
     ckpts = [c for c in manifest["checkpoints"] if c["step"] != step]
     # after a fallback resume the manifest lists the damaged checkpoints it skipped, later than this step: they
-    # stay untouched and uncounted, so rotation never deletes an intact checkpoint to keep a damaged one
-    aside = [c for c in ckpts if c["step"] > step and _verified(ckdir, c["files"]) is not None]
-    ckpts = [c for c in ckpts if c not in aside] + [entry]
-    drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
+    # stay untouched and uncounted (marked "skipped"), so rotation never deletes an intact checkpoint to keep a
+    # damaged one; once the run has passed the step of one that is still damaged, it goes, uncounted too
+    # (Checkpointer.save said so first: passed_damaged)
+    aside = [dict(c, skipped=True) for c in ckpts if c["step"] > step and _verified(ckdir, c["files"]) is not None]
+    passed = [c for c in ckpts if c.get("skipped") and c["step"] < step and _verified(ckdir, c["files"]) is not None]
+    apart = {c["step"] for c in aside + passed}
+    ckpts = [{k: v for k, v in c.items() if k != "skipped"} for c in ckpts if c["step"] not in apart] + [entry]
+    drop, ckpts = passed + ckpts[:-keep_last], ckpts[-keep_last:]
     manifest["checkpoints"] = sorted(ckpts + aside, key=lambda c: c["step"])
     manifest["format"] = FORMAT_VERSION
     # The manifest first lists the new step checkpoint with the old best; only then is best replaced,
@@ -229,6 +233,23 @@ def damaged_at(run_dir: Path, step: int) -> Optional[str]:
     except DepthlabError:
         return None
     return None if entry is None else _verified(ckdir, entry.get("files") or {})
+
+
+def passed_damaged(run_dir: Path, step: int) -> list[tuple[int, str]]:
+    """``(step, first damaged file)`` of each checkpoint a fallback resume skipped (manifest ``skipped``) that is
+    still damaged and older than ``step``: the next checkpoint, of ``step``, removes them (:func:`write_checkpoint`)."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    try:
+        ckpts = _read_manifest(ckdir, strict=False)["checkpoints"]
+    except DepthlabError:
+        return []
+    out = []
+    for c in ckpts:
+        if c.get("skipped") and c["step"] < step:
+            bad = _verified(ckdir, c.get("files") or {})
+            if bad is not None:
+                out.append((c["step"], bad))
+    return out
 
 
 def _verified(ckdir: Path, files: dict[str, str]) -> Optional[str]:

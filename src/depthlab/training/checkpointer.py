@@ -501,9 +501,15 @@ class Checkpointer:
         fallback resume skipped it): the user's file is not lost without a word."""
         bad = ckpt.damaged_at(self.run_dir, step)
         if bad is not None:
-            fault = "missing" if not (self.run_dir / ckpt.CKPT_DIR / bad).exists() else "not matching its sha256"
-            self.log(f"warning: the damaged checkpoint of step {step} ({bad}, {fault}), left untouched since a resume "
-                     f"skipped it, is replaced now by this session's checkpoint of step {step}")
+            self.log(f"warning: the damaged checkpoint of step {step} ({bad}, {self._fault(bad)}), left untouched "
+                     f"since a resume skipped it, is replaced now by this session's checkpoint of step {step}")
+        for old, bad in ckpt.passed_damaged(self.run_dir, step):
+            self.log(f"warning: the damaged checkpoint of step {old} ({bad}, {self._fault(bad)}), left untouched since "
+                     f"a resume skipped it, is removed now: the run has passed its step (step {step}) without "
+                     "writing it again")
+
+    def _fault(self, bad: str) -> str:
+        return "missing" if not (self.run_dir / ckpt.CKPT_DIR / bad).exists() else "not matching its sha256"
 
     def _write(self, *args) -> None:
         try:
