@@ -1365,3 +1365,23 @@ def test_a_run_that_ended_inside_its_warmup_is_extended_from_its_warmed_up_rate_
     assert 1e-4 < r.lr_at(25) < r.lr_at(21) < 3e-3 and r.lr_at(30) == 1e-4
     said = [x for x in lines if x.startswith("resume:")]
     assert len(said) == 1 and "ended" not in said[0] and "decays to train.min_lr 0.0001 at step 30" in said[0], lines
+
+
+def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_path, capsys):
+    """nu41: ``--resume RUN --data.path COPY`` of a run trained on the embedded corpus, COPY holding the same text,
+    was refused as "changed data.path None -> COPY ... these change what the run's numbers mean": the same corpus."""
+    import depthlab
+
+    emb = tmp_path / "emb"
+    args = tiny_cli_args(None, emb, train__max_iters=4, train__eval_interval=2)
+    i = args.index("--data.path")
+    assert main(["train", *args[:i], *args[i + 2:]]) == 0
+    dup = tmp_path / "shakespeare.txt"
+    shutil.copyfile(Path(depthlab.__file__).parent / "data" / "tinyshakespeare.txt", dup)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(emb), "--data.path", str(dup), "--train.max_iters", "6"]) == 0
+    err = capsys.readouterr().err
+    assert (f"depthlab: resume: data.path {dup} holds the text of the embedded corpus the run was trained on (the "
+            "sha256 config.json recorded): the same corpus, read from this file from now on\n") in err, err
+    assert json.loads((emb / "config.json").read_text())["data"]["path"] == str(dup)
+    assert json.loads((emb / "summary.json").read_text())["final_step"] == 6

@@ -353,6 +353,10 @@ class Checkpointer:
                 self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
                          f"the one config.json recorded)")
                 asked["data"]["path"] = old_path
+            elif same_corpus and not old_path:  # a copy of the embedded text: the same run, said once
+                self.log(f"resume: data.path {path} holds the text of the embedded corpus the run was trained on (the "
+                         "sha256 config.json recorded): the same corpus, read from this file from now on")
+                asked["data"]["path"] = old_path
         return asked
 
     @staticmethod
