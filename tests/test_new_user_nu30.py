@@ -43,8 +43,9 @@ def nan_run(tmp_path_factory):
 def test_sample_refuses_weights_whose_logits_are_nan(nan_run, capsys):
     rc, out, err = run_cli(capsys, "sample", str(nan_run), "--max-new-tokens", "5")
     assert out == ""  # was 6 bare newlines, exit 0
-    assert_clean_error(rc, err, f"{nan_run}'s weights give non-finite logits (NaN)", "nothing to sample",
-                       f"depthlab diagnose {nan_run}")
+    # a model.source run: its forward (here) or its weights give the NaN; check tests the forward
+    assert_clean_error(rc, err, f"{nan_run}'s model (model.source ", "gives non-finite logits (NaN)",
+                       "nothing to sample", "depthlab check ", f"depthlab diagnose {nan_run}")
 
 
 def test_context_blames_the_nan_not_the_sampling_error(nan_run, capsys):
