@@ -132,15 +132,19 @@ def test_a_skipped_damaged_checkpoint_whose_step_the_run_passes_without_writing_
     ckdir = run30 / "checkpoints"
     bad = ckdir / "step-000030.safetensors"
     bad.write_bytes(bad.read_bytes() + b"damaged")
+    damaged, state = bad.read_bytes(), (ckdir / "step-000030.state.pt").read_bytes()
     assert main(["train", "--resume", str(run30), "--train.max_iters", "29", "--train.eval_interval", "4"]) == 0
     assert _steps(run30) == [28, 29, 30] and bad.is_file()  # 30 is skipped, kept, not counted
     capsys.readouterr()
     assert main(["train", "--resume", str(run30), "--train.max_iters", "35", "--train.eval_interval", "4"]) == 0
     err = capsys.readouterr().err
-    assert err.count("is removed now") == 1 and (
+    assert err.count("is no longer listed") == 1 and (
         "depthlab: warning: the damaged checkpoint of step 30 (step-000030.safetensors, not matching its sha256), left "
-        "untouched since a resume skipped it, is removed now: the run has passed its step (step 32) without writing "
-        "it again\n") in err, err
-    assert _steps(run30) == [32, 35] and not bad.exists()
+        "untouched since a resume skipped it, is no longer listed in manifest.json: the run has passed its step (step "
+        f"32) without writing it again; its files stay in {ckdir} (step-000030.*): delete them when you no longer "
+        "need them\n") in err, err
+    # nu42: its state.pt was intact (only the weights were damaged): nothing the user had is deleted
+    assert _steps(run30) == [32, 35] and bad.read_bytes() == damaged
+    assert (ckdir / "step-000030.state.pt").read_bytes() == state
     manifest = json.loads((ckdir / "manifest.json").read_text())
     assert not any("skipped" in c for c in manifest["checkpoints"])

@@ -198,13 +198,14 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
     ckpts = [c for c in manifest["checkpoints"] if c["step"] != step]
     # after a fallback resume the manifest lists the damaged checkpoints it skipped, later than this step: they
     # stay untouched and uncounted (marked "skipped"), so rotation never deletes an intact checkpoint to keep a
-    # damaged one; once the run has passed the step of one that is still damaged, it goes, uncounted too
-    # (Checkpointer.save said so first: passed_damaged)
+    # damaged one; once the run has passed the step of one that is still damaged, the manifest stops listing it and
+    # its files stay on disk (one of them may be intact: a state.pt beside damaged weights); Checkpointer.save
+    # says so first (passed_damaged)
     aside = [dict(c, skipped=True) for c in ckpts if c["step"] > step and _verified(ckdir, c["files"]) is not None]
     passed = [c for c in ckpts if c.get("skipped") and c["step"] < step and _verified(ckdir, c["files"]) is not None]
     apart = {c["step"] for c in aside + passed}
     ckpts = [{k: v for k, v in c.items() if k != "skipped"} for c in ckpts if c["step"] not in apart] + [entry]
-    drop, ckpts = passed + ckpts[:-keep_last], ckpts[-keep_last:]
+    drop, ckpts = ckpts[:-keep_last], ckpts[-keep_last:]
     manifest["checkpoints"] = sorted(ckpts + aside, key=lambda c: c["step"])
     manifest["format"] = FORMAT_VERSION
     # The manifest first lists the new step checkpoint with the old best; only then is best replaced,
@@ -237,7 +238,8 @@ def damaged_at(run_dir: Path, step: int) -> Optional[str]:
 
 def passed_damaged(run_dir: Path, step: int) -> list[tuple[int, str]]:
     """``(step, first damaged file)`` of each checkpoint a fallback resume skipped (manifest ``skipped``) that is
-    still damaged and older than ``step``: the next checkpoint, of ``step``, removes them (:func:`write_checkpoint`)."""
+    still damaged and older than ``step``: the next checkpoint, of ``step``, stops listing them in manifest.json and
+    leaves their files on disk (:func:`write_checkpoint`)."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
         ckpts = _read_manifest(ckdir, strict=False)["checkpoints"]

@@ -509,8 +509,9 @@ class Checkpointer:
                      f"since a resume skipped it, is replaced now by this session's checkpoint of step {step}")
         for old, bad in ckpt.passed_damaged(self.run_dir, step):
             self.log(f"warning: the damaged checkpoint of step {old} ({bad}, {self._fault(bad)}), left untouched since "
-                     f"a resume skipped it, is removed now: the run has passed its step (step {step}) without "
-                     "writing it again")
+                     f"a resume skipped it, is no longer listed in manifest.json: the run has passed its step (step "
+                     f"{step}) without writing it again; its files stay in {self.run_dir / ckpt.CKPT_DIR} "
+                     f"(step-{old:06d}.*): delete them when you no longer need them")
 
     def _fault(self, bad: str) -> str:
         return "missing" if not (self.run_dir / ckpt.CKPT_DIR / bad).exists() else "not matching its sha256"
