@@ -1365,6 +1365,9 @@ def test_a_run_that_ended_inside_its_warmup_is_extended_from_its_warmed_up_rate_
     assert 1e-4 < r.lr_at(25) < r.lr_at(21) < 3e-3 and r.lr_at(30) == 1e-4
     said = [x for x in lines if x.startswith("resume:")]
     assert len(said) == 1 and "ended" not in said[0] and "decays to train.min_lr 0.0001 at step 30" in said[0], lines
+    # nu42: "(the decay used to end at 20)" of a run that never decayed: what moved is the run's end
+    assert said[0].endswith("(the run used to end at step 20, with no decay: its warmup reached that far); no jump "
+                            "back to the peak"), said
 
 
 def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_path, capsys):

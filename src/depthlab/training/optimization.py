@@ -250,11 +250,13 @@ class LRSchedule:
         if (case.old_decay != self.decay_iters or case.anchored or case.ended) and not case.inside:
             self.anchor = (step, max(t.min_lr, case.lr_now), self.decay_iters)
         words = self._resume_words(step, old, case.old_decay, case.lr_old, case.ended, muon,
-                                   case.old_warmup if case.warmup_moved else None, case.ended_by)
+                                   case.old_warmup if case.warmup_moved else None, case.ended_by,
+                                   never_decayed=case.old_warmup >= case.old_decay)
         log(words + (f"; {idle_warmup}" if idle_warmup else ""))
 
     def _resume_words(self, step: int, old: "_OldSchedule", old_decay: int, lr_old: float, ended: bool,
-                      muon: bool, old_warmup: Optional[int] = None, ended_by: Optional[int] = None) -> str:
+                      muon: bool, old_warmup: Optional[int] = None, ended_by: Optional[int] = None,
+                      never_decayed: bool = False) -> str:
         """The one ``resume:`` line: the settings that changed, then the rate at ``step`` against the old one
         (``old_warmup``: where the warmup used to end, when a new one reshapes the rate from here; ``ended_by``:
         a step by which an ended decay had reached the floor, when ``old_decay`` is a later end that kept it)."""
@@ -280,7 +282,9 @@ class LRSchedule:
                     "no jump back to the peak")
         else:
             was = "" if same else f" (the run's old settings: {lr_old:.3g})"
-            moved = f" (the decay used to end at {old_decay})" if old_decay != self.decay_iters else ""
+            moved = ("" if old_decay == self.decay_iters else
+                     f" (the run used to end at step {old_decay}, with no decay: its warmup reached that far)"
+                     if never_decayed else f" (the decay used to end at {old_decay})")
             if old_warmup is not None:
                 moved += f" (the warmup now ends at step {self.warmup_iters + 1}, was {old_warmup + 1})"
             # steps as the console and metrics.jsonl number them: update ``it`` is logged as step it + 1
