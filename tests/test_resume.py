@@ -1388,3 +1388,25 @@ def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_
             "sha256 config.json recorded): the same corpus, read from this file from now on\n") in err, err
     assert json.loads((emb / "config.json").read_text())["data"]["path"] == str(dup)
     assert json.loads((emb / "summary.json").read_text())["final_step"] == 6
+
+
+def test_a_resume_given_another_text_names_the_embedded_corpus_not_none(tmp_path, tiny_text_file, capsys):
+    """nu42: a run on the embedded corpus resumed with another text was refused as "changed data.path None -> ..."."""
+    emb = tmp_path / "emb"
+    args = tiny_cli_args(None, emb, train__max_iters=4, train__eval_interval=2)
+    i = args.index("--data.path")
+    assert main(["train", *args[:i], *args[i + 2:]]) == 0
+    other = tmp_path / "other.txt"
+    text = (Path(depthlab_file()).parent / "data" / "tinyshakespeare.txt").read_text()
+    other.write_text("\n".join(reversed(text.splitlines())) + "\n")  # the same characters, another text
+    capsys.readouterr()
+    rc = main(["train", "--resume", str(emb), "--data.path", str(other), "--train.max_iters", "6"])
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err, f"changed data.path (the embedded corpus) -> '{other}'")
+    assert "None" not in err
+
+
+def depthlab_file() -> str:
+    import depthlab
+
+    return depthlab.__file__

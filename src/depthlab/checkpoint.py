@@ -591,6 +591,13 @@ def _same_file(a: dict, b: dict, key: str) -> bool:
     return x is not None and x == corpus_file(b.get(key))
 
 
+def _shown(key: str, flat: dict) -> str:
+    """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
+    if key not in flat:
+        return "(absent)"
+    return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
+
+
 def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     """Compare a run's stored config with the config it is resumed with, field by field.
 
@@ -615,7 +622,7 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
             continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
         if key not in a and b.get(key) == defaults.get(key):
             continue  # a field newer than the run, at its default: the run used that behaviour
-        change = f"{key} {a.get(key, '(absent)')!r} -> {b.get(key, '(absent)')!r}"
+        change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
         if key in RESUME_SCHEDULE:
             continue  # allowed; the schedule says what it does at this step
         if key in RESUME_NOTED:
