@@ -420,8 +420,15 @@ def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
         train(cfg, **QUIET)
     assert "vocabulary" in str(e.value) and "Z" in str(e.value) and "☕" in str(e.value)
     cfg = tiny_config(run, tiny_text_file, model=dict(n_layer=3), train=dict(resume=True, max_iters=20))
-    with pytest.raises(DepthlabError, match="model.n_layer 2 -> 3"):
+    with pytest.raises(DepthlabError, match="model.n_layer 2 -> 3") as e:
         train(cfg, **QUIET)
+    # nu43: "--init-from to reuse its weights" was said of a new shape, which --init-from then refuses
+    assert str(e.value).endswith("start a new run (--init-from reuses its weights only where they fit the new model, "
+                                 "as a changed shape such as n_embd does not)")
+    cfg = tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20, seed=7))
+    with pytest.raises(DepthlabError, match="train.seed") as e:
+        train(cfg, **QUIET)
+    assert str(e.value).endswith("start a new run (--init-from to reuse its weights)")
 
 
 def test_resume_with_another_tokenizer_names_both(tmp_path, bpe_file):

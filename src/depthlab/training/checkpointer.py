@@ -241,10 +241,13 @@ class Checkpointer:
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
-        if refused:
+        if refused:  # a changed model field may change the weights' shapes: --init-from loads only weights that fit
+            reuse = ("--init-from reuses its weights only where they fit the new model, as a changed shape such as "
+                     "n_embd does not" if any(r.startswith("model.") for r in refused) else
+                     "--init-from to reuse its weights")
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
-                                "start a new run (--init-from to reuse its weights)")
+                                f"start a new run ({reuse})")
         for line in ckpt.config_json_notes(rd.path) + noted:
             self.log(f"resume: {line}")
         with warnings.catch_warnings(record=True) as caught:
