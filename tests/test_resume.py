@@ -1391,10 +1391,18 @@ def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_
     capsys.readouterr()
     assert main(["train", "--resume", str(emb), "--data.path", str(dup), "--train.max_iters", "6"]) == 0
     err = capsys.readouterr().err
-    assert (f"depthlab: resume: data.path {dup} holds the text of the embedded corpus the run was trained on (the "
-            "sha256 config.json recorded): the same corpus, read from this file from now on\n") in err, err
-    assert json.loads((emb / "config.json").read_text())["data"]["path"] == str(dup)
+    assert (f"depthlab: resume: data.path {dup} holds exactly the text of the embedded corpus the run was trained "
+            "on (the sha256 config.json recorded): the run keeps the embedded corpus (config.json's data.path stays "
+            "unset; this file is not needed by the run)\n") in err, err
+    # nu45: config.json recorded data.path = COPY, tying the run to that file: gone, the next resume was refused,
+    # and --data.path null (the embedded text it trained on) was refused as a change
+    assert json.loads((emb / "config.json").read_text())["data"]["path"] is None
     assert json.loads((emb / "summary.json").read_text())["final_step"] == 6
+    dup.unlink()
+    assert main(["train", "--resume", str(emb), "--train.max_iters", "8"]) == 0
+    assert main(["train", "--resume", str(emb), "--data.path", "null", "--train.max_iters", "10"]) == 0
+    assert json.loads((emb / "config.json").read_text())["data"]["path"] is None
+    assert json.loads((emb / "summary.json").read_text())["final_step"] == 10
 
 
 def test_a_resume_given_another_text_names_the_embedded_corpus_not_none(tmp_path, tiny_text_file, capsys):

@@ -346,7 +346,8 @@ class Checkpointer:
 
     def _asked(self, cfg, old: dict, same_corpus: bool) -> dict:
         """The config a resume asks for, as config.json would hold it (``data.path`` absolute) to compare with the
-        run's ``old`` one; a moved corpus (the same sha256 as the run's) compares as the run's path, said once."""
+        run's ``old`` one; a moved corpus (the same sha256 as the run's) compares as the run's path, said once; a
+        copy of the embedded corpus for a run trained on it sets ``cfg.data.path`` back to unset (config.json too)."""
         asked = cfg.to_dict()
         path, old_path = asked["data"].get("path"), (old.get("data") or {}).get("path")
         if corpus_file(path) is not None:
@@ -356,10 +357,11 @@ class Checkpointer:
                 self.log(f"resume: the corpus moved: data.path {old_path} -> {path} (the same file: its sha256 is "
                          f"the one config.json recorded)")
                 asked["data"]["path"] = old_path
-            elif same_corpus and not old_path:  # a copy of the embedded text: the same run, said once
-                self.log(f"resume: data.path {path} holds the text of the embedded corpus the run was trained on (the "
-                         "sha256 config.json recorded): the same corpus, read from this file from now on")
-                asked["data"]["path"] = old_path
+            elif same_corpus and not old_path:  # a copy of the embedded text: the run keeps the embedded corpus
+                self.log(f"resume: data.path {path} holds exactly the text of the embedded corpus the run was trained "
+                         "on (the sha256 config.json recorded): the run keeps the embedded corpus (config.json's "
+                         "data.path stays unset; this file is not needed by the run)")
+                asked["data"]["path"] = cfg.data.path = None
         return asked
 
     @staticmethod
