@@ -565,7 +565,8 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
     assert len(said) == 1 and said[0].startswith("resume: train.learning_rate 0.003 -> 0.01: the learning rate "
                                                  f"continues from {r2.lr_at(10):.3g} at step 11 (the run's old "
                                                  f"settings: {get_lr(10, 3e-3, 1e-4, 2, 20):.3g})")
-    assert "and decays to train.min_lr 0.0001 at step 60 (the decay used to end at 20)" in said[0]
+    assert ("and decays toward train.min_lr 0.0001, which it would first reach at step 61, after the run's last "
+            "step 60 (the decay used to end at 20)") in said[0]
     # Muon follows the same schedule times muon_lr / learning_rate: a new AdamW peak moves it, and the line says so
     muon = r2.cfg.train.muon_lr
     assert said[0].endswith(f"; Muon's rate {get_lr(10, 3e-3, 1e-4, 2, 20) * muon / 3e-3:.3g} -> "
@@ -1093,7 +1094,8 @@ def test_a_resume_inside_the_warmup_says_the_rate_still_rises(tmp_path, tiny_tex
     _, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 20, learning_rate=1e-3)
     assert r.lr_at(21) < r.lr_at(49) < r.lr_at(50) == pytest.approx(1e-3, rel=0.05)
     assert len(said) == 1 and f"continues from {r.lr_at(20):.3g} at step 21" in said[0]
-    assert "warms up to train.learning_rate 0.001 at step 51, and decays to train.min_lr 0.0001 at step 100" in said[0]
+    assert ("warms up to train.learning_rate 0.001 at step 51, and decays toward train.min_lr 0.0001, which it "
+            "would first reach at step 101, after the run's last step 100") in said[0]
 
 
 def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file):
@@ -1141,11 +1143,27 @@ def test_a_run_stopped_inside_its_warmup_and_extended_still_warms_up(tmp_path, t
     t, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 4, max_iters=100)
     assert r.lr_at(4) == pytest.approx(t.lr_at(4)) and r.lr_at(20) == pytest.approx(3e-3)  # the peak, at last
     assert len(said) == 1 and f"continues from {r.lr_at(4):.3g} at step 5" in said[0], said
-    assert "warms up to train.learning_rate 0.003 at step 21, and decays to train.min_lr 0.0001 at step 100" in said[0]
+    assert ("warms up to train.learning_rate 0.003 at step 21, and decays toward train.min_lr 0.0001, which it "
+            "would first reach at step 101, after the run's last step 100") in said[0]
     r.fit()
     lrs = {x["step"]: x["lr"] for x in map(json.loads, (tmp_path / "w" / "metrics.jsonl").read_text().splitlines())
            if x.get("kind") == "train"}
     assert lrs[5] == pytest.approx(r.lr_at(4)) and lrs[21] == pytest.approx(3e-3)
+
+
+def test_the_resume_line_names_the_step_metrics_jsonl_first_logs_at_min_lr(tmp_path, tiny_text_file):
+    """nu45: "decays to train.min_lr 0.0001 at step 50" while the console and metrics.jsonl first showed min_lr at
+    step 51 (update ``it`` is logged as step it + 1, and lr_at(decay_iters) is the first at the floor)."""
+    cfg = dict(max_iters=30, lr_decay_iters=100, eval_interval=10, warmup_iters=5, learning_rate=3e-3, min_lr=1e-4,
+               log_interval=1)
+    _, r, said = _stopped_and_resumed(tmp_path, tiny_text_file, cfg, 20, max_iters=60, lr_decay_iters=50)
+    r.fit()
+    lrs = {x["step"]: x["lr"] for x in map(json.loads, (tmp_path / "w" / "metrics.jsonl").read_text().splitlines())
+           if x.get("kind") == "train"}
+    first = min(s for s, lr in lrs.items() if lr == pytest.approx(1e-4, rel=1e-9))
+    assert first == 51 and lrs[50] > 1.01e-4, lrs
+    assert len(said) == 1 and f"decays to train.min_lr 0.0001 at step {first} (the decay used to end at 100)" in \
+        said[0], said
 
 
 def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file, capsys, monkeypatch):
@@ -1310,7 +1328,8 @@ def test_a_new_lr_decay_iters_is_said_by_the_schedule_and_only_when_the_end_move
             log=lines.append)  # 0 = max_iters: the end moves from 40 to 30
     said = [x for x in lines if x.startswith("resume: train.lr_decay_iters")]
     assert said and "train.lr_decay_iters 40 -> 0: the learning rate continues from" in said[0], lines
-    assert "decays to train.min_lr 0.0001 at step 30 (the decay used to end at 40)" in said[0]
+    assert ("decays toward train.min_lr 0.0001, which it would first reach at step 31, after the run's last step "
+            "30 (the decay used to end at 40)") in said[0]
     lines.clear()
     Trainer(tiny_config(tmp_path / "s", tiny_text_file, train=dict(base, lr_decay_iters=0, resume=True)),
             log=lines.append)  # 0 = max_iters 40: the same end
@@ -1371,7 +1390,9 @@ def test_a_run_that_ended_inside_its_warmup_is_extended_from_its_warmed_up_rate_
     assert r.lr_at(20) == pytest.approx(3e-3)  # the warmup ended at step 20: the peak, then the cosine
     assert 1e-4 < r.lr_at(25) < r.lr_at(21) < 3e-3 and r.lr_at(30) == 1e-4
     said = [x for x in lines if x.startswith("resume:")]
-    assert len(said) == 1 and "ended" not in said[0] and "decays to train.min_lr 0.0001 at step 30" in said[0], lines
+    assert len(said) == 1 and "ended" not in said[0], lines
+    assert "decays toward train.min_lr 0.0001, which it would first reach at step 31, after the run's last step 30" in \
+        said[0], lines
     # nu42: "(the decay used to end at 20)" of a run that never decayed: what moved is the run's end
     assert said[0].endswith("(the run used to end at step 20, with no decay: its warmup reached that far); no jump "
                             "back to the peak"), said

@@ -290,8 +290,8 @@ class LRSchedule:
             # steps as the console and metrics.jsonl number them: update ``it`` is logged as step it + 1
             warm = (f", warms up to train.learning_rate {t.learning_rate:g} at step {self.warmup_iters + 1}"
                     if self.anchor is None and step < self.warmup_iters else "")
-            what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was}{warm}, and decays to "
-                    f"train.min_lr {t.min_lr:g} at step {self.decay_iters}{moved}"
+            what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was}{warm}, and "
+                    f"{self._floor_words()}{moved}"
                     + ("" if warm or old_warmup is not None else "; no jump back to the peak"))
             if warm and self.warmup_iters >= self.max_iters:  # the run ends inside its warmup: no decay to speak of
                 what = (f"the learning rate continues from {lr_now:.3g} at step {step + 1}{was} and warms up until the "
@@ -305,6 +305,16 @@ class LRSchedule:
             if not math.isclose(m_old, m_now, rel_tol=1e-3):  # not a rounding of the same rate (3e-7 apart)
                 what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
         return head + what
+
+    def _floor_words(self) -> str:
+        """Where the rate first equals train.min_lr, as the console and metrics.jsonl number steps (update ``it``
+        is logged as step ``it + 1``, and ``lr_at(decay_iters)`` is the first at the floor), or that the run ends
+        before it gets there."""
+        t, first = self.train, self.decay_iters + 1
+        if first <= self.max_iters:
+            return f"decays to train.min_lr {t.min_lr:g} at step {first}"
+        return (f"decays toward train.min_lr {t.min_lr:g}, which it would first reach at step {first}, after the run's "
+                f"last step {self.max_iters}")
 
     def state_dict(self) -> dict:
         """``lr_anchor``: ``[step, lr, decay_iters]`` of a continued cosine, or None."""
