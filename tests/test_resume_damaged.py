@@ -148,3 +148,31 @@ def test_a_skipped_damaged_checkpoint_whose_step_the_run_passes_without_writing_
     assert (ckdir / "step-000030.state.pt").read_bytes() == state
     manifest = json.loads((ckdir / "manifest.json").read_text())
     assert not any("skipped" in c for c in manifest["checkpoints"])
+
+
+def test_the_warning_naming_a_replaced_damaged_checkpoint_comes_before_its_files_are_written(
+        run30, capsys, monkeypatch):
+    """nu45: a fallback resume that reaches the skipped step again must say it replaces the damaged files before
+    it writes over them (the order of events, not only that the warning appears)."""
+    import sys
+
+    import depthlab.checkpoint as ck
+
+    bad = run30 / "checkpoints" / "step-000030.safetensors"
+    bad.write_bytes(bad.read_bytes()[:-5])
+    damaged, real = bad.read_bytes(), ck.atomic_write
+
+    def marked(path, data, *a, **k):  # each write of a step-30 file, in the same stream as the warning
+        if path.name.startswith("step-000030."):
+            print(f"WRITE {path.name} (damaged bytes still there: {bad.read_bytes() == damaged})", file=sys.stderr)
+        return real(path, data, *a, **k)
+
+    monkeypatch.setattr(ck, "atomic_write", marked)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "30"]) == 0
+    err = [x for x in capsys.readouterr().err.splitlines() if "WRITE" in x or "is replaced now" in x]
+    assert err == [
+        "depthlab: warning: the damaged checkpoint of step 30 (step-000030.safetensors, not matching its sha256), "
+        "left untouched since a resume skipped it, is replaced now by this session's checkpoint of step 30",
+        "WRITE step-000030.safetensors (damaged bytes still there: True)",
+        "WRITE step-000030.state.pt (damaged bytes still there: False)"], err
