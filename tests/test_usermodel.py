@@ -358,3 +358,51 @@ def test_train_names_flattened_logits_as_the_loss_flattening_them():
         "m.py:Flat: forward(idx) on (4, 16) returned logits of shape (64, 65), not (4, 16, 65) (B, T, V with the "
         "corpus's 65 tokens); (64, 65) is the logits flattened to (B*T, V) (4 x 16 = 64 rows), as a loss flattens "
         "them: return them before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
+
+
+NAN_SHORT = '''
+import torch, torch.nn as nn
+
+class NanShort(nn.Module):
+    """Finite logits at the training length only: NaN for any shorter input (the whole split's last window)."""
+    def __init__(self, vocab_size, block_size=16):
+        super().__init__()
+        self.emb, self.head, self.block_size = nn.Embedding(vocab_size, 8), nn.Linear(8, vocab_size), block_size
+    def forward(self, idx):
+        x = self.head(self.emb(idx))
+        return x if idx.shape[1] == self.block_size else x * float("nan")
+'''
+
+
+def test_a_nan_final_validation_ends_the_run_with_exit_3_and_a_finding_not_no_problems(tmp_path, tiny_text_file,
+                                                                                       capsys):
+    """Every periodic evaluation is finite, the whole-split final validation is NaN: the run is kept, but the
+    diagnosis (at train end and from `depthlab diagnose`) names it and the run exits 3, as a non-finite training
+    loss does, pointing at `depthlab check`, which flags the NaN at the shorter lengths."""
+    src = tmp_path / "nanshort.py"
+    src.write_text(NAN_SHORT)
+    run = tmp_path / "r"
+    argv = ["train", "--data.path", str(tiny_text_file), "--model.source", f"{src}:NanShort", "--model.block_size",
+            "16", "--train.out_dir", str(run), "--train.max_iters", "10", "--train.eval_interval", "5",
+            "--train.max_time", "0", "--train.batch_size", "4", "--train.progress", "false"]
+    assert main(argv) == 3
+    out, err = capsys.readouterr()
+    assert "no problems" not in out + err
+    assert "(whole val split nan)" in out
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("depthlab: error: the final validation loss is not finite (nan nats over the whole val "
+                           "split, best weights of step 10)"), last
+    assert f"depthlab check {src}:NanShort tests the forward at many lengths" in last and str(run) in last
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["final_step"] == 10 and summary["final_validation"]["val_loss"] != summary["final_validation"][
+        "val_loss"]  # NaN, written; the run is kept
+    found = json.loads((run / "diagnosis.json").read_text())["findings"]
+    assert [f["rule"] for f in found] == ["exploding"] and "final validation loss is not finite" in found[0][
+        "evidence"] and found[0]["remedy"].startswith("not the learning rate: depthlab check")
+    assert main(["diagnose", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "no problems" not in out and "[exploding] the final validation loss is not finite" in out
+    assert main(["check", f"{src}:NanShort", "--data.path", str(tiny_text_file), "--block_size", "16",
+                 "--init", '{"block_size": 16}']) == 1
+    out = " ".join(capsys.readouterr().out.split())  # the report wraps its lines
+    assert "T=8, 15 fails (the logits hold NaN/inf)" in out and "hard-coded" not in out

@@ -53,7 +53,7 @@ def build_train_parser():
 def run_train(ns) -> int:
     """``depthlab train``: build the config, train with the default analytics, print the diagnosis."""
     from .analytics import default_callbacks
-    from .trainer import Trainer
+    from .trainer import Trainer, fit_checked
 
     from .training.autotune import Restart
 
@@ -97,7 +97,7 @@ def run_train(ns) -> int:
               f"OMP_WAIT_POLICY={r.env['OMP_WAIT_POLICY']} (read once, when torch loads)", flush=True)
         sys.stderr.flush()
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
-    trainer.fit()
+    fit_checked(trainer)
     return 0
 
 

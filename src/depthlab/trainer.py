@@ -33,7 +33,7 @@ from .errors import DepthlabError
 from .rundir import (MetricsWriter, default_out_dir, drop_replaced, restore_replaced,
                      truncate_metrics)
 from .training.checkpointer import Checkpointer, ResumePoint
-from .training.evaluator import Evaluator, val_perplexity  # noqa: F401 (re-exported)
+from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
     LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
 from .training import runlock
@@ -520,6 +520,16 @@ def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = 
         ``checkpoints/``).
 
     Raises:
-        DepthlabError: bad input; NonFiniteError; Interrupted.
+        DepthlabError: bad input; NonFiniteError (also when the final validation is not finite: the run is
+            kept); Interrupted.
     """
-    return Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log).fit()
+    return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log))
+
+
+def fit_checked(run: Trainer) -> Path:
+    """``run.fit()``, then :class:`NonFiniteError` when the final validation was not finite (the run is kept)."""
+    run_dir = run.fit()
+    err = nonfinite_final_error(run.evaluator.final_val, run.evaluator.best_val, run.cfg.model.source, run_dir)
+    if err is not None:
+        raise err
+    return run_dir

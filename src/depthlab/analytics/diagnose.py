@@ -18,7 +18,7 @@ positions of the final weights' loss by position do not beat position 0), ``no_g
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -120,8 +120,8 @@ def diagnose_run(run_dir: Path | str, thresholds: Optional[Thresholds] = None) -
     return diagnose_run_full(run_dir, thresholds)[0]
 
 
-def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = None
-                      ) -> tuple[list[Finding], list[str]]:
+def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = None,
+                      summary: Optional[dict] = None) -> tuple[list[Finding], list[str]]:
     """Diagnose a run directory, reading it once: (findings, :func:`rules_without_data` lines).
 
     Baselines are recomputed from the run's corpus when ``baselines.json`` is absent (runs made
@@ -129,8 +129,11 @@ def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = No
 
     Raises:
         DepthlabError: the folder does not exist, or lacks its config or metrics file.
+
+    ``summary``: the finishing run's summary, in place of a summary.json not written yet.
     """
-    d = diagnose(Evidence.from_run(run_dir, thresholds))
+    ev = Evidence.from_run(run_dir, thresholds)
+    d = diagnose(ev if summary is None else replace(ev, summary=summary))
     return list(d.findings), d.without_data()
 
 
@@ -180,7 +183,7 @@ class DiagnosisCallback(Callback):
         if not run.is_main:
             return
         try:
-            findings, without_data = diagnose_run_full(run.run_dir)
+            findings, without_data = diagnose_run_full(run.run_dir, summary=summary)
         except DepthlabError as e:  # never fail a finished training run over its diagnosis
             run.log(f"diagnosis skipped: {e}")
             return

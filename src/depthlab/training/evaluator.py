@@ -14,7 +14,7 @@ import torch
 from .. import checkpoint as ckpt
 from .. import evaluation
 from ..data import get_batch
-from ..errors import DepthlabError
+from ..errors import DepthlabError, NonFiniteError
 from ..rundir import RunDir
 from ..units import LN2, finite_or_none
 
@@ -253,3 +253,19 @@ class Evaluator:
                           "tokens": res.tokens, "of_tokens": res.of_tokens, "seconds": round(time.time() - t0, 3)}
         log(f"final validation, best weights (step {self.best_step}): "
             f"{evaluation.describe(res, block)}, {time.time() - t0:.1f}s")
+
+
+def nonfinite_final_error(final: Optional[dict], best_val: float, source: Optional[str],
+                          run_dir: Path) -> Optional[NonFiniteError]:
+    """The error a run ends with when its final validation is not finite (exit 3, as a non-finite training
+    loss with train.on_nonfinite stop), or None: the same weights' periodic evaluation was finite, so the
+    forward gives NaN/inf only for some of the whole split's inputs (its windows and batches can be shorter)."""
+    if final is None or math.isfinite(final["val_loss"]):
+        return None
+    where = (f"depthlab check {source} tests the forward at many lengths and names where the first NaN/inf is made"
+             if source else "look for an operation that makes NaN/inf only for some lengths or positions")
+    return NonFiniteError(
+        f"the final validation loss is not finite ({final['val_loss']} nats over the whole val split, best weights "
+        f"of step {final['step']}), though their periodic evaluation gave {best_val:.4f}: the forward gives NaN/inf "
+        f"for some inputs (the whole split is read in windows and batches that can be shorter than training's); "
+        f"{where}; the run and its checkpoints are kept in {run_dir}")

@@ -4,8 +4,8 @@ Nine rules with fixed names (scripts rely on them), each giving a :class:`CheckR
 (ok True = no problem found, False = a problem, None = could not run, with why), evidence with the
 numbers, parameter names and positions, and a remedy naming the knob:
 
-``shape``          the forward accepts the asked (B, T) and other sizes; a hard-coded batch size or
-                   length is found (other B and T are tried) and named, with the line of the file
+``shape``          the forward accepts the asked (B, T) and other sizes (with finite logits); a hard-coded
+                   batch size or length is found (other B and T are tried) and named, with the line of the file
 ``vocab``          the logits' last dimension against the corpus vocabulary; every id goes through
 ``finite``         the logits, the loss and every gradient at initialisation are finite (a NaN would
                    pass the comparisons of the rules below); names where the first non-finite value is

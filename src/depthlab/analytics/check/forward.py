@@ -47,13 +47,16 @@ class _Problem(str):
     """A failed attempt's one line, and whether it is :attr:`ModelFault.size_free`."""
 
     size_free = False
+    nonfinite = False
 
 
-def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int] = None) -> Optional[str]:
+def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int] = None,
+             finite: bool = False) -> Optional[str]:
     """None when the forward accepts (B, T) and returns (B, T, V) logits, else the problem in one line (a
     :class:`_Problem`).
 
     ``cap``: use token ids below it only (when the corpus's ids fail, to tell a vocabulary problem apart).
+    ``finite``: NaN/inf logits are a problem too (the sizes around a working one: the ``finite`` rule reads that).
     """
     x, _ = subject.batch(B, T, subject.rng(1))
     if cap is not None:
@@ -66,6 +69,10 @@ def _attempt(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[i
         problem.size_free = e.size_free
         return problem
     subject.model_vocab = int(logits.shape[-1])
+    if finite and not bool(torch.isfinite(logits).all()):
+        problem = _Problem("the logits hold NaN/inf")
+        problem.nonfinite = True
+        return problem
     return None
 
 
@@ -143,8 +150,8 @@ def _span(sizes) -> str:
 
 def _neighbours(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int]) -> tuple[dict, dict]:
     """{other batch: problem} and {shorter length: problem} for the sizes around a working (B, T)."""
-    bad_b = {b: e for b in sorted({1, B + 1} - {B}) if (e := _attempt(subject, model, b, T, cap))}
-    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0}) if (e := _attempt(subject, model, B, t, cap))}
+    bad_b = {b: e for b in sorted({1, B + 1} - {B}) if (e := _attempt(subject, model, b, T, cap, finite=True))}
+    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0}) if (e := _attempt(subject, model, B, t, cap, finite=True))}
     return bad_b, bad_t
 
 
@@ -179,7 +186,8 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     B0, T0 = found
     bad_b, bad_t = _neighbours(subject, model, B0, T0, cap)
     subject.B, subject.T = B0, T0
-    subject.batch_fixed = len(bad_b) == len({1, B0 + 1} - {B0})
+    nan = [e for e in [*bad_b.values(), *bad_t.values()] if getattr(e, "nonfinite", False)]
+    subject.batch_fixed = len(bad_b) == len({1, B0 + 1} - {B0}) and not nan
     ev: dict = {"asked": {"batch_size": B, "block_size": T}, "works_at": {"batch_size": B0, "block_size": T0},
                 "logits": [B0, T0, subject.model_vocab]}
     if asked_err:
@@ -191,7 +199,8 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     if bad_t:
         ev["failing_lengths"] = {str(t): e for t, e in bad_t.items()}
     fixed_b = B0 if subject.batch_fixed else None
-    fixed_t = T0 if bad_t and len(bad_t) == len({T0 // 2, T0 - 1} - {T0, 0}) else None
+    fixed_t = T0 if bad_t and len(bad_t) == len({T0 // 2, T0 - 1} - {T0, 0}) and not nan else None
+    ev["nonfinite_at_other_sizes"] = len(nan)
     ev["hard_coded_batch_size"], ev["hard_coded_length"] = fixed_b, fixed_t
     return _shape_verdict(ev, asked_err, bad_b, bad_t, fixed_b, fixed_t, length_asked)
 
@@ -222,10 +231,14 @@ def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict,
         parts.append(f"the checks run at T={T0}, the longest length that works (T={T0 + 1} fails)")
         return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
     remedy = []
-    if fixed_b or bad_b or fixed_t or bad_t or (asked_err and not only_longer):
+    sized = len(bad_b) + len(bad_t) > ev["nonfinite_at_other_sizes"]  # a size fails, not only NaN/inf
+    if fixed_b or fixed_t or sized or (asked_err and not only_longer):
         remedy.append("take the sizes from the input instead of writing numbers: B, T = idx.shape in forward "
                       "(and B, T, C = x.shape where x is reshaped), then view(B, T, n_head, C // n_head), "
                       "view(B, T, C), torch.arange(T); slice a mask built for the longest length: mask[:T, :T]")
+    if ev["nonfinite_at_other_sizes"]:
+        remedy.append("find what makes NaN/inf only at those sizes (a mask or table made for one length, a division "
+                      "by a count of positions): the final validation and sampling feed shorter inputs")
     if only_longer:
         remedy.append(f"the model accepts at most T={T0}: run with --block_size {T0} or build it with a longer "
                       "context (its position table and mask)")

@@ -199,7 +199,7 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     ln V, or a train loss that grew far above its minimum; the evidence lists every sign found."""
     signs = divergence(ev)
     if not signs:
-        return None
+        return _final_nonfinite(ev)
     at_init = _nonfinite_at_init(ev)
     if at_init:
         return at_init
@@ -219,6 +219,22 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     if wiring:
         parts.append(wiring)
     return Finding("exploding", "; ".join(signs), "; ".join(parts))
+
+
+def _final_nonfinite(ev: Evidence) -> Optional[Finding]:
+    """The final validation (summary.json) is not finite while every periodic evaluation was: the forward gives
+    NaN/inf only for some inputs (the whole split's shorter windows or batches), not a learning-rate problem."""
+    final = (ev.summary or {}).get("final_validation")
+    if not isinstance(final, dict) or "val_loss" not in final or finite_or_none(final["val_loss"]) is not None:
+        return None
+    source = ev.section("model").get("source")
+    where = (f"depthlab check {source} tests the forward at many lengths and names where the first NaN/inf is made"
+             if source else "look for an operation that makes NaN/inf only for some lengths or positions")
+    return Finding("exploding", f"the final validation loss is not finite ({final['val_loss']} nats over the whole "
+                                f"val split, best weights of step {final.get('step')}) while every periodic "
+                                "evaluation was finite: the forward gives NaN/inf for some inputs (the whole split "
+                                "is read in windows and batches that can be shorter than training's)",
+                   f"not the learning rate: {where}")
 
 
 def _nonfinite_at_init(ev: Evidence) -> Optional[Finding]:
