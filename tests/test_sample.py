@@ -373,7 +373,8 @@ class _NaNBeyond(torch.nn.Module):
 @pytest.mark.parametrize("temperature", [1.0, 0.0])
 def test_generate_stops_at_the_first_position_whose_logits_are_nan(temperature):
     """The prompt's logits are finite (position 2 of 3 < k = 5), so the prompt check passes; the token drawn at
-    position 6 comes from the logits at position 5: NaN. It printed noise (or newlines, greedy) and exit 0."""
+    position 6 (the sample's 7th token) comes from the logits at position 5: NaN. It printed noise (or newlines,
+    greedy) and exit 0; the refusal said "at position 6", read as the 6th token, which was drawn fine."""
     from depthlab.sample import NonFiniteLogits
 
     seen = []
@@ -381,8 +382,8 @@ def test_generate_stops_at_the_first_position_whose_logits_are_nan(temperature):
         generate(_NaNBeyond(5), torch.tensor([[1, 2, 3]]), 10, temperature=temperature,
                  generator=torch.Generator().manual_seed(0), on_token=seen.append, block_size=64)
     assert e.value.position == 6 and len(seen) == 3  # positions 3, 4, 5 drawn from finite logits
-    assert str(e.value) == ("the weights give non-finite logits (NaN) at position 6 of the sample (after the "
-                            "prompt's 3 tokens and 3 generated)")
+    assert str(e.value) == ("the weights give non-finite logits (NaN) while drawing token 7 of the sample (from the "
+                            "logits after its first 6 tokens: the prompt's 3 tokens and 3 generated)")
 
 
 def test_sample_refuses_in_one_line_when_the_logits_turn_nan_after_the_prompt(run, monkeypatch, capsys):
@@ -398,8 +399,9 @@ def test_sample_refuses_in_one_line_when_the_logits_turn_nan_after_the_prompt(ru
     rc = main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "20", "--seed", "3"])
     out, err = capsys.readouterr()
     assert rc == 2
-    assert err.splitlines()[-1] == (f"depthlab: error: {run}'s weights give non-finite logits (NaN) at position 8 of "
-                                    "the sample (after the prompt's 5 tokens and 3 generated); nothing more to sample "
+    assert err.splitlines()[-1] == (f"depthlab: error: {run}'s weights give non-finite logits (NaN) while drawing "
+                                    "token 9 of the sample (from the logits after its first 8 tokens: the prompt's 5 "
+                                    "tokens and 3 generated); nothing more to sample "
                                     f"(depthlab diagnose {run} looks for where the run went non-finite)")
     assert "Traceback" not in err and len(err.splitlines()) == 2  # the "sampling from" line and the refusal
     assert out.startswith("First") and out.endswith("\n") and len(out) == 5 + 3 + 1  # 3 tokens, then the line ends
@@ -414,9 +416,11 @@ def test_the_nan_refusal_counts_one_prompt_token_and_names_check_for_a_source_mo
 
     nan = torch.full((1, 65), float("nan"))
     e = NonFiniteLogits(nan, 3, 1)
-    assert e.where == "at position 3 of the sample (after the prompt's 1 token and 2 generated)"
+    assert e.where == ("while drawing token 4 of the sample (from the logits after its first 3 tokens: the prompt's "
+                       "1 token and 2 generated)")
     (tmp_path / "config.json").write_text(json.dumps({"model": {"source": "mine.py:MyGPT"}, "train": {}}))
     assert str(e.refusal(tmp_path)) == (
-        f"{tmp_path}'s model (model.source mine.py:MyGPT) gives non-finite logits (NaN) at position 3 of the sample "
-        "(after the prompt's 1 token and 2 generated); nothing more to sample (its forward or its weights: depthlab "
+        f"{tmp_path}'s model (model.source mine.py:MyGPT) gives non-finite logits (NaN) while drawing token 4 of the "
+        "sample (from the logits after its first 3 tokens: the prompt's 1 token and 2 generated); nothing more to "
+        "sample (its forward or its weights: depthlab "
         f"check mine.py:MyGPT tests the forward; depthlab diagnose {tmp_path} looks for where the run went non-finite)")

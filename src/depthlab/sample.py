@@ -165,15 +165,18 @@ def draw(probs: torch.Tensor, generator: Optional[torch.Generator] = None) -> to
 
 
 class NonFiniteLogits(DepthlabError):
-    """The next-token logits hold NaN or inf; ``where`` says for which position (the prompt, or a later one)."""
+    """The next-token logits hold NaN or inf; ``where`` says for which position (the prompt, or a later one).
+
+    ``position`` (t): the ids the logits follow; the token being drawn is the sample's (t + 1)-th, prompt included.
+    """
 
     def __init__(self, logits: torch.Tensor, t: int, prompt_len: int):
         self.kinds = " and ".join(k for k, bad in (("NaN", torch.isnan(logits).any()),
                                                    ("inf", torch.isinf(logits).any())) if bad)
         self.position = t
         self.where = ("for the prompt" if t == prompt_len else
-                      f"at position {t} of the sample (after the prompt's {counted(prompt_len, 'token')} and "
-                      f"{t - prompt_len} generated)")
+                      f"while drawing token {t + 1} of the sample (from the logits after its first {t} tokens: the "
+                      f"prompt's {counted(prompt_len, 'token')} and {t - prompt_len} generated)")
         super().__init__(f"the weights give non-finite logits ({self.kinds}) {self.where}")
 
     def refusal(self, run_dir: str | Path) -> DepthlabError:
