@@ -870,6 +870,32 @@ def _best_fix(run_dir: Path) -> str:
             "train the source run again")
 
 
+def unchecked_best(run_dir: Path) -> Optional[str]:
+    """Why ``run_dir``'s ``best.safetensors`` cannot be checked against manifest.json (``--init-from`` then loads it
+    unchecked, as a damaged manifest's refusal offers), or None when it matches its sha256 there.
+
+    Raises:
+        DepthlabError: the file does not match the manifest's sha256 of best (nor of a step checkpoint's weights).
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    m = ckdir / "manifest.json"
+    try:
+        data = json.loads(m.read_text())
+    except (OSError, ValueError) as e:
+        return f"{m} is {'missing' if not m.exists() else f'unreadable ({e})'}"
+    best = data.get("best") if isinstance(data, dict) else None
+    digest = (best.get("files") or {}).get("best.safetensors") if isinstance(best, dict) else None
+    if not isinstance(digest, str):
+        return f"{m} holds no sha256 of best.safetensors"
+    path = ckdir / "best.safetensors"
+    actual = sha256_file(path)
+    steps = [c for c in data.get("checkpoints") or [] if isinstance(c, dict) and isinstance(c.get("files"), dict)]
+    if actual == digest or actual in {h for c in steps for f, h in c["files"].items() if f.endswith(".safetensors")}:
+        return None  # a step's bytes: a kill between writing a new best and naming it (as verified_best)
+    raise DepthlabError(f"--init-from {run_dir}: {path} does not match its sha256 in manifest.json (corrupt or "
+                        f"replaced); {_best_fix(run_dir)}")
+
+
 def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch.Tensor]:
     """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export.
 
@@ -882,8 +908,8 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
         depthlab state dict.
 
     Raises:
-        DepthlabError: neither kind of folder, another tokenizer, or an export of another variant,
-            activation or bias setting.
+        DepthlabError: neither kind of folder, another tokenizer, an export of another variant, activation or
+            bias setting, or a best.safetensors that fails its sha256 (one that cannot be checked is a warning).
     """
     src = Path(src)
     if (src / CKPT_DIR).is_dir():
@@ -894,6 +920,10 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
             sd, meta = load_weights_file(path)
         except DepthlabError as e:
             raise DepthlabError(f"--init-from {src}: {e}; {_best_fix(src)}") from None
+        why = unchecked_best(src)  # after the load: a truncated file is named as such, with its fix
+        if why is not None:
+            warnings.warn(f"--init-from {src}: {path} could not be checked against the run's manifest ({why}); its "
+                          "weights are loaded unchecked")
         _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
         return sd
     try:

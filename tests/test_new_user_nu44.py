@@ -1,0 +1,66 @@
+"""A new user's findings (round nu44): --init-from a run whose checkpoints/manifest.json is damaged loaded its best
+weights unchecked without a word, and a best.safetensors changed in place loaded silently."""
+
+import json
+import shutil
+
+import pytest
+
+from depthlab.cli import main
+
+from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("good")
+    (d / "t.txt").write_text(TINY_TEXT)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=10)]) == 0
+    return d / "run"
+
+
+def _copy(good_run, tmp_path):
+    run = tmp_path / "src"
+    shutil.copytree(good_run, run)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    return run, run / "checkpoints" / "manifest.json", run / "checkpoints" / "best.safetensors"
+
+
+def _no_sha(manifest):
+    m = json.loads(manifest.read_text())
+    m["best"]["files"] = {}
+    manifest.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda m: m.write_text('{"format": 1, "checkpoints": ['), "is unreadable (Expecting value"),
+    (_no_sha, "holds no sha256 of best.safetensors")])
+def test_init_from_a_run_whose_manifest_cannot_check_best_says_so_in_one_warning(good_run, tmp_path, capsys,
+                                                                                 damage, why):
+    """As resume's refusal of a damaged manifest offers ("start a new run from its best weights, unchecked"), the
+    weights are loaded, and the one warning line says they were not checked and why."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    damage(manifest)
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new"))
+    assert rc == 0 and (tmp_path / "new" / "checkpoints" / "best.safetensors").exists()
+    warned = [line for line in err.splitlines() if "--init-from" in line]
+    assert warned == [f"depthlab: warning: --init-from {run}: {best} could not be checked against the run's manifest "
+                      f"({manifest} {why}" + warned[0].split(why, 1)[1]], err
+    assert warned[0].endswith("); its weights are loaded unchecked")
+
+
+def test_init_from_a_best_changed_in_place_is_refused_naming_its_intact_twin(good_run, tmp_path, capsys):
+    """A flipped byte in the tensors still parses: it loaded silently. Now the sha256 is checked, as sample does."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    data = bytearray(best.read_bytes())
+    data[-5] ^= 1
+    best.write_bytes(bytes(data))
+    twin = run / "checkpoints" / "step-000010.safetensors"
+    argv = ["train", "--init-from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new")]
+    rc, _, err = run_cli(capsys, *argv)
+    assert_clean_error(rc, err, f"--init-from {run}: {best} does not match its sha256 in manifest.json",
+                       f"(cp {twin} {best})")
+    assert not (tmp_path / "new").exists()
+    shutil.copyfile(twin, best)  # what the line says to do
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0 and "--init-from" not in err, err  # an intact best: nothing to say
