@@ -1,5 +1,6 @@
-"""A new user's findings (round nu44): --init-from a run whose checkpoints/manifest.json is damaged loaded its best
-weights unchecked without a word, and a best.safetensors changed in place loaded silently."""
+"""--init-from checks the source run's best.safetensors against its manifest: a damaged manifest gives one warning
+that the weights are loaded unchecked (they used to load without a word), a best that fails its sha256 is refused
+naming its intact twin (it loaded silently)."""
 
 import json
 import shutil

@@ -1,4 +1,4 @@
-"""A new user's findings (round nu39): a sweep folder given to diagnose/context/layers is named as one, with a run
+"""A sweep folder given to diagnose/context/layers is named as one, with a run
 to give instead, and the not-a-run line is the same for every command."""
 
 import json
