@@ -218,6 +218,32 @@ def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missi
 
 
 @pytest.mark.slow
+def test_an_interrupted_run_resumes_from_its_checkpoint_on_the_ray_backend(cluster, tiny_text_file, tmp_path,
+                                                                            monkeypatch):
+    from conftest import StopAt
+
+    from depthlab import analytics
+
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=8, train__eval_interval=2)
+    real, sw = analytics.train, tmp_path / "sw"
+    monkeypatch.setattr(analytics, "train", lambda cfg, callbacks=(), **k: real(cfg, [*callbacks, StopAt(4)], **k))
+    with pytest.raises(KeyboardInterrupt):  # stopped after step 4, as Ctrl-C would: a checkpoint, no summary.json
+        sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    monkeypatch.setattr(analytics, "train", real)
+    rd = rundir.RunDir(sw / "runs" / "n_layer-1")
+    assert rd.summary is None and (rd.path / "checkpoints" / "step-000004.safetensors").exists()
+    logs = []
+    sweep.run_sweep(spec, sw, threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
+    assert any("1 to run (1 of them resume from a checkpoint)" in line for line in logs), logs
+    rd = rundir.RunDir(rd.path)  # read afresh (a RunDir keeps what it read)
+    assert "resuming" in rd.file(rundir.TRAIN_LOG).read_text(), (logs, rd.sweep_status)
+    steps = [r["step"] for r in rd.metrics() if "val_loss" in r]
+    assert steps == [0, 2, 4, 6, 8]  # one history: steps 0-4 from before, 6 and 8 resumed, not again from step 0
+    assert rd.summary["final_step"] == 8 and rd.sweep_status["status"] == "ok"
+    assert rd.sweep_status["backend"] == "ray"
+
+
+@pytest.mark.slow
 def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path):
     import ray
 

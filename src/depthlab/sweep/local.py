@@ -32,6 +32,7 @@ from ..units import counted
 from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
+from ..training import runlock
 from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, cores,
                      parse_seeds, read_added, seeded_points)
 from .seeds import check_auto_seeds
@@ -148,7 +149,12 @@ def execute(job: dict, callbacks: Sequence = ()) -> dict:
         # the sweep's share of the cores is the run's given thread count: measured auto must not replace it,
         # nor read Ray's OMP_NUM_THREADS=1 in its workers as the user's
         cfg = {**cfg, "train": {**(cfg.get("train") or {}), "threads": int(job["threads"])}}
-    status, msg = _train_one(cfg, _run_log(run_dir), callbacks, job.get("hparams"))
+    had = runlock.is_held(run_dir)
+    try:
+        status, msg = _train_one(cfg, _run_log(run_dir), callbacks, job.get("hparams"))
+    finally:  # a run that ended in an exception (interrupted, non-finite) never closed its runtime: its folder
+        if not had:  # would stay locked while this process lives (an in-process sweep run again from a notebook)
+            runlock.release(run_dir)
     if status != "ok":  # a failure's message replaces a failed probe's
         message = msg
     torch.set_num_threads(old_threads)  # in-process runs leave the caller's setting as it was
