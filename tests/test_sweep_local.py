@@ -406,3 +406,21 @@ def test_sweep_warns_on_its_stderr_of_a_junk_omp_num_threads(tiny_text_file, tmp
         f"depthlab: warning: OMP_NUM_THREADS='abc' is not a thread count (a positive integer): depthlab ignores it "
         f"and {instead}; set it to a number (OMP_NUM_THREADS=1) or unset it"]
     assert "OMP_NUM_THREADS" not in out
+
+
+def test_a_ray_dry_run_says_what_ray_decides_not_the_local_pool(tiny_text_file, tmp_path, capsys):
+    """It said "2 workers x 1 thread": Ray runs trials that reserve --threads CPUs each, as many at a time as the
+    cluster holds (or --workers)."""
+    from conftest import run_cli
+
+    spec, sw = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}), tmp_path / "sw"
+    auto = sweep.dry_run(spec, sw, threads=1, backend="ray").splitlines()[-1]
+    assert " on Ray Tune trials of 1 CPU and 1 thread each (--threads), as many at a time as the cluster's CPUs " \
+           "hold (--workers caps it) (rough estimate" in auto and "worker x" not in auto
+    capped = sweep.dry_run(spec, sw, workers=1, threads=3, backend="ray").splitlines()[-1]
+    assert " on Ray Tune trials of 3 CPUs and 3 threads each (--threads), at most 1 at a time (--workers) (" in capped
+    rc, out, _ = run_cli(capsys, "sweep", "--grid", "model.n_layer=1,2", "--data.path", str(tiny_text_file),
+                         "--out_dir", str(sw), "--threads", "2", "--backend", "ray", "--dry_run")
+    assert rc == 0 and " on Ray Tune trials of 2 CPUs and 2 threads each (--threads), as many " in out
+    assert " on 2 workers x 1 thread (" in sweep.dry_run(spec, sw, workers=2, threads=1)  # the local pool's, as before
+    assert not sw.exists()

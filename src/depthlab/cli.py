@@ -614,7 +614,8 @@ def run_sweep(ns, argv: list[str]) -> int:
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:
-        print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds, threads=ns.threads))
+        print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds, threads=ns.threads, backend=ns.backend,
+                           rerun=ns.overwrite))
         return 0
     try:
         sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,

@@ -27,7 +27,8 @@ from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expa
                    varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
-           "clear_run_dir", "hold_sweep_dir", "resume_config", "write_plan", "check_corpora", "warm_token_cache",
+           "clear_run_dir", "hold_sweep_dir", "placement", "resume_config", "write_plan", "check_corpora",
+           "warm_token_cache",
            "Progress",
            "AUTO_MAX_SEEDS",
            "parse_seeds", "cell_key", "cell_seeds", "read_added", "add_seeds", "seeded_points"]
@@ -215,6 +216,24 @@ def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
         raise DepthlabError(f"--out_dir {sweep_dir} holds another sweep: it has {counted(len(stray), 'run')} not in "
                             f"this one (e.g. {stray[0]}); choose a new --out_dir, or run it with the grid it was made "
                             "with to continue it")
+
+
+def placement(backend: str, workers: int, threads: int, n_todo: int) -> tuple[int, int, str]:
+    """How ``n_todo`` runs are placed: (runs at a time the estimate divides by, threads per run, where in words).
+
+    ``workers``/``threads`` as :func:`depthlab.sweep.run_sweep` takes them (0 = automatic): the local pool runs
+    ``workers`` processes (one per core) of cores // workers threads; on Ray each trial reserves that many CPUs
+    and threads, and ``--workers`` caps the trials at a time (0: as many as the cluster's CPUs hold).
+    """
+    n_cores = cores()
+    n_workers = max(1, min(workers or n_cores, n_todo))
+    threads = threads or max(1, n_cores // n_workers)
+    if backend == "local":
+        return n_workers, threads, f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}"
+    at_once = f"at most {workers} at a time (--workers)" if workers else \
+        "as many at a time as the cluster's CPUs hold (--workers caps it)"
+    return n_workers, threads, (f"Ray Tune trials of {counted(threads, 'CPU')} and {counted(threads, 'thread')} "
+                                f"each (--threads), {at_once}")
 
 
 def check_counts(workers: int, threads: int) -> None:

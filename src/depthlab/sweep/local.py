@@ -33,8 +33,8 @@ from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
 from ..training import runlock
-from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, cores,
-                     parse_seeds, read_added, seeded_points)
+from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, parse_seeds,
+                     placement, read_added, seeded_points)
 from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
@@ -179,25 +179,27 @@ def _child_main(job: dict) -> None:
 
 # --------------------------------------------------------------------------- dry run (parent side)
 def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optional[str | int] = None,
-            threads: int = 0) -> str:
-    """The runs of ``spec`` with a time estimate each, and the total; nothing is run or written.
+            threads: int = 0, backend: str = "local", rerun: bool = False) -> str:
+    """The runs of ``spec`` still to do with a time estimate each, and the total; nothing is run or written.
 
     Args:
         spec: the sweep.
-        out_dir: the sweep directory the runs would go to.
-        workers: worker processes (0 = one per core).
+        out_dir: the sweep directory the runs would go to (its finished runs are not run again).
+        workers: worker processes (0 = one per core; Ray: trials at a time, 0 = as the cluster holds).
         threads: torch threads per run (0 = cores // workers, at least 1, as the real sweep picks them).
         seeds: ``--seeds``: ``N`` lists seeds 1..N of every cell; ``auto[:MAX]`` lists the first round
             (the seeds it adds depend on the results) and says so.
+        backend: ``local`` or ``ray`` (says how the runs would be placed, as the real sweep's first line).
+        rerun: ``--overwrite``: every run is to do, finished or not.
 
     Returns:
-        One line per run (``name ~seconds``), then a line with the run count, the estimated
-        minutes on that many workers (:func:`depthlab.sweep.estimate_seconds`) and ``out_dir``.
+        One line per run to do (``name ~seconds``), then a line with the run count (and how many are finished
+        already), the estimated minutes (:func:`depthlab.sweep.estimate_seconds`) and ``out_dir``.
 
     Raises:
         DepthlabError: an invalid grid point (names the run and the field), ``workers`` < 0, an
-            ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep), or a
-            ``data.path`` that is missing, a folder or empty.
+            ``out_dir`` the sweep itself would refuse (a file, a non-empty folder that is not a sweep, a finished
+            run made with another config), or a ``data.path`` that is missing, a folder or empty.
     """
     check_counts(workers, threads)
     mode = parse_seeds(seeds)
@@ -208,15 +210,20 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
                               mode[1] if mode and mode[0] == "fixed" else None)
     check_same_sweep(Path(out_dir), points)
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
-    nw = max(1, min(workers or cores(), len(points)))
-    where = f"{counted(nw, 'worker')} x {counted(threads or max(1, cores() // nw), 'thread')}"  # as run.py picks
+    done, todo = [], list(points)
+    nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
     lines, total = [], 0.0
-    for pt in points:
+    for pt in todo:
         e = estimate_seconds(pt.config)
         total += e
         lines.append(f"{pt.name:50s} ~{e:7.1f}s")
-    lines.append(f"{counted(len(points), 'run')}, about {total / nw / 60:.1f} min on {where} (rough estimate for an "
-                 f"idle CPU) -> {out_dir}")
+    if not todo:
+        lines.append(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished "
+                     f"-> {out_dir}")
+    else:
+        count = counted(len(points), "run") + (f" ({len(done)} already finished, {len(todo)} to run)" if done else "")
+        lines.append(f"{count}, about {total / nw / 60:.1f} min on {where} (rough estimate for an idle CPU) "
+                     f"-> {out_dir}")
     if mode and mode[0] == "auto":
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")

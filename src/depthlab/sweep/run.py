@@ -14,8 +14,8 @@ from ..units import counted
 from ..errors import DepthlabError
 from ..training import runlock
 from . import local
-from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir, cores,
-                     hold_sweep_dir, resume_config,
+from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir,
+                     hold_sweep_dir, placement, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, write_results
@@ -132,13 +132,9 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     done, todo = plan(points, sweep_dir, rerun=rerun)
     warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
     write_plan(sweep_dir, spec, points, added)
-    n_cores = cores()
-    n_workers = max(1, min(workers or n_cores, len(todo))) if todo else 1
-    threads = threads or max(1, n_cores // n_workers)
+    n_workers, threads, where = placement(backend, workers, threads, len(todo))
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
-    where = f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}" if backend == "local" else \
-        f"Ray Tune trials of {counted(threads, 'CPU')} and {counted(threads, 'thread')} each"
     jobs, varied = [], varied_fields(spec)
     for p in todo:  # an interrupted run continues from its checkpoint; any other unfinished one starts again
         config = None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config)
