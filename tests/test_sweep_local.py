@@ -424,3 +424,21 @@ def test_a_ray_dry_run_says_what_ray_decides_not_the_local_pool(tiny_text_file, 
     assert rc == 0 and " on Ray Tune trials of 2 CPUs and 2 threads each (--threads), as many " in out
     assert " on 2 workers x 1 thread (" in sweep.dry_run(spec, sw, workers=2, threads=1)  # the local pool's, as before
     assert not sw.exists()
+
+
+def test_a_dry_run_of_a_half_finished_sweep_counts_and_sizes_only_the_runs_still_to_do(tiny_text_file, tmp_path):
+    """It listed and estimated every run, finished ones too, on as many workers as runs."""
+    from depthlab.sweep.common import cores
+    from depthlab.units import counted
+
+    sw = tmp_path / "sw"
+    sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw, workers=1, threads=1, log=quiet)
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]})
+    est = sweep.estimate_seconds(sweep.expand(spec, sw)[1].config)
+    lines = sweep.dry_run(spec, sw).splitlines()
+    assert lines == [f"{'n_layer-2':50s} ~{est:7.1f}s",
+                     f"2 runs (1 already finished, 1 to run), about {est / 60:.1f} min on 1 worker x "
+                     f"{counted(cores(), 'thread')} (rough estimate for an idle CPU) -> {sw}"]
+    assert sweep.dry_run(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw) == \
+        f"nothing to run: 1 run had finished -> {sw}"
+    assert sweep.dry_run(spec, sw, workers=2, rerun=True).splitlines()[-1].startswith("2 runs, about ")  # --overwrite

@@ -34,7 +34,7 @@ from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
 from ..training import runlock
 from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, parse_seeds,
-                     placement, read_added, seeded_points)
+                     placement, plan, read_added, seeded_points)
 from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
@@ -210,7 +210,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
                               mode[1] if mode and mode[0] == "fixed" else None)
     check_same_sweep(Path(out_dir), points)
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
-    done, todo = [], list(points)
+    done, todo = plan(points, Path(out_dir), rerun=rerun)
     nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
     lines, total = [], 0.0
     for pt in todo:
