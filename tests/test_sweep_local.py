@@ -442,3 +442,34 @@ def test_a_dry_run_of_a_half_finished_sweep_counts_and_sizes_only_the_runs_still
     assert sweep.dry_run(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw) == \
         f"nothing to run: 1 run had finished -> {sw}"
     assert sweep.dry_run(spec, sw, workers=2, rerun=True).splitlines()[-1].startswith("2 runs, about ")  # --overwrite
+
+
+def test_runs_the_pool_stops_on_ctrl_c_get_their_progress_line_as_in_process(tiny_text_file, tmp_path):
+    """With --workers 2 the runs stopped by Ctrl-C got no [k/N] line (in-process they do)."""
+    import signal
+    import time
+
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "train.max_iters=4,100000", "--data.path",
+           str(tiny_text_file), "--model.n_layer", "1", "--model.n_embd", "16", "--model.n_head", "2",
+           "--model.block_size", "16", "--train.batch_size", "4", "--train.eval_interval", "100000",
+           "--train.eval_iters", "1", "--train.dtype", "float32", "--train.max_time", "0", "--threads", "1",
+           "--workers", "2", "--no-report", "--out-dir", str(sw)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    short, long_ = sw / "runs" / "max_iters-000004" / "summary.json", sw / "runs" / "max_iters-100000" / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (short.exists() and long_.exists()) and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1)  # the short run's line is out
+    proc.send_signal(signal.SIGINT)  # Ctrl-C to the sweep
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (out[-2000:], err[-2000:])
+    status = rundir.RunDir(sw / "runs" / "max_iters-100000").sweep_status
+    assert status["status"] == "interrupted" and status["message"].startswith("interrupted at step ")
+    lines = sorted(x for x in out.splitlines() if x.startswith("["))
+    assert [x[:5] for x in lines] == ["[1/2]", "[2/2]"], out
+    assert any(x[6:].startswith("max_iters-000004: ok best val ") for x in lines), out
+    assert f"max_iters-100000: interrupted in {status['wall_s']:.1f}s ({status['message']})" in {x[6:] for x in lines}

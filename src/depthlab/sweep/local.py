@@ -314,7 +314,10 @@ def _run_pool(jobs: list[dict], workers: int, progress: Progress) -> list[dict]:
     try:
         return _pool_loop(jobs, workers, progress, running)
     except KeyboardInterrupt:
-        _stop_workers([p for p, _, _ in running.values()])
+        stopped = list(running.values())
+        _stop_workers([p for p, _, _ in stopped])
+        for p, job, t0 in stopped:  # each gets its [k/N] line, as a run stopped in-process does
+            progress(reap(p, job, t0))
         raise
     finally:
         if old_term is not None:
