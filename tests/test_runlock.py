@@ -211,3 +211,33 @@ def test_a_sweep_folder_with_braces_in_its_name_gets_the_busy_line(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys, workers):
+    """``train --overwrite`` into a sweep's run said "being trained by another process": the sweep trains it, in
+    itself (--workers 1) or in a worker process."""
+    import signal
+
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", f"train.max_iters={'4,' * (workers > 1)}100000",
+           "--data.path", str(tiny_text_file), "--model.n_layer", "1", "--model.n_embd", "16", "--model.n_head", "2",
+           "--model.block_size", "16", "--train.batch_size", "4", "--train.eval_interval", "100000",
+           "--train.eval_iters", "1", "--train.max_time", "0", "--threads", "1", "--workers", str(workers),
+           "--no-report", "--out-dir", str(sw)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = sw / "runs" / "max_iters-100000"
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and not (run / "metrics.jsonl").exists() and proc.poll() is None:
+            time.sleep(0.05)
+        trainer = (run / ".lock").read_text().strip()
+        rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run), "--overwrite")
+        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
+        assert trainer == str(proc.pid) if workers == 1 else trainer != str(proc.pid)
+        assert rc == 2 and err == (f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), "
+                                   f"which is training it{worker}: wait for the sweep to end, or train into another "
+                                   "--train.out_dir\n"), err
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(120)

@@ -35,9 +35,8 @@ def _key(run_dir: Path) -> str:
     return str(Path(run_dir).resolve())
 
 
-def _holder_pid(run_dir: Path, fd: int) -> str:
-    """The pid holding the lock on the folder open as ``fd``: from /proc/locks (Linux) where it lists it, else
-    the one RUN/.lock names."""
+def _flock_pid(fd: int) -> Optional[str]:
+    """The pid holding a flock on the file open as ``fd``, from /proc/locks (Linux); None where it lists none."""
     st = os.fstat(fd)
     where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
@@ -49,10 +48,47 @@ def _holder_pid(run_dir: Path, fd: int) -> str:
                     return parts[4]
     except OSError:
         pass
+    return None
+
+
+def _holder_pid(run_dir: Path, fd: int) -> str:
+    """The pid holding the lock on the folder open as ``fd``: from /proc/locks (Linux) where it lists it, else
+    the one RUN/.lock names."""
+    pid = _flock_pid(fd)
+    if pid:
+        return pid
     try:
         return (Path(run_dir) / LOCK).read_text(encoding="ascii").strip() or "unknown"
     except (OSError, UnicodeDecodeError):
         return "unknown"
+
+
+def _sweep_holding(run_dir: Path) -> Optional[tuple[Path, str]]:
+    """(sweep folder, its pid) when ``run_dir`` is a run of a sweep (``SWEEP/runs/NAME`` beside ``SWEEP/sweep.json``)
+    that a sweep process holds now (its folder's lock, as /proc/locks lists it; only looked at, never taken)."""
+    sweep_dir = Path(run_dir).parent.parent
+    if Path(run_dir).parent.name != "runs" or not (sweep_dir / "sweep.json").is_file():
+        return None  # the names depthlab.sweep.spec gives (RUNS, SWEEP_JSON): this layer does not import it
+    try:
+        fd = os.open(sweep_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+    try:
+        pid = _flock_pid(fd)
+    finally:
+        os.close(fd)
+    return (sweep_dir, pid) if pid else None
+
+
+def _busy_line(run_dir: Path, pid: str) -> str:
+    """The default refusal of a folder another process holds: a sweep's run says the sweep trains it."""
+    swept = _sweep_holding(run_dir)
+    if swept:
+        return (f"{run_dir} is a run of the sweep running in {swept[0]} (pid {swept[1]}), which is training it"
+                f"{f' in its worker (pid {pid})' if pid != swept[1] else ''}: wait for the sweep to end, or train "
+                "into another --train.out_dir")
+    return (f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, or train into another "
+            "--train.out_dir")
 
 
 def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
@@ -86,8 +122,7 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     except BlockingIOError:
         pid = _holder_pid(Path(run_dir), fd)
         os.close(fd)
-        raise DepthlabError(busy.replace("{pid}", pid) if busy else f"{run_dir} is being trained by another process "
-                            f"(pid {pid}): wait for it to end, or train into another --train.out_dir") from None
+        raise DepthlabError(busy.replace("{pid}", pid) if busy else _busy_line(Path(run_dir), pid)) from None
     except OSError as e:  # a filesystem that cannot lock a folder (some network mounts): the lock only guards
         from .runtime import console  # against a mistake, so the run goes on, unguarded, and says so
 
