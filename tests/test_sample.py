@@ -346,6 +346,30 @@ def test_sample_warns_once_of_an_omp_num_threads_that_is_not_a_count_in_train_s_
     assert "OMP_NUM_THREADS" not in cap.out and cap.out.startswith("First")
 
 
+@pytest.mark.parametrize("flag", [[], ["--threads", "CORES+1"]])
+def test_sample_honours_and_warns_of_more_threads_than_cores_in_train_s_words(run, monkeypatch, capsys, flag):
+    """``OMP_NUM_THREADS=999 depthlab train`` warned (and ran 999 threads); ``sample`` (every command setting threads
+    through cli_parser.set_threads) said nothing. Now the same warning (machine.oversubscribed_threads), the same
+    count run."""
+    import os
+
+    cores = os.cpu_count() or 1
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
+    flag = [f if f != "CORES+1" else str(cores + 1) for f in flag]
+    before = torch.get_num_threads()
+    try:
+        assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5", *flag]) == 0
+        used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    said, fix = ((f"--threads {cores + 1}", f"--threads {cores}, or 0") if flag else
+                 (f"OMP_NUM_THREADS={cores + 1}", f"OMP_NUM_THREADS={cores}, or unset it"))
+    assert used == cores + 1
+    assert [x for x in capsys.readouterr().err.splitlines() if "warning" in x] == [
+        f"depthlab: warning: {said} is more than this machine's {cores} cores; oversubscribed threads make each "
+        f"step slower (try {fix})"]
+
+
 @pytest.mark.parametrize("raw", ["1", None])
 def test_sample_gives_no_thread_warning_for_a_count_or_no_omp_num_threads(run, monkeypatch, capsys, raw):
     if raw is None:

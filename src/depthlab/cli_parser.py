@@ -85,8 +85,9 @@ def config_from(ns) -> Any:
 
 
 def set_threads(n: int, cap: Optional[int] = None) -> None:
-    """A command's ``--threads n`` (0: torch's default, at most ``cap`` when given); an ``OMP_NUM_THREADS``
-    that is not a thread count gets the one warning every command gives (``depthlab train``'s too).
+    """A command's ``--threads n`` (0: ``OMP_NUM_THREADS`` when it is a thread count, honoured as ``depthlab train``
+    honours it, else torch's default, at most ``cap`` when given); an ``OMP_NUM_THREADS`` that is not a thread
+    count, and a given count above the cores, get the one warning every command gives (``depthlab train``'s too).
 
     Raises:
         DepthlabError: ``n`` is not a thread count.
@@ -94,13 +95,18 @@ def set_threads(n: int, cap: Optional[int] = None) -> None:
     import torch
 
     from .config import check_threads
-    from .training.machine import ignored_env_threads
+    from .training.machine import env_threads, ignored_env_threads, oversubscribed_threads
     from .training.runtime import console
     from .units import counted
 
     check_threads(n, "--threads")
-    if n:
-        torch.set_num_threads(n)
+    env = min(env_threads(), cap or env_threads())  # honoured as train honours it (torch caps it at the cores)
+    given, knob = (n, "--threads") if n else (env, "OMP_NUM_THREADS")
+    too_many = oversubscribed_threads(given, knob) if given else None
+    if too_many:
+        console(f"warning: {too_many}")
+    if given:
+        torch.set_num_threads(given)
     elif cap:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), cap)))
     warning = ignored_env_threads(f"lets --threads {n} set the thread count" if n else

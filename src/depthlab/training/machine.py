@@ -15,7 +15,8 @@ from typing import Optional
 from ..config import MAX_THREADS
 
 __all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "ignored_env_threads",
-           "machine_name", "omp_free", "omp_policy", "policy_key", "read_cache", "start_policy"]
+           "machine_name", "omp_free", "omp_policy", "oversubscribed_threads", "policy_key", "read_cache",
+           "start_policy"]
 
 #: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
 #: policy the user exported is theirs and is never changed).
@@ -52,6 +53,21 @@ def ignored_env_threads(instead: str) -> Optional[str]:
             else "is not a thread count (a positive integer)")
     return (f"OMP_NUM_THREADS={raw!r} {what}: depthlab ignores it and {instead}; "
             "set it to a number (OMP_NUM_THREADS=1) or unset it")
+
+
+def oversubscribed_threads(n: int, knob: str) -> Optional[str]:
+    """The one warning (without ``warning: ``) for a given thread count above the cores, or None. Every command
+    that runs torch work honours a given count and says it in these words.
+
+    Args:
+        n: the threads given. knob: what gave them: ``OMP_NUM_THREADS``, ``train.threads`` or ``--threads``.
+    """
+    cores = os.cpu_count() or 1
+    if n <= cores:
+        return None
+    said, fix = ((f"OMP_NUM_THREADS={n}", f"OMP_NUM_THREADS={cores}, or unset it") if knob == "OMP_NUM_THREADS"
+                 else (f"{knob} {n}", f"--{knob.lstrip('-')} {cores}, or 0"))
+    return f"{said} is more than this machine's {cores} cores; oversubscribed threads make each step slower (try {fix})"
 
 
 def cpu_model() -> str:

@@ -21,7 +21,7 @@ from ..config import RunConfig, TrainConfig, check_device_name
 from ..data import get_batch
 from ..errors import DepthlabError
 from . import hostmem
-from .machine import env_threads, omp_policy
+from .machine import env_threads, omp_policy, oversubscribed_threads
 
 __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "given_threads", "omp_policy",
            "resolve_device", "training_memory_bytes", "use_bf16", "use_explicit_attention"]
@@ -302,12 +302,9 @@ class Runtime:
     def _set_threads(self) -> None:
         n, knob = self.given_threads()
         if n:
-            cores = os.cpu_count() or 1
-            if n > cores:
-                said, fix = ((f"train.threads {n}", f"--train.threads {cores}, or 0") if knob == "train.threads"
-                             else (f"OMP_NUM_THREADS={n}", f"OMP_NUM_THREADS={cores}, or unset it"))
-                self.log(f"warning: {said} is more than this machine's {cores} cores; "
-                         f"oversubscribed threads make each step slower (try {fix})")
+            warning = oversubscribed_threads(n, knob)
+            if warning:
+                self.log(f"warning: {warning}")
             torch.set_num_threads(n)
         elif self.world_size > 1:  # share the cores between the local processes instead of oversubscribing
             local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
