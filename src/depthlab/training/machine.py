@@ -87,27 +87,35 @@ def machine_name() -> str:
     return f"{cpu_model()} x{os.cpu_count() or 1}"
 
 
+def _proc_stat() -> Optional[tuple[int, int]]:
+    """All cores' (total, idle + iowait) time from /proc/stat, in clock ticks; None where it is unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(v), v[3] + (v[4] if len(v) > 4 else 0)
+
+
+def _own_cpu_ticks() -> float:
+    """This process's CPU time (all its threads, user + system), in /proc/stat's clock ticks."""
+    t = os.times()
+    return (t.user + t.system) * os.sysconf("SC_CLK_TCK")
+
+
 def busy_cores(window_s: float = 0.15) -> int:
-    """How many cores other processes keep busy now: non-idle time over ``window_s`` from /proc/stat, rounded.
-
-    Read while this process sleeps, so its own threads do not count. 0 where /proc/stat is missing.
+    """How many cores other processes keep busy now: non-idle time over ``window_s`` from /proc/stat, less
+    this process's own CPU time over the same window (OpenMP threads spinning after torch work measured the
+    run's own load as "2 of 2 cores busy"), rounded. 0 where /proc/stat is missing.
     """
-    def read() -> Optional[tuple[int, int]]:
-        try:
-            with open("/proc/stat") as f:
-                v = [int(x) for x in f.readline().split()[1:]]
-        except (OSError, ValueError):
-            return None
-        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-        return sum(v), idle
-
-    a = read()
+    a, own_a = _proc_stat(), _own_cpu_ticks()
     time.sleep(window_s)
-    b = read()
+    b, own_b = _proc_stat(), _own_cpu_ticks()
     if a is None or b is None or b[0] <= a[0]:
         return 0
-    busy_share = 1.0 - (b[1] - a[1]) / (b[0] - a[0])
-    return int(round(busy_share * (os.cpu_count() or 1)))
+    total = b[0] - a[0]
+    others = max(0.0, total - (b[1] - a[1]) - max(0.0, own_b - own_a))
+    return int(round(min(1.0, others / total) * (os.cpu_count() or 1)))
 
 
 def omp_free() -> bool:
