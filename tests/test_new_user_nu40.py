@@ -79,8 +79,7 @@ def test_one_timed_candidate_is_one_candidate(tmp_path, tiny_text_file, capsys, 
     rc, out, err = run_cli(capsys, "train", *args)
     assert rc == 0, err
     said = [x for x in (out + err).splitlines() if x.startswith("auto settings:")]
-    assert said[0] == ("auto settings: timing 1 candidate of threads / dtype / attention / OpenMP waiting at this "
-                       "run's shape (up to about 3 s, once per machine, load and shape; cached)"), said
-    assert re.fullmatch(r"auto settings: 1 thread, float32, sdpa, \w+ \(train\.dtype, "
-                        r"train\.attention as given; \d+ ms/step; 1 candidate, measured in [\d.]+ s, \d+ of \d+ "
-                        r"cores busy with other work\)", said[1]), said
+    # and then (nu47): one possible setting is not timed at all ("1 candidate, measured in 1.0 s" measured nothing)
+    assert len(said) == 1 and re.fullmatch(r"auto settings: 1 thread, float32, sdpa, \w+ \(train\.dtype, "
+                                           r"train\.attention as given; only one setting possible, not timed\)",
+                                           said[0]), said

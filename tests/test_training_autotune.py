@@ -160,6 +160,23 @@ def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one(monkeyp
     assert calls == [1, 2, 1, 1]
 
 
+def test_a_single_possible_setting_is_not_timed(tmp_path, monkeypatch, chosen_by_depthlab, capsys):
+    """One core, dtype and attention given: the one candidate was "timed" ("1 candidate, measured in 2.9 s")."""
+    from depthlab.model import GPT
+
+    monkeypatch.setattr(at.os, "cpu_count", lambda: 1)
+    monkeypatch.setenv(at.SWITCH, "on")  # even where measuring is asked for
+    monkeypatch.setattr(at, "time_settings", lambda *a, **k: pytest.fail("timed a single candidate"))
+    monkeypatch.setattr(at, "busy_cores", lambda window_s=0.15: pytest.fail("read the load for nothing"))
+    cfg = _long_cfg(tmp_path, dtype="float32", attention="explicit")
+    cfg = type(cfg)(cfg.data, type(cfg.model)(**{**cfg.model.__dict__, "vocab_size": 11}), cfg.train)
+    t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=True)
+    assert t.setting == S(1, attention="explicit") and t.source == "rule" and t.ms_per_step == {}
+    assert t.line(["train.dtype", "train.attention"]) == (
+        "auto settings: 1 thread, float32, explicit, passive (train.dtype, train.attention as given; "
+        "only one setting possible, not timed)")
+
+
 def test_a_short_run_is_not_measured(tmp_path, monkeypatch, chosen_by_depthlab):
     from depthlab.model import GPT
 

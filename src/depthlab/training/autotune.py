@@ -402,6 +402,10 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
                               rule.attention if own or t.attention != "auto" else s.attention, s.omp_wait)
         old.source, old.why = "resumed", "the settings this run started with"
         return _maybe_restart(old, policy, restart_ok)
+    switch = restart_ok and omp_free()
+    order = candidates(t, os.cpu_count() or 1, native, policy, switch, own=own)
+    if len(order) == 1:  # nothing to choose: timing it would only cost time
+        return Tuning(order[0], "rule", "only one setting possible, not timed")
     busy = busy_cores()
     key = cache_key(cfg, busy)
     hit = Tuning.from_record(read_cache().get(key) or {})
@@ -410,7 +414,6 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
         if own:  # the model's own attention, whatever an older record says
             hit.setting = replace(hit.setting, attention=OWN_ATTENTION)
         return _maybe_restart(hit, policy, restart_ok)
-    switch = restart_ok and omp_free()
     return _maybe_restart(_measure(cfg, model, t, native, policy, rule, busy, key, log, switch), policy, restart_ok)
 
 
