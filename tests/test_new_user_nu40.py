@@ -45,7 +45,8 @@ def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path
     for f in (run / "checkpoints").glob("step-*.safetensors"):
         f.unlink()
     head = (f"depthlab: error: cannot resume {run}: no intact step checkpoint in {run / 'checkpoints'}: each one "
-            "listed in manifest.json has a file that is missing or fails its sha256 check; restore its checkpoints/ "
+            "listed in manifest.json has a file that is missing or fails its sha256 check (step-000020.safetensors "
+            "missing, step-000015.safetensors missing); restore its checkpoints/ "
             "from a copy of the run, ")
     rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
     assert rc == 2 and out == ""

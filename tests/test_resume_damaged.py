@@ -68,6 +68,22 @@ def test_a_deleted_step_file_is_called_missing_and_a_truncated_one_a_sha256_mism
     assert "missing or corrupt" not in err
 
 
+def test_when_every_step_checkpoint_is_damaged_the_refusal_names_each_file_and_its_fault(run30, capsys):
+    """The one error said "each one ... is missing or fails its sha256 check" and which files were lost."""
+    ck = run30 / "checkpoints"
+    steps = sorted(p.name for p in ck.glob("step-*.safetensors"))
+    assert len(steps) == 2, steps
+    (ck / steps[-1]).unlink()
+    (ck / steps[0]).write_bytes((ck / steps[0]).read_bytes()[:1000])
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "falling back" not in err, err  # there is nothing to fall back to
+    assert (f"no intact step checkpoint in {ck}: each one listed in manifest.json has a file that is missing or "
+            f"fails its sha256 check ({steps[-1]} missing, {steps[0]} fails its sha256); restore its checkpoints/"
+            in err), err
+
+
 def _kept_line(run, val, step):
     return f"; a better best is kept aside: checkpoints/best-step-{step:06d}.safetensors (val {val:.4f} at step {step})"
 

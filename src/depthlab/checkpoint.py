@@ -410,16 +410,20 @@ def latest_checkpoint(run_dir: Path) -> Optional[dict]:
     """
     ckdir = Path(run_dir) / CKPT_DIR
     manifest = _read_manifest(ckdir)
+    damaged = []  # (file name, missing?) of each newer checkpoint that failed
     for entry in reversed(manifest["checkpoints"]):
         bad = _verified(ckdir, entry["files"])
         if bad is None:
+            for name, missing in damaged:
+                fault = ("is missing (deleted?)" if missing else
+                         "does not match its sha256 in manifest.json (damaged or replaced)")
+                warnings.warn(f"checkpoint file {ckdir / name} {fault}; falling back to the previous checkpoint")
             return entry
-        fault = ("is missing (deleted?)" if not (ckdir / bad).exists() else
-                 "does not match its sha256 in manifest.json (damaged or replaced)")
-        warnings.warn(f"checkpoint file {ckdir / bad} {fault}; falling back to the previous checkpoint")
+        damaged.append((bad, not (ckdir / bad).exists()))
     if manifest["checkpoints"]:
+        which = ", ".join(f"{name} {'missing' if missing else 'fails its sha256'}" for name, missing in damaged)
         raise NoIntactCheckpoint(f"no intact step checkpoint in {ckdir}: each one listed in manifest.json has a file "
-                            "that is missing or fails its sha256 check")
+                                 f"that is missing or fails its sha256 check ({which})")
     return None
 
 
