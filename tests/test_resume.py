@@ -966,6 +966,43 @@ def test_a_damaged_manifest_is_named_with_the_ways_forward_and_nothing_is_touche
     assert (new / "summary.json").is_file() and _snapshot(run20) == before
 
 
+def _no_sha_of_best(m):
+    m["best"]["files"] = {}
+
+
+def _checkpoint_files_a_list(m):
+    m["checkpoints"][0]["files"] = []
+
+
+def _empty_sha_of_a_step(m):
+    m["checkpoints"][-1]["files"]["step-000020.safetensors"] = ""
+
+
+@pytest.mark.parametrize("edit,fault", [(_no_sha_of_best, "holds no sha256 of best.safetensors"),
+                                        (_checkpoint_files_a_list, "holds no sha256 of the checkpoint of step 10"),
+                                        (_empty_sha_of_a_step, "holds no sha256 of step-000020.safetensors")])
+def test_a_manifest_entry_without_a_sha256_is_refused_as_a_damaged_manifest(run20, tmp_path, capsys, edit, fault):
+    """A new user's pass (nu49): a hand-edited manifest whose sha256 entries were emptied made resume continue and
+    sample print "sampling from best.safetensors" (nothing to compare, nothing found wrong), or crashed on a list.
+    A file with no sha256 cannot be checked: refused as a damaged manifest, as --init-from warns of one."""
+    m = run20 / "checkpoints" / "manifest.json"
+    data = json.loads(m.read_text())
+    edit(data)
+    m.write_text(json.dumps(data))
+    before = _snapshot(run20)
+    for argv in (["train", "--resume", str(run20), "--train.max_iters", "30"], ["sample", str(run20)],
+                 ["export", str(run20), str(tmp_path / "hf")], ["context", str(run20)]):
+        capsys.readouterr()
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert_clean_error(rc, err, f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so "
+                           "depthlab neither reads nor replaces them; restore manifest.json from a copy of the run, "
+                           f"or start a new run from its best weights, unchecked: depthlab train --init-from {run20} "
+                           "--train.out_dir NEW_DIR")
+        assert "sampling from" not in err + out and "resuming" not in out, argv
+        assert _snapshot(run20) == before and not (tmp_path / "hf").exists()
+
+
 def test_tensorboard_after_fallback_resume_has_one_point_per_step(tmp_path, tiny_text_file):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

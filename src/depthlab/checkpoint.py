@@ -143,7 +143,26 @@ def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
     if int(data.get("format", 0)) > FORMAT_VERSION:
         raise DepthlabError(f"{m} has checkpoint format {data.get('format')}, newer than this depthlab "
                             f"understands ({FORMAT_VERSION}); upgrade depthlab")
+    labelled = [*((c, f"the checkpoint of step {c.get('step')}" if isinstance(c, dict) else "a checkpoint")
+                  for c in data["checkpoints"]), *([(data["best"], "best.safetensors")] if data["best"] else []),
+                *((k, "a best kept aside") for k in data.get("kept") or [])]
+    fault = next((f for f in (_unverifiable(e, what) for e, what in labelled) if f is not None), None)
+    if fault is not None:
+        raise _damaged_manifest(m, fault)
     return data
+
+
+def _unverifiable(entry: Any, what: str) -> Optional[str]:
+    """Why the manifest entry ``entry`` (of ``what``) cannot be checked: ``holds no sha256 of X`` (it lists no files,
+    not the file ``what`` names, or a file whose recorded sha256 is empty or not one), or None. The one test of "is
+    this entry verifiable" (:func:`_read_manifest`, :func:`unchecked_best`): a file without a sha256 is neither
+    intact nor damaged."""
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, dict) or not files or (what.endswith(".safetensors") and what not in files):
+        return f"holds no sha256 of {what}"
+    bad = next((f for f, h in files.items() if not (isinstance(h, str) and len(h) == 64
+                                                     and all(c in "0123456789abcdef" for c in h))), None)
+    return None if bad is None else f"holds no sha256 of {bad}"
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dict[str, Any],
@@ -888,9 +907,10 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
     except (OSError, ValueError) as e:
         return f"{m} is {'missing' if not m.exists() else f'unreadable ({e})'}"
     best = data.get("best") if isinstance(data, dict) else None
-    digest = (best.get("files") or {}).get("best.safetensors") if isinstance(best, dict) else None
-    if not isinstance(digest, str):
-        return f"{m} holds no sha256 of best.safetensors"
+    fault = _unverifiable(best, "best.safetensors")
+    if fault is not None:
+        return f"{m} {fault}"
+    digest = best["files"]["best.safetensors"]
     path = ckdir / "best.safetensors"
     actual = sha256_file(path)
     steps = [c for c in data.get("checkpoints") or [] if isinstance(c, dict) and isinstance(c.get("files"), dict)]
