@@ -1,4 +1,5 @@
 """One process trains a run folder at a time: RUN/.lock (training/runlock.py)."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -213,10 +214,10 @@ def test_a_sweep_folder_with_braces_in_its_name_gets_the_busy_line(tmp_path):
         child.wait()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys, workers):
-    """``train --overwrite`` into a sweep's run said "being trained by another process": the sweep trains it, in
-    itself (--workers 1) or in a worker process."""
+@contextlib.contextmanager
+def _sweep_training(tmp_path, tiny_text_file, workers):
+    """A sweep (in a subprocess) training its run ``max_iters-100000``, in itself (--workers 1) or in a worker
+    process: yields (sweep folder, the run, the sweep's process, the pid RUN/.lock names); stopped on exit."""
     import signal
 
     sw = tmp_path / "sw"
@@ -232,12 +233,36 @@ def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny
         while time.time() < deadline and not (run / "metrics.jsonl").exists() and proc.poll() is None:
             time.sleep(0.05)
         trainer = (run / ".lock").read_text().strip()
-        rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run), "--overwrite")
-        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
         assert trainer == str(proc.pid) if workers == 1 else trainer != str(proc.pid)
-        assert rc == 2 and err == (f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), "
-                                   f"which is training it{worker}: wait for the sweep to end, or train into another "
-                                   "--train.out_dir\n"), err
+        yield sw, run, proc, trainer
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys, workers):
+    """``train --overwrite`` into a sweep's run said "being trained by another process": the sweep trains it, in
+    itself (--workers 1) or in a worker process."""
+    with _sweep_training(tmp_path, tiny_text_file, workers) as (sw, run, proc, trainer):
+        rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run), "--overwrite")
+        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
+        assert rc == 2 and err == (f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), "
+                                   f"which is training it{worker}: wait for the sweep to end, or train into another "
+                                   "--train.out_dir\n"), err
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_resume_of_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys,
+                                                                              workers):
+    """nu49: ``train --resume SWEEP/runs/NAME`` said "being trained by another process (pid N)", naming neither the
+    sweep nor, with --workers 2, the process the user started; it names the sweep as a plain train's refusal does."""
+    with _sweep_training(tmp_path, tiny_text_file, workers) as (sw, run, proc, trainer):
+        before = (run / "config.json").read_text()
+        rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
+        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
+        assert rc == 2 and out == "" and err == (
+            f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), which is training "
+            f"it{worker}: wait for the sweep to end; then --resume it again: it resumes from the latest checkpoint "
+            "the sweep leaves\n"), err
+        assert (run / "config.json").read_text() == before

@@ -227,7 +227,7 @@ class Checkpointer:
         rd = RunDir(self.run_dir)
         if self.runtime.is_main and self.run_dir.is_dir():
             # before anything is written: one process trains a run at a time
-            runlock.hold(self.run_dir, self.runtime, runlock.resuming(self.run_dir))
+            runlock.hold(self.run_dir, self.runtime, resume=True)
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed

@@ -80,23 +80,27 @@ def _sweep_holding(run_dir: Path) -> Optional[tuple[Path, str]]:
     return (sweep_dir, pid) if pid else None
 
 
-def _busy_line(run_dir: Path, pid: str) -> str:
-    """The default refusal of a folder another process holds: a sweep's run says the sweep trains it."""
+def _busy_line(run_dir: Path, pid: str, resume: bool = False) -> str:
+    """The default refusal of a folder another process holds: a sweep's run says the sweep trains it. ``resume``: the
+    refusal of a ``--resume``: wait, then resume (not a new run's "another --train.out_dir")."""
     swept = _sweep_holding(run_dir)
     if swept:
-        return (f"{run_dir} is a run of the sweep running in {swept[0]} (pid {swept[1]}), which is training it"
-                f"{f' in its worker (pid {pid})' if pid != swept[1] else ''}: wait for the sweep to end, or train "
-                "into another --train.out_dir")
-    return (f"{run_dir} is being trained by another process (pid {pid}): wait for it to end, or train into another "
-            "--train.out_dir")
+        who, it, by = (f"is a run of the sweep running in {swept[0]} (pid {swept[1]}), which is training it"
+                       f"{f' in its worker (pid {pid})' if pid != swept[1] else ''}", "the sweep", "the sweep")
+    else:
+        who, it, by = f"is being trained by another process (pid {pid})", "it", "that process"
+    then = (f"; then --resume it again: it resumes from the latest checkpoint {by} leaves" if resume else
+            ", or train into another --train.out_dir")
+    return f"{run_dir} {who}: wait for {it} to end{then}"
 
 
-def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
+def hold(run_dir: Path, runtime=None, busy: str = "", resume: bool = False) -> None:
     """Take this process's lock on the existing folder ``run_dir`` (kept while it holds it already), writing
     nothing; held until the process ends or, with a ``runtime``, until its ``close()`` (the run finished: a
     notebook that trained a run does not keep it from another process). ``busy``: the refusal when another
     process holds it, ``{pid}`` standing for its pid (replaced, not ``str.format``: a folder's name may
-    hold braces) (default: the run folder's, naming --train.out_dir).
+    hold braces) (default: the run folder's, naming --train.out_dir, or with ``resume`` --resume; a sweep's run
+    names the sweep).
 
     Raises:
         DepthlabError: another process holds it (naming its pid), or the folder cannot be opened.
@@ -122,7 +126,7 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
     except BlockingIOError:
         pid = _holder_pid(Path(run_dir), fd)
         os.close(fd)
-        raise DepthlabError(busy.replace("{pid}", pid) if busy else _busy_line(Path(run_dir), pid)) from None
+        raise DepthlabError(busy.replace("{pid}", pid) if busy else _busy_line(Path(run_dir), pid, resume)) from None
     except OSError as e:  # a filesystem that cannot lock a folder (some network mounts): the lock only guards
         from .runtime import console  # against a mistake, so the run goes on, unguarded, and says so
 
@@ -130,13 +134,6 @@ def hold(run_dir: Path, runtime=None, busy: str = "") -> None:
                 "into it at the same time: start one at a time")
     _HELD[key] = [fd, False]
     _release_on_close(run_dir, runtime)
-
-
-def resuming(run_dir: Path) -> str:
-    """The refusal (:func:`hold`'s ``busy``) of a ``--resume`` of a run another process trains: wait, then resume
-    (not a new run's "another --train.out_dir")."""
-    return (f"{run_dir} is being trained by another process (pid {{pid}}): wait for it to end; then --resume it again: "
-            "it resumes from the latest checkpoint that process leaves")
 
 
 def mark(run_dir: Path) -> None:
@@ -183,4 +180,4 @@ def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path
     return replaced
 
 
-__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release", "resuming"]
+__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release"]
