@@ -20,10 +20,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from depthlab import checkpoint as ckpt, data as D, train
 from depthlab.budget import FIT_STEPS
 from depthlab.callbacks import Callback
-from depthlab.checkpoint import (RESUME_NOTED, RESUME_SCHEDULE, RESUME_SILENT, latest_checkpoint, payload_sha256,
-                                 resume_changes)
+from depthlab.checkpoint import latest_checkpoint, payload_sha256
 from depthlab.cli import main
 from depthlab.config import RunConfig
+from depthlab.resume_config import RESUME_NOTED, RESUME_SCHEDULE, RESUME_SILENT, resume_changes
 from depthlab.errors import DepthlabError
 from depthlab.rundir import RunDir
 from depthlab.sample import load_run, sample_text

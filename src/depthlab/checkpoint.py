@@ -30,18 +30,18 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from . import hf_layout
-from .config import ModelConfig, corpus_file
+from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
+from .rundir import CHECKPOINTS, TOKENIZER, RunDir, atomic_write
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "checkpoint_bytes", "write_checkpoint", "latest_checkpoint",
            "NoIntactCheckpoint",
-           "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "config_edits",
-           "config_json_notes", "refuse_edited_config", "model_config_from_meta", "capture_rng_state",
+           "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "read_manifest",
+           "model_config_from_meta", "capture_rng_state",
            "restore_rng_state", "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
 
@@ -115,7 +115,7 @@ def _damaged_manifest(m: Path, fault: str) -> DepthlabError:
         f"depthlab train --init-from {m.parent.parent} --train.out_dir NEW_DIR")
 
 
-def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
+def read_manifest(ckdir: Path, strict: bool = True) -> dict:
     """The manifest (an empty one when the run has none yet).
 
     Raises:
@@ -155,7 +155,7 @@ def _read_manifest(ckdir: Path, strict: bool = True) -> dict:
 def _unverifiable(entry: Any, what: str) -> Optional[str]:
     """Why the manifest entry ``entry`` (of ``what``) cannot be checked: ``holds no sha256 of X`` (it lists no files,
     not the file ``what`` names, or a file whose recorded sha256 is empty or not one), or None. The one test of "is
-    this entry verifiable" (:func:`_read_manifest`, :func:`unchecked_best`): a file without a sha256 is neither
+    this entry verifiable" (:func:`read_manifest`, :func:`unchecked_best`): a file without a sha256 is neither
     intact nor damaged."""
     files = entry.get("files") if isinstance(entry, dict) else None
     if not isinstance(files, dict) or not files or (what.endswith(".safetensors") and what not in files):
@@ -209,7 +209,7 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
     name = f"step-{step:06d}"
     atomic_write(ckdir / f"{name}.safetensors", wbytes)
     atomic_write(ckdir / f"{name}.state.pt", sbytes)
-    manifest = _read_manifest(ckdir, strict=False)  # resume and the readers refuse a deleted manifest first
+    manifest = read_manifest(ckdir, strict=False)  # resume and the readers refuse a deleted manifest first
     entry = {"name": name, "step": step, "files": {
         f"{name}.safetensors": hashlib.sha256(wbytes).hexdigest(),
         f"{name}.state.pt": hashlib.sha256(sbytes).hexdigest()},
@@ -249,7 +249,7 @@ def damaged_at(run_dir: Path, step: int) -> Optional[str]:
     checkpoint of that step replaces (one a fallback resume skipped), or None: no such entry, or it is intact."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
-        entry = next((c for c in _read_manifest(ckdir, strict=False)["checkpoints"] if c["step"] == step), None)
+        entry = next((c for c in read_manifest(ckdir, strict=False)["checkpoints"] if c["step"] == step), None)
     except DepthlabError:
         return None
     return None if entry is None else _verified(ckdir, entry.get("files") or {})
@@ -261,7 +261,7 @@ def passed_damaged(run_dir: Path, step: int) -> list[tuple[int, str]]:
     leaves their files on disk (:func:`write_checkpoint`)."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
-        ckpts = _read_manifest(ckdir, strict=False)["checkpoints"]
+        ckpts = read_manifest(ckdir, strict=False)["checkpoints"]
     except DepthlabError:
         return []
     out = []
@@ -287,10 +287,10 @@ def damaged_weights(run_dir: Path) -> list[str]:
     match their sha256, sorted; [] when every one is intact, or the run has no manifest yet.
 
     Raises:
-        DepthlabError: manifest.json unreadable, not a manifest, or deleted (:func:`_read_manifest`).
+        DepthlabError: manifest.json unreadable, not a manifest, or deleted (:func:`read_manifest`).
     """
     ckdir = Path(run_dir) / CKPT_DIR
-    manifest = _read_manifest(ckdir)
+    manifest = read_manifest(ckdir)
     listed = {f: h for c in [*manifest["checkpoints"], manifest.get("best") or {}]
               for f, h in (c.get("files") or {}).items() if f.endswith(".safetensors")}
     return sorted(f for f, h in listed.items() if not (ckdir / f).is_file() or sha256_file(ckdir / f) != h)
@@ -306,7 +306,7 @@ def verified_best(run_dir: Path) -> Path:
         DepthlabError: missing, or its hash differs (names the file and suggests ``--checkpoint last``).
     """
     ckdir = Path(run_dir) / CKPT_DIR
-    manifest = _read_manifest(ckdir)
+    manifest = read_manifest(ckdir)
     best = manifest.get("best") or {}
     if best and _verified(ckdir, best.get("files", {})) is None:
         return ckdir / "best.safetensors"
@@ -332,7 +332,7 @@ def repair_best(run_dir: Path) -> Optional[str]:
         None when best is fine (or there is none), else one sentence saying what was done.
     """
     ckdir = Path(run_dir) / CKPT_DIR
-    manifest = _read_manifest(ckdir)
+    manifest = read_manifest(ckdir)
     best = manifest.get("best")
     if not best:
         return None
@@ -360,7 +360,7 @@ def later_best(run_dir: Path, step: int) -> Optional[dict]:
     """The manifest's intact ``best`` when it is of a step after ``step`` (a resume that fell back past a damaged
     newer checkpoint), else None."""
     ckdir = Path(run_dir) / CKPT_DIR
-    best = _read_manifest(ckdir).get("best")
+    best = read_manifest(ckdir).get("best")
     if not best or int(best.get("step", -1)) <= step or _verified(ckdir, best.get("files") or {}) is not None:
         return None
     return best
@@ -379,7 +379,7 @@ def keep_later_best(run_dir: Path, step: int) -> Optional[tuple[Path, dict]]:
     ckdir = Path(run_dir) / CKPT_DIR
     name = f"best-step-{int(best['step']):06d}.safetensors"
     digest = best["files"]["best.safetensors"]
-    manifest = _read_manifest(ckdir)
+    manifest = read_manifest(ckdir)
     kept = manifest.setdefault("kept", [])
     if not any((k.get("files") or {}).get(name) == digest for k in kept) or _verified(ckdir, {name: digest}):
         atomic_write(ckdir / name, (ckdir / "best.safetensors").read_bytes())
@@ -395,7 +395,7 @@ def better_kept(run_dir: Path, val_loss: Optional[float]) -> Optional[tuple[str,
     else None, also when the manifest is missing or damaged (the commands that read it say so)."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
-        kept = _read_manifest(ckdir, strict=False).get("kept") or []
+        kept = read_manifest(ckdir, strict=False).get("kept") or []
     except DepthlabError:
         return None
     better = [k for k in kept if isinstance(k, dict) and isinstance(k.get("val_loss"), (int, float))
@@ -428,7 +428,7 @@ def latest_checkpoint(run_dir: Path) -> Optional[dict]:
         NoIntactCheckpoint: if checkpoints exist but none verifies.
     """
     ckdir = Path(run_dir) / CKPT_DIR
-    manifest = _read_manifest(ckdir)
+    manifest = read_manifest(ckdir)
     damaged = []  # (file name, missing?) of each newer checkpoint that failed
     for entry in reversed(manifest["checkpoints"]):
         bad = _verified(ckdir, entry["files"])
@@ -571,165 +571,6 @@ def restore_rng_state(st: dict, batch_rng: np.random.Generator, device: torch.de
         torch.cuda.set_rng_state(st["cuda"], device)
 
 
-# ------------------------------------------------------------------------- what may change on resume
-#: Fields that may change on ``--resume`` without a word: when to stop, log, evaluate, save, and where.
-RESUME_SILENT = frozenset({
-    "data.cache_dir", "train.max_iters", "train.max_time", "train.eval_interval", "train.log_interval",
-    "train.out_dir", "train.resume", "train.progress", "train.tensorboard", "train.grad_log_interval",
-    "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile",
-    "train.compile_mode", "train.flush_denormal",
-    "train.target_val_loss", "train.on_nonfinite", "model.vocab_size", "train.patience", "train.min_delta",
-    "train.sample_interval", "train.sample_tokens", "train.fit_to_time", "train.final_validation"})
-
-#: Fields that may change on ``--resume`` and whose line depends on the step the run is at: the schedule
-#: (:meth:`depthlab.training.optimization.LRSchedule.resume`) says what each does, or that nothing trains.
-RESUME_SCHEDULE = frozenset({"train.learning_rate", "train.muon_lr", "train.min_lr", "train.warmup_iters",
-                             "train.lr_decay_iters"})
-
-#: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
-#: trajectory of one uninterrupted run with either setting.
-RESUME_NOTED = {
-    "train.weight_decay": "AdamW's decoupled decay changes from the next step",
-    "train.beta1": "AdamW's moment averages change from the next step",
-    "train.beta2": "AdamW's moment averages change from the next step",
-    "train.grad_clip": "gradient clipping changes from the next step",
-    "train.batch_size": "tokens per step change; the data order differs from an uninterrupted run",
-    "train.grad_accum": "tokens per step change; the data order differs from an uninterrupted run",
-    "train.dtype": "the rest of the run computes in the new precision (not bit-identical to either)",
-    "train.attention": "the same function by another kernel (float rounding differs)",
-    "model.dropout": "the regularisation changes from the next step",
-}
-# Every other field (the corpus, its split and encoding, the model's shape and function, the seed,
-# the evaluation set behind the best loss, and any field added later) is refused: resuming would
-# compare or mix numbers that do not mean the same thing.
-
-
-def _flat(d: dict) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
-
-
-def _same_file(a: dict, b: dict, key: str) -> bool:
-    """Both values of ``key`` are paths of one file (config.json holds it absolute; the command line may not)."""
-    x = corpus_file(a.get(key))
-    return x is not None and x == corpus_file(b.get(key))
-
-
-def _shown(key: str, flat: dict) -> str:
-    """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
-    if key not in flat:
-        return "(absent)"
-    return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
-
-
-def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
-    """Compare a run's stored config with the config it is resumed with, field by field.
-
-    Args:
-        old: the run's ``config.json`` (sections data/model/train).
-        new: the config now asked for (same shape).
-
-    Returns:
-        ``(refused, noted)``: one sentence per changed field, naming it and both values; refused
-        ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`,
-        :data:`RESUME_SCHEDULE`; all other fields are refused).
-    """
-    from .config import RunConfig
-
-    a, b = _flat(old), _flat(new)
-    defaults = _flat(RunConfig().to_dict())
-    refused, noted = [], []
-    for key in sorted(set(a) | set(b)):
-        if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
-            continue
-        if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
-            continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
-        if key not in a and b.get(key) == defaults.get(key):
-            continue  # a field newer than the run, at its default: the run used that behaviour
-        change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
-        if key in RESUME_SCHEDULE:
-            continue  # allowed; the schedule says what it does at this step
-        if key in RESUME_NOTED:
-            noted.append(f"{change}: {RESUME_NOTED[key]}")
-        else:
-            refused.append(change)
-    return refused, noted
-
-
-def _saved_config(ckdir: Path) -> tuple[Optional[str], Optional[dict]]:
-    """The newest step checkpoint listed in ``ckdir``'s manifest whose header reads, and the run config stored in
-    it: ``(name, config)``, or ``(None, None)``. Its sha256 is not checked here (the commands that load weights do);
-    every checkpoint of a run holds the same fields that a resume may not change."""
-    try:
-        entries = _read_manifest(ckdir, strict=False)["checkpoints"]
-    except DepthlabError:
-        return None, None  # the command names the manifest's fault itself
-    for e in reversed(entries):
-        name = e.get("name") if isinstance(e, dict) else None
-        meta = read_metadata(ckdir / f"{name}.safetensors") if isinstance(name, str) else {}
-        try:
-            saved = json.loads(meta.get("config", "null"))
-        except ValueError:
-            continue
-        if isinstance(saved, dict):
-            return name, saved
-    return None, None
-
-
-def config_edits(run_dir: Path) -> Optional[str]:
-    """How a run's config.json differs from the config stored in its checkpoint, or None: a resume, ``layers`` and
-    ``context`` build the model and read the corpus from config.json, so a field edited there by hand
-    (``model.activation`` gelu -> relu, ``train.seed``, ``data.tokenizer``) would run the weights as another model,
-    on another draw or encoding, or fail with another cause. The fields a resume may change (:data:`RESUME_NOTED`,
-    ...) and ``data.path`` (a moved corpus is judged by its sha256) are not compared; nor is anything without a
-    checkpoint or a readable config.json (the commands name those themselves).
-
-    Returns:
-        e.g. ``differs from the checkpoint step-000030 (the config its weights were trained with): model.activation
-        'gelu' -> 'relu' (checkpoint -> config.json)``.
-    """
-    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
-    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
-    if saved is None or old is None:
-        return None
-    edited, _ = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
-    edited = [e for e in edited if not e.startswith("data.path ")]
-    if not edited:
-        return None
-    return (f"differs from the checkpoint {name} (the config its weights were trained with): {'; '.join(edited)} "
-            f"(checkpoint -> {CONFIG})")
-
-
-def config_json_notes(run_dir: Path) -> list[str]:
-    """The fields a resume may change with a line (:data:`RESUME_NOTED`) whose value in a run's config.json differs
-    from the config stored in its newest checkpoint: edited there by hand, they would be used without a word.
-
-    Returns:
-        e.g. ``["model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the
-        regularisation changes from the next step"]``; empty without a checkpoint or a readable config.json.
-    """
-    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
-    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
-    if saved is None or old is None:
-        return []
-    _, noted = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
-    return [line.replace(": ", f" (edited in {CONFIG} since the checkpoint {name}): ", 1) for line in noted]
-
-
-def refuse_edited_config(run_dir: Path, prefix: str) -> None:
-    """Refuse a run whose config.json was edited against its checkpoint (:func:`config_edits`).
-
-    Args:
-        run_dir: the run directory. prefix: the error's opening words (``cannot resume``).
-
-    Raises:
-        DepthlabError: naming each edited field with the checkpoint's value and config.json's.
-    """
-    edits = config_edits(run_dir)
-    if edits:
-        raise DepthlabError(f"{prefix} {run_dir}: its {CONFIG} {edits}; edited by hand? put the checkpoint's values "
-                            f"back in {CONFIG}")
-
-
 # ------------------------------------------------------------------------- reading a run's model back
 def select_weights(run_dir: Path, which: str = "best") -> Path:
     """The weights file of a run: ``best`` (sha256-checked) or ``last`` (newest intact step checkpoint).
@@ -870,7 +711,7 @@ def best_copy(run_dir: Path) -> Optional[Path]:
     its step's file), or None: no best recorded, no such step checkpoint kept, or it fails its sha256 too."""
     ckdir = Path(run_dir) / CKPT_DIR
     try:
-        manifest = _read_manifest(ckdir, strict=False)
+        manifest = read_manifest(ckdir, strict=False)
     except DepthlabError:
         return None
     want = ((manifest.get("best") or {}).get("files") or {}).get("best.safetensors")

@@ -63,7 +63,7 @@ def run_train(ns) -> int:
         train = ns.as_dict().get("train") or {}
         if not train.get("resume"):
             raise
-        from .checkpoint import config_edits
+        from .resume_config import config_edits
         from .cli_expand import resume_config_fault
         from .rundir import CONFIG
 
@@ -249,7 +249,8 @@ def _sample_device(name: str) -> str:
 def _sample_notes(run_dir: Path, which: str) -> list[str]:
     """The stderr lines of ``depthlab sample RUN`` before its text: which weights speak, and each of the run's
     config.json and vocab.json that is damaged, missing or edited (the checkpoint's own copies are used)."""
-    from .checkpoint import config_edits, describe_weights, read_metadata, select_weights
+    from .checkpoint import describe_weights, read_metadata, select_weights
+    from .resume_config import config_edits
     from .rundir import CONFIG, VOCAB, RunDir
 
     notes, path = [], None
@@ -340,7 +341,7 @@ def run_diagnose(ns) -> int:
 
 def _config_fault(rd) -> Optional[str]:
     """Why a run's readable config.json is not a config depthlab can run (a field edited to ``"two"``) or not the
-    one its checkpoint was trained with (:func:`~depthlab.checkpoint.config_edits`), or None."""
+    one its checkpoint was trained with (:func:`~depthlab.resume_config.config_edits`), or None."""
     from .config import RunConfig
 
     if rd.config is None:
@@ -349,7 +350,7 @@ def _config_fault(rd) -> Optional[str]:
         RunConfig.from_dict(rd.config)
     except DepthlabError as e:
         return str(e)
-    from .checkpoint import config_edits
+    from .resume_config import config_edits
 
     return config_edits(rd.path)
 

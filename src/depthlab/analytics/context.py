@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint as ckpt
+from .. import resume_config
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted
@@ -161,7 +162,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         cfg = RunConfig.from_dict(rd.config)
     except DepthlabError as e:
         raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
-    ckpt.refuse_edited_config(rd.path, "cannot measure")
+    resume_config.refuse_edited_config(rd.path, "cannot measure")
     tok = rd.file(TOKENIZER)
     tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
     if cfg.data.path and not Path(cfg.data.path).expanduser().is_file():  # train's advice (leave it unset) is no fix

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..units import agree, counted
 from .. import checkpoint as ckpt
-from .. import rundir
+from .. import resume_config, rundir
 from ..budget import Plan
 from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
@@ -240,7 +240,7 @@ class Checkpointer:
         corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
-        refused, noted = ckpt.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
+        refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:  # a changed model field may change the weights' shapes: --init-from loads only weights that fit
             reuse = ("--init-from reuses its weights only where they fit the new model, as a changed shape such as "
                      "n_embd does not" if any(r.startswith("model.") for r in refused) else
@@ -248,7 +248,7 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
                                 f"start a new run ({reuse})")
-        for line in ckpt.config_json_notes(rd.path) + noted:
+        for line in resume_config.config_json_notes(rd.path) + noted:
             self.log(f"resume: {line}")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -367,14 +367,14 @@ class Checkpointer:
     @staticmethod
     def refuse_before_loading(cfg) -> None:
         """Before a resume loads its corpus: config.json edited by hand against its checkpoint
-        (:func:`~depthlab.checkpoint.refuse_edited_config`), and a data.path that is gone, named with the fixes
+        (:func:`~depthlab.resume_config.refuse_edited_config`), and a data.path that is gone, named with the fixes
         that apply to a resume (train's "leave data.path unset" is none: another text is refused).
 
         Raises:
             DepthlabError: an edited field, or the corpus file is missing.
         """
         if cfg.train.out_dir and Path(cfg.train.out_dir).is_dir():
-            ckpt.refuse_edited_config(Path(cfg.train.out_dir), "cannot resume")
+            resume_config.refuse_edited_config(Path(cfg.train.out_dir), "cannot resume")
         if cfg.data.path and not Path(cfg.data.path).expanduser().exists():
             raise DepthlabError(_missing_corpus(cfg))
 

@@ -1,0 +1,179 @@
+"""What may change when a run is resumed, and whether its config.json was edited against its checkpoint.
+
+A resume compares the run's stored config with the one asked for, field by field (:func:`resume_changes`): some
+fields change without a word (when to stop, log, evaluate, save), some with a line saying what the rest of the run
+does differently, the learning-rate schedule's with the schedule's own line, and every other field is refused. The
+same comparison between config.json and the config stored in the newest checkpoint finds a config.json edited by
+hand (:func:`config_edits`), which resume, ``layers`` and ``context`` refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from .checkpoint import CKPT_DIR, read_manifest, read_metadata
+from .config import corpus_file
+from .errors import DepthlabError
+from .rundir import CONFIG, RunDir
+
+__all__ = ["RESUME_SILENT", "RESUME_SCHEDULE", "RESUME_NOTED", "resume_changes", "config_edits", "config_json_notes",
+           "refuse_edited_config"]
+
+#: Fields that may change on ``--resume`` without a word: when to stop, log, evaluate, save, and where.
+RESUME_SILENT = frozenset({
+    "data.cache_dir", "train.max_iters", "train.max_time", "train.eval_interval", "train.log_interval",
+    "train.out_dir", "train.resume", "train.progress", "train.tensorboard", "train.grad_log_interval",
+    "train.probe_interval", "train.keep_last", "train.threads", "train.device", "train.compile",
+    "train.compile_mode", "train.flush_denormal",
+    "train.target_val_loss", "train.on_nonfinite", "model.vocab_size", "train.patience", "train.min_delta",
+    "train.sample_interval", "train.sample_tokens", "train.fit_to_time", "train.final_validation"})
+
+#: Fields that may change on ``--resume`` and whose line depends on the step the run is at: the schedule
+#: (:meth:`depthlab.training.optimization.LRSchedule.resume`) says what each does, or that nothing trains.
+RESUME_SCHEDULE = frozenset({"train.learning_rate", "train.muon_lr", "train.min_lr", "train.warmup_iters",
+                             "train.lr_decay_iters"})
+
+#: Fields that may change on ``--resume`` with a printed line: the run goes on, but it is no longer the
+#: trajectory of one uninterrupted run with either setting.
+RESUME_NOTED = {
+    "train.weight_decay": "AdamW's decoupled decay changes from the next step",
+    "train.beta1": "AdamW's moment averages change from the next step",
+    "train.beta2": "AdamW's moment averages change from the next step",
+    "train.grad_clip": "gradient clipping changes from the next step",
+    "train.batch_size": "tokens per step change; the data order differs from an uninterrupted run",
+    "train.grad_accum": "tokens per step change; the data order differs from an uninterrupted run",
+    "train.dtype": "the rest of the run computes in the new precision (not bit-identical to either)",
+    "train.attention": "the same function by another kernel (float rounding differs)",
+    "model.dropout": "the regularisation changes from the next step",
+}
+# Every other field (the corpus, its split and encoding, the model's shape and function, the seed,
+# the evaluation set behind the best loss, and any field added later) is refused: resuming would
+# compare or mix numbers that do not mean the same thing.
+
+
+def _flat(d: dict) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
+
+
+def _same_file(a: dict, b: dict, key: str) -> bool:
+    """Both values of ``key`` are paths of one file (config.json holds it absolute; the command line may not)."""
+    x = corpus_file(a.get(key))
+    return x is not None and x == corpus_file(b.get(key))
+
+
+def _shown(key: str, flat: dict) -> str:
+    """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
+    if key not in flat:
+        return "(absent)"
+    return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
+
+
+def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
+    """Compare a run's stored config with the config it is resumed with, field by field.
+
+    Args:
+        old: the run's ``config.json`` (sections data/model/train).
+        new: the config now asked for (same shape).
+
+    Returns:
+        ``(refused, noted)``: one sentence per changed field, naming it and both values; refused
+        ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`,
+        :data:`RESUME_SCHEDULE`; all other fields are refused).
+    """
+    from .config import RunConfig
+
+    a, b = _flat(old), _flat(new)
+    defaults = _flat(RunConfig().to_dict())
+    refused, noted = [], []
+    for key in sorted(set(a) | set(b)):
+        if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
+            continue
+        if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
+            continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
+        if key not in a and b.get(key) == defaults.get(key):
+            continue  # a field newer than the run, at its default: the run used that behaviour
+        change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
+        if key in RESUME_SCHEDULE:
+            continue  # allowed; the schedule says what it does at this step
+        if key in RESUME_NOTED:
+            noted.append(f"{change}: {RESUME_NOTED[key]}")
+        else:
+            refused.append(change)
+    return refused, noted
+
+
+def _saved_config(ckdir: Path) -> tuple[Optional[str], Optional[dict]]:
+    """The newest step checkpoint listed in ``ckdir``'s manifest whose header reads, and the run config stored in
+    it: ``(name, config)``, or ``(None, None)``. Its sha256 is not checked here (the commands that load weights do);
+    every checkpoint of a run holds the same fields that a resume may not change."""
+    try:
+        entries = read_manifest(ckdir, strict=False)["checkpoints"]
+    except DepthlabError:
+        return None, None  # the command names the manifest's fault itself
+    for e in reversed(entries):
+        name = e.get("name") if isinstance(e, dict) else None
+        meta = read_metadata(ckdir / f"{name}.safetensors") if isinstance(name, str) else {}
+        try:
+            saved = json.loads(meta.get("config", "null"))
+        except ValueError:
+            continue
+        if isinstance(saved, dict):
+            return name, saved
+    return None, None
+
+
+def config_edits(run_dir: Path) -> Optional[str]:
+    """How a run's config.json differs from the config stored in its checkpoint, or None: a resume, ``layers`` and
+    ``context`` build the model and read the corpus from config.json, so a field edited there by hand
+    (``model.activation`` gelu -> relu, ``train.seed``, ``data.tokenizer``) would run the weights as another model,
+    on another draw or encoding, or fail with another cause. The fields a resume may change (:data:`RESUME_NOTED`,
+    ...) and ``data.path`` (a moved corpus is judged by its sha256) are not compared; nor is anything without a
+    checkpoint or a readable config.json (the commands name those themselves).
+
+    Returns:
+        e.g. ``differs from the checkpoint step-000030 (the config its weights were trained with): model.activation
+        'gelu' -> 'relu' (checkpoint -> config.json)``.
+    """
+    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
+    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
+    if saved is None or old is None:
+        return None
+    edited, _ = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
+    edited = [e for e in edited if not e.startswith("data.path ")]
+    if not edited:
+        return None
+    return (f"differs from the checkpoint {name} (the config its weights were trained with): {'; '.join(edited)} "
+            f"(checkpoint -> {CONFIG})")
+
+
+def config_json_notes(run_dir: Path) -> list[str]:
+    """The fields a resume may change with a line (:data:`RESUME_NOTED`) whose value in a run's config.json differs
+    from the config stored in its newest checkpoint: edited there by hand, they would be used without a word.
+
+    Returns:
+        e.g. ``["model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the
+        regularisation changes from the next step"]``; empty without a checkpoint or a readable config.json.
+    """
+    name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
+    old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
+    if saved is None or old is None:
+        return []
+    _, noted = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
+    return [line.replace(": ", f" (edited in {CONFIG} since the checkpoint {name}): ", 1) for line in noted]
+
+
+def refuse_edited_config(run_dir: Path, prefix: str) -> None:
+    """Refuse a run whose config.json was edited against its checkpoint (:func:`config_edits`).
+
+    Args:
+        run_dir: the run directory. prefix: the error's opening words (``cannot resume``).
+
+    Raises:
+        DepthlabError: naming each edited field with the checkpoint's value and config.json's.
+    """
+    edits = config_edits(run_dir)
+    if edits:
+        raise DepthlabError(f"{prefix} {run_dir}: its {CONFIG} {edits}; edited by hand? put the checkpoint's values "
+                            f"back in {CONFIG}")
