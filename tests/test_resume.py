@@ -662,8 +662,12 @@ def test_the_config_given_is_unchanged_by_a_run_and_its_resume(tmp_path, tiny_te
 def test_resume_keeps_the_plan_and_does_not_fit_again(tmp_path, tiny_text_file, fake_clock, capsys):
     _, s, c = fit_run(tmp_path, tiny_text_file, "r")
     n = c["resolved"]["plan"]["max_iters"]
+    c["resolved"]["threads"] += 1  # as if its first session had another: a session that trains would say so
+    (tmp_path / "r" / "config.json").write_text(json.dumps(c))
+    capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "r"), "--train.max_time", "999"]) == 0
     out = capsys.readouterr().err
+    assert "resolved section" not in out, out  # nothing trains: no setting of this session to speak of
     # the plan's end is named, not max_iters (100,000 > n read as a contradiction)
     assert f"depthlab: nothing to train: the run is at step {n}, the end train.fit_to_time planned" in out
     assert f"--train.max_iters larger than {n} (a total) and other than 100000, the one that plan was made from" \

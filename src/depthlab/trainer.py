@@ -139,9 +139,7 @@ class Trainer:
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
-        torch.manual_seed(t.seed)
-        random.seed(t.seed)
-        np.random.seed(t.seed % 2**32)
+        torch.manual_seed(t.seed), random.seed(t.seed), np.random.seed(t.seed % 2**32)
         # One stream of global batches, the same on every rank; each rank takes its own slice, so the
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
@@ -177,6 +175,7 @@ class Trainer:
         # resuming a run that is already at its end changes nothing on disk
         self.nothing_to_train = resumed and self.step >= self.schedule.max_iters
         if self.is_main and not self.nothing_to_train:
+            rt.say_resolved_changes()
             self._write_config()  # on resume too: config.json must show what this run now uses
             if not resumed or point.vocab_missing:
                 self._write_vocab(vocab)

@@ -281,7 +281,7 @@ class Runtime:
         """Run with ``tuning``'s setting (:class:`~depthlab.training.autotune.Tuning`): threads, dtype and
         attention path (CPU only; elsewhere the rules stand). ``resumed``: a resumed run's config.json
         ``resolved`` section; settings this session runs with otherwise are said in one ``resume:`` line
-        (:func:`resolved_changes`)."""
+        (:func:`resolved_changes`), by :meth:`say_resolved_changes` once the session is known to train."""
         self.tuning = tuning
         self.own_attention = tuning.setting.attention == OWN_ATTENTION  # a model.source model: its forward's own code
         if self.device.type == "cpu":
@@ -291,9 +291,15 @@ class Runtime:
             self.explicit_attention = s.attention == "explicit"
             self.ctx = autocast_ctx(self.device, s.dtype)
         said = resolved_changes(resumed, self.resolved())
-        if said:
-            self.log(f"resume: this session runs with other settings than config.json's resolved section records "
-                     f"(run -> now): {said}")
+        self._resolved_said = (f"resume: this session runs with other settings than config.json's resolved section "
+                               f"records (run -> now): {said}") if said else ""
+
+    def say_resolved_changes(self) -> None:
+        """Log :meth:`apply`'s ``resume:`` line, if any, once: a resume that has nothing to train runs with none of
+        those settings, so it is not said there."""
+        if getattr(self, "_resolved_said", ""):
+            self.log(self._resolved_said)
+        self._resolved_said = ""
 
     def given_threads(self) -> tuple[int, str]:
         """:func:`given_threads` of this run's processes (under torchrun, ``OMP_NUM_THREADS`` is not the user's)."""
