@@ -417,3 +417,13 @@ def test_a_three_step_run_prints_the_warmup_warning_without_the_fit_to_time_clau
     err = capsys.readouterr().err
     assert ("depthlab: warning: train.warmup_iters (50) >= train.max_iters (3): the peak train.learning_rate 0.003 "
             "is never reached and the cosine decay never starts\n") in err and "fit_to_time" not in err
+
+
+def test_the_plan_lines_show_a_tiny_step_time_to_three_significant_digits():
+    """helper-48: a tiny model's re-plans all read "re-measured 0.006 s/step" while the plan moved 1210 -> 1130 ->
+    1193: three decimals hid the differences that moved it (0.0055 and 0.0064 s/step are both "0.006")."""
+    t, b = _budget(max_iters=5000, max_time=20.0)
+    b.tick(2, 0.0)
+    s_step = b.tick(FIT_STEPS, 0.00612 * (FIT_STEPS - 2))
+    assert "(0.00612 s/step, " in b.propose(FIT_STEPS, 1200, s_step)
+    assert "re-measured 0.00555 s/step over steps" in b.propose(FIT_STEPS + 50, 1300, 0.00555)

@@ -286,7 +286,7 @@ class TimeBudget:
         decay = min(t.lr_decay_iters, n)  # 0 stays 0: the decay ends with the plan
         if old is not None:  # a later plan
             short = f", {_decay_words(step, n, at_floor)}" if n - step < DECAY_STEPS else ""
-            msg = (f"train.fit_to_time: re-measured {s_step:.3f} s/step over steps {self.timed_from}-{step}; "
+            msg = (f"train.fit_to_time: re-measured {s_step:.3g} s/step over steps {self.timed_from}-{step}; "
                    f"max_iters is now {n} (was {old.max_iters}){short}{self._overrun_words()}")
             self.plan = dataclasses.replace(old, max_iters=n, lr_decay_iters=decay, s_per_step=round(s_step, 4),
                                             at_step=step)
@@ -305,7 +305,7 @@ class TimeBudget:
                        "peak train.learning_rate")
         steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
-                f"({s_step:.3f} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
+                f"({s_step:.3g} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
                 f"{shorter}, {_decay_words(step, n, at_floor)} "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit){self._overrun_words()}")
 
