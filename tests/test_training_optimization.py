@@ -48,3 +48,20 @@ def test_a_fresh_run_decays_matrices_only(tmp_path, tiny_text_file):
     decay, no_decay = t.optimizer.param_groups
     assert decay["weight_decay"] == 0.2 and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+
+
+def test_a_muon_run_s_step_lines_show_muon_s_rate_beside_adamw_s(tmp_path, tiny_text_file):
+    """helper-48: on a Muon run the step lines' lr was AdamW's alone (the embeddings' and head's), 10x below the rate
+    the blocks' matrices trained with; both are shown, Muon's the same schedule at train.muon_lr's peak."""
+    lines: list[str] = []
+    cfg = tiny_config(tmp_path / "m", tiny_text_file, train=dict(max_iters=4, log_interval=1, optimizer="muon",
+                                                                   learning_rate=1e-3, muon_lr=2e-2, warmup_iters=0))
+    t = Trainer(cfg, log=lines.append)
+    t.fit()
+    steps = [x for x in lines if x.startswith("step 1/")]
+    lr = t.lr_at(0)
+    assert len(steps) == 1 and f"| lr {lr:.2e} (Muon {lr * 20:.2e}) |" in steps[0], steps
+    lines.clear()
+    cfg = tiny_config(tmp_path / "a", tiny_text_file, train=dict(max_iters=2, log_interval=1, optimizer="adamw"))
+    Trainer(cfg, log=lines.append).fit()
+    assert any(x.startswith("step 1/") and "| lr " in x and "Muon" not in x for x in lines), lines

@@ -35,7 +35,7 @@ from .rundir import (MetricsWriter, default_out_dir, drop_replaced, restore_repl
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
-    LRSchedule, get_lr, get_lr_from, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
+    LRSchedule, get_lr, get_lr_from, lr_words, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
 from .training import runlock
 from .training.protocol import ModelPort
 from .training.runtime import (  # noqa: F401 (re-exported)
@@ -419,9 +419,9 @@ class Trainer:
         if bar is not None:
             bar.set_postfix_str(f"loss {info.loss:.3f} val {self.best_val:.3f} {tokens_per_sec:,.0f} tok/s")
         else:
-            self.log(f"step {info.step}/{self.schedule.max_iters} | loss {info.loss:.4f} | lr {info.lr:.2e} | "
-                     f"grad_norm {info.grad_norm:.3f} | {tokens_per_sec:,.0f} tokens/s | "
-                     f"{self._wall():.1f}s")
+            self.log(f"step {info.step}/{self.schedule.max_iters} | loss {info.loss:.4f} | "
+                     f"{lr_words(info.lr, self.cfg.train, self.optimizer_name)} | grad_norm {info.grad_norm:.3f} | "
+                     f"{tokens_per_sec:,.0f} tokens/s | {self._wall():.1f}s")
 
     def _progress_bar(self):
         if not (self.is_main and self.cfg.train.progress and sys.stderr.isatty()):

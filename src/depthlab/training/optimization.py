@@ -123,6 +123,15 @@ def set_update_precision(optimizer, bf16: bool) -> None:
         optimizer.muon.ns_dtype = torch.bfloat16 if bf16 else torch.float32
 
 
+def lr_words(lr: float, train: TrainConfig, optimizer: str) -> str:
+    """The step line's learning rate: ``lr 1.00e-03``, AdamW's (every parameter's on an AdamW run); on a Muon run
+    Muon's rate beside it, ``lr 1.00e-03 (Muon 1.00e-02)``, the same schedule at train.muon_lr's peak
+    (:meth:`LRSchedule.apply`), which the blocks' matrices train with."""
+    if optimizer != "muon":
+        return f"lr {lr:.2e}"
+    return f"lr {lr:.2e} (Muon {lr * train.muon_lr / train.learning_rate:.2e})"
+
+
 def apply_hyperparameters(optimizer, cfg: TrainConfig) -> None:
     """Set the config's weight decay and AdamW betas on every param group of ``optimizer``.
 

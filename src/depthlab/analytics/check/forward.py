@@ -153,7 +153,8 @@ def _neighbours(subject: Subject, model: nn.Module, B: int, T: int, cap: Optiona
     there are a problem only where (B, T)'s own are finite (else the ``finite`` rule names them, at every size)."""
     finite = _attempt(subject, model, B, T, cap, finite=True) is None
     bad_b = {b: e for b in sorted({1, B + 1} - {B}) if (e := _attempt(subject, model, b, T, cap, finite=finite))}
-    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0}) if (e := _attempt(subject, model, B, t, cap, finite=finite))}
+    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0})
+             if (e := _attempt(subject, model, B, t, cap, finite=finite))}
     return bad_b, bad_t
 
 
