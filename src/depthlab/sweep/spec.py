@@ -605,6 +605,10 @@ def varied_fields(spec: SweepSpec) -> list[str]:
     return [k for k, v in seen.items() if len(v) > 1]
 
 
+#: Target tokens of Tiny Shakespeare's val split (the default corpus), which ``train.final_validation`` reads whole.
+_VAL_TOKENS = 111_539
+
+
 def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     """Rough single-thread CPU time of one run in seconds, for scheduling and documentation.
 
@@ -618,6 +622,11 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     to three measurements on this kind of machine: width 32 (the base rate), width 64 (a run took
     1/1.6 of the unscaled estimate) and the default width-192 recipe (300-950 s measured against
     3,963 s unscaled, i.e. 4-13x). It remains a rough planning figure, not a measurement.
+
+    A ``train.max_time`` > 0 caps the training loop (evaluations included) at that many seconds, as the
+    run itself stops there (``fit_to_time`` plans into it, or the budget cuts it); the estimate then adds
+    what runs outside the budget: the start-up, the evaluation at the stop and ``final_validation``'s
+    pass over the whole val split (:data:`_VAL_TOKENS` target tokens).
 
     Args:
         config: nested run config.
@@ -636,4 +645,9 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
     overhead = 0.7e-3 * (L + 1) * (steps + evals / 3)  # per-block kernel launches dominate tiny widths
     rate = sec_per_gflop * (32 / C) ** 0.8 if C > 32 else sec_per_gflop
-    return flops / 1e9 * rate + overhead + 4.0
+    loop = flops / 1e9 * rate + overhead
+    if t.get("max_time", 0) > 0 and loop > t["max_time"]:
+        tail = 2 * per_tok * (t["batch_size"] * T * 2 * t["eval_iters"]
+                              + (_VAL_TOKENS if t.get("final_validation", True) else 0))
+        loop = t["max_time"] + tail / 1e9 * rate + 0.7e-3 * (L + 1) * 2 * t["eval_iters"] / 3
+    return loop + 4.0
