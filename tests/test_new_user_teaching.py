@@ -176,7 +176,7 @@ def test_report_shows_what_ran_and_no_adam_band_on_muon(tmp_path, monkeypatch):
     cfg["resolved"]["plan"] = {"max_iters": 131, "warmup_iters": 26, "lr_decay_iters": 0}
     (rd / "config.json").write_text(json.dumps(cfg))
     planned = dict(H.config_rows(RunData(rd), "train"))
-    assert planned["max_iters"] == "5000 (ran: 131, train.fit_to_time's plan)"
+    assert planned["max_iters"] == "5000 (planned: 131 by train.fit_to_time)"  # no summary.json: not ended
     assert planned["warmup_iters"] == "50 (ran: 26, train.fit_to_time's plan)"
     assert "rule of thumb does not apply" in H.figure_note(run, "update_ratio")
     seen = {}

@@ -36,3 +36,31 @@ def test_dry_run_estimate_stops_at_max_time_plus_what_runs_outside_it(tmp_path):
     short = _estimates(tmp_path, **{"train.max_time": 30, "train.max_iters": 20})
     assert short == _estimates(tmp_path, **{"train.max_time": 0, "train.max_iters": 20})  # fits: not capped
     assert short["n_layer-1"] < 30
+
+
+def test_report_max_iters_says_what_ran_apart_from_fit_to_time_plan(tmp_path):
+    import json
+
+    from depthlab.report import html as H
+    from depthlab.report.run_data import RunData
+
+    rd = tmp_path / "run"
+    rd.mkdir()
+    cfg = {"model": {}, "data": {}, "train": {"max_iters": 5000, "warmup_iters": 50, "max_time": 270.0},
+           "resolved": {"plan": {"max_iters": 1261, "warmup_iters": 50, "lr_decay_iters": 1261}}}
+    (rd / "config.json").write_text(json.dumps(cfg))
+
+    def rows(summary):
+        (rd / "summary.json").write_text(json.dumps(summary))
+        return dict(H.config_rows(RunData(rd), "train"))
+
+    # the new user's run: the plan was 1261 steps, the budget ended it at 874
+    cut = rows({"final_step": 874, "stopped_by": "max_time"})
+    assert cut["max_iters"] == "5000 (planned: 1261 by train.fit_to_time; ran: 874, stopped by max_time)"
+    assert cut["warmup_iters"] == 50
+    assert rows({"final_step": 1261, "stopped_by": "max_time"})["max_iters"] == \
+        "5000 (planned: 1261 by train.fit_to_time; ran: 1261)"
+    del cfg["resolved"]["plan"]  # fit_to_time off: max_time only cut the run
+    (rd / "config.json").write_text(json.dumps(cfg))
+    assert rows({"final_step": 874, "stopped_by": "max_time"})["max_iters"] == "5000 (ran: 874, stopped by max_time)"
+    assert rows({"final_step": 5000, "stopped_by": "max_iters"})["max_iters"] == 5000

@@ -379,10 +379,24 @@ def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
     for k, v in rows:
         if k in RESOLVED_FIELDS and k in ran and ran[k] != v:
             v = f"{fmt_value(v)} (ran: {fmt_value(ran[k])})"
+        elif k == "max_iters":
+            v = _steps_row(v, plan.get(k), run.summary)
         elif k in PLANNED_FIELDS and k in plan and plan[k] != v:
             v = f"{fmt_value(v)} (ran: {fmt_value(plan[k])}, train.fit_to_time's plan)"
         out.append((k, v))
     return out
+
+
+def _steps_row(asked: Any, planned: Any, summary: Optional[dict]) -> Any:
+    """``max_iters`` as asked, then fit_to_time's plan (when it replaced it) and the steps summary.json says
+    ran (when they differ from the step the run was to end at), with its ``stopped_by``."""
+    final = (summary or {}).get("final_step")
+    end = planned if planned is not None else asked
+    notes = [] if planned is None or planned == asked else [f"planned: {fmt_value(planned)} by train.fit_to_time"]
+    if final is not None and (final != end or notes):
+        by = (summary or {}).get("stopped_by")
+        notes.append(f"ran: {fmt_value(final)}" + (f", stopped by {by}" if by and final != end else ""))
+    return f"{fmt_value(asked)} ({'; '.join(notes)})" if notes else asked
 
 
 def _config_section(run: RunData) -> str:
@@ -395,7 +409,8 @@ def _config_section(run: RunData) -> str:
     parts.append("</div>")
     if isinstance(run.config.get("resolved"), dict):
         parts.append('<p class="muted">"ran:" is what the run used (config.json <code>resolved</code>) where the '
-                     "config asked for <code>auto</code> or another value decided on the machine.</p>")
+                     "config asked for <code>auto</code> or another value decided on the machine; for "
+                     "<code>max_iters</code>, the last step summary.json records.</p>")
     return "".join(parts)
 
 
