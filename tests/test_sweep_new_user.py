@@ -64,3 +64,25 @@ def test_report_max_iters_says_what_ran_apart_from_fit_to_time_plan(tmp_path):
     (rd / "config.json").write_text(json.dumps(cfg))
     assert rows({"final_step": 874, "stopped_by": "max_time"})["max_iters"] == "5000 (ran: 874, stopped by max_time)"
     assert rows({"final_step": 5000, "stopped_by": "max_iters"})["max_iters"] == 5000
+
+
+def _sweep_cli(capsys, text_file, out_dir, *argv):
+    from conftest import TINY_SWEEP, run_cli
+
+    flags = [f"--{k}={v}" for k, v in TINY_SWEEP.items()]
+    return run_cli(capsys, "sweep", f"--data.path={text_file}", *flags, "--train.max_time=0", "--workers", "1",
+                   "--threads", "1", "--no_report", "--out_dir", str(out_dir), *argv)
+
+
+def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_path, capsys):
+    sw = tmp_path / "sw"
+    # block_size 4096 exceeds the tiny corpus: that run ends with an error, the other is ok
+    rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "model.block_size=16,4096")
+    assert "1 ok, 1 not ok" in out
+    assert rc == 1
+    assert err.strip().splitlines()[-1] == ("depthlab: 1 of 2 runs not ok: block_size-4096 (error) (results.csv's "
+                                            "status and message columns say why); exit status 1")
+    rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "model.block_size=16,4096")  # again: still
+    assert rc == 1 and "block_size-4096 (error)" in err
+    rc, out, err = _sweep_cli(capsys, tiny_text_file, tmp_path / "good", "--grid", "model.block_size=8,16")
+    assert rc == 0 and "2 ok, 0 not ok" in out and "not ok:" not in err

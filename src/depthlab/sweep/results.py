@@ -277,6 +277,17 @@ def read_results(csv_path: str | Path) -> tuple[list[dict], list[str]]:
         return list(reader), list(reader.fieldnames or [])
 
 
+def not_ok_runs(sweep_dir: str | Path) -> tuple[list[str], int]:
+    """The runs of a sweep's results.csv whose status is not ``ok`` (``NAME (STATUS)``, in row order) and the
+    number of rows; ``([], 0)`` when there is no results.csv."""
+    path = Path(sweep_dir) / RESULTS_CSV
+    if not path.is_file():
+        return [], 0
+    rows, _ = read_results(path)
+    return [f"{Path(r.get('run') or '?').name} ({r.get('status') or '?'})" for r in rows
+            if r.get("status") not in OK_STATUSES], len(rows)
+
+
 def cell_aggregates(rows: Sequence[dict], columns: Sequence[str], metric: str = "best_val_loss") -> list[dict]:
     """Seed statistics of ``metric`` per cell: the runs that share every column but the seed and the measurements.
 
