@@ -86,3 +86,19 @@ def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_pat
     assert rc == 1 and "block_size-4096 (error)" in err
     rc, out, err = _sweep_cli(capsys, tiny_text_file, tmp_path / "good", "--grid", "model.block_size=8,16")
     assert rc == 0 and "2 ok, 0 not ok" in out and "not ok:" not in err
+
+
+def test_sweep_and_dry_run_refuse_a_device_this_machine_lacks_up_front(tiny_text_file, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    sw = tmp_path / "sw"
+    for dry in (["--dry_run"], []):
+        rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "train.device=cpu,cuda", *dry)
+        assert rc == 2 and out == ""
+        assert err.strip() == ("depthlab: error: run device-cuda: train.device cuda requested but CUDA is not "
+                               "available on this machine; give train.device cpu or auto in the sweep's grid, file "
+                               "or command line (or --backend ray on a cluster that has the device)")
+        assert not sw.exists()  # nothing written, no run started
+    rc, out, _ = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "train.device=cpu,auto", "--dry_run")
+    assert rc == 0 and "2 runs, about" in out

@@ -28,7 +28,7 @@ from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expa
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
            "clear_run_dir", "hold_sweep_dir", "placement", "resume_config", "write_plan", "check_corpora",
-           "warm_token_cache",
+           "check_devices", "warm_token_cache",
            "Progress",
            "AUTO_MAX_SEEDS",
            "parse_seeds", "cell_key", "cell_seeds", "read_added", "add_seeds", "seeded_points"]
@@ -250,6 +250,24 @@ def check_corpora(points: Sequence[RunPoint]) -> None:
 
     for dc in {json.dumps(p.config["data"], sort_keys=True) for p in points}:
         corpus_path(DataConfig(**json.loads(dc)))
+
+
+def check_devices(points: Sequence[RunPoint], backend: str) -> None:
+    """Refuse a run whose ``train.device`` this machine does not have (``cuda`` without CUDA, ``mps`` without
+    MPS), as ``depthlab train`` refuses it (:func:`~depthlab.training.runtime.resolve_device`), before anything is
+    written. Local backend only: a Ray cluster's nodes may have devices this machine lacks."""
+    if backend != "local":
+        return
+    from ..training.runtime import resolve_device
+
+    for p in points:
+        try:
+            resolve_device(p.config["train"]["device"])
+        except DepthlabError as e:
+            problem = str(e).split("; ")[0]
+            raise DepthlabError(f"run {p.name}: {problem} on this machine; give train.device cpu or auto in the "
+                                "sweep's grid, file or command line (or --backend ray on a cluster that has "
+                                "the device)") from None
 
 
 def warm_token_cache(points: Sequence[RunPoint]) -> None:

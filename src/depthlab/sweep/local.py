@@ -33,8 +33,8 @@ from .. import rundir
 from ..errors import DepthlabError
 from ..rundir import RunDir, write_json
 from ..training import runlock
-from .common import (Log, Progress, check_corpora, check_counts, check_same_sweep, check_sweep_dir, parse_seeds,
-                     placement, plan, read_added, seeded_points)
+from .common import (Log, Progress, check_corpora, check_counts, check_devices, check_same_sweep, check_sweep_dir,
+                     parse_seeds, placement, plan, read_added, seeded_points)
 from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
@@ -211,6 +211,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     check_same_sweep(Path(out_dir), points)
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
     done, todo = plan(points, Path(out_dir), rerun=rerun)
+    check_devices(todo, backend)  # as the real sweep: a train.device this machine lacks is refused
     nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
     lines, total = [], 0.0
     for pt in todo:

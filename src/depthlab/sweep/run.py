@@ -14,7 +14,8 @@ from ..units import counted
 from ..errors import DepthlabError
 from ..training import runlock
 from . import local
-from .common import (Log, add_seeds, cell_seeds, check_counts, check_same_sweep, check_sweep_dir, clear_run_dir,
+from .common import (Log, add_seeds, cell_seeds, check_counts, check_devices, check_same_sweep, check_sweep_dir,
+                     clear_run_dir,
                      hold_sweep_dir, placement, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
@@ -130,6 +131,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     """
     workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
+    check_devices(todo, backend)  # a run this machine cannot place is refused before anything is written
     warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
     write_plan(sweep_dir, spec, points, added)
     n_workers, threads, where = placement(backend, workers, threads, len(todo))
