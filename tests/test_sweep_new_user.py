@@ -102,3 +102,26 @@ def test_sweep_and_dry_run_refuse_a_device_this_machine_lacks_up_front(tiny_text
         assert not sw.exists()  # nothing written, no run started
     rc, out, _ = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "train.device=cpu,auto", "--dry_run")
     assert rc == 0 and "2 runs, about" in out
+
+
+def test_a_value_listed_twice_in_a_grid_is_refused_naming_it(tmp_path, capsys):
+    import pytest
+
+    from conftest import run_cli
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep import load_sweep_file, parse_grid_arg
+
+    rc, out, err = run_cli(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,1,2", "--out_dir",
+                           str(tmp_path / "sw"))
+    assert rc == 2 and out == "" and not (tmp_path / "sw").exists()
+    assert err.strip() == ("depthlab: error: --grid 'model.n_layer=1,1,2': model.n_layer lists 1 twice; list each "
+                           "value once (model.n_layer=1,2)")
+    with pytest.raises(DepthlabError, match=r"lists 0\.001 twice \(as 1e-3 and 0\.001\); list each value once "
+                                            r"\(train\.learning_rate=1e-3,2e-3\)"):
+        parse_grid_arg("train.learning_rate=1e-3,0.001,2e-3")
+    assert parse_grid_arg("model.n_layer=4,1,2") == ("model.n_layer", [4, 1, 2])
+    f = tmp_path / "s.yaml"
+    f.write_text("grid:\n  model.variant: [plain, prenorm, plain]\n")
+    with pytest.raises(DepthlabError, match=r"model\.variant lists plain twice; list each value once "
+                                            r"\(model\.variant=plain,prenorm\)"):
+        load_sweep_file(f)

@@ -18,7 +18,8 @@ def test_parse_grid_arg_types():
     assert sweep.parse_grid_arg("model.variant=plain, prenorm") == ("model.variant", ["plain", "prenorm"])
     assert sweep.parse_grid_arg("train.learning_rate=1e-3,3e-3") == ("train.learning_rate", [1e-3, 3e-3])
     assert sweep.parse_grid_arg("model.bias=true,false") == ("model.bias", [True, False])
-    assert sweep.parse_grid_arg("model.n_layer=2,2,1")[1] == [2, 1]
+    with pytest.raises(DepthlabError, match="model.n_layer lists 2 twice"):  # refused, not silently dropped
+        sweep.parse_grid_arg("model.n_layer=2,2,1")
     key, vals = sweep.parse_grid_arg("model.n_layer=1,2")
     assert all(type(v) is int for v in vals)
     # a Literal[str] field stays text; a float field given an integer is a float

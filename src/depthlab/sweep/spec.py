@@ -219,11 +219,11 @@ def parse_grid_arg(text: str) -> tuple[str, list]:
         text: e.g. ``model.n_layer=1,2,4`` or ``train.learning_rate=1e-3,3e-3``.
 
     Returns:
-        (dotted field, list of typed values), duplicates removed, order kept.
+        (dotted field, list of typed values), in the order given.
 
     Raises:
-        DepthlabError: missing ``=``, unknown field, empty value list or empty value, or a value
-            the field does not accept; the message names the problem.
+        DepthlabError: missing ``=``, unknown field, empty value list or empty value, a value
+            the field does not accept, or a value listed twice; the message names the problem.
     """
     if "=" not in text:
         raise DepthlabError(f"--grid {text!r}: expected SECTION.FIELD=V1,V2,... "
@@ -235,14 +235,23 @@ def parse_grid_arg(text: str) -> tuple[str, list]:
     if not vals.strip() or any(s == "" for s in items):
         raise DepthlabError(f"--grid {text!r}: empty value in the list; give comma-separated values "
                             "like 1,2,4")
-    return key, _unique(coerce_value(key, s) for s in items)
+    return key, _unique([(s, coerce_value(key, s)) for s in items], f"--grid {text!r}", key)
 
 
-def _unique(values) -> list:
+def _unique(pairs: list[tuple[Any, Any]], what: str, key: str) -> list:
+    """The typed values of ``(as written, typed)`` pairs; a value listed twice (``1,1`` or ``1e-3,0.001``) is
+    refused, naming it and the list without it: a point listed twice would be one run, not the grid asked for."""
     out: list = []
-    for v in values:
+    written: list[str] = []  # the first spelling of each value in ``out``
+    for raw, v in pairs:
         if v not in out:
             out.append(v)
+            written.append(str(raw))
+    for i, (raw, v) in enumerate(pairs):
+        first = written[out.index(v)]
+        if any(w == v for _, w in pairs[:i]):
+            same = f"{raw} twice" if str(raw) == first else f"{v!r} twice (as {first} and {raw})"
+            raise DepthlabError(f"{what}: {key} lists {same}; list each value once ({key}={','.join(written)})")
     return out
 
 
@@ -290,7 +299,7 @@ def _grid(d: Any, what: str) -> dict[str, list]:
             vals = [vals]
         if not vals:
             raise DepthlabError(f"{what}: {k} has no values")
-        out[k] = _unique(_coerce_in(what, k, v) for v in vals)
+        out[k] = _unique([(v, _coerce_in(what, k, v)) for v in vals], what, k)
     return out
 
 
