@@ -80,8 +80,8 @@ def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_pat
     rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "model.block_size=16,4096")
     assert "1 ok, 1 not ok" in out
     assert rc == 1
-    assert err.strip().splitlines()[-1] == ("depthlab: 1 of 2 runs not ok: block_size-4096 (error) (results.csv's "
-                                            "status and message columns say why); exit status 1")
+    assert err.strip().splitlines()[-1] == ("depthlab: 1 of 2 runs gave no result: block_size-4096 (error) "
+                                            "(results.csv's status and message columns say why); exit status 1")
     rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "model.block_size=16,4096")  # again: still
     assert rc == 1 and "block_size-4096 (error)" in err
     rc, out, err = _sweep_cli(capsys, tiny_text_file, tmp_path / "good", "--grid", "model.block_size=8,16")

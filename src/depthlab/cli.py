@@ -525,8 +525,8 @@ def build_sweep_parser():
                             "then write results.csv, results.md and report.html in the sweep directory. Running "
                             "the same command again skips finished runs and redoes unfinished ones. Dotted flags "
                             "(--train.max_iters 300, --model.n_embd 64) apply to every run. Losses are in nats. "
-                            "Exit status: 0 when every run is ok, 1 when any is not ok (results.csv's status: "
-                            "error, nonfinite, time_capped, ...), 2 for bad input (nothing run).",
+                            "Exit status: 0 when every run trained (ok, or a finding: nonfinite, time_capped), 1 when "
+                            "any gave no result (results.csv's status: error), 2 for bad input (nothing run).",
                    config_fields=True)
     from .sweep import profile_descriptions
 
@@ -636,9 +636,9 @@ def run_sweep(ns, argv: list[str]) -> int:
     table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
     if table:
         print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
-    bad, n = sweep.not_ok_runs(out_dir)
+    bad, n = sweep.failed_runs(out_dir)
     if bad:  # scripts can tell: exit 1, as `depthlab check` does when it finds problems
-        print(f"{PROG}: {len(bad)} of {n} runs not ok: {', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''} "
+        print(f"{PROG}: {len(bad)} of {n} runs gave no result: {', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''} "
               f"(results.csv's status and message columns say why); exit status 1", file=sys.stderr)
         return 1
     return 0

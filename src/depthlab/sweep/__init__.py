@@ -36,7 +36,7 @@ from .local import dry_run, execute, init_probe
 from .run import run_sweep
 from .results import (FINAL_STATUSES, METRIC_COLUMNS, OK_STATUSES, RESULT_COLUMNS, aggregate, collect_results,
                       corpus_baselines, experiment_axes, field_value, group_name, is_sweep_dir, load_sweep,
-                      mean_metric, not_ok_runs, run_details, sweep_baselines, sweep_items, write_results)
+                      mean_metric, failed_runs, run_details, sweep_baselines, sweep_items, write_results)
 from .science import CLAIM_HEADER, CLAIMS, SCIENCE_MD, claims_markdown, science_claims, write_science_table
 from .spec import (PROFILE_NAMES, RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_DEFAULTS, SWEEP_JSON, Experiment, RunPoint,
                    SweepSpec, build_spec, coerce_value, default_sweep_dir, estimate_seconds, expand, load_profile,
@@ -54,7 +54,7 @@ __all__ = [
     # results
     "RESULT_COLUMNS", "METRIC_COLUMNS", "OK_STATUSES", "FINAL_STATUSES", "is_sweep_dir", "load_sweep",
     "run_details", "collect_results", "write_results", "sweep_items", "sweep_baselines", "corpus_baselines",
-    "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric", "not_ok_runs",
+    "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric", "failed_runs",
     # science and findings
     "CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "science_claims", "claims_markdown", "write_science_table",
     "summary_lines", "init_lines", "aggregate_table",

@@ -38,6 +38,9 @@ METRIC_COLUMNS = ["best_val_bpc", "whole_val_loss", "tokens_per_sec", "grad_rati
 OK_STATUSES = ("ok",)
 #: Statuses that are kept on restart (deterministic outcomes); other failures are redone.
 FINAL_STATUSES = ("ok", "nonfinite")
+#: Statuses of runs that trained and measured something: a diverged run and one stopped by train.max_time are
+#: findings of the experiment (the report shows them); any other status (an error) gave no result.
+RESULT_STATUSES = ("ok", "nonfinite", "time_capped")
 
 #: Seed statistics per cell (a grid point without its seed), computed from results.csv (:func:`cell_aggregates`).
 AGGREGATES_CSV = "aggregates.csv"
@@ -277,15 +280,15 @@ def read_results(csv_path: str | Path) -> tuple[list[dict], list[str]]:
         return list(reader), list(reader.fieldnames or [])
 
 
-def not_ok_runs(sweep_dir: str | Path) -> tuple[list[str], int]:
-    """The runs of a sweep's results.csv whose status is not ``ok`` (``NAME (STATUS)``, in row order) and the
-    number of rows; ``([], 0)`` when there is no results.csv."""
+def failed_runs(sweep_dir: str | Path) -> tuple[list[str], int]:
+    """The runs of a sweep's results.csv that gave no result (a status outside :data:`RESULT_STATUSES`, such as
+    ``error``): ``NAME (STATUS)``, in row order, and the number of rows; ``([], 0)`` when there is no results.csv."""
     path = Path(sweep_dir) / RESULTS_CSV
     if not path.is_file():
         return [], 0
     rows, _ = read_results(path)
     return [f"{Path(r.get('run') or '?').name} ({r.get('status') or '?'})" for r in rows
-            if r.get("status") not in OK_STATUSES], len(rows)
+            if r.get("status") not in RESULT_STATUSES], len(rows)
 
 
 def cell_aggregates(rows: Sequence[dict], columns: Sequence[str], metric: str = "best_val_loss") -> list[dict]:
