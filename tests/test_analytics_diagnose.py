@@ -293,6 +293,25 @@ def test_bigram_wording_says_where_the_loss_is():
     assert D.loss_level(2.3, BASE, 0.05)[0] == "below bigram"
 
 
+def test_loss_level_sentence_true_at_every_branch_boundary():
+    from depthlab.analytics.rules import stuck_name
+    # uniform 4.174, unigram 3.347, bigram 2.482, margin 0.05: each level's sentence states what the numbers show
+    lvl = lambda best: D.loss_level(best, BASE, 0.05)  # noqa: E731
+    assert lvl(4.225)[0] == "above uniform" and "0.051 above the uniform level ln V = 4.174" in lvl(4.225)[1]
+    assert lvl(4.224)[0] == "at uniform" and "(within 0.05)" in lvl(4.224)[1]
+    assert lvl(4.125)[0] == "at uniform"
+    b = lvl(4.016)  # the tester's Probs run: 0.67 above unigram, not "at the unigram level (within 0.05)"
+    assert b[0] == "between unigram and uniform" and "within" not in b[1]
+    assert "between the unigram level 3.347 (0.669 above it) and uniform guessing ln V = 4.174" in b[1]
+    assert lvl(4.123)[0] == "between unigram and uniform" and lvl(3.398)[0] == "between unigram and uniform"
+    assert lvl(3.396)[0] == "at unigram" and "(within 0.05)" in lvl(3.396)[1]
+    assert lvl(3.298)[0] == "at unigram" and lvl(3.296)[0] == "above bigram"
+    assert all(stuck_name(lvl(x)[0]) == "unigram_stuck" for x in (4.3, 4.2, 4.016, 3.3))
+    f = diagnose_records(evals([4.17, 4.1, 4.016]), BASE, cfg("plain"))[0]
+    assert f.rule == "unigram_stuck" and "between the unigram level 3.347" in f.evidence
+    assert "within 0.05" not in f.evidence
+
+
 def test_block_size_one_flagged_from_config_at_once():
     one = {"model": {"block_size": 1, "variant": "prenorm"}, "train": {}}
     for recs in ([], evals([4.17]), evals([4.17, 3.0], every=10)):  # no steps, no baselines needed

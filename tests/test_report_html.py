@@ -267,6 +267,8 @@ def test_bigram_card_agrees_with_the_diagnosis(probed_run):
     assert level_words(2.2, base) == "below bigram, uses context"
     assert level_words(3.35, base) == "at the unigram level: no context at all, not even the current character"
     assert level_words(2.6, base) == "above bigram: less than the current character tells"
+    assert level_words(4.016, base) == "between unigram and uniform: not even the character frequencies yet"
+    assert level_words(4.4, base) == "above the uniform level, worse than equal guessing"
     assert level_words(2.441, {"bigram": {"nats": 2.482}}) == "within 0.05 of bigram: the current character alone"
 
 

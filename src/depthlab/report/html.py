@@ -271,7 +271,9 @@ def _level_words(best: float, baselines: dict) -> str:
     except (KeyError, TypeError, ValueError):  # an old or partial baselines.json: bigram only
         bg = float(baselines["bigram"]["nats"])
         level = "below bigram" if best < bg - margin else "above bigram" if best >= bg else "within margin of bigram"
-    return {"at uniform": "at the uniform level, nothing learned yet",
+    return {"above uniform": "above the uniform level, worse than equal guessing",
+            "at uniform": "at the uniform level, nothing learned yet",
+            "between unigram and uniform": "between unigram and uniform: not even the character frequencies yet",
             "at unigram": "at the unigram level: no context at all, not even the current character",
             "above bigram": "above bigram: less than the current character tells",
             "within margin of bigram": f"within {margin:g} of bigram: the current character alone",

@@ -32,14 +32,22 @@ def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
         margin: nats; a loss within this of a baseline counts as at that level.
 
     Returns:
-        ``(short, long)``: ``short`` is one of ``"at uniform"``, ``"at unigram"``,
+        ``(short, long)``: ``short`` is one of ``"above uniform"``, ``"at uniform"`` (within ``margin``),
+        ``"between unigram and uniform"``, ``"at unigram"`` (within ``margin``),
         ``"above bigram"``, ``"within margin of bigram"``, ``"below bigram"``; ``long`` says what
         the level means, with the numbers.
     """
     uni, ug, bg = (float(baselines[k]["nats"]) for k in ("uniform", "unigram", "bigram"))
+    if best > uni + margin:
+        return "above uniform", (f"best val loss {best:.3f} nats is {best - uni:.3f} above the uniform level ln V = "
+                                 f"{uni:.3f}: worse than guessing every character equally often")
     if best >= uni - margin:
         return "at uniform", (f"best val loss {best:.3f} nats is at the uniform level ln V = {uni:.3f} (within "
                               f"{margin:g}): the model has not even learned the character frequencies")
+    if best >= ug + margin:
+        return "between unigram and uniform", (
+            f"best val loss {best:.3f} nats is between the unigram level {ug:.3f} ({best - ug:.3f} above it) and "
+            f"uniform guessing ln V = {uni:.3f}: the model has not even learned the character frequencies yet")
     if best >= ug - margin:
         return "at unigram", (f"best val loss {best:.3f} nats is at the unigram level {ug:.3f} (within {margin:g}): "
                               "the model predicts character frequencies and uses no context at all, not even the "
@@ -57,10 +65,14 @@ def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
     return "below bigram", f"best val loss {best:.3f} nats is {bg - best:.3f} below the bigram baseline {bg:.3f}"
 
 
+UNIGRAM_OR_WORSE = ("above uniform", "at uniform", "between unigram and uniform", "at unigram")
+"""The :func:`loss_level` levels at the unigram line or above (no context at all)."""
+
+
 def stuck_name(level: str) -> str:
     """The finding a loss level gives: ``unigram_stuck`` at or above the unigram line (no context at
     all), ``bigram_stuck`` from there down to the bigram line (the current character alone)."""
-    return "unigram_stuck" if level in ("at uniform", "at unigram") else "bigram_stuck"
+    return "unigram_stuck" if level in UNIGRAM_OR_WORSE else "bigram_stuck"
 
 
 # ---------------------------------------------------------------------------------- bigram_stuck, unigram_stuck
