@@ -399,3 +399,12 @@ def test_a_run_whose_records_end_early_is_measured_by_its_summary_and_one_step_i
     assert "the run is 100 steps (summary.json), its readable records end at step 1" in cut
     one = "; ".join(diagnose(Evidence(evals([4.3, 4.2], every=1), cfg, BASE)).without_data())
     assert "the run is 1 step" in one and "1 steps" not in one
+
+
+def test_unigram_stuck_of_a_source_model_names_softmax_output_and_init_loss():
+    """A new user's pass: base.py:Probs (forward ends in softmax) sat at 4.0 nats and diagnose named only the
+    shortcut and gradient_flow/overfit_batch; check's init_loss names a forward that returns probabilities."""
+    f = diagnose_records(evals([4.17, 4.1, 4.016]), BASE, {"model": {"source": "base.py:Probs"}, "train": {}})[0]
+    assert f.rule == "unigram_stuck"
+    assert "the forward ends in softmax (probabilities, not logits: cross-entropy applies log-softmax" in f.remedy
+    assert "depthlab check base.py:Probs tests the model for this (init_loss, gradient_flow, overfit_batch)" in f.remedy

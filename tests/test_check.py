@@ -535,3 +535,39 @@ def test_flattened_logits_are_named_as_the_loss_flattening_them(corpus):
         "forward(idx) of shape (16, 8) returned logits of shape (128, 65), expected (16, 8, V): three dimensions; "
         "(128, 65) is the logits flattened to (B*T, V) (16 x 8 = 128 rows), as a loss flattens them: return them "
         "before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
+
+
+class _Softmaxed(nn.Module):
+    """A learner's most common bug: forward ends in softmax (or log_softmax, which is harmless)."""
+
+    def __init__(self, log: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head, self.log = nn.Embedding(65, 32), nn.Linear(32, 65), log
+
+    def forward(self, idx):
+        logits = self.head(self.emb(idx))
+        return logits.log_softmax(-1) if self.log else logits.softmax(-1)
+
+
+def test_probabilities_named_by_init_loss_and_overfit_batch(corpus):
+    rep = check_model(_Softmaxed(), corpus, block_size=16, rules=("shape", "init_loss", "overfit_batch"))
+    c = {x.rule: x for x in rep.checks}
+    il, ob = c["init_loss"], c["overfit_batch"]
+    assert il.ok is False and il.evidence["output_kind"] == "probabilities"
+    assert il.summary.startswith("the forward returns probabilities (softmax over the vocabulary), not logits: "
+                                 "cross-entropy applies log-softmax itself")
+    assert "return the values before softmax" in il.remedy
+    assert ob.ok is False and ".detach()" not in ob.remedy and "see init_loss" in ob.remedy
+    assert "returns probabilities" in ob.remedy and "cannot fall below ln(1 + (V-1)/e) = 3.20 nats" in ob.remedy
+    assert ob.evidence["final_loss"] > 3.2
+
+
+def test_log_probabilities_are_harmless(corpus):
+    rep = check_model(_Softmaxed(log=True), corpus, block_size=16, rules=("shape", "init_loss"))
+    il = {x.rule: x for x in rep.checks}["init_loss"]
+    assert il.ok is True and il.evidence["output_kind"] == "log-probabilities"
+    assert "log-probabilities (log_softmax over the vocabulary): harmless" in il.summary
+    rep = check_model(planted("TinyGPT"), corpus, block_size=16, rules=("shape", "init_loss"))
+    il = {x.rule: x for x in rep.checks}["init_loss"]
+    assert il.ok is True and il.evidence["output_kind"] == "logits" and "log-prob" not in il.summary

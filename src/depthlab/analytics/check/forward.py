@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ...units import agree, counted
 from .finite import first_nonfinite, nonfinite_result
+from .outputs import LOG_PROBABILITIES, LOG_PROBS_TEXT, PROBABILITIES, PROBS_FIX, PROBS_TEXT, output_kind
 from .subject import CheckResult, ModelFault, Subject, call_user
 
 __all__ = ["shape_rule", "vocab_rule", "causal_leak_rule", "init_loss_rule", "no_gradient_rule",
@@ -445,7 +446,7 @@ def init_loss_rule(subject: Subject, batches: int = 2) -> CheckResult:
     model = subject.fresh().eval()
     Vm = subject.model_vocab or subject.vocab_size
     rng = subject.rng(3)
-    losses, stds, peak = [], [], 0.0
+    losses, stds, peak, kinds = [], [], 0.0, set()
     with torch.no_grad():
         for i in range(batches):
             x, y = subject.batch(subject.B, subject.T, rng)
@@ -457,14 +458,22 @@ def init_loss_rule(subject: Subject, batches: int = 2) -> CheckResult:
                                                      f"{logits.numel():,} values)", where=where)
             losses.append(float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))))
             stds.append(float(logits.std(dim=-1).mean()))
+            kinds.add(output_kind(logits))
             peak = max(peak, float(logits.abs().max()))
     loss, std, ref = sum(losses) / len(losses), sum(stds) / len(stds), math.log(Vm)
     ev = {"loss": loss, "ln_V": ref, "excess_nats": loss - ref, "logit_std": std, "max_abs_logit": peak,
           "vocab_size": Vm}
     txt = (f"loss at init {loss:.3f} nats vs ln {Vm} = {ref:.3f} (uniform guessing), {loss - ref:+.2f} nats; "
            f"the logits' std across the vocabulary is {std:.3g} (max |logit| {peak:.3g})")
+    kind = kinds.pop() if len(kinds) == 1 else None
+    ev["output_kind"] = kind or "logits"
+    if kind == PROBABILITIES:  # the loss is near ln V whatever the model does: say so instead of "ok"
+        return CheckResult("init_loss", False, {"summary": f"{PROBS_TEXT} (every output row is >= 0 and sums to 1; "
+                                                           f"loss at init {loss:.3f} nats vs ln {Vm} = {ref:.3f})",
+                                                **ev}, PROBS_FIX)
     if math.isfinite(loss) and loss <= ref + INIT_EXCESS:
-        return CheckResult("init_loss", True, {"summary": txt, **ev})
+        return CheckResult("init_loss", True, {"summary": txt + (f"; {LOG_PROBS_TEXT}" if kind == LOG_PROBABILITIES
+                                                                 else ""), **ev})
     name, w = _output_layer(model, Vm)
     if w is not None:
         ev["output_layer"], ev["output_weight_std"] = name, float(w.detach().float().std())

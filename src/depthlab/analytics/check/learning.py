@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..baselines import bigram_nats, one_token_line, unigram_nats
 from .finite import nonfinite_result
+from .outputs import PROBABILITIES, PROBS_FIX, PROBS_TEXT, output_kind, probs_floor
 from .subject import CheckResult, Subject, call_user
 
 __all__ = ["overfit_batch_rule", "context_use_rule", "OVERFIT_STEPS", "OVERFIT_TARGET", "CONTEXT_STEPS",
@@ -87,6 +88,8 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
                            "set requires_grad=True on the model's parameters")
     B, T = subject.free_batch(OVERFIT_BATCH), subject.T
     x, y = subject.batch(B, T, subject.rng(5))
+    with torch.no_grad():
+        kind = output_kind(subject.logits(model, x))
     loop = _Loop(subject, model, OVERFIT_LR, OVERFIT_STEPS // 10)
     loop.run(OVERFIT_STEPS, lambda s: (x, y), stop_below=OVERFIT_TARGET)
     if loop.no_grad:
@@ -114,6 +117,11 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
            f"(lr {OVERFIT_LR:g}; target < {OVERFIT_TARGET})")
     if final < OVERFIT_TARGET:
         return CheckResult("overfit_batch", True, {"summary": txt, **ev})
+    if kind == PROBABILITIES:
+        V = subject.model_vocab or subject.vocab_size
+        return CheckResult("overfit_batch", False, {"summary": txt + ": it cannot even memorise a batch", **ev},
+                           f"{PROBS_TEXT}, so the loss cannot fall below ln(1 + (V-1)/e) = {probs_floor(V):.2f} "
+                           f"nats whatever it learns (see init_loss): {PROBS_FIX}")
     return CheckResult("overfit_batch", False, {"summary": txt + ": it cannot even memorise a batch", **ev},
                        "a model that cannot memorise a handful of sequences does not learn from its input: look "
                        "for outputs cut from the graph (.detach(), torch.no_grad(), .data), parameters without "

@@ -191,7 +191,10 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     if ev.section("model").get("source"):
         parts.append("the output does not depend on the input character: check that the token embedding reaches "
                      "the head through every block (a shortcut x = x + block(x) keeps it; without one a deep stack "
-                     "averages every position into one vector); " + _source_check(ev, "gradient_flow, overfit_batch"))
+                     "averages every position into one vector); or the forward ends in softmax (probabilities, "
+                     "not logits: cross-entropy applies log-softmax itself, so the loss cannot fall below "
+                     "ln(1 + (V-1)/e)); "
+                     + _source_check(ev, "init_loss, gradient_flow, overfit_batch"))
     else:
         parts.append("check rank collapse (depthlab probe at initialisation; the report's activation figure during "
                      "training): a stack that averages every position into one vector loses even the current "
