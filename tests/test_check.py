@@ -466,10 +466,14 @@ class _Returns(nn.Module):
             loss = None if targets is None else nn.functional.cross_entropy(logits.view(-1, 65), targets.view(-1))
             return loss, logits
         return {"dict": {"logits": logits}, "int": logits.long(), "flat": logits.view(-1, 65),
-                "transposed": logits.transpose(1, 2)}[self.kind]
+                "transposed": logits.transpose(1, 2), "argmax": logits.argmax(-1)}[self.kind]
 
 
-@pytest.mark.parametrize("kind, needle", [("dict", "returned dict"), ("int", "torch.int64 logits"),
+@pytest.mark.parametrize("kind, needle", [("dict", "returned dict"),
+                                          ("int", "returned int64 integers of shape (16, 16, 65), not logits"),
+                                          ("argmax", "returned int64 token ids, one per position (an .argmax(-1) "
+                                                     "or a sample over the vocabulary) of shape (16, 16), not "
+                                                     "logits: return the floating-point scores of every token"),
                                           ("flat", "returned logits of shape (256, 65), expected (16, 16, V)"),
                                           ("transposed", "(16, 65, 16): (B, V, T), not (16, 16, V)")])
 def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
@@ -481,6 +485,7 @@ def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
     assert needle in shape.summary and "no other size changes what the forward returns" in shape.summary
     assert "--batch_size" not in shape.summary + shape.remedy and "other sizes tried" not in shape.summary
     assert "(B, T, V)" in shape.remedy
+    assert ("one position per sequence" in shape.summary) is False  # (B, T) ints are token ids, not (B, V) logits
 
 
 def test_a_loss_first_tuple_gives_its_logits(corpus):

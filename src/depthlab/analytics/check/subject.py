@@ -149,6 +149,8 @@ class Subject:
         except Exception as e:  # noqa: BLE001 - the user's forward
             raise ModelFault(fault_text(e)) from None
         B, T = idx.shape
+        if not logits.is_floating_point():
+            raise ModelFault(_not_float(logits, B, T), size_free=True)
         if logits.dim() != 3:
             flat = flat_logits_hint(tuple(logits.shape), B, T)
             one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
@@ -168,9 +170,6 @@ class Subject:
                 hint = "; only the last position came back: return the logits of every position"
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({B}, {T}, V){hint}")
-        if not logits.is_floating_point():
-            raise ModelFault(f"forward(idx) returned {logits.dtype} logits; they must be floating point",
-                             size_free=True)
         return logits
 
     def logits_many(self, model: nn.Module, seqs: torch.Tensor, alone: bool = False) -> torch.Tensor:
@@ -212,6 +211,17 @@ class Subject:
     def free_batch(self, wanted: int) -> int:
         """``wanted`` sequences, or the only batch size the forward accepts."""
         return self.B if self.batch_fixed else max(1, int(wanted))
+
+
+def _not_float(out: torch.Tensor, B: int, T: int) -> str:
+    """What a forward's non-float output is: integers of (B, T) are token ids (an argmax or a sample), not logits."""
+    shape, dtype = tuple(out.shape), str(out.dtype).removeprefix("torch.")
+    if out.dtype == torch.bool:
+        return f"forward(idx) returned booleans of shape {shape}, not logits: return the floating-point (B, T, V)"
+    what = ("token ids, one per position (an .argmax(-1) or a sample over the vocabulary)"
+            if shape == (B, T) else "integers")
+    return (f"forward(idx) of shape ({B}, {T}) returned {dtype} {what} of shape {shape}, not logits: return the "
+            "floating-point scores of every token, shape (B, T, V), before any .argmax / sampling")
 
 
 def call_user(fn: Callable[[], Any]) -> Any:
