@@ -576,3 +576,61 @@ def test_log_probabilities_are_harmless(corpus):
     rep = check_model(planted("TinyGPT"), corpus, block_size=16, rules=("shape", "init_loss"))
     il = {x.rule: x for x in rep.checks}["init_loss"]
     assert il.ok is True and il.evidence["output_kind"] == "logits" and "log-prob" not in il.summary
+
+
+class _CutBlocks(nn.Module):
+    """A new user's model: the head reads the blocks' output through .detach()."""
+
+    def __init__(self, n_layer: int = 2):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(65, 32), nn.Linear(32, 65)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 32), nn.GELU()) for _ in range(n_layer))
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = x + b(x)
+        return self.head(x.detach())
+
+
+def test_gradient_flow_of_a_cut_graph_names_the_cut_not_depth(corpus):
+    rep = check_model(_CutBlocks(), corpus, block_size=16, rules=("shape", "gradient_flow"))
+    gf = rep.checks[-1]
+    assert gf.ok is False and all(r["grad_norm"] == 0 for r in gf.evidence["layers"])
+    assert "every block's gradient is exactly 0" in gf.summary and "nothing can learn" not in gf.summary
+    assert gf.remedy.startswith("not the depth: a gradient of exactly 0 in every block means the blocks' output is "
+                                "cut from the graph")
+    assert ".detach()" in gf.remedy and "shortcut" not in gf.remedy and "fewer blocks" not in gf.remedy
+
+
+class _Averaging(nn.Module):
+    """Six blocks without a shortcut, each mixing the positions (a causal running mean): the rank measure falls
+    block by block, as the tester's NoResidual did (0.62 -> 0.08, said "in range")."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head = nn.Embedding(65, 32), nn.Linear(32, 65)
+        self.blocks = nn.ModuleList(nn.Linear(32, 32) for _ in range(6))
+
+    def forward(self, idx):
+        x = self.emb(idx)
+        T = idx.size(1)
+        w = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1).unsqueeze(1)
+        for b in self.blocks:
+            x = torch.tanh(b(0.3 * (w @ x) + 0.7 * x))
+        return self.head(x)
+
+
+def test_gradient_flow_fails_a_relative_rank_collapse(corpus):
+    from depthlab.analytics.check.flow import RANK_DROP, RANK_LOW
+
+    rep = check_model(_Averaging(), corpus, block_size=16, rules=("shape", "gradient_flow"))
+    gf = rep.checks[-1]
+    r = [x["rank_measure"] for x in gf.evidence["layers"]]
+    assert r[-1] >= 0.05  # above the probe's absolute line: only the relative criterion can see it
+    assert r[-1] < RANK_LOW and r[0] >= RANK_DROP * r[-1]
+    assert gf.ok is False
+    assert f"the rank measure falls from {r[0]:.2f} (block 0) to {r[-1]:.2f} (block 5)" in gf.summary
+    assert "in range" not in gf.summary and "shortcut" in gf.remedy

@@ -157,11 +157,48 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
           "layers": [{k: r[k] for k in ("block", "grad_norm", "act_rms", "rank_measure", "token_cosine")} for r in lay]}
     head = (f"{desc}: gradient norm {lay[0]['grad_norm']:.2e} (block 0) .. {lay[-1]['grad_norm']:.2e} "
             f"(block {len(lay) - 1}), activation RMS {lay[0]['act_rms']:.3g} .. {lay[-1]['act_rms']:.3g}")
-    if not problems:
+    shrink = None if problems else _relative_collapse(lay)
+    if not problems and shrink is None:
         return CheckResult("gradient_flow", True, {"summary": f"{head}; " + "; ".join(fine) + " in range", **ev})
-    text = " ".join(problems)
-    remedy = ("give each sublayer a shortcut so the signal and the gradient have a path that does not shrink with "
-              "depth: x = x + attn(norm(x)); x = x + mlp(norm(x)) (pre-norm); or fewer blocks")
-    if text.startswith("exploding") or "grow" in text.split(":")[0]:
+    text = " ".join(problems) if problems else shrink
+    remedy = SHORTCUT_FIX
+    if _cut_graph(lay):  # not depth: nothing flows back through the graph at all
+        text = (f"every block's gradient is exactly 0 (loss {result['loss']:.3f} nats): no gradient reaches the "
+                "blocks, so none of them can learn")
+        remedy = CUT_GRAPH_FIX
+    elif text.startswith("exploding") or "grow" in text.split(":")[0]:
         remedy = "scale the blocks' initial weights down (e.g. std 0.02) and normalise the stream (pre-norm)"
     return CheckResult("gradient_flow", False, {"summary": f"{head}; {text}", **ev}, remedy)
+
+
+ALIVE_RMS = 1e-3
+"""A block output RMS above this is a signal, not one that underflowed on its way down a deep stack."""
+
+
+def _cut_graph(lay: list[dict]) -> bool:
+    """Every block's gradient exactly 0 while every block's output is alive (RMS above :data:`ALIVE_RMS`): the
+    gradient is not lost to depth (a deep stack without shortcuts underflows its activations to 0 first), the
+    graph is cut between the blocks and the loss."""
+    return all(r["grad_norm"] == 0 for r in lay) and all(r["act_rms"] > ALIVE_RMS for r in lay)
+
+
+SHORTCUT_FIX = ("give each sublayer a shortcut so the signal and the gradient have a path that does not shrink with "
+                "depth: x = x + attn(norm(x)); x = x + mlp(norm(x)) (pre-norm); or fewer blocks")
+CUT_GRAPH_FIX = ("not the depth: a gradient of exactly 0 in every block means the blocks' output is cut from the "
+                 "graph on its way to the loss: look for .detach(), torch.no_grad(), .data, or a tensor rebuilt from "
+                 ".tolist() / .numpy() / .item() between the blocks and the head (see no_gradient)")
+RANK_DROP = 2.0
+"""gradient_flow fails when the rank measure falls by this factor from the first block to the last ..."""
+RANK_LOW = 0.2
+"""... and ends below this: each block averages the positions further together (a stack without shortcuts)."""
+
+
+def _relative_collapse(lay: list[dict]) -> Optional[str]:
+    """The sentence for a rank measure that falls by :data:`RANK_DROP` or more across the blocks and ends below
+    :data:`RANK_LOW` (the probe's absolute collapse line, 0.05, is for depthlab's own deep stacks), else None."""
+    first, last = lay[0]["rank_measure"], lay[-1]["rank_measure"]
+    if len(lay) < 2 or first is None or last is None or last >= RANK_LOW or last * RANK_DROP > first:
+        return None
+    return (f"token diversity collapses across the blocks: the rank measure falls from {first:.2f} (block 0) to "
+            f"{last:.2f} (block {len(lay) - 1}), {first / max(last, 1e-12):.1f}x: each block averages the positions "
+            "further together, so the input hardly reaches the output")

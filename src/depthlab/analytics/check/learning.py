@@ -245,9 +245,10 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
         txt += (f"; even position 0 is near the unigram level {unigram:.3f}: the prediction does not depend on the "
                 "current token either, the input hardly reaches the output")
         return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
-                           "the input does not reach the prediction: a stack without shortcuts (see gradient_flow; "
-                           "x = x + sublayer(norm(x))), an output cut from the graph, or parameters that get no "
-                           "gradient (no_gradient)")
+                           "the input does not reach the prediction: a stack without shortcuts (each block adds to "
+                           "the stream: x = x + sublayer(norm(x)); gradient_flow judges the blocks at initialisation "
+                           "only, training can collapse them later), an output cut from the graph, or parameters "
+                           "that get no gradient (no_gradient)")
     return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
                        "the tokens before the current one do not reach the prediction, so the loss stays at the "
                        f"bigram level ({bigram:.3f} on this corpus): check that the attention output is added into "
