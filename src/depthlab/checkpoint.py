@@ -33,7 +33,7 @@ from . import hf_layout
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CHECKPOINTS, TOKENIZER, RunDir, atomic_write
+from .rundir import CHECKPOINTS, TOKENIZER, RunDir, atomic_write, init_from_record
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
@@ -812,3 +812,39 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
     except Exception as e:  # missing file or not safetensors
         raise DepthlabError(f"--init-from {src}: cannot read model.safetensors ({type(e).__name__})") from None
     return hf_layout.from_hf_state_dict(hf, cfg, src)
+
+
+def init_record(src: Path) -> dict[str, Any]:
+    """What ``--init-from src`` loaded (config.json ``resolved.init_from``): the weights file's absolute path and
+    sha256, and for a run's ``best.safetensors`` the step and val loss its manifest records for those bytes (None
+    when it cannot say; a Hugging Face export has neither)."""
+    src = Path(src)
+    run = (src / CKPT_DIR).is_dir()
+    path = src / CKPT_DIR / "best.safetensors" if run else src / "model.safetensors"
+    digest = sha256_file(path)
+    step = val = None
+    if run:
+        try:
+            best = read_manifest(src / CKPT_DIR, strict=False).get("best") or {}
+        except DepthlabError:
+            best = {}
+        if isinstance(best, dict) and (best.get("files") or {}).get("best.safetensors") == digest:
+            step, val = best.get("step"), best.get("val_loss")
+    return {"source": str(src.resolve()), "path": str(path.resolve()), "sha256": digest,
+            "kind": "run" if run else "export", "step": step, "val_loss": val}
+
+
+def init_line(record: dict[str, Any], src: str) -> str:
+    """The console line of a run started ``--init-from src`` (its :func:`init_record`)."""
+    file = Path(src) / Path(record["path"]).relative_to(record["source"])
+    at = [f"step {record['step']}"] if record.get("step") is not None else []
+    at += [f"val {record['val_loss']:.4f} nats"] if isinstance(record.get("val_loss"), (int, float)) else []
+    where = f" ({', '.join(at)})" if at else ""
+    return (f"init-from: {file}{where}: the model starts from these weights; optimizer state, step count and "
+            "learning-rate schedule start fresh (step 0)")
+
+
+def kept_init_record(old_config: dict) -> dict[str, Any]:
+    """``{"init_from": record}`` from a run's config.json ``resolved`` (a resume keeps it), or {} when it has none."""
+    init = init_from_record(old_config)
+    return {"init_from": init} if init is not None else {}

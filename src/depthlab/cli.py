@@ -330,12 +330,16 @@ def build_diagnose_parser():
 def run_diagnose(ns) -> int:
     """``depthlab diagnose``: findings in plain words (or JSON)."""
     from .analytics.diagnose import diagnose_run_full, findings_json, format_findings
+    from .rundir import RunDir, init_from_record, init_from_words
 
     _set_threads(ns.threads)
     findings, missing = diagnose_run_full(ns.run_dir)
     warn_damaged_run(Path(ns.run_dir), "the rules judge the run without what was lost")
     print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
           else format_findings(findings, missing))
+    init = init_from_record(RunDir(ns.run_dir).config)
+    if init is not None and not ns.json:
+        print(f"note: {init_from_words(init)}")
     return 0
 
 

@@ -804,3 +804,19 @@ def iter_run_dirs(root: str | Path) -> Iterable[RunDir]:
     if not root.is_dir():
         return []
     return [RunDir(p) for p in sorted(root.iterdir()) if p.is_dir() and is_run_dir(p)]
+
+
+def init_from_record(config: Any) -> Optional[dict]:
+    """config.json's ``resolved.init_from`` (the weights a run started from with ``--init-from``: path, sha256,
+    step and val loss), or None for a run trained from scratch (or a damaged record)."""
+    resolved = config.get("resolved") if isinstance(config, dict) else None
+    record = resolved.get("init_from") if isinstance(resolved, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def init_from_words(record: dict) -> str:
+    """What an :func:`init_from_record` says, for report and diagnose: the weights the run started from."""
+    at = f"step {record['step']} " if record.get("step") is not None else ""
+    val = f", val {record['val_loss']:.4f} nats" if isinstance(record.get("val_loss"), (int, float)) else ""
+    return (f"not trained from scratch: the model started from the {at}weights of {record.get('path')}{val} "
+            f"(--init-from, sha256 {str(record.get('sha256'))[:12]}…), so its step-0 loss is theirs")

@@ -109,7 +109,7 @@ class Trainer:
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
                                 "(or train.out_dir in the config)")
-        self.checkpointer = Checkpointer(self.run_dir, rt, self.log)
+        self.checkpointer = Checkpointer(self.run_dir, rt, self.log, init_from)
         point, new_dirs, replaced = None, [], None  # new_dirs: the folders this start makes, innermost first
         if t.resume:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
@@ -120,9 +120,7 @@ class Trainer:
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
                                        train=dataclasses.replace(t, out_dir=str(self.run_dir)))
         try:
-            self._setup(vocab, point)
-            if init_from:
-                Checkpointer.init_from(Path(init_from), self.raw_model, self.cfg.model, self.corpus.tokenizer)
+            self._setup(vocab, point)  # --init-from's weights load into the new model there (start_weights)
         except BaseException:
             if getattr(self, "metrics", None) is not None:
                 self.metrics.close()
@@ -144,7 +142,7 @@ class Trainer:
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
         resumed = point is not None and point.entry is not None
-        self.raw_model = self._make_model(point).to(self.device)
+        self.raw_model = self.checkpointer.start_weights(self._make_model(point), self).to(self.device)
         self.port = ModelPort(self.raw_model)
         rt.apply(tune(self.cfg, self.raw_model, self.device, old := point.old_config.get("resolved") if point else None,
                       restart_ok=self.restart_ok, log=self.log, world_size=self.world_size), resumed=old)
@@ -263,7 +261,7 @@ class Trainer:
         (config.json's ``resolved``)."""
         plan = self.budget.plan
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
-                **({"plan": plan.to_record()} if plan is not None else {}),
+                **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
                 **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
 
     def _write_config(self) -> None:
@@ -456,7 +454,7 @@ class Trainer:
                 "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
                 "target_reached_step": reached[0] if reached else None,
                 "target_reached_s": reached[1] if reached else None,
-                "final_validation": ev.final_val}
+                "final_validation": ev.final_val, **self.checkpointer.init_record}
 
 
 

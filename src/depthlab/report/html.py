@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 from ..analytics.diagnose import Thresholds, loss_level
 from ..analytics.samples import TEMPERATURE, TOP_K
 from ..errors import DepthlabError
-from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write
+from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, init_from_record, init_from_words
 from ..units import finite_or_none, fmt_value
 from .plots import PLOTS, UPDATE_RATIO_MUON, RunData, load_run_data, make_all_plots
 
@@ -250,6 +250,7 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
                       f"{fmt_value(fv.get('of_tokens'))} val {what}"))
     if s.get("final_step") is not None:
         cards.append(("steps", fmt_value(s["final_step"]), "optimizer steps"))
+    cards += _init_card(run)
     if finite_or_none(s.get("tokens_seen")) is not None:
         cards.append(("tokens seen", f"{float(s['tokens_seen']):,.0f}", "characters" if run.unit == "char"
                       else "tokens"))
@@ -261,6 +262,14 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
         cards.append(("parameters", f"{float(s['params']):,.0f}", "every parameter of the model" if m.get("source")
                       else f"{tied} included, position table left out"))
     return cards
+
+
+def _init_card(run: RunData) -> list[tuple[str, str, str]]:
+    """The card of a run started ``--init-from``: config.json ``resolved.init_from`` (none for another run)."""
+    record = init_from_record(run.config)
+    if record is None:
+        return []
+    return [("started from", Path(str(record.get("source"))).name, init_from_words(record))]
 
 
 def _level_words(best: float, baselines: dict) -> str:

@@ -205,8 +205,10 @@ class Checkpointer:
             :meth:`wait`; the trainer waits for the last one before it reads ``best`` or returns.
     """
 
-    def __init__(self, run_dir: Path, runtime, log):
+    def __init__(self, run_dir: Path, runtime, log, init_source: Optional[str] = None):
         self.run_dir, self.runtime, self.log = run_dir, runtime, log
+        self.init_source = init_source  # --init-from: the run or export whose weights start this new run
+        self.init_record: dict = {}  # {"init_from": ckpt.init_record(...)}: config.json resolved and summary.json
         self.background = runtime.device.type == "cuda"
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
@@ -236,6 +238,7 @@ class Checkpointer:
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old = rd.config or {}
+        self.init_record = ckpt.kept_init_record(old)  # a resume keeps the record of its --init-from
         same_corpus, vocab_gone = _check_corpus(rd, cfg, corpus.tokenizer.vocab, corpus.sha256)
         corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)
@@ -453,6 +456,15 @@ class Checkpointer:
             return False
         self.log(f"warning: {repaired}")
         return "next evaluation" in repaired
+
+    def start_weights(self, model, run):
+        """``model`` (of ``run``, a Trainer in set-up) with the ``--init-from`` weights loaded (:meth:`init_from`)
+        when given; their file, sha256, step and val loss go to :attr:`init_record` and one console line."""
+        if self.init_source:
+            self.init_from(Path(self.init_source), model, run.cfg.model, run.corpus.tokenizer)
+            self.init_record = {"init_from": ckpt.init_record(Path(self.init_source))}
+            self.log(ckpt.init_line(self.init_record["init_from"], self.init_source))
+        return model
 
     @staticmethod
     def init_from(rd: Path, raw_model, model_cfg, tokenizer) -> None:

@@ -1,0 +1,55 @@
+"""A run started ``--init-from`` says so: one console line at start (the file, its step and val loss, and what starts
+fresh), config.json ``resolved.init_from`` (path and sha256, kept by a resume), summary.json, diagnose and report
+(it used to leave no trace, and its low step-0 loss read as a from-scratch run's)."""
+
+import hashlib
+import json
+
+import pytest
+
+from depthlab.cli import main
+
+from conftest import TINY_TEXT, evals, run_cli, tiny_cli_args
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nu51")
+    (d / "t.txt").write_text(TINY_TEXT)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "A", train__max_iters=10)]) == 0
+    return d / "A"
+
+
+def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path, capsys):
+    best = source / "checkpoints" / "best.safetensors"
+    manifest = json.loads((source / "checkpoints" / "manifest.json").read_text())["best"]
+    rc, out, _ = run_cli(capsys, "train", "--init-from", str(source),
+                         *tiny_cli_args(source.parent / "t.txt", tmp_path / "B", train__max_iters=10))
+    assert rc == 0
+    assert out.splitlines()[0] == (
+        f"init-from: {best} (step {manifest['step']}, val {manifest['val_loss']:.4f} nats): the model starts from "
+        "these weights; optimizer state, step count and learning-rate schedule start fresh (step 0)")
+    want = {"source": str(source.resolve()), "path": str(best.resolve()),
+            "sha256": hashlib.sha256(best.read_bytes()).hexdigest(), "kind": "run", "step": manifest["step"],
+            "val_loss": manifest["val_loss"]}
+    assert json.loads((tmp_path / "B" / "config.json").read_text())["resolved"]["init_from"] == want
+    assert json.loads((tmp_path / "B" / "summary.json").read_text())["init_from"] == want
+    # the step-0 evaluation is the source's best, not a fresh model's ~ln V
+    first = evals(tmp_path / "B")[0]
+    assert first[0] == 0 and first[2] == pytest.approx(manifest["val_loss"], abs=2e-3)
+    rc, out, _ = run_cli(capsys, "diagnose", str(tmp_path / "B"))
+    assert rc == 0 and out.splitlines()[-1] == (
+        f"note: not trained from scratch: the model started from the step {manifest['step']} weights of "
+        f"{best.resolve()}, val {manifest['val_loss']:.4f} nats (--init-from, sha256 {want['sha256'][:12]}…), so "
+        "its step-0 loss is theirs")
+    assert run_cli(capsys, "report", str(tmp_path / "B"))[0] == 0
+    assert "started from</div><div class=\"v\">A</div>" in (tmp_path / "B" / "report.html").read_text()
+    rc, out, _ = run_cli(capsys, "train", "--resume", str(tmp_path / "B"), "--train.max_iters", "15")
+    assert rc == 0 and "init-from:" not in out
+    assert json.loads((tmp_path / "B" / "config.json").read_text())["resolved"]["init_from"] == want
+    assert json.loads((tmp_path / "B" / "summary.json").read_text())["init_from"] == want
+
+
+def test_a_run_from_scratch_has_no_init_from_record(source):
+    assert "init_from" not in json.loads((source / "config.json").read_text())["resolved"]
+    assert "init_from" not in json.loads((source / "summary.json").read_text())
