@@ -4,12 +4,13 @@ fresh), config.json ``resolved.init_from`` (path and sha256, kept by a resume), 
 
 import hashlib
 import json
+import shutil
 
 import pytest
 
 from depthlab.cli import main
 
-from conftest import TINY_TEXT, evals, run_cli, tiny_cli_args
+from conftest import TINY_TEXT, assert_clean_error, evals, run_cli, tiny_cli_args
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +54,45 @@ def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path,
 def test_a_run_from_scratch_has_no_init_from_record(source):
     assert "init_from" not in json.loads((source / "config.json").read_text())["resolved"]
     assert "init_from" not in json.loads((source / "summary.json").read_text())
+
+
+def _advice(err: str, new_dir) -> list[str]:
+    """The command a refusal ends with (after ``: depthlab ``), NEW_DIR replaced, as argv."""
+    line = err.strip().splitlines()[-1]
+    return line.rsplit(": depthlab ", 1)[1].replace("NEW_DIR", str(new_dir)).split()
+
+
+def test_a_resume_with_a_new_shape_advises_a_new_model_from_scratch_and_the_advice_works(source, tmp_path, capsys):
+    """nu51: it advised --init-from "where the weights fit", which then refused every shape change."""
+    run = tmp_path / "A"
+    shutil.copytree(source, run)
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--model.n_layer", "3", "--train.max_iters", "20")
+    assert_clean_error(rc, err)
+    assert err.strip().endswith(
+        "resume with the run's own values, or train the changed model as a new run from scratch (model.n_layer "
+        "changes the number or shape of the model's weights, so --init-from cannot reuse the run's): depthlab train "
+        f"-c {run / 'config.json'} --model.n_layer 3 --train.resume false --train.out_dir NEW_DIR")
+    rc, out, _ = run_cli(capsys, *_advice(err, tmp_path / "new"))
+    assert rc == 0 and "init-from:" not in out
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["n_layer"] == 3
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run),
+                         *tiny_cli_args(source.parent / "t.txt", tmp_path / "C", model__n_layer=3))
+    assert_clean_error(rc, err, "its weights do not fit this model (model.n_layer 2 there, 3 here); drop those "
+                       "--model flags to take the source run's shape, or drop --init-from: a model of this shape is a "
+                       "new model and trains from scratch")
+
+
+def test_a_resume_with_a_change_the_weights_fit_advises_init_from_and_the_advice_works(source, tmp_path, capsys):
+    """model.activation keeps every weight's name and shape: --init-from loads them, so it is offered."""
+    run = tmp_path / "A"
+    shutil.copytree(source, run)
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--model.activation", "relu")
+    assert_clean_error(rc, err)
+    assert err.strip().endswith(
+        "start a new run from its weights (the changed model has the same weights, by name and shape; the optimizer "
+        f"state, step count and schedule start fresh): depthlab train -c {run / 'config.json'} --init-from {run} "
+        "--model.activation relu --train.resume false --train.out_dir NEW_DIR")
+    rc, out, _ = run_cli(capsys, *_advice(err, tmp_path / "new"), "--train.max_iters", "5")
+    assert rc == 0 and out.startswith(f"init-from: {run / 'checkpoints' / 'best.safetensors'} (step 10")
+    config = json.loads((tmp_path / "new" / "config.json").read_text())
+    assert config["model"]["activation"] == "relu" and config["resolved"]["init_from"]["step"] == 10

@@ -423,12 +423,17 @@ def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
     with pytest.raises(DepthlabError, match="model.n_layer 2 -> 3") as e:
         train(cfg, **QUIET)
     # nu43: "--init-from to reuse its weights" was said of a new shape, which --init-from then refuses
-    assert str(e.value).endswith("start a new run (--init-from reuses its weights only where they fit the new model, "
-                                 "as a changed shape such as n_embd does not)")
+    # nu51: a new shape is a new model, trained from scratch (nu51's tests follow the advice)
+    assert str(e.value).endswith("train the changed model as a new run from scratch (model.n_layer changes the number "
+                                 "or shape of the model's weights, so --init-from cannot reuse the run's): depthlab "
+                                 f"train -c {run / 'config.json'} --model.n_layer 3 --train.resume false "
+                                 "--train.out_dir NEW_DIR")
     cfg = tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20, seed=7))
     with pytest.raises(DepthlabError, match="train.seed") as e:
         train(cfg, **QUIET)
-    assert str(e.value).endswith("start a new run (--init-from to reuse its weights)")
+    assert str(e.value).endswith("start a new run from its weights (the optimizer state, step count and schedule "
+                                 f"start fresh): depthlab train -c {run / 'config.json'} --init-from {run} "
+                                 "--train.seed 7 --train.resume false --train.out_dir NEW_DIR")
 
 
 def test_resume_with_another_tokenizer_names_both(tmp_path, bpe_file):

@@ -848,3 +848,38 @@ def kept_init_record(old_config: dict) -> dict[str, Any]:
     """``{"init_from": record}`` from a run's config.json ``resolved`` (a resume keeps it), or {} when it has none."""
     init = init_from_record(old_config)
     return {"init_from": init} if init is not None else {}
+
+
+def _saved_shapes(model: torch.nn.Module) -> tuple[dict[str, tuple], set[str]]:
+    """Names and shapes of ``model``'s weights (a tied weight once, under its first name, as
+    :func:`weights_bytes` stores them), and the names of its tied repeats."""
+    shapes: dict[str, tuple] = {}
+    tied: set[str] = set()
+    seen: set[int] = set()
+    for k, v in clean_state_dict(model.state_dict(keep_vars=True)).items():
+        if id(v) in seen:
+            tied.add(k)
+            continue
+        seen.add(id(v))
+        shapes[k] = tuple(v.shape)
+    return shapes, tied
+
+
+def weights_fit(old: dict, new: dict) -> Optional[bool]:
+    """Whether ``--init-from`` loads the weights of a run whose config.json model section is ``old`` into a model
+    of section ``new`` (the names and shapes :func:`load_into` checks), built on the meta device (no memory).
+
+    Returns:
+        True or False; None when it cannot be told (a ``model.source`` model, or a section that does not build).
+    """
+    from .model import GPT
+
+    if old.get("source") or new.get("source"):
+        return None
+    try:
+        with torch.device("meta"):
+            theirs, _ = _saved_shapes(GPT(ModelConfig(**old)))
+            ours, tied = _saved_shapes(GPT(ModelConfig(**{**new, "vocab_size": old.get("vocab_size")})))
+    except Exception:  # noqa: BLE001 - a field this depthlab cannot build: the caller says what it can
+        return None
+    return all(k in theirs or k in tied for k in ours) and all(ours.get(k) == s for k, s in theirs.items())

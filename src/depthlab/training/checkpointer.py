@@ -189,6 +189,36 @@ def _latest_to_resume(run_dir: Path) -> Optional[dict]:
                             f"{new}") from None
 
 
+def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -> str:
+    """The new run a refused resume offers: ``--init-from`` when the changed model's weights have the run's names
+    and shapes (:func:`~depthlab.checkpoint.weights_fit`), else the changed model trained from scratch."""
+    keys = [r.split(" ", 1)[0] for r in refused]
+    model = [k.split(".", 1)[1] for k in keys if k.startswith("model.")]
+    flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys)
+    fit = ckpt.weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
+    if fit:
+        why = "the changed model has the same weights, by name and shape; " if model else ""
+        return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
+                f"depthlab train -c {Path(run_dir) / CONFIG} --init-from {run_dir} {flags} --train.resume false "
+                "--train.out_dir NEW_DIR")
+    what = ("changes the number or shape of the model's weights" if fit is False else
+            "may change the model's weights (model.source)")
+    return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}, "
+            f"so --init-from cannot reuse the run's): depthlab train -c {Path(run_dir) / CONFIG} {flags} "
+            "--train.resume false --train.out_dir NEW_DIR")
+
+
+def _field(cfg: dict, key: str):
+    section, name = key.split(".", 1)
+    return (cfg.get(section) or {}).get(name)
+
+
+def _flag_text(value) -> str:
+    """A config value as a command-line flag value (as ``--init-from`` passes its run's model section)."""
+    return (json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(value, bool)
+            else str(value))
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -244,13 +274,10 @@ class Checkpointer:
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
-        if refused:  # a changed model field may change the weights' shapes: --init-from loads only weights that fit
-            reuse = ("--init-from reuses its weights only where they fit the new model, as a changed shape such as "
-                     "n_embd does not" if any(r.startswith("model.") for r in refused) else
-                     "--init-from to reuse its weights")
+        if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
-                                f"start a new run ({reuse})")
+                                f"{_new_run_advice(rd.path, refused, old, asked)}")
         for line in resume_config.config_json_notes(rd.path) + noted:
             self.log(f"resume: {line}")
         with warnings.catch_warnings(record=True) as caught:
@@ -485,7 +512,8 @@ class Checkpointer:
             if not diff:
                 raise
             raise DepthlabError(f"--init-from {rd}: its weights do not fit this model ({'; '.join(diff)}); drop "
-                                "those --model flags to take the source run's shape") from None
+                                "those --model flags to take the source run's shape, or drop --init-from: a model "
+                                "of this shape is a new model and trains from scratch") from None
 
     # ------------------------------------------------------------------ saving
     @staticmethod
