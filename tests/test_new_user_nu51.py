@@ -96,3 +96,25 @@ def test_a_resume_with_a_change_the_weights_fit_advises_init_from_and_the_advice
     assert rc == 0 and out.startswith(f"init-from: {run / 'checkpoints' / 'best.safetensors'} (step 10")
     config = json.loads((tmp_path / "new" / "config.json").read_text())
     assert config["model"]["activation"] == "relu" and config["resolved"]["init_from"]["step"] == 10
+
+
+@pytest.mark.parametrize("hf_only", [False, True])
+def test_init_from_an_export_of_another_shape_is_one_line_naming_the_field_and_the_fix(source, tmp_path, capsys,
+                                                                                     hf_only):
+    """nu51: it was 'checkpoint EX does not fit this model: missing transformer.h.2.ln_1.weight, ...' and no fix.
+    Without depthlab.json the shape comes from the Hugging Face config.json."""
+    pytest.importorskip("transformers")
+    export = tmp_path / "ex"
+    assert run_cli(capsys, "export", str(source), str(export))[0] == 0
+    if hf_only:
+        (export / "depthlab.json").unlink()
+    argv = ["train", "--init-from", str(export), *tiny_cli_args(source.parent / "t.txt", tmp_path / "new")]
+    rc, _, err = run_cli(capsys, *argv, "--model.n_layer", "3", "--model.n_embd", "64")
+    assert_clean_error(rc, err)
+    assert err.strip() == (
+        f"depthlab: error: --init-from {export}: its weights do not fit this model (model.n_embd 32 there, 64 here; "
+        "model.n_layer 2 there, 3 here); set --model.n_embd 32 --model.n_layer 2 (the export's values), or drop "
+        "--init-from: a model of this shape is a new model and trains from scratch")
+    assert not (tmp_path / "new").exists()
+    rc, out, _ = run_cli(capsys, *argv, "--train.max_iters", "5")  # the fix: the export's shape
+    assert rc == 0 and out.startswith(f"init-from: {export / 'model.safetensors'}: the model starts")

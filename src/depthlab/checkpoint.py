@@ -883,3 +883,28 @@ def weights_fit(old: dict, new: dict) -> Optional[bool]:
     except Exception:  # noqa: BLE001 - a field this depthlab cannot build: the caller says what it can
         return None
     return all(k in theirs or k in tied for k in ours) and all(ours.get(k) == s for k, s in theirs.items())
+
+
+def source_model(src: Path) -> tuple[dict[str, Any], str]:
+    """The model section of what ``--init-from src`` loads, and what it is (``the source run``, ``the export``): a
+    run's config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives; {} if none."""
+    src = Path(src)
+    if (src / CKPT_DIR).is_dir():
+        return (RunDir(src).config or {}).get("model") or {}, "the source run"
+
+    def read(name: str) -> dict:
+        try:
+            d = json.loads((src / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return d if isinstance(d, dict) else {}
+
+    model = (read("depthlab.json").get("config") or {}).get("model")
+    if isinstance(model, dict) and model:
+        return model, "the export"
+    h = read("config.json")
+    shape = {"n_layer": h.get("n_layer"), "n_head": h.get("n_head"), "n_embd": h.get("n_embd"),
+             "block_size": h.get("n_positions"), "vocab_size": h.get("vocab_size")}
+    if isinstance(h.get("n_inner"), int) and isinstance(h.get("n_embd"), int) and h["n_embd"]:
+        shape["ff_mult"] = h["n_inner"] // h["n_embd"]
+    return {k: v for k, v in shape.items() if v is not None}, "the export"

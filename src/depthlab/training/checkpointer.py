@@ -208,6 +208,25 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
             "--train.resume false --train.out_dir NEW_DIR")
 
 
+def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
+    """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
+    or shapes (:func:`~depthlab.checkpoint.weights_fit`; every differing one when it cannot tell), and the fix; None
+    when no field differs."""
+    theirs, what = ckpt.source_model(src)
+    diff = [k for k in sorted(theirs) if k in ours and k != "vocab_size" and theirs[k] != ours[k]]
+    unfit = [k for k in diff if ckpt.weights_fit({**ours, **theirs}, {**ours, **theirs, k: ours[k]}) is False]
+    keys = unfit or diff
+    if not keys:
+        return None
+    said = "; ".join(f"model.{k} {theirs[k]!r} there, {ours[k]!r} here" for k in keys)
+    values = "value" if len(keys) == 1 else "values"
+    take = (f"set {' '.join(f'--model.{k} {_flag_text(theirs[k])}' for k in keys)} ({what}'s {values})"
+            if what == "the export"
+            else f"drop those --model flags to take {what}'s shape")
+    return (f"--init-from {src}: its weights do not fit this model ({said}); {take}, or drop --init-from: a model of "
+            "this shape is a new model and trains from scratch")
+
+
 def _field(cfg: dict, key: str):
     section, name = key.split(".", 1)
     return (cfg.get(section) or {}).get(name)
@@ -501,19 +520,11 @@ class Checkpointer:
             DepthlabError: the weights do not fit; the model fields that differ from the source run's
                 are named (the command line takes the source's shape unless told otherwise).
         """
+        sd = ckpt.init_weights(rd, model_cfg, tokenizer)
         try:
-            sd = ckpt.init_weights(rd, model_cfg, tokenizer)
             ckpt.load_into(raw_model, sd, rd)
-        except DepthlabError:
-            theirs = (RunDir(rd).config or {}).get("model") or {}
-            ours = dataclasses.asdict(model_cfg)
-            diff = [f"model.{k} {theirs[k]!r} there, {ours[k]!r} here" for k in sorted(theirs)
-                    if k in ours and k != "vocab_size" and theirs[k] != ours[k]]
-            if not diff:
-                raise
-            raise DepthlabError(f"--init-from {rd}: its weights do not fit this model ({'; '.join(diff)}); drop "
-                                "those --model flags to take the source run's shape, or drop --init-from: a model "
-                                "of this shape is a new model and trains from scratch") from None
+        except DepthlabError as e:
+            raise DepthlabError(_unfit_weights(rd, dataclasses.asdict(model_cfg)) or str(e)) from None
 
     # ------------------------------------------------------------------ saving
     @staticmethod
