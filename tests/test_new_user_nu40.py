@@ -51,11 +51,9 @@ def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path
     rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
     assert rc == 2 and out == ""
     assert err == (f"{head}or start a new run from its best weights (best.safetensors is intact): depthlab train "
-                   f"--init-from {run} --train.out_dir NEW_DIR\n"), err
-    new = tmp_path / "new"  # the way named works
-    rc, out, err = run_cli(capsys, "train", "--init-from", str(run), "--data.path", str(tiny_text_file),
-                           "--train.out_dir", str(new), "--train.max_iters", "5", "--train.eval_interval", "5",
-                           "--train.tensorboard", "false")
+                   f"-c {run / 'config.json'} --init-from {run} --train.resume false --train.out_dir NEW_DIR\n"), err
+    said = err.rsplit(": depthlab ", 1)[1].replace("NEW_DIR", str(tmp_path / "new")).split()
+    rc, out, err = run_cli(capsys, *said, "--train.max_iters", "5", "--train.eval_interval", "5")  # as named: works
     assert rc == 0, err
     best = run / "checkpoints" / "best.safetensors"
     best.write_bytes(best.read_bytes()[:100])
@@ -63,9 +61,9 @@ def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path
     assert rc == 2 and out == ""
     assert err == (f"{head}or start it again from step 0 in a new folder (its best.safetensors is missing or damaged "
                    f"too, so --init-from cannot reuse its weights): depthlab train -c {run / 'config.json'} "
-                   "--train.out_dir NEW_DIR\n"), err
-    rc, out, err = run_cli(capsys, "train", "-c", str(run / "config.json"), "--train.out_dir", str(tmp_path / "again"),
-                           "--train.max_iters", "5", "--train.eval_interval", "5")
+                   "--train.resume false --train.out_dir NEW_DIR\n"), err
+    said = err.rsplit(": depthlab ", 1)[1].replace("NEW_DIR", str(tmp_path / "again")).split()
+    rc, out, err = run_cli(capsys, *said, "--train.max_iters", "5", "--train.eval_interval", "5")
     assert rc == 0, err
 
 

@@ -966,7 +966,8 @@ def test_a_damaged_manifest_is_named_with_the_ways_forward_and_nothing_is_touche
         assert_clean_error(main(argv), capsys.readouterr().err, f"{m} {fault}", "the sha256 of the run's checkpoints "
                            "cannot be checked, so depthlab neither reads nor replaces them; restore manifest.json from "
                            "a copy of the run, or start a new run from its best weights, unchecked: depthlab train "
-                           f"--init-from {run20} --train.out_dir NEW_DIR")
+                           f"-c {run20 / 'config.json'} --init-from {run20} --train.resume false "
+                           "--train.out_dir NEW_DIR")
         assert _snapshot(run20) == before and not (tmp_path / "hf").exists()
     # the way forward it names works, and still touches nothing of the run
     new = tmp_path / "new"
@@ -1006,7 +1007,8 @@ def test_a_manifest_entry_without_a_sha256_is_refused_as_a_damaged_manifest(run2
         out, err = capsys.readouterr()
         assert_clean_error(rc, err, f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so "
                            "depthlab neither reads nor replaces them; restore manifest.json from a copy of the run, "
-                           f"or start a new run from its best weights, unchecked: depthlab train --init-from {run20} "
+                           "or start a new run from its best weights, unchecked: depthlab train "
+                           f"-c {run20 / 'config.json'} --init-from {run20} --train.resume false "
                            "--train.out_dir NEW_DIR")
         assert "sampling from" not in err + out and "resuming" not in out, argv
         assert _snapshot(run20) == before and not (tmp_path / "hf").exists()

@@ -46,7 +46,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_in_one_line_and_nothing_change
     assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert err.startswith("depthlab: error: cannot resume")
     assert f"{run30 / 'checkpoints' / 'step-000030.safetensors'} holds non-finite weights" in err
-    assert f"--init-from {run30} --train.out_dir NEW_DIR" in err
+    assert f"-c {run30 / 'config.json'} --init-from {run30} --train.resume false --train.out_dir NEW_DIR" in err
     assert "learning_rate" not in err  # the weights were NaN before this session's first step
     assert _snapshot(run30) == before  # config.json, summary.json, metrics.jsonl: all as they were
 

@@ -33,7 +33,7 @@ from . import hf_layout
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CHECKPOINTS, TOKENIZER, RunDir, atomic_write, init_from_record
+from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write, init_from_record
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
@@ -106,13 +106,22 @@ def payload_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def new_run_command(run_dir: Path, init_from: bool, flags: str = "") -> str:
+    """The command that starts a new run from ``run_dir``'s config.json (its corpus, tokenizer and model), from its
+    best weights when ``init_from``, with ``flags`` (changed fields) on top: ``--train.resume false``, since the
+    config.json of a run that was resumed says ``resume: true``, and a new folder, NEW_DIR."""
+    src = f"--init-from {run_dir} " if init_from else ""
+    more = f"{flags} " if flags else ""
+    return f"depthlab train -c {Path(run_dir) / CONFIG} {src}{more}--train.resume false --train.out_dir NEW_DIR"
+
+
 def _damaged_manifest(m: Path, fault: str) -> DepthlabError:
     """The error for a checkpoint manifest ``m`` that is there but damaged (``fault``): the weights beside it may be
     intact, but their sha256 cannot be checked; what the user can do."""
     return DepthlabError(
         f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so depthlab neither reads nor replaces "
         f"them; restore {m.name} from a copy of the run, or start a new run from its best weights, unchecked: "
-        f"depthlab train --init-from {m.parent.parent} --train.out_dir NEW_DIR")
+        f"{new_run_command(m.parent.parent, True)}")
 
 
 def read_manifest(ckdir: Path, strict: bool = True) -> dict:

@@ -179,12 +179,11 @@ def _latest_to_resume(run_dir: Path) -> Optional[dict]:
         return ckpt.latest_checkpoint(run_dir)
     except ckpt.NoIntactCheckpoint as e:
         if ckpt.finite_best(run_dir) is not None:
-            new = (f"or start a new run from its best weights (best.safetensors is intact): depthlab train "
-                   f"--init-from {run_dir} --train.out_dir NEW_DIR")
+            new = ("or start a new run from its best weights (best.safetensors is intact): "
+                   f"{ckpt.new_run_command(run_dir, True)}")
         else:
             new = ("or start it again from step 0 in a new folder (its best.safetensors is missing or damaged too, so "
-                   f"--init-from cannot reuse its weights): depthlab train -c {Path(run_dir) / CONFIG} "
-                   "--train.out_dir NEW_DIR")
+                   f"--init-from cannot reuse its weights): {ckpt.new_run_command(run_dir, False)}")
         raise DepthlabError(f"cannot resume {run_dir}: {e}; restore its checkpoints/ from a copy of the run, "
                             f"{new}") from None
 
@@ -199,13 +198,11 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
     if fit:
         why = "the changed model has the same weights, by name and shape; " if model else ""
         return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
-                f"depthlab train -c {Path(run_dir) / CONFIG} --init-from {run_dir} {flags} --train.resume false "
-                "--train.out_dir NEW_DIR")
+                f"{ckpt.new_run_command(run_dir, True, flags)}")
     what = ("changes the number or shape of the model's weights" if fit is False else
             "may change the model's weights (model.source)")
     return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}, "
-            f"so --init-from cannot reuse the run's): depthlab train -c {Path(run_dir) / CONFIG} {flags} "
-            "--train.resume false --train.out_dir NEW_DIR")
+            f"so --init-from cannot reuse the run's): {ckpt.new_run_command(run_dir, False, flags)}")
 
 
 def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
@@ -372,7 +369,7 @@ class Checkpointer:
             return
         best = ckpt.finite_best(self.run_dir)
         fix = (f"restore {path.name} from a copy of the run, or start a new run from its best weights ({best.name}, "
-               f"finite): depthlab train --init-from {self.run_dir} --train.out_dir NEW_DIR" if best is not None else
+               f"finite): {ckpt.new_run_command(self.run_dir, True)}" if best is not None else
                f"restore {path.name} from a copy of the run (its best.safetensors is no finite, intact alternative)")
         raise DepthlabError(f"cannot resume {self.run_dir}: its checkpoint {path} holds non-finite weights ({bad} is "
                             "NaN or inf) though its sha256 matches manifest.json; depthlab never writes such a file, "
