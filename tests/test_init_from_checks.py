@@ -65,3 +65,18 @@ def test_init_from_a_best_changed_in_place_is_refused_naming_its_intact_twin(goo
     shutil.copyfile(twin, best)  # what the line says to do
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 0 and "--init-from" not in err, err  # an intact best: nothing to say
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_init_from_a_missing_folder_or_a_file_says_which(tmp_path, capsys, kind):
+    """helper-51: a folder that does not exist was "neither a depthlab run (no checkpoints/) nor a Hugging Face
+    export", as if it were there."""
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    src = tmp_path / "src"
+    if kind == "file":
+        src.write_text("x")
+    rc = main(["train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new", train__max_iters=2), "--init-from",
+               str(src)])
+    said = "is a file" if kind == "file" else "no such folder"
+    assert_clean_error(rc, capsys.readouterr().err, f"--init-from {src}: {said}; give a depthlab run directory")
+    assert not (tmp_path / "new").exists()

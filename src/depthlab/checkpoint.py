@@ -786,6 +786,9 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
             bias setting, or a best.safetensors that fails its sha256 (one that cannot be checked is a warning).
     """
     src = Path(src)
+    if not src.is_dir():
+        raise DepthlabError(f"--init-from {src}: {'is a file' if src.exists() else 'no such folder'}; give a depthlab "
+                            "run directory (it holds checkpoints/) or a folder written by depthlab export")
     if (src / CKPT_DIR).is_dir():
         path = src / CKPT_DIR / "best.safetensors"
         if not path.exists():
