@@ -407,4 +407,6 @@ def test_unigram_stuck_of_a_source_model_names_softmax_output_and_init_loss():
     f = diagnose_records(evals([4.17, 4.1, 4.016]), BASE, {"model": {"source": "base.py:Probs"}, "train": {}})[0]
     assert f.rule == "unigram_stuck"
     assert "the forward ends in softmax (probabilities, not logits: cross-entropy applies log-softmax" in f.remedy
+    # two causes offered as alternatives: a softmax output does depend on the input character
+    assert "either the output does not depend on the input character" in f.remedy and "; or the forward" in f.remedy
     assert "depthlab check base.py:Probs tests the model for this (init_loss, gradient_flow, overfit_batch)" in f.remedy

@@ -189,8 +189,8 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     if nog:
         parts.append(nog)
     if ev.section("model").get("source"):
-        parts.append("the output does not depend on the input character: check that the token embedding reaches "
-                     "the head through every block (a shortcut x = x + block(x) keeps it; without one a deep stack "
+        parts.append("either the output does not depend on the input character: check that the token embedding "
+                     "reaches the head through every block (a shortcut x = x + block(x) keeps it; without one a deep stack "
                      "averages every position into one vector); or the forward ends in softmax (probabilities, "
                      "not logits: cross-entropy applies log-softmax itself, so the loss cannot fall below "
                      "ln(1 + (V-1)/e)); "
