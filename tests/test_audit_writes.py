@@ -75,7 +75,7 @@ def test_export_into_a_folder_that_is_no_export_names_a_fix_that_works(made_run,
 
 
 # ----------------------------------------------------------------------------- what --overwrite deletes
-@pytest.mark.parametrize("extra", ["plots/my_figure.svg", "checkpoints/notes.txt", "tb/readme.md",
+@pytest.mark.parametrize("extra", ["plots/my_figure.svg", "plots/mine.png", "checkpoints/notes.txt", "tb/readme.md",
                                    "source/__pycache__/keep.txt"])
 def test_overwrite_keeps_a_run_holding_a_user_file_in_its_folders(made_run, tmp_path, corpus, capsys, extra):
     run = tmp_path / "run"
@@ -147,10 +147,23 @@ def test_foreign_files_names_only_what_depthlab_did_not_write(made_run, tmp_path
     (run / "source" / "model.py").write_text("")
     (run / "source" / "ORIGIN").write_text("/x")
     assert rundir.foreign_files(run) == []
+    (run / "plots").mkdir()
+    for name in rundir.RUN_FIGURES:  # the figures depthlab draws are its own ...
+        (run / "plots" / f"{name}.png").write_bytes(b"")
+    assert rundir.foreign_files(run) == []
+    (run / "plots" / "mine.png").write_bytes(b"")  # ... any other PNG is the user's (was: deleted by --overwrite)
+    assert rundir.foreign_files(run) == ["plots/mine.png"]
+    shutil.rmtree(run / "plots")
     (run / "checkpoints" / "best.safetensors").unlink()
     (run / "checkpoints" / "best.safetensors").symlink_to(run / "config.json")
     (run / "plots").write_text("a file where depthlab makes a folder")
     assert rundir.foreign_files(run) == ["checkpoints/best.safetensors", "plots"]
+
+
+def test_run_figures_names_every_figure_the_report_draws():
+    from depthlab.report.plots import PLOTS
+
+    assert sorted(PLOTS) == sorted(rundir.RUN_FIGURES)
 
 
 # ----------------------------------------------------------------------------- links and the user's files

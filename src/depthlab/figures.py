@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from .rundir import PLOTS as PLOT_DIR
-from .rundir import atomic_write
+from .rundir import RUN_FIGURES, atomic_write
 
 __all__ = ["DPI", "PAGE_PX", "MAX_W", "WIDE", "TALL", "OKABE_ITO", "C_TRAIN", "C_VAL", "BASELINE_STYLE",
            "new_figure", "panel_grid", "write_png", "save_run_figure", "block_ticks", "depth_colours",
@@ -89,7 +89,12 @@ def write_png(fig, path: str | Path, **savefig: Any) -> Path:
 
 
 def save_run_figure(fig, run_dir: Path, name: str, title: str, subtitle: Optional[str] = None) -> Path:
-    """Title ``fig`` (the subtitle wrapped to its width) and write it as ``run_dir/plots/<name>.png``."""
+    """Title ``fig`` (the subtitle wrapped to its width) and write it as ``run_dir/plots/<name>.png``.
+
+    ``name`` must be one of :data:`rundir.RUN_FIGURES`, the names ``--overwrite`` knows as depthlab's.
+    """
+    if name not in RUN_FIGURES:
+        raise ValueError(f"save_run_figure: {name!r} is not in rundir.RUN_FIGURES")
     width_chars = int(fig.get_figwidth() * 11)  # ~11 characters per inch at 10 pt
     lines = [title] + (textwrap.wrap(subtitle, width_chars) if subtitle else [])
     fig.suptitle("\n".join(lines), fontsize=10.5, x=0.01, ha="left", linespacing=1.4)

@@ -488,11 +488,15 @@ def default_out_dir() -> Path:
     return p
 
 
+#: The figures depthlab draws into a run's ``plots/`` folder (``<name>.png``, :func:`figures.save_run_figure`
+#: refuses any other name): any other file there is the user's, kept by ``--overwrite``.
+RUN_FIGURES = ("loss", "grad_flow", "grad_layers", "update_ratio", "activations", "attn_entropy", "attention",
+               "rezero_alpha", "layers", "context")
 #: What depthlab writes inside a run directory's folders (``checkpoint.py``, ``figures.py``, TensorBoard's
 #: ``SummaryWriter``, ``usermodel.keep_source`` and the ``__pycache__`` Python makes beside that copy).
 _RUN_SUBFILES = {CHECKPOINTS: re.compile(r"manifest\.json|best(-step-\d+)?\.safetensors"  # best-step-N: kept on resume
                                           r"|step-\d+\.(safetensors|state\.pt)"),
-                 PLOTS: re.compile(r"[\w.-]+\.png"),
+                 PLOTS: re.compile(rf"({'|'.join(RUN_FIGURES)})\.png"),
                  TENSORBOARD: re.compile(r"events\.out\.tfevents\..+"),
                  SOURCE: re.compile(r"ORIGIN|[^/]+\.py|__pycache__/[^/]+\.pyc")}
 #: The temporary name of an :func:`atomic_write` that a crash left behind (depthlab's own).
