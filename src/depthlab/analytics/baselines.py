@@ -196,6 +196,9 @@ def run_baselines(config: dict) -> Optional[dict]:
 
     try:
         c = load_corpus(DataConfig(**config.get("data", {})), seed=(config.get("train") or {}).get("seed", 1337))
+        block_size = (config.get("model") or {}).get("block_size")
+        if block_size:  # the val split training used (a short one is enlarged)
+            c.check_block_size(int(block_size))
     except Exception:  # noqa: BLE001 - corpus moved, deleted or unreadable: the callers judge without baselines
         return None
     if RunDir.corpus_changed_in(config, c.sha256):

@@ -170,6 +170,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
                             "and context measure its val split: put the file back at that path")
     try:
         corpus = load_corpus(cfg.data, seed=cfg.train.seed, tokenizer_json=tok_json)
+        corpus.check_block_size(cfg.model.block_size)  # the val split training used (a short one is enlarged)
     except DepthlabError as e:
         raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and layers and context measure its "
                             f"val split: {e}") from None

@@ -31,6 +31,7 @@ def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
     try:
         cfg = RunConfig.from_dict(run.config)
         corpus = load_corpus(cfg.data, seed=cfg.train.seed)
+        corpus.check_block_size(cfg.model.block_size)  # the val split training used (a short one is enlarged)
     except Exception:  # noqa: BLE001 - corpus moved or config from another version: no snippet
         return None
     if RunDir.corpus_changed_in(run.config, corpus.sha256):  # an edited corpus's text is not the run's val split

@@ -1,0 +1,28 @@
+"""A new user's findings (round nu53): layers and context measure the val split training used on a corpus so short
+that training enlarged it."""
+
+import json
+
+from conftest import run_cli, tiny_cli_args
+
+from depthlab.analytics.baselines import run_baselines
+from depthlab.analytics.context import open_run
+
+
+def test_layers_and_context_use_the_val_split_training_enlarged(tmp_path, capsys):
+    # was: train warned "the last 17 tokens are the validation split instead" and trained, then layers and context
+    # refused: "the val split has 9 tokens, not more than model.block_size 16: no evaluation window fits"
+    text = tmp_path / "one.txt"
+    text.write_text(("abcdefghij" * 10)[:95] + "\n", encoding="utf-8")  # 96 characters: 10% is 9 val tokens
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(text, run))
+    assert rc == 0 and "the last 17 tokens are the validation split instead" in err, err
+    for cmd in ("context", "layers"):
+        rc, out, err = run_cli(capsys, cmd, str(run))
+        assert rc == 0 and "no evaluation window fits" not in err, err
+    w = open_run(run).windows
+    assert w.batches[0][0].shape == (8, 16)  # windows of the 17-token split the run was evaluated on
+    config = json.loads((run / "config.json").read_text())
+    saved = json.loads((run / "baselines.json").read_text())
+    again = run_baselines(config)  # recomputed (baselines.json lost) over the same 17 tokens
+    assert again["bigram"]["nats"] == saved["bigram"]["nats"] and again["unigram"]["nats"] == saved["unigram"]["nats"]
