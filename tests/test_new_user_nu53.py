@@ -3,7 +3,7 @@ that training enlarged it."""
 
 import json
 
-from conftest import run_cli, tiny_cli_args
+from conftest import cli_err, run_cli, tiny_cli_args
 
 from depthlab.analytics.baselines import run_baselines
 from depthlab.analytics.context import open_run
@@ -26,3 +26,11 @@ def test_layers_and_context_use_the_val_split_training_enlarged(tmp_path, capsys
     saved = json.loads((run / "baselines.json").read_text())
     again = run_baselines(config)  # recomputed (baselines.json lost) over the same 17 tokens
     assert again["bigram"]["nats"] == saved["bigram"]["nats"] and again["unigram"]["nats"] == saved["unigram"]["nats"]
+
+
+def test_a_misspelt_section_in_a_config_file_is_suggested_without_a_leading_dot(tmp_path, capsys):
+    # was: "bad.yaml: unknown key(s) modle (did you mean .model?): edit or remove it"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("modle:\n  n_layer: 2\n", encoding="utf-8")
+    err = cli_err(capsys, "train", "-c", str(bad))
+    assert err == f"depthlab: error: {bad}: unknown key(s) modle (did you mean model?): edit or remove it\n", err

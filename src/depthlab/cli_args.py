@@ -445,7 +445,8 @@ def _suggest(key: str, known: set[str], name=str) -> str:
     alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
     # within its section, the field's name alone is compared (train.bogus_key is not "close" to train.out_dir)
     fields = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == sec)
-    near = [f"{sec}.{f}" for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
+    near = [f"{sec}.{f}" if sec else f  # a top-level key (a section) has no section before it
+            for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
     close = [alias] if alias in known else near or ([] if fields else
                                                     difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6))
     return f"{name(key)} (did you mean {name(close[0])}?)" if close else name(key)
