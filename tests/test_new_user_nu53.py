@@ -34,3 +34,12 @@ def test_a_misspelt_section_in_a_config_file_is_suggested_without_a_leading_dot(
     bad.write_text("modle:\n  n_layer: 2\n", encoding="utf-8")
     err = cli_err(capsys, "train", "-c", str(bad))
     assert err == f"depthlab: error: {bad}: unknown key(s) modle (did you mean model?): edit or remove it\n", err
+
+
+def test_a_grid_value_a_field_does_not_take_says_what_it_takes_in_words(capsys):
+    # was: "model.init: cannot use '[{n_layer:1}]' (expected Union)", an internal type name
+    err = cli_err(capsys, "sweep", "--grid", "model.init=[{n_layer:1}]")
+    assert err == ("depthlab: error: model.init: cannot use '[{n_layer:1}]' (expected gpt2, torch or a JSON object "
+                   'of keyword arguments for model.source such as {"n_layer": 2})\n'), err
+    err = cli_err(capsys, "sweep", "--grid", "train.compile=maybe")
+    assert err == "depthlab: error: train.compile: cannot use 'maybe' (expected true, false or auto)\n", err

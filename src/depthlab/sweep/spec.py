@@ -157,21 +157,33 @@ def _check_key(key: str, what: str) -> tuple[str, str]:
     return sec, name
 
 
+def _alternatives(hint: Any) -> list[str]:
+    """What one type hint takes, in words (a ``Union``: each member's), e.g. ``["true", "false", "auto"]``."""
+    import typing
+
+    if typing.get_origin(hint) is typing.Union:
+        return [w for a in typing.get_args(hint) for w in _alternatives(a)]
+    if typing.get_origin(hint) is typing.Literal:
+        return [str(a) for a in typing.get_args(hint)]
+    words = {bool: ["true", "false"], int: ["an integer"], float: ["a number"], str: ["text"],
+             dict: ['a JSON object of keyword arguments for model.source such as {"n_layer": 2}']}
+    return words.get(hint, [getattr(hint, "__name__", str(hint))])
+
+
 def _expected(hint: Any) -> str:
-    """Words for what a field takes, from its type hint (``expected an integer``)."""
+    """Words for what a field takes, from its type hint (``expected an integer``, ``expected true, false or auto``)."""
     import typing
 
     args = typing.get_args(hint)
     optional = type(None) in args
     if optional:
         inner = [a for a in args if a is not type(None)]
-        hint = inner[0] if inner else str
-        args = typing.get_args(hint)
-    if typing.get_origin(hint) is typing.Literal:
-        words = f"expected one of {', '.join(map(str, args))}"
+        hint = typing.Union[tuple(inner)] if inner else str
+    alts = _alternatives(hint)
+    if typing.get_origin(hint) is typing.Literal and len(alts) > 1:
+        words = f"expected one of {', '.join(alts)}"
     else:
-        words = {bool: "expected true or false", int: "expected an integer", float: "expected a number"}.get(
-            hint, f"expected {getattr(hint, '__name__', hint)}")
+        words = "expected " + (f"{', '.join(alts[:-1])} or {alts[-1]}" if len(alts) > 1 else alts[0])
     return words + (" or null" if optional else "")
 
 
