@@ -3,6 +3,8 @@ that training enlarged it."""
 
 import json
 
+import pytest
+
 from conftest import cli_err, run_cli, tiny_cli_args
 
 from depthlab.analytics.baselines import run_baselines
@@ -43,3 +45,16 @@ def test_a_grid_value_a_field_does_not_take_says_what_it_takes_in_words(capsys):
                    'of keyword arguments for model.source such as {"n_layer": 2})\n'), err
     err = cli_err(capsys, "sweep", "--grid", "train.compile=maybe")
     assert err == "depthlab: error: train.compile: cannot use 'maybe' (expected true, false or auto)\n", err
+
+
+@pytest.mark.parametrize("command", ["diagnose", "layers", "context", "report"])
+def test_a_run_path_that_is_a_file_or_under_one_says_so(tmp_path, capsys, command):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    err = cli_err(capsys, command, str(afile))
+    assert err == f"depthlab: error: {afile} is a file, not a run directory; give the out_dir of a depthlab train run\n"
+    # was: "run directory .../afile/sub not found", not saying that afile is a file
+    err = cli_err(capsys, command, str(afile / "sub"))
+    assert err == (f"depthlab: error: run directory {afile / 'sub'} not found: {afile} is a file, not a folder; give "
+                   "the out_dir of a depthlab train run\n"), err
+    assert afile.read_text() == "mine"

@@ -529,6 +529,13 @@ def foreign_files(path: Path) -> list[str]:
     return sorted(out)
 
 
+def missing_run_error(path: Path) -> DepthlabError:
+    """The refusal of a run directory ``path`` that does not exist, naming the file it is under if any."""
+    above = next((p for p in Path(path).parents if p.exists()), None)  # the nearest existing path it is under
+    why = f": {above} is a file, not a folder" if above is not None and not above.is_dir() else ""
+    return DepthlabError(f"run directory {path} not found{why}; give the out_dir of a depthlab train run")
+
+
 def is_pure_run_dir(path: Path) -> bool:
     """True when ``path`` holds a ``config.json`` and nothing depthlab did not write (:func:`foreign_files`)."""
     path = Path(path)
@@ -700,7 +707,7 @@ class RunDir:
         """
         rd = self.path
         if not rd.exists():
-            raise DepthlabError(f"run directory {rd} not found; give the out_dir of a depthlab train run")
+            raise missing_run_error(rd)
         needs = {"config": [CONFIG], "metrics": [CONFIG, METRICS],
                  "checkpoints": [f"{CHECKPOINTS}/manifest.json"]}[what]
         if not rd.is_dir():

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from ..config import ran_optimizer
 from ..errors import DepthlabError
-from ..rundir import CONFIG, METRICS, RunDir, damaged_config_error, not_a_run_error
+from ..rundir import CONFIG, METRICS, RunDir, damaged_config_error, missing_run_error, not_a_run_error
 from ..units import LN2, finite_or, finite_or_none
 
 __all__ = ["RunData", "load_run_data", "as_run_data", "series", "matrix"]
@@ -127,7 +127,7 @@ def load_run_data(run_dir: str | Path) -> RunData:
     """
     rd = RunDir(run_dir)
     if not rd.path.exists():
-        raise DepthlabError(f"run directory {rd.path} not found; give the out_dir of a depthlab train run")
+        raise missing_run_error(rd.path)
     if rd.path.is_file():
         raise DepthlabError(f"{rd.path} is a file, not a run directory; give the out_dir of a depthlab train run")
     rd.refuse_non_files(CONFIG, METRICS)  # a folder in a file's place is not "no config" (its report would say so)
