@@ -58,3 +58,13 @@ def test_a_run_path_that_is_a_file_or_under_one_says_so(tmp_path, capsys, comman
     assert err == (f"depthlab: error: run directory {afile / 'sub'} not found: {afile} is a file, not a folder; give "
                    "the out_dir of a depthlab train run\n"), err
     assert afile.read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv", [["--preset", "--train.out_dir", "X"], ["--preset"], ["--preset="]])
+def test_a_preset_flag_without_a_name_says_it_needs_one_and_lists_them(tmp_path, capsys, monkeypatch, argv):
+    # was: "unknown preset '--train.out_dir'; known presets: ..." (the next flag taken as the preset's name)
+    monkeypatch.chdir(tmp_path)
+    err = cli_err(capsys, "train", *argv)
+    assert err == ("depthlab: error: --preset needs a name after it, one of default, fast-cpu, nanogpt-cpu, "
+                   "nanogpt-gpu (`depthlab presets` describes them)\n"), err
+    assert not (tmp_path / "X").exists()

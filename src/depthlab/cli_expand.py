@@ -110,8 +110,9 @@ def expand_presets(argv: list[str]) -> list[str]:
             continue
         if a == "--preset" or a.startswith("--preset="):
             name = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
-            if name is None:
-                raise DepthlabError("--preset needs a name; see `depthlab presets`")
+            if not name or name.startswith("-"):  # --preset at the end, or followed by another flag
+                raise DepthlabError(f"--preset needs a name after it, one of {', '.join(list_presets()) or 'none'}"
+                                    " (`depthlab presets` describes them)")
             out += ["--config", str(preset_path(name))]
             i += 1 if "=" in a else 2
             continue
