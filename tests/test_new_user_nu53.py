@@ -68,3 +68,18 @@ def test_a_preset_flag_without_a_name_says_it_needs_one_and_lists_them(tmp_path,
     assert err == ("depthlab: error: --preset needs a name after it, one of default, fast-cpu, nanogpt-cpu, "
                    "nanogpt-gpu (`depthlab presets` describes them)\n"), err
     assert not (tmp_path / "X").exists()
+
+
+def test_a_model_whose_constructor_fails_names_the_line_of_the_users_file(tmp_path, tiny_text_file, capsys):
+    # was: "...: BadInit(vocab_size=...) failed: NameError: name 'undefined_name' is not defined", with no line
+    (tmp_path / "base.py").write_text("import torch.nn as nn\n\n\nclass BadInit(nn.Module):\n"
+                                      "    def __init__(self, vocab_size):\n        super().__init__()\n"
+                                      "        undefined_name + 1\n", encoding="utf-8")
+    src = f"{tmp_path / 'base.py'}:BadInit"
+    run = tmp_path / "run"
+    err = cli_err(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", src, "--model.block_size",
+                  "16", "--train.max_iters", "2", "--train.out_dir", str(run))
+    assert err.startswith(f"depthlab: error: {src}: BadInit(vocab_size="), err
+    assert err.endswith(") failed: NameError: name 'undefined_name' is not defined (at base.py:7: undefined_name + 1)"
+                        "\n"), err
+    assert not run.exists()

@@ -91,7 +91,7 @@ def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("import torch\nraise RuntimeError('half-written model\\nsecond line')\n")
     with pytest.raises(DepthlabError, match=r"broken.py:M: importing .*broken.py failed: RuntimeError: "
-                                            r"half-written model$"):
+                                            r"half-written model \(at broken\.py:2: raise RuntimeError\(.*\)\)$"):
         build_model(parse_source(f"{bad}:M"))
 
 

@@ -104,6 +104,23 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
 
 
+def user_line(e: BaseException, path: Path) -> Optional[str]:
+    """``file.py:LINE: code`` of the deepest frame of ``e``'s traceback in the user's file ``path``, or None."""
+    import traceback
+
+    target = Path(path).resolve()
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):
+        if fr.filename and not fr.filename.startswith("<") and Path(fr.filename).resolve() == target:
+            return f"{Path(fr.filename).name}:{fr.lineno}: {(fr.line or '').strip()}"
+    return None
+
+
+def _with_line(e: BaseException, path: Path) -> str:
+    """:func:`first_line` of the user's exception, with the line of their file it came from when known."""
+    at = user_line(e, path)
+    return f"{first_line(e)} (at {at})" if at else first_line(e)
+
+
 class _InputAtImport(Exception):
     """``input()`` called while the user's file was imported (its message: the call, with its prompt)."""
 
@@ -161,7 +178,7 @@ def _factory(src: Source) -> Callable[..., Any]:
         raise DepthlabError(f"{src}: importing {src.path} asks for input ({e}): the file runs a script when "
                             f"imported; {guard}") from None
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
-        raise DepthlabError(f"{src}: importing {src.path} failed: {first_line(e)}") from None
+        raise DepthlabError(f"{src}: importing {src.path} failed: {_with_line(e, src.path)}") from None
     except KeyboardInterrupt:
         if pressed or sigint is None:
             raise  # the user's own Ctrl-C (or no way to tell): depthlab stops as interrupted
@@ -214,7 +231,7 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         model = made(**kw)
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        raise DepthlabError(f"{src}: {src.name}({args}) failed: {first_line(e)}") from None
+        raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}") from None
     if not isinstance(model, torch.nn.Module):
         raise DepthlabError(f"{src}: {src.name}(...) returned an object of type {type(model).__name__}, not a "
                             "torch.nn.Module; "
