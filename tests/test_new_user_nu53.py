@@ -83,3 +83,29 @@ def test_a_model_whose_constructor_fails_names_the_line_of_the_users_file(tmp_pa
     assert err.endswith(") failed: NameError: name 'undefined_name' is not defined (at base.py:7: undefined_name + 1)"
                         "\n"), err
     assert not run.exists()
+
+
+def test_a_model_with_a_shorter_position_table_names_its_longest_length_and_the_fix(tmp_path, tiny_text_file, capsys):
+    # was: "...: IndexError: index out of range in self; if the model has a fixed batch size or a context shorter
+    # than model.block_size, make them match", not saying the length it takes (depthlab check does)
+    (tmp_path / "base.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Good(nn.Module):\n"
+        "    def __init__(self, vocab_size):\n        super().__init__()\n"
+        "        self.tok, self.pos = nn.Embedding(vocab_size, 8), nn.Embedding(12, 8)\n"
+        "        self.head = nn.Linear(8, vocab_size)\n\n"
+        "    def forward(self, idx):\n        return self.head(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))\n",
+        encoding="utf-8")
+    src = f"{tmp_path / 'base.py'}:Good"
+    run = tmp_path / "run"
+    err = cli_err(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", src, "--model.block_size",
+                  "16", "--train.batch_size", "4", "--train.max_iters", "2", "--train.out_dir", str(run))
+    assert err == (f"depthlab: error: {src}: forward(idx) failed on idx of shape (4, 16) (train.batch_size, "
+                   "model.block_size): IndexError: index out of range in self; the model accepts at most T=12 "
+                   "positions (it runs on (4, 12)): run with --model.block_size 12, or give the model a larger "
+                   "position table (and mask)\n"), err
+    assert not run.exists()
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", src,  # the fix works
+                         "--model.block_size", "12", "--train.batch_size", "4", "--train.max_iters", "2",
+                         "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.tensorboard", "false",
+                         "--train.out_dir", str(run))
+    assert rc == 0, err

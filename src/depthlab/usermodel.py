@@ -388,6 +388,26 @@ def full_logits(model: torch.nn.Module, x: torch.Tensor, y: Optional[torch.Tenso
     return logits_of(model(x))
 
 
+def _longest_length(model: torch.nn.Module, x: torch.Tensor) -> Optional[int]:
+    """The longest length ``t`` (1 .. x's) at which the forward of ``x[:, :t]`` runs (found by bisection, assuming
+    that every shorter length runs too), or None when even one position fails."""
+    def runs(t: int) -> bool:
+        try:
+            with torch.no_grad():
+                full_logits(model, x[:, :t])
+            return True
+        except Exception:  # noqa: BLE001 - the user's forward failing at this length is the answer
+            return False
+
+    if x.shape[1] < 1 or not runs(1):
+        return None
+    lo, hi = 1, x.shape[1] + 1  # it runs at lo, fails at hi (the length asked)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if runs(mid) else (lo, mid)
+    return lo
+
+
 def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
     """One forward of zeros (``batch_size``, ``block_size``) without gradients: the model runs at the
     sizes the run trains with and returns logits (B, T, V) with the corpus's V.
@@ -405,10 +425,13 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     except DepthlabError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
+        longest = _longest_length(model, x[:, :-1])
+        fix = (f"the model accepts at most T={longest} positions (it runs on ({batch_size}, {longest})): run with "
+               f"--model.block_size {longest}, or give the model a larger position table (and mask)"
+               if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
+               "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "
-                            f"(train.batch_size, model.block_size): {first_line(e)}; if the model has a fixed "
-                            "batch size or a context shorter than model.block_size, make them match (or run "
-                            "`depthlab check` on it)") from None
+                            f"(train.batch_size, model.block_size): {first_line(e)}; {fix}") from None
     finally:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):
