@@ -109,3 +109,16 @@ def test_a_model_with_a_shorter_position_table_names_its_longest_length_and_the_
                          "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.tensorboard", "false",
                          "--train.out_dir", str(run))
     assert rc == 0, err
+
+
+def test_a_token_run_says_token_where_a_character_run_says_character(tmp_path, bpe_file, capsys):
+    # was: a BPE run's diagnosis said "(... V = 300: enough to learn which character follows which)"
+    from conftest import bpe_run_config
+
+    from depthlab.trainer import train
+
+    run = train(bpe_run_config(tmp_path, bpe_file), log=lambda s: None)
+    rc, out, err = run_cli(capsys, "diagnose", str(run))
+    assert rc == 0, err
+    line = next(x for x in out.splitlines() if "not judged: bigram_stuck" in x)
+    assert ": enough to learn which token follows which)" in line and "character" not in line, line

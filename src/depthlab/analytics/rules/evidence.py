@@ -200,6 +200,11 @@ class Evidence:
                 return v
         return 0
 
+    @property
+    def unit(self) -> str:
+        """``character`` for a run on characters (``data.tokenizer`` char, the default), else ``token``."""
+        return "character" if self.section("data").get("tokenizer", "char") == "char" else "token"
+
     # ------------------------------------------------------------------ views of the records
     @cached_property
     def evals(self) -> list[dict]:

@@ -170,7 +170,7 @@ def _late_eval(ev: Evidence, who: str) -> Optional[str]:
                 f"{late[-1]['step']}, the run had seen {seen:,}: raise train.batch_size or train longer")
     return (f"{who} an evaluation at step {th.bigram_min_steps} or later, with "
             f"{need:,} tokens seen by then ({th.bigram_min_pairs_seen:g} x V^2, V = {ev.vocab_size}: enough to "
-            f"learn which character follows which); {run_length(ev)}")
+            f"learn which {ev.unit} follows which); {run_length(ev)}")
 
 
 def _context(ev: Evidence, who: str) -> Optional[str]:
