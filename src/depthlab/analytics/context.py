@@ -39,6 +39,7 @@ from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, r
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
+from .rules.evidence import unit_of
 from .baselines import corpus_baselines, one_char_floor_nats
 from .rules.evidence import Thresholds
 
@@ -140,6 +141,11 @@ class ViewRun:
     windows: ViewWindows
     baselines: Optional[dict]
     baselines_from: str = BASELINES
+
+    @property
+    def unit(self) -> str:
+        """``character``, or ``token`` for a run whose tokenizer is not characters (:func:`unit_of`)."""
+        return unit_of(self.config)
 
     def baseline(self, name: str) -> Optional[float]:
         """A corpus baseline in nats per token (``unigram``, ``bigram``), or None when the run has none."""
@@ -333,7 +339,7 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
             "one_char_floor": run.baseline("one_char_floor"), "step": steps.get(sha),
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
             "all_windows": len(run.windows.batches) == run.windows.of_batches, "baselines_from": run.baselines_from,
-            "run_dir": str(run.run_dir), "checkpoints": curves}
+            "run_dir": str(run.run_dir), "unit": run.unit, "checkpoints": curves}
 
 
 def _shown_positions(T: int) -> list[int]:
@@ -346,7 +352,7 @@ def format_context(res: dict) -> str:
     """The console text of :func:`run_context`: a table of chosen positions, the gain per checkpoint,
     and what it means."""
     curve, se = res["loss_by_position"], res["position_se"]
-    T, bg, ug = len(curve), res.get("bigram"), res.get("unigram")
+    T, bg, ug, unit = len(curve), res.get("bigram"), res.get("unigram"), res.get("unit", "character")
     lines = [f"loss by position of {res['weights']} on {res['windows_described']} (nats/token)",
              "  position   loss    ± se" + ("   - bigram" if bg is not None else "")]
     for t in _shown_positions(T):
@@ -354,8 +360,8 @@ def format_context(res: dict) -> str:
         lines.append(f"  {t:8d} {curve[t]:7.3f} {err}" + (f" {curve[t] - bg:+10.3f}" if bg is not None else ""))
     if bg is not None:
         lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} ({res.get('baselines_from', BASELINES)}; "
-                     "position 0 sees one "
-                     "character, so it cannot beat the bigram line beyond its sampling error, ± se)")
+                     f"position 0 sees one {unit}, so it cannot beat the bigram line beyond its sampling "
+                     "error, ± se)")
     for c in res["checkpoints"]:
         g, gse = c["context_gain"], c["context_gain_se"]
         lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (
@@ -363,13 +369,14 @@ def format_context(res: dict) -> str:
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
-    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice, floor=res.get("one_char_floor"))
+    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice, floor=res.get("one_char_floor"),
+                   unit=unit)
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)
     step, early = res.get("step"), Thresholds().bigram_min_steps
     gain = res["context_gain"]
     if step is not None and step < early and gain is not None and math.isfinite(gain) and state in (UNUSED, UNDECIDED):
-        lines.append(f"  (these weights are from step {step}: a model first learns which characters are common, "
+        lines.append(f"  (these weights are from step {step}: a model first learns which {unit}s are common, "
                      f"then which follow which, and only then uses its context; depthlab diagnose waits for step "
                      f"{early} before naming a cause. Train longer (train.max_iters) and look again.)")
     return "\n".join(lines)

@@ -222,7 +222,7 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     model, weights = load_weights(run.run_dir, which)
     res = measure_layers(model, run.windows.batches)
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
-            "baselines_from": run.baselines_from,
+            "baselines_from": run.baselines_from, "unit": run.unit,
             "windows": run.windows.windows, "tokens": run.windows.tokens,
             "windows_described": run.windows.describe()}
 
@@ -255,6 +255,7 @@ def format_layers(res: dict) -> str:
                      "does not use what it computes (each measured alone, the others in place; `depthlab diagnose` "
                      "shows whether the gradients there vanish, and model.n_layer sets the depth)")
     if bg is not None:
-        lines.append("  the embedding lens sees one character (and its position), so it cannot beat the bigram "
-                     "line; a lens below it is context that the blocks up to there have brought in")
+        lines.append(f"  the embedding lens sees one {res.get('unit', 'character')} (and its position), so it "
+                     "cannot beat the bigram line; a lens below it is context that the blocks up to there have "
+                     "brought in")
     return "\n".join(lines)

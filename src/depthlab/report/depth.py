@@ -124,7 +124,7 @@ def plot_context(run: str | Path | RunData) -> Optional[Path]:
         ax.fill_between(range(len(lo)), lo, hi, color=OKABE_ITO["grey"], alpha=0.2, lw=0,
                         label="± 2 standard errors (chosen weights)")
     _baseline_lines(ax, res)
-    ax.set_xlabel("position in the window (0 = sees one character)")
+    ax.set_xlabel(f"position in the window (0 = sees one {res.get('unit', 'character')})")
     ax.set_ylabel("val loss (nats/token)")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     return save_run_figure(fig, run.run_dir, "context", f"Loss by position — {run.title()}",

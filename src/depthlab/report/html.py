@@ -240,7 +240,8 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
                       f"nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char"))
         bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
-            cards.append(("minus bigram baseline", f"{best - bg:+.3f}", "nats: " + _level_words(best, run.baselines)))
+            cards.append(("minus bigram baseline", f"{best - bg:+.3f}",
+                          "nats: " + _level_words(best, run.baselines, run.unit_word)))
     fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
     whole = finite_or_none(fv.get("val_loss"))
     if whole is not None:
@@ -272,8 +273,9 @@ def _init_card(run: RunData) -> list[tuple[str, str, str]]:
     return [("started from", Path(str(record.get("source"))).name, init_from_words(record))]
 
 
-def _level_words(best: float, baselines: dict) -> str:
-    """What a best val loss says about context use, in the diagnosis's own terms (same margin)."""
+def _level_words(best: float, baselines: dict, unit: str = "character") -> str:
+    """What a best val loss says about context use, in the diagnosis's own terms (same margin); ``unit``:
+    :attr:`RunData.unit_word`."""
     margin = Thresholds().bigram_margin
     try:
         level = loss_level(best, baselines, margin)[0]
@@ -282,10 +284,10 @@ def _level_words(best: float, baselines: dict) -> str:
         level = "below bigram" if best < bg - margin else "above bigram" if best >= bg else "within margin of bigram"
     return {"above uniform": "above the uniform level, worse than equal guessing",
             "at uniform": "at the uniform level, nothing learned yet",
-            "between unigram and uniform": "between unigram and uniform: not even the character frequencies yet",
-            "at unigram": "at the unigram level: no context at all, not even the current character",
-            "above bigram": "above bigram: less than the current character tells",
-            "within margin of bigram": f"within {margin:g} of bigram: the current character alone",
+            "between unigram and uniform": f"between unigram and uniform: not even the {unit} frequencies yet",
+            "at unigram": f"at the unigram level: no context at all, not even the current {unit}",
+            "above bigram": f"above bigram: less than the current {unit} tells",
+            "within margin of bigram": f"within {margin:g} of bigram: the current {unit} alone",
             "below bigram": "below bigram, uses context"}[level]
 
 
@@ -295,9 +297,10 @@ def _baseline_section(run: RunData) -> str:
         return (f'<p class="muted">No {BASELINES} in this run (an older run, analytics off, or the file deleted), '
                 "and the run's corpus could not be read (or changed since training) to recompute them.</p>")
     rows = []
-    for name, what in (("uniform", "every character equally likely: ln V"),
-                       ("unigram", "character frequencies, no context at all"),
-                       ("bigram", "the current character only, none of the context before it")):
+    unit = run.unit_word
+    for name, what in (("uniform", f"every {unit} equally likely: ln V"),
+                       ("unigram", f"{unit} frequencies, no context at all"),
+                       ("bigram", f"the current {unit} only, none of the context before it")):
         e = b.get(name)
         if isinstance(e, dict):
             rows.append((name, what, finite_or_none(e.get("nats")), finite_or_none(e.get("bits_per_char"))))

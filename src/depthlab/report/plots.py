@@ -136,7 +136,7 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
                    frameon=False)
     best = finite_or((run.summary or {}).get("best_val_loss"), math.nan)
     sub = ("lower is better; dashed/dotted lines = corpus baselines (at unigram: no context at all; at bigram: the "
-           "current character alone; below bigram: the context before it is used)")
+           f"current {run.unit_word} alone; below bigram: the context before it is used)")
     if math.isfinite(best):
         sub = f"best validation {best:.3f} nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char; " + sub
     return save_run_figure(fig, run.run_dir, "loss", f"Loss — {run.title()}", sub)

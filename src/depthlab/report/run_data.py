@@ -77,6 +77,11 @@ class RunData:
         return "token" if ((self.config or {}).get("data") or {}).get("tokenizer", "char") != "char" else "char"
 
     @property
+    def unit_word(self) -> str:
+        """:attr:`unit` in words: ``character`` or ``token``."""
+        return "character" if self.unit == "char" else "token"
+
+    @property
     def optimizer(self) -> Optional[str]:
         """What trained the run: config.json ``resolved.optimizer`` (:func:`depthlab.config.ran_optimizer`)."""
         return ran_optimizer(self.config)

@@ -109,7 +109,8 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                     unigram: Optional[float], min_gain: float = Thresholds.context_min_gain,
                     margin: float = Thresholds.bigram_margin, lq_se: Optional[float] = None,
                     windows: Optional[int] = None, pos0_se: Optional[float] = None,
-                    advice: str = MORE_WINDOWS, floor: Optional[float] = None) -> tuple[str, str]:
+                    advice: str = MORE_WINDOWS, floor: Optional[float] = None, unit: str = "character"
+                    ) -> tuple[str, str]:
     """``(state, one sentence with the numbers)`` of a loss-by-position curve (nats).
 
     The state is :func:`context_state`'s, except: :data:`LEAKS` when position 0 is below the one-token
@@ -117,7 +118,8 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     (``windows`` 1: no error to judge by) and when only the gain over position 0 shows use while the last
     quarter stays above the bigram line (the gain can come from the position alone); :data:`UNUSED` when
     ``gain`` is None (one position per window). ``se`` is the gain's standard error, ``lq_se`` the last
-    quarter's; ``advice`` what to do when the windows cannot tell. The sentence names the test that decided."""
+    quarter's; ``advice`` what to do when the windows cannot tell; ``unit`` a token in words (:func:`unit_of`).
+    The sentence names the test that decided."""
     if gain is None:
         return UNUSED, "one position per window (model.block_size 1): there is no context to use"
     pm = f" ± {se:.3f}" if se is not None else ""
@@ -152,7 +154,7 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
         below = ""
         if bigram is not None:
             below = (f"; the last quarter is {bigram - lq:.3f} nats below the {name}: that much comes from the "
-                     "context before the current character")
+                     f"context before the current {unit}")
             if not _gain_shows_use(gain, min_gain, se):
                 below += (" (the gain over position 0 is within twice its error, so this gap below the line "
                           "is the evidence)")
@@ -160,7 +162,7 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     if state == UNDECIDED:
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
                        f"cannot tell whether the model uses its context ({advice})")
-    return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se)
+    return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se, unit)
 
 
 def _non_finite_words(head: str, gain: float, curve: Sequence[float]) -> str:
@@ -174,16 +176,17 @@ def _non_finite_words(head: str, gain: float, curve: Sequence[float]) -> str:
 
 
 def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: Optional[float],
-                  unigram: Optional[float], name: str, min_gain: float, margin: float, lq_se: Optional[float]) -> str:
+                  unigram: Optional[float], name: str, min_gain: float, margin: float, lq_se: Optional[float],
+                  unit: str = "character") -> str:
     """:func:`context_verdict`'s sentence for :data:`UNUSED`: the gain, the last quarter against the one-token
     ``line`` called ``name``, and where position 0 stands against the unigram line."""
     lq = last_quarter(curve)
     level = ""
     if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
-                 "learned even how common each character is)")
+                 f"learned even how common each {unit} is)")
     elif unigram is not None and curve[0] >= unigram - margin:
-        level = " (position 0 is at the unigram line: not even the current character is used)"
+        level = f" (position 0 is at the unigram line: not even the current {unit} is used)"
     beat = f"the later positions do not beat position 0 by {min_gain} nats"
     if line is None:
         return f"{head}: {beat}, so the model does not use its context{level}"
@@ -192,7 +195,7 @@ def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[f
     within = " within twice its error" if lq_se is not None else ""
     noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
              f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
-    return (f"{head}: {beat}, and the last quarter is {where} the {name} {line:.3f} (the current character alone), "
+    return (f"{head}: {beat}, and the last quarter is {where} the {name} {line:.3f} (the current {unit} alone), "
             f"not {margin} below it{within}, so the model does not use its context{level}{noisy}")
 
 
@@ -219,7 +222,7 @@ def record_verdict(ev: Evidence) -> tuple[str, str]:
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
     floor = finite_or_none((ev.baselines.get("one_char_floor") or {}).get("nats"))  # absent before it was kept
     return context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
-                           windows=finite_or_none(rec.get("windows")), floor=floor)
+                           windows=finite_or_none(rec.get("windows")), floor=floor, unit=ev.unit)
 
 
 def _leak_remedy(model: dict) -> str:
@@ -262,6 +265,6 @@ def _training_cause(ev: Evidence) -> str:
         return ""
     lr = "train.learning_rate" + (" and train.muon_lr (the blocks' matrices)" if ev.muon else "")
     return (f"first the training: the best val loss {best:.3f} is not below the bigram baseline {bigram:.3f}, so the "
-            f"model has not learned even what the current character says, and its architecture cannot be judged "
+            f"model has not learned even what the current {ev.unit} says, and its architecture cannot be judged "
             f"yet (the learning rate, {lr}, and train.max_iters decide that; see the run's other findings); "
             "if it trains well and this stays, ")

@@ -20,7 +20,7 @@ from ..baselines import run_baselines
 from ...rundir import RunDir, torn_last_line
 from ...units import finite_or_none
 
-__all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list"]
+__all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list", "unit_of"]
 
 
 @dataclass
@@ -91,6 +91,13 @@ CONTEXT_EVENT = "context"
 
 NAMES_SHOWN = 12
 """Parameter names a finding lists before "and N more" (as ``depthlab check`` does)."""
+
+
+def unit_of(config: Optional[dict]) -> str:
+    """What one token of the run with ``config`` (config.json's content) is, in words: ``character`` for a run on
+    characters (``data.tokenizer`` char, the default), else ``token``."""
+    data = (config or {}).get("data")
+    return "character" if (data if isinstance(data, dict) else {}).get("tokenizer", "char") == "char" else "token"
 
 
 def names_list(names: Sequence[str]) -> str:
@@ -203,7 +210,7 @@ class Evidence:
     @property
     def unit(self) -> str:
         """``character`` for a run on characters (``data.tokenizer`` char, the default), else ``token``."""
-        return "character" if self.section("data").get("tokenizer", "char") == "char" else "token"
+        return unit_of({"data": self.section("data")})
 
     # ------------------------------------------------------------------ views of the records
     @cached_property

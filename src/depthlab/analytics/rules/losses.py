@@ -17,7 +17,7 @@ __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_a
            "exploding", "overfitting", "plateau"]
 
 
-def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
+def loss_level(best: float, baselines: dict, margin: float, unit: str = "character") -> tuple[str, str]:
     """Where a validation loss sits among the corpus baselines, in words.
 
     The two lines mean different things: at the **unigram** line the model predicts character
@@ -30,6 +30,7 @@ def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
         best: a validation loss (nats/char).
         baselines: ``baselines.json`` content (``uniform``, ``unigram``, ``bigram`` with ``nats``).
         margin: nats; a loss within this of a baseline counts as at that level.
+        unit: what a token is, in words (``character``, or ``token`` for a BPE run).
 
     Returns:
         ``(short, long)``: ``short`` is one of ``"above uniform"``, ``"at uniform"`` (within ``margin``),
@@ -40,27 +41,27 @@ def loss_level(best: float, baselines: dict, margin: float) -> tuple[str, str]:
     uni, ug, bg = (float(baselines[k]["nats"]) for k in ("uniform", "unigram", "bigram"))
     if best > uni + margin:
         return "above uniform", (f"best val loss {best:.3f} nats is {best - uni:.3f} above the uniform level ln V = "
-                                 f"{uni:.3f}: worse than guessing every character equally often")
+                                 f"{uni:.3f}: worse than guessing every {unit} equally often")
     if best >= uni - margin:
         return "at uniform", (f"best val loss {best:.3f} nats is at the uniform level ln V = {uni:.3f} (within "
-                              f"{margin:g}): the model has not even learned the character frequencies")
+                              f"{margin:g}): the model has not even learned the {unit} frequencies")
     if best >= ug + margin:
         return "between unigram and uniform", (
             f"best val loss {best:.3f} nats is between the unigram level {ug:.3f} ({best - ug:.3f} above it) and "
-            f"uniform guessing ln V = {uni:.3f}: the model has not even learned the character frequencies yet")
+            f"uniform guessing ln V = {uni:.3f}: the model has not even learned the {unit} frequencies yet")
     if best >= ug - margin:
         return "at unigram", (f"best val loss {best:.3f} nats is at the unigram level {ug:.3f} (within {margin:g}): "
-                              "the model predicts character frequencies and uses no context at all, not even the "
-                              f"current character (the bigram baseline {bg:.3f} is what the current character "
+                              f"the model predicts {unit} frequencies and uses no context at all, not even the "
+                              f"current {unit} (the bigram baseline {bg:.3f} is what the current {unit} "
                               "alone gives)")
     if best >= bg:
         return "above bigram", (f"best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline "
-                                f"{bg:.3f} (unigram {ug:.3f}): the model uses less than the current character "
+                                f"{bg:.3f} (unigram {ug:.3f}): the model uses less than the current {unit} "
                                 "tells, and none of the context before it")
     if best >= bg - margin:
         return "within margin of bigram", (f"best val loss {best:.3f} nats is within {margin:g} of the bigram baseline "
                                            f"{bg:.3f} ({bg - best:.3f} below it; unigram {ug:.3f}): the model "
-                                           "predicts from the current character alone and uses almost none of "
+                                           f"predicts from the current {unit} alone and uses almost none of "
                                            "the context before it")
     return "below bigram", f"best val loss {best:.3f} nats is {bg - best:.3f} below the bigram baseline {bg:.3f}"
 
@@ -82,7 +83,7 @@ def one_char_window(ev: Evidence) -> Optional[Finding]:
     config alone (no steps or baselines needed). Ahead of :data:`stuck_at_baseline` in the rule set."""
     if ev.section("model").get("block_size") != 1:
         return None
-    txt = ("model.block_size is 1: every prediction sees only the current character, so no amount of training "
+    txt = (f"model.block_size is 1: every prediction sees only the current {ev.unit}, so no amount of training "
            "takes this model past a bigram table")
     if ev.baselines and "bigram" in ev.baselines:
         txt += f" (bigram baseline {float(ev.baselines['bigram']['nats']):.3f} nats is its floor)"
@@ -111,7 +112,7 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
     when = f"after {last['step']} steps" + (f" and {tokens:,} tokens" if tokens is not None else "")
     if not math.isfinite(best):
         return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
-    level, words = loss_level(best, ev.baselines, th.bigram_margin)
+    level, words = loss_level(best, ev.baselines, th.bigram_margin, ev.unit)
     name = stuck_name(level)
     if name == "bigram_stuck" and _context_not_shown_unused(ev):
         return None  # the loss by position, measured directly, does not show the context unused: no claim that it is
@@ -190,8 +191,8 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
         parts.append(nog)
     if ev.section("model").get("source"):
         parts.append("either the output does not depend on the input character: check that the token embedding "
-                     "reaches the head through every block (a shortcut x = x + block(x) keeps it; without one a deep stack "
-                     "averages every position into one vector); or the forward ends in softmax (probabilities, "
+                     "reaches the head through every block (a shortcut x = x + block(x) keeps it; without one a deep "
+                     "stack averages every position into one vector); or the forward ends in softmax (probabilities, "
                      "not logits: cross-entropy applies log-softmax itself, so the loss cannot fall below "
                      "ln(1 + (V-1)/e)); "
                      + _source_check(ev, "init_loss, gradient_flow, overfit_batch"))
