@@ -1,5 +1,7 @@
-"""A new user's findings (round nu53): layers and context measure the val split training used on a corpus so short
-that training enlarged it."""
+"""A new user's findings (round 53): layers and context measure the val split training used on a corpus so short
+that training enlarged it; a misspelt config section, a grid value of the wrong type, a run path under a file,
+--preset without a name, a model.source constructor's error line, a forward that takes fewer positions than
+model.block_size, and 'token' (not 'character') on BPE runs each get one true line."""
 
 import json
 
