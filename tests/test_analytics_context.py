@@ -687,3 +687,19 @@ def test_context_unused_puts_the_training_first_when_the_run_has_not_beaten_the_
     learned = [f for f in diagnose(Evidence(evals([4.2, 3.0, 2.2]) + [context_record(200, flat)], cfg, BASE)).findings
                if f.rule == "context_unused"]
     assert learned and "first the training" not in learned[0].remedy  # below the line: the architecture's turn
+
+
+def test_a_gap_below_the_bigram_line_with_a_negative_gain_is_not_context_use():
+    """A new user's pass: a run on a 96-character corpus read "the model uses its context" beside a context gain
+    of -0.378 nats (and a tiny BPE run beside -0.010), judged by the gap below the bigram line alone."""
+    from depthlab.analytics.rules.context import UNDECIDED, context_verdict
+
+    curve = [1.622] + [2.0] * 15  # position 0 lower than the last quarter: gain -0.378; both below bigram 2.9
+    state, words = context_verdict(-0.378, 0.05, curve, bigram=2.9, unigram=3.3, lq_se=0.02, windows=8)
+    assert state == UNDECIDED and "uses its context" not in words.replace("using its context", "")
+    assert "position 0, which sees the current character alone, is 1.278 nats below it" in words
+    assert "worse than position 0 beyond twice its error" in words
+    state, words = context_verdict(-0.010, 0.03, [2.29] + [2.3] * 15, bigram=3.0, unigram=4.0, lq_se=0.01,
+                                   windows=8, unit="token")
+    assert state == UNDECIDED and "no better than position 0 (the gain is not positive)" in words
+    assert "the current token alone" in words and "the model uses its context" not in words

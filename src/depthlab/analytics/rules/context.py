@@ -150,6 +150,8 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                            f"line less {margin} or twice its error); a gain that stays above that can come from the "
                            "position alone, so these windows cannot tell whether the model uses what its context "
                            "says (train longer: train.max_iters)")
+    if state == USED and bigram is not None and gain <= 0:
+        return UNDECIDED, _negative_gain_words(head, gain, se, curve, bigram, name, unit)
     if state == USED:
         below = ""
         if bigram is not None:
@@ -163,6 +165,19 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
                        f"cannot tell whether the model uses its context ({advice})")
     return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se, unit)
+
+
+def _negative_gain_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: float,
+                         name: str, unit: str) -> str:
+    """:func:`context_verdict`'s sentence when the last quarter is below the one-token ``line`` but the gain over
+    position 0 (which sees the current token alone) is not positive: the gap is not the context's."""
+    worse = se is not None and gain + 2 * se < 0
+    how = ("worse than position 0 beyond twice its error: the context makes the predictions worse, not better"
+           if worse else "no better than position 0 (the gain is not positive)")
+    return (f"{head}: the last quarter is {line - last_quarter(curve):.3f} nats below the {name} {line:.3f}, but "
+            f"position 0, which sees the current {unit} alone, is {line - curve[0]:.3f} nats below it, and the later "
+            f"positions are {how}; so that gap does not come from the context, and these windows do not show the "
+            "model using its context (train longer: train.max_iters, or a longer corpus: data.path)")
 
 
 def _non_finite_words(head: str, gain: float, curve: Sequence[float]) -> str:
