@@ -247,3 +247,19 @@ def test_periln_and_depth_scalings_are_named(tmp_path, tiny_text_file):
     assert wiring_label({"variant": "prenorm", "norm": "rmsnorm", "norm_scale": "depth"}) == \
         "prenorm + rmsnorm + norm_scale depth"
     assert wiring_label({"variant": "rezero", "norm": "layernorm"}) == "rezero (no norm)"
+
+
+def test_rank_collapse_on_a_bpe_run_says_token(tmp_path, tiny_text_file):
+    """A new user's pass: the probe of a BPE config said 'not even on the current character'."""
+    import dataclasses
+
+    cfg = tiny_config(tmp_path, tiny_text_file)
+    assert probe_at_init(cfg, n_batches=1, batch_size=2)["unit"] == "character"
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer="bpe", vocab_size=300))
+    assert probe_at_init(cfg, n_batches=1, batch_size=2)["unit"] == "token"
+    layers = [{"block": i, "grad_norm": 10.0, "mean_abs_grad": 0.1, "act_rms": 0.9, "rank_measure": r,
+               "token_cosine": 1 - r} for i, r in enumerate([0.6, 0.1, 0.001])]
+    collapse = summarise_probe({"layers": layers, "loss": 4.2, "unit": "token"})[0]
+    assert "not even on the current token -- expect a loss stuck at the unigram level (token frequencies)" in collapse
+    collapse = summarise_probe({"layers": layers, "loss": 4.2})[0]
+    assert "not even on the current character" in collapse

@@ -138,3 +138,20 @@ def test_all_experiments_along_depth_in_one_figure(tmp_path):
     assert "depth, dyt_depth, lns_depth" in sec.body
     # one experiment along depth: its own section has the figure, no overview
     assert _depth_overview(exps[:1], {"depth": by_exp["depth"]}, None, tmp_path / "one") is None
+
+
+def test_the_baseline_cards_of_a_bpe_sweep_say_token(tmp_path):
+    """A new user's pass: a BPE sweep's report card read 'nats/char (the current character alone)'."""
+    from depthlab.report.sweep import _cards
+
+    cards = {label: note for label, _, note in _cards([], {"bigram": 3.0, "unigram": 3.4}, "token")}
+    assert cards["bigram baseline"] == "nats/token (the current token alone)"
+    assert cards["unigram baseline"] == "nats/token (token frequencies, no context at all)"
+    cards = {label: note for label, _, note in _cards([], {"bigram": 3.0, "unigram": 3.4})}
+    assert cards["bigram baseline"] == "nats/char (the current character alone)"
+    (tmp_path / "l.png").write_bytes(bytes.fromhex(  # a 1x1 PNG
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c6360000002000154"
+        "a24f5d0000000049454e44ae426082"))
+    caption = figure_html("loss", tmp_path / "l.png", "model.n_layer", "token")
+    assert "unigram: token frequencies, no context at all; bigram: the current token alone" in caption
+    assert "bigram: the current character alone" in figure_html("loss", tmp_path / "l.png", "model.n_layer")

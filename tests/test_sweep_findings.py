@@ -20,3 +20,20 @@ def test_init_lines_and_aggregate_table():
     assert rows[1][:5] == ["plain", 16, 3.0, None, 1]
     assert rows[0][5:] == [pytest.approx(2.6 / 0.6931, rel=1e-3), None, pytest.approx(0.2), 1000.0]
     assert header[6:] == ["grad ratio first/last block", "last-block rank", "tokens/s"]
+
+
+def test_a_bpe_sweeps_findings_say_token_not_character():
+    """A new user's pass: a BPE sweep's findings said 'nats/char' and 'the current character alone'."""
+    its = [sweep_item("plain", 1, 2.9), sweep_item("plain", 4, 3.05)]
+    for it in its:
+        it["config"]["data"] = {"tokenizer": "bpe"}
+    assert sweep.sweep_unit(its) == "token"
+    lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], {"unigram": 3.4, "bigram": 3.0})
+    assert "plain: best n_layer = 1 (2.900 nats/token, 4.184 bits/token); gets worse with depth" in lines[0]
+    assert "the current token alone and uses almost none of the context" in lines[2]
+    assert not any("char" in s for s in lines)
+    assert sweep.aggregate_table(its, "model.n_layer", ["model.variant"])[0][5] == "bits/token"
+    for it in its:  # character runs keep their words
+        it["config"]["data"] = {"tokenizer": "char"}
+    lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], {"unigram": 3.4, "bigram": 3.0})
+    assert "nats/char, 4.184 bits/char" in lines[0] and "the current character alone" in lines[2]

@@ -19,6 +19,7 @@ from ..errors import DepthlabError
 from ..figures import new_figure, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
 from ..units import fmt_value
+from .rules.evidence import unit_of
 
 __all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
            "written_by_probe", "check_replaceable", "wiring_label", "PROBE_BATCHES", "PROBE_BATCH_SIZE",
@@ -44,7 +45,8 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
         corpus: an already loaded :class:`~depthlab.data.Corpus` (else ``cfg.data`` is loaded).
 
     Returns:
-        ``{"config": {...model fields...}, "loss": initial loss (nats), "uniform_nats": ln V,
+        ``{"config": {...model fields...}, "loss": initial loss (nats), "uniform_nats": ln V, "unit": a token
+        in words (:func:`~depthlab.analytics.rules.evidence.unit_of`: ``character`` or ``token``),
         "norm_eps": the norm's eps (None without a norm), "layers": [{"block", "grad_norm",
         "mean_abs_grad", "weight_norm", "act_rms", "attn_out_rms", "mlp_out_rms", "rank_measure",
         "token_cosine", "attn_entropy", "attn_entropy_uniform"}, ...]}``; ``grad_norm`` is the L2
@@ -91,6 +93,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
                                                         "block_size", "activation", "init", "residual_scale",
                                                         "norm_scale")},
             "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
+            "unit": unit_of({"data": {"tokenizer": cfg.data.tokenizer}}),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
 
 
@@ -322,8 +325,10 @@ def _dyt_check(result: dict) -> Optional[str]:
                   "stream: model.variant prenorm or periln keep it there; model.norm layernorm normalises.")
 
 
-def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[Optional[str], Optional[str]]:
-    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021)."""
+def _rank_check(layers: list[dict], collapse: float, underflow: bool,
+                unit: str = "character") -> tuple[Optional[str], Optional[str]]:
+    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021); ``unit`` a token in
+    words (``character`` or ``token``)."""
     defined = [(i, r["rank_measure"]) for i, r in enumerate(layers) if r["rank_measure"] is not None]
     if defined and defined[-1][1] < collapse:
         first_bad = next(i for i, v in defined if v < collapse)
@@ -332,7 +337,7 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool) -> tuple[O
         return (f"rank collapse: the rank measure falls from {defined[0][1]:.3f} at block 0 to "
                 f"{defined[-1][1]:.1e} at block {defined[-1][0]} (below {collapse} from block {first_bad}){tc_txt}"
                 f"; all positions carry nearly the same vector, so the output cannot depend on "
-                "context, not even on the current character -- expect a loss stuck at the unigram level (character "
+                f"context, not even on the current {unit} -- expect a loss stuck at the unigram level ({unit} "
                 "frequencies).", None)
     if defined and not underflow:
         return None, f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})"
@@ -367,7 +372,7 @@ def probe_verdicts(result: dict, vanish: float = 1e-2, explode: float = 1e2, act
     eps = _eps_check(result) or _dyt_check(result)
     checks = [_gradient_check(result, vanish, explode, tiny_grad),
               _activation_check(lay, act_change, result.get("config", {}).get("norm")), (eps, None),
-              _rank_check(lay, collapse, underflow)]
+              _rank_check(lay, collapse, underflow, result.get("unit", "character"))]
     problems += [bad for bad, _ in checks if bad]
     # the cause before its consequence: an underflowing stream explains the zero gradients
     problems.sort(key=lambda sent: 0 if sent.startswith("activations underflow") else 1)

@@ -24,8 +24,8 @@ from typing import Any, Callable, Optional
 from ..errors import DepthlabError
 from ..rundir import PLOTS, REPORT, atomic_write
 from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
-                     init_lines, is_sweep_dir, science_claims, summary_lines, sweep_baselines, sweep_items,
-                     write_results)
+                     init_lines, is_sweep_dir, science_claims, short_unit, summary_lines, sweep_baselines, sweep_items,
+                     sweep_unit, write_results)
 from ..units import LN2, finite_or_none
 from ..figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
 from .html import Section, esc, html_table, img_tag, render_page
@@ -106,9 +106,10 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
             ax.set_xticks(vals)
             ax.set_xticklabels([str(v) for v in vals])
     ax.set_xlabel(x.split(".")[-1] + (" (blocks)" if x == "model.n_layer" else ""))
-    ax.set_ylabel("best validation loss (nats/char)")
+    u = short_unit(sweep_unit(items))
+    ax.set_ylabel(f"best validation loss (nats/{u})")
     sec = ax.secondary_yaxis("right", functions=(lambda v: v / LN2, lambda v: v * LN2))
-    sec.set_ylabel("bits/char")
+    sec.set_ylabel(f"bits/{u}")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
@@ -123,7 +124,7 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
         items: per-run dicts (``config``, ``details`` with ``evals``).
         x: dotted field with one panel per value (None = one panel).
         groups: dotted fields that define the colours.
-        baselines: ``{"uniform", "unigram", "bigram"}`` in nats/char (unigram and bigram drawn), or None.
+        baselines: ``{"uniform", "unigram", "bigram"}`` in nats per token (unigram and bigram drawn), or None.
         path: PNG to write.
 
     Returns:
@@ -164,7 +165,7 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
         ax.grid(alpha=0.3)
         ax.set_xlabel("step", fontsize=8)
         if j % cols == 0:
-            ax.set_ylabel("val loss (nats/char)", fontsize=8)
+            ax.set_ylabel(f"val loss (nats/{short_unit(sweep_unit(items))})", fontsize=8)
         ax.tick_params(labelsize=8)
         if j == 0:
             h, lab = ax.get_legend_handles_labels()
@@ -280,7 +281,7 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
 _PLOT_NOTES = {
     "loss": ("Best validation loss vs {x}", "loss vs {x}",
              "Mean over seeds with ±1 sd error bars; dots are single seeds; horizontal lines are corpus baselines "
-             "(unigram: letter frequencies, no context at all; bigram: the current letter alone, none of the context "
+             "(unigram: {unit} frequencies, no context at all; bigram: the current {unit} alone, none of the context "
              "before it).{depth_note}"),
     "curves": ("Learning curves", "learning curves",
                "Validation loss vs step, one panel per setting, one line per run (seeds share a colour)."),
@@ -294,13 +295,14 @@ _PLOT_NOTES = {
 }
 
 
-def figure_html(kind: str, path: Optional[Path], x: Optional[str]) -> str:
-    """Title, figure and caption, worded for the experiment's x axis (depth or any other field)."""
+def figure_html(kind: str, path: Optional[Path], x: Optional[str], unit: str = "character") -> str:
+    """Title, figure and caption, worded for the experiment's x axis (depth or any other field) and its runs'
+    token (``unit``: ``character`` or ``token``, :func:`~depthlab.sweep.sweep_unit`)."""
     if not path:
         return ""
     xname = (x or "setting").split(".")[-1]
     depth_note = " A curve that rises with depth is the degradation problem." if x == "model.n_layer" else ""
-    title, alt, caption = (t.format(x=xname, depth_note=depth_note) for t in _PLOT_NOTES[kind])
+    title, alt, caption = (t.format(x=xname, depth_note=depth_note, unit=unit) for t in _PLOT_NOTES[kind])
     return f"<h3>{title}</h3>" + img_tag(path, alt=alt, caption=caption)
 
 
@@ -316,7 +318,7 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
         body.append("<h3>Summary</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in lines) + "</ul>")
     if trained:
         body.append(figure_html("loss", plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{xname}.png",
-                                                   f"best validation loss vs {xname}"), x))
+                                                   f"best validation loss vs {xname}"), x, sweep_unit(its)))
         body.append(figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png"), x))
     for which in ("grad", "rank"):
         body.append(figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png"),
@@ -380,7 +382,7 @@ def _depth_overview(exps: list[dict], by_exp: dict, baselines: Optional[dict], p
     names = ", ".join(e["name"] for e in deep)
     return Section("All experiments along depth", f"<p>Experiments {esc(names)} on one axis (their recipes must "
                    "match for the lines to compare: the profile gives them one base).</p>"
-                   + figure_html("loss", path, "model.n_layer"), anchor="all-depth")
+                   + figure_html("loss", path, "model.n_layer", sweep_unit(items)), anchor="all-depth")
 
 
 def _claims_section(by_exp: dict, extras: dict) -> Optional[Section]:
@@ -407,13 +409,15 @@ def _runs_section(rows: list[dict], columns: list[str]) -> Section:
                    anchor="runs")
 
 
-def _cards(rows: list[dict], baselines: Optional[dict]) -> list[tuple[str, str, str]]:
+def _cards(rows: list[dict], baselines: Optional[dict], unit: str = "character") -> list[tuple[str, str, str]]:
+    """The header cards; ``unit`` a token of the runs in words (:func:`~depthlab.sweep.sweep_unit`)."""
     n_ok = sum(1 for r in rows if r["status"] in OK_STATUSES)
     cards = [("runs finished", f"{n_ok}/{len(rows)}", "status ok")]
+    u = short_unit(unit)
     if baselines:
-        cards.append(("bigram baseline", f"{baselines['bigram']:.3f}", "nats/char (the current character alone)"))
-        cards.append(("unigram baseline", f"{baselines['unigram']:.3f}", "nats/char (letter frequencies, no context "
-                      "at all)"))
+        cards.append(("bigram baseline", f"{baselines['bigram']:.3f}", f"nats/{u} (the current {unit} alone)"))
+        cards.append(("unigram baseline", f"{baselines['unigram']:.3f}", f"nats/{u} ({unit} frequencies, no "
+                      "context at all)"))
     return cards
 
 
@@ -444,8 +448,10 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
                  if by_exp[e["name"]]]
     sections.append(_runs_section(rows, columns))
     spec = meta["spec"]
-    sub = (f"profile {spec['profile']}, " if spec.get("profile") else "") + f"{len(rows)} runs; losses in nats/char"
-    page = render_page(f"depthlab sweep {sweep_dir.name}", sections, subtitle=sub, cards=_cards(rows, baselines))
+    unit = sweep_unit(items)
+    sub = (f"profile {spec['profile']}, " if spec.get("profile") else "") + f"{len(rows)} runs; losses in " \
+        f"nats/{short_unit(unit)}"
+    page = render_page(f"depthlab sweep {sweep_dir.name}", sections, subtitle=sub, cards=_cards(rows, baselines, unit))
     dest = sweep_dir / REPORT
     atomic_write(dest, page.encode("utf-8"))
     return dest

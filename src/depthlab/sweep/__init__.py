@@ -30,7 +30,7 @@ This package never imports :mod:`depthlab.report` or :mod:`depthlab.cli`. The co
     run_sweep(spec, out_dir, workers=0, threads=0, rerun=False, log=print)
 """
 
-from .findings import aggregate_table, init_lines, summary_lines
+from .findings import aggregate_table, init_lines, short_unit, summary_lines, sweep_unit
 from .common import plan
 from .local import dry_run, execute, init_probe
 from .run import run_sweep
@@ -57,5 +57,5 @@ __all__ = [
     "field_value", "group_name", "aggregate", "experiment_axes", "mean_metric", "failed_runs",
     # science and findings
     "CLAIMS", "CLAIM_HEADER", "SCIENCE_MD", "science_claims", "claims_markdown", "write_science_table",
-    "summary_lines", "init_lines", "aggregate_table",
+    "summary_lines", "init_lines", "aggregate_table", "sweep_unit", "short_unit",
 ]

@@ -3,7 +3,7 @@
 Text and tables only (the report renders them): the trend of best validation loss with depth
 per line, how far the deepest plain model is from the best shallower one, whether it sits at a
 corpus baseline, which runs failed, and for init-only experiments the rank measure at init.
-Losses are in nats per character; bits = nats / ln 2.
+Losses are in nats per token (:func:`sweep_unit`: a character on character runs); bits = nats / ln 2.
 """
 
 from __future__ import annotations
@@ -12,11 +12,23 @@ import math
 import statistics as st
 from typing import Any, Optional, Sequence
 
+from ..analytics.rules.evidence import unit_of
 from ..units import LN2, counted
 from .results import OK_STATUSES, aggregate, field_value, group_name
 from .science import init_last_rank
 
-__all__ = ["summary_lines", "init_lines", "aggregate_table"]
+__all__ = ["summary_lines", "init_lines", "aggregate_table", "sweep_unit", "short_unit"]
+
+
+def sweep_unit(items: Sequence[dict]) -> str:
+    """What one token of the runs of ``items`` (each with ``config``) is, in words: ``character`` when every run
+    is on characters (:func:`~depthlab.analytics.rules.evidence.unit_of`), else ``token`` (true of either)."""
+    return "character" if all(unit_of(it.get("config")) == "character" for it in items) else "token"
+
+
+def short_unit(unit: str) -> str:
+    """The label form of :func:`sweep_unit`'s word: ``char`` or ``token`` (``nats/char``, ``bits/token``)."""
+    return "char" if unit == "character" else "token"
 
 
 def _blocks(n: Any) -> str:
@@ -46,22 +58,22 @@ def _trend(d: dict[Any, tuple[float, float, int]]) -> tuple[Any, str]:
     return best, verdict
 
 
-def _plain_lines(d: dict, baselines: Optional[dict]) -> list[str]:
+def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character") -> list[str]:
     """The deepest plain model vs the best shallower one, and vs the corpus baselines."""
     deep = max(d)
     shallow = {k: v for k, v in d.items() if k < deep}
     bk = min(shallow, key=lambda k: shallow[k][0])
     diff = d[deep][0] - d[bk][0]
-    out = [f"The deepest plain model ({_blocks(deep)}) is {diff:+.3f} nats/char "
+    out = [f"The deepest plain model ({_blocks(deep)}) is {diff:+.3f} nats/{short_unit(unit)} "
            f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({_blocks(bk)})."]
     if baselines and baselines.get("unigram") is not None:
         u, b = baselines["unigram"], baselines.get("bigram")
         if d[deep][0] >= u - 0.05:
-            out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts character "
-                       "frequencies and uses no context at all, not even the current character.")
+            out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts {unit} "
+                       f"frequencies and uses no context at all, not even the current {unit}.")
         elif b is not None and d[deep][0] >= b - 0.05:
             out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it predicts from "
-                       "the current character alone and uses almost none of the context before it.")
+                       f"the current {unit} alone and uses almost none of the context before it.")
     return out
 
 
@@ -73,7 +85,7 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
         items: per-run dicts (``config``, ``row``), see :func:`depthlab.sweep.results.sweep_items`.
         x: dotted x field (usually ``model.n_layer``).
         groups: dotted fields that define the lines (usually ``model.variant``).
-        baselines: corpus baselines in nats/char (``unigram``, ``bigram``), or None.
+        baselines: corpus baselines in nats per token (``unigram``, ``bigram``), or None.
 
     Returns:
         Sentences (plain text); a line "gets worse with depth" means its deepest model is >= 0.1
@@ -86,6 +98,8 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
         out.append(f"Numbers are means over {len(seeds)} seeds ({', '.join(map(str, sorted(seeds)))}); "
                    "the spread is the sample standard deviation.")
     xname = x.split(".")[-1] if x else ""
+    unit = sweep_unit(items)
+    u = short_unit(unit)
     for g, d in sorted(agg.items()):
         best, verdict = _trend(d)
         if best is None:
@@ -93,9 +107,9 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
             continue
         m, sd, n = d[best]
         spread = f" ± {sd:.3f}" if n > 1 else ""
-        out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/char, {m / LN2:.3f} bits/char); {verdict}.")
+        out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
     if "plain" in agg and len(agg["plain"]) > 1:
-        out += _plain_lines(agg["plain"], baselines)
+        out += _plain_lines(agg["plain"], baselines, unit)
     failed = [it for it in items if it["row"]["status"] not in OK_STATUSES]
     if failed:
         out.append(f"{counted(len(failed), 'run')} did not finish normally: " + "; ".join(
@@ -137,8 +151,9 @@ def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[st
         groups: dotted fields that define the lines.
 
     Returns:
-        (header, rows). Columns: line, x, best val loss mean (nats/char), sample sd (None for one
-        seed), seeds, bits/char, grad-norm ratio first/last block, last-block rank measure,
+        (header, rows). Columns: line, x, best val loss mean (nats per token), sample sd (None for one
+        seed), seeds, bits per token (``bits/char`` on character runs), grad-norm
+        ratio first/last block, last-block rank measure,
         tokens/s (each a mean over the ok runs, None when no run recorded it). No rows when no
         run finished.
     """
@@ -153,6 +168,7 @@ def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[st
                 v = a.get(g, {}).get(xv)
                 cells.append(None if v is None or math.isnan(v[0]) else v[0])
             rows.append([g, xv, round(m, 4), round(sd, 4) if n > 1 else None, n, round(m / LN2, 4), *cells])
-    header = ["line", x.split(".")[-1] if x else "x", "best val loss (mean)", "sd", "seeds", "bits/char",
+    header = ["line", x.split(".")[-1] if x else "x", "best val loss (mean)", "sd", "seeds",
+              f"bits/{short_unit(sweep_unit(items))}",
               "grad ratio first/last block", "last-block rank", "tokens/s"]
     return header, rows
