@@ -265,3 +265,26 @@ def json_copy(d):
     import json
 
     return json.loads(json.dumps(d))
+
+
+def test_a_grid_given_as_a_json_list_is_the_same_grid_as_the_comma_form(tmp_path, capsys):
+    """A new user's pass: --grid 'model.n_layer=[1,2]' said "cannot use '[1'" (the values were split on commas)."""
+    from depthlab.cli import main
+
+    assert sweep.parse_grid_arg("model.n_layer=[1,2]") == sweep.parse_grid_arg("model.n_layer=1,2")
+    assert sweep.parse_grid_arg("model.n_layer=[1, 2]") == ("model.n_layer", [1, 2])
+    assert sweep.parse_grid_arg('data.tokenizer=["char","bpe"]') == ("data.tokenizer", ["char", "bpe"])
+    # a JSON object with two keys is one value (a comma inside it does not split it)
+    assert sweep.parse_grid_arg('model.init=[{"a":1,"b":2}]') == ("model.init", [{"a": 1, "b": 2}])
+    assert sweep.parse_grid_arg('model.init={"a":1,"b":2}') == ("model.init", [{"a": 1, "b": 2}])
+    with pytest.raises(DepthlabError, match=r"model.n_layer lists 1 twice"):
+        sweep.parse_grid_arg("model.n_layer=[1,1]")
+    with pytest.raises(DepthlabError, match=r"the list is empty"):
+        sweep.parse_grid_arg("model.n_layer=[]")
+    assert main(["sweep", "--grid", "model.n_layer=[1,2", "--out_dir", str(tmp_path / "sw"), "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "[1,2 is not valid JSON" in err and "comma-separated like model.n_layer=1,2" in err
+    assert main(["sweep", "--grid", "model.n_layer=[1,2]", "--out_dir", str(tmp_path / "sw"), "--dry_run"]) == 0
+    out = capsys.readouterr().out
+    assert "n_layer-1" in out and "n_layer-2" in out and "2 runs" in out

@@ -540,7 +540,8 @@ def build_sweep_parser():
     p.add_argument("--file", "-f", type=Optional[str], default=None,
                    help="sweep YAML file (base: run config; grid: FIELD: [values], or experiments:)")
     p.add_argument("--grid", action="append", default=[],
-                   help="a grid axis SECTION.FIELD=V1,V2, e.g. model.n_layer=1,2,4 (repeatable; replaces that axis "
+                   help="a grid axis SECTION.FIELD=V1,V2, e.g. model.n_layer=1,2,4, or a JSON list, e.g. "
+                        "model.n_layer=[1,2,4] or model.init='[{\"a\":1,\"b\":2}]' (repeatable; replaces that axis "
                         "of a profile); values are typed and checked as the same flag of depthlab train")
     p.add_argument("--out_dir", "--out-dir", type=Optional[str], default=None,
                    help="sweep directory (default: sweeps/<profile>, or sweeps/<name>-<hash of the grid and "

@@ -35,7 +35,7 @@ from ..units import fmt_value
 
 __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
            "RUNS", "RESULTS_CSV", "RESULTS_MD",
-           "coerce_value", "parse_grid_arg", "load_profile", "profile_descriptions", "profile_spec",
+           "coerce_value", "parse_grid_arg", "grid_values", "load_profile", "profile_descriptions", "profile_spec",
            "load_sweep_file", "build_spec", "spec_to_json", "default_sweep_dir", "expand", "expand_point", "run_name",
            "varied_fields",
            "estimate_seconds"]
@@ -225,10 +225,10 @@ def coerce_value(key: str, value: Any) -> Any:
 
 
 def parse_grid_arg(text: str) -> tuple[str, list]:
-    """Parse one ``--grid`` argument ``SECTION.FIELD=V1,V2,...``.
+    """Parse one ``--grid`` argument ``SECTION.FIELD=V1,V2,...`` (or a JSON list of values: :func:`grid_values`).
 
     Args:
-        text: e.g. ``model.n_layer=1,2,4`` or ``train.learning_rate=1e-3,3e-3``.
+        text: e.g. ``model.n_layer=1,2,4``, ``model.n_layer=[1,2,4]`` or ``train.learning_rate=1e-3,3e-3``.
 
     Returns:
         (dotted field, list of typed values), in the order given.
@@ -243,11 +243,34 @@ def parse_grid_arg(text: str) -> tuple[str, list]:
     key, _, vals = text.partition("=")
     key = key.strip()
     _check_key(key, "--grid")
-    items = [s.strip() for s in vals.split(",")]
-    if not vals.strip() or any(s == "" for s in items):
-        raise DepthlabError(f"--grid {text!r}: empty value in the list; give comma-separated values "
-                            "like 1,2,4")
+    items = grid_values(vals, f"--grid {text!r}", key)
     return key, _unique([(s, coerce_value(key, s)) for s in items], f"--grid {text!r}", key)
+
+
+def grid_values(vals: str, what: str, key: str) -> list:
+    """The values of one grid field written as text: a JSON list (``[1,2]``, ``[{"a":1,"b":2}]``: its items as
+    parsed, each a value of the field), one JSON object (``{"a":1,"b":2}``: one value), or comma-separated
+    values (``1,2``: each as text).
+
+    Raises:
+        DepthlabError: an empty list or empty value, or text that starts with ``[`` or ``{`` and is not JSON; the
+            message shows the comma form.
+    """
+    vals = vals.strip()
+    if vals[:1] in ("[", "{"):
+        try:
+            parsed = json.loads(vals)
+        except ValueError as e:
+            raise DepthlabError(f"{what}: {vals} is not valid JSON ({e.msg}); give the values as a JSON list "
+                                f"like {key}=[1,2] or comma-separated like {key}=1,2") from None
+        items = parsed if isinstance(parsed, list) else [parsed]
+        if not items:
+            raise DepthlabError(f"{what}: the list is empty; give at least one value, like {key}=[1,2] or {key}=1,2")
+        return items
+    items = [s.strip() for s in vals.split(",")]
+    if not vals or any(s == "" for s in items):
+        raise DepthlabError(f"{what}: empty value in the list; give comma-separated values like 1,2,4")
+    return items
 
 
 def _unique(pairs: list[tuple[Any, Any]], what: str, key: str) -> list:
@@ -306,7 +329,7 @@ def _grid(d: Any, what: str) -> dict[str, list]:
         k = str(k)
         _check_key(k, f"{what} key")
         if isinstance(vals, str):
-            vals = [s.strip() for s in vals.split(",")]
+            vals = grid_values(vals, what, k)
         if not isinstance(vals, (list, tuple)):
             vals = [vals]
         if not vals:
