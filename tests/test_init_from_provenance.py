@@ -118,3 +118,18 @@ def test_init_from_an_export_of_another_shape_is_one_line_naming_the_field_and_t
     assert not (tmp_path / "new").exists()
     rc, out, _ = run_cli(capsys, *argv, "--train.max_iters", "5")  # the fix: the export's shape
     assert rc == 0 and out.startswith(f"init-from: {export / 'model.safetensors'}: the model starts")
+
+
+def test_diagnose_json_carries_the_init_from_record(source, tmp_path, capsys):
+    """A new user's pass: `diagnose --json` of a run started with --init-from had no init_from (the text said
+    "note: not trained from scratch")."""
+    rc, _, _ = run_cli(capsys, "train", "--init-from", str(source),
+                       *tiny_cli_args(source.parent / "t.txt", tmp_path / "C", train__max_iters=10))
+    assert rc == 0
+    want = json.loads((tmp_path / "C" / "config.json").read_text())["resolved"]["init_from"]
+    rc, out, _ = run_cli(capsys, "diagnose", str(tmp_path / "C"), "--json")
+    got = json.loads(out)
+    assert rc == 0 and got["init_from"] == want and got["init_from"]["path"].endswith("best.safetensors")
+    assert "findings" in got and "not_judged" in got
+    rc, out, _ = run_cli(capsys, "diagnose", str(source), "--json")
+    assert rc == 0 and json.loads(out)["init_from"] is None  # trained from scratch

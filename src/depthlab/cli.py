@@ -322,7 +322,9 @@ def build_diagnose_parser():
                                "to a run directory's metrics and print the findings with evidence and remedy.")
     _add_run_dir(p)
     p.add_argument("--json", action="store_true",
-                   help='print {"findings": [{"rule", "evidence", "remedy"}], "not_judged": [...]} (diagnosis.json)')
+                   help='print {"findings": [{"rule", "evidence", "remedy"}], "not_judged": [...]} (diagnosis.json), '
+                        'and "init_from": the weights a run started with --init-from began from (config.json '
+                        'resolved.init_from: path, sha256, step, val_loss), null for a run trained from scratch')
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
 
@@ -335,9 +337,9 @@ def run_diagnose(ns) -> int:
     _set_threads(ns.threads)
     findings, missing = diagnose_run_full(ns.run_dir)
     warn_damaged_run(Path(ns.run_dir), "the rules judge the run without what was lost")
-    print(json.dumps({**findings_json(findings), "not_judged": missing}) if ns.json
-          else format_findings(findings, missing))
     init = init_from_record(RunDir(ns.run_dir).config)
+    print(json.dumps({**findings_json(findings), "not_judged": missing, "init_from": init}) if ns.json
+          else format_findings(findings, missing))
     if init is not None and not ns.json:
         print(f"note: {init_from_words(init)}")
     return 0
