@@ -540,7 +540,7 @@ def test_position_0_below_the_bigram_line_is_a_leak_not_context_use():
     assert "is_causal (tested)" in f[0].remedy  # depthlab's GPT: the baselines are another corpus's
     # one window has no error to judge by, and the advice drops a flag already given
     state, words = context_verdict(0.0, None, [2.6] * 16, bigram=2.482, unigram=3.347, windows=1, advice="ADVICE")
-    assert state == UNDECIDED and "one window has no sampling error" in words and "(ADVICE)" in words
+    assert state == UNDECIDED and "one window (or copies of one) has no sampling error" in words and "(ADVICE)" in words
     state, words = context_verdict(0.038, 0.016, [2.6] * 16, bigram=2.482, unigram=3.347, lq_se=0.01)
     assert "the later positions do not beat position 0 by 0.1 nats" in words  # 0.038 is > 2 se, < 0.1
 
@@ -703,3 +703,23 @@ def test_a_gap_below_the_bigram_line_with_a_negative_gain_is_not_context_use():
                                    windows=8, unit="token")
     assert state == UNDECIDED and "no better than position 0 (the gain is not positive)" in words
     assert "the current token alone" in words and "the model uses its context" not in words
+
+
+def test_copies_of_one_window_are_one_window_neither_context_use_nor_a_leak(tmp_path):
+    """helper-55: on a val split one window long every evaluation window is the same window; their spread of 0
+    read as '± 0.000', and a repeated-phrase corpus's position 0 (always the same token) below the floor over all
+    val tokens was called a leaking causal mask."""
+    from depthlab.analytics.rules.context import LEAKS, UNDECIDED, context_verdict
+
+    val = torch.arange(17) % 5  # T + 1 tokens: a single possible window start
+    w = view_windows(val.numpy(), 16, 4, 1337, 3)
+    res = position_curve(tiny_gpt(block_size=16), w)
+    assert res["windows"] == 12 and res["distinct_windows"] == 1
+    curve = [0.5] + [2.6] * 15  # position 0 far below the floor, with no error to judge by
+    state, words = context_verdict(-2.0, 0.0, curve, bigram=2.482, unigram=3.347, windows=res["distinct_windows"],
+                                   pos0_se=0.0, floor=2.374)
+    assert state == UNDECIDED and "one window (or copies of one)" in words and "nor whether its mask leaks" in words
+    assert context_verdict(-2.0, 0.0, curve, bigram=2.482, unigram=3.347, windows=12, pos0_se=0.0,
+                           floor=2.374)[0] == LEAKS  # as many different windows: the same curve is a leak
+    other = view_windows(torch.randint(0, 5, (400,), generator=torch.Generator().manual_seed(0)).numpy(), 16, 4, 1, 3)
+    assert position_curve(tiny_gpt(block_size=16), other)["distinct_windows"] == 12

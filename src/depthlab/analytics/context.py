@@ -302,7 +302,8 @@ def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
     Returns:
         ``{"loss_by_position": [T floats, nats], "position_se": [T standard errors], "val_loss": mean,
         "context_gain": g, "context_gain_se": se, "last_quarter_se": :func:`last_quarter_se`, "windows": W,
-        "tokens": W*T}``.
+        "distinct_windows": how many of them differ (a val split one window long gives W copies of one window,
+        whose spread of 0 is no sampling error), "tokens": W*T}``.
     """
     lo = token_losses(model, windows.batches).double()  # (W, T)
     W = lo.shape[0]
@@ -310,6 +311,7 @@ def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
     gain, gain_se = context_gain(lo)
     return {"loss_by_position": lo.mean(dim=0).tolist(), "position_se": se, "val_loss": float(lo.mean()),
             "context_gain": gain, "context_gain_se": gain_se, "last_quarter_se": last_quarter_se(lo), "windows": W,
+            "distinct_windows": int(torch.unique(torch.cat([x for x, _ in windows.batches]), dim=0).shape[0]),
             "tokens": int(lo.numel())}
 
 
@@ -369,7 +371,8 @@ def format_context(res: dict) -> str:
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
-    verdict = dict(windows=res.get("windows"), pos0_se=se[0], advice=advice, floor=res.get("one_char_floor"),
+    verdict = dict(windows=res.get("distinct_windows", res.get("windows")), pos0_se=se[0], advice=advice,
+                   floor=res.get("one_char_floor"),
                    unit=unit)
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)

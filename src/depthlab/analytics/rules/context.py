@@ -128,6 +128,9 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
     if not math.isfinite(gain) or not all(math.isfinite(x) for x in curve):
         return UNDECIDED, _non_finite_words(head, gain, curve)
+    if windows is not None and windows < 2:
+        return UNDECIDED, (f"{head}: one window (or copies of one) has no sampling error to judge by, so it cannot "
+                           f"tell whether the model uses its context, nor whether its mask leaks ({advice})")
     leak = leak_gap(curve, floor, margin, pos0_se if pos0_se is not None else se)
     if leak is not None:
         return LEAKS, (f"{head}: position 0 is {leak:.3f} nats below {floor:.3f}, the lowest loss a model that sees "
@@ -137,9 +140,6 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     name = "bigram line"
     if bigram is not None and one_token_line(bigram, unigram) < bigram:
         bigram, name = unigram, "one-token line (the unigram baseline: the add-one bigram estimate is higher here)"
-    if windows is not None and windows < 2:
-        return UNDECIDED, (f"{head}: one window has no sampling error to judge by, so it cannot tell whether the model "
-                           f"uses its context ({advice})")
     state = context_state(gain, curve, bigram, min_gain, margin, se, lq_se)
     if state == USED and bigram is not None and not _bigram_shows_use(curve, bigram, margin, lq_se):
         rel = lq - bigram
