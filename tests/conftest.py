@@ -59,6 +59,17 @@ def tiny_gpt(seed: int = 0, **kw) -> GPT:
     return GPT(tiny_model_config(**kw))
 
 
+def trained_tiny_run(tmp_path_factory, name: str, text: str, steps: int = 10):
+    """A run directory ``<tmp>/<name>/run`` trained ``steps`` steps on ``text`` (:func:`tiny_cli_args`): the
+    source of the module-scoped fixtures that copy or read one finished run."""
+    from depthlab.cli import main
+
+    d = tmp_path_factory.mktemp(name)
+    (d / "t.txt").write_text(text)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=steps)]) == 0
+    return d / "run"
+
+
 def tiny_cli_args(path, out, **fields) -> list[str]:
     """``depthlab train`` flags of the run :func:`tiny_config` describes (n_embd 32, block 16).
 

@@ -9,15 +9,12 @@ import pytest
 
 from depthlab.cli import main
 
-from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
+from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args, trained_tiny_run
 
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("good")
-    (d / "t.txt").write_text(TINY_TEXT)
-    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=10)]) == 0
-    return d / "run"
+    return trained_tiny_run(tmp_path_factory, "good", TINY_TEXT)
 
 
 def _copy(good_run, tmp_path):

@@ -8,17 +8,13 @@ import shutil
 
 import pytest
 
-from depthlab.cli import main
 
-from conftest import TINY_TEXT, assert_clean_error, evals, run_cli, tiny_cli_args
+from conftest import TINY_TEXT, assert_clean_error, evals, run_cli, tiny_cli_args, trained_tiny_run
 
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    d = tmp_path_factory.mktemp("nu51")
-    (d / "t.txt").write_text(TINY_TEXT)
-    assert main(["train", *tiny_cli_args(d / "t.txt", d / "A", train__max_iters=10)]) == 0
-    return d / "A"
+    return trained_tiny_run(tmp_path_factory, "nu51", TINY_TEXT)
 
 
 def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path, capsys):
@@ -44,7 +40,7 @@ def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path,
         f"{best.resolve()}, val {manifest['val_loss']:.4f} nats (--init-from, sha256 {want['sha256'][:12]}…), so "
         "its step-0 loss is theirs")
     assert run_cli(capsys, "report", str(tmp_path / "B"))[0] == 0
-    assert "started from</div><div class=\"v\">A</div>" in (tmp_path / "B" / "report.html").read_text()
+    assert "started from</div><div class=\"v\">run</div>" in (tmp_path / "B" / "report.html").read_text()
     rc, out, _ = run_cli(capsys, "train", "--resume", str(tmp_path / "B"), "--train.max_iters", "15")
     assert rc == 0 and "init-from:" not in out
     assert json.loads((tmp_path / "B" / "config.json").read_text())["resolved"]["init_from"] == want

@@ -13,7 +13,7 @@ import pytest
 from depthlab.cli import main
 from depthlab.errors import DepthlabError
 
-from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
+from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args, trained_tiny_run
 
 NAN_MODEL = """import torch
 class NaN(torch.nn.Module):
@@ -63,10 +63,7 @@ GOOD_TEXT = TINY_TEXT + ("\n" + string.ascii_letters + string.digits) * 20
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("good")
-    (d / "t.txt").write_text(GOOD_TEXT)
-    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=10)]) == 0
-    return d / "run"
+    return trained_tiny_run(tmp_path_factory, "good", GOOD_TEXT)
 
 
 def test_resume_on_another_corpus_counts_the_absent_characters_and_marks_the_cut(good_run, tmp_path, capsys):

@@ -325,18 +325,23 @@ def test_an_absurd_max_new_tokens_is_one_line_not_an_allocation_error(trained_ru
         assert err.count("\n") == 1 and "--max-new-tokens" in err and "unexpected" not in err, err
 
 
+def _sample_threads(run, flag: list[str]) -> int:
+    """Sample 5 tokens of ``run`` with ``flag``; the thread count it set (this process's own count restored)."""
+    before = torch.get_num_threads()
+    try:
+        assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5", *flag]) == 0
+        return torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("raw, flag", [("abc", []), ("0", []), ("", []), ("4,2", []), ("abc", ["--threads", "1"])])
 def test_sample_warns_once_of_an_omp_num_threads_that_is_not_a_count_in_train_s_words(run, monkeypatch, capsys,
                                                                                         raw, flag):
     """``depthlab train`` said it; ``sample`` (and every command setting threads through the same helper) said
     nothing. The wording is the one of train's warning (test_training_autotune), with what sets the threads."""
     monkeypatch.setenv("OMP_NUM_THREADS", raw)
-    before = torch.get_num_threads()
-    try:
-        assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5", *flag]) == 0
-        used = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
+    used = _sample_threads(run, flag)
     cap = capsys.readouterr()
     instead = ("lets --threads 1 set the thread count" if flag else
                f"runs with {used} thread{'s' if used != 1 else ''}, torch's default")
@@ -356,12 +361,7 @@ def test_sample_honours_and_warns_of_more_threads_than_cores_in_train_s_words(ru
     cores = os.cpu_count() or 1
     monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
     flag = [f if f != "CORES+1" else str(cores + 1) for f in flag]
-    before = torch.get_num_threads()
-    try:
-        assert main(["sample", str(run), "--prompt", "First", "--max-new-tokens", "5", *flag]) == 0
-        used = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
+    used = _sample_threads(run, flag)
     said, fix = ((f"--threads {cores + 1}", f"--threads {cores}, or 0") if flag else
                  (f"OMP_NUM_THREADS={cores + 1}", f"OMP_NUM_THREADS={cores}, or unset it"))
     assert used == cores + 1
