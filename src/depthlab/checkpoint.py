@@ -711,8 +711,29 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
     if init_from:
         theirs = _export_tokenizer(Path(init_from))
         if isinstance(theirs, BPETokenizer):
+            _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
             return theirs.json
     return None
+
+
+def _refuse_other_vocab_size(src: Path, ours: Optional[int]) -> None:
+    """``--init-from src`` (a BPE run) takes the source's trained tokenizer: a ``data.vocab_size`` other than the
+    one it was trained with would be recorded in config.json while the run trains with the source's vocabulary
+    (None, not given: the source's tokenizer, whatever its size).
+
+    Raises:
+        DepthlabError: data.vocab_size differs from the source run's config.json.
+    """
+    try:
+        data = json.loads((src / CONFIG).read_text()).get("data") or {}
+    except (OSError, ValueError, AttributeError):  # an export (no config.json), or one unreadable: nothing to compare
+        data = {}
+    theirs = data.get("vocab_size") if isinstance(data, dict) and data.get("tokenizer") == "bpe" else None
+    if ours is not None and isinstance(theirs, int) and theirs != ours:
+        raise DepthlabError(f"--init-from {src}: data.vocab_size {theirs} there, {ours} here; the new run trains with "
+                            "the source's BPE tokenizer (its weights' ids are that tokenizer's): drop "
+                            "--data.vocab_size to keep the source's tokenizer, or drop --init-from to train a new "
+                            "tokenizer from scratch")
 
 
 def best_copy(run_dir: Path) -> Optional[Path]:
