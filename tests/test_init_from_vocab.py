@@ -43,3 +43,25 @@ def test_init_from_a_bpe_run_with_its_own_or_no_vocab_size_trains(runs, tmp_path
         assert rc == 0, err
         cfg = json.loads((tmp_path / name / "config.json").read_text())
         assert cfg["model"]["vocab_size"] == json.loads((src / "config.json").read_text())["model"]["vocab_size"]
+
+
+@pytest.mark.parametrize("run, flag, value", [("char", "--data.tokenizer", "bpe"), ("bpe", "--data.vocab_size", "400")])
+def test_resume_refusal_for_a_tokenizer_change_advises_a_command_that_works(runs, tmp_path, capsys, run, flag, value):
+    """Before: it advised `--init-from RUN ...`, which --init-from then refused (another tokenizer)."""
+    import shlex
+
+    src = runs / run
+    before = sorted(p.name for p in src.rglob("*"))
+    rc, _, err = run_cli(capsys, "train", "--resume", str(src), flag, value)
+    key = flag[2:]
+    assert_clean_error(rc, err, f"or train a new run from scratch ({key} changes the tokenizer, whose ids the run's "
+                       "weights are trained on, so --init-from cannot reuse them): ")
+    command = err.strip().split("cannot reuse them): ", 1)[1]
+    assert command == (f"depthlab train -c {src / 'config.json'} {flag} {value} --train.resume false "
+                       "--train.out_dir NEW_DIR")
+    argv = shlex.split(command.replace("NEW_DIR", str(tmp_path / "new")))[1:] + ["--train.max_iters", "2"]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    data = json.loads((tmp_path / "new" / "config.json").read_text())["data"]
+    assert str(data[key[5:]]) == value
+    assert sorted(p.name for p in src.rglob("*")) == before

@@ -188,12 +188,20 @@ def _latest_to_resume(run_dir: Path) -> Optional[dict]:
                             f"{new}") from None
 
 
+_VOCAB_FIELDS = ("data.tokenizer", "data.vocab_size")  # another vocabulary: --init-from refuses the run's weights
+
+
 def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -> str:
     """The new run a refused resume offers: ``--init-from`` when the changed model's weights have the run's names
-    and shapes (:func:`~depthlab.checkpoint.weights_fit`), else the changed model trained from scratch."""
+    and shapes (:func:`~depthlab.checkpoint.weights_fit`) and the tokenizer is the run's, else the changed run
+    trained from scratch."""
     keys = [r.split(" ", 1)[0] for r in refused]
     model = [k.split(".", 1)[1] for k in keys if k.startswith("model.")]
     flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys)
+    vocab = [k for k in keys if k in _VOCAB_FIELDS]
+    if vocab:
+        return (f"train a new run from scratch ({', '.join(vocab)} changes the tokenizer, whose ids the run's weights "
+                f"are trained on, so --init-from cannot reuse them): {ckpt.new_run_command(run_dir, False, flags)}")
     fit = ckpt.weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
     if fit:
         why = "the changed model has the same weights, by name and shape; " if model else ""
