@@ -77,3 +77,17 @@ def test_init_from_a_missing_folder_or_a_file_says_which(tmp_path, capsys, kind)
     said = "is a file" if kind == "file" else "no such folder"
     assert_clean_error(rc, capsys.readouterr().err, f"--init-from {src}: {said}; give a depthlab run directory")
     assert not (tmp_path / "new").exists()
+
+
+def test_init_from_the_folder_the_run_would_overwrite_is_refused_and_nothing_is_lost(good_run, tmp_path, capsys):
+    """Before: "neither a depthlab run (no checkpoints/) nor a Hugging Face export" (--overwrite had set the run
+    aside), though the folder holds checkpoints/. Now the refusal says what is wrong, before anything is moved."""
+    run, _, _ = _copy(good_run, tmp_path)
+    before = {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), "--overwrite",
+                         *tiny_cli_args(tmp_path / "t.txt", run))
+    assert_clean_error(rc, err, f"--init-from {run}: that is the folder this run would replace (--overwrite of "
+                       f"train.out_dir {run}), so its weights cannot start the run; give another --train.out_dir")
+    assert "neither a depthlab run" not in err
+    assert {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "t.txt"]

@@ -434,7 +434,15 @@ class Checkpointer:
 
     def claim(self, overwrite: bool) -> Optional[Path]:
         """Make (or, with ``overwrite``, replace) the run folder under this process's lock
-        (:func:`~depthlab.training.runlock.claim_run_dir`); remembers whether a previous run was replaced."""
+        (:func:`~depthlab.training.runlock.claim_run_dir`); remembers whether a previous run was replaced.
+
+        Raises:
+            DepthlabError: ``overwrite`` of the folder ``--init-from`` names (before anything is moved or deleted).
+        """
+        if overwrite and self.init_source and Path(self.init_source).resolve() == self.run_dir.resolve():
+            raise DepthlabError(f"--init-from {self.init_source}: that is the folder this run would replace "
+                                f"(--overwrite of train.out_dir {self.run_dir}), so its weights cannot start the run; "
+                                "give another --train.out_dir (nothing was changed)")
         replaced = runlock.claim_run_dir(self.run_dir, overwrite, self.runtime)
         self.replaced = replaced is not None
         return replaced
