@@ -91,3 +91,57 @@ def test_init_from_the_folder_the_run_would_overwrite_is_refused_and_nothing_is_
     assert "neither a depthlab run" not in err
     assert {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "t.txt"]
+
+
+def _edit(manifest, **fields):
+    m = json.loads(manifest.read_text())
+    m.update(fields)
+    manifest.write_text(json.dumps(m))
+
+
+def _init_from(tmp_path, run, capsys):
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new",
+                                                                                   train__max_iters=2))
+    return rc, err
+
+
+@pytest.mark.parametrize("checkpoints", ["x", [1, 2]])
+def test_init_from_a_manifest_that_is_not_depthlabs_warns_it_loaded_unchecked(good_run, tmp_path, capsys, checkpoints):
+    """Before: loaded silently (resume and sample refuse the manifest), and the provenance lost step and val."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    _edit(manifest, checkpoints=checkpoints)
+    rc, err = _init_from(tmp_path, run, capsys)
+    assert rc == 0, err
+    warned = [line for line in err.splitlines() if "--init-from" in line]
+    assert warned == [f"depthlab: warning: --init-from {run}: {best} could not be checked against the run's manifest "
+                      f"({manifest} is not a depthlab checkpoint manifest); its weights are loaded unchecked"]
+    record = json.loads((tmp_path / "new" / "config.json").read_text())["resolved"]["init_from"]
+    assert (record["step"], record["val_loss"]) == (None, None)
+
+
+def test_init_from_a_manifest_of_a_newer_format_is_refused_as_resume_refuses_it(good_run, tmp_path, capsys):
+    run, manifest, _ = _copy(good_run, tmp_path)
+    _edit(manifest, format=99)
+    rc, err = _init_from(tmp_path, run, capsys)
+    assert_clean_error(rc, err, f"--init-from {run}: {manifest} has checkpoint format 99, newer than this depthlab "
+                       "understands (1); upgrade depthlab")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_damaged_step_entry_leaves_best_checked_its_step_and_val_recorded(good_run, tmp_path, capsys):
+    """Only a step checkpoint's sha256 blanked, best's entry intact and matching: the provenance recorded step and
+    val null, and resume's refusal offered the best weights "unchecked"; they are checked."""
+    run, manifest, _ = _copy(good_run, tmp_path)
+    m = json.loads(manifest.read_text())
+    step = m["checkpoints"][0]
+    step["files"][next(iter(step["files"]))] = ""
+    manifest.write_text(json.dumps(m))
+    rc, err = run_cli(capsys, "train", "--resume", str(run))[::2]
+    assert_clean_error(rc, err, "or start a new run from its best weights (best.safetensors matches its sha256 in the "
+                       f"manifest): depthlab train -c {run / 'config.json'} --init-from {run} ")
+    assert "unchecked" not in err
+    rc, err = _init_from(tmp_path, run, capsys)
+    assert rc == 0 and "unchecked" not in err, err
+    record = json.loads((tmp_path / "new" / "config.json").read_text())["resolved"]["init_from"]
+    assert (record["step"], record["val_loss"]) == (m["best"]["step"], m["best"]["val_loss"])
+    assert isinstance(record["step"], int) and isinstance(record["val_loss"], float)

@@ -994,7 +994,10 @@ def _empty_sha_of_a_step(m):
 def test_a_manifest_entry_without_a_sha256_is_refused_as_a_damaged_manifest(run20, tmp_path, capsys, edit, fault):
     """A new user's pass (nu49): a hand-edited manifest whose sha256 entries were emptied made resume continue and
     sample print "sampling from best.safetensors" (nothing to compare, nothing found wrong), or crashed on a list.
-    A file with no sha256 cannot be checked: refused as a damaged manifest, as --init-from warns of one."""
+    A file with no sha256 cannot be checked: refused as a damaged manifest, as --init-from warns of one. The best
+    weights it offers are "unchecked" only when best's own entry is the damaged one (nu56)."""
+    best = (", unchecked" if edit is _no_sha_of_best
+            else " (best.safetensors matches its sha256 in the manifest)")
     m = run20 / "checkpoints" / "manifest.json"
     data = json.loads(m.read_text())
     edit(data)
@@ -1007,7 +1010,7 @@ def test_a_manifest_entry_without_a_sha256_is_refused_as_a_damaged_manifest(run2
         out, err = capsys.readouterr()
         assert_clean_error(rc, err, f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so "
                            "depthlab neither reads nor replaces them; restore manifest.json from a copy of the run, "
-                           "or start a new run from its best weights, unchecked: depthlab train "
+                           f"or start a new run from its best weights{best}: depthlab train "
                            f"-c {run20 / 'config.json'} --init-from {run20} --train.resume false "
                            "--train.out_dir NEW_DIR")
         assert "sampling from" not in err + out and "resuming" not in out, argv

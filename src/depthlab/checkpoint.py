@@ -117,10 +117,17 @@ def new_run_command(run_dir: Path, init_from: bool, flags: str = "") -> str:
 
 def _damaged_manifest(m: Path, fault: str) -> DepthlabError:
     """The error for a checkpoint manifest ``m`` that is there but damaged (``fault``): the weights beside it may be
-    intact, but their sha256 cannot be checked; what the user can do."""
+    intact, but their sha256 cannot be checked; what the user can do (its best weights "unchecked" unless the
+    manifest's entry of best.safetensors is intact and the file matches it)."""
+    try:
+        unchecked = unchecked_best(m.parent.parent) is not None
+    except (DepthlabError, OSError):  # best fails its sha256, is missing, or the manifest is newer
+        unchecked = True
+    best = ("its best weights, unchecked" if unchecked else
+            "its best weights (best.safetensors matches its sha256 in the manifest)")
     return DepthlabError(
         f"{m} {fault}: the sha256 of the run's checkpoints cannot be checked, so depthlab neither reads nor replaces "
-        f"them; restore {m.name} from a copy of the run, or start a new run from its best weights, unchecked: "
+        f"them; restore {m.name} from a copy of the run, or start a new run from {best}: "
         f"{new_run_command(m.parent.parent, True)}")
 
 
@@ -149,9 +156,7 @@ def read_manifest(ckdir: Path, strict: bool = True) -> dict:
         raise _damaged_manifest(m, "is not a depthlab checkpoint manifest")
     data.setdefault("checkpoints", [])
     data.setdefault("best", None)
-    if int(data.get("format", 0)) > FORMAT_VERSION:
-        raise DepthlabError(f"{m} has checkpoint format {data.get('format')}, newer than this depthlab "
-                            f"understands ({FORMAT_VERSION}); upgrade depthlab")
+    _refuse_newer_format(m, data)
     labelled = [*((c, f"the checkpoint of step {c.get('step')}" if isinstance(c, dict) else "a checkpoint")
                   for c in data["checkpoints"]), *([(data["best"], "best.safetensors")] if data["best"] else []),
                 *((k, "a best kept aside") for k in data.get("kept") or [])]
@@ -159,6 +164,13 @@ def read_manifest(ckdir: Path, strict: bool = True) -> dict:
     if fault is not None:
         raise _damaged_manifest(m, fault)
     return data
+
+
+def _refuse_newer_format(m: Path, data: dict, head: str = "") -> None:
+    """The refusal of a manifest ``m`` (``data``) written by a newer depthlab (``head`` starts the line)."""
+    if int(data.get("format", 0)) > FORMAT_VERSION:
+        raise DepthlabError(f"{head}{m} has checkpoint format {data.get('format')}, newer than this depthlab "
+                            f"understands ({FORMAT_VERSION}); upgrade depthlab")
 
 
 def _unverifiable(entry: Any, what: str) -> Optional[str]:
@@ -769,7 +781,8 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
     unchecked, as a damaged manifest's refusal offers), or None when it matches its sha256 there.
 
     Raises:
-        DepthlabError: the file does not match the manifest's sha256 of best (nor of a step checkpoint's weights).
+        DepthlabError: the file does not match the manifest's sha256 of best (nor of a step checkpoint's weights),
+            or the manifest has a format newer than this depthlab (as :func:`read_manifest`).
     """
     ckdir = Path(run_dir) / CKPT_DIR
     m = ckdir / "manifest.json"
@@ -777,7 +790,11 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
         data = json.loads(m.read_text())
     except (OSError, ValueError) as e:
         return f"{m} is {'missing' if not m.exists() else f'unreadable ({e})'}"
-    best = data.get("best") if isinstance(data, dict) else None
+    entries = data.get("checkpoints", []) if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(c, dict) for c in entries):
+        return f"{m} is not a depthlab checkpoint manifest"
+    _refuse_newer_format(m, data, f"--init-from {run_dir}: ")
+    best = data.get("best")
     fault = _unverifiable(best, "best.safetensors")
     if fault is not None:
         return f"{m} {fault}"
@@ -857,10 +874,10 @@ def init_record(src: Path) -> dict[str, Any]:
     digest = sha256_file(path)
     step = val = None
     if run:
-        try:
-            best = read_manifest(src / CKPT_DIR, strict=False).get("best") or {}
-        except DepthlabError:
-            best = {}
+        try:  # the entry of best the load checked (unchecked_best): a damaged step entry leaves it intact
+            best = None if unchecked_best(src) else json.loads((src / CKPT_DIR / "manifest.json").read_text())["best"]
+        except (DepthlabError, OSError, ValueError, KeyError, TypeError):
+            best = None
         if isinstance(best, dict) and (best.get("files") or {}).get("best.safetensors") == digest:
             step, val = best.get("step"), best.get("val_loss")
     return {"source": str(src.resolve()), "path": str(path.resolve()), "sha256": digest,
