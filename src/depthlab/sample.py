@@ -15,7 +15,7 @@ from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
 from .units import counted
-from .usermodel import logits_of, make_model
+from .usermodel import check_command, logits_of, make_model
 
 
 def _first_line(e: BaseException) -> str:
@@ -186,9 +186,9 @@ class NonFiniteLogits(DepthlabError):
         source = ((RunDir(run_dir).config or {}).get("model") or {}).get("source")
         if source:
             return DepthlabError(f"{run_dir}'s model (model.source {source}) gives non-finite logits ({self.kinds}) "
-                                 f"{self.where}; nothing{more} to sample (its forward or its weights: depthlab check "
-                                 f"{source} tests the forward; depthlab diagnose {run_dir} looks for where the run "
-                                 "went non-finite)")
+                                 f"{self.where}; nothing{more} to sample (its forward or its weights: "
+                                 f"{check_command(source, run_dir)} tests the forward; depthlab diagnose {run_dir} "
+                                 "looks for where the run went non-finite)")
         return DepthlabError(f"{run_dir}'s weights give non-finite logits ({self.kinds}) {self.where}; nothing{more} "
                              f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
 

@@ -33,8 +33,9 @@ from .data import sha256_file
 from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
-__all__ = ["Source", "build_model", "check_forward", "first_line", "first_tensor", "keep_source", "logits_of",
-           "make_model", "parse_init", "parse_source", "run_source", "source_copy", "full_logits", "takes_targets"]
+__all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
+           "logits_of", "make_model", "parse_init", "parse_source", "run_source", "source_copy", "full_logits",
+           "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -304,6 +305,30 @@ def keep_source(run_dir: Path, src: Source) -> str:
     atomic_write(dest, data)
     atomic_write(dest.parent / ORIGIN, str(src.path.resolve().parent).encode("utf-8"))
     return hashlib.sha256(data).hexdigest()
+
+
+def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> str:
+    """``depthlab check PATH.py:NAME`` for a run's model, with a path that works from any folder: the original
+    file (absolute, from the run's ``source/ORIGIN``) while it is there and unchanged, else the run's own copy,
+    saying why. Without ``run_dir``: ``source``'s path made absolute from the current folder (where it was
+    typed); a run that records neither: ``source`` as config.json names it."""
+    path, _, name = str(source).rpartition(":")
+    if run_dir is None:
+        return f"depthlab check {Path(path).resolve()}:{name}"
+    copy = source_copy(Path(run_dir), source)
+    try:
+        original: Optional[Path] = Path((copy.parent / ORIGIN).read_text(encoding="utf-8").strip()) / copy.name
+    except OSError:
+        original = Path(path) if Path(path).is_absolute() else None
+    there = original is not None and original.is_file()
+    if there and (not copy.is_file() or sha256_file(original) == sha256_file(copy)):
+        return f"depthlab check {original}:{name}"
+    if not copy.is_file():
+        return f"depthlab check {source}"
+    why = (f"the original {original} has changed since this run" if there else
+           f"the original {original} is gone" if original is not None else
+           "the run does not record the folder of the original")
+    return f"depthlab check {copy.resolve()}:{name} (the run's copy: {why})"
 
 
 def run_source(run_dir: Path, source: str) -> Source:

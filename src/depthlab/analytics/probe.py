@@ -19,6 +19,7 @@ from ..errors import DepthlabError
 from ..figures import new_figure, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
 from ..units import fmt_value
+from ..usermodel import check_command
 from .rules.evidence import unit_of
 
 __all__ = ["probe_at_init", "probe_model", "probe_verdicts", "summarise_probe", "format_probe_table", "plot_probe",
@@ -63,7 +64,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     """
     if getattr(cfg.model, "source", None):
         raise DepthlabError(f"probe builds depthlab's GPT from the model fields, not model.source {cfg.model.source}; "
-                            f"for your model run `depthlab check {cfg.model.source}` (its gradient_flow rule is this "
+                            f"for your model run `{check_command(cfg.model.source)}` (its gradient_flow rule is this "
                             "probe on your model's blocks)")
     import dataclasses
 

@@ -17,6 +17,7 @@ from ..data import get_batch
 from ..errors import DepthlabError, NonFiniteError
 from ..rundir import RunDir
 from ..units import LN2, finite_or_none
+from ..usermodel import check_command
 
 __all__ = ["Evaluator", "eval_batches", "val_perplexity"]
 
@@ -262,7 +263,8 @@ def nonfinite_final_error(final: Optional[dict], best_val: float, source: Option
     forward gives NaN/inf only for some of the whole split's inputs (its windows and batches can be shorter)."""
     if final is None or math.isfinite(final["val_loss"]):
         return None
-    where = (f"depthlab check {source} tests the forward at many lengths and names where the first NaN/inf is made"
+    where = (f"{check_command(source, run_dir)} tests the forward at many lengths and names where the first "
+             "NaN/inf is made"
              if source else "look for an operation that makes NaN/inf only for some lengths or positions")
     return NonFiniteError(
         f"the final validation loss is not finite ({final['val_loss']} nats over the whole val split, best weights "

@@ -17,6 +17,7 @@ import torch
 from ..callbacks import StepInfo
 from ..data import get_batch, to_device
 from ..errors import NonFiniteError
+from ..usermodel import check_command
 
 __all__ = ["Stepper"]
 
@@ -235,7 +236,7 @@ class Stepper:
         if step - 1 == self.nonfinite_skips:  # no update has reached the weights: the learning rate played no part
             advice = (f"this is before any optimizer update, so not the learning rate: the weights the run started "
                       f"with already give {made}"
-                      + (f" (depthlab check {r.cfg.model.source} names where the first NaN/inf is made)"
+                      + (f" ({check_command(r.cfg.model.source, r.run_dir)} names where the first NaN/inf is made)"
                          if r.cfg.model.source else ""))
         else:
             advice = "lower train.learning_rate or raise train.warmup_iters"

@@ -68,13 +68,13 @@ def context_state(gain: float, curve: Sequence[float], bigram: Optional[float], 
     return UNUSED if gain + 2 * (gain_se or 0.0) < min_gain else UNDECIDED
 
 
-def context_causes(model: dict) -> list[str]:
+def context_causes(model: dict, check: Optional[str] = None) -> list[str]:
     """The three reasons a model does not use its context, each with its knob, for the run's ``model`` section:
     no attention path to the loss, a broken causal mask, too short a context."""
     src, v, T = model.get("source"), model.get("variant"), model.get("block_size")
     if src:
         path = "no attention path to the loss (an attention output that is zeroed, detached or never added)"
-        mask = f"a broken causal mask (depthlab check {src} runs causal_leak and context_use)"
+        mask = f"a broken causal mask ({check or 'depthlab check ' + src} runs causal_leak and context_use)"
     else:
         path = ("no attention path to the loss: model.variant plain has no shortcut, so what attention adds is "
                 "lost on the way up (use model.variant prenorm)" if v == "plain" else
@@ -240,12 +240,12 @@ def record_verdict(ev: Evidence) -> tuple[str, str]:
                            windows=finite_or_none(rec.get("windows")), floor=floor, unit=ev.unit)
 
 
-def _leak_remedy(model: dict) -> str:
+def _leak_remedy(model: dict, check: Optional[str] = None) -> str:
     src = model.get("source")
     if src:
         return (f"mask the attention scores so that position t sees tokens 0..t only (torch.tril, or "
-                f"F.scaled_dot_product_attention(..., is_causal=True)); depthlab check {src} runs causal_leak and "
-                "names the positions that leak")
+                f"F.scaled_dot_product_attention(..., is_causal=True)); {check or 'depthlab check ' + src} runs "
+                "causal_leak and names the positions that leak")
     return ("depthlab's GPT masks with is_causal (tested), so position 0 cannot go below the floor: baselines.json "
             "was not computed on this run's corpus (copied from another run?); delete it and diagnose recomputes it")
 
@@ -262,10 +262,10 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     where = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of "
              f"{len(rec['loss_by_position'])} positions")
     if state == LEAKS:
-        return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model")))
+        return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model"), ev.check_command))
     if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
-    a, b, c = context_causes(ev.section("model"))
+    a, b, c = context_causes(ev.section("model"), ev.check_command)
     return Finding("context_unused", f"{where}: {words}",
                    _training_cause(ev) + f"the cause is one of: {a}; {b}; or {c}")
 

@@ -19,6 +19,7 @@ from ...config import ran_optimizer
 from ..baselines import run_baselines
 from ...rundir import RunDir, torn_last_line
 from ...units import finite_or_none
+from ...usermodel import check_command
 
 __all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list", "unit_of"]
 
@@ -141,6 +142,7 @@ class Evidence:
     summary: Optional[dict] = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     torn: bool = False
+    run_dir: Optional[Path] = None
 
     @classmethod
     def from_run(cls, run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> "Evidence":
@@ -155,9 +157,18 @@ class Evidence:
         if baselines is None and config is not None:
             baselines = run_baselines(config)
         torn = rd.summary is not None and torn_last_line(rd.path)
-        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn)
+        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn, Path(run_dir))
 
     # ------------------------------------------------------------------ the run's config
+    @property
+    def check_command(self) -> Optional[str]:
+        """``depthlab check PATH:NAME`` for a model.source run, with a path that works from any folder
+        (:func:`depthlab.usermodel.check_command`); None for depthlab's GPT."""
+        src = self.section("model").get("source")
+        if not isinstance(src, str) or not src:
+            return None
+        return check_command(src, self.run_dir) if self.run_dir is not None else f"depthlab check {src}"
+
     def section(self, name: str) -> dict:
         """``config[name]`` when it is a dict, else ``{}``."""
         sec = (self.config or {}).get(name)

@@ -134,8 +134,8 @@ bigram_stuck = stuck_at_baseline
 
 def _source_check(ev: Evidence, rules: str) -> str:
     """``depthlab check FILE:NAME`` (its rules ``rules``) for a run of the user's own model, else ""."""
-    src = ev.section("model").get("source")
-    return f"depthlab check {src} tests the model for this ({rules})" if src else ""
+    cmd = ev.check_command
+    return f"{cmd} tests the model for this ({rules})" if cmd else ""
 
 
 def _no_grad_part(ev: Evidence) -> Optional[str]:
@@ -244,7 +244,7 @@ def _final_nonfinite(ev: Evidence) -> Optional[Finding]:
     if not isinstance(final, dict) or "val_loss" not in final or finite_or_none(final["val_loss"]) is not None:
         return None
     source = ev.section("model").get("source")
-    where = (f"depthlab check {source} tests the forward at many lengths and names where the first NaN/inf is made"
+    where = (f"{ev.check_command} tests the forward at many lengths and names where the first NaN/inf is made"
              if source else "look for an operation that makes NaN/inf only for some lengths or positions")
     return Finding("exploding", f"the final validation loss is not finite ({final['val_loss']} nats over the whole "
                                 f"val split, best weights of step {final.get('step')}) while every periodic "
@@ -261,7 +261,7 @@ def _nonfinite_at_init(ev: Evidence) -> Optional[Finding]:
     if bad is None:
         return None
     source = ev.section("model").get("source")
-    where = (f"depthlab check {source} names where the first NaN/inf is made (its finite check)" if source else
+    where = (f"{ev.check_command} names where the first NaN/inf is made (its finite check)" if source else
              "look for an operation that makes NaN/inf at initialisation (0/0, log or sqrt of values <= 0, exp of "
              "large scores)")
     return Finding("exploding", f"the loss is non-finite at step 0, before any optimizer update (train_loss "

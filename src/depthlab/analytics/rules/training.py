@@ -38,7 +38,7 @@ def no_gradient(ev: Evidence) -> Optional[Finding]:
     parts = [NO_GRADIENT_CAUSE]
     m = ev.section("model")
     if m.get("source"):
-        parts.append(f"depthlab check {m['source']} finds it before training (no_gradient names the parameters)")
+        parts.append(f"{ev.check_command} finds it before training (no_gradient names the parameters)")
     else:
         wiring = wiring_advice(ev)
         if wiring:
