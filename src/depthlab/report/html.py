@@ -508,9 +508,7 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
         figs.append(f'<p class="muted">Not drawn: {esc("; ".join(missing))} (not recorded in this run, not '
                     "measurable for this model, or drawn from files that are missing or damaged, which the "
                     "command then names in a warning).</p>")
-    m = (run.config or {}).get("model", {})
-    sub = ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
-                    if k in m) or None
+    sub = run.model_line()
     samples = _samples_section(run)
     sections = [Section("Diagnosis", _diagnosis_section(run)),
                 Section("Figures", "".join(figs)),

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 
 from ..config import ran_optimizer
 from ..errors import DepthlabError
-from ..rundir import CONFIG, METRICS, RunDir, damaged_config_error, missing_run_error, not_a_run_error
+from ..rundir import CHECKPOINTS, CONFIG, METRICS, RunDir, damaged_config_error, missing_run_error, not_a_run_error
 from ..units import LN2, finite_or, finite_or_none
 
 __all__ = ["RunData", "load_run_data", "as_run_data", "series", "matrix"]
@@ -109,12 +109,46 @@ class RunData:
                 return None
         return None
 
-    def title(self) -> str:
-        """A short run label for figure titles: ``<dir name>: <n_layer> x <variant>``."""
+    def model_line(self) -> Optional[str]:
+        """What the run trained, for the report's header: for a ``model.source`` run its source, parameter count
+        (from its weights file) and block_size/vocab (depthlab's GPT fields do not apply to it); else the GPT's
+        variant, norm and sizes. None when the config does not say."""
         m = (self.config or {}).get("model", {})
+        if not isinstance(m, dict):
+            return None
+        if m.get("source"):
+            n = weights_parameters(self.run_dir)
+            n = n if n is not None else finite_or_none((self.summary or {}).get("params"))
+            return ", ".join([f"model.source {m['source']}", *([f"{int(n):,} parameters"] if n is not None else []),
+                              *(f"{k} {m[k]}" for k in ("block_size", "vocab_size") if m.get(k) is not None)])
+        return ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
+                         if k in m) or None
+
+    def title(self) -> str:
+        """A short run label for figure titles: ``<dir name>: <n_layer> x <variant>`` (a model.source run:
+        ``<dir name>: <its NAME>``)."""
+        m = (self.config or {}).get("model", {})
+        if isinstance(m, dict) and m.get("source"):
+            return f"{self.run_dir.name}: {str(m['source']).rpartition(':')[2]}"
         if m.get("n_layer") is not None and m.get("variant"):
             return f"{self.run_dir.name}: {m['n_layer']} × {m['variant']}"
         return self.run_dir.name
+
+
+def weights_parameters(run_dir: Path) -> Optional[int]:
+    """The numbers in a run's best weights (else its latest step's), from the safetensors header alone; None
+    without a readable weights file."""
+    ck = Path(run_dir) / CHECKPOINTS
+    files = [ck / "best.safetensors", *sorted(ck.glob("step-*.safetensors"), reverse=True)]
+    for f in files:
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(f), framework="pt") as st:
+                return sum(math.prod(st.get_slice(k).get_shape()) for k in st.keys())
+        except Exception:  # missing or damaged: the next one (safetensors raises its own error types)
+            continue
+    return None
 
 
 def load_run_data(run_dir: str | Path) -> RunData:

@@ -1,0 +1,23 @@
+"""The report's header of a model.source run describes that model, not depthlab's GPT defaults."""
+import re
+
+from conftest import QUIET
+from depthlab.report.html import build_report
+from depthlab.trainer import Trainer
+from test_usermodel import MODEL, _cfg
+
+
+def _subtitle(page: str) -> str:
+    return re.search(r'<p class="subtitle">([^<]*)<', page).group(1)
+
+
+def test_a_source_runs_report_header_names_its_model_and_parameter_count(tmp_path, tiny_text_file):
+    model_file = tmp_path / "mine.py"
+    model_file.write_text(MODEL)
+    t = Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{model_file}:MyGPT", max_iters=4), **QUIET)
+    t.fit()
+    n = sum(p.numel() for p in t.model.parameters())
+    vocab = t.cfg.model.vocab_size
+    page = build_report(tmp_path / "r").read_text()
+    assert _subtitle(page) == f"model.source {model_file}:MyGPT, {n:,} parameters, block_size 16, vocab_size {vocab}"
+    assert "variant prenorm" not in page.split("<section")[0] and "n_embd 128" not in page.split("<section")[0]
