@@ -466,7 +466,8 @@ class _Returns(nn.Module):
             loss = None if targets is None else nn.functional.cross_entropy(logits.view(-1, 65), targets.view(-1))
             return loss, logits
         return {"dict": {"logits": logits}, "int": logits.long(), "flat": logits.view(-1, 65),
-                "transposed": logits.transpose(1, 2), "argmax": logits.argmax(-1)}[self.kind]
+                "transposed": logits.transpose(1, 2), "argmax": logits.argmax(-1),
+                "float_argmax": logits.argmax(-1).float()}[self.kind]
 
 
 @pytest.mark.parametrize("kind, needle", [("dict", "returned dict"),
@@ -475,7 +476,10 @@ class _Returns(nn.Module):
                                                      "or a sample over the vocabulary) of shape (16, 16), not "
                                                      "logits: return the floating-point scores of every token"),
                                           ("flat", "returned logits of shape (256, 65), expected (16, 16, V)"),
-                                          ("transposed", "(16, 65, 16): (B, V, T), not (16, 16, V)")])
+                                          ("transposed", "(16, 65, 16): (B, V, T), not (16, 16, V)"),
+                                          ("float_argmax", "returned float32 values of shape (16, 16), one per "
+                                                           "position (token ids, or an .argmax cast to float?), "
+                                                           "not logits: expected (16, 16, V)")])
 def test_a_wrong_kind_of_output_is_not_blamed_on_sizes(kind, needle, corpus):
     """A new user's pass: a forward returning a dict, int64 logits or a flat (B*T, V) tensor was tried at 60
     other sizes and told to give --batch_size and --block_size: no size changes what comes back."""

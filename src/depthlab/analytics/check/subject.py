@@ -152,6 +152,11 @@ class Subject:
         if not logits.is_floating_point():
             raise ModelFault(_not_float(logits, B, T), size_free=True)
         if logits.dim() != 3:
+            if _one_value_per_position(logits, B, T, self.vocab_size):
+                raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned {str(logits.dtype)[6:]} values of "
+                                 f"shape {tuple(logits.shape)}, one per position (token ids, or an .argmax cast to "
+                                 f"float?), not logits: expected ({B}, {T}, V), the floating-point scores of every "
+                                 "token, before any .argmax / sampling", size_free=True)
             flat = flat_logits_hint(tuple(logits.shape), B, T)
             one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
                    if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else f"; {flat}" if flat else "")
@@ -211,6 +216,12 @@ class Subject:
     def free_batch(self, wanted: int) -> int:
         """``wanted`` sequences, or the only batch size the forward accepts."""
         return self.B if self.batch_fixed else max(1, int(wanted))
+
+
+def _one_value_per_position(out: torch.Tensor, B: int, T: int, V: int) -> bool:
+    """A 2-D float output (B, T) whose last dimension is the length and not the vocabulary: one value per position
+    (token ids or an argmax cast to float), not the (B, V) logits of one position per sequence."""
+    return out.dim() == 2 and tuple(int(n) for n in out.shape) == (B, T) and T != V
 
 
 def _not_float(out: torch.Tensor, B: int, T: int) -> str:
