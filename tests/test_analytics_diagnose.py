@@ -410,3 +410,45 @@ def test_unigram_stuck_of_a_source_model_names_softmax_output_and_init_loss():
     # two causes offered as alternatives: a softmax output does depend on the input character
     assert "either the output does not depend on the input character" in f.remedy and "; or the forward" in f.remedy
     assert "depthlab check base.py:Probs tests the model for this (init_loss, gradient_flow, overfit_batch)" in f.remedy
+
+
+def _init_hot(source=None):
+    """A model whose step-0 loss is ~40 nats (ln V = 4.17), falling slowly under a tiny learning rate, with
+    Muon update ratios that are truly small."""
+    model = {"vocab_size": 65, "block_size": 32, "init": "gpt2", **({"source": source} if source else {})}
+    cfg = {"model": model, "train": {"optimizer": "muon", "muon_lr": 1e-4, "learning_rate": 1e-5,
+                                     "warmup_iters": 50, "max_iters": 240}}
+    recs = evals([40.35, 40.02, 39.21, 38.50, 38.03, 37.77, 37.66], every=40)
+    recs += [grad(s, [0.5, 1.0], [7.7e-5, 7.7e-5]) for s in range(60, 250, 10)]
+    return recs, cfg
+
+
+def test_a_first_loss_far_above_ln_v_is_the_init_not_the_learning_rate():
+    """A new user's pass: `30 * logits` trained with a tiny lr was told "lower train.muon_lr … too high" (unigram),
+    "val loss above the uniform baseline … lower the learning rate" (exploding) and "raise train.muon_lr"
+    (lr_too_low) at once: a loss that starts at 40 nats and falls did not explode; the init did it."""
+    recs, cfg = _init_hot()
+    f = {x.rule: x for x in diagnose_records(recs, BASE, cfg)}
+    assert "exploding" not in f
+    init = f["init_loss"]
+    assert init.evidence == ("val loss 40.350 at step 0 (before any update) is 36.176 nats above the uniform "
+                             "baseline ln V = 4.174: the model starts out confidently wrong; from there it falls "
+                             "(40.350 -> 37.660 at step 240), so the run did not diverge")
+    assert init.remedy == ("not the learning rate: the logits at initialisation are far too large; fix the "
+                           "initialisation (model.init (now gpt2); depthlab's GPT with model.init gpt2 starts near "
+                           "ln V)")
+    said = " ".join(x.remedy for x in f.values())
+    assert "lower train.muon_lr" not in said and "lower the learning rate" not in said
+    assert "raise train.muon_lr (now 0.0001): the update/weight ratios say it is too low" in f["unigram_stuck"].remedy
+    recs, cfg = _init_hot("/m/mine.py:Hot")
+    src = {x.rule: x for x in diagnose_records(recs, BASE, cfg)}
+    assert ("depthlab check /m/mine.py:Hot measures the loss at initialisation (its init_loss rule), which should "
+            "start near ln V") in src["init_loss"].remedy
+
+
+def test_a_loss_that_rises_above_its_high_start_still_explodes():
+    recs, cfg = _init_hot()
+    recs = evals([40.35, 39.0, 45.0], every=40)
+    f = {x.rule: x for x in diagnose_records(recs, BASE, cfg)}
+    assert "init_loss" not in f
+    assert f["exploding"].evidence.startswith("val loss 45.000 at step 80 is above the uniform baseline")

@@ -51,6 +51,8 @@ class Thresholds:
         vanishing_ratio: first/last block gradient-norm ratio below this = vanishing.
         exploding_growth: nats; a last-eval train loss this far above its minimum counts as a
             growing loss.
+        init_excess: nats; a first evaluation (step 0) this far above ln V is the initialisation's
+            output scale, not the learning rate (``init_loss``).
         rank_collapse: rank measure of the deepest block below this (Dong et al. 2021 measure).
         uniform_attention_frac: mean head entropy >= this fraction of ln t (uniform) ...
         uniform_attention_min_step: ... at a probe this late or later (at init all attention is
@@ -72,6 +74,7 @@ class Thresholds:
     bigram_min_pairs_seen: float = 2.0
     vanishing_ratio: float = 1e-2
     exploding_growth: float = 0.5
+    init_excess: float = 1.0
     rank_collapse: float = 0.05
     uniform_attention_frac: float = 0.9
     uniform_attention_min_step: int = 200

@@ -11,7 +11,7 @@ from .context import UNUSED, record_verdict
 from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
 from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, rule
-from .signals import divergence, zero_grad_params
+from .signals import divergence, init_too_high, zero_grad_params
 
 __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
            "exploding", "overfitting", "plateau"]
@@ -209,13 +209,14 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------- exploding
-@rule("exploding")
+@rule("exploding", "init_loss")
 def exploding(ev: Evidence) -> Optional[Finding]:
     """Non-finite losses or gradients (skipped steps counted over the whole run), a val loss above
-    ln V, or a train loss that grew far above its minimum; the evidence lists every sign found."""
+    ln V, or a train loss that grew far above its minimum; the evidence lists every sign found. Without
+    one: a non-finite final validation, else ``init_loss`` (a step-0 loss far above ln V that never rose)."""
     signs = divergence(ev)
     if not signs:
-        return _final_nonfinite(ev)
+        return _final_nonfinite(ev) or _init_loss(ev)
     at_init = _nonfinite_at_init(ev)
     if at_init:
         return at_init
@@ -235,6 +236,31 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     if wiring:
         parts.append(wiring)
     return Finding("exploding", "; ".join(signs), "; ".join(parts))
+
+
+def _init_loss(ev: Evidence) -> Optional[Finding]:
+    """``init_loss``: the first evaluation (step 0) is far above ln V: the output scale at initialisation."""
+    init = init_too_high(ev)
+    if init is None:
+        return None
+    first, ln_v = init
+    evidence = (f"val loss {first:.3f} at step 0 (before any update) is {first - ln_v:.3f} nats above the uniform "
+                f"baseline ln V = {ln_v:.3f}: the model starts out confidently wrong")
+    last_step, last = ev.val_losses[-1]
+    if last_step > 0:
+        evidence += (f"; from there it {'falls' if last < first else 'does not fall'} ({first:.3f} -> {last:.3f} at "
+                     f"step {last_step}), so the run did not diverge")
+    cmd = ev.check_command
+    where = (f"the forward's output scale (a factor on the logits, a large init of the head); {cmd} measures the "
+             "loss at initialisation (its init_loss rule), which should start near ln V" if cmd else
+             f"the initialisation (model.init{_now_str(ev.section('model').get('init'))}; depthlab's GPT with "
+             "model.init gpt2 starts near ln V)")
+    return Finding("init_loss", evidence, f"not the learning rate: the logits at initialisation are far too large; "
+                                          f"fix {where}")
+
+
+def _now_str(v: object) -> str:
+    return f" (now {v})" if isinstance(v, str) and v else ""
 
 
 def _final_nonfinite(ev: Evidence) -> Optional[Finding]:

@@ -15,8 +15,8 @@ from ...units import counted
 from ...units import finite_or_none
 from .evidence import Evidence, written_number
 
-__all__ = ["divergence", "block_grad_ratio", "vanishing", "update_ratio_median", "lr_verdict", "NO_GRAD_FROM_STEP",
-           "grad_records_judged", "zero_grad_params"]
+__all__ = ["divergence", "init_too_high", "block_grad_ratio", "vanishing", "update_ratio_median", "lr_verdict",
+           "NO_GRAD_FROM_STEP", "grad_records_judged", "zero_grad_params"]
 
 _NONFINITE_KEYS = ("loss", "train_loss", "val_loss", "grad_2.0_norm_total", "grad_norm")
 
@@ -38,8 +38,11 @@ def divergence(ev: Evidence) -> list[str]:
             signs.append(f"{bad[0]} is {r[bad[0]]} at step {r['step']}")
             break
     v_size = ev.section("model").get("vocab_size")
+    init = init_too_high(ev)
     if isinstance(v_size, int) and v_size > 1:  # worse than guessing uniformly: the run blew up at some point
         worst = max(((s, v) for s, v in ev.val_losses if s > 0), key=lambda sv: sv[1], default=None)
+        if init is not None and worst is not None and worst[1] <= init[0] + ev.thresholds.exploding_growth:
+            worst = None  # above ln V from the start and never rose: the initialisation, not a blow-up
         if worst is not None and worst[1] > math.log(v_size) + ev.thresholds.exploding_growth:
             signs.append(f"val loss {worst[1]:.3f} at step {worst[0]} is above the uniform baseline "
                          f"ln V = {math.log(v_size):.3f}: the model was worse than guessing")
@@ -51,6 +54,16 @@ def divergence(ev: Evidence) -> list[str]:
             shown = f"{last:.3f}" if last < 1e4 else f"{last:.3g}"
             signs.append(f"train loss rose from its minimum {lo:.3f} (step {lo_step}) to {shown} at step {last_step}")
     return signs
+
+
+def init_too_high(ev: Evidence) -> Optional[tuple[float, float]]:
+    """(val loss at step 0, ln V) when the first evaluation, before any update, is already more than
+    ``thresholds.init_excess`` above the uniform baseline ln V (the output scale at initialisation); else None."""
+    v_size = ev.section("model").get("vocab_size")
+    first = next((v for s, v in ev.val_losses if s == 0), None)
+    if not isinstance(v_size, int) or v_size < 2 or first is None:
+        return None
+    return (first, math.log(v_size)) if first > math.log(v_size) + ev.thresholds.init_excess else None
 
 
 def _nonfinite_skips(ev: Evidence) -> Optional[str]:
