@@ -29,11 +29,10 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from . import hf_layout
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write, init_from_record
+from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
@@ -670,84 +669,7 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
     return tok
 
 
-# ------------------------------------------------------------------------- starting a run from another one
-def _export_tokenizer(src: Path) -> Optional[Tokenizer]:
-    """The tokenizer of a ``depthlab export`` folder (its ids are depthlab's), or None if it has none."""
-    f = src / TOKENIZER
-    if not f.is_file():
-        return None
-    text = f.read_text(encoding="utf-8")
-    model = json.loads(text).get("model", {})
-    if not model.get("merges") and (json.loads(text).get("pre_tokenizer") or {}).get("type") != "ByteLevel":
-        vocab = model.get("vocab", {})
-        return CharTokenizer(sorted(vocab, key=vocab.get))  # a char run's export: characters without merges
-    return BPETokenizer.from_str(text, str(f))
-
-
-def _describe(tok: Tokenizer) -> str:
-    return f"bpe, {tok.vocab_size} tokens" if isinstance(tok, BPETokenizer) else f"char, {tok.vocab_size} symbols"
-
-
-def _check_same_tokenizer(src: Path, theirs: Optional[Tokenizer], ours: Tokenizer) -> None:
-    same = theirs is not None and type(theirs) is type(ours) and (
-        theirs.vocab == ours.vocab if isinstance(ours, CharTokenizer)
-        else theirs.tok.get_vocab() == ours.tok.get_vocab())
-    if not same:
-        raise DepthlabError(f"--init-from {src}: its tokenizer ({_describe(theirs) if theirs else 'none'}) differs "
-                            f"from this run's ({_describe(ours)}); ids would mean other text: use the same "
-                            "data.path and data.tokenizer")
-
-
-def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
-    """The trained BPE tokenizer a run must reuse instead of the cached one: its own on resume, the source's
-    with ``--init-from`` (a run directory or an export); None for char runs and new BPE runs.
-
-    Args:
-        cfg: the :class:`~depthlab.config.RunConfig` asked for.
-        init_from: the ``--init-from`` folder, if any.
-
-    Raises:
-        DepthlabError: resuming a BPE run whose ``tokenizer.json`` is gone.
-    """
-    if cfg.data.tokenizer != "bpe":
-        return None
-    if cfg.train.resume and cfg.train.out_dir:
-        rd = Path(cfg.train.out_dir)
-        if (rd / TOKENIZER).is_file():
-            return (rd / TOKENIZER).read_text(encoding="utf-8")
-        old = (json.loads((rd / "config.json").read_text()) if (rd / "config.json").is_file() else {})
-        if (old.get("data") or {}).get("tokenizer") == "bpe":
-            raise DepthlabError(f"cannot resume {rd}: its {TOKENIZER} is missing, and the checkpoints' token ids "
-                                "mean nothing without it")
-        return None
-    if init_from:
-        theirs = _export_tokenizer(Path(init_from))
-        if isinstance(theirs, BPETokenizer):
-            _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
-            return theirs.json
-    return None
-
-
-def _refuse_other_vocab_size(src: Path, ours: Optional[int]) -> None:
-    """``--init-from src`` (a BPE run) takes the source's trained tokenizer: a ``data.vocab_size`` other than the
-    one it was trained with would be recorded in config.json while the run trains with the source's vocabulary
-    (None, not given: the source's tokenizer, whatever its size).
-
-    Raises:
-        DepthlabError: data.vocab_size differs from the source run's config.json.
-    """
-    try:
-        data = json.loads((src / CONFIG).read_text()).get("data") or {}
-    except (OSError, ValueError, AttributeError):  # an export (no config.json), or one unreadable: nothing to compare
-        data = {}
-    theirs = data.get("vocab_size") if isinstance(data, dict) and data.get("tokenizer") == "bpe" else None
-    if ours is not None and isinstance(theirs, int) and theirs != ours:
-        raise DepthlabError(f"--init-from {src}: data.vocab_size {theirs} there, {ours} here; the new run trains with "
-                            "the source's BPE tokenizer (its weights' ids are that tokenizer's): drop "
-                            "--data.vocab_size to keep the source's tokenizer, or drop --init-from to train a new "
-                            "tokenizer from scratch")
-
-
+# ------------------------------------------------------------------------- the best weights of a run, checked
 def best_copy(run_dir: Path) -> Optional[Path]:
     """The intact step checkpoint whose bytes are the manifest's ``best.safetensors`` (best is written as a copy of
     its step's file), or None: no best recorded, no such step checkpoint kept, or it fails its sha256 too."""
@@ -765,7 +687,7 @@ def best_copy(run_dir: Path) -> Optional[Path]:
     return None
 
 
-def _best_fix(run_dir: Path) -> str:
+def best_fix(run_dir: Path) -> str:
     """What restores a run's damaged ``best.safetensors``: its step's own intact checkpoint when kept, else a copy."""
     twin = best_copy(run_dir)
     best = Path(run_dir) / CKPT_DIR / "best.safetensors"
@@ -805,156 +727,4 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
     if actual == digest or actual in {h for c in steps for f, h in c["files"].items() if f.endswith(".safetensors")}:
         return None  # a step's bytes: a kill between writing a new best and naming it (as verified_best)
     raise DepthlabError(f"--init-from {run_dir}: {path} does not match its sha256 in manifest.json (corrupt or "
-                        f"replaced); {_best_fix(run_dir)}")
-
-
-def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch.Tensor]:
-    """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export.
-
-    Args:
-        src: a depthlab run directory, or a folder written by ``depthlab export``.
-        cfg: the new run's model (its shape must match the weights; checked by :func:`load_into`).
-        tok: the new run's tokenizer (must be the source's).
-
-    Returns:
-        depthlab state dict.
-
-    Raises:
-        DepthlabError: neither kind of folder, another tokenizer, an export of another variant, activation or
-            bias setting, or a best.safetensors that fails its sha256 (one that cannot be checked is a warning).
-    """
-    src = Path(src)
-    if not src.is_dir():
-        raise DepthlabError(f"--init-from {src}: {'is a file' if src.exists() else 'no such folder'}; give a depthlab "
-                            "run directory (it holds checkpoints/) or a folder written by depthlab export")
-    if (src / CKPT_DIR).is_dir():
-        path = src / CKPT_DIR / "best.safetensors"
-        if not path.exists():
-            raise DepthlabError(f"--init-from {src}: no {CKPT_DIR}/best.safetensors there")
-        try:
-            sd, meta = load_weights_file(path)
-        except DepthlabError as e:
-            raise DepthlabError(f"--init-from {src}: {e}; {_best_fix(src)}") from None
-        why = unchecked_best(src)  # after the load: a truncated file is named as such, with its fix
-        if why is not None:
-            warnings.warn(f"--init-from {src}: {path} could not be checked against the run's manifest ({why}); its "
-                          "weights are loaded unchecked")
-        _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
-        return sd
-    try:
-        hcfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        hcfg = {}
-    family = hf_layout.hf_family(str(hcfg.get("model_type")))
-    if family is None:
-        raise DepthlabError(f"--init-from {src}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face "
-                            "export of model_type gpt2 or openai-gpt (depthlab export)")
-    if (cfg.variant, cfg.norm) != family:
-        raise DepthlabError(f"--init-from {src}: a {hcfg['model_type']} model is model.variant {family[0]} with "
-                            f"model.norm {family[1]}; set --model.variant {family[0]} --model.norm {family[1]}")
-    act = hcfg.get("activation_function", hcfg.get("afn"))
-    if act != cfg.activation or (hcfg["model_type"] == "openai-gpt" and act != "relu"):
-        raise DepthlabError(f"--init-from {src}: its activation {act!r} is not model.activation {cfg.activation} "
-                            "(depthlab computes gelu exactly, or relu)")
-    _check_same_tokenizer(src, _export_tokenizer(src), tok)
-    try:
-        hf = st_load((src / "model.safetensors").read_bytes())
-    except Exception as e:  # missing file or not safetensors
-        raise DepthlabError(f"--init-from {src}: cannot read model.safetensors ({type(e).__name__})") from None
-    return hf_layout.from_hf_state_dict(hf, cfg, src)
-
-
-def init_record(src: Path) -> dict[str, Any]:
-    """What ``--init-from src`` loaded (config.json ``resolved.init_from``): the weights file's absolute path and
-    sha256, and for a run's ``best.safetensors`` the step and val loss its manifest records for those bytes (None
-    when it cannot say; a Hugging Face export has neither)."""
-    src = Path(src)
-    run = (src / CKPT_DIR).is_dir()
-    path = src / CKPT_DIR / "best.safetensors" if run else src / "model.safetensors"
-    digest = sha256_file(path)
-    step = val = None
-    if run:
-        try:  # the entry of best the load checked (unchecked_best): a damaged step entry leaves it intact
-            best = None if unchecked_best(src) else json.loads((src / CKPT_DIR / "manifest.json").read_text())["best"]
-        except (DepthlabError, OSError, ValueError, KeyError, TypeError):
-            best = None
-        if isinstance(best, dict) and (best.get("files") or {}).get("best.safetensors") == digest:
-            step, val = best.get("step"), best.get("val_loss")
-    return {"source": str(src.resolve()), "path": str(path.resolve()), "sha256": digest,
-            "kind": "run" if run else "export", "step": step, "val_loss": val}
-
-
-def init_line(record: dict[str, Any], src: str) -> str:
-    """The console line of a run started ``--init-from src`` (its :func:`init_record`)."""
-    file = Path(src) / Path(record["path"]).relative_to(record["source"])
-    at = [f"step {record['step']}"] if record.get("step") is not None else []
-    at += [f"val {record['val_loss']:.4f} nats"] if isinstance(record.get("val_loss"), (int, float)) else []
-    where = f" ({', '.join(at)})" if at else ""
-    return (f"init-from: {file}{where}: the model starts from these weights; optimizer state, step count and "
-            "learning-rate schedule start fresh (step 0)")
-
-
-def kept_init_record(old_config: dict) -> dict[str, Any]:
-    """``{"init_from": record}`` from a run's config.json ``resolved`` (a resume keeps it), or {} when it has none."""
-    init = init_from_record(old_config)
-    return {"init_from": init} if init is not None else {}
-
-
-def _saved_shapes(model: torch.nn.Module) -> tuple[dict[str, tuple], set[str]]:
-    """Names and shapes of ``model``'s weights (a tied weight once, under its first name, as
-    :func:`weights_bytes` stores them), and the names of its tied repeats."""
-    shapes: dict[str, tuple] = {}
-    tied: set[str] = set()
-    seen: set[int] = set()
-    for k, v in clean_state_dict(model.state_dict(keep_vars=True)).items():
-        if id(v) in seen:
-            tied.add(k)
-            continue
-        seen.add(id(v))
-        shapes[k] = tuple(v.shape)
-    return shapes, tied
-
-
-def weights_fit(old: dict, new: dict) -> Optional[bool]:
-    """Whether ``--init-from`` loads the weights of a run whose config.json model section is ``old`` into a model
-    of section ``new`` (the names and shapes :func:`load_into` checks), built on the meta device (no memory).
-
-    Returns:
-        True or False; None when it cannot be told (a ``model.source`` model, or a section that does not build).
-    """
-    from .model import GPT
-
-    if old.get("source") or new.get("source"):
-        return None
-    try:
-        with torch.device("meta"):
-            theirs, _ = _saved_shapes(GPT(ModelConfig(**old)))
-            ours, tied = _saved_shapes(GPT(ModelConfig(**{**new, "vocab_size": old.get("vocab_size")})))
-    except Exception:  # noqa: BLE001 - a field this depthlab cannot build: the caller says what it can
-        return None
-    return all(k in theirs or k in tied for k in ours) and all(ours.get(k) == s for k, s in theirs.items())
-
-
-def source_model(src: Path) -> tuple[dict[str, Any], str]:
-    """The model section of what ``--init-from src`` loads, and what it is (``the source run``, ``the export``): a
-    run's config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives; {} if none."""
-    src = Path(src)
-    if (src / CKPT_DIR).is_dir():
-        return (RunDir(src).config or {}).get("model") or {}, "the source run"
-
-    def read(name: str) -> dict:
-        try:
-            d = json.loads((src / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return d if isinstance(d, dict) else {}
-
-    model = (read("depthlab.json").get("config") or {}).get("model")
-    if isinstance(model, dict) and model:
-        return model, "the export"
-    h = read("config.json")
-    shape = {"n_layer": h.get("n_layer"), "n_head": h.get("n_head"), "n_embd": h.get("n_embd"),
-             "block_size": h.get("n_positions"), "vocab_size": h.get("vocab_size")}
-    if isinstance(h.get("n_inner"), int) and isinstance(h.get("n_embd"), int) and h["n_embd"]:
-        shape["ff_mult"] = h["n_inner"] // h["n_embd"]
-    return {k: v for k, v in shape.items() if v is not None}, "the export"
+                        f"replaced); {best_fix(run_dir)}")

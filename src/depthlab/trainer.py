@@ -25,6 +25,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import rundir
+from .init_from import given_tokenizer_json
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, schedule_warnings
@@ -96,7 +97,7 @@ class Trainer:
         if t.resume:
             Checkpointer.refuse_before_loading(cfg)
         self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
-                                          tokenizer_json=ckpt.given_tokenizer_json(cfg, init_from))
+                                          tokenizer_json=given_tokenizer_json(cfg, init_from))
         vocab = self.corpus.tokenizer.vocab
         if not cfg.model.source:  # the estimate knows depthlab's GPT only; before the split's warning (moot if refused)
             check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder

@@ -16,6 +16,7 @@ from typing import Optional
 from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import resume_config, rundir
+from ..init_from import init_line, init_record, init_weights, kept_init_record, source_model, weights_fit
 from ..budget import Plan
 from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
@@ -193,7 +194,7 @@ _VOCAB_FIELDS = ("data.tokenizer", "data.vocab_size")  # another vocabulary: --i
 
 def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -> str:
     """The new run a refused resume offers: ``--init-from`` when the changed model's weights have the run's names
-    and shapes (:func:`~depthlab.checkpoint.weights_fit`) and the tokenizer is the run's, else the changed run
+    and shapes (:func:`~depthlab.init_from.weights_fit`) and the tokenizer is the run's, else the changed run
     trained from scratch."""
     keys = [r.split(" ", 1)[0] for r in refused]
     model = [k.split(".", 1)[1] for k in keys if k.startswith("model.")]
@@ -202,7 +203,7 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
     if vocab:
         return (f"train a new run from scratch ({', '.join(vocab)} changes the tokenizer, whose ids the run's weights "
                 f"are trained on, so --init-from cannot reuse them): {ckpt.new_run_command(run_dir, False, flags)}")
-    fit = ckpt.weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
+    fit = weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
     if fit:
         why = "the changed model has the same weights, by name and shape; " if model else ""
         return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
@@ -215,11 +216,11 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
 
 def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
     """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
-    or shapes (:func:`~depthlab.checkpoint.weights_fit`; every differing one when it cannot tell), and the fix; None
+    or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), and the fix; None
     when no field differs."""
-    theirs, what = ckpt.source_model(src)
+    theirs, what = source_model(src)
     diff = [k for k in sorted(theirs) if k in ours and k != "vocab_size" and theirs[k] != ours[k]]
-    unfit = [k for k in diff if ckpt.weights_fit({**ours, **theirs}, {**ours, **theirs, k: ours[k]}) is False]
+    unfit = [k for k in diff if weights_fit({**ours, **theirs}, {**ours, **theirs, k: ours[k]}) is False]
     keys = unfit or diff
     if not keys:
         return None
@@ -262,7 +263,7 @@ class Checkpointer:
     def __init__(self, run_dir: Path, runtime, log, init_source: Optional[str] = None):
         self.run_dir, self.runtime, self.log = run_dir, runtime, log
         self.init_source = init_source  # --init-from: the run or export whose weights start this new run
-        self.init_record: dict = {}  # {"init_from": ckpt.init_record(...)}: config.json resolved and summary.json
+        self.init_record: dict = {}  # {"init_from": init_record(...)}: config.json resolved and summary.json
         self.background = runtime.device.type == "cuda"
         self._writer: Optional[threading.Thread] = None
         self._write_error: Optional[BaseException] = None
@@ -292,7 +293,7 @@ class Checkpointer:
         except DepthlabError as e:
             raise DepthlabError(f"cannot resume: {e}") from None
         old = rd.config or {}
-        self.init_record = ckpt.kept_init_record(old)  # a resume keeps the record of its --init-from
+        self.init_record = kept_init_record(old)  # a resume keeps the record of its --init-from
         same_corpus, vocab_gone = _check_corpus(rd, cfg, corpus.tokenizer.vocab, corpus.sha256)
         corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)
@@ -521,8 +522,8 @@ class Checkpointer:
         when given; their file, sha256, step and val loss go to :attr:`init_record` and one console line."""
         if self.init_source:
             self.init_from(Path(self.init_source), model, run.cfg.model, run.corpus.tokenizer)
-            self.init_record = {"init_from": ckpt.init_record(Path(self.init_source))}
-            self.log(ckpt.init_line(self.init_record["init_from"], self.init_source))
+            self.init_record = {"init_from": init_record(Path(self.init_source))}
+            self.log(init_line(self.init_record["init_from"], self.init_source))
         return model
 
     @staticmethod
@@ -533,7 +534,7 @@ class Checkpointer:
             DepthlabError: the weights do not fit; the model fields that differ from the source run's
                 are named (the command line takes the source's shape unless told otherwise).
         """
-        sd = ckpt.init_weights(rd, model_cfg, tokenizer)
+        sd = init_weights(rd, model_cfg, tokenizer)
         try:
             ckpt.load_into(raw_model, sd, rd)
         except DepthlabError as e:
