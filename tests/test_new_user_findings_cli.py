@@ -42,9 +42,12 @@ def test_a_misspelt_section_in_a_config_file_is_suggested_without_a_leading_dot(
 
 def test_a_grid_value_a_field_does_not_take_says_what_it_takes_in_words(capsys):
     # was: "model.init: cannot use '[{n_layer:1}]' (expected Union)", an internal type name
-    err = cli_err(capsys, "sweep", "--grid", "model.init=[{n_layer:1}]")
-    assert err == ("depthlab: error: model.init: cannot use '[{n_layer:1}]' (expected gpt2, torch or a JSON object "
+    err = cli_err(capsys, "sweep", "--grid", "model.init=xavier")
+    assert err == ("depthlab: error: model.init: cannot use 'xavier' (expected gpt2, torch or a JSON object "
                    'of keyword arguments for model.source such as {"n_layer": 2})\n'), err
+    # a bracketed value is read as a JSON list of values (helper-55): broken JSON says so, with both forms
+    err = cli_err(capsys, "sweep", "--grid", "model.init=[{n_layer:1}]")
+    assert "[{n_layer:1}] is not valid JSON" in err and "a JSON list like model.init=[...]" in err, err
     err = cli_err(capsys, "sweep", "--grid", "train.compile=maybe")
     assert err == "depthlab: error: train.compile: cannot use 'maybe' (expected true, false or auto)\n", err
 

@@ -284,7 +284,7 @@ def test_a_grid_given_as_a_json_list_is_the_same_grid_as_the_comma_form(tmp_path
     assert main(["sweep", "--grid", "model.n_layer=[1,2", "--out_dir", str(tmp_path / "sw"), "--dry_run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert "[1,2 is not valid JSON" in err and "comma-separated like model.n_layer=1,2" in err
+    assert "[1,2 is not valid JSON" in err and "comma-separated like model.n_layer=A,B" in err
     assert main(["sweep", "--grid", "model.n_layer=[1,2]", "--out_dir", str(tmp_path / "sw"), "--dry_run"]) == 0
     out = capsys.readouterr().out
     assert "n_layer-1" in out and "n_layer-2" in out and "2 runs" in out

@@ -262,7 +262,8 @@ def grid_values(vals: str, what: str, key: str) -> list:
             parsed = json.loads(vals)
         except ValueError as e:
             raise DepthlabError(f"{what}: {vals} is not valid JSON ({e.msg}); give the values as a JSON list "
-                                f"like {key}=[1,2] or comma-separated like {key}=1,2") from None
+                                f"like {key}=[...] (strings and keys in double quotes) or comma-separated like "
+                                f"{key}=A,B") from None
         items = parsed if isinstance(parsed, list) else [parsed]
         if not items:
             raise DepthlabError(f"{what}: the list is empty; give at least one value, like {key}=[1,2] or {key}=1,2")
