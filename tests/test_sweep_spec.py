@@ -53,6 +53,21 @@ def test_one_field_in_two_grid_arguments_is_refused_with_the_merged_flag():
     assert spec.experiments[0].grid == {"model.n_layer": [1, 2], "model.variant": ["plain"]}
 
 
+def test_the_merged_grid_suggestion_lists_each_value_once_and_is_accepted():
+    """--grid model.n_layer=1,2 --grid model.n_layer=1 once suggested 1,2,1, which the grid refuses (1 twice)."""
+    with pytest.raises(DepthlabError) as e:
+        sweep.build_spec(None, None, ["model.n_layer=1,2", "model.n_layer=1"], {}, None)
+    assert str(e.value) == "--grid model.n_layer is given twice; give every value once: --grid model.n_layer=1,2"
+    suggested = str(e.value).split("--grid ")[-1]
+    assert sweep.build_spec(None, None, [suggested], {}, None).experiments[0].grid == {"model.n_layer": [1, 2]}
+    with pytest.raises(DepthlabError) as e:
+        sweep.build_spec(None, None, ["train.learning_rate=1e-3", "train.learning_rate=0.001,3e-3"], {}, None)
+    suggested = str(e.value).split("--grid ")[-1]
+    assert suggested == "train.learning_rate=0.001,0.003"
+    assert sweep.build_spec(None, None, [suggested], {}, None).experiments[0].grid == {
+        "train.learning_rate": [0.001, 0.003]}
+
+
 def test_grid_value_typed_like_the_train_flag():
     """The grid, a sweep file and the train command share one grammar: same accepted values, same types."""
     from jsonargparse import ArgumentParser

@@ -291,6 +291,18 @@ def _unique(pairs: list[tuple[Any, Any]], what: str, key: str) -> list:
     return out
 
 
+def _grid_text(values: list) -> str:
+    """Typed grid values written back as one ``--grid`` value list, each value once (first order kept): comma
+    form for plain values (``1,2``), a JSON list when one is a list or mapping."""
+    once: list = []
+    for v in values:
+        if v not in once:
+            once.append(v)
+    if any(isinstance(v, (dict, list)) for v in once):
+        return json.dumps(once, separators=(",", ":"))
+    return ",".join(v if isinstance(v, str) else json.dumps(v) for v in once)
+
+
 # --------------------------------------------------------------------------- mappings -> spec
 def _coerce_in(what: str, key: str, value: Any) -> Any:
     """:func:`coerce_value`, with a refusal that names where the value was written (``sweep file F.yaml grid``)."""
@@ -493,8 +505,8 @@ def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequenc
     for g in grid:
         key, values = parse_grid_arg(g)
         if key in axes:  # before: the later one silently replaced the earlier
-            both = ",".join(str(v) for v in axes[key] + values)
-            raise DepthlabError(f"--grid {key} is given twice; give every value once: --grid {key}={both}")
+            raise DepthlabError(f"--grid {key} is given twice; give every value once: "
+                                f"--grid {key}={_grid_text(axes[key] + values)}")
         axes[key] = values
     for exp in spec.experiments:
         exp.grid.update(axes)
