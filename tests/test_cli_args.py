@@ -38,6 +38,20 @@ def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
         "remove them" in err
 
 
+def test_a_positional_argument_given_as_a_flag_says_where_it_goes(capsys, tmp_path):
+    """`depthlab export runs/a --out_dir x` once said "unknown key(s) --out_dir (did you mean --out_dir?)"."""
+    err = cli_err(capsys, "export", str(tmp_path), "--out_dir", str(tmp_path / "ex"))
+    assert err.strip() == ("depthlab: error: export takes the output folder as its second argument, not as --out_dir: "
+                           "depthlab export RUN_DIR OUT_DIR")
+    err = cli_err(capsys, "sample", f"--run_dir={tmp_path}")
+    assert err.strip() == ("depthlab: error: sample takes the run folder as its first argument, not as --run_dir: "
+                           "depthlab sample RUN_DIR")
+    err = cli_err(capsys, "check", "--source", "m.py:M")
+    assert err.strip() == ("depthlab: error: check takes the model (PATH.py:NAME) as its first argument, not as "
+                           "--source: depthlab check SOURCE")
+    assert not (tmp_path / "ex").exists()
+
+
 def test_an_unknown_key_in_a_file_opens_with_the_file_and_says_what_to_do(capsys, tmp_path, tiny_text_file):
     """A new user's pass: "train: unknown key(s): runs/x/config.json: train.bogus_key (did you mean train.out_dir?)"
     put the file mid-sentence and suggested a key that has nothing to do with it."""

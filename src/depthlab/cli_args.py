@@ -566,6 +566,26 @@ def _json_value(text: str) -> Any:
         return text
 
 
+#: What a positional argument is, in words, by its name.
+_POSITIONAL_WORDS = {"run_dir": "run folder", "out_dir": "output folder", "source": "model (PATH.py:NAME)"}
+
+
+def _refuse_positional_as_flag(command: str, parser, name: str) -> None:
+    """Refuse ``--out_dir X`` where OUT_DIR is a positional argument (it was once answered "did you mean
+    --out_dir?", itself), saying where on the line it goes.
+
+    Raises:
+        DepthlabError: ``name`` spells a positional argument of ``command``.
+    """
+    positional = [act.dest for act in parser._actions if not act.option_strings]
+    dest = field_of(name).replace("-", "_")
+    if dest not in positional:
+        return
+    nth = ["first", "second", "third", "fourth"][positional.index(dest)]
+    raise DepthlabError(f"{command} takes the {_POSITIONAL_WORDS.get(dest, dest.upper())} as its {nth} argument, "
+                        f"not as {name}: depthlab {command} {' '.join(d.upper() for d in positional)}")
+
+
 def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> None:
     """Refuse unknown keys (all of them at once, each with a suggestion), fields the command ignores,
     and values of config files that their field's type does not take.
@@ -587,6 +607,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
         name = a.split("=", 1)[0]
         if name.startswith("--") and "." not in name and name not in options:
+            _refuse_positional_as_flag(command, parser, name)
             homes = sorted(k for k in known if k.split(".")[-1] == field_of(name).replace("-", "_"))
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
