@@ -145,3 +145,55 @@ def test_a_damaged_step_entry_leaves_best_checked_its_step_and_val_recorded(good
     record = json.loads((tmp_path / "new" / "config.json").read_text())["resolved"]["init_from"]
     assert (record["step"], record["val_loss"]) == (m["best"]["step"], m["best"]["val_loss"])
     assert isinstance(record["step"], int) and isinstance(record["val_loss"], float)
+
+
+def _drop_best(manifest, steps_too: bool):
+    m = json.loads(manifest.read_text())
+    del m["best"]
+    if steps_too:
+        m["checkpoints"] = []
+    manifest.write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("command", ["sample", "layers", "context"])
+def test_a_best_the_manifest_lists_no_sha256_of_is_called_unverifiable_not_corrupt(good_run, tmp_path, capsys,
+                                                                                   command):
+    """A manifest without a ``best`` entry beside an intact best.safetensors was called "missing or does not match
+    its sha256 in manifest.json (corrupt or replaced)": false, there is nothing to check it against."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    _drop_best(manifest, steps_too=True)
+    extra = ["--max_new_tokens", "3"] if command == "sample" else []
+    rc, _, err = run_cli(capsys, command, str(run), *extra)
+    assert_clean_error(rc, err)
+    assert err.strip() == (f"depthlab: error: {manifest} holds no sha256 of best.safetensors, so {best} cannot be "
+                           "checked and depthlab does not read it; restore manifest.json from a copy of the run, or "
+                           f"start a new run from its best weights, unchecked: depthlab train -c {run}/config.json "
+                           f"--init-from {run} --train.resume false --train.out_dir NEW_DIR")
+
+
+def test_a_first_best_not_yet_named_in_the_manifest_is_a_listed_steps_bytes_and_is_read(good_run, tmp_path, capsys):
+    """A kill between writing the first best.safetensors and naming it: its bytes are a listed step checkpoint's,
+    so sample reads it (and --init-from loads it without an "unchecked" warning), as for any later best."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    _drop_best(manifest, steps_too=False)
+    rc, _, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
+    assert rc == 0 and "sampling from best.safetensors (step 10" in err, err
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new"))
+    assert rc == 0 and "unchecked" not in err, err
+
+
+def test_a_non_finite_best_val_loss_in_the_manifest_is_damage(good_run, tmp_path, capsys):
+    """A forged ``best.val_loss: NaN`` was printed as "(step 10, val nan nats)"."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    m = json.loads(manifest.read_text())
+    m["best"]["val_loss"] = float("nan")
+    manifest.write_text(json.dumps(m))
+    rc, _, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
+    assert_clean_error(rc, err, f"{manifest} records val_loss nan for best.safetensors, not a measured loss: the "
+                       "sha256 of the run's checkpoints cannot be checked", f"--init-from {run} --train.resume false")
+    new = tiny_cli_args(tmp_path / "t.txt", tmp_path / "new")
+    rc, out, err = run_cli(capsys, "train", "--init-from", str(run), *new)
+    assert rc == 0 and "nan" not in out + err.replace("records val_loss nan", ""), out + err
+    assert f"init-from: {best}: the model starts" in out + err
+    assert f"({manifest} records val_loss nan for best.safetensors, not a measured loss); its weights are loaded " \
+           "unchecked" in err

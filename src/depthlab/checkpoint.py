@@ -182,7 +182,12 @@ def _unverifiable(entry: Any, what: str) -> Optional[str]:
         return f"holds no sha256 of {what}"
     bad = next((f for f, h in files.items() if not (isinstance(h, str) and len(h) == 64
                                                      and all(c in "0123456789abcdef" for c in h))), None)
-    return None if bad is None else f"holds no sha256 of {bad}"
+    if bad is not None:
+        return f"holds no sha256 of {bad}"
+    val = entry.get("val_loss")  # a best's loss is a measured, finite number: nan or inf is damage (or forgery)
+    if val is not None and not (isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)):
+        return f"records val_loss {val} for {what}, not a measured loss"
+    return None
 
 
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, state: dict[str, Any],
@@ -331,12 +336,17 @@ def verified_best(run_dir: Path) -> Path:
     if best and _verified(ckdir, best.get("files", {})) is None:
         return ckdir / "best.safetensors"
     path = ckdir / "best.safetensors"
-    if best and path.exists():  # a kill between writing a new best and naming it: its bytes are a step's
+    if path.exists():  # a kill between writing a new (or the first) best and naming it: its bytes are a step's
         digest = sha256_file(path)
         listed = {h for c in manifest["checkpoints"] for f, h in c["files"].items() if f.endswith(".safetensors")}
         if digest in listed:
             return path
     last = any(_verified(ckdir, c.get("files", {})) is None for c in manifest.get("checkpoints", []))
+    if not best and path.exists():  # nothing to check it against: neither intact nor damaged
+        raise DepthlabError(f"{ckdir / 'manifest.json'} holds no sha256 of best.safetensors, so {path} cannot be "
+                            "checked and depthlab does not read it; " + ("try --checkpoint last, " if last else "")
+                            + "restore manifest.json from a copy of the run, or start a new run from its best "
+                            f"weights, unchecked: {new_run_command(Path(run_dir), True)}")
     fix = ("try --checkpoint last" if last else "no step checkpoint is intact either: restore the run's checkpoints "
            "from a copy or train it again")
     raise DepthlabError(f"{path} is missing or does not match its sha256 in manifest.json (corrupt or "
@@ -717,14 +727,14 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
         return f"{m} is not a depthlab checkpoint manifest"
     _refuse_newer_format(m, data, f"--init-from {run_dir}: ")
     best = data.get("best")
-    fault = _unverifiable(best, "best.safetensors")
-    if fault is not None:
-        return f"{m} {fault}"
-    digest = best["files"]["best.safetensors"]
     path = ckdir / "best.safetensors"
     actual = sha256_file(path)
-    steps = [c for c in data.get("checkpoints") or [] if isinstance(c, dict) and isinstance(c.get("files"), dict)]
-    if actual == digest or actual in {h for c in steps for f, h in c["files"].items() if f.endswith(".safetensors")}:
-        return None  # a step's bytes: a kill between writing a new best and naming it (as verified_best)
+    steps = [c for c in entries if isinstance(c.get("files"), dict)]
+    listed = {h for c in steps for f, h in c["files"].items() if f.endswith(".safetensors")}
+    fault = _unverifiable(best, "best.safetensors")
+    if fault is not None and (best or actual not in listed):  # no best named yet: a listed step's bytes are vouched
+        return f"{m} {fault}"
+    if actual in listed or actual == best["files"]["best.safetensors"]:
+        return None  # a step's bytes: a kill between writing a new (or the first) best and naming it (as verified_best)
     raise DepthlabError(f"--init-from {run_dir}: {path} does not match its sha256 in manifest.json (corrupt or "
                         f"replaced); {best_fix(run_dir)}")
