@@ -78,3 +78,15 @@ def test_seeds_auto_stops_at_max(tiny_text_file, tmp_path, monkeypatch):
     assert lines[-2].startswith("--seeds auto: nothing to add: every claim is decided, or its undecided "
                                 "comparisons' cells have 2 seeds")
     assert "undecided (p = " in sweep.write_science_table(tmp_path / "sw")
+
+
+def test_a_progress_line_cuts_a_long_message_at_a_word_with_its_parentheses_closed():
+    """A diverged run's line ended "(the gradient norm overflowed float32 at step 2 (every gradient is finite; lo"."""
+    from depthlab.sweep.common import clip_message
+
+    msg = ("the gradient norm overflowed float32 at step 2 (every gradient is finite; loss 4.17, grad norm inf, "
+           "lr 3.92e+28, dtype bfloat16); lower train.learning_rate")
+    assert clip_message(msg) == ("the gradient norm overflowed float32 at step 2 (every gradient is finite; loss 4.17, "
+                                 "grad norm inf, lr 3.92e+28, dtype …)")
+    assert clip_message("short (fine)") == "short (fine)"
+

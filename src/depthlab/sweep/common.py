@@ -403,6 +403,18 @@ def seeded_points(spec: SweepSpec, sweep_dir: Path, added: dict[str, list[int]],
 
 
 # --------------------------------------------------------------------------- progress
+def clip_message(message: str, limit: int = 120) -> str:
+    """``message`` cut to about ``limit`` characters at a word boundary, ending "…" with every parenthesis it opened
+    closed (a cut once left "(... (every gradient is finite; loss" open, or ended mid-word); whole when short."""
+    if len(message) <= limit:
+        return message
+    cut = message[:limit]
+    cut = cut[:cut.rfind(" ")] if " " in cut else cut
+    cut = cut.rstrip(" ,;:(")
+    return f"{cut} …" + ")" * max(0, cut.count("(") - cut.count(")"))
+
+
+# --------------------------------------------------------------------------- progress
 class Progress:
     """Prints ``[k/total] name: status best val ... in s`` after each finished run."""
 
@@ -418,5 +430,5 @@ class Progress:
                 extra = f" best val {s['best_val_loss']:.4f} nats"
             except (KeyError, TypeError, ValueError):
                 pass
-        msg = f" ({res['message'][:120]})" if res["status"] != "ok" and res.get("message") else ""
+        msg = f" ({clip_message(res['message'])})" if res["status"] != "ok" and res.get("message") else ""
         self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{msg}")
