@@ -84,6 +84,7 @@ def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_pat
                                             "(results.csv's status and message columns say why); exit status 1")
     rc, out, err = _sweep_cli(capsys, tiny_text_file, sw, "--grid", "model.block_size=16,4096")  # again: still
     assert rc == 1 and "block_size-4096 (error)" in err
+    assert "this session: 1 ran (0 ok, 1 not ok), 1 skipped (finished before); the sweep: 1 ok, 1 not ok" in out
     rc, out, err = _sweep_cli(capsys, tiny_text_file, tmp_path / "good", "--grid", "model.block_size=8,16")
     assert rc == 0 and "2 ok, 0 not ok" in out and "not ok:" not in err
 

@@ -90,3 +90,13 @@ def test_a_progress_line_cuts_a_long_message_at_a_word_with_its_parentheses_clos
                                  "grad norm inf, lr 3.92e+28, dtype …)")
     assert clip_message("short (fine)") == "short (fine)"
 
+
+def test_a_rerun_says_what_it_ran_and_what_the_sweep_holds_apart(tmp_path):
+    """A re-run retrying one failed run said "0 ok, 1 not ok" of a sweep whose results.csv held an ok run too."""
+    from depthlab.sweep.run import _finished_counts
+
+    (tmp_path / "results.csv").write_text("run,status\nruns/a,ok\nruns/b,error\n")
+    assert _finished_counts(tmp_path, [{"status": "error"}], 2) == (
+        "this session: 1 ran (0 ok, 1 not ok), 1 skipped (finished before); the sweep: 1 ok, 1 not ok")
+    assert _finished_counts(tmp_path, [{"status": "ok"}, {"status": "error"}], 2) == "1 ok, 1 not ok"
+

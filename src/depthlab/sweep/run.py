@@ -19,7 +19,7 @@ from .common import (Log, add_seeds, cell_seeds, check_counts, check_devices, ch
                      hold_sweep_dir, placement, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
-from .results import OK_STATUSES, write_results
+from .results import OK_STATUSES, read_results, write_results
 from .seeds import check_auto_seeds, seeds_wanted
 from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
 
@@ -113,14 +113,30 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
         log(f"--seeds auto: undecided claims: adding seeds to {counted(len(grown), 'cell')} (up to "
             f"{max(want[k] for k in grown)} seeds per cell)")
         points, added = seeded_points(spec, sweep_dir, more)
-    failed = [r for r in results if r["status"] not in OK_STATUSES]
     if results:
-        log(f"sweep finished in {time.time() - t0:.1f}s: {len(results) - len(failed)} ok, {len(failed)} not ok "
+        log(f"sweep finished in {time.time() - t0:.1f}s: {_finished_counts(sweep_dir, results, len(points))} "
             f"-> {sweep_dir / RESULTS_CSV}")
     else:
         log(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished -> "
             f"{sweep_dir / RESULTS_CSV}")
     return sweep_dir
+
+
+def _finished_counts(sweep_dir: Path, results: list, n_points: int) -> str:
+    """``N ok, M not ok`` of this session's runs; when some runs had finished before (skipped), what this session
+    did and what the whole sweep (results.csv) holds, apart: a re-run once said "0 ok, 1 not ok" of a sweep whose
+    results.csv held an ok run beside the failed one it retried."""
+    failed = sum(r["status"] not in OK_STATUSES for r in results)
+    skipped = n_points - len(results)
+    if skipped <= 0:
+        return f"{len(results) - failed} ok, {failed} not ok"
+    try:
+        rows, _ = read_results(sweep_dir / RESULTS_CSV)
+    except OSError:
+        rows = []
+    ok = sum(r.get("status") in OK_STATUSES for r in rows)
+    return (f"this session: {len(results)} ran ({len(results) - failed} ok, {failed} not ok), {skipped} skipped "
+            f"(finished before); the sweep: {ok} ok, {len(rows) - ok} not ok")
 
 
 def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runner: Runner, backend: str,
