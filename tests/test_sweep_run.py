@@ -100,3 +100,15 @@ def test_a_rerun_says_what_it_ran_and_what_the_sweep_holds_apart(tmp_path):
         "this session: 1 ran (0 ok, 1 not ok), 1 skipped (finished before); the sweep: 1 ok, 1 not ok")
     assert _finished_counts(tmp_path, [{"status": "ok"}, {"status": "error"}], 2) == "1 ok, 1 not ok"
 
+
+def test_init_from_a_sweep_folder_names_one_of_its_runs(tmp_path, capsys, tiny_text_file):
+    from conftest import run_cli, tiny_cli_args
+
+    sw = tmp_path / "sw"
+    (sw / "runs" / "n_layer-1").mkdir(parents=True)
+    (sw / "runs" / "n_layer-1" / "config.json").write_text("{}")
+    (sw / "sweep.json").write_text("{}")
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(sw), *tiny_cli_args(tiny_text_file, tmp_path / "new"))
+    assert rc == 2 and err.strip() == (f"depthlab: error: --init-from {sw} is a sweep folder: give one of its runs, "
+                                       f"e.g. {sw / 'runs' / 'n_layer-1'} (1 run)"), err
+    assert not (tmp_path / "new").exists()
