@@ -452,3 +452,21 @@ def test_a_loss_that_rises_above_its_high_start_still_explodes():
     f = {x.rule: x for x in diagnose_records(recs, BASE, cfg)}
     assert "init_loss" not in f
     assert f["exploding"].evidence.startswith("val loss 45.000 at step 80 is above the uniform baseline")
+
+
+def test_stuck_remedies_name_the_runs_unit_on_a_bpe_run():
+    """On a BPE run unigram_stuck's remedy said "loses even the current character" (bigram_stuck's "earlier
+    characters"): a BPE run's unit is a token, as the rules' evidence already says."""
+    bpe = {**cfg("plain"), "data": {"tokenizer": "bpe"}}
+    f = diagnose_records(evals([4.17, 3.4, 3.351]), BASE, bpe)[0]
+    assert f.rule == "unigram_stuck"
+    assert "a stack that averages every position into one vector loses even the current token" in f.remedy
+    assert "character" not in f.remedy
+    src = {"model": {"source": "base.py:Probs"}, "train": {}, "data": {"tokenizer": "bpe"}}
+    f = diagnose_records(evals([4.17, 4.1, 4.016]), BASE, src)[0]
+    assert "either the output does not depend on the input token" in f.remedy and "character" not in f.remedy
+    f = diagnose_records(evals([4.17, 2.6, 2.441]), BASE, {**cfg("prenorm"), "data": {"tokenizer": "bpe"}})[0]
+    assert f.rule == "bigram_stuck" and "the tokens before the current one reach the prediction" in f.remedy
+    assert "heads select earlier tokens" in f.remedy and "character" not in f.remedy
+    f = diagnose_records(evals([4.17, 3.4, 3.351]), BASE, cfg("plain"))[0]
+    assert "loses even the current character" in f.remedy

@@ -166,9 +166,9 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
                      "detached, and that the causal mask lets earlier positions through (torch.tril, not torch.eye); "
                      + _source_check(ev, "no_gradient, causal_leak, context_use"))
     else:
-        parts.append("the characters before the current one reach the prediction only through attention: check "
+        parts.append(f"the {ev.unit}s before the current one reach the prediction only through attention: check "
                      "attention entropy and the attention figure (the report; depthlab probe) to see whether the "
-                     "heads select earlier characters")
+                     f"heads select earlier {ev.unit}s")
     block = ev.section("model").get("block_size")
     if isinstance(block, int) and block < 16:
         parts.append(f"raise model.block_size (now {block}; a short window holds little context)")
@@ -180,7 +180,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
 
 
 def _unigram_remedy(ev: Evidence, last: dict) -> str:
-    """Remedies for ``unigram_stuck``: not even the current character reaches the output. In a stack
+    """Remedies for ``unigram_stuck``: not even the current character (token) reaches the output. In a stack
     without shortcuts that is rank collapse (every position carries the same vector)."""
     parts = []
     wiring = wiring_advice(ev)
@@ -190,7 +190,7 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     if nog:
         parts.append(nog)
     if ev.section("model").get("source"):
-        parts.append("either the output does not depend on the input character: check that the token embedding "
+        parts.append(f"either the output does not depend on the input {ev.unit}: check that the token embedding "
                      "reaches the head through every block (a shortcut x = x + block(x) keeps it; without one a deep "
                      "stack averages every position into one vector); or the forward ends in softmax (probabilities, "
                      "not logits: cross-entropy applies log-softmax itself, so the loss cannot fall below "
@@ -199,7 +199,7 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     else:
         parts.append("check rank collapse (depthlab probe at initialisation; the report's activation figure during "
                      "training): a stack that averages every position into one vector loses even the current "
-                     "character")
+                     f"{ev.unit}")
     lr = _lr_part(ev)
     if lr:
         parts.append(lr)
