@@ -1449,6 +1449,7 @@ def test_a_run_that_ended_inside_its_warmup_is_extended_from_its_warmed_up_rate_
                             "back to the peak"), said
 
 
+@pytest.mark.slow
 def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_path, capsys):
     """nu41: ``--resume RUN --data.path COPY`` of a run trained on the embedded corpus, COPY holding the same text,
     was refused as "changed data.path None -> COPY ... these change what the run's numbers mean": the same corpus."""

@@ -240,6 +240,7 @@ def _sweep_training(tmp_path, tiny_text_file, workers):
         proc.wait(120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys, workers):
     """``train --overwrite`` into a sweep's run said "being trained by another process": the sweep trains it, in
@@ -252,6 +253,7 @@ def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny
                                    "--train.out_dir\n"), err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_resume_of_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys,
                                                                               workers):

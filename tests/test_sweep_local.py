@@ -444,6 +444,7 @@ def test_a_dry_run_of_a_half_finished_sweep_counts_and_sizes_only_the_runs_still
     assert sweep.dry_run(spec, sw, workers=2, rerun=True).splitlines()[-1].startswith("2 runs, about ")  # --overwrite
 
 
+@pytest.mark.slow
 def test_runs_the_pool_stops_on_ctrl_c_get_their_progress_line_as_in_process(tiny_text_file, tmp_path):
     """With --workers 2 the runs stopped by Ctrl-C got no [k/N] line (in-process they do)."""
     import signal

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import tiny_cli_args
 
 # the command line, with the timing of each candidate replaced by a slow fake that says when it starts
@@ -24,6 +26,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_autotune_exits_130_in_one_line_leaving_the_cache_and_no_run(tmp_path, tiny_text_file):
     cache = tmp_path / "cache"
     cache.mkdir()
