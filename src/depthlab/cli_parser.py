@@ -100,7 +100,8 @@ def set_threads(n: int, cap: Optional[int] = None) -> None:
     from .units import counted
 
     check_threads(n, "--threads")
-    env = min(env_threads(), cap or env_threads())  # honoured as train honours it (torch caps it at the cores)
+    env = env_threads()  # honoured as train honours it
+    env = min(env, cap) if cap else env
     given, knob = (n, "--threads") if n else (env, "OMP_NUM_THREADS")
     too_many = oversubscribed_threads(given, knob) if given else None
     if too_many:

@@ -22,7 +22,7 @@ from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenize
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, not_a_run_error
+from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
 
 __all__ = ["given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record", "weights_fit",
            "source_model"]
@@ -144,7 +144,7 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
         hcfg = {}
     family = hf_layout.hf_family(str(hcfg.get("model_type")))
     if family is None:  # a sweep folder is named as one, with one of its runs (as diagnose does)
-        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if (src / "sweep.json").is_file() else
+        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else
                             f"--init-from {src}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export "
                             "of model_type gpt2 or openai-gpt (depthlab export)")
     if (cfg.variant, cfg.norm) != family:

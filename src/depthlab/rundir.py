@@ -58,6 +58,10 @@ REPORT = "report.html"
 TRAIN_LOG = "train.log"
 INIT_PROBE = "init_probe.json"
 SWEEP_STATUS = "sweep_status.json"
+#: A sweep folder's own file and the folder of its runs (each an ordinary run directory): here, below the sweep
+#: package, so the readers of runs (the lock, --init-from, the not-a-run line) know a sweep folder too.
+SWEEP_JSON = "sweep.json"
+SWEEP_RUNS = "runs"
 SOURCE = "source"
 LOCK = ".lock"  # held by the process training the run (training/runlock.py)
 
@@ -267,6 +271,11 @@ def damaged_config_error(path: Path) -> DepthlabError:
                          "section as depthlab wrote it, or restore config.json from a copy")
 
 
+def is_sweep_dir(path: Path) -> bool:
+    """Whether ``path`` is a sweep folder (it holds :data:`SWEEP_JSON`)."""
+    return (Path(path) / SWEEP_JSON).is_file()
+
+
 def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> DepthlabError:
     """The one error for a folder that is not a run: it lacks all of ``missing``. A sweep folder (``sweep.json``,
     its runs in ``runs/NAME/``) is named as one, with a run of it to give instead.
@@ -277,13 +286,13 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
     """
     from .units import counted
 
-    if (path / "sweep.json").is_file():
-        runs = sorted(p for p in (path / "runs").glob("*") if (p / CONFIG).is_file()) \
-            if (path / "runs").is_dir() else []
+    if is_sweep_dir(path):
+        runs = sorted(p for p in (path / SWEEP_RUNS).glob("*") if (p / CONFIG).is_file()) \
+            if (path / SWEEP_RUNS).is_dir() else []
         if runs:
             return DepthlabError(f"{path} is a sweep folder: give one of its runs, e.g. {runs[0]} "
                                  f"({counted(len(runs), 'run')})")
-        return DepthlabError(f"{path} is a sweep folder none of whose runs has started ({path / 'runs'} holds no "
+        return DepthlabError(f"{path} is a sweep folder none of whose runs has started ({path / SWEEP_RUNS} holds no "
                              "run); run the sweep first, or give the out_dir of a depthlab train run")
     return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
                          "give the out_dir of a depthlab train run")

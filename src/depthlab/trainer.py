@@ -138,7 +138,9 @@ class Trainer:
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
-        torch.manual_seed(t.seed), random.seed(t.seed), np.random.seed(t.seed % 2**32)
+        torch.manual_seed(t.seed)
+        random.seed(t.seed)
+        np.random.seed(t.seed % 2**32)
         # One stream of global batches, the same on every rank; each rank takes its own slice, so the
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)

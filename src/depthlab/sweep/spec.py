@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from .. import rundir as _rundir
 from ..errors import DepthlabError
 from ..units import fmt_value
 
@@ -51,8 +52,8 @@ SWEEP_DEFAULTS: dict[str, Any] = {"train.progress": False, "train.tensorboard": 
                                   "train.max_time": 0.0}
 
 #: Files and folders of a sweep directory (each run is an ordinary run directory under ``runs/``).
-SWEEP_JSON = "sweep.json"
-RUNS = "runs"
+SWEEP_JSON = _rundir.SWEEP_JSON
+RUNS = _rundir.SWEEP_RUNS
 RESULTS_CSV = "results.csv"
 RESULTS_MD = "results.md"
 
@@ -279,15 +280,18 @@ def _unique(pairs: list[tuple[Any, Any]], what: str, key: str) -> list:
     refused, naming it and the list without it: a point listed twice would be one run, not the grid asked for."""
     out: list = []
     written: list[str] = []  # the first spelling of each value in ``out``
+    again = None  # the first repeat: (as written, typed)
     for raw, v in pairs:
-        if v not in out:
+        if v in out:
+            again = again or (raw, v)
+        else:
             out.append(v)
             written.append(str(raw))
-    for i, (raw, v) in enumerate(pairs):
+    if again is not None:
+        raw, v = again
         first = written[out.index(v)]
-        if any(w == v for _, w in pairs[:i]):
-            same = f"{raw} twice" if str(raw) == first else f"{v!r} twice (as {first} and {raw})"
-            raise DepthlabError(f"{what}: {key} lists {same}; list each value once ({key}={','.join(written)})")
+        same = f"{raw} twice" if str(raw) == first else f"{v!r} twice (as {first} and {raw})"
+        raise DepthlabError(f"{what}: {key} lists {same}; list each value once ({key}={','.join(written)})")
     return out
 
 
@@ -454,7 +458,7 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
     p = Path(path)
     if p.is_dir():  # a sweep's folder given to continue it is the common case: say how
         cont = (f"; to continue the sweep in it, run the command that made it with --out_dir {p}"
-                if (p / "sweep.json").is_file() else "")
+                if (p / SWEEP_JSON).is_file() else "")
         raise DepthlabError(f"sweep file {p} is a folder, not a YAML file; give the sweep's .yaml file{cont}")
     if not p.is_file():
         raise DepthlabError(f"sweep file {p} not found")
