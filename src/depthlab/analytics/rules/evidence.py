@@ -163,7 +163,7 @@ class Evidence:
         return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn, Path(run_dir))
 
     # ------------------------------------------------------------------ the run's config
-    @property
+    @cached_property  # read by several rules; it hashes the model file and the run's copy
     def check_command(self) -> Optional[str]:
         """``depthlab check PATH:NAME`` for a model.source run, with a path that works from any folder
         (:func:`depthlab.usermodel.check_command`); None for depthlab's GPT."""
