@@ -260,14 +260,13 @@ def check_devices(points: Sequence[RunPoint], backend: str) -> None:
         return
     from ..training.runtime import resolve_device
 
+    fix = ("give train.device cpu or auto in the sweep's grid, file or command line (or --backend ray on a cluster "
+           "that has the device)")
     for p in points:
         try:
-            resolve_device(p.config["train"]["device"])
+            resolve_device(p.config["train"]["device"], fix=fix)
         except DepthlabError as e:
-            problem = str(e).split("; ")[0]
-            raise DepthlabError(f"run {p.name}: {problem} on this machine; give train.device cpu or auto in the "
-                                "sweep's grid, file or command line (or --backend ray on a cluster that has "
-                                "the device)") from None
+            raise DepthlabError(f"run {p.name}: {e}") from None
 
 
 def warm_token_cache(points: Sequence[RunPoint]) -> None:

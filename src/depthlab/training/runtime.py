@@ -60,11 +60,12 @@ def console(msg: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
-def resolve_device(name: str, option: str = "train.device") -> torch.device:
+def resolve_device(name: str, option: str = "train.device", fix: Optional[str] = None) -> torch.device:
     """``auto`` -> cuda if available, else mps, else cpu; other names are checked.
 
     Args:
         name: the device name. option: how messages name the setting (``train.device``, ``--device``).
+        fix: the way out a missing device's message ends with (default: ``use --train.device cpu``).
 
     Raises:
         DepthlabError: if the name is not a device name (:func:`~depthlab.config.check_device_name`)
@@ -75,11 +76,11 @@ def resolve_device(name: str, option: str = "train.device") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "mps" if mps else "cpu")
     flag = f"--{option}" if "." in option else option
-    fix = f"use {flag} cpu"
+    fix = fix or f"use {flag} cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise DepthlabError(f"{option} {name} requested but CUDA is not available; {fix}")
+        raise DepthlabError(f"{option} {name} requested but CUDA is not available on this machine; {fix}")
     if name == "mps" and not mps:
-        raise DepthlabError(f"{option} {name} requested but MPS is not available; {fix}")
+        raise DepthlabError(f"{option} {name} requested but MPS is not available on this machine; {fix}")
     return torch.device(name)
 
 
