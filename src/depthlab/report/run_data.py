@@ -78,8 +78,10 @@ class RunData:
 
     @property
     def unit_word(self) -> str:
-        """:attr:`unit` in words: ``character`` or ``token``."""
-        return "character" if self.unit == "char" else "token"
+        """:attr:`unit` in words: ``character`` or ``token`` (the diagnosis's own :func:`unit_of`)."""
+        from ..analytics.rules.evidence import unit_of
+
+        return unit_of(self.config)
 
     @property
     def optimizer(self) -> Optional[str]:
