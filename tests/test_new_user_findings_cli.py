@@ -131,3 +131,12 @@ def test_a_token_run_says_token_where_a_character_run_says_character(tmp_path, b
     for cmd, says in (("context", "position 0 sees one token, so"), ("layers", "the embedding lens sees one token (")):
         rc, out, err = run_cli(capsys, cmd, str(run))
         assert rc == 0 and says in out and "character" not in out, (out, err)
+
+
+def test_a_missing_config_file_and_a_name_the_model_file_lacks_say_the_fix(tmp_path, capsys):
+    """helper-59: "-c missing.yaml: file not found" and "m.py defines no 'M'" named the problem only."""
+    err = cli_err(capsys, "train", "-c", str(tmp_path / "missing.yaml"))
+    assert "file not found; give the path of an existing YAML config file (or inline YAML such as -c " in err, err
+    (tmp_path / "m.py").write_text("import torch\n")
+    err = cli_err(capsys, "check", f"{tmp_path / 'm.py'}:M")
+    assert "defines no 'M' (nor any class or function); give PATH.py:NAME with NAME the model's class" in err, err

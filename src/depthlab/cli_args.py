@@ -380,7 +380,8 @@ def check_config_file(name: str, value: str) -> None:
     except yaml.YAMLError:
         inline = None
     if not isinstance(inline, dict):
-        raise DepthlabError(f"{name} {value}: file not found")
+        raise DepthlabError(f"{name} {value}: file not found; give the path of an existing YAML config file (or "
+                            f"inline YAML such as {name} '{{train: {{max_iters: 100}}}}')")
 
 
 # ------------------------------------------------------------------------- config files and keys

@@ -200,7 +200,9 @@ def _factory(src: Source) -> Callable[..., Any]:
         names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
                        and getattr(v, "__module__", None) == mod_name)
         raise DepthlabError(f"{src}: {src.path} defines no {src.name!r}"
-                            + (f" (it defines {', '.join(names)})" if names else ""))
+                            + (f" (it defines {', '.join(names)})" if names else " (nor any class or function)")
+                            + "; give PATH.py:NAME with NAME the model's class (an nn.Module subclass) or a function "
+                              "that returns the model")
     if not callable(made):
         raise DepthlabError(f"{src}: {src.name} is not a class or a function (its type is {type(made).__name__}); "
                             "name the model's class or a function that returns the model")
