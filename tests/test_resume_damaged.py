@@ -3,11 +3,13 @@ a kept later best, and rotation past a damaged checkpoint (new-user round nu33).
 
 import hashlib
 import json
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from depthlab import checkpoint as ckpt
 from depthlab.cli import main
 
 from conftest import tiny_cli_args
@@ -192,3 +194,37 @@ def test_the_warning_naming_a_replaced_damaged_checkpoint_comes_before_its_files
         "left untouched since a resume skipped it, is replaced now by this session's checkpoint of step 30",
         "WRITE step-000030.safetensors (damaged bytes still there: True)",
         "WRITE step-000030.state.pt (damaged bytes still there: False)"], err
+
+
+@pytest.mark.parametrize("known", [True, False])
+def test_a_best_the_manifest_does_not_name_is_adopted_or_kept_aside_never_replaced_unseen(run30, capsys, known):
+    """A manifest without ``best`` (an older run, or edited) let the resumed run's next evaluation replace
+    best.safetensors without a word. The bytes of the resumed state's best step (listed) are adopted with that
+    step and val loss; any other bytes have no known provenance and move aside, said in one warning."""
+    ck = run30 / "checkpoints"
+    m = json.loads((ck / "manifest.json").read_text())
+    best = m.pop("best")
+    if not known:  # the bytes of another listed step: not the run's best, so nothing vouches for them as best
+        other = next(c for c in m["checkpoints"] if c["step"] != best["step"])
+        (ck / "best.safetensors").write_bytes((ck / f"{other['name']}.safetensors").read_bytes())
+    (ck / "manifest.json").write_text(json.dumps(m, indent=1))
+    old = (ck / "best.safetensors").read_bytes()
+    digest = hashlib.sha256(old).hexdigest()
+    copy = shutil.copytree(run30, run30.parent / "copy")  # adopted by the call itself, before any evaluation
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "31", "--train.eval_interval", "100"]) == 0
+    out = capsys.readouterr()
+    after = json.loads((ck / "manifest.json").read_text())
+    aside = ck / f"best-unrecorded-{digest[:12]}.safetensors"
+    warned = [ln for ln in (out.out + out.err).splitlines() if "best.safetensors is not in manifest.json" in ln]
+    if known:  # adopted, then beaten by the final evaluation of step 31 (a best replaced as it should be)
+        assert warned == [] and not aside.exists()
+        assert after["best"]["step"] == 31 and after["best"]["val_loss"] < best["val_loss"]
+        assert ckpt.unrecorded_best(copy, best["step"], best["val_loss"]) is None
+        assert json.loads((copy / "checkpoints" / "manifest.json").read_text())["best"] == best
+    else:
+        assert aside.read_bytes() == old
+        assert warned == [f"depthlab: warning: {ck / 'best.safetensors'} is not in manifest.json (no sha256, step "
+                          "or val loss recorded for it, and not the weights of the run's best step), so its "
+                          f"provenance is unknown; kept as {aside} and the next evaluation writes a new best"]
+        assert after["best"]["step"] == 31 and (ck / "best.safetensors").read_bytes() != old

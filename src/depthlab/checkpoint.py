@@ -386,6 +386,35 @@ def repair_best(run_dir: Path) -> Optional[str]:
             "writes a new best")
 
 
+def unrecorded_best(run_dir: Path, best_step: int, best_val: float) -> Optional[str]:
+    """On resume: a ``best.safetensors`` that manifest.json has no ``best`` entry for (an older run, or one edited by
+    hand) would be replaced unseen by the next improvement. It is adopted when its bytes are the listed step
+    checkpoint of ``best_step`` (the resumed state's best, val ``best_val`` nats: a kill between writing the first
+    best and naming it); else its provenance is unknown and it moves aside, never deleted.
+
+    Returns:
+        None when there is nothing to do or it was adopted (manifest ``best`` written), else one sentence naming
+        the copy (it ends "the next evaluation writes a new best").
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    path = ckdir / "best.safetensors"
+    manifest = read_manifest(ckdir)
+    if manifest.get("best") or not path.is_file():
+        return None
+    digest = sha256_file(path)
+    twin = next((c for c in manifest["checkpoints"] if c.get("step") == best_step
+                 and digest in (c.get("files") or {}).values()), None)
+    if twin is not None and math.isfinite(best_val):
+        manifest["best"] = {"step": best_step, "val_loss": best_val, "files": {"best.safetensors": digest}}
+        atomic_write(ckdir / "manifest.json", json.dumps(manifest, indent=1).encode())
+        return None
+    aside = ckdir / f"best-unrecorded-{digest[:12]}.safetensors"  # the sha256 in the name: never one over another
+    path.replace(aside)
+    return (f"{path} is not in manifest.json (no sha256, step or val loss recorded for it, and not the weights of "
+            f"the run's best step), so its provenance is unknown; kept as {aside} and the next evaluation writes a "
+            "new best")
+
+
 def later_best(run_dir: Path, step: int) -> Optional[dict]:
     """The manifest's intact ``best`` when it is of a step after ``step`` (a resume that fell back past a damaged
     newer checkpoint), else None."""

@@ -183,7 +183,7 @@ class Trainer:
             if resumed and point.vocab_missing:
                 self.log(f"resume: {self.run_dir / rundir.VOCAB} was {point.vocab_missing}; written again from the "
                          "corpus, the file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
-            if resumed and self.checkpointer.reopen(self.step, point.record_slack):
+            if resumed and self.checkpointer.reopen(self.step, point.record_slack, self.evaluator.best):
                 self.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
             elif point is not None and not resumed:
                 self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")

@@ -487,12 +487,14 @@ class Checkpointer:
             best += ckpt.kept_clause(self.run_dir, run.best_val)
         self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
-    def reopen(self, step: int, slack: int = 0) -> bool:
+    def reopen(self, step: int, slack: int = 0, best: tuple[int, float] = (-1, math.inf)) -> bool:
         """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
 
         ``slack``: steps the checkpoint may follow the last record by: 0 for an evaluation's (its record is written
         before it; a manifest entry older than its ``evaluated`` key counts as one), ``log_interval`` for one saved
-        at a stop (Ctrl-C, SIGTERM); records ending earlier than that were cut, and a warning says so.
+        at a stop (Ctrl-C, SIGTERM); records ending earlier than that were cut, and a warning says so. ``best``:
+        the resumed state's best (step, val loss in nats), which adopts a best.safetensors the manifest does not
+        name (:func:`~depthlab.checkpoint.unrecorded_best`).
 
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
@@ -511,7 +513,7 @@ class Checkpointer:
                      f"step {step} (cut or damaged): the resumed run has no records of steps {last + 1}-{step}")
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
-        repaired = ckpt.repair_best(self.run_dir)
+        repaired = ckpt.repair_best(self.run_dir) or ckpt.unrecorded_best(self.run_dir, *best)
         if repaired is None:
             return False
         self.log(f"warning: {repaired}")

@@ -106,6 +106,11 @@ class Evaluator:
         self.final_val: Optional[dict] = None
         self._val_chars_per_token: Optional[float] = None
 
+    @property
+    def best(self) -> tuple[int, float]:
+        """``(best_step, best_val)``: the step of the lowest val loss and that loss in nats (-1, inf before any)."""
+        return self.best_step, self.best_val
+
     def state_dict(self) -> dict:
         """``best_val_loss`` (nats/token), ``best_step``, ``evals_without_improvement`` for the resume state."""
         return {"best_val_loss": self.best_val, "best_step": self.best_step,
