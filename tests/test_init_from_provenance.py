@@ -109,11 +109,34 @@ def test_init_from_an_export_of_another_shape_is_one_line_naming_the_field_and_t
     assert_clean_error(rc, err)
     assert err.strip() == (
         f"depthlab: error: --init-from {export}: its weights do not fit this model (model.n_embd 32 there, 64 here; "
-        "model.n_layer 2 there, 3 here); set --model.n_embd 32 --model.n_layer 2 (the export's values), or drop "
-        "--init-from: a model of this shape is a new model and trains from scratch")
+        "model.n_layer 2 there, 3 here); drop those --model flags to take the export's shape, or drop --init-from: a "
+        "model of this shape is a new model and trains from scratch")
     assert not (tmp_path / "new").exists()
     rc, out, _ = run_cli(capsys, *argv, "--train.max_iters", "5")  # the fix: the export's shape
     assert rc == 0 and out.startswith(f"init-from: {export / 'model.safetensors'}: the model starts")
+
+
+@pytest.mark.parametrize("hf_only", [False, True])
+def test_init_from_an_export_takes_its_shape_as_from_a_run(source, tmp_path, capsys, hf_only):
+    """Without --model flags a run folder gave the new run its shape, an export did not: the defaults (4 layers,
+    n_embd 128, block 128) were refused as not fitting. Without depthlab.json the shape is the Hugging Face
+    config.json's."""
+    pytest.importorskip("transformers")
+    export = tmp_path / "ex"
+    assert run_cli(capsys, "export", str(source), str(export))[0] == 0
+    if hf_only:
+        (export / "depthlab.json").unlink()
+    shape = ("n_layer", "n_head", "n_embd", "block_size")
+    flags = ["--data.path", str(source.parent / "t.txt"), "--train.max_iters", "3", "--train.eval_interval", "3",
+             "--train.eval_iters", "1", "--train.batch_size", "4", "--train.tensorboard", "false", "--train.threads",
+             "1"]
+    for src, out in ((source, tmp_path / "from_run"), (export, tmp_path / "from_export")):
+        rc, _, err = run_cli(capsys, "train", "--init-from", str(src), *flags, "--train.out_dir", str(out))
+        assert rc == 0, err
+    made = [json.loads((tmp_path / d / "config.json").read_text())["model"] for d in ("from_run", "from_export")]
+    want = json.loads((source / "config.json").read_text())["model"]
+    assert [{k: m[k] for k in shape} for m in made] == [{k: want[k] for k in shape}] * 2 == [
+        {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16}] * 2
 
 
 def test_diagnose_json_carries_the_init_from_record(source, tmp_path, capsys):

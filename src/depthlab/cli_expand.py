@@ -197,16 +197,17 @@ def resume_config_fault(rd: Path) -> Optional[str]:
 
 
 def _init_from_model_flags(init: str) -> list[str]:
-    """``--init-from RUN``: the source run's model section as flags, before the user's own (which win).
+    """``--init-from SRC``: the source's model section as flags, before the user's own (which win).
 
-    The weights fix the shape, so the new run takes it from the run they come from instead of
-    the defaults; a ``depthlab export`` folder (no config.json) keeps today's behaviour.
+    The weights fix the shape, so the new run takes it from where they come from instead of the defaults: a run's
+    config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives
+    (:func:`~depthlab.init_from.source_model`), so an export starts a run as its run does.
     """
     import json
 
-    from .rundir import RunDir
+    from .init_from import source_model
 
-    model = ((RunDir(init).config or {}).get("model") or {}) if Path(init).is_dir() else {}
+    model = source_model(Path(init))[0] if Path(init).is_dir() else {}
     out: list[str] = []
     for key, value in model.items():
         if key == "vocab_size" or value is None:

@@ -225,12 +225,9 @@ def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
     if not keys:
         return None
     said = "; ".join(f"model.{k} {theirs[k]!r} there, {ours[k]!r} here" for k in keys)
-    values = "value" if len(keys) == 1 else "values"
-    take = (f"set {' '.join(f'--model.{k} {_flag_text(theirs[k])}' for k in keys)} ({what}'s {values})"
-            if what == "the export"
-            else f"drop those --model flags to take {what}'s shape")
-    return (f"--init-from {src}: its weights do not fit this model ({said}); {take}, or drop --init-from: a model of "
-            "this shape is a new model and trains from scratch")
+    # without those flags the command line takes the source's model section (cli_expand), a run's or an export's
+    return (f"--init-from {src}: its weights do not fit this model ({said}); drop those --model flags to take {what}'s "
+            "shape, or drop --init-from: a model of this shape is a new model and trains from scratch")
 
 
 def _field(cfg: dict, key: str):
