@@ -5,6 +5,7 @@ fresh), config.json ``resolved.init_from`` (path and sha256, kept by a resume), 
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,30 @@ def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path,
     assert rc == 0 and "init-from:" not in out
     assert json.loads((tmp_path / "B" / "config.json").read_text())["resolved"]["init_from"] == want
     assert json.loads((tmp_path / "B" / "summary.json").read_text())["init_from"] == want
+
+
+def test_init_from_a_run_hashes_its_best_once(source, tmp_path, capsys, monkeypatch):
+    """It hashed best.safetensors three times at start (the manifest's check in the load, then the record, which
+    ran that check again): a file of gigabytes read three times before step 0."""
+    from depthlab import checkpoint, data, init_from
+
+    hashed = []
+
+    def counting(path):
+        hashed.append(Path(path).name)
+        return data.sha256_file(path)
+
+    for module in (checkpoint, init_from):
+        monkeypatch.setattr(module, "sha256_file", counting)
+    best = source / "checkpoints" / "best.safetensors"
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(source),
+                         *tiny_cli_args(source.parent / "t.txt", tmp_path / "B", train__max_iters=2))
+    assert rc == 0, err
+    assert hashed.count("best.safetensors") == 1
+    record = json.loads((tmp_path / "B" / "config.json").read_text())["resolved"]["init_from"]
+    manifest = json.loads((source / "checkpoints" / "manifest.json").read_text())["best"]
+    assert record["sha256"] == hashlib.sha256(best.read_bytes()).hexdigest()
+    assert (record["step"], record["val_loss"]) == (manifest["step"], manifest["val_loss"])
 
 
 def test_a_run_from_scratch_has_no_init_from_record(source):

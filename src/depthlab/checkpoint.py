@@ -737,9 +737,10 @@ def best_fix(run_dir: Path) -> str:
             "train the source run again")
 
 
-def unchecked_best(run_dir: Path) -> Optional[str]:
+def unchecked_best(run_dir: Path, actual: Optional[str] = None) -> Optional[str]:
     """Why ``run_dir``'s ``best.safetensors`` cannot be checked against manifest.json (``--init-from`` then loads it
-    unchecked, as a damaged manifest's refusal offers), or None when it matches its sha256 there.
+    unchecked, as a damaged manifest's refusal offers), or None when it matches its sha256 there. ``actual``: the
+    file's sha256 when the caller has it (hashed here when None).
 
     Raises:
         DepthlabError: the file does not match the manifest's sha256 of best (nor of a step checkpoint's weights),
@@ -757,7 +758,7 @@ def unchecked_best(run_dir: Path) -> Optional[str]:
     _refuse_newer_format(m, data, f"--init-from {run_dir}: ")
     best = data.get("best")
     path = ckdir / "best.safetensors"
-    actual = sha256_file(path)
+    actual = actual or sha256_file(path)
     steps = [c for c in entries if isinstance(c.get("files"), dict)]
     listed = {h for c in steps for f, h in c["files"].items() if f.endswith(".safetensors")}
     fault = _unverifiable(best, "best.safetensors")

@@ -105,8 +105,9 @@ def _refuse_other_vocab_size(src: Path, ours: Optional[int]) -> None:
                             "tokenizer from scratch")
 
 
-def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch.Tensor]:
-    """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export.
+def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The weights that start a new run ``--init-from src``: a run's ``best`` checkpoint or a Hugging Face export,
+    and their :func:`init_record` (the file is hashed once, for the manifest's check and the record).
 
     Args:
         src: a depthlab run directory, or a folder written by ``depthlab export``.
@@ -114,7 +115,7 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
         tok: the new run's tokenizer (must be the source's).
 
     Returns:
-        depthlab state dict.
+        (depthlab state dict, :func:`init_record`).
 
     Raises:
         DepthlabError: neither kind of folder, another tokenizer, an export of another variant, activation or
@@ -132,12 +133,13 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
             sd, meta = load_weights_file(path)
         except DepthlabError as e:
             raise DepthlabError(f"--init-from {src}: {e}; {best_fix(src)}") from None
-        why = unchecked_best(src)  # after the load: a truncated file is named as such, with its fix
+        digest = sha256_file(path)  # once (a file of gigabytes): the manifest's check and the record share it
+        why = unchecked_best(src, digest)  # after the load: a truncated file is named as such, with its fix
         if why is not None:
             warnings.warn(f"--init-from {src}: {path} could not be checked against the run's manifest ({why}); its "
                           "weights are loaded unchecked")
         _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
-        return sd
+        return sd, init_record(src, digest, vouched=why is None)
     try:
         hcfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -159,21 +161,24 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> dict[str, torch
         hf = st_load((src / "model.safetensors").read_bytes())
     except Exception as e:  # missing file or not safetensors
         raise DepthlabError(f"--init-from {src}: cannot read model.safetensors ({type(e).__name__})") from None
-    return hf_layout.from_hf_state_dict(hf, cfg, src)
+    return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
 
 
-def init_record(src: Path) -> dict[str, Any]:
+def init_record(src: Path, digest: Optional[str] = None, vouched: Optional[bool] = None) -> dict[str, Any]:
     """What ``--init-from src`` loaded (config.json ``resolved.init_from``): the weights file's absolute path and
     sha256, and for a run's ``best.safetensors`` the step and val loss its manifest records for those bytes (None
-    when it cannot say; a Hugging Face export has neither)."""
+    when it cannot say; a Hugging Face export has neither). ``digest``: the file's sha256 when the caller has it,
+    ``vouched``: whether it passed :func:`~depthlab.checkpoint.unchecked_best` (each found here when None)."""
     src = Path(src)
     run = (src / CKPT_DIR).is_dir()
     path = src / CKPT_DIR / "best.safetensors" if run else src / "model.safetensors"
-    digest = sha256_file(path)
+    digest = digest or sha256_file(path)
     step = val = None
     if run:
         try:  # the entry of best the load checked (unchecked_best): a damaged step entry leaves it intact
-            best = None if unchecked_best(src) else json.loads((src / CKPT_DIR / "manifest.json").read_text())["best"]
+            if vouched is None:
+                vouched = unchecked_best(src, digest) is None
+            best = json.loads((src / CKPT_DIR / "manifest.json").read_text())["best"] if vouched else None
         except (DepthlabError, OSError, ValueError, KeyError, TypeError):
             best = None
         if isinstance(best, dict) and (best.get("files") or {}).get("best.safetensors") == digest:

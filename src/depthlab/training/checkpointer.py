@@ -16,7 +16,7 @@ from typing import Optional
 from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import resume_config, rundir
-from ..init_from import init_line, init_record, init_weights, kept_init_record, source_model, weights_fit
+from ..init_from import init_line, init_weights, kept_init_record, source_model, weights_fit
 from ..budget import Plan
 from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
@@ -520,24 +520,26 @@ class Checkpointer:
         """``model`` (of ``run``, a Trainer in set-up) with the ``--init-from`` weights loaded (:meth:`init_from`)
         when given; their file, sha256, step and val loss go to :attr:`init_record` and one console line."""
         if self.init_source:
-            self.init_from(Path(self.init_source), model, run.cfg.model, run.corpus.tokenizer)
-            self.init_record = {"init_from": init_record(Path(self.init_source))}
+            self.init_record = {"init_from": self.init_from(Path(self.init_source), model, run.cfg.model,
+                                                            run.corpus.tokenizer)}
             self.log(init_line(self.init_record["init_from"], self.init_source))
         return model
 
     @staticmethod
-    def init_from(rd: Path, raw_model, model_cfg, tokenizer) -> None:
-        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into a fresh run's model.
+    def init_from(rd: Path, raw_model, model_cfg, tokenizer) -> dict:
+        """Load the best weights of run ``rd`` (or of a ``depthlab export`` folder) into a fresh run's model;
+        returns their :func:`~depthlab.init_from.init_record`.
 
         Raises:
             DepthlabError: the weights do not fit; the model fields that differ from the source run's
                 are named (the command line takes the source's shape unless told otherwise).
         """
-        sd = init_weights(rd, model_cfg, tokenizer)
+        sd, record = init_weights(rd, model_cfg, tokenizer)
         try:
             ckpt.load_into(raw_model, sd, rd)
         except DepthlabError as e:
             raise DepthlabError(_unfit_weights(rd, dataclasses.asdict(model_cfg)) or str(e)) from None
+        return record
 
     # ------------------------------------------------------------------ saving
     @staticmethod
