@@ -582,6 +582,46 @@ def test_log_probabilities_are_harmless(corpus):
     assert il.ok is True and il.evidence["output_kind"] == "logits" and "log-prob" not in il.summary
 
 
+class _Squashed(nn.Module):
+    """Two more learner bugs: forward ends in a sigmoid, or in a softmax over time (dim=1) not the vocabulary."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.head, self.how = nn.Embedding(65, 32), nn.Linear(32, 65), how
+
+    def forward(self, idx):
+        logits = self.head(self.emb(idx))
+        return logits.sigmoid() if self.how == "sigmoid" else logits.softmax(dim=1)
+
+
+@pytest.mark.parametrize("how,kind,what,fix", [
+    ("sigmoid", "sigmoid", "the forward returns sigmoid outputs (every value between 0 and 1), not logits: "
+     "cross-entropy applies log-softmax over the vocabulary itself (every output is strictly between 0 and 1; "
+     "loss at init 4.1", "return the values before the sigmoid"),
+    ("time", "softmax over time", "the forward returns a softmax over the time axis (dim=1: each vocabulary entry "
+     "sums to 1 along the sequence), not logits: cross-entropy applies log-softmax over the vocabulary itself, and "
+     "a softmax along time also mixes in the later positions (every output is >= 0 and each (sequence, vocabulary "
+     "entry) sums to 1 over time; loss at init 4.1", "drop the softmax(dim=1)")])
+def test_sigmoid_and_time_softmax_named_by_init_loss_and_overfit_batch(corpus, how, kind, what, fix):
+    rep = check_model(_Squashed(how), corpus, block_size=16, rules=("shape", "init_loss", "overfit_batch"))
+    c = {x.rule: x for x in rep.checks}
+    il, ob = c["init_loss"], c["overfit_batch"]
+    assert il.ok is False and il.evidence["output_kind"] == kind
+    assert il.summary.startswith(what) and fix in il.remedy
+    assert ob.ok is False and "see init_loss" in ob.remedy and fix in ob.remedy
+    assert "cannot fall below ln(1 + (V-1)/e) = 3.20 nats" in ob.remedy and ob.evidence["final_loss"] > 3.2
+
+
+def test_output_kind_keeps_zero_and_small_logits_as_logits():
+    """An all-zero output (zero-initialised head) is inside [0, 1] but is logits, as are logits of both signs."""
+    from depthlab.analytics.check.outputs import output_kind
+    assert output_kind(torch.zeros(2, 4, 65)) is None
+    assert output_kind(torch.randn(2, 4, 65) * 0.02) is None
+    assert output_kind(torch.randn(2, 4, 65).sigmoid()) == "sigmoid"
+    assert output_kind(torch.randn(2, 4, 65).softmax(1)) == "softmax over time"
+
+
 class _CutBlocks(nn.Module):
     """A new user's model: the head reads the blocks' output through .detach()."""
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ...units import agree, counted
 from .finite import first_nonfinite, nonfinite_result
-from .outputs import LOG_PROBABILITIES, LOG_PROBS_TEXT, PROBABILITIES, PROBS_FIX, PROBS_TEXT, output_kind
+from .outputs import BOUNDED, LOG_PROBABILITIES, LOG_PROBS_TEXT, output_kind
 from .subject import CheckResult, ModelFault, Subject, call_user
 
 __all__ = ["shape_rule", "vocab_rule", "causal_leak_rule", "init_loss_rule", "no_gradient_rule",
@@ -467,10 +467,10 @@ def init_loss_rule(subject: Subject, batches: int = 2) -> CheckResult:
            f"the logits' std across the vocabulary is {std:.3g} (max |logit| {peak:.3g})")
     kind = kinds.pop() if len(kinds) == 1 else None
     ev["output_kind"] = kind or "logits"
-    if kind == PROBABILITIES:  # the loss is near ln V whatever the model does: say so instead of "ok"
-        return CheckResult("init_loss", False, {"summary": f"{PROBS_TEXT} (every output row is >= 0 and sums to 1; "
-                                                           f"loss at init {loss:.3f} nats vs ln {Vm} = {ref:.3f})",
-                                                **ev}, PROBS_FIX)
+    if kind in BOUNDED:  # the loss is near ln V whatever the model does: say so instead of "ok"
+        what, fix, seen = BOUNDED[kind]
+        return CheckResult("init_loss", False, {"summary": f"{what} ({seen}; loss at init {loss:.3f} nats vs "
+                                                           f"ln {Vm} = {ref:.3f})", **ev}, fix)
     if math.isfinite(loss) and loss <= ref + INIT_EXCESS:
         return CheckResult("init_loss", True, {"summary": txt + (f"; {LOG_PROBS_TEXT}" if kind == LOG_PROBABILITIES
                                                                  else ""), **ev})

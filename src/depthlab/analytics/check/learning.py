@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..baselines import bigram_nats, one_token_line, unigram_nats
 from .finite import nonfinite_result
-from .outputs import PROBABILITIES, PROBS_FIX, PROBS_TEXT, output_kind, probs_floor
+from .outputs import BOUNDED, output_kind, probs_floor
 from .subject import CheckResult, Subject, call_user
 
 __all__ = ["overfit_batch_rule", "context_use_rule", "OVERFIT_STEPS", "OVERFIT_TARGET", "CONTEXT_STEPS",
@@ -117,11 +117,11 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
            f"(lr {OVERFIT_LR:g}; target < {OVERFIT_TARGET})")
     if final < OVERFIT_TARGET:
         return CheckResult("overfit_batch", True, {"summary": txt, **ev})
-    if kind == PROBABILITIES:
-        V = subject.model_vocab or subject.vocab_size
+    if kind in BOUNDED:
+        V, (what, fix, _) = subject.model_vocab or subject.vocab_size, BOUNDED[kind]
         return CheckResult("overfit_batch", False, {"summary": txt + ": it cannot even memorise a batch", **ev},
-                           f"{PROBS_TEXT}, so the loss cannot fall below ln(1 + (V-1)/e) = {probs_floor(V):.2f} "
-                           f"nats whatever it learns (see init_loss): {PROBS_FIX}")
+                           f"{what}, so the loss cannot fall below ln(1 + (V-1)/e) = {probs_floor(V):.2f} "
+                           f"nats whatever it learns (see init_loss): {fix}")
     return CheckResult("overfit_batch", False, {"summary": txt + ": it cannot even memorise a batch", **ev},
                        "a model that cannot memorise a handful of sequences does not learn from its input: look "
                        "for outputs cut from the graph (.detach(), torch.no_grad(), .data), parameters without "
