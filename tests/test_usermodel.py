@@ -406,3 +406,32 @@ def test_a_nan_final_validation_ends_the_run_with_exit_3_and_a_finding_not_no_pr
                  "--init", '{"block_size": 16}']) == 1
     out = " ".join(capsys.readouterr().out.split())  # the report wraps its lines
     assert "T=8, 15 fails (the logits hold NaN/inf)" in out and "hard-coded" not in out
+
+
+def test_a_model_importing_a_sibling_module_checks_trains_and_loads_after_its_folder_moves(tmp_path, tiny_text_file,
+                                                                                          capsys):
+    """`from dl_sib_layers import Block` beside the model: the run keeps a copy of dl_sib_layers.py too, so that
+    sample loads the run after the learner's folder is renamed (the recorded ORIGIN no longer has it)."""
+    import shutil
+    import sys
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    block, rest = MODEL.split("class MyGPT", 1)
+    (folder / "dl_sib_layers.py").write_text(block + "from dl_sib_util import WIDTH\n")
+    (folder / "dl_sib_util.py").write_text("WIDTH = 4\n")
+    (folder / "model.py").write_text("import torch, torch.nn as nn\nfrom dl_sib_layers import Block\n\n"
+                                     "class MyGPT" + rest)
+    made = build_model(parse_source(f"{folder / 'model.py'}:MyGPT"), vocab_size=65)  # as `depthlab check` loads it
+    assert type(made.blocks[0]).__module__ == "dl_sib_layers" and made.head.out_features == 65
+    run = tmp_path / "r"
+    Trainer(_cfg(run, tiny_text_file, f"{folder / 'model.py'}:MyGPT", max_iters=4), **QUIET).fit()
+    assert sorted(p.name for p in (run / "source").glob("*.py")) == ["dl_sib_layers.py", "dl_sib_util.py",
+                                                                      "model.py"]
+    shutil.move(str(folder), str(tmp_path / "moved"))
+    for name in ("dl_sib_layers", "dl_sib_util"):  # a later process would not have them imported
+        sys.modules.pop(name, None)
+    sys.path[:] = [p for p in sys.path if p != str(folder)]
+    capsys.readouterr()
+    assert main(["sample", str(run), "--prompt", "Speak", "--max-new-tokens", "4", "--seed", "1"]) == 0
+    assert capsys.readouterr().out.startswith("Speak")

@@ -13,6 +13,7 @@ The file is the user's code and runs as Python, with its own folder importable f
 
 from __future__ import annotations
 
+import ast
 import builtins
 import hashlib
 import importlib.util
@@ -34,8 +35,8 @@ from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
-           "logits_of", "make_model", "parse_init", "parse_source", "run_source", "source_copy", "full_logits",
-           "takes_targets"]
+           "logits_of", "make_model", "parse_init", "parse_source", "run_source", "sibling_modules", "source_copy",
+           "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -299,12 +300,35 @@ def source_copy(run_dir: Path, source: Union[str, Source]) -> Path:
     return Path(run_dir) / SOURCE / path.name
 
 
+def sibling_modules(path: Path) -> list[Path]:
+    """The ``.py`` files beside ``path`` that it imports (``import layers`` / ``from layers import Block``),
+    directly or through each other, sorted; packages (folders) and files that do not parse are not followed."""
+    folder, found, todo = path.resolve().parent, set(), [path]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop().read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for n in names:
+                f = folder / f"{n.split('.')[0]}.py"
+                if f.is_file() and f.resolve() != path.resolve() and f not in found:
+                    found.add(f)
+                    todo.append(f)
+    return sorted(found)
+
+
 def keep_source(run_dir: Path, src: Source) -> str:
-    """Copy the model's file into the run directory (atomically); returns its sha256."""
+    """Copy the model's file, and the sibling modules it imports (:func:`sibling_modules`), into the run
+    directory (atomically), so that the run loads after the original folder moves; returns the file's sha256."""
     data = src.path.read_bytes()
     dest = source_copy(run_dir, src)
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(dest, data)
+    for f in sibling_modules(src.path):
+        atomic_write(dest.parent / f.name, f.read_bytes())
     atomic_write(dest.parent / ORIGIN, str(src.path.resolve().parent).encode("utf-8"))
     return hashlib.sha256(data).hexdigest()
 
