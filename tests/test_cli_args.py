@@ -38,6 +38,24 @@ def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
         "remove them" in err
 
 
+def test_an_unknown_section_lists_the_sections_and_points_to_help(capsys, tmp_path):
+    """`--foo.bar 1` said only "train: unknown key(s) --foo.bar": neither the sections nor where the keys are."""
+    err = cli_err(capsys, "train", "--foo.bar", "1")
+    assert err == ("depthlab: error: train: unknown key(s) --foo.bar (there is no section foo; the sections are "
+                   "data, model, train); see `depthlab train --help` for the keys\n")
+    err = cli_err(capsys, "train", "--model.n_layers", "4")
+    assert err == ("depthlab: error: train: unknown key(s) --model.n_layers (did you mean --model.n_layer?); "
+                   "see `depthlab train --help` for the keys\n")
+    assert cli_err(capsys, "check", "m.py:M", "--foo.bar", "1") == (
+        "depthlab: error: check: unknown key(s) --foo.bar (there is no section foo; the sections are data); "
+        "see `depthlab check --help` for the keys\n")
+    f = tmp_path / "f.yaml"
+    f.write_text("foo:\n  bar: 1\n")
+    assert cli_err(capsys, "train", "-c", str(f)) == (
+        f"depthlab: error: {f}: unknown key(s) foo (there is no section foo; the sections are data, model, train): "
+        "edit or remove it\n")
+
+
 def test_a_positional_argument_given_as_a_flag_says_where_it_goes(capsys, tmp_path):
     """`depthlab export runs/a --out_dir x` once said "unknown key(s) --out_dir (did you mean --out_dir?)"."""
     err = cli_err(capsys, "export", str(tmp_path), "--out_dir", str(tmp_path / "ex"))
@@ -67,6 +85,7 @@ def test_an_unknown_key_in_a_file_opens_with_the_file_and_says_what_to_do(capsys
     assert err == f"depthlab: error: {run / 'config.json'}: unknown key(s) train.bogus_key: edit or remove it\n"
     err = cli_err(capsys, "train", "--model.n_layers", "3", "-c", str(run / "config.json"))
     assert err == (f"depthlab: error: train: unknown key(s) --model.n_layers (did you mean --model.n_layer?); "
+                   f"see `depthlab train --help` for the keys; "
                    f"{run / 'config.json'}: unknown key(s) train.bogus_key: edit or remove it\n")
 
 

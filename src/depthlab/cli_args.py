@@ -440,8 +440,9 @@ _ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "
             "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
 
 
-def _suggest(key: str, known: set[str], name=str) -> str:
-    """``key`` with the closest known key, both written by ``name`` (:func:`flag` for the command line)."""
+def _suggest(key: str, known: set[str], name=str, section: bool = False) -> str:
+    """``key`` with the closest known key, both written by ``name`` (:func:`flag` for the command line); with
+    no close key and a section before it that is none (or ``section``: ``key`` names one), the sections."""
     sec, _, field = key.rpartition(".")
     alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
     # within its section, the field's name alone is compared (train.bogus_key is not "close" to train.out_dir)
@@ -450,7 +451,12 @@ def _suggest(key: str, known: set[str], name=str) -> str:
             for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
     close = [alias] if alias in known else near or ([] if fields else
                                                     difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6))
-    return f"{name(key)} (did you mean {name(close[0])}?)" if close else name(key)
+    if close:
+        return f"{name(key)} (did you mean {name(close[0])}?)"
+    top, sections = key.split(".")[0], sorted({k.split(".")[0] for k in known if "." in k})
+    if ("." in key or section) and sections and top not in sections:  # a typo in the section, not the field: list them
+        return f"{name(key)} (there is no section {top}; the sections are {', '.join(sections)})"
+    return name(key)
 
 
 def _read_config(path: str) -> Optional[dict]:
@@ -490,11 +496,12 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     """The unknown keys of config file ``path`` (mapping ``d``) in one clause that opens with the file, or None:
     ``runs/x/config.json: unknown key(s) train.bogus_key: edit or remove it``."""
     out = []
-    for key, _ in _file_entries(d):
+    for key, value in _file_entries(d):
         if key in known:
             continue
         home = [s for s in SECTIONS if f"{s}.{key}" in known]
-        out.append(f"{key} (belongs under {home[0]}:)" if home else _suggest(key, known))
+        out.append(f"{key} (belongs under {home[0]}:)" if home else
+                   _suggest(key, known, section=isinstance(value, dict)))
     if not out:
         return None
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
@@ -595,7 +602,9 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
 
     Raises:
         DepthlabError: one line listing every unknown key, e.g. ``--model.n_layers (did you mean
-            --model.n_layer?)`` or ``c.yaml: unknown key(s) n_layer (belongs under model:): edit or remove it``;
+            --model.n_layer?)``, ``--foo.bar (there is no section foo; the sections are data, model, train)``
+            (the command line's end with where to find the keys: ``depthlab COMMAND --help``), or
+            ``c.yaml: unknown key(s) n_layer (belongs under model:): edit or remove it``;
             or the first bad file value.
     """
     known = _flat_keys(parser.get_defaults().as_dict())
@@ -615,7 +624,8 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     files = [(path, _read_config(path)) for path in _config_files(argv)]
     in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
     if problems or in_files:
-        raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}"] if problems else [])
+        raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}; see `depthlab {command} "
+                                        "--help` for the keys"] if problems else [])
                                       + in_files))
     ignored = [f"{flag(k)} {_NOT_USED[k]}" for k in flags if k in _NOT_USED]
     if command == "probe":
