@@ -95,6 +95,25 @@ def test_existing_out_dir_refused_and_untouched(tmp_path, capsys, tiny_text_file
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
+def test_overwrite_under_a_read_only_folder_is_one_line_and_keeps_the_run(tmp_path, capsys, tiny_text_file,
+                                                                        monkeypatch):
+    import tempfile
+
+    out = tmp_path / "run"
+    assert run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--train.out_dir", str(out))[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def denied(dir=None, prefix=None, **kw):  # the tests run as root, which chmod cannot stop: the refusal it gets
+        raise PermissionError(13, "Permission denied", f"{dir}/{prefix}x")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", denied)
+    rc, _, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), *TINY, "--train.out_dir", str(out),
+                         "--overwrite")
+    assert_clean_error(rc, err, f"cannot replace train.out_dir {out}: its folder {tmp_path} is not writable "
+                       "(Permission denied); nothing was changed")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
 @pytest.mark.parametrize("extra,needle", [(["--temperature", "-1"], "temperature"), (["--top-p", "1.5"], "top-p"),
                                           (["--top-p", "0"], "top-p"), (["--top-k", "-3"], "top-k"),
                                           (["--seed", str(2**64)], "--seed must be an integer from 0 to 2**63 - 1"),

@@ -607,7 +607,12 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
     aside = None
     if out_dir.exists() and any(p.name != LOCK for p in out_dir.iterdir()):  # a lone .lock: a start that failed
         _check_replaceable(out_dir, overwrite)
-        aside = make_temp_dir(out_dir.parent, f".{out_dir.name}.replaced-")
+        try:  # the old run is moved aside within its parent folder, so that folder must be writable too
+            aside = make_temp_dir(out_dir.parent, f".{out_dir.name}.replaced-")
+        except OSError as e:
+            raise DepthlabError(f"cannot replace train.out_dir {out_dir}: its folder {out_dir.parent} is not "
+                                f"writable ({e.strerror}); nothing was changed: make that folder writable or "
+                                "choose another --train.out_dir") from None
         try:
             os.replace(out_dir, aside / out_dir.name)
         except OSError as e:  # e.g. out_dir is a mount point: it cannot move
