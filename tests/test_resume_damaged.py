@@ -228,3 +228,22 @@ def test_a_best_the_manifest_does_not_name_is_adopted_or_kept_aside_never_replac
                           "or val loss recorded for it, and not the weights of the run's best step), so its "
                           f"provenance is unknown; kept as {aside} and the next evaluation writes a new best"]
         assert after["best"]["step"] == 31 and (ck / "best.safetensors").read_bytes() != old
+
+
+@pytest.mark.parametrize("locked", ["", "checkpoints", "metrics.jsonl"])
+def test_a_run_this_user_cannot_write_is_refused_before_resuming_and_nothing_changes(run30, capsys, monkeypatch,
+                                                                                     locked):
+    import os
+
+    before = _snapshot(run30)
+    capsys.readouterr()
+    real = os.access
+    # the tests run as root, which chmod cannot stop: os.access answers as for a user without write permission
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: not (mode & os.W_OK and str(p) == str(run30 / locked).
+                                                                   rstrip("/")) and real(p, mode, **kw))
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 2
+    out, err = capsys.readouterr()
+    where = str(run30 / locked).rstrip("/")
+    assert err == (f"depthlab: error: cannot resume: {where} is not writable, and the resume writes its checkpoints "
+                   f"and records there; make the run writable (chmod -R u+w {run30}) or copy it and resume the copy\n")
+    assert "resuming" not in out + err and _snapshot(run30) == before
