@@ -211,6 +211,15 @@ def test_val_loss_above_the_uniform_baseline_is_exploding():
     assert not [f for f in diagnose_records(evals([4.2, 3.0, 2.5]), config=cfg) if f.rule == "exploding"]
 
 
+def test_a_start_above_ln_v_that_only_falls_is_not_exploding():
+    # a user's model starting 0.55 nats above ln V 4.174 (less than init_excess) whose loss only fell: not a blow-up
+    cfg = {"model": {"vocab_size": 65}, "train": {"learning_rate": 3e-3}}
+    assert [f.rule for f in diagnose_records(evals([4.7231, 4.7216], every=5), config=cfg)] == []
+    # the same start rising by more than exploding_growth is one
+    found = diagnose_records(evals([4.7231, 5.3], every=5), config=cfg)
+    assert [f.rule for f in found] == ["exploding"] and "val loss 5.300 at step 5" in found[0].evidence
+
+
 def test_a_run_of_the_previous_release_diagnoses_as_json(old_run, capsys):
     assert main(["diagnose", str(old_run), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

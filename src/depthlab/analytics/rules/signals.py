@@ -38,11 +38,13 @@ def divergence(ev: Evidence) -> list[str]:
             signs.append(f"{bad[0]} is {r[bad[0]]} at step {r['step']}")
             break
     v_size = ev.section("model").get("vocab_size")
-    init = init_too_high(ev)
+    first = next((v for s, v in ev.val_losses if s == 0), None)
     if isinstance(v_size, int) and v_size > 1:  # worse than guessing uniformly: the run blew up at some point
         worst = max(((s, v) for s, v in ev.val_losses if s > 0), key=lambda sv: sv[1], default=None)
-        if init is not None and worst is not None and worst[1] <= init[0] + ev.thresholds.exploding_growth:
-            worst = None  # above ln V from the start and never rose: the initialisation, not a blow-up
+        # above ln V from the start and never rose: the initialisation (a model's own output scale), not a
+        # blow-up, however far above ln V it started (init_too_high judges starts more than init_excess above)
+        if first is not None and worst is not None and worst[1] <= first + ev.thresholds.exploding_growth:
+            worst = None
         if worst is not None and worst[1] > math.log(v_size) + ev.thresholds.exploding_growth:
             signs.append(f"val loss {worst[1]:.3f} at step {worst[0]} is above the uniform baseline "
                          f"ln V = {math.log(v_size):.3f}: the model was worse than guessing")
