@@ -127,6 +127,19 @@ def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_pat
         build_model(parse_source(f"{tmp_path / 'ex3.py'}:M"))
 
 
+def test_a_constructor_that_calls_sys_exit_is_one_line_not_a_silent_exit_status(tmp_path, capsys):
+    """`depthlab check f.py:M` on a constructor doing sys.exit(3) ended with status 3 (depthlab's "final validation
+    not finite") and no word (new user nu60); it is now a usage error naming the call and the fix."""
+    f = tmp_path / "ex.py"
+    f.write_text("import sys, torch\nclass M(torch.nn.Module):\n    def __init__(self, vocab_size, n_head=3):\n"
+                 "        super().__init__()\n        sys.exit(3)\n")
+    assert main(["check", f"{f}:M"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"depthlab: error: {f}:M: M(vocab_size=65) exited (SystemExit(3), any lines just above are its "
+                   "own): raise an exception (e.g. ValueError) instead of calling sys.exit, so that the caller can say "
+                   "what was wrong\n")
+
+
 def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
     """A new user's pass: os._exit(4) at import ended `depthlab check` silently with status 4; input() at import
     failed with EOFError glued to the file's prompt."""

@@ -219,8 +219,8 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
             parameter of that name and ``init`` does not set it.
 
     Raises:
-        DepthlabError: the file does not import, the name is missing, the call fails or does not
-            return an ``nn.Module``; one line naming the file, the name and the problem.
+        DepthlabError: the file does not import, the name is missing, the call fails (or calls sys.exit) or does
+            not return an ``nn.Module``; one line naming the file, the name and the problem.
     """
     made = _factory(src)
     kw = dict(init or {})
@@ -236,6 +236,11 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}") from None
+    except SystemExit as e:  # sys.exit("bad sizes") in a constructor would end depthlab with its status, unexplained
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+        raise DepthlabError(f"{src}: {src.name}({args}) exited (SystemExit({e.code!r}), any lines just above are its "
+                            "own): raise an exception (e.g. ValueError) instead of calling sys.exit, so that the "
+                            "caller can say what was wrong") from None
     if not isinstance(model, torch.nn.Module):
         raise DepthlabError(f"{src}: {src.name}(...) returned an object of type {type(model).__name__}, not a "
                             "torch.nn.Module; "
