@@ -203,6 +203,15 @@ def test_blocks_option(corpus):
     assert rep.checks[-1].evidence["blocks"] == "blocks.0.sa.heads (4 x Head)"
     with pytest.raises(DepthlabError, match="no submodule 'blockz'"):
         check_model(planted("KarpathyStyle"), corpus, block_size=32, blocks="blockz")
+    # one block, or a block's MLP (Linear, ReLU, Linear), is no stack: its parts were probed as blocks and
+    # labelled "5 x LayerNorm" after the first part's class (new user nu60)
+    with pytest.raises(DepthlabError, match=r"^--blocks blocks.0: KBlock 'blocks.0' is one module, not a list of "
+                                            r"blocks; name the ModuleList, Sequential or ModuleDict of the blocks "
+                                            r"\(this model's: blocks, blocks.0.sa.heads, blocks.1.sa.heads\)$"):
+        find_blocks(planted("KarpathyStyle"), "blocks.0")
+    with pytest.raises(DepthlabError, match=r"^--blocks blocks.0.ffwd: Sequential 'blocks.0.ffwd' holds modules of 2 "
+                                            r"classes \(Linear, ReLU\), not one block repeated; "):
+        find_blocks(planted("KarpathyStyle"), "blocks.0.ffwd")
 
 
 # ------------------------------------------------------------------------- the worked example

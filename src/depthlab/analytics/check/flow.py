@@ -46,7 +46,7 @@ def find_blocks(model: nn.Module, attr: Optional[str] = None) -> tuple[Optional[
         attr: the container's dotted name (``transformer.h``) instead of the search.
 
     Raises:
-        DepthlabError: ``attr`` names no submodule, or one without entries.
+        DepthlabError: ``attr`` names no submodule, one without entries, or no container of modules of one class.
     """
     if attr is not None:
         try:
@@ -58,6 +58,15 @@ def find_blocks(model: nn.Module, attr: Optional[str] = None) -> tuple[Optional[
         blocks = _entries(m)
         if not blocks:
             raise DepthlabError(f"--blocks {attr}: {type(m).__name__} {attr!r} has no entries; name the list of blocks")
+        kinds = sorted({type(b).__name__ for b in blocks})
+        if not isinstance(m, _CONTAINERS) or len(kinds) > 1:
+            # one module's parts (a block's norms, attention and MLP) are no stack: "block 0 .. 4" would be untrue
+            what = "is one module, not a list of blocks" if not isinstance(m, _CONTAINERS) else \
+                f"holds modules of {len(kinds)} classes ({', '.join(kinds)}), not one block repeated"
+            lists = [n for n, c in model.named_modules() if n and isinstance(c, _CONTAINERS) and _uniform(c)]
+            raise DepthlabError(f"--blocks {attr}: {type(m).__name__} {attr!r} {what}; name the ModuleList, "
+                                "Sequential or ModuleDict of the blocks"
+                                + (f" (this model's: {', '.join(lists[:8])})" if lists else ""))
         return attr, blocks
     found = [(n, c) for n, c in model.named_modules() if isinstance(c, _CONTAINERS) and _uniform(c)]
     outer = [(n, c) for n, c in found if not any(o != n and (o == "" or n.startswith(o + ".")) for o, _ in found)]
