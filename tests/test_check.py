@@ -201,7 +201,8 @@ def test_blocks_option(corpus):
     rep = check_model(planted("KarpathyStyle"), corpus, block_size=32, blocks="blocks.0.sa.heads",
                       rules=("shape", "gradient_flow"))
     assert rep.checks[-1].evidence["blocks"] == "blocks.0.sa.heads (4 x Head)"
-    with pytest.raises(DepthlabError, match="no submodule 'blockz'"):
+    with pytest.raises(DepthlabError, match=r"no submodule 'blockz'; its containers: blocks, blocks.0.sa.heads, "
+                                            r"blocks.1.sa.heads$"):  # not the MLPs' Sequentials, which it refuses
         check_model(planted("KarpathyStyle"), corpus, block_size=32, blocks="blockz")
     # one block, or a block's MLP (Linear, ReLU, Linear), is no stack: its parts were probed as blocks and
     # labelled "5 x LayerNorm" after the first part's class (new user nu60)

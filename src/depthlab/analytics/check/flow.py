@@ -52,7 +52,8 @@ def find_blocks(model: nn.Module, attr: Optional[str] = None) -> tuple[Optional[
         try:
             m = model.get_submodule(attr)
         except AttributeError:
-            names = [n for n, c in model.named_modules() if isinstance(c, _CONTAINERS) and n]
+            # only lists that --blocks takes: a block's MLP Sequential (Linear, GELU, Linear) would be refused
+            names = [n for n, c in model.named_modules() if isinstance(c, _CONTAINERS) and n and _uniform(c)]
             raise DepthlabError(f"--blocks {attr}: the model has no submodule {attr!r}"
                                 + (f"; its containers: {', '.join(names[:8])}" if names else "")) from None
         blocks = _entries(m)
