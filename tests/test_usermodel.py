@@ -140,6 +140,21 @@ def test_a_constructor_that_calls_sys_exit_is_one_line_not_a_silent_exit_status(
                    "what was wrong\n")
 
 
+def test_a_forward_that_calls_sys_exit_is_one_line_naming_its_line(tmp_path, capsys):
+    """A forward doing sys.exit(4) ended `depthlab check` and `train` with status 4 and no word (new user nu60)."""
+    f = tmp_path / "fx.py"
+    f.write_text("import sys, torch\nclass M(torch.nn.Module):\n    def __init__(self, vocab_size):\n"
+                 "        super().__init__()\n        self.e = torch.nn.Embedding(vocab_size, vocab_size)\n"
+                 "    def forward(self, idx):\n        sys.exit(4)\n")
+    assert main(["check", f"{f}:M"]) == 2
+    assert capsys.readouterr().err == ("depthlab: error: the model's code called sys.exit(4) (fx.py:7); raise an "
+                                       "exception (e.g. ValueError) there instead, so that depthlab can say what "
+                                       "was wrong\n")
+    with pytest.raises(SystemExit) as e:  # depthlab's own exits (--help) keep their status
+        main(["check", "--help"])
+    assert e.value.code == 0
+
+
 def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
     """A new user's pass: os._exit(4) at import ended `depthlab check` silently with status 4; input() at import
     failed with EOFError glued to the file's prompt."""

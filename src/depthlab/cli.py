@@ -811,6 +811,18 @@ def dispatch(name: str, argv: list[str]) -> int:
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
+def _user_exit_line(e: SystemExit) -> Optional[str]:
+    """``FILE:LINE`` of the last frame of a model.source file (module ``depthlab_user_*``) in ``e``'s traceback,
+    or None when the exit is not the user's code's (a sys.exit in a forward would end depthlab with its status,
+    unexplained: 3 reads as depthlab's "final validation not finite")."""
+    tb, where = e.__traceback__, None
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("depthlab_user_"):
+            where = f"{Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
 def _error(msg: str) -> None:
     print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
 
@@ -903,6 +915,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:
+        where = _user_exit_line(e)
+        if where is None or debug:  # --help, argparse's own usage errors: their status is depthlab's
+            raise
+        _error(f"the model's code called sys.exit({e.code!r}) ({where}); raise an exception (e.g. ValueError) "
+               "there instead, so that depthlab can say what was wrong")
+        return 2
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
         import os
 
