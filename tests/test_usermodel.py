@@ -155,6 +155,19 @@ def test_a_forward_that_calls_sys_exit_is_one_line_naming_its_line(tmp_path, cap
     assert e.value.code == 0
 
 
+
+def test_a_forward_that_raises_keyboardinterrupt_itself_is_not_called_interrupted(tmp_path, capsys):
+    f = tmp_path / "ki.py"
+    f.write_text("import torch\nclass M(torch.nn.Module):\n    def __init__(self, vocab_size):\n"
+                 "        super().__init__()\n        self.e = torch.nn.Embedding(vocab_size, vocab_size)\n"
+                 "    def forward(self, idx):\n        raise KeyboardInterrupt\n")
+    assert main(["check", f"{f}:M"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("depthlab: error: the model's code raised KeyboardInterrupt itself (ki.py:7; no Ctrl-C was "
+                   "pressed); raise another exception (e.g. ValueError) there instead, so that depthlab can say "
+                   "what was wrong\n")
+
+
 def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
     """A new user's pass: os._exit(4) at import ended `depthlab check` silently with status 4; input() at import
     failed with EOFError glued to the file's prompt."""

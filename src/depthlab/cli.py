@@ -811,10 +811,10 @@ def dispatch(name: str, argv: list[str]) -> int:
     return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
 
 
-def _user_exit_line(e: SystemExit) -> Optional[str]:
+def _user_exit_line(e: BaseException) -> Optional[str]:
     """``FILE:LINE`` of the last frame of a model.source file (module ``depthlab_user_*``) in ``e``'s traceback,
     or None when the exit is not the user's code's (a sys.exit in a forward would end depthlab with its status,
-    unexplained: 3 reads as depthlab's "final validation not finite")."""
+    unexplained: 3 reads as depthlab's "final validation not finite"; a KeyboardInterrupt as "interrupted")."""
     tb, where = e.__traceback__, None
     while tb is not None:
         if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("depthlab_user_"):
@@ -912,7 +912,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         _error(str(e))
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        where = None if sigint_seen() else _user_exit_line(e)
+        if where is not None and not debug:  # no Ctrl-C came: "interrupted" would be untrue
+            _error(f"the model's code raised KeyboardInterrupt itself ({where}; no Ctrl-C was pressed); raise "
+                   "another exception (e.g. ValueError) there instead, so that depthlab can say what was wrong")
+            return 2
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except SystemExit as e:
