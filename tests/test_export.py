@@ -137,6 +137,31 @@ def test_export_refuses_to_overwrite_and_leaves_nothing_on_failure(run, tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no temporary folder left behind
 
 
+def test_an_unwritable_out_dir_is_one_line_naming_the_fix_and_only_a_real_earlier_export_is_said_kept(
+        run, tmp_path, capsys, monkeypatch):
+    # was: an empty read-only OUT_DIR was said to hold "the earlier export ... kept", and no fix was named
+    import depthlab.export as ex
+
+    empty, hf = tmp_path / "empty", tmp_path / "hf"
+    empty.mkdir()
+    export_run(run, hf, which="last")
+    before = (hf / "depthlab.json").read_text()
+    capsys.readouterr()
+
+    def denied(*a, **k):  # what a read-only folder does to a user who is not root
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ex, "_write_tokenizer", denied)
+    fix = "; make OUT_DIR and its folder writable (with room on the disk) or choose another OUT_DIR"
+    for out, argv, kept in ((empty, [], ""), (hf, ["--overwrite"], f"; the earlier export in {hf} is kept")):
+        rc = main(["export", str(run), str(out), *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (f"depthlab: error: export: writing {out} failed: Permission denied; nothing of it "
+                                   f"was left behind{kept}{fix}\n"), err
+    assert list(empty.iterdir()) == [] and (hf / "depthlab.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "hf"]  # no temporary folder left behind
+
+
 def test_export_overwrite_replaces_an_earlier_export(run, tmp_path):
     export_run(run, tmp_path / "hf", which="last")
     assert json.loads((tmp_path / "hf" / "depthlab.json").read_text())["checkpoint"] == "last"

@@ -268,3 +268,35 @@ def test_a_resume_of_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tm
             f"it{worker}: wait for the sweep to end; then --resume it again: it resumes from the latest checkpoint "
             "the sweep leaves\n"), err
         assert (run / "config.json").read_text() == before
+
+
+def _read_only(folder, monkeypatch):
+    """Make ``folder`` unwritable: chmod 555, or as root (whom chmod does not stop) runlock's access check says so."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return
+    real = os.access
+    monkeypatch.setattr(runlock.os, "access",
+                        lambda p, mode, **kw: False if Path(p) == folder and mode & os.W_OK else real(p, mode, **kw))
+
+
+def test_a_read_only_run_folder_is_refused_in_one_line_before_anything_is_written(
+        tmp_path, tiny_text_file, capsys, monkeypatch):
+    # was: 'PermissionError: ... run/.lock (check the paths given ...)', or with a copied .lock the config.json write
+    run, empty = tmp_path / "run", tmp_path / "empty"
+    assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=5))[0] == 0
+    runlock.release(run)
+    empty.mkdir()
+    before = _snapshot(run)
+    try:
+        for folder, argv in ((run, ["--resume", str(run), "--train.max_iters", "30"]),
+                             (empty, tiny_cli_args(tiny_text_file, empty))):
+            _read_only(folder, monkeypatch)
+            rc, out, err = run_cli(capsys, "train", *argv)
+            assert_clean_error(rc, err, f"cannot write into the run folder {folder}: ",
+                               f"make it writable (chmod -R u+w {folder}) or train into another --train.out_dir")
+            runlock.release(folder)
+        assert _snapshot(run) == before and list(empty.iterdir()) == []
+    finally:
+        run.chmod(0o755)
+        empty.chmod(0o755)

@@ -101,6 +101,30 @@ def test_out_dir_under_a_file_is_one_line(tmp_path):
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
+def test_a_read_only_out_dir_is_one_line_naming_the_folder_and_the_fix(tiny_text_file, tmp_path, monkeypatch):
+    # was: "PermissionError: [Errno 13] ... .sweep.json.XXXX.tmp (check the paths given ...)"
+    import os
+
+    from depthlab.sweep import common
+
+    d = tmp_path / "ro"
+    d.mkdir()
+    if os.geteuid() == 0:  # chmod does not stop root: the plan's write fails as it would for anyone else
+        def denied(*a, **k):
+            raise PermissionError(13, "Permission denied")
+        monkeypatch.setattr(common, "write_json", denied)
+    else:
+        d.chmod(0o555)
+    try:
+        with pytest.raises(DepthlabError) as e:
+            sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), d, workers=1, threads=1, log=quiet)
+    finally:
+        d.chmod(0o755)
+    assert str(e.value) == (f"cannot write into --out_dir {d}: Permission denied; make it writable "
+                            f"(chmod -R u+w {d}) or choose another folder")
+    assert [p.name for p in d.iterdir()] in ([], [".lock"])  # no plan, no run folder
+
+
 def test_another_grid_into_a_sweep_folder_is_refused_and_loses_nothing(tiny_text_file, tmp_path):
     sw = tmp_path / "sw"
     sweep.run_sweep(tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}), sw, workers=1, threads=1, log=quiet)

@@ -313,7 +313,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     except OSError as e:
         raise DepthlabError(f"export: cannot write into {out.parent}: {e.strerror or e}; choose a writable "
                             "OUT_DIR") from None
-    old, earlier = None, out.exists()
+    old, earlier = None, out.is_dir() and any(out.iterdir())  # an empty folder holds no earlier export
     try:
         with _no_progress_bar():
             hf.save_pretrained(str(tmp))
@@ -331,7 +331,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         tmp.rename(out)
     except OSError as e:  # e.g. the disk filled up: the temporary folder goes, an earlier export stays
         raise DepthlabError(f"export: writing {out} failed: {e.strerror or e}; nothing of it was left behind"
-                            + (f"; the earlier export in {out} is kept" if earlier else "")) from None
+                            + (f"; the earlier export in {out} is kept" if earlier else "")
+                            + "; make OUT_DIR and its folder writable (with room on the disk) or choose another "
+                              "OUT_DIR") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and not out.exists():  # the new export did not arrive: the earlier one goes back

@@ -282,7 +282,10 @@ def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
                added: Optional[dict[str, list[int]]] = None) -> None:
     """Write ``sweep.json``: the spec, the varied fields, every run's config and the seeds ``--seeds`` added
     (``added_seeds``: ``[{"experiment", "cell", "seeds"}]``); creates ``sweep_dir`` and locks it
-    (:func:`hold_sweep_dir`)."""
+    (:func:`hold_sweep_dir`).
+
+    Raises:
+        DepthlabError: ``sweep_dir`` cannot be created or written into (its folder is named with the fix)."""
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -290,9 +293,13 @@ def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
     hold_sweep_dir(sweep_dir)  # a folder made just now: locked before its plan is written
     extra = [dict(zip(("experiment", "cell"), json.loads(k)), seeds=sorted(v))
              for k, v in sorted((added or {}).items())]
-    write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
-                                        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-                                        "runs": [dataclasses.asdict(p) for p in points], "added_seeds": extra})
+    try:  # atomic: an earlier sweep.json stays whole when this fails
+        write_json(sweep_dir / SWEEP_JSON, {"spec": spec_to_json(spec), "varied": varied_fields(spec),
+                                            "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                            "runs": [dataclasses.asdict(p) for p in points], "added_seeds": extra})
+    except OSError as e:
+        raise DepthlabError(f"cannot write into --out_dir {sweep_dir}: {e.strerror or e}; make it writable "
+                            f"(chmod -R u+w {sweep_dir}) or choose another folder") from None
 
 
 # --------------------------------------------------------------------------- seeds (--seeds N | auto[:MAX])

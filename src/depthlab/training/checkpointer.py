@@ -289,6 +289,7 @@ class Checkpointer:
         if self.runtime.is_main and self.run_dir.is_dir():
             # before anything is written: one process trains a run at a time
             runlock.hold(self.run_dir, self.runtime, resume=True)
+            runlock.require_writable(self.run_dir)  # before the resume's notices, which would not come true
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed

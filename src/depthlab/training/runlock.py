@@ -138,11 +138,33 @@ def hold(run_dir: Path, runtime=None, busy: str = "", resume: bool = False) -> N
 
 def mark(run_dir: Path) -> None:
     """Write this process's pid to ``RUN/.lock`` once it holds the folder and has committed to training it (once;
-    a process that does not hold it, another rank, writes nothing)."""
+    a process that does not hold it, another rank, writes nothing).
+
+    Raises:
+        DepthlabError: the folder is not writable (before anything of the run is written)."""
     held = _HELD.get(_key(run_dir))
     if held is not None and not held[1]:
-        (Path(run_dir) / LOCK).write_text(f"{os.getpid()}\n", encoding="ascii")
+        require_writable(run_dir)  # a writable RUN/.lock (copied) in a read-only folder: later writes would fail
+        try:
+            (Path(run_dir) / LOCK).write_text(f"{os.getpid()}\n", encoding="ascii")
+        except OSError as e:  # the first write of a run (resumed or new): nothing of the run is touched yet
+            raise DepthlabError(_unwritable(run_dir, e.strerror or str(e))) from None
         held[1] = True
+
+
+def _unwritable(run_dir: Path, why: str) -> str:
+    return (f"cannot write into the run folder {run_dir}: {why}; make it writable (chmod -R u+w {run_dir}) or "
+            "train into another --train.out_dir (a --resume can continue a writable copy of it)")
+
+
+def require_writable(run_dir: Path) -> None:
+    """Refuse a run folder this process cannot make files in (a training run writes every file by rename).
+
+    Raises:
+        DepthlabError: ``run_dir`` is not writable, naming it and the fix.
+    """
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise DepthlabError(_unwritable(run_dir, os.strerror(13)))
 
 
 def _release_on_close(run_dir: Path, runtime) -> None:
