@@ -449,6 +449,53 @@ def test_a_nan_final_validation_ends_the_run_with_exit_3_and_a_finding_not_no_pr
     assert "T=8, 15 fails (the logits hold NaN/inf)" in out and "hard-coded" not in out
 
 
+def test_a_process_that_did_not_run_the_final_validation_exits_3_when_process_0_found_it_not_finite(tmp_path):
+    """Under torchrun only process 0 evaluates the whole split; the others learn the outcome from the agreed flag
+    (Evaluator.final_nonfinite) and end with exit 3 too, not 0 (was: rank 0 exited 3, the others 0)."""
+    from types import SimpleNamespace
+
+    from depthlab.errors import NonFiniteError
+    from depthlab.trainer import fit_checked
+
+    def run(final_nonfinite):
+        ev = SimpleNamespace(final_val=None, best_val=3.02, final_nonfinite=final_nonfinite)
+        return SimpleNamespace(fit=lambda: tmp_path, evaluator=ev, cfg=SimpleNamespace(model=SimpleNamespace(
+            source=None)))
+
+    assert fit_checked(run(False)) == tmp_path
+    with pytest.raises(NonFiniteError) as e:
+        fit_checked(run(True))
+    assert str(e.value) == ("the final validation loss is not finite (process 0 evaluated it and names the cause); "
+                            f"the run and its checkpoints are kept in {tmp_path}")
+
+
+@pytest.mark.slow
+def test_under_torchrun_every_process_exits_3_on_a_nan_final_validation(tmp_path, tiny_text_file):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    torchrun = shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+    src = tmp_path / "nanshort.py"
+    src.write_text(NAN_SHORT)
+    # a monitor interval longer than the ranks' gap in ending: torchrun sees both exit codes, not one and a SIGTERM
+    p = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", "--monitor-interval", "2", "--redirects",
+                        "3", "--log-dir", str(tmp_path / "logs"), "-m", "depthlab", "train", "--data.path",
+                        str(tiny_text_file), "--model.source", f"{src}:NanShort", "--model.block_size", "16",
+                        "--train.out_dir", str(tmp_path / "r"), "--train.max_iters", "10", "--train.eval_interval",
+                        "5", "--train.max_time", "0", "--train.batch_size", "4", "--train.grad_accum", "2",
+                        "--train.progress", "false"], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert p.returncode != 0
+    codes = sorted(line.split(":")[1].split()[0] for line in p.stderr.splitlines() if "exitcode  :" in line)
+    assert codes == ["3", "3"], p.stderr[-3000:]
+    last = {int(f.parent.name): f.read_text().strip().splitlines()[-1] for f in (tmp_path / "logs").rglob("stderr.log")}
+    assert last[0].startswith("depthlab: error: the final validation loss is not finite (nan nats over the whole")
+    assert last[1] == ("depthlab: error: the final validation loss is not finite (process 0 evaluated it and names "
+                       f"the cause); the run and its checkpoints are kept in {tmp_path / 'r'}")
+
+
 def test_a_model_importing_a_sibling_module_checks_trains_and_loads_after_its_folder_moves(tmp_path, tiny_text_file,
                                                                                           capsys):
     """`from dl_sib_layers import Block` beside the model: the run keeps a copy of dl_sib_layers.py too, so that

@@ -529,7 +529,8 @@ def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = 
 def fit_checked(run: Trainer) -> Path:
     """``run.fit()``, then :class:`NonFiniteError` when the final validation was not finite (the run is kept)."""
     run_dir = run.fit()
-    err = nonfinite_final_error(run.evaluator.final_val, run.evaluator.best_val, run.cfg.model.source, run_dir)
+    ev = run.evaluator
+    err = nonfinite_final_error(ev.final_val, ev.best_val, run.cfg.model.source, run_dir, ev.final_nonfinite)
     if err is not None:
         raise err
     return run_dir

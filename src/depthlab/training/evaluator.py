@@ -104,6 +104,7 @@ class Evaluator:
         self.patience_exhausted = False
         self.session_evals = 0
         self.final_val: Optional[dict] = None
+        self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
 
     @property
@@ -233,9 +234,16 @@ class Evaluator:
     def final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log) -> None:
         """train.final_validation: the best weights on the whole val split, logged and kept for the summary.
 
-        Only the main process evaluates (the others wait at the trainer's closing barrier); the weights
-        are the model's own when the last evaluation was the best, else the verified best checkpoint's.
+        Only the main process evaluates; every process calls this and learns from it whether the loss was
+        finite (``final_nonfinite``), so that under torchrun every process exits 3, not the main one alone.
+        The weights are the model's own when the last evaluation was the best, else the verified best
+        checkpoint's.
         """
+        self._final_validation(raw_model, step, run_dir, log)
+        bad = self.final_val is not None and not math.isfinite(self.final_val["val_loss"])
+        self.final_nonfinite = self.runtime.agree(final_nonfinite=bad)["final_nonfinite"]
+
+    def _final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log) -> None:
         if not (self.runtime.is_main and self.final_batches and math.isfinite(self.best_val)):
             return
         t0 = time.time()
@@ -262,10 +270,14 @@ class Evaluator:
 
 
 def nonfinite_final_error(final: Optional[dict], best_val: float, source: Optional[str],
-                          run_dir: Path) -> Optional[NonFiniteError]:
+                          run_dir: Path, agreed: bool = False) -> Optional[NonFiniteError]:
     """The error a run ends with when its final validation is not finite (exit 3, as a non-finite training
     loss with train.on_nonfinite stop), or None: the same weights' periodic evaluation was finite, so the
-    forward gives NaN/inf only for some of the whole split's inputs (its windows and batches can be shorter)."""
+    forward gives NaN/inf only for some of the whole split's inputs (its windows and batches can be shorter).
+    ``agreed``: :attr:`Evaluator.final_nonfinite`, the only news of it a process that did not evaluate has."""
+    if final is None and agreed:  # under torchrun: process 0 evaluated and says the whole of it
+        return NonFiniteError(f"the final validation loss is not finite (process 0 evaluated it and names the "
+                              f"cause); the run and its checkpoints are kept in {run_dir}")
     if final is None or math.isfinite(final["val_loss"]):
         return None
     where = (f"{check_command(source, run_dir)} tests the forward at many lengths and names where the first "
