@@ -247,3 +247,57 @@ def test_a_run_this_user_cannot_write_is_refused_before_resuming_and_nothing_cha
     assert err == (f"depthlab: error: cannot resume: {where} is not writable, and the resume writes its checkpoints "
                    f"and records there; make the run writable (chmod -R u+w {run30}) or copy it and resume the copy\n")
     assert "resuming" not in out + err and _snapshot(run30) == before
+
+
+def test_step_files_the_manifest_does_not_list_are_set_aside_with_one_warning_never_used_or_replaced(run30, capsys):
+    """kill -9 between a checkpoint's rename and the manifest's (or between the manifest and a rotation's delete)
+    leaves step files manifest.json does not list: they were kept silently, and the session's own step-40 checkpoint
+    replaced the unlisted step-40 files, perhaps the only copy of that later step."""
+    ckdir = run30 / "checkpoints"
+    later = {f"step-000040.{x}": (ckdir / f"step-000030.{x}").read_bytes() + b"later" for x in ("safetensors",
+                                                                                                   "state.pt")}
+    for name, data in {**later, "step-000005.state.pt": b"stale", "step-000040.state.pt.unlisted": b"earlier"}.items():
+        (ckdir / name).write_bytes(data)
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("not listed in manifest.json") == 1 and (
+        f"depthlab: warning: 3 step checkpoint files in {ckdir} were not listed in manifest.json (a checkpoint write "
+        "or rotation cut short, by a kill?): no sha256 vouches for them, so this run neither resumes from nor counts "
+        "them; renamed to step-000005.state.pt.unlisted, step-000040.safetensors.unlisted, "
+        "step-000040.state.pt.unlisted-2, so that no checkpoint of this session replaces them and no rotation "
+        "deletes them: delete them when you no longer need them\n") in err, err
+    assert (ckdir / "step-000040.safetensors.unlisted").read_bytes() == later["step-000040.safetensors"]
+    assert (ckdir / "step-000040.state.pt.unlisted-2").read_bytes() == later["step-000040.state.pt"]
+    assert (ckdir / "step-000040.state.pt.unlisted").read_bytes() == b"earlier"
+    assert (ckdir / "step-000005.state.pt.unlisted").read_bytes() == b"stale"
+    assert _steps(run30) == [30, 40]  # resumed from 30, the listed one; the session wrote its own step 40
+    assert (ckdir / "step-000040.safetensors").read_bytes() != later["step-000040.safetensors"]
+    assert not (ckdir / "step-000005.state.pt").exists()
+    from depthlab.rundir import foreign_files
+
+    assert foreign_files(run30) == []  # depthlab's own names: --overwrite does not call them the user's
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "50"]) == 0  # said once, not again
+    assert "not listed in manifest.json" not in capsys.readouterr().err
+
+
+def test_a_first_checkpoint_cut_short_before_its_manifest_is_set_aside_when_the_run_starts_again(run30, capsys):
+    """kill -9 inside the first checkpoint's write: one step file and no manifest.json; the run starts again from
+    step 0 and, before this fix, replaced that file at step 10 without a word."""
+    ckdir = run30 / "checkpoints"
+    orphan = ckdir / "step-000010.safetensors"
+    (ckdir / "step-000030.safetensors").rename(orphan)  # rotation removed step 10's own; any weights will do
+    data = orphan.read_bytes()
+    for p in ckdir.iterdir():
+        if p != orphan:
+            p.unlink()
+    (run30 / "summary.json").unlink()
+    rundir_records = [r for r in (run30 / "metrics.jsonl").read_text().splitlines() if json.loads(r)["step"] < 10]
+    (run30 / "metrics.jsonl").write_text("".join(r + "\n" for r in rundir_records))
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "10"]) == 0
+    out, err = capsys.readouterr()
+    assert f"no checkpoint in {run30} yet; starting it again from step 0" in out + err
+    assert (f"depthlab: warning: 1 step checkpoint file in {ckdir} was not listed in manifest.json (a checkpoint "
+            "write or rotation cut short, by a kill?): no sha256 vouches for it, so this run neither resumes from nor "
+            "counts it; renamed to step-000010.safetensors.unlisted, so that no checkpoint of this session replaces "
+            "it and no rotation deletes it: delete it when you no longer need it\n") in err, err
+    assert (ckdir / "step-000010.safetensors.unlisted").read_bytes() == data and _steps(run30) == [0, 10]

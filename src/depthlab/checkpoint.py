@@ -20,6 +20,7 @@ import io
 import json
 import math
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -267,6 +268,36 @@ def write_checkpoint(run_dir: Path, files: tuple, keep_last: int = 2, is_best: b
                 (ckdir / f).unlink()
             except FileNotFoundError:
                 pass
+
+
+_STEP_FILE = re.compile(r"step-\d+\.(safetensors|state\.pt)")
+
+
+def set_aside_unlisted(run_dir: Path) -> list[str]:
+    """Rename each step checkpoint file in ``checkpoints/`` that manifest.json does not list to ``NAME.unlisted``
+    (``NAME.unlisted-2``, ... when taken): a write that a kill cut short between the file's rename and the manifest's,
+    or a rotation's delete cut short after the manifest dropped it. No sha256 vouches for such a file, so a resume
+    neither uses nor counts it; renamed, the session's own checkpoint of that step cannot silently replace what
+    may be the only copy of a later step, and rotation never deletes it.
+
+    Returns:
+        The new names (``step-000025.safetensors.unlisted``, ...), sorted; [] when every step file is listed (a run
+        with no manifest yet lists none: its first checkpoint's write was cut short).
+    """
+    ckdir = Path(run_dir) / CKPT_DIR
+    if not ckdir.is_dir():
+        return []
+    listed = {f for c in read_manifest(ckdir, strict=False)["checkpoints"] for f in c.get("files", {})}
+    moved = []
+    for p in sorted(ckdir.iterdir()):
+        if _STEP_FILE.fullmatch(p.name) and p.name not in listed and p.is_file() and not p.is_symlink():
+            to, n = p.with_name(f"{p.name}.unlisted"), 1
+            while to.exists() or to.is_symlink():
+                n += 1
+                to = p.with_name(f"{p.name}.unlisted-{n}")
+            p.rename(to)
+            moved.append(to.name)
+    return moved
 
 
 def damaged_at(run_dir: Path, step: int) -> Optional[str]:

@@ -504,7 +504,7 @@ RUN_FIGURES = ("loss", "grad_flow", "grad_layers", "update_ratio", "activations"
 #: What depthlab writes inside a run directory's folders (``checkpoint.py``, ``figures.py``, TensorBoard's
 #: ``SummaryWriter``, ``usermodel.keep_source`` and the ``__pycache__`` Python makes beside that copy).
 _RUN_SUBFILES = {CHECKPOINTS: re.compile(r"manifest\.json|best(-step-\d+)?\.safetensors"  # best-step-N: kept on resume
-                                          r"|step-\d+\.(safetensors|state\.pt)"),
+                                          r"|step-\d+\.(safetensors|state\.pt)(\.unlisted(-\d+)?)?"),  # set aside
                  PLOTS: re.compile(rf"({'|'.join(RUN_FIGURES)})\.png"),
                  TENSORBOARD: re.compile(r"events\.out\.tfevents\..+"),
                  SOURCE: re.compile(r"ORIGIN|[^/]+\.py|__pycache__/[^/]+\.pyc")}

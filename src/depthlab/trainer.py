@@ -31,8 +31,7 @@ from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, schedule_warnings
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
-from .rundir import (MetricsWriter, default_out_dir, drop_replaced, restore_replaced,
-                     truncate_metrics)
+from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
@@ -186,8 +185,7 @@ class Trainer:
             if resumed and self.checkpointer.reopen(self.step, point.record_slack, self.evaluator.best):
                 self.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
             elif point is not None and not resumed:
-                self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
-                truncate_metrics(self.run_dir, -1)
+                self.checkpointer.restart()
         # TensorBoard drops the events after the checkpoint, as metrics.jsonl does (no doubled steps)
         self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
                                      enabled=self.is_main and not self.nothing_to_train,

@@ -478,6 +478,27 @@ class Checkpointer:
                      f"than the checkpoint resumed from (step {step}); kept as {path} (this session's evaluations "
                      "write a new best.safetensors)")
 
+    def _set_aside_unlisted(self) -> None:
+        """Step checkpoint files manifest.json does not list are renamed ``NAME.unlisted``
+        (:func:`~depthlab.checkpoint.set_aside_unlisted`), and one warning names them."""
+        moved = ckpt.set_aside_unlisted(self.run_dir)
+        if moved:
+            n = len(moved)
+            it = agree(n, "it", "them")
+            self.log(f"warning: {counted(n, 'step checkpoint file')} in {self.run_dir / CHECKPOINTS} "
+                     f"{agree(n, 'was', 'were')} not listed in manifest.json (a checkpoint write or rotation cut "
+                     f"short, by a kill?): no sha256 vouches for {it}, so this run neither resumes from nor counts "
+                     f"{it}; "
+                     f"renamed to {', '.join(moved)}, so that no checkpoint of this session replaces {it} and no "
+                     f"rotation deletes {it}: delete {it} when you no longer need {it}")
+
+    def restart(self) -> None:
+        """A run with no checkpoint yet starts again from step 0: its records go, and an unlisted step file (its first
+        checkpoint's write cut short) is set aside, not replaced."""
+        self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+        truncate_metrics(self.run_dir, -1)
+        self._set_aside_unlisted()
+
     def announce_resume(self, run) -> None:
         """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says
         ``nothing to train`` instead; a run without a finite val loss says so (not ``best val inf``)."""
@@ -505,6 +526,7 @@ class Checkpointer:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
         """
         self._keep_later_best(step)
+        self._set_aside_unlisted()
         bad = rundir.damaged_metrics_lines(self.run_dir)
         if bad:
             what = agree(bad, "was not a JSON record", "were not JSON records")
