@@ -244,8 +244,10 @@ def test_a_run_this_user_cannot_write_is_refused_before_resuming_and_nothing_cha
     assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 2
     out, err = capsys.readouterr()
     where = str(run30 / locked).rstrip("/")
-    assert err == (f"depthlab: error: cannot resume: {where} is not writable, and the resume writes its checkpoints "
-                   f"and records there; make the run writable (chmod -R u+w {run30}) or copy it and resume the copy\n")
+    what = "the run folder" if not locked else "the run's"
+    assert err == (f"depthlab: error: cannot write into {what} {where}: Permission denied; make the run writable "
+                   f"(chmod -R u+w {run30}) or train into another --train.out_dir (a --resume can continue a "
+                   "writable copy of it)\n")
     assert "resuming" not in out + err and _snapshot(run30) == before
 
 

@@ -294,7 +294,7 @@ def test_a_read_only_run_folder_is_refused_in_one_line_before_anything_is_writte
             _read_only(folder, monkeypatch)
             rc, out, err = run_cli(capsys, "train", *argv)
             assert_clean_error(rc, err, f"cannot write into the run folder {folder}: ",
-                               f"make it writable (chmod -R u+w {folder}) or train into another --train.out_dir")
+                               f"make the run writable (chmod -R u+w {folder}) or train into another --train.out_dir")
             runlock.release(folder)
         assert _snapshot(run) == before and list(empty.iterdir()) == []
     finally:

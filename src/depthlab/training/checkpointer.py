@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import threading
 import warnings
 from pathlib import Path
@@ -154,8 +153,7 @@ def _chars_said(what: str, chars: list[str]) -> str:
 
 def _refuse_blocked_folders(rd: RunDir) -> None:
     """A file where the run writes a folder (checkpoints/, tb/), or a folder inside checkpoints/ where a checkpoint
-    file goes, fails a resume only after it has written (or after a whole session, at its checkpoint); so does a
-    run folder, checkpoints/ or metrics.jsonl this user cannot write.
+    file goes, fails a resume only after it has written (or after a whole session, at its checkpoint).
 
     Raises:
         DepthlabError: naming the first such path.
@@ -169,11 +167,6 @@ def _refuse_blocked_folders(rd: RunDir) -> None:
     for p in sorted(ck.iterdir()) if ck.is_dir() else ():
         if not p.is_file():
             raise not_a_file_error(p)
-    # a resume writes its lock, checkpoints and records here: refused before "resuming ... from step N" is said
-    for p in (ck.parent, ck, rd.file(METRICS)):
-        if p.exists() and not os.access(p, os.W_OK):
-            raise DepthlabError(f"{p} is not writable, and the resume writes its checkpoints and records there; make "
-                                f"the run writable (chmod -R u+w {ck.parent}) or copy it and resume the copy")
 
 
 def _latest_to_resume(run_dir: Path) -> Optional[dict]:
@@ -289,7 +282,8 @@ class Checkpointer:
         if self.runtime.is_main and self.run_dir.is_dir():
             # before anything is written: one process trains a run at a time
             runlock.hold(self.run_dir, self.runtime, resume=True)
-            runlock.require_writable(self.run_dir)  # before the resume's notices, which would not come true
+            # before the resume's notices, which would not come true: it writes its lock, checkpoints and records
+            runlock.require_writable(self.run_dir, rd.file(CHECKPOINTS), rd.file(METRICS))
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed

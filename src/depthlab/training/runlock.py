@@ -152,19 +152,25 @@ def mark(run_dir: Path) -> None:
         held[1] = True
 
 
-def _unwritable(run_dir: Path, why: str) -> str:
-    return (f"cannot write into the run folder {run_dir}: {why}; make it writable (chmod -R u+w {run_dir}) or "
+def _unwritable(run_dir: Path, why: str, where: Optional[Path] = None) -> str:
+    where = run_dir if where is None else where
+    what = "the run folder" if where == run_dir else "the run's"
+    return (f"cannot write into {what} {where}: {why}; make the run writable (chmod -R u+w {run_dir}) or "
             "train into another --train.out_dir (a --resume can continue a writable copy of it)")
 
 
-def require_writable(run_dir: Path) -> None:
-    """Refuse a run folder this process cannot make files in (a training run writes every file by rename).
+def require_writable(run_dir: Path, *inside: Path) -> None:
+    """Refuse a run folder this process cannot make files in (a training run writes every file by rename), or any
+    of the existing paths ``inside`` it that it cannot write (a resume's checkpoints/ and metrics.jsonl).
 
     Raises:
-        DepthlabError: ``run_dir`` is not writable, naming it and the fix.
+        DepthlabError: naming the first such path and the fix.
     """
     if not os.access(run_dir, os.W_OK | os.X_OK):
         raise DepthlabError(_unwritable(run_dir, os.strerror(13)))
+    for p in inside:
+        if p.exists() and not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0)):
+            raise DepthlabError(_unwritable(run_dir, os.strerror(13), p))
 
 
 def _release_on_close(run_dir: Path, runtime) -> None:
