@@ -140,32 +140,24 @@ def test_a_constructor_that_calls_sys_exit_is_one_line_not_a_silent_exit_status(
                    "what was wrong\n")
 
 
-def test_a_forward_that_calls_sys_exit_is_one_line_naming_its_line(tmp_path, capsys):
-    """A forward doing sys.exit(4) ended `depthlab check` and `train` with status 4 and no word (new user nu60)."""
+@pytest.mark.parametrize("body, said", [
+    ("sys.exit(4)", "the model's code called sys.exit(4) (fx.py:7); raise an exception (e.g. ValueError) there "
+                    "instead, so that depthlab can say what was wrong"),
+    ("raise KeyboardInterrupt", "the model's code raised KeyboardInterrupt itself (fx.py:7; no Ctrl-C was pressed); "
+                                "raise another exception (e.g. ValueError) there instead, so that depthlab can say "
+                                "what was wrong")])
+def test_a_forward_that_exits_or_raises_keyboardinterrupt_is_one_line_naming_its_line(tmp_path, capsys, body, said):
+    """A forward doing sys.exit(4) ended `depthlab check` and `train` with status 4 and no word; one raising
+    KeyboardInterrupt itself was called 'interrupted' (exit 130) though no Ctrl-C came (new user nu60)."""
     f = tmp_path / "fx.py"
     f.write_text("import sys, torch\nclass M(torch.nn.Module):\n    def __init__(self, vocab_size):\n"
                  "        super().__init__()\n        self.e = torch.nn.Embedding(vocab_size, vocab_size)\n"
-                 "    def forward(self, idx):\n        sys.exit(4)\n")
+                 f"    def forward(self, idx):\n        {body}\n")
     assert main(["check", f"{f}:M"]) == 2
-    assert capsys.readouterr().err == ("depthlab: error: the model's code called sys.exit(4) (fx.py:7); raise an "
-                                       "exception (e.g. ValueError) there instead, so that depthlab can say what "
-                                       "was wrong\n")
+    assert capsys.readouterr().err == f"depthlab: error: {said}\n"
     with pytest.raises(SystemExit) as e:  # depthlab's own exits (--help) keep their status
         main(["check", "--help"])
     assert e.value.code == 0
-
-
-
-def test_a_forward_that_raises_keyboardinterrupt_itself_is_not_called_interrupted(tmp_path, capsys):
-    f = tmp_path / "ki.py"
-    f.write_text("import torch\nclass M(torch.nn.Module):\n    def __init__(self, vocab_size):\n"
-                 "        super().__init__()\n        self.e = torch.nn.Embedding(vocab_size, vocab_size)\n"
-                 "    def forward(self, idx):\n        raise KeyboardInterrupt\n")
-    assert main(["check", f"{f}:M"]) == 2
-    err = capsys.readouterr().err
-    assert err == ("depthlab: error: the model's code raised KeyboardInterrupt itself (ki.py:7; no Ctrl-C was "
-                   "pressed); raise another exception (e.g. ValueError) there instead, so that depthlab can say "
-                   "what was wrong\n")
 
 
 def test_os_exit_and_input_at_import_are_one_line_and_restored_after(tmp_path):
