@@ -515,3 +515,39 @@ def test_a_model_importing_a_sibling_module_checks_trains_and_loads_after_its_fo
     capsys.readouterr()
     assert main(["sample", str(run), "--prompt", "Speak", "--max-new-tokens", "4", "--seed", "1"]) == 0
     assert capsys.readouterr().out.startswith("Speak")
+
+
+def test_a_resume_names_a_changed_sibling_module_and_refuses_a_damaged_copy_of_one(tmp_path, tiny_text_file):
+    """config.json records the sha256 of each sibling module copied into source/, as of the model's file: a resume
+    whose original sibling changed says so in one warning line (and uses the copy); a copy that no longer matches
+    its recorded sha256 is refused, as the model file's own copy is."""
+    import hashlib
+    import sys
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    block, rest = MODEL.split("class MyGPT", 1)
+    (folder / "dl_sibh_layers.py").write_text(block)
+    (folder / "model.py").write_text("import torch, torch.nn as nn\nfrom dl_sibh_layers import Block\n\n"
+                                     "class MyGPT" + rest)
+    run, src = tmp_path / "r", f"{folder / 'model.py'}:MyGPT"
+    Trainer(_cfg(run, tiny_text_file, src, max_iters=4, eval_interval=2), **QUIET).fit()
+    c = json.loads((run / "config.json").read_text())
+    assert c["resolved"]["source_siblings_sha256"] == {"dl_sibh_layers.py": hashlib.sha256(block.encode()).hexdigest()}
+    (folder / "dl_sibh_layers.py").write_text(block.replace("4 * d", "2 * d"))  # edited after training
+    sys.modules.pop("dl_sibh_layers", None)
+    lines = []
+    t = Trainer(_cfg(run, tiny_text_file, src, max_iters=6, eval_interval=2, resume=True), log=lines.append)
+    warned = [x for x in lines if x.startswith("warning:")]
+    assert warned == [f"warning: {folder / 'dl_sibh_layers.py'} (a module model.py imports) changed since this run "
+                      f"copied it; resuming with the run's own copy {run / 'source' / 'dl_sibh_layers.py'} (sha256 "
+                      f"{hashlib.sha256(block.encode()).hexdigest()[:12]}...)"]
+    assert t.raw_model.blocks[0].fc.out_features == 64  # the copy's 4 x 16, not the edited 2 x 16
+    t.fit()
+    assert json.loads((run / "config.json").read_text())["resolved"]["source_siblings_sha256"] == \
+        c["resolved"]["source_siblings_sha256"]
+    (run / "source" / "dl_sibh_layers.py").write_text(block + "\n# damaged\n")
+    with pytest.raises(DepthlabError, match=r"dl_sibh_layers.py does not match the sha256 .*config.json recorded "
+                                            r"for it \(.*the run's own copy of dl_sibh_layers.py, a module its model "
+                                            r"file imports"):
+        Trainer(_cfg(run, tiny_text_file, src, max_iters=8, eval_interval=2, resume=True), **QUIET)

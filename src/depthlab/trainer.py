@@ -45,7 +45,7 @@ from .training.stepper import Stepper
 from .training.autotune import env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
-from .usermodel import Source, check_forward, keep_source, make_model, parse_source, run_source, source_copy
+from .usermodel import check_forward, keep_source, make_model, parse_source, resume_source, run_source, source_copy
 
 
 class Interrupted(Exception):
@@ -195,16 +195,11 @@ class Trainer:
         """depthlab's GPT, or the user's ``model.source``: built from the run's own copy of the file when
         resuming (a changed original is named), else from the file, which is then copied into the run."""
         source = self.cfg.model.source
-        self.source_sha256: Optional[str] = None
+        self.source_record: dict = {}  # config.json resolved: the sha256s of the run's copies (keep_source)
         if not source:
             return make_model(self.cfg.model)
         if point is not None and source_copy(self.run_dir, source).is_file():
-            own = run_source(self.run_dir, source)
-            self.source_sha256 = own.sha256
-            original = Path(source.rpartition(":")[0])
-            if original.is_file() and Source(original, own.name).sha256 != self.source_sha256:
-                self.log(f"warning: {original} changed since this run copied it; resuming with the run's own copy "
-                         f"{own.path} (sha256 {self.source_sha256[:12]}...)")
+            self.source_record = resume_source(self.run_dir, source, self.log)  # a changed original is named
             return make_model(self.cfg.model, self.run_dir)
         if point is not None and point.entry is not None:
             run_source(self.run_dir, source)  # a checkpointed run without its copy: refused, as sample does
@@ -214,7 +209,7 @@ class Trainer:
         m = self.cfg.model
         check_forward(model, source, self.cfg.train.batch_size, m.block_size, m.vocab_size)
         if self.is_main:
-            self.source_sha256 = keep_source(self.run_dir, src)
+            self.source_record = keep_source(self.run_dir, src)
         return model
 
     def _load_resume(self, point: ResumePoint) -> None:
@@ -263,7 +258,7 @@ class Trainer:
         plan = self.budget.plan
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
-                **({"source_sha256": self.source_sha256} if self.source_sha256 else {})}
+                **self.source_record}
 
     def _write_config(self) -> None:
         """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""

@@ -35,8 +35,8 @@ from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
-           "logits_of", "make_model", "parse_init", "parse_source", "run_source", "sibling_modules", "source_copy",
-           "full_logits", "takes_targets"]
+           "logits_of", "make_model", "parse_init", "parse_source", "resume_source", "run_source", "sibling_modules",
+           "source_copy", "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -325,17 +325,29 @@ def sibling_modules(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def keep_source(run_dir: Path, src: Source) -> str:
+#: config.json ``resolved`` key: the sha256 (hex) of each sibling module copied beside the model's file, by file name.
+SIBLINGS_SHA256 = "source_siblings_sha256"
+
+
+def keep_source(run_dir: Path, src: Source) -> dict:
     """Copy the model's file, and the sibling modules it imports (:func:`sibling_modules`), into the run
-    directory (atomically), so that the run loads after the original folder moves; returns the file's sha256."""
+    directory (atomically), so that the run loads after the original folder moves.
+
+    Returns:
+        config.json's ``resolved`` record of the copies: ``source_sha256`` (the file's sha256, hex) and, when it
+        imports siblings, ``source_siblings_sha256`` ({file name: sha256}).
+    """
     data = src.path.read_bytes()
     dest = source_copy(run_dir, src)
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(dest, data)
+    siblings = {}
     for f in sibling_modules(src.path):
-        atomic_write(dest.parent / f.name, f.read_bytes())
+        kept = f.read_bytes()
+        atomic_write(dest.parent / f.name, kept)
+        siblings[f.name] = hashlib.sha256(kept).hexdigest()
     atomic_write(dest.parent / ORIGIN, str(src.path.resolve().parent).encode("utf-8"))
-    return hashlib.sha256(data).hexdigest()
+    return {"source_sha256": hashlib.sha256(data).hexdigest(), **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
 
 def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> str:
@@ -375,7 +387,8 @@ def run_source(run_dir: Path, source: str) -> Source:
         origin: Optional[Path] = Path((copy.parent / ORIGIN).read_text(encoding="utf-8").strip())
     except OSError:
         origin = None
-    recorded = ((read_json(Path(run_dir) / CONFIG) or {}).get("resolved") or {}).get("source_sha256")
+    resolved = (read_json(Path(run_dir) / CONFIG) or {}).get("resolved") or {}
+    recorded = resolved.get("source_sha256")
     if not copy.is_file():
         original = Path(str(source).rpartition(":")[0])
         same = (isinstance(recorded, str) and original.is_file()
@@ -385,12 +398,55 @@ def run_source(run_dir: Path, source: str) -> Source:
         raise DepthlabError(f"{run_dir} trained the model {source} but holds no copy of its file ({copy} is "
                             f"missing); {fix}")
     own = Source(copy, name, origin)
+    _check_sibling_copies(run_dir, copy.parent, resolved.get(SIBLINGS_SHA256))
     if isinstance(recorded, str) and own.sha256 != recorded:
         raise DepthlabError(f"{copy} does not match the sha256 {Path(run_dir) / CONFIG} recorded for it "
                             f"({recorded[:12]}...): the run's own copy of its model file was changed or damaged; "
                             "restore it from a copy of the run (or from the file it was trained with, if that is "
                             "unchanged), or train a new run")
     return own
+
+
+def _check_sibling_copies(run_dir: Path, folder: Path, recorded) -> None:
+    """The run's copies of the sibling modules its model's file imports (in ``folder``) against the sha256s
+    config.json recorded (``recorded``: {file name: sha256}, or None for a run that records none).
+
+    Raises:
+        DepthlabError: a copy is missing (the import would fall back to the original folder) or changed.
+    """
+    for name, sha in sorted(recorded.items() if isinstance(recorded, dict) else ()):
+        f = folder / name
+        if not f.is_file() or sha256_file(f) != sha:
+            what = ("is missing" if not f.is_file() else
+                    f"does not match the sha256 {Path(run_dir) / CONFIG} recorded for it ({str(sha)[:12]}...)")
+            raise DepthlabError(f"{f} {what}: the run's own copy of {name}, a module its model file imports, was "
+                                "removed, changed or damaged; restore it from a copy of the run (or from the file it "
+                                "was trained with, if that is unchanged), or train a new run")
+
+
+def resume_source(run_dir: Path, source: str, log: Callable[[str], None]) -> dict:
+    """The checks of a resume that builds ``source`` from the run's own copy (:func:`run_source`), with one warning
+    line for each original that changed since the run copied it: the model's file, and each sibling module copied
+    beside it (the original in the folder ``source/ORIGIN`` names).
+
+    Returns:
+        config.json's record of the copies, as :func:`keep_source` returns it.
+
+    Raises:
+        DepthlabError: as :func:`run_source`.
+    """
+    own = run_source(run_dir, source)
+    original, sha = Path(str(source).rpartition(":")[0]), own.sha256
+    if original.is_file() and sha256_file(original) != sha:
+        log(f"warning: {original} changed since this run copied it; resuming with the run's own copy "
+            f"{own.path} (sha256 {sha[:12]}...)")
+    siblings = {f.name: sha256_file(f) for f in sorted(own.path.parent.glob("*.py")) if f.name != own.path.name}
+    for name, kept in siblings.items():
+        theirs = own.origin / name if own.origin is not None else None
+        if theirs is not None and theirs.is_file() and sha256_file(theirs) != kept:
+            log(f"warning: {theirs} (a module {own.path.name} imports) changed since this run copied it; resuming "
+                f"with the run's own copy {own.path.parent / name} (sha256 {kept[:12]}...)")
+    return {"source_sha256": sha, **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
 
 def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
