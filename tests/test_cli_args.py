@@ -38,6 +38,21 @@ def test_unknown_keys_are_all_listed_with_suggestions(capsys, tmp_path):
         "remove them" in err
 
 
+@pytest.mark.parametrize("key,said", [
+    ("--model.foo.bar", "--model.foo.bar (model has no field foo)"),  # once "did you mean --model.norm?"
+    ("--model.nrom.x", "--model.nrom.x (did you mean --model.norm?)"),
+    ("--train.max_iters.x", "--train.max_iters.x (--train.max_iters is a field, not a section: give it a value)"),
+    ("--modle.foo", "--modle.foo (there is no section modle; the sections are data, model, train)"),  # once dropout
+    ("--modle.n_layerz", "--modle.n_layerz (did you mean --model.n_layer?)"),
+    ("--x.seed", "--x.seed (did you mean --train.seed?)"),
+])
+def test_an_unknown_key_is_only_matched_to_a_close_one_section_and_field_apart(capsys, key, said):
+    """The whole dotted key was compared with every key, so the shared ``model.`` made --model.foo.bar "close" to
+    --model.norm; the section and the field are now compared apart, and nothing is suggested when neither is close."""
+    assert cli_err(capsys, "train", key, "1") == (f"depthlab: error: train: unknown key(s) {said}; see `depthlab "
+                                                  "train --help` for the keys\n")
+
+
 def test_an_unknown_section_lists_the_sections_and_points_to_help(capsys, tmp_path):
     """`--foo.bar 1` said only "train: unknown key(s) --foo.bar": neither the sections nor where the keys are."""
     err = cli_err(capsys, "train", "--foo.bar", "1")

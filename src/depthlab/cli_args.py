@@ -440,17 +440,56 @@ _ALIASES = {"lr": "learning_rate", "n_layers": "n_layer", "n_heads": "n_head", "
             "context_length": "block_size", "max_steps": "max_iters", "epochs": "max_iters"}
 
 
+def _nested_in_field(key: str, known: set[str], name=str) -> Optional[str]:
+    """``key`` as SECTION.FIELD.MORE (``model.foo.bar``) under a known section, said against that section's fields
+    only (its own spelling, not the whole dotted key, is compared: ``model.foo.bar`` is not close to
+    ``model.norm``); None for any other key."""
+    top, _, rest = key.partition(".")
+    head = rest.split(".")[0]
+    if "." not in rest or key.rpartition(".")[0] in {k.rpartition(".")[0] for k in known}:
+        return None
+    fields = sorted(k.partition(".")[2] for k in known if k.partition(".")[0] == top and "." in k)
+    if not fields:
+        return None
+    if head in fields:
+        return f"{name(key)} ({name(f'{top}.{head}')} is a field, not a section: give it a value)"
+    close = difflib.get_close_matches(head, fields, n=1, cutoff=0.6)
+    return f"{name(key)} (did you mean {name(top + '.' + close[0])}?)" if close else \
+        f"{name(key)} ({top} has no field {head})"
+
+
+def _in_other_section(key: str, known: set[str]) -> list[str]:
+    """For SECTION.FIELD whose section is unknown: ``[the known key it most likely means]`` or ``[]``. The section and
+    the field are compared apart (the whole dotted key once made modle.foo "close" to model.dropout): the closest
+    section when the field is close to one of its fields (modle.n_layer), else the one section that has the field
+    itself (x.seed: train.seed)."""
+    top, _, field = key.partition(".")
+    by: dict[str, list[str]] = {}
+    for k in known:
+        sec, _, name = k.partition(".")
+        if name:
+            by.setdefault(sec, []).append(name)
+    for sec in difflib.get_close_matches(top, sorted(by), n=1, cutoff=0.6) if field else []:
+        near = difflib.get_close_matches(field, sorted(by[sec]), n=1, cutoff=0.6)
+        if near:
+            return [f"{sec}.{near[0]}"]
+    homes = [sec for sec in sorted(by) if field and field in by[sec]]
+    return [f"{homes[0]}.{field}"] if len(homes) == 1 else []
+
+
 def _suggest(key: str, known: set[str], name=str, section: bool = False) -> str:
     """``key`` with the closest known key, both written by ``name`` (:func:`flag` for the command line); with
     no close key and a section before it that is none (or ``section``: ``key`` names one), the sections."""
     sec, _, field = key.rpartition(".")
+    deep = _nested_in_field(key, known, name)
+    if deep:
+        return deep
     alias = f"{sec}.{_ALIASES[field]}" if sec and field in _ALIASES else None
     # within its section, the field's name alone is compared (train.bogus_key is not "close" to train.out_dir)
     fields = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == sec)
     near = [f"{sec}.{f}" if sec else f  # a top-level key (a section) has no section before it
             for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
-    close = [alias] if alias in known else near or ([] if fields else
-                                                    difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6))
+    close = [alias] if alias in known else near or ([] if fields else _in_other_section(key, known))
     if close:
         return f"{name(key)} (did you mean {name(close[0])}?)"
     top, sections = key.split(".")[0], sorted({k.split(".")[0] for k in known if "." in k})
