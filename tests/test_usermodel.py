@@ -79,7 +79,8 @@ def test_build_gives_the_corpus_vocabulary_to_a_class_or_a_function(model_file):
     ("{f}:not_a_module", None, "returned an object of type str, not a torch.nn.Module"),
     ("{f}:MyGPT", {"depth": 2}, "MyGPT(depth=2, vocab_size=11) failed: TypeError:"),
     ("{d}/nothere.py:M", None, "nothere.py not found"),
-    ("{f}", None, "must be PATH.py:NAME"),
+    ("{f}", None, "mine.py defines Block, MyGPT: name the model as "),  # a bare PATH.py with several classes
+    ("{f}:", None, "must be PATH.py:NAME"),
 ])
 def test_each_loading_problem_is_one_line_naming_file_and_name(model_file, spec, init, words):
     with pytest.raises(DepthlabError) as e:
@@ -551,3 +552,45 @@ def test_a_resume_names_a_changed_sibling_module_and_refuses_a_damaged_copy_of_o
                                             r"for it \(.*the run's own copy of dl_sibh_layers.py, a module its model "
                                             r"file imports"):
         Trainer(_cfg(run, tiny_text_file, src, max_iters=8, eval_interval=2, resume=True), **QUIET)
+
+
+def test_a_bare_file_names_its_one_module_class_or_lists_them_importing_it_once(tmp_path, tiny_text_file, capsys,
+                                                                               monkeypatch):
+    """`depthlab check model.py` / `--model.source model.py` (no :NAME) was refused; a file that defines one
+    nn.Module class now gives it, said in one line, from the import that builds the model (the file runs once), and
+    the run records model.py:NAME; several classes are listed with the one no other uses as the name to give."""
+    import functools
+
+    import depthlab.analytics.check as check
+    from depthlab.config import DataConfig
+
+    # two quick rules: what is tested is how the model is found and built, not the rules
+    monkeypatch.setattr(check, "check_model", functools.partial(check.check_model, rules=("shape", "vocab")))
+    block, rest = MODEL.split("class MyGPT", 1)
+    (tmp_path / "dl_bare_layers.py").write_text(block)
+    one = tmp_path / "one.py"
+    one.write_text(f"open({str(tmp_path / 'imports.log')!r}, 'a').write('x')\nimport torch, torch.nn as nn\n"
+                   "from dl_bare_layers import Block\n\nclass MyGPT" + rest)
+    lines = []
+    report = check.check_source(str(one), data=DataConfig(path=str(tiny_text_file)), block_size=16, log=lines.append)
+    assert report.model["source"] == f"{one}:MyGPT" and report.exit_code == 0
+    assert lines[0] == f"one.py defines one nn.Module class, MyGPT: it is the model ({one}:MyGPT)"
+    assert (tmp_path / "imports.log").read_text() == "x"  # once: the class is found by the import that builds it
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, str(one), max_iters=2, eval_interval=2), log=lines.append).fit()
+    assert f"one.py defines one nn.Module class, MyGPT: it is the model ({one}:MyGPT)" in lines
+    assert (tmp_path / "imports.log").read_text() == "xx"  # the run imported it once more, not twice
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["model"]["source"] == f"{one}:MyGPT"
+    assert (tmp_path / "r" / "source" / "one.py").read_text() == one.read_text()
+    several = tmp_path / "several.py"
+    several.write_text("import torch.nn as nn\nclass Head(nn.Module):\n    pass\nclass GPT(nn.Module):\n"
+                       "    def __init__(self):\n        super().__init__()\n        self.b = Block()\n"
+                       "class Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                       "        self.h = Head()\n")
+    assert main(["check", str(several)]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: several.py defines Head, GPT, Block: name the model as "
+                                       f"{several}:GPT\n")
+    (tmp_path / "none.py").write_text("import torch.nn as nn\ndef make():\n    return nn.Linear(2, 2)\n")
+    assert main(["train", "--model.source", str(tmp_path / "none.py")]) == 2
+    assert capsys.readouterr().err.endswith(f"none.py defines no nn.Module class (it defines make); name the model "
+                                            f"as {tmp_path / 'none.py'}:NAME, with NAME the function in it that "
+                                            "returns the model\n")

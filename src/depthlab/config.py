@@ -130,7 +130,8 @@ class ModelConfig:
             them). The file is your code and runs as Python (:mod:`depthlab.usermodel`). The fields
             that describe depthlab's GPT (``n_layer``, ``variant``, ...) do not apply and must stay at
             their defaults; ``block_size`` is the length of the training windows and of the sampling
-            context.
+            context. A bare ``PATH.py`` is the one ``nn.Module`` class the file defines, which the trainer
+            writes back here as ``PATH.py:NAME`` once it has imported the file (several: refused, listing them).
         residual_scale: ``1`` or ``depth``: the factor each branch (the attention or MLP output, after
             dropout) is multiplied by before it joins the residual stream; ``depth`` = 1/sqrt(2 n_layer),
             the depth-muP branch scaling (see :class:`depthlab.model.Block`), ``1`` = none.
@@ -202,7 +203,9 @@ class ModelConfig:
                                     "takes gpt2 or torch); add --model.source PATH.py:NAME or drop them")
             return
         path, sep, name = str(self.source).rpartition(":")
-        if not isinstance(self.source, str) or not sep or not path.endswith(".py") or not name.isidentifier():
+        bare = isinstance(self.source, str) and not sep and name.endswith(".py")  # its one nn.Module class, found later
+        if not bare and (not isinstance(self.source, str) or not sep or not path.endswith(".py")
+                         or not name.isidentifier()):
             raise DepthlabError(f"model.source {self.source!r} must be PATH.py:NAME, the file and the class or "
                                 "function in it that makes the model (e.g. mymodel.py:GPT)")
         if isinstance(self.init, str) and self.init.lstrip().startswith("{"):

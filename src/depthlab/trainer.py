@@ -45,7 +45,7 @@ from .training.stepper import Stepper
 from .training.autotune import env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
-from .usermodel import check_forward, keep_source, make_model, parse_source, resume_source, run_source, source_copy
+from .usermodel import check_forward, keep_source, make_model, new_source_model, resume_source, run_source, source_copy
 
 
 class Interrupted(Exception):
@@ -203,9 +203,8 @@ class Trainer:
             return make_model(self.cfg.model, self.run_dir)
         if point is not None and point.entry is not None:
             run_source(self.run_dir, source)  # a checkpointed run without its copy: refused, as sample does
-        src = parse_source(source)
-        self.log(f"model: {source} (your code, run as Python because model.source names it)")
-        model = make_model(self.cfg.model)
+        src, model = new_source_model(self.cfg.model, self.log)
+        self.cfg.model.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
         m = self.cfg.model
         check_forward(model, source, self.cfg.train.batch_size, m.block_size, m.vocab_size)
         if self.is_main:

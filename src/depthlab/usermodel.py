@@ -35,8 +35,8 @@ from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
-           "logits_of", "make_model", "parse_init", "parse_source", "resume_source", "run_source", "sibling_modules",
-           "source_copy", "full_logits", "takes_targets"]
+           "load_factory", "logits_of", "make_model", "new_source_model", "parse_init", "parse_source", "resume_source",
+           "run_source", "sibling_modules", "source_copy", "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Source:
     origin: Optional[Path] = None
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.name}"
+        return f"{self.path}:{self.name}" if self.name else str(self.path)  # "": a bare PATH.py, its class unknown
 
     @property
     def sha256(self) -> str:
@@ -62,13 +62,16 @@ class Source:
 
 
 def parse_source(text: str, option: str = "model.source") -> Source:
-    """``PATH.py:NAME`` -> :class:`Source` (the file must exist).
+    """``PATH.py:NAME`` -> :class:`Source` (the file must exist); a bare ``PATH.py`` -> a Source whose ``name`` is
+    ``""``, the file's one ``nn.Module`` class once the file is imported (:func:`load_factory`).
 
     Raises:
-        DepthlabError: not of the form PATH.py:NAME, or the file is missing.
+        DepthlabError: neither PATH.py:NAME nor PATH.py, or the file is missing.
     """
     path, sep, name = str(text).rpartition(":")
-    if not sep or not path or not name.isidentifier():
+    if not sep and str(text).endswith(".py"):
+        path, sep, name = str(text), ":", ""  # the name is found when the file is imported
+    elif not sep or not path or not name.isidentifier():
         raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
                             "in it that makes the model (e.g. mymodel.py:GPT)")
     p = Path(path)
@@ -153,7 +156,9 @@ def _watch_sigint(pressed: list[int]):
     return old if old is not None else signal.default_int_handler  # None: a handler set outside Python
 
 
-def _factory(src: Source) -> Callable[..., Any]:
+def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
+    """Import the file (a ``SystemExit``, ``input()`` or error at import is one line) and take ``src.name`` from it
+    (a bare PATH.py: :func:`_model_class`); returns the name and the class or function."""
     for folder in [str(p) for p in (src.origin, src.path.resolve().parent) if p is not None]:
         if folder not in sys.path:
             sys.path.insert(0, folder)  # the file's own imports (helpers beside it) work as under `python PATH.py`
@@ -196,7 +201,8 @@ def _factory(src: Source) -> Callable[..., Any]:
         sys.argv[:] = argv
         if sigint is not None:
             signal.signal(signal.SIGINT, sigint)
-    made = getattr(module, src.name, None)
+    name = src.name or _model_class(module, mod_name, src)
+    made = getattr(module, name, None)
     if made is None:
         names = sorted(n for n, v in vars(module).items() if not n.startswith("_") and callable(v)
                        and getattr(v, "__module__", None) == mod_name)
@@ -207,22 +213,68 @@ def _factory(src: Source) -> Callable[..., Any]:
     if not callable(made):
         raise DepthlabError(f"{src}: {src.name} is not a class or a function (its type is {type(made).__name__}); "
                             "name the model's class or a function that returns the model")
-    return made
+    return name, made
 
 
-def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[int] = None) -> torch.nn.Module:
+def _model_class(module, mod_name: str, src: Source) -> str:
+    """The name of the one ``nn.Module`` class the file of a bare ``PATH.py`` defines (imported ones do not count).
+
+    Raises:
+        DepthlabError: it defines none, or several: one line listing them and the model as PATH.py:NAME (the class
+            no other of them uses, e.g. GPT beside Block and Head, else the last one).
+    """
+    classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
+               and v.__module__ == mod_name and v.__name__ == n]
+    if len(classes) == 1:
+        return classes[0]
+    if not classes:
+        funcs = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == mod_name]
+        it = f" (it defines {', '.join(funcs)})" if funcs else ""
+        raise DepthlabError(f"{src.path} defines no nn.Module class{it}; name the model as {src.path}:NAME, with NAME "
+                            "the function in it that returns the model")
+    used = {x.id for c in ast.walk(ast.parse(src.path.read_bytes())) if isinstance(c, ast.ClassDef)
+            for x in ast.walk(c) if isinstance(x, ast.Name) and x.id != c.name}
+    top = [n for n in classes if n not in used] or classes
+    raise DepthlabError(f"{src.path.name} defines {', '.join(classes)}: name the model as {src.path}:{top[-1]}")
+
+
+def load_factory(src: Source, log: Optional[Callable[[str], None]] = None) -> tuple[Source, Callable[..., Any]]:
+    """Import the file (once) and take the class or function that makes the model.
+
+    Args:
+        src: the file and name; a bare ``PATH.py`` (``name`` ``""``) takes the one ``nn.Module`` class the file
+            defines, said in one ``log`` line. log: console lines (None = none).
+
+    Returns:
+        The Source naming the class or function (``PATH.py:NAME``), and it.
+
+    Raises:
+        DepthlabError: as :func:`build_model`; for a bare PATH.py, it defines no nn.Module class or several.
+    """
+    name, made = _factory(src)
+    if not src.name:
+        src = Source(src.path, name, src.origin)
+        if log is not None:
+            log(f"{src.path.name} defines one nn.Module class, {name}: it is the model ({src})")
+    return src, made
+
+
+def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[int] = None,
+                made: Optional[Callable[..., Any]] = None) -> torch.nn.Module:
     """Run the file and build the model: ``NAME(**init)``.
 
     Args:
         src: the file and name. init: keyword arguments (None = none).
         vocab_size: the corpus vocabulary size; passed as ``vocab_size`` when ``NAME`` takes a
             parameter of that name and ``init`` does not set it.
+        made: ``NAME`` itself, from :func:`load_factory` (the file is then not imported again); None = import it.
 
     Raises:
         DepthlabError: the file does not import, the name is missing, the call fails (or calls sys.exit) or does
             not return an ``nn.Module``; one line naming the file, the name and the problem.
     """
-    made = _factory(src)
+    if made is None:
+        src, made = load_factory(src)
     kw = dict(init or {})
     if vocab_size is not None and "vocab_size" not in kw:
         try:
@@ -465,6 +517,21 @@ def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
         return GPT(mcfg)
     src = run_source(run_dir, source) if run_dir is not None else parse_source(source)
     return build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
+
+
+def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn.Module]:
+    """The user's model for a new run, from the file ``mcfg.source`` names (imported once; one line says so first).
+
+    Returns:
+        The Source naming its class or function (a bare PATH.py: its one nn.Module class, said in one line) and the
+        model, built as :func:`make_model` builds it.
+
+    Raises:
+        DepthlabError: as :func:`load_factory` / :func:`build_model`.
+    """
+    log(f"model: {mcfg.source} (your code, run as Python because model.source names it)")
+    src, made = load_factory(parse_source(mcfg.source), log)
+    return src, build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size, made)
 
 
 def takes_targets(model: torch.nn.Module) -> bool:

@@ -235,7 +235,8 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
     """:func:`check_model` on ``PATH.py:NAME`` (see :mod:`depthlab.usermodel`), built with ``init``.
 
     Args:
-        source: ``PATH.py:NAME``. init: keyword arguments (a dict, JSON text or None).
+        source: ``PATH.py:NAME``, or a bare ``PATH.py`` whose one nn.Module class is the model (said in one ``log``
+            line). init: keyword arguments (a dict, JSON text or None).
         data: a :class:`~depthlab.config.DataConfig` (None = the embedded Tiny Shakespeare).
 
     Raises:
@@ -244,16 +245,17 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
     """
     from ...config import DataConfig
     from ...data import load_corpus
-    from ...usermodel import build_model, parse_init, parse_source
+    from ...usermodel import build_model, load_factory, parse_init, parse_source
 
     src = parse_source(source, option="check")
     kw = parse_init(init, option="--init")
     corpus = load_corpus(data or DataConfig())
     V = len(corpus.tokenizer.vocab)
+    src, made = load_factory(src, log)  # the file imported once; a bare PATH.py: its one nn.Module class, said
 
     def build() -> nn.Module:
         torch.manual_seed(seed)
-        return build_model(src, kw, V)
+        return build_model(src, kw, V, made)
 
     report = check_model(build(), corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
                          blocks=blocks, seed=seed, name=str(src), log=log)
