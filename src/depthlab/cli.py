@@ -824,6 +824,21 @@ def _user_exit_line(e: BaseException) -> Optional[str]:
     return where
 
 
+def _exit_of_user_code(e: BaseException, debug: bool) -> Optional[int]:
+    """2, after one error line, when ``e`` (a SystemExit, or a KeyboardInterrupt that no Ctrl-C caused) was raised
+    in a model.source file; None when it is depthlab's own (or --debug asks for the traceback)."""
+    where = _user_exit_line(e)
+    if where is None or debug or (isinstance(e, KeyboardInterrupt) and sigint_seen()):
+        return None
+    if isinstance(e, KeyboardInterrupt):  # no Ctrl-C came: "interrupted" would be untrue
+        _error(f"the model's code raised KeyboardInterrupt itself ({where}; no Ctrl-C was pressed); raise "
+               "another exception (e.g. ValueError) there instead, so that depthlab can say what was wrong")
+    else:
+        _error(f"the model's code called sys.exit({e.code!r}) ({where}); raise an exception (e.g. ValueError) "
+               "there instead, so that depthlab can say what was wrong")
+    return 2
+
+
 def _error(msg: str) -> None:
     print(f"{PROG}: error: {one_line(msg)}", file=sys.stderr)
 
@@ -913,21 +928,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise
         _error(str(e))
         return 2
-    except KeyboardInterrupt as e:
-        where = None if sigint_seen() else _user_exit_line(e)
-        if where is not None and not debug:  # no Ctrl-C came: "interrupted" would be untrue
-            _error(f"the model's code raised KeyboardInterrupt itself ({where}; no Ctrl-C was pressed); raise "
-                   "another exception (e.g. ValueError) there instead, so that depthlab can say what was wrong")
-            return 2
+    except (KeyboardInterrupt, SystemExit) as e:
+        status = _exit_of_user_code(e, debug)
+        if status is not None:
+            return status
+        if isinstance(e, SystemExit):  # --help, argparse's own usage errors: their status is depthlab's
+            raise
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except SystemExit as e:
-        where = _user_exit_line(e)
-        if where is None or debug:  # --help, argparse's own usage errors: their status is depthlab's
-            raise
-        _error(f"the model's code called sys.exit({e.code!r}) ({where}); raise an exception (e.g. ValueError) "
-               "there instead, so that depthlab can say what was wrong")
-        return 2
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
         import os
 
