@@ -241,6 +241,47 @@ def _flag_text(value) -> str:
             else str(value))
 
 
+def _keep_later_best(run_dir: Path, step: int, log) -> None:
+    """A best later than the checkpoint resumed from (``step``) is copied aside before the session can replace
+    best.safetensors (:func:`~depthlab.checkpoint.keep_later_best`), and one warning (``log``) names the copy."""
+    kept = ckpt.keep_later_best(run_dir, step)
+    if kept is not None:
+        path, best = kept
+        log(f"warning: best.safetensors (step {best['step']}, val {float(best['val_loss']):.4f}) is later than the "
+            f"checkpoint resumed from (step {step}); kept as {path} (this session's evaluations write a new "
+            "best.safetensors)")
+
+
+def _set_aside_unlisted(run_dir: Path, log) -> None:
+    """Step checkpoint files manifest.json does not list are renamed ``NAME.unlisted``
+    (:func:`~depthlab.checkpoint.set_aside_unlisted`), and one warning (``log``) names them."""
+    moved = ckpt.set_aside_unlisted(run_dir)
+    if moved:
+        n = len(moved)
+        it = agree(n, "it", "them")
+        log(f"warning: {counted(n, 'step checkpoint file')} in {run_dir / CHECKPOINTS} {agree(n, 'was', 'were')} "
+            f"not listed in manifest.json (a checkpoint write or rotation cut short, by a kill?): no sha256 vouches "
+            f"for {it}, so this run neither resumes from nor counts {it}; renamed to {', '.join(moved)}, so that no "
+            f"checkpoint of this session replaces {it} and no rotation deletes {it}: delete {it} when you no "
+            f"longer need {it}")
+
+
+def _warn_cut_records(run_dir: Path, step: int, slack: int, log) -> None:
+    """Warnings (``log``) of damaged lines in metrics.jsonl and of records that end more than ``slack`` steps before
+    the checkpoint at ``step`` (see :meth:`Checkpointer.reopen`)."""
+    bad = rundir.damaged_metrics_lines(run_dir)
+    if bad:
+        what = agree(bad, "was not a JSON record", "were not JSON records")
+        them = agree(bad, "it", "them")
+        log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run drops {them}, "
+            f"and its figures and diagnosis lack what {them} held")
+    kept = [int(r["step"]) for r in rundir.read_metrics(run_dir) if int(r.get("step", 0)) <= step]
+    last = max(kept, default=0)
+    if step > 0 and last < step - slack:
+        log(f"warning: the records of {rundir.METRICS} end at step {last}, before the checkpoint at step {step} (cut "
+            f"or damaged): the resumed run has no records of steps {last + 1}-{step}")
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -462,36 +503,12 @@ class Checkpointer:
             return f"--overwrite replaced the run {self.run_dir} held before (its checkpoints are gone); {ours}"
         return ours
 
-    def _keep_later_best(self, step: int) -> None:
-        """A best later than the checkpoint resumed from (``step``) is copied aside before the session can replace
-        best.safetensors (:func:`~depthlab.checkpoint.keep_later_best`), and one warning names the copy."""
-        kept = ckpt.keep_later_best(self.run_dir, step)
-        if kept is not None:
-            path, best = kept
-            self.log(f"warning: best.safetensors (step {best['step']}, val {float(best['val_loss']):.4f}) is later "
-                     f"than the checkpoint resumed from (step {step}); kept as {path} (this session's evaluations "
-                     "write a new best.safetensors)")
-
-    def _set_aside_unlisted(self) -> None:
-        """Step checkpoint files manifest.json does not list are renamed ``NAME.unlisted``
-        (:func:`~depthlab.checkpoint.set_aside_unlisted`), and one warning names them."""
-        moved = ckpt.set_aside_unlisted(self.run_dir)
-        if moved:
-            n = len(moved)
-            it = agree(n, "it", "them")
-            self.log(f"warning: {counted(n, 'step checkpoint file')} in {self.run_dir / CHECKPOINTS} "
-                     f"{agree(n, 'was', 'were')} not listed in manifest.json (a checkpoint write or rotation cut "
-                     f"short, by a kill?): no sha256 vouches for {it}, so this run neither resumes from nor counts "
-                     f"{it}; "
-                     f"renamed to {', '.join(moved)}, so that no checkpoint of this session replaces {it} and no "
-                     f"rotation deletes {it}: delete {it} when you no longer need {it}")
-
     def restart(self) -> None:
         """A run with no checkpoint yet starts again from step 0: its records go, and an unlisted step file (its first
         checkpoint's write cut short) is set aside, not replaced."""
         self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
         truncate_metrics(self.run_dir, -1)
-        self._set_aside_unlisted()
+        _set_aside_unlisted(self.run_dir, self.log)
 
     def announce_resume(self, run) -> None:
         """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says
@@ -519,19 +536,9 @@ class Checkpointer:
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
         """
-        self._keep_later_best(step)
-        self._set_aside_unlisted()
-        bad = rundir.damaged_metrics_lines(self.run_dir)
-        if bad:
-            what = agree(bad, "was not a JSON record", "were not JSON records")
-            them = agree(bad, "it", "them")
-            self.log(f"warning: {counted(bad, 'line')} of {rundir.METRICS} {what} (damaged); the resumed run "
-                     f"drops {them}, and its figures and diagnosis lack what {them} held")
-        kept = [int(r["step"]) for r in rundir.read_metrics(self.run_dir) if int(r.get("step", 0)) <= step]
-        last = max(kept, default=0)
-        if step > 0 and last < step - slack:
-            self.log(f"warning: the records of {rundir.METRICS} end at step {last}, before the checkpoint at "
-                     f"step {step} (cut or damaged): the resumed run has no records of steps {last + 1}-{step}")
+        _keep_later_best(self.run_dir, step, self.log)
+        _set_aside_unlisted(self.run_dir, self.log)
+        _warn_cut_records(self.run_dir, step, slack, self.log)
         truncate_metrics(self.run_dir, step)
         (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
         repaired = ckpt.repair_best(self.run_dir) or ckpt.unrecorded_best(self.run_dir, *best)
