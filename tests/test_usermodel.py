@@ -594,3 +594,22 @@ def test_a_bare_file_names_its_one_module_class_or_lists_them_importing_it_once(
     assert capsys.readouterr().err.endswith(f"none.py defines no nn.Module class (it defines make); name the model "
                                             f"as {tmp_path / 'none.py'}:NAME, with NAME the function in it that "
                                             "returns the model\n")
+
+
+def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_path, tiny_text_file, model_file,
+                                                                             monkeypatch, capsys):
+    """`--resume RUN --model.source mine.py` (bare, relative) of a run config.json records as '/abs/mine.py:MyGPT'
+    was refused as a changed model.source; the same file written another way, and the bare PATH.py whose one class
+    the run recorded, are the run's model (config.json keeps its value). Another class is still refused."""
+    run = tmp_path / "A"
+    recorded = f"{model_file}:MyGPT"
+    Trainer(_cfg(run, tiny_text_file, recorded, max_iters=10, eval_interval=5), **QUIET).fit()
+    monkeypatch.chdir(model_file.parent)
+    for step, asked in ((20, "mine.py"), (30, "./mine.py:MyGPT")):
+        capsys.readouterr()
+        assert main(["train", "--resume", str(run), "--train.max_iters", str(step), "--model.source", asked]) == 0
+        assert "changed model.source" not in capsys.readouterr().err
+        assert json.loads((run / "config.json").read_text())["model"]["source"] == recorded
+    assert _evals(run)[-1][0] == 30
+    assert main(["train", "--resume", str(run), "--train.max_iters", "40", "--model.source", "mine.py:factory"]) == 2
+    assert f"changed model.source '{recorded}' -> 'mine.py:factory'" in capsys.readouterr().err

@@ -63,6 +63,19 @@ def _same_file(a: dict, b: dict, key: str) -> bool:
     return x is not None and x == corpus_file(b.get(key))
 
 
+def same_source(old: Any, asked: Any) -> bool:
+    """``asked`` (a resume's model.source) names the model ``old`` (config.json's ``PATH.py:NAME``) names: the same
+    file however written (relative, absolute, through a link) and the same class, or the bare ``PATH.py`` whose one
+    class config.json recorded."""
+    if not (isinstance(old, str) and isinstance(asked, str)):
+        return False
+    path, _, name = old.rpartition(":")
+    a_path, sep, a_name = asked.rpartition(":")
+    if not sep:
+        a_path, a_name = asked, ""
+    return bool(path) and corpus_file(path) == corpus_file(a_path) and a_name in ("", name)
+
+
 def _shown(key: str, flat: dict) -> str:
     """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
     if key not in flat:
@@ -89,6 +102,8 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     refused, noted = [], []
     for key in sorted(set(a) | set(b)):
         if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
+            continue
+        if key == "model.source" and same_source(a.get(key), b.get(key)):
             continue
         if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
             continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention

@@ -457,6 +457,9 @@ class Checkpointer:
                          "on (the sha256 config.json recorded): the run keeps the embedded corpus (config.json's "
                          "data.path stays unset; this file is not needed by the run)")
                 asked["data"]["path"] = cfg.data.path = None
+        old_source = (old.get("model") or {}).get("source")
+        if asked["model"].get("source") != old_source and resume_config.same_source(old_source, cfg.model.source):
+            asked["model"]["source"] = cfg.model.source = old_source  # the run's model, written another way
         return asked
 
     @staticmethod
