@@ -406,6 +406,35 @@ def test_report_json_and_table(corpus):
     assert "causal_leak    PROBLEM" in table and table.endswith("1 problem found: causal_leak")
 
 
+class _Declares(nn.Module):
+    """Position table of 2048 rows, so any length up to it runs; ``block_size`` is whatever the test sets."""
+
+    def __init__(self, block_size):
+        super().__init__()
+        self.block_size = block_size
+        self.wte, self.wpe, self.head = nn.Embedding(65, 8), nn.Embedding(2048, 8), nn.Linear(8, 65)
+
+    def forward(self, idx):
+        return self.head(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
+
+
+@pytest.mark.parametrize("declared, T, words", [
+    (10**9, 1024, "the length asked is 1024, not the model's block_size 1000000000 (declared lengths over 1024"),
+    ("abc", 64, "ignored the model's block_size='abc' (not an int >= 1); the length asked is the default 64"),
+    (0, 64, "ignored the model's block_size=0 (not an int >= 1)"),
+    (-3, 64, "ignored the model's block_size=-3 (not an int >= 1)"),
+    (24, 24, None)])
+def test_an_unused_declared_block_size_is_named_in_one_line(declared, T, words, corpus):
+    """A block_size that is absurd or not an int is not used silently: one note line says the length and why."""
+    rep = check_model(_Declares(declared), corpus, rules=("shape",))
+    assert rep.model["block_size"] == T and rep.model.get("length_note", "").startswith(words or "@") is bool(words)
+    notes = [ln for ln in format_check_table(rep).splitlines() if ln.startswith("note: ")]
+    assert notes == ([f"note: {rep.model['length_note']}"] if words else [])
+    assert not words or notes[0].endswith("give --block_size N to check another length")
+    asked = check_model(_Declares(declared), corpus, block_size=16, rules=("shape",))
+    assert asked.model["block_size"] == 16 and "length_note" not in asked.model  # --block_size given: no note
+
+
 def test_the_model_given_is_not_changed(corpus):
     m = planted("TinyGPT")
     before = {k: v.clone() for k, v in m.state_dict().items()}

@@ -192,7 +192,7 @@ def build_check_parser():
     p.add_argument("--batch_size", "--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="sequences per forward (the training checks use their own small batches)")
     p.add_argument("--block_size", "--block-size", type=Optional[int], default=None,
-                   help="sequence length T (default: the model's block_size attribute, else 64)")
+                   help="sequence length T (default: the model's block_size attribute, at most 1024, else 64)")
     p.add_argument("--blocks", type=Optional[str], default=None,
                    help="the model's list of blocks, e.g. transformer.h (default: found)")
     p.add_argument("--seed", type=int, default=1337, help="seeds every check")

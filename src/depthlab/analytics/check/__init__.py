@@ -83,16 +83,59 @@ class CheckReport:
         return {"model": self.model, "checks": [c.to_dict() for c in self.checks]}
 
 
-def declared_block_size(model: nn.Module) -> Optional[int]:
-    """The context length a model declares (``block_size``, ``config.block_size``, ``get_block_size()``)."""
-    for get in (lambda: model.block_size, lambda: model.config.block_size, lambda: model.get_block_size()):
+MAX_DECLARED_LENGTH = 1024
+"""The longest declared ``block_size`` checked as is: a longer one is checked at this length (a forward of
+16 x 10**9 tokens would never finish); ``--block_size`` is not capped."""
+
+
+def _declared(model: nn.Module) -> tuple[Optional[int], list[str]]:
+    """The first positive int the model declares, and the declarations passed over (``"block_size='abc'"``).
+
+    Looks at ``block_size``, ``config.block_size`` and ``get_block_size()`` in that order; a missing one is
+    not passed over, a bool, a non-int or an int < 1 is.
+    """
+    skipped = []
+    for where, get in (("block_size", lambda: model.block_size), ("config.block_size", lambda: model.config.block_size),
+                       ("get_block_size()", lambda: model.get_block_size())):
         try:
             v = get()
         except Exception:  # noqa: BLE001 - an attribute the user's model may not have
             continue
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
+            return v, skipped
+        skipped.append(f"{where}={v!r}"[:60])
+    return None, skipped
+
+
+def declared_block_size(model: nn.Module) -> Optional[int]:
+    """The context length a model declares (``block_size``, ``config.block_size``, ``get_block_size()``)."""
+    return _declared(model)[0]
+
+
+def _check_length(model: nn.Module, block_size: Optional[int]) -> tuple[int, str, Optional[str]]:
+    """The length T checked, where it comes from, and a sentence when the model's declaration was not used.
+
+    Returns:
+        ``(T, source, note)``: ``source`` names T's origin for error messages; ``note`` (None when the
+        asked or declared length is used as is) says which length is checked and why, e.g. for a
+        ``block_size`` of 10**9 or ``"abc"``.
+    """
+    if block_size:
+        return block_size, "--block_size", None
+    declared, skipped = _declared(model)
+    ignored = (f"ignored the model's {', '.join(skipped)} (not an int >= 1); " if skipped else "")
+    fix = "give --block_size N to check another length"
+    if declared is not None and declared > MAX_DECLARED_LENGTH:
+        return MAX_DECLARED_LENGTH, f"the cap for the model's block_size {declared}", (
+            f"{ignored}the length asked is {MAX_DECLARED_LENGTH}, not the model's block_size {declared} (declared "
+            f"lengths over {MAX_DECLARED_LENGTH} are capped); {fix}")
+    if declared is not None:
+        return declared, "the model's block_size", (f"{ignored}the length asked is its block_size {declared}; {fix}"
+                                                   if skipped else None)
+    if skipped:
+        return DEFAULT_BLOCK_SIZE, "the default length", (
+            f"{ignored}the length asked is the default {DEFAULT_BLOCK_SIZE}; {fix}")
+    return DEFAULT_BLOCK_SIZE, "the default length", None
 
 
 @contextlib.contextmanager
@@ -130,7 +173,9 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
         model: any ``nn.Module`` speaking the protocol (DESIGN.md, "The user's own model").
         corpus: a :class:`~depthlab.data.Corpus` (its vocabulary, text and bigram baseline).
         rebuild: builds the model again when a deep copy fails (default: copies only).
-        batch_size, block_size: the sizes asked (``block_size`` None: the model's declared one, else 64).
+        batch_size, block_size: the sizes asked (``block_size`` None: the model's declared one, at most
+            :data:`MAX_DECLARED_LENGTH`, else 64; the report's ``model["length_note"]`` says when the
+            declared one was not used and why).
         blocks: the dotted name of the model's list of blocks (default: found, see :func:`find_blocks`).
         seed: seeds every rule. name: the model's name in the report. rules: a subset of :data:`RULES`.
         log: ``callable(str)`` told as each rule finishes.
@@ -152,9 +197,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
     if block_size is not None and block_size < 1:
         raise DepthlabError(f"--block_size must be >= 1 (got {block_size}): the tokens per sequence, e.g. "
                             "--block_size 32; leave it out to use the model's own block_size")
-    T = block_size or min(declared_block_size(model) or DEFAULT_BLOCK_SIZE, 1024)
-    _check_corpus_length(corpus, T, "--block_size" if block_size else
-                         "the model's block_size" if declared_block_size(model) else "the default length")
+    T, source, note = _check_length(model, block_size)
+    _check_corpus_length(corpus, T, source)
     corpus.check_block_size(T)
     if blocks is not None:
         find_blocks(model, blocks)  # a bad --blocks is a usage error, before any work
@@ -162,6 +206,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
     info = {"name": name or type(model).__name__, "class": type(model).__name__,
             "parameters": ModelPort(model).num_params(), "corpus": str(corpus.path),
             "corpus_vocab_size": subject.vocab_size, "seed": seed}
+    if note:
+        info["length_note"] = note
     steps = _rule_table(subject, batch_size, T, block_size is not None, blocks)
     report = CheckReport(info)
     runs = True  # the forward gives logits at some size
@@ -279,6 +325,8 @@ def format_check_table(report: CheckReport, width: int = 110) -> str:
             f"(V={m['corpus_vocab_size']})")
     indent = " " * 24
     lines = [textwrap.fill(head, width, subsequent_indent="  "), ""]
+    if m.get("length_note"):
+        lines[1:1] = [f"note: {m['length_note']}"]  # one line, unwrapped: a script can grep it
     for c in report.checks:
         status = c.status
         summary = c.summary[len("not run: "):] if c.summary.startswith("not run: ") else c.summary
