@@ -63,3 +63,40 @@ def test_rundir_reads_old_records(old_run):
     assert [r["step"] for r in rd.metrics("grad")] == [3, 6]
     assert [r["step"] for r in rd.metrics("probe")] == [0, 3, 6]
     assert rd.summary["final_step"] == 6 and len(rd.vocab) == rd.config["model"]["vocab_size"] == 52
+
+
+def _fake_run(path, config=None):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config or {"model": {}, "train": {}}))
+    return path
+
+
+def test_a_run_nested_in_a_run_or_in_a_sweeps_own_files_is_refused(tmp_path):
+    from depthlab.rundir import nested_run_error
+
+    run = _fake_run(tmp_path / "runs" / "a")
+    err = nested_run_error(run / "sub" / "deeper", "--train.out_dir")
+    assert str(err) == (f"train.out_dir {run}/sub/deeper lies inside the depthlab run {run}; a run nested in a run "
+                        f"mixes their files (and --overwrite of {run} would then refuse): choose another "
+                        f"--train.out_dir, outside {run}")
+    sweep = tmp_path / "sw"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    assert nested_run_error(sweep / "runs" / "n_layer-1", "--train.out_dir") is None  # the sweep's own run
+    for inside in (sweep / "plots", sweep / "runs", sweep / "runs" / "x" / "y"):
+        assert f"lies inside the sweep folder {sweep}, but not as one of its runs" in str(
+            nested_run_error(inside, "--out_dir"))
+    hf = _fake_run(tmp_path / "hf", {"architectures": ["GPT2LMHeadModel"]})  # another tool's config.json
+    assert nested_run_error(hf / "run", "--train.out_dir") is None
+    assert nested_run_error(tmp_path / "runs" / "b", "--train.out_dir") is None
+
+
+def test_train_refuses_a_run_inside_a_run_and_writes_nothing(tmp_path, tiny_text_file, capsys, monkeypatch):
+    run = _fake_run(tmp_path / "runs" / "a")
+    (run / "metrics.jsonl").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *tiny_cli_args(tiny_text_file, "runs/a/sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab: error: train.out_dir runs/a/sub lies inside the depthlab run runs/a;")
+    assert err.count("\n") == 1 and "choose another --train.out_dir, outside runs/a" in err
+    assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"]

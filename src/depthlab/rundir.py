@@ -276,6 +276,46 @@ def is_sweep_dir(path: Path) -> bool:
     return (Path(path) / SWEEP_JSON).is_file()
 
 
+def _is_depthlab_run(path: Path) -> bool:
+    """Whether ``path`` is surely a depthlab run folder (stricter than :func:`is_run_dir`): its ``config.json``
+    beside a ``metrics.jsonl``, or a config.json with depthlab's ``model`` and ``train`` sections (a run that
+    failed before its first metric). Another tool's folder with a config.json of its own (a Hugging Face
+    model, say) is not one."""
+    path = Path(path)
+    if not (path / CONFIG).is_file():
+        return False
+    if (path / METRICS).is_file():
+        return True
+    cfg = read_json(path / CONFIG)
+    return isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) and isinstance(cfg.get("train"), dict)
+
+
+def nested_run_error(path: Path, option: str) -> Optional[DepthlabError]:
+    """The refusal of a new run or sweep folder ``path`` inside an existing run folder, or inside a sweep folder
+    anywhere but as one of its runs (``SWEEP/runs/NAME``); None when ``path`` is under neither.
+
+    A run nested in a run mixes their files, and ``--overwrite`` of the outer run then refuses (the inner one is a
+    file it did not write). The nearest enclosing folder is named, as the user wrote it when they wrote it.
+
+    Args:
+        path: the new folder (it may not exist yet). option: the flag that gave it, e.g. ``--train.out_dir``.
+    """
+    given = Path(path)
+    target = given.absolute()
+    shown = {p.absolute(): p for p in given.parents if p != Path(".")}
+    for above in target.parents:
+        name = shown.get(above, above)
+        if _is_depthlab_run(above):
+            return DepthlabError(f"{option.lstrip('-')} {given} lies inside the depthlab run {name}; a run nested in a "
+                                 f"run mixes their files (and --overwrite of {name} would then refuse): choose "
+                                 f"another {option}, outside {name}")
+        rel = target.relative_to(above).parts
+        if is_sweep_dir(above) and not (len(rel) == 2 and rel[0] == SWEEP_RUNS):
+            return DepthlabError(f"{option.lstrip('-')} {given} lies inside the sweep folder {name}, but not as one of "
+                                 f"its runs ({name / SWEEP_RUNS}/NAME): choose another {option}, outside {name}")
+    return None
+
+
 def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> DepthlabError:
     """The one error for a folder that is not a run: it lacks all of ``missing``. A sweep folder (``sweep.json``,
     its runs in ``runs/NAME/``) is named as one, with a run of it to give instead.
@@ -596,11 +636,15 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
 
     Raises:
         DepthlabError: the folder exists (and what to do), or is a file, or is not a depthlab run,
-            or holds files depthlab did not write, or is the current folder, or cannot be created.
+            or holds files depthlab did not write, or is the current folder, or lies inside another
+            run or a sweep's own files (:func:`nested_run_error`), or cannot be created.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
+    nested = nested_run_error(out_dir, "--train.out_dir")
+    if nested is not None:
+        raise nested
     if out_dir.is_symlink() and not out_dir.exists():
         raise DepthlabError(f"train.out_dir {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not "
                             "exist; create that folder or choose another --train.out_dir")

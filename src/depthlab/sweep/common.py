@@ -168,11 +168,14 @@ def resume_config(run_dir: Path, config: dict) -> Optional[dict]:
 
 
 def check_sweep_dir(sweep_dir: Path) -> None:
-    """Refuse an out_dir that is a file or lies under one, a non-empty folder that is not a sweep, or a sweep
-    whose sweep.json is damaged."""
+    """Refuse an out_dir that is a file or lies under one, or inside a run or another sweep's own files, a
+    non-empty folder that is not a sweep, or a sweep whose sweep.json is damaged."""
     above = next((q for q in Path(sweep_dir).parents if q.exists()), None)
     if above is not None and not above.is_dir():
         raise DepthlabError(f"--out_dir {sweep_dir} lies under {above}, which is a file; choose a folder")
+    nested = rundir.nested_run_error(sweep_dir, "--out_dir")  # its runs would be runs nested in a run
+    if nested is not None:
+        raise nested
     if sweep_dir.exists():
         if not sweep_dir.is_dir():
             raise DepthlabError(f"--out_dir {sweep_dir} is a file; choose a folder")
