@@ -70,3 +70,27 @@ def test_run_figures_fit_the_content_column(probed_run, probed_page):
     widths = {p.stem: png_width(p) for p in (probed_run / "plots").glob("*.png")}
     assert "attention" in widths and len(widths) >= 7
     assert all(w <= CONTENT_PX for w in widths.values()), widths  # 8 heads wrap onto rows of 4
+
+
+def test_cjk_and_emoji_are_labelled_by_code_point_without_a_glyph_warning(tmp_path):
+    """The bundled DejaVu fonts lack CJK and emoji: such a character is labelled U+XXXX (an empty box and one
+    "Glyph ... missing from font(s)" warning per character before), in tick labels and in the title."""
+    import warnings
+
+    import torch
+
+    from depthlab.figures import drawable, save_run_figure
+    from depthlab.report.attention import _attention_grid
+
+    text = "世a🚀\n"
+    pats = {0: torch.full((1, 2, 4, 4), 0.25)}
+    fig = _attention_grid(pats, [0], 2, text)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["U+4E16", "a", "U+1F680", "↵"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["U+4E16", "a", "U+1F680", "↵"]
+    assert drawable("Tokyo 東京 ok") == "Tokyo [U+6771][U+4EAC] ok" and drawable("plain — ↵") == "plain — ↵"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = save_run_figure(fig, tmp_path, "attention", "run 東京", f"on the validation text “{text}”")
+    assert out.is_file() and [str(w.message) for w in caught if "missing from font" in str(w.message)] == []
+    assert " ".join(fig.get_suptitle().split()) == "run [U+6771][U+4EAC] on the validation text “[U+4E16]a[U+1F680] ”"

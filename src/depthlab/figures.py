@@ -12,6 +12,7 @@ depth (block index) and time, cividis for heatmaps.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import textwrap
@@ -23,7 +24,7 @@ from .rundir import RUN_FIGURES, atomic_write
 
 __all__ = ["DPI", "PAGE_PX", "MAX_W", "WIDE", "TALL", "OKABE_ITO", "C_TRAIN", "C_VAL", "BASELINE_STYLE",
            "new_figure", "panel_grid", "write_png", "save_run_figure", "block_ticks", "depth_colours",
-           "depth_key", "time_key", "log_axis"]
+           "depth_key", "time_key", "log_axis", "drawable"]
 
 DPI = 110
 PAGE_PX = 1280
@@ -88,6 +89,36 @@ def write_png(fig, path: str | Path, **savefig: Any) -> Path:
     return path
 
 
+def _glyphs(family: str) -> frozenset[int]:
+    """The code points the font matplotlib picks first for ``family`` ("sans-serif", "monospace") can draw
+    (looked up each time: a caller's rcParams may name another font; its character map is read once)."""
+    from matplotlib import font_manager
+
+    return _charmap(font_manager.findfont(font_manager.FontProperties(family=[family])))
+
+
+@functools.lru_cache(maxsize=8)
+def _charmap(path: str) -> frozenset[int]:
+    from matplotlib.ft2font import FT2Font
+
+    return frozenset(FT2Font(path).get_charmap())
+
+
+def drawable(text: str, family: str = "sans-serif", brackets: bool = True) -> str:
+    """``text`` with each character the ``family`` font lacks (CJK, emoji with the bundled DejaVu fonts) written
+    as its code point, ``[U+4E16]`` (``U+4E16`` without ``brackets``, for a one-character tick label).
+
+    matplotlib would draw an empty box for such a character and warn "Glyph ... missing from font(s)" once per
+    character; the code point is exact and drawable. Only the first font of the family is asked: a character
+    only a fallback font has is written as its code point too (never a box).
+    """
+    have = _glyphs(family)
+    if all(ord(c) in have for c in text):
+        return text
+    form = "[U+{:04X}]" if brackets else "U+{:04X}"
+    return "".join(c if ord(c) in have or c == "\n" else form.format(ord(c)) for c in text)
+
+
 def save_run_figure(fig, run_dir: Path, name: str, title: str, subtitle: Optional[str] = None) -> Path:
     """Title ``fig`` (the subtitle wrapped to its width) and write it as ``run_dir/plots/<name>.png``.
 
@@ -96,7 +127,8 @@ def save_run_figure(fig, run_dir: Path, name: str, title: str, subtitle: Optiona
     if name not in RUN_FIGURES:
         raise ValueError(f"save_run_figure: {name!r} is not in rundir.RUN_FIGURES")
     width_chars = int(fig.get_figwidth() * 11)  # ~11 characters per inch at 10 pt
-    lines = [title] + (textwrap.wrap(subtitle, width_chars) if subtitle else [])
+    # a run or a corpus written in CJK or emoji: code points, not boxes (before wrapping: they are longer)
+    lines = [drawable(title)] + (textwrap.wrap(drawable(subtitle), width_chars) if subtitle else [])
     fig.suptitle("\n".join(lines), fontsize=10.5, x=0.01, ha="left", linespacing=1.4)
     out = Path(run_dir) / PLOT_DIR
     out.mkdir(parents=True, exist_ok=True)

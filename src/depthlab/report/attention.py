@@ -11,14 +11,17 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DepthlabError
-from ..figures import MAX_W, new_figure, panel_grid, save_run_figure
+from ..figures import MAX_W, drawable, new_figure, panel_grid, save_run_figure
 from .run_data import RunData, as_run_data
 
 __all__ = ["plot_attention", "HEADS_PER_ROW"]
 
 
 def _show_char(c: str) -> str:
-    return {"\n": "↵", " ": "␣", "\t": "⇥"}.get(c, c if c.isprintable() else "·")
+    """A tick label for the character ``c``: a sign for white space, ``·`` for a control character, the code
+    point (``U+4E16``) for one the monospace font cannot draw (:func:`~depthlab.figures.drawable`)."""
+    return {"\n": "↵", " ": "␣", "\t": "⇥"}.get(c, drawable(c, "monospace", brackets=False) if c.isprintable()
+                                                 else "·")
 
 
 def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
@@ -135,7 +138,8 @@ def _attention_grid(pats: dict, blocks: list[int], nh: int, text: str):
             ax = axes[r, c]
             ax.grid(False)
             im = ax.imshow(P[h].numpy(), cmap="cividis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks(range(len(text)), labels, fontsize=font, family="monospace")
+            ax.set_xticks(range(len(text)), labels, fontsize=font, family="monospace",
+                          rotation=90 if max(map(len, labels)) > 1 else 0)  # U+XXXX labels would overlap
             ax.set_yticks(range(len(text)), labels, fontsize=font, family="monospace")
             ax.tick_params(length=0, pad=1)
             ax.set_title(f"block {b}, head {h}", fontsize=9)
