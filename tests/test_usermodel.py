@@ -612,4 +612,8 @@ def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_p
         assert json.loads((run / "config.json").read_text())["model"]["source"] == recorded
     assert _evals(run)[-1][0] == 30
     assert main(["train", "--resume", str(run), "--train.max_iters", "40", "--model.source", "mine.py:factory"]) == 2
-    assert f"changed model.source '{recorded}' -> 'mine.py:factory'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"changed model.source '{recorded}' -> 'mine.py:factory'" in err
+    assert ("train the changed model as a new run from scratch (model.source is other model code, whose weights "
+            f"cannot be compared with the run's before it is built; --init-from {run} would check them and refuse "
+            "weights that do not fit): depthlab train") in err  # was: 'may change the model's weights'

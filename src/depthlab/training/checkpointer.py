@@ -208,10 +208,11 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
         why = "the changed model has the same weights, by name and shape; " if model else ""
         return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
                 f"{ckpt.new_run_command(run_dir, True, flags)}")
-    what = ("changes the number or shape of the model's weights" if fit is False else
-            "may change the model's weights (model.source)")
-    return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}, "
-            f"so --init-from cannot reuse the run's): {ckpt.new_run_command(run_dir, False, flags)}")
+    what = ("changes the number or shape of the model's weights, so --init-from cannot reuse the run's" if fit is False
+            else "is other model code, whose weights cannot be compared with the run's before it is built; --init-from "
+            f"{run_dir} would check them and refuse weights that do not fit")
+    return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}): "
+            f"{ckpt.new_run_command(run_dir, False, flags)}")
 
 
 def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
