@@ -83,7 +83,9 @@ def test_a_run_nested_in_a_run_or_in_a_sweeps_own_files_is_refused(tmp_path):
     (sweep / "runs").mkdir(parents=True)
     (sweep / "sweep.json").write_text("{}")
     assert nested_run_error(sweep / "runs" / "n_layer-1", "--train.out_dir") is None  # the sweep's own run
-    for inside in (sweep / "plots", sweep / "runs", sweep / "runs" / "x" / "y"):
+    # a named experiment's run (the quick profile's runs/depth/NAME): all 10 of its runs were refused
+    assert nested_run_error(sweep / "runs" / "depth" / "n_layer-01_variant-plain", "--train.out_dir") is None
+    for inside in (sweep / "plots", sweep / "runs", sweep / "other" / "runs" / "x"):
         assert f"lies inside the sweep folder {sweep}, but not as one of its runs" in str(
             nested_run_error(inside, "--out_dir"))
     hf = _fake_run(tmp_path / "hf", {"architectures": ["GPT2LMHeadModel"]})  # another tool's config.json
@@ -100,3 +102,17 @@ def test_train_refuses_a_run_inside_a_run_and_writes_nothing(tmp_path, tiny_text
     assert err.startswith("depthlab: error: train.out_dir runs/a/sub lies inside the depthlab run runs/a;")
     assert err.count("\n") == 1 and "choose another --train.out_dir, outside runs/a" in err
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"]
+
+
+def test_a_sweeps_runs_are_found_at_either_depth_under_runs(tmp_path):
+    """A named experiment puts its runs at SWEEP/runs/EXPERIMENT/NAME: the run lock's 'a running sweep trains it'
+    and the not-a-run line's list of a sweep's runs looked only at SWEEP/runs/NAME."""
+    from depthlab.rundir import not_a_run_error, sweep_of, sweep_runs
+
+    sweep = tmp_path / "sw"
+    (sweep / "runs").mkdir(parents=True)
+    (sweep / "sweep.json").write_text("{}")
+    a, b = _fake_run(sweep / "runs" / "depth" / "n_layer-1"), _fake_run(sweep / "runs" / "n_layer-2")
+    assert sweep_of(a) == sweep and sweep_of(b) == sweep and sweep_of(tmp_path / "x" / "runs" / "y") is None
+    assert sweep_runs(sweep) == [a, b]
+    assert str(not_a_run_error(sweep)) == f"{sweep} is a sweep folder: give one of its runs, e.g. {a} (2 runs)"

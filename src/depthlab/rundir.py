@@ -276,6 +276,22 @@ def is_sweep_dir(path: Path) -> bool:
     return (Path(path) / SWEEP_JSON).is_file()
 
 
+def sweep_of(run_dir: Path) -> Optional[Path]:
+    """The sweep folder ``run_dir`` is a run of (``SWEEP/runs/NAME``, or ``SWEEP/runs/EXPERIMENT/NAME`` for a named
+    experiment, beside ``SWEEP/sweep.json``), or None."""
+    run_dir = Path(run_dir)
+    for above in run_dir.parents:
+        if above.name == SWEEP_RUNS and is_sweep_dir(above.parent):
+            return above.parent
+    return None
+
+
+def sweep_runs(sweep_dir: Path) -> list[Path]:
+    """The run folders a sweep has started (each with its config.json), sorted, at any depth under ``SWEEP/runs``."""
+    runs = Path(sweep_dir) / SWEEP_RUNS
+    return sorted(p.parent for p in runs.rglob(CONFIG)) if runs.is_dir() else []
+
+
 def _is_depthlab_run(path: Path) -> bool:
     """Whether ``path`` is surely a depthlab run folder (stricter than :func:`is_run_dir`): its ``config.json``
     beside a ``metrics.jsonl``, or a config.json with depthlab's ``model`` and ``train`` sections (a run that
@@ -309,8 +325,8 @@ def nested_run_error(path: Path, option: str) -> Optional[DepthlabError]:
             return DepthlabError(f"{option.lstrip('-')} {given} lies inside the depthlab run {name}; a run nested in a "
                                  f"run mixes their files (and --overwrite of {name} would then refuse): choose "
                                  f"another {option}, outside {name}")
-        rel = target.relative_to(above).parts
-        if is_sweep_dir(above) and not (len(rel) == 2 and rel[0] == SWEEP_RUNS):
+        rel = target.relative_to(above).parts  # a sweep's runs: runs/NAME, or runs/EXPERIMENT/NAME
+        if is_sweep_dir(above) and not (len(rel) >= 2 and rel[0] == SWEEP_RUNS):
             return DepthlabError(f"{option.lstrip('-')} {given} lies inside the sweep folder {name}, but not as one of "
                                  f"its runs ({name / SWEEP_RUNS}/NAME): choose another {option}, outside {name}")
     return None
@@ -327,8 +343,7 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
     from .units import counted
 
     if is_sweep_dir(path):
-        runs = sorted(p for p in (path / SWEEP_RUNS).glob("*") if (p / CONFIG).is_file()) \
-            if (path / SWEEP_RUNS).is_dir() else []
+        runs = sweep_runs(path)
         if runs:
             return DepthlabError(f"{path} is a sweep folder: give one of its runs, e.g. {runs[0]} "
                                  f"({counted(len(runs), 'run')})")

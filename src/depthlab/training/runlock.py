@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DepthlabError
-from ..rundir import LOCK, SWEEP_RUNS, is_sweep_dir, prepare_run_dir
+from ..rundir import LOCK, prepare_run_dir, sweep_of
 
 #: The folders this process holds locked, by resolved path: [descriptor of the folder (kept open: closing it
 #: drops its lock), whether RUN/.lock names this process yet].
@@ -64,10 +64,10 @@ def _holder_pid(run_dir: Path, fd: int) -> str:
 
 
 def _sweep_holding(run_dir: Path) -> Optional[tuple[Path, str]]:
-    """(sweep folder, its pid) when ``run_dir`` is a run of a sweep (``SWEEP/runs/NAME`` beside ``SWEEP/sweep.json``)
+    """(sweep folder, its pid) when ``run_dir`` is a run of a sweep (:func:`~depthlab.rundir.sweep_of`)
     that a sweep process holds now (its folder's lock, as /proc/locks lists it; only looked at, never taken)."""
-    sweep_dir = Path(run_dir).parent.parent
-    if Path(run_dir).parent.name != SWEEP_RUNS or not is_sweep_dir(sweep_dir):
+    sweep_dir = sweep_of(run_dir)
+    if sweep_dir is None:
         return None
     try:
         fd = os.open(sweep_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
