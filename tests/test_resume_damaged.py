@@ -251,6 +251,30 @@ def test_a_run_this_user_cannot_write_is_refused_before_resuming_and_nothing_cha
     assert "resuming" not in out + err and _snapshot(run30) == before
 
 
+@pytest.mark.parametrize("locked", ["", "checkpoints", "metrics.jsonl"])
+def test_a_run_this_user_cannot_write_with_nothing_to_train_says_what_a_writable_one_says(run30, capsys, monkeypatch,
+                                                                                         locked):
+    """A resume of a read-only run already at its end writes nothing: it was refused for being read-only ("cannot
+    write into the run folder") instead of saying "nothing to train", its notices included, as a writable one does."""
+    import os
+
+    args = ["train", "--resume", str(run30), "--model.dropout", "0.1"]  # a resume: notice, held back, then said
+    before = _snapshot(run30)
+    capsys.readouterr()
+    real = os.access
+    with monkeypatch.context() as m:  # as above: os.access answers as for a user without write permission
+        m.setattr(os, "access", lambda p, mode, **kw: not (mode & os.W_OK and str(p) == str(run30 / locked).
+                                                             rstrip("/")) and real(p, mode, **kw))
+        assert main(args) == 0
+        read_only = capsys.readouterr()
+    assert read_only.err == ("depthlab: resume: model.dropout 0.0 -> 0.1: the regularisation changes from the next "
+                             "step\ndepthlab: nothing to train: the run is at step 30 and train.max_iters is 30 (a "
+                             "total); pass a larger --train.max_iters to extend it. Nothing was changed.\n")
+    assert _snapshot(run30) == before
+    assert main(args) == 0  # the same run, writable: the same lines
+    assert capsys.readouterr() == read_only and _snapshot(run30) == before
+
+
 def test_step_files_the_manifest_does_not_list_are_set_aside_with_one_warning_never_used_or_replaced(run30, capsys):
     """kill -9 between a checkpoint's rename and the manifest's (or between the manifest and a rotation's delete)
     leaves step files manifest.json does not list: they were kept silently, and the session's own step-40 checkpoint

@@ -175,6 +175,7 @@ class Trainer:
         # resuming a run that is already at its end changes nothing on disk
         self.nothing_to_train = resumed and self.step >= self.schedule.max_iters
         if self.is_main and not self.nothing_to_train:
+            self.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
             rt.say_resolved_changes()
             self._write_config()  # on resume too: config.json must show what this run now uses
             if not resumed or point.vocab_missing:
@@ -214,6 +215,7 @@ class Trainer:
     def _load_resume(self, point: ResumePoint) -> None:
         st = self.checkpointer.load(point.entry, self)
         self.stepper.load_state_dict(st)
+        self.checkpointer.settle_writable(self.step < self.schedule.max_iters)  # a read-only run: only if it trains
         self.evaluator.load_state_dict(st, self.run_dir, self.step)
         self.wall_before = float(st["wall_time_s"])
         self.schedule.resume(self.step, st.get("lr_anchor"), point.old_config.get("train") or {}, point.plan,

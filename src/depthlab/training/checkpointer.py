@@ -308,6 +308,10 @@ class Checkpointer:
         self._write_error: Optional[BaseException] = None
         self.replaced = False  # claim(): --overwrite replaced a previous run
         self.later_best: Optional[dict] = None  # check_resume(): a best after the checkpoint resumed from
+        # check_resume() of a folder this user cannot write: the refusal and the lines held back until it is known
+        # whether the session trains (:meth:`settle_writable`); a resume with nothing to train writes nothing
+        self._unwritable: Optional[DepthlabError] = None
+        self._held: Optional[tuple[list, object]] = None  # (lines held back, the log they go to)
 
     # ------------------------------------------------------------------ before the model exists
     def check_resume(self, cfg, corpus, device) -> ResumePoint:
@@ -324,8 +328,7 @@ class Checkpointer:
         if self.runtime.is_main and self.run_dir.is_dir():
             # before anything is written: one process trains a run at a time
             runlock.hold(self.run_dir, self.runtime, resume=True)
-            # before the resume's notices, which would not come true: it writes its lock, checkpoints and records
-            runlock.require_writable(self.run_dir, rd.file(CHECKPOINTS), rd.file(METRICS))
+            self._check_writable(rd)
         try:
             rd.require("config")
             # before anything is written: a folder where the run writes a file fails only after config.json changed
@@ -366,6 +369,32 @@ class Checkpointer:
             self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
                      "the resumed run follows the schedule asked for (train.max_iters, train.fit_to_time)")
         return point
+
+    def _check_writable(self, rd: RunDir) -> None:
+        """A run folder (its checkpoints/, metrics.jsonl) this user cannot write: the resume's lines are held back
+        and the refusal kept for :meth:`settle_writable`: a session that trains writes its lock, checkpoints and
+        records, so it is refused before the resume's notices, which would not come true; one with nothing to
+        train writes nothing, so it says what it says on a writable run."""
+        try:
+            runlock.require_writable(self.run_dir, rd.file(CHECKPOINTS), rd.file(METRICS))
+        except DepthlabError as e:
+            self._unwritable, self._held = e, ([], self.log)
+            self.log = self._held[0].append
+
+    def settle_writable(self, trains: bool) -> None:
+        """Whether the resumed session ``trains`` is known (before anything is written or a ``resuming`` line):
+        the held-back lines are said when it does not; a folder this user cannot write is refused when it does.
+
+        Raises:
+            DepthlabError: ``trains`` into a folder :meth:`check_resume` found not writable (naming it and the fix).
+        """
+        if trains and self._unwritable is not None:
+            raise self._unwritable
+        if self._held is not None:
+            lines, self.log = self._held
+            self._held = None
+            for line in lines:
+                self.log(line)
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
