@@ -275,6 +275,37 @@ def test_a_run_this_user_cannot_write_with_nothing_to_train_says_what_a_writable
     assert capsys.readouterr() == read_only and _snapshot(run30) == before
 
 
+def test_temporary_files_of_writes_cut_off_are_removed_on_resume_and_nothing_else(run30, capsys):
+    """A kill inside an atomic write left its ``.NAME.XXXXXXXX.tmp`` in the run for good; a resume that trains removes
+    those older than its process in the run folder and checkpoints/, and says so; any other name stays."""
+    import os
+    import time
+
+    ck = run30 / "checkpoints"
+    stale = [run30 / ".config.json.k3_9a0zq.tmp", ck / ".step-000040.safetensors.a1b2c3d4.tmp",
+             ck / ".manifest.json.zz_00x1y.tmp"]
+    kept = [run30 / ".notes.txt.a1b2c3d4.tmp", run30 / ".config.json.a1b2c3.tmp", run30 / ".config.json.A1B2C3D4.tmp",
+            run30 / "config.json.a1b2c3d4.tmp", run30 / ".config.json.a1b2c3d4.tmp.bak", ck / ".best.json.a1b2c3d4.tmp",
+            run30 / "tb" / ".config.json.a1b2c3d4.tmp", ck / ".step-000040.state.pt.q1w2e3r4.tmp"]  # the last: new
+    (run30 / "tb").mkdir()
+    old = time.time() - 3600  # before this process started
+    for p in stale + kept:
+        p.write_bytes(b"cut")
+        if p != kept[-1]:
+            os.utime(p, (old, old))
+    link = run30 / ".summary.json.l1n2k3s4.tmp"
+    link.symlink_to(stale[0])  # a link is never depthlab's own
+    os.utime(link, (old, old), follow_symlinks=False)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run30), "--train.max_iters", "40"]) == 0
+    err = capsys.readouterr().err
+    assert (f"depthlab: resume: removed 3 temporary files of depthlab's writes cut off mid-way (a kill?) from {run30} "
+            f"and {ck}: .config.json.k3_9a0zq.tmp, .manifest.json.zz_00x1y.tmp, .step-000040.safetensors.a1b2c3d4.tmp\n"
+            ) in err and err.count("temporary file") == 1, err
+    assert [p.exists() for p in stale] == [False] * 3 and all(p.read_bytes() == b"cut" for p in kept)
+    assert link.is_symlink() and _steps(run30) == [30, 40]
+
+
 def test_step_files_the_manifest_does_not_list_are_set_aside_with_one_warning_never_used_or_replaced(run30, capsys):
     """kill -9 between a checkpoint's rename and the manifest's (or between the manifest and a rotation's delete)
     leaves step files manifest.json does not list: they were kept silently, and the session's own step-40 checkpoint

@@ -146,7 +146,7 @@ def atomic_write(path: Path, data: bytes) -> None:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = file_mode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # see _own_temp
     try:
         _chmod_fd(fd, mode)
         with os.fdopen(fd, "wb") as f:
@@ -168,6 +168,32 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+#: The files depthlab writes by :func:`atomic_write` into a run folder, and into its checkpoints/ (a regex).
+_ATOMIC_NAMES = {"": "|".join(re.escape(n) for n in sorted({CONFIG, VOCAB, TOKENIZER, METRICS, SUMMARY, BASELINES,
+                                                              DIAGNOSIS, REPORT, TRAIN_LOG, INIT_PROBE, SWEEP_STATUS})),
+                 CHECKPOINTS: r"manifest\.json|best(-step-\d+)?\.safetensors|step-\d+\.(safetensors|state\.pt)"}
+
+
+def _own_temp(folder: str) -> re.Pattern:
+    """The exact name :func:`atomic_write` gives the temporary file of a depthlab file in ``folder`` ("" for the run
+    folder, or checkpoints): ``.NAME.XXXXXXXX.tmp``, XXXXXXXX being ``mkstemp``'s 8 characters of [a-z0-9_]."""
+    return re.compile(rf"\.({_ATOMIC_NAMES[folder]})\.[a-z0-9_]{{8}}\.tmp")
+
+
+def stale_temp_files(run_dir: Path, before: float) -> list[Path]:
+    """Temporary files of the :func:`atomic_write` calls cut off mid-way (a kill, a full disk) in ``run_dir`` and its
+    checkpoints/: plain files (not links) named exactly as depthlab names the temporary file of one of its own files
+    there, last modified before ``before`` (seconds since the epoch: a write still under way is newer), sorted.
+    Any other name is not depthlab's and is never listed."""
+    out = []
+    for folder in _ATOMIC_NAMES:
+        where, own = Path(run_dir) / folder, _own_temp(folder)
+        if where.is_dir() and not where.is_symlink():
+            out += sorted(p for p in where.iterdir() if own.fullmatch(p.name) and p.is_file() and not p.is_symlink()
+                          and p.lstat().st_mtime < before)
+    return out
 
 
 def write_json(path: Path, obj: Any) -> None:

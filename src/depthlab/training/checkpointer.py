@@ -267,6 +267,25 @@ def _set_aside_unlisted(run_dir: Path, log) -> None:
             f"longer need {it}")
 
 
+def _remove_stale_temps(run_dir: Path, log) -> None:
+    """Remove the temporary files of depthlab's own writes cut off mid-way (:func:`~depthlab.rundir.stale_temp_files`,
+    older than this process) from the run folder and its checkpoints/, with one line (count and where); only while
+    this process holds the run's lock, so no other process of depthlab is writing them."""
+    if not runlock.is_held(run_dir):
+        return
+    gone = []
+    for p in rundir.stale_temp_files(run_dir, runlock.process_start()):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            continue
+        gone.append(p)
+    if gone:
+        where = " and ".join(sorted({str(p.parent) for p in gone}))
+        log(f"resume: removed {len(gone)} temporary file{'s' if len(gone) > 1 else ''} of depthlab's writes cut off "
+            f"mid-way (a kill?) from {where}: {', '.join(p.name for p in gone[:3])}{', ...' if len(gone) > 3 else ''}")
+
+
 def _warn_cut_records(run_dir: Path, step: int, slack: int, log) -> None:
     """Warnings (``log``) of damaged lines in metrics.jsonl and of records that end more than ``slack`` steps before
     the checkpoint at ``step`` (see :meth:`Checkpointer.reopen`)."""
@@ -540,6 +559,7 @@ class Checkpointer:
         """A run with no checkpoint yet starts again from step 0: its records go, and an unlisted step file (its first
         checkpoint's write cut short) is set aside, not replaced."""
         self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+        _remove_stale_temps(self.run_dir, self.log)
         truncate_metrics(self.run_dir, -1)
         _set_aside_unlisted(self.run_dir, self.log)
 
@@ -558,7 +578,8 @@ class Checkpointer:
         self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
     def reopen(self, step: int, slack: int = 0, best: tuple[int, float] = (-1, math.inf)) -> bool:
-        """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired.
+        """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired, the temporary
+        files of writes cut off mid-way removed.
 
         ``slack``: steps the checkpoint may follow the last record by: 0 for an evaluation's (its record is written
         before it; a manifest entry older than its ``evaluated`` key counts as one), ``log_interval`` for one saved
@@ -569,6 +590,7 @@ class Checkpointer:
         Returns:
             True when the best checkpoint could not be kept and the next evaluation becomes the best.
         """
+        _remove_stale_temps(self.run_dir, self.log)
         _keep_later_best(self.run_dir, step, self.log)
         _set_aside_unlisted(self.run_dir, self.log)
         _warn_cut_records(self.run_dir, step, slack, self.log)

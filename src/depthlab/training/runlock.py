@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -173,6 +174,19 @@ def require_writable(run_dir: Path, *inside: Path) -> None:
             raise DepthlabError(_unwritable(run_dir, os.strerror(13), p))
 
 
+def process_start() -> float:
+    """When this process started, in seconds since the epoch (/proc, Linux; within a second); where /proc cannot tell,
+    now: a file older than either was not written by this process's training of a folder it has just locked."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime: clock ticks after boot
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 def _release_on_close(run_dir: Path, runtime) -> None:
     if runtime is not None:
         runtime.on_close.append(lambda: release(run_dir))
@@ -208,4 +222,4 @@ def claim_run_dir(run_dir: Path, overwrite: bool, runtime=None) -> Optional[Path
     return replaced
 
 
-__all__ = ["claim_run_dir", "hold", "is_held", "mark", "release"]
+__all__ = ["claim_run_dir", "hold", "is_held", "mark", "process_start", "release"]
