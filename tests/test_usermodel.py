@@ -617,3 +617,19 @@ def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_p
     assert ("train the changed model as a new run from scratch (model.source is other model code, whose weights "
             f"cannot be compared with the run's before it is built; --init-from {run} would check them and refuse "
             "weights that do not fit): depthlab train") in err  # was: 'may change the model's weights'
+
+
+def test_a_resume_leaves_the_callers_config_as_it_was(tmp_path, tiny_text_file, model_file):
+    """A resume asked with the run's model file written another way (a bare or relative PATH.py) set the caller's
+    RunConfig to the run's 'PATH.py:NAME' (check_resume wrote it there), so a notebook or sweep reusing the object saw
+    it change; the Trainer now works on its own copy."""
+    import copy
+
+    run, recorded = tmp_path / "A", f"{model_file}:MyGPT"
+    Trainer(_cfg(run, tiny_text_file, recorded, max_iters=2, eval_interval=2), **QUIET).fit()
+    for source in (str(model_file), f"{model_file.parent}/./mine.py:MyGPT"):
+        cfg = _cfg(run, tiny_text_file, source, max_iters=2, eval_interval=2, resume=True)
+        asked = copy.deepcopy(cfg)
+        t = Trainer(cfg, **QUIET)
+        assert t.cfg.model.source == recorded and t.cfg.model.vocab_size == len(t.corpus.tokenizer.vocab)
+        assert cfg == asked and cfg.model.source == source and cfg.model.vocab_size == asked.model.vocab_size

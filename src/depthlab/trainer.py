@@ -11,6 +11,7 @@ adds the default analytics observers. Files go through :mod:`depthlab.rundir` an
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 import shutil
@@ -87,6 +88,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console, init_from: Optional[str] = None, restart_ok: bool = False):
+        cfg = copy.deepcopy(cfg)  # the caller's stays as asked: a resume sets model.source/data.path the run's way
         self.callbacks = list(callbacks)
         self.restart_ok = restart_ok
         t = cfg.train
