@@ -302,6 +302,40 @@ def _warn_cut_records(run_dir: Path, step: int, slack: int, log) -> None:
             f"or damaged): the resumed run has no records of steps {last + 1}-{step}")
 
 
+def _refuse_nonfinite(run_dir: Path, path: Path, sd: dict) -> None:
+    """A checkpoint whose weights hold NaN or inf (never written so: changed after it was written, its sha256
+    with it) is refused before anything is written, naming it and the way forward that works for this run.
+
+    Raises:
+        DepthlabError: a weight of ``sd`` is not finite.
+    """
+    bad = ckpt.nonfinite_weight(sd)
+    if bad is None:
+        return
+    best = ckpt.finite_best(run_dir)
+    fix = (f"restore {path.name} from a copy of the run, or start a new run from its best weights ({best.name}, "
+           f"finite): {ckpt.new_run_command(run_dir, True)}" if best is not None else
+           f"restore {path.name} from a copy of the run (its best.safetensors is no finite, intact alternative)")
+    raise DepthlabError(f"cannot resume {run_dir}: its checkpoint {path} holds non-finite weights ({bad} is "
+                        "NaN or inf) though its sha256 matches manifest.json; depthlab never writes such a file, "
+                        f"so it was replaced after training; nothing was changed; {fix}")
+
+def _other_optimizer(run_dir: Path, state, used: str) -> DepthlabError:
+    """The error for a checkpoint whose optimizer state (``state``) is not the ``used`` optimizer's: names the
+    one it holds (Muon's is a ``{"muon", "adamw"}`` pair) and why this resume chose another: config.json's
+    ``resolved.optimizer`` records what ``auto`` became, and it was deleted or edited (the checkpoint's own
+    config says ``auto`` too, and a changed ``train.optimizer`` is refused before this)."""
+    held = "muon" if isinstance(state, dict) and set(state) == {"muon", "adamw"} else "adamw"
+    resolved = (RunDir(run_dir).config or {}).get("resolved")
+    why = (f"{CONFIG}'s resolved.optimizer, which records what train.optimizer auto became, is missing (deleted?), "
+           f"and a run without it is taken as one from before the field, an {PREDATING['train']['optimizer']} run"
+           if not isinstance(resolved, dict) or "optimizer" not in resolved else
+           f"{CONFIG}'s resolved.optimizer says {resolved['optimizer']!r} (edited by hand?)")
+    return DepthlabError(f"cannot resume {run_dir}: its checkpoint holds {held}'s optimizer state, not the "
+                         f"{used} this resume would use: {why}; set \"optimizer\": \"{held}\" in the \"resolved\" "
+                         f"section of {run_dir / CONFIG}")
+
+
 class Checkpointer:
     """Saving and loading the checkpoints of the run in ``run_dir``.
 
@@ -439,13 +473,13 @@ class Checkpointer:
         ckdir = self.run_dir / ckpt.CKPT_DIR
         path = ckdir / f"{entry['name']}.safetensors"
         sd, _ = ckpt.load_weights_file(path)
-        self._refuse_nonfinite(path, sd)
+        _refuse_nonfinite(self.run_dir, path, sd)
         ckpt.load_into(run.raw_model, sd, path)
         st = ckpt.load_state(ckdir / f"{entry['name']}.state.pt")
         try:
             run.optimizer.load_state_dict(st["optimizer"])
         except (ValueError, KeyError):  # a state of another optimizer: config.json was edited by hand
-            raise self._other_optimizer(st["optimizer"], run.optimizer_name) from None
+            raise _other_optimizer(self.run_dir, st["optimizer"], run.optimizer_name) from None
         apply_hyperparameters(run.optimizer, run.cfg.train)  # the state brought the old decay and betas back
         ckpt.restore_rng_state(st["rng"], run.batch_rng, self.runtime.device)
         old_sha = st.get("corpus_sha256")
@@ -454,39 +488,6 @@ class Checkpointer:
                                 f"checkpoint (sha256 {old_sha[:12]}... then, {run.corpus.sha256[:12]}... now); "
                                 "resume with the original file, or start a new run (--init-from)")
         return st
-
-    def _refuse_nonfinite(self, path: Path, sd: dict) -> None:
-        """A checkpoint whose weights hold NaN or inf (never written so: changed after it was written, its sha256
-        with it) is refused before anything is written, naming it and the way forward that works for this run.
-
-        Raises:
-            DepthlabError: a weight of ``sd`` is not finite.
-        """
-        bad = ckpt.nonfinite_weight(sd)
-        if bad is None:
-            return
-        best = ckpt.finite_best(self.run_dir)
-        fix = (f"restore {path.name} from a copy of the run, or start a new run from its best weights ({best.name}, "
-               f"finite): {ckpt.new_run_command(self.run_dir, True)}" if best is not None else
-               f"restore {path.name} from a copy of the run (its best.safetensors is no finite, intact alternative)")
-        raise DepthlabError(f"cannot resume {self.run_dir}: its checkpoint {path} holds non-finite weights ({bad} is "
-                            "NaN or inf) though its sha256 matches manifest.json; depthlab never writes such a file, "
-                            f"so it was replaced after training; nothing was changed; {fix}")
-
-    def _other_optimizer(self, state, used: str) -> DepthlabError:
-        """The error for a checkpoint whose optimizer state (``state``) is not the ``used`` optimizer's: names the
-        one it holds (Muon's is a ``{"muon", "adamw"}`` pair) and why this resume chose another: config.json's
-        ``resolved.optimizer`` records what ``auto`` became, and it was deleted or edited (the checkpoint's own
-        config says ``auto`` too, and a changed ``train.optimizer`` is refused before this)."""
-        held = "muon" if isinstance(state, dict) and set(state) == {"muon", "adamw"} else "adamw"
-        resolved = (RunDir(self.run_dir).config or {}).get("resolved")
-        why = (f"{CONFIG}'s resolved.optimizer, which records what train.optimizer auto became, is missing (deleted?), "
-               f"and a run without it is taken as one from before the field, an {PREDATING['train']['optimizer']} run"
-               if not isinstance(resolved, dict) or "optimizer" not in resolved else
-               f"{CONFIG}'s resolved.optimizer says {resolved['optimizer']!r} (edited by hand?)")
-        return DepthlabError(f"cannot resume {self.run_dir}: its checkpoint holds {held}'s optimizer state, not the "
-                             f"{used} this resume would use: {why}; set \"optimizer\": \"{held}\" in the \"resolved\" "
-                             f"section of {self.run_dir / CONFIG}")
 
     def _asked(self, cfg, old: dict, same_corpus: bool) -> dict:
         """The config a resume asks for, as config.json would hold it (``data.path`` absolute) to compare with the
