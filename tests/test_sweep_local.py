@@ -498,3 +498,20 @@ def test_runs_the_pool_stops_on_ctrl_c_get_their_progress_line_as_in_process(tin
     assert [x[:5] for x in lines] == ["[1/2]", "[2/2]"], out
     assert any(x[6:].startswith("max_iters-000004: ok best val ") for x in lines), out
     assert f"max_iters-100000: interrupted in {status['wall_s']:.1f}s ({status['message']})" in {x[6:] for x in lines}
+
+
+def test_a_named_experiment_runs_end_to_end_into_runs_experiment_name(tiny_text_file, tmp_path):
+    """Every run of a named experiment (SWEEP/runs/EXPERIMENT/NAME, as `sweep --profile quick` has) once failed
+    with "lies inside the sweep folder ... but not as one of its runs": nested_run_error allowed only runs/NAME."""
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2]}, train__max_iters=2)
+    spec.experiments[0].name = "depth"
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    rows = read_rows(sw)
+    assert sorted((r["run"], r["status"]) for r in rows) == [("runs/depth/n_layer-1", "ok"),
+                                                            ("runs/depth/n_layer-2", "ok")]
+    assert rundir.sweep_runs(sw) == [sw / "runs" / "depth" / "n_layer-1", sw / "runs" / "depth" / "n_layer-2"]
+    for r in rundir.sweep_runs(sw):
+        rd = rundir.RunDir(r)
+        assert rd.sweep_status["status"] == "ok" and rd.summary["final_step"] == 2
+        assert rundir.sweep_of(r) == sw
