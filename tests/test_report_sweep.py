@@ -155,3 +155,40 @@ def test_the_baseline_cards_of_a_bpe_sweep_say_token(tmp_path):
     caption = figure_html("loss", tmp_path / "l.png", "model.n_layer", "token")
     assert "unigram: token frequencies, no context at all; bigram: the current token alone" in caption
     assert "bigram: the current character alone" in figure_html("loss", tmp_path / "l.png", "model.n_layer")
+
+
+def test_a_cjk_grid_value_is_labelled_by_code_point_without_a_glyph_warning(monkeypatch, tmp_path):
+    """A grid over two Japanese corpora drew each line's name (legend, panel title) as empty boxes, with one
+    "Glyph ... missing from font(s)" warning per character; they are code points now, as a run's figures have."""
+    import warnings
+
+    from matplotlib.text import Text
+
+    import depthlab.report.sweep as rs
+    from depthlab.report.sweep import plot_curves, plot_vs_x
+
+    from conftest import sweep_item
+
+    texts = []
+    real = rs.write_png
+
+    def capture(fig, path):
+        texts.extend(t.get_text() for t in fig.findobj(Text))
+        return real(fig, path)
+    monkeypatch.setattr(rs, "write_png", capture)
+    items = []
+    for corpus in ("日本.txt", "東京.txt"):
+        for L in (1, 2):
+            it = sweep_item("prenorm", L, 2.0 + L / 10, evals=[(0, 3.0, 3.0), (10, 2.5, 2.5)], grads=[1.0] * L)
+            it["config"]["data"] = {"path": corpus, "tokenizer": "char"}
+            items.append(it)
+    groups = ["data.path"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plot_vs_x(items, "model.n_layer", groups, None, tmp_path / "l.png", "loss") is not None
+        assert plot_curves(items, "model.n_layer", groups, None, tmp_path / "c.png") is not None
+        assert plot_per_block(items, "model.n_layer", groups, "grad", tmp_path / "g.png") is not None
+    assert [str(w.message) for w in caught if "missing from font" in str(w.message)] == []
+    jp, tokyo = "path=[U+65E5][U+672C].txt", "path=[U+6771][U+4EAC].txt"
+    assert texts.count(jp) == texts.count(tokyo) == 3  # the legends of loss and curves, a per-block panel title
+    assert not any("日" in t or "東" in t for t in texts)

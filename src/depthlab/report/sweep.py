@@ -27,7 +27,7 @@ from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, expe
                      init_lines, is_sweep_dir, science_claims, short_unit, summary_lines, sweep_baselines, sweep_items,
                      sweep_unit, write_results)
 from ..units import LN2, finite_or_none
-from ..figures import BASELINE_STYLE, OKABE_ITO, new_figure, write_png
+from ..figures import BASELINE_STYLE, OKABE_ITO, drawable, new_figure, write_png
 from .html import Section, esc, html_table, img_tag, render_page
 
 __all__ = ["build_sweep_report", "is_sweep_dir", "plot_vs_x", "plot_curves", "plot_per_block", "figure_html",
@@ -81,7 +81,8 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
         m = [d[k][0] for k in xs]
         sd = [d[k][1] for k in xs]
         c = _color(g, i)
-        ax.errorbar(xs, m, yerr=sd, color=c, marker="o", capsize=3, lw=2, label=g)
+        # a line named by a grid value in CJK or emoji (a corpus path, say): code points, not empty boxes
+        ax.errorbar(xs, m, yerr=sd, color=c, marker="o", capsize=3, lw=2, label=drawable(g))
         for it in items:  # individual seeds as small dots
             if it["row"]["status"] in OK_STATUSES and name(it["config"]) == g:
                 v = finite_or_none(it["row"].get("best_val_loss"))
@@ -155,7 +156,7 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
                 continue
             g = group_name(it["config"], groups)
             ax.plot([e[0] for e in ev], [e[1] for e in ev], color=_color(g, gnames.index(g)), lw=1.4,
-                    alpha=0.85, label=g)
+                    alpha=0.85, label=drawable(g))
         for name in ("unigram", "bigram"):
             b = (baselines or {}).get(name)
             if b is not None:
@@ -257,7 +258,7 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=ls, color=c, marker=".", lw=1.3,
                                 label=(lab + suffix) if lab else suffix.strip())
-        ax.set_title(g, fontsize=10)
+        ax.set_title(drawable(g), fontsize=10)
         ax.set_xlabel("block (0 = first)", fontsize=8)
         if which == "grad":
             ax.set_yscale("log")
