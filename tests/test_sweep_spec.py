@@ -303,3 +303,21 @@ def test_a_grid_given_as_a_json_list_is_the_same_grid_as_the_comma_form(tmp_path
     assert main(["sweep", "--grid", "model.n_layer=[1,2]", "--out_dir", str(tmp_path / "sw"), "--dry_run"]) == 0
     out = capsys.readouterr().out
     assert "n_layer-1" in out and "n_layer-2" in out and "2 runs" in out
+
+
+def test_two_grid_values_a_run_name_writes_alike_are_named_in_the_refusal(tmp_path):
+    """A grid over 日本.txt and 東京.txt was refused with "share the name path-__.txt; give distinct grid values",
+    though the values were distinct: the refusal now names them and why a run name writes them alike."""
+    def spec(grid):
+        return sweep.SweepSpec(experiments=[sweep.Experiment(grid=grid)])
+
+    with pytest.raises(DepthlabError) as e:
+        sweep.expand(spec({"data.path": ["日本.txt", "東京.txt"], "model.n_layer": [1]}), tmp_path)
+    assert str(e.value) == ("two sweep runs share the name path-__.txt_n_layer-1: data.path 日本.txt and 東京.txt are "
+                            "written alike in a run name (numbers to 6 significant digits, each character outside "
+                            "A-Za-z0-9.+- as _); give values that differ there (rename a file to ASCII, say)")
+    with pytest.raises(DepthlabError, match=r"name learning_rate-0.123457: train.learning_rate 0.1234567 and "
+                                            r"0.12345671 are written alike"):
+        sweep.expand(spec({"train.learning_rate": [0.1234567, 0.12345671]}), tmp_path)
+    assert [p.name for p in sweep.expand(spec({"data.path": ["日本.txt", "b.txt"]}), tmp_path)] == [
+        "path-__.txt", "path-b.txt"]

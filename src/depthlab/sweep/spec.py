@@ -643,11 +643,28 @@ def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
     """
     points = [expand_point(spec, exp, name, point, sweep_dir) for exp in spec.experiments
               for name, point in _run_names(exp)]
-    names = [p.name for p in points]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        raise DepthlabError(f"two sweep runs share the name {dup[0]}; give distinct grid values")
+    err = _shared_name_error(points)
+    if err:
+        raise err
     return points
+
+
+def _shared_name_error(points: list[RunPoint]) -> Optional[DepthlabError]:
+    """The refusal of two runs with one name (one run folder), naming the grid values a run name writes alike
+    (``日本.txt`` and ``東京.txt`` are both ``__.txt``, :func:`_name_part`); None if every name is its own."""
+    seen: dict[str, RunPoint] = {}
+    for p in points:
+        first = seen.setdefault(p.name, p)
+        if first is p:
+            continue
+        differ = [f"{k} {first.point[k]} and {p.point[k]}" for k in p.point
+                  if k in first.point and first.point[k] != p.point[k]]
+        if not differ:
+            return DepthlabError(f"two sweep runs share the name {p.name}; give distinct grid values")
+        return DepthlabError(f"two sweep runs share the name {p.name}: {', '.join(differ)} are written alike in "
+                             "a run name (numbers to 6 significant digits, each character outside A-Za-z0-9.+- as "
+                             "_); give values that differ there (rename a file to ASCII, say)")
+    return None
 
 
 def varied_fields(spec: SweepSpec) -> list[str]:
