@@ -589,6 +589,13 @@ def test_a_bare_file_names_its_one_module_class_or_lists_them_importing_it_once(
     assert main(["check", str(several)]) == 2
     assert capsys.readouterr().err == (f"depthlab: error: several.py defines Head, GPT, Block: name the model as "
                                        f"{several}:GPT\n")
+    # a model beside a class no other uses (a second model, a test module): both are offered, neither guessed
+    (tmp_path / "pair.py").write_text("import torch.nn as nn\nclass Block(nn.Module):\n    pass\n"
+                                      "class MyGPT(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                                      "        self.b = Block()\nclass Other(nn.Module):\n    pass\n")
+    assert main(["check", str(tmp_path / "pair.py")]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: pair.py defines Block, MyGPT, Other: name the model as "
+                                       f"{tmp_path / 'pair.py'}:MyGPT or {tmp_path / 'pair.py'}:Other\n")
     (tmp_path / "none.py").write_text("import torch.nn as nn\ndef make():\n    return nn.Linear(2, 2)\n")
     assert main(["train", "--model.source", str(tmp_path / "none.py")]) == 2
     assert capsys.readouterr().err.endswith(f"none.py defines no nn.Module class (it defines make); name the model "

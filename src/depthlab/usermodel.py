@@ -221,7 +221,7 @@ def _model_class(module, mod_name: str, src: Source) -> str:
 
     Raises:
         DepthlabError: it defines none, or several: one line listing them and the model as PATH.py:NAME (the class
-            no other of them uses, e.g. GPT beside Block and Head, else the last one).
+            no other of them uses, e.g. GPT beside Block and Head; when several are unused, each of them as a choice).
     """
     classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
                and v.__module__ == mod_name and v.__name__ == n]
@@ -235,7 +235,9 @@ def _model_class(module, mod_name: str, src: Source) -> str:
     used = {x.id for c in ast.walk(ast.parse(src.path.read_bytes())) if isinstance(c, ast.ClassDef)
             for x in ast.walk(c) if isinstance(x, ast.Name) and x.id != c.name}
     top = [n for n in classes if n not in used] or classes
-    raise DepthlabError(f"{src.path.name} defines {', '.join(classes)}: name the model as {src.path}:{top[-1]}")
+    # two classes no other uses (a model beside an unrelated one) cannot be told apart: offer both, not a guess
+    choice = " or ".join(f"{src.path}:{n}" for n in top)
+    raise DepthlabError(f"{src.path.name} defines {', '.join(classes)}: name the model as {choice}")
 
 
 def load_factory(src: Source, log: Optional[Callable[[str], None]] = None) -> tuple[Source, Callable[..., Any]]:
