@@ -601,6 +601,13 @@ def test_a_bare_file_names_its_one_module_class_or_lists_them_importing_it_once(
     assert capsys.readouterr().err.endswith(f"none.py defines no nn.Module class (it defines make); name the model "
                                             f"as {tmp_path / 'none.py'}:NAME, with NAME the function in it that "
                                             "returns the model\n")
+    # a file that imports its model from a module beside it is pointed at that class, not at a function only
+    (tmp_path / "dl_reexported.py").write_text("import torch.nn as nn\nclass Net(nn.Module):\n    pass\n")
+    (tmp_path / "reexport.py").write_text("import torch.nn as nn\nfrom dl_reexported import Net\n")
+    assert main(["check", str(tmp_path / "reexport.py")]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: {tmp_path / 'reexport.py'} defines no nn.Module class (it "
+                                       f"imports Net); name the model as {tmp_path / 'reexport.py'}:NAME, with NAME "
+                                       "the function in it that returns the model or the class it imports\n")
 
 
 def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_path, tiny_text_file, model_file,

@@ -230,8 +230,14 @@ def _model_class(module, mod_name: str, src: Source) -> str:
     if not classes:
         funcs = [n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == mod_name]
         it = f" (it defines {', '.join(funcs)})" if funcs else ""
+        # a file that only imports the model (from model import GPT) is named by that class, not by a function
+        imported = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
+                    and not n.startswith("_") and not v.__module__.startswith("torch")]
+        if imported:
+            it += f" (it imports {', '.join(imported)})"
+        also = " or the class it imports" if imported else ""
         raise DepthlabError(f"{src.path} defines no nn.Module class{it}; name the model as {src.path}:NAME, with NAME "
-                            "the function in it that returns the model")
+                            f"the function in it that returns the model{also}")
     used = {x.id for c in ast.walk(ast.parse(src.path.read_bytes())) if isinstance(c, ast.ClassDef)
             for x in ast.walk(c) if isinstance(x, ast.Name) and x.id != c.name}
     top = [n for n in classes if n not in used] or classes
