@@ -88,6 +88,22 @@ def test_each_loading_problem_is_one_line_naming_file_and_name(model_file, spec,
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
+def test_arguments_that_do_not_fit_the_constructor_name_its_parameters_and_the_init_knob(tmp_path):
+    """A missing or misspelled argument said only Python's TypeError; the line now gives the fix too."""
+    f = tmp_path / "ctor.py"
+    f.write_text("import torch.nn as nn\nclass G(nn.Module):\n    def __init__(self, n_layer, vocab_size=5):\n"
+                 "        super().__init__()\n        self.e = nn.Embedding(vocab_size, n_layer)\n"
+                 "def make(n):\n    raise TypeError('bad n')\n")
+    with pytest.raises(DepthlabError) as e:
+        build_model(parse_source(f"{f}:G"), None, vocab_size=11)
+    assert str(e.value).endswith("missing 1 required positional argument: 'n_layer'; it takes (n_layer, vocab_size): "
+                                 "give its keyword arguments as a JSON object, --model.init '{\"n_layer\": ...}' "
+                                 "(depthlab check: --init)")
+    with pytest.raises(DepthlabError) as e:  # a TypeError from the body, with arguments that fit: no such advice
+        build_model(parse_source(f"{f}:make"), {"n": 1})
+    assert str(e.value).endswith("failed: TypeError: bad n (at ctor.py:7: raise TypeError('bad n'))")
+
+
 def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("import torch\nraise RuntimeError('half-written model\\nsecond line')\n")

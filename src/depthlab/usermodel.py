@@ -295,7 +295,8 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         model = made(**kw)
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}") from None
+        raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}"
+                            f"{_init_hint(made, kw)}") from None
     except SystemExit as e:  # sys.exit("bad sizes") in a constructor would end depthlab with its status, unexplained
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) exited (SystemExit({e.code!r}), any lines just above are its "
@@ -313,6 +314,24 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
                             "weights nn.Parameter or submodules (nn.Embedding, nn.Linear) assigned as attributes in "
                             "__init__, not plain tensors")
     return model
+
+
+def _init_hint(made: Callable[..., Any], kw: dict) -> str:
+    """The fix for keyword arguments that do not fit ``made``'s signature, as a suffix ("" when they fit or
+    the signature cannot be read): the arguments go in model.init (``depthlab check``: --init) as a JSON object."""
+    try:
+        sig = inspect.signature(made)
+        sig.bind(**kw)
+    except TypeError:  # the error the call raised came from the arguments themselves, not from the body
+        named = [n for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        # the example names a required argument not given, else one that depthlab does not fill in itself
+        missing = [n for n in named if sig.parameters[n].default is inspect.Parameter.empty and n not in kw]
+        example = (missing or [n for n in named if n != "vocab_size"] or named or ["n_layer"])[0]
+        return (f"; it takes ({', '.join(named)}): give its keyword arguments as a JSON object, --model.init "
+                f"'{{\"{example}\": ...}}' (depthlab check: --init)")
+    except ValueError:
+        return ""
+    return ""
 
 
 def first_tensor(out: Any, who: str, needs: str) -> torch.Tensor:
