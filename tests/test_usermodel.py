@@ -663,3 +663,18 @@ def test_a_resume_leaves_the_callers_config_as_it_was(tmp_path, tiny_text_file, 
         t = Trainer(cfg, **QUIET)
         assert t.cfg.model.source == recorded and t.cfg.model.vocab_size == len(t.corpus.tokenizer.vocab)
         assert cfg == asked and cfg.model.source == source and cfg.model.vocab_size == asked.model.vocab_size
+
+
+def test_a_source_run_with_a_damaged_config_json_samples_from_the_checkpoints_block_size(tmp_path, tiny_text_file,
+                                                                                          model_file, capsys):
+    """A new user's pass: sampling such a run warned that it used the checkpoint's copy, then refused with
+    "generating from a model that is not depthlab's GPT needs its block_size", naming neither file nor fix."""
+    run = tmp_path / "r"
+    Trainer(_cfg(run, tiny_text_file, f"{model_file}:MyGPT", max_iters=2, eval_interval=2), **QUIET).fit()
+    assert main(["sample", str(run), "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    before = capsys.readouterr().out
+    (run / "config.json").write_text("{damaged")
+    assert main(["sample", str(run), "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    out = capsys.readouterr()
+    assert out.out == before and len(before) == 1 + 8 + 1  # the newline prompt, 8 characters, the closing newline
+    assert "config.json is not the JSON depthlab wrote" in out.err and "error" not in out.err

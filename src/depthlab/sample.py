@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .config import SAMPLE_DEFAULTS
+from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
@@ -249,6 +249,13 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
 
 
 def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
+    """Load a trained model and its tokenizer from a run directory: :func:`_load_run` without the config."""
+    model, tok, _ = _load_run(run_dir, which, device)
+    return model, tok
+
+
+def _load_run(run_dir: str | Path, which: str = "best",
+              device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer, ModelConfig]:
     """Load a trained model and its tokenizer from a run directory.
 
     Args:
@@ -258,7 +265,8 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
 
     Returns:
         (model in eval mode: depthlab's GPT, or for a ``model.source`` run the model built from the
-        run's copy of its file; tokenizer: the characters of the checkpoint, or the run's ``tokenizer.json``).
+        run's copy of its file; tokenizer: the characters of the checkpoint, or the run's ``tokenizer.json``;
+        the model config the checkpoint's metadata holds, block_size included).
 
     Raises:
         DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint, missing or
@@ -281,7 +289,7 @@ def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> t
     tok = ckpt.load_run_tokenizer(rd, meta, path)
     model = make_model(mcfg, rd)  # depthlab's GPT, or the run's own copy of its model.source
     ckpt.load_into(model, sd, path)
-    return model.to(device).eval(), tok
+    return model.to(device).eval(), tok, mcfg
 
 
 def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAMPLE_DEFAULTS["max_new_tokens"],
@@ -306,8 +314,10 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
     """
     check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
-    model, tok = load_run(run_dir, which, device)
-    block_size = int(((RunDir(run_dir).config or {}).get("model") or {}).get("block_size") or 0) or None
+    # the context length comes from the checkpoint that built the model, not config.json: a damaged config.json
+    # read as missing left a source model with no block_size and a refusal that did not name the file
+    model, tok, mcfg = _load_run(run_dir, which, device)
+    block_size = mcfg.block_size
     if prompt:
         ids = tok.encode(prompt)
     else:  # start from a newline when the corpus has one, else its first symbol
