@@ -59,3 +59,25 @@ def test_check_advice_points_at_the_runs_copy_when_the_original_is_gone(tmp_path
     original.write_text(ODD + "\n# edited\n")
     assert main(["diagnose", str(tmp_path / "r")]) == 0
     assert f"the original {original} has changed since this run" in capsys.readouterr().out
+
+
+def test_json_output_stays_one_object_when_the_models_file_prints(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: a learner's file that prints (at import, in forward) put its lines before the JSON object
+    of `check --json` and `context --json` on stdout, so json.loads of the output failed."""
+    from test_usermodel import _cfg
+    from depthlab.trainer import Trainer
+    from conftest import QUIET
+
+    (tmp_path / "chatty.py").write_text("print('loading my model')\n" + MODEL.replace(
+        "        for b in self.blocks:", "        print('forward', tuple(idx.shape))\n        for b in self.blocks:"))
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{tmp_path / 'chatty.py'}:MyGPT", max_iters=2, eval_interval=2),
+            **QUIET).fit()
+    capsys.readouterr()
+    assert main(["context", str(tmp_path / "r"), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["loss_by_position"] and "loading my model\nforward (" in out.err
+    assert main(["check", f"{tmp_path / 'chatty.py'}:MyGPT", "--init", '{"n_layer": 1}', "--data.path",
+                 str(tiny_text_file), "--block_size", "8", "--json"]) in (0, 1)
+    out = capsys.readouterr()
+    assert [c["rule"] for c in json.loads(out.out)["checks"]][:2] == ["shape", "vocab"]
+    assert "loading my model\nforward (" in out.err

@@ -202,6 +202,14 @@ def build_check_parser():
     return p
 
 
+def _user_prints_to_stderr(on: bool):
+    """While a model.source file runs (import, forward): its print()s go to stderr when ``on`` (--json), so that
+    stdout holds the one JSON object a script parses; a context manager (a no-op when off)."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr) if on else contextlib.nullcontext()
+
+
 def run_check(ns) -> int:
     """``depthlab check``: the table of checks (or JSON); exit 1 when a check found a problem."""
     from .analytics.check import check_source, format_check_table
@@ -210,8 +218,9 @@ def run_check(ns) -> int:
     _set_threads(ns.threads)
     _check_seed(ns.seed)
     log = None if ns.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-    report = check_source(ns.source, ns.init, DataConfig(path=ns.data.path), batch_size=ns.batch_size,
-                          block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log)
+    with _user_prints_to_stderr(ns.json):
+        report = check_source(ns.source, ns.init, DataConfig(path=ns.data.path), batch_size=ns.batch_size,
+                              block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log)
     print(json.dumps(report.to_dict()) if ns.json else format_check_table(report))
     return report.exit_code
 
@@ -674,7 +683,8 @@ def run_views(ns, command: str) -> int:
 
     _set_threads(ns.threads)
     mod = layers if command == "layers" else context
-    res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens)
+    with _user_prints_to_stderr(ns.json):
+        res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens)
     if res.get("baselines_from", BASELINES) != BASELINES:  # said on stderr as diagnose and report say it
         print(f"{PROG}: warning: {Path(ns.run_dir) / BASELINES}: the corpus baselines are "
               f"{res['baselines_from']}", file=sys.stderr)
