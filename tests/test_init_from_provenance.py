@@ -177,3 +177,14 @@ def test_diagnose_json_carries_the_init_from_record(source, tmp_path, capsys):
     assert "findings" in got and "not_judged" in got
     rc, out, _ = run_cli(capsys, "diagnose", str(source), "--json")
     assert rc == 0 and json.loads(out)["init_from"] is None  # trained from scratch
+
+
+def test_a_refused_resume_quotes_a_json_model_init_in_its_advice_so_the_shell_keeps_it_whole(tmp_path, capsys):
+    """A new user's pass: the advice ended `--model.init {"n_layer": 3} ...`, which bash splits into two words."""
+    import shlex
+
+    from depthlab.training.checkpointer import _flag_text
+
+    assert _flag_text({"n_layer": 3}) == "'{\"n_layer\": 3}'" and _flag_text(64) == "64"
+    assert _flag_text("mine.py:MyGPT") == "mine.py:MyGPT" and _flag_text(True) == "true"
+    assert shlex.split(f"--model.init {_flag_text({'n_layer': 3})}") == ["--model.init", '{"n_layer": 3}']

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shlex
 import threading
 import warnings
 from pathlib import Path
@@ -237,9 +238,11 @@ def _field(cfg: dict, key: str):
 
 
 def _flag_text(value) -> str:
-    """A config value as a command-line flag value (as ``--init-from`` passes its run's model section)."""
-    return (json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(value, bool)
+    """A config value as a command-line flag value (as ``--init-from`` passes its run's model section), quoted for
+    the shell: the advice is pasted there, and bash splits an unquoted {"n_layer": 3} into two words."""
+    text = (json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(value, bool)
             else str(value))
+    return shlex.quote(text)
 
 
 def _keep_later_best(run_dir: Path, step: int, log) -> None:
