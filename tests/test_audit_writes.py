@@ -89,6 +89,26 @@ def test_overwrite_keeps_a_run_holding_a_user_file_in_its_folders(made_run, tmp_
     assert "--overwrite" not in cli_err(capsys, *_flags(corpus, run))  # not offered where it is refused
 
 
+def test_the_source_copy_a_start_killed_before_config_json_leaves_can_be_overwritten(tmp_path, corpus, capsys):
+    """A new user's pass: a model.source run killed in its first second left only source/ (the model's copy and
+    ORIGIN); the folder was then "not a depthlab run directory", refused by train, --resume and --overwrite alike."""
+    run = tmp_path / "run"
+    (run / "source").mkdir(parents=True)
+    (run / "source" / "mine.py").write_text("# the run's copy\n")
+    (run / "source" / "ORIGIN").write_text(str(tmp_path))
+    err = cli_err(capsys, *_flags(corpus, run))
+    assert "holds only source/" in err and "use --overwrite to replace it" in err
+    assert _tree(run) == {"source/mine.py": hashlib.sha256(b"# the run's copy\n").hexdigest(),
+                          "source/ORIGIN": hashlib.sha256(str(tmp_path).encode()).hexdigest()}
+    assert run_cli(capsys, *_flags(corpus, run, "--overwrite"))[0] == 0
+    assert (run / "config.json").is_file() and not (run / "source").exists()  # the leftover copy was replaced
+    mine = tmp_path / "mine"  # a user's own source/ of .py files (no ORIGIN) is not depthlab's: never replaced
+    (mine / "source").mkdir(parents=True)
+    (mine / "source" / "model.py").write_text("# the user's model\n")
+    assert "is not a depthlab run directory" in cli_err(capsys, *_flags(corpus, mine, "--overwrite"))
+    assert (mine / "source" / "model.py").read_text() == "# the user's model\n"
+
+
 def test_overwrite_of_a_symlinked_run_is_refused_in_one_line(made_run, tmp_path, corpus, capsys):
     run = tmp_path / "run"
     shutil.copytree(made_run, run)

@@ -639,7 +639,17 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
     only for a run that holds nothing else.
     """
     flag = "--train.out_dir"
-    if not (out_dir / CONFIG).is_file():
+    # a start killed between copying the model's file (source/) and writing config.json leaves source/ alone:
+    # depthlab's own leftover, which --overwrite may replace, not a folder of the user's (its ORIGIN, written
+    # last, tells it from a user's own source/ of .py files, which is never deleted)
+    unstarted = (not (out_dir / CONFIG).is_file() and (out_dir / SOURCE / "ORIGIN").is_file()
+                 and all(p.name in (SOURCE, LOCK) or _TEMP.fullmatch(p.name) for p in out_dir.iterdir())
+                 and not foreign_files(out_dir))
+    if unstarted and not overwrite:
+        raise DepthlabError(f"train.out_dir {out_dir} holds only {SOURCE}/, the copy of the model's file a start "
+                            f"stopped before it wrote config.json leaves; use --overwrite to replace it, or another "
+                            f"{flag}")
+    if not (out_dir / CONFIG).is_file() and not unstarted:
         raise DepthlabError(f"train.out_dir {out_dir} already exists and is not a depthlab run directory (it "
                             f"holds {_names(p.name for p in out_dir.iterdir())} and no config.json); choose another "
                             f"{flag} (a new or empty folder)")
