@@ -81,3 +81,18 @@ def test_json_output_stays_one_object_when_the_models_file_prints(tmp_path, tiny
     out = capsys.readouterr()
     assert [c["rule"] for c in json.loads(out.out)["checks"]][:2] == ["shape", "vocab"]
     assert "loading my model\nforward (" in out.err
+
+
+def test_the_check_command_advice_is_shell_quoted_for_a_folder_with_a_space(tmp_path):
+    """A new user's pass: the advice read `depthlab check /x/my models/mine.py:MyGPT`, two words in a shell."""
+    import shlex
+
+    from depthlab.usermodel import check_command
+
+    f = tmp_path / "my models" / "mine.py"
+    f.parent.mkdir()
+    f.write_text(MODEL)
+    cmd = check_command(f"{f}:MyGPT")
+    assert cmd == f"depthlab check '{f}:MyGPT'" and shlex.split(cmd)[2] == f"{f}:MyGPT"
+    plain = tmp_path / "mine.py"
+    assert check_command(f"{plain}:MyGPT") == f"depthlab check {plain}:MyGPT"  # nothing to quote: as typed
