@@ -1498,3 +1498,16 @@ def depthlab_file() -> str:
     import depthlab
 
     return depthlab.__file__
+
+
+def test_the_resume_command_an_interrupt_prints_is_shell_quoted_for_a_folder_with_a_space():
+    """A new user's pass: `Resume with: depthlab train --resume runs/my run` pasted into a shell as two words."""
+    import shlex
+    from pathlib import Path
+
+    from depthlab.trainer import Interrupted
+
+    e = Interrupted(2, Path("runs/my run"), 804)
+    assert e.exit_code == 130 and str(e).endswith("Resume with: depthlab train --resume 'runs/my run'")
+    assert shlex.split(str(e).split("Resume with: ")[1])[-1] == "runs/my run"
+    assert str(Interrupted(15, Path("runs/int"), 3)).endswith("--resume runs/int")  # nothing to quote: as is

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+import shlex
 import shutil
 import signal
 import sys
@@ -55,8 +56,9 @@ class Interrupted(Exception):
     def __init__(self, signum: int, run_dir: Path, step: int):
         self.exit_code = 128 + signum
         self.run_dir, self.step = run_dir, step
+        # quoted: the command is pasted into a shell, where a folder "my runs" would be two words
         super().__init__(f"interrupted at step {step}; checkpoint written. Resume with: "
-                         f"depthlab train --resume {run_dir}")
+                         f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
 
 class Trainer:
