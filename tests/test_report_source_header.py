@@ -21,3 +21,19 @@ def test_a_source_runs_report_header_names_its_model_and_parameter_count(tmp_pat
     page = build_report(tmp_path / "r").read_text()
     assert _subtitle(page) == f"model.source {model_file}:MyGPT, {n:,} parameters, block_size 16, vocab_size {vocab}"
     assert "variant prenorm" not in page.split("<section")[0] and "n_embd 128" not in page.split("<section")[0]
+
+
+def test_a_source_runs_configuration_table_leaves_out_depthlabs_gpt_defaults(tmp_path, tiny_text_file):
+    """A new user's pass: the Configuration section of such a run listed n_layer 4, n_embd 128, variant prenorm,
+    init gpt2 (config.json's untouched defaults), none of them the model that ran."""
+    from depthlab.report.html import config_rows
+    from depthlab.report.plots import RunData
+
+    model_file = tmp_path / "mine.py"
+    model_file.write_text(MODEL)
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{model_file}:MyGPT", max_iters=2, eval_interval=2), **QUIET).fit()
+    rows = dict(config_rows(RunData(tmp_path / "r"), "model"))
+    assert rows == {"vocab_size": rows["vocab_size"], "block_size": 16, "init.n_layer": 2,
+                    "source": f"{model_file}:MyGPT"}
+    page = build_report(tmp_path / "r").read_text()
+    assert "n_embd" not in page and "prenorm" not in page
