@@ -58,3 +58,15 @@ def test_a_resume_that_falls_back_keeps_the_later_best_and_says_so(tmp_path, tin
                                  "files": {kept.name: hashlib.sha256(weights).hexdigest()}}]
     assert run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")[0] == 0
     assert kept.read_bytes() == weights  # never rotated away
+
+
+def test_a_source_runs_unset_model_init_is_shown_as_none_not_as_gpt2():
+    """A new user's pass: resuming a model.source run (no --model.init) with one said "model.init 'gpt2' ->
+    {'n_layer': 3}": gpt2 is depthlab's GPT's init scheme, which that run never used."""
+    from depthlab.resume_config import resume_changes
+
+    old = {"model": {"source": "mine.py:MyGPT", "init": "gpt2"}}
+    refused, _ = resume_changes(old, {"model": {"source": "mine.py:MyGPT", "init": {"n_layer": 3}}})
+    assert refused == ["model.init (none: the model's own defaults) -> {'n_layer': 3}"]
+    refused, _ = resume_changes({"model": {"init": "gpt2"}}, {"model": {"init": "torch"}})
+    assert refused == ["model.init 'gpt2' -> 'torch'"]  # depthlab's own GPT: the scheme's name, as before

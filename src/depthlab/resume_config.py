@@ -80,6 +80,8 @@ def _shown(key: str, flat: dict) -> str:
     """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
     if key not in flat:
         return "(absent)"
+    if key == "model.init" and flat.get("model.source") and not isinstance(flat[key], dict):
+        return "(none: the model's own defaults)"  # "gpt2" is depthlab's GPT's init scheme, not a source model's
     return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
 
 
