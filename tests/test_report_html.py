@@ -361,3 +361,12 @@ def test_report_warns_of_what_it_leaves_out_as_its_page_says(tmp_path, tiny_text
     (run / "config.json").write_text(json.dumps(c))
     rc, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "4.html"), *skip)
     assert rc == 0 and f"warning: {run / 'config.json'}: model.n_layer" in err and "(edited by hand?)" in err, err
+
+
+def test_report_of_a_missing_folder_names_runs_and_sweeps_as_the_fix(tmp_path, capsys):
+    """A new user's pass: `depthlab report sweeps/typo` said "give the out_dir of a depthlab train run", though
+    report takes a sweep folder too."""
+    assert main(["report", str(tmp_path / "sweeps" / "typo")]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: report: {tmp_path / 'sweeps' / 'typo'} not found; give the "
+                                       "out_dir of a depthlab train run or of a depthlab sweep\n")
+    assert not (tmp_path / "sweeps").exists()

@@ -514,6 +514,9 @@ def run_report(ns) -> int:
                                 "always SWEEP_DIR/report.html with every figure")
         print(build_sweep_report(ns.run_dir))
         return 0
+    if not Path(ns.run_dir).exists():  # report takes a sweep folder too: the fix names both
+        raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
+                            "depthlab sweep")
     out = build_report(ns.run_dir, ns.out, skip=ns.skip)
     warn_damaged_run(Path(ns.run_dir), "the report shows the run without what was lost",
                      "the report leaves out what it draws from them (attention patterns, what each block adds, "
