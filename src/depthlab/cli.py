@@ -514,7 +514,8 @@ def run_report(ns) -> int:
                                 "always SWEEP_DIR/report.html with every figure")
         print(build_sweep_report(ns.run_dir))
         return 0
-    if not Path(ns.run_dir).exists():  # report takes a sweep folder too: the fix names both
+    above = next((p for p in Path(ns.run_dir).parents if p.exists()), Path("."))
+    if not Path(ns.run_dir).exists() and above.is_dir():  # report takes a sweep folder too: the fix names both
         raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
     out = build_report(ns.run_dir, ns.out, skip=ns.skip)
