@@ -37,3 +37,12 @@ def test_a_bpe_sweeps_findings_say_token_not_character():
         it["config"]["data"] = {"tokenizer": "char"}
     lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], {"unigram": 3.4, "bigram": 3.0})
     assert "nats/char, 4.184 bits/char" in lines[0] and "the current character alone" in lines[2]
+
+
+def test_a_sweep_without_an_x_axis_states_each_lines_best_without_a_depth_of_0():
+    """A new user's pass: a grid over model.init (a model.source sweep) said "best = 0 (3.979 nats/char ...); one
+    depth only": 0 is no setting of the sweep and no depth was swept."""
+    its = [sweep_item("plain", 1, 2.9), sweep_item("prenorm", 1, 2.5)]
+    lines = sweep.summary_lines(its, None, ["model.variant"], None)
+    assert lines == ["plain: best val loss 2.900 nats/char (4.184 bits/char).",
+                     "prenorm: best val loss 2.500 nats/char (3.607 bits/char)."]

@@ -107,6 +107,9 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
             continue
         m, sd, n = d[best]
         spread = f" ± {sd:.3f}" if n > 1 else ""
+        if not x:  # no x axis (a grid over model.init, say): no "best = 0", no depth trend to tell
+            out.append(f"{g}: best val loss {m:.3f}{spread} nats/{u} ({m / LN2:.3f} bits/{u}).")
+            continue
         out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
     if "plain" in agg and len(agg["plain"]) > 1:
         out += _plain_lines(agg["plain"], baselines, unit)
