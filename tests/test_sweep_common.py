@@ -68,3 +68,36 @@ def test_parse_seeds():
         with pytest.raises(DepthlabError, match="give N from 1 to 1000"):
             parse_seeds(bad)
     assert parse_seeds("1000") == ("fixed", 1000)
+
+
+def test_a_finished_run_of_a_model_source_file_changed_since_is_refused_not_counted(tmp_path):
+    """A new user's pass: after editing the model file, the same sweep said "all 2 runs had finished" and kept
+    the results of the old file (the config text, model.source good.py:MyGPT, had not changed)."""
+    import hashlib
+    import json
+
+    import pytest
+
+    from depthlab.config import RunConfig
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep.common import plan
+    from depthlab.sweep.spec import RunPoint
+
+    model = tmp_path / "good.py"
+    model.write_text("# the model as it trained\n")
+    config = RunConfig().to_dict()
+    config["model"]["source"] = f"{model}:MyGPT"
+    run = tmp_path / "sw" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    (run / "config.json").write_text(json.dumps({**config, "resolved": {"source_sha256": sha}}))
+    point = RunPoint(name="r1", experiment="e", point={}, config=config)
+    assert plan([point], tmp_path / "sw") == ([point], [])  # unchanged: finished, not run again
+    model.write_text("# the model, edited\n")
+    with pytest.raises(DepthlabError) as e:
+        plan([point], tmp_path / "sw")
+    assert str(e.value) == (f"sweep run {run} trained {model}:MyGPT before {model} changed (sha256 {sha[:12]}... "
+                            f"then, {hashlib.sha256(model.read_bytes()).hexdigest()[:12]}... now), so its results "
+                            "are not of the file as it is now; use another --out_dir, or --overwrite to redo every run")
+    assert plan([point], tmp_path / "sw", rerun=True)[1] == [point]  # --overwrite redoes it

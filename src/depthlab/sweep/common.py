@@ -107,11 +107,34 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
             if diff:
                 raise DepthlabError(f"sweep run {rd.path} was made with a different config ({diff[0]}); use "
                                     "another --out_dir, or --overwrite to redo every run")
+            changed = _source_changed(p.config, rd.config)
+            if changed:
+                raise DepthlabError(f"sweep run {rd.path} trained {changed}, so its results are not of the file as "
+                                    "it is now; use another --out_dir, or --overwrite to redo every run")
             done.append(p)
         else:
             _refuse_other_config_checkpoint(rd, p.config, rerun)
             todo.append(p)
     return done, todo
+
+
+def _source_changed(config: dict, saved: dict) -> Optional[str]:
+    """How a finished run's model.source file differs from the one the sweep would train now: its sha256 in the
+    run's config.json against the file's (the same config text with another model inside), or None when equal,
+    not a model.source run, or the file or the record is missing (nothing to compare)."""
+    from ..data import sha256_file
+
+    source = (config.get("model") or {}).get("source")
+    recorded = (saved.get("resolved") or {}).get("source_sha256") if isinstance(saved.get("resolved"), dict) else None
+    if not isinstance(source, str) or not isinstance(recorded, str):
+        return None
+    path = Path(source.rpartition(":")[0] or source)
+    if not path.is_file():
+        return None
+    now = sha256_file(path)
+    if now == recorded:
+        return None
+    return f"{source} before {path} changed (sha256 {recorded[:12]}... then, {now[:12]}... now)"
 
 
 def _refuse_other_config_checkpoint(rd: RunDir, config: dict, rerun: bool) -> None:
