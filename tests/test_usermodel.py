@@ -678,3 +678,20 @@ def test_a_source_run_with_a_damaged_config_json_samples_from_the_checkpoints_bl
     out = capsys.readouterr()
     assert out.out == before and len(before) == 1 + 8 + 1  # the newline prompt, 8 characters, the closing newline
     assert "config.json is not the JSON depthlab wrote" in out.err and "error" not in out.err
+
+
+def test_a_training_steps_forward_error_names_the_line_of_the_models_file(tmp_path):
+    """A new user's pass: a forward that failed only in training (a .view under autocast) said the error alone,
+    with no place in the file to look, where every other error of the user's code names its line."""
+    from depthlab.training.protocol import ModelPort
+
+    f = tmp_path / "boom.py"
+    f.write_text("import torch, torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, vocab_size=5):\n"
+                 "        super().__init__()\n        self.e = nn.Embedding(vocab_size, vocab_size)\n"
+                 "    def forward(self, idx):\n        raise ValueError('boom in training')\n")
+    model = build_model(parse_source(f"{f}:M"))
+    x = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(DepthlabError) as e:
+        ModelPort(model).loss(model, x, x)
+    assert str(e.value) == ("the model's forward failed on idx of shape (2, 3): ValueError: boom in training "
+                            "(at boom.py:7: raise ValueError('boom in training'))")
