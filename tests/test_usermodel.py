@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 import pytest
 import torch
 from conftest import QUIET
@@ -695,3 +697,18 @@ def test_a_training_steps_forward_error_names_the_line_of_the_models_file(tmp_pa
         ModelPort(model).loss(model, x, x)
     assert str(e.value) == ("the model's forward failed on idx of shape (2, 3): ValueError: boom in training "
                             "(at boom.py:7: raise ValueError('boom in training'))")
+
+
+def test_a_forward_that_views_its_idx_trains(tmp_path, tiny_text_file):
+    """A new user's pass: `self.tok(idx.view(-1))` passed depthlab check, then failed the first training step
+    (RuntimeError: view size is not compatible...), because the trainer's batch was a strided view of its windows."""
+    from depthlab.data import get_batch
+
+    x, y = get_batch(np.arange(100), 8, 3, np.random.default_rng(0))
+    assert x.is_contiguous() and y.is_contiguous() and (y[:, :-1] == x[:, 1:]).all()
+    f = tmp_path / "viewer.py"
+    f.write_text(MODEL.replace("    def forward(self, idx):\n",
+                               "    def forward(self, idx):\n        idx = idx.view(-1).view(idx.shape)\n"))
+    assert "idx.view(-1)" in f.read_text()
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{f}:MyGPT", max_iters=2, eval_interval=2), **QUIET).fit()
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 2

@@ -566,13 +566,15 @@ def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random
         device: where to put the result (pinned, non-blocking copy on CUDA).
 
     Returns:
-        (x, y): int64 tensors of shape (B, T); y is x shifted left by one token.
+        (x, y): contiguous int64 tensors of shape (B, T); y is x shifted left by one token.
     """
     import torch
 
     ix = rng.integers(0, len(data) - block_size, size=batch_size)
     w = torch.from_numpy(np.asarray(data[ix[:, None] + np.arange(block_size + 1)]).astype(np.int64))
-    return to_device(w[:, :-1], w[:, 1:], device)
+    # contiguous copies, not views of w: a model's own idx.view(-1) (or targets.view) fails on a view whose rows
+    # skip w's last column, though it works on every tensor the model's check and a user's own loop give it
+    return to_device(w[:, :-1].contiguous(), w[:, 1:].contiguous(), device)
 
 
 def to_device(x: "torch.Tensor", y: "torch.Tensor", device: Optional["torch.device"]

@@ -151,7 +151,7 @@ def _pairs(subject: Subject, T: int) -> tuple[torch.Tensor, torch.Tensor, torch.
 def _per_position_loss(subject: Subject, model: nn.Module, w: torch.Tensor) -> torch.Tensor:
     """Cross-entropy (N, T) of windows w (N, T + 1): inputs w[:, :-1], targets w[:, 1:]."""
     with torch.no_grad():
-        logits = subject.logits_many(model, w[:, :-1])
+        logits = subject.logits_many(model, w[:, :-1].contiguous())  # as training gives it: idx.view works
     n, T, V = logits.shape
     return F.cross_entropy(logits.reshape(-1, V), w[:, 1:].reshape(-1), reduction="none").view(n, T)
 
