@@ -197,3 +197,20 @@ def test_a_non_finite_best_val_loss_in_the_manifest_is_damage(good_run, tmp_path
     assert f"init-from: {best}: the model starts" in out + err
     assert f"({manifest} records val_loss nan for best.safetensors, not a measured loss); its weights are loaded " \
            "unchecked" in err
+
+
+def test_init_from_depthlabs_gpt_with_a_model_source_names_the_mix_not_fields_never_typed(good_run, tmp_path,
+                                                                                          capsys):
+    """A new user's pass: `--init-from RUN --model.source mine.py:MyGPT` said "model.n_layer 2, ...: these
+    describe depthlab's GPT and do not apply to model.source", fields the user never gave (the run's shape)."""
+    run, _, _ = _copy(good_run, tmp_path)
+    cfg = json.loads((run / "config.json").read_text())["model"]
+    mine = tmp_path / "mine.py"
+    mine.write_text("import torch.nn as nn\n")
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), "--model.source", f"{mine}:MyGPT",
+                         *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new"))
+    assert_clean_error(rc, err, f"--init-from {run} holds depthlab's GPT (model.n_layer {cfg['n_layer']}, n_embd "
+                       f"{cfg['n_embd']}), and --init-from starts a model.source model only from a run of one: "
+                       f"drop --model.source {mine}:MyGPT to continue depthlab's GPT, or --init-from a run of "
+                       f"{mine}:MyGPT")
+    assert "do not apply" not in err and not (tmp_path / "new").exists()

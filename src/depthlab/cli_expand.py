@@ -141,7 +141,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     resume = flag_value(argv, "--resume")
     if resume is None:
         init = flag_value(argv, "--init-from") or flag_value(argv, "--init_from")
-        return _init_from_model_flags(init) + out if init else out
+        return _init_from_model_flags(init, flag_value(argv, "--model.source")) + out if init else out
     rd = Path(resume)
     try:
         RunDir(rd).require("config")
@@ -196,8 +196,12 @@ def resume_config_fault(rd: Path) -> Optional[str]:
     return None
 
 
-def _init_from_model_flags(init: str) -> list[str]:
+def _init_from_model_flags(init: str, source: Optional[str] = None) -> list[str]:
     """``--init-from SRC``: the source's model section as flags, before the user's own (which win).
+
+    ``source``: the ``--model.source`` the command gives. Its weights cannot come from depthlab's GPT: refused in
+    one line (DepthlabError) instead of as depthlab's GPT's shape fields "given" with a model.source, which the
+    user never typed.
 
     The weights fix the shape, so the new run takes it from where they come from instead of the defaults: a run's
     config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives
@@ -208,6 +212,11 @@ def _init_from_model_flags(init: str) -> list[str]:
     from .init_from import source_model
 
     model = source_model(Path(init))[0] if Path(init).is_dir() else {}
+    if source and model and not model.get("source"):
+        raise DepthlabError(f"--init-from {init} holds depthlab's GPT (model.n_layer {model.get('n_layer')}, n_embd "
+                            f"{model.get('n_embd')}), and --init-from starts a model.source model only from a run "
+                            f"of one: drop --model.source {source} to continue depthlab's GPT, or --init-from a "
+                            f"run of {source}")
     out: list[str] = []
     for key, value in model.items():
         if key == "vocab_size" or value is None:
