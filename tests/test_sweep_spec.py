@@ -321,3 +321,20 @@ def test_two_grid_values_a_run_name_writes_alike_are_named_in_the_refusal(tmp_pa
         sweep.expand(spec({"train.learning_rate": [0.1234567, 0.12345671]}), tmp_path)
     assert [p.name for p in sweep.expand(spec({"data.path": ["日本.txt", "b.txt"]}), tmp_path)] == [
         "path-__.txt", "path-b.txt"]
+
+
+def test_a_sweep_file_with_run_sections_at_the_top_is_told_to_put_them_under_base(tmp_path):
+    """A new user's pass: `model:` and `train:` at the top of a sweep file (as in a train -c file) were refused as
+    unknown keys with no word of where they go."""
+    f = tmp_path / "sw.yaml"
+    f.write_text("model:\n  n_embd: 16\ntrain:\n  max_iters: 3\ngrid:\n  model.n_layer: [1]\n")
+    with pytest.raises(DepthlabError) as e:
+        sweep.load_sweep_file(f)
+    assert str(e.value) == (f"sweep file {f}: unknown key(s) model, train (allowed: base, description, experiments, "
+                            "grid, workers); the fields every run shares go under base: (base: {model: {...}})")
+    f.write_text("base:\n  model:\n    n_embd: 16\n  train:\n    max_iters: 3\ngrid:\n  model.n_layer: [1]\n")
+    assert sweep.load_sweep_file(f).base["model.n_embd"] == 16  # the advice, followed, loads
+    f.write_text("modle:\n  n_embd: 16\ngrid:\n  model.n_layer: [1]\n")
+    with pytest.raises(DepthlabError) as e:  # a misspelled key: no advice about base
+        sweep.load_sweep_file(f)
+    assert str(e.value).endswith("(allowed: base, description, experiments, grid, workers)")

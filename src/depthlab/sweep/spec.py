@@ -371,7 +371,11 @@ def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> Swee
         raise DepthlabError(f"{what} must be a mapping with keys base and grid (or experiments)")
     bad = sorted(set(map(str, d)) - _SPEC_KEYS)
     if bad:
-        raise DepthlabError(f"{what}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(_SPEC_KEYS))})")
+        # a run config's sections written at the top, as in a train -c file: they belong under base:
+        fix = (f"; the fields every run shares go under base: (base: {{{bad[0]}: {{...}}}})"
+               if set(bad) <= set(SECTIONS) else "")
+        raise DepthlabError(f"{what}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(_SPEC_KEYS))})"
+                            f"{fix}")
     if ("grid" in d) == ("experiments" in d):
         raise DepthlabError(f"{what}: give either grid (one experiment) or experiments (a list), not "
                             f"{'both' if 'grid' in d else 'neither'}")
