@@ -106,6 +106,16 @@ def test_arguments_that_do_not_fit_the_constructor_name_its_parameters_and_the_i
     assert str(e.value).endswith("failed: TypeError: bad n (at ctor.py:7: raise TypeError('bad n'))")
 
 
+def test_a_missing_model_file_says_where_it_was_looked_for_and_what_is_there(tmp_path):
+    """A new user's pass: a typo in the file name said only "file godo.py not found", with no fix."""
+    (tmp_path / "good.py").write_text("")
+    with pytest.raises(DepthlabError) as e:
+        parse_source(f"{tmp_path / 'godo.py'}:MyGPT")
+    assert str(e.value) == (f"model.source {tmp_path / 'godo.py'}:MyGPT: file {tmp_path / 'godo.py'} not found in "
+                            f"{tmp_path.resolve()}; give the path of the model's .py file, relative to this folder or "
+                            f"absolute ({tmp_path.resolve()} holds good.py)")
+
+
 def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("import torch\nraise RuntimeError('half-written model\\nsecond line')\n")

@@ -79,7 +79,11 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text}: {path} is a folder; give the .py file in it that defines {name} "
                             f"(e.g. {Path(path) / 'model.py'}:{name})")
     if not p.is_file():
-        raise DepthlabError(f"{option} {text}: file {path} not found")
+        # the fix: where a relative path was looked for, and the .py files there, since a typo is the usual cause
+        near = sorted(q.name for q in p.parent.glob("*.py")) if p.parent.is_dir() else []
+        there = f" ({p.parent.resolve()} holds {', '.join(near[:6])}{' ...' if len(near) > 6 else ''})" if near else ""
+        raise DepthlabError(f"{option} {text}: file {path} not found in {p.parent.resolve()}; give the path of the "
+                            f"model's .py file, relative to this folder or absolute{there}")
     return Source(p, name)
 
 
