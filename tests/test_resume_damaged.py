@@ -258,7 +258,7 @@ def test_a_run_this_user_cannot_write_with_nothing_to_train_says_what_a_writable
     write into the run folder") instead of saying "nothing to train", its notices included, as a writable one does."""
     import os
 
-    args = ["train", "--resume", str(run30), "--model.dropout", "0.1"]  # a resume: notice, held back, then said
+    args = ["train", "--resume", str(run30), "--model.dropout", "0.1"]  # a changed field: said only if it trains
     before = _snapshot(run30)
     capsys.readouterr()
     real = os.access
@@ -267,12 +267,15 @@ def test_a_run_this_user_cannot_write_with_nothing_to_train_says_what_a_writable
                                                              rstrip("/")) and real(p, mode, **kw))
         assert main(args) == 0
         read_only = capsys.readouterr()
-    assert read_only.err == ("depthlab: resume: model.dropout 0.0 -> 0.1: the regularisation changes from the next "
-                             "step\ndepthlab: nothing to train: the run is at step 30 and train.max_iters is 30 (a "
+    # no "model.dropout 0.0 -> 0.1: ... changes from the next step": no step follows in this session
+    assert read_only.err == ("depthlab: nothing to train: the run is at step 30 and train.max_iters is 30 (a "
                              "total); pass a larger --train.max_iters to extend it. Nothing was changed.\n")
     assert _snapshot(run30) == before
     assert main(args) == 0  # the same run, writable: the same lines
     assert capsys.readouterr() == read_only and _snapshot(run30) == before
+    assert main([*args, "--train.max_iters", "31"]) == 0  # a session that trains says the change
+    assert "depthlab: resume: model.dropout 0.0 -> 0.1: the regularisation changes from the next step\n" in \
+        capsys.readouterr().err
 
 
 def test_temporary_files_of_writes_cut_off_are_removed_on_resume_and_nothing_else(run30, capsys):

@@ -368,6 +368,7 @@ class Checkpointer:
         # whether the session trains (:meth:`settle_writable`); a resume with nothing to train writes nothing
         self._unwritable: Optional[DepthlabError] = None
         self._held: Optional[tuple[list, object]] = None  # (lines held back, the log they go to)
+        self._noted: list[str] = []  # check_resume(): the changed fields' lines, said once the session trains
 
     # ------------------------------------------------------------------ before the model exists
     def check_resume(self, cfg, corpus, device) -> ResumePoint:
@@ -403,8 +404,9 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 "these change what the run's numbers mean: resume with the run's own values, or "
                                 f"{_new_run_advice(rd.path, refused, old, asked)}")
-        for line in resume_config.config_json_notes(rd.path) + noted:
+        for line in resume_config.config_json_notes(rd.path):
             self.log(f"resume: {line}")
+        self._noted = [f"resume: {line}" for line in noted]  # said by settle_writable if the session trains
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             entry = _latest_to_resume(rd.path)
@@ -451,6 +453,10 @@ class Checkpointer:
             self._held = None
             for line in lines:
                 self.log(line)
+        # a changed field "changes from the next step": untrue of a session with nothing to train
+        for line in self._noted if trains else ():
+            self.log(line)
+        self._noted = []
 
     @staticmethod
     def _resume_optimizer(cfg, old: dict, asked: dict, device) -> str:
