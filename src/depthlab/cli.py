@@ -838,6 +838,20 @@ def _user_exit_line(e: BaseException) -> Optional[str]:
     return where
 
 
+def _usage_or_version(argv: list[str]) -> Optional[int]:
+    """The exit status after printing the usage (no command: 2; ``-h``/``--help``: 0) or ``--version`` (0); None
+    when ``argv`` names a command."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from . import __version__
+
+        print(f"{PROG} {__version__}")
+        return 0
+    return None
+
+
 def _exit_of_user_code(e: BaseException, debug: bool) -> Optional[int]:
     """2, after one error line, when ``e`` (a SystemExit, or a KeyboardInterrupt that no Ctrl-C caused) was raised
     in a model.source file; None when it is depthlab's own (or --debug asks for the traceback)."""
@@ -918,14 +932,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _PROCESS_ARGV = list(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    if argv[0] == "--version":
-        from . import __version__
-
-        print(f"{PROG} {__version__}")
-        return 0
+    status = _usage_or_version(argv)
+    if status is not None:
+        return status
     try:
         watch_sigint()
         _openmp_policy(argv[0])  # inside the try: a Ctrl-C while it imports torch is an interruption too
