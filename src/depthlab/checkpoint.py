@@ -21,6 +21,7 @@ import json
 import math
 import random
 import re
+import shlex
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -110,9 +111,10 @@ def new_run_command(run_dir: Path, init_from: bool, flags: str = "") -> str:
     """The command that starts a new run from ``run_dir``'s config.json (its corpus, tokenizer and model), from its
     best weights when ``init_from``, with ``flags`` (changed fields) on top: ``--train.resume false``, since the
     config.json of a run that was resumed says ``resume: true``, and a new folder, NEW_DIR."""
-    src = f"--init-from {run_dir} " if init_from else ""
+    src = f"--init-from {shlex.quote(str(run_dir))} " if init_from else ""  # pasted into a shell: quoted paths
     more = f"{flags} " if flags else ""
-    return f"depthlab train -c {Path(run_dir) / CONFIG} {src}{more}--train.resume false --train.out_dir NEW_DIR"
+    return (f"depthlab train -c {shlex.quote(str(Path(run_dir) / CONFIG))} {src}{more}--train.resume false "
+            "--train.out_dir NEW_DIR")
 
 
 def _damaged_manifest(m: Path, fault: str) -> DepthlabError:

@@ -21,6 +21,7 @@ import inspect
 import json
 import os
 import signal
+import shlex
 import sys
 import threading
 from dataclasses import dataclass
@@ -433,13 +434,6 @@ def keep_source(run_dir: Path, src: Source) -> dict:
     return {"source_sha256": hashlib.sha256(data).hexdigest(), **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
 
-def _q(arg: str) -> str:
-    """``arg`` quoted for a POSIX shell when it holds a space or another special character, else as is."""
-    import shlex
-
-    return shlex.quote(arg)
-
-
 def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> str:
     """``depthlab check PATH.py:NAME`` for a run's model, with a path that works from any folder: the original
     file (absolute, from the run's ``source/ORIGIN``) while it is there and unchanged, else the run's own copy,
@@ -448,7 +442,7 @@ def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> st
     it needs it (a folder "my models"), since the command is pasted into a shell."""
     path, _, name = str(source).rpartition(":")
     if run_dir is None:
-        return f"depthlab check {_q(f'{Path(path).resolve()}:{name}')}"
+        return f"depthlab check {shlex.quote(f'{Path(path).resolve()}:{name}')}"
     copy = source_copy(Path(run_dir), source)
     try:
         original: Optional[Path] = Path((copy.parent / ORIGIN).read_text(encoding="utf-8").strip()) / copy.name
@@ -456,13 +450,13 @@ def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> st
         original = Path(path) if Path(path).is_absolute() else None
     there = original is not None and original.is_file()
     if there and (not copy.is_file() or sha256_file(original) == sha256_file(copy)):
-        return f"depthlab check {_q(f'{original}:{name}')}"
+        return f"depthlab check {shlex.quote(f'{original}:{name}')}"
     if not copy.is_file():
-        return f"depthlab check {_q(str(source))}"
+        return f"depthlab check {shlex.quote(str(source))}"
     why = (f"the original {original} has changed since this run" if there else
            f"the original {original} is gone" if original is not None else
            "the run does not record the folder of the original")
-    return f"depthlab check {_q(f'{copy.resolve()}:{name}')} (the run's copy: {why})"
+    return f"depthlab check {shlex.quote(f'{copy.resolve()}:{name}')} (the run's copy: {why})"
 
 
 def run_source(run_dir: Path, source: str) -> Source:
