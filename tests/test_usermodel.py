@@ -722,3 +722,13 @@ def test_a_forward_that_views_its_idx_trains(tmp_path, tiny_text_file):
     assert "idx.view(-1)" in f.read_text()
     Trainer(_cfg(tmp_path / "r", tiny_text_file, f"{f}:MyGPT", max_iters=2, eval_interval=2), **QUIET).fit()
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 2
+
+
+def test_a_folder_given_alone_as_the_model_is_said_to_be_a_folder(tmp_path, capsys):
+    """`depthlab check adir` (a folder, no :NAME) was told it 'must be PATH.py:NAME' (final new-user pass)."""
+    d = tmp_path / "adir"
+    d.mkdir()
+    (d / "gpt.py").write_text("import torch\n")
+    assert main(["check", str(d)]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: check {d}: {d} is a folder (it holds gpt.py); give the .py "
+                                       f"file in it that defines the model (e.g. {d / 'gpt.py'})\n")

@@ -70,15 +70,20 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         DepthlabError: neither PATH.py:NAME nor PATH.py, or the file is missing.
     """
     path, sep, name = str(text).rpartition(":")
-    if not sep and str(text).endswith(".py"):
+    if not sep and Path(str(text)).is_dir():  # a folder given alone: said as one, not as a malformed PATH.py:NAME
+        path, sep, name = str(text), ":", ""
+    elif not sep and str(text).endswith(".py"):
         path, sep, name = str(text), ":", ""  # the name is found when the file is imported
     elif not sep or not path or not name.isidentifier():
         raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
                             "in it that makes the model (e.g. mymodel.py:GPT)")
     p = Path(path)
     if p.is_dir():
-        raise DepthlabError(f"{option} {text}: {path} is a folder; give the .py file in it that defines {name} "
-                            f"(e.g. {Path(path) / 'model.py'}:{name})")
+        files = sorted(q.name for q in p.glob("*.py"))
+        held = f" (it holds {', '.join(files[:6])}{' ...' if len(files) > 6 else ''})" if files else ""
+        raise DepthlabError(f"{option} {text}: {path} is a folder{held}; give the .py file in it that defines "
+                            f"{name or 'the model'} (e.g. {Path(path) / (files[0] if files else 'model.py')}"
+                            f"{':' + name if name else ''})")
     if not p.is_file():
         # the fix: where a relative path was looked for, and the .py files there, since a typo is the usual cause
         near = sorted(q.name for q in p.parent.glob("*.py")) if p.parent.is_dir() else []
