@@ -53,3 +53,31 @@ def test_aggregates_are_computed_from_results_csv_round_trip(tmp_path):
     assert (a["ci_low"], a["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
     assert [(x["n"], x["sd"], x["ci_low"]) for x in agg[2:]] == [(1, None, None)]
     assert AGGREGATES_CSV == "aggregates.csv"
+
+
+def test_model_init_is_written_as_json_and_read_back(tmp_path):
+    """A new user's pass: results.csv wrote model.init as Python's repr ({'n_layer': 2}), which neither a CSV nor a
+    JSON reader parses; it is JSON now, an unset one an empty cell, and the files that read results.csv still work."""
+    import csv
+    import json
+
+    from depthlab.config import RunConfig
+    from depthlab.sweep.results import failed_runs
+
+    runs = []
+    for name, init in (("a", {"n_layer": 2, "tag": "x'y"}), ("b", None)):
+        cfg = RunConfig().to_dict()
+        cfg["model"]["init"] = init
+        runs.append({"name": name, "experiment": "", "point": {"model.init": init}, "config": cfg})
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    (sw / "sweep.json").write_text(json.dumps({"spec": {}, "varied": ["model.init"], "runs": runs}))
+    sweep.write_results(sw)
+    rows = list(csv.DictReader(open(sw / "results.csv", newline="")))
+    assert json.loads(rows[0]["model.init"]) == {"n_layer": 2, "tag": "x'y"}
+    assert (rows[1]["model.init"], rows[1]["status"]) == ("", "pending")
+    agg = list(csv.DictReader(open(sw / "aggregates.csv", newline="")))
+    assert [json.loads(a["model.init"]) if a["model.init"] else None for a in agg] == [{"n_layer": 2, "tag": "x'y"},
+                                                                                      None]
+    assert '| {"n_layer": 2, "tag": "x\'y"} |' in (sw / "results.md").read_text()
+    assert failed_runs(sw) == (["a (pending)", "b (pending)"], 2)

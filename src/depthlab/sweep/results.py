@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import statistics as st
 from pathlib import Path
@@ -227,8 +228,13 @@ def collect_results(sweep_dir: str | Path) -> tuple[list[dict], list[str]]:
 
 
 def _cell(v: Any) -> str:
+    """A value as results.csv / results.md / aggregates.csv write it: empty for None, a JSON object or list for a
+    dict or list (``model.init``'s keyword arguments), so a CSV or JSON reader can parse it (``str`` gave Python's
+    ``{'a': 1}``, ``None``), a float rounded to what the table needs."""
     if v is None:
         return ""
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, ensure_ascii=False)
     if isinstance(v, float):
         if not math.isfinite(v):
             return str(v)
