@@ -46,3 +46,26 @@ def test_a_sweep_without_an_x_axis_states_each_lines_best_without_a_depth_of_0()
     lines = sweep.summary_lines(its, None, ["model.variant"], None)
     assert lines == ["plain: best val loss 2.900 nats/char (4.184 bits/char).",
                      "prenorm: best val loss 2.500 nats/char (3.607 bits/char)."]
+
+
+def test_a_table_without_an_x_axis_labels_its_rows_by_the_sweeps_values():
+    """A new user's pass: a grid over model.norm alone (no numeric axis) gave a table whose rows read "x 0", and
+    an init summary "x 0: 0.5": 0 is no setting of the sweep. The rows are the norms now, with no x column; a grid
+    over model.init's keyword arguments is labelled by them as JSON."""
+    its = [sweep_item("prenorm", 2, 2.5, rank=0.4), sweep_item("prenorm", 2, 2.7, rank=0.2)]
+    its[0]["config"]["model"]["norm"], its[1]["config"]["model"]["norm"] = "layernorm", "rmsnorm"
+    x, groups = sweep.experiment_axes({"name": "", "grid": {"model.norm": ["layernorm", "rmsnorm"]}})
+    assert (x, groups) == (None, ["model.norm"])
+    header, rows = sweep.aggregate_table(its, x, groups)
+    assert header[:4] == ["line", "best val loss (mean)", "sd", "seeds"] and len(header) == len(rows[0])
+    assert [r[:3] for r in rows] == [["norm=layernorm", 2.5, None], ["norm=rmsnorm", 2.7, None]]
+    assert sweep.init_lines(its, x, groups)[1:] == ["norm=layernorm: last-block rank measure at init 0.4.",
+                                                    "norm=rmsnorm: last-block rank measure at init 0.2."]
+    its[0]["config"]["model"]["init"], its[1]["config"]["model"]["init"] = {"n_layer": 2}, {"n_layer": 4}
+    header, rows = sweep.aggregate_table(its, None, ["model.init"])
+    assert [r[0] for r in rows] == ['init={"n_layer": 2}', 'init={"n_layer": 4}']
+    its[1]["config"]["train"]["learning_rate"] = 0.03  # a numeric axis keeps its column, labelled by its values
+    x, groups = sweep.experiment_axes({"name": "", "grid": {"train.learning_rate": [0.01, 0.03]}})
+    header, rows = sweep.aggregate_table(its, x, groups)
+    assert header[:3] == ["line", "learning_rate", "best val loss (mean)"]
+    assert [r[:3] for r in rows] == [["all", 0.01, 2.5], ["all", 0.03, 2.7]]

@@ -140,8 +140,9 @@ def init_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]) -
             acc.setdefault(group_name(it["config"], groups), {}).setdefault(
                 field_value(it["config"], x) if x else 0, []).append(r)
     for g, d in sorted(acc.items()):
+        # no x axis (a grid over model.norm, say): the line is the setting; "x 0" was no value of the sweep
         out.append(f"{g}: last-block rank measure at init " + ", ".join(
-            f"{(x or 'x').split('.')[-1]} {k}: {st.mean(v):.3g}" for k, v in sorted(d.items())) + ".")
+            (f"{x.split('.')[-1]} {k}: " if x else "") + f"{st.mean(v):.3g}" for k, v in sorted(d.items())) + ".")
     return out
 
 
@@ -154,8 +155,8 @@ def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[st
         groups: dotted fields that define the lines.
 
     Returns:
-        (header, rows). Columns: line, x, best val loss mean (nats per token), sample sd (None for one
-        seed), seeds, bits per token (``bits/char`` on character runs), grad-norm
+        (header, rows). Columns: line, x (left out when ``x`` is None), best val loss mean (nats per token),
+        sample sd (None for one seed), seeds, bits per token (``bits/char`` on character runs), grad-norm
         ratio first/last block, last-block rank measure,
         tokens/s (each a mean over the ok runs, None when no run recorded it). No rows when no
         run finished.
@@ -170,8 +171,10 @@ def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[st
             for a in extra:
                 v = a.get(g, {}).get(xv)
                 cells.append(None if v is None or math.isnan(v[0]) else v[0])
-            rows.append([g, xv, round(m, 4), round(sd, 4) if n > 1 else None, n, round(m / LN2, 4), *cells])
-    header = ["line", x.split(".")[-1] if x else "x", "best val loss (mean)", "sd", "seeds",
+            # no x axis: the line (norm=rmsnorm) labels the row; an "x" column held 0, no value of the sweep
+            rows.append([g, *([xv] if x else []), round(m, 4), round(sd, 4) if n > 1 else None, n,
+                         round(m / LN2, 4), *cells])
+    header = ["line", *([x.split(".")[-1]] if x else []), "best val loss (mean)", "sd", "seeds",
               f"bits/{short_unit(sweep_unit(items))}",
               "grad ratio first/last block", "last-block rank", "tokens/s"]
     return header, rows

@@ -417,7 +417,10 @@ def sweep_baselines(items: Sequence[dict]) -> Optional[dict[str, float]]:
 
 # --------------------------------------------------------------------------- grouping runs
 def _label(key: str, v: Any) -> str:
-    return str(v) if key == "model.variant" else f"{key.split('.')[-1]}={v}"
+    """``prenorm`` for a variant, ``norm=rmsnorm`` for another field; a dict or list (model.init's keyword
+    arguments) as JSON, as results.csv writes it, not Python's repr."""
+    text = json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list, tuple)) else str(v)
+    return text if key == "model.variant" else f"{key.split('.')[-1]}={text}"
 
 
 def group_name(config: dict, groups: Sequence[str]) -> str:
