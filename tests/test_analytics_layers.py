@@ -165,3 +165,57 @@ def test_cli_layers_refuses_a_run_of_an_own_model_without_the_names(tmp_path, ca
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     rc, out, err = run_cli(capsys, "context", str(tmp_path / "r"), "--json")  # context needs only the logits
     assert rc == 0 and len(json.loads(out)["loss_by_position"]) == 16
+
+
+ENCODER_MODEL = OWN_MODEL + '''
+class Encoder(nn.Module):
+    def __init__(self, d, n_layer):
+        super().__init__()
+        self.layers = nn.ModuleList(Block(d) for _ in range(n_layer))
+
+class EncoderGPT(nn.Module):
+    """Blocks under encoder.layers, and a longer list of 3 taps the search would take for the blocks."""
+    def __init__(self, vocab_size=11, n_embd=16, block_size=16):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.encoder = Encoder(n_embd, 2)
+        self.taps = nn.ModuleList(nn.Linear(n_embd, 1) for _ in range(3))
+        self.norm, self.lm_head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab_size, bias=False)
+    def forward(self, idx, targets=None):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for b in self.encoder.layers:
+            x = b(x)
+        return self.lm_head(self.norm(x))
+'''
+
+
+def test_cli_layers_blocks_names_a_models_list_of_blocks_and_refuses_as_check_does(tmp_path, capsys):
+    """A new user's pass: `depthlab layers` found only a model's longest list of one class, so blocks under
+    encoder.layers beside a longer list (3 taps) could not be measured; --blocks names them, as check's does,
+    and a name that is no list of blocks is refused by the same code, with the same line, exit 2."""
+    from depthlab.analytics.check import find_blocks
+    from depthlab.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text(TINY_TEXT)
+    (tmp_path / "own.py").write_text(ENCODER_MODEL)
+    args = ["train", "--data.path", str(text), "--model.source", f"{tmp_path / 'own.py'}:EncoderGPT",
+            "--model.block_size", "16", "--train.max_iters", "2", "--train.eval_interval", "2", "--train.eval_iters",
+            "1", "--train.batch_size", "2", "--train.tensorboard", "false", "--train.out_dir", str(tmp_path / "r")]
+    assert main(args) == 0
+    capsys.readouterr()
+    rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--blocks", "encoder.layers", "--json")
+    res = json.loads(out)
+    assert rc == 0 and res["n_layer"] == 2 and [b["block"] for b in res["blocks"]] == [0, 1]
+    assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)  # norm + head after the last
+    rc, _, err = run_cli(capsys, "layers", str(tmp_path / "r"))  # found: the 3 taps, never called in order
+    assert rc == 2 and err.startswith("depthlab: error: layers: the model's forward did not call every block of "
+                                      "taps with the stream") and "name that with --blocks" in err
+    from depthlab.usermodel import build_model, parse_source
+
+    model = build_model(parse_source(f"{tmp_path / 'own.py'}:EncoderGPT"))
+    for bad in ("encoder", "encoder.layers.0", "nope"):
+        with pytest.raises(DepthlabError) as e:
+            find_blocks(model, bad)
+        rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--blocks", bad)
+        assert (rc, out, err) == (2, "", f"depthlab: error: {e.value}\n")

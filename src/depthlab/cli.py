@@ -193,13 +193,19 @@ def build_check_parser():
                    help="sequences per forward (the training checks use their own small batches)")
     p.add_argument("--block_size", "--block-size", type=Optional[int], default=None,
                    help="sequence length T (default: the model's block_size attribute, at most 1024, else 64)")
-    p.add_argument("--blocks", type=Optional[str], default=None,
-                   help="the model's list of blocks, e.g. transformer.h (default: found)")
+    _add_blocks(p)
     p.add_argument("--seed", type=int, default=1337, help="seeds every check")
     p.add_argument("--json", action="store_true",
                    help='print one JSON object {"model": ..., "checks": [{"rule", "ok", "evidence", "remedy"}]}')
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
+
+
+def _add_blocks(p) -> None:
+    """``--blocks ATTR`` of check and layers: one option, refused in one place
+    (:func:`depthlab.analytics.check.flow.find_blocks`)."""
+    p.add_argument("--blocks", type=Optional[str], default=None,
+                   help="the model's list of blocks, e.g. transformer.h or encoder.layers (default: found)")
 
 
 def _user_prints_to_stderr(on: bool):
@@ -675,6 +681,8 @@ def build_views_parser(command: str):
     p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
     p.add_argument("--max_tokens", "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help="most val tokens to read: a prefix of the run's evaluation batches (0 = all of them)")
+    if command == "layers":  # context reads only the logits: it needs no blocks
+        _add_blocks(p)
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
@@ -688,7 +696,8 @@ def run_views(ns, command: str) -> int:
     _set_threads(ns.threads)
     mod = layers if command == "layers" else context
     with _user_prints_to_stderr(ns.json):
-        res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens)
+        kw = {"blocks_attr": ns.blocks} if command == "layers" else {}  # context has no --blocks
+        res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens, **kw)
     if res.get("baselines_from", BASELINES) != BASELINES:  # said on stderr as diagnose and report say it
         print(f"{PROG}: warning: {Path(ns.run_dir) / BASELINES}: the corpus baselines are "
               f"{res['baselines_from']}", file=sys.stderr)

@@ -59,7 +59,9 @@ VIEW_HELP = {
               "the identity (ablation) and its relative update ||out - in|| / ||in||; the lens of the embeddings "
               "alone; and the effective depth (blocks whose removal costs >= 0.01 nats). Losses in nats per token "
               "on the run's fixed val evaluation windows (float32). Needs the model's blocks, final norm and head "
-              "(depthlab's GPT, or a model.source model naming them transformer.h, transformer.ln_f, lm_head).",
+              "(depthlab's GPT, or a model.source model with a final norm and head by GPT-2's or common names, such as "
+              "transformer.ln_f or norm and lm_head or head, its blocks found as depthlab check finds them or named "
+              "with --blocks).",
     "context": "Val loss by position 0..T-1 of a trained run against the unigram and bigram baselines, with the "
                "context gain (loss at position 0 minus the mean over the last quarter of positions, nats) of the "
                "chosen weights and of every checkpoint the run keeps. Position 0 sees one character, so it cannot "

@@ -74,17 +74,23 @@ def _get(model: nn.Module, names: tuple[str, ...]) -> Optional[tuple[str, nn.Mod
     return None
 
 
-def layer_access(model: nn.Module) -> LayerAccess:
+def layer_access(model: nn.Module, blocks_attr: Optional[str] = None) -> LayerAccess:
     """The blocks, final norm and head of depthlab's GPT, or of a user's model that exposes them.
 
+    Args:
+        model: depthlab's GPT or any module.
+        blocks_attr: the dotted name of the model's list of blocks (``--blocks``, e.g. ``encoder.layers``);
+            None = found as ``depthlab check`` finds it (:func:`~depthlab.analytics.check.flow.find_blocks`).
+
     Raises:
-        DepthlabError: a model without a list of blocks, a final norm or a head by those names (one line
-            saying what ``depthlab layers`` needs).
+        DepthlabError: a ``blocks_attr`` that names no list of blocks (find_blocks' refusals, as ``depthlab
+            check --blocks`` says them), or a model without a list of blocks, a final norm or a head by those
+            names (one line saying what ``depthlab layers`` needs).
     """
-    if isinstance(model, GPT):
+    if isinstance(model, GPT) and blocks_attr is None:
         return LayerAccess(list(model.transformer.h), model.transformer.ln_f, model.lm_head,
                            ("transformer.h", "transformer.ln_f", "lm_head"))
-    blocks_name, blocks = find_blocks(model)
+    blocks_name, blocks = find_blocks(model, blocks_attr)
     norm, head = _get(model, NORM_NAMES), _get(model, HEAD_NAMES)
     if not blocks or norm is None or head is None:
         missing = [w for w, ok in (("a list of blocks (an nn.ModuleList of one block class)", bool(blocks)),
@@ -92,7 +98,8 @@ def layer_access(model: nn.Module) -> LayerAccess:
                                    (f"a head ({' or '.join(HEAD_NAMES)})", head is not None)) if not ok]
         raise DepthlabError(f"layers: the model ({type(model).__name__}) lacks {' and '.join(missing)}; the lens and "
                             "the ablation need its blocks plus the final norm and head that read the stream after the "
-                            "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head); "
+                            "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head; "
+                            "name another list of blocks with --blocks, e.g. encoder.layers); "
                             "`depthlab context` works on any model")
     return LayerAccess(blocks, norm[1], head[1], (blocks_name, norm[0], head[0]))
 
@@ -146,8 +153,9 @@ def _capture(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tenso
         for h in handles:
             h.remove()
     if any(c is None for c in calls) or any(not c[0] for c in calls):
-        raise DepthlabError("layers: the model's forward did not call every block with the stream as its first "
-                            "argument; the lens and the ablation need blocks called in order on the stream")
+        raise DepthlabError(f"layers: the model's forward did not call every block of {acc.names[0]} with the stream "
+                            "as its first argument; the lens and the ablation need blocks called in order on the "
+                            f"stream (when {acc.names[0]} is not the model's list of blocks, name that with --blocks)")
     return logits, calls, outs
 
 
@@ -171,12 +179,13 @@ def _batch(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor)
 
 
 @torch.no_grad()
-def measure_layers(model: nn.Module, batches: list) -> dict:
+def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] = None) -> dict:
     """Logit lens, ablation and relative update of every block of ``model`` on ``batches``.
 
     Args:
         model: depthlab's GPT or a model :func:`layer_access` accepts.
         batches: ``(x, y)`` pairs (B, T) int64 (the run's val windows).
+        blocks_attr: the dotted name of the list of blocks (``--blocks``); None = found (:func:`layer_access`).
 
     Returns:
         ``{"val_loss", "embedding_lens_loss", "blocks": [{"block", "lens_loss", "ablation_delta",
@@ -186,7 +195,7 @@ def measure_layers(model: nn.Module, batches: list) -> dict:
     Raises:
         DepthlabError: as :func:`layer_access`, or blocks that do not return the stream.
     """
-    acc = layer_access(model)
+    acc = layer_access(model, blocks_attr)
     was = model.training
     model.eval()
     tot: Optional[dict] = None
@@ -208,8 +217,10 @@ def measure_layers(model: nn.Module, batches: list) -> dict:
             "lens": lens_meaning(model, acc)}
 
 
-def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS) -> dict:
-    """``depthlab layers RUN``: :func:`measure_layers` of the run's ``which`` weights on its val windows.
+def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS,
+               blocks_attr: Optional[str] = None) -> dict:
+    """``depthlab layers RUN``: :func:`measure_layers` of the run's ``which`` weights on its val windows
+    (``blocks_attr``: ``--blocks``, the dotted name of the model's list of blocks; None = found).
 
     Returns:
         :func:`measure_layers`'s keys plus ``unigram``, ``bigram`` (nats, None without baselines.json),
@@ -220,7 +231,7 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     """
     run = open_run(run_dir, max_tokens)
     model, weights = load_weights(run.run_dir, which)
-    res = measure_layers(model, run.windows.batches)
+    res = measure_layers(model, run.windows.batches, blocks_attr)
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
             "baselines_from": run.baselines_from, "unit": run.unit,
             "windows": run.windows.windows, "tokens": run.windows.tokens,
