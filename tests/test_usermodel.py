@@ -732,3 +732,21 @@ def test_a_folder_given_alone_as_the_model_is_said_to_be_a_folder(tmp_path, caps
     assert main(["check", str(d)]) == 2
     assert capsys.readouterr().err == (f"depthlab: error: check {d}: {d} is a folder (it holds gpt.py); give the .py "
                                        f"file in it that defines the model (e.g. {d / 'gpt.py'})\n")
+
+
+@pytest.mark.parametrize("name,init,words", [
+    ("Missing", {"n_layer": 2}, "defines no 'Missing'"),
+    ("MyGPT", {"depth": 2}, "failed: TypeError:"),
+])
+def test_the_model_line_is_said_only_once_the_source_model_is_built(tmp_path, tiny_text_file, model_file, name,
+                                                                    init, words):
+    """'model: mine.py:Missing (your code, ...)' was said before the source was refused: no model was loaded."""
+    lines = []
+    cfg = _cfg(tmp_path / "r", tiny_text_file, f"{model_file}:{name}")
+    cfg.model.init = init
+    with pytest.raises(DepthlabError, match=words):
+        Trainer(cfg, log=lines.append)
+    assert not [x for x in lines if x.startswith("model:")]
+    cfg = _cfg(tmp_path / "ok", tiny_text_file, f"{model_file}:MyGPT")
+    Trainer(cfg, log=lines.append)
+    assert f"model: {model_file}:MyGPT (your code, run as Python because model.source names it)" in lines

@@ -558,7 +558,8 @@ def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
 
 
 def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn.Module]:
-    """The user's model for a new run, from the file ``mcfg.source`` names (imported once; one line says so first).
+    """The user's model for a new run, from the file ``mcfg.source`` names (imported once; one line says so once
+    it is built).
 
     Returns:
         The Source naming its class or function (a bare PATH.py: its one nn.Module class, said in one line) and the
@@ -567,9 +568,11 @@ def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn
     Raises:
         DepthlabError: as :func:`load_factory` / :func:`build_model`.
     """
-    log(f"model: {mcfg.source} (your code, run as Python because model.source names it)")
     src, made = load_factory(parse_source(mcfg.source), log)
-    return src, build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size, made)
+    model = build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size, made)
+    # said once the model is built: a source refused (no file, no such name, a failing constructor) is not "the model"
+    log(f"model: {mcfg.source} (your code, run as Python because model.source names it)")
+    return src, model
 
 
 def takes_targets(model: torch.nn.Module) -> bool:
