@@ -387,3 +387,17 @@ def test_the_cli_reads_no_library_message_text():
     for mod in (depthlab.cli, depthlab.cli_args):
         src = inspect.getsource(mod)
         assert "import re\n" not in src and "re." not in src.replace("are.", "").replace("ore.", ""), mod
+
+
+def test_a_bad_model_init_with_a_source_says_what_the_users_model_takes(capsys, tmp_path):
+    """--model.init torchx with --model.source was told 'expected gpt2 or torch or a mapping': gpt2/torch are
+    depthlab's GPT's init schemes; a model.source run takes the keyword arguments its model is built with."""
+    takes = "a JSON object of the keyword arguments your model (model.source) is built with, e.g. '{\"n_layer\": 2}'"
+    assert cli_err(capsys, "train", "--model.source", "m.py:M", "--model.init", "torchx") == \
+        f"depthlab: error: train: --model.init: expected {takes}, got 'torchx'\n"
+    f = tmp_path / "s.yaml"
+    f.write_text("model:\n  source: m.py:M\n  init: '{bad'\n")
+    assert cli_err(capsys, "train", "-c", str(f)) == \
+        f"depthlab: error: {f}: model.init: expected {takes}, got '{{bad'\n"
+    assert cli_err(capsys, "train", "--model.init", "torchx") == \
+        "depthlab: error: train: --model.init: expected gpt2 or torch or a mapping ({key: value, ...}), got 'torchx'\n"

@@ -228,6 +228,7 @@ class Grammar:
         self.options = {o: a for a in parser._actions for o in a.option_strings}
         self.slots = [a for a in parser._actions if not a.option_strings]
         self.types = types
+        self.source = False  # whether the command names a model.source (then model.init takes keyword arguments)
 
     def option(self, tok: str) -> Optional[tuple[str, Optional[str]]]:
         """(option as typed, its ``=`` value or None) when argparse reads ``tok`` as an option, else None
@@ -263,14 +264,25 @@ def _missing_value(g: Grammar, name: str, hint: Any, nxt: Optional[str]) -> str:
     return f"{name}: the value {nxt} was read as an option; write {name}={nxt}"
 
 
-def _check_value(name: str, action, hint: Any, value: str) -> None:
+#: What ``model.init`` takes for a model.source run: gpt2 and torch are depthlab's GPT's init schemes, not its.
+SOURCE_INIT = ("a JSON object of the keyword arguments your model (model.source) is built with, "
+               "e.g. '{\"n_layer\": 2}'")
+
+
+def _expected(key: str, hint: Any, source: bool) -> str:
+    """What ``key`` takes: its type's words, or for ``model.init`` with a model.source (``source``) the one thing
+    the user's model takes (gpt2 and torch would be refused)."""
+    return SOURCE_INIT if source and key == "model.init" else expected(hint)
+
+
+def _check_value(name: str, action, hint: Any, value: str, source: bool = False) -> None:
     if action.dest == "config":
         check_config_file(name, value)
     elif checkable(hint):
         try:
             convert(value, hint)
         except BadValue:
-            raise DepthlabError(f"{name}: expected {expected(hint)}, got {value!r}") from None
+            raise DepthlabError(f"{name}: expected {_expected(action.dest, hint, source)}, got {value!r}") from None
 
 
 def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[str]) -> int:
@@ -284,12 +296,12 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
     if name == "--print_config":  # its value is optional, and only ever given with =
         return i + 1
     if value is not None:
-        _check_value(name, action, g.hint(action), value)
+        _check_value(name, action, g.hint(action), value, g.source)
         return i + 1
     if action.nargs in ("+", "*", "?"):  # as many values as follow, up to the next option
         j = i + 1
         while j < len(argv) and g.option(argv[j]) is None and (action.nargs != "?" or j == i + 1):
-            _check_value(name, action, g.hint(action), argv[j])
+            _check_value(name, action, g.hint(action), argv[j], g.source)
             j += 1
         if j == i + 1 and action.nargs == "+":
             raise DepthlabError(f"{name}: expected at least one value after it")
@@ -297,7 +309,7 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
     nxt = argv[i + 1] if i + 1 < len(argv) else None
     if nxt is None or g.option(nxt) is not None:
         raise DepthlabError(_missing_value(g, name, g.hint(action), nxt))
-    _check_value(name, action, g.hint(action), nxt)
+    _check_value(name, action, g.hint(action), nxt, g.source)
     return i + 2
 
 
@@ -337,6 +349,7 @@ def check_argv(command: str, parser, argv: Sequence[str], types: dict[str, Any])
         DepthlabError: ``command: <the first problem, left to right>``.
     """
     g = Grammar(parser, types)
+    g.source = _names_source(list(argv))
     if any(a in ("-h", "--help") for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
         return
     words: list[tuple[str, Optional[str]]] = []
@@ -546,14 +559,28 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
 
 
-def _check_file_values(path: str, d: dict, types: dict[str, Any]) -> None:
+def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool) -> None:
     for key, value in _file_entries(d):
         hint = types.get(key)
         if hint is not None and checkable(hint):
             try:
                 convert_value(value, hint)
             except BadValue:
-                raise DepthlabError(f"{path}: {key}: expected {expected(hint)}, got {value!r}") from None
+                raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got {value!r}") from None
+
+
+def _names_source(argv: list[str]) -> bool:
+    """Whether the command line or one of its config files gives ``model.source``."""
+    if flag_value(argv, "--model.source"):
+        return True
+    for path in _config_files(argv):
+        try:
+            d = _read_config(path)
+        except DepthlabError:  # said by check_keys
+            continue
+        if d and isinstance(d.get("model"), dict) and d["model"].get("source"):
+            return True
+    return False
 
 
 #: Options that name a file or folder: an empty value would silently mean "." or the default.
@@ -674,4 +701,4 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
         raise DepthlabError(f"{command}: {'; '.join(ignored)}; drop it")
     for path, d in files:
         if d is not None:
-            _check_file_values(path, d, types)
+            _check_file_values(path, d, types, _names_source(argv))
