@@ -572,6 +572,14 @@ def test_a_resume_names_a_changed_sibling_module_and_refuses_a_damaged_copy_of_o
                       f"copied it; resuming with the run's own copy {run / 'source' / 'dl_sibh_layers.py'} (sha256 "
                       f"{hashlib.sha256(block.encode()).hexdigest()[:12]}...)"]
     assert t.raw_model.blocks[0].fc.out_features == 64  # the copy's 4 x 16, not the edited 2 x 16
+    (folder / "dl_sibh_layers.py").unlink()  # a deleted original was not said at all
+    sys.modules.pop("dl_sibh_layers", None)
+    lines = []
+    t = Trainer(_cfg(run, tiny_text_file, src, max_iters=6, eval_interval=2, resume=True), log=lines.append)
+    assert [x for x in lines if x.startswith("warning:")] == [
+        f"warning: {folder / 'dl_sibh_layers.py'} (a module model.py imports) was deleted since this run copied it; "
+        f"resuming with the run's own copy {run / 'source' / 'dl_sibh_layers.py'} (sha256 "
+        f"{hashlib.sha256(block.encode()).hexdigest()[:12]}...)"]
     t.fit()
     assert json.loads((run / "config.json").read_text())["resolved"]["source_siblings_sha256"] == \
         c["resolved"]["source_siblings_sha256"]

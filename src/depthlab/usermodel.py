@@ -533,8 +533,11 @@ def resume_source(run_dir: Path, source: str, log: Callable[[str], None]) -> dic
     siblings = {f.name: sha256_file(f) for f in sorted(own.path.parent.glob("*.py")) if f.name != own.path.name}
     for name, kept in siblings.items():
         theirs = own.origin / name if own.origin is not None else None
-        if theirs is not None and theirs.is_file() and sha256_file(theirs) != kept:
-            log(f"warning: {theirs} (a module {own.path.name} imports) changed since this run copied it; resuming "
+        # a deleted original is said as a changed one is: the copy, not the file the user knows, is what runs
+        how = (None if theirs is None else "was deleted" if not theirs.is_file() else
+               "changed" if sha256_file(theirs) != kept else None)
+        if how is not None:
+            log(f"warning: {theirs} (a module {own.path.name} imports) {how} since this run copied it; resuming "
                 f"with the run's own copy {own.path.parent / name} (sha256 {kept[:12]}...)")
     return {"source_sha256": sha, **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
