@@ -758,3 +758,22 @@ def test_the_model_line_is_said_only_once_the_source_model_is_built(tmp_path, ti
     cfg = _cfg(tmp_path / "ok", tiny_text_file, f"{model_file}:MyGPT")
     Trainer(cfg, log=lines.append)
     assert f"model: {model_file}:MyGPT (your code, run as Python because model.source names it)" in lines
+
+
+def test_a_source_runs_config_json_and_print_config_leave_out_depthlabs_gpt_fields(tmp_path, tiny_text_file,
+                                                                                   model_file, capsys):
+    """config.json and --print_config listed n_layer 4, variant prenorm, ... for a model.source run, as if they
+    described the user's model; the model section now holds only what does (as the report's table shows it)."""
+    from conftest import cli_print_config
+
+    run, src = tmp_path / "r", f"{model_file}:MyGPT"
+    Trainer(_cfg(run, tiny_text_file, src, max_iters=4, eval_interval=2), **QUIET).fit()
+    model = json.loads((run / "config.json").read_text())["model"]
+    assert model == {"vocab_size": model["vocab_size"], "block_size": 16, "init": {"n_layer": 2}, "source": src}
+    assert model["vocab_size"] > 0
+    lines = []
+    Trainer(_cfg(run, tiny_text_file, src, max_iters=6, eval_interval=2, resume=True), log=lines.append).fit()
+    assert not [x for x in lines if "differs" in x or x.startswith("warning")]  # the omitted fields are no edit
+    out = cli_print_config(capsys, "train", "--model.source", src, "--print_config")
+    assert f"model:\n  vocab_size: 0\n  block_size: 128\n  source: {src}\ntrain:\n" in out
+    assert "n_layer" in cli_print_config(capsys, "train", "--print_config")  # depthlab's GPT keeps them

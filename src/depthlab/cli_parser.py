@@ -19,7 +19,7 @@ __all__ = ["PROG", "add_device", "add_run_dir", "config_from", "new_parser", "se
 def _parser_class():
     """jsonargparse's ``ArgumentParser``, also keeping the type each option was added with
     (``value_types``: dest -> type), so that :mod:`depthlab.cli_args` checks values in depthlab's words."""
-    from jsonargparse import ArgumentParser
+    from jsonargparse import ArgumentParser, Namespace
 
     class Parser(ArgumentParser):
         def add_argument(self, *args, **kwargs):
@@ -27,6 +27,18 @@ def _parser_class():
             if "type" in kwargs:
                 vars(self).setdefault("value_types", {})[action.dest] = kwargs["type"]
             return action
+
+        def dump(self, namespace, *args, **kwargs):
+            """--print_config's text: a model.source run's model section as config.json records it
+            (:func:`~depthlab.config.model_record`), not depthlab's GPT's fields, which do not describe it."""
+            from .config import model_record
+
+            if isinstance(namespace.get("model"), Namespace) and namespace.get("model.source"):
+                namespace = namespace.clone()
+                kept = model_record(namespace["model"].as_dict())
+                for key in [k for k in namespace["model"].keys() if k not in kept]:
+                    del namespace["model"][key]
+            return super().dump(namespace, *args, **kwargs)
 
     return Parser
 

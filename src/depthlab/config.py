@@ -20,6 +20,16 @@ VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln")
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
             "tie_weights", "residual_scale", "norm_scale")
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+
+
+def model_record(model: dict) -> dict:
+    """A model section (``RunConfig.to_dict()``'s, a config.json's) as it describes the model that ran: for a
+    ``model.source`` run, without the GPT_ONLY fields (they stay at depthlab's GPT's defaults, n_layer 4, ...,
+    and none of them is the user's model) and without an ``init`` that is no mapping (``gpt2``: no keyword
+    arguments). Read back, :meth:`RunConfig.from_dict` gives the omitted fields those same defaults."""
+    if not model.get("source"):
+        return model
+    return {k: v for k, v in model.items() if k not in GPT_ONLY and not (k == "init" and not isinstance(v, dict))}
 RESIDUAL_SCALES = (1, "depth")
 
 

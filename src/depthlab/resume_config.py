@@ -111,6 +111,8 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
             continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
         if key not in a and b.get(key) == defaults.get(key):
             continue  # a field newer than the run, at its default: the run used that behaviour
+        if key not in b and a.get(key) == defaults.get(key):
+            continue  # left out at its default (a model.source run's config.json omits depthlab's GPT's fields)
         change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
         if key in RESUME_SCHEDULE:
             continue  # allowed; the schedule says what it does at this step

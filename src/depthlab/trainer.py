@@ -30,7 +30,7 @@ from . import rundir
 from .init_from import given_tokenizer_json
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
-from .config import RunConfig, corpus_file, schedule_warnings
+from .config import RunConfig, corpus_file, model_record, schedule_warnings
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
@@ -463,6 +463,7 @@ def config_record(cfg: RunConfig) -> dict:
     """config.json's data/model/train sections: ``cfg`` as asked, with ``data.path`` absolute (the run's commands
     then find its corpus from any folder)."""
     d = cfg.to_dict()
+    d["model"] = model_record(d["model"])  # a model.source run: only the fields that describe the user's model
     if d["data"].get("path"):
         d["data"]["path"] = str(corpus_file(d["data"]["path"]))
     return d

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from ..analytics.diagnose import Thresholds, loss_level
 from ..analytics.samples import TEMPERATURE, TOP_K
-from ..config import GPT_ONLY
+from ..config import model_record
 from ..errors import DepthlabError
 from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, init_from_record, init_from_words
 from ..units import finite_or_none, fmt_value
@@ -385,10 +385,8 @@ def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
     d = run.config.get(sec) if run.config else None
     if not isinstance(d, dict):
         return []
-    if sec == "model" and d.get("source"):
-        # a model.source run's config.json keeps depthlab's GPT defaults (n_layer 4, n_embd 128, ...) and init
-        # "gpt2" for no init: none of them is the model that ran, so they are not shown as if they were
-        d = {k: v for k, v in d.items() if k not in GPT_ONLY and not (k == "init" and not isinstance(v, dict))}
+    if sec == "model":  # a model.source run's config.json from before it left out depthlab's GPT's fields
+        d = model_record(d)
     rows = _flatten(d)
     ran = run.config.get("resolved")
     if sec != "train" or not isinstance(ran, dict):
