@@ -283,6 +283,18 @@ def test_the_run_uses_its_own_copy_and_says_when_the_file_changed(tmp_path, tiny
     assert not (tmp_path / "hf").exists()
 
 
+def test_a_deleted_model_file_is_said_on_resume_and_the_runs_copy_trains(tmp_path, tiny_text_file, model_file):
+    src = f"{model_file}:MyGPT"
+    Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=10), **QUIET).fit()
+    model_file.unlink()  # the learner tidies the file away after training
+    lines = []
+    t = Trainer(_cfg(tmp_path / "r", tiny_text_file, src, max_iters=20, resume=True), log=lines.append)
+    said = [x for x in lines if "since this run copied it" in x]
+    assert len(said) == 1 and said[0].startswith(f"warning: {model_file} was deleted since") and "own copy" in said[0]
+    t.fit()
+    assert t.step == 20
+
+
 def test_a_changed_copy_in_the_run_is_named_not_the_users_file(tmp_path, tiny_text_file, model_file, capsys):
     """A new user's pass: the run's source/ copy replaced by `raise SystemExit(5)`: resume warned that the user's
     (unchanged) file had changed, then blamed the file for running a script at import."""

@@ -514,6 +514,16 @@ def _check_sibling_copies(run_dir: Path, folder: Path, recorded) -> None:
                                 "was trained with, if that is unchanged), or train a new run")
 
 
+def _since_copied(original: Path, kept: str) -> Optional[str]:
+    """``changed`` or ``was deleted`` for a user's file a run copied (sha256 ``kept``), None when it is as copied.
+
+    A deleted original is said as a changed one is: the run's copy, not the file the user knows, is what runs.
+    """
+    if not original.is_file():
+        return "was deleted"
+    return "changed" if sha256_file(original) != kept else None
+
+
 def resume_source(run_dir: Path, source: str, log: Callable[[str], None]) -> dict:
     """The checks of a resume that builds ``source`` from the run's own copy (:func:`run_source`), with one warning
     line for each original that changed since the run copied it: the model's file, and each sibling module copied
@@ -527,15 +537,14 @@ def resume_source(run_dir: Path, source: str, log: Callable[[str], None]) -> dic
     """
     own = run_source(run_dir, source)
     original, sha = Path(str(source).rpartition(":")[0]), own.sha256
-    if original.is_file() and sha256_file(original) != sha:
-        log(f"warning: {original} changed since this run copied it; resuming with the run's own copy "
+    how = _since_copied(original, sha)
+    if how is not None:
+        log(f"warning: {original} {how} since this run copied it; resuming with the run's own copy "
             f"{own.path} (sha256 {sha[:12]}...)")
     siblings = {f.name: sha256_file(f) for f in sorted(own.path.parent.glob("*.py")) if f.name != own.path.name}
     for name, kept in siblings.items():
         theirs = own.origin / name if own.origin is not None else None
-        # a deleted original is said as a changed one is: the copy, not the file the user knows, is what runs
-        how = (None if theirs is None else "was deleted" if not theirs.is_file() else
-               "changed" if sha256_file(theirs) != kept else None)
+        how = None if theirs is None else _since_copied(theirs, kept)
         if how is not None:
             log(f"warning: {theirs} (a module {own.path.name} imports) {how} since this run copied it; resuming "
                 f"with the run's own copy {own.path.parent / name} (sha256 {kept[:12]}...)")
