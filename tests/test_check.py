@@ -1,7 +1,7 @@
 """`depthlab check`: each planted bug is caught by its named rule, correct models raise no alarm.
 
 The models are in tests/fixtures/planted.py, loaded as a user's file (``PATH.py:NAME``). The fast
-tests run only the rule under test (after ``shape``, which always runs); the full nine rules, with
+tests run only the rule under test (after ``shape``, which always runs); the full ten rules, with
 their short trainings (overfit_batch, context_use), are the slow tests.
 """
 
@@ -181,6 +181,41 @@ def test_context_use_not_judged_through_a_leak(corpus):
     _, c = run("no_mask", corpus, ["causal_leak", "context_use"])
     assert c["causal_leak"].ok is False and c["context_use"].ok is None
     assert c["context_use"].summary.startswith("not judged")
+
+
+# ------------------------------------------------------------------------- bf16 autocast
+def _planted_line(text: str) -> int:
+    """The line of tests/fixtures/planted.py that holds ``text``."""
+    return next(i for i, line in enumerate(PLANTED.read_text().splitlines(), 1) if text in line)
+
+
+def test_bf16_dtype_mismatch_is_found_with_its_line(corpus):
+    rep, c = run("Float32Gate", corpus, ["finite", "bf16"])
+    assert c["finite"].ok is True  # float32 passes: only the bf16 forward training runs breaks
+    bf = c["bf16"]
+    assert bf.ok is False and rep.failed == ["bf16"] and bf.evidence["failed"] == "forward"
+    assert bf.evidence["batch"] == [2, 32]
+    line = _planted_line("return torch.lerp(gate, logits, 1.0)")
+    assert f"(at planted.py:{line}: return torch.lerp(gate, logits, 1.0))" in bf.summary
+    assert "the forward fails under bf16 autocast" in bf.summary and "RuntimeError" in bf.summary
+    assert "--train.dtype float32" in bf.remedy and "dtype=x.dtype" in bf.remedy
+
+
+def test_bf16_nonfinite_is_found(corpus):
+    _, c = run("RoundsToZero", corpus, ["finite", "bf16"])
+    assert c["finite"].ok is True
+    bf = c["bf16"]
+    assert bf.ok is False and bf.evidence["nonfinite"] is True and not math.isfinite(bf.evidence["loss"])
+    assert "under bf16 autocast the loss is" in bf.summary and "RoundsToZero.forward's own code" in bf.summary
+    assert "--train.dtype float32" in bf.remedy
+
+
+def test_bf16_correct_model_passes_and_json_has_the_rule(corpus):
+    rep, c = run("TinyGPT", corpus, ["bf16"])
+    bf = c["bf16"]
+    assert bf.ok is True and math.isfinite(bf.evidence["loss"]) and bf.evidence["nonfinite_gradients"] == []
+    assert bf.evidence["loss"] == pytest.approx(math.log(65), abs=0.5)
+    assert json.loads(json.dumps(rep.to_dict()))["checks"][1]["rule"] == "bf16"
 
 
 # ------------------------------------------------------------------------- blocks

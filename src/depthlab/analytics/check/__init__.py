@@ -1,6 +1,6 @@
 """``depthlab check``: does a model the learner wrote compute what a GPT must, and can it learn?
 
-Nine rules with fixed names (scripts rely on them), each giving a :class:`CheckResult`
+Ten rules with fixed names (scripts rely on them), each giving a :class:`CheckResult`
 (ok True = no problem found, False = a problem, None = could not run, with why), evidence with the
 numbers, parameter names and positions, and a remedy naming the knob:
 
@@ -10,6 +10,10 @@ numbers, parameter names and positions, and a remedy naming the knob:
 ``finite``         the logits, the loss and every gradient at initialisation are finite (a NaN would
                    pass the comparisons of the rules below); names where the first non-finite value is
                    made; when they are not, the rules that read them are not run
+``bf16``           one small batch's forward and backward under the bf16 autocast that training uses
+                   (``train.dtype auto`` on CUDA and on CPUs with native bf16): a dtype mismatch with a
+                   float32 tensor of the model's, or a non-finite loss or gradient, names the line and
+                   ``--train.dtype float32``
 ``causal_leak``    the token at position j is changed and the logits at every t < j compared (zero
                    up to float error); the first leaking offset j - t is named; a sequence computed
                    alone and within a batch must give the same logits (a mean/softmax/norm over the
@@ -21,8 +25,8 @@ numbers, parameter names and positions, and a remedy naming the knob:
                    a late position; against the bigram baseline (:mod:`depthlab.analytics.baselines`)
 ``gradient_flow``  depthlab's probe at initialisation on the model's blocks, with its verdicts
 
-Everything runs on CPU in float32, seeded; each rule works on its own copy of the model at
-initialisation, so their order does not change their results.
+Everything runs on CPU in float32 (``bf16`` under bf16 autocast), seeded; each rule works on its own copy of the
+model at initialisation, so their order does not change their results.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import torch.nn as nn
 
 from ...errors import DepthlabError
 from ...training.protocol import ModelPort
+from .bf16 import bf16_rule
 from .finite import finite_rule
 from .flow import find_blocks, gradient_flow_rule
 from .forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule, vocab_rule
@@ -47,9 +52,9 @@ from .subject import CheckResult, ModelFault, Subject
 __all__ = ["RULES", "CheckResult", "CheckReport", "check_model", "check_source", "find_blocks",
            "format_check_table", "DEFAULT_BATCH_SIZE", "DEFAULT_BLOCK_SIZE"]
 
-RULES = ("shape", "vocab", "finite", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
+RULES = ("shape", "vocab", "finite", "bf16", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
          "gradient_flow")
-TRAINING_RULES = ("no_gradient", "overfit_batch", "context_use", "gradient_flow")
+TRAINING_RULES = ("bf16", "no_gradient", "overfit_batch", "context_use", "gradient_flow")
 """The rules that need a finite loss and finite gradients (not run when ``finite`` found them otherwise)."""
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_BLOCK_SIZE = 64
@@ -267,6 +272,7 @@ def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Op
     return {"shape": lambda: shape_rule(subject, B, T, length_asked),
             "vocab": lambda: vocab_rule(subject),
             "finite": lambda: finite_rule(subject),
+            "bf16": lambda: bf16_rule(subject),
             "causal_leak": lambda: causal_leak_rule(subject),
             "init_loss": lambda: init_loss_rule(subject),
             "no_gradient": lambda: no_gradient_rule(subject),
