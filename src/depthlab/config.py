@@ -20,6 +20,7 @@ VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln")
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
             "tie_weights", "residual_scale", "norm_scale")
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
+RESIDUAL_SCALES = (1, "depth")
 
 
 def model_record(model: dict) -> dict:
@@ -30,7 +31,6 @@ def model_record(model: dict) -> dict:
     if not model.get("source"):
         return model
     return {k: v for k, v in model.items() if k not in GPT_ONLY and not (k == "init" and not isinstance(v, dict))}
-RESIDUAL_SCALES = (1, "depth")
 
 
 def corpus_file(path: Any) -> Optional[Path]:
