@@ -216,6 +216,11 @@ def test_bf16_correct_model_passes_and_json_has_the_rule(corpus):
     assert bf.ok is True and math.isfinite(bf.evidence["loss"]) and bf.evidence["nonfinite_gradients"] == []
     assert bf.evidence["loss"] == pytest.approx(math.log(65), abs=0.5)
     assert json.loads(json.dumps(rep.to_dict()))["checks"][1]["rule"] == "bf16"
+    # on a CPU, auto times float32 against bf16: native bf16 makes bf16 possible there, never certain
+    from depthlab.training.runtime import cpu_has_bf16
+
+    assert bf.evidence["cpu_native_bf16"] is cpu_has_bf16() and "when bf16 steps time faster" in bf.summary
+    assert ("has native bf16)" if cpu_has_bf16() else "so here it trains in float32)") in bf.summary
 
 
 # ------------------------------------------------------------------------- blocks

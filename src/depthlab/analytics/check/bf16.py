@@ -34,10 +34,13 @@ BF16_NONFINITE_REMEDY = ("find the operation that loses the value in bf16, which
 
 
 def _where_trained() -> str:
-    """Where ``train.dtype auto`` computes in bf16, and whether this machine's CPU is one of them."""
-    here = "as it does on this machine's CPU" if use_bf16(torch.device("cpu"), "auto") else (
-        "not on this machine's CPU, which has no native bf16")
-    return f"train.dtype auto trains under bf16 autocast on CUDA and on CPUs with native bf16 ({here})"
+    """Where ``train.dtype auto`` computes in bf16, and whether this machine's CPU can be one of them: on a CPU
+    ``auto`` times both dtypes at the run's shape (:mod:`depthlab.training.autotune`), so native bf16 makes it
+    possible, not certain."""
+    here = ("this machine's CPU has native bf16" if use_bf16(torch.device("cpu"), "auto") else
+            "this machine's CPU has no native bf16, so here it trains in float32")
+    return (f"train.dtype auto trains under bf16 autocast on CUDA, and on a CPU with native bf16 when bf16 steps "
+            f"time faster at the run's shape ({here})")
 
 
 def bf16_rule(subject: Subject) -> CheckResult:
@@ -51,7 +54,7 @@ def bf16_rule(subject: Subject) -> CheckResult:
     torch.manual_seed(subject.seed)
     model = subject.fresh().train()
     x, y = subject.batch(subject.free_batch(BF16_BATCH), subject.T, subject.rng(11))
-    ev: dict = {"batch": list(x.shape), "bf16_here": use_bf16(torch.device("cpu"), "auto")}
+    ev: dict = {"batch": list(x.shape), "cpu_native_bf16": use_bf16(torch.device("cpu"), "auto")}
     step = "forward"
     try:
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
