@@ -104,6 +104,36 @@ def test_train_refuses_a_run_inside_a_run_and_writes_nothing(tmp_path, tiny_text
     assert sorted(p.name for p in run.iterdir()) == ["config.json", "metrics.jsonl"]
 
 
+def test_a_run_copied_into_a_run_is_neither_resumed_nor_replaced_there(tmp_path, tiny_text_file, capsys, monkeypatch):
+    """runs/a/sub, itself a run inside the run runs/a: --resume kept writing it there (a new run there is refused),
+    and the new-run refusal did not say that runs/a/sub is a run nor what works for it."""
+    from depthlab.rundir import nested_resume_error
+
+    monkeypatch.chdir(tmp_path)
+    (_fake_run(tmp_path / "runs" / "a") / "metrics.jsonl").write_text("")
+    sub = _fake_run(tmp_path / "runs" / "a" / "sub", {"data": {"path": str(tiny_text_file)}, "model": {}, "train": {}})
+    (sub / "metrics.jsonl").write_text("")
+    assert main(["train", "--resume", "runs/a/sub"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("depthlab: error: cannot resume runs/a/sub: it lies inside the depthlab run runs/a; a run nested "
+                   "in a run mixes their files (and --overwrite of runs/a would then refuse); move runs/a/sub out of "
+                   "runs/a, then resume it there (--resume NEW_PLACE)\n")
+    assert sorted(p.name for p in sub.iterdir()) == ["config.json", "metrics.jsonl"]
+    assert main(["train", *tiny_cli_args(tiny_text_file, "runs/a/sub")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith(
+        "choose another --train.out_dir, outside runs/a; runs/a/sub is itself a depthlab run, which cannot be "
+        "resumed or replaced inside runs/a: move it out of runs/a, then --resume it there\n")
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    for ok in (sweep / "runs" / "n_layer-1", sweep / "runs" / "depth" / "n_layer-1", tmp_path / "runs" / "b"):
+        assert nested_resume_error(_fake_run(ok)) is None  # a sweep's own runs, at either depth, and a plain run
+    assert str(nested_resume_error(_fake_run(sweep / "plots" / "x"))) == (
+        f"cannot resume {sweep}/plots/x: it lies inside the sweep folder {sweep}, but not as one of its runs "
+        f"({sweep}/runs/NAME); move {sweep}/plots/x out of {sweep}, then resume it there (--resume NEW_PLACE)")
+
+
 def test_a_sweeps_runs_are_found_at_either_depth_under_runs(tmp_path):
     """A named experiment puts its runs at SWEEP/runs/EXPERIMENT/NAME: the run lock's 'a running sweep trains it'
     and the not-a-run line's list of a sweep's runs looked only at SWEEP/runs/NAME."""

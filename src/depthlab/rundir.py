@@ -332,30 +332,63 @@ def _is_depthlab_run(path: Path) -> bool:
     return isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) and isinstance(cfg.get("train"), dict)
 
 
+def _enclosing(path: Path) -> Optional[tuple[str, Path]]:
+    """The nearest folder above ``path`` a run may not lie in: ``("run", RUN)`` for a depthlab run, ``("sweep",
+    SWEEP)`` for a sweep folder when ``path`` is not one of its runs (``SWEEP/runs/NAME`` or
+    ``SWEEP/runs/EXPERIMENT/NAME``), shown as the user wrote it when they wrote it; None when under neither."""
+    given = Path(path)
+    target = given.absolute()
+    shown = {p.absolute(): p for p in given.parents if p != Path(".")}
+    for above in target.parents:
+        if _is_depthlab_run(above):
+            return "run", shown.get(above, above)
+        rel = target.relative_to(above).parts  # a sweep's runs: runs/NAME, or runs/EXPERIMENT/NAME
+        if is_sweep_dir(above) and not (len(rel) >= 2 and rel[0] == SWEEP_RUNS):
+            return "sweep", shown.get(above, above)
+    return None
+
+
+def _inside_words(kind: str, name: Path) -> str:
+    """Why a run may not lie in ``name`` (:func:`_enclosing`'s kind and folder), for the refusals below."""
+    if kind == "run":
+        return (f"the depthlab run {name}; a run nested in a run mixes their files (and --overwrite of {name} would "
+                "then refuse)")
+    return f"the sweep folder {name}, but not as one of its runs ({name / SWEEP_RUNS}/NAME)"
+
+
 def nested_run_error(path: Path, option: str) -> Optional[DepthlabError]:
     """The refusal of a new run or sweep folder ``path`` inside an existing run folder, or inside a sweep folder
     anywhere but as one of its runs (``SWEEP/runs/NAME``); None when ``path`` is under neither.
 
     A run nested in a run mixes their files, and ``--overwrite`` of the outer run then refuses (the inner one is a
-    file it did not write). The nearest enclosing folder is named, as the user wrote it when they wrote it.
+    file it did not write). The nearest enclosing folder is named, as the user wrote it when they wrote it. When
+    ``path`` is itself a run (copied there), that is said with what works: neither --resume nor --overwrite may
+    continue it there (:func:`nested_resume_error`), so it must move out first.
 
     Args:
         path: the new folder (it may not exist yet). option: the flag that gave it, e.g. ``--train.out_dir``.
     """
-    given = Path(path)
-    target = given.absolute()
-    shown = {p.absolute(): p for p in given.parents if p != Path(".")}
-    for above in target.parents:
-        name = shown.get(above, above)
-        if _is_depthlab_run(above):
-            return DepthlabError(f"{option.lstrip('-')} {given} lies inside the depthlab run {name}; a run nested in a "
-                                 f"run mixes their files (and --overwrite of {name} would then refuse): choose "
-                                 f"another {option}, outside {name}")
-        rel = target.relative_to(above).parts  # a sweep's runs: runs/NAME, or runs/EXPERIMENT/NAME
-        if is_sweep_dir(above) and not (len(rel) >= 2 and rel[0] == SWEEP_RUNS):
-            return DepthlabError(f"{option.lstrip('-')} {given} lies inside the sweep folder {name}, but not as one of "
-                                 f"its runs ({name / SWEEP_RUNS}/NAME): choose another {option}, outside {name}")
-    return None
+    found = _enclosing(path)
+    if found is None:
+        return None
+    kind, name = found
+    also = (f"; {path} is itself a depthlab run, which cannot be resumed or replaced inside {name}: move it out of "
+            f"{name}, then --resume it there" if _is_depthlab_run(Path(path)) else "")
+    return DepthlabError(f"{option.lstrip('-')} {path} lies inside {_inside_words(kind, name)}: choose another "
+                         f"{option}, outside {name}{also}")
+
+
+def nested_resume_error(run_dir: Path) -> Optional[DepthlabError]:
+    """The refusal of a resume of ``run_dir`` when it lies inside another run or a sweep's own files (copied or
+    moved there): resuming would keep writing a run nested in a run, which a new run there is refused
+    (:func:`nested_run_error`). A sweep's own runs (``SWEEP/runs/NAME``) are not nested. None when it may resume.
+    """
+    found = _enclosing(run_dir)
+    if found is None:
+        return None
+    kind, name = found
+    return DepthlabError(f"cannot resume {run_dir}: it lies inside {_inside_words(kind, name)}; move {run_dir} out "
+                         f"of {name}, then resume it there (--resume NEW_PLACE)")
 
 
 def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> DepthlabError:

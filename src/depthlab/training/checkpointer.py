@@ -528,8 +528,12 @@ class Checkpointer:
         that apply to a resume (train's "leave data.path unset" is none: another text is refused).
 
         Raises:
-            DepthlabError: an edited field, or the corpus file is missing.
+            DepthlabError: the run lies inside another run (rundir.nested_resume_error), an edited field, or the
+                corpus file is missing.
         """
+        nested = rundir.nested_resume_error(Path(cfg.train.out_dir)) if cfg.train.out_dir else None
+        if nested is not None:  # resuming would keep writing a run nested in a run, as a new one there is refused
+            raise nested
         if cfg.train.out_dir and Path(cfg.train.out_dir).is_dir():
             resume_config.refuse_edited_config(Path(cfg.train.out_dir), "cannot resume")
         if cfg.data.path and not Path(cfg.data.path).expanduser().exists():
