@@ -163,6 +163,19 @@ def test_cli_layers_refuses_a_run_of_an_own_model_without_the_names(tmp_path, ca
     rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"))
     assert rc == 2 and err.startswith("depthlab: error: layers: the model (Unnamed) lacks a final norm")
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    # the refusal named only --blocks, and no option named a final norm elsewhere (self.norm_out, say)
+    assert "named with --blocks, --norm and --head (e.g. --blocks encoder.layers --norm encoder.norm); " \
+           "its norms: norm_out; `depthlab context`" in err
+    rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--norm", "norm_out", "--json")
+    res = json.loads(out)
+    assert rc == 0 and res["n_layer"] == 2 and "norm_out" in res["lens"]
+    assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)  # norm_out + head: its logits
+    for flag, bad, what in (("--norm", "nope", "the model has no submodule 'nope'; its norms: norm_out"),
+                            ("--norm", "norm_out.weight", "its 'norm_out.weight' is a Parameter, not a module; "
+                                                          "its norms: norm_out"),
+                            ("--head", "lm_head.x", "the model has no submodule 'lm_head.x'; its heads: lm_head")):
+        rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--norm", "norm_out", flag, bad)
+        assert (rc, out, err) == (2, "", f"depthlab: error: {flag} {bad}: {what}\n")
     rc, out, err = run_cli(capsys, "context", str(tmp_path / "r"), "--json")  # context needs only the logits
     assert rc == 0 and len(json.loads(out)["loss_by_position"]) == 16
 

@@ -201,11 +201,18 @@ def build_check_parser():
     return p
 
 
-def _add_blocks(p) -> None:
+def _add_blocks(p, ends: bool = False) -> None:
     """``--blocks ATTR`` of check and layers: one option, refused in one place
-    (:func:`depthlab.analytics.check.flow.find_blocks`)."""
+    (:func:`depthlab.analytics.check.flow.find_blocks`); with ``ends`` (layers, whose lens reads the stream through
+    them) also ``--norm ATTR`` and ``--head ATTR``, refused in :func:`depthlab.analytics.layers.layer_access`."""
     p.add_argument("--blocks", type=Optional[str], default=None,
                    help="the model's list of blocks, e.g. transformer.h or encoder.layers (default: found)")
+    if ends:
+        p.add_argument("--norm", type=Optional[str], default=None,
+                       help="the model's final norm, after the last block, e.g. encoder.norm (default: found as "
+                            "transformer.ln_f, ln_f, norm, final_norm or ln_final)")
+        p.add_argument("--head", type=Optional[str], default=None,
+                       help="the model's output head, after the final norm (default: found as lm_head, head or output)")
 
 
 def _user_prints_to_stderr(on: bool):
@@ -682,7 +689,7 @@ def build_views_parser(command: str):
     p.add_argument("--max_tokens", "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
                    help="most val tokens to read: a prefix of the run's evaluation batches (0 = all of them)")
     if command == "layers":  # context reads only the logits: it needs no blocks
-        _add_blocks(p)
+        _add_blocks(p, ends=True)
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
@@ -696,7 +703,8 @@ def run_views(ns, command: str) -> int:
     _set_threads(ns.threads)
     mod = layers if command == "layers" else context
     with _user_prints_to_stderr(ns.json):
-        kw = {"blocks_attr": ns.blocks} if command == "layers" else {}  # context has no --blocks
+        kw = ({"blocks_attr": ns.blocks, "norm_attr": ns.norm, "head_attr": ns.head} if command == "layers"
+              else {})  # context has no --blocks, --norm or --head
         res = getattr(mod, f"run_{command}")(ns.run_dir, ns.checkpoint, ns.max_tokens, **kw)
     if res.get("baselines_from", BASELINES) != BASELINES:  # said on stderr as diagnose and report say it
         print(f"{PROG}: warning: {Path(ns.run_dir) / BASELINES}: the corpus baselines are "

@@ -74,33 +74,68 @@ def _get(model: nn.Module, names: tuple[str, ...]) -> Optional[tuple[str, nn.Mod
     return None
 
 
-def layer_access(model: nn.Module, blocks_attr: Optional[str] = None) -> LayerAccess:
+def _candidates(model: nn.Module, kind: str) -> list[str]:
+    """This model's modules that could be its final norm (a class named ...Norm) or head (a Linear), outside any
+    list of blocks (no ``.0.`` in the name: each block has norms and Linears of its own); for the refusals."""
+    fits = (lambda c: "norm" in type(c).__name__.lower()) if kind == "norm" else (lambda c: isinstance(c, nn.Linear))
+    return [n for n, c in model.named_modules() if n and fits(c) and not any(p.isdigit() for p in n.split("."))]
+
+
+def _named(model: nn.Module, attr: str, kind: str) -> tuple[str, nn.Module]:
+    """``(attr, module)`` for ``--norm ATTR`` / ``--head ATTR`` (``kind`` "norm" or "head").
+
+    Raises:
+        DepthlabError: ``attr`` names no attribute of the model, or one that is not a module (a tensor, say),
+            in one line with the model's candidates (:func:`_candidates`).
+    """
+    try:
+        return attr, model.get_submodule(attr)
+    except AttributeError:
+        owner, _, last = attr.rpartition(".")
+        try:
+            value = getattr(model.get_submodule(owner), last)
+            what = f"its {attr!r} is a {type(value).__name__}, not a module"
+        except AttributeError:
+            what = f"the model has no submodule {attr!r}"
+        found = _candidates(model, kind)
+        raise DepthlabError(f"--{kind} {attr}: {what}"
+                            + (f"; its {kind}s: {', '.join(found[:8])}" if found else "")) from None
+
+
+def layer_access(model: nn.Module, blocks_attr: Optional[str] = None, norm_attr: Optional[str] = None,
+                 head_attr: Optional[str] = None) -> LayerAccess:
     """The blocks, final norm and head of depthlab's GPT, or of a user's model that exposes them.
 
     Args:
         model: depthlab's GPT or any module.
         blocks_attr: the dotted name of the model's list of blocks (``--blocks``, e.g. ``encoder.layers``);
             None = found as ``depthlab check`` finds it (:func:`~depthlab.analytics.check.flow.find_blocks`).
+        norm_attr, head_attr: the dotted names of the final norm and the head (``--norm``, ``--head``, e.g.
+            ``encoder.norm``); None = found by :data:`NORM_NAMES` / :data:`HEAD_NAMES`.
 
     Raises:
         DepthlabError: a ``blocks_attr`` that names no list of blocks (find_blocks' refusals, as ``depthlab
-            check --blocks`` says them), or a model without a list of blocks, a final norm or a head by those
-            names (one line saying what ``depthlab layers`` needs).
+            check --blocks`` says them), a ``norm_attr`` / ``head_attr`` that names no module, or a model without
+            a list of blocks, a final norm or a head by those names (one line saying what ``depthlab layers``
+            needs and the options that name them).
     """
-    if isinstance(model, GPT) and blocks_attr is None:
+    if isinstance(model, GPT) and blocks_attr is None and norm_attr is None and head_attr is None:
         return LayerAccess(list(model.transformer.h), model.transformer.ln_f, model.lm_head,
                            ("transformer.h", "transformer.ln_f", "lm_head"))
     blocks_name, blocks = find_blocks(model, blocks_attr)
-    norm, head = _get(model, NORM_NAMES), _get(model, HEAD_NAMES)
+    norm = _named(model, norm_attr, "norm") if norm_attr is not None else _get(model, NORM_NAMES)
+    head = _named(model, head_attr, "head") if head_attr is not None else _get(model, HEAD_NAMES)
     if not blocks or norm is None or head is None:
         missing = [w for w, ok in (("a list of blocks (an nn.ModuleList of one block class)", bool(blocks)),
                                    (f"a final norm ({' or '.join(NORM_NAMES)})", norm is not None),
                                    (f"a head ({' or '.join(HEAD_NAMES)})", head is not None)) if not ok]
+        seen = [f"its {k}s: {', '.join(c[:8])}" for k, got in (("norm", norm), ("head", head))
+                if got is None and (c := _candidates(model, k))]
         raise DepthlabError(f"layers: the model ({type(model).__name__}) lacks {' and '.join(missing)}; the lens and "
                             "the ablation need its blocks plus the final norm and head that read the stream after the "
-                            "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head; "
-                            "name another list of blocks with --blocks, e.g. encoder.layers); "
-                            "`depthlab context` works on any model")
+                            "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head) or "
+                            "named with --blocks, --norm and --head (e.g. --blocks encoder.layers --norm encoder.norm)"
+                            + "".join(f"; {x}" for x in seen) + "; `depthlab context` works on any model")
     return LayerAccess(blocks, norm[1], head[1], (blocks_name, norm[0], head[0]))
 
 
@@ -179,7 +214,8 @@ def _batch(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor)
 
 
 @torch.no_grad()
-def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] = None) -> dict:
+def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] = None,
+                   norm_attr: Optional[str] = None, head_attr: Optional[str] = None) -> dict:
     """Logit lens, ablation and relative update of every block of ``model`` on ``batches``.
 
     Args:
@@ -195,7 +231,7 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
     Raises:
         DepthlabError: as :func:`layer_access`, or blocks that do not return the stream.
     """
-    acc = layer_access(model, blocks_attr)
+    acc = layer_access(model, blocks_attr, norm_attr, head_attr)
     was = model.training
     model.eval()
     tot: Optional[dict] = None
@@ -218,20 +254,23 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
 
 
 def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS,
-               blocks_attr: Optional[str] = None) -> dict:
+               blocks_attr: Optional[str] = None, norm_attr: Optional[str] = None,
+               head_attr: Optional[str] = None) -> dict:
     """``depthlab layers RUN``: :func:`measure_layers` of the run's ``which`` weights on its val windows
-    (``blocks_attr``: ``--blocks``, the dotted name of the model's list of blocks; None = found).
+    (``blocks_attr``, ``norm_attr``, ``head_attr``: ``--blocks``, ``--norm``, ``--head``, the dotted names of the
+    model's list of blocks, final norm and head; None = found).
 
     Returns:
         :func:`measure_layers`'s keys plus ``unigram``, ``bigram`` (nats, None without baselines.json),
         ``weights`` (which file), ``windows``, ``tokens`` and ``windows_described``.
 
     Raises:
-        DepthlabError: not a run, no checkpoint, the corpus is gone, a model without blocks/norm/head.
+        DepthlabError: not a run, no checkpoint, the corpus is gone, a model without blocks/norm/head (or an
+            option that names none).
     """
     run = open_run(run_dir, max_tokens)
     model, weights = load_weights(run.run_dir, which)
-    res = measure_layers(model, run.windows.batches, blocks_attr)
+    res = measure_layers(model, run.windows.batches, blocks_attr, norm_attr, head_attr)
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
             "baselines_from": run.baselines_from, "unit": run.unit,
             "windows": run.windows.windows, "tokens": run.windows.tokens,
