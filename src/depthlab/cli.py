@@ -208,11 +208,14 @@ def _add_blocks(p, ends: bool = False) -> None:
     p.add_argument("--blocks", type=Optional[str], default=None,
                    help="the model's list of blocks, e.g. transformer.h or encoder.layers (default: found)")
     if ends:
+        from .analytics.layers import HEAD_NAMES, NORM_NAMES  # the names layers looks for: one list
+
         p.add_argument("--norm", type=Optional[str], default=None,
                        help="the model's final norm, after the last block, e.g. encoder.norm (default: found as "
-                            "transformer.ln_f, ln_f, norm, final_norm or ln_final)")
+                            f"{', '.join(NORM_NAMES[:-1])} or {NORM_NAMES[-1]})")
         p.add_argument("--head", type=Optional[str], default=None,
-                       help="the model's output head, after the final norm (default: found as lm_head, head or output)")
+                       help="the model's output head, after the final norm (default: found as "
+                            f"{', '.join(HEAD_NAMES[:-1])} or {HEAD_NAMES[-1]})")
 
 
 def _user_prints_to_stderr(on: bool):
