@@ -32,6 +32,9 @@ CONTEXT_TOKENS = 1024
 """Tokens per step of context_use's training (batch = this / T, unless the batch size is hard-coded)."""
 CONTEXT_STEPS = 250
 """Training steps of context_use (twice that when the first ones end above the bigram baseline, undecided)."""
+CONTEXT_LOOK = 50
+"""context_use scores its pairs every this many steps and stops at the first score that shows use: a model that
+uses its context shows it long before CONTEXT_STEPS (a depthlab GPT by step 50), one that does not trains on."""
 CONTEXT_LR = 1e-2
 CONTEXT_PAIRS = 512
 """Targets scored twice by context_use: at position 0 (one token seen) and at a late position (many seen)."""
@@ -177,8 +180,9 @@ def _measure_context(subject: Subject, model: nn.Module, ev: dict) -> tuple[floa
 def context_use_rule(subject: Subject) -> CheckResult:
     """After a short training on the corpus: are the same targets predicted better late than at position 0?
 
-    Trains CONTEXT_STEPS steps; when that does not show context use and the loss is still above the
-    bigram baseline (the training did not get far enough to tell), CONTEXT_STEPS more, once.
+    Trains up to CONTEXT_STEPS steps, scored every CONTEXT_LOOK (it stops at the first score that shows
+    use); when they do not show it and the loss is still above the bigram baseline (the training did not
+    get far enough to tell), CONTEXT_STEPS more, once.
     """
     T = subject.T
     if T < 4 or len(subject.corpus.val) < 3 * T + 2:
@@ -198,7 +202,23 @@ def context_use_rule(subject: Subject) -> CheckResult:
                 "unigram_nats": unigram_nats(subject.corpus.train, subject.corpus.val, V)}
     loop = _Loop(subject, model, CONTEXT_LR, CONTEXT_STEPS // 10)
     for _ in range(2):
-        ok = loop.run(CONTEXT_STEPS, lambda s: subject.batch(B, T, rng), record_every=50)
+        scores = _train_and_score(subject, model, loop, lambda s: subject.batch(B, T, rng), ev)
+        if isinstance(scores, CheckResult):
+            return scores
+        g, se, pos0, late = scores
+        if _uses_context(g, se) or late <= bigram:
+            break
+    return _context_verdict(ev, g, se, pos0, late, bigram)
+
+
+def _train_and_score(subject: Subject, model: nn.Module, loop: _Loop, batch: Callable, ev: dict):
+    """Train up to CONTEXT_STEPS more steps, scoring the pairs every CONTEXT_LOOK; stop at a score showing use.
+
+    Returns (gain, its standard error, position-0 loss, late loss) of the last score, or the rule's
+    CheckResult when the loss had no gradient or the loss or the logits became non-finite.
+    """
+    for _ in range(CONTEXT_STEPS // CONTEXT_LOOK):
+        ok = loop.run(CONTEXT_LOOK, batch, record_every=50)
         if loop.no_grad:
             return _no_step("context_use")
         ev.update({"steps": loop.step, "history": loop.history})
@@ -206,13 +226,13 @@ def context_use_rule(subject: Subject) -> CheckResult:
             why = f"the training loss became non-finite at step {loop.nonfinite} (AdamW lr {CONTEXT_LR:g}, clip 1.0)"
             return CheckResult("context_use", False, {"summary": why, **ev},
                                "something overflows in training: see init_loss and gradient_flow")
-        g, se, pos0, late = _measure_context(subject, model, ev)
-        if not all(math.isfinite(v) for v in (g, se, pos0, late)):
+        scores = _measure_context(subject, model, ev)
+        if not all(math.isfinite(v) for v in scores):
             return nonfinite_result("context_use", f"after {loop.step} training steps (loss finite throughout) the "
                                                    "logits on the validation windows are not finite", ev)
-        if _uses_context(g, se) or late <= bigram:
+        if _uses_context(*scores[:2]):
             break
-    return _context_verdict(ev, g, se, pos0, late, bigram)
+    return scores
 
 
 def _uses_context(g: float, se: float) -> bool:
