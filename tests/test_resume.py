@@ -73,9 +73,30 @@ def _intact_manifest(out) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("accum", ["1", "2"])
 def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
-    n = 400  # long enough that B is still running 0.3 s after its step-10 checkpoint on a fast CPU
+    n = 150  # long enough that B is still running 0.3 s after its step-10 checkpoint on a fast CPU (~1 s left)
     args_a = dropout_cli_args(tiny_text_file, tmp_path / "A", n) + ["--train.grad_accum", accum]
-    subprocess.run(train_cmd(*args_a), check=True, capture_output=True)
+    # A, the uninterrupted run, trains alongside B: on a 2-core machine it then costs no wall time of its own
+    # (each is one thread; a slower B only lives longer after its step-10 checkpoint)
+    with open(tmp_path / "A.log", "w") as log_a:
+        a = subprocess.Popen(train_cmd(*args_a), stdout=log_a, stderr=subprocess.STDOUT)
+        try:
+            _sigkill_and_resume(tmp_path, tiny_text_file, accum, n)
+            rc = a.wait(timeout=600)
+        finally:
+            if a.poll() is None:  # B's part failed: A is not left running
+                a.kill()
+                a.wait()
+    assert rc == 0, (tmp_path / "A.log").read_text()[-2000:]
+    assert evals(tmp_path / "A") == evals(tmp_path / "B")
+    name = f"step-{n:06d}.safetensors"
+    assert ckpt.payload_sha256(tmp_path / "A" / "checkpoints" / name) == \
+        ckpt.payload_sha256(tmp_path / "B" / "checkpoints" / name)
+    steps = [json.loads(l)["step"] for l in open(tmp_path / "B" / "metrics.jsonl")]
+    assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
+
+
+def _sigkill_and_resume(tmp_path, tiny_text_file, accum: str, n: int) -> None:
+    """Run B, SIGKILL it at a random moment after its step-10 checkpoint, then ``--resume`` it to the end."""
     args_b = dropout_cli_args(tiny_text_file, tmp_path / "B", n) + ["--train.grad_accum", accum]
     p = subprocess.Popen(train_cmd(*args_b), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     manifest = tmp_path / "B" / "checkpoints" / "manifest.json"
@@ -87,12 +108,6 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
     p.wait()
     assert not (tmp_path / "B" / "summary.json").exists(), "B finished before the kill: make it longer"
     subprocess.run(train_cmd("--resume", str(tmp_path / "B")), check=True, capture_output=True)
-    assert evals(tmp_path / "A") == evals(tmp_path / "B")
-    name = f"step-{n:06d}.safetensors"
-    assert ckpt.payload_sha256(tmp_path / "A" / "checkpoints" / name) == \
-        ckpt.payload_sha256(tmp_path / "B" / "checkpoints" / name)
-    steps = [json.loads(l)["step"] for l in open(tmp_path / "B" / "metrics.jsonl")]
-    assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
 
 
 #: Processes killed in a row, each at a seeded random moment while it writes a checkpoint every step. Each costs a
