@@ -45,7 +45,7 @@ FLOP/s = tokens/s x (6N + 12·L·T·C) per token (Kaplan et al. 2020; PaLM, Chow
 appendix B; nanoGPT's ``estimate_mfu``), N = 12·L·C² + V·C, as a share of a 1024³ ``torch.matmul``
 timed in each round (fp32; bf16 too where the CPU has native bf16), the best round taken as the peak.
 
-``--quick`` checks the plumbing (1 round of 30 steps; time to val <= 3.6 with evaluations every 10
+``--quick`` checks the plumbing (1 round of 12 steps; time to val <= 3.6 with evaluations every 10
 steps, at most 100 steps; no final validation; no compiled run). Its numbers mean nothing; for figures, on an idle
 machine: ``python benchmarks/vs_nanogpt.py --nanogpt PATH --rounds 2 --steps 1000``.
 Bad input or a failed run: one line ``depthlab: error: ...``, exit status 2.
@@ -561,12 +561,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--eval-interval", type=int, default=100,
                     help="nanoGPT's eval_interval in the time-to-quality run (its recipe: 250)")
     ap.add_argument("--no-ttq", action="store_true", help="skip the time-to-quality runs")
-    ap.add_argument("--quick", action="store_true", help="plumbing check: 1 round of 30 steps, time to val "
+    ap.add_argument("--quick", action="store_true", help="plumbing check: 1 round of 12 steps, time to val "
                     "<= 3.6 with evaluations every 10 steps, no final validation, no compiled run")
     a = ap.parse_args(argv)
     a.ttq_iters, a.ttq_extra = 2000, []
     if a.quick:
-        a.rounds, a.steps, a.seconds, a.target, a.eval_interval, a.ttq_iters = 1, 30, 0.0, 3.6, 10, 100
+        a.rounds, a.steps, a.seconds, a.target, a.eval_interval, a.ttq_iters = 1, 12, 0.0, 3.6, 10, 100
         a.ttq_extra = ["--train.eval_interval", "10", "--train.max_iters", "100", "--train.final_validation", "false"]
     if a.rounds < 1:
         raise DepthlabError(f"--rounds {a.rounds}: give 1 or more")
