@@ -192,6 +192,18 @@ def _load(path, seed=7, **kw):
     return c, [x for x in logs if x.startswith("warning")]
 
 
+def test_line_order_counts_do_not_depend_on_where_the_chunks_end():
+    """The sorted-lines count casefolds and splits a chunk at once: a line cut by a chunk's end is whole next time."""
+    text = "b\na\nB\n\n  \nc\nc"  # non-empty lines casefolded: b a b c c
+    for cut in range(len(text) + 1):
+        for cut2 in range(cut, len(text) + 1):
+            order = D._LineOrder()
+            for piece in (text[:cut], text[cut:cut2], text[cut2:]):
+                order.feed(piece)
+            order.feed("", final=True)
+            assert order.stats() == {"n": 5, "pairs": 4, "up": 3, "down": 2}, (cut, cut2)
+
+
 def test_sorted_list_warns_with_tail_split_and_shuffled_copy_does_not(names_files):
     sorted_f, shuffled_f, names = names_files
     _, warn = _load(sorted_f)

@@ -314,9 +314,12 @@ class _LineOrder:
 
     def feed(self, text: str, final: bool = False) -> None:
         """Count the complete lines of ``text`` (the rest waits for the next chunk unless ``final``)."""
-        parts = (self.carry + text).split("\n")
-        self.carry = "" if final else parts.pop()[: self.MAX_LINE]
-        lines = [x.casefold() for x in parts if x.strip()]
+        whole = self.carry + text
+        cut = len(whole) if final else whole.rfind("\n")  # the lines before it are complete
+        self.carry = "" if final else whole[cut + 1:][: self.MAX_LINE]
+        # one casefold and one C-level filter per chunk, not a Python call per line: that was half the load
+        # time of a large file
+        lines = list(filter(str.strip, whole[:max(cut, 0)].casefold().split("\n")))
         if not lines:
             return
         seq = lines if self.prev is None else [self.prev] + lines
