@@ -32,9 +32,10 @@ CONTEXT_TOKENS = 1024
 """Tokens per step of context_use's training (batch = this / T, unless the batch size is hard-coded)."""
 CONTEXT_STEPS = 250
 """Training steps of context_use (twice that when the first ones end above the bigram baseline, undecided)."""
-CONTEXT_LOOK = 50
-"""context_use scores its pairs every this many steps and stops at the first score that shows use: a model that
-uses its context shows it long before CONTEXT_STEPS (a depthlab GPT by step 50), one that does not trains on."""
+CONTEXT_LOOKS = (50, 100)
+"""Steps at which context_use also scores its pairs (besides the end of each pass), stopping at a score that shows
+use: a model that uses its context mostly shows it long before CONTEXT_STEPS (a depthlab GPT by step 50), one that
+does not trains on, at ~0.15 s per extra score."""
 CONTEXT_LR = 1e-2
 CONTEXT_PAIRS = 512
 """Targets scored twice by context_use: at position 0 (one token seen) and at a late position (many seen)."""
@@ -180,8 +181,8 @@ def _measure_context(subject: Subject, model: nn.Module, ev: dict) -> tuple[floa
 def context_use_rule(subject: Subject) -> CheckResult:
     """After a short training on the corpus: are the same targets predicted better late than at position 0?
 
-    Trains up to CONTEXT_STEPS steps, scored every CONTEXT_LOOK (it stops at the first score that shows
-    use); when they do not show it and the loss is still above the bigram baseline (the training did not
+    Trains up to CONTEXT_STEPS steps, scored at CONTEXT_LOOKS and the end (it stops at the first score that
+    shows use); when they do not show it and the loss is still above the bigram baseline (the training did not
     get far enough to tell), CONTEXT_STEPS more, once.
     """
     T = subject.T
@@ -212,13 +213,14 @@ def context_use_rule(subject: Subject) -> CheckResult:
 
 
 def _train_and_score(subject: Subject, model: nn.Module, loop: _Loop, batch: Callable, ev: dict):
-    """Train up to CONTEXT_STEPS more steps, scoring the pairs every CONTEXT_LOOK; stop at a score showing use.
+    """Train up to CONTEXT_STEPS more steps, scored at CONTEXT_LOOKS and at the end; stop at a score showing use.
 
     Returns (gain, its standard error, position-0 loss, late loss) of the last score, or the rule's
     CheckResult when the loss had no gradient or the loss or the logits became non-finite.
     """
-    for _ in range(CONTEXT_STEPS // CONTEXT_LOOK):
-        ok = loop.run(CONTEXT_LOOK, batch, record_every=50)
+    end = loop.step + CONTEXT_STEPS
+    for stop in [s for s in CONTEXT_LOOKS if s > loop.step] + [end]:
+        ok = loop.run(stop - loop.step, batch, record_every=50)
         if loop.no_grad:
             return _no_step("context_use")
         ev.update({"steps": loop.step, "history": loop.history})
