@@ -789,3 +789,27 @@ def test_a_source_runs_config_json_and_print_config_leave_out_depthlabs_gpt_fiel
     out = cli_print_config(capsys, "train", "--model.source", src, "--print_config")
     assert f"model:\n  vocab_size: 0\n  block_size: 128\n  source: {src}\ntrain:\n" in out
     assert "n_layer" in cli_print_config(capsys, "train", "--print_config")  # depthlab's GPT keeps them
+
+
+def test_a_forward_failing_under_bf16_autocast_says_so_and_names_train_dtype_float32(tmp_path):
+    """A new user's pass: a forward that built a float32 tensor met by torch.lerp failed train.dtype auto's bf16
+    timing with 'expected dtype float ... BFloat16' alone: no word of autocast, nor of --train.dtype float32."""
+    from depthlab.training.protocol import ModelPort
+
+    f = tmp_path / "lerp.py"
+    f.write_text("import torch, torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, vocab_size=5):\n"
+                 "        super().__init__()\n        self.e = nn.Embedding(vocab_size, 4)\n"
+                 "        self.h = nn.Linear(4, vocab_size)\n    def forward(self, idx):\n"
+                 "        x = self.e(idx)\n        g = torch.ones(x.shape, dtype=torch.float32)\n"
+                 "        return torch.lerp(x, self.h(x)[..., :4], g)\n")
+    model = build_model(parse_source(f"{f}:M"))
+    x = torch.zeros(2, 3, dtype=torch.long)
+    assert ModelPort(model).loss(model, x, x).dtype == torch.float32  # float32: fine, and no clause
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(DepthlabError) as e:
+        ModelPort(model).loss(model, x, x)
+    msg = str(e.value)
+    assert msg.startswith("the model's forward failed on idx of shape (2, 3): RuntimeError: expected dtype float")
+    assert "(at lerp.py:10: return torch.lerp(x, self.h(x)[..., :4], g))" in msg
+    assert msg.endswith("; it ran under bf16 autocast (train.dtype auto or bfloat16): make the tensor that line "
+                        "builds follow the activations (dtype=x.dtype), or train with --train.dtype float32 "
+                        "(depthlab check's bf16 rule tests this)")

@@ -55,7 +55,7 @@ class ModelPort:
             raise
         except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
             raise DepthlabError(f"the model's forward failed on idx of shape {tuple(x.shape)}: "
-                                f"{self._where(e)}") from None
+                                f"{self._where(e)}{_under_autocast(x)}") from None
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
 
     def _where(self, e: BaseException) -> str:
@@ -91,3 +91,17 @@ class ModelPort:
         if self.native:
             return self.raw.num_params()
         return sum(p.numel() for p in self.raw.parameters())
+
+
+def _under_autocast(x: torch.Tensor) -> str:
+    """The clause that says a failing forward ran under bf16 autocast, and the way out ('' outside it).
+
+    A forward that works in float32 can fail there (a float32 tensor it builds met by ``torch.lerp``): without
+    this the user sees a dtype error with no word of the autocast train.dtype chose, nor of --train.dtype float32.
+    """
+    if not torch.is_autocast_enabled(x.device.type):
+        return ""
+    return ("; it ran under bf16 autocast (train.dtype auto or bfloat16): make the tensor that line builds follow "
+            "the activations (dtype=x.dtype), or train with --train.dtype float32 (depthlab check's bf16 rule "
+            "tests this)")
+
