@@ -232,3 +232,21 @@ def test_cli_layers_blocks_names_a_models_list_of_blocks_and_refuses_as_check_do
             find_blocks(model, bad)
         rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--blocks", bad)
         assert (rc, out, err) == (2, "", f"depthlab: error: {e.value}\n")
+
+
+def test_a_norm_or_head_that_is_not_one_is_refused_in_one_line_naming_the_options(tmp_path):
+    """A new user's pass: --norm lm_head --head lm_head (a wrong module named) ended in 'unexpected RuntimeError: mat1
+    and mat2 shapes ... please report it'; a block named as the head gave (B, T, C), not logits."""
+    model, batches = _own(tmp_path, "Unnamed"), _batches(T=16)
+    opts = "; --norm and --head name the final norm and the head the model's forward applies to the stream after " \
+           "its last block; its norms: norm_out; its heads: lm_head"
+    with pytest.raises(DepthlabError) as e:
+        measure_layers(model, batches, norm_attr="lm_head", head_attr="lm_head")
+    assert str(e.value) == ("layers: the lens lm_head + lm_head fails on the stream (4, 16, 16) after a block: "
+                            "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x11 and 16x11)" + opts)
+    with pytest.raises(DepthlabError) as e:
+        measure_layers(model, batches, norm_attr="norm_out", head_attr="transformer.h.1")
+    assert str(e.value) == ("layers: the lens norm_out + transformer.h.1 gives (4, 16, 16) from the stream (4, 16, 16),"
+                            " not logits (4, 16, 11)" + opts)
+    res = measure_layers(model, batches, norm_attr="norm_out", head_attr="lm_head")  # the right ones still work
+    assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)

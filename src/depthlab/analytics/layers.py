@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from ..errors import DepthlabError
 from ..rundir import BASELINES
 from ..model import GPT
-from ..usermodel import first_tensor, full_logits
+from ..usermodel import first_line, first_tensor, full_logits
 from .check.flow import find_blocks
 from .context import DEFAULT_MAX_TOKENS, load_weights, open_run
 
@@ -194,11 +194,40 @@ def _capture(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tenso
     return logits, calls, outs
 
 
+def _lens(model: nn.Module, acc: LayerAccess, vocab: int):
+    """The lens: a stream (B, T, C) -> logits (B, T, ``vocab``) through the final norm and the head.
+
+    Raises:
+        DepthlabError: the norm and head (found, or named by --norm / --head) fail on the stream or give no
+            (B, T, V) logits: a module that is not the final norm or the head (``--norm decoder``), which would
+            otherwise end in an 'unexpected' error or in losses that are not the model's.
+    """
+    _, norm, head = acc.names
+
+    def refuse(what: str) -> DepthlabError:
+        found = [f"its {k}s: {', '.join(c[:8])}" for k in ("norm", "head") if (c := _candidates(model, k))]
+        return DepthlabError(f"layers: the lens {norm} + {head} {what}; --norm and --head name the final norm and the "
+                             "head the model's forward applies to the stream after its last block"
+                             + "".join(f"; {x}" for x in found))
+
+    def read(h: torch.Tensor) -> torch.Tensor:
+        try:
+            out = acc.head(acc.norm(h))
+        except Exception as e:  # noqa: BLE001 - a wrong module named: its error, in the one line
+            raise refuse(f"fails on the stream {tuple(h.shape)} after a block: {first_line(e)}") from None
+        if not isinstance(out, torch.Tensor) or out.shape != (*h.shape[:-1], vocab):
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise refuse(f"gives {got} from the stream {tuple(h.shape)}, not logits {(*h.shape[:-1], vocab)}")
+        return out
+
+    return read
+
+
 def _batch(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor) -> dict:
     """Summed losses and squared norms of one batch (see :func:`measure_layers`)."""
     L = len(acc.blocks)
     logits, calls, outs = _capture(model, acc, x, y)
-    read = lambda h: acc.head(acc.norm(h))  # noqa: E731 - the lens: final norm + head on a stream
+    read = _lens(model, acc, logits.shape[-1])
     ins = [c[0][0] for c in calls]
     lens = [_ce_sum(read(h), y) for h in [ins[0], *outs]]
     ablated = []
@@ -229,7 +258,8 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
         model's own forward for ``val_loss``, final norm + head for the lens and the ablations).
 
     Raises:
-        DepthlabError: as :func:`layer_access`, or blocks that do not return the stream.
+        DepthlabError: as :func:`layer_access`, blocks that do not return the stream, or a final norm and head
+            that give no logits from it (:func:`_lens`).
     """
     acc = layer_access(model, blocks_attr, norm_attr, head_attr)
     was = model.training
