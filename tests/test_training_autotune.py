@@ -141,6 +141,21 @@ def test_a_resumed_run_keeps_its_measured_settings_unless_given_others(tmp_path,
     assert at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}).setting.threads == 1
 
 
+def test_a_resume_running_a_setting_its_first_session_never_timed_says_so(tmp_path, monkeypatch, chosen_by_depthlab,
+                                                                          cfg):
+    """A new user's pass: a run measured at 2 threads, resumed with --train.threads 1 (or OMP_NUM_THREADS=1), ended in
+    'unexpected TypeError: unsupported format string passed to NoneType' building its 'auto settings' line."""
+    from depthlab.model import GPT
+
+    _fake_timer(monkeypatch, {})
+    old = Tuning(S(2), "measured", "fastest measured", {S(2).label(): 5.0, S(2, "bfloat16").label(): 9.0}).to_record()
+    given = _long_cfg(tmp_path, cfg.model, threads=1)
+    t = at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old})
+    assert t.setting == S(1) and t.line(["train.threads"]) == (
+        "auto settings: 1 thread, float32, sdpa, passive (train.threads as given; this setting was not timed; slowest "
+        "2 threads, bfloat16, sdpa, passive 9 ms; 2 candidates, resumed, 0 of 2 cores busy with other work)")
+
+
 def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one(monkeypatch):
     clock = [0.0]  # a fake clock: a step takes 2 ms with one thread and 20 ms with two
     monkeypatch.setattr(at, "time", type("T", (), {"perf_counter": staticmethod(lambda: clock[0])}))

@@ -130,11 +130,13 @@ class Tuning:
         if self.source == "rule" or not self.ms_per_step:
             return f"auto settings: {s.label()} ({kept}{self.why})"
         best = self.ms_per_step.get(s.label())
+        # a resume given another thread count or dtype than its first session measured runs a setting never timed
+        took = f"{best:.0f} ms/step" if best is not None else "this setting was not timed"
         rest = sorted((v, k) for k, v in self.ms_per_step.items() if k != s.label())
         worst = f"; slowest {rest[-1][1]} {rest[-1][0]:.0f} ms" if rest else ""
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
         tried = counted(len(self.ms_per_step), "candidate")
-        return (f"auto settings: {s.label()} ({kept}{best:.0f} ms/step{worst}; {tried}, {when}, "
+        return (f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}, "
                 f"{self.busy} of {os.cpu_count() or 1} cores busy with other work)")
 
 
