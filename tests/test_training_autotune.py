@@ -156,6 +156,21 @@ def test_a_resume_running_a_setting_its_first_session_never_timed_says_so(tmp_pa
         "2 threads, bfloat16, sdpa, passive 9 ms; 2 candidates, resumed, 0 of 2 cores busy with other work)")
 
 
+def test_a_resume_on_one_thread_says_the_omp_policy_this_process_runs_under(tmp_path, monkeypatch, chosen_by_depthlab,
+                                                                             cfg):
+    """A new user's pass: a run that started spinning (active), resumed with OMP_NUM_THREADS=1 in a passive process,
+    said 'auto settings: 1 thread, ..., active' while config.json's resolved.omp_wait said passive."""
+    from depthlab.model import GPT
+
+    _fake_timer(monkeypatch, {})
+    old = Tuning(S(2, omp="active"), "measured", "fastest measured", {S(2, omp="active").label(): 5.0,
+                                                                      S(1).label(): 8.0}).to_record()
+    given = _long_cfg(tmp_path, cfg.model, threads=1)
+    t = at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}, restart_ok=True)
+    assert t.source == "resumed" and t.setting == S(1, omp="passive")  # the process's policy (chosen_by_depthlab)
+    assert t.line([]).startswith("auto settings: 1 thread, float32, sdpa, passive (8 ms/step; ")
+
+
 def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one(monkeypatch):
     clock = [0.0]  # a fake clock: a step takes 2 ms with one thread and 20 ms with two
     monkeypatch.setattr(at, "time", type("T", (), {"perf_counter": staticmethod(lambda: clock[0])}))

@@ -471,6 +471,9 @@ def _maybe_restart(tuning: Tuning, policy: str, restart_ok: bool) -> Tuning:
             raise Restart(env, tuning)
         tuning.setting = Setting(tuning.setting.threads, tuning.setting.dtype, tuning.setting.attention, policy)
         tuning.why += f"; OpenMP waits {policy} in this process (its policy is fixed once torch has loaded)"
+    elif want != policy:  # one thread runs no OpenMP team (nothing to restart for): say the policy it runs under,
+        # not a resumed or cached one that the 'auto settings' line and resolved.omp_wait would contradict
+        tuning.setting = replace(tuning.setting, omp_wait=policy)
     return tuning
 
 
