@@ -90,3 +90,20 @@ def test_kill_between_new_best_and_its_manifest_entry_keeps_best_loadable(tmp_pa
     model, _ = load_run(run)  # best.safetensors holds step 6's bytes, vouched for by the step-6 entry
     sd6, _ = ckpt.load_weights_file(run / "checkpoints" / "step-000006.safetensors")
     assert torch.equal(model.lm_head.weight, sd6["transformer.wte.weight"])
+
+
+def test_the_advised_new_run_command_names_the_runs_own_copy_of_a_model_file_that_is_gone(tmp_path, monkeypatch):
+    """A new user's pass: a refused resume of a model.source run whose file was deleted (or is relative to another
+    folder) advised `depthlab train -c r1/config.json ...`, which failed on 'model.source m.py:Net: file m.py not
+    found'; the command now points --model.source at the run's copy, and leaves it out while the file is there."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "my run"
+    (run / "source").mkdir(parents=True)
+    (run / "source" / "m.py").write_text("# the run's copy\n")
+    (run / "config.json").write_text(json.dumps({"model": {"source": "m.py:Net"}}))
+    assert ckpt.new_run_command(run, False, "--model.init '{}'") == (
+        f"depthlab train -c '{run}/config.json' --model.source '{run}/source/m.py:Net' --model.init '{{}}' "
+        "--train.resume false --train.out_dir NEW_DIR")
+    (tmp_path / "m.py").write_text("# the original, still here\n")
+    assert ckpt.new_run_command(run, True) == (f"depthlab train -c '{run}/config.json' --init-from '{run}' "
+                                          "--train.resume false --train.out_dir NEW_DIR")

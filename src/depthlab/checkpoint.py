@@ -34,7 +34,8 @@ from safetensors.torch import save as st_save
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
-from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write
+from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write, read_json
+from .usermodel import source_copy
 
 FORMAT_VERSION = 1
 CKPT_DIR = CHECKPOINTS
@@ -113,8 +114,24 @@ def new_run_command(run_dir: Path, init_from: bool, flags: str = "") -> str:
     config.json of a run that was resumed says ``resume: true``, and a new folder, NEW_DIR."""
     src = f"--init-from {shlex.quote(str(run_dir))} " if init_from else ""  # pasted into a shell: quoted paths
     more = f"{flags} " if flags else ""
-    return (f"depthlab train -c {shlex.quote(str(Path(run_dir) / CONFIG))} {src}{more}--train.resume false "
-            "--train.out_dir NEW_DIR")
+    return (f"depthlab train -c {shlex.quote(str(Path(run_dir) / CONFIG))} {_own_copy(Path(run_dir))}{src}{more}"
+            "--train.resume false --train.out_dir NEW_DIR")
+
+
+def _own_copy(run_dir: Path) -> str:
+    """``--model.source RUN/source/FILE.py:NAME `` when the model file config.json names is not there from this folder
+    (deleted, moved, or a relative path from another folder) but the run keeps its copy; else ``""``: without it the
+    advised ``-c RUN/config.json`` command fails on 'file not found'."""
+    src = ((read_json(run_dir / CONFIG) or {}).get("model") or {}).get("source")
+    if not isinstance(src, str) or not src:
+        return ""
+    path, sep, name = src.rpartition(":")
+    if not sep:
+        path, name = src, ""
+    copy = source_copy(run_dir, f"{path}:{name}")
+    if Path(path).is_file() or not copy.is_file():
+        return ""
+    return f"--model.source {shlex.quote(f'{copy}:{name}' if name else str(copy))} "
 
 
 def _damaged_manifest(m: Path, fault: str) -> DepthlabError:
