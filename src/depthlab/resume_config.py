@@ -78,10 +78,11 @@ def same_source(old: Any, asked: Any) -> bool:
 
 def _shown(key: str, flat: dict) -> str:
     """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
+    if key == "model.init" and flat.get("model.source") and not isinstance(flat.get(key), dict):
+        # absent too: config.json leaves depthlab's GPT's fields (init among them) out of a source run's record
+        return "(none: the model's own defaults)"  # "gpt2" is depthlab's GPT's init scheme, not a source model's
     if key not in flat:
         return "(absent)"
-    if key == "model.init" and flat.get("model.source") and not isinstance(flat[key], dict):
-        return "(none: the model's own defaults)"  # "gpt2" is depthlab's GPT's init scheme, not a source model's
     return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
 
 
