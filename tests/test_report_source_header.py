@@ -37,3 +37,24 @@ def test_a_source_runs_configuration_table_leaves_out_depthlabs_gpt_defaults(tmp
                     "source": f"{model_file}:MyGPT"}
     page = build_report(tmp_path / "r").read_text()
     assert "n_embd" not in page and "prenorm" not in page
+
+
+def test_a_source_runs_parameter_count_is_its_parameters_not_its_buffers(tmp_path):
+    """A new user's pass: a model with a causal mask buffer (register_buffer, 2 blocks x 32 x 32) trained with
+    30,721 parameters (summary.json, the training line), and its report's header said 32,769 parameters: the
+    weights file's every number, buffers included."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from depthlab.report.plots import RunData
+
+    run = tmp_path / "r"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"model": {"source": "m.py:Net", "block_size": 3, "vocab_size": 5}}))
+    save_file({"w": torch.zeros(2, 5), "mask": torch.ones(3, 3)}, str(run / "checkpoints" / "best.safetensors"))
+    assert RunData(run).model_line() == ("model.source m.py:Net, 19 numbers in its weights file (parameters and "
+                                         "buffers), block_size 3, vocab_size 5")  # a running run: no summary yet
+    (run / "summary.json").write_text(json.dumps({"params": 10}))
+    assert RunData(run).model_line() == "model.source m.py:Net, 10 parameters, block_size 3, vocab_size 5"

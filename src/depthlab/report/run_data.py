@@ -113,15 +113,19 @@ class RunData:
 
     def model_line(self) -> Optional[str]:
         """What the run trained, for the report's header: for a ``model.source`` run its source, parameter count
-        (from its weights file) and block_size/vocab (depthlab's GPT fields do not apply to it); else the GPT's
-        variant, norm and sizes. None when the config does not say."""
+        (summary.json; else its weights file's count) and block_size/vocab (depthlab's GPT fields do not apply to
+        it); else the GPT's variant, norm and sizes. None when the config does not say."""
         m = (self.config or {}).get("model", {})
         if not isinstance(m, dict):
             return None
         if m.get("source"):
-            n = weights_parameters(self.run_dir)
-            n = n if n is not None else finite_or_none((self.summary or {}).get("params"))
-            return ", ".join([f"model.source {m['source']}", *([f"{int(n):,} parameters"] if n is not None else []),
+            # summary.json counts the parameters (tied ones once); the weights file, all a running run has, also
+            # holds the model's persistent buffers (a causal mask), so its count is said as what it is
+            n = finite_or_none((self.summary or {}).get("params"))
+            said = f"{int(n):,} parameters" if n is not None else None
+            if said is None and (n := weights_parameters(self.run_dir)) is not None:
+                said = f"{n:,} numbers in its weights file (parameters and buffers)"
+            return ", ".join([f"model.source {m['source']}", *([said] if said else []),
                               *(f"{k} {m[k]}" for k in ("block_size", "vocab_size") if m.get(k) is not None)])
         return ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
                          if k in m) or None
