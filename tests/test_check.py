@@ -625,6 +625,27 @@ def test_flattened_logits_are_named_as_the_loss_flattening_them(corpus):
         "before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
 
 
+
+def test_flattened_logits_of_a_forward_given_targets_say_that_check_passed_them(corpus):
+    """Karpathy's bigram model (logits.view(B*T, C) when given targets): check said 'forward(idx) ... returned
+    (128, 65)', which its author's forward(idx) never does; the hint now says depthlab passed targets."""
+    class Bigram(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(65, 65)
+
+        def forward(self, idx, targets=None):
+            logits = self.table(idx)
+            if targets is not None:
+                B, T, C = logits.shape
+                logits = logits.view(B * T, C)
+            return logits, None
+
+    shape = check_model(Bigram(), corpus, block_size=8).checks[0]
+    assert "(128, 65) is the logits flattened to (B*T, V) (16 x 8 = 128 rows) when the forward is given targets: " \
+           "depthlab calls forward(idx, targets) on a forward that takes them" in shape.summary
+
+
 class _Softmaxed(nn.Module):
     """A learner's most common bug: forward ends in softmax (or log_softmax, which is harmless)."""
 

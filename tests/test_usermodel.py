@@ -434,6 +434,38 @@ def test_train_names_flattened_logits_as_the_loss_flattening_them():
         "them: return them before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
 
 
+
+class _KarpathyBigram(torch.nn.Module):
+    """"Let's build GPT"'s bigram model: without targets it returns (B, T, C), with them logits.view(B*T, C)."""
+
+    def __init__(self):
+        super().__init__()
+        self.token_embedding_table = torch.nn.Embedding(65, 65)
+
+    def forward(self, idx, targets=None):
+        logits = self.token_embedding_table(idx)
+        if targets is None:
+            return logits, None
+        B, T, C = logits.shape
+        logits = logits.view(B * T, C)
+        return logits, torch.nn.functional.cross_entropy(logits, targets.view(B * T))
+
+
+def test_flattened_logits_of_a_forward_given_targets_say_that_depthlab_passed_them():
+    """A new user's pass: Karpathy's bigram model was refused as 'forward(idx) ... returned (64, 65)'; its author's
+    forward(idx) returns (4, 16, 65), and nothing said that depthlab had called forward(idx, targets)."""
+    from depthlab.usermodel import check_forward
+
+    assert _KarpathyBigram()(torch.zeros(4, 16, dtype=torch.long))[0].shape == (4, 16, 65)
+    with pytest.raises(DepthlabError) as e:
+        check_forward(_KarpathyBigram(), "bigram.py:BigramLanguageModel", 4, 16, 65)
+    assert str(e.value).endswith(
+        "(64, 65) is the logits flattened to (B*T, V) (4 x 16 = 64 rows) when the forward is given targets: depthlab "
+        "calls forward(idx, targets) on a forward that takes them (nanoGPT returns the last position alone without "
+        "them), so return the (B, T, V) logits with targets too: flatten a copy for the loss, e.g. "
+        "F.cross_entropy(logits.view(B*T, C), targets.view(B*T)) (depthlab computes the loss itself)")
+
+
 NAN_SHORT = '''
 import torch, torch.nn as nn
 

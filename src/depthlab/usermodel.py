@@ -595,11 +595,19 @@ def takes_targets(model: torch.nn.Module) -> bool:
         return False
 
 
-def flat_logits_hint(shape: tuple, B: int, T: int) -> str:
+def flat_logits_hint(shape: tuple, B: int, T: int, targets: bool = False) -> str:
     """What a 2-D ``(B*T, V)`` logits tensor is (the loss's ``logits.view(-1, V)`` returned instead of the
-    logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1)."""
+    logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1). ``targets``: the forward was
+    called with targets (it takes them), which the hint then says: such a forward (the bigram model of "Let's build
+    GPT": ``logits = logits.view(B*T, C)`` under ``if targets``) returns (B, T, V) without them, as its author sees."""
     if len(shape) != 2 or B < 2 or T < 2 or int(shape[0]) != B * T:
         return ""
+    if targets:
+        return (f"({B * T}, {shape[1]}) is the logits flattened to (B*T, V) ({B} x {T} = {B * T} rows) when the "
+                "forward is given targets: depthlab calls forward(idx, targets) on a forward that takes them (nanoGPT "
+                "returns the last position alone without them), so return the (B, T, V) logits with targets too: "
+                "flatten a copy for the loss, e.g. F.cross_entropy(logits.view(B*T, C), targets.view(B*T)) "
+                "(depthlab computes the loss itself)")
     return (f"({B * T}, {shape[1]}) is the logits flattened to (B*T, V) ({B} x {T} = {B * T} rows), as a loss "
             "flattens them: return them before the .view(-1, V) / .reshape (depthlab computes the loss itself)")
 
@@ -668,7 +676,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):
         fix = (f"give the model vocab_size={vocab_size}" if logits.dim() == 3 and logits.shape[:2] == x.shape else
-               flat_logits_hint(tuple(logits.shape), batch_size, block_size)
+               flat_logits_hint(tuple(logits.shape), batch_size, block_size, takes_targets(model))
                or "return the logits of every position: (B, T, V)")
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "

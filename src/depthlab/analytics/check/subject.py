@@ -157,7 +157,7 @@ class Subject:
                                  f"shape {tuple(logits.shape)}, one per position (token ids, or an .argmax cast to "
                                  f"float?), not logits: expected ({B}, {T}, V), the floating-point scores of every "
                                  "token, before any .argmax / sampling", size_free=True)
-            flat = flat_logits_hint(tuple(logits.shape), B, T)
+            flat = flat_logits_hint(tuple(logits.shape), B, T, ModelPort(model).takes_targets)
             one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
                    if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else f"; {flat}" if flat else "")
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
