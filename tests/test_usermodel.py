@@ -435,6 +435,23 @@ def test_train_names_flattened_logits_as_the_loss_flattening_them():
 
 
 
+def test_the_forward_check_before_training_names_the_line_of_the_models_file(tmp_path):
+    """A new user's pass: --model.init '{"d": 30}' with 4 heads failed the forward before training with "shape
+    '[16, 32, 4, 7]' is invalid" alone, where check and a training step name the line of the file."""
+    from depthlab.usermodel import check_forward
+
+    f = tmp_path / "heads.py"
+    f.write_text("import torch, torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, vocab_size=5, d=6):\n"
+                 "        super().__init__()\n"
+                 "        self.e, self.h = nn.Embedding(vocab_size, d), nn.Linear(d, vocab_size)\n"
+                 "    def forward(self, idx):\n        B, T = idx.shape\n        x = self.e(idx).view(B, T, 4, -1)\n"
+                 "        return self.h(x.view(B, T, -1))\n")
+    model = build_model(parse_source(f"{f}:M"))
+    with pytest.raises(DepthlabError) as e:
+        check_forward(model, "heads.py:M", 2, 3, 5)
+    assert ("(train.batch_size, model.block_size): RuntimeError: shape '[2, 3, 4, -1]' is invalid for input of size 36 "
+            "(at heads.py:8: x = self.e(idx).view(B, T, 4, -1));") in str(e.value)
+
 class _KarpathyBigram(torch.nn.Module):
     """"Let's build GPT"'s bigram model: without targets it returns (B, T, C), with them logits.view(B*T, C)."""
 

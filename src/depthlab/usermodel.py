@@ -648,6 +648,16 @@ def _longest_length(model: torch.nn.Module, x: torch.Tensor) -> Optional[int]:
     return lo
 
 
+def _forward_fault(model: torch.nn.Module, e: BaseException) -> str:
+    """:func:`first_line` of an error the model's forward raised, with the line of the file that defines its class
+    (as check and a training step name it): an error such as a .view that does not fit says no place otherwise."""
+    try:
+        path = inspect.getsourcefile(type(model))
+    except TypeError:  # a class with no file (built in a notebook cell): the error alone
+        path = None
+    return _with_line(e, Path(path)) if path else first_line(e)
+
+
 def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
     """One forward of zeros (``batch_size``, ``block_size``) without gradients: the model runs at the
     sizes the run trains with and returns logits (B, T, V) with the corpus's V.
@@ -671,7 +681,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
                "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "
-                            f"(train.batch_size, model.block_size): {first_line(e)}; {fix}") from None
+                            f"(train.batch_size, model.block_size): {_forward_fault(model, e)}; {fix}") from None
     finally:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):
