@@ -169,6 +169,9 @@ def test_a_resume_on_one_thread_says_the_omp_policy_this_process_runs_under(tmp_
     t = at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old}, restart_ok=True)
     assert t.source == "resumed" and t.setting == S(1, omp="passive")  # the process's policy (chosen_by_depthlab)
     assert t.line([]).startswith("auto settings: 1 thread, float32, sdpa, passive (8 ms/step; ")
+    # the why of 'resumed' is true of every other field only
+    assert t.why == ("the settings this run started with; OpenMP waits passive in this process (one thread: it "
+                     "started active)")
 
 
 def test_time_settings_measures_each_setting_and_stops_timing_a_slow_one(monkeypatch):

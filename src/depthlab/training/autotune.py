@@ -474,6 +474,7 @@ def _maybe_restart(tuning: Tuning, policy: str, restart_ok: bool) -> Tuning:
     elif want != policy:  # one thread runs no OpenMP team (nothing to restart for): say the policy it runs under,
         # not a resumed or cached one that the 'auto settings' line and resolved.omp_wait would contradict
         tuning.setting = replace(tuning.setting, omp_wait=policy)
+        tuning.why += f"; OpenMP waits {policy} in this process (one thread: it started {want})"
     return tuning
 
 
