@@ -249,4 +249,7 @@ def test_a_norm_or_head_that_is_not_one_is_refused_in_one_line_naming_the_option
     assert str(e.value) == ("layers: the lens norm_out + transformer.h.1 gives (4, 16, 16) from the stream (4, 16, 16),"
                             " not logits (4, 16, 11)" + opts)
     res = measure_layers(model, batches, norm_attr="norm_out", head_attr="lm_head")  # the right ones still work
+    with pytest.raises(DepthlabError) as e:  # --head= : the model itself was taken for the head
+        layer_access(model, None, "norm_out", "")
+    assert str(e.value) == "--head '': an empty name; give the dotted name of the model's head (its heads: lm_head)"
     assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)

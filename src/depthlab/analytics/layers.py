@@ -88,6 +88,11 @@ def _named(model: nn.Module, attr: str, kind: str) -> tuple[str, nn.Module]:
         DepthlabError: ``attr`` names no attribute of the model, or one that is not a module (a tensor, say),
             in one line with the model's candidates (:func:`_candidates`).
     """
+    if not attr.strip():  # get_submodule("") is the model itself, which would pass for a norm or a head
+        found = _candidates(model, kind)
+        what = "final norm" if kind == "norm" else "head"
+        raise DepthlabError(f"--{kind} {attr!r}: an empty name; give the dotted name of the model's {what}"
+                            + (f" (its {kind}s: {', '.join(found[:8])})" if found else ""))
     try:
         return attr, model.get_submodule(attr)
     except AttributeError:
