@@ -67,10 +67,10 @@ def test_a_source_runs_unset_model_init_is_shown_as_none_not_as_gpt2():
 
     old = {"model": {"source": "mine.py:MyGPT", "init": "gpt2"}}
     refused, _ = resume_changes(old, {"model": {"source": "mine.py:MyGPT", "init": {"n_layer": 3}}})
-    assert refused == ["model.init (none: the model's own defaults) -> {'n_layer': 3}"]
+    assert refused == ['model.init (none: the model\'s own defaults) -> {"n_layer": 3}']
     refused, _ = resume_changes({"model": {"init": "gpt2"}}, {"model": {"init": "torch"}})
     assert refused == ["model.init 'gpt2' -> 'torch'"]  # depthlab's own GPT: the scheme's name, as before
     # a source run's config.json leaves model.init out (config.model_record): said the same, not "(absent)"
     refused, _ = resume_changes({"model": {"source": "mine.py:MyGPT"}},
                                 {"model": {"source": "mine.py:MyGPT", "init": {"n_layer": 3}}})
-    assert refused == ["model.init (none: the model's own defaults) -> {'n_layer': 3}"]
+    assert refused == ['model.init (none: the model\'s own defaults) -> {"n_layer": 3}']

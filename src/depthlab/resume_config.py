@@ -77,13 +77,17 @@ def same_source(old: Any, asked: Any) -> bool:
 
 
 def _shown(key: str, flat: dict) -> str:
-    """A field's value as a resume line shows it: repr, ``(absent)``, and an unset data.path as what it means."""
+    """A field's value as a resume line shows it: repr (JSON for a mapping or list), ``(absent)``, and an unset
+    data.path as what it means."""
     if key == "model.init" and flat.get("model.source") and not isinstance(flat.get(key), dict):
         # absent too: config.json leaves depthlab's GPT's fields (init among them) out of a source run's record
         return "(none: the model's own defaults)"  # "gpt2" is depthlab's GPT's init scheme, not a source model's
     if key not in flat:
         return "(absent)"
-    return "(the embedded corpus)" if key == "data.path" and not flat[key] else repr(flat[key])
+    if key == "data.path" and not flat[key]:
+        return "(the embedded corpus)"
+    # a mapping or list (model.init's keyword arguments) as the user types it on the line: JSON, not Python's repr
+    return json.dumps(flat[key]) if isinstance(flat[key], (dict, list)) else repr(flat[key])
 
 
 def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
