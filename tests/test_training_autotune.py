@@ -152,8 +152,15 @@ def test_a_resume_running_a_setting_its_first_session_never_timed_says_so(tmp_pa
     given = _long_cfg(tmp_path, cfg.model, threads=1)
     t = at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old})
     assert t.setting == S(1) and t.line(["train.threads"]) == (
-        "auto settings: 1 thread, float32, sdpa, passive (train.threads as given; this setting was not timed; slowest "
-        "2 threads, bfloat16, sdpa, passive 9 ms; 2 candidates, resumed, 0 of 2 cores busy with other work)")
+        "auto settings: 1 thread, float32, sdpa, passive (train.threads as given; this setting was not timed; fastest "
+        "timed 2 threads, float32, sdpa, passive 5 ms; 2 candidates, resumed, 0 of 2 cores busy with other work)")
+    # a given setting that was timed and is beaten names the faster one, not it as "slowest" (a new user's pass)
+    slow = Tuning(S(1), "measured", "fastest measured", {S(1).label(): 7.0, S(2).label(): 5.0})
+    assert "(train.threads as given; 7 ms/step; fastest timed 2 threads, float32, sdpa, passive 5 ms;" in slow.line(
+        ["train.threads"])
+    fast = Tuning(S(2), "measured", "fastest measured",
+                  {S(1).label(): 7.0, S(2).label(): 5.0, S(2, "bfloat16").label(): 6.0})
+    assert "(5 ms/step; slowest 1 thread, float32, sdpa, passive 7 ms;" in fast.line()
 
 
 def test_a_resume_on_one_thread_says_the_omp_policy_this_process_runs_under(tmp_path, monkeypatch, chosen_by_depthlab,

@@ -133,7 +133,9 @@ class Tuning:
         # a resume given another thread count or dtype than its first session measured runs a setting never timed
         took = f"{best:.0f} ms/step" if best is not None else "this setting was not timed"
         rest = sorted((v, k) for k, v in self.ms_per_step.items() if k != s.label())
-        worst = f"; slowest {rest[-1][1]} {rest[-1][0]:.0f} ms" if rest else ""
+        # a setting given (or resumed) that another timed one beats: name the faster one, not "slowest"
+        v, k = rest[0] if rest and (best is None or rest[0][0] < best) else rest[-1] if rest else (0.0, "")
+        worst = "" if not rest else f"; {'fastest timed' if best is None or v < best else 'slowest'} {k} {v:.0f} ms"
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
         tried = counted(len(self.ms_per_step), "candidate")
         return (f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}, "
