@@ -105,7 +105,8 @@ def test_a_model_with_a_shorter_position_table_names_its_longest_length_and_the_
     err = cli_err(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", src, "--model.block_size",
                   "16", "--train.batch_size", "4", "--train.max_iters", "2", "--train.out_dir", str(run))
     assert err == (f"depthlab: error: {src}: forward(idx) failed on idx of shape (4, 16) (train.batch_size, "
-                   "model.block_size): IndexError: index out of range in self; the model accepts at most T=12 "
+                   "model.block_size): IndexError: index out of range in self (at base.py:12: return "
+                   "self.head(self.tok(idx) + self.pos(torch.arange(idx.shape[1])))); the model accepts at most T=12 "
                    "positions (it runs on (4, 12)): run with --model.block_size 12, or give the model a larger "
                    "position table (and mask)\n"), err
     assert not run.exists()
