@@ -1,6 +1,7 @@
 """A model the learner wrote: loading PATH.py:NAME, and training it with the same loop (train --model.source)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -862,3 +863,35 @@ def test_a_forward_failing_under_bf16_autocast_says_so_and_names_train_dtype_flo
     assert msg.endswith("; it ran under bf16 autocast (train.dtype auto or bfloat16): make the tensor that line "
                         "builds follow the activations (dtype=x.dtype), or train with --train.dtype float32 "
                         "(depthlab check's bf16 rule tests this)")
+
+
+def test_init_from_a_source_run_builds_its_own_copy_not_the_file_edited_since(tmp_path, tiny_text_file, model_file,
+                                                                              monkeypatch, capsys):
+    """A new user's pass: `train --init-from runs/ok --train.out_dir other` (runs/ok a model.source run) built the
+    file as it is now (edited: the weights did not fit) and said "because model.source names it", never typed."""
+    monkeypatch.chdir(tmp_path)
+    flags = ["--data.path", str(tiny_text_file), "--model.block_size", "16", "--train.batch_size", "4",
+             "--train.max_iters", "4", "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.threads", "1",
+             "--train.tensorboard", "false"]
+    assert main(["train", *flags, "--model.source", "mine.py:MyGPT", "--model.init", '{"n_layer": 1}',
+                 "--train.out_dir", "runs/ok"]) == 0
+    kept = (tmp_path / "runs/ok/source/mine.py").read_bytes()
+    model_file.write_text(MODEL.replace("4 * d", "2 * d"))  # the learner edits the file after training
+    capsys.readouterr()
+    assert main(["train", *flags, "--init-from", "runs/ok", "--train.out_dir", "other"]) == 0
+    out, err = capsys.readouterr()
+    assert ("model: mine.py:MyGPT (your code, run as Python because the --init-from run's model.source names it; "
+            f"built from that run's copy {Path('runs/ok/source/mine.py')})") in out
+    assert "because model.source names it" not in out
+    assert f"warning: {model_file} changed since runs/ok copied it; the new run starts from that run's own copy" in err
+    other = json.loads((tmp_path / "other/config.json").read_text())
+    ok = json.loads((tmp_path / "runs/ok/config.json").read_text())
+    assert other["model"]["source"] == "mine.py:MyGPT" and other["model"]["init"] == {"n_layer": 1}
+    assert (tmp_path / "other/source/mine.py").read_bytes() == kept  # the new run keeps the code it trained
+    assert other["resolved"]["source_sha256"] == ok["resolved"]["source_sha256"]
+    assert (tmp_path / "other/source/ORIGIN").read_text() == str(tmp_path)  # the original's folder, not runs/ok's
+    # naming the file again builds it as it is now: the edited model, whose weights do not fit, is refused
+    rc = main(["train", *flags, "--init-from", "runs/ok", "--model.source", "mine.py:MyGPT", "--train.out_dir", "o2"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and "model: mine.py:MyGPT (your code, run as Python because model.source names it)" in out
+    assert "does not fit this model" in err and not (tmp_path / "o2").exists()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from argparse import ArgumentError
+from argparse import SUPPRESS, ArgumentError
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -46,6 +46,9 @@ def build_train_parser():
                    help="continue the run in RUN_DIR from its latest good checkpoint")
     p.add_argument("--init_from", "--init-from", type=Optional[str], default=None,
                    help="start a new run from the best weights of RUN_DIR (same model shape)")
+    # set by --init-from of a model.source run when the command names no model.source: its model is that run's
+    # own copy of the file (the code its weights were trained with), not the file as it is now
+    p.add_argument("--init_from_copy", type=bool, default=False, help=SUPPRESS)
     p.add_argument("--overwrite", action="store_true", help="replace an existing run directory (only a depthlab run)")
     return p
 
@@ -89,7 +92,7 @@ def run_train(ns) -> int:
         hostmem.keep_freed_memory()
     try:
         trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
-                          restart_ok=_PROCESS_ARGV is not None)
+                          restart_ok=_PROCESS_ARGV is not None, init_from_copy=bool(ns.init_from_copy))
     except Restart as r:  # raised before anything was written: the same command, another OpenMP policy
         import os
 

@@ -205,7 +205,8 @@ def _init_from_model_flags(init: str, source: Optional[str] = None) -> list[str]
 
     The weights fix the shape, so the new run takes it from where they come from instead of the defaults: a run's
     config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives
-    (:func:`~depthlab.init_from.source_model`), so an export starts a run as its run does.
+    (:func:`~depthlab.init_from.source_model`), so an export starts a run as its run does. A run of a model.source
+    that the command does not name again also gives ``--init_from_copy=true``: the model is built from its copy.
     """
     import json
 
@@ -217,7 +218,9 @@ def _init_from_model_flags(init: str, source: Optional[str] = None) -> list[str]
                             f"{model.get('n_embd')}), and --init-from starts a model.source model only from a run "
                             f"of one: drop --model.source {source} to continue depthlab's GPT, or --init-from a "
                             f"run of {source}")
-    out: list[str] = []
+    # the run's model.source, taken because the command names none: built from the run's own copy (the Trainer's
+    # init_from_copy), since the file it names may have changed since its weights were trained
+    out: list[str] = ["--init_from_copy=true"] if model.get("source") and not source else []
     for key, value in model.items():
         if key == "vocab_size" or value is None:
             continue  # the vocabulary comes from the tokenizer; None is a field's unset default

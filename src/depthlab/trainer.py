@@ -47,7 +47,8 @@ from .training.stepper import Stepper
 from .training.autotune import env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
-from .usermodel import check_forward, keep_source, make_model, new_source_model, resume_source, run_source, source_copy
+from .usermodel import (check_forward, init_source_model, keep_source, make_model, new_source_model, resume_source,
+                        run_source, source_copy)
 
 
 class Interrupted(Exception):
@@ -75,6 +76,7 @@ class Trainer:
         restart_ok: the caller (the command line) can restart the process with another OpenMP wait
             policy: :class:`~depthlab.training.autotune.Restart` is raised, before anything is written,
             when the measured-fastest setting needs one.
+        init_from_copy: build ``model.source`` (the ``init_from`` run's) from that run's own copy of the file.
 
     Raises:
         DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
@@ -89,10 +91,10 @@ class Trainer:
     device_checks: Optional[bool] = None
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
-                 log=console, init_from: Optional[str] = None, restart_ok: bool = False):
+                 log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False):
         cfg = copy.deepcopy(cfg)  # the caller's stays as asked: a resume sets model.source/data.path the run's way
         self.callbacks = list(callbacks)
-        self.restart_ok = restart_ok
+        self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train
         self.runtime = rt = Runtime(t, log)
         self.rank, self.world_size, self.is_main, self.device, self.log = (
@@ -208,8 +210,11 @@ class Trainer:
             return make_model(self.cfg.model, self.run_dir)
         if point is not None and point.entry is not None:
             run_source(self.run_dir, source)  # a checkpointed run without its copy: refused, as sample does
-        src, model = new_source_model(self.cfg.model, self.log)
-        self.cfg.model.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
+        if self.init_from_copy and point is None:  # the --init-from run's model: from the code it trained
+            src, model = init_source_model(Path(str(self.checkpointer.init_source)), self.cfg.model, self.log)
+        else:
+            src, model = new_source_model(self.cfg.model, self.log)
+            self.cfg.model.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
         m = self.cfg.model
         check_forward(model, source, self.cfg.train.batch_size, m.block_size, m.vocab_size)
         if self.is_main:

@@ -37,7 +37,7 @@ from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
            "load_factory", "logits_of", "make_model", "new_source_model", "parse_init", "parse_source", "resume_source",
-           "run_source", "sibling_modules", "source_copy", "full_logits", "takes_targets"]
+           "run_source", "init_source_model", "sibling_modules", "source_copy", "full_logits", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -435,7 +435,8 @@ def keep_source(run_dir: Path, src: Source) -> dict:
         kept = f.read_bytes()
         atomic_write(dest.parent / f.name, kept)
         siblings[f.name] = hashlib.sha256(kept).hexdigest()
-    atomic_write(dest.parent / ORIGIN, str(src.path.resolve().parent).encode("utf-8"))
+    # a run's copy (--init-from) records the folder of the original it was copied from, not the other run's
+    atomic_write(dest.parent / ORIGIN, str(src.origin or src.path.resolve().parent).encode("utf-8"))
     return {"source_sha256": hashlib.sha256(data).hexdigest(), **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
 
@@ -585,6 +586,38 @@ def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn
     # said once the model is built: a source refused (no file, no such name, a failing constructor) is not "the model"
     log(f"model: {mcfg.source} (your code, run as Python because model.source names it)")
     return src, model
+
+
+def init_source_model(init_dir: Path, mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn.Module]:
+    """The user's model for a new run ``--init-from init_dir`` (a model.source run) whose command names no
+    model.source: built from that run's own copy of the file (:func:`run_source`), the code its weights were
+    trained with, not the file as it is now; one warning when the original changed since, one line once built.
+
+    Args:
+        init_dir: the ``--init-from`` run directory. mcfg: the new run's ModelConfig; its ``source`` is the run's.
+        log: console lines.
+
+    Returns:
+        The copy's Source (``origin``: the original's folder, which the new run's copy records) and the model.
+
+    Raises:
+        DepthlabError: ``mcfg.source`` is not the run's, or as :func:`run_source` / :func:`build_model`.
+    """
+    theirs = ((read_json(Path(init_dir) / CONFIG) or {}).get("model") or {}).get("source")
+    if theirs != mcfg.source:
+        raise DepthlabError(f"--init-from {init_dir} trained model.source {theirs}, not {mcfg.source}: its copy "
+                            f"cannot build {mcfg.source}; name --model.source {mcfg.source} to build that file")
+    own = run_source(Path(init_dir), mcfg.source)
+    original = own.origin / own.path.name if own.origin is not None else Path(str(mcfg.source).rpartition(":")[0])
+    how = _since_copied(original, own.sha256)
+    if how is not None:
+        log(f"warning: {original} {how} since {init_dir} copied it; the new run starts from that run's own copy "
+            f"{own.path} (sha256 {own.sha256[:12]}...), the code its weights were trained with (give --model.source "
+            f"{mcfg.source} to build the file as it is now)")
+    model = build_model(own, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
+    log(f"model: {mcfg.source} (your code, run as Python because the --init-from run's model.source names it; "
+        f"built from that run's copy {own.path})")
+    return own, model
 
 
 def takes_targets(model: torch.nn.Module) -> bool:
