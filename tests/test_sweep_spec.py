@@ -338,3 +338,27 @@ def test_a_sweep_file_with_run_sections_at_the_top_is_told_to_put_them_under_bas
     with pytest.raises(DepthlabError) as e:  # a misspelled key: no advice about base
         sweep.load_sweep_file(f)
     assert str(e.value).endswith("(allowed: base, description, experiments, grid, workers)")
+
+
+@pytest.mark.parametrize("in_grid", [True, False])
+def test_a_missing_model_source_file_is_refused_before_any_run_starts(tmp_path, monkeypatch, capsys, in_grid):
+    """A new user's pass: a sweep whose grid or base named a model.source file that does not exist trained every
+    point, each failing with the same missing file, and wrote the sweep folder; it is now one line, nothing written."""
+    from depthlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("hello world\n" * 50)
+    (tmp_path / "ok.py").write_text("import torch.nn as nn\nclass Net(nn.Module):\n    pass\n")
+    model = {"block_size": 8} if in_grid else {"block_size": 8, "source": "gone.py:Net"}
+    grid = {"model.source": ["ok.py:Net", "gone.py:Net"]} if in_grid else {"train.seed": [1, 2]}
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({"base": {"data": {"path": "t.txt"}, "model": model},
+                                                      "experiments": [{"name": "a", "grid": grid}]}))
+    for dry in ([], ["--dry_run"]):
+        assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", *dry]) == 2
+        err = capsys.readouterr().err
+        run, where = ("a/source-gone.py_Net", "grid value model.source") if in_grid else \
+            ("a/seed-1", "model.source (the sweep's base)")
+        assert err == (f"depthlab: error: sweep run {run}: {where} gone.py:Net: file gone.py not found in {tmp_path}; "
+                       "give the path of the model's .py file, relative to this folder or absolute "
+                       f"({tmp_path} holds ok.py)\n")
+        assert not (tmp_path / "out").exists()

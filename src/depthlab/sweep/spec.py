@@ -618,7 +618,8 @@ def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep
     """One run of ``exp`` at ``point`` with its full, validated config (out_dir ``sweep_dir/runs/name``).
 
     Raises:
-        DepthlabError: the point's config is invalid (names the run and the field).
+        DepthlabError: the point's config is invalid (names the run and the field), or its ``model.source``
+            file is missing (:func:`~depthlab.usermodel.parse_source`: every run of it would fail).
     """
     from ..config import RunConfig
 
@@ -626,6 +627,11 @@ def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep
             "train.out_dir": str(Path(sweep_dir) / RUNS / name), "train.resume": False}
     try:
         cfg = RunConfig.from_dict(_nest(flat))
+        if cfg.model.source:  # a missing file fails every run that names it: refused before anything starts
+            from ..usermodel import parse_source
+
+            parse_source(cfg.model.source, "grid value model.source" if "model.source" in point else
+                         "model.source (the sweep's base)")
     except DepthlabError as e:
         raise DepthlabError(f"sweep run {name}: {e}") from None
     return RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict())
