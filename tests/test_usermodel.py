@@ -890,8 +890,12 @@ def test_init_from_a_source_run_builds_its_own_copy_not_the_file_edited_since(tm
     assert (tmp_path / "other/source/mine.py").read_bytes() == kept  # the new run keeps the code it trained
     assert other["resolved"]["source_sha256"] == ok["resolved"]["source_sha256"]
     assert (tmp_path / "other/source/ORIGIN").read_text() == str(tmp_path)  # the original's folder, not runs/ok's
-    # naming the file again builds it as it is now: the edited model, whose weights do not fit, is refused
+    # naming the file again builds it as it is now: the edited model, whose weights do not fit, is refused, and
+    # the refusal names the edit and the way back to the run's copy
     rc = main(["train", *flags, "--init-from", "runs/ok", "--model.source", "mine.py:MyGPT", "--train.out_dir", "o2"])
     out, err = capsys.readouterr()
     assert rc == 2 and "model: mine.py:MyGPT (your code, run as Python because model.source names it)" in out
-    assert "does not fit this model" in err and not (tmp_path / "o2").exists()
+    assert err.startswith("depthlab: error: checkpoint runs/ok does not fit this model: shape mismatch ")
+    assert err.endswith(" (mine.py changed since runs/ok copied it: drop --model.source mine.py:MyGPT to start from "
+                        "that run's own copy, the code its weights were trained with)\n") and err.count("\n") == 1
+    assert not (tmp_path / "o2").exists()

@@ -24,8 +24,8 @@ from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
 
-__all__ = ["given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record", "weights_fit",
-           "source_model"]
+__all__ = ["changed_source", "given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record",
+           "weights_fit", "source_model"]
 
 
 def _export_tokenizer(src: Path) -> Optional[Tokenizer]:
@@ -201,6 +201,21 @@ def kept_init_record(old_config: dict) -> dict[str, Any]:
     """``{"init_from": record}`` from a run's config.json ``resolved`` (a resume keeps it), or {} when it has none."""
     init = init_from_record(old_config)
     return {"init_from": init} if init is not None else {}
+
+
+def changed_source(src: Path, source: Optional[str]) -> str:
+    """Why the weights of ``--init-from src`` (a run of ``source``, named again on the command line) may not fit:
+    the file changed since that run copied it (config.json ``resolved.source_sha256``), with the fix, as a
+    parenthesis to add to the refusal; "" when that is not the case (or cannot be told)."""
+    config = RunDir(src).config if (Path(src) / CONFIG).is_file() else None
+    if not source or not isinstance(config, dict) or (config.get("model") or {}).get("source") != source:
+        return ""
+    kept = (config.get("resolved") or {}).get("source_sha256")
+    path = Path(str(source).rpartition(":")[0])
+    if not isinstance(kept, str) or not path.is_file() or sha256_file(path) == kept:
+        return ""
+    return (f" ({path} changed since {src} copied it: drop --model.source {source} to start from that run's own "
+            "copy, the code its weights were trained with)")
 
 
 def _saved_shapes(model: torch.nn.Module) -> tuple[dict[str, tuple], set[str]]:

@@ -17,7 +17,7 @@ from typing import Optional
 from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import resume_config, rundir
-from ..init_from import init_line, init_weights, kept_init_record, source_model, weights_fit
+from ..init_from import changed_source, init_line, init_weights, kept_init_record, source_model, weights_fit
 from ..budget import Plan
 from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
@@ -638,7 +638,8 @@ class Checkpointer:
         try:
             ckpt.load_into(raw_model, sd, rd)
         except DepthlabError as e:
-            raise DepthlabError(_unfit_weights(rd, dataclasses.asdict(model_cfg)) or str(e)) from None
+            why = _unfit_weights(rd, dataclasses.asdict(model_cfg)) or str(e)
+            raise DepthlabError(why + changed_source(rd, model_cfg.source)) from None
         return record
 
     # ------------------------------------------------------------------ saving
