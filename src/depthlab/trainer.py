@@ -47,8 +47,7 @@ from .training.stepper import Stepper
 from .training.autotune import env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
-from .usermodel import (check_forward, init_source_model, keep_source, make_model, new_source_model, resume_source,
-                        run_source, source_copy)
+from .usermodel import make_model, source_run_model
 
 
 class Interrupted(Exception):
@@ -199,26 +198,14 @@ class Trainer:
                                      purge_step=self.step + 1 if resumed else None)
 
     def _make_model(self, point: Optional[ResumePoint]) -> torch.nn.Module:
-        """depthlab's GPT, or the user's ``model.source``: built from the run's own copy of the file when
-        resuming (a changed original is named), else from the file, which is then copied into the run."""
-        source = self.cfg.model.source
+        """depthlab's GPT, or the user's ``model.source`` (:func:`~depthlab.usermodel.source_run_model`)."""
         self.source_record: dict = {}  # config.json resolved: the sha256s of the run's copies (keep_source)
-        if not source:
+        if not self.cfg.model.source:
             return make_model(self.cfg.model)
-        if point is not None and source_copy(self.run_dir, source).is_file():
-            self.source_record = resume_source(self.run_dir, source, self.log)  # a changed original is named
-            return make_model(self.cfg.model, self.run_dir)
-        if point is not None and point.entry is not None:
-            run_source(self.run_dir, source)  # a checkpointed run without its copy: refused, as sample does
-        if self.init_from_copy and point is None:  # the --init-from run's model: from the code it trained
-            src, model = init_source_model(Path(str(self.checkpointer.init_source)), self.cfg.model, self.log)
-        else:
-            src, model = new_source_model(self.cfg.model, self.log)
-            self.cfg.model.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
-        m = self.cfg.model
-        check_forward(model, source, self.cfg.train.batch_size, m.block_size, m.vocab_size)
-        if self.is_main:
-            self.source_record = keep_source(self.run_dir, src)
+        init_dir = Path(str(self.checkpointer.init_source)) if self.init_from_copy and point is None else None
+        model, self.source_record = source_run_model(
+            self.cfg.model, self.run_dir, point is not None, point is not None and point.entry is not None, init_dir,
+            self.cfg.train.batch_size, self.is_main, self.log)
         return model
 
     def _load_resume(self, point: ResumePoint) -> None:

@@ -37,7 +37,8 @@ from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
            "load_factory", "logits_of", "make_model", "new_source_model", "parse_init", "parse_source", "resume_source",
-           "run_source", "init_source_model", "sibling_modules", "source_copy", "full_logits", "takes_targets"]
+           "run_source", "init_source_model", "sibling_modules", "source_copy", "source_run_model", "full_logits",
+           "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -618,6 +619,39 @@ def init_source_model(init_dir: Path, mcfg, log: Callable[[str], None]) -> tuple
     log(f"model: {mcfg.source} (your code, run as Python because the --init-from run's model.source names it; "
         f"built from that run's copy {own.path})")
     return own, model
+
+
+def source_run_model(mcfg, run_dir: Path, resumed: bool, checkpointed: bool, init_dir: Optional[Path],
+                     batch_size: int, keep: bool, log: Callable[[str], None]) -> tuple[torch.nn.Module, dict]:
+    """The user's model (``mcfg.source``) of a run: from the run's own copy of the file when resuming (a changed
+    original is named), from the ``--init-from`` run's copy (``init_dir``, :func:`init_source_model`), else from
+    the file, which is then copied into the run (``keep``: this process writes the run's files).
+
+    Args:
+        mcfg: the run's ModelConfig (a bare ``PATH.py`` source is written back as ``PATH.py:NAME``).
+        run_dir: the run directory. resumed: a resume point was found. checkpointed: it has a checkpoint.
+        batch_size: train.batch_size, for the forward checked before training.
+
+    Returns:
+        The model and config.json's ``resolved`` record of the run's copies (:func:`keep_source`; {} when not kept).
+
+    Raises:
+        DepthlabError: as :func:`run_source`, :func:`new_source_model`, :func:`init_source_model`,
+            :func:`check_forward`.
+    """
+    source = mcfg.source
+    if resumed and source_copy(run_dir, source).is_file():
+        record = resume_source(run_dir, source, log)  # a changed original is named
+        return make_model(mcfg, run_dir), record
+    if checkpointed:
+        run_source(run_dir, source)  # a checkpointed run without its copy: refused, as sample does
+    if init_dir is not None:  # the --init-from run's model: from the code it trained
+        src, model = init_source_model(init_dir, mcfg, log)
+    else:
+        src, model = new_source_model(mcfg, log)
+        mcfg.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
+    check_forward(model, source, batch_size, mcfg.block_size, mcfg.vocab_size)
+    return model, keep_source(run_dir, src) if keep else {}
 
 
 def takes_targets(model: torch.nn.Module) -> bool:
