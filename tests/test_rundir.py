@@ -146,3 +146,21 @@ def test_a_sweeps_runs_are_found_at_either_depth_under_runs(tmp_path):
     assert sweep_of(a) == sweep and sweep_of(b) == sweep and sweep_of(tmp_path / "x" / "runs" / "y") is None
     assert sweep_runs(sweep) == [a, b]
     assert str(not_a_run_error(sweep)) == f"{sweep} is a sweep folder: give one of its runs, e.g. {a} (2 runs)"
+
+
+@pytest.mark.parametrize("argv", [["sample", "{d}"], ["diagnose", "{d}"], ["report", "{d}"], ["context", "{d}"],
+                                  ["layers", "{d}"], ["export", "{d}", "{d}_out"], ["train", "--resume", "{d}"]])
+def test_another_programs_config_json_folder_is_not_called_a_damaged_run(tmp_path, capsys, argv):
+    # a Hugging Face model folder (what depthlab export writes) holds a config.json of its own; it was never a
+    # run, so "a depthlab run whose files are missing" or '"model": null ... edited by hand' would be untrue
+    hf = tmp_path / "hf_model"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 4}))
+    assert main([a.format(d=hf) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"depthlab: error: {'cannot resume: ' if argv[0] == 'train' else ''}{hf} is not a depthlab run "
+                   "directory: its config.json is not depthlab's (none of the data/model/train sections depthlab "
+                   "writes; another program's, such as a Hugging Face model folder?); give the out_dir of a depthlab "
+                   "train run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf_model"]  # nothing written beside it
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json"]

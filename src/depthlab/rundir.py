@@ -858,6 +858,7 @@ class RunDir:
             raise DepthlabError(f"{rd / CHECKPOINTS} is not a folder (depthlab keeps the run's checkpoints there): "
                                 "move it out of the run directory, or restore the run's checkpoints/ from a copy")
         self.refuse_non_files(*needs)
+        self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
         ran = any((rd / n).is_file() for n in (CONFIG, METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json"))
         if missing and ran:  # a run whose files were deleted: not "not a run directory"
@@ -868,6 +869,22 @@ class RunDir:
         if CONFIG in needs and self.damaged(CONFIG):
             raise damaged_config_error(rd / CONFIG)
         return self
+
+    def refuse_foreign(self) -> None:
+        """Refuse a folder whose config.json is another program's (a Hugging Face model folder, as ``depthlab
+        export`` writes): a JSON object with none of depthlab's sections, and no other run file beside it. Such a
+        folder was never a run, so "a depthlab run whose files are missing" or "edited by hand" would be untrue.
+
+        Raises:
+            DepthlabError: as said, naming the folder and what to give instead.
+        """
+        v = read_json(self.file(CONFIG)) if self.file(CONFIG).is_file() else None
+        others = (METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json")
+        if (isinstance(v, dict) and not any(k in v for k in ("data", "model", "train", "resolved"))
+                and not any(self.file(n).exists() for n in others)):
+            raise DepthlabError(f"{self.path} is not a depthlab run directory: its config.json is not depthlab's "
+                                "(none of the data/model/train sections depthlab writes; another program's, such as "
+                                "a Hugging Face model folder?); give the out_dir of a depthlab train run")
 
     def refuse_non_files(self, *names: str) -> None:
         """Raise :func:`not_a_file_error` for the first of ``names`` that is there but is not a file (a folder).

@@ -176,6 +176,7 @@ def load_run_data(run_dir: str | Path) -> RunData:
     if rd.path.is_file():
         raise DepthlabError(f"{rd.path} is a file, not a run directory; give the out_dir of a depthlab train run")
     rd.refuse_non_files(CONFIG, METRICS)  # a folder in a file's place is not "no config" (its report would say so)
+    rd.refuse_foreign()
     if not rd.path.is_dir() or not (rd.file(CONFIG).is_file() or rd.file(METRICS).is_file()):
         raise not_a_run_error(rd.path)
     if rd.damaged(CONFIG):  # a report would say the run has no config and judge it by the wrong rules
