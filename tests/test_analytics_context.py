@@ -211,6 +211,11 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
                    "section" in err, (bad, cmd, err)
         rc, out, err = run_cli(capsys, "sample", str(run), "--max-new-tokens", "5")  # the checkpoint holds a copy
         assert rc == 0 and f"{cfg} is not the JSON depthlab wrote" in err and "sampling uses the copy" in err, err
+    cfg.write_text('{"data": {}, "train": {}}')  # the section deleted: no key to show as null
+    for cmd in ("layers", "context", "diagnose", "report"):
+        err = cli_err(capsys, cmd, str(run)).strip()
+        assert err == (f'depthlab: error: {cfg}: it has no "model" section, which depthlab wrote there (edited by '
+                       "hand?); put back the section as depthlab wrote it, or restore config.json from a copy"), cmd
 
 
 def test_a_config_json_edited_against_its_checkpoint_is_named_by_every_reader(report_run, tmp_path, capsys):

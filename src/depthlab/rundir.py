@@ -292,8 +292,11 @@ def damaged_config_error(path: Path) -> DepthlabError:
     bad = _config_section_faults(v) if isinstance(v, dict) else []
     if not bad:
         return damaged_file_error(path)
-    what = ", ".join(f'"{k}": {json.dumps(v.get(k))[:40]}' for k in bad)
-    return DepthlabError(f"{path}: {what} is not the object depthlab wrote there (edited by hand?); put back the "
+    # only "model" is a fault when absent: an absent key is said as such, not as the null that .get gives
+    what = ", ".join(f'"{k}": {json.dumps(v[k])[:40]}' for k in bad if k in v)
+    clauses = [f"{what} is not the object depthlab wrote there"] if what else []
+    clauses += [f'it has no "{k}" section, which depthlab wrote there' for k in bad if k not in v]
+    return DepthlabError(f"{path}: {'; '.join(clauses)} (edited by hand?); put back the "
                          "section as depthlab wrote it, or restore config.json from a copy")
 
 
