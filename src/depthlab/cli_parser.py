@@ -33,6 +33,8 @@ def _parser_class():
             (:func:`~depthlab.config.model_record`), not depthlab's GPT's fields, which do not describe it."""
             from .config import model_record
 
+            if all(isinstance(namespace.get(k), Namespace) for k in ("data", "model", "train")):
+                config_from(namespace)  # a config that train would refuse is refused here too, not printed as fine
             if isinstance(namespace.get("model"), Namespace) and namespace.get("model.source"):
                 namespace = namespace.clone()
                 kept = model_record(namespace["model"].as_dict())
