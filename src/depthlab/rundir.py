@@ -779,7 +779,8 @@ def drop_replaced(aside: Optional[Path]) -> None:
 
 
 # ------------------------------------------------------------------------- the reader
-#: What the run files read through :class:`RunDir` must hold beyond their JSON type (else: damaged).
+#: The sections of a run's config.json: depthlab's RunConfig, and the ``resolved`` record of what ran.
+CONFIG_SECTIONS = ("data", "model", "train", "resolved")
 def _nats(entry: Any) -> bool:
     """A baselines.json entry as depthlab writes it: an object with a finite number ``nats``."""
     v = entry.get("nats") if isinstance(entry, dict) else None
@@ -789,10 +790,11 @@ def _nats(entry: Any) -> bool:
 def _config_section_faults(v: dict) -> list[str]:
     """The sections of a config.json object that are not objects: ``model`` must be one; ``data``, ``train`` and
     ``resolved`` (depthlab's record alone) must be when present (``"model": null`` had read as the default model)."""
-    return [k for k in ("data", "model", "train", "resolved")
+    return [k for k in CONFIG_SECTIONS
             if (k in v or k == "model") and not isinstance(v.get(k), dict)]
 
 
+#: What the run files read through :class:`RunDir` must hold beyond their JSON type (else: damaged).
 _SHAPES = {
     CONFIG: lambda v: not _config_section_faults(v),
     VOCAB: lambda v: all(isinstance(c, str) for c in v),
@@ -883,7 +885,7 @@ class RunDir:
         """
         v = read_json(self.file(CONFIG)) if self.file(CONFIG).is_file() else None
         others = (METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json")
-        if (isinstance(v, dict) and not any(k in v for k in ("data", "model", "train", "resolved"))
+        if (isinstance(v, dict) and not any(k in v for k in CONFIG_SECTIONS)
                 and not any(self.file(n).exists() for n in others)):
             raise DepthlabError(f"{self.path} is not a depthlab run directory: its config.json is not depthlab's "
                                 "(none of the data/model/train sections depthlab writes; another program's, such as "
