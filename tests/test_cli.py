@@ -143,7 +143,11 @@ def test_sample_not_a_run(tmp_path, capsys):
 
 def test_unknown_command(capsys):
     rc, _, err = run_cli(capsys, "trian")
-    assert rc == 2 and err.startswith("depthlab: error:")
+    assert rc == 2 and err.startswith("depthlab: error: unknown command 'trian'; did you mean train? choose from train")
+    rc, _, err = run_cli(capsys, "--versoin")  # a new user's typo: the option is offered as a command is
+    assert rc == 2 and "did you mean --version?" in err and err.count("\n") == 1
+    rc, _, err = run_cli(capsys, "zzz")
+    assert rc == 2 and "did you mean" not in err
 
 
 def test_module_entry_point_subprocess(tmp_path):

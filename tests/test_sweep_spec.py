@@ -224,8 +224,10 @@ def test_sweep_file_that_is_a_folder_says_so(tmp_path):
         sweep.load_sweep_file(tmp_path)
     assert str(e.value).endswith(f"; to continue the sweep in it, run the command that made it with --out_dir "
                                  f"{tmp_path}")
-    with pytest.raises(DepthlabError, match="not found"):
+    with pytest.raises(DepthlabError) as e:
         sweep.load_sweep_file(tmp_path / "none.yaml")
+    assert str(e.value) == (f"sweep file {tmp_path / 'none.yaml'} not found; give the path of an existing sweep .yaml "
+                            "file, or sweep without one: --profile quick|full|science, or --grid FIELD=V1,V2,...")
 
 
 def test_dry_run_lists_runs(tmp_path):

@@ -835,7 +835,11 @@ def dispatch(name: str, argv: list[str]) -> int:
     """
     cmd = COMMANDS.get(name)
     if cmd is None:
-        raise DepthlabError(f"unknown command {name!r}; choose from {', '.join(COMMANDS)}")
+        import difflib
+
+        close = difflib.get_close_matches(name, [*COMMANDS, "--version", "--help"], n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise DepthlabError(f"unknown command {name!r}; {hint}choose from {', '.join(COMMANDS)}")
     check_no_empty_paths(name, list(argv))
     argv = files_first(cmd.expand(list(argv)))
     parser = cmd.build()

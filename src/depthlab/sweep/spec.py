@@ -465,7 +465,8 @@ def load_sweep_file(path: str | Path) -> SweepSpec:
                 if (p / SWEEP_JSON).is_file() else "")
         raise DepthlabError(f"sweep file {p} is a folder, not a YAML file; give the sweep's .yaml file{cont}")
     if not p.is_file():
-        raise DepthlabError(f"sweep file {p} not found")
+        raise DepthlabError(f"sweep file {p} not found; give the path of an existing sweep .yaml file, or sweep "
+                            f"without one: --profile {'|'.join(profile_descriptions())}, or --grid FIELD=V1,V2,...")
     return _spec_from_mapping(_read_yaml(p, "sweep file") or {}, f"sweep file {p}")
 
 
