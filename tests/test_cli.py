@@ -148,6 +148,8 @@ def test_unknown_command(capsys):
     assert rc == 2 and "did you mean --version?" in err and err.count("\n") == 1
     rc, _, err = run_cli(capsys, "zzz")
     assert rc == 2 and "did you mean" not in err
+    rc, _, err = run_cli(capsys, "train", "--lr", "0.01")  # the name most trainers give it
+    assert rc == 2 and err == "depthlab: error: train: unknown option --lr (did you mean --train.learning_rate?)\n"
 
 
 def test_module_entry_point_subprocess(tmp_path):

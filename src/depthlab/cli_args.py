@@ -248,8 +248,14 @@ class Grammar:
         return self.types.get(action.dest)
 
 
+#: Short names other tools take (PyTorch's and most trainers' lr, a step count) that no spelling distance leads to.
+_KNOWN_AS = {"--lr": "--train.learning_rate", "--steps": "--train.max_iters"}
+
+
 def _closest(name: str, options: Iterable[str], command: str) -> str:
-    close = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.75)
+    options = sorted(options)
+    known = _KNOWN_AS.get(name)
+    close = [known] if known in options else difflib.get_close_matches(name, options, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else f"; see `depthlab {command} --help`"
 
 
