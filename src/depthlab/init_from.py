@@ -22,6 +22,7 @@ from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenize
 from .config import ModelConfig
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
+from .usermodel import source_drift
 from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
 
 __all__ = ["changed_source", "given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record",
@@ -210,11 +211,10 @@ def changed_source(src: Path, source: Optional[str]) -> str:
     config = RunDir(src).config if (Path(src) / CONFIG).is_file() else None
     if not source or not isinstance(config, dict) or (config.get("model") or {}).get("source") != source:
         return ""
-    kept = (config.get("resolved") or {}).get("source_sha256")
-    path = Path(str(source).rpartition(":")[0])
-    if not isinstance(kept, str) or not path.is_file() or sha256_file(path) == kept:
+    drift = source_drift(source, (config.get("resolved") or {}).get("source_sha256"))
+    if drift is None:
         return ""
-    return (f" ({path} changed since {src} copied it: drop --model.source {source} to start from that run's own "
+    return (f" ({drift[0]} changed since {src} copied it: drop --model.source {source} to start from that run's own "
             "copy, the code its weights were trained with)")
 
 

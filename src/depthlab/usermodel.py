@@ -37,7 +37,8 @@ from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
            "load_factory", "logits_of", "make_model", "new_source_model", "parse_init", "parse_source", "resume_source",
-           "run_source", "init_source_model", "sibling_modules", "source_copy", "source_run_model", "full_logits",
+           "run_source", "init_source_model", "sibling_modules", "source_copy", "source_drift", "source_run_model",
+           "full_logits",
            "takes_targets"]
 
 
@@ -514,6 +515,19 @@ def _check_sibling_copies(run_dir: Path, folder: Path, recorded) -> None:
             raise DepthlabError(f"{f} {what}: the run's own copy of {name}, a module its model file imports, was "
                                 "removed, changed or damaged; restore it from a copy of the run (or from the file it "
                                 "was trained with, if that is unchanged), or train a new run")
+
+
+def source_drift(source: Any, recorded: Any) -> Optional[tuple[Path, str]]:
+    """``(file, its sha256 now)`` when the file of ``source`` (``PATH.py:NAME`` or ``PATH.py``) differs from the
+    sha256 a run recorded for it (config.json ``resolved.source_sha256``: ``recorded``); None when they agree, or
+    when the file or the record is missing (nothing to compare)."""
+    if not isinstance(source, str) or not isinstance(recorded, str):
+        return None
+    path = Path(source.rpartition(":")[0] or source)
+    if not path.is_file():
+        return None
+    now = sha256_file(path)
+    return None if now == recorded else (path, now)
 
 
 def _since_copied(original: Path, kept: str) -> Optional[str]:

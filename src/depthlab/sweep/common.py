@@ -122,18 +122,14 @@ def _source_changed(config: dict, saved: dict) -> Optional[str]:
     """How a finished run's model.source file differs from the one the sweep would train now: its sha256 in the
     run's config.json against the file's (the same config text with another model inside), or None when equal,
     not a model.source run, or the file or the record is missing (nothing to compare)."""
-    from ..data import sha256_file
+    from ..usermodel import source_drift
 
     source = (config.get("model") or {}).get("source")
     recorded = (saved.get("resolved") or {}).get("source_sha256") if isinstance(saved.get("resolved"), dict) else None
-    if not isinstance(source, str) or not isinstance(recorded, str):
+    drift = source_drift(source, recorded)
+    if drift is None:
         return None
-    path = Path(source.rpartition(":")[0] or source)
-    if not path.is_file():
-        return None
-    now = sha256_file(path)
-    if now == recorded:
-        return None
+    path, now = drift
     return f"{source} before {path} changed (sha256 {recorded[:12]}... then, {now[:12]}... now)"
 
 
