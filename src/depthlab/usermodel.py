@@ -35,11 +35,10 @@ from .data import sha256_file
 from .model import GPT
 from .rundir import CONFIG, SOURCE, atomic_write, read_json
 
-__all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "keep_source",
-           "load_factory", "logits_of", "make_model", "new_source_model", "parse_init", "parse_source", "resume_source",
-           "run_source", "init_source_model", "sibling_modules", "source_copy", "source_drift", "source_run_model",
-           "full_logits",
-           "takes_targets"]
+__all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "forward_fault",
+           "full_logits", "init_source_model", "keep_source", "load_factory", "logits_of", "make_model",
+           "new_source_model", "parse_init", "parse_source", "resume_source", "run_source", "sibling_modules",
+           "source_copy", "source_drift", "source_run_model", "takes_targets"]
 
 
 @dataclass(frozen=True)
@@ -729,7 +728,7 @@ def _longest_length(model: torch.nn.Module, x: torch.Tensor) -> Optional[int]:
     return lo
 
 
-def _forward_fault(model: torch.nn.Module, e: BaseException) -> str:
+def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
     """:func:`first_line` of an error the model's forward raised, with the line of the file that defines its class
     (as check and a training step name it): an error such as a .view that does not fit says no place otherwise."""
     try:
@@ -762,7 +761,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
                "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "
-                            f"(train.batch_size, model.block_size): {_forward_fault(model, e)}; {fix}") from None
+                            f"(train.batch_size, model.block_size): {forward_fault(model, e)}; {fix}") from None
     finally:
         model.train(was_training)
     if tuple(logits.shape) != (batch_size, block_size, vocab_size):

@@ -13,15 +13,13 @@ loss is still computed here from the logits it returns, never taken from the mod
 
 from __future__ import annotations
 
-import inspect
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from ..model import GPT
 from ..errors import DepthlabError
-from ..usermodel import first_line, full_logits, takes_targets, user_line
+from ..usermodel import forward_fault, full_logits, takes_targets
 
 __all__ = ["ModelPort"]
 
@@ -55,18 +53,8 @@ class ModelPort:
             raise
         except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
             raise DepthlabError(f"the model's forward failed on idx of shape {tuple(x.shape)}: "
-                                f"{self._where(e)}{_under_autocast(x)}") from None
+                                f"{forward_fault(self.raw, e)}{_under_autocast(x)}") from None
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
-
-    def _where(self, e: BaseException) -> str:
-        """The error's first line, with the line of the model's own file it came from (``file.py:LINE: code``)
-        when the traceback passes through it: a training step's error otherwise names no place to look."""
-        try:
-            path = inspect.getsourcefile(type(self.raw))
-        except TypeError:  # a class with no file (built in a notebook cell): the error alone
-            path = None
-        at = user_line(e, Path(path)) if path else None
-        return f"{first_line(e)} (at {at})" if at else first_line(e)
 
     def set_attention(self, explicit: bool) -> None:
         """depthlab's GPT: choose the explicit matmul + softmax attention path (else SDPA); others: no-op."""
