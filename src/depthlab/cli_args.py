@@ -705,6 +705,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
                     "only train.seed)" for k in flags if k.startswith("train.") and k not in _PROBE_TRAIN_FIELDS]
     if ignored:
         raise DepthlabError(f"{command}: {'; '.join(ignored)}; drop it")
+    source = _names_source(argv) if any(d is not None for _, d in files) else False  # read once, not per file
     for path, d in files:
         if d is not None:
-            _check_file_values(path, d, types, _names_source(argv))
+            _check_file_values(path, d, types, source)
