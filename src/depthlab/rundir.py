@@ -63,6 +63,8 @@ SWEEP_STATUS = "sweep_status.json"
 SWEEP_JSON = "sweep.json"
 SWEEP_RUNS = "runs"
 SOURCE = "source"
+#: The file beside a run's copy of a model.source file (in SOURCE) that names the folder of the original.
+ORIGIN = "ORIGIN"
 LOCK = ".lock"  # held by the process training the run (training/runlock.py)
 
 #: Everything a run directory may hold; ``--overwrite`` deletes a folder only if it holds nothing else.
@@ -678,7 +680,7 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
     # a start killed between copying the model's file (source/) and writing config.json leaves source/ alone:
     # depthlab's own leftover, which --overwrite may replace, not a folder of the user's (its ORIGIN, written
     # last, tells it from a user's own source/ of .py files, which is never deleted)
-    unstarted = (not (out_dir / CONFIG).is_file() and (out_dir / SOURCE / "ORIGIN").is_file()
+    unstarted = (not (out_dir / CONFIG).is_file() and (out_dir / SOURCE / ORIGIN).is_file()
                  and all(p.name in (SOURCE, LOCK) or _TEMP.fullmatch(p.name) for p in out_dir.iterdir())
                  and not foreign_files(out_dir))
     if unstarted and not overwrite:

@@ -33,7 +33,7 @@ import torch
 from .errors import DepthlabError
 from .data import sha256_file
 from .model import GPT
-from .rundir import CONFIG, SOURCE, atomic_write, read_json
+from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "forward_fault",
            "full_logits", "init_source_model", "keep_source", "load_factory", "logits_of", "make_model",
@@ -383,9 +383,6 @@ def logits_of(out: Any) -> torch.Tensor:
     return first_tensor(out, "the model's forward(idx)",
                         "it must return the logits (B, T, V), or a tuple holding them (nanoGPT's (logits, loss))")
 
-
-#: The file beside a run's copy that names the folder of the original (sibling modules come from there).
-ORIGIN = "ORIGIN"
 
 
 def source_copy(run_dir: Path, source: Union[str, Source]) -> Path:
