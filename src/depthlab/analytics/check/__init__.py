@@ -11,9 +11,9 @@ numbers, parameter names and positions, and a remedy naming the knob:
                    pass the comparisons of the rules below); names where the first non-finite value is
                    made; when they are not, the rules that read them are not run
 ``bf16``           one small batch's forward and backward under the bf16 autocast that training uses
-                   (``train.dtype auto`` on CUDA and on CPUs with native bf16): a dtype mismatch with a
-                   float32 tensor of the model's, or a non-finite loss or gradient, names the line and
-                   ``--train.dtype float32``
+                   (``train.dtype auto`` on CUDA, and on CPUs with native bf16 where bf16 times faster): a
+                   dtype mismatch with a float32 tensor of the model's, or a non-finite loss or gradient,
+                   names the line and ``--train.dtype float32``
 ``causal_leak``    the token at position j is changed and the logits at every t < j compared (zero
                    up to float error); the first leaking offset j - t is named; a sequence computed
                    alone and within a batch must give the same logits (a mean/softmax/norm over the

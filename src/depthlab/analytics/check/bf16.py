@@ -1,8 +1,8 @@
 """bf16: one forward and backward under the bf16 autocast that training computes in.
 
 The other rules run in float32, but ``depthlab train`` with ``train.dtype auto`` runs every forward under
-``torch.autocast(dtype=torch.bfloat16)`` on CUDA and on a CPU with native bf16
-(:func:`depthlab.training.runtime.use_bf16`). There a matmul's output is bf16, and a user's float32 tensor
+``torch.autocast(dtype=torch.bfloat16)`` on CUDA, and on a CPU with native bf16 where bf16 steps time faster at
+the run's shape (:mod:`depthlab.training.autotune`). There a matmul's output is bf16, and a user's float32 tensor
 (``torch.ones(..., dtype=torch.float32)``, a mask, a buffer) met by an operation autocast does not cast
 raises a dtype mismatch; a difference of nearly equal numbers can round to 0 in bf16 and make inf. This rule
 runs one small batch under CPU bf16 autocast (on every CPU: emulated where the CPU lacks native bf16, slower
@@ -25,12 +25,12 @@ BF16_BATCH = 2
 """Sequences in the bf16 batch (a fixed batch size is used as it is): one forward is enough to find a fault."""
 BF16_REMEDY = ("fix the line named so that it works in bf16: make the tensor it builds follow the activations "
                "(dtype=x.dtype, or .to(x.dtype)), or use an operation autocast casts (torch.matmul, F.linear); "
-               "or train in float32 with --train.dtype float32 (slower on CUDA and on CPUs with native bf16)")
+               "or train in float32 with --train.dtype float32 (slower where auto picks bf16)")
 
 BF16_NONFINITE_REMEDY = ("find the operation that loses the value in bf16, which keeps 8 significant bits (x + 1 - x "
                          "is 0 once |x| >= 256): a difference of nearly equal numbers used as a divisor, or a sum of "
                          "many small terms; compute it in float32 (.float() before, .to(x.dtype) after), or train in "
-                         "float32 with --train.dtype float32 (slower on CUDA and on CPUs with native bf16)")
+                         "float32 with --train.dtype float32 (slower where auto picks bf16)")
 
 
 def _where_trained() -> str:
