@@ -7,6 +7,7 @@ the host path is exact (bit-identical weights, equal metrics records), except wh
 callbacks' ``on_step_end`` also sees skipped steps that are not read steps."""
 
 import json
+import math
 import types
 
 import pytest
@@ -184,7 +185,8 @@ def test_no_host_read_between_read_steps(tmp_path, tiny_text_file, monkeypatch):
     t.stepper.on_device = False
     reads.clear()
     t.stepper.train_step(params, 64)
-    assert reads.count("item") == 2  # the host path reads loss and grad norm every step (CPU default)
+    # the host path reads loss and grad norm every step (CPU default): the norm with clipping's factor in one
+    assert sorted(reads) == ["item", "tolist"]
 
 
 def test_time_up_reads_pending_steps_before_its_checkpoint(tmp_path, tiny_text_file, monkeypatch):
@@ -238,3 +240,38 @@ def test_two_ranks_agree_on_device_flags_without_host_reads(tmp_path, tiny_text_
     res = run_two_ranks(_ddp_worker, tmp_path / mode, tiny_text_file, mode, timeout=120)
     assert tuple(res[0][:3]) == tuple(res[1][:3]) == expect, (res[0][:3], res[1][:3])
     assert res[0][3] == res[1][3]  # the same weights on both ranks: every update applied or skipped together
+
+
+def _grads(scale: float, seed: int = 0) -> list[torch.nn.Parameter]:
+    g = torch.Generator().manual_seed(seed)
+    ps = [torch.nn.Parameter(torch.zeros(n, 7)) for n in (3, 5, 1)]
+    for p in ps:
+        p.grad = torch.randn(p.shape, generator=g) * scale
+    ps.append(torch.nn.Parameter(torch.zeros(2)))  # no gradient: left out, as torch does
+    return ps
+
+
+@pytest.mark.parametrize("scale,max_norm", [(0.01, 1.0), (10.0, 1.0), (1.0, float("inf")), (0.3, 0.5)])
+def test_clip_on_host_matches_clip_grad_norm_bit_for_bit(scale, max_norm):
+    from depthlab.training.stepper import clip_on_host
+    ours, ref = _grads(scale), _grads(scale)
+    norm = clip_on_host(ours, max_norm)
+    want = torch.nn.utils.clip_grad_norm_(ref, max_norm).item()
+    assert norm == want
+    for a, b in zip(ours[:3], ref[:3]):
+        assert torch.equal(a.grad, b.grad)
+    if scale == 10.0:  # clipped: the total norm is max_norm now
+        assert torch.nn.utils.get_total_norm([p.grad for p in ours[:3]]).item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_clip_on_host_skips_the_pass_when_nothing_is_clipped(monkeypatch):
+    from depthlab.training.stepper import clip_on_host
+    calls = []
+    real = torch.nn.utils.clip_grads_with_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grads_with_norm_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert clip_on_host(_grads(0.01), 1.0) < 1.0 and calls == []
+    assert clip_on_host(_grads(10.0), 1.0) > 1.0 and calls == [1]
+    ps = _grads(1.0)
+    ps[0].grad[0, 0] = float("nan")
+    assert math.isnan(clip_on_host(ps, 1.0)) and calls == [1, 1]  # torch multiplies by nan: so does this
+    assert clip_on_host([torch.nn.Parameter(torch.zeros(2))], 1.0) == 0.0
