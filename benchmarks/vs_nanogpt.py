@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/vs_nanogpt.py [--nanogpt PATH] [--rounds 2] [--steps 500 | --seconds S]
                                        [--target 1.88] [--eval-interval 100] [--no-ttq] [--quick]
+                                       [--variants defaults,fp32 AdamW,...]
 
 ``--nanogpt PATH`` is the root of a nanoGPT checkout (``git clone https://github.com/karpathy/nanoGPT``;
 never committed here). Its ``*.py`` and ``config/`` are copied to a temporary folder and Tiny
@@ -40,7 +41,10 @@ waits 5 steps too):
   checkpoints, logging and the analytics observers' hooks);
 - loop tokens/s: steps between the first and last step line on stdout, over the seconds between
   them as this script saw them (everything in the loop: evaluations, checkpoints, logging, observers).
-The ratios depthlab / nanoGPT are taken per round and shown as min-max over the rounds. Model
+The ratios depthlab / nanoGPT are taken per round and shown as min-max over the rounds, and with three
+or more rounds their median too (a 2-core virtual machine's speed was seen to switch by ~1.4x within
+seconds, so one round can favour either side). ``--variants defaults`` runs only that depthlab run in
+each round, leaving time for more rounds. Model
 FLOP/s = tokens/s x (6N + 12·L·T·C) per token (Kaplan et al. 2020; PaLM, Chowdhery et al. 2022,
 appendix B; nanoGPT's ``estimate_mfu``), N = 12·L·C² + V·C, as a share of a 1024³ ``torch.matmul``
 timed in each round (fp32; bf16 too where the CPU has native bf16), the best round taken as the peak.
@@ -60,6 +64,7 @@ import pickle
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -467,7 +472,9 @@ def ttq_line(name: str, r: dict, target: float, every: Optional[int]) -> str:
 def variants(a: argparse.Namespace) -> dict[str, list[str]]:
     """The depthlab runs of a round: :data:`VARIANTS`, without the compiled one under ``--quick`` (a cold
     compile takes 45-105 s on a 2-core CPU, longer than the rest of the plumbing check)."""
-    return {k: v for k, v in VARIANTS.items() if not (getattr(a, "quick", False) and "--train.compile" in v)}
+    chosen = getattr(a, "variants", None) or list(VARIANTS)
+    return {k: v for k, v in VARIANTS.items()
+            if k in chosen and not (getattr(a, "quick", False) and "--train.compile" in v)}
 
 
 def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, native_bf16: bool) -> dict:
@@ -518,6 +525,11 @@ def print_summary(rounds: list[dict], fpt: float, a: argparse.Namespace, nano_la
         print(f"  {label:26s} {spread(tr, ',.0f'):>17s} {spread(rt):>10s} {spread(lp, ',.0f'):>17s} "
               f"{spread(rl):>10s} {spread([x * fpt / 1e9 for x in tr], '.1f'):>14s} {share} "
               f"{spread([r[name]['wall'] for r in rounds], '.1f'):>12s}")
+    if len(rounds) >= 3:  # min-max alone is ruled by the one round the host ran slow for one side
+        med = {name: statistics.median(r[name]["train_tps"] / r["nanoGPT"]["train_tps"] for r in rounds)
+               for name in variants(a)}
+        print(f"  median training-tokens/s ratio over the {len(rounds)} rounds: "
+              + ", ".join(f"{name} {m:.2f}" for name, m in med.items()))
     if over:
         print("  (a share over 100 %: the matmul was timed under a heavier load than that run had; "
               "rerun on an idle machine)")
@@ -561,6 +573,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--eval-interval", type=int, default=100,
                     help="nanoGPT's eval_interval in the time-to-quality run (its recipe: 250)")
     ap.add_argument("--no-ttq", action="store_true", help="skip the time-to-quality runs")
+    ap.add_argument("--variants", default="", help="comma-separated depthlab runs of a round (default: all of "
+                    + ", ".join(VARIANTS) + "); fewer runs per round leave time for more rounds")
     ap.add_argument("--quick", action="store_true", help="plumbing check: 1 round of 12 steps, time to val "
                     "<= 3.6 with evaluations every 10 steps, no final validation, no compiled run")
     a = ap.parse_args(argv)
@@ -570,6 +584,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         a.ttq_extra = ["--train.eval_interval", "10", "--train.max_iters", "100", "--train.final_validation", "false"]
     if a.rounds < 1:
         raise DepthlabError(f"--rounds {a.rounds}: give 1 or more")
+    a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    unknown = [v for v in a.variants if v not in VARIANTS]
+    if unknown:
+        raise DepthlabError(f"--variants: no depthlab run named {', '.join(map(repr, unknown))}; give some of "
+                            + ", ".join(map(repr, VARIANTS)) + ", separated by commas")
     if a.seconds < 0 or (not a.seconds and a.steps < SETTLE + 5):
         raise DepthlabError(f"--steps {a.steps} / --seconds {a.seconds}: give at least {SETTLE + 5} steps "
                             f"(the first {SETTLE} are left out) or a positive number of seconds")

@@ -194,3 +194,24 @@ def test_gpu_vs_nanogpt_row_and_ratio(gpu_vs):
     assert "FAILED: exited 1" in failed
     with pytest.raises(gpu_vs.DepthlabError, match="choose from preset"):
         gpu_vs.parse_args(["--nanogpt", ".", "--variants", "fast"])
+
+
+def test_vs_nanogpt_variants_and_median_ratio(vs_nanogpt, capsys):
+    """--variants picks the depthlab runs of a round (a wrong name: one line); 3+ rounds print the median ratio."""
+    import argparse
+
+    a = vs_nanogpt.parse_args(["--variants", "defaults, fp32 AdamW", "--no-ttq"])
+    assert list(vs_nanogpt.variants(a)) == ["defaults", "fp32 AdamW"]
+    assert list(vs_nanogpt.variants(vs_nanogpt.parse_args([]))) == list(vs_nanogpt.VARIANTS)
+    assert vs_nanogpt.main(["--variants", "defaults,fast", "--no-ttq"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("depthlab: error: --variants: no depthlab run named 'fast'; give some of 'defaults', ")
+    rounds = [{"peak": {"fp32": 1e11}, "busy": 0, "nanoGPT": {"train_tps": nano, "loop_tps": nano, "wall": 9.0},
+               "defaults": {"train_tps": ours, "loop_tps": ours, "wall": 9.0}}
+              for nano, ours in ((10_000.0, 15_000.0), (10_000.0, 9_000.0), (8_000.0, 16_000.0))]
+    args = argparse.Namespace(no_ttq=True, variants=["defaults"])
+    vs_nanogpt.print_summary(rounds, 5e6, args, "nanoGPT train.py")
+    out = capsys.readouterr().out
+    assert "0.90-2.00" in out and "median training-tokens/s ratio over the 3 rounds: defaults 1.50" in out
+    vs_nanogpt.print_summary(rounds[:2], 5e6, args, "nanoGPT train.py")
+    assert "median" not in capsys.readouterr().out  # two rounds: min-max says it all
