@@ -54,6 +54,11 @@ class Unnamed(NanoGPT):
         return self.lm_head(self.norm_out(x))
 '''
 
+#: The candidates a refusal offers for Unnamed: its own modules, then those at numbered paths (its blocks'), one
+#: entry per pattern, first .. last, each a name --norm / --head takes.
+NORMS_H = "transformer.h.0.ln_1 .. transformer.h.1.ln_1, transformer.h.0.ln_2 .. transformer.h.1.ln_2"
+HEADS_H = "lm_head, transformer.h.0.attn .. transformer.h.1.attn, transformer.h.0.mlp .. transformer.h.1.mlp"
+
 
 def _batches(V=11, T=8, n=2, B=4, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -165,15 +170,15 @@ def test_cli_layers_refuses_a_run_of_an_own_model_without_the_names(tmp_path, ca
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     # the refusal named only --blocks, and no option named a final norm elsewhere (self.norm_out, say)
     assert "named with --blocks, --norm and --head (e.g. --blocks encoder.layers --norm encoder.norm); " \
-           "its norms: norm_out; `depthlab context`" in err
+           f"its norms: norm_out, {NORMS_H}; `depthlab context`" in err
     rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--norm", "norm_out", "--json")
     res = json.loads(out)
     assert rc == 0 and res["n_layer"] == 2 and "norm_out" in res["lens"]
     assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)  # norm_out + head: its logits
-    for flag, bad, what in (("--norm", "nope", "the model has no submodule 'nope'; its norms: norm_out"),
+    for flag, bad, what in (("--norm", "nope", f"the model has no submodule 'nope'; its norms: norm_out, {NORMS_H}"),
                             ("--norm", "norm_out.weight", "its 'norm_out.weight' is a Parameter, not a module; "
-                                                          "its norms: norm_out"),
-                            ("--head", "lm_head.x", "the model has no submodule 'lm_head.x'; its heads: lm_head")):
+                                                          f"its norms: norm_out, {NORMS_H}"),
+                            ("--head", "lm_head.x", f"the model has no submodule 'lm_head.x'; its heads: {HEADS_H}")):
         rc, out, err = run_cli(capsys, "layers", str(tmp_path / "r"), "--norm", "norm_out", flag, bad)
         assert (rc, out, err) == (2, "", f"depthlab: error: {flag} {bad}: {what}\n")
     rc, out, err = run_cli(capsys, "context", str(tmp_path / "r"), "--json")  # context needs only the logits
@@ -239,7 +244,7 @@ def test_a_norm_or_head_that_is_not_one_is_refused_in_one_line_naming_the_option
     and mat2 shapes ... please report it'; a block named as the head gave (B, T, C), not logits."""
     model, batches = _own(tmp_path, "Unnamed"), _batches(T=16)
     opts = "; --norm and --head name the final norm and the head the model's forward applies to the stream after " \
-           "its last block; its norms: norm_out; its heads: lm_head"
+           f"its last block; its norms: norm_out, {NORMS_H}; its heads: {HEADS_H}"
     with pytest.raises(DepthlabError) as e:
         measure_layers(model, batches, norm_attr="lm_head", head_attr="lm_head")
     assert str(e.value) == ("layers: the lens lm_head + lm_head fails on the stream (4, 16, 16) after a block: "
@@ -251,5 +256,71 @@ def test_a_norm_or_head_that_is_not_one_is_refused_in_one_line_naming_the_option
     res = measure_layers(model, batches, norm_attr="norm_out", head_attr="lm_head")  # the right ones still work
     with pytest.raises(DepthlabError) as e:  # --head= : the model itself was taken for the head
         layer_access(model, None, "norm_out", "")
-    assert str(e.value) == "--head '': an empty name; give the dotted name of the model's head (its heads: lm_head)"
+    assert str(e.value) == f"--head '': an empty name; give the dotted name of the model's head (its heads: {HEADS_H})"
+    assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)
+
+
+TIED_MODEL = '''
+import torch, torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln, self.mlp = nn.LayerNorm(d), nn.Linear(d, d)
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+class Tied(nn.Module):
+    """No head module: the logits are the stream times the token embedding's weight, transposed."""
+    def __init__(self, vocab_size=11, n_embd=16, block_size=16):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.blocks = nn.ModuleList(Block(n_embd) for _ in range(2))
+        self.final = nn.LayerNorm(n_embd)
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.final(x) @ self.tok.weight.T
+
+class SeqOut(Tied):
+    """Its final norm and head at numbered paths: out.0, out.1 of a Sequential."""
+    def __init__(self, vocab_size=11):
+        super().__init__(vocab_size)
+        self.out = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, vocab_size))
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        return self.out(x)
+'''
+
+
+def test_a_head_tied_to_the_embedding_is_named_by_it_and_numbered_paths_are_offered(tmp_path):
+    """A new user's pass: a model whose logits are ``x @ self.tok.weight.T`` has no head module; --head tok ended in
+    'Expected tensor for argument #1 indices ... FloatTensor', --head tok.weight in 'not a module', and the refusals
+    offered no head at all; a final norm and head in a Sequential (out.0, out.1) were left out of the lists."""
+    from depthlab.usermodel import build_model, parse_source
+
+    (tmp_path / "tied.py").write_text(TIED_MODEL)
+    torch.manual_seed(0)
+    model, batches = build_model(parse_source(f"{tmp_path / 'tied.py'}:Tied")), _batches(T=16)
+    with pytest.raises(DepthlabError) as e:
+        layer_access(model, norm_attr="final")
+    assert str(e.value).endswith(
+        "its heads: tok, pos, blocks.0.mlp .. blocks.1.mlp (an nn.Embedding named as the head reads the stream "
+        "through its weight, as a tied head does); `depthlab context` works on any model")
+    for head in ("tok", "tok.weight"):
+        res = measure_layers(model, batches, norm_attr="final", head_attr=head)
+        assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)  # the model's own logits
+        assert f"{head} read as a tied head: logits = stream @ tok.weight.T" in res["lens"]
+    with pytest.raises(DepthlabError) as e:  # the position embedding gives no V logits: refused, not measured
+        measure_layers(model, batches, norm_attr="final", head_attr="pos")
+    assert "gives (4, 16, 16) from the stream (4, 16, 16), not logits (4, 16, 11)" in str(e.value)
+    model = build_model(parse_source(f"{tmp_path / 'tied.py'}:SeqOut"))
+    with pytest.raises(DepthlabError) as e:
+        layer_access(model)
+    assert "its norms: final, blocks.0.ln .. blocks.1.ln, out.0; its heads: tok, pos, blocks.0.mlp .. blocks.1.mlp, " \
+           "out.1 (an nn.Embedding" in str(e.value)
+    res = measure_layers(model, batches, norm_attr="out.0", head_attr="out.1")  # the names offered, copied
     assert res["blocks"][-1]["lens_loss"] == pytest.approx(res["val_loss"], abs=1e-5)

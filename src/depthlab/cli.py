@@ -218,7 +218,8 @@ def _add_blocks(p, ends: bool = False) -> None:
                             f"{', '.join(NORM_NAMES[:-1])} or {NORM_NAMES[-1]})")
         p.add_argument("--head", type=Optional[str], default=None,
                        help="the model's output head, after the final norm (default: found as "
-                            f"{', '.join(HEAD_NAMES[:-1])} or {HEAD_NAMES[-1]})")
+                            f"{', '.join(HEAD_NAMES[:-1])} or {HEAD_NAMES[-1]}; an nn.Embedding, e.g. "
+                            "transformer.wte, is read as a head tied to it)")
 
 
 def _user_prints_to_stderr(on: bool):

@@ -74,37 +74,93 @@ def _get(model: nn.Module, names: tuple[str, ...]) -> Optional[tuple[str, nn.Mod
     return None
 
 
+class TiedHead(nn.Module):
+    """A head tied to a token embedding: the stream (..., C) times its weight (V, C) transposed -> (..., V).
+
+    What ``logits = x @ self.wte.weight.T`` (or ``F.linear(x, self.wte.weight)``) computes in a model that has
+    no head module of its own, so that ``--head wte`` names that head.
+    """
+
+    def __init__(self, named: Any):
+        """``named``: the nn.Embedding (its weight (V, C)) or the weight (V, C) itself, as ``--head`` named it."""
+        super().__init__()
+        self.named = named
+        self.weight = named.weight if isinstance(named, nn.Embedding) else named
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight)
+
+
+TIED_NOTE = "an nn.Embedding named as the head reads the stream through its weight, as a tied head does"
+
+
+def _numbered(name: str) -> bool:
+    return any(p.isdigit() for p in name.split("."))
+
+
 def _candidates(model: nn.Module, kind: str) -> list[str]:
-    """This model's modules that could be its final norm (a class named ...Norm) or head (a Linear), outside any
-    list of blocks (no ``.0.`` in the name: each block has norms and Linears of its own); for the refusals."""
-    fits = (lambda c: "norm" in type(c).__name__.lower()) if kind == "norm" else (lambda c: isinstance(c, nn.Linear))
-    return [n for n, c in model.named_modules() if n and fits(c) and not any(p.isdigit() for p in n.split("."))]
+    """This model's modules that could be its final norm (a class named ...Norm) or head (a Linear; its
+    Embeddings, as tied heads, when it has no Linear outside a numbered list), for the refusals.
+
+    Names outside any numbered list come first; those at numbered paths (a block's own norms and Linears,
+    ``blocks.0.ln``; a Sequential's ``out.1``) follow, one entry per pattern: the name itself when one module
+    has it, ``blocks.0.ln .. blocks.3.ln`` (the first and the last, each a valid name) when several do.
+    """
+    def fits(c: nn.Module) -> bool:
+        return "norm" in type(c).__name__.lower() if kind == "norm" else isinstance(c, nn.Linear)
+
+    names = [n for n, c in model.named_modules() if n and fits(c)]
+    if kind == "head" and not any(not _numbered(n) for n in names):  # logits = x @ wte.weight.T: no head module
+        names = [n for n, c in model.named_modules() if n and isinstance(c, nn.Embedding)] + names
+    groups: dict[tuple, list[str]] = {}
+    for n in names:
+        groups.setdefault(tuple("N" if p.isdigit() else p for p in n.split(".")), []).append(n)
+    plain = [g[0] for g in groups.values() if not _numbered(g[0])]
+    listed = [g[0] if len(g) == 1 else f"{g[0]} .. {g[-1]}" for g in groups.values() if _numbered(g[0])]
+    return plain + listed
+
+
+def _seen(model: nn.Module, kind: str) -> str:
+    """``"its heads: a, b"`` for a refusal (:func:`_candidates`, the first 8), with what an Embedding named as the
+    head does when one is offered; "" when the model has none."""
+    found = _candidates(model, kind)[:8]
+    if not found:
+        return ""
+    tied = kind == "head" and any(isinstance(model.get_submodule(n.split(" ")[0]), nn.Embedding) for n in found)
+    return f"its {kind}s: {', '.join(found)}" + (f" ({TIED_NOTE})" if tied else "")
+
+
+def _as_module(value: Any, kind: str) -> Optional[nn.Module]:
+    """The module a named head reads through: an Embedding or a 2-D weight (V, C) as a :class:`TiedHead`."""
+    if kind == "head" and (isinstance(value, nn.Embedding) or isinstance(value, torch.Tensor) and value.dim() == 2):
+        return TiedHead(value)
+    return value if isinstance(value, nn.Module) else None
 
 
 def _named(model: nn.Module, attr: str, kind: str) -> tuple[str, nn.Module]:
-    """``(attr, module)`` for ``--norm ATTR`` / ``--head ATTR`` (``kind`` "norm" or "head").
+    """``(attr, module)`` for ``--norm ATTR`` / ``--head ATTR`` (``kind`` "norm" or "head"); a head named by an
+    nn.Embedding or a 2-D weight (V, C) is read as a head tied to it (:class:`TiedHead`).
 
     Raises:
         DepthlabError: ``attr`` names no attribute of the model, or one that is not a module (a tensor, say),
             in one line with the model's candidates (:func:`_candidates`).
     """
+    seen = _seen(model, kind)
     if not attr.strip():  # get_submodule("") is the model itself, which would pass for a norm or a head
-        found = _candidates(model, kind)
         what = "final norm" if kind == "norm" else "head"
         raise DepthlabError(f"--{kind} {attr!r}: an empty name; give the dotted name of the model's {what}"
-                            + (f" (its {kind}s: {', '.join(found[:8])})" if found else ""))
+                            + (f" ({seen})" if seen else ""))
+    owner, _, last = attr.rpartition(".")
     try:
-        return attr, model.get_submodule(attr)
+        value = getattr(model.get_submodule(owner), last)
     except AttributeError:
-        owner, _, last = attr.rpartition(".")
-        try:
-            value = getattr(model.get_submodule(owner), last)
-            what = f"its {attr!r} is a {type(value).__name__}, not a module"
-        except AttributeError:
-            what = f"the model has no submodule {attr!r}"
-        found = _candidates(model, kind)
-        raise DepthlabError(f"--{kind} {attr}: {what}"
-                            + (f"; its {kind}s: {', '.join(found[:8])}" if found else "")) from None
+        value, what = None, f"the model has no submodule {attr!r}"
+    else:
+        what = f"its {attr!r} is a {type(value).__name__}, not a module"
+    module = _as_module(value, kind) if value is not None else None
+    if module is None:
+        raise DepthlabError(f"--{kind} {attr}: {what}" + (f"; {seen}" if seen else "")) from None
+    return attr, module
 
 
 def layer_access(model: nn.Module, blocks_attr: Optional[str] = None, norm_attr: Optional[str] = None,
@@ -134,8 +190,7 @@ def layer_access(model: nn.Module, blocks_attr: Optional[str] = None, norm_attr:
         missing = [w for w, ok in (("a list of blocks (an nn.ModuleList of one block class)", bool(blocks)),
                                    (f"a final norm ({' or '.join(NORM_NAMES)})", norm is not None),
                                    (f"a head ({' or '.join(HEAD_NAMES)})", head is not None)) if not ok]
-        seen = [f"its {k}s: {', '.join(c[:8])}" for k, got in (("norm", norm), ("head", head))
-                if got is None and (c := _candidates(model, k))]
+        seen = [x for k, got in (("norm", norm), ("head", head)) if got is None and (x := _seen(model, k))]
         raise DepthlabError(f"layers: the model ({type(model).__name__}) lacks {' and '.join(missing)}; the lens and "
                             "the ablation need its blocks plus the final norm and head that read the stream after the "
                             "last one, named as GPT-2 / nanoGPT do (transformer.h, transformer.ln_f, lm_head) or "
@@ -153,6 +208,9 @@ def lens_meaning(model: nn.Module, acc: LayerAccess) -> str:
                "block in its norm, or has none)")
     else:
         how = f"the stream after each block through {norm} + {head} (the logit lens)"
+    if isinstance(acc.head, TiedHead):
+        w = head if isinstance(acc.head.named, torch.Tensor) else f"{head}.weight"
+        how += f"; {head} read as a tied head: logits = stream @ {w}.T, {w} (V, C)"
     if variant == "plain":
         how += ("; model.variant plain has no shortcut, so no stream passes around the blocks: each block's "
                 "output is all the next one sees, and the lens reads the representation at that depth (the head "
@@ -210,7 +268,7 @@ def _lens(model: nn.Module, acc: LayerAccess, vocab: int):
     _, norm, head = acc.names
 
     def refuse(what: str) -> DepthlabError:
-        found = [f"its {k}s: {', '.join(c[:8])}" for k in ("norm", "head") if (c := _candidates(model, k))]
+        found = [x for k in ("norm", "head") if (x := _seen(model, k))]
         return DepthlabError(f"layers: the lens {norm} + {head} {what}; --norm and --head name the final norm and the "
                              "head the model's forward applies to the stream after its last block"
                              + "".join(f"; {x}" for x in found))
