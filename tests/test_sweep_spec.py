@@ -364,3 +364,35 @@ def test_a_missing_model_source_file_is_refused_before_any_run_starts(tmp_path, 
                        "give the path of the model's .py file, relative to this folder or absolute "
                        f"({tmp_path} holds ok.py)\n")
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("in_grid", [True, False])
+def test_a_model_source_file_without_the_named_class_is_refused_before_any_run_starts(tmp_path, monkeypatch, capsys,
+                                                                                         in_grid):
+    """A new user's pass: a sweep whose model.source file existed but lacked the class named (ok.py:Nope) started
+    every run, each failing with "defines no 'Nope'", and wrote the sweep folder; it is now one line naming the file,
+    the class and what the file defines, nothing written; a good file is imported once for all its runs."""
+    from depthlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("hello world\n" * 50)
+    (tmp_path / "ok.py").write_text("open('imports.txt', 'a').write('x')\nimport torch.nn as nn\n"
+                                    "class Net(nn.Module):\n    pass\ndef make():\n    return Net()\n")
+    model = {"block_size": 8} if in_grid else {"block_size": 8, "source": "ok.py:Nope"}
+    grid = {"model.source": ["ok.py:Net", "ok.py:Nope"]} if in_grid else {"train.seed": [1, 2]}
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({"base": {"data": {"path": "t.txt"}, "model": model},
+                                                      "experiments": [{"name": "a", "grid": grid}]}))
+    for dry in ([], ["--dry_run"]):
+        assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", *dry]) == 2
+        err = capsys.readouterr().err
+        run, where = ("a/source-ok.py_Nope", "grid value model.source") if in_grid else \
+            ("a/seed-1", "model.source (the sweep's base)")
+        assert err == (f"depthlab: error: sweep run {run}: {where} ok.py:Nope: ok.py defines no 'Nope' (it defines "
+                       "Net, make); give PATH.py:NAME with NAME the model's class (an nn.Module subclass) or a "
+                       "function that returns the model\n")
+        assert not (tmp_path / "out").exists()
+    (tmp_path / "imports.txt").unlink()
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({"base": {"data": {"path": "t.txt"}, "model": {
+        "block_size": 8, "source": "ok.py:Net"}}, "experiments": [{"name": "a", "grid": {"train.seed": [1, 2, 3]}}]}))
+    assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", "--dry_run"]) == 0
+    assert (tmp_path / "imports.txt").read_text() == "x"  # checked once for its 3 runs, not once per run

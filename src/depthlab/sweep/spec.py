@@ -615,12 +615,20 @@ def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
     return [(run_name(exp, pt), pt) for pt in points]
 
 
-def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep_dir: str | Path) -> RunPoint:
+def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep_dir: str | Path,
+                 checked: Optional[set] = None) -> RunPoint:
     """One run of ``exp`` at ``point`` with its full, validated config (out_dir ``sweep_dir/runs/name``).
+
+    Args:
+        checked: ``(file, name)`` of the model.source files already imported and found good by this expansion
+            (each is imported once, not once per run; added to); None = import it here.
 
     Raises:
         DepthlabError: the point's config is invalid (names the run and the field), or its ``model.source``
-            file is missing (:func:`~depthlab.usermodel.parse_source`: every run of it would fail).
+            file is missing (:func:`~depthlab.usermodel.parse_source`) or does not give the model: it lacks
+            the named class or function (naming those it defines), fails to import, or, a bare PATH.py, defines
+            no nn.Module class or several (:func:`~depthlab.usermodel.load_factory`, as ``depthlab train`` loads
+            it); every run of it would fail.
     """
     from ..config import RunConfig
 
@@ -628,14 +636,33 @@ def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep
             "train.out_dir": str(Path(sweep_dir) / RUNS / name), "train.resume": False}
     try:
         cfg = RunConfig.from_dict(_nest(flat))
-        if cfg.model.source:  # a missing file fails every run that names it: refused before anything starts
-            from ..usermodel import parse_source
-
-            parse_source(cfg.model.source, "grid value model.source" if "model.source" in point else
-                         "model.source (the sweep's base)")
+        if cfg.model.source:  # a file that gives no model fails every run that names it: refused before any starts
+            _check_source(cfg.model.source, "grid value model.source" if "model.source" in point else
+                          "model.source (the sweep's base)", checked)
     except DepthlabError as e:
         raise DepthlabError(f"sweep run {name}: {e}") from None
     return RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict())
+
+
+def _check_source(source: str, option: str, checked: Optional[set]) -> None:
+    """Refuse a model.source whose file is missing or gives no model, as ``depthlab train`` would at its start.
+
+    Raises:
+        DepthlabError: ``"{option} {source}: ..."`` (:func:`~depthlab.usermodel.parse_source`,
+            :func:`~depthlab.usermodel.load_factory`).
+    """
+    from ..usermodel import load_factory, parse_source
+
+    src = parse_source(source, option)
+    key = (str(src.path.resolve()), src.name)
+    if checked is not None and key in checked:
+        return
+    try:
+        load_factory(src)
+    except DepthlabError as e:
+        raise DepthlabError(f"{option} {e}") from None
+    if checked is not None:
+        checked.add(key)
 
 
 def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
@@ -652,7 +679,8 @@ def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
         DepthlabError: a grid point whose config is invalid (names the run and the field), or two
             runs with the same name.
     """
-    points = [expand_point(spec, exp, name, point, sweep_dir) for exp in spec.experiments
+    checked: set = set()
+    points = [expand_point(spec, exp, name, point, sweep_dir, checked) for exp in spec.experiments
               for name, point in _run_names(exp)]
     err = _shared_name_error(points)
     if err:
