@@ -55,7 +55,7 @@ def test_background_writes_leave_the_same_files_as_writing_at_once(tmp_path, tin
         t = Trainer(tiny_config(tmp_path / name, tiny_text_file, train=dict(max_iters=30, eval_interval=10)), **QUIET)
         t.checkpointer.background = background
         runs[name] = t.fit()
-        assert t.checkpointer._writer is None  # fit waited for the last write
+        assert t.checkpointer.writes.thread is None  # fit waited for the last write
     now, thread = _files(runs["now"]), _files(runs["thread"])
     assert set(now) == set(thread) == {"best.safetensors", "manifest.json", "step-000020.safetensors",
                                        "step-000030.safetensors"}
@@ -65,7 +65,7 @@ def test_background_writes_leave_the_same_files_as_writing_at_once(tmp_path, tin
         assert all(torch.equal(now[name][k], thread[name][k]) for k in now[name])
     assert ckpt.verified_best(runs["thread"]).name == "best.safetensors"
     t.save()  # outside the loop (the API): on disk when it returns, even with background writes allowed
-    assert t.checkpointer._writer is None and json.loads((runs["thread"] / "checkpoints" / "manifest.json")
+    assert t.checkpointer.writes.thread is None and json.loads((runs["thread"] / "checkpoints" / "manifest.json")
                                                          .read_text())["checkpoints"][-1]["name"] == "step-000030"
 
 
@@ -87,6 +87,31 @@ def test_a_failed_background_write_stops_the_run_at_the_next_save(tmp_path, tiny
     t.checkpointer.background = True
     with pytest.raises(OSError, match="No space left"):
         t.fit()
-    assert t.step == 20 and t.checkpointer._writer is None
+    assert t.step == 20 and t.checkpointer.writes.thread is None
     manifest = (tmp_path / "r" / "checkpoints" / "manifest.json").read_text()
     assert '"step": 0' in manifest and "step-000010" not in manifest and "step-000020" not in manifest
+
+
+def test_background_writes_raise_a_failed_write_once_and_settle_logs_it(tmp_path, monkeypatch):
+    """The writer split out of Checkpointer (training.ckwriter): a failed write is raised by the next wait, once;
+    settle says it in one warning line instead of raising; a good write leaves nothing in flight."""
+    import pytest
+
+    from depthlab import checkpoint as ckpt
+    from depthlab.training.ckwriter import BackgroundWrites
+
+    done = []
+    monkeypatch.setattr(ckpt, "write_checkpoint", lambda *a: done.append(a) if a[0] else (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    w = BackgroundWrites()
+    w.start(1, "x")
+    w.wait()
+    assert done == [(1, "x")] and w.thread is None
+    w.start(0)
+    with pytest.raises(OSError, match="No space left"):
+        w.wait()
+    w.wait()  # raised once: nothing left to raise
+    lines: list = []
+    w.start(0)
+    w.settle(lines.append)
+    assert lines == ["warning: the last checkpoint write failed too (OSError: [Errno 28] No space left on device)"]

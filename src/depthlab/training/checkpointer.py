@@ -9,7 +9,6 @@ import dataclasses
 import json
 import math
 import shlex
-import threading
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -23,6 +22,7 @@ from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
 from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
                       VOCAB, RunDir, not_a_file_error, truncate_metrics)
+from .ckwriter import BackgroundWrites
 from .optimization import apply_hyperparameters, resolve_optimizer
 from . import runlock
 
@@ -360,8 +360,7 @@ class Checkpointer:
         self.init_source = init_source  # --init-from: the run or export whose weights start this new run
         self.init_record: dict = {}  # {"init_from": init_record(...)}: config.json resolved and summary.json
         self.background = runtime.device.type == "cuda"
-        self._writer: Optional[threading.Thread] = None
-        self._write_error: Optional[BaseException] = None
+        self.writes = BackgroundWrites()  # save(background=True)'s write in flight
         self.replaced = False  # claim(): --overwrite replaced a previous run
         self.later_best: Optional[dict] = None  # check_resume(): a best after the checkpoint resumed from
         # check_resume() of a folder this user cannot write: the refusal and the lines held back until it is known
@@ -669,8 +668,7 @@ class Checkpointer:
         if not (background and self.background):
             ckpt.write_checkpoint(*args)
             return
-        self._writer = threading.Thread(target=self._write, args=args, name="depthlab-checkpoint", daemon=False)
-        self._writer.start()
+        self.writes.start(*args)
 
     def _say_replaced(self, step: int) -> None:
         """One warning when this step's checkpoint replaces a damaged one of the same step (kept untouched since a
@@ -688,24 +686,13 @@ class Checkpointer:
     def _fault(self, bad: str) -> str:
         return "missing" if not (self.run_dir / ckpt.CKPT_DIR / bad).exists() else "not matching its sha256"
 
-    def _write(self, *args) -> None:
-        try:
-            ckpt.write_checkpoint(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the training thread, raised at its next save or wait
-            self._write_error = e
-
     def wait(self) -> None:
-        """Wait for the background write in flight, if any.
+        """Wait for the background write in flight, if any (:meth:`BackgroundWrites.wait`).
 
         Raises:
             the error that write ended with (once).
         """
-        if self._writer is not None:
-            self._writer.join()
-            self._writer = None
-        error, self._write_error = self._write_error, None
-        if error is not None:
-            raise error
+        self.writes.wait()
 
     def save_agreed(self, run, is_best: bool = False, val_loss: Optional[float] = None) -> None:
         """``run.save`` on rank 0, then every rank learns whether it failed and stops together if so.
@@ -717,10 +704,7 @@ class Checkpointer:
 
     def settle(self) -> None:
         """:meth:`wait` where another error is already on its way: a failed write is logged, not raised."""
-        try:
-            self.wait()
-        except Exception as e:  # noqa: BLE001 - the error in flight is the one to report (Ctrl-C is not swallowed)
-            self.log(f"warning: the last checkpoint write failed too ({type(e).__name__}: {e})")
+        self.writes.settle(self.log)
 
     def wait_agreed(self) -> None:
         """:meth:`wait` on every process, stopping together if the main process's background write failed.
