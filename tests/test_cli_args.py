@@ -22,6 +22,19 @@ def test_flag_before_preset_or_config_file_still_wins(capsys, tmp_path):
     assert "n_layer: 7" in out
 
 
+@pytest.mark.parametrize("value, bad", [("nope", "'nope'"), ("skip_default,bogus", "'bogus'")])
+def test_print_config_unknown_flag_names_the_valid_ones(capsys, value, bad):
+    # was: jsonargparse's 'Invalid option "nope" for --print_config', which named no valid flag
+    err = cli_err(capsys, "train", f"--print_config={value}")
+    assert f"unknown flag {bad}; choose from skip_default, skip_unset, skip_null, comments" in err
+    assert "Invalid option" not in err
+
+
+def test_print_config_valid_flags_still_print(capsys):
+    out = cli_print_config(capsys, "train", "--model.n_layer", "7", "--print_config=skip_unset")
+    assert "n_layer: 7" in out
+
+
 def test_files_first_keeps_file_order_and_puts_print_config_last():
     argv = ["--a.b", "1", "--print_config", "-c", "x.yaml", "--config=y.yaml", "--c.d", "2"]
     assert files_first(argv) == ["-c", "x.yaml", "--config=y.yaml", "--a.b", "1", "--c.d", "2", "--print_config"]

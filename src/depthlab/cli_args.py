@@ -291,6 +291,29 @@ def _check_value(name: str, action, hint: Any, value: str, source: bool = False)
             raise DepthlabError(f"{name}: expected {_expected(action.dest, hint, source)}, got {value!r}") from None
 
 
+#: The flags ``--print_config=FLAG,...`` takes (jsonargparse's, in its help); skip_null is its older skip_unset.
+PRINT_CONFIG_FLAGS = ("skip_default", "skip_unset", "skip_null", "comments")
+
+
+def check_print_config(value: str) -> None:
+    """``--print_config=VALUE``: empty, or comma-separated :data:`PRINT_CONFIG_FLAGS` (``comments`` needs
+    ruamel.yaml, as jsonargparse's own help says).
+
+    Raises:
+        DepthlabError: a flag that is not one of them, or ``comments`` without ruamel.yaml installed.
+    """
+    from importlib.util import find_spec
+
+    for word in (w for w in value.split(",") if w):
+        if word not in PRINT_CONFIG_FLAGS:
+            raise DepthlabError(f"--print_config={value}: unknown flag {word!r}; choose from "
+                                f"{', '.join(PRINT_CONFIG_FLAGS)} (comma-separated, e.g. --print_config=skip_default), "
+                                "or write --print_config alone")
+        if word == "comments" and not (find_spec("ruamel") and find_spec("ruamel.yaml")):
+            raise DepthlabError("--print_config=comments needs the ruamel.yaml package: pip install ruamel.yaml, "
+                                "or leave comments out")
+
+
 def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[str]) -> int:
     """Check the option at ``argv[i]`` (``name``, its ``=`` value) and its values; return the next position."""
     action = g.options[name]
@@ -300,6 +323,7 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
                                 "or leave it out")
         return i + 1
     if name == "--print_config":  # its value is optional, and only ever given with =
+        check_print_config(value or "")
         return i + 1
     if value is not None:
         _check_value(name, action, g.hint(action), value, g.source)
