@@ -867,10 +867,12 @@ def _user_exit_line(e: BaseException) -> Optional[str]:
 
 
 def _usage_or_version(argv: list[str]) -> Optional[int]:
-    """The exit status after printing the usage (no command: 2; ``-h``/``--help``: 0) or ``--version`` (0); None
-    when ``argv`` names a command."""
+    """The exit status after printing the usage (no command: 2, with an error line; ``-h``/``--help``: 0) or
+    ``--version`` (0); None when ``argv`` names a command."""
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
+        if not argv:  # the usage alone did not say what was wrong
+            _error(f"a command is needed: choose from {', '.join(COMMANDS)} (e.g. `{PROG} train`)")
         return 0 if argv else 2
     if argv[0] == "--version":
         from . import __version__
