@@ -214,3 +214,31 @@ def test_init_from_depthlabs_gpt_with_a_model_source_names_the_mix_not_fields_ne
                        f"drop --model.source {mine}:MyGPT to continue depthlab's GPT, or --init-from a run of "
                        f"{mine}:MyGPT")
     assert "do not apply" not in err and not (tmp_path / "new").exists()
+
+
+def _no_model_flags(tmp_path, **fields) -> list[str]:
+    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "new", train__max_iters=2, train__eval_interval=2, **fields)
+    keep = [i for i in range(0, len(args), 2) if not args[i].startswith("--model.")]
+    return [a for i in keep for a in args[i:i + 2]]
+
+
+def test_init_from_with_a_config_file_of_another_model_is_refused_naming_the_fields(good_run, tmp_path, capsys):
+    # was: the run's model section, put after the file, silently replaced the file's n_layer 3 / n_embd 64
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    f = tmp_path / "c.yaml"
+    f.write_text("model:\n  n_layer: 3\n  n_head: 2\n  n_embd: 64\n  block_size: 16\n")
+    rc, _, err = run_cli(capsys, "train", "-c", str(f), "--init-from", str(good_run), *_no_model_flags(tmp_path))
+    assert_clean_error(rc, err, f"--init-from {good_run}: model.n_layer 3 in {f}, 2 in {good_run}; model.n_embd 64 "
+                       f"in {f}, 32 in {good_run}; the new run would train the source run's model",
+                       f"remove model.n_layer, model.n_embd from {f}, or drop --init-from")
+    assert not (tmp_path / "new").exists()
+
+
+def test_init_from_with_a_config_file_of_the_same_model_or_a_flag_over_it_trains(good_run, tmp_path, capsys):
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    f = tmp_path / "c.yaml"
+    f.write_text("model:\n  n_layer: 3\n  n_head: 2\n  n_embd: 32\n")  # n_layer 3 is overridden by the flag
+    rc, _, err = run_cli(capsys, "train", "-c", str(f), "--init-from", str(good_run), "--model.n_layer", "2",
+                         *_no_model_flags(tmp_path))
+    assert rc == 0, err
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["n_layer"] == 2

@@ -603,7 +603,7 @@ def _names_source(argv: list[str]) -> bool:
     """Whether the command line or one of its config files gives ``model.source``."""
     if flag_value(argv, "--model.source"):
         return True
-    for path in _config_files(argv):
+    for path in config_files(argv):
         try:
             d = _read_config(path)
         except DepthlabError:  # said by check_keys
@@ -635,7 +635,8 @@ def check_no_empty_paths(command: str, argv: list[str]) -> None:
                                 "(an unset shell variable?)")
 
 
-def _config_files(argv: list[str]) -> list[str]:
+def config_files(argv: list[str]) -> list[str]:
+    """The paths of the ``-c/--config`` files ``argv`` names, in order."""
     return [a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
             if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config=")]
 
@@ -717,7 +718,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             homes = sorted(k for k in known if k.split(".")[-1] == field_of(name).replace("-", "_"))
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
-    files = [(path, _read_config(path)) for path in _config_files(argv)]
+    files = [(path, _read_config(path)) for path in config_files(argv)]
     in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
     if problems or in_files:
         raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}; see `depthlab {command} "

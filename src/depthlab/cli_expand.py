@@ -141,7 +141,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     resume = flag_value(argv, "--resume")
     if resume is None:
         init = flag_value(argv, "--init-from") or flag_value(argv, "--init_from")
-        return _init_from_model_flags(init, flag_value(argv, "--model.source")) + out if init else out
+        return _init_from_model_flags(init, flag_value(argv, "--model.source"), argv) + out if init else out
     rd = Path(resume)
     try:
         RunDir(rd).require("config")
@@ -196,7 +196,29 @@ def resume_config_fault(rd: Path) -> Optional[str]:
     return None
 
 
-def _init_from_model_flags(init: str, source: Optional[str] = None) -> list[str]:
+def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> None:
+    """``-c FILE --init-from SRC``: the source's model section comes after the files (only flags typed come later),
+    so a file's model field that differs from the source's would be silently replaced by it; refused instead.
+
+    Raises:
+        DepthlabError: naming each differing field (its value in the file and in ``what``) and the two fixes.
+    """
+    from .cli_args import config_files
+
+    files = [f for f in config_files(argv) if _yaml_section(f, "model")]
+    said = {k: (f, v) for f in files for k, v in _yaml_section(f, "model").items()}  # the last file wins
+    differ = [(k, f, v) for k, (f, v) in said.items() if k in model and k != "vocab_size" and v != model[k]
+              and flag_value(argv, f"--model.{k}") is None]  # a typed flag wins over both: not ignored
+    if differ:
+        fields = "; ".join(f"model.{k} {v} in {f}, {model[k]} in {init}" for k, f, v in differ)
+        names = ", ".join(f"model.{k}" for k, _, _ in differ)
+        raise DepthlabError(f"--init-from {init}: {fields}; the new run would train {what}'s model (its weights fix "
+                            f"the shape) and ignore the file's values: remove {names} from "
+                            f"{' / '.join(sorted({f for _, f, _ in differ}))}, or drop --init-from to train the "
+                            "file's model from scratch")
+
+
+def _init_from_model_flags(init: str, source: Optional[str] = None, argv: Optional[list[str]] = None) -> list[str]:
     """``--init-from SRC``: the source's model section as flags, before the user's own (which win).
 
     ``source``: the ``--model.source`` the command gives. Its weights cannot come from depthlab's GPT: refused in
@@ -212,7 +234,8 @@ def _init_from_model_flags(init: str, source: Optional[str] = None) -> list[str]
 
     from .init_from import source_model
 
-    model = source_model(Path(init))[0] if Path(init).is_dir() else {}
+    model, what = source_model(Path(init)) if Path(init).is_dir() else ({}, "")
+    _refuse_file_model(init, model, what, argv or [])
     if source and model and not model.get("source"):
         raise DepthlabError(f"--init-from {init} holds depthlab's GPT (model.n_layer {model.get('n_layer')}, n_embd "
                             f"{model.get('n_embd')}), and --init-from starts a model.source model only from a run "
