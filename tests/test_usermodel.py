@@ -7,7 +7,7 @@ import numpy as np
 
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, assert_clean_error
 from depthlab.cli import main
 from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig
 from depthlab.errors import DepthlabError
@@ -898,4 +898,23 @@ def test_init_from_a_source_run_builds_its_own_copy_not_the_file_edited_since(tm
     assert err.startswith("depthlab: error: checkpoint runs/ok does not fit this model: shape mismatch ")
     assert err.endswith(" (mine.py changed since runs/ok copied it: drop --model.source mine.py:MyGPT to start from "
                         "that run's own copy, the code its weights were trained with)\n") and err.count("\n") == 1
+    assert not (tmp_path / "o2").exists()
+
+
+def test_init_from_with_model_init_that_changes_a_weight_shape_names_it_and_the_fix(tmp_path, tiny_text_file,
+                                                                                      model_file, monkeypatch, capsys):
+    """nu80: the run recorded no model.init, so the new --model.init was not compared and the refusal was only
+    'checkpoint runs/ok does not fit this model: shape mismatch W (a) vs (b)', with no fix."""
+    monkeypatch.chdir(tmp_path)
+    flags = ["--data.path", str(tiny_text_file), "--model.block_size", "16", "--train.batch_size", "4",
+             "--train.max_iters", "2", "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.threads", "1",
+             "--train.tensorboard", "false"]
+    assert main(["train", *flags, "--model.source", "mine.py:MyGPT", "--train.out_dir", "runs/ok"]) == 0
+    capsys.readouterr()
+    rc = main(["train", *flags, "--init-from", "runs/ok", "--model.init", '{"n_embd": 32}', "--train.out_dir", "o2"])
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err, "--init-from runs/ok: its weights do not fit this model (model.init None there, "
+                       "{'n_embd': 32} here: shape mismatch tok.weight (33, 16) saved vs (33, 32) in this model, ",
+                       "); drop those --model flags to take the source run's shape, or drop --init-from: a model of "
+                       "this shape is a new model and trains from scratch")
     assert not (tmp_path / "o2").exists()

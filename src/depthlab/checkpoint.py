@@ -42,7 +42,7 @@ CKPT_DIR = CHECKPOINTS
 
 __all__ = ["atomic_write", "save_checkpoint", "checkpoint_bytes", "write_checkpoint", "latest_checkpoint",
            "NoIntactCheckpoint",
-           "verified_best", "load_weights_file", "load_into", "load_state", "read_metadata", "read_manifest",
+           "verified_best", "load_weights_file", "load_into", "misfit", "load_state", "read_metadata", "read_manifest",
            "model_config_from_meta", "capture_rng_state",
            "restore_rng_state", "payload_sha256", "sha256_file", "weights_bytes", "clean_state_dict"]
 
@@ -591,12 +591,10 @@ def read_metadata(path: Path) -> dict[str, str]:
         return {}
 
 
-def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path) -> None:
-    """Load a (prefix-stripped) state dict into ``model``; tied weights may be absent.
-
-    Raises:
-        DepthlabError: on missing or unexpected keys or shape mismatches, naming them.
-    """
+def misfit(model: torch.nn.Module, sd: dict[str, torch.Tensor]) -> str:
+    """Why the (prefix-stripped) state dict ``sd`` does not load into ``model``: its missing and unexpected names and
+    the weights whose shapes differ (saved vs in this model), at most a few of each; "" when it loads (tied weights
+    may be absent)."""
     own = clean_state_dict(model.state_dict())
     tied = set()
     ptrs: dict[int, str] = {}
@@ -606,17 +604,27 @@ def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path) -
         ptrs.setdefault(v.data_ptr(), k)
     missing = [k for k in own if k not in sd and k not in tied]
     unexpected = [k for k in sd if k not in own]
-    shapes = [k for k in sd if k in own and tuple(sd[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(missing[:5])}")
-        if unexpected:
-            parts.append(f"unexpected {', '.join(unexpected[:5])}")
-        if shapes:
-            parts.append("shape mismatch " + ", ".join(
-                f"{k} {tuple(sd[k].shape)} vs {tuple(own[k].shape)}" for k in shapes[:3]))
-        raise DepthlabError(f"checkpoint {path} does not fit this model: {'; '.join(parts)}")
+    shapes = [k for k in own if k in sd and tuple(sd[k].shape) != tuple(own[k].shape)]  # in the model's order
+    parts = []
+    if missing:
+        parts.append(f"missing {', '.join(missing[:5])}")
+    if unexpected:
+        parts.append(f"unexpected {', '.join(unexpected[:5])}")
+    if shapes:
+        parts.append("shape mismatch " + ", ".join(
+            f"{k} {tuple(sd[k].shape)} saved vs {tuple(own[k].shape)} in this model" for k in shapes[:3]))
+    return "; ".join(parts)
+
+
+def load_into(model: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path) -> None:
+    """Load a (prefix-stripped) state dict into ``model``; tied weights may be absent.
+
+    Raises:
+        DepthlabError: on missing or unexpected keys or shape mismatches, naming them (:func:`misfit`).
+    """
+    why = misfit(model, sd)
+    if why:
+        raise DepthlabError(f"checkpoint {path} does not fit this model: {why}")
     target = model
     while hasattr(target, "module") or hasattr(target, "_orig_mod"):
         target = getattr(target, "module", None) or getattr(target, "_orig_mod")

@@ -216,17 +216,24 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
             f"{ckpt.new_run_command(run_dir, False, flags)}")
 
 
-def _unfit_weights(src: Path, ours: dict) -> Optional[str]:
+def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
-    or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), and the fix; None
-    when no field differs."""
+    or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), the weights that
+    differ (``weights``, :func:`~depthlab.checkpoint.misfit`) and the fix; None when no field differs."""
+    from ..usermodel import parse_init
+
     theirs, what = source_model(src)
-    diff = [k for k in sorted(theirs) if k in ours and k != "vocab_size" and theirs[k] != ours[k]]
+    # a model.source run's config.json leaves out an empty model.init: the user's keyword arguments are compared too
+    named = sorted({*theirs, "init"} if ours.get("source") else theirs)
+    norm = (lambda k, v: parse_init(v) if k == "init" else v) if ours.get("source") else (lambda k, v: v)
+    diff = [k for k in named if k in ours and k != "vocab_size" and norm(k, theirs.get(k)) != norm(k, ours[k])]
     unfit = [k for k in diff if weights_fit({**ours, **theirs}, {**ours, **theirs, k: ours[k]}) is False]
     keys = unfit or diff
     if not keys:
         return None
-    said = "; ".join(f"model.{k} {theirs[k]!r} there, {ours[k]!r} here" for k in keys)
+    # a model.source model's fields do not say which weights they change; depthlab's GPT's do
+    said = "; ".join(f"model.{k} {theirs.get(k)!r} there, {ours[k]!r} here" for k in keys) + \
+        (f": {weights}" if weights and ours.get("source") else "")
     # without those flags the command line takes the source's model section (cli_expand), a run's or an export's
     return (f"--init-from {src}: its weights do not fit this model ({said}); drop those --model flags to take {what}'s "
             "shape, or drop --init-from: a model of this shape is a new model and trains from scratch")
@@ -634,11 +641,12 @@ class Checkpointer:
                 are named (the command line takes the source's shape unless told otherwise).
         """
         sd, record = init_weights(rd, model_cfg, tokenizer)
-        try:
-            ckpt.load_into(raw_model, sd, rd)
-        except DepthlabError as e:
-            why = _unfit_weights(rd, dataclasses.asdict(model_cfg)) or str(e)
-            raise DepthlabError(why + changed_source(rd, model_cfg.source)) from None
+        weights = ckpt.misfit(raw_model, sd)
+        if weights:
+            why = _unfit_weights(rd, dataclasses.asdict(model_cfg), weights) or \
+                f"checkpoint {rd} does not fit this model: {weights}"
+            raise DepthlabError(why + changed_source(rd, model_cfg.source))
+        ckpt.load_into(raw_model, sd, rd)
         return record
 
     # ------------------------------------------------------------------ saving
