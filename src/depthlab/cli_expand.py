@@ -215,7 +215,8 @@ def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> No
         raise DepthlabError(f"--init-from {init}: {fields}; the new run would train {what}'s model (its weights fix "
                             f"the shape) and ignore the file's values: remove {names} from "
                             f"{' / '.join(sorted({f for _, f, _ in differ}))}, or drop --init-from to train the "
-                            "file's model from scratch")
+                            "file's model from scratch (a --model.FIELD flag typed on the command line still wins, "
+                            "e.g. a dropout)")
 
 
 def _init_from_model_flags(init: str, source: Optional[str] = None, argv: Optional[list[str]] = None) -> list[str]:
