@@ -243,3 +243,16 @@ def test_init_from_with_a_config_file_of_the_same_model_or_a_flag_over_it_trains
                          *_no_model_flags(tmp_path))
     assert rc == 0, err
     assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["n_layer"] == 2
+
+
+def test_init_from_with_a_preset_of_another_shape_trains_the_runs_model_and_says_so(good_run, tmp_path, capsys):
+    # was: --preset fast-cpu (4 heads x 128, block 64) trained the run's 2 heads x 32 model without a word
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    rc, _, err = run_cli(capsys, "train", "--preset", "fast-cpu", "--init-from", str(good_run),
+                         *_no_model_flags(tmp_path), "--train.dtype", "float32")
+    assert rc == 0, err
+    assert (f"depthlab: warning: --init-from {good_run}: the new run trains the source run's model, whose weights "
+            "fix its shape: model.n_head 2 (preset fast-cpu: 4), model.n_embd 32 (preset fast-cpu: 128), "
+            "model.block_size 16 (preset fast-cpu: 64)") in err
+    model = json.loads((tmp_path / "new" / "config.json").read_text())["model"]
+    assert (model["n_head"], model["n_embd"], model["block_size"]) == (2, 32, 16)

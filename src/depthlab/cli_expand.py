@@ -7,6 +7,7 @@ the shape). Flags the user typed come after and win.
 
 from __future__ import annotations
 
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -199,16 +200,24 @@ def resume_config_fault(rd: Path) -> Optional[str]:
 def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> None:
     """``-c FILE --init-from SRC``: the source's model section comes after the files (only flags typed come later),
     so a file's model field that differs from the source's would be silently replaced by it; refused instead.
+    A ``--preset``'s model fields are the preset's recipe, not the user's words: the run's shape wins with one
+    warning naming each field the preset gave another value.
 
     Raises:
         DepthlabError: naming each differing field (its value in the file and in ``what``) and the two fixes.
     """
     from .cli_args import config_files
 
-    files = [f for f in config_files(argv) if _yaml_section(f, "model")]
+    files = [f for f in config_files(expand_presets(argv)) if _yaml_section(f, "model")]
     said = {k: (f, v) for f in files for k, v in _yaml_section(f, "model").items()}  # the last file wins
     differ = [(k, f, v) for k, (f, v) in said.items() if k in model and k != "vocab_size" and v != model[k]
               and flag_value(argv, f"--model.{k}") is None]  # a typed flag wins over both: not ignored
+    preset = [(k, Path(f).stem, v) for k, f, v in differ if Path(f).parent == preset_dir()]
+    differ = [d for d in differ if Path(d[1]).parent != preset_dir()]
+    if preset and not differ:  # a preset's training settings for the run's model: meant, but said
+        warnings.warn(f"--init-from {init}: the new run trains {what}'s model, whose weights fix its shape: "
+                      + ", ".join(f"model.{k} {model[k]} (preset {p}: {v})" for k, p, v in preset)
+                      + "; a --model.FIELD flag typed on the command line still wins (e.g. a dropout)")
     if differ:
         fields = "; ".join(f"model.{k} {v} in {f}, {model[k]} in {init}" for k, f, v in differ)
         names = ", ".join(f"model.{k}" for k, _, _ in differ)
