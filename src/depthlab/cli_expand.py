@@ -131,6 +131,11 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     """
     from .rundir import CONFIG, RunDir
 
+    for names in (["--resume"], ["--init-from", "--init_from"]):
+        values = list(dict.fromkeys(v for _, _, v in occurrences(argv, names) if v is not None))
+        if len(values) > 1:  # the expansion reads the first, the parser keeps the last: refused, not mixed
+            raise DepthlabError(f"{names[0]} is given {len(values)} times ({', '.join(values)}); give it once, "
+                                "with the one run directory to use")
     given = occurrences(argv, ["--resume"])
     if given and (given[0][2] is None or given[0][2].startswith("--")):
         raise DepthlabError("--resume needs the run directory to continue: --resume RUN_DIR, the folder holding its "

@@ -1,0 +1,39 @@
+"""A new user's findings (nu83): --init-from or --resume given twice with different runs took the model's shape
+(or the run's config) from the first and the weights (or the resume flag) from the last, so `--init-from A
+--init-from B` refused with "drop those --model flags" when none were typed, and `--resume A --resume B`
+silently continued A; both are now refused in one line."""
+
+import pytest
+
+from conftest import cli_err, run_cli, tiny_cli_args
+
+
+@pytest.fixture
+def two_runs(tmp_path, tiny_text_file, capsys):
+    runs = []
+    for name, width in (("a", 32), ("b", 16)):
+        run = tmp_path / name
+        rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, model__n_embd=width,
+                                                              train__max_iters=2, train__eval_interval=2))
+        assert rc == 0, err
+        runs.append(run)
+    return runs
+
+
+@pytest.mark.parametrize("flag", ["--init-from", "--init_from"])
+def test_init_from_given_twice_is_refused_in_one_line(tmp_path, two_runs, capsys, flag):
+    a, b = two_runs
+    new = tmp_path / "new"
+    err = cli_err(capsys, "train", "--init-from", str(a), flag, str(b), "--train.out_dir", str(new))
+    assert err == (f"depthlab: error: --init-from is given 2 times ({a}, {b}); give it once, with the one run "
+                   "directory to use\n"), err
+    assert not new.exists()
+
+
+def test_resume_given_twice_is_refused_in_one_line(two_runs, capsys):
+    a, b = two_runs
+    before = [(p / "metrics.jsonl").read_text() for p in (a, b)]
+    err = cli_err(capsys, "train", "--resume", str(a), "--resume", str(b), "--train.max_iters", "4")
+    assert err == (f"depthlab: error: --resume is given 2 times ({a}, {b}); give it once, with the one run "
+                   "directory to use\n"), err
+    assert [(p / "metrics.jsonl").read_text() for p in (a, b)] == before
