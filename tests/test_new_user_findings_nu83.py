@@ -37,3 +37,13 @@ def test_resume_given_twice_is_refused_in_one_line(two_runs, capsys):
     assert err == (f"depthlab: error: --resume is given 2 times ({a}, {b}); give it once, with the one run "
                    "directory to use\n"), err
     assert [(p / "metrics.jsonl").read_text() for p in (a, b)] == before
+
+
+def test_probe_out_with_another_extension_says_the_fix(tmp_path, capsys):
+    # was: "probe: --out out.txt must be a .png file name", no fix
+    out = tmp_path / "out.txt"
+    err = cli_err(capsys, "probe", "--model.n_layer", "1", "--model.n_embd", "32", "--model.n_head", "2",
+                  "--out", str(out))
+    assert err == (f"depthlab: error: probe: --out {out} must be a .png file name; give one such as "
+                   f"{tmp_path / 'out.png'}, or a folder\n"), err
+    assert not out.exists() and not (tmp_path / "out.png").exists()

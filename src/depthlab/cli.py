@@ -137,7 +137,8 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
         raise DepthlabError(f"probe: --out {path} is an existing file, not a .png file name or a folder; give a "
                             ".png file name or a folder")
     if path.suffix.lower() not in (".png", ""):
-        raise DepthlabError(f"probe: --out {path} must be a .png file name")
+        raise DepthlabError(f"probe: --out {path} must be a .png file name; give one such as "
+                            f"{path.with_suffix('.png')}, or a folder")
     path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
     if not path.parent.is_dir():
         raise DepthlabError(f"probe: the folder of --out {path} does not exist; create it or choose another path")
