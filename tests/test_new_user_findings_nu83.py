@@ -47,3 +47,18 @@ def test_probe_out_with_another_extension_says_the_fix(tmp_path, capsys):
     assert err == (f"depthlab: error: probe: --out {out} must be a .png file name; give one such as "
                    f"{tmp_path / 'out.png'}, or a folder\n"), err
     assert not out.exists() and not (tmp_path / "out.png").exists()
+
+
+def test_a_resumed_runs_config_given_with_c_for_a_new_out_dir_says_train_resume_is_true(two_runs, tmp_path, capsys):
+    # a resumed run's config.json says train.resume: true; `-c RUN/config.json --train.out_dir NEW` was refused
+    # with "cannot resume: run directory NEW not found; give the out_dir of a depthlab train run" though the
+    # user typed no --resume, and without the fix (--train.resume false)
+    a, _ = two_runs
+    rc, _, err = run_cli(capsys, "train", "--resume", str(a), "--train.max_iters", "3")
+    assert rc == 0, err
+    new = tmp_path / "new"
+    err = cli_err(capsys, "train", "-c", str(a / "config.json"), "--train.out_dir", str(new))
+    assert err == (f"depthlab: error: cannot resume: run directory {new} not found; give the out_dir of a depthlab "
+                   f"train run, or pass --train.resume false to start a new run in {new} (train.resume is true, "
+                   "e.g. in a run's config.json given with -c)\n"), err
+    assert not new.exists()

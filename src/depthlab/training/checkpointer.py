@@ -398,6 +398,10 @@ class Checkpointer:
             rd.refuse_non_files(METRICS, SUMMARY, VOCAB, TOKENIZER, BASELINES, DIAGNOSIS, TRAIN_LOG)
             _refuse_blocked_folders(rd)
         except DepthlabError as e:
+            if not self.run_dir.exists() and not self.run_dir.is_symlink():  # train.resume true from a file or flag
+                raise DepthlabError(f"cannot resume: {e}, or pass --train.resume false to start a new run in "
+                                    f"{self.run_dir} (train.resume is true, e.g. in a run's config.json given "
+                                    "with -c)") from None
             raise DepthlabError(f"cannot resume: {e}") from None
         old = rd.config or {}
         self.init_record = kept_init_record(old)  # a resume keeps the record of its --init-from
