@@ -3,6 +3,8 @@
 --init-from B` refused with "drop those --model flags" when none were typed, and `--resume A --resume B`
 silently continued A; both are now refused in one line."""
 
+import os
+
 import pytest
 
 from conftest import cli_err, run_cli, tiny_cli_args
@@ -62,3 +64,15 @@ def test_a_resumed_runs_config_given_with_c_for_a_new_out_dir_says_train_resume_
                    f"train run, or pass --train.resume false to start a new run in {new} (train.resume is true, "
                    "e.g. in a run's config.json given with -c)\n"), err
     assert not new.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_pipe_as_data_path_is_not_called_empty(tmp_path, capsys):
+    # was: "data.path FIFO is empty; give a file with some text" (also for /dev/zero): a device or pipe has size 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    run = tmp_path / "run"
+    err = cli_err(capsys, "train", *tiny_cli_args(fifo, run))
+    assert err == (f"depthlab: error: data.path {fifo} is not a regular file (a device, pipe or socket); give a text "
+                   "file (a pipe's text can be saved to one first)\n"), err
+    assert not run.exists()

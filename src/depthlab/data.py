@@ -144,6 +144,9 @@ def _resolve_path(cfg: DataConfig) -> Path:
                             "(or leave data.path unset for the embedded Tiny Shakespeare)")
     if p.is_dir():
         raise DepthlabError(f"data.path {cfg.path} is a directory; give a text file inside it")
+    if not p.is_file():  # a device or pipe reports size 0: "is empty" was false for /dev/zero or a fifo
+        raise DepthlabError(f"data.path {cfg.path} is not a regular file (a device, pipe or socket); give a text "
+                            "file (a pipe's text can be saved to one first)")
     if p.stat().st_size == 0:
         raise DepthlabError(f"data.path {cfg.path} is empty; give a file with some text")
     return p
