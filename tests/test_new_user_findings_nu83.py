@@ -76,3 +76,18 @@ def test_a_pipe_as_data_path_is_not_called_empty(tmp_path, capsys):
     assert err == (f"depthlab: error: data.path {fifo} is not a regular file (a device, pipe or socket); give a text "
                    "file (a pipe's text can be saved to one first)\n"), err
     assert not run.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_pipe_as_config_file_or_model_file_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    # was: -c FIFO waited for a writer forever (-c /dev/zero read until memory ran out); check FIFO.py:A said
+    # "file FIFO.py not found in DIR; ... (DIR holds FIFO.py)"
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("c.yaml")
+    os.mkfifo("m.py")
+    err = cli_err(capsys, "check", "m.py:A")
+    assert err == ("depthlab: error: check m.py:A: m.py is not a regular file (a device, pipe or socket); give the "
+                   "model's .py file\n"), err
+    err = cli_err(capsys, "train", "-c", "c.yaml")
+    assert err == ("depthlab: error: config file c.yaml is not a regular file (a device, pipe or socket); give a "
+                   "YAML file\n"), err

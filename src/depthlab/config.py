@@ -253,8 +253,11 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
     """
     import yaml
 
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():  # was: /dev/zero read until memory ran out
+        raise DepthlabError(f"{what} {path} is not a regular file (a device, pipe or socket); give a YAML file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise DepthlabError(f"{what} {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
                             f"{e.start}); save it as UTF-8") from None

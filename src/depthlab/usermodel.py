@@ -85,6 +85,9 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text}: {path} is a folder{held}; give the .py file in it that defines "
                             f"{name or 'the model'} (e.g. {Path(path) / (files[0] if files else 'model.py')}"
                             f"{':' + name if name else ''})")
+    if p.exists() and not p.is_file():  # was: "file f.py not found in DIR ... (DIR holds f.py)" for a fifo
+        raise DepthlabError(f"{option} {text}: {path} is not a regular file (a device, pipe or socket); give the "
+                            "model's .py file")
     if not p.is_file():
         # the fix: where a relative path was looked for, and the .py files there, since a typo is the usual cause
         near = sorted(q.name for q in p.parent.glob("*.py")) if p.parent.is_dir() else []
