@@ -91,3 +91,13 @@ def test_a_pipe_as_config_file_or_model_file_is_refused_in_one_line(tmp_path, ca
     err = cli_err(capsys, "train", "-c", "c.yaml")
     assert err == ("depthlab: error: config file c.yaml is not a regular file (a device, pipe or socket); give a "
                    "YAML file\n"), err
+
+
+def test_coordcheck_refuses_an_axis_of_model_vocab_size(capsys):
+    # was: measured the same model at every value (vocab_size comes from the corpus), identical rows, "-> stable"
+    err = cli_err(capsys, "coordcheck", "--axis", "model.vocab_size=32,64")
+    assert err == ("depthlab: error: --axis model.vocab_size: the vocabulary is set from the corpus's tokenizer, so "
+                   "every value would measure the same model; vary another field, e.g. --axis "
+                   "model.n_layer=2,4,8,16\n"), err
+    err = cli_err(capsys, "coordcheck", "--axis", "model.nope=1,2")
+    assert "model.vocab_size" not in err and "model.n_layer" in err, err

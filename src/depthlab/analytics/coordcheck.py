@@ -88,7 +88,7 @@ def numeric_fields() -> list[str]:
     for sec, klass in (("model", ModelConfig), ("train", TrainConfig)):
         hints = typing.get_type_hints(klass)
         out += [f"{sec}.{f.name}" for f in dataclasses.fields(klass) if hints[f.name] in (int, float)]
-    return out
+    return [k for k in out if k != "model.vocab_size"]  # set from the corpus's tokenizer: an axis of it varied nothing
 
 
 def _field_type(key: str) -> type:
@@ -122,6 +122,9 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     if not eq or not key:
         raise DepthlabError(f"{option} {text!r}: expected FIELD=V1,V2,... ({example})")
     fields = numeric_fields()
+    if key == "model.vocab_size":  # was: measured the same model at every value and called it "stable"
+        raise DepthlabError(f"{option} model.vocab_size: the vocabulary is set from the corpus's tokenizer, so every "
+                            f"value would measure the same model; vary another field, {example}")
     if key.startswith("model.init.") and key[len("model.init."):].isidentifier():
         kind: type = float
     elif key in fields:
