@@ -256,3 +256,13 @@ def test_init_from_with_a_preset_of_another_shape_trains_the_runs_model_and_says
             "model.block_size 16 (preset fast-cpu: 64)") in err
     model = json.loads((tmp_path / "new" / "config.json").read_text())["model"]
     assert (model["n_head"], model["n_embd"], model["block_size"]) == (2, 32, 16)
+
+
+def test_init_from_with_a_preset_and_a_refused_shape_says_one_line_not_the_warning(good_run, tmp_path, capsys):
+    # was: the preset's "the new run trains the source run's model" warning, then the refusal: two lines, and the
+    # warning spoke of a run that was never made
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    rc, _, err = run_cli(capsys, "train", "--preset", "fast-cpu", "--init-from", str(good_run), "--model.n_embd",
+                         "64", *_no_model_flags(tmp_path), "--train.dtype", "float32")
+    assert_clean_error(rc, err, f"--init-from {good_run}")
+    assert "warning" not in err and not (tmp_path / "new").exists()

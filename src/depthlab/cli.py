@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, one_line
-from .cli_expand import expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401
+from .cli_expand import deferred_warnings, expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401,E501
 from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
@@ -100,6 +100,8 @@ def run_train(ns) -> int:
               f"OMP_WAIT_POLICY={r.env['OMP_WAIT_POLICY']} (read once, when torch loads)", flush=True)
         sys.stderr.flush()
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
+    for message in deferred_warnings():  # the run is made: a refusal above said its one line alone
+        warnings.warn(message)
     fit_checked(trainer)
     return 0
 

@@ -7,7 +7,6 @@ the shape). Flags the user typed come after and win.
 
 from __future__ import annotations
 
-import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -15,8 +14,8 @@ from typing import Optional
 from .cli_args import convert, flag_value, occurrences
 from .errors import DepthlabError
 
-__all__ = ["expand_presets", "expand_train_argv", "resume_config_fault", "list_presets", "preset_dir", "preset_path",
-           "corpus_target"]
+__all__ = ["deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault", "list_presets",
+           "preset_dir", "preset_path", "corpus_target"]
 
 
 def preset_dir() -> Path:
@@ -122,6 +121,17 @@ def expand_presets(argv: list[str]) -> list[str]:
     return out
 
 
+_DEFERRED: list[str] = []  # warnings about the run to be made: said once it is made (:func:`deferred_warnings`)
+
+
+def deferred_warnings() -> list[str]:
+    """The warnings the last :func:`expand_train_argv` kept for the run it describes, emptied: the caller warns
+    once the run is set up, so that a command refused later says one line, and a restarted one says them once."""
+    out = list(_DEFERRED)
+    _DEFERRED.clear()
+    return out
+
+
 def expand_train_argv(argv: list[str]) -> list[str]:
     """Presets, then ``--resume RUN``: the run's own config.json first, resume and out_dir last.
 
@@ -131,6 +141,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     """
     from .rundir import CONFIG, RunDir
 
+    _DEFERRED.clear()
     for names in (["--resume"], ["--init-from", "--init_from"]):
         values = list(dict.fromkeys(v for _, _, v in occurrences(argv, names) if v is not None))
         if len(values) > 1:  # the expansion reads the first, the parser keeps the last: refused, not mixed
@@ -206,7 +217,7 @@ def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> No
     """``-c FILE --init-from SRC``: the source's model section comes after the files (only flags typed come later),
     so a file's model field that differs from the source's would be silently replaced by it; refused instead.
     A ``--preset``'s model fields are the preset's recipe, not the user's words: the run's shape wins with one
-    warning naming each field the preset gave another value.
+    warning naming each field the preset gave another value (kept for :func:`deferred_warnings`).
 
     Raises:
         DepthlabError: naming each differing field (its value in the file and in ``what``) and the two fixes.
@@ -220,7 +231,7 @@ def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> No
     preset = [(k, Path(f).stem, v) for k, f, v in differ if Path(f).parent == preset_dir()]
     differ = [d for d in differ if Path(d[1]).parent != preset_dir()]
     if preset and not differ:  # a preset's training settings for the run's model: meant, but said
-        warnings.warn(f"--init-from {init}: the new run trains {what}'s model, whose weights fix its shape: "
+        _DEFERRED.append(f"--init-from {init}: the new run trains {what}'s model, whose weights fix its shape: "
                       + ", ".join(f"model.{k} {model[k]} (preset {p}: {v})" for k, p, v in preset)
                       + "; a --model.FIELD flag typed on the command line still wins (e.g. a dropout)")
     if differ:
