@@ -101,3 +101,15 @@ def test_coordcheck_refuses_an_axis_of_model_vocab_size(capsys):
                    "model.n_layer=2,4,8,16\n"), err
     err = cli_err(capsys, "coordcheck", "--axis", "model.nope=1,2")
     assert "model.vocab_size" not in err and "model.n_layer" in err, err
+
+
+@pytest.mark.parametrize("field", ["train.keep_last", "train.batch_size", "train.eval_interval", "train.threads"])
+def test_coordcheck_refuses_an_axis_of_a_train_field_it_never_reads(capsys, field):
+    # was: --axis train.keep_last=1,2 measured the same model at both values, identical rows, "-> stable"
+    err = cli_err(capsys, "coordcheck", "--axis", f"{field}=1,2")
+    assert err.startswith(f"depthlab: error: --axis {field}: the coordinate check does not read it (each step "
+                          "trains on its own batch of 4 windows;"), err
+    assert err.endswith("so every value would measure the same model; vary another field, e.g. --axis "
+                        "model.n_layer=2,4,8,16\n"), err
+    err = cli_err(capsys, "coordcheck", "--axis", "model.nope=1,2")
+    assert field not in err and "train.learning_rate" in err, err

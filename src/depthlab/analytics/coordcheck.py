@@ -88,7 +88,18 @@ def numeric_fields() -> list[str]:
     for sec, klass in (("model", ModelConfig), ("train", TrainConfig)):
         hints = typing.get_type_hints(klass)
         out += [f"{sec}.{f.name}" for f in dataclasses.fields(klass) if hints[f.name] in (int, float)]
-    return [k for k in out if k != "model.vocab_size"]  # set from the corpus's tokenizer: an axis of it varied nothing
+    return [k for k in out if k not in UNUSED_FIELDS]
+
+
+#: Numeric fields the coordinate check never reads, each with why: an axis of one measured the same model at
+#: every value, printed identical rows and called them "stable".
+UNUSED_FIELDS = {
+    "model.vocab_size": "the vocabulary is set from the corpus's tokenizer",
+    **{f"train.{k}": "the coordinate check does not read it (each step trains on its own batch of "
+       f"{PROBE_BATCH_SIZE} windows; it neither evaluates, logs, checkpoints, samples nor stops early)"
+       for k in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "threads", "keep_last",
+                 "grad_log_interval", "probe_interval", "target_val_loss", "patience", "min_delta",
+                 "sample_interval", "sample_tokens")}}
 
 
 def _field_type(key: str) -> type:
@@ -122,9 +133,9 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     if not eq or not key:
         raise DepthlabError(f"{option} {text!r}: expected FIELD=V1,V2,... ({example})")
     fields = numeric_fields()
-    if key == "model.vocab_size":  # was: measured the same model at every value and called it "stable"
-        raise DepthlabError(f"{option} model.vocab_size: the vocabulary is set from the corpus's tokenizer, so every "
-                            f"value would measure the same model; vary another field, {example}")
+    if key in UNUSED_FIELDS:  # was: measured the same model at every value and called it "stable"
+        raise DepthlabError(f"{option} {key}: {UNUSED_FIELDS[key]}, so every value would measure the same model; "
+                            f"vary another field, {example}")
     if key.startswith("model.init.") and key[len("model.init."):].isidentifier():
         kind: type = float
     elif key in fields:
