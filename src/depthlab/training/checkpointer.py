@@ -202,14 +202,16 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
     flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys)
     vocab = [k for k in keys if k in _VOCAB_FIELDS]
     if vocab:
-        return (f"train a new run from scratch ({', '.join(vocab)} changes the tokenizer, whose ids the run's weights "
+        return (f"train a new run from scratch ({', '.join(vocab)} {'change' if len(vocab) > 1 else 'changes'} the "
+                f"tokenizer, whose ids the run's weights "
                 f"are trained on, so --init-from cannot reuse them): {ckpt.new_run_command(run_dir, False, flags)}")
     fit = weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
     if fit:
         why = "the changed model has the same weights, by name and shape; " if model else ""
         return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
                 f"{ckpt.new_run_command(run_dir, True, flags)}")
-    what = ("changes the number or shape of the model's weights, so --init-from cannot reuse the run's" if fit is False
+    verb = "change" if len(model) > 1 else "changes"
+    what = (f"{verb} the number or shape of the model's weights, so --init-from cannot reuse the run's" if fit is False
             else "is other model code, whose weights cannot be compared with the run's before it is built; --init-from "
             f"{run_dir} would check them and refuse weights that do not fit")
     return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}): "
@@ -412,7 +414,8 @@ class Checkpointer:
         refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
-                                "these change what the run's numbers mean: resume with the run's own values, or "
+                                "these change what the run's numbers mean: resume with the run's own values "
+                                f"(depthlab train --resume {rd.path} alone reads them from its config.json), or "
                                 f"{_new_run_advice(rd.path, refused, old, asked)}")
         for line in resume_config.config_json_notes(rd.path):
             self.log(f"resume: {line}")
