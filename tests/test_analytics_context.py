@@ -218,6 +218,7 @@ def test_a_damaged_config_json_is_named_by_every_reader(report_run, tmp_path, ca
                        "hand?); put back the section as depthlab wrote it, or restore config.json from a copy"), cmd
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_a_config_json_edited_against_its_checkpoint_is_named_by_every_reader(report_run, tmp_path, capsys):
     from conftest import cli_err, fresh_copy, run_cli
 
@@ -365,6 +366,7 @@ def test_a_run_whose_checkpoints_were_deleted_is_named_as_a_run(report_run, tmp_
         assert "yet" not in err
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_report_and_diagnose_warn_of_damaged_empty_metrics_and_summary(report_run, tmp_path, capsys):
     """report said nothing of a metrics.jsonl of random bytes (its page: 'Not recorded in this run') or of a damaged
     summary.json ('the run did not finish'); diagnose said nothing of an emptied metrics.jsonl (a new user's pass)."""
@@ -619,6 +621,7 @@ def test_bigram_stuck_does_not_contradict_the_loss_by_position():
     assert "bigram_stuck" not in rules(near, 0.05, 0.01) and "context_unused" not in rules(near, 0.05, 0.01)
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_a_hand_edited_baselines_json_is_damaged_not_a_crash(report_run, tmp_path, capsys):
     """A new user's pass: valid JSON of another shape in baselines.json ({"bigram": 2.4}, a null or text nats, no
     "uniform") made diagnose, report, context and layers fail with "unexpected ...Error ... please report it"."""

@@ -234,6 +234,7 @@ def test_sample_options_have_dashed_aliases(tmp_path, capsys):
     assert "not found" in err  # parsed fine; the run directory is what is missing
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_command_line_sets_passive_openmp_before_torch_loads():
     import subprocess
     import sys

@@ -18,6 +18,7 @@ def source(tmp_path_factory):
     return trained_tiny_run(tmp_path_factory, "nu51", TINY_TEXT)
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_init_from_a_run_is_said_recorded_and_kept_by_a_resume(source, tmp_path, capsys):
     best = source / "checkpoints" / "best.safetensors"
     manifest = json.loads((source / "checkpoints" / "manifest.json").read_text())["best"]

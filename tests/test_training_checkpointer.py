@@ -1,6 +1,7 @@
 """training.checkpointer: a new run from another run's weights (``init_from``)."""
 
 
+import pytest
 import torch
 
 from depthlab import train
@@ -35,6 +36,7 @@ def _files(run):
     return out
 
 
+@pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min
 def test_background_writes_leave_the_same_files_as_writing_at_once(tmp_path, tiny_text_file, monkeypatch):
     """The same files with the same tensors, the same manifest entries and best (the sha256s vouch for them:
     a run that resumes or samples verifies them), even when each write takes longer than the steps after it."""
