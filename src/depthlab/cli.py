@@ -27,7 +27,8 @@ from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, one_line
-from .cli_expand import deferred_warnings, expand_presets, expand_train_argv, list_presets, preset_dir, preset_path  # noqa: F401,E501
+from .cli_expand import (deferred_warnings, expand_presets, expand_train_argv, list_presets,  # noqa: F401
+                         preset_dir, preset_path)
 from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \

@@ -232,8 +232,8 @@ def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> No
     differ = [d for d in differ if Path(d[1]).parent != preset_dir()]
     if preset and not differ:  # a preset's training settings for the run's model: meant, but said
         _DEFERRED.append(f"--init-from {init}: the new run trains {what}'s model, whose weights fix its shape: "
-                      + ", ".join(f"model.{k} {model[k]} (preset {p}: {v})" for k, p, v in preset)
-                      + "; a --model.FIELD flag typed on the command line still wins (e.g. a dropout)")
+                         + ", ".join(f"model.{k} {model[k]} (preset {p}: {v})" for k, p, v in preset)
+                         + "; a --model.FIELD flag typed on the command line still wins (e.g. a dropout)")
     if differ:
         fields = "; ".join(f"model.{k} {v} in {f}, {model[k]} in {init}" for k, f, v in differ)
         names = ", ".join(f"model.{k}" for k, _, _ in differ)

@@ -387,7 +387,6 @@ def logits_of(out: Any) -> torch.Tensor:
                         "it must return the logits (B, T, V), or a tuple holding them (nanoGPT's (logits, loss))")
 
 
-
 def source_copy(run_dir: Path, source: Union[str, Source]) -> Path:
     """Where a run directory keeps its copy of the model's file (``PATH.py:NAME`` or a Source):
     ``run_dir/source/<file name>``."""

@@ -59,7 +59,7 @@ _START = time.perf_counter()  # a child's deadline counts from its import, not f
 ROUNDS = 2  # timed steps per candidate, interleaved (after one untimed warm-up step each)
 CAP = 2.5  # a candidate this many times slower than the fastest is timed no more
 #: On a busy machine each visit of a candidate is one untimed step, then this many timed ones, and a
-#: candidate's figure is the median of its timed steps, not the minimum: see :func:`time_settings`.
+#: candidate's figure is a median of its visits, not the minimum: see :func:`time_settings`.
 BUSY_STEPS = 2
 BUSY_BUDGET = 2.0  # ... so the measurement's time budget is this many times the idle one
 #: Share of the planned training time the measurement may take (at least MIN_MEASURE_S).
@@ -224,10 +224,12 @@ def fastest(ms: Mapping[Setting, float], order: Sequence[Setting]) -> Setting:
 def time_settings(model, make_optimizer: Callable, loss_fn: Callable, batch, settings: Sequence[Setting],
                   rounds: int = ROUNDS, set_attention: Callable = lambda m, e: None, ref_ms: float = float("inf"),
                   deadline: float = float("inf"), busy: bool = False) -> dict[Setting, float]:
-    """Milliseconds per optimizer step (min over ``rounds`` interleaved timings) of each setting.
+    """Milliseconds per optimizer step of each setting: the minimum over ``rounds`` interleaved timings (the
+    median on a busy machine).
 
     ``busy`` (other processes keep cores busy): each visit of a setting is one untimed step, then
-    :data:`BUSY_STEPS` timed ones, and its figure is their median. The first step after a switch pays for
+    :data:`BUSY_STEPS` timed ones whose median is the visit's figure, and the setting's figure is the median
+    of its visits' figures. The first step after a switch pays for
     waking the thread team behind the other processes, and the minimum of single steps favours one
     thread, which needs one lucky time slice where two threads need two at once: measured on a 2-core
     Zen 3 with one spinning process per core, the idle scheme picked 1 thread in 3 of 5 measurements where

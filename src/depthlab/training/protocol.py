@@ -13,7 +13,6 @@ loss is still computed here from the logits it returns, never taken from the mod
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
