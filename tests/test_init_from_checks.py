@@ -231,7 +231,8 @@ def test_init_from_with_a_config_file_of_another_model_is_refused_naming_the_fie
     assert_clean_error(rc, err, f"--init-from {good_run}: model.n_layer 3 in {f}, 2 in {good_run}; model.n_embd 64 "
                        f"in {f}, 32 in {good_run}; the new run would train the source run's model",
                        f"remove model.n_layer, model.n_embd from {f}, or drop --init-from")
-    assert err.rstrip().endswith("(a --model.FIELD flag typed on the command line still wins, e.g. a dropout)")
+    assert err.rstrip().endswith("(a --model.FIELD flag typed on the command line that leaves the weights' shapes "
+                                 "alone still wins, e.g. a dropout)")
     assert not (tmp_path / "new").exists()
 
 

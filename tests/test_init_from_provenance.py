@@ -98,6 +98,7 @@ def test_a_resume_with_a_new_shape_advises_a_new_model_from_scratch_and_the_advi
     rc, _, err2 = run_cli(capsys, "train", "--resume", str(run), "--model.n_layer", "3", "--model.n_embd", "64",
                           "--train.max_iters", "20")  # two fields: "change", not "changes"
     assert "(model.n_embd, model.n_layer change the number or shape of the model's weights" in err2, err2
+    assert "(run value -> asked); this changes what" in err and "(run value -> asked); these change what" in err2
     rc, out, _ = run_cli(capsys, *_advice(err, tmp_path / "new"))
     assert rc == 0 and "init-from:" not in out
     assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["n_layer"] == 3

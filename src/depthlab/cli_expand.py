@@ -233,15 +233,16 @@ def _refuse_file_model(init: str, model: dict, what: str, argv: list[str]) -> No
     if preset and not differ:  # a preset's training settings for the run's model: meant, but said
         _DEFERRED.append(f"--init-from {init}: the new run trains {what}'s model, whose weights fix its shape: "
                          + ", ".join(f"model.{k} {model[k]} (preset {p}: {v})" for k, p, v in preset)
-                         + "; a --model.FIELD flag typed on the command line still wins (e.g. a dropout)")
+                         + "; a --model.FIELD flag typed on the command line that leaves the weights' shapes alone "
+                           "still wins (e.g. a dropout)")
     if differ:
         fields = "; ".join(f"model.{k} {v} in {f}, {model[k]} in {init}" for k, f, v in differ)
         names = ", ".join(f"model.{k}" for k, _, _ in differ)
         raise DepthlabError(f"--init-from {init}: {fields}; the new run would train {what}'s model (its weights fix "
                             f"the shape) and ignore the file's values: remove {names} from "
                             f"{' / '.join(sorted({f for _, f, _ in differ}))}, or drop --init-from to train the "
-                            "file's model from scratch (a --model.FIELD flag typed on the command line still wins, "
-                            "e.g. a dropout)")
+                            "file's model from scratch (a --model.FIELD flag typed on the command line that leaves "
+                            "the weights' shapes alone still wins, e.g. a dropout)")
 
 
 def _init_from_model_flags(init: str, source: Optional[str] = None, argv: Optional[list[str]] = None) -> list[str]:

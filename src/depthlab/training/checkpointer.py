@@ -414,7 +414,8 @@ class Checkpointer:
         refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
-                                "these change what the run's numbers mean: resume with the run's own values "
+                                f"{'these change' if len(refused) > 1 else 'this changes'} what the run's numbers "
+                                "mean: resume with the run's own values "
                                 f"(depthlab train --resume {rd.path} alone reads them from its config.json), or "
                                 f"{_new_run_advice(rd.path, refused, old, asked)}")
         for line in resume_config.config_json_notes(rd.path):
