@@ -214,3 +214,28 @@ def test_slopes_spread_and_verdicts_of_fake_measurements(tmp_path, tiny_text_fil
     row = next(r for r in res["rows"] if r["label"] == "prenorm" and r["axis_value"] == 4 and r["step"] == 2)
     assert row["resid_rms"] == pytest.approx(2 * 2 * 2 * 1.05)  # mean of the two seeds (k = 1.0, 1.1)
     assert row["resid_rms_std"] == pytest.approx(2 * 2 * 2 * 0.05)  # population std of the two
+
+
+def test_an_axis_that_changes_nothing_is_unchanged_not_stable(capsys, tiny_text_file):
+    # train.max_time is read (fit_to_time plans the decay from it) but moves nothing inside the warmup: the rows
+    # are identical, which used to be reported as a flat slope and "stable"
+    rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.max_time=10,20", "--data.path", str(tiny_text_file),
+                           "--model.n_layer", "2", "--model.n_embd", "16", "--model.n_head", "2",
+                           "--model.block_size", "16", "--steps", "2", "--train.optimizer", "adamw")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert any(ln.startswith("prenorm: ") and ln.endswith("-> unchanged") for ln in lines), out
+    assert "every value of train.max_time measured the same numbers" in out and "-> stable" not in out
+    rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.learning_rate=0.001,0.01",
+                           "--data.path", str(tiny_text_file), "--model.n_layer", "2", "--model.n_embd", "16",
+                           "--model.n_head", "2", "--model.block_size", "16", "--steps", "2",
+                           "--train.optimizer", "adamw", "--train.warmup_iters", "0")
+    assert rc == 0, err
+    assert "unchanged" not in out  # a rate the run uses moves step 2
+
+
+def test_a_data_field_as_axis_is_refused_as_data_not_as_non_numeric(capsys):
+    rc, _, err = run_cli(capsys, "coordcheck", "--axis", "data.val_fraction=0.1,0.2")
+    assert_clean_error(rc, err, "--axis data.val_fraction", "varies the model and its training",
+                       "--data.val_fraction VALUE")
+    assert "not a numeric" not in err

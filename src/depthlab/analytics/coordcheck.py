@@ -28,7 +28,8 @@ every block reads and writes; microsoft/mup's coord check, Yang et al. 2022 "Ten
 plots the same thing against width): ``stable`` when |slope| < :data:`STABLE_SLOPE` at every step,
 else ``grows`` when the largest excursion is a slope >= +STABLE_SLOPE, ``vanishes`` when it is
 <= -STABLE_SLOPE; an RMS that reaches exactly 0 at some axis value is ``vanishes``, a non-finite one
-``grows``.
+``grows``; ``unchanged`` when every axis value measured the same numbers at every step (the field changes
+nothing in these steps, so the check has nothing to say about it).
 
 Numbers are float32 on CPU, in eval mode for the measurements and train mode for the updates.
 """
@@ -57,6 +58,9 @@ __all__ = ["STABLE_SLOPE", "QUANTITIES", "COORDCHECK_HELP", "numeric_fields", "p
 #: it allows the RMS to change by 8^0.25 = 1.7x. Measured at the default width 128, steps 1-3: pre-LN with no
 #: norm -0.00, pre-LN with residual_scale depth -0.08 (stable, far inside), plain with no norm -39 (vanishes).
 STABLE_SLOPE = 0.25
+#: The verdict of a grid point whose every axis value measured the same numbers at every step: the field is
+#: read by training but changes nothing in these steps (``train.max_time``; ``train.muon_lr`` under AdamW).
+UNCHANGED = "unchanged"
 #: The RMS values recorded per step, in the order they are printed.
 QUANTITIES = ("resid_rms", "attn_logits_rms", "logits_rms")
 #: Where a model may keep its blocks as depthlab's GPT does; other models are searched (find_blocks).
@@ -74,8 +78,9 @@ COORDCHECK_HELP = (
     f"{PROBE_BATCHES} x {PROBE_BATCH_SIZE} windows and over --seeds seeds (train.seed, +1, ...; spread = std). Then "
     "the log-log slope of each against the axis and a verdict per variant from the residual stream's slope: "
     f"|slope| < {STABLE_SLOPE:g} at every step = stable, else the larger excursion: >= +{STABLE_SLOPE:g} = grows, "
-    f"<= -{STABLE_SLOPE:g} = vanishes (an RMS of exactly 0 = vanishes, inf/NaN = grows). Step 1 equals depthlab "
-    "probe's act_rms of the last block for the same seed. float32 on CPU. Works on a model.source model that "
+    f"<= -{STABLE_SLOPE:g} = vanishes (an RMS of exactly 0 = vanishes, inf/NaN = grows; the same numbers at "
+    "every value = unchanged). Step 1 equals depthlab probe's act_rms of the last block for the same seed. "
+    "float32 on CPU. Works on a model.source model that "
     "keeps its blocks in a ModuleList (vary its own argument: --axis model.init.n_layer=2,4,8).")
 
 
@@ -136,6 +141,10 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     if key in UNUSED_FIELDS:  # was: measured the same model at every value and called it "stable"
         raise DepthlabError(f"{option} {key}: {UNUSED_FIELDS[key]}, so every value would measure the same model; "
                             f"vary another field, {example}")
+    if key.startswith("data."):  # was: "not a numeric config field" of data.val_fraction, which is numeric
+        raise DepthlabError(f"{option} {key}: the coordinate check varies the model and its training on one corpus, "
+                            f"not the data; set {key} itself (--{key} VALUE) and vary a model.* or train.* field, "
+                            f"{example}")
     if key.startswith("model.init.") and key[len("model.init."):].isidentifier():
         kind: type = float
     elif key in fields:
@@ -440,6 +449,9 @@ def _judge(rows: list[dict], values: list, steps: int) -> tuple[list[dict], str]
     for step in range(1, steps + 1):
         at = [next(r for r in rows if r["step"] == step and r["axis_value"] == v) for v in values]
         slopes.append({"step": step, **{q: loglog_slope(values, [r[q] for r in at]) for q in QUANTITIES}})
+    if all(len({repr(r[q]) for r in rows if r["step"] == step}) == 1
+           for step in range(1, steps + 1) for q in QUANTITIES):
+        return slopes, UNCHANGED  # a flat line would read "stable": the axis changed nothing the check measures
     resid = [r["resid_rms"] for r in rows]
     verdict = slope_verdict([s["resid_rms"] for s in slopes], zero=any(v == 0 for v in resid),
                             nonfinite=any(not math.isfinite(v) for v in resid))
@@ -538,4 +550,8 @@ def format_coordcheck(result: dict) -> str:
         txt = ", ".join(f"step {s['step']} {_slope_text(s['resid_rms'])} / {_slope_text(s['attn_logits_rms'])} / "
                         f"{_slope_text(s['logits_rms'])}" for s in per)
         lines.append(f"{label}: {txt} -> {verdict}")
+    if UNCHANGED in result["verdicts"].values():
+        lines.append(f"unchanged: every value of {key} measured the same numbers at every step, so this check says "
+                     f"nothing about it: {key} changes nothing in {result['steps']} step(s) of this configuration "
+                     "(a time budget, or a rate of an optimizer the run does not use); vary another field")
     return "\n".join(lines)
