@@ -17,6 +17,7 @@ option's type, unknown options, missing values); no message of argparse or jsona
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from argparse import SUPPRESS, ArgumentError
@@ -136,6 +137,9 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
     path = Path(out) if out else Path(default)
     if out and path.is_dir():  # a folder: the default name inside it (the "plot: PATH" line says where)
         path = path / default
+    elif out and out.endswith(("/", os.sep)):  # Path drops the slash: was sub.png written for a folder sub/
+        raise DepthlabError(f"probe: --out {out} names a folder that does not exist; create it (mkdir -p {out}) "
+                            "or give a .png file name")
     if path.suffix.lower() != ".png" and (path.exists() or path.is_symlink()):  # was: afile.png written beside it
         raise DepthlabError(f"probe: --out {path} is an existing file, not a .png file name or a folder; give a "
                             ".png file name or a folder")
