@@ -277,7 +277,7 @@ def test_report_cli(report_run, tmp_path, capsys):
     mine = tmp_path / "notes.html"
     mine.write_text("my notes")
     for argv, msg in ((["report", str(tmp_path / "missing")], "not found"),
-                      (["report", str(tmp_path)], "not a depthlab run directory"),
+                      (["report", str(tmp_path)], "neither a depthlab run directory"),
                       (["report", str(report_run), "--out", str(mine)], "refusing to overwrite"),
                       (["report", str(report_run), "--out", str(tmp_path)], "is a folder"),
                       (["report", str(report_run), "--out", str(mine / "x.html")],  # was "File exists"

@@ -546,6 +546,13 @@ def run_report(ns) -> int:
     if not Path(ns.run_dir).exists() and above.is_dir():  # report takes a sweep folder too: the fix names both
         raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
+    from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY
+    here = Path(ns.run_dir)
+    if here.is_dir() and not any((here / n).exists() for n in (CONFIG, METRICS, SUMMARY, CHECKPOINTS)):
+        # was: "give the out_dir of a depthlab train run", though report takes a sweep's folder too
+        raise DepthlabError(f"report: {here} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "
+                            "sweep folder (no sweep.json); give the out_dir of a depthlab train run or of a "
+                            "depthlab sweep")
     out = build_report(ns.run_dir, ns.out, skip=ns.skip)
     warn_damaged_run(Path(ns.run_dir), "the report shows the run without what was lost",
                      "the report leaves out what it draws from them (attention patterns, what each block adds, "

@@ -594,9 +594,12 @@ def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn
     Raises:
         DepthlabError: as :func:`load_factory` / :func:`build_model`.
     """
-    src, made = load_factory(parse_source(mcfg.source), log)
+    picked: list[str] = []
+    src, made = load_factory(parse_source(mcfg.source), picked.append)
     model = build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size, made)
     # said once the model is built: a source refused (no file, no such name, a failing constructor) is not "the model"
+    for line in picked:
+        log(line)
     log(f"model: {mcfg.source} (your code, run as Python because model.source names it)")
     return src, model
 

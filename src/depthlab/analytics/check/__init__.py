@@ -303,13 +303,17 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
     kw = parse_init(init, option="--init")
     corpus = load_corpus(data or DataConfig())
     V = len(corpus.tokenizer.vocab)
-    src, made = load_factory(src, log)  # the file imported once; a bare PATH.py: its one nn.Module class, said
+    picked: list[str] = []  # a bare PATH.py: its one nn.Module class, said once it builds (not before its error)
+    src, made = load_factory(src, picked.append)  # the file imported once
 
     def build() -> nn.Module:
         torch.manual_seed(seed)
         return build_model(src, kw, V, made)
 
-    report = check_model(build(), corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
+    model = build()
+    for line in picked if log else ():
+        log(line)
+    report = check_model(model, corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
                          blocks=blocks, seed=seed, name=str(src), log=log)
     report.model = {"source": str(src), "init": kw, **{k: v for k, v in report.model.items() if k != "name"}}
     return report
