@@ -94,7 +94,8 @@ def test_a_resume_with_a_new_shape_advises_a_new_model_from_scratch_and_the_advi
         f"resume with the run's own values (depthlab train --resume {run} alone reads them from its config.json), "
         "or train the changed model as a new run from scratch (model.n_layer "
         "changes the number or shape of the model's weights, so --init-from cannot reuse the run's): depthlab train "
-        f"-c {run / 'config.json'} --model.n_layer 3 --train.resume false --train.out_dir NEW_DIR")
+        f"-c {run / 'config.json'} --model.n_layer 3 --train.max_iters 20 --train.resume false "
+        "--train.out_dir NEW_DIR")  # the other flag typed goes along (it was dropped)
     rc, _, err2 = run_cli(capsys, "train", "--resume", str(run), "--model.n_layer", "3", "--model.n_embd", "64",
                           "--train.max_iters", "20")  # two fields: "change", not "changes"
     assert "(model.n_embd, model.n_layer change the number or shape of the model's weights" in err2, err2
@@ -102,6 +103,7 @@ def test_a_resume_with_a_new_shape_advises_a_new_model_from_scratch_and_the_advi
     rc, out, _ = run_cli(capsys, *_advice(err, tmp_path / "new"))
     assert rc == 0 and "init-from:" not in out
     assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["n_layer"] == 3
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["train"]["max_iters"] == 20
     rc, _, err = run_cli(capsys, "train", "--init-from", str(run),
                          *tiny_cli_args(source.parent / "t.txt", tmp_path / "C", model__n_layer=3))
     assert_clean_error(rc, err, "its weights do not fit this model (model.n_layer 2 there, 3 here); drop those "

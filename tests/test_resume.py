@@ -450,14 +450,14 @@ def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
     # nu51: a new shape is a new model, trained from scratch (nu51's tests follow the advice)
     assert str(e.value).endswith("train the changed model as a new run from scratch (model.n_layer changes the number "
                                  "or shape of the model's weights, so --init-from cannot reuse the run's): depthlab "
-                                 f"train -c {run / 'config.json'} --model.n_layer 3 --train.resume false "
-                                 "--train.out_dir NEW_DIR")
+                                 f"train -c {run / 'config.json'} --model.n_layer 3 --train.max_iters 20 "
+                                 "--train.resume false --train.out_dir NEW_DIR")  # the other value asked goes along
     cfg = tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20, seed=7))
     with pytest.raises(DepthlabError, match="train.seed") as e:
         train(cfg, **QUIET)
     assert str(e.value).endswith("start a new run from its weights (the optimizer state, step count and schedule "
                                  f"start fresh): depthlab train -c {run / 'config.json'} --init-from {run} "
-                                 "--train.seed 7 --train.resume false --train.out_dir NEW_DIR")
+                                 "--train.seed 7 --train.max_iters 20 --train.resume false --train.out_dir NEW_DIR")
 
 
 def test_resume_with_another_tokenizer_names_both(tmp_path, bpe_file):

@@ -18,7 +18,7 @@ from .config import corpus_file
 from .errors import DepthlabError
 from .rundir import CONFIG, RunDir
 
-__all__ = ["RESUME_SILENT", "RESUME_SCHEDULE", "RESUME_NOTED", "resume_changes", "config_edits", "config_json_notes",
+__all__ = ["RESUME_SILENT", "RESUME_SCHEDULE", "RESUME_NOTED", "changed_fields", "resume_changes", "config_edits", "config_json_notes",
            "refuse_edited_config"]
 
 #: Fields that may change on ``--resume`` without a word: when to stop, log, evaluate, save, and where.
@@ -90,6 +90,36 @@ def _shown(key: str, flat: dict) -> str:
     return json.dumps(flat[key]) if isinstance(flat[key], (dict, list)) else repr(flat[key])
 
 
+def changed_fields(old: dict, new: dict) -> list[str]:
+    """The dotted fields whose values differ between a run's stored config and the config now asked for, sorted.
+
+    Not a change: the same corpus file or model file written another way, ``train.attention`` of a model.source
+    run (its forward computes its own attention), a field newer than the run at its default, a field the run's
+    config.json leaves out at its default.
+
+    Args:
+        old: the run's ``config.json`` (sections data/model/train). new: the config now asked for (same shape).
+    """
+    from .config import RunConfig
+
+    a, b = _flat(old), _flat(new)
+    defaults = _flat(RunConfig().to_dict())
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
+            continue
+        if key == "model.source" and same_source(a.get(key), b.get(key)):
+            continue
+        if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
+            continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
+        if key not in a and b.get(key) == defaults.get(key):
+            continue  # a field newer than the run, at its default: the run used that behaviour
+        if key not in b and a.get(key) == defaults.get(key):
+            continue  # left out at its default (a model.source run's config.json omits depthlab's GPT's fields)
+        out.append(key)
+    return out
+
+
 def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     """Compare a run's stored config with the config it is resumed with, field by field.
 
@@ -102,22 +132,11 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
         ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`,
         :data:`RESUME_SCHEDULE`; all other fields are refused).
     """
-    from .config import RunConfig
-
     a, b = _flat(old), _flat(new)
-    defaults = _flat(RunConfig().to_dict())
     refused, noted = [], []
-    for key in sorted(set(a) | set(b)):
-        if key in RESUME_SILENT or a.get(key) == b.get(key) or (key == "data.path" and _same_file(a, b, key)):
+    for key in changed_fields(old, new):
+        if key in RESUME_SILENT:
             continue
-        if key == "model.source" and same_source(a.get(key), b.get(key)):
-            continue
-        if key == "train.attention" and (a.get("model.source") or b.get("model.source")):
-            continue  # chooses depthlab's GPT's code: a model.source forward computes its own attention
-        if key not in a and b.get(key) == defaults.get(key):
-            continue  # a field newer than the run, at its default: the run used that behaviour
-        if key not in b and a.get(key) == defaults.get(key):
-            continue  # left out at its default (a model.source run's config.json omits depthlab's GPT's fields)
         change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
         if key in RESUME_SCHEDULE:
             continue  # allowed; the schedule says what it does at this step

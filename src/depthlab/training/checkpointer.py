@@ -193,13 +193,21 @@ def _latest_to_resume(run_dir: Path) -> Optional[dict]:
 _VOCAB_FIELDS = ("data.tokenizer", "data.vocab_size")  # another vocabulary: --init-from refuses the run's weights
 
 
+#: Fields a refused resume's new-run command does not carry over: it sets its own folder and resume flag, and the
+#: vocabulary size comes from the corpus.
+_NOT_FOR_A_NEW_RUN = ("train.out_dir", "train.resume", "model.vocab_size")
+
+
 def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -> str:
     """The new run a refused resume offers: ``--init-from`` when the changed model's weights have the run's names
     and shapes (:func:`~depthlab.init_from.weights_fit`) and the tokenizer is the run's, else the changed run
     trained from scratch."""
     keys = [r.split(" ", 1)[0] for r in refused]
     model = [k.split(".", 1)[1] for k in keys if k.startswith("model.")]
-    flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys)
+    # the other values asked for go along (--model.dropout, --train.max_iters, ...): was only the refused ones
+    rest = [k for k in resume_config.changed_fields({k: v for k, v in old.items() if k in asked}, asked)
+            if k not in keys and k not in _NOT_FOR_A_NEW_RUN]
+    flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys + rest)
     vocab = [k for k in keys if k in _VOCAB_FIELDS]
     if vocab:
         return (f"train a new run from scratch ({', '.join(vocab)} {'change' if len(vocab) > 1 else 'changes'} the "
