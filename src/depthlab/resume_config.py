@@ -18,8 +18,8 @@ from .config import corpus_file
 from .errors import DepthlabError
 from .rundir import CONFIG, RunDir
 
-__all__ = ["RESUME_SILENT", "RESUME_SCHEDULE", "RESUME_NOTED", "changed_fields", "resume_changes", "config_edits", "config_json_notes",
-           "refuse_edited_config"]
+__all__ = ["RESUME_SILENT", "RESUME_SCHEDULE", "RESUME_NOTED", "changed_fields", "resume_changes", "config_edits",
+           "config_json_notes", "refuse_edited_config"]
 
 #: Fields that may change on ``--resume`` without a word: when to stop, log, evaluate, save, and where.
 RESUME_SILENT = frozenset({
