@@ -16,6 +16,7 @@ option's type, unknown options, missing values); no message of argparse or jsona
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -675,6 +676,9 @@ def run_sweep(ns, argv: list[str]) -> int:
     if ns.dry_run:
         print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds, threads=ns.threads, backend=ns.backend,
                            rerun=ns.overwrite))
+        if ns.backend == "ray" and importlib.util.find_spec("ray") is None:  # was silent: the real sweep then failed
+            from .sweep.ray import EXTRA
+            print(f"note: Ray Tune is not installed here; the sweep itself needs it: {EXTRA}")
         return 0
     try:
         sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
