@@ -553,5 +553,5 @@ def format_coordcheck(result: dict) -> str:
     if UNCHANGED in result["verdicts"].values():
         lines.append(f"unchanged: every value of {key} measured the same numbers at every step, so this check says "
                      f"nothing about it: {key} changes nothing in {result['steps']} step(s) of this configuration "
-                     "(a time budget, or a rate of an optimizer the run does not use); vary another field")
+                     "(e.g. a time budget, or the rate of an optimizer the run does not use); vary another field")
     return "\n".join(lines)
