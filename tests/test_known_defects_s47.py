@@ -35,3 +35,35 @@ def test_a_bare_file_whose_one_class_does_not_build_gives_one_error_line_not_the
     for argv in (["check", str(f)], ["train", "--model.source", str(f), "--train.out_dir", str(tmp_path / "run")]):
         assert run_cli(capsys, *argv) == (2, "", want)
     assert not (tmp_path / "run").exists()
+
+
+def test_sweep_print_config_shows_what_a_sweeps_runs_get(capsys, tiny_text_file):
+    # was: train's defaults (max_time 270, keep_last 2, progress and tensorboard on), which a sweep's runs never get
+    from conftest import cli_print_config
+
+    out = cli_print_config(capsys, "sweep", "--grid", "model.n_layer=1,2", "--print_config")
+    for line in ("  max_time: 0.0", "  keep_last: 1", "  progress: false", "  tensorboard: false"):
+        assert line in out.splitlines(), out
+    # a profile's base config is not among the flags: refused, not printed as if it were the runs' config
+    for src in (["--profile", "quick"], ["--file", str(tiny_text_file)]):
+        err = cli_err(capsys, "sweep", *src, "--print_config")
+        assert f"with {src[0]} each experiment's runs take the base config of the profile or file" in err
+
+
+def test_sweep_flag_that_is_also_a_grid_axis_is_refused(capsys, tiny_text_file, tmp_path):
+    # was: --model.n_layer 3 silently replaced by the grid's 1 and 2
+    err = cli_err(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,2", "--model.n_layer", "3",
+                  "--data.path", str(tiny_text_file), "--out_dir", str(tmp_path / "sw"))
+    assert err == ("depthlab: error: --model.n_layer 3 is also an axis of the grid (model.n_layer=1,2), whose values "
+                   "would replace it; drop the flag, or give the values as --grid model.n_layer=...\n"), err
+    err = cli_err(capsys, "sweep", "--dry_run", "--profile", "quick", "--model.n_layer", "3")
+    assert "is also an axis of the grid of experiment depth (model.n_layer=" in err
+    assert not (tmp_path / "sw").exists()
+
+
+def test_sweep_dry_run_refuses_ray_options_without_ray_as_the_sweep_does(capsys, tiny_text_file, tmp_path):
+    # was: exit 0 with --ray_scheduler asha / --ray_address on the local backend; the sweep itself refuses them
+    for opt in (["--ray_scheduler", "asha"], ["--ray_address", "127.0.0.1:6379"]):
+        err = cli_err(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,2", *opt,
+                      "--data.path", str(tiny_text_file), "--out_dir", str(tmp_path / "sw"))
+        assert err == "depthlab: error: --ray_address and --ray_scheduler need --backend ray\n"

@@ -32,10 +32,14 @@ def test_a_sweep_folder_given_for_a_run_names_a_run_of_it(sweep_dir, capsys, com
 
 def test_the_not_a_run_line_is_one_line_for_every_command(tmp_path, capsys):
     (tmp_path / "E").mkdir()
-    for command in ("diagnose", "report"):
-        assert main([command, str(tmp_path / "E")]) == 2
-        assert capsys.readouterr().err == (f"depthlab: error: {tmp_path / 'E'} is not a depthlab run directory (no "
-                                           "config.json or metrics.jsonl); give the out_dir of a depthlab train run\n")
+    assert main(["diagnose", str(tmp_path / "E")]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: {tmp_path / 'E'} is not a depthlab run directory (no "
+                                       "config.json or metrics.jsonl); give the out_dir of a depthlab train run\n")
+    assert main(["report", str(tmp_path / "E")]) == 2  # report takes a sweep folder too: its line says so
+    assert capsys.readouterr().err == (f"depthlab: error: report: {tmp_path / 'E'} is neither a depthlab run "
+                                       "directory (no config.json or metrics.jsonl) nor a sweep folder (no "
+                                       "sweep.json); give the out_dir of a depthlab train run or of a depthlab "
+                                       "sweep\n")
 
 
 PROBE = ["probe", "--model.n_layer", "1", "--model.n_embd", "32", "--model.n_head", "2", "--model.block_size", "16",

@@ -619,7 +619,24 @@ def build_sweep_parser():
     p.add_argument("--ray_scheduler", "--ray-scheduler", type=Literal["fifo", "asha"], default="fifo",
                    help="--backend ray: fifo runs every point to its end; asha stops poor runs early (opt-in: it "
                         "biases a depth comparison against the slow deep runs)")
+    from .sweep.spec import SWEEP_DEFAULTS
+    p.set_defaults(SWEEP_DEFAULTS)  # what a sweep's runs get (--help and --print_config said train's defaults)
     return p
+
+
+def _sweep_argv(argv: list[str]) -> list[str]:
+    """``depthlab sweep``'s argv, refusing ``--print_config`` with ``--profile`` or ``--file``: the printed config
+    would be the flags' alone, without the base config the profile's or file's runs take (it said width 128 and
+    5,000 steps of the quick profile, whose runs are 32 wide and 500 steps long)."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    printing = any(a.split("=")[0] == "--print_config" for a in words)
+    source = next((a.split("=")[0] for a in words if a.split("=")[0] in ("--profile", "--file", "-f")), None)
+    if printing and source:
+        raise DepthlabError(f"sweep: --print_config shows a --grid sweep's options and base run config; with "
+                            f"{source} each experiment's runs take the base config of the profile or file as well, "
+                            "which it would not show: read the profile's YAML (depthlab/sweep/profiles/) or your "
+                            "file, and --dry_run for the runs")
+    return argv
 
 
 def _explicit_overrides(argv: list[str]) -> dict[str, Any]:
@@ -665,6 +682,7 @@ def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
     from .config import check_threads
+    from .sweep.spec import refuse_flags_on_axes
 
     check_threads(ns.threads, "--threads")
     if ns.workers < 0:
@@ -672,8 +690,11 @@ def run_sweep(ns, argv: list[str]) -> int:
     _warn_sweep_omp(ns.threads)
     overrides = _explicit_overrides(argv)
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
+    refuse_flags_on_axes(spec)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:
+        if ns.backend == "local" and (ns.ray_address or ns.ray_scheduler != "fifo"):  # the sweep refuses them
+            raise DepthlabError("--ray_address and --ray_scheduler need --backend ray")
         print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds, threads=ns.threads, backend=ns.backend,
                            rerun=ns.overwrite))
         if ns.backend == "ray" and importlib.util.find_spec("ray") is None:  # was silent: the real sweep then failed
@@ -825,7 +846,7 @@ COMMANDS: dict[str, Command] = {
     "report": Command("write a self-contained HTML report (figures, diagnosis, baselines) of a run or a sweep",
                       build_report_parser, run_report),
     "sweep": Command("run a grid of training runs (e.g. depth x variant) and compare them in one report",
-                     build_sweep_parser, run_sweep, needs_argv=True),
+                     build_sweep_parser, run_sweep, expand=_sweep_argv, needs_argv=True),
     "layers": Command("what each block adds: logit lens, block ablation, relative update (effective depth)",
                       partial(build_views_parser, "layers"), partial(run_views, command="layers")),
     "context": Command("val loss by position against the bigram baseline: does the model use its context?",

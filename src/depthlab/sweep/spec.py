@@ -35,7 +35,7 @@ from ..errors import DepthlabError
 from ..units import fmt_value
 
 __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
-           "RUNS", "RESULTS_CSV", "RESULTS_MD",
+           "refuse_flags_on_axes", "RUNS", "RESULTS_CSV", "RESULTS_MD",
            "coerce_value", "parse_grid_arg", "grid_values", "load_profile", "profile_descriptions", "profile_spec",
            "load_sweep_file", "build_spec", "spec_to_json", "default_sweep_dir", "expand", "expand_point", "run_name",
            "varied_fields",
@@ -524,6 +524,25 @@ def build_spec(profile: Optional[str], file: Optional[str | Path], grid: Sequenc
                             "--file SWEEP.yaml or --profile quick")
     spec.overrides = {k: coerce_value(k, v) for k, v in (overrides or {}).items()}
     return spec
+
+
+def refuse_flags_on_axes(spec: SweepSpec) -> None:
+    """Refuse a command-line config flag (``spec.overrides``) that is also an axis of an experiment's grid, whose
+    values would replace it without a word (``--model.n_layer 3 --grid model.n_layer=1,2``).
+
+    Raises:
+        DepthlabError: the first such flag, with its grid and the fix.
+    """
+    for exp in spec.experiments:  # was: the grid's values replaced the flag's silently
+        both = [k for k in spec.overrides if k in exp.grid]
+        if both:
+            k = both[0]
+            where = f" of experiment {exp.name}" if exp.name else ""
+            v = spec.overrides[k]
+            shown = json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else v
+            raise DepthlabError(f"--{k} {shown} is also an axis of the grid{where} "
+                                f"({k}={_grid_text(exp.grid[k])}), whose values would replace it; drop the flag, or "
+                                f"give the values as --grid {k}=...")
 
 
 def spec_to_json(spec: SweepSpec) -> dict:
