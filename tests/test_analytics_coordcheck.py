@@ -239,3 +239,22 @@ def test_a_data_field_as_axis_is_refused_as_data_not_as_non_numeric(capsys):
     assert_clean_error(rc, err, "--axis data.val_fraction", "varies the model and its training",
                        "--data.val_fraction VALUE")
     assert "not a numeric" not in err
+
+
+def test_unchanged_names_the_grid_points_it_holds_for_and_unused_grid_fields_are_refused(capsys, tiny_text_file):
+    # was: "unchanged: ... train.muon_lr changes nothing" printed for a grid whose muon point did change; and
+    # --grid train.eval_interval=10,20 printed two identical tables, each "stable"
+    tiny = ["--data.path", str(tiny_text_file), "--model.n_layer", "2", "--model.n_embd", "16", "--model.n_head", "2",
+            "--model.block_size", "16", "--steps", "2", "--train.warmup_iters", "0"]
+    rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.muon_lr=0.01,0.1", "--grid",
+                           "train.optimizer=adamw,muon", *tiny)
+    assert rc == 0, err
+    verdicts = {ln.split(":")[0]: ln.rsplit("-> ", 1)[1] for ln in out.splitlines() if "-> " in ln}
+    assert verdicts["prenorm train.optimizer=adamw"] == "unchanged"
+    assert verdicts["prenorm train.optimizer=muon"] != "unchanged"
+    assert out.splitlines()[-1].startswith("unchanged at prenorm train.optimizer=adamw: every value of train.muon_lr "
+                                           "measured the same numbers at every step")
+    rc, _, err = run_cli(capsys, "coordcheck", "--axis", "model.n_layer=1,2", "--grid", "train.eval_interval=10,20",
+                         *tiny)
+    assert_clean_error(rc, err, "--grid train.eval_interval: the coordinate check does not read it",
+                       "drop it from --grid")

@@ -67,3 +67,20 @@ def test_sweep_dry_run_refuses_ray_options_without_ray_as_the_sweep_does(capsys,
         err = cli_err(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,2", *opt,
                       "--data.path", str(tiny_text_file), "--out_dir", str(tmp_path / "sw"))
         assert err == "depthlab: error: --ray_address and --ray_scheduler need --backend ray\n"
+
+
+def test_a_refused_resume_names_only_the_fields_that_change_the_weights_and_quotes_the_run(tmp_path, capsys,
+                                                                                          tiny_text_file):
+    # was: "(model.init, model.n_embd, model.n_head change the number or shape of the model's weights" (init and
+    # n_head change none), and "depthlab train --resume r r alone", which a shell splits
+    from conftest import tiny_cli_args
+
+    run = tmp_path / "r r"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
+                                                         train__eval_interval=2))
+    assert rc == 0, err
+    err = cli_err(capsys, "train", "--resume", str(run), "--model.n_embd", "64", "--model.n_head", "4",
+                  "--model.init", "torch")
+    assert f"(depthlab train --resume '{run}' alone reads them from its config.json)" in err, err
+    assert "train the changed model as a new run from scratch (model.n_embd changes the number or shape of the " \
+           "model's weights, so --init-from cannot reuse the run's)" in err, err

@@ -192,6 +192,10 @@ def _points(base, axis: tuple[str, list], grid: dict[str, list]) -> list[tuple[d
     key, values = axis
     if key in grid:
         raise DepthlabError(f"{key} is both the --axis and a --grid field; vary it in one of them")
+    unused = next((k for k in grid if k in UNUSED_FIELDS), None)
+    if unused:  # as on the axis: its grid points measured the same model, in identical tables
+        raise DepthlabError(f"--grid {unused}: {UNUSED_FIELDS[unused]}, so every value would measure the same model; "
+                            "drop it from --grid")
     if key.startswith("model.init.") and not base.model.source:
         arg = key[len("model.init."):]
         raise DepthlabError(f"--axis {key} varies a keyword argument of a model.source model; depthlab's GPT "
@@ -550,8 +554,10 @@ def format_coordcheck(result: dict) -> str:
         txt = ", ".join(f"step {s['step']} {_slope_text(s['resid_rms'])} / {_slope_text(s['attn_logits_rms'])} / "
                         f"{_slope_text(s['logits_rms'])}" for s in per)
         lines.append(f"{label}: {txt} -> {verdict}")
-    if UNCHANGED in result["verdicts"].values():
-        lines.append(f"unchanged: every value of {key} measured the same numbers at every step, so this check says "
-                     f"nothing about it: {key} changes nothing in {result['steps']} step(s) of this configuration "
-                     "(e.g. a time budget, or the rate of an optimizer the run does not use); vary another field")
+    same = [label for label, verdict in result["verdicts"].items() if verdict == UNCHANGED]
+    if same:  # named: other grid points may have changed (train.muon_lr under adamw and muon)
+        where = "" if len(same) == len(result["verdicts"]) else f" at {', '.join(same)}"
+        lines.append(f"unchanged{where}: every value of {key} measured the same numbers at every step, so this check "
+                     f"says nothing about it: {key} changes nothing it measures in {result['steps']} step(s) there; "
+                     "vary another field, or take more --steps")
     return "\n".join(lines)

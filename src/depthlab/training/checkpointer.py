@@ -218,6 +218,9 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
         why = "the changed model has the same weights, by name and shape; " if model else ""
         return (f"start a new run from its weights ({why}the optimizer state, step count and schedule start fresh): "
                 f"{ckpt.new_run_command(run_dir, True, flags)}")
+    if fit is False:  # the fields that change weights themselves (was: every refused one, model.n_head and init too)
+        was, now = old.get("model") or {}, asked.get("model") or {}
+        model = [k for k in model if weights_fit(was, {**was, k: now.get(k)}) is False] or model
     verb = "change" if len(model) > 1 else "changes"
     what = (f"{verb} the number or shape of the model's weights, so --init-from cannot reuse the run's" if fit is False
             else "is other model code, whose weights cannot be compared with the run's before it is built; --init-from "
@@ -424,7 +427,8 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
                                 f"{'these change' if len(refused) > 1 else 'this changes'} what the run's numbers "
                                 "mean: resume with the run's own values "
-                                f"(depthlab train --resume {rd.path} alone reads them from its config.json), or "
+                                f"(depthlab train --resume {shlex.quote(str(rd.path))} alone reads them from its "
+                                "config.json), or "
                                 f"{_new_run_advice(rd.path, refused, old, asked)}")
         for line in resume_config.config_json_notes(rd.path):
             self.log(f"resume: {line}")
