@@ -84,3 +84,29 @@ def test_a_refused_resume_names_only_the_fields_that_change_the_weights_and_quot
     assert f"(depthlab train --resume '{run}' alone reads them from its config.json)" in err, err
     assert "train the changed model as a new run from scratch (model.n_embd changes the number or shape of the " \
            "model's weights, so --init-from cannot reuse the run's)" in err, err
+
+
+def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_file):
+    from conftest import tiny_cli_args
+
+    # report on a file: no "report:" prefix and no word of sweeps
+    (tmp_path / "file.txt").write_text("mine")
+    assert cli_err(capsys, "report", str(tmp_path / "file.txt")) == (
+        f"depthlab: error: report: {tmp_path / 'file.txt'} is a file, not a run directory or a sweep folder; give "
+        "the out_dir of a depthlab train run or of a depthlab sweep\n")
+    # one GPT field with model.source: "these describe" of one field
+    model = tmp_path / "m.py"
+    model.write_text("import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, vocab_size=65):\n"
+                     "        super().__init__()\n        self.e = nn.Embedding(vocab_size, vocab_size)\n"
+                     "    def forward(self, idx):\n        return self.e(idx)\n")
+    err = cli_err(capsys, "train", "--model.source", str(model), "--model.n_layer", "3")
+    assert "model.n_layer 3: this describes depthlab's GPT and does not apply to model.source" in err, err
+    # --resume with --init-from and another out_dir: the fix offered was the command typed
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
+                                                         train__eval_interval=2))
+    assert rc == 0, err
+    err = cli_err(capsys, "train", "--resume", str(run), "--init-from", str(run), "--train.out_dir",
+                  str(tmp_path / "new"))
+    assert err == ("depthlab: error: --resume and --init-from exclude each other: resume continues a run, init-from "
+                   "starts a new one from its weights\n"), err

@@ -549,6 +549,9 @@ def run_report(ns) -> int:
                             "depthlab sweep")
     from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY
     here = Path(ns.run_dir)
+    if here.exists() and not here.is_dir():
+        raise DepthlabError(f"report: {here} is a file, not a run directory or a sweep folder; give the out_dir of a "
+                            "depthlab train run or of a depthlab sweep")
     if here.is_dir() and not any((here / n).exists() for n in (CONFIG, METRICS, SUMMARY, CHECKPOINTS)):
         # was: "give the out_dir of a depthlab train run", though report takes a sweep's folder too
         raise DepthlabError(f"report: {here} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "

@@ -170,13 +170,14 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         raise DepthlabError(f"--resume {rd}: that run was trained with depthlab's built-in GPT (its config.json has "
                             f"no model.source), and a resume continues the same model; drop --model.source {source}, "
                             f"or train it as a new run: --model.source {source} --train.out_dir NEW_DIR")
+    # before the out_dir check, whose fix (--init-from RUN --train.out_dir NEW) was what the user had typed
+    if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
+        raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
+                            "init-from starts a new one from its weights")
     other = flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
         raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
                             f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
-    if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
-        raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
-                            "init-from starts a new one from its weights")
     return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out + ["--train.resume", "true",
                                                                           "--train.out_dir", str(rd)]
 

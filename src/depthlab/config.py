@@ -231,7 +231,8 @@ class ModelConfig:
         changed = [f"model.{f.name} {getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                    if f.name in GPT_ONLY and getattr(self, f.name) != f.default]
         if changed:
-            raise DepthlabError(f"{', '.join(changed)}: these describe depthlab's GPT and do not apply to "
+            these, do = ("these describe", "do") if len(changed) > 1 else ("this describes", "does")
+            raise DepthlabError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to "
                                 f"model.source {self.source}; set the model's own sizes with --model.init JSON")
 
     @property
