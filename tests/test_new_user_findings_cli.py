@@ -57,7 +57,12 @@ def test_a_run_path_that_is_a_file_or_under_one_says_so(tmp_path, capsys, comman
     afile = tmp_path / "afile"
     afile.write_text("mine")
     err = cli_err(capsys, command, str(afile))
-    assert err == f"depthlab: error: {afile} is a file, not a run directory; give the out_dir of a depthlab train run\n"
+    if command == "report":  # report takes a sweep folder too
+        assert err == (f"depthlab: error: report: {afile} is a file, not a run directory or a sweep folder; give the "
+                       "out_dir of a depthlab train run or of a depthlab sweep\n")
+    else:
+        assert err == (f"depthlab: error: {afile} is a file, not a run directory; give the out_dir of a depthlab "
+                       "train run\n")
     # was: "run directory .../afile/sub not found", not saying that afile is a file
     err = cli_err(capsys, command, str(afile / "sub"))
     assert err == (f"depthlab: error: run directory {afile / 'sub'} not found: {afile} is a file, not a folder; give "

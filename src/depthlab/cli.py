@@ -548,13 +548,13 @@ def run_report(ns) -> int:
         raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
     from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY
-    here = Path(ns.run_dir)
-    if here.exists() and not here.is_dir():
-        raise DepthlabError(f"report: {here} is a file, not a run directory or a sweep folder; give the out_dir of a "
+    given = Path(ns.run_dir)
+    if given.exists() and not given.is_dir():
+        raise DepthlabError(f"report: {given} is a file, not a run directory or a sweep folder; give the out_dir of a "
                             "depthlab train run or of a depthlab sweep")
-    if here.is_dir() and not any((here / n).exists() for n in (CONFIG, METRICS, SUMMARY, CHECKPOINTS)):
+    if given.is_dir() and not any((given / n).exists() for n in (CONFIG, METRICS, SUMMARY, CHECKPOINTS)):
         # was: "give the out_dir of a depthlab train run", though report takes a sweep's folder too
-        raise DepthlabError(f"report: {here} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "
+        raise DepthlabError(f"report: {given} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "
                             "sweep folder (no sweep.json); give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
     out = build_report(ns.run_dir, ns.out, skip=ns.skip)
