@@ -110,3 +110,28 @@ def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_fi
                   str(tmp_path / "new"))
     assert err == ("depthlab: error: --resume and --init-from exclude each other: resume continues a run, init-from "
                    "starts a new one from its weights\n"), err
+
+
+def test_resume_true_in_a_config_file_reads_the_runs_own_config(tmp_path, capsys, tiny_text_file):
+    # was: a file with only train.resume true and the run's out_dir resumed with the defaults, refused as
+    # "cannot resume RUN with changed ... model.n_layer 2 -> 4"
+    import json
+
+    from conftest import tiny_cli_args
+
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=4,
+                                                         train__eval_interval=2))
+    assert rc == 0, err
+    f = tmp_path / "res.yaml"
+    f.write_text(f"train:\n  resume: true\n  out_dir: {run}\n  max_iters: 6\n")
+    rc, out, err = run_cli(capsys, "train", "-c", str(f))
+    assert rc == 0, err
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 6
+    rc, out, err = run_cli(capsys, "train", "--train.resume", "true", "--train.out_dir", str(run),
+                           "--train.max_iters", "8")  # the same by flags
+    assert rc == 0, err
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 8
+    f.write_text(f"model:\n  n_layer: 3\ntrain:\n  resume: true\n  out_dir: {run}\n  max_iters: 10\n")
+    err = cli_err(capsys, "train", "-c", str(f))  # what the file sets is still what it asks for
+    assert "with changed model.n_layer 2 -> 3 (run value -> asked)" in err, err

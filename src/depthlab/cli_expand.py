@@ -158,7 +158,8 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     resume = flag_value(argv, "--resume")
     if resume is None:
         init = flag_value(argv, "--init-from") or flag_value(argv, "--init_from")
-        return _init_from_model_flags(init, flag_value(argv, "--model.source"), argv) + out if init else out
+        return _init_from_model_flags(init, flag_value(argv, "--model.source"), argv) + out if init else \
+            _resume_in_file(out)
     rd = Path(resume)
     try:
         RunDir(rd).require("config")
@@ -180,6 +181,24 @@ def expand_train_argv(argv: list[str]) -> list[str]:
                             f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
     return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out + ["--train.resume", "true",
                                                                           "--train.out_dir", str(rd)]
+
+
+def _resume_in_file(out: list[str]) -> list[str]:
+    """``train.resume: true`` with the run's ``train.out_dir``, set in a ``-c`` file or by flags rather than by
+    ``--resume RUN``: the run's own config.json first, as ``--resume`` reads it, so that what the file leaves out
+    is the run's value, not the default (was: a file naming only resume and out_dir was refused as a changed
+    model, ``model.n_layer 1 -> 4``). ``out`` unchanged when the run has no readable config.json: the resume then
+    says what is missing."""
+    from .rundir import CONFIG
+
+    given, resume = _final(out, "train.resume")
+    _, out_dir = _final(out, "train.out_dir")
+    if not given or str(resume).lower() != "true" or out_dir in (None, "", "null", "None"):
+        return out
+    rd = Path(str(out_dir))
+    if not (rd / CONFIG).is_file() or not _yaml_section(str(rd / CONFIG), "model"):
+        return out
+    return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out
 
 
 def _source_attention(rd: Path) -> list[str]:
