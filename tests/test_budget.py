@@ -7,7 +7,7 @@ import json
 import pytest
 
 from depthlab.budget import FILL, FIT_STEPS, LATE_STEPS, Plan, REFIT_STEPS, TimeBudget
-from depthlab.config import TrainConfig
+from depthlab.config import TrainConfig, schedule_warnings
 from depthlab.trainer import Trainer
 
 from conftest import fit_run, tiny_config
@@ -385,8 +385,9 @@ def test_the_warmup_warning_of_a_run_too_short_to_plan_says_nothing_of_fit_to_ti
 
     t = TrainConfig(max_iters=max_iters, warmup_iters=50, max_time=30, fit_to_time=True)
     (w,) = schedule_warnings(t)
-    assert w == (f"train.warmup_iters (50) >= train.max_iters ({max_iters}): the peak train.learning_rate 0.003 is "
-                 "never reached and the cosine decay never starts")
+    assert w == (f"train.warmup_iters (50) >= train.max_iters ({max_iters}): the peak train.learning_rate 0.003 "
+                 "(nor train.muon_lr 0.01, where Muon updates the blocks' matrices) is never reached and the cosine "
+                 "decay never starts")
     b = TimeBudget(t)
     b.begin(0)
     assert not b.may_shorten
@@ -417,7 +418,10 @@ def test_a_three_step_run_prints_the_warmup_warning_without_the_fit_to_time_clau
                                          train__warmup_iters=50)]) == 0
     err = capsys.readouterr().err
     assert ("depthlab: warning: train.warmup_iters (50) >= train.max_iters (3): the peak train.learning_rate 0.003 "
-            "is never reached and the cosine decay never starts\n") in err and "fit_to_time" not in err
+            "(nor train.muon_lr 0.01, where Muon updates the blocks' matrices) is never reached and the cosine "
+            "decay never starts\n") in err and "fit_to_time" not in err
+    w = schedule_warnings(TrainConfig(max_iters=3, warmup_iters=50, optimizer="adamw"))
+    assert "muon_lr" not in w[0]  # AdamW alone: its rate is the only one
 
 
 def test_the_plan_lines_show_a_tiny_step_time_to_three_significant_digits():

@@ -135,3 +135,16 @@ def test_resume_true_in_a_config_file_reads_the_runs_own_config(tmp_path, capsys
     f.write_text(f"model:\n  n_layer: 3\ntrain:\n  resume: true\n  out_dir: {run}\n  max_iters: 10\n")
     err = cli_err(capsys, "train", "-c", str(f))  # what the file sets is still what it asks for
     assert "with changed model.n_layer 2 -> 3 (run value -> asked)" in err, err
+
+
+def test_a_one_symbol_corpus_has_baselines_of_zero_not_minus_zero():
+    # was: "unigram -0.000 | -0.000, bigram -0.000 | -0.000" and "nats": -0.0 in baselines.json
+    import math
+
+    import numpy as np
+
+    from depthlab.analytics.baselines import bigram_nats, one_char_floor_nats, unigram_nats
+
+    ids = np.zeros(50, dtype=np.int64)
+    for v in (unigram_nats(ids, ids, 1), bigram_nats(ids, ids, 1), one_char_floor_nats(ids, 1)):
+        assert v == 0.0 and math.copysign(1.0, v) == 1.0 and f"{v:.3f}" == "0.000"

@@ -24,6 +24,7 @@ from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .usermodel import source_drift
 from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
+from .units import counted
 
 __all__ = ["changed_source", "given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record",
            "weights_fit", "source_model"]
@@ -43,7 +44,8 @@ def _export_tokenizer(src: Path) -> Optional[Tokenizer]:
 
 
 def _describe(tok: Tokenizer) -> str:
-    return f"bpe, {tok.vocab_size} tokens" if isinstance(tok, BPETokenizer) else f"char, {tok.vocab_size} symbols"
+    return f"bpe, {counted(tok.vocab_size, 'token')}" if isinstance(tok, BPETokenizer) else \
+        f"char, {counted(tok.vocab_size, 'symbol')}"
 
 
 def _check_same_tokenizer(src: Path, theirs: Optional[Tokenizer], ours: Tokenizer) -> None:

@@ -82,7 +82,7 @@ def unigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int) -> float:
         raise DepthlabError("the validation split is empty; cannot score a unigram baseline")
     counts = np.bincount(tr, minlength=vocab_size).astype(np.float64)
     logp = np.log(counts + 1.0) - math.log(tr.size + vocab_size)
-    return float(-logp[va].mean())
+    return float(-logp[va].mean()) + 0.0  # + 0.0: a one-symbol corpus gives 0, not -0.0 (printed -0.000)
 
 
 def bigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int,
@@ -123,7 +123,7 @@ def bigram_nats(train: np.ndarray, val: np.ndarray, vocab_size: int,
         found = uniq[pos_c] == va_codes
         c_ab = np.where(found, cnt[pos_c], 0).astype(np.float64)
     logp = np.log(c_ab + 1.0) - np.log(row[va[:-1]] + V)
-    return float(-logp.mean())
+    return float(-logp.mean()) + 0.0  # -0.0 -> 0.0
 
 
 def one_token_line(bigram: float, unigram: Optional[float]) -> float:
@@ -152,7 +152,7 @@ def one_char_floor_nats(val: np.ndarray, vocab_size: int) -> float:
     _, pair = np.unique(va[:-1].astype(np.int64) * vocab_size + va[1:], return_counts=True)
     _, row = np.unique(va[:-1], return_counts=True)
     n = va.size - 1
-    return float((-(pair * np.log(pair)).sum() + (row * np.log(row)).sum()) / n)
+    return float((-(pair * np.log(pair)).sum() + (row * np.log(row)).sum()) / n) + 0.0  # -0.0 -> 0.0
 
 
 def corpus_baselines(train: np.ndarray, val: np.ndarray, vocab_size: int,

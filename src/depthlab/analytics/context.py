@@ -2,8 +2,9 @@
 
 The val loss of a trained model, split by the position t = 0 .. T-1 of the predicting token inside its
 window, against the corpus baselines (:mod:`depthlab.analytics.baselines`). Position 0 sees one
-character, so a causal model there is a one-character (bigram) predictor and cannot beat the bigram
-baseline except by sampling noise; every position whose loss is below the bigram line uses context
+character, so a causal model there is a one-character predictor and cannot go below the one-character
+floor (the best such predictor of the val split, a little below the bigram baseline, which is fitted on
+the train split) except by sampling noise; later positions well below the bigram line use context
 before the current character. TransformerLens plots the same curve ("loss by position") on a
 pretrained model; here it sits next to the baselines of the corpus the run trained on.
 
@@ -363,9 +364,14 @@ def format_context(res: dict) -> str:
         err = f"{se[t]:6.3f}" if se[t] is not None else "     -"
         lines.append(f"  {t:8d} {curve[t]:7.3f} {err}" + (f" {curve[t] - bg:+10.3f}" if bg is not None else ""))
     if bg is not None:
+        # not "cannot beat the bigram line": that line is fitted on the train split with add-one smoothing and lies
+        # above the best one-token predictor of the val split, which position 0 may reach without any context
+        fl = res.get("one_char_floor")
+        floor = (f"the one-{unit} floor {fl:.3f} (the best any predictor that sees one {unit} does on this val "
+                 "split; the bigram line, fitted on the train split, lies above it)" if fl is not None else
+                 f"the best any predictor that sees one {unit} does (a little below the bigram line)")
         lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} ({res.get('baselines_from', BASELINES)}; "
-                     f"position 0 sees one {unit}, so it cannot beat the bigram line beyond its sampling "
-                     "error, ± se)")
+                     f"position 0 sees one {unit}, so it cannot go below {floor} beyond its sampling error, ± se)")
     for c in res["checkpoints"]:
         g, gse = c["context_gain"], c["context_gain_se"]
         lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (

@@ -399,6 +399,7 @@ def format_layers(res: dict) -> str:
                      "shows whether the gradients there vanish, and model.n_layer sets the depth)")
     if bg is not None:
         lines.append(f"  the embedding lens sees one {res.get('unit', 'character')} (and its position), so it "
-                     "cannot beat the bigram line; a lens below it is context that the blocks up to there have "
-                     "brought in")
+                     "cannot go below the best one-token predictor of the val split (a little below the bigram "
+                     "line, which is fitted on the train split); a lens below that is context that the blocks up to "
+                     "there have brought in")
     return "\n".join(lines)
