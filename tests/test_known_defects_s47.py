@@ -148,3 +148,16 @@ def test_a_one_symbol_corpus_has_baselines_of_zero_not_minus_zero():
     ids = np.zeros(50, dtype=np.int64)
     for v in (unigram_nats(ids, ids, 1), bigram_nats(ids, ids, 1), one_char_floor_nats(ids, 1)):
         assert v == 0.0 and math.copysign(1.0, v) == 1.0 and f"{v:.3f}" == "0.000"
+
+
+def test_context_use_of_a_users_model_points_to_check_for_the_mask():
+    # was: "the model uses its context" for a model.source model that read the tokens it predicted (its position 0
+    # not yet below the one-token floor), with no word of depthlab check
+    from depthlab.analytics.rules.context import USED, context_words
+
+    curve = [2.40] + [1.5] * 31
+    args = dict(gain=0.9, se=0.05, curve=curve, bigram=2.48, unigram=3.35, lq_se=0.02, floor=2.37, pos0_se=0.08)
+    state, words = context_words(**args, model={"source": "my.py:LeakyGPT"})
+    assert state == USED and words.endswith("`depthlab check my.py:LeakyGPT` tests the mask itself)"), words
+    state, words = context_words(**args, model={"n_layer": 4})
+    assert state == USED and "depthlab check" not in words  # depthlab's GPT: its mask is tested

@@ -220,6 +220,10 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
     """:func:`context_verdict`'s ``(state, sentence)`` (``verdict``: its ``windows``, ``pos0_se``, ``advice``,
     ``floor``), the sentence followed, when the context is unused, by the three reasons with their knobs."""
     state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se, **verdict)
+    src = (model or {}).get("source")
+    if state == USED and src:  # a leaking mask gains too: position 0 shows it only once it falls below the floor
+        return state, (f"{words} (or it sees the tokens it predicts: a leaking mask gains as well, and position 0 "
+                       f"shows a leak only below the floor; `depthlab check {src}` tests the mask itself)")
     if state != UNUSED or gain is None:
         return state, words
     a, b, c = context_causes(model or {})
