@@ -161,3 +161,25 @@ def test_context_use_of_a_users_model_points_to_check_for_the_mask():
     assert state == USED and words.endswith("`depthlab check my.py:LeakyGPT` tests the mask itself)"), words
     state, words = context_words(**args, model={"n_layer": 4})
     assert state == USED and "depthlab check" not in words  # depthlab's GPT: its mask is tested
+
+
+def test_a_refused_init_from_says_one_line_not_the_corpus_warnings_first(tmp_path, capsys, tiny_text_file):
+    # was: two "depthlab: warning:" lines about the corpus (short val split, one distinct character), then the error
+    from conftest import tiny_cli_args
+
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
+                                                         train__eval_interval=2))
+    assert rc == 0, err
+    one = tmp_path / "onechar.txt"
+    one.write_text("a" * 103)
+    rc, out, err = run_cli(capsys, "train", "--init-from", str(run), "--data.path", str(one), "--train.max_iters", "3",
+                           "--train.max_time", "0", "--train.threads", "1", "--train.out_dir", str(tmp_path / "new"))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "its tokenizer (char, 33 symbols)" in err, err
+    assert "(char, 1 symbol)" in err and "warning" not in out + err
+    assert not (tmp_path / "new").exists()
+    rc, out, err = run_cli(capsys, "train", "--data.path", str(one), "--model.n_layer", "1", "--model.n_embd", "16",
+                           "--model.n_head", "2", "--model.block_size", "8", "--train.max_iters", "2",
+                           "--train.max_time", "0", "--train.threads", "1", "--train.out_dir", str(tmp_path / "one"))
+    assert rc == 0, err  # the warnings are still said where the run goes ahead, and say what happens
+    assert "has a single distinct character ('a'): every loss is 0 from the start" in out + err

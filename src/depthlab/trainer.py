@@ -100,16 +100,20 @@ class Trainer:
             rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
         if t.resume:
             Checkpointer.refuse_before_loading(cfg)
-        self.corpus: Corpus = load_corpus(cfg.data, log=self.log if self.is_main else None, seed=t.seed,
+        # the corpus's lines are held until the run's weights are settled (Trainer._setup): a refused resume or
+        # --init-from then says one line, not the corpus's warnings first
+        self._held: list[str] = []
+        hold = self._held.append if self.is_main else None
+        self.corpus: Corpus = load_corpus(cfg.data, log=hold, seed=t.seed,
                                           tokenizer_json=given_tokenizer_json(cfg, init_from))
         vocab = self.corpus.tokenizer.vocab
         if not cfg.model.source:  # the estimate knows depthlab's GPT only; before the split's warning (moot if refused)
             check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if not t.resume:  # a resume checks the corpus is the run's first (check_resume)
-            self.corpus.check_block_size(cfg.model.block_size, log=self.log if self.is_main else None)
+            self.corpus.check_block_size(cfg.model.block_size, log=hold)
         if len(vocab) == 1:
-            self.log(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}); "
-                     "the model has nothing to learn (loss will go to 0)")
+            self._held.append(f"warning: {self.corpus.path} has a single distinct character ({vocab[0]!r}): every "
+                              "loss is 0 from the start, and there is nothing to learn")
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
@@ -150,6 +154,9 @@ class Trainer:
         self.batch_rng = np.random.default_rng(t.seed)
         resumed = point is not None and point.entry is not None
         self.raw_model = self.checkpointer.start_weights(self._make_model(point), self).to(self.device)
+        for line in self._held:
+            self.log(line)
+        self._held.clear()
         self.port = ModelPort(self.raw_model)
         rt.apply(tune(self.cfg, self.raw_model, self.device, old := point.old_config.get("resolved") if point else None,
                       restart_ok=self.restart_ok, log=self.log, world_size=self.world_size), resumed=old)
