@@ -183,3 +183,19 @@ def test_a_refused_init_from_says_one_line_not_the_corpus_warnings_first(tmp_pat
                            "--train.max_time", "0", "--train.threads", "1", "--train.out_dir", str(tmp_path / "one"))
     assert rc == 0, err  # the warnings are still said where the run goes ahead, and say what happens
     assert "has a single distinct character ('a'): every loss is 0 from the start" in out + err
+
+
+def test_probe_does_not_call_the_scale_its_mechanism_blames_not_the_problem(tmp_path, capsys):
+    # was: "...; the stream stays at that small scale" for RMS 0.021 -> 0.2 (it grows 10-fold), then "not the
+    # problem here: ... activation scale (RMS 0.021 -> 0.2)" in the same summary
+    from depthlab.analytics.probe import summarise_probe
+
+    lay = [{"grad_norm": 0.6, "mean_abs_grad": 3e-3, "weight_norm": 8.0, "act_rms": v, "rank_measure": 0.8,
+            "token_cosine": 0.5} for v in (0.021, 0.042, 0.094, 0.2)]
+    res = {"layers": lay, "loss": 4.2, "norm_eps": 1e-5,
+           "config": {"variant": "plain", "norm": "layernorm", "n_layer": 4, "n_embd": 32, "init": "gpt2"}}
+    text = " ".join(summarise_probe(res))
+    assert "mechanism: LayerNorm's eps dominates" in text
+    assert "stays at that small scale" not in text and "so the stream grows, yet its last block is still at 2.0e-01" \
+        in text
+    assert "activation scale" not in text

@@ -284,7 +284,9 @@ def _eps_check(result: dict) -> Optional[str]:
     if len(a) > 1:
         gain = (a[-1] / a[0]) ** (1 / (len(a) - 1))
         txt += (f"; each block passes on ~{gain:.2g} x the scale it receives, so the signal fades geometrically"
-                if gain < 0.9 else "; the stream stays at that small scale")
+                if gain < 0.9 else "; the stream stays at that small scale" if gain <= 1.1 else
+                f"; each block passes on ~{gain:.2g} x the scale it receives, so the stream grows, yet its last block "
+                f"is still at {a[-1]:.1e}, below RMS 0.5")
     return (txt + f". The initial weights (model.init {cfg.get('init', '?')}) at width {cfg.get('n_embd', '?')} "
             "make the sublayer outputs this small; a wider model gets outputs above sqrt(eps), its norm restores "
             "RMS ~1, and then only the rank can collapse -- a different mechanism. A shortcut (model.variant "
@@ -371,8 +373,10 @@ def probe_verdicts(result: dict, vanish: float = 1e-2, explode: float = 1e2, act
         problems.append(f"non-finite numbers at initialisation (blocks {nonfinite[:5]}): the forward pass overflows.")
     underflow = any(r["act_rms"] == 0.0 for r in lay)
     eps = _eps_check(result) or _dyt_check(result)
-    checks = [_gradient_check(result, vanish, explode, tiny_grad),
-              _activation_check(lay, act_change, result.get("config", {}).get("norm")), (eps, None),
+    act = _activation_check(lay, act_change, result.get("config", {}).get("norm"))
+    if eps and act[1]:  # the scale is the problem the mechanism names: not also "not the problem here"
+        act = (None, None)
+    checks = [_gradient_check(result, vanish, explode, tiny_grad), act, (eps, None),
               _rank_check(lay, collapse, underflow, result.get("unit", "character"))]
     problems += [bad for bad, _ in checks if bad]
     # the cause before its consequence: an underflowing stream explains the zero gradients
