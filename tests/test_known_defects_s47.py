@@ -199,3 +199,20 @@ def test_probe_does_not_call_the_scale_its_mechanism_blames_not_the_problem(tmp_
     assert "stays at that small scale" not in text and "so the stream grows, yet its last block is still at 2.0e-01" \
         in text
     assert "activation scale" not in text
+
+
+def test_a_users_model_with_a_short_context_argument_is_told_to_build_it_longer(tmp_path, capsys):
+    # was: "run with --model.block_size 32, or give the model a larger position table (and mask)" for a class
+    # whose own block_size argument sizes that table
+    f = tmp_path / "pos.py"
+    f.write_text("import torch, torch.nn as nn\nclass P(nn.Module):\n"
+                 "    def __init__(self, vocab_size=65, block_size=32):\n        super().__init__()\n"
+                 "        self.tok = nn.Embedding(vocab_size, 16)\n        self.pos = nn.Embedding(block_size, 16)\n"
+                 "        self.head = nn.Linear(16, vocab_size)\n"
+                 "    def forward(self, idx):\n        T = idx.shape[1]\n"
+                 "        return self.head(self.tok(idx) + self.pos(torch.arange(T)))\n")
+    err = cli_err(capsys, "train", "--model.source", f"{f}:P", "--model.block_size", "64", "--train.out_dir",
+                  str(tmp_path / "run"))
+    assert ("the model accepts at most T=32 positions (it runs on (16, 32)): run with --model.block_size 32, or build "
+            "it with a larger one: --model.init '{\"block_size\": 64}' (its own argument, beside any other keys you "
+            "give model.init)") in err, err

@@ -758,8 +758,15 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
         longest = _longest_length(model, x[:, :-1])
+        try:  # its own context argument is the knob that sizes the table (was: "give the model a larger table")
+            own = "block_size" in inspect.signature(type(model)).parameters
+        except (TypeError, ValueError):
+            own = False
+        larger = (f"build it with a larger one: --model.init '{{\"block_size\": {block_size}}}' (its own argument, "
+                  "beside any other keys you give model.init)"
+                  if own else "give the model a larger position table (and mask)")
         fix = (f"the model accepts at most T={longest} positions (it runs on ({batch_size}, {longest})): run with "
-               f"--model.block_size {longest}, or give the model a larger position table (and mask)"
+               f"--model.block_size {longest}, or {larger}"
                if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
                "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "
