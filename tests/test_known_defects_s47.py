@@ -216,3 +216,18 @@ def test_a_users_model_with_a_short_context_argument_is_told_to_build_it_longer(
     assert ("the model accepts at most T=32 positions (it runs on (16, 32)): run with --model.block_size 32, or build "
             "it with a larger one: --model.init '{\"block_size\": 64}' (its own argument, beside any other keys you "
             "give model.init)") in err, err
+
+
+def test_view_windows_of_a_short_val_split_say_they_repeat():
+    # was: "320 windows x 32 = 10,240 tokens" of a val split of 116 tokens, read as that many independent tokens
+    import numpy as np
+
+    from depthlab.analytics.context import view_windows
+
+    short = view_windows(np.arange(40) % 7, block_size=8, batch_size=16, seed=1, eval_iters=4, max_tokens=0)
+    assert short.describe().startswith("all the run's 4 fixed val evaluation batches: 64 windows x 8 = 512 tokens "
+                                       "(only ")
+    assert short.describe().endswith(" distinct: the val split is short, so windows repeat)")
+    long = view_windows(np.random.default_rng(0).integers(0, 65, 100_000), block_size=8, batch_size=4, seed=1,
+                        eval_iters=2, max_tokens=0)
+    assert long.describe() == "all the run's 2 fixed val evaluation batches: 8 windows x 8 = 64 tokens"

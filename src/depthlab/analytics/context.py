@@ -66,7 +66,9 @@ VIEW_HELP = {
     "context": "Val loss by position 0..T-1 of a trained run against the unigram and bigram baselines, with the "
                "context gain (loss at position 0 minus the mean over the last quarter of positions, nats) of the "
                "chosen weights and of every checkpoint the run keeps. Position 0 sees one character, so it cannot "
-               "beat the bigram line; below it at later positions is context the model uses. Works on any model.",
+               "go below the one-character floor (the best one-character predictor of the val split, a little below "
+               "the bigram line); later positions below the bigram line show context the model uses. Works on any "
+               "model.",
 }
 """``--help`` text of ``depthlab layers`` and ``depthlab context``."""
 
@@ -101,8 +103,12 @@ class ViewWindows:
     def describe(self) -> str:
         """e.g. ``8 of the run's 20 fixed val evaluation batches: 128 windows x 128 = 16,384 tokens``."""
         part = "all" if len(self.batches) == self.of_batches else f"{len(self.batches)} of"
+        distinct = int(torch.unique(torch.cat([x for x, _ in self.batches]), dim=0).shape[0])
+        # a short val split repeats its windows: the count alone read as that many independent tokens
+        repeats = (f" (only {distinct} distinct: the val split is short, so windows repeat)"
+                   if distinct < self.windows else "")
         return (f"{part} the run's {self.of_batches} fixed val evaluation batches: {self.windows} windows x "
-                f"{self.block_size} = {self.tokens:,} tokens")
+                f"{self.block_size} = {self.tokens:,} tokens{repeats}")
 
 
 def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, eval_iters: int,
