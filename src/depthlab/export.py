@@ -78,8 +78,8 @@ def require_transformers():
     try:
         import transformers
     except ImportError:
-        raise DepthlabError('exporting to Hugging Face needs the transformers package: pip install -e ".[hf]" '
-                            '(or pip install "depthlab[hf]")') from None
+        raise DepthlabError('exporting to Hugging Face needs the transformers package: pip install -e ".[hf]" in '
+                            "depthlab's folder (or pip install transformers)") from None
     return transformers
 
 
