@@ -490,6 +490,7 @@ def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 def test_report_says_which_weights_files_are_damaged(report_run, tmp_path, capsys):
     """Every weights file replaced: the report page said 'Not recorded in this run' of the figures drawn from the
     weights, and nothing on the console (a new user's pass)."""

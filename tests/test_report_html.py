@@ -111,6 +111,7 @@ def test_report_renders_in_headless_chromium(report_page, tmp_path):
     assert "Uncaught" not in res.stderr
 
 
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 def test_report_from_real_analytics_records(tmp_path):
     """A rezero run with the gradient monitor and probes on: every figure, the α plot included."""
     pytest.importorskip("depthlab.analytics")
@@ -185,6 +186,7 @@ def render_1280(html: str, tmp_path: Path) -> dict:
     return json.loads(m.group(1))
 
 
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package `chromium`)")
 def test_run_report_fits_1280_px_in_chromium(probed_page, tmp_path):
     out = render_1280(probed_page.read_text(encoding="utf-8"), tmp_path)
@@ -192,6 +194,7 @@ def test_run_report_fits_1280_px_in_chromium(probed_page, tmp_path):
     assert all(abs(shown - natural) <= 2 for natural, shown in out["scaled"]), out  # 1:1 (+ the 1-px border)
 
 
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package `chromium`)")
 def test_sweep_like_page_fits_1280_px_in_chromium(probed_run, tmp_path):
     """A runs table of 16 columns and a 1430-px learning-curve grid (the sweep report's sizes)."""

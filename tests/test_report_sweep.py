@@ -12,6 +12,7 @@ from depthlab.report.sweep import build_sweep_report, figure_html, plot_per_bloc
 from conftest import TINY_SWEEP
 
 
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 def test_report_and_report_command(tiny_text_file, tmp_path, capsys):
     from depthlab.report.sweep import build_sweep_report
 

@@ -63,6 +63,7 @@ def pid_writing(path: Path):
 
 
 # ----------------------------------------------------------------------------- without Ray
+@pytest.mark.slow  # a few seconds: the fast tier stays under 3 min
 def test_without_ray_the_backend_is_a_one_line_error_naming_the_extra(tiny_text_file, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]})
