@@ -386,7 +386,7 @@ def test_the_warmup_warning_of_a_run_too_short_to_plan_says_nothing_of_fit_to_ti
     t = TrainConfig(max_iters=max_iters, warmup_iters=50, max_time=30, fit_to_time=True)
     (w,) = schedule_warnings(t)
     assert w == (f"train.warmup_iters (50) >= train.max_iters ({max_iters}): the peak train.learning_rate 0.003 "
-                 "(nor train.muon_lr 0.01, where Muon updates the blocks' matrices) is never reached and the cosine "
+                 "is never reached, nor train.muon_lr 0.01 (where Muon updates the blocks' matrices) and the cosine "
                  "decay never starts")
     b = TimeBudget(t)
     b.begin(0)
@@ -418,7 +418,7 @@ def test_a_three_step_run_prints_the_warmup_warning_without_the_fit_to_time_clau
                                          train__warmup_iters=50)]) == 0
     err = capsys.readouterr().err
     assert ("depthlab: warning: train.warmup_iters (50) >= train.max_iters (3): the peak train.learning_rate 0.003 "
-            "(nor train.muon_lr 0.01, where Muon updates the blocks' matrices) is never reached and the cosine "
+            "is never reached, nor train.muon_lr 0.01 (where Muon updates the blocks' matrices) and the cosine "
             "decay never starts\n") in err and "fit_to_time" not in err
     w = schedule_warnings(TrainConfig(max_iters=3, warmup_iters=50, optimizer="adamw"))
     assert "muon_lr" not in w[0]  # AdamW alone: its rate is the only one

@@ -70,7 +70,7 @@ def test_without_ray_the_backend_is_a_one_line_error_naming_the_extra(tiny_text_
     with pytest.raises(DepthlabError, match=r'--backend ray needs Ray Tune.*pip install -e "\.\[ray\]"'):
         sweep.run_sweep(spec, tmp_path / "sw", backend="ray", log=quiet)
     assert not (tmp_path / "sw").exists()  # refused before anything was written
-    with pytest.raises(DepthlabError, match="need --backend ray"):
+    with pytest.raises(DepthlabError, match="^--ray_address needs --backend ray$"):
         sweep.run_sweep(spec, tmp_path / "sw", ray_address="auto", log=quiet)
     code = ("import sys; sys.modules['ray'] = None; from depthlab.cli import main; "
             f"sys.exit(main(['sweep', '--grid', 'model.n_layer=1', '--data.path', {str(tiny_text_file)!r}, "

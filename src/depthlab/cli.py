@@ -685,6 +685,7 @@ def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
     from .config import check_threads
+    from .sweep.run import refuse_ray_options
     from .sweep.spec import refuse_flags_on_axes
 
     check_threads(ns.threads, "--threads")
@@ -696,8 +697,7 @@ def run_sweep(ns, argv: list[str]) -> int:
     refuse_flags_on_axes(spec)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:
-        if ns.backend == "local" and (ns.ray_address or ns.ray_scheduler != "fifo"):  # the sweep refuses them
-            raise DepthlabError("--ray_address and --ray_scheduler need --backend ray")
+        refuse_ray_options(ns.backend, ns.ray_address, ns.ray_scheduler)  # as the sweep itself does
         print(sweep.dry_run(spec, out_dir, ns.workers, seeds=ns.seeds, threads=ns.threads, backend=ns.backend,
                            rerun=ns.overwrite))
         if ns.backend == "ray" and importlib.util.find_spec("ray") is None:  # was silent: the real sweep then failed

@@ -606,10 +606,10 @@ def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None) -> list[
         # on a resume the schedule may continue from the checkpoint's learning rate and decay from there
         # (the "resume: the learning rate continues from ..." line): only the peak is surely never reached
         # Muon's rate too where it may run (optimizer auto on a CPU, muon): it was left out, as if AdamW's were all
-        muon = f" (nor train.muon_lr {t.muon_lr:g}, where Muon updates the blocks' matrices)" \
+        muon = f", nor train.muon_lr {t.muon_lr:g} (where Muon updates the blocks' matrices)" \
             if t.optimizer != "adamw" else ""
         out.append(f"train.warmup_iters ({t.warmup_iters}) >= train.max_iters ({t.max_iters}): the peak "
-                   f"train.learning_rate {t.learning_rate:g}{muon} is never reached"
+                   f"train.learning_rate {t.learning_rate:g} is never reached{muon}"
                    + ("" if t.resume else " and the cosine decay never starts")
                    + (" - unless train.fit_to_time shortens the run to fit train.max_time: its plan then ends the "
                       "warmup within the first fifth of the steps left when it plans, and says so"

@@ -27,11 +27,21 @@ from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
 Runner = Callable[[list, int, Log, int, int], list]
 
 
+def refuse_ray_options(backend: str, ray_address: Optional[str], ray_scheduler: str) -> None:
+    """Refuse Ray's options on the local backend, naming those given (``--dry_run`` checks it too).
+
+    Raises:
+        DepthlabError: ``--ray_address`` or a ``--ray_scheduler`` other than fifo without ``--backend ray``.
+    """
+    given = [f for f, on in (("--ray_address", bool(ray_address)), ("--ray_scheduler", ray_scheduler != "fifo")) if on]
+    if backend == "local" and given:
+        raise DepthlabError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --backend ray")
+
+
 def _runner(backend: str, sweep_dir: Path, workers: int, ray_address: Optional[str], ray_scheduler: str) -> Runner:
     """The job runner of ``backend``; for Ray, checks that Ray is installed before anything is written."""
+    refuse_ray_options(backend, ray_address, ray_scheduler)
     if backend == "local":
-        if ray_address or ray_scheduler != "fifo":
-            raise DepthlabError("--ray_address and --ray_scheduler need --backend ray")
         return local.run_jobs
     if backend == "ray":
         return ray_runner(sweep_dir, address=ray_address, workers=workers, scheduler=ray_scheduler)

@@ -424,7 +424,8 @@ class Checkpointer:
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
         if refused:
-            raise DepthlabError(f"cannot resume {rd.path} with changed {'; '.join(refused)} (run value -> asked); "
+            raise DepthlabError(f"cannot resume {shlex.quote(str(rd.path))} with changed {'; '.join(refused)} "
+                                "(run value -> asked); "
                                 f"{'these change' if len(refused) > 1 else 'this changes'} what the run's numbers "
                                 "mean: resume with the run's own values "
                                 f"(depthlab train --resume {shlex.quote(str(rd.path))} alone reads them from its "
