@@ -5,6 +5,16 @@ from __future__ import annotations
 from conftest import cli_err, run_cli
 
 
+def _tiny_run(capsys, text_file, run, steps: int = 2):
+    """A finished tiny run at ``run`` (the defaults of conftest.tiny_cli_args, ``steps`` steps): its path."""
+    from conftest import tiny_cli_args
+
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(text_file, run, train__max_iters=steps,
+                                                         train__eval_interval=2))
+    assert rc == 0, err
+    return run
+
+
 def test_probe_out_a_missing_folder_with_a_trailing_slash_is_refused_not_written_as_png(tmp_path, capsys):
     # was: `probe --out newdir/sub/` wrote newdir/sub.png (Path drops the trailing slash)
     out = f"{tmp_path / 'sub'}/"
@@ -73,12 +83,8 @@ def test_a_refused_resume_names_only_the_fields_that_change_the_weights_and_quot
                                                                                           tiny_text_file):
     # was: "(model.init, model.n_embd, model.n_head change the number or shape of the model's weights" (init and
     # n_head change none), and "depthlab train --resume r r alone", which a shell splits
-    from conftest import tiny_cli_args
 
-    run = tmp_path / "r r"
-    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
-                                                         train__eval_interval=2))
-    assert rc == 0, err
+    run = _tiny_run(capsys, tiny_text_file, tmp_path / "r r", 2)
     err = cli_err(capsys, "train", "--resume", str(run), "--model.n_embd", "64", "--model.n_head", "4",
                   "--model.init", "torch")
     assert err.startswith(f"depthlab: error: cannot resume '{run}' with changed model.init")
@@ -88,7 +94,6 @@ def test_a_refused_resume_names_only_the_fields_that_change_the_weights_and_quot
 
 
 def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_file):
-    from conftest import tiny_cli_args
 
     # report on a file: no "report:" prefix and no word of sweeps
     (tmp_path / "file.txt").write_text("mine")
@@ -103,10 +108,7 @@ def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_fi
     err = cli_err(capsys, "train", "--model.source", str(model), "--model.n_layer", "3")
     assert "model.n_layer 3: this describes depthlab's GPT and does not apply to model.source" in err, err
     # --resume with --init-from and another out_dir: the fix offered was the command typed
-    run = tmp_path / "run"
-    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
-                                                         train__eval_interval=2))
-    assert rc == 0, err
+    run = _tiny_run(capsys, tiny_text_file, tmp_path / "run", 2)
     err = cli_err(capsys, "train", "--resume", str(run), "--init-from", str(run), "--train.out_dir",
                   str(tmp_path / "new"))
     assert err == ("depthlab: error: --resume and --init-from exclude each other: resume continues a run, init-from "
@@ -118,12 +120,8 @@ def test_resume_true_in_a_config_file_reads_the_runs_own_config(tmp_path, capsys
     # "cannot resume RUN with changed ... model.n_layer 2 -> 4"
     import json
 
-    from conftest import tiny_cli_args
 
-    run = tmp_path / "run"
-    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=4,
-                                                         train__eval_interval=2))
-    assert rc == 0, err
+    run = _tiny_run(capsys, tiny_text_file, tmp_path / "run", 4)
     f = tmp_path / "res.yaml"
     f.write_text(f"train:\n  resume: true\n  out_dir: {run}\n  max_iters: 6\n")
     rc, out, err = run_cli(capsys, "train", "-c", str(f))
@@ -166,12 +164,8 @@ def test_context_use_of_a_users_model_points_to_check_for_the_mask():
 
 def test_a_refused_init_from_says_one_line_not_the_corpus_warnings_first(tmp_path, capsys, tiny_text_file):
     # was: two "depthlab: warning:" lines about the corpus (short val split, one distinct character), then the error
-    from conftest import tiny_cli_args
 
-    run = tmp_path / "run"
-    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=2,
-                                                         train__eval_interval=2))
-    assert rc == 0, err
+    run = _tiny_run(capsys, tiny_text_file, tmp_path / "run", 2)
     one = tmp_path / "onechar.txt"
     one.write_text("a" * 103)
     rc, out, err = run_cli(capsys, "train", "--init-from", str(run), "--data.path", str(one), "--train.max_iters", "3",
