@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
-    hide_train_options, one_line
+    hide_train_options, occurrences, one_line
 from .cli_expand import (deferred_warnings, expand_presets, expand_train_argv, list_presets,  # noqa: F401
                          preset_dir, preset_path)
 from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
@@ -632,9 +632,8 @@ def _sweep_argv(argv: list[str]) -> list[str]:
     would be the flags' alone, without the base config the profile's or file's runs take (it said width 128 and
     5,000 steps of the quick profile, whose runs are 32 wide and 500 steps long)."""
     words = argv[:argv.index("--")] if "--" in argv else argv
-    printing = any(a.split("=")[0] == "--print_config" for a in words)
-    source = next((a.split("=")[0] for a in words if a.split("=")[0] in ("--profile", "--file", "-f")), None)
-    if printing and source:
+    source = next((name for _, name, _ in occurrences(words, ["--profile", "--file", "-f"])), None)
+    if source and occurrences(words, ["--print_config"]):
         raise DepthlabError(f"sweep: --print_config shows a --grid sweep's options and base run config; with "
                             f"{source} each experiment's runs take the base config of the profile or file as well, "
                             "which it would not show: read the profile's YAML (depthlab/sweep/profiles/) or your "

@@ -201,12 +201,12 @@ _NOT_FOR_A_NEW_RUN = ("train.out_dir", "train.resume", "model.vocab_size")
 def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -> str:
     """The new run a refused resume offers: ``--init-from`` when the changed model's weights have the run's names
     and shapes (:func:`~depthlab.init_from.weights_fit`) and the tokenizer is the run's, else the changed run
-    trained from scratch."""
+    trained from scratch. ``old``: the run's config.json sections that ``asked`` has; ``refused``: the
+    :func:`~depthlab.resume_config.resume_changes` sentences."""
     keys = [r.split(" ", 1)[0] for r in refused]
     model = [k.split(".", 1)[1] for k in keys if k.startswith("model.")]
     # the other values asked for go along (--model.dropout, --train.max_iters, ...): was only the refused ones
-    rest = [k for k in resume_config.changed_fields({k: v for k, v in old.items() if k in asked}, asked)
-            if k not in keys and k not in _NOT_FOR_A_NEW_RUN]
+    rest = [k for k in resume_config.changed_fields(old, asked) if k not in keys and k not in _NOT_FOR_A_NEW_RUN]
     flags = " ".join(f"--{k} {_flag_text(_field(asked, k))}" for k in keys + rest)
     vocab = [k for k in keys if k in _VOCAB_FIELDS]
     if vocab:
@@ -422,15 +422,14 @@ class Checkpointer:
         corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
-        refused, noted = resume_config.resume_changes({k: v for k, v in old.items() if k in asked}, asked)
+        ran = {k: v for k, v in old.items() if k in asked}  # the sections a resume compares
+        refused, noted = resume_config.resume_changes(ran, asked)
         if refused:
-            raise DepthlabError(f"cannot resume {shlex.quote(str(rd.path))} with changed {'; '.join(refused)} "
-                                "(run value -> asked); "
+            quoted = shlex.quote(str(rd.path))
+            raise DepthlabError(f"cannot resume {quoted} with changed {'; '.join(refused)} (run value -> asked); "
                                 f"{'these change' if len(refused) > 1 else 'this changes'} what the run's numbers "
-                                "mean: resume with the run's own values "
-                                f"(depthlab train --resume {shlex.quote(str(rd.path))} alone reads them from its "
-                                "config.json), or "
-                                f"{_new_run_advice(rd.path, refused, old, asked)}")
+                                f"mean: resume with the run's own values (depthlab train --resume {quoted} alone "
+                                f"reads them from its config.json), or {_new_run_advice(rd.path, refused, ran, asked)}")
         for line in resume_config.config_json_notes(rd.path):
             self.log(f"resume: {line}")
         self._noted = [f"resume: {line}" for line in noted]  # said by settle_writable if the session trains
