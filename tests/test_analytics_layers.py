@@ -57,7 +57,7 @@ class Unnamed(NanoGPT):
 #: The candidates a refusal offers for Unnamed: its own modules, then those at numbered paths (its blocks'), one
 #: entry per pattern, first .. last, each a name --norm / --head takes.
 NORMS_H = "transformer.h.0.ln_1 .. transformer.h.1.ln_1, transformer.h.0.ln_2 .. transformer.h.1.ln_2"
-HEADS_H = "lm_head, transformer.h.0.attn .. transformer.h.1.attn, transformer.h.0.mlp .. transformer.h.1.mlp"
+HEADS_H = "lm_head"
 
 
 def _batches(V=11, T=8, n=2, B=4, seed=0):

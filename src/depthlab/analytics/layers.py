@@ -99,8 +99,9 @@ def _numbered(name: str) -> bool:
 
 
 def _candidates(model: nn.Module, kind: str) -> list[str]:
-    """This model's modules that could be its final norm (a class named ...Norm) or head (a Linear; its
-    Embeddings, as tied heads, when it has no Linear outside a numbered list), for the refusals.
+    """This model's modules that could be its final norm (a class named ...Norm) or head (its Linears outside any
+    numbered list; when it has none, its Embeddings, as tied heads, and the Linears at numbered paths), for the
+    refusals.
 
     Names outside any numbered list come first; those at numbered paths (a block's own norms and Linears,
     ``blocks.0.ln``; a Sequential's ``out.1``) follow, one entry per pattern: the name itself when one module
@@ -110,7 +111,9 @@ def _candidates(model: nn.Module, kind: str) -> list[str]:
         return "norm" in type(c).__name__.lower() if kind == "norm" else isinstance(c, nn.Linear)
 
     names = [n for n, c in model.named_modules() if n and fits(c)]
-    if kind == "head" and not any(not _numbered(n) for n in names):  # logits = x @ wte.weight.T: no head module
+    if kind == "head" and any(not _numbered(n) for n in names):  # a block's own Linears are not heads
+        names = [n for n in names if not _numbered(n)]
+    elif kind == "head":  # logits = x @ wte.weight.T: no head module
         names = [n for n, c in model.named_modules() if n and isinstance(c, nn.Embedding)] + names
     groups: dict[tuple, list[str]] = {}
     for n in names:
