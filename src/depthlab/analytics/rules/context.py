@@ -209,7 +209,8 @@ def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[f
     where = f"{rel:.3f} nats above" if rel >= 0 else f"only {-rel:.3f} nats below"
     within = " within twice its error" if lq_se is not None else ""
     noisy = ("" if gain + 2 * (se or 0.0) < min_gain else
-             f"; the gain over position 0 is within twice its error of {min_gain} and cannot tell by itself")
+             f" (the {name} decides this: the gain over position 0 alone is within twice its error of {min_gain}, "
+             "too noisy to say either way)")
     return (f"{head}: {beat}, and the last quarter is {where} the {name} {line:.3f} (the current {unit} alone), "
             f"not {margin} below it{within}, so the model does not use its context{level}{noisy}")
 
