@@ -217,15 +217,21 @@ def test_slopes_spread_and_verdicts_of_fake_measurements(tmp_path, tiny_text_fil
 
 
 def test_an_axis_that_changes_nothing_is_unchanged_not_stable(capsys, tiny_text_file):
-    # train.max_time is read (fit_to_time plans the decay from it) but moves nothing inside the warmup: the rows
-    # are identical, which used to be reported as a flat slope and "stable"
-    rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.max_time=10,20", "--data.path", str(tiny_text_file),
-                           "--model.n_layer", "2", "--model.n_embd", "16", "--model.n_head", "2",
+    # train.min_lr is read (the cosine decays to it) but moves nothing inside the warmup: the rows are identical,
+    # which used to be reported as a flat slope and "stable"
+    rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.min_lr=0.0001,0.001", "--data.path",
+                           str(tiny_text_file), "--model.n_layer", "2", "--model.n_embd", "16", "--model.n_head", "2",
                            "--model.block_size", "16", "--steps", "2", "--train.optimizer", "adamw")
     assert rc == 0, err
     lines = out.splitlines()
     assert any(ln.startswith("prenorm: ") and ln.endswith("-> unchanged") for ln in lines), out
-    assert "every value of train.max_time measured the same numbers" in out and "-> stable" not in out
+    assert "every value of train.min_lr measured the same numbers" in out and "-> stable" not in out
+    assert lines[-1].endswith("take more --steps if it acts only later (past train.warmup_iters, or once the gradient "
+                              "norm reaches train.grad_clip)")
+    # train.max_time is never read here (no clock, no time plan): refused up front, not "unchanged" with advice to
+    # take more steps that could not change it
+    rc, _, err = run_cli(capsys, "coordcheck", "--axis", "train.max_time=10,20")
+    assert_clean_error(rc, err, "train.max_time", "takes exactly --steps steps")
     rc, out, err = run_cli(capsys, "coordcheck", "--axis", "train.learning_rate=0.001,0.01",
                            "--data.path", str(tiny_text_file), "--model.n_layer", "2", "--model.n_embd", "16",
                            "--model.n_head", "2", "--model.block_size", "16", "--steps", "2",
@@ -254,6 +260,8 @@ def test_unchanged_names_the_grid_points_it_holds_for_and_unused_grid_fields_are
     assert verdicts["prenorm train.optimizer=muon"] != "unchanged"
     assert out.splitlines()[-1].startswith("unchanged at prenorm train.optimizer=adamw: every value of train.muon_lr "
                                            "measured the same numbers at every step")
+    assert out.splitlines()[-1].endswith("it is Muon's learning rate, and Muon does not train these runs "
+                                         "(train.optimizer)")
     rc, _, err = run_cli(capsys, "coordcheck", "--axis", "model.n_layer=1,2", "--grid", "train.eval_interval=10,20",
                          *tiny)
     assert_clean_error(rc, err, "--grid train.eval_interval: the coordinate check does not read it",

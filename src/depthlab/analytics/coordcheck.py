@@ -59,7 +59,8 @@ __all__ = ["STABLE_SLOPE", "QUANTITIES", "COORDCHECK_HELP", "numeric_fields", "p
 #: norm -0.00, pre-LN with residual_scale depth -0.08 (stable, far inside), plain with no norm -39 (vanishes).
 STABLE_SLOPE = 0.25
 #: The verdict of a grid point whose every axis value measured the same numbers at every step: the field is
-#: read by training but changes nothing in these steps (``train.max_time``; ``train.muon_lr`` under AdamW).
+#: read by training but changes nothing in these steps (``train.min_lr`` inside the warmup; ``train.muon_lr``
+#: under AdamW).
 UNCHANGED = "unchanged"
 #: The RMS values recorded per step, in the order they are printed.
 QUANTITIES = ("resid_rms", "attn_logits_rms", "logits_rms")
@@ -104,7 +105,9 @@ UNUSED_FIELDS = {
        f"{PROBE_BATCH_SIZE} windows; it neither evaluates, logs, checkpoints, samples nor stops early)"
        for k in ("batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "threads", "keep_last",
                  "grad_log_interval", "probe_interval", "target_val_loss", "patience", "min_delta",
-                 "sample_interval", "sample_tokens")}}
+                 "sample_interval", "sample_tokens")},
+    "train.max_time": "the coordinate check takes exactly --steps steps: no clock stops it or plans its learning-rate "
+                      "schedule (train.fit_to_time)"}
 
 
 def _field_type(key: str) -> type:
@@ -557,7 +560,11 @@ def format_coordcheck(result: dict) -> str:
     same = [label for label, verdict in result["verdicts"].items() if verdict == UNCHANGED]
     if same:  # named: other grid points may have changed (train.muon_lr under adamw and muon)
         where = "" if len(same) == len(result["verdicts"]) else f" at {', '.join(same)}"
+        hint = ("vary another field, or take more --steps if it acts only later (past train.warmup_iters, or once "
+                "the gradient norm reaches train.grad_clip)")
+        if key == "train.muon_lr":  # a rate Muon uses moves step 2: unchanged means Muon does not run there
+            hint = "it is Muon's learning rate, and Muon does not train these runs (train.optimizer)"
         lines.append(f"unchanged{where}: every value of {key} measured the same numbers at every step, so this check "
                      f"says nothing about it: {key} changes nothing it measures in {result['steps']} step(s) there; "
-                     "vary another field, or take more --steps")
+                     + hint)
     return "\n".join(lines)
