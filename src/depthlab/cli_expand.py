@@ -7,6 +7,7 @@ the shape). Flags the user typed come after and win.
 
 from __future__ import annotations
 
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import Optional
@@ -168,17 +169,20 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     source = flag_value(argv, "--model.source")
     ran_source = ((RunDir(rd).config or {}).get("model") or {}).get("source")
     if source is not None and convert(source, Optional[str]) is not None and not ran_source:
-        raise DepthlabError(f"--resume {rd}: that run was trained with depthlab's built-in GPT (its config.json has "
-                            f"no model.source), and a resume continues the same model; drop --model.source {source}, "
-                            f"or train it as a new run: --model.source {source} --train.out_dir NEW_DIR")
+        src = shlex.quote(source)
+        raise DepthlabError(f"--resume {shlex.quote(str(rd))}: that run was trained with depthlab's built-in GPT (its "
+                            "config.json has no model.source), and a resume continues the same model; drop "
+                            f"--model.source {src}, or train it as a new run: --model.source {src} --train.out_dir "
+                            "NEW_DIR")
     # before the out_dir check, whose fix (--init-from RUN --train.out_dir NEW) was what the user had typed
     if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
     other = flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
-        raise DepthlabError(f"--resume {rd} continues that run in place; drop --train.out_dir {other} "
-                            f"(or use --init-from {rd} --train.out_dir {other} for a new run)")
+        raise DepthlabError(f"--resume {shlex.quote(str(rd))} continues that run in place; drop --train.out_dir "
+                            f"{shlex.quote(other)} (or use --init-from {shlex.quote(str(rd))} --train.out_dir "
+                            f"{shlex.quote(other)} for a new run)")
     return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out + ["--train.resume", "true",
                                                                           "--train.out_dir", str(rd)]
 

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import tempfile
 import time
@@ -694,8 +695,8 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
     foreign = foreign_files(out_dir)
     if not overwrite:
         replace = "" if foreign else ", --overwrite to replace it"
-        raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {out_dir} to continue it"
-                            f"{replace}, or another {flag}")
+        raise DepthlabError(f"train.out_dir {out_dir} already exists; use --resume {shlex.quote(str(out_dir))} to "
+                            f"continue it{replace}, or another {flag}")
     if foreign:
         raise DepthlabError(f"train.out_dir {out_dir} holds files depthlab did not write ({_names(foreign)}); "
                             f"refusing to delete them with --overwrite: move them out, or choose another {flag}")

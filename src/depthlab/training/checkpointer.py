@@ -248,8 +248,9 @@ def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     said = "; ".join(f"model.{k} {theirs.get(k)!r} there, {ours[k]!r} here" for k in keys) + \
         (f": {weights}" if weights and ours.get("source") else "")
     # without those flags the command line takes the source's model section (cli_expand), a run's or an export's
-    return (f"--init-from {src}: its weights do not fit this model ({said}); drop those --model flags to take {what}'s "
-            "shape, or drop --init-from: a model of this shape is a new model and trains from scratch")
+    return (f"--init-from {shlex.quote(str(src))}: its weights do not fit this model ({said}); drop those --model "
+            f"flags to take {what}'s shape, or drop --init-from: a model of this shape is a new model and trains from "
+            "scratch")
 
 
 def _field(cfg: dict, key: str):
@@ -573,9 +574,9 @@ class Checkpointer:
             DepthlabError: ``overwrite`` of the folder ``--init-from`` names (before anything is moved or deleted).
         """
         if overwrite and self.init_source and Path(self.init_source).resolve() == self.run_dir.resolve():
-            raise DepthlabError(f"--init-from {self.init_source}: that is the folder this run would replace "
-                                f"(--overwrite of train.out_dir {self.run_dir}), so its weights cannot start the run; "
-                                "give another --train.out_dir (nothing was changed)")
+            raise DepthlabError(f"--init-from {shlex.quote(str(self.init_source))}: that is the folder this run "
+                                f"would replace (--overwrite of train.out_dir {self.run_dir}), so its weights cannot "
+                                "start the run; give another --train.out_dir (nothing was changed)")
         replaced = runlock.claim_run_dir(self.run_dir, overwrite, self.runtime)
         self.replaced = replaced is not None
         return replaced
