@@ -264,7 +264,8 @@ ATOL = 1e-5
 CACHED = [(v, {}) for v in VARIANTS] + [("prenorm", {"residual_scale": "depth"}),
                                         ("rezero", {"residual_scale": "depth"}),
                                         ("periln", {"residual_scale": "depth"}),
-                                        ("prenorm", {"norm_scale": "depth"})]
+                                        ("prenorm", {"norm_scale": "depth"}),
+                                        ("prenorm", {"position": "rope"}), ("postnorm", {"position": "rope"})]
 
 
 @pytest.mark.parametrize("variant,extra", CACHED)

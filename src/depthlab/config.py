@@ -18,7 +18,7 @@ from .errors import DepthlabError
 VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln")
 #: ModelConfig fields that describe depthlab's GPT only (refused at other values with ``model.source``).
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
-            "tie_weights", "residual_scale", "norm_scale")
+            "tie_weights", "residual_scale", "norm_scale", "position")
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 RESIDUAL_SCALES = (1, "depth")
 
@@ -148,6 +148,10 @@ class ModelConfig:
         norm_scale: ``1`` or ``depth``: ``depth`` multiplies the output of block l's norms by 1/sqrt(l)
             (l = 1..n_layer), LayerNorm Scaling (Sun et al. 2025); pre-LN only (``variant prenorm`` with
             a norm), since it is defined on pre-LN's norms; ``1`` = none.
+        position: how the model knows where a token is: ``learned`` (GPT-2's table of ``block_size``
+            position vectors added to the token embeddings, ``transformer.wpe``) or ``rope`` (rotary
+            position embedding, Su et al. 2021: each head's queries and keys are rotated by an angle
+            proportional to their position, so q.k depends on the distance between them; no parameters).
     """
 
     vocab_size: int = 0
@@ -166,6 +170,7 @@ class ModelConfig:
     source: Optional[str] = None
     residual_scale: Literal[1, "depth"] = 1
     norm_scale: Literal[1, "depth"] = 1
+    position: Literal["learned", "rope"] = "learned"
 
     def __post_init__(self) -> None:
         self._check_source()
@@ -192,6 +197,11 @@ class ModelConfig:
             raise DepthlabError(f"model.residual_scale must be 1 (no branch scaling) or depth (each branch "
                                 f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}")
         self._check_norm_scale()
+        _choice("model", "position", self.position, ("learned", "rope"))
+        if self.position == "rope" and self.head_size % 2:
+            raise DepthlabError(f"model.position rope rotates each head's vector in pairs of coordinates, so the head "
+                                f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
+                                "model.n_head, or use --model.position learned")
 
     def _check_norm_scale(self) -> None:
         """``norm_scale`` is 1 or depth, and depth only where LayerNorm Scaling is defined (pre-LN's norms)."""

@@ -104,6 +104,9 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
             raise DepthlabError(f"cannot export model.{name} {getattr(cfg, name)}: GPT-2 and OpenAI GPT have no "
                                 f"multiplier there, so the exported model would compute another function "
                                 f"(exportable: model.{name} 1)")
+    if cfg.position != "learned":
+        raise DepthlabError(f"cannot export model.position {cfg.position}: GPT-2 and OpenAI GPT add a learned table "
+                            "of positions and do not rotate queries and keys (exportable: model.position learned)")
     if cfg.variant == "postnorm" and cfg.activation != "relu":
         raise DepthlabError(f"cannot export model.activation {cfg.activation} with postnorm: OpenAI GPT's gelu is "
                             "the tanh approximation, not nn.GELU (exportable: relu, or the prenorm variant)")

@@ -179,6 +179,48 @@ def _cached_causal_bias(T: int, S: int, dtype: torch.dtype, device: torch.device
         return _causal_bias(T, S, dtype, device)
 
 
+#: the base of the rotary angles, theta_i = base^(-2i / hs) (Su et al. 2021; GPT-NeoX and Llama use it too)
+ROPE_BASE = 10000.0
+
+
+def rotary_table(n: int, hs: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles p * theta_i for positions p = 0..n-1, each (n, hs // 2).
+
+    theta_i = ROPE_BASE^(-2i / hs), i = 0..hs/2 - 1 (Su et al. 2021, RoFormer, eq. 15), computed in float32 and
+    cast to ``dtype``. Made once per size, dtype and device and shared, as :func:`causal_bias` is.
+    """
+    if torch.compiler.is_compiling():
+        return _rotary_table(n, hs, dtype, device)
+    return _cached_rotary_table(n, hs, dtype, device)
+
+
+def _rotary_table(n: int, hs: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    theta = ROPE_BASE ** (-torch.arange(0, hs // 2, dtype=torch.float32, device=device) / (hs // 2))  # (hs/2,)
+    angle = torch.arange(n, dtype=torch.float32, device=device)[:, None] * theta[None, :]  # (n, hs/2)
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+@lru_cache(maxsize=16)
+def _cached_rotary_table(n: int, hs: int, dtype: torch.dtype, device: torch.device
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.inference_mode(False), torch.no_grad():
+        return _rotary_table(n, hs, dtype, device)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each head vector's coordinate pairs (j, j + hs/2) by its position's angles.
+
+    Args:
+        x: (B, nh, T, hs), queries or keys; cos, sin: (T, hs/2), the rows of :func:`rotary_table` for x's positions.
+
+    Returns:
+        (B, nh, T, hs). Pairs (j, j + hs/2) rather than RoFormer's (2j, 2j + 1): the same rotation of permuted
+        coordinates, as GPT-NeoX and Llama pair them, so q.k depends on the positions only through their distance.
+    """
+    x1, x2 = x.chunk(2, dim=-1)  # (B, nh, T, hs/2) each
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (Vaswani et al. 2017), fused q/k/v projection.
 
@@ -195,6 +237,7 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(cfg.dropout)
         self.hook_pattern = HookPoint()
         self.explicit = False
+        self.rope, self.block_size = cfg.position == "rope", cfg.block_size
 
     def forward(self, x: torch.Tensor, kv: Optional[tuple[torch.Tensor, torch.Tensor, int]] = None
                 ) -> torch.Tensor:
@@ -215,6 +258,11 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        if self.rope:  # rotated at their absolute positions, before a cache stores the keys
+            pos0 = kv[2] if kv is not None else 0
+            cos, sin = rotary_table(self.block_size, C // self.n_head, q.dtype, q.device)
+            cos, sin = cos[pos0:pos0 + T], sin[pos0:pos0 + T]  # (T, hs/2)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if kv is not None:
             k_buf, v_buf, pos = kv
             k_buf[:, :, pos:pos + T] = k
@@ -391,6 +439,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token + position embeddings -> n_layer Blocks -> final norm (prenorm, periln) -> LM head.
 
+    With ``position: rope`` there is no position table (``transformer.wpe``): each block's attention rotates
+    its queries and keys instead (:func:`apply_rotary`).
+
     Args:
         cfg: model config; ``cfg.vocab_size`` must be set (> 0).
 
@@ -407,7 +458,7 @@ class GPT(nn.Module):
         self.config = cfg
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            **({"wpe": nn.Embedding(cfg.block_size, cfg.n_embd)} if cfg.position == "learned" else {}),
             drop=nn.Dropout(cfg.dropout),
             h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
             # pre-LN and Peri-LN leave the stream un-normalised; the other variants end in LN (or have none)
@@ -444,7 +495,7 @@ class GPT(nn.Module):
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count, tied weights counted once; minus position embeddings if ``non_embedding``."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding:
+        if non_embedding and "wpe" in self.transformer:
             n -= self.transformer.wpe.weight.numel()
         return n
 
@@ -465,8 +516,10 @@ class GPT(nn.Module):
         B, T = idx.shape
         if T > self.config.block_size:
             raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        x = self.transformer.wte(idx)  # (B, T, C)
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        x = self.transformer.drop(x)
         for block in self.transformer.h:
             x = block(x)
         x = self.transformer.ln_f(x)
@@ -509,8 +562,10 @@ class GPT(nn.Module):
             plan = cache.decode_plan = cache.decode_plan or DecodePlan(self)
             if plan.usable():
                 return plan(idx[:, 0], cache)
-        wpe = self.transformer.wpe.weight[pos0:pos0 + T]  # (T, C): rows = positions (a slice, no lookup op)
-        x = self.transformer.drop(self.transformer.wte(idx) + wpe)  # (B, T, C)
+        x = self.transformer.wte(idx)  # (B, T, C)
+        if "wpe" in self.transformer:
+            x = x + self.transformer.wpe.weight[pos0:pos0 + T]  # (T, C): rows = positions (a slice, no lookup op)
+        x = self.transformer.drop(x)
         for i, block in enumerate(self.transformer.h):
             x = block(x, kv=cache.layer(i))
         cache.pos = pos0 + T
@@ -542,15 +597,20 @@ def _block_step(blk: "Block") -> Callable[[torch.Tensor, torch.Tensor, torch.Ten
     alpha_attn, alpha_mlp = getattr(blk, "alpha_attn", None), getattr(blk, "alpha_mlp", None)
     s = blk.branch_scale
     join = (lambda t: t) if s == 1.0 else (lambda t: t * s)
+    rot = rotary_table(a.block_size, Wa.size(1) // nh, Wa.dtype, Wa.device) if a.rope else None
 
     def attn(h: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, pos: int) -> torch.Tensor:
         # method calls, not tensor[...] indexing: parsing an index tuple costs more than the copy
         B, C = h.shape
         qkv = F.linear(h, Wa, ba).view(B, 3, nh, 1, C // nh)  # (B, 3, nh, 1, hs)
-        k_buf.narrow(2, pos, 1).copy_(qkv.select(1, 1))
+        q, k = qkv.select(1, 0), qkv.select(1, 1)  # (B, nh, 1, hs)
+        if rot is not None:  # rotated at position pos, as CausalSelfAttention.forward rotates them
+            cos, sin = rot[0].narrow(0, pos, 1), rot[1].narrow(0, pos, 1)  # (1, hs/2)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        k_buf.narrow(2, pos, 1).copy_(k)
         v_buf.narrow(2, pos, 1).copy_(qkv.select(1, 2))
         # one query sees every cached key: no mask (CausalSelfAttention.forward's T == 1 branch)
-        y = F.scaled_dot_product_attention(qkv.select(1, 0), k_buf.narrow(2, 0, pos + 1),
+        y = F.scaled_dot_product_attention(q, k_buf.narrow(2, 0, pos + 1),
                                            v_buf.narrow(2, 0, pos + 1))  # (B, nh, 1, hs)
         return F.linear(y.view(B, C), Wo, bo)  # heads side by side, as forward's
 
@@ -581,7 +641,7 @@ class DecodePlan:
         self._observed = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()) \
             or any(b.attn.explicit for b in model.transformer.h)
         tr = model.transformer
-        self._wte, self._wpe = tr.wte.weight, tr.wpe.weight
+        self._wte, self._wpe = tr.wte.weight, (tr.wpe.weight if "wpe" in tr else None)
         self._steps = [_block_step(b) for b in tr.h]
         self._ln_f, self._head = _plain_fn(tr.ln_f), model.lm_head.weight
 
@@ -600,7 +660,7 @@ class DecodePlan:
     def __call__(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Logits (B, V) after appending ids ``idx`` (B,) at position ``cache.pos``; advances it by 1."""
         pos = cache.pos
-        x = self._wte[idx] + self._wpe[pos]  # (B, C)
+        x = self._wte[idx] if self._wpe is None else self._wte[idx] + self._wpe[pos]  # (B, C)
         for i, step in enumerate(self._steps):
             x = step(x, cache.k[i], cache.v[i], pos)
         cache.pos = pos + 1

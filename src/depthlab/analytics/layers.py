@@ -320,8 +320,9 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
 
     Returns:
         ``{"val_loss", "embedding_lens_loss", "blocks": [{"block", "lens_loss", "ablation_delta",
-        "relative_update"}], "effective_depth", "n_layer", "lens"}``: losses in nats per token (the
-        model's own forward for ``val_loss``, final norm + head for the lens and the ablations).
+        "relative_update"}], "effective_depth", "n_layer", "lens", "embedding_has_position"}``: losses in
+        nats per token (the model's own forward for ``val_loss``, final norm + head for the lens and the
+        ablations); ``embedding_has_position`` is False for depthlab's GPT with rotary positions.
 
     Raises:
         DepthlabError: as :func:`layer_access`, blocks that do not return the stream, or a final norm and head
@@ -346,7 +347,9 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
               for i in range(L)]
     return {"val_loss": tot["model"] / n, "embedding_lens_loss": tot["lens"][0] / n, "blocks": blocks,
             "effective_depth": sum(1 for b in blocks if b["ablation_delta"] >= EFFECTIVE_DELTA), "n_layer": L,
-            "lens": lens_meaning(model, acc)}
+            "lens": lens_meaning(model, acc),
+            # rotary positions enter inside attention: the stream before block 0 holds the token alone
+            "embedding_has_position": not (isinstance(model, GPT) and model.config.position == "rope")}
 
 
 def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -401,7 +404,8 @@ def format_layers(res: dict) -> str:
                      "does not use what it computes (each measured alone, the others in place; `depthlab diagnose` "
                      "shows whether the gradients there vanish, and model.n_layer sets the depth)")
     if bg is not None:
-        lines.append(f"  the embedding lens sees one {res.get('unit', 'character')} (and its position), so it "
+        where = " (and its position)" if res.get("embedding_has_position", True) else ""
+        lines.append(f"  the embedding lens sees one {res.get('unit', 'character')}{where}, so it "
                      "cannot go below the best one-token predictor of the val split (a little below the bigram "
                      "line, which is fitted on the train split); a lens below that is context that the blocks up to "
                      "there have brought in")

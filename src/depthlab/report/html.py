@@ -261,8 +261,9 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
     if finite_or_none(s.get("params")) is not None:
         m = (run.config or {}).get("model") or {}
         tied = "token embedding (tied to the head)" if m.get("tie_weights", True) else "token embedding and head"
+        table = ", position table left out" if m.get("position", "learned") == "learned" else " (rotary positions)"
         cards.append(("parameters", f"{float(s['params']):,.0f}", "every parameter of the model" if m.get("source")
-                      else f"{tied} included, position table left out"))
+                      else f"{tied} included{table}"))
     return cards
 
 
