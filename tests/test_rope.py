@@ -2,6 +2,7 @@
 
 The cache paths (forward_cached, DecodePlan) are checked with the other wirings in test_model.py (CACHED)."""
 
+import json
 import math
 
 import pytest
@@ -89,6 +90,17 @@ def test_train_sample_and_export_of_a_rope_run(tmp_path, capsys, tiny_text_file)
     rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, tmp_path / "new"), "--init-from", str(run),
                          "--model.position", "learned")
     assert_clean_error(rc, err, "its weights do not fit this model", "model.position 'rope' there, 'learned' here")
+    # a run whose config.json predates model.position has a learned table: named as such, not "unexpected wpe"
+    old = tmp_path / "old"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, old, train__max_iters=2))
+    assert rc == 0, err
+    cfg = json.loads((old / "config.json").read_text())
+    del cfg["model"]["position"]
+    (old / "config.json").write_text(json.dumps(cfg))
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, tmp_path / "new"), "--init-from", str(old),
+                         "--model.position", "rope")
+    assert_clean_error(rc, err, "its weights do not fit this model (model.position 'learned' there, 'rope' here)")
+    assert not (tmp_path / "new").exists()
 
 
 def test_layers_and_the_report_do_not_credit_the_embedding_of_a_rope_model_with_a_position():

@@ -236,6 +236,8 @@ def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     from ..usermodel import parse_init
 
     theirs, what = source_model(src)
+    if theirs and not theirs.get("source"):  # runs from before model.position, and GPT-2 exports: a learned table
+        theirs = {"position": "learned", **theirs}
     # a model.source run's config.json leaves out an empty model.init: the user's keyword arguments are compared too
     named = sorted({*theirs, "init"} if ours.get("source") else theirs)
     norm = (lambda k, v: parse_init(v) if k == "init" else v) if ours.get("source") else (lambda k, v: v)
