@@ -547,12 +547,12 @@ def run_report(ns) -> int:
     if not Path(ns.run_dir).exists() and above.is_dir():  # report takes a sweep folder too: the fix names both
         raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
-    from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY
+    from .rundir import CONFIG, METRICS, RunDir
     given = Path(ns.run_dir)
     if given.exists() and not given.is_dir():
         raise DepthlabError(f"report: {given} is a file, not a run directory or a sweep folder; give the out_dir of a "
                             "depthlab train run or of a depthlab sweep")
-    if given.is_dir() and not any((given / n).exists() for n in (CONFIG, METRICS, SUMMARY, CHECKPOINTS)):
+    if given.is_dir() and not RunDir(given).ran:
         # was: "give the out_dir of a depthlab train run", though report takes a sweep's folder too
         raise DepthlabError(f"report: {given} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "
                             "sweep folder (no sweep.json); give the out_dir of a depthlab train run or of a "

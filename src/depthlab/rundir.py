@@ -844,6 +844,13 @@ class RunDir:
         """True when the run file ``name`` exists but does not hold what depthlab wrote there (see :meth:`_json`)."""
         return (self.path / name).is_file() and self._json(name, list if name == VOCAB else dict) is None
 
+    @property
+    def ran(self) -> bool:
+        """Whether any file that a depthlab run writes is here (config.json, metrics.jsonl, summary.json or
+        checkpoints/manifest.json; a folder by such a name counts, as a damaged one): a folder of a run whose
+        other files were deleted or damaged, not some other folder."""
+        return any((self.path / n).exists() for n in (CONFIG, METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json"))
+
     def require(self, what: str = "config") -> "RunDir":
         """Check that this is a run directory and return self.
 
@@ -868,8 +875,7 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
-        ran = any((rd / n).is_file() for n in (CONFIG, METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json"))
-        if missing and ran:  # a run whose files were deleted: not "not a run directory"
+        if missing and self.ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
         if missing:
