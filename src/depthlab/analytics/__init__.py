@@ -27,7 +27,8 @@ __all__ = ["train", "default_callbacks", "GradientMonitor", "GradStats", "Gradie
 def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> list:
     """The observers every training run gets, from ``cfg.train`` (a :class:`~depthlab.config.RunConfig`).
 
-    Corpus baselines at start, the gradient logger every ``grad_log_interval`` steps (0 = off),
+    Corpus baselines at start, ``depthlab check``'s causal leak test of a ``model.source`` model at start, the
+    gradient logger every ``grad_log_interval`` steps (0 = off),
     activation probes every ``probe_interval`` steps (0 = off; depthlab's GPT only: not for a
     ``model.source`` model), samples every ``sample_interval`` steps (0 = off), the loss by position of
     the final weights and the diagnosis at the end, and the TensorBoard HParams of the run
@@ -43,6 +44,10 @@ def default_callbacks(cfg, hparam_fields: Optional[Sequence[str]] = None) -> lis
     """
     t = cfg.train
     cbs: list = [BaselinesCallback()]
+    if cfg.model.source:  # a model you wrote: depthlab check's causal_leak test before the first step
+        from .check import LeakCheckCallback
+
+        cbs.append(LeakCheckCallback())
     if t.grad_log_interval > 0:
         cbs.append(GradientLogger(t.grad_log_interval))
     if t.probe_interval > 0 and not cfg.model.source:  # the probe hooks depthlab's GPT's blocks

@@ -32,6 +32,7 @@ model at initialisation, so their order does not change their results.
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -40,8 +41,11 @@ from typing import Callable, Iterator, Optional
 import torch
 import torch.nn as nn
 
+from ...callbacks import Callback, RunView, StepInfo
 from ...errors import DepthlabError
 from ...training.protocol import ModelPort
+from ...usermodel import check_command, first_line
+from ..rules.evidence import LEAK_CHECK_EVENT
 from .bf16 import bf16_rule
 from .finite import finite_rule
 from .flow import find_blocks, gradient_flow_rule
@@ -50,7 +54,7 @@ from .learning import context_use_rule, overfit_batch_rule
 from .subject import CheckResult, ModelFault, Subject
 
 __all__ = ["RULES", "CheckResult", "CheckReport", "check_model", "check_source", "find_blocks",
-           "format_check_table", "DEFAULT_BATCH_SIZE", "DEFAULT_BLOCK_SIZE"]
+           "format_check_table", "DEFAULT_BATCH_SIZE", "DEFAULT_BLOCK_SIZE", "LeakCheckCallback", "LEAK_CHECK_EVENT"]
 
 RULES = ("shape", "vocab", "finite", "bf16", "causal_leak", "init_loss", "no_gradient", "overfit_batch", "context_use",
          "gradient_flow")
@@ -348,3 +352,44 @@ def format_check_table(report: CheckReport, width: int = 110) -> str:
     n = len(report.failed)
     lines += ["", f"{n} problem{'s' if n != 1 else ''} found" + (f": {', '.join(report.failed)}" if n else "")]
     return "\n".join(lines)
+
+
+#: the longest sequences the start-of-training leak test uses: a mask that leaks does so within a few positions,
+#: and the test's cost grows with T^2 (T + 2 sequences of T tokens per window)
+LEAK_CHECK_T = 64
+
+
+class LeakCheckCallback(Callback):
+    """At train start (main rank, a ``model.source`` model): ``depthlab check``'s ``causal_leak`` test on the
+    model as it starts (:func:`causal_leak_rule`, sequences of at most :data:`LEAK_CHECK_T` tokens of the val
+    split, on a CPU copy). A leak is one warning line naming the positions and the fix, and every outcome is a
+    ``kind: event`` record (``event: causal_leak_check``, ``ok``, ``summary``, ``remedy``) that ``diagnose``
+    reads: a model that sees the tokens it predicts trains to a val loss that looks good and samples badly, and
+    its loss by position shows the leak only once position 0 falls below the one-token floor.
+
+    The training's random state is untouched (the test runs under ``torch.random.fork_rng``), so a resumed run
+    continues bit for bit. It never fails the run: a test that cannot run is one log line.
+    """
+
+    def on_train_start(self, run: RunView, info: StepInfo) -> None:
+        """Test the model and record the outcome (see the class)."""
+        src = run.cfg.model.source
+        if not run.is_main or not src:
+            return
+        try:
+            with torch.random.fork_rng(devices=[]):
+                model = copy.deepcopy(run.raw_model).to("cpu").float()
+                report = check_model(model, run.corpus, batch_size=2,
+                                     block_size=min(run.cfg.model.block_size, LEAK_CHECK_T), seed=run.cfg.train.seed,
+                                     rules=("shape", "causal_leak"))
+        except Exception as e:  # noqa: BLE001 - the user's model: the training goes on, the reason is said
+            run.log(f"causal leak test skipped: {first_line(e)}")
+            return
+        res = next((c for c in report.checks if c.rule == "causal_leak"), None)
+        if res is None:  # the shape rule stopped it: the training's own forward already ran at these sizes
+            return
+        if res.ok is False:
+            run.log(f"warning: {src}: the model sees the tokens it predicts: {res.summary}; {res.remedy} (its val "
+                    f"loss will look better than it is; {check_command(src, run.run_dir)} runs every check)")
+        run.metrics.log("event", {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": res.ok,
+                                  "summary": res.summary, "remedy": res.remedy})

@@ -6,7 +6,7 @@ runs it.
 """
 
 from .advice import SHORTCUT_VARIANTS
-from .context import context_unused
+from .context import context_unused, leak_at_start
 from .evidence import Evidence, Finding, Thresholds
 from .losses import (bigram_stuck, exploding, loss_level, no_context, one_char_window, overfitting, plateau,
                      stuck_at_baseline, stuck_name)
@@ -20,11 +20,13 @@ __all__ = ["Evidence", "Finding", "Thresholds", "Need", "NotJudged", "Rule", "Ve
            "RULE_SET", "SHORTCUT_VARIANTS", "loss_level", "stuck_name", "NO_GRADIENT_CAUSE", "bigram_stuck",
            "no_context"]
 
-RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, context_unused, no_gradient, vanishing_gradients,
-                              exploding, rank_collapse, uniform_attention, learning_rate, overfitting, plateau)
+RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, leak_at_start, context_unused, no_gradient,
+                              vanishing_gradients, exploding, rank_collapse, uniform_attention, learning_rate,
+                              overfitting, plateau)
 """Every rule, in the order of their findings. Two rules may give the same name (``one_char_window``
 and ``stuck_at_baseline`` both say ``bigram_stuck``): the first that finds something gives it, and
-the later ones are not asked.
+the later ones are not asked (``leak_at_start``, the test of a ``model.source`` model as training started, and
+``context_unused``, the loss by position at its end, both say ``causal_leak``).
 
 ``bigram_stuck`` and ``unigram_stuck`` are two different findings: at the unigram line the model
 uses no context at all (not even the current character), at the bigram line it predicts from the

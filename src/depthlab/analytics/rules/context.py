@@ -255,6 +255,19 @@ def _leak_remedy(model: dict, check: Optional[str] = None) -> str:
             "was not computed on this run's corpus (copied from another run?); delete it and diagnose recomputes it")
 
 
+@rule("causal_leak")
+def leak_at_start(ev: Evidence) -> Optional[Finding]:
+    """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
+    (:attr:`Evidence.leak_check`): found at any length of run, where the loss by position shows a leak only once
+    position 0 falls below the one-token floor. None without such a record or when the test found no leak."""
+    rec = ev.leak_check
+    if rec is None or rec.get("ok") is not False:
+        return None
+    return Finding("causal_leak", f"at the start of training (step {rec.get('step', 0)}), depthlab check's "
+                   f"causal_leak test: {rec.get('summary')}", str(rec.get("remedy") or "")
+                   or _leak_remedy(ev.section("model"), ev.check_command))
+
+
 @rule("context_unused", "causal_leak", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
     """``context_unused``: the final weights' loss over the last quarter of the positions is not below position

@@ -92,6 +92,9 @@ class Thresholds:
 
 CONTEXT_EVENT = "context"
 """The ``event`` of the loss-by-position record in ``metrics.jsonl``."""
+LEAK_CHECK_EVENT = "causal_leak_check"
+"""The ``event`` of the record of the causal leak test at the start of a ``model.source`` run
+(:class:`depthlab.analytics.check.LeakCheckCallback`)."""
 
 NAMES_SHOWN = 12
 """Parameter names a finding lists before "and N more" (as ``depthlab check`` does)."""
@@ -264,6 +267,13 @@ class Evidence:
         training by :class:`depthlab.analytics.context.ContextCallback`), or None."""
         pr = [r for r in self.records if r.get("kind") == "event" and r.get("event") == CONTEXT_EVENT
               and isinstance(r.get("loss_by_position"), list)]
+        return pr[-1] if pr else None
+
+    @cached_property
+    def leak_check(self) -> Optional[dict]:
+        """The last record of the causal leak test run when a ``model.source`` model started training (``kind:
+        event``, ``event: causal_leak_check``, with ``ok`` True, False or None and its ``summary``), or None."""
+        pr = [r for r in self.records if r.get("kind") == "event" and r.get("event") == LEAK_CHECK_EVENT]
         return pr[-1] if pr else None
 
     @cached_property
