@@ -780,3 +780,26 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
                             f"corpus's {vocab_size} tokens); {fix}")
+    _check_trainable(model, src, x[:1, :min(block_size, 8)])
+
+
+def _check_trainable(model: torch.nn.Module, src: str, x: torch.Tensor) -> None:
+    """The logits of a short forward with gradients on depend on a parameter that trains (they have a grad_fn).
+
+    Raises:
+        DepthlabError: they do not (a ``.detach()`` or ``torch.no_grad()`` in forward, every parameter frozen):
+            the first backward would fail with torch's "does not require grad" error.
+    """
+    was_training = model.training
+    model.eval()  # no dropout draws: the training's random state stays as it was
+    try:
+        with torch.enable_grad():
+            logits = full_logits(model, x)
+    finally:
+        model.train(was_training)
+    if not logits.requires_grad:
+        frozen = not any(p.requires_grad for p in model.parameters())
+        why = ("every parameter has requires_grad False" if frozen else
+               "forward cuts them off from the parameters with a .detach(), .data or torch.no_grad()")
+        raise DepthlabError(f"{src}: the logits do not depend on any parameter that trains ({why}), so no step can "
+                            "change them; return logits computed from the model's trainable parameters")

@@ -63,7 +63,8 @@ class Diagnosis:
 
 
 def diagnose(ev: Evidence, rules: Sequence[Rule] = RULE_SET) -> Diagnosis:
-    """Ask every rule about ``ev``; a name that an earlier rule already found is not asked again."""
+    """Ask every rule about ``ev``; a name that an earlier rule already found is not asked again, and a name a test
+    at the start of training judged (:attr:`Evidence.judged_at_start`) is not listed as not judged."""
     findings: list[Finding] = []
     not_judged: list[NotJudged] = []
     for r in rules:
@@ -71,7 +72,9 @@ def diagnose(ev: Evidence, rules: Sequence[Rule] = RULE_SET) -> Diagnosis:
             continue
         verdict = r(ev)
         if isinstance(verdict, NotJudged):
-            not_judged.append(verdict)
+            left = tuple(n for n in verdict.rules if n not in ev.judged_at_start)
+            if left:
+                not_judged.append(replace(verdict, rules=left))
         elif verdict is not None:
             findings.append(verdict)
     return Diagnosis(tuple(findings), tuple(not_judged), ev)

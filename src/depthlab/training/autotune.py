@@ -453,7 +453,13 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
     cores = os.cpu_count() or 1
     order = candidates(t, cores, native, policy, switch, own=cfg.model.source is not None)
     here = [s for s in order if s.omp_wait == policy]
-    m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, model)
+    try:
+        m, make_opt, loss_fn, batch, set_attn = _model_and_batch(cfg, model)
+    except Exception as e:  # noqa: BLE001 - a user's model that deepcopy cannot copy (a lock, an open file)
+        from ..usermodel import first_line
+
+        return Tuning(rule, "rule", f"not measured: the model cannot be copied to time it (copy.deepcopy: "
+                                    f"{first_line(e)})")
     rng = torch.get_rng_state()
     try:
         first = time_settings(m, make_opt, loss_fn, batch, [rule if rule in here else here[0]], rounds=1,

@@ -362,9 +362,9 @@ LEAK_CHECK_T = 64
 class LeakCheckCallback(Callback):
     """At train start (main rank, a ``model.source`` model): ``depthlab check``'s ``causal_leak`` test on the
     model as it starts (:func:`causal_leak_rule`, sequences of at most :data:`LEAK_CHECK_T` tokens of the val
-    split, on a CPU copy). A leak is one warning line naming the positions and the fix, and every outcome is a
-    ``kind: event`` record (``event: causal_leak_check``, ``ok``, ``summary``, ``remedy``) that ``diagnose``
-    reads: a model that sees the tokens it predicts trains to a val loss that looks good and samples badly, and
+    split, on a CPU copy, or the model itself on a CPU when it cannot be copied). A leak is one warning line
+    naming the positions and the fix, and every outcome is a ``kind: event`` record (``event:
+    causal_leak_check``, ``ok``, ``summary``, ``remedy``) that ``diagnose`` reads: a model that sees the tokens it predicts trains to a val loss that looks good and samples badly, and
     its loss by position shows the leak only once position 0 falls below the one-token floor.
 
     The training's random state is untouched (the test runs under ``torch.random.fork_rng``), so a resumed run
@@ -376,20 +376,29 @@ class LeakCheckCallback(Callback):
         src = run.cfg.model.source
         if not run.is_main or not src:
             return
+        live = run.raw_model
+        was = live.training
         try:
             with torch.random.fork_rng(devices=[]):
-                model = copy.deepcopy(run.raw_model).to("cpu").float()
-                report = check_model(model, run.corpus, batch_size=2,
+                # on a CPU the rules' copies fall back to the model itself (only forwards in eval mode, no
+                # gradients) when it cannot be deep-copied (a lock, an open file); elsewhere a CPU copy
+                on_cpu = all(p.device.type == "cpu" for p in live.parameters())
+                model = live if on_cpu else copy.deepcopy(live).to("cpu")
+                report = check_model(model, run.corpus, rebuild=lambda: model, batch_size=2,
                                      block_size=min(run.cfg.model.block_size, LEAK_CHECK_T), seed=run.cfg.train.seed,
                                      rules=("shape", "causal_leak"))
         except Exception as e:  # noqa: BLE001 - the user's model: the training goes on, the reason is said
             run.log(f"causal leak test skipped: {first_line(e)}")
             return
+        finally:
+            live.train(was)
         res = next((c for c in report.checks if c.rule == "causal_leak"), None)
         if res is None:  # the shape rule stopped it: the training's own forward already ran at these sizes
             return
         if res.ok is False:
             run.log(f"warning: {src}: the model sees the tokens it predicts: {res.summary}; {res.remedy} (its val "
                     f"loss will look better than it is; {check_command(src, run.run_dir)} runs every check)")
+        elif res.ok is None:
+            run.log(f"causal leak test {res.summary}")
         run.metrics.log("event", {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": res.ok,
                                   "summary": res.summary, "remedy": res.remedy})

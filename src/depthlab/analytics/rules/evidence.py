@@ -277,6 +277,14 @@ class Evidence:
         return pr[-1] if pr else None
 
     @cached_property
+    def judged_at_start(self) -> frozenset[str]:
+        """Finding names a test at the start of training judged and found nothing for: ``causal_leak`` when the
+        leak test of a ``model.source`` model ran clean (:attr:`leak_check`); a rule that cannot judge them from
+        the records does not list them as not judged."""
+        rec = self.leak_check
+        return frozenset({"causal_leak"} if rec is not None and rec.get("ok") is True else ())
+
+    @cached_property
     def last_step(self) -> int:
         """The largest step any record has (0 for none)."""
         return max((int(r.get("step", 0)) for r in self.records), default=0)
