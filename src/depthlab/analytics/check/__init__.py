@@ -364,8 +364,9 @@ class LeakCheckCallback(Callback):
     model as it starts (:func:`causal_leak_rule`, sequences of at most :data:`LEAK_CHECK_T` tokens of the val
     split, on a CPU copy, or the model itself on a CPU when it cannot be copied). A leak is one warning line
     naming the positions and the fix, and every outcome is a ``kind: event`` record (``event:
-    causal_leak_check``, ``ok``, ``summary``, ``remedy``) that ``diagnose`` reads: a model that sees the tokens it predicts trains to a val loss that looks good and samples badly, and
-    its loss by position shows the leak only once position 0 falls below the one-token floor.
+    causal_leak_check``, ``ok``, ``summary``, ``remedy``) that ``diagnose`` reads: a model that sees the tokens
+    it predicts trains to a val loss that looks good and samples badly, and its loss by position shows the leak
+    only once position 0 falls below the one-token floor.
 
     The training's random state is untouched (the test runs under ``torch.random.fork_rng``), so a resumed run
     continues bit for bit. It never fails the run: a test that cannot run is one log line.
