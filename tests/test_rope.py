@@ -114,3 +114,12 @@ def test_layers_and_the_report_do_not_credit_the_embedding_of_a_rope_model_with_
                               "weights": "best", "tokens": 32})
         assert ("the embedding lens sees one character (and its position)" in text) is said, text
         assert ("the embedding lens sees one character, so it cannot" in text) is not said, text
+
+
+def test_rope_with_a_model_of_your_own_is_refused_as_its_code_deciding_positions():
+    # was: "...; set the model's own sizes with --model.init JSON": a position scheme is no size
+    with pytest.raises(DepthlabError) as e:
+        ModelConfig(source="m.py:Net", position="rope")
+    assert str(e.value) == ("model.position 'rope': this describes depthlab's GPT and does not apply to model.source "
+                            "m.py:Net; your model's code decides it: set its own keyword arguments (its sizes, say) "
+                            "with --model.init JSON")

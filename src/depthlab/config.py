@@ -241,9 +241,10 @@ class ModelConfig:
         changed = [f"model.{f.name} {getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                    if f.name in GPT_ONLY and getattr(self, f.name) != f.default]
         if changed:
-            these, do = ("these describe", "do") if len(changed) > 1 else ("this describes", "does")
+            these, do, it = ("these describe", "do", "them") if len(changed) > 1 else ("this describes", "does", "it")
             raise DepthlabError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to "
-                                f"model.source {self.source}; set the model's own sizes with --model.init JSON")
+                                f"model.source {self.source}; your model's code decides {it}: set its own keyword "
+                                "arguments (its sizes, say) with --model.init JSON")
 
     @property
     def head_size(self) -> int:
