@@ -12,9 +12,10 @@ LEAKY = '''
 import threading
 import torch, torch.nn as nn, torch.nn.functional as F
 class Net(nn.Module):
-    def __init__(self, vocab_size=11, n_embd=16, block_size=16, mask=False, detach=False, lock=False, noise=False):
+    def __init__(self, vocab_size=11, n_embd=16, block_size=16, mask=False, detach=False, lock=False, noise=False,
+                 diagonal=0):
         super().__init__()
-        self.mask, self.detach, self.noise = mask, detach, noise
+        self.mask, self.detach, self.noise, self.diagonal = mask, detach, noise, diagonal
         if lock:
             self.lock = threading.Lock()  # deepcopy cannot copy it
         self.tok, self.pos = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
@@ -25,7 +26,7 @@ class Net(nn.Module):
         q, k, v = self.qkv(x).split(x.size(-1), dim=-1)
         att = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
         if self.mask:
-            att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf"))
+            att = att.masked_fill(torch.tril(torch.ones(T, T), diagonal=self.diagonal) == 0, float("-inf"))
         if self.noise:
             x = F.dropout(x, 0.3, training=True)
         out = self.head(x + att.softmax(-1) @ v)
@@ -104,3 +105,13 @@ def test_a_leak_test_that_cannot_run_says_why_in_one_line(tmp_path, capsys, tiny
     assert "causal leak test not run: the same sequence, computed twice, gives logits differing by" in out + err
     rec = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["ok"] for r in rec if r.get("event") == "causal_leak_check"] == [None]
+
+
+def test_a_mask_that_shows_the_next_token_is_named_once_with_its_fix(tmp_path, capsys, tiny_text_file):
+    # was: "... the mask lets each position see the next token ...; the mask lets each position see the next token:
+    # build it with ..." (the summary and the remedy said it twice in one warning line)
+    run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=True, diagonal=1)
+    line = next(ln for ln in (out + err).splitlines() if "sees the tokens it predicts" in ln)
+    assert line.count("the mask lets each position see the next token") == 1, line
+    assert "only the nearest 1 later token leaks" in line
+    assert "build the mask with torch.tril(torch.ones(T, T)) (diagonal=0), not tril(..., diagonal=1)" in line

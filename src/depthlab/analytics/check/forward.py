@@ -412,7 +412,7 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
         verb = agree(len(offsets), "leaks", "leak")
         text += (f"; only the nearest {counted(len(offsets), 'later token')} {verb}: the mask lets each position "
                  "see the next token, and each layer passes that on one position further")
-        remedy = ("the mask lets each position see the next token: build it with torch.tril(torch.ones(T, T)) "
+        remedy = ("build the mask with torch.tril(torch.ones(T, T)) "
                   "(diagonal=0), not tril(..., diagonal=1) or triu(..., diagonal=2)")
     elif past > 0 and future < 0.1 * past:
         text += (f"; a later token moves the logits {future / past:.1e} x as much as an earlier one (mean "
