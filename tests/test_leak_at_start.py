@@ -115,3 +115,14 @@ def test_a_mask_that_shows_the_next_token_is_named_once_with_its_fix(tmp_path, c
     assert line.count("the mask lets each position see the next token") == 1, line
     assert "only the nearest 1 later token leaks" in line
     assert "build the mask with torch.tril(torch.ones(T, T)) (diagonal=0), not tril(..., diagonal=1)" in line
+
+
+def test_context_on_a_leaking_run_says_its_curve_measures_no_context(tmp_path, capsys, tiny_text_file):
+    # was: "the model does not use its context" (and "train longer") with no word of the leak the run recorded
+    run, _, _ = _train(capsys, tmp_path, tiny_text_file, mask=False)
+    rc, out, err = run_cli(capsys, "context", str(run))
+    assert rc == 0, err
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("  but when its training started, depthlab check's causal_leak test found that this model "
+                           "sees the tokens it predicts"), out
+    assert "Train longer" not in out

@@ -23,6 +23,7 @@ The same curve of the final weights is recorded at the end of training (:class:`
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -36,13 +37,13 @@ from .. import resume_config
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted
-from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json
+from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
 from .rules.evidence import unit_of
 from .baselines import corpus_baselines, one_char_floor_nats
-from .rules.evidence import Thresholds
+from .rules.evidence import LEAK_CHECK_EVENT, Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
            "kept_weights", "token_losses", "context_gain", "last_quarter_se", "position_curve", "run_context",
@@ -331,12 +332,14 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         :func:`position_curve`'s keys for ``which`` (the JSON's top level) plus ``unigram``, ``bigram``
         (nats per token, None without baselines.json), ``weights`` (which file), ``windows_described``
         and ``checkpoints``: one ``{"label", "step", "loss_by_position", "context_gain", ...}`` per kept
-        weights file, oldest first.
+        weights file, oldest first; ``leak_check``: the record of the causal leak test a ``model.source`` model
+        had when its training started (``ok``, ``summary``), or None.
 
     Raises:
         DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
     """
     run = open_run(run_dir, max_tokens)
+    leak = [r for r in read_metrics(run.run_dir, "event") if r.get("event") == LEAK_CHECK_EVENT]
     chosen = ckpt.select_weights(run.run_dir, which)
     curves, by_sha, steps = [], {}, {}
     for label, step, path in kept_weights(run.run_dir):
@@ -350,7 +353,8 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
             "one_char_floor": run.baseline("one_char_floor"), "step": steps.get(sha),
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
             "all_windows": len(run.windows.batches) == run.windows.of_batches, "baselines_from": run.baselines_from,
-            "run_dir": str(run.run_dir), "unit": run.unit, "checkpoints": curves}
+            "run_dir": str(run.run_dir), "unit": run.unit, "checkpoints": curves,
+            "leak_check": leak[-1] if leak else None}
 
 
 def _shown_positions(T: int) -> list[int]:
@@ -390,6 +394,12 @@ def format_context(res: dict) -> str:
                    unit=unit)
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)
+    if (res.get("leak_check") or {}).get("ok") is False:  # the curve of a model that sees ahead measures no context
+        lines.append(f"  but when its training started, depthlab check's causal_leak test found that this model sees "
+                     f"the tokens it predicts, so its loss by position does not measure what its context brings: "
+                     f"fix the mask first (depthlab diagnose {shlex.quote(res['run_dir'])} says where it leaks and "
+                     "how)")
+        return "\n".join(lines)
     step, early = res.get("step"), Thresholds().bigram_min_steps
     gain = res["context_gain"]
     if step is not None and step < early and gain is not None and math.isfinite(gain) and state in (UNUSED, UNDECIDED):
