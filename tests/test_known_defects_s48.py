@@ -24,3 +24,13 @@ def test_init_from_and_resume_refusals_quote_a_run_path_with_a_space(tmp_path, c
                    f"{shlex.quote(other)} (or use --init-from {q} --train.out_dir {shlex.quote(other)} for a new "
                    "run)\n"), err
     assert not (tmp_path / "new").exists() and not (tmp_path / "x y").exists()
+
+
+def test_export_into_a_run_directory_is_named_as_one(tmp_path, capsys, tiny_text_file):
+    # was: "... is not an export directory (it holds .lock, baselines.json, checkpoints, ...)"
+    run = _tiny_run(capsys, tiny_text_file, tmp_path / "run")
+    before = sorted(p.name for p in run.iterdir())
+    err = cli_err(capsys, "export", str(run), str(run))
+    assert err == (f"depthlab: error: export: {run} is a depthlab run directory, not an export directory; choose "
+                   "another OUT_DIR (a new or empty folder)\n"), err
+    assert sorted(p.name for p in run.iterdir()) == before
