@@ -503,6 +503,9 @@ def test_runs_the_pool_stops_on_ctrl_c_get_their_progress_line_as_in_process(tin
     lines = sorted(x for x in out.splitlines() if x.startswith("["))
     assert [x[:5] for x in lines] == ["[1/2]", "[2/2]"], out
     assert any(x[6:].startswith("max_iters-000004: ok best val ") for x in lines), out
+    # the process's seconds and the run's own (results.csv's wall_time_s) differ by start-up: both named
+    own = json.loads(short.read_text())["wall_time_s"]
+    assert any(x.endswith(f"s (the run's own clock {own:.1f}s: results.csv's wall_time_s)") for x in lines), out
     assert f"max_iters-100000: interrupted in {status['wall_s']:.1f}s ({status['message']})" in {x[6:] for x in lines}
 
 

@@ -451,12 +451,15 @@ class Progress:
 
     def __call__(self, res: dict) -> None:
         self.count += 1
-        extra = ""
+        extra, own = "", ""
         s = RunDir(res["run_dir"]).summary
         if isinstance(s, dict):
             try:
                 extra = f" best val {s['best_val_loss']:.4f} nats"
             except (KeyError, TypeError, ValueError):
                 pass
+            if isinstance(s.get("wall_time_s"), (int, float)):  # the two clocks differ by start-up and imports
+                own = f" (the run's own clock {s['wall_time_s']:.1f}s: results.csv's wall_time_s)"
         msg = f" ({clip_message(res['message'])})" if res["status"] != "ok" and res.get("message") else ""
-        self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{msg}")
+        self.log(f"[{self.count}/{self.total}] {res['name']}: {res['status']}{extra} in {res['wall_s']:.1f}s{own}"
+                 f"{msg}")
