@@ -123,3 +123,34 @@ def test_rope_with_a_model_of_your_own_is_refused_as_its_code_deciding_positions
     assert str(e.value) == ("model.position 'rope': this describes depthlab's GPT and does not apply to model.source "
                             "m.py:Net; your model's code decides it: set its own keyword arguments (its sizes, say) "
                             "with --model.init JSON")
+
+
+def test_coordchecks_attention_logits_of_a_rope_model_are_the_rotated_ones():
+    # the logits the softmax sees: q and k rotated at their positions (the same rows, other dot products)
+    from depthlab.analytics.activations import record_activations
+    from depthlab.analytics.coordcheck import attention_logits_rms
+
+    m = tiny_gpt(0, position="rope", block_size=16, n_layer=1).eval()
+    with torch.no_grad():
+        m.transformer.h[0].attn.c_attn.weight.mul_(30.0)
+    x = torch.randint(0, 11, (2, 16), generator=torch.Generator().manual_seed(0))
+    pattern = {}
+    m.transformer.h[0].attn.explicit = True
+    h = m.transformer.h[0].attn.hook_pattern.register_forward_hook(lambda mod, i, o: pattern.setdefault("p", o))
+    with torch.no_grad(), record_activations(m, ["transformer.h.0.attn.c_attn"]) as acts:
+        m(x)
+    h.remove()
+    qkv = acts["transformer.h.0.attn.c_attn"]
+    rotated, plain = attention_logits_rms(qkv, 2, rope=True), attention_logits_rms(qkv, 2)
+    # the model's own pattern is the softmax of the rotated logits: rebuild it from them
+    B, T, C3 = qkv.shape
+    q, k, _ = qkv.split(C3 // 3, dim=2)
+    q, k = (t.view(B, T, 2, -1).transpose(1, 2) for t in (q, k))
+    cos, sin = rotary_table(T, q.size(-1), q.dtype, q.device)
+    att = (apply_rotary(q, cos, sin) @ apply_rotary(k, cos, sin).transpose(-2, -1)) / math.sqrt(q.size(-1))
+    att = att.masked_fill(torch.ones(T, T).tril() == 0, float("-inf")).softmax(-1)
+    assert torch.allclose(att, pattern["p"], atol=1e-5)
+    visible = torch.ones(T, T, dtype=torch.bool).tril()
+    logits = (apply_rotary(q, cos, sin) @ apply_rotary(k, cos, sin).transpose(-2, -1)) / math.sqrt(q.size(-1))
+    assert rotated == pytest.approx(logits[..., visible].pow(2).mean().sqrt().item(), rel=1e-5)
+    assert rotated != pytest.approx(plain, rel=1e-3)

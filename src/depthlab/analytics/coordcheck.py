@@ -46,6 +46,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import DepthlabError
+from ..model import apply_rotary, rotary_table
 from ..units import fmt_value
 from ..usermodel import first_tensor
 from .activations import record_activations, rms
@@ -242,26 +243,28 @@ def needs_blocks(model: nn.Module) -> tuple[str, list[str]]:
     return name, [names[id(b)] for b in blocks]
 
 
-def _attention_of(model: nn.Module, block_names: Sequence[str]) -> list[Optional[tuple[str, int]]]:
-    """Per block: (name of its fused q/k/v projection, n_head) when it has ``attn.c_attn`` (C -> 3C) and
-    ``attn.n_head``; else None."""
+def _attention_of(model: nn.Module, block_names: Sequence[str]) -> list[Optional[tuple[str, int, bool]]]:
+    """Per block: (name of its fused q/k/v projection, n_head, whether it rotates q and k: depthlab's
+    ``model.position rope``) when it has ``attn.c_attn`` (C -> 3C) and ``attn.n_head``; else None."""
     mods = dict(model.named_modules())
-    out: list[Optional[tuple[str, int]]] = []
+    out: list[Optional[tuple[str, int, bool]]] = []
     for b in block_names:
         attn = mods.get(f"{b}.attn")
         lin, nh = getattr(attn, "c_attn", None), getattr(attn, "n_head", None)
         ok = (isinstance(lin, nn.Linear) and isinstance(nh, int) and nh > 0 and lin.out_features == 3 * lin.in_features
               and lin.in_features % nh == 0)
-        out.append((f"{b}.attn.c_attn", nh) if ok else None)
+        out.append((f"{b}.attn.c_attn", nh, getattr(attn, "rope", False) is True) if ok else None)
     return out
 
 
-def attention_logits_rms(qkv: torch.Tensor, n_head: int) -> float:
+def attention_logits_rms(qkv: torch.Tensor, n_head: int, rope: bool = False) -> float:
     """RMS of the attention logits q.k / sqrt(hs) over the causally visible pairs (key j <= query i).
 
     Args:
         qkv: the fused projection's output (B, T, 3C), queries | keys | values side by side.
         n_head: nh; hs = C // nh.
+        rope: rotate q and k at their positions first (:func:`depthlab.model.apply_rotary`), as attention does
+            with ``model.position rope``.
 
     Returns:
         The RMS (dimensionless: logits before the softmax, Vaswani et al. 2017's scaled dot product).
@@ -272,6 +275,9 @@ def attention_logits_rms(qkv: torch.Tensor, n_head: int) -> float:
     q, k, _ = qkv.detach().float().split(C, dim=2)
     q = q.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
     k = k.view(B, T, n_head, hs).transpose(1, 2)  # (B, nh, T, hs)
+    if rope:
+        cos, sin = rotary_table(T, hs, q.dtype, q.device)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
     visible = torch.ones(T, T, dtype=torch.bool).tril()
     return rms(att[..., visible])
@@ -310,7 +316,7 @@ def measure(model: nn.Module, block_names: Sequence[str], batches: Sequence[tupl
                 logits_acc += rms(logits) / n
                 for i, a in enumerate(attn):
                     if a is not None:
-                        att_acc[i] += attention_logits_rms(acts[a[0]], a[1]) / n
+                        att_acc[i] += attention_logits_rms(acts[a[0]], a[1], a[2]) / n
     finally:
         port.set_attention(False)
         model.train(was_training)
