@@ -884,6 +884,15 @@ class RunDir:
             raise damaged_config_error(rd / CONFIG)
         return self
 
+    @property
+    def foreign_config(self) -> bool:
+        """Whether config.json is another program's JSON object (none of depthlab's sections, as a Hugging Face
+        model folder's) with no other run file beside it: a folder that was never a run."""
+        v = read_json(self.file(CONFIG)) if self.file(CONFIG).is_file() else None
+        others = (METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json")
+        return (isinstance(v, dict) and not any(k in v for k in CONFIG_SECTIONS)
+                and not any(self.file(n).exists() for n in others))
+
     def refuse_foreign(self) -> None:
         """Refuse a folder whose config.json is another program's (a Hugging Face model folder, as ``depthlab
         export`` writes): a JSON object with none of depthlab's sections, and no other run file beside it. Such a
@@ -892,10 +901,7 @@ class RunDir:
         Raises:
             DepthlabError: as said, naming the folder and what to give instead.
         """
-        v = read_json(self.file(CONFIG)) if self.file(CONFIG).is_file() else None
-        others = (METRICS, SUMMARY, f"{CHECKPOINTS}/manifest.json")
-        if (isinstance(v, dict) and not any(k in v for k in CONFIG_SECTIONS)
-                and not any(self.file(n).exists() for n in others)):
+        if self.foreign_config:
             raise DepthlabError(f"{self.path} is not a depthlab run directory: its config.json is not depthlab's "
                                 "(none of the data/model/train sections depthlab writes; another program's, such as "
                                 "a Hugging Face model folder?); give the out_dir of a depthlab train run")

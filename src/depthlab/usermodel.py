@@ -780,11 +780,12 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
                             f"corpus's {vocab_size} tokens); {fix}")
-    _check_trainable(model, src, x[:1, :min(block_size, 8)])
+    _check_trainable(model, src, x)  # the shape that just ran: a model may take only its training batch
 
 
 def _check_trainable(model: torch.nn.Module, src: str, x: torch.Tensor) -> None:
-    """The logits of a short forward with gradients on depend on a parameter that trains (they have a grad_fn).
+    """The logits of a forward of ``x`` (B, T) with gradients on depend on a parameter that trains (they have a
+    grad_fn).
 
     Raises:
         DepthlabError: they do not (a ``.detach()`` or ``torch.no_grad()`` in forward, every parameter frozen):

@@ -64,7 +64,8 @@ class Diagnosis:
 
 def diagnose(ev: Evidence, rules: Sequence[Rule] = RULE_SET) -> Diagnosis:
     """Ask every rule about ``ev``; a name that an earlier rule already found is not asked again, and a name a test
-    at the start of training judged (:attr:`Evidence.judged_at_start`) is not listed as not judged."""
+    at the start of training judged (:attr:`Evidence.judged_at_start`) or another rule found is not listed as not
+    judged."""
     findings: list[Finding] = []
     not_judged: list[NotJudged] = []
     for r in rules:
@@ -77,6 +78,9 @@ def diagnose(ev: Evidence, rules: Sequence[Rule] = RULE_SET) -> Diagnosis:
                 not_judged.append(replace(verdict, rules=left))
         elif verdict is not None:
             findings.append(verdict)
+    found = {f.rule for f in findings}  # a later rule found what an earlier one could not judge
+    not_judged = [replace(nj, rules=left) for nj in not_judged
+                  if (left := tuple(n for n in nj.rules if n not in found))]
     return Diagnosis(tuple(findings), tuple(not_judged), ev)
 
 

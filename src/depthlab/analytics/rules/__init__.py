@@ -20,13 +20,14 @@ __all__ = ["Evidence", "Finding", "Thresholds", "Need", "NotJudged", "Rule", "Ve
            "RULE_SET", "SHORTCUT_VARIANTS", "loss_level", "stuck_name", "NO_GRADIENT_CAUSE", "bigram_stuck",
            "no_context"]
 
-RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, leak_at_start, context_unused, no_gradient,
+RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, context_unused, leak_at_start, no_gradient,
                               vanishing_gradients, exploding, rank_collapse, uniform_attention, learning_rate,
                               overfitting, plateau)
 """Every rule, in the order of their findings. Two rules may give the same name (``one_char_window``
 and ``stuck_at_baseline`` both say ``bigram_stuck``): the first that finds something gives it, and
-the later ones are not asked (``leak_at_start``, the test of a ``model.source`` model as training started, and
-``context_unused``, the loss by position at its end, both say ``causal_leak``).
+the later ones are not asked (``context_unused``, the loss by position at the end of training, and
+``leak_at_start``, the test of a ``model.source`` model as its training started, both say ``causal_leak``; a name
+one rule finds is not listed as not judged by another).
 
 ``bigram_stuck`` and ``unigram_stuck`` are two different findings: at the unigram line the model
 uses no context at all (not even the current character), at the bigram line it predicts from the
