@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import torch
 
 from conftest import run_cli, tiny_cli_args
 
@@ -102,7 +103,12 @@ def test_a_model_deepcopy_cannot_copy_trains_and_is_still_tested_for_a_leak(tmp_
 
 def test_a_leak_test_that_cannot_run_says_why_in_one_line(tmp_path, capsys, tiny_text_file):
     run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=True, noise=True)
-    assert "causal leak test not run: the same sequence, computed twice, gives logits differing by" in out + err
+    line = next(ln for ln in err.splitlines() if "causal leak test" in ln)  # a warning, on stderr
+    assert line.startswith("depthlab: warning: ") and "net.py:Net: depthlab check's causal leak test before training " \
+        "did not run (not run: the same sequence, computed twice, gives logits differing by" in line, line
+    assert line.endswith("a forward that is random in eval mode cannot be compared with itself: draw dropout with "
+                         "training=self.training; diagnose sees a leak only once position 0 falls below the one-token "
+                         "floor"), line
     rec = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["ok"] for r in rec if r.get("event") == "causal_leak_check"] == [None]
 
@@ -123,6 +129,40 @@ def test_context_on_a_leaking_run_says_its_curve_measures_no_context(tmp_path, c
     rc, out, err = run_cli(capsys, "context", str(run))
     assert rc == 0, err
     last = out.strip().splitlines()[-1]
-    assert last.startswith("  but when its training started, depthlab check's causal_leak test found that this model "
-                           "sees the tokens it predicts"), out
-    assert "Train longer" not in out
+    assert last.startswith("but when its training started, depthlab check's causal_leak test found that this model "
+                           "sees the tokens it predicts, so its loss by position does not measure"), out
+    assert "Train longer" not in out and "does not use its context" not in out  # no verdict on such a curve
+
+
+def test_diagnose_of_a_long_run_names_the_leak_the_start_test_found_with_its_offsets():
+    # was: the loss-by-position finding alone ("position 0 is 1.745 nats below ..."), which names no offsets,
+    # while context pointed to diagnose for "where it leaks and how"; and a short run's "context_unused"
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import SHAKESPEARE_BASELINES, context_record, eval_records
+
+    leak = {"kind": "event", "step": 0, "event": "causal_leak_check", "ok": False,
+            "summary": "the logits at position t depend on later tokens: first leaking offset +1", "remedy": "mask"}
+    for curve in ([0.6, 0.3], [2.5, 2.49]):  # position 0 below the floor (leaks); no gain at all (unused)
+        records = eval_records([4.2, 3.0, 2.3, 2.2, 2.1, 2.0]) + [context_record(500, curve), leak]
+        d = diagnose(Evidence(records, {"model": {"vocab_size": 65, "source": "m.py:Net"}}, SHAKESPEARE_BASELINES))
+        assert [f.rule for f in d.findings] == ["causal_leak"], d.findings
+        assert d.findings[0].evidence.startswith("at the start of training (step 0), depthlab check's causal_leak "
+                                                 "test: the logits at position t depend on later tokens: first "
+                                                 "leaking offset +1"), d.findings[0].evidence
+        assert not any("causal_leak" in nj.rules for nj in d.not_judged)
+
+
+def test_layers_says_a_lens_of_a_leaking_model_is_no_context():
+    from depthlab.analytics.layers import format_layers, measure_layers
+
+    from conftest import tiny_gpt
+
+    batches = [(torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0)),) * 2]
+    res = {**measure_layers(tiny_gpt(0, block_size=8), batches), "unigram": 2.4, "bigram": 2.3,
+           "windows_described": "1 window", "weights": "best", "tokens": 16, "run_dir": "/r/my run"}
+    assert "causal_leak" not in format_layers({**res, "leak_check": {"ok": True}})
+    last = format_layers({**res, "leak_check": {"ok": False}}).splitlines()[-1]
+    assert last == ("  but when its training started, depthlab check's causal_leak test found that this model sees the "
+                    "tokens it predicts, so a lens below that line does not measure what its context brings: fix the "
+                    "mask first (depthlab diagnose '/r/my run' says where it leaks and how)")

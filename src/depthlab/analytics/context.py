@@ -339,7 +339,6 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
     """
     run = open_run(run_dir, max_tokens)
-    leak = [r for r in read_metrics(run.run_dir, "event") if r.get("event") == LEAK_CHECK_EVENT]
     chosen = ckpt.select_weights(run.run_dir, which)
     curves, by_sha, steps = [], {}, {}
     for label, step, path in kept_weights(run.run_dir):
@@ -354,7 +353,25 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
             "weights": ckpt.describe_weights(run.run_dir, chosen), "windows_described": run.windows.describe(),
             "all_windows": len(run.windows.batches) == run.windows.of_batches, "baselines_from": run.baselines_from,
             "run_dir": str(run.run_dir), "unit": run.unit, "checkpoints": curves,
-            "leak_check": leak[-1] if leak else None}
+            "leak_check": start_leak_record(run.run_dir)}
+
+
+def start_leak_record(run_dir: Path) -> Optional[dict]:
+    """The record of the causal leak test a ``model.source`` model had when its training started (``ok``,
+    ``summary``: :class:`depthlab.analytics.check.LeakCheckCallback`), or None."""
+    recs = [r for r in read_metrics(Path(run_dir), "event") if r.get("event") == LEAK_CHECK_EVENT]
+    return recs[-1] if recs else None
+
+
+def leak_caveat(res: dict, measures: str) -> Optional[str]:
+    """The console line that says a run's model failed the leak test before its training (``res["leak_check"]``),
+    so that what ``measures`` (the loss by position, the lens) shows is not what its context brings; None
+    otherwise."""
+    if (res.get("leak_check") or {}).get("ok") is not False:
+        return None
+    return (f"  but when its training started, depthlab check's causal_leak test found that this model sees the "
+            f"tokens it predicts, so {measures} does not measure what its context brings: fix the mask first "
+            f"(depthlab diagnose {shlex.quote(str(res['run_dir']))} says where it leaks and how)")
 
 
 def _shown_positions(T: int) -> list[int]:
@@ -392,14 +409,11 @@ def format_context(res: dict) -> str:
     verdict = dict(windows=res.get("distinct_windows", res.get("windows")), pos0_se=se[0], advice=advice,
                    floor=res.get("one_char_floor"),
                    unit=unit)
+    caveat = leak_caveat(res, "its loss by position")
+    if caveat is not None:  # the curve of a model that sees ahead measures no context: no verdict on it
+        return "\n".join(lines + [caveat.strip()])
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)
-    if (res.get("leak_check") or {}).get("ok") is False:  # the curve of a model that sees ahead measures no context
-        lines.append(f"  but when its training started, depthlab check's causal_leak test found that this model sees "
-                     f"the tokens it predicts, so its loss by position does not measure what its context brings: "
-                     f"fix the mask first (depthlab diagnose {shlex.quote(res['run_dir'])} says where it leaks and "
-                     "how)")
-        return "\n".join(lines)
     step, early = res.get("step"), Thresholds().bigram_min_steps
     gain = res["context_gain"]
     if step is not None and step < early and gain is not None and math.isfinite(gain) and state in (UNUSED, UNDECIDED):

@@ -36,7 +36,7 @@ from ..rundir import BASELINES
 from ..model import GPT
 from ..usermodel import first_line, first_tensor, full_logits
 from .check.flow import find_blocks
-from .context import DEFAULT_MAX_TOKENS, load_weights, open_run
+from .context import DEFAULT_MAX_TOKENS, leak_caveat, load_weights, open_run, start_leak_record
 
 __all__ = ["EFFECTIVE_DELTA", "LayerAccess", "layer_access", "measure_layers", "run_layers", "format_layers",
            "lens_meaning"]
@@ -361,7 +361,8 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
 
     Returns:
         :func:`measure_layers`'s keys plus ``unigram``, ``bigram`` (nats, None without baselines.json),
-        ``weights`` (which file), ``windows``, ``tokens`` and ``windows_described``.
+        ``weights`` (which file), ``windows``, ``tokens``, ``windows_described``, ``run_dir`` and ``leak_check``
+        (the record of the leak test before training, :func:`~depthlab.analytics.context.start_leak_record`).
 
     Raises:
         DepthlabError: not a run, no checkpoint, the corpus is gone, a model without blocks/norm/head (or an
@@ -371,6 +372,7 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     model, weights = load_weights(run.run_dir, which)
     res = measure_layers(model, run.windows.batches, blocks_attr, norm_attr, head_attr)
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
+            "leak_check": start_leak_record(run.run_dir), "run_dir": str(run.run_dir),
             "baselines_from": run.baselines_from, "unit": run.unit,
             "windows": run.windows.windows, "tokens": run.windows.tokens,
             "windows_described": run.windows.describe()}
@@ -409,4 +411,5 @@ def format_layers(res: dict) -> str:
                      "cannot go below the best one-token predictor of the val split (a little below the bigram "
                      "line, which is fitted on the train split); a lens below that is context that the blocks up to "
                      "there have brought in")
-    return "\n".join(lines)
+    caveat = leak_caveat(res, "a lens below that line")
+    return "\n".join(lines + ([caveat] if caveat else []))

@@ -255,11 +255,9 @@ def _leak_remedy(model: dict, check: Optional[str] = None) -> str:
             "was not computed on this run's corpus (copied from another run?); delete it and diagnose recomputes it")
 
 
-@rule("causal_leak")
-def leak_at_start(ev: Evidence) -> Optional[Finding]:
-    """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
-    (:attr:`Evidence.leak_check`): found at any length of run, where the loss by position shows a leak only once
-    position 0 falls below the one-token floor. None without such a record or when the test found no leak."""
+def _start_leak(ev: Evidence) -> Optional[Finding]:
+    """``causal_leak`` from the record of ``depthlab check``'s test of a ``model.source`` model when its training
+    started (:attr:`Evidence.leak_check`), with the offsets that leak; None without a leak found there."""
     rec = ev.leak_check
     if rec is None or rec.get("ok") is not False:
         return None
@@ -268,13 +266,25 @@ def leak_at_start(ev: Evidence) -> Optional[Finding]:
                    or _leak_remedy(ev.section("model"), ev.check_command))
 
 
+@rule("causal_leak")
+def leak_at_start(ev: Evidence) -> Optional[Finding]:
+    """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
+    (:func:`_start_leak`): found at any length of run, where the loss by position shows a leak only once
+    position 0 falls below the one-token floor. None without such a record or when the test found no leak."""
+    return _start_leak(ev)
+
+
 @rule("context_unused", "causal_leak", needs=(CONTEXT, LATE_EVAL, BASELINES))
 def context_unused(ev: Evidence) -> Optional[Finding]:
     """``context_unused``: the final weights' loss over the last quarter of the positions is not below position
     0's by ``context_min_gain`` and stays above the bigram baseline minus ``bigram_margin`` beyond twice its
     standard error (:func:`context_state`): the context before the current character does not reach the loss.
     A curve the windows cannot decide is no finding. ``causal_leak``: position 0 is below the one-token floor
-    beyond its error (:func:`leak_gap`): the model sees the tokens it predicts."""
+    beyond its error (:func:`leak_gap`): the model sees the tokens it predicts. A leak the test before training
+    found (:func:`_start_leak`) is said instead, with its offsets: the curve of such a model measures no context."""
+    start = _start_leak(ev)
+    if start is not None:
+        return start
     rec = ev.context
     state, words = record_verdict(ev)
     where = (f"final weights (step {rec.get('step')}), {rec.get('windows')} val windows of "
