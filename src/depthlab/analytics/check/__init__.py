@@ -369,7 +369,7 @@ class LeakCheckCallback(Callback):
     only once position 0 falls below the one-token floor.
 
     The training's random state is untouched (the test runs under ``torch.random.fork_rng``), so a resumed run
-    continues bit for bit. It never fails the run: a test that cannot run is one log line.
+    continues bit for bit. It never fails the run: a test that cannot run is one warning line saying why.
     """
 
     def on_train_start(self, run: RunView, info: StepInfo) -> None:
@@ -389,7 +389,8 @@ class LeakCheckCallback(Callback):
                                      block_size=min(run.cfg.model.block_size, LEAK_CHECK_T), seed=run.cfg.train.seed,
                                      rules=("shape", "causal_leak"))
         except Exception as e:  # noqa: BLE001 - the user's model: the training goes on, the reason is said
-            run.log(f"causal leak test skipped: {first_line(e)}")
+            run.log(f"warning: {src}: depthlab check's causal leak test before training could not run "
+                    f"({first_line(e)}); diagnose sees a leak only once position 0 falls below the one-token floor")
             return
         finally:
             live.train(was)
