@@ -49,6 +49,7 @@ def _train(capsys, tmp_path, text_file, mask: bool, rc_wanted: int = 0, fixed_th
     return run, out, err
 
 
+@pytest.mark.slow
 def test_a_leaking_model_is_warned_of_at_start_and_diagnosed_after_four_steps(tmp_path, capsys, tiny_text_file):
     run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=False)
     text = out + err
@@ -87,6 +88,7 @@ def test_a_model_whose_logits_train_nothing_is_refused_before_training(tmp_path,
     assert not (tmp_path / "masked").exists()
 
 
+@pytest.mark.slow
 def test_a_model_deepcopy_cannot_copy_trains_and_is_still_tested_for_a_leak(tmp_path, capsys, tiny_text_file,
                                                                          monkeypatch):
     # was: "unexpected TypeError: cannot pickle '_thread.lock' object" (exit 1) from the auto timing's copy
@@ -101,6 +103,7 @@ def test_a_model_deepcopy_cannot_copy_trains_and_is_still_tested_for_a_leak(tmp_
     assert "the model sees the tokens it predicts" in out + err  # tested on the model itself
 
 
+@pytest.mark.slow
 def test_a_leak_test_that_cannot_run_says_why_in_one_line(tmp_path, capsys, tiny_text_file):
     run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=True, noise=True)
     line = next(ln for ln in err.splitlines() if "causal leak test" in ln)  # a warning, on stderr
@@ -113,6 +116,7 @@ def test_a_leak_test_that_cannot_run_says_why_in_one_line(tmp_path, capsys, tiny
     assert [r["ok"] for r in rec if r.get("event") == "causal_leak_check"] == [None]
 
 
+@pytest.mark.slow
 def test_a_mask_that_shows_the_next_token_is_named_once_with_its_fix(tmp_path, capsys, tiny_text_file):
     # was: "... the mask lets each position see the next token ...; the mask lets each position see the next token:
     # build it with ..." (the summary and the remedy said it twice in one warning line)
@@ -123,6 +127,7 @@ def test_a_mask_that_shows_the_next_token_is_named_once_with_its_fix(tmp_path, c
     assert "build the mask with torch.tril(torch.ones(T, T)) (diagonal=0), not tril(..., diagonal=1)" in line
 
 
+@pytest.mark.slow
 def test_context_on_a_leaking_run_says_its_curve_measures_no_context(tmp_path, capsys, tiny_text_file):
     # was: "the model does not use its context" (and "train longer") with no word of the leak the run recorded
     run, _, _ = _train(capsys, tmp_path, tiny_text_file, mask=False)

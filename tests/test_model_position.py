@@ -67,6 +67,7 @@ def test_an_odd_head_size_or_an_unknown_position_is_refused():
         ModelConfig(vocab_size=5, position="alibi")
 
 
+@pytest.mark.slow
 def test_train_sample_and_export_of_a_rope_run(tmp_path, capsys, tiny_text_file):
     run = tmp_path / "run"
     rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, model__position="rope",

@@ -735,6 +735,7 @@ def test_a_plan_edited_by_hand_is_said_and_the_run_follows_its_asked_schedule(tm
     assert any("config.json's resolved.plan is not the record depthlab wrote (edited by hand?)" in x for x in lines)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_before_it_was_planned_is_planned_on_resume(tmp_path, tiny_text_file, fake_clock):
     from depthlab.trainer import Interrupted
 
@@ -878,6 +879,7 @@ def test_a_damaged_or_deleted_baselines_json_is_said_when_a_resume_writes_it_aga
     assert "baselines.json was" not in str(capsys.readouterr())  # intact: nothing to say
 
 
+@pytest.mark.slow
 def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_text_file, capsys):
     """A new user's pass: with checkpoints/manifest.json deleted, --resume said "No checkpoint yet; starting it
     again from step 0" and overwrote the run's metrics and checkpoints; context/layers blamed best's sha256."""
