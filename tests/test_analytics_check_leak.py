@@ -63,6 +63,10 @@ def test_a_leaking_model_is_warned_of_at_start_and_diagnosed_after_four_steps(tm
     assert "[causal_leak] at the start of training (step 0), depthlab check's causal_leak test: the logits at " \
            "position t depend on later tokens" in diag, diag
     assert "no problems found" not in diag
+    # sample says why its text is poor and its val loss low (was: the val loss alone, then blank-looking text)
+    rc, _, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "5")
+    assert rc == 0 and err.startswith("depthlab: warning: this run's model failed depthlab check's causal leak test "
+                                      "when its training started"), err
 
 
 def test_a_masked_model_is_tested_too_and_found_clean(tmp_path, capsys, tiny_text_file):
@@ -156,6 +160,9 @@ def test_diagnose_of_a_long_run_names_the_leak_the_start_test_found_with_its_off
                                                  "test: the logits at position t depend on later tokens: first "
                                                  "leaking offset +1"), d.findings[0].evidence
         assert not any("causal_leak" in nj.rules for nj in d.not_judged)
+    records = eval_records([4.2, 3.0]) + [{**leak, "step": 220}]  # the test ran again when a resume started
+    d = diagnose(Evidence(records, {"model": {"vocab_size": 65, "source": "m.py:Net"}}, SHAKESPEARE_BASELINES))
+    assert d.findings[0].evidence.startswith("when training resumed at step 220, depthlab check's causal_leak test")
 
 
 def test_layers_says_a_lens_of_a_leaking_model_is_no_context():

@@ -290,7 +290,8 @@ def _sample_notes(run_dir: Path, which: str) -> list[str]:
     config.json and vocab.json that is damaged, missing or edited (the checkpoint's own copies are used)."""
     from .checkpoint import describe_weights, read_metadata, select_weights
     from .resume_config import config_edits
-    from .rundir import CONFIG, VOCAB, RunDir
+    from .analytics.context import start_leak_record
+    from .rundir import CONFIG, METRICS, VOCAB, RunDir
 
     notes, path = [], None
     with warnings.catch_warnings():
@@ -301,6 +302,11 @@ def _sample_notes(run_dir: Path, which: str) -> list[str]:
         except DepthlabError:
             pass  # load_run raises the same error with its own words
     rd = RunDir(run_dir)
+    leak = start_leak_record(run_dir) if rd.file(METRICS).is_file() else None
+    if leak is not None and leak.get("ok") is False:  # its val loss reads low, and its text is drawn without a future
+        notes.append(f"{PROG}: warning: this run's model failed depthlab check's causal leak test when its training "
+                     "started (it sees the tokens it predicts: depthlab diagnose says where), so its val loss is no "
+                     "measure of it and the text it writes one token at a time, with no future to read, is poor")
     saved_vocab = (read_metadata(path) if path is not None else {}).get("vocab")
     for name in (CONFIG, VOCAB):  # the checkpoint carries both: sampling goes on, the damage is said
         if rd.damaged(name):

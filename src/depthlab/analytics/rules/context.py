@@ -261,9 +261,10 @@ def _start_leak(ev: Evidence) -> Optional[Finding]:
     rec = ev.leak_check
     if rec is None or rec.get("ok") is not False:
         return None
-    return Finding("causal_leak", f"at the start of training (step {rec.get('step', 0)}), depthlab check's "
-                   f"causal_leak test: {rec.get('summary')}", str(rec.get("remedy") or "")
-                   or _leak_remedy(ev.section("model"), ev.check_command))
+    step = rec.get("step", 0)
+    when = "at the start of training (step 0)" if not step else f"when training resumed at step {step}"
+    return Finding("causal_leak", f"{when}, depthlab check's causal_leak test: {rec.get('summary')}",
+                   str(rec.get("remedy") or "") or _leak_remedy(ev.section("model"), ev.check_command))
 
 
 @rule("causal_leak")
