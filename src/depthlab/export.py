@@ -254,7 +254,8 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         # only an earlier export is offered --overwrite: for any other folder it is refused
         foreign = sorted(p.name for p in out.iterdir() if p.name not in EXPORT_FILES or not p.is_file()
                          or p.is_symlink())
-        if foreign and RunDir(out).ran and not RunDir(out).foreign_config:  # a listing would lead with its .lock
+        there = RunDir(out)
+        if foreign and there.ran and not there.foreign_config:  # a listing would lead with its .lock
             raise DepthlabError(f"export: {out} is a depthlab run directory, not an export directory; choose another "
                                 "OUT_DIR (a new or empty folder)")
         if foreign:

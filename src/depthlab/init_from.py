@@ -27,11 +27,11 @@ from .usermodel import source_drift
 from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
 from .units import counted
 
-__all__ = ["changed_source", "given_tokenizer_json", "init_weights", "init_record", "init_line", "kept_init_record",
-           "weights_fit", "source_model"]
+__all__ = ["changed_source", "given_tokenizer_json", "init_from_flag", "init_weights", "init_record", "init_line",
+           "kept_init_record", "weights_fit", "source_model"]
 
 
-def _flag(src) -> str:
+def init_from_flag(src) -> str:
     """``--init-from SRC`` as it would be typed in a shell (quoted when it holds a space), for the messages."""
     return f"--init-from {shlex.quote(str(src))}"
 
@@ -59,7 +59,7 @@ def _check_same_tokenizer(src: Path, theirs: Optional[Tokenizer], ours: Tokenize
         theirs.vocab == ours.vocab if isinstance(ours, CharTokenizer)
         else theirs.tok.get_vocab() == ours.tok.get_vocab())
     if not same:
-        raise DepthlabError(f"{_flag(src)}: its tokenizer ({_describe(theirs) if theirs else 'none'}) differs "
+        raise DepthlabError(f"{init_from_flag(src)}: its tokenizer ({_describe(theirs) if theirs else 'none'}) differs "
                             f"from this run's ({_describe(ours)}); ids would mean other text: use the same "
                             "data.path and data.tokenizer")
 
@@ -108,8 +108,8 @@ def _refuse_other_vocab_size(src: Path, ours: Optional[int]) -> None:
         data = {}
     theirs = data.get("vocab_size") if isinstance(data, dict) and data.get("tokenizer") == "bpe" else None
     if ours is not None and isinstance(theirs, int) and theirs != ours:
-        raise DepthlabError(f"{_flag(src)}: data.vocab_size {theirs} there, {ours} here; the new run trains with "
-                            "the source's BPE tokenizer (its weights' ids are that tokenizer's): drop "
+        raise DepthlabError(f"{init_from_flag(src)}: data.vocab_size {theirs} there, {ours} here; the new run trains "
+                            "with the source's BPE tokenizer (its weights' ids are that tokenizer's): drop "
                             "--data.vocab_size to keep the source's tokenizer, or drop --init-from to train a new "
                             "tokenizer from scratch")
 
@@ -132,20 +132,20 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     """
     src = Path(src)
     if not src.is_dir():
-        raise DepthlabError(f"{_flag(src)}: {'is a file' if src.exists() else 'no such folder'}; give a depthlab "
-                            "run directory (it holds checkpoints/) or a folder written by depthlab export")
+        raise DepthlabError(f"{init_from_flag(src)}: {'is a file' if src.exists() else 'no such folder'}; give a "
+                            "depthlab run directory (it holds checkpoints/) or a folder written by depthlab export")
     if (src / CKPT_DIR).is_dir():
         path = src / CKPT_DIR / "best.safetensors"
         if not path.exists():
-            raise DepthlabError(f"{_flag(src)}: no {CKPT_DIR}/best.safetensors there")
+            raise DepthlabError(f"{init_from_flag(src)}: no {CKPT_DIR}/best.safetensors there")
         try:
             sd, meta = load_weights_file(path)
         except DepthlabError as e:
-            raise DepthlabError(f"{_flag(src)}: {e}; {best_fix(src)}") from None
+            raise DepthlabError(f"{init_from_flag(src)}: {e}; {best_fix(src)}") from None
         digest = sha256_file(path)  # once (a file of gigabytes): the manifest's check and the record share it
         why = unchecked_best(src, digest)  # after the load: a truncated file is named as such, with its fix
         if why is not None:
-            warnings.warn(f"{_flag(src)}: {path} could not be checked against the run's manifest ({why}); its "
+            warnings.warn(f"{init_from_flag(src)}: {path} could not be checked against the run's manifest ({why}); its "
                           "weights are loaded unchecked")
         _check_same_tokenizer(src, load_run_tokenizer(src, meta, path), tok)
         return sd, init_record(src, digest, vouched=why is None)
@@ -156,20 +156,20 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     family = hf_layout.hf_family(str(hcfg.get("model_type")))
     if family is None:  # a sweep folder is named as one, with one of its runs (as diagnose does)
         raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else
-                            f"{_flag(src)}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export "
+                            f"{init_from_flag(src)}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export "
                             "of model_type gpt2 or openai-gpt (depthlab export)")
     if (cfg.variant, cfg.norm) != family:
-        raise DepthlabError(f"{_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
+        raise DepthlabError(f"{init_from_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
                             f"model.norm {family[1]}; set --model.variant {family[0]} --model.norm {family[1]}")
     act = hcfg.get("activation_function", hcfg.get("afn"))
     if act != cfg.activation or (hcfg["model_type"] == "openai-gpt" and act != "relu"):
-        raise DepthlabError(f"{_flag(src)}: its activation {act!r} is not model.activation {cfg.activation} "
+        raise DepthlabError(f"{init_from_flag(src)}: its activation {act!r} is not model.activation {cfg.activation} "
                             "(depthlab computes gelu exactly, or relu)")
     _check_same_tokenizer(src, _export_tokenizer(src), tok)
     try:
         hf = st_load((src / "model.safetensors").read_bytes())
     except Exception as e:  # missing file or not safetensors
-        raise DepthlabError(f"{_flag(src)}: cannot read model.safetensors ({type(e).__name__})") from None
+        raise DepthlabError(f"{init_from_flag(src)}: cannot read model.safetensors ({type(e).__name__})") from None
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
 
 

@@ -741,18 +741,20 @@ def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
 
 
 def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
-    """One forward of zeros (``batch_size``, ``block_size``) without gradients: the model runs at the
-    sizes the run trains with and returns logits (B, T, V) with the corpus's V.
+    """One forward of zeros (``batch_size``, ``block_size``) in eval mode with gradients on: the model runs at
+    the sizes the run trains with, returns logits (B, T, V) with the corpus's V, and they depend on a parameter
+    that trains (they have a grad_fn).
 
     Raises:
         DepthlabError: the forward raises (e.g. a context table shorter than ``block_size``, a
-            hard-coded batch size), or returns another shape; naming the sizes and the knob.
+            hard-coded batch size), or returns another shape, naming the sizes and the knob; or its logits
+            have no gradient path (a ``.detach()`` or ``torch.no_grad()`` in forward, every parameter frozen).
     """
     was_training = model.training
     model.eval()
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)
     try:
-        with torch.no_grad():
+        with torch.enable_grad():  # one forward checks the shape here and the gradient path below
             logits = full_logits(model, x)
     except DepthlabError:
         raise
@@ -780,25 +782,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "
                             f"{tuple(logits.shape)}, not ({batch_size}, {block_size}, {vocab_size}) (B, T, V with the "
                             f"corpus's {vocab_size} tokens); {fix}")
-    _check_trainable(model, src, x)  # the shape that just ran: a model may take only its training batch
-
-
-def _check_trainable(model: torch.nn.Module, src: str, x: torch.Tensor) -> None:
-    """The logits of a forward of ``x`` (B, T) with gradients on depend on a parameter that trains (they have a
-    grad_fn).
-
-    Raises:
-        DepthlabError: they do not (a ``.detach()`` or ``torch.no_grad()`` in forward, every parameter frozen):
-            the first backward would fail with torch's "does not require grad" error.
-    """
-    was_training = model.training
-    model.eval()  # no dropout draws: the training's random state stays as it was
-    try:
-        with torch.enable_grad():
-            logits = full_logits(model, x)
-    finally:
-        model.train(was_training)
-    if not logits.requires_grad:
+    if not logits.requires_grad:  # the first backward would fail with torch's "does not require grad"
         frozen = not any(p.requires_grad for p in model.parameters())
         why = ("every parameter has requires_grad False" if frozen else
                "forward cuts them off from the parameters with a .detach(), .data or torch.no_grad()")

@@ -43,7 +43,7 @@ from ..usermodel import full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
 from .rules.evidence import unit_of
 from .baselines import corpus_baselines, one_char_floor_nats
-from .rules.evidence import LEAK_CHECK_EVENT, Thresholds
+from .rules.evidence import Evidence, Thresholds
 
 __all__ = ["DEFAULT_MAX_TOKENS", "VIEW_HELP", "ViewWindows", "ViewRun", "view_windows", "open_run", "load_weights",
            "kept_weights", "token_losses", "context_gain", "last_quarter_se", "position_curve", "run_context",
@@ -358,9 +358,9 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
 
 def start_leak_record(run_dir: Path) -> Optional[dict]:
     """The record of the causal leak test a ``model.source`` model had when its training started (``ok``,
-    ``summary``: :class:`depthlab.analytics.check.LeakCheckCallback`), or None."""
-    recs = [r for r in read_metrics(Path(run_dir), "event") if r.get("event") == LEAK_CHECK_EVENT]
-    return recs[-1] if recs else None
+    ``summary``: :class:`depthlab.analytics.check.LeakCheckCallback`), as diagnose reads it
+    (:attr:`~depthlab.analytics.rules.evidence.Evidence.leak_check`), or None."""
+    return Evidence(read_metrics(Path(run_dir), "event")).leak_check
 
 
 def leak_caveat(res: dict, measures: str) -> Optional[str]:
@@ -369,7 +369,7 @@ def leak_caveat(res: dict, measures: str) -> Optional[str]:
     otherwise."""
     if (res.get("leak_check") or {}).get("ok") is not False:
         return None
-    return (f"  but when its training started, depthlab check's causal_leak test found that this model sees the "
+    return (f"but when its training started, depthlab check's causal_leak test found that this model sees the "
             f"tokens it predicts, so {measures} does not measure what its context brings: fix the mask first "
             f"(depthlab diagnose {shlex.quote(str(res['run_dir']))} says where it leaks and how)")
 
@@ -411,7 +411,7 @@ def format_context(res: dict) -> str:
                    unit=unit)
     caveat = leak_caveat(res, "its loss by position")
     if caveat is not None:  # the curve of a model that sees ahead measures no context: no verdict on it
-        return "\n".join(lines + [caveat.strip()])
+        return "\n".join(lines + [caveat])
     state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
     lines.append(words)
     step, early = res.get("step"), Thresholds().bigram_min_steps

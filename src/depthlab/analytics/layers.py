@@ -412,4 +412,4 @@ def format_layers(res: dict) -> str:
                      "line, which is fitted on the train split); a lens below that is context that the blocks up to "
                      "there have brought in")
     caveat = leak_caveat(res, "a lens below that line")
-    return "\n".join(lines + ([caveat] if caveat else []))
+    return "\n".join(lines + ([f"  {caveat}"] if caveat else []))

@@ -16,7 +16,8 @@ from typing import Optional
 from ..units import agree, counted
 from .. import checkpoint as ckpt
 from .. import resume_config, rundir
-from ..init_from import changed_source, init_line, init_weights, kept_init_record, source_model, weights_fit
+from ..init_from import (changed_source, init_from_flag, init_line, init_weights, kept_init_record, source_model,
+                         weights_fit)
 from ..budget import Plan
 from ..config import PREDATING, corpus_file
 from ..errors import DepthlabError
@@ -250,7 +251,7 @@ def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     said = "; ".join(f"model.{k} {theirs.get(k)!r} there, {ours[k]!r} here" for k in keys) + \
         (f": {weights}" if weights and ours.get("source") else "")
     # without those flags the command line takes the source's model section (cli_expand), a run's or an export's
-    return (f"--init-from {shlex.quote(str(src))}: its weights do not fit this model ({said}); drop those --model "
+    return (f"{init_from_flag(src)}: its weights do not fit this model ({said}); drop those --model "
             f"flags to take {what}'s shape, or drop --init-from: a model of this shape is a new model and trains from "
             "scratch")
 
@@ -576,7 +577,7 @@ class Checkpointer:
             DepthlabError: ``overwrite`` of the folder ``--init-from`` names (before anything is moved or deleted).
         """
         if overwrite and self.init_source and Path(self.init_source).resolve() == self.run_dir.resolve():
-            raise DepthlabError(f"--init-from {shlex.quote(str(self.init_source))}: that is the folder this run "
+            raise DepthlabError(f"{init_from_flag(self.init_source)}: that is the folder this run "
                                 f"would replace (--overwrite of train.out_dir {self.run_dir}), so its weights cannot "
                                 "start the run; give another --train.out_dir (nothing was changed)")
         replaced = runlock.claim_run_dir(self.run_dir, overwrite, self.runtime)
