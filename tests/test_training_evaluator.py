@@ -29,15 +29,17 @@ def test_val_bpc_is_total_nats_over_characters_of_the_evaluated_text(tmp_path, t
     cfg = bpe_run_config(tmp_path, tiny_text_file)
     run = train(cfg, **QUIET)
     rec = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in x][-1]
-    # an independent count: the val windows evaluate() draws, decoded, their characters counted
+    # an independent count: the val windows evaluate() reads, decoded, their characters counted
     _, tok = load_run(run)
     c = D.load_corpus(cfg.data, tokenizer_json=tok.json)
-    rng = np.random.default_rng([cfg.train.seed, 1, 1])
+    T, n = cfg.model.block_size, cfg.train.eval_iters * cfg.train.batch_size
+    step = (len(c.val) - T) / n  # spaced windows: evenly over the split's starts, whichever batch holds them
     chars = tokens = 0
-    for _ in range(cfg.train.eval_iters):
-        _, y = get_batch(c.val, cfg.model.block_size, cfg.train.batch_size, rng)
-        chars += sum(len(tok.decode(row)) for row in y.tolist())
-        tokens += y.numel()
+    for j in range(n):
+        start = int((j + 0.5) * step)
+        row = c.val[start + 1: start + T + 1].tolist()
+        chars += len(tok.decode(row))
+        tokens += len(row)
     assert rec["val_bpc"] == pytest.approx(rec["val_loss"] * tokens / chars / math.log(2), rel=1e-9)
     assert tokens / chars < 0.9  # BPE tokens hold more than one character: bpc is not val_loss / ln 2
     summary = json.loads((run / "summary.json").read_text())
@@ -134,3 +136,84 @@ def test_run_summary_holds_the_whole_split_loss_of_the_best_weights(tmp_path, ti
 def test_final_validation_off_leaves_the_summary_without_it(tmp_path, tiny_text_file):
     run = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(final_validation=False)), **QUIET).fit()
     assert json.loads((run / "summary.json").read_text())["final_validation"] is None
+
+
+def test_spaced_windows_are_evenly_spaced_interleaved_into_batches_and_the_same_for_every_seed():
+    from depthlab.training.evaluator import eval_batches
+
+    data = np.arange(10_000, dtype=np.int64)  # token id = its position: x[:, 0] is the window's start
+    T, B, k = 16, 4, 5
+    starts = [x[:, 0].tolist() for x, _ in eval_batches(data, T, B, 1, "val", k)]
+    n, M = B * k, len(data) - T
+    want = [int((j + 0.5) * M / n) for j in range(n)]
+    assert sorted(sum(starts, [])) == want  # every window once, evenly over [0, M)
+    assert starts[0] == want[0::k] and starts[3] == want[3::k]  # window j in batch j mod k: each batch spans the split
+    for x, y in eval_batches(data, T, B, 1, "val", k):
+        assert torch.equal(y, x + 1) and int(x.max()) + 1 < len(data)  # y is x shifted; nothing past the end
+    other = [x[:, 0].tolist() for x, _ in eval_batches(data, T, B, 999, "train", k)]
+    assert other == starts  # no seed, no split salt: runs of one split read the same windows
+    prefix = [x[:, 0].tolist() for x, _ in eval_batches(data, T, B, 1, "val", 2, of_batches=k)]
+    assert prefix == starts[:2]  # fewer batches of the same layout: a prefix
+    short = [x[:, 0].tolist() for x, _ in eval_batches(np.arange(T + 3), T, B, 1, "val", k)]
+    assert set(sum(short, [])) <= {0, 1, 2}  # a split with 3 starts repeats them
+
+
+def test_random_windows_are_the_seeded_draws_of_runs_before_eval_windows():
+    from depthlab.training.evaluator import eval_batches
+
+    data = np.arange(5_000, dtype=np.int64)
+    got = [x for x, _ in eval_batches(data, 8, 3, 7, "val", 4, windows="random")]
+    rng = np.random.default_rng([7, 1, 1])
+    want = [get_batch(data, 8, 3, rng)[0] for _ in range(4)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_spaced_windows_read_the_whole_split_closer_than_random_ones():
+    # a split whose second half is harder: random windows over- or under-sample it by chance, evenly spaced
+    # ones take each half in proportion; both estimate the per-token mean of the whole split
+    from depthlab.training.evaluator import eval_batches
+
+    loss = np.concatenate([np.zeros(50_000), np.ones(50_000)])  # per-token loss, indexed by position
+    T, B, k = 32, 8, 5
+
+    def mean(windows, seed):
+        return float(np.mean([loss[y.numpy()].mean() for _, y in eval_batches(np.arange(len(loss)), T, B, seed, "val",
+                                                                              k, windows=windows)]))
+    spaced = abs(mean("spaced", 0) - 0.5)
+    random = [abs(mean("random", s) - 0.5) for s in range(20)]
+    assert spaced < 0.01 and spaced < min(random) + 1e-12 and np.median(random) > 0.02
+
+
+def test_a_run_from_before_eval_windows_resumes_and_is_measured_on_its_random_windows(tmp_path, tiny_text_file,
+                                                                                       capsys):
+    """A run whose config.json has no train.eval_windows evaluated on windows drawn with its seed: its resume
+    keeps them (the best loss it compares with was read there), and changing them on resume is refused."""
+    from depthlab.cli import main
+    from depthlab.resume_config import changed_fields
+
+    from conftest import assert_clean_error, run_cli, tiny_cli_args
+
+    out = tmp_path / "old"
+    assert main(["train", *tiny_cli_args(tiny_text_file, out, train__eval_windows="random",
+                                         train__max_iters=10)]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    del cfg["train"]["eval_windows"]  # as written before the field
+    (out / "config.json").write_text(json.dumps(cfg))
+    capsys.readouterr()
+    assert changed_fields(cfg, {**cfg, "train": {**cfg["train"], "eval_windows": "random"}}) == []
+    assert changed_fields(cfg, {**cfg, "train": {**cfg["train"], "eval_windows": "spaced"}}) == ["train.eval_windows"]
+    rc, _, err = run_cli(capsys, "train", "--resume", str(out), "--train.max_iters", "20",
+                         "--train.eval_windows", "spaced")
+    assert_clean_error(rc, err, "train.eval_windows 'random' -> 'spaced'")
+    rc, _, err = run_cli(capsys, "train", "--resume", str(out), "--train.max_iters", "20")
+    assert rc == 0, err
+    assert json.loads((out / "config.json").read_text())["train"]["eval_windows"] == "random"
+    # layers and context read the run's own windows: its seeded draw, not the spaced layout
+    from depthlab.analytics.context import open_run
+    from depthlab.config import RunConfig
+
+    first = open_run(out, max_tokens=0).windows.batches[0][0]
+    rc_cfg = RunConfig.from_dict({k: cfg[k] for k in ("data", "model", "train")})
+    val = D.load_corpus(rc_cfg.data, seed=rc_cfg.train.seed).val
+    rng = np.random.default_rng([rc_cfg.train.seed, 1, 1])
+    assert torch.equal(first, get_batch(val, rc_cfg.model.block_size, rc_cfg.train.batch_size, rng)[0])

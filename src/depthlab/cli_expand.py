@@ -183,7 +183,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         raise DepthlabError(f"--resume {shlex.quote(str(rd))} continues that run in place; drop --train.out_dir "
                             f"{shlex.quote(other)} (or use --init-from {shlex.quote(str(rd))} --train.out_dir "
                             f"{shlex.quote(other)} for a new run)")
-    return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out + ["--train.resume", "true",
+    return ["--config", str(rd / CONFIG), *_as_ran(rd)] + out + ["--train.resume", "true",
                                                                           "--train.out_dir", str(rd)]
 
 
@@ -202,7 +202,21 @@ def _resume_in_file(out: list[str]) -> list[str]:
     rd = Path(str(out_dir))
     if not (rd / CONFIG).is_file() or not _yaml_section(str(rd / CONFIG), "model"):
         return out
-    return ["--config", str(rd / CONFIG), *_source_attention(rd)] + out
+    return ["--config", str(rd / CONFIG), *_as_ran(rd)] + out
+
+
+def _as_ran(rd: Path) -> list[str]:
+    """Flags after a resumed run's config.json that keep what the run did where config.json cannot say it:
+    :func:`_source_attention`, and ``--train.eval_windows random`` for a run from before that field (its
+    evaluations, and the best loss they found, were on windows drawn with its seed:
+    :func:`~depthlab.config.as_evaluated`)."""
+    from .config import as_evaluated
+    from .rundir import RunDir
+
+    cfg = RunDir(rd).config or {}
+    train = as_evaluated(cfg).get("train") if isinstance(cfg, dict) else None
+    old = isinstance(train, dict) and "eval_windows" not in (cfg.get("train") or {})
+    return _source_attention(rd) + (["--train.eval_windows", str(train["eval_windows"])] if old else [])
 
 
 def _source_attention(rd: Path) -> list[str]:

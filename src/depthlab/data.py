@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # torch is imported lazily: encoding a corpus needs only nump
     import torch
 
 __all__ = ["Corpus", "load_corpus", "sha256_file", "embedded_corpus_path", "sorted_lines_warning",
-           "get_batch", "to_device",
+           "get_batch", "windows_at", "to_device",
            # the tokenizers (defined in depthlab.tokenizer), re-exported: importers of depthlab.data keep working
            "CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "token_dtype", "train_bpe"]
 
@@ -574,9 +574,15 @@ def get_batch(data: np.ndarray, block_size: int, batch_size: int, rng: np.random
     Returns:
         (x, y): contiguous int64 tensors of shape (B, T); y is x shifted left by one token.
     """
+    return windows_at(data, rng.integers(0, len(data) - block_size, size=batch_size), block_size, device)
+
+
+def windows_at(data: np.ndarray, ix: np.ndarray, block_size: int, device: Optional["torch.device"] = None
+               ) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """The windows of ``block_size + 1`` tokens starting at ``ix`` (B,), each in ``[0, N - block_size)``, as (x, y)
+    of shape (B, T): y is x shifted left by one token (:func:`get_batch`'s layout)."""
     import torch
 
-    ix = rng.integers(0, len(data) - block_size, size=batch_size)
     w = torch.from_numpy(np.asarray(data[ix[:, None] + np.arange(block_size + 1)]).astype(np.int64))
     # contiguous copies, not views of w: a model's own idx.view(-1) (or targets.view) fails on a view whose rows
     # skip w's last column, though it works on every tensor the model's check and a user's own loop give it

@@ -113,13 +113,14 @@ class ViewWindows:
 
 
 def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, eval_iters: int,
-                 max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewWindows:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, windows: str = "spaced") -> ViewWindows:
     """The first batches of the run's evaluation windows, as many as fit ``max_tokens`` (at least one).
 
     Args:
         val: the val split's token ids (N,). block_size: T. batch_size: the global evaluation batch B.
         seed: ``train.seed``. eval_iters: ``train.eval_iters``.
         max_tokens: most target tokens to read; 0 = all ``eval_iters`` batches.
+        windows: ``train.eval_windows`` (:func:`~depthlab.training.evaluator.eval_batches`).
 
     Raises:
         DepthlabError: the val split is not longer than one window, or ``max_tokens`` is negative.
@@ -130,8 +131,8 @@ def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, e
         raise DepthlabError(f"the val split has {counted(len(val), 'token')}, not more than model.block_size "
                             f"{block_size}: no evaluation window fits; raise data.val_fraction or use a longer text")
     n = eval_iters if max_tokens == 0 else max(1, min(eval_iters, max_tokens // (batch_size * block_size)))
-    return ViewWindows(list(eval_batches(val, block_size, batch_size, seed, "val", n)), eval_iters, batch_size,
-                       block_size, seed)
+    batches = eval_batches(val, block_size, batch_size, seed, "val", n, windows=windows, of_batches=eval_iters)
+    return ViewWindows(list(batches), eval_iters, batch_size, block_size, seed)
 
 
 @dataclass(frozen=True)
@@ -170,12 +171,12 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     Raises:
         DepthlabError: not a run directory, a config this depthlab cannot read, the corpus is gone.
     """
-    from ..config import RunConfig
+    from ..config import RunConfig, as_evaluated
     from ..data import load_corpus
 
     rd = RunDir(run_dir).require("config")
     try:
-        cfg = RunConfig.from_dict(rd.config)
+        cfg = RunConfig.from_dict(as_evaluated(rd.config))  # a run before train.eval_windows: its random windows
     except DepthlabError as e:
         raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
     resume_config.refuse_edited_config(rd.path, "cannot measure")
@@ -201,7 +202,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
                             "val split: restore the file the run was trained on")
     processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
     w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
-                     cfg.train.eval_iters, max_tokens)
+                     cfg.train.eval_iters, max_tokens, cfg.train.eval_windows)
     V = len(corpus.tokenizer.vocab)
     if rd.baselines is not None:  # a baselines.json written before the floor was kept gets it here
         floor = rd.baselines.get("one_char_floor") or {"nats": one_char_floor_nats(corpus.val, V)}
@@ -437,7 +438,7 @@ class ContextCallback(Callback):
         t, m = run.cfg.train, run.cfg.model
         try:
             w = view_windows(run.corpus.val, m.block_size, t.batch_size * int(getattr(run, "world_size", 1) or 1),
-                             t.seed, t.eval_iters)
+                             t.seed, t.eval_iters, windows=t.eval_windows)
             w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
                             w.batch_size, w.block_size, w.seed)
             c = position_curve(run.raw_model, w)
