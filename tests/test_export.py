@@ -1,4 +1,5 @@
-"""Hugging Face export: same logits as depthlab, loads without depthlab, greedy text equal, refusals."""
+"""Hugging Face export: same logits as depthlab, loads without depthlab, greedy text equal, refusals; rope runs as
+GPT-NeoX, and back through --init-from."""
 
 import json
 import subprocess
@@ -8,9 +9,12 @@ import pytest
 import torch
 
 from depthlab import train
+from depthlab.checkpoint import clean_state_dict
 from depthlab.cli import main
 from depthlab.errors import DepthlabError
 from depthlab.export import build_hf_model, check_exportable, export_run, hf_tokenizer
+from depthlab.hf_layout import from_hf_state_dict
+from depthlab.model import GPT
 from depthlab.data import CharTokenizer
 from depthlab.sample import load_run, sample_text
 
@@ -33,7 +37,7 @@ def _randomised(**kw):
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("act,variant,ff", [("gelu", "prenorm", 3), ("relu", "prenorm", 4), ("relu", "postnorm", 4)])
 def test_exported_logits_equal_depthlab(tie, bias, act, variant, ff):
-    model = _randomised(tie_weights=tie, bias=bias, activation=act, variant=variant, ff_mult=ff)
+    model = _randomised(tie_weights=tie, bias=bias, activation=act, variant=variant, ff_mult=ff, position="learned")
     hf = build_hf_model(model, bos=0)
     assert type(hf).__name__ == ("GPT2LMHeadModel" if variant == "prenorm" else "OpenAIGPTLMHeadModel")
     g = torch.Generator().manual_seed(3)
@@ -50,11 +54,49 @@ def test_exported_logits_equal_depthlab(tie, bias, act, variant, ff):
     ("model.ff_mult 2", dict(variant="postnorm", activation="relu", ff_mult=2)),
     ("model.variant periln", dict(variant="periln")), ("model.norm dyt", dict(norm="dyt")),
     ("model.residual_scale depth", dict(residual_scale="depth")), ("model.norm_scale depth", dict(norm_scale="depth")),
-    ("model.residual_scale depth", dict(variant="postnorm", activation="relu", residual_scale="depth"))])
+    ("model.residual_scale depth", dict(variant="postnorm", activation="relu", residual_scale="depth")),
+    ("model.position rope with postnorm", dict(variant="postnorm", activation="relu", position="rope")),
+    ("model.norm rmsnorm", dict(norm="rmsnorm", position="rope"))])
 def test_unmappable_models_are_refused_naming_the_field(field, kw):
     with pytest.raises(DepthlabError) as e:
-        check_exportable(tiny_gpt(**kw).config)
-    assert field in str(e.value) and "\n" not in str(e.value)
+        check_exportable(tiny_gpt(**{"position": "learned", **kw}).config)
+    assert field in str(e.value) and "\n" not in str(e.value) and "(exportable: " in str(e.value)
+
+
+# ------------------------------------------- position rope: GPT-NeoX
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("act,n_head,n_embd,ff", [("gelu", 2, 16, 4), ("relu", 4, 32, 3), ("gelu", 1, 16, 2)])
+def test_exported_rope_logits_equal_depthlab_at_every_position(tie, bias, act, n_head, n_embd, ff):
+    model = _randomised(position="rope", tie_weights=tie, bias=bias, activation=act, n_head=n_head, n_embd=n_embd,
+                        ff_mult=ff, block_size=32)
+    hf = build_hf_model(model)
+    assert type(hf).__name__ == "GPTNeoXForCausalLM"
+    c = hf.config
+    assert (c.use_parallel_residual, c.rope_parameters["partial_rotary_factor"], c.rope_parameters["rope_theta"],
+            c.hidden_act, c.intermediate_size, c.attention_bias) == (False, 1.0, 10000.0, act, ff * n_embd, bias)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, model.config.vocab_size, (3, 32), generator=g)
+    with torch.no_grad():
+        diff = (hf(x).logits - model(x)[0]).abs().amax(dim=(0, 2))  # (T,): the largest difference at each position
+    assert diff.max() <= 1e-5, diff
+    assert (hf.lm_head.weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()) == tie
+
+
+@pytest.mark.parametrize("tie,bias", [(True, False), (False, True)])
+def test_a_saved_gpt_neox_maps_back_onto_the_same_depthlab_weights(tie, bias, tmp_path):
+    """model.safetensors as save_pretrained writes it (the head as embed_out, q/k/v per head) -> depthlab's layout."""
+    from safetensors.torch import load_file
+
+    model = _randomised(position="rope", tie_weights=tie, bias=bias, n_head=4, n_embd=32)
+    build_hf_model(model).save_pretrained(str(tmp_path))
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    assert ("embed_out.weight" in saved) == (not tie)
+    back = from_hf_state_dict(saved, model.config, tmp_path)
+    again = GPT(model.config)
+    again.load_state_dict(back, strict=False)
+    want = clean_state_dict(model.state_dict())
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in want.items())
 
 
 def test_char_tokenizer_ids_are_depthlab_ids():
@@ -76,7 +118,7 @@ def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("x")
     p = d / "t.txt"
     p.write_text(TINY_TEXT)
-    return train(tiny_config(d / "run", p, model=dict(block_size=128, tie_weights=False, bias=True),
+    return train(tiny_config(d / "run", p, model=dict(block_size=128, tie_weights=False, bias=True, position="learned"),
                              train=dict(max_iters=20)), **QUIET)
 
 
@@ -101,6 +143,16 @@ print(json.dumps({"greedy": tok.decode(out[0], skip_special_tokens=True), "pipel
 """
 
 
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory):
+    """A char run of model.position rope: 4 heads, relu, bias, untied head, context 32."""
+    d = tmp_path_factory.mktemp("xr")
+    p = d / "t.txt"
+    p.write_text(TINY_TEXT)
+    return train(tiny_config(d / "run", p, model=dict(position="rope", block_size=32, n_head=4, activation="relu",
+                                                     tie_weights=False, bias=True), train=dict(max_iters=20)), **QUIET)
+
+
 def _hf(export_dir, prompt, n):
     r = subprocess.run([sys.executable, "-c", HF_SCRIPT, str(export_dir), prompt, str(n)], capture_output=True,
                        text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
@@ -109,12 +161,16 @@ def _hf(export_dir, prompt, n):
 
 
 @pytest.mark.slow
-def test_export_loads_without_depthlab_and_greedy_equals_sample(run, tmp_path, capsys):
+@pytest.mark.parametrize("which,klass,n", [("run", "GPT2LMHeadModel", 100),
+                                           ("rope_run", "GPTNeoXForCausalLM", 32 - len("First Citizen:"))])
+def test_export_loads_without_depthlab_and_greedy_equals_sample(which, klass, n, request, tmp_path, capsys):
+    # a rope run's text ends at block_size: past it depthlab re-encodes a cropped context, GPT-NeoX rotates on
+    run = request.getfixturevalue(which)
     assert main(["export", str(run), str(tmp_path / "hf")]) == 0
-    out = _hf(tmp_path / "hf", "First Citizen:", 100)
-    want = sample_text(run, "First Citizen:", 100, temperature=0)[0]
-    assert out["class"] == "GPT2LMHeadModel"
-    assert out["greedy"] == want and len(want) == len("First Citizen:") + 100
+    out = _hf(tmp_path / "hf", "First Citizen:", n)
+    want = sample_text(run, "First Citizen:", n, temperature=0)[0]
+    assert out["class"] == klass
+    assert out["greedy"] == want and len(want) == len("First Citizen:") + n
     assert out["pipeline"].startswith("First Citizen:") and len(out["pipeline"]) > len("First Citizen:")
     model, tok = load_run(run)
     assert out["ids"] == tok.encode("First Citizen:")
@@ -217,11 +273,11 @@ def test_bpe_export_names_endoftext_alike_everywhere(bpe_run, tmp_path):
     assert set(_special_ids_of(tmp_path / "hf").values()) == {(0, 0)}
 
 
-@pytest.mark.parametrize("variant", ["prenorm", "postnorm"])
-def test_hf_config_writes_the_ids_it_is_given_and_no_default(variant):
-    kw = dict(variant=variant, activation="relu", ff_mult=4)
+@pytest.mark.parametrize("variant,position", [("prenorm", "learned"), ("postnorm", "learned"), ("prenorm", "rope")])
+def test_hf_config_writes_the_ids_it_is_given_and_no_default(variant, position):
+    kw = dict(variant=variant, activation="relu", ff_mult=4, position=position)
     assert (build_hf_model(tiny_gpt(**kw)).config.eos_token_id, build_hf_model(tiny_gpt(**kw)).config.bos_token_id) \
-        == (None, None)  # GPT2Config's own default would be 50256, outside the vocabulary
+        == (None, None)  # GPT2Config's own default would be 50256, GPTNeoXConfig's bos 0 and eos 2
     assert build_hf_model(tiny_gpt(**kw), bos=0, eos=0).config.eos_token_id == 0
 
 
@@ -249,3 +305,46 @@ def test_export_says_how_its_tokenizer_treats_text_and_autotokenizer_does_it(run
     hf = AutoTokenizer.from_pretrained(str(tmp_path / "b"))
     assert hf("a <|endoftext|> b café").input_ids == tok.encode("a <|endoftext|> b café")
     assert 0 not in hf("a <|endoftext|> b").input_ids
+
+
+def test_a_rope_export_generates_depthlab_greedy_text_and_init_from_it_restores_the_weights(rope_run, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from depthlab.trainer import Trainer
+
+    export_run(rope_run, tmp_path / "hf", log=None)
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(hf).__name__ == "GPTNeoXForCausalLM"
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    # transformers 4.x reads only these (else it rotates a quarter of each head), 5.x rope_parameters
+    assert (written["rotary_pct"], written["rotary_emb_base"]) == (1.0, 10000.0)
+    n = 32 - len("First Citizen:")
+    out = hf.generate(tok("First Citizen:", return_tensors="pt").input_ids, max_new_tokens=n, do_sample=False)
+    assert tok.decode(out[0]) == sample_text(rope_run, "First Citizen:", n, temperature=0)[0]
+    # the round trip: --init-from the export starts a rope model with the run's weights, so the same logits
+    model, _ = load_run(rope_run)
+    cfg = tiny_config(tmp_path / "again", rope_run.parent / "t.txt", train=dict(max_iters=1),
+                      model={k: getattr(model.config, k) for k in ("position", "block_size", "n_head", "activation",
+                                                                   "tie_weights", "bias")})
+    t = Trainer(cfg, init_from=str(tmp_path / "hf"), **QUIET)
+    x = torch.randint(0, model.config.vocab_size, (2, 32), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.equal(t.raw_model.eval()(x)[0], model(x)[0])
+
+
+@pytest.mark.parametrize("edit,said", [
+    (dict(use_parallel_residual=True), "use_parallel_residual true"),  # Pythia's
+    (dict(rope_parameters=None, rotary_pct=None), "partial_rotary_factor 0.25"),  # GPTNeoXConfig's default: 1/4
+    (dict(rope_parameters=None, rotary_pct=1.0, rotary_emb_base=5000), "rope_theta 5000"),  # transformers 4's names
+])
+def test_init_from_refuses_a_gpt_neox_that_computes_another_function(rope_run, tmp_path, edit, said):
+    from depthlab.init_from import init_weights
+
+    export_run(rope_run, tmp_path / "hf", log=None)
+    f = tmp_path / "hf" / "config.json"
+    f.write_text(json.dumps({k: v for k, v in {**json.loads(f.read_text()), **edit}.items() if v is not None}))
+    model, tok = load_run(rope_run)
+    with pytest.raises(DepthlabError, match=f"its config.json has {said}, but depthlab's position rope GPT") as e:
+        init_weights(tmp_path / "hf", model.config, tok)
+    assert "\n" not in str(e.value)

@@ -2,8 +2,10 @@
 
 ``depthlab export RUN_DIR OUT_DIR`` writes::
 
-    config.json              GPT2Config (prenorm + layernorm) or OpenAIGPTConfig (postnorm + layernorm + relu)
-    model.safetensors        the weights (Conv1D = the transpose of nn.Linear; zero biases where bias: false)
+    config.json              GPT2Config (prenorm + layernorm), OpenAIGPTConfig (postnorm + layernorm + relu)
+                             or GPTNeoXConfig (prenorm + layernorm + position rope)
+    model.safetensors        the weights (GPT-2's Conv1D = the transpose of nn.Linear; GPT-NeoX's q/k/v rows
+                             regrouped per head; zero biases where bias: false)
     tokenizer.json           a ``tokenizers`` tokenizer whose ids are exactly depthlab's
     tokenizer_config.json    PreTrainedTokenizerFast, no clean-up of spaces, model_max_length = block_size
     special_tokens_map.json  BPE runs: <|endoftext|> as bos/eos; char runs: none
@@ -28,16 +30,25 @@ Text is encoded as depthlab encodes it, or refused:
 Which depthlab models are the same function as a ``transformers`` class (checked by reading their
 code, and at every export by comparing logits on random ids):
 
-* ``prenorm`` + ``layernorm`` = ``GPT2LMHeadModel``: ``activation_function`` ``gelu`` is the exact erf
-  GELU (``nn.GELU()``; GPT-2's default ``gelu_new`` is the tanh form), or ``relu``;
+* ``prenorm`` + ``layernorm`` (``position learned``) = ``GPT2LMHeadModel``: ``activation_function``
+  ``gelu`` is the exact erf GELU (``nn.GELU()``; GPT-2's default ``gelu_new`` is the tanh form), or ``relu``;
   ``n_inner = ff_mult * n_embd``; ``layer_norm_epsilon`` 1e-5 = ``nn.LayerNorm``'s; tied or untied head.
-* ``postnorm`` + ``layernorm`` + ``relu`` + ``ff_mult 4`` = ``OpenAIGPTLMHeadModel`` (x = LN(x + S(x)), no
-  final norm). Its ``gelu`` is the tanh approximation and its MLP is always 4 x n_embd, so a GELU or
-  another ff_mult is refused; its causal mask adds -1e4 instead of -inf (the same softmax in float32
-  unless attention scores reach ~1e4).
+* ``prenorm`` + ``layernorm`` + ``position rope`` = ``GPTNeoXForCausalLM`` with ``use_parallel_residual``
+  false (x = x + attn(ln1(x)); x = x + mlp(ln2(x)), as ``GPTNeoXLayer`` computes it then) and full rotary:
+  ``rope_parameters`` = default type, ``rope_theta`` 10000, ``partial_rotary_factor`` 1.0 (GPT-NeoX's default
+  rotates a quarter of each head); ``rotate_half`` pairs coordinates (j, j + hs/2) with inv_freq
+  10000^(-2i/hs), as :func:`depthlab.model.apply_rotary` does. ``hidden_act`` ``gelu`` (``GELUActivation`` =
+  ``F.gelu``, exact) or ``relu``; ``intermediate_size = ff_mult * n_embd``; ``layer_norm_eps`` 1e-5;
+  ``attention_bias`` = ``bias`` (its LayerNorms and MLP always have biases: zeros); tied or untied head
+  (``lm_head`` in memory, ``embed_out`` in the file). Unlike depthlab it runs past ``block_size``
+  (``max_position_embeddings`` is not a limit for rotary positions): text beyond it is extrapolation.
+* ``postnorm`` + ``layernorm`` + ``relu`` + ``ff_mult 4`` (``position learned``) = ``OpenAIGPTLMHeadModel``
+  (x = LN(x + S(x)), no final norm). Its ``gelu`` is the tanh approximation and its MLP is always
+  4 x n_embd, so a GELU or another ff_mult is refused; its causal mask adds -1e4 instead of -inf (the same
+  softmax in float32 unless attention scores reach ~1e4); it has no rotary positions, so rope is refused.
 * Every other variant or norm (plain, rezero, deepnorm, periln; rmsnorm, dyt, none), and a branch or
-  norm scale (``residual_scale`` / ``norm_scale`` depth: GPT-2 has neither multiplier), has no such
-  class and is refused with one line naming the field.
+  norm scale (``residual_scale`` / ``norm_scale`` depth: none of the three has either multiplier), has no
+  such class and is refused with one line naming the field.
 
 ``transformers`` is an optional dependency (``pip install -e ".[hf]"``), imported inside functions.
 """
@@ -58,7 +69,7 @@ from . import hf_layout
 from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
-from .model import GPT
+from .model import GPT, ROPE_BASE
 from .rundir import RunDir, make_temp_dir, normalise_modes
 
 #: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
@@ -91,29 +102,31 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     """
     if cfg.source:
         raise DepthlabError(f"cannot export a model.source model ({cfg.source}): export maps depthlab's own GPT onto "
-                            "transformers' GPT-2 classes, and a model you wrote has no known mapping; its weights are "
-                            "the run's checkpoints/*.safetensors (its state_dict)")
+                            "transformers' GPT-2 and GPT-NeoX classes, and a model you wrote has no known mapping; its "
+                            "weights are the run's checkpoints/*.safetensors (its state_dict)")
     if cfg.variant not in ("prenorm", "postnorm"):
         raise DepthlabError(f"cannot export model.variant {cfg.variant}: no transformers class computes it "
-                            "(exportable: prenorm, or postnorm with relu and ff_mult 4, both with layernorm)")
+                            "(exportable: prenorm, or postnorm with relu, ff_mult 4 and position learned, both with "
+                            "layernorm)")
     if cfg.norm != "layernorm":
-        raise DepthlabError(f"cannot export model.norm {cfg.norm}: GPT-2 and OpenAI GPT use LayerNorm "
+        raise DepthlabError(f"cannot export model.norm {cfg.norm}: GPT-2, OpenAI GPT and GPT-NeoX use LayerNorm "
                             "(exportable: model.norm layernorm)")
     for name in ("residual_scale", "norm_scale"):
         if getattr(cfg, name) != 1:
-            raise DepthlabError(f"cannot export model.{name} {getattr(cfg, name)}: GPT-2 and OpenAI GPT have no "
-                                f"multiplier there, so the exported model would compute another function "
+            raise DepthlabError(f"cannot export model.{name} {getattr(cfg, name)}: GPT-2, OpenAI GPT and GPT-NeoX "
+                                f"have no multiplier there, so the exported model would compute another function "
                                 f"(exportable: model.{name} 1)")
-    if cfg.position != "learned":
-        raise DepthlabError(f"cannot export model.position {cfg.position}: GPT-2 and OpenAI GPT add a learned table "
-                            "of positions and do not rotate queries and keys (exportable: model.position learned)")
+    if cfg.variant == "postnorm" and cfg.position != "learned":
+        raise DepthlabError(f"cannot export model.position {cfg.position} with postnorm: OpenAI GPT adds a learned "
+                            "table of positions and does not rotate queries and keys (exportable: model.position "
+                            "learned, or rope with the prenorm variant)")
     if cfg.variant == "postnorm" and cfg.activation != "relu":
         raise DepthlabError(f"cannot export model.activation {cfg.activation} with postnorm: OpenAI GPT's gelu is "
                             "the tanh approximation, not nn.GELU (exportable: relu, or the prenorm variant)")
     if cfg.variant == "postnorm" and cfg.ff_mult != 4:
         raise DepthlabError(f"cannot export model.ff_mult {cfg.ff_mult} with postnorm: OpenAI GPT's MLP is always "
                             "4 x n_embd (exportable: ff_mult 4, or the prenorm variant)")
-    return hf_layout.HF_FAMILIES[(cfg.variant, cfg.norm)]
+    return hf_layout.HF_FAMILIES[(cfg.variant, cfg.norm, cfg.position)]
 
 
 def special_ids(tok: Tokenizer) -> tuple[Optional[int], Optional[int]]:
@@ -144,6 +157,18 @@ def hf_config(cfg: ModelConfig, bos: Optional[int] = None, eos: Optional[int] = 
     """
     fam = check_exportable(cfg)
     tf = require_transformers()
+    if fam["model_type"] == "gpt_neox":  # GPTNeoXConfig's own defaults (bos 0, eos 2, rotary on 1/4) are not ours
+        rope = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
+        neox = tf.GPTNeoXConfig(
+            vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_hidden_layers=cfg.n_layer,
+            num_attention_heads=cfg.n_head, intermediate_size=cfg.ff_mult * cfg.n_embd, hidden_act=cfg.activation,
+            attention_dropout=cfg.dropout, hidden_dropout=cfg.dropout, max_position_embeddings=cfg.block_size,
+            layer_norm_eps=1e-5, use_parallel_residual=False, rope_parameters=rope, attention_bias=cfg.bias,
+            bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights)
+        # transformers 4.x (the hf extra allows >= 4.40) reads these names and ignores rope_parameters: without
+        # them it rotated a quarter of each head (logits 0.8 off, 4.46.3); 5.x drops them in favour of rope_parameters
+        neox.rotary_pct, neox.rotary_emb_base = 1.0, ROPE_BASE
+        return neox, tf.GPTNeoXForCausalLM
     common = dict(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
                   n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
                   layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=eos,

@@ -1,77 +1,158 @@
-"""Hugging Face's GPT weight layout: which of its classes computes a depthlab model's function, and the
+"""Hugging Face's GPT weight layouts: which of its classes computes a depthlab model's function, and the
 mapping of weights between the two (export writes it, ``--init-from`` a Hugging Face checkpoint reads it).
+
+Three classes: ``GPT2LMHeadModel`` and ``OpenAIGPTLMHeadModel`` keep depthlab's (GPT-2's) block names but store
+every Linear as ``Conv1D`` (weight transposed); ``GPTNeoXForCausalLM`` renames every module, keeps
+``nn.Linear``'s (out, in) weights, and interleaves its fused q/k/v projection per head (:func:`neox_qkv`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
 from .config import ModelConfig
 from .errors import DepthlabError
 
-__all__ = ["CONV1D", "HF_FAMILIES", "from_hf_state_dict", "hf_family", "to_hf_state_dict"]
+__all__ = ["CONV1D", "HF_FAMILIES", "from_hf_state_dict", "hf_family", "neox_qkv", "to_hf_state_dict"]
 
-#: depthlab (variant, norm) -> the Hugging Face ``model_type`` that computes the same function, and the
-#: name of its token / position embeddings and of its final norm (None: the class has none).
-HF_FAMILIES = {
-    ("prenorm", "layernorm"): {"model_type": "gpt2", "wte": "wte", "wpe": "wpe", "ln_f": "ln_f"},
-    ("postnorm", "layernorm"): {"model_type": "openai-gpt", "wte": "tokens_embed", "wpe": "positions_embed",
-                                "ln_f": None},
+_GPT2_BLOCK = ("transformer.h.", {})  # GPT-2 and OpenAI GPT name a block's modules as depthlab does
+
+#: depthlab (variant, norm, position) -> the Hugging Face ``model_type`` that computes the same function, and how
+#: its weights are named and stored:
+#:
+#: * ``names``: depthlab name prefix outside the blocks -> the class's (None: the class has no such weight);
+#: * ``block``: (the class's prefix of block ``i``'s names, without ``i``; depthlab module -> its own name);
+#: * ``conv1d``: Linear weights stored (in, out) (:data:`CONV1D`); ``qkv_per_head``: :func:`neox_qkv`;
+#: * ``bias_always``: whether every Linear has a bias (zeros for ``bias: false``), else only the MLP's
+#:   (GPT-NeoX's ``attention_bias`` follows depthlab's ``bias``; its LayerNorms and MLP always have one);
+#: * ``head_file``: the head's name in ``model.safetensors`` when it differs from the class's ``lm_head``;
+#: * ``ignore``: name endings of buffers some transformers versions saved (causal masks, rotary frequencies).
+HF_FAMILIES: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("prenorm", "layernorm", "learned"): {
+        "model_type": "gpt2", "names": {}, "block": _GPT2_BLOCK, "conv1d": True, "qkv_per_head": False,
+        "bias_always": True, "head_file": None, "ignore": (".attn.bias", ".attn.masked_bias")},
+    ("postnorm", "layernorm", "learned"): {
+        "model_type": "openai-gpt", "names": {"transformer.wte.": "transformer.tokens_embed.",
+                                              "transformer.wpe.": "transformer.positions_embed.",
+                                              "transformer.ln_f.": None},
+        "block": _GPT2_BLOCK, "conv1d": True, "qkv_per_head": False, "bias_always": True, "head_file": None,
+        "ignore": (".attn.bias", ".attn.masked_bias")},
+    # transformers' GPTNeoXForCausalLM (modeling_gpt_neox.py): GPTNeoXLayer with use_parallel_residual=False is
+    # x + attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)); rotate_half = depthlab's pairing
+    ("prenorm", "layernorm", "rope"): {
+        "model_type": "gpt_neox", "names": {"transformer.wte.": "gpt_neox.embed_in.", "transformer.wpe.": None,
+                                            "transformer.ln_f.": "gpt_neox.final_layer_norm."},
+        "block": ("gpt_neox.layers.", {"ln_1.": "input_layernorm.", "ln_2.": "post_attention_layernorm.",
+                                       "attn.c_attn.": "attention.query_key_value.", "attn.c_proj.": "attention.dense.",
+                                       "mlp.c_fc.": "mlp.dense_h_to_4h.", "mlp.c_proj.": "mlp.dense_4h_to_h."}),
+        "conv1d": False, "qkv_per_head": True, "bias_always": False, "head_file": "embed_out.weight",
+        "ignore": (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")},
 }
 
-#: Linear layers stored by Hugging Face's GPT classes as ``Conv1D`` (weight (in, out) = ``nn.Linear``'s transposed).
+#: Linear layers stored by Hugging Face's GPT-2 classes as ``Conv1D`` (weight (in, out) = ``nn.Linear``'s transposed).
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 
+#: depthlab's attention Linear layers, whose GPT-NeoX twins have a bias only when ``attention_bias`` is true.
+_ATTN = (".attn.c_attn.", ".attn.c_proj.")
 
-def hf_family(model_type: str) -> Optional[tuple[str, str]]:
-    """The depthlab (variant, norm) whose function a Hugging Face ``model_type`` computes, or None."""
+
+def hf_family(model_type: str) -> Optional[tuple[str, str, str]]:
+    """The depthlab (variant, norm, position) whose function a Hugging Face ``model_type`` computes, or None."""
     return next((k for k, v in HF_FAMILIES.items() if v["model_type"] == model_type), None)
 
 
-def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """depthlab weights -> the state dict of the matching Hugging Face ``*LMHeadModel``.
+def _family(cfg: ModelConfig) -> dict[str, Any]:
+    return HF_FAMILIES[(cfg.variant, cfg.norm, cfg.position)]
 
-    Conv1D weights are the transposes of ``nn.Linear``'s; biases absent in depthlab (``bias: false``) are
-    zeros there (Conv1D and GPT-2's LayerNorm always have one); a tied head is left to the class's tying.
+
+def _rename(name: str, fam: dict[str, Any], to_hf: bool) -> Optional[str]:
+    """``name`` in the other layout (``to_hf``: depthlab -> Hugging Face), or None: the other has no such weight."""
+    top = fam["names"] if to_hf else {b: a for a, b in fam["names"].items() if b is not None}
+    for a, b in top.items():
+        if name.startswith(a):
+            return None if b is None else b + name[len(a):]
+    hf_blocks, modules = fam["block"]
+    src, dst = ("transformer.h.", hf_blocks) if to_hf else (hf_blocks, "transformer.h.")
+    if not name.startswith(src):
+        return name  # lm_head.weight, and GPT-2's own transformer.wte./wpe./ln_f.
+    i, rest = name[len(src):].split(".", 1)
+    for a, b in (modules if to_hf else {b: a for a, b in modules.items()}).items():
+        if rest.startswith(a):
+            rest = b + rest[len(a):]
+            break
+    return f"{dst}{i}.{rest}"
+
+
+def neox_qkv(v: torch.Tensor, n_head: int, to_hf: bool) -> torch.Tensor:
+    """depthlab's fused q/k/v rows <-> GPT-NeoX's (``to_hf``: depthlab -> GPT-NeoX; False: the inverse).
+
+    depthlab's ``attn.c_attn`` output (3C rows) is [q of heads 0..nh-1 | k of ... | v of ...] (it splits at C,
+    then views each part as (nh, hs)). ``GPTNeoXAttention.forward`` views ``query_key_value``'s output as
+    (B, T, nh, 3 * hs) and chunks the last dim into q, k, v: per head [q_h | k_h | v_h]. Row r = (part, head, j)
+    in depthlab's order is row (head, part, j) in GPT-NeoX's.
+
+    Args:
+        v: the weight (3C, C) or bias (3C,) in the source layout.
+        n_head: nh (hs = C / nh).
+
+    Returns:
+        The same rows permuted, same shape, contiguous.
+    """
+    rest = v.shape[1:]
+    hs = v.shape[0] // (3 * n_head)
+    split = (3, n_head, hs) if to_hf else (n_head, 3, hs)
+    return v.reshape(*split, *rest).transpose(0, 1).reshape(v.shape).contiguous()
+
+
+def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """depthlab weights -> the state dict of the :data:`HF_FAMILIES` class of ``cfg`` (names as the class's
+    ``state_dict``: GPT-NeoX's head is ``lm_head``, which its ``save_pretrained`` writes as ``embed_out``).
+
+    Conv1D weights (GPT-2, OpenAI GPT) are the transposes of ``nn.Linear``'s; GPT-NeoX's q/k/v rows are
+    regrouped per head (:func:`neox_qkv`). Biases absent in depthlab (``bias: false``) are zeros there (Conv1D,
+    and the LayerNorms of all three, always have one; GPT-NeoX's MLP too, its attention only with
+    ``attention_bias``); a tied head is left to the class's tying.
 
     Args:
         sd: depthlab state dict (prefix-stripped), weights (out, in).
-        cfg: its model config; (variant, norm) must be a key of :data:`HF_FAMILIES`.
+        cfg: its model config; (variant, norm, position) must be a key of :data:`HF_FAMILIES`.
 
     Returns:
-        Hugging Face names -> contiguous float tensors.
+        Hugging Face names -> contiguous tensors.
     """
-    fam = HF_FAMILIES[(cfg.variant, cfg.norm)]
+    fam = _family(cfg)
+    sd = dict(sd)
+    if cfg.tie_weights:
+        sd.pop("lm_head.weight", None)
+    if not cfg.bias:  # zeros where depthlab has no bias, in depthlab's layout (bias size = rows of the weight)
+        for k, v in list(sd.items()):
+            in_blocks = k.startswith("transformer.h.") and k.endswith(".weight")
+            if (in_blocks or k == "transformer.ln_f.weight") and (fam["bias_always"] or not any(a in k for a in _ATTN)):
+                sd.setdefault(k[: -len("weight")] + "bias", torch.zeros(v.shape[0], dtype=v.dtype))
     out: dict[str, torch.Tensor] = {}
     for k, v in sd.items():
-        if k == "lm_head.weight":
-            if not cfg.tie_weights:
-                out[k] = v
-            continue
-        name = k.replace("transformer.wte.", f"transformer.{fam['wte']}.").replace(
-            "transformer.wpe.", f"transformer.{fam['wpe']}.")
-        if any(f".{c}.weight" in k for c in CONV1D):
+        name = _rename(k, fam, to_hf=True)
+        if name is None:
+            continue  # OpenAI GPT's ln_f is nn.Identity here: nothing is stored under it anyway
+        if fam["conv1d"] and any(f".{c}.weight" in k for c in CONV1D):
             v = v.t()
+        if fam["qkv_per_head"] and ".attn.c_attn." in k:
+            v = neox_qkv(v, cfg.n_head, to_hf=True)
         out[name] = v.contiguous()
-    if not cfg.bias:  # zero biases where depthlab has none
-        for k in list(out):
-            if k.endswith(".weight") and k.startswith("transformer.") and not k.startswith(
-                    (f"transformer.{fam['wte']}.", f"transformer.{fam['wpe']}.")):
-                # Conv1D weight (in, out) and norm weight (C,): the bias has the last dim's size
-                out.setdefault(k[: -len("weight")] + "bias", torch.zeros(out[k].shape[-1], dtype=out[k].dtype))
     return out
 
 
 def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig, source: Path) -> dict[str, torch.Tensor]:
-    """Inverse of :func:`to_hf_state_dict`: Hugging Face GPT weights -> depthlab's names and layout.
+    """Inverse of :func:`to_hf_state_dict`: Hugging Face weights (as ``model.safetensors`` holds them) ->
+    depthlab's names and layout.
 
     Args:
-        hf: the state dict of a Hugging Face GPT-2 / OpenAI-GPT checkpoint (``model.safetensors``).
-        cfg: the depthlab model to load into (decides whether biases are kept and the head is tied).
-        source: the file, for error messages.
+        hf: the state dict of a GPT-2, OpenAI GPT or GPT-NeoX checkpoint (``model.safetensors``).
+        cfg: the depthlab model to load into (decides the family, whether biases are kept and the head is tied).
+        source: the folder, for error messages.
 
     Returns:
         depthlab state dict for :func:`load_into`.
@@ -79,15 +160,16 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor], cfg: ModelConfig, source: Pa
     Raises:
         DepthlabError: a non-zero bias for a ``bias: false`` model, or a separate head for a tied one.
     """
-    fam = HF_FAMILIES[(cfg.variant, cfg.norm)]
+    fam = _family(cfg)
     out: dict[str, torch.Tensor] = {}
     for k, v in hf.items():
-        if k.endswith((".attn.bias", ".attn.masked_bias")):
-            continue  # causal-mask buffers of older transformers versions
-        name = k.replace(f"transformer.{fam['wte']}.", "transformer.wte.").replace(
-            f"transformer.{fam['wpe']}.", "transformer.wpe.")
-        if any(f".{c}.weight" in k for c in CONV1D):
+        if k.endswith(fam["ignore"]):
+            continue
+        name = "lm_head.weight" if k == fam["head_file"] else _rename(k, fam, to_hf=False)
+        if fam["conv1d"] and any(f".{c}.weight" in name for c in CONV1D):
             v = v.t()
+        if fam["qkv_per_head"] and ".attn.c_attn." in name:
+            v = neox_qkv(v, cfg.n_head, to_hf=False)
         if name.endswith(".bias") and not cfg.bias:
             if torch.count_nonzero(v):
                 raise DepthlabError(f"--init-from {source}: {k} is not zero but model.bias is false; "

@@ -127,8 +127,10 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
         (depthlab state dict, :func:`init_record`).
 
     Raises:
-        DepthlabError: neither kind of folder, another tokenizer, an export of another variant, activation or
-            bias setting, or a best.safetensors that fails its sha256 (one that cannot be checked is a warning).
+        DepthlabError: neither kind of folder, another tokenizer, an export of another variant, norm, position,
+            activation or bias setting, a GPT-NeoX config that depthlab's GPT does not compute
+            (:func:`_neox_refusal`), or a best.safetensors that fails its sha256 (one that cannot be checked is a
+            warning).
     """
     src = Path(src)
     if not src.is_dir():
@@ -155,13 +157,17 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
         hcfg = {}
     family = hf_layout.hf_family(str(hcfg.get("model_type")))
     if family is None:  # a sweep folder is named as one, with one of its runs (as diagnose does)
+        types = ", ".join(f["model_type"] for f in hf_layout.HF_FAMILIES.values())
         raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else
                             f"{init_from_flag(src)}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export "
-                            "of model_type gpt2 or openai-gpt (depthlab export)")
-    if (cfg.variant, cfg.norm) != family:
+                            f"of model_type {types} (depthlab export)")
+    if (cfg.variant, cfg.norm, cfg.position) != family:
         raise DepthlabError(f"{init_from_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
-                            f"model.norm {family[1]}; set --model.variant {family[0]} --model.norm {family[1]}")
-    act = hcfg.get("activation_function", hcfg.get("afn"))
+                            f"model.norm {family[1]} and model.position {family[2]}; set --model.variant {family[0]} "
+                            f"--model.norm {family[1]} --model.position {family[2]}")
+    if hcfg["model_type"] == "gpt_neox":
+        _neox_refusal(src, hcfg)
+    act = hcfg.get("activation_function", hcfg.get("afn", hcfg.get("hidden_act")))
     if act != cfg.activation or (hcfg["model_type"] == "openai-gpt" and act != "relu"):
         raise DepthlabError(f"{init_from_flag(src)}: its activation {act!r} is not model.activation {cfg.activation} "
                             "(depthlab computes gelu exactly, or relu)")
@@ -171,6 +177,34 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     except Exception as e:  # missing file or not safetensors
         raise DepthlabError(f"{init_from_flag(src)}: cannot read model.safetensors ({type(e).__name__})") from None
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
+
+
+def _neox_refusal(src: Path, hcfg: dict[str, Any]) -> None:
+    """Refuse a GPT-NeoX ``config.json`` whose function is not depthlab's ``position rope`` GPT, though its weights
+    would load: Pythia's parallel residual, rotary on a quarter of each head (GPT-NeoX's default), another base.
+
+    Reads transformers 5's ``rope_parameters`` and 4.x's ``rotary_pct`` / ``rotary_emb_base`` / ``rope_scaling``,
+    with ``GPTNeoXConfig``'s defaults for what is absent.
+
+    Raises:
+        DepthlabError: the first field that differs, its value and depthlab's.
+    """
+    from .model import ROPE_BASE
+
+    rope = hcfg.get("rope_parameters") or hcfg.get("rope_scaling") or {}
+    rope = rope if isinstance(rope, dict) else {}
+    have = {"use_parallel_residual": hcfg.get("use_parallel_residual", True),
+            "partial_rotary_factor": rope.get("partial_rotary_factor", hcfg.get("rotary_pct", 0.25)),
+            "rope_theta": rope.get("rope_theta", hcfg.get("rotary_emb_base", ROPE_BASE)),
+            "rope_type": rope.get("rope_type", rope.get("type", "default")),
+            "layer_norm_eps": hcfg.get("layer_norm_eps", 1e-5)}
+    want = {"use_parallel_residual": False, "partial_rotary_factor": 1.0, "rope_theta": ROPE_BASE,
+            "rope_type": "default", "layer_norm_eps": 1e-5}
+    for k, v in want.items():
+        if have[k] != v:
+            raise DepthlabError(f"{init_from_flag(src)}: its config.json has {k} {json.dumps(have[k])}, but depthlab's "
+                                f"position rope GPT is a GPT-NeoX with {k} {json.dumps(v)} (as depthlab export writes "
+                                "it), so these weights would compute another function; start from a depthlab export")
 
 
 def init_record(src: Path, digest: Optional[str] = None, vouched: Optional[bool] = None) -> dict[str, Any]:
@@ -263,7 +297,8 @@ def weights_fit(old: dict, new: dict) -> Optional[bool]:
 
 def source_model(src: Path) -> tuple[dict[str, Any], str]:
     """The model section of what ``--init-from src`` loads, and what it is (``the source run``, ``the export``): a
-    run's config.json, an export's depthlab.json, else the shape its Hugging Face config.json gives; {} if none."""
+    run's config.json, an export's depthlab.json, else the shape and ``position`` its Hugging Face config.json
+    gives (GPT-2's or GPT-NeoX's names); {} if none."""
     src = Path(src)
     if (src / CKPT_DIR).is_dir():
         return (RunDir(src).config or {}).get("model") or {}, "the source run"
@@ -279,8 +314,14 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
     if isinstance(model, dict) and model:
         return model, "the export"
     h = read("config.json")
+    family = hf_layout.hf_family(str(h.get("model_type")))
+    if h.get("model_type") == "gpt_neox":  # GPTNeoXConfig's names for GPT2Config's
+        h = {"n_layer": h.get("num_hidden_layers"), "n_head": h.get("num_attention_heads"),
+             "n_embd": h.get("hidden_size"), "n_positions": h.get("max_position_embeddings"),
+             "vocab_size": h.get("vocab_size"), "n_inner": h.get("intermediate_size")}
     shape = {"n_layer": h.get("n_layer"), "n_head": h.get("n_head"), "n_embd": h.get("n_embd"),
-             "block_size": h.get("n_positions"), "vocab_size": h.get("vocab_size")}
+             "block_size": h.get("n_positions"), "vocab_size": h.get("vocab_size"),
+             "position": family[2] if family else None}  # GPT-2's learned table or GPT-NeoX's rotation
     if isinstance(h.get("n_inner"), int) and isinstance(h.get("n_embd"), int) and h["n_embd"]:
         shape["ff_mult"] = h["n_inner"] // h["n_embd"]
     return {k: v for k, v in shape.items() if v is not None}, "the export"
