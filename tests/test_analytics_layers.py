@@ -97,7 +97,7 @@ def test_the_lens_identity_holds_for_every_norm(norm):
 
 
 def test_embedding_lens_is_the_head_on_the_embeddings_and_a_zeroed_block_costs_nothing():
-    model = tiny_gpt(seed=2, variant="prenorm", bias=True)
+    model = tiny_gpt(seed=2, variant="prenorm", bias=True, position="learned")  # the lens below adds wpe
     blk = model.transformer.h[0]
     with torch.no_grad():  # block 0's output projections zeroed: pre-LN's block 0 is then the identity
         for lin in (blk.attn.c_proj, blk.mlp.c_proj):

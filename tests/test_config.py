@@ -29,7 +29,9 @@ def _valid_config(draw):
     n_head = draw(st.integers(1, 16))
     warmup = draw(st.integers(0, 1000))
     lr = draw(st.floats(1e-6, 1.0))
-    model = dict(n_layer=draw(st.integers(1, 64)), n_head=n_head, n_embd=n_head * draw(st.integers(1, 64)),
+    position = draw(st.sampled_from(["learned", "rope"]))
+    head_size = draw(st.integers(1, 64)) * (2 if position == "rope" else 1)  # rope rotates pairs: an even head
+    model = dict(n_layer=draw(st.integers(1, 64)), n_head=n_head, n_embd=n_head * head_size, position=position,
                  block_size=draw(st.integers(1, 4096)), dropout=draw(st.floats(0.0, 0.99)),
                  bias=draw(st.booleans()), ff_mult=draw(st.integers(1, 8)),
                  activation=draw(st.sampled_from(["gelu", "relu"])), variant=draw(st.sampled_from(VARIANTS)),

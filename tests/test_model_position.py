@@ -93,7 +93,8 @@ def test_train_sample_and_export_of_a_rope_run(tmp_path, capsys, tiny_text_file)
     assert_clean_error(rc, err, "its weights do not fit this model", "model.position 'rope' there, 'learned' here")
     # a run whose config.json predates model.position has a learned table: named as such, not "unexpected wpe"
     old = tmp_path / "old"
-    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, old, train__max_iters=2))
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, old, train__max_iters=2,
+                                                          model__position="learned"))
     assert rc == 0, err
     cfg = json.loads((old / "config.json").read_text())
     del cfg["model"]["position"]
@@ -102,6 +103,16 @@ def test_train_sample_and_export_of_a_rope_run(tmp_path, capsys, tiny_text_file)
                          "--model.position", "rope")
     assert_clean_error(rc, err, "its weights do not fit this model (model.position 'learned' there, 'rope' here)")
     assert not (tmp_path / "new").exists()
+    # without the flag, the new run takes the old run's learned table, and the old run resumes as it trained
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, tmp_path / "new"), "--init-from", str(old))
+    assert rc == 0, err
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["model"]["position"] == "learned"
+    rc, _, err = run_cli(capsys, "train", "--resume", str(old), "--train.max_iters", "4")
+    assert rc == 0, err
+    assert json.loads((old / "config.json").read_text())["model"]["position"] == "learned"
+    for cmd in (("sample", str(old), "--max_new_tokens", "5"), ("layers", str(old)), ("context", str(old))):
+        rc, _, err = run_cli(capsys, *cmd)
+        assert rc == 0, (cmd, err)
 
 
 def test_layers_and_the_report_do_not_credit_the_embedding_of_a_rope_model_with_a_position():
@@ -120,10 +131,10 @@ def test_layers_and_the_report_do_not_credit_the_embedding_of_a_rope_model_with_
 def test_rope_with_a_model_of_your_own_is_refused_as_its_code_deciding_positions():
     # was: "...; set the model's own sizes with --model.init JSON": a position scheme is no size
     with pytest.raises(DepthlabError) as e:
-        ModelConfig(source="m.py:Net", position="rope")
-    assert str(e.value) == ("model.position 'rope': this describes depthlab's GPT and does not apply to model.source "
-                            "m.py:Net; your model's code decides it: set its own keyword arguments (its sizes, say) "
-                            "with --model.init JSON")
+        ModelConfig(source="m.py:Net", position="learned")  # rope is the default, which stays silent
+    assert str(e.value) == ("model.position 'learned': this describes depthlab's GPT and does not apply to "
+                            "model.source m.py:Net; your model's code decides it: set its own keyword arguments "
+                            "(its sizes, say) with --model.init JSON")
 
 
 def test_coordchecks_attention_logits_of_a_rope_model_are_the_rotated_ones():

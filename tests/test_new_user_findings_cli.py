@@ -134,7 +134,8 @@ def test_a_token_run_says_token_where_a_character_run_says_character(tmp_path, b
     line = next(x for x in out.splitlines() if "not judged: bigram_stuck" in x)
     assert ": enough to learn which token follows which)" in line and "character" not in line, line
     # was: "position 0 sees one character" and "the bigram line ... (the current character alone)"
-    for cmd, says in (("context", "position 0 sees one token, so"), ("layers", "the embedding lens sees one token (")):
+    for cmd, says in (("context", "position 0 sees one token, so"),
+                      ("layers", "the embedding lens sees one token, so")):
         rc, out, err = run_cli(capsys, cmd, str(run))
         assert rc == 0 and says in out and "character" not in out, (out, err)
 

@@ -333,7 +333,7 @@ def test_check_counts_parameters_as_training_does(corpus):
 
     from conftest import tiny_model_config
 
-    gpt = GPT(tiny_model_config(vocab_size=_vocab(corpus)))
+    gpt = GPT(tiny_model_config(vocab_size=_vocab(corpus), position="learned"))  # a table of positions, not counted
     rep = check_model(gpt, corpus, batch_size=4, block_size=8, rules=("shape",))
     n = ModelPort(gpt).num_params()  # what the training banner and summary.json count
     assert rep.model["parameters"] == n == sum(p.numel() for p in gpt.parameters()) - gpt.transformer.wpe.weight.numel()

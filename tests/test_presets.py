@@ -9,7 +9,7 @@ from depthlab.config import ModelConfig, RunConfig, TrainConfig
 
 # What each preset promises (its first comment line / the README), written out independently of the YAML.
 EXPECTED = {
-    "default": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0),
+    "default": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, position="rope"),
                     train=dict(batch_size=16, max_iters=5000, max_time=270.0, fit_to_time=True, optimizer="auto",
                                learning_rate=3e-3, weight_decay=0.3,
                                min_lr=1e-4, warmup_iters=50, eval_interval=500, dtype="auto")),
@@ -18,12 +18,12 @@ EXPECTED = {
                                 muon_lr=1e-2, min_lr=2e-4, weight_decay=0.1,
                                 warmup_iters=50, eval_interval=50, eval_iters=10, target_val_loss=1.88,
                                 grad_log_interval=100, probe_interval=0, dtype="auto")),
-    "nanogpt-cpu": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0),
+    "nanogpt-cpu": dict(model=dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, position="learned"),
                         train=dict(batch_size=12, max_iters=2000, max_time=0.0, optimizer="adamw",
                                    learning_rate=1e-3, min_lr=1e-4, weight_decay=0.1,
                                    warmup_iters=100, lr_decay_iters=2000, eval_interval=250, eval_iters=20,
                                    dtype="float32")),
-    "nanogpt-gpu": dict(model=dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2),
+    "nanogpt-gpu": dict(model=dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.2, position="learned"),
                         train=dict(batch_size=64, max_iters=5000, max_time=0.0, optimizer="adamw",
                                    learning_rate=1e-3, min_lr=1e-4, weight_decay=0.1,
                                    warmup_iters=100, beta2=0.99, eval_interval=250, eval_iters=200,

@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .config import ModelConfig
+from .config import ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write, read_json
@@ -653,7 +653,8 @@ def model_config_from_meta(meta: dict[str, str], path: Path) -> ModelConfig:
     """
     if "config" not in meta:
         raise DepthlabError(f"checkpoint {path} has no depthlab config in its metadata")
-    return ModelConfig(**json.loads(meta["config"])["model"])
+    # a checkpoint from before model.position: a learned table
+    return ModelConfig(**predating_model(json.loads(meta["config"])["model"]))
 
 
 # ------------------------------------------------------------------------- resume state

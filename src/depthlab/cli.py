@@ -393,12 +393,12 @@ def run_diagnose(ns) -> int:
 def _config_fault(rd) -> Optional[str]:
     """Why a run's readable config.json is not a config depthlab can run (a field edited to ``"two"``) or not the
     one its checkpoint was trained with (:func:`~depthlab.resume_config.config_edits`), or None."""
-    from .config import RunConfig
+    from .config import RunConfig, as_ran
 
     if rd.config is None:
         return None  # damaged JSON: said by its own line
     try:
-        RunConfig.from_dict(rd.config)
+        RunConfig.from_dict(as_ran(rd.config))
     except DepthlabError as e:
         return str(e)
     from .resume_config import config_edits

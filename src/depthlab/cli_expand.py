@@ -207,16 +207,21 @@ def _resume_in_file(out: list[str]) -> list[str]:
 
 def _as_ran(rd: Path) -> list[str]:
     """Flags after a resumed run's config.json that keep what the run did where config.json cannot say it:
-    :func:`_source_attention`, and ``--train.eval_windows random`` for a run from before that field (its
-    evaluations, and the best loss they found, were on windows drawn with its seed:
-    :func:`~depthlab.config.as_evaluated`)."""
-    from .config import as_evaluated
+    :func:`_source_attention`, and each field newer than the run at the value the run had
+    (:func:`~depthlab.config.as_ran`: ``--train.eval_windows random``, whose windows its best loss was read on;
+    ``--model.position learned``, its weights' table of positions)."""
+    from .config import as_ran
     from .rundir import RunDir
 
-    cfg = RunDir(rd).config or {}
-    train = as_evaluated(cfg).get("train") if isinstance(cfg, dict) else None
-    old = isinstance(train, dict) and "eval_windows" not in (cfg.get("train") or {})
-    return _source_attention(rd) + (["--train.eval_windows", str(train["eval_windows"])] if old else [])
+    cfg = RunDir(rd).config
+    if not isinstance(cfg, dict):
+        return _source_attention(rd)
+    ran, out = as_ran(cfg), []
+    for section, key in (("train", "eval_windows"), ("model", "position")):
+        had, has = cfg.get(section), ran.get(section)
+        if isinstance(had, dict) and isinstance(has, dict) and key not in had and key in has:
+            out += [f"--{section}.{key}", str(has[key])]
+    return _source_attention(rd) + out
 
 
 def _source_attention(rd: Path) -> list[str]:
@@ -235,13 +240,13 @@ def resume_config_fault(rd: Path) -> Optional[str]:
     """Why run ``rd``'s config.json, read as ``--resume`` reads it (with :func:`_source_attention`) and without the
     resume's flags, is not a config depthlab can run, or None (valid, or missing/unreadable: not the cause). A
     resume whose config fails while this is None failed on a value its command line gave."""
-    from .config import RunConfig
+    from .config import RunConfig, as_ran
     from .rundir import RunDir
 
     cfg = RunDir(rd).config if (Path(rd) / "config.json").is_file() else None
     if not isinstance(cfg, dict):
         return None
-    d = {k: dict(cfg.get(k) or {}) for k in ("data", "model", "train")}
+    d = {k: dict(as_ran(cfg).get(k) or {}) for k in ("data", "model", "train")}
     if _source_attention(rd):
         d["train"]["attention"] = "auto"
     try:

@@ -20,7 +20,7 @@ from safetensors.torch import load as st_load
 from . import hf_layout
 from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenizer, load_weights_file,
                          unchecked_best)
-from .config import ModelConfig
+from .config import ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .usermodel import source_drift
@@ -300,8 +300,8 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
     run's config.json, an export's depthlab.json, else the shape and ``position`` its Hugging Face config.json
     gives (GPT-2's or GPT-NeoX's names); {} if none."""
     src = Path(src)
-    if (src / CKPT_DIR).is_dir():
-        return (RunDir(src).config or {}).get("model") or {}, "the source run"
+    if (src / CKPT_DIR).is_dir():  # a run from before model.position: a learned table
+        return predating_model((RunDir(src).config or {}).get("model") or {}), "the source run"
 
     def read(name: str) -> dict:
         try:
@@ -312,7 +312,7 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
 
     model = (read("depthlab.json").get("config") or {}).get("model")
     if isinstance(model, dict) and model:
-        return model, "the export"
+        return predating_model(model), "the export"
     h = read("config.json")
     family = hf_layout.hf_family(str(h.get("model_type")))
     if h.get("model_type") == "gpt_neox":  # GPTNeoXConfig's names for GPT2Config's

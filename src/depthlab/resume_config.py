@@ -100,11 +100,11 @@ def changed_fields(old: dict, new: dict) -> list[str]:
     Args:
         old: the run's ``config.json`` (sections data/model/train). new: the config now asked for (same shape).
     """
-    from .config import RunConfig, as_evaluated
+    from .config import RunConfig, as_ran
 
-    # a run from before train.eval_windows evaluated on random windows: so does its resume (cli_expand), and
-    # config.json and its checkpoint's copy both leave the field out
-    a, b = _flat(as_evaluated(old)), _flat(as_evaluated(new))
+    # a run from before train.eval_windows (or model.position) evaluated on random windows (had a learned table):
+    # so does its resume (cli_expand), and config.json and its checkpoint's copy both leave the field out
+    a, b = _flat(as_ran(old)), _flat(as_ran(new))
     defaults = _flat(RunConfig().to_dict())
     out = []
     for key in sorted(set(a) | set(b)):
@@ -134,9 +134,9 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
         ones must stop the resume (see :data:`RESUME_SILENT`, :data:`RESUME_NOTED`,
         :data:`RESUME_SCHEDULE`; all other fields are refused).
     """
-    from .config import as_evaluated
+    from .config import as_ran
 
-    a, b = _flat(as_evaluated(old)), _flat(as_evaluated(new))  # a run before train.eval_windows: its 'random'
+    a, b = _flat(as_ran(old)), _flat(as_ran(new))  # fields newer than the run: as it ran
     refused, noted = [], []
     for key in changed_fields(old, new):
         if key in RESUME_SILENT:

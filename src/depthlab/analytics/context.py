@@ -171,12 +171,12 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     Raises:
         DepthlabError: not a run directory, a config this depthlab cannot read, the corpus is gone.
     """
-    from ..config import RunConfig, as_evaluated
+    from ..config import RunConfig, as_ran
     from ..data import load_corpus
 
     rd = RunDir(run_dir).require("config")
     try:
-        cfg = RunConfig.from_dict(as_evaluated(rd.config))  # a run before train.eval_windows: its random windows
+        cfg = RunConfig.from_dict(as_ran(rd.config))  # fields newer than the run: as it ran
     except DepthlabError as e:
         raise DepthlabError(f"{rd.file(CONFIG)}: {e}") from None
     resume_config.refuse_edited_config(rd.path, "cannot measure")

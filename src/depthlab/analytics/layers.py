@@ -6,7 +6,8 @@ For each block i of a trained model, on the run's fixed val evaluation windows
 * **lens loss**: the val loss when the residual stream after block i is decoded through the model's
   own final norm and head (the "logit lens", nostalgebraist 2020; TransformerLens's
   ``accumulated_resid`` + ``apply_ln_to_stack``). The lens after the last block is the model's own loss;
-  the lens of the embeddings alone (the stream before block 0) sees one character and its position.
+  the lens of the embeddings alone (the stream before block 0) sees one character (and its position, where the
+  model adds a learned table: ``model.position learned``).
 * **ablation delta**: the val loss with block i replaced by the identity (its input passed on to
   block i + 1, every other block unchanged) minus the loss through the same final norm and head with
   every block in place, in nats. ``effective depth`` counts the blocks whose removal costs at least

@@ -26,13 +26,13 @@ def _show_char(c: str) -> str:
 
 def _val_snippet(run: RunData, tok, length: int) -> Optional[str]:
     """``length`` characters of the validation split, starting after its first line break."""
-    from ..config import RunConfig
+    from ..config import RunConfig, as_ran
     from ..data import load_corpus
 
     from ..rundir import RunDir
 
     try:
-        cfg = RunConfig.from_dict(run.config)
+        cfg = RunConfig.from_dict(as_ran(run.config))
         corpus = load_corpus(cfg.data, seed=cfg.train.seed)
         corpus.check_block_size(cfg.model.block_size)  # the val split training used (a short one is enlarged)
     except Exception:  # noqa: BLE001 - corpus moved or config from another version: no snippet
