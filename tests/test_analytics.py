@@ -21,6 +21,7 @@ class GradNorms(Callback):
         self.by_step[info.step] = info.grad_norm  # clip_grad_norm_'s pre-clip total
 
 
+@pytest.mark.slow
 def test_records_files_and_identical_trajectory(tmp_path, tiny_text_file):
     seen = GradNorms()
     cfg = tiny_config(tmp_path / "on", tiny_text_file, model={"activation": "relu"},

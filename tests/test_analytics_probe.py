@@ -74,6 +74,7 @@ def test_summary_names_what_breaks():
     assert len(healthy) == 1 and healthy[0].startswith("healthy at initialisation (prenorm, 3 blocks)")
 
 
+@pytest.mark.slow
 def test_probe_cli_json_and_table(tmp_path, tiny_text_file, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = ["probe", "--data.path", str(tiny_text_file), "--model.variant", "plain", "--model.n_layer", "4",

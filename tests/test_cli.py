@@ -152,6 +152,7 @@ def test_unknown_command(capsys):
     assert rc == 2 and err == "depthlab: error: train: unknown option --lr (did you mean --train.learning_rate?)\n"
 
 
+@pytest.mark.slow
 def test_module_entry_point_subprocess(tmp_path):
     import subprocess
     import sys
@@ -161,6 +162,7 @@ def test_module_entry_point_subprocess(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("depthlab: error:") and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_sample_into_closed_pipe_exits_cleanly(tmp_path, capsys, tiny_text_file):
     import subprocess
     import sys

@@ -51,6 +51,7 @@ def test_runs_without_analytics_skip_gracefully(report_run, tmp_path):
     assert "Nothing to plot yet" in build_report(bare).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_html_is_self_contained(report_run, report_page):
     html = report_page.read_text(encoding="utf-8")
     assert report_page == report_run / "report.html"
@@ -218,6 +219,7 @@ def test_sweep_like_page_fits_1280_px_in_chromium(probed_run, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- samples, cards
+@pytest.mark.slow
 def test_run_report_shows_training_samples(probed_run, probed_page):
     html = probed_page.read_text(encoding="utf-8")
     assert 'href="#samples"' in html and "Samples during training" in html
@@ -305,6 +307,7 @@ def test_bpe_report_shows_bits_per_character_not_per_token(tmp_path):
     assert f"nats/token = {s['best_val_bpc']:.3f} bits/char" in page
 
 
+@pytest.mark.slow
 def test_char_report_keeps_nats_over_ln2(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "c", tiny_text_file, train=dict(max_iters=5, eval_interval=5)), **QUIET)
     s = json.loads((run / "summary.json").read_text())

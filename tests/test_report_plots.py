@@ -3,6 +3,8 @@ numbered 0..L-1, rank measures shown in [0, 1], fitting the report's content col
 
 import re
 
+import pytest
+
 
 from depthlab.report import plots as P
 from depthlab.rundir import PLOTS
@@ -20,6 +22,7 @@ def test_plots_are_valid_pngs(report_run, report_page):
     assert not list(plots.glob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_each_plot_function_returns_its_path(report_run, tmp_path):
     run_dir = fresh_copy(report_run, tmp_path / "copy")
     run = P.load_run_data(run_dir)

@@ -1,6 +1,8 @@
 """The report's header of a model.source run describes that model, not depthlab's GPT defaults."""
 import re
 
+import pytest
+
 from conftest import QUIET
 from depthlab.report.html import build_report
 from depthlab.trainer import Trainer
@@ -11,6 +13,7 @@ def _subtitle(page: str) -> str:
     return re.search(r'<p class="subtitle">([^<]*)<', page).group(1)
 
 
+@pytest.mark.slow
 def test_a_source_runs_report_header_names_its_model_and_parameter_count(tmp_path, tiny_text_file):
     model_file = tmp_path / "mine.py"
     model_file.write_text(MODEL)

@@ -36,6 +36,7 @@ def test_report_and_report_command(tiny_text_file, tmp_path, capsys):
     assert (sw / "report.html").exists() and "report.html" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_science_experiment_gets_a_claims_table(tiny_text_file, tmp_path):
     from depthlab.report.sweep import build_sweep_report
 

@@ -1259,6 +1259,7 @@ def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file
     assert main(["context", "a/run"]) == 0
 
 
+@pytest.mark.slow
 def test_a_mistyped_data_path_on_resume_is_named_as_the_given_flag_not_the_runs_corpus(tmp_path, tiny_text_file,
                                                                                         capsys):
     """nu36: ``--resume RUN --data.path /nonexistent`` said "its corpus /nonexistent is missing (moved or
@@ -1357,6 +1358,7 @@ def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_p
         "again" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_resume_that_drops_the_plan_plans_the_steps_left_and_the_rate_goes_on(tmp_path, tiny_text_file, fake_clock):
     """helper-18: `--resume --train.max_iters N` on a fit_to_time run made no new plan (plans were made only in a
     session's first 20 steps), so the session's max_time cut the decay. Now the steps left are planned, and the rate
@@ -1504,6 +1506,7 @@ def test_a_resume_given_a_copy_of_the_embedded_corpus_goes_on_with_one_line(tmp_
     assert json.loads((emb / "summary.json").read_text())["final_step"] == 10
 
 
+@pytest.mark.slow
 def test_a_resume_given_another_text_names_the_embedded_corpus_not_none(tmp_path, tiny_text_file, capsys):
     """nu42: a run on the embedded corpus resumed with another text was refused as "changed data.path None -> ..."."""
     emb = tmp_path / "emb"

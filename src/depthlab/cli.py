@@ -804,8 +804,9 @@ def build_export_parser():
     """The parser of ``depthlab export RUN_DIR OUT_DIR``."""
     p = new_parser("export", "Write a Hugging Face directory (config.json, model.safetensors, tokenizer, "
                              "generation_config.json) that transformers loads with AutoModelForCausalLM / "
-                             "AutoTokenizer, without depthlab. prenorm + layernorm -> GPT2LMHeadModel; postnorm + "
-                             "layernorm + relu -> OpenAIGPTLMHeadModel; other variants are refused. Needs "
+                             "AutoTokenizer, without depthlab. prenorm + layernorm -> GPTNeoXForCausalLM (position "
+                             "rope, the default) or GPT2LMHeadModel (position learned); postnorm + layernorm + relu + "
+                             "position learned -> OpenAIGPTLMHeadModel; other variants are refused. Needs "
                              'pip install -e ".[hf]".')
     _add_run_dir(p)
     p.add_argument("out_dir", type=str, help="folder to write (must not exist, or be empty)")
