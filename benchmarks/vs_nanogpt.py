@@ -20,9 +20,10 @@ config/train_shakespeare_char.py --device=cpu --compile=False --eval_iters=20 --
 iterations 0 to max_iters), then ``python -m depthlab train`` (the ``depthlab`` command, its own
 start-up choices included) at the same shape (4 layers, 4 heads, n_embd 128, block_size 64, batch 12,
 dropout 0, eval every 250 steps on 20 batches, a log line every step, ``--train.max_iters`` =
-``--steps``, ``--train.max_time 0``) in four variants: its defaults, fp32 AdamW (``--train.dtype
-float32 --train.optimizer adamw``), ``--train.dtype auto --train.optimizer adamw``, and the defaults
-with ``--train.compile true`` (not a default on a CPU: depthlab compiles before its training clock
+``--steps``, ``--train.max_time 0``) in four variants: its defaults (rotary positions since they became the
+default), fp32 AdamW with nanoGPT's learned positions (``--train.dtype float32 --train.optimizer adamw
+--model.position learned``: nanoGPT's model and algorithm), ``--train.dtype auto --train.optimizer adamw``,
+and the defaults with ``--train.compile true`` (not a default on a CPU: depthlab compiles before its training clock
 starts, so the compile time shows in the wall column only; torch's compile cache under /tmp makes a
 later round's compile a few seconds instead of ~45 s cold on a 2-core Xeon); the
 ``resolved`` section of each run's config.json (what its ``auto`` settings became) is printed.
@@ -90,7 +91,8 @@ DEPTHLAB_SHAPE = ["--model.n_layer", "4", "--model.n_head", "4", "--model.n_embd
                   "64", "--train.batch_size", "12", "--model.dropout", "0", "--train.eval_interval",
                   str(NANOGPT_EVAL_INTERVAL), "--train.eval_iters", "20", "--train.log_interval", "1"]
 VARIANTS = {"defaults": [],
-            "fp32 AdamW": ["--train.dtype", "float32", "--train.optimizer", "adamw"],
+            # nanoGPT's model and algorithm: its learned table of positions, fp32, AdamW
+            "fp32 AdamW": ["--train.dtype", "float32", "--train.optimizer", "adamw", "--model.position", "learned"],
             "dtype auto, AdamW": ["--train.dtype", "auto", "--train.optimizer", "adamw"],
             "defaults, compiled": ["--train.compile", "true"]}
 NANO_ITER = re.compile(r"^iter (\d+): loss ([-\d.naif]+), time ([\d.]+)ms")

@@ -76,7 +76,8 @@ def depthlab_step(dtype):
     from depthlab.training.runtime import autocast_ctx, configure_attention
 
     torch.manual_seed(0)
-    m = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True))
+    # the reference's model: GPT-2's learned table of positions (depthlab's default is rotary)
+    m = GPT(ModelConfig(vocab_size=V, block_size=T, n_layer=L, n_head=H, n_embd=C, bias=True, position="learned"))
     configure_attention(m, "auto", torch.device("cpu"), dtype == "bfloat16")  # what `depthlab train` does on CPU
     opt = make_optimizer(m, TrainConfig(optimizer="adamw"), torch.device("cpu"))  # the reference's algorithm
     ctx = autocast_ctx(torch.device("cpu"), dtype)

@@ -153,6 +153,12 @@ def test_depthlab_gpt_no_false_alarm_all_rules(variant, norm, corpus):
         assert set(rep.failed) <= {"overfit_batch", "context_use"}
         assert "unigram level" in c["context_use"].summary
         return
+    if variant == "rezero":
+        # A known false alarm since rotary positions became the default: every ReZero block is the identity at
+        # init (alpha = 0) and the embeddings carry no position, so the batch's positions reach the head only
+        # as alpha grows; it memorises the batch at step ~210 (~100 with a learned table), past the check's 150.
+        assert rep.failed == ["overfit_batch"] and c["overfit_batch"].evidence["final_loss"] < 1.0, c["overfit_batch"]
+        return
     assert rep.failed == [], {r: c[r].summary for r in rep.failed}
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from depthlab.cli import main
-from depthlab.config import DataConfig, RunConfig, TrainConfig, schedule_warnings
+from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig, schedule_warnings
 from depthlab.errors import DepthlabError
 
 from conftest import tiny_cli_args, tiny_model_config
@@ -150,3 +150,17 @@ def test_eval_iters_beyond_any_split_is_refused_in_one_line():
     with pytest.raises(DepthlabError, match=r"train\.eval_iters must be at most 1,000,000 batches per evaluation, "
                                             r"got 99,999,999,999,999,999"):
         TrainConfig(eval_iters=99999999999999999)  # crashed allocating its losses, after making the run folder
+
+
+def test_a_runs_config_from_before_a_field_reads_as_the_run_had_it():
+    from depthlab.config import PREDATING, as_ran, predating_model
+
+    old = {"data": {}, "model": {"n_layer": 2}, "train": {"seed": 1}}
+    ran = as_ran(old)
+    assert ran["train"]["eval_windows"] == "random" and ran["model"]["position"] == "learned"
+    assert old == {"data": {}, "model": {"n_layer": 2}, "train": {"seed": 1}}  # a copy: the caller's dict untouched
+    new = RunConfig().to_dict()
+    assert as_ran(new) == new and new["model"]["position"] == "rope" and new["train"]["eval_windows"] == "spaced"
+    assert predating_model({"source": "m.py:Net"}) == {"source": "m.py:Net"}  # a model of one's own has no such field
+    assert predating_model({}) == {}  # nothing known of the model: nothing to say of its positions
+    assert PREDATING["model"]["position"] != ModelConfig().position  # only fields whose default changed are listed

@@ -348,7 +348,7 @@ def test_banner_summary_and_report_card_are_one_number(tiny_run):
     banner = next(line for line in BANNER if line.startswith("run ") and "M parameters" in line)
     assert f"{params / 1e6:.3f} M parameters" in banner
     card = {label: (value, note) for label, value, note in run_cards(RunData(tiny_run))}["parameters"]
-    assert card == (f"{params:,}", "token embedding (tied to the head) included, position table left out")
+    assert card == (f"{params:,}", "token embedding (tied to the head) included (rotary positions)")
 
 
 # ------------------------------------------------------------------------- 7. what a new user breaks

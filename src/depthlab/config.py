@@ -368,7 +368,7 @@ class TrainConfig:
             estimate, fair between evaluations).
         eval_windows: where those ``eval_iters x batch_size`` windows of each split start: ``spaced`` =
             evenly spaced over the split, the same for every seed (a systematic sample: each batch spans
-            the whole split), or ``random`` = drawn with ``seed`` (runs before this field; nanoGPT's draw).
+            the whole split), or ``random`` = drawn with ``seed`` (what runs before this field read).
             Measured with one run's weights on Tiny Shakespeare (default shape): random windows read the
             whole val split to +- 0.016 nats (sd over 10 seeds), evenly spaced ones to +- 0.007 (over 10
             starts), at the same cost (:mod:`depthlab.training.evaluator`).
@@ -584,8 +584,8 @@ def predating_model(model: Any) -> Any:
     """A model section (config.json's, a checkpoint's, an export's) with ``position`` filled in from
     :data:`PREDATING` when it predates the field and describes depthlab's GPT (a ``model.source`` model has
     no such field); anything else as it is."""
-    if not isinstance(model, dict) or "position" in model or model.get("source"):
-        return model
+    if not isinstance(model, dict) or not model or "position" in model or model.get("source"):
+        return model  # {}: nothing is known of the model
     return {**model, "position": PREDATING["model"]["position"]}
 
 
