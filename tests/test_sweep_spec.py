@@ -139,9 +139,11 @@ def test_default_sweep_dir_is_stable():
     ``train.optimizer: adamw``: science-ef5ef4db -> science-dad275e9, quick-37fd8e6e -> quick-2320e1bf; and
     when rank_init added Peri-LN: science-dad275e9 -> science-a6fc3566; when the profiles pinned
     ``train.weight_decay: 0.1`` as the default recipe moved to 0.3: science-a6fc3566 -> science-d105ec6b,
-    quick-2320e1bf -> quick-d421428f.)"""
+    quick-2320e1bf -> quick-d421428f; when they pinned ``model.position: learned`` and ``train.eval_windows:
+    random`` as rotary positions and evenly spaced windows became the defaults: science-d105ec6b ->
+    science-03259d31, quick-d421428f -> quick-7a1e82d8.)"""
     s = sweep.build_spec("science", None, [], {}, "rank_init")
-    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-d105ec6b"))
+    assert sweep.default_sweep_dir(s, "science", None, [], {}, "rank_init") == str(Path("sweeps/science-03259d31"))
     over = {"model.n_embd": 32, "model.n_head": 2, "model.block_size": 16, "train.batch_size": 8,
             "train.max_iters": 50, "train.eval_interval": 10, "train.eval_iters": 2, "train.target_val_loss": 4.5}
     s = sweep.build_spec(None, None, ["model.n_layer=1,2"], over, None)
@@ -149,7 +151,7 @@ def test_default_sweep_dir_is_stable():
         str(Path("sweeps/sweep-8031e321"))
     s = sweep.build_spec("quick", None, [], {"train.max_iters": 100}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {"train.max_iters": 100}, None) == \
-        str(Path("sweeps/quick-d421428f"))
+        str(Path("sweeps/quick-7a1e82d8"))
     s = sweep.build_spec("quick", None, [], {}, None)
     assert sweep.default_sweep_dir(s, "quick", None, [], {}, None) == str(Path("sweeps/quick"))
 

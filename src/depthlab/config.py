@@ -153,9 +153,9 @@ class ModelConfig:
             proportional to their position, so q.k depends on the distance between them; no parameters) or
             ``learned`` (GPT-2's and nanoGPT's table of ``block_size`` position vectors added to the token
             embeddings, ``transformer.wpe``; runs and checkpoints from before this field have it). The default
-            recipe at a fixed 2,077 steps: the whole val split 1.4851-1.4853 with rope against 1.4943-1.5059
-            with the learned table (seeds 1337-1339), at the same step time (README, issue 24). Export writes
-            a rope model as GPT-NeoX, a learned one as GPT-2.
+            recipe at a fixed 2,077 steps: the whole val split 1.4851-1.4853 with rope (seeds 1337, 1338) against
+            1.4943-1.5059 with the learned table (seeds 1337-1339), at the same step time (README, issue 24).
+            Export writes a rope model as GPT-NeoX, a learned one as GPT-2.
     """
 
     vocab_size: int = 0

@@ -459,12 +459,14 @@ FIGURE_NOTES = {
     "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each "
                     "sublayer contributes.",
     "layers": "Left: the val loss when the stream after each block is read by the model's final norm and head "
-              "(logit lens); the embeddings alone see one character, so they sit above the bigram line, and the "
+              "(logit lens); the embeddings alone see one character, so they cannot go below the best "
+              "one-character predictor of the val split (a little below the bigram line), and the "
               "drop from block to block is what each adds. Right: how much the val loss rises when a block is "
               "replaced by the identity; grey bars (below 0.01 nats) are blocks the model does not use "
               "(`depthlab layers` prints the numbers).",
-    "context": "Val loss at each position of the evaluation windows. Position 0 sees one character, so it cannot "
-               "beat the bigram line; the fall below it at later positions is context the model uses. One line per "
+    "context": "Val loss at each position of the evaluation windows. Position 0 sees one character, so it cannot go "
+               "below the best one-character predictor of the val split (a little below the bigram line); the "
+               "fall below the bigram line at later positions is context the model uses. One line per "
                "kept checkpoint shows when that use appeared (`depthlab context` prints the numbers).",
 }
 

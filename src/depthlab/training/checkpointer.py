@@ -19,7 +19,7 @@ from .. import resume_config, rundir
 from ..init_from import (changed_source, init_from_flag, init_line, init_weights, kept_init_record, source_model,
                          weights_fit)
 from ..budget import Plan
-from ..config import PREDATING, corpus_file
+from ..config import PREDATING, as_ran, corpus_file
 from ..errors import DepthlabError
 from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
                       VOCAB, RunDir, not_a_file_error, truncate_metrics)
@@ -214,6 +214,7 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
         return (f"train a new run from scratch ({', '.join(vocab)} {'change' if len(vocab) > 1 else 'changes'} the "
                 f"tokenizer, whose ids the run's weights "
                 f"are trained on, so --init-from cannot reuse them): {ckpt.new_run_command(run_dir, False, flags)}")
+    old = as_ran(old)  # a run from before model.position had a learned table: its weights are judged as such
     fit = weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
     if fit:
         why = "the changed model has the same weights, by name and shape; " if model else ""
