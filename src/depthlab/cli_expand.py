@@ -217,10 +217,10 @@ def _as_ran(rd: Path) -> list[str]:
     if not isinstance(cfg, dict):
         return _source_attention(rd)
     ran, out = as_ran(cfg), []
-    for section, key in (("train", "eval_windows"), ("model", "position")):
+    for section in ("data", "model", "train"):  # what as_ran added to the run's config.json
         had, has = cfg.get(section), ran.get(section)
-        if isinstance(had, dict) and isinstance(has, dict) and key not in had and key in has:
-            out += [f"--{section}.{key}", str(has[key])]
+        if isinstance(had, dict) and isinstance(has, dict):
+            out += [a for k, v in has.items() if k not in had for a in (f"--{section}.{k}", str(v))]
     return _source_attention(rd) + out
 
 
