@@ -348,3 +348,25 @@ def test_init_from_refuses_a_gpt_neox_that_computes_another_function(rope_run, t
     with pytest.raises(DepthlabError, match=f"its config.json has {said}, but depthlab's position rope GPT") as e:
         init_weights(tmp_path / "hf", model.config, tok)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("edit,said", [
+    (dict(num_attention_heads=2), "model.n_head 2 in config.json, 4 in depthlab.json"),
+    (dict(tie_word_embeddings=True),
+     "tie_word_embeddings true in config.json, model.tie_weights false in depthlab.json"),
+])
+def test_init_from_an_export_whose_two_configs_disagree_is_refused(rope_run, tmp_path, capsys, edit, said):
+    """A new user's pass: with config.json edited (heads, tying), --init-from loaded depthlab.json's model silently,
+    while transformers builds another model from the same folder (logits 1.7 and 6.2 apart)."""
+    from conftest import assert_clean_error, run_cli, tiny_cli_args
+
+    export_run(rope_run, tmp_path / "hf", log=None)
+    f = tmp_path / "hf" / "config.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), **edit}))
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(rope_run.parent / "t.txt", tmp_path / "new"),
+                         "--init-from", str(tmp_path / "hf"))
+    assert_clean_error(rc, err, said, "describe different models", "delete depthlab.json")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "hf" / "depthlab.json").unlink()  # the fix it names: config.json's model, which loads
+    from depthlab.init_from import source_model
+    assert source_model(tmp_path / "hf")[0]["n_head"] == edit.get("num_attention_heads", 4)

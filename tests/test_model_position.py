@@ -110,7 +110,8 @@ def test_train_sample_and_export_of_a_rope_run(tmp_path, capsys, tiny_text_file)
     # a resume asking for rope: refused, and the new run it offers trains from scratch (the weights do not fit;
     # it had offered --init-from, "the same weights, by name and shape", judging the old model as rope)
     rc, _, err = run_cli(capsys, "train", "--resume", str(old), "--train.max_iters", "4", "--model.position", "rope")
-    assert_clean_error(rc, err, "model.position 'learned' -> 'rope'", "train the changed model as a new run from scratch")
+    assert_clean_error(rc, err, "model.position 'learned' -> 'rope'",
+                       "train the changed model as a new run from scratch")
     rc, _, err = run_cli(capsys, "train", "--resume", str(old), "--train.max_iters", "4")
     assert rc == 0, err
     assert json.loads((old / "config.json").read_text())["model"]["position"] == "learned"

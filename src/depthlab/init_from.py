@@ -310,10 +310,19 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
             return {}
         return d if isinstance(d, dict) else {}
 
+    h = read("config.json")
+    shape = _hf_shape(h)
     model = (read("depthlab.json").get("config") or {}).get("model")
     if isinstance(model, dict) and model:
-        return predating_model(model), "the export"
-    h = read("config.json")
+        model = predating_model(model)
+        _refuse_two_models(src, model, shape, h.get("tie_word_embeddings"))
+        return model, "the export"
+    return shape, "the export"
+
+
+def _hf_shape(h: dict) -> dict[str, Any]:
+    """The depthlab model fields a Hugging Face ``config.json`` (GPT-2's, OpenAI GPT's or GPT-NeoX's names) gives:
+    shape and ``position``; {} for anything else."""
     family = hf_layout.hf_family(str(h.get("model_type")))
     if h.get("model_type") == "gpt_neox":  # GPTNeoXConfig's names for GPT2Config's
         h = {"n_layer": h.get("num_hidden_layers"), "n_head": h.get("num_attention_heads"),
@@ -324,4 +333,24 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
              "position": family[2] if family else None}  # GPT-2's learned table or GPT-NeoX's rotation
     if isinstance(h.get("n_inner"), int) and isinstance(h.get("n_embd"), int) and h["n_embd"]:
         shape["ff_mult"] = h["n_inner"] // h["n_embd"]
-    return {k: v for k, v in shape.items() if v is not None}, "the export"
+    return {k: v for k, v in shape.items() if v is not None}
+
+
+def _refuse_two_models(src: Path, model: dict, shape: dict, tied: Any) -> None:
+    """An export whose ``config.json`` (the model transformers builds from the folder) and ``depthlab.json`` (the one
+    ``--init-from`` builds) describe different models, e.g. one file edited by hand: refused, since the weights would
+    be read as a model that the folder's own config does not describe.
+
+    Raises:
+        DepthlabError: naming each field that differs and the two fixes.
+    """
+    said = [f"model.{k} {v!r} in config.json, {model[k]!r} in depthlab.json" for k, v in shape.items()
+            if k in model and model[k] != v]
+    if isinstance(tied, bool) and isinstance(model.get("tie_weights"), bool) and tied != model["tie_weights"]:
+        said.append(f"tie_word_embeddings {str(tied).lower()} in config.json, model.tie_weights "
+                    f"{str(model['tie_weights']).lower()} in depthlab.json")
+    if said:
+        raise DepthlabError(f"{init_from_flag(src)}: its config.json and depthlab.json describe different models "
+                            f"({'; '.join(said)}; edited by hand?): export the run again into that folder "
+                            "(depthlab export RUN FOLDER --overwrite), or delete depthlab.json to load the model "
+                            "config.json describes")
