@@ -120,6 +120,27 @@ def test_tune_picks_the_faster_measured_setting_and_caches_it(tmp_path, monkeypa
     assert at.tune(other, model, torch.device("cpu"), restart_ok=True).setting == S(2, omp="active")
 
 
+def test_a_measurement_whose_load_changed_is_not_cached_and_says_so(tmp_path, monkeypatch, chosen_by_depthlab, cfg,
+                                                                      table):
+    """The load is read before and after timing: a process that started meanwhile (seen: a second training
+    run) made the measurement a busy machine's, and caching it under "0 busy cores" chose 1 thread for every
+    later idle run of that shape. Such a measurement is used for this run only, and the line says so."""
+    from depthlab.model import GPT
+
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "own-cache"))
+    reads = [0, 1]  # before and after the first measurement; idle from then on
+    monkeypatch.setattr(at, "busy_cores", lambda window_s=0.15: reads.pop(0) if reads else 0)
+    t = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False)
+    assert t.source == "measured" and (t.busy, t.busy_after) == (0, 1)
+    assert t.line().endswith("0 then 1 of 2 cores busy with other work while timed: not cached, measured again "
+                             "next time)")
+    assert t.to_record()["busy_cores_after"] == 1 and Tuning.from_record(t.to_record()).busy_after == 1
+    again = at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False)
+    assert again.source == "measured" and again.busy_after is None  # measured again: nothing was cached
+    assert "busy_cores_after" not in again.to_record() and again.line().endswith("0 of 2 cores busy with other work)")
+    assert at.tune(cfg, GPT(cfg.model), torch.device("cpu"), restart_ok=False).source == "cached"
+
+
 def test_python_callers_keep_their_policy_and_explicit_values_win(tmp_path, chosen_by_depthlab, cfg, table):
     from depthlab.model import GPT
 

@@ -101,7 +101,9 @@ class Tuning:
             measured: see ``why``).
         why: one sentence: what decided.
         ms_per_step: candidate label -> measured milliseconds per optimizer step (empty for ``rule``).
-        seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy.
+        seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy
+            when the measurement started. busy_after: the same, read again when it ended (None: not read, or
+            equal); a measurement whose load changed is not cached (:func:`_measure`).
         machine: :func:`machine_name` of the machine that measured it.
     """
 
@@ -112,18 +114,20 @@ class Tuning:
     seconds: float = 0.0
     busy: int = 0
     machine: str = field(default_factory=lambda: machine_name())
+    busy_after: Optional[int] = None
 
     def to_record(self) -> dict:
         return {"setting": asdict(self.setting), "source": self.source, "why": self.why,
                 "ms_per_step": dict(self.ms_per_step), "seconds": round(self.seconds, 2), "busy_cores": self.busy,
-                "machine": self.machine}
+                "machine": self.machine, **({} if self.busy_after is None else {"busy_cores_after": self.busy_after})}
 
     @classmethod
     def from_record(cls, r: Mapping) -> Optional["Tuning"]:
         try:
             return cls(Setting(**r["setting"]), str(r["source"]), str(r["why"]),
                        {str(k): float(v) for k, v in dict(r.get("ms_per_step") or {}).items()},
-                       float(r.get("seconds", 0.0)), int(r.get("busy_cores", 0)), str(r.get("machine", "")))
+                       float(r.get("seconds", 0.0)), int(r.get("busy_cores", 0)), str(r.get("machine", "")),
+                       None if r.get("busy_cores_after") is None else int(r["busy_cores_after"]))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -143,8 +147,11 @@ class Tuning:
         worst = "" if not rest else f"; {'fastest timed' if best is None or v < best else 'slowest'} {k} {v:.0f} ms"
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
         tried = counted(len(self.ms_per_step), "candidate")
-        return (f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}, "
-                f"{self.busy} of {os.cpu_count() or 1} cores busy with other work)")
+        load = (f"{self.busy} of {os.cpu_count() or 1} cores busy with other work"
+                if self.busy_after is None or self.source != "measured" else
+                f"{self.busy} then {self.busy_after} of {os.cpu_count() or 1} cores busy with other work while "
+                f"timed: not cached, measured again next time")
+        return f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}, {load})"
 
 
 class Restart(Exception):
@@ -484,9 +491,14 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         ms.update(_child(cfg.to_dict(), there, there[0].omp_wait, timeout_s=left, ref_ms=min(ms.values()),
                          run_dir=cfg.train.out_dir if cfg.model.source else None, busy=busy > 0))
     best = fastest(ms, order)
+    # The load is read again: one read before timing cannot see a process that starts during it, and a
+    # measurement under load cached as an idle machine's would choose every later idle run's settings
+    # (seen: 1 thread chosen beside another training process, under the key "0 busy cores").
+    after = busy_cores()
     tuning = Tuning(best, "measured", "fastest measured", {s.label(): round(v, 2) for s, v in ms.items()},
-                    time.perf_counter() - t0, busy)
-    _write_cache(key, tuning, policies_compared=any(s.omp_wait != policy for s in ms))
+                    time.perf_counter() - t0, busy, busy_after=None if after == busy else after)
+    if after == busy:
+        _write_cache(key, tuning, policies_compared=any(s.omp_wait != policy for s in ms))
     return tuning
 
 
