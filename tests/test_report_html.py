@@ -67,7 +67,7 @@ def test_html_is_self_contained(report_run, report_page):
         assert s in html
 
 
-def test_render_page_reusable(report_run):
+def test_render_page_reusable(report_run, report_page):  # report_page: the plots it embeds are drawn
     page = render_page("Sweep <x>", [Section("Curves", img_tag(report_run / "plots" / "loss.png", "loss")),
                                       ("Notes", "<p>ok</p>")], subtitle="a & b", cards=[("runs", "3", "")])
     assert page.startswith("<!DOCTYPE html>") and "Sweep &lt;x&gt;" in page and "a &amp; b" in page
