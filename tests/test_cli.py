@@ -47,9 +47,9 @@ def test_print_config(capsys):
 
 
 @pytest.mark.parametrize("argv, error", [
-    (["train", "--train.max_iters", "-1"], "train.max_iters must be a positive integer, got -1"),
-    (["train", "--model.n_head", "3"], "model.n_embd (128) must be divisible by model.n_head (3); try n_head 2"),
-    (["probe", "--model.n_layer", "0"], "model.n_layer must be a positive integer, got 0")])
+    (["train", "--train.max_iters", "-1"], "--train.max_iters must be a positive integer, got -1"),
+    (["train", "--model.n_head", "3"], "model.n_embd (128) must be divisible by --model.n_head (3); try n_head 2"),
+    (["probe", "--model.n_layer", "0"], "--model.n_layer must be a positive integer, got 0")])
 def test_print_config_refuses_a_config_that_train_refuses(capsys, argv, error):
     # it printed max_iters: -1 and exited 0, as if the config were fine; train then refused the same flags
     assert main([*argv, "--print_config"]) == 2

@@ -106,7 +106,7 @@ def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_fi
                      "        super().__init__()\n        self.e = nn.Embedding(vocab_size, vocab_size)\n"
                      "    def forward(self, idx):\n        return self.e(idx)\n")
     err = cli_err(capsys, "train", "--model.source", str(model), "--model.n_layer", "3")
-    assert "model.n_layer 3: this describes depthlab's GPT and does not apply to model.source" in err, err
+    assert "--model.n_layer 3: this describes depthlab's GPT and does not apply to --model.source" in err, err
     # --resume with --init-from and another out_dir: the fix offered was the command typed
     run = _tiny_run(capsys, tiny_text_file, tmp_path / "run", 2)
     err = cli_err(capsys, "train", "--resume", str(run), "--init-from", str(run), "--train.out_dir",

@@ -355,8 +355,8 @@ def test_an_invalid_flag_on_resume_is_not_blamed_on_config_json(run20, capsys):
     before = _snapshot(run20)
     rc = main(["train", "--resume", str(run20), "--model.n_head", "3"])
     err = capsys.readouterr().err
-    assert rc == 2 and err == "depthlab: error: model.n_embd (32) must be divisible by model.n_head (3); try n_head " \
-        "2\n", err
+    assert rc == 2 and err == "depthlab: error: model.n_embd (32) must be divisible by --model.n_head (3); try " \
+        f"n_head 2 (model.n_embd from {run20 / 'config.json'})\n", err
     assert _snapshot(run20) == before
 
 

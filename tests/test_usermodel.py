@@ -410,7 +410,7 @@ def test_a_source_run_whose_config_records_an_attention_resumes_without_a_false_
                   "--train.out_dir", str(tmp_path / "new")]):
         assert main(["train", *argv]) == 2
         err = capsys.readouterr().err
-        assert f"depthlab: error: train.attention '{attention}': this chooses depthlab's GPT's attention code" in err
+        assert f"depthlab: error: --train.attention '{attention}': this chooses depthlab's GPT's attention code" in err
         assert "--resume reads" not in err and "by hand" not in err  # the flag's value, not config.json's
     assert not (tmp_path / "new").exists() and _evals(run)[-1][0] == 20
 

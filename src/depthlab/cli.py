@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
-    hide_train_options, occurrences, one_line
-from .cli_expand import (deferred_warnings, expand_presets, expand_train_argv, list_presets,  # noqa: F401
-                         preset_dir, preset_path)
+    hide_train_options, occurrences, one_line, typed_flags
+from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
+                         list_presets, preset_dir, preset_path)
+from .config import ConfigError
 from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
@@ -77,9 +78,10 @@ def run_train(ns) -> int:
         if resume_config_fault(run) is None:  # config.json alone is valid: a flag given with the resume failed
             raise
         edits = config_edits(run)  # the checkpoint's own config names the value to put back
-        raise DepthlabError(f"{e} (--resume reads {run / CONFIG}" + (
+        said = f"{e} (--resume reads {run / CONFIG}" + (
             f", which {edits}: put the checkpoint's values back)" if edits else
-            ": if that value was edited there by hand, put back the one the run was trained with)")) from None
+            ": if that value was edited there by hand, put back the one the run was trained with)")
+        raise (e.reworded(said) if isinstance(e, ConfigError) else DepthlabError(said)) from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
@@ -648,10 +650,13 @@ def _sweep_argv(argv: list[str]) -> list[str]:
 
 
 def _explicit_overrides(argv: list[str]) -> dict[str, Any]:
-    """The dotted config fields given on the command line (typed by the config grammar), flattened."""
-    p = new_parser("sweep", "", config_fields=True)
+    """The dotted config fields given on the command line (typed by the config grammar), flattened: its
+    ``-c/--config`` files' and its flags' (which win). The files' were left out: every run trained without them."""
+    from .cli_args import config_files
+
     own, _ = _split_config_flags(argv)
-    ns = p.parse_args(own, defaults=False)
+    files = [a for path in config_files(argv) for a in ("--config", path)]
+    ns = build_sweep_parser().parse_args(files + own, defaults=False)  # the files may hold the sweep's options too
     flat: dict[str, Any] = {}
     for section, fields in ns.as_dict().items():
         if section in SECTIONS and isinstance(fields, dict):
@@ -891,16 +896,24 @@ def dispatch(name: str, argv: list[str]) -> int:
         hint = f"did you mean {close[0]}? " if close else ""
         raise DepthlabError(f"unknown command {name!r}; {hint}choose from {', '.join(COMMANDS)}")
     check_no_empty_paths(name, list(argv))
+    typed = list(argv)
     argv = files_first(cmd.expand(list(argv)))
     parser = cmd.build()
     types = value_types(parser)
     check_keys(name, parser, argv, types)
     check_argv(name, parser, argv, types)
     try:
-        ns = parser.parse_args(argv)
-    except ArgumentError as e:  # not prechecked: the parser's own message, unread
-        raise DepthlabError(f"{name}: {e}") from None
-    return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
+        try:
+            ns = parser.parse_args(argv)  # (--print_config validates the config it prints)
+        except ArgumentError as e:  # not prechecked: the parser's own message, unread
+            raise DepthlabError(f"{name}: {e}") from None
+        return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
+    except ConfigError as e:  # the config these flags and files make is refused: say which of them gave the value
+        if not e.command_line:
+            raise
+        raise attribute_config_error(e, typed, argv) from None
+    except NonFiniteError as e:  # its advice names fields (lower train.learning_rate): the flags, where typed
+        raise NonFiniteError(typed_flags(str(e), typed)) from None
 
 
 def _user_exit_line(e: BaseException) -> Optional[str]:

@@ -39,6 +39,27 @@ def field_of(option: str) -> str:
     return option.split("=", 1)[0].lstrip("-")
 
 
+def as_flag(msg: str, key: str) -> str:
+    """``msg`` with config field ``key`` named as its flag wherever it names the field (``model.n_head (3)`` ->
+    ``--model.n_head (3)``; a ``--model.n_head`` already there, or ``model.n_head_x``, untouched)."""
+    out, i = [], 0
+    while (j := msg.find(key, i)) >= 0:
+        before, after = msg[j - 1:j], msg[j + len(key):j + len(key) + 1]
+        whole = not (before.isalnum() or before in ("_", ".", "-")) and not (after.isalnum() or after == "_")
+        out += [msg[i:j], flag(key) if whole else key]
+        i = j + len(key)
+    return "".join(out) + msg[i:]
+
+
+def typed_flags(msg: str, typed: Sequence[str]) -> str:
+    """``msg`` (a library's, naming config fields: ``lower train.learning_rate``) with each field whose flag the
+    command line ``typed`` gives named as that flag (``lower --train.learning_rate``), the words the user knows."""
+    for key in field_types():
+        if occurrences(typed, [flag(key)]):
+            msg = as_flag(msg, key)
+    return msg
+
+
 def one_line(msg: str) -> str:
     """``msg`` with every run of whitespace (newlines included) made one space."""
     return " ".join(msg.split())
@@ -589,14 +610,50 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
 
 
+def _takes_null(hint: Any) -> bool:
+    """Whether a field of type ``hint`` takes null (None: ``Optional[...]``)."""
+    return typing.get_origin(hint) is Union and type(None) in typing.get_args(hint)
+
+
+def _default(key: str) -> Any:
+    """The default value of config field ``key`` (``model.position`` -> ``rope``; ``model.bias`` -> ``false``)."""
+    import dataclasses
+
+    from .config import SECTIONS as CLASSES
+
+    sec, _, name = key.partition(".")
+    value = next(f.default for s, klass in CLASSES if s == sec for f in dataclasses.fields(klass) if f.name == name)
+    return str(value).lower() if isinstance(value, bool) else value  # as YAML writes it: false, not False
+
+
 def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool) -> None:
     for key, value in _file_entries(d):
         hint = types.get(key)
         if hint is not None and checkable(hint):
+            if value is None and not _takes_null(hint):  # `position:` or `position: null`: no value at all
+                fix = "put back the value the run was trained with" if Path(path).name == "config.json" else \
+                    f"give one, or delete the line for the default ({_default(key)})"  # (a run's: as it ran, not it)
+                raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got null (no value); "
+                                    f"{fix}")
             try:
                 convert_value(value, hint)
             except BadValue:
                 raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got {value!r}") from None
+
+
+def check_section_file(path: str, section: str, d: dict) -> None:
+    """The fields of a ``--model FILE`` (``--data``, ``--train``), mapping ``d``, checked as a config file's are,
+    naming the file: they become ``--model.FIELD=VALUE`` flags the user never typed, which the checks of the
+    command line would name instead.
+
+    Raises:
+        DepthlabError: an unknown key, or a value its field's type does not take.
+    """
+    types = field_types()
+    problem = _file_key_problems(path, {section: d}, set(types) | set(SECTIONS))
+    if problem:
+        raise DepthlabError(problem)
+    _check_file_values(path, {section: d}, types, source=section == "model" and bool(d.get("source")))
 
 
 def _names_source(argv: list[str]) -> bool:
@@ -627,7 +684,8 @@ def check_no_empty_paths(command: str, argv: list[str]) -> None:
     """
     for _, name, value in occurrences(argv, _PATH_OPTIONS):
         if value == "":
-            raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name} for the default")
+            default = "" if name in ("-c", "--config") else " for the default"  # no config file has a default
+            raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name}{default}")
     for i, a in enumerate(argv):
         prev = argv[i - 1] if i else ""
         if a == "" and not (prev.startswith("-") and "=" not in prev):

@@ -12,11 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-from .cli_args import convert, flag_value, occurrences
+from .cli_args import as_flag, check_section_file, convert, flag, flag_value, occurrences
 from .errors import DepthlabError
 
-__all__ = ["deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault", "list_presets",
-           "preset_dir", "preset_path", "corpus_target"]
+__all__ = ["attribute_config_error", "deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault",
+           "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
 
 
 def preset_dir() -> Path:
@@ -84,6 +84,7 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
         raise DepthlabError(f"--{section} {path} holds a '{sections[0]}:' section; --{section} FILE reads the "
                             f"{section} fields alone (a line such as '{example}'); a file with data/model/train "
                             f"sections is given with -c FILE")
+    check_section_file(path, section, d)
     out = []
     for key, value in d.items():
         text = json.dumps(value) if isinstance(value, (dict, list)) else "null" if value is None else \
@@ -397,3 +398,77 @@ def corpus_target(argv: list[str], out: list[str], log=print) -> list[str]:
         "its corpus baselines at start)")
     i = out.index(path) + 1
     return out[:i] + ["--train.target_val_loss", "0"] + out[i:]
+
+
+# ------------------------------------------------------------------------- where a refused value came from
+def _file_label(path: str) -> str:
+    """A config file as the user knows it: ``preset NAME`` for a shipped preset, else the path as given."""
+    return f"preset {Path(path).stem}" if Path(path).parent == preset_dir() else path
+
+
+def _config_section(value: str, section: str) -> dict:
+    """``section`` of a ``-c`` value: a file's (:func:`_yaml_section`), or the inline YAML mapping's (``-c '{model:
+    {n_layer: 2}}'``); {} when it has none."""
+    if Path(value).is_file():
+        return _yaml_section(value, section)
+    import yaml
+
+    try:
+        d = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return {}
+    sec = d.get(section) if isinstance(d, dict) else None
+    return sec if isinstance(sec, dict) else {}
+
+
+def value_source(key: str, typed: list[str], argv: list[str]) -> Optional[str]:
+    """Where the value of config field ``key`` (``model.n_layer``) that the parser read from ``argv`` came from, in
+    the user's words: the flag they typed (``--model.n_layer``), the file (a ``-c`` file's path, ``preset NAME``, a
+    resumed run's config.json, a ``--model FILE``), or None: the default, or a value an expansion put there
+    (``--init-from``'s model, a resumed run's fields newer than it).
+
+    Args:
+        key: the dotted field. typed: the command line as typed. argv: it expanded (:func:`expand_train_argv`) and
+            files first (:func:`~depthlab.cli_args.files_first`): files are read first and flags win, the last of
+            each kind.
+    """
+    sec, _, name = key.partition(".")
+    if occurrences(argv, [flag(key)]):
+        if occurrences(typed, [flag(key)]):
+            return flag(key)
+        for _, _, path in reversed(occurrences(typed, [f"--{sec}"])):  # --model FILE: its fields became flags
+            try:
+                given = path is not None and any(f.startswith(f"{flag(key)}=") for f in section_file_flags(sec, path))
+            except DepthlabError:
+                given = False
+            if given:
+                return path
+        return None
+    for _, _, value in reversed(occurrences(argv, ["--config", "-c"])):
+        if value is not None and name in _config_section(value, sec):
+            return _file_label(value) if Path(value).is_file() else f"-c {value}"
+    return None
+
+
+def attribute_config_error(e, typed: list[str], argv: list[str]) -> DepthlabError:
+    """A :class:`~depthlab.config.ConfigError` of the config that command line ``argv`` made, said with where its
+    fields' values came from (:func:`value_source`): a flag the user typed is named as typed (``--model.n_layer must
+    be a positive integer, got -1``), a file opens the line (``my.yaml: model.position must be one of learned, rope;
+    got ...``), as the file's other errors do (``my.yaml: model.n_layer: expected an integer, got 'x'``). A value
+    left at its default is named as the field. The message is ``e``'s otherwise.
+    """
+    msg, files, typed_flag = str(e), {}, False
+    for key in dict.fromkeys(e.fields):
+        where = value_source(key, typed, argv)
+        if where == flag(key):
+            msg, typed_flag = as_flag(msg, key), True
+        elif where is not None:
+            files.setdefault(where, []).append(key)
+    each = {where: ", ".join(keys) for where, keys in files.items()}
+    if typed_flag and files:  # a flag's value against a file's: the file is named after, not as the culprit
+        return DepthlabError(f"{msg} ({'; '.join(f'{keys} from {where}' for where, keys in each.items())})")
+    if len(files) == 1:
+        return DepthlabError(f"{next(iter(files))}: {msg}")
+    if files:
+        return DepthlabError(f"{', '.join(f'{where} ({keys})' for where, keys in each.items())}: {msg}")
+    return DepthlabError(msg)

@@ -92,10 +92,14 @@ def add_device(p) -> None:
 
 def config_from(ns) -> Any:
     """The validated :class:`~depthlab.config.RunConfig` of a namespace with data/model/train sections."""
-    from .config import RunConfig
+    from .config import ConfigError, RunConfig
 
     d = ns.as_dict()
-    return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+    try:
+        return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
+    except ConfigError as e:
+        e.command_line = True  # its values are the command line's: dispatch says where each came from
+        raise
 
 
 def set_threads(n: int, cap: Optional[int] = None) -> None:

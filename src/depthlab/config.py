@@ -1,13 +1,15 @@
 """Typed, validated configuration dataclasses (litgpt-style).
 
 Every field is documented with its unit; ``__post_init__`` validates each value and raises
-:class:`~depthlab.errors.DepthlabError` naming the field (``model.n_embd``) and the allowed range,
-so the CLI, YAML files and notebooks all share one set of checks.
+:class:`ConfigError` (a :class:`~depthlab.errors.DepthlabError`) naming the field (``model.n_embd``) and the
+allowed range, so the CLI, YAML files and notebooks all share one set of checks; the CLI adds where the value
+came from (the flag typed, the config file).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,16 +42,62 @@ def corpus_file(path: Any) -> Optional[Path]:
     return Path(path).expanduser().resolve() if isinstance(path, str) and path else None
 
 
+class ConfigError(DepthlabError):
+    """A config value its field does not take (or two fields' values that do not go together).
+
+    Args:
+        message: the sentence, naming the fields as ``section.field`` (``model.n_embd``), the value and the fix.
+        fields: the dotted fields whose values the message is about, the one at fault first: a command line
+            turns them into where each value came from (the flag typed, the config file), which the config
+            itself does not know (:func:`depthlab.cli_expand.attribute_config_error`).
+    """
+
+    #: Set by the command line that built the config from its own values (:func:`depthlab.cli_parser.config_from`):
+    #: only then are its fields' values the flags' and files' it names.
+    command_line = False
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
+
+    def reworded(self, message: str) -> "ConfigError":
+        """The same error (fields, origin) said in ``message``."""
+        out = ConfigError(message, *self.fields)
+        out.command_line = self.command_line
+        return out
+
+
 def _positive(section: str, obj: Any, *names: str) -> None:
     for n in names:
         v = getattr(obj, n)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise DepthlabError(f"{section}.{n} must be a positive integer, got {v!r}")
+            raise ConfigError(f"{section}.{n} must be a positive integer, got {v!r}", f"{section}.{n}")
 
 
 def _choice(section: str, name: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
-        raise DepthlabError(f"{section}.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+        raise ConfigError(f"{section}.{name} must be one of {', '.join(map(str, allowed))}; got {value!r}",
+                          f"{section}.{name}")
+
+
+def _switches(section: str, obj: Any, *names: str) -> None:
+    """Each of ``names`` is true or false (a None, 0 or "no" would read as false, or true, unsaid)."""
+    for n in names:
+        v = getattr(obj, n)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{section}.{n} must be true or false, got {v!r}", f"{section}.{n}")
+
+
+def _fraction(section: str, name: str, value: Any, low_open: bool) -> None:
+    """``value`` is a number in [0, 1) (``low_open``: (0, 0.5], a validation fraction)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan  # None, "x": refused below, naming the field (was: "bad value in model: float() argument ...")
+    ok = 0.0 < v <= 0.5 if low_open else 0.0 <= v < 1.0
+    if not ok:
+        raise ConfigError(f"{section}.{name} must be in {'(0, 0.5]' if low_open else '[0, 1)'}, got {value!r}",
+                          f"{section}.{name}")
 
 
 @dataclass
@@ -83,26 +131,26 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.path is not None and not isinstance(self.path, str):  # a config.json edited to "path": 5
-            raise DepthlabError(f"data.path must be the path of a text file, got {self.path!r}")
-        if not (0.0 < float(self.val_fraction) <= 0.5):
-            raise DepthlabError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction!r}")
+            raise ConfigError(f"data.path must be the path of a text file, got {self.path!r}", "data.path")
+        _fraction("data", "val_fraction", self.val_fraction, low_open=True)
         import codecs
 
         try:
             codecs.lookup(self.encoding)
         except (LookupError, TypeError):
-            raise DepthlabError(f"data.encoding {self.encoding!r} is not a known text encoding "
-                                "(try utf-8, cp1252 or latin-1)") from None
+            raise ConfigError(f"data.encoding {self.encoding!r} is not a known text encoding "
+                              "(try utf-8, cp1252 or latin-1)", "data.encoding") from None
         _choice("data", "tokenizer", self.tokenizer, ("char", "bpe"))
         _choice("data", "split", self.split, ("tail", "lines"))
         v = self.vocab_size
         if v is not None:
             if self.tokenizer != "bpe":
-                raise DepthlabError(f"data.vocab_size {v!r} applies to data.tokenizer bpe only (the char "
-                                    "vocabulary is the corpus's characters); drop it or set --data.tokenizer bpe")
+                raise ConfigError(f"data.vocab_size {v!r} applies to data.tokenizer bpe only (the char "
+                                  "vocabulary is the corpus's characters); drop it or set --data.tokenizer bpe",
+                                  "data.vocab_size", "data.tokenizer")
             if isinstance(v, bool) or not isinstance(v, int) or not (257 <= v <= 1 << 20):
-                raise DepthlabError(f"data.vocab_size must be an integer in [257, 1048576] (256 bytes + "
-                                    f"<|endoftext|> at least), got {v!r}")
+                raise ConfigError(f"data.vocab_size must be an integer in [257, 1048576] (256 bytes + "
+                                  f"<|endoftext|> at least), got {v!r}", "data.vocab_size")
 
     @property
     def bpe_vocab_size(self) -> int:
@@ -180,17 +228,20 @@ class ModelConfig:
         self._check_source()
         _positive("model", self, "block_size", "n_layer", "n_head", "n_embd", "ff_mult")
         if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 0:
-            raise DepthlabError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}")
+            raise ConfigError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}",
+                              "model.vocab_size")
         for n, cap in (("n_layer", 4096), ("n_embd", 65536), ("block_size", 1 << 20), ("n_head", 4096),
                        ("ff_mult", 64)):
             if getattr(self, n) > cap:
-                raise DepthlabError(f"model.{n} = {getattr(self, n)} is beyond any machine; use at most {cap}")
+                raise ConfigError(f"model.{n} = {getattr(self, n)} is beyond any machine; use at most {cap}",
+                                  f"model.{n}")
         if self.n_embd % self.n_head != 0:
-            raise DepthlabError(
+            raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
-                f"try n_head {max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)}")
-        if not (0.0 <= float(self.dropout) < 1.0):
-            raise DepthlabError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+                f"try n_head {max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)}",
+                "model.n_embd", "model.n_head")
+        _fraction("model", "dropout", self.dropout, low_open=False)
+        _switches("model", self, "bias", "tie_weights")
         _choice("model", "variant", self.variant, VARIANTS)
         _choice("model", "norm", self.norm, NORMS)
         _choice("model", "activation", self.activation, ("gelu", "relu"))
@@ -198,40 +249,42 @@ class ModelConfig:
             _choice("model", "init", self.init, ("gpt2", "torch"))
         if type(self.residual_scale) not in (int, str) or self.residual_scale not in RESIDUAL_SCALES:
             # exact types: True == 1 and 1.0 == 1 would otherwise pass as 1
-            raise DepthlabError(f"model.residual_scale must be 1 (no branch scaling) or depth (each branch "
-                                f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}")
+            raise ConfigError(f"model.residual_scale must be 1 (no branch scaling) or depth (each branch "
+                              f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}", "model.residual_scale")
         self._check_norm_scale()
         _choice("model", "position", self.position, ("learned", "rope"))
         if self.position == "rope" and self.head_size % 2:
-            raise DepthlabError(f"model.position rope rotates each head's vector in pairs of coordinates, so the head "
-                                f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
-                                "model.n_head, or use --model.position learned")
+            raise ConfigError(f"model.position rope rotates each head's vector in pairs of coordinates, so the head "
+                              f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
+                              "model.n_head, or use --model.position learned", "model.n_embd", "model.n_head",
+                              "model.position")
 
     def _check_norm_scale(self) -> None:
         """``norm_scale`` is 1 or depth, and depth only where LayerNorm Scaling is defined (pre-LN's norms)."""
         if type(self.norm_scale) not in (int, str) or self.norm_scale not in RESIDUAL_SCALES:
-            raise DepthlabError(f"model.norm_scale must be 1 (no scaling) or depth (block l's norm outputs times "
-                                f"1/sqrt(l)); got {self.norm_scale!r}")
+            raise ConfigError(f"model.norm_scale must be 1 (no scaling) or depth (block l's norm outputs times "
+                              f"1/sqrt(l)); got {self.norm_scale!r}", "model.norm_scale")
         if self.norm_scale == "depth" and (self.variant != "prenorm" or self.norm == "none"):
             what = f"model.variant {self.variant}" if self.variant != "prenorm" else "model.norm none (no norm)"
-            raise DepthlabError(f"model.norm_scale depth (LayerNorm Scaling, Sun et al. 2025) scales the outputs of "
-                                f"pre-LN's norms and is not defined for {what}; use --model.variant prenorm with "
-                                "--model.norm layernorm, rmsnorm or dyt, or --model.norm_scale 1")
+            raise ConfigError(f"model.norm_scale depth (LayerNorm Scaling, Sun et al. 2025) scales the outputs of "
+                              f"pre-LN's norms and is not defined for {what}; use --model.variant prenorm with "
+                              "--model.norm layernorm, rmsnorm or dyt, or --model.norm_scale 1", "model.norm_scale",
+                              "model.variant" if self.variant != "prenorm" else "model.norm")
 
     def _check_source(self) -> None:
         """``source`` is PATH.py:NAME and the GPT-only fields stay at their defaults; ``init`` as a
         mapping needs ``source``."""
         if self.source is None:
             if isinstance(self.init, dict):
-                raise DepthlabError("model.init as keyword arguments applies to model.source only (depthlab's GPT "
-                                    "takes gpt2 or torch); add --model.source PATH.py:NAME or drop them")
+                raise ConfigError("model.init as keyword arguments applies to model.source only (depthlab's GPT "
+                                  "takes gpt2 or torch); add --model.source PATH.py:NAME or drop them", "model.init")
             return
         path, sep, name = str(self.source).rpartition(":")
         bare = isinstance(self.source, str) and not sep and name.endswith(".py")  # its one nn.Module class, found later
         if not bare and (not isinstance(self.source, str) or not sep or not path.endswith(".py")
                          or not name.isidentifier()):
-            raise DepthlabError(f"model.source {self.source!r} must be PATH.py:NAME, the file and the class or "
-                                "function in it that makes the model (e.g. mymodel.py:GPT)")
+            raise ConfigError(f"model.source {self.source!r} must be PATH.py:NAME, the file and the class or "
+                              "function in it that makes the model (e.g. mymodel.py:GPT)", "model.source")
         if isinstance(self.init, str) and self.init.lstrip().startswith("{"):
             import json
 
@@ -240,15 +293,16 @@ class ModelConfig:
             except ValueError:
                 pass
         if isinstance(self.init, str) and self.init != "gpt2" or not isinstance(self.init, (str, dict)):
-            raise DepthlabError(f"model.init {self.init!r} with model.source must be a JSON object of keyword "
-                                "arguments, e.g. '{\"n_layer\": 2}'")
+            raise ConfigError(f"model.init {self.init!r} with model.source must be a JSON object of keyword "
+                              "arguments, e.g. '{\"n_layer\": 2}'", "model.init", "model.source")
         changed = [f"model.{f.name} {getattr(self, f.name)!r}" for f in dataclasses.fields(self)
                    if f.name in GPT_ONLY and getattr(self, f.name) != f.default]
         if changed:
             these, do, it = ("these describe", "do", "them") if len(changed) > 1 else ("this describes", "does", "it")
-            raise DepthlabError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to "
-                                f"model.source {self.source}; your model's code decides {it}: set its own keyword "
-                                "arguments (its sizes, say) with --model.init JSON")
+            raise ConfigError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to "
+                              f"model.source {self.source}; your model's code decides {it}: set its own keyword "
+                              "arguments (its sizes, say) with --model.init JSON",
+                              *[c.split(" ")[0] for c in changed], "model.source")
 
     @property
     def head_size(self) -> int:
@@ -285,6 +339,10 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
         raise DepthlabError(f"{what} {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; "
                             f"{fix}") from None
 
+
+#: What 0 means for the train fields where an infinite value would (said when one is given).
+_NO_LIMIT = {"max_time": " (0 = no time limit)", "grad_clip": " (0 = no clipping)",
+             "target_val_loss": " (0 = no target)", "min_delta": " (0 = any improvement resets patience)"}
 
 #: Most torch CPU threads a command accepts (torch overflows on absurd counts).
 MAX_THREADS = 4096
@@ -475,35 +533,40 @@ class TrainConfig:
                                                                                        and v == 0):
                 shown = f"{v:g}" if isinstance(v, float) else repr(v)  # -3, as typed, not -3.0
                 what = "a number > 0" if n == "learning_rate" else "a non-negative number"
-                raise DepthlabError(f"train.{n} must be {what}, got {shown}")
+                raise ConfigError(f"train.{n} must be {what}, got {shown}", f"train.{n}")
+            if not math.isfinite(v):  # inf: the command line and files refuse it; Python (a notebook, a sweep) too
+                raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
         if self.min_lr > self.learning_rate:
-            raise DepthlabError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
-                                f"({self.learning_rate})")
+            raise ConfigError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
+                              f"({self.learning_rate})", "train.min_lr", "train.learning_rate")
         for n in ("warmup_iters", "lr_decay_iters", "threads", "grad_log_interval", "probe_interval", "patience",
                   "sample_interval"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise DepthlabError(f"train.{n} must be a non-negative integer, got {v!r}")
+                raise ConfigError(f"train.{n} must be a non-negative integer, got {v!r}", f"train.{n}")
         for n in ("beta1", "beta2"):
-            if not (0.0 <= getattr(self, n) < 1.0):
-                raise DepthlabError(f"train.{n} must be in [0, 1), got {getattr(self, n)!r}")
+            _fraction("train", n, getattr(self, n), low_open=False)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not (0 <= self.seed < 2**63):
-            raise DepthlabError(f"train.seed must be an integer in [0, 2^63), got {self.seed!r}")
+            raise ConfigError(f"train.seed must be an integer in [0, 2^63), got {self.seed!r}", "train.seed")
+        _switches("train", self, "fit_to_time", "final_validation", "flush_denormal", "resume", "progress",
+                  "tensorboard")
         for n in ("max_iters", "warmup_iters", "lr_decay_iters", "eval_interval", "log_interval", "grad_log_interval",
                   "probe_interval", "sample_interval", "patience"):
             if getattr(self, n) > MAX_STEPS:  # a number of steps no run reaches (1e12: ~30 years at 1,000/s)
-                raise DepthlabError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}")
+                raise ConfigError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}",
+                                  f"train.{n}")
         if self.eval_iters > 1_000_000:  # its losses are one tensor: 10^17 crashed allocating it
-            raise DepthlabError(f"train.eval_iters must be at most 1,000,000 batches per evaluation, got "
-                                f"{self.eval_iters:,}")
+            raise ConfigError(f"train.eval_iters must be at most 1,000,000 batches per evaluation, got "
+                              f"{self.eval_iters:,}", "train.eval_iters")
         if self.batch_size * self.grad_accum > 1_000_000:
-            raise DepthlabError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
-                                "sequences per step is beyond any machine; use at most 1,000,000")
+            raise ConfigError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
+                              "sequences per step is beyond any machine; use at most 1,000,000", "train.batch_size",
+                              "train.grad_accum")
         if 0 < self.lr_decay_iters < self.warmup_iters:
-            raise DepthlabError(f"train.lr_decay_iters ({self.lr_decay_iters}) is before the end of "
-                                f"train.warmup_iters ({self.warmup_iters}): the learning rate would jump from "
-                                "the warmup straight to train.min_lr; make lr_decay_iters >= warmup_iters "
-                                "(or 0 = max_iters)")
+            raise ConfigError(f"train.lr_decay_iters ({self.lr_decay_iters}) is before the end of "
+                              f"train.warmup_iters ({self.warmup_iters}): the learning rate would jump from "
+                              "the warmup straight to train.min_lr; make lr_decay_iters >= warmup_iters "
+                              "(or 0 = max_iters)", "train.lr_decay_iters", "train.warmup_iters")
         _choice("train", "dtype", self.dtype, ("float32", "bfloat16", "auto"))
         _choice("train", "optimizer", self.optimizer, ("auto", "adamw", "muon"))
         _choice("train", "on_nonfinite", self.on_nonfinite, ("stop", "skip"))
@@ -512,10 +575,13 @@ class TrainConfig:
         _choice("train", "compile_mode", self.compile_mode,
                 ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
         if not (isinstance(self.compile, bool) or self.compile == "auto"):
-            raise DepthlabError(f"train.compile must be true, false or auto; got {self.compile!r}")
-        check_device_name(self.device, "train.device")
+            raise ConfigError(f"train.compile must be true, false or auto; got {self.compile!r}", "train.compile")
+        try:
+            check_device_name(self.device, "train.device")
+        except DepthlabError as e:
+            raise ConfigError(str(e), "train.device") from None
         if self.threads > MAX_THREADS:  # >= 0 is checked with the other counts above
-            raise DepthlabError(f"train.threads must be at most {MAX_THREADS}, got {self.threads}")
+            raise ConfigError(f"train.threads must be at most {MAX_THREADS}, got {self.threads}", "train.threads")
 
 
 @dataclass
@@ -529,9 +595,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         """``train.attention`` chooses depthlab's GPT's attention code: with ``model.source`` only ``auto``."""
         if self.model.source is not None and self.train.attention != "auto":
-            raise DepthlabError(f"train.attention {self.train.attention!r}: this chooses depthlab's GPT's attention "
-                                f"code and does not apply to model.source {self.model.source} (its forward computes "
-                                "its own attention); leave train.attention at auto")
+            raise ConfigError(f"train.attention {self.train.attention!r}: this chooses depthlab's GPT's attention "
+                              f"code and does not apply to model.source {self.model.source} (its forward computes "
+                              "its own attention); leave train.attention at auto", "train.attention", "model.source")
 
     def to_dict(self) -> dict:
         """Plain nested dict of every resolved field (what ``config.json`` holds)."""
