@@ -22,6 +22,14 @@ def test_lr_schedule_boundaries():
     assert get_lr(0, lr, mn, 0, d) == pytest.approx(lr)
 
 
+def test_warmup_of_a_huge_finite_learning_rate_stays_finite_and_ordinary_ones_are_unchanged_bit_for_bit():
+    """--train.learning_rate 1e308 overflowed in warmup (1e308 * 2 = inf) and the non-finite stop said "lr inf"."""
+    assert get_lr(1, 1e308, 0.0, 100, 2000) == pytest.approx(1e308 * (2 / 101))
+    assert get_lr(99, 1e308, 0.0, 100, 2000) == pytest.approx(1e308 * (100 / 101))
+    for it in range(0, 100, 7):  # resumed runs continue bit for bit: the usual order of operations
+        assert get_lr(it, 6e-4, 6e-5, 100, 2000) == 6e-4 * (it + 1) / 101
+
+
 def test_param_groups_each_param_once():
     m = GPT(tiny_model_config(bias=True))
     groups = param_groups(m, 0.1)

@@ -30,7 +30,11 @@ def get_lr(it: int, learning_rate: float, min_lr: float, warmup_iters: int, deca
     (Loshchilov & Hutter 2017, SGDR; the nanoGPT schedule); after ``decay_iters``: min_lr.
     """
     if it < warmup_iters:
-        return learning_rate * (it + 1) / (warmup_iters + 1)
+        lr = learning_rate * (it + 1)
+        # a finite lr near float's limit (1e308) overflowed here to inf, and the non-finite stop then reported
+        # "lr inf" for a value the user gave; the other order only when it must, so every other run's
+        # schedule stays bit for bit what it was
+        return lr / (warmup_iters + 1) if math.isfinite(lr) else learning_rate * ((it + 1) / (warmup_iters + 1))
     if it >= decay_iters:
         return min_lr
     ratio = (it - warmup_iters) / max(1, decay_iters - warmup_iters)
