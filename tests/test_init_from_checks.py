@@ -267,3 +267,48 @@ def test_init_from_with_a_preset_and_a_refused_shape_says_one_line_not_the_warni
                          "64", *_no_model_flags(tmp_path), "--train.dtype", "float32")
     assert_clean_error(rc, err, f"--init-from {good_run}")
     assert "warning" not in err and not (tmp_path / "new").exists()
+
+
+def _set_model(**fields):
+    def edit(config):
+        c = json.loads(config.read_text())
+        c["model"].update(fields)
+        config.write_text(json.dumps(c))
+    return edit
+
+
+@pytest.mark.parametrize("edit, said, was", [
+    (_set_model(position="learned"), 'model.position "learned"', 'model.position "rope"'),
+    (_set_model(position="bogus"), 'model.position "bogus"', 'model.position "rope"'),  # was blamed on the flag
+    (_set_model(n_layer=3, n_embd=64), "model.n_layer 3, model.n_embd 64", "model.n_layer 2, model.n_embd 32")])
+def test_init_from_a_run_whose_config_json_was_edited_names_the_file_and_the_values(good_run, tmp_path, capsys, edit,
+                                                                                  said, was):
+    """Was: the weights that do not fit ("unexpected transformer.wpe.weight"), or "--model.position: expected one of
+    learned, rope, got 'bogus'", a flag the user never typed (the run's config.json is passed on as flags)."""
+    run, _, _ = _copy(good_run, tmp_path)
+    edit(run / "config.json")
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *_no_model_flags(tmp_path))
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: --init-from {run}: its config.json says {said}, but its "
+                   f"checkpoints/best.safetensors was trained with {was} (config.json edited?), and the new run takes "
+                   f"its model from config.json, which these weights do not fit: set {was} in {run / 'config.json'} "
+                   "again, or restore the file from a copy of the run\n")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("damage, problem", [(lambda c: c.unlink(), "is missing"),
+                                             (lambda c: c.write_text('{"model": '), "is not JSON"),
+                                             (lambda c: c.write_text('{"data": {}}'), "has no model section")])
+def test_init_from_a_run_whose_config_json_is_gone_names_the_file(good_run, tmp_path, capsys, damage, problem):
+    """Was: "checkpoint RUN does not fit this model: missing transformer.h.2...": the defaults' model, compared with
+    the weights, said nothing of the file."""
+    run, _, _ = _copy(good_run, tmp_path)
+    damage(run / "config.json")
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *_no_model_flags(tmp_path))
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: --init-from {run}: {run / 'config.json'} {problem}; the new run takes its model "
+                   "from it (the one checkpoints/best.safetensors was trained as): restore it from a copy of the run\n")
+    assert not (tmp_path / "new").exists()
+    shutil.copyfile(good_run / "config.json", run / "config.json")  # what the line says to do
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *_no_model_flags(tmp_path))
+    assert rc == 0, err

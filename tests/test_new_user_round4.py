@@ -413,7 +413,10 @@ def test_export_into_a_read_only_place_is_one_line(tiny_run, tmp_path, capsys, m
 
     monkeypatch.setattr(export, "make_temp_dir", read_only)
     err = cli_err(capsys, "export", str(tiny_run), str(tmp_path / "ro" / "hf"))
-    assert f"export: cannot write into {tmp_path / 'ro'}: Read-only file system; choose a writable OUT_DIR" in err
+    # depthlab's words for the errno (was the system's "Read-only file system"); the folder it made is gone again
+    assert f"export: cannot make OUT_DIR {tmp_path / 'ro' / 'hf'} in {tmp_path}: the disk is read-only; choose an " \
+           "OUT_DIR in a folder you can write to" in err
+    assert not (tmp_path / "ro").exists()
 
 
 @pytest.mark.parametrize("argv", [["sample", "{f}"], ["diagnose", "{f}"], ["export", "{f}", "{d}/out"],

@@ -56,7 +56,9 @@ code, and at every export by comparing logits on random ids):
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -160,23 +162,20 @@ def hf_config(cfg: ModelConfig, bos: Optional[int] = None, eos: Optional[int] = 
     if fam["model_type"] == "gpt_neox":  # GPTNeoXConfig's own defaults (bos 0, eos 2, rotary on 1/4) are not ours
         rope = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
         neox = tf.GPTNeoXConfig(
-            vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.n_head, intermediate_size=cfg.ff_mult * cfg.n_embd, hidden_act=cfg.activation,
-            attention_dropout=cfg.dropout, hidden_dropout=cfg.dropout, max_position_embeddings=cfg.block_size,
-            layer_norm_eps=1e-5, use_parallel_residual=False, rope_parameters=rope, attention_bias=cfg.bias,
-            bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights)
+            **hf_layout.to_hf_config(cfg, "gpt_neox"), hidden_act=cfg.activation, attention_dropout=cfg.dropout,
+            hidden_dropout=cfg.dropout, layer_norm_eps=1e-5, use_parallel_residual=False, rope_parameters=rope,
+            attention_bias=cfg.bias, bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights)
         # transformers 4.x (the hf extra allows >= 4.40) reads these names and ignores rope_parameters: without
         # them it rotated a quarter of each head (logits 0.8 off, 4.46.3); 5.x drops them in favour of rope_parameters
         neox.rotary_pct, neox.rotary_emb_base = 1.0, ROPE_BASE
         return neox, tf.GPTNeoXForCausalLM
-    common = dict(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-                  n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-                  layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=eos,
+    common = dict(**hf_layout.to_hf_config(cfg, fam["model_type"]), resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
+                  attn_pdrop=cfg.dropout, layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=eos,
                   tie_word_embeddings=cfg.tie_weights)
-    if fam["model_type"] == "gpt2":
-        return tf.GPT2Config(n_inner=cfg.ff_mult * cfg.n_embd, activation_function=cfg.activation,
-                             scale_attn_weights=True, scale_attn_by_inverse_layer_idx=False,
-                             reorder_and_upcast_attn=False, **common), tf.GPT2LMHeadModel
+    if fam["model_type"] == "gpt2":  # to_hf_config gave n_inner = ff_mult * n_embd
+        return tf.GPT2Config(activation_function=cfg.activation, scale_attn_weights=True,
+                             scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False,
+                             **common), tf.GPT2LMHeadModel
     return tf.OpenAIGPTConfig(afn="relu", **common), tf.OpenAIGPTLMHeadModel
 
 
@@ -269,6 +268,62 @@ def compare_logits(model: GPT, hf, batch: int = 2, seed: int = 0) -> float:
     return (model(x)[0] - hf(x).logits).abs().max().item()
 
 
+def _check_out_parents(out: Path) -> None:
+    """The folders above OUT_DIR: the nearest one that exists must be a folder this user can write in (the export
+    is made there, beside OUT_DIR, and renamed onto it), checked on the paths themselves before any work.
+
+    Raises:
+        DepthlabError: one line naming the path above OUT_DIR that is a file (or a symbolic link to nothing), or the
+            folder that is not writable, and the fix.
+    """
+    above = next((p for p in out.parents if os.path.lexists(p)), None)  # nearest first; "." or "/" exist
+    if above is None:
+        return
+    if not above.is_dir():
+        what = "a symbolic link to nothing" if above.is_symlink() and not above.exists() else "a file, not a folder"
+        raise DepthlabError(f"export: {above} is {what}, so OUT_DIR {out} cannot be made inside it; choose an OUT_DIR "
+                            f"that is not inside {above} (e.g. a new folder beside it)")
+    if not os.access(above, os.W_OK | os.X_OK):  # read-only file system included (access says EROFS)
+        raise DepthlabError(f"export: {above} is not writable by this user (or is on a read-only disk), so OUT_DIR "
+                            f"{out} cannot be made there; choose an OUT_DIR in a folder you can write to")
+
+
+#: Why a folder could not be made, by the OSError's errno (depthlab's words, not the system's message).
+_CANNOT_MAKE = {errno.EACCES: "the folder is not writable by this user",
+                errno.EPERM: "the folder is not writable by this user", errno.EROFS: "the disk is read-only",
+                errno.ENOSPC: "the disk has no room left", errno.EDQUOT: "this user's disk quota is used up",
+                errno.ENOTDIR: "a file, not a folder, is in the way",
+                errno.EEXIST: "a file, not a folder, is in the way"}
+
+
+def _make_temp_beside(out: Path) -> tuple[Path, list[Path]]:
+    """The temporary folder the export is written into, beside ``out`` (whose missing parents are made), and the
+    parents made for it (nearest first: :func:`_remove_made` takes them away again if the export fails).
+
+    Raises:
+        DepthlabError: a folder cannot be made there, with the reason its errno gives; nothing is left made.
+    """
+    made = [p for p in out.parents if not os.path.lexists(p)]
+    above = next((p for p in out.parents if os.path.lexists(p)), out.parent)  # the folder the user has
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return make_temp_dir(out.parent, f".{out.name}.tmp-"), made
+    except OSError as e:
+        _remove_made(made)
+        why = _CANNOT_MAKE.get(e.errno or 0, f"the system refused ({errno.errorcode.get(e.errno or 0, 'OSError')})")
+        raise DepthlabError(f"export: cannot make OUT_DIR {out} in {above}: {why}; choose an OUT_DIR in a folder you "
+                            "can write to") from None
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the (still empty) folders an export made above OUT_DIR, nearest first: a failed export leaves nothing."""
+    for p in made:
+        try:
+            p.rmdir()
+        except OSError:
+            return  # not made, or not empty: someone else's now
+
+
 def _check_out_dir(out: Path, overwrite: bool) -> None:
     if out.is_symlink():  # the finished folder is renamed onto OUT_DIR: that would replace the link itself
         raise DepthlabError(f"export: {out} is a symbolic link; give the folder itself ({out.resolve()}) or "
@@ -329,6 +384,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     """
     rd = RunDir(run_dir).require("checkpoints").path
     out = Path(out_dir)
+    _check_out_parents(out)
     _check_out_dir(out, overwrite)
     path = ckpt.select_weights(rd, which)
     sd, meta = ckpt.load_weights_file(path)
@@ -339,12 +395,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     ckpt.load_into(model, sd, path)
     bos, eos = special_ids(tok)
     hf = build_hf_model(model, bos, eos)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = make_temp_dir(out.parent, f".{out.name}.tmp-")
-    except OSError as e:
-        raise DepthlabError(f"export: cannot write into {out.parent}: {e.strerror or e}; choose a writable "
-                            "OUT_DIR") from None
+    tmp, made = _make_temp_beside(out)
     old, earlier = None, out.is_dir() and any(out.iterdir())  # an empty folder holds no earlier export
     try:
         with _no_progress_bar():
@@ -372,6 +423,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
             (old / out.name).rename(out)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        if not out.exists():  # the folders made above OUT_DIR go too
+            _remove_made(made)
     for line in rules if log else ():
         log(line)
     return out

@@ -4,6 +4,8 @@ mapping of weights between the two (export writes it, ``--init-from`` a Hugging 
 Three classes: ``GPT2LMHeadModel`` and ``OpenAIGPTLMHeadModel`` keep depthlab's (GPT-2's) block names but store
 every Linear as ``Conv1D`` (weight transposed); ``GPTNeoXForCausalLM`` renames every module, keeps
 ``nn.Linear``'s (out, in) weights, and interleaves its fused q/k/v projection per head (:func:`neox_qkv`).
+Their ``config.json`` names depthlab's shape fields in their own words: one table (:data:`HF_CONFIG_KEYS`), which
+export writes with (:func:`to_hf_config`) and ``--init-from`` reads back with (:func:`from_hf_config`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 from .config import ModelConfig
 from .errors import DepthlabError
 
-__all__ = ["CONV1D", "HF_FAMILIES", "from_hf_state_dict", "hf_family", "neox_qkv", "to_hf_state_dict"]
+__all__ = ["CONV1D", "HF_CONFIG_KEYS", "HF_FAMILIES", "from_hf_config", "from_hf_state_dict", "hf_family",
+           "neox_qkv", "to_hf_config", "to_hf_state_dict"]
 
 _GPT2_BLOCK = ("transformer.h.", {})  # GPT-2 and OpenAI GPT name a block's modules as depthlab does
 
@@ -51,6 +54,57 @@ HF_FAMILIES: dict[tuple[str, str, str], dict[str, Any]] = {
         "conv1d": False, "qkv_per_head": True, "bias_always": False, "head_file": "embed_out.weight",
         "ignore": (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")},
 }
+
+#: The depthlab model fields a Hugging Face ``config.json`` names, and each class's name for them: the one table that
+#: export writes (:func:`to_hf_config`) and ``--init-from`` reads back (:func:`from_hf_config`). Rows are
+#: (depthlab field, ``gpt2``'s key, ``openai-gpt``'s, ``gpt_neox``'s); None: that class has no such key. ``ff_mult``
+#: is stored as the MLP's width, ``ff_mult * n_embd`` (OpenAI GPT's MLP is always 4 x n_embd: no key).
+HF_CONFIG_KEYS: tuple[tuple[str, Optional[str], Optional[str], Optional[str]], ...] = (
+    ("n_layer", "n_layer", "n_layer", "num_hidden_layers"),
+    ("n_head", "n_head", "n_head", "num_attention_heads"),
+    ("n_embd", "n_embd", "n_embd", "hidden_size"),
+    ("block_size", "n_positions", "n_positions", "max_position_embeddings"),
+    ("vocab_size", "vocab_size", "vocab_size", "vocab_size"),
+    ("ff_mult", "n_inner", None, "intermediate_size"),
+)
+
+#: The ``model_type`` of each key column of :data:`HF_CONFIG_KEYS`, in order.
+_KEY_COLUMNS = ("gpt2", "openai-gpt", "gpt_neox")
+
+
+def _config_keys(model_type: str) -> dict[str, str]:
+    """depthlab field -> ``model_type``'s config key (:data:`HF_CONFIG_KEYS`), for the keys that class has."""
+    col = _KEY_COLUMNS.index(model_type) + 1
+    return {row[0]: row[col] for row in HF_CONFIG_KEYS if row[col] is not None}
+
+
+def to_hf_config(cfg: ModelConfig, model_type: str) -> dict[str, int]:
+    """The keyword arguments of ``model_type``'s ``transformers`` config class that give ``cfg``'s shape
+    (:data:`HF_CONFIG_KEYS`; ``ff_mult`` as the MLP width ``ff_mult * n_embd``).
+
+    Args:
+        cfg: the depthlab model. model_type: one of ``gpt2``, ``openai-gpt``, ``gpt_neox``.
+    """
+    return {key: cfg.ff_mult * cfg.n_embd if field == "ff_mult" else getattr(cfg, field)
+            for field, key in _config_keys(model_type).items()}
+
+
+def from_hf_config(h: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`to_hf_config`: the depthlab model fields a Hugging Face ``config.json`` (as a dict) gives:
+    its shape, read with the names of its ``model_type`` (any other model_type with GPT-2's, which ``--init-from``
+    then refuses), and the ``position`` its class computes (:func:`hf_family`: GPT-2's learned table or GPT-NeoX's
+    rotation). Absent or null keys are left out; ``ff_mult`` = the MLP width // ``n_embd`` when both are ints
+    (``n_embd`` non-zero). Values are as the file has them (unchecked)."""
+    model_type = h.get("model_type")
+    family = hf_family(str(model_type))
+    keys = _config_keys(model_type if model_type in _KEY_COLUMNS else "gpt2")
+    shape = {field: h.get(key) for field, key in keys.items() if field != "ff_mult"}
+    shape["position"] = family[2] if family else None
+    inner, n_embd = h.get(keys.get("ff_mult", "")), shape.get("n_embd")
+    if isinstance(inner, int) and isinstance(n_embd, int) and n_embd:
+        shape["ff_mult"] = inner // n_embd
+    return {k: v for k, v in shape.items() if v is not None}
+
 
 #: Linear layers stored by Hugging Face's GPT-2 classes as ``Conv1D`` (weight (in, out) = ``nn.Linear``'s transposed).
 CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")

@@ -19,7 +19,7 @@ from safetensors.torch import load as st_load
 
 from . import hf_layout
 from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenizer, load_weights_file,
-                         unchecked_best)
+                         read_metadata, unchecked_best)
 from .config import ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
@@ -179,32 +179,77 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
 
 
+#: GPTNeoXConfig's default rotary fraction, which every transformers takes when a config.json names none.
+_NEOX_DEFAULT_ROTARY = 0.25
+
+
+def _same_value(have: Any, want: Any) -> bool:
+    """``have`` (read from a config.json) is ``want``: numbers by value (10000 is 10000.0, ``true`` is not 1.0),
+    anything else by type and value."""
+    if isinstance(want, bool) or isinstance(have, bool):
+        return have is want
+    if isinstance(want, (int, float)):
+        return isinstance(have, (int, float)) and have == want
+    return type(have) is type(want) and have == want
+
+
 def _neox_refusal(src: Path, hcfg: dict[str, Any]) -> None:
     """Refuse a GPT-NeoX ``config.json`` whose function is not depthlab's ``position rope`` GPT, though its weights
-    would load: Pythia's parallel residual, rotary on a quarter of each head (GPT-NeoX's default), another base.
+    would load: Pythia's parallel residual, rotary on a quarter of each head (GPT-NeoX's default), another base or
+    rope type.
 
-    Reads transformers 5's ``rope_parameters`` and 4.x's ``rotary_pct`` / ``rotary_emb_base`` / ``rope_scaling``,
-    with ``GPTNeoXConfig``'s defaults for what is absent.
+    The rotary settings have several spellings, and transformers versions read different ones: 5.x reads
+    ``rope_parameters`` (``rope_scaling`` first when present), falling back to ``rotary_pct`` / ``rotary_emb_base``;
+    4.x reads ``rotary_pct`` / ``rotary_emb_base`` and a ``rope_scaling`` dict and ignores ``rope_parameters``.
+    depthlab export writes both (consistent), so every spelling present must say depthlab's values (full rotary,
+    base 10000, rope type default); one edited alone would make some transformers build another model from the
+    folder. The top-level ``partial_rotary_factor`` / ``rope_theta`` are checked too. A rotary fraction that no
+    spelling gives is GPTNeoXConfig's default, a quarter; an absent ``use_parallel_residual`` its default, true.
 
     Raises:
-        DepthlabError: the first field that differs, its value and depthlab's.
+        DepthlabError: one line naming every key that differs (as spelt in the file), its value and depthlab's.
     """
     from .model import ROPE_BASE
 
-    rope = hcfg.get("rope_parameters") or hcfg.get("rope_scaling") or {}
-    rope = rope if isinstance(rope, dict) else {}
-    have = {"use_parallel_residual": hcfg.get("use_parallel_residual", True),
-            "partial_rotary_factor": rope.get("partial_rotary_factor", hcfg.get("rotary_pct", 0.25)),
-            "rope_theta": rope.get("rope_theta", hcfg.get("rotary_emb_base", ROPE_BASE)),
-            "rope_type": rope.get("rope_type", rope.get("type", "default")),
-            "layer_norm_eps": hcfg.get("layer_norm_eps", 1e-5)}
-    want = {"use_parallel_residual": False, "partial_rotary_factor": 1.0, "rope_theta": ROPE_BASE,
-            "rope_type": "default", "layer_norm_eps": 1e-5}
-    for k, v in want.items():
-        if have[k] != v:
-            raise DepthlabError(f"{init_from_flag(src)}: its config.json has {k} {json.dumps(have[k])}, but depthlab's "
-                                f"position rope GPT is a GPT-NeoX with {k} {json.dumps(v)} (as depthlab export writes "
-                                "it), so these weights would compute another function; start from a depthlab export")
+    want_rope = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
+    wrong: list[tuple[str, str]] = []  # (what config.json says, keys as spelt there; what depthlab's would say)
+
+    def check(key: str, have: Any, want: Any) -> None:
+        if not _same_value(have, want):
+            wrong.append((f"{key} {json.dumps(have)}", f"{key} {json.dumps(want)}"))
+
+    if "use_parallel_residual" in hcfg:
+        check("use_parallel_residual", hcfg["use_parallel_residual"], False)
+    else:
+        wrong.append(("no use_parallel_residual (GPTNeoXConfig's default: true)", "use_parallel_residual false"))
+    check("layer_norm_eps", hcfg.get("layer_norm_eps", 1e-5), 1e-5)
+    fraction_given = "rotary_pct" in hcfg  # what every transformers reads (5.x after rope_parameters)
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = hcfg.get(name)
+        if rope is None:
+            continue  # absent or null: transformers falls back to the other spellings
+        if not isinstance(rope, dict):  # 5.x refuses to build one, 4.x ignores rope_parameters: neither is ours
+            check(name, rope, want_rope)
+            continue
+        for key, want in (("rope_type", "default"), ("type", "default"), ("rope_theta", ROPE_BASE),
+                          ("partial_rotary_factor", 1.0)):
+            if key in rope:
+                check(f"{name}.{key}", rope[key], want)
+        fraction_given = fraction_given or "partial_rotary_factor" in rope
+    for key, want in (("rotary_pct", 1.0), ("partial_rotary_factor", 1.0), ("rotary_emb_base", ROPE_BASE),
+                      ("rope_theta", ROPE_BASE)):
+        if key in hcfg:
+            check(key, hcfg[key], want)
+    if not fraction_given:
+        wrong.append((f"no rotary_pct nor rope_parameters.partial_rotary_factor (GPTNeoXConfig's default: "
+                      f"{_NEOX_DEFAULT_ROTARY} of each head rotated)",
+                      "rotary_pct 1.0 and rope_parameters.partial_rotary_factor 1.0"))
+    if wrong:
+        raise DepthlabError(f"{init_from_flag(src)}: its config.json has {' and '.join(h for h, _ in wrong)}, but "
+                            f"depthlab's position rope GPT is a GPT-NeoX with {' and '.join(w for _, w in wrong)} (as "
+                            "depthlab export writes it), so these weights would compute another function; start from "
+                            "a depthlab export (an edited one: export its run again, depthlab export RUN FOLDER "
+                            "--overwrite)")
 
 
 def init_record(src: Path, digest: Optional[str] = None, vouched: Optional[bool] = None) -> dict[str, Any]:
@@ -298,10 +343,15 @@ def weights_fit(old: dict, new: dict) -> Optional[bool]:
 def source_model(src: Path) -> tuple[dict[str, Any], str]:
     """The model section of what ``--init-from src`` loads, and what it is (``the source run``, ``the export``): a
     run's config.json, an export's depthlab.json, else the shape and ``position`` its Hugging Face config.json
-    gives (GPT-2's or GPT-NeoX's names); {} if none."""
+    gives (GPT-2's or GPT-NeoX's names); {} if none.
+
+    Raises:
+        DepthlabError: a run whose config.json is missing or edited (:func:`_run_model`), or an export whose two
+            configs disagree (:func:`_refuse_two_models`).
+    """
     src = Path(src)
-    if (src / CKPT_DIR).is_dir():  # a run from before model.position: a learned table
-        return predating_model((RunDir(src).config or {}).get("model") or {}), "the source run"
+    if (src / CKPT_DIR).is_dir():
+        return _run_model(src), "the source run"
 
     def read(name: str) -> dict:
         try:
@@ -311,7 +361,7 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
         return d if isinstance(d, dict) else {}
 
     h = read("config.json")
-    shape = _hf_shape(h)
+    shape = hf_layout.from_hf_config(h)  # the inverse of what export writes into config.json
     model = (read("depthlab.json").get("config") or {}).get("model")
     if isinstance(model, dict) and model:
         model = predating_model(model)
@@ -320,20 +370,59 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
     return shape, "the export"
 
 
-def _hf_shape(h: dict) -> dict[str, Any]:
-    """The depthlab model fields a Hugging Face ``config.json`` (GPT-2's, OpenAI GPT's or GPT-NeoX's names) gives:
-    shape and ``position``; {} for anything else."""
-    family = hf_layout.hf_family(str(h.get("model_type")))
-    if h.get("model_type") == "gpt_neox":  # GPTNeoXConfig's names for GPT2Config's
-        h = {"n_layer": h.get("num_hidden_layers"), "n_head": h.get("num_attention_heads"),
-             "n_embd": h.get("hidden_size"), "n_positions": h.get("max_position_embeddings"),
-             "vocab_size": h.get("vocab_size"), "n_inner": h.get("intermediate_size")}
-    shape = {"n_layer": h.get("n_layer"), "n_head": h.get("n_head"), "n_embd": h.get("n_embd"),
-             "block_size": h.get("n_positions"), "vocab_size": h.get("vocab_size"),
-             "position": family[2] if family else None}  # GPT-2's learned table or GPT-NeoX's rotation
-    if isinstance(h.get("n_inner"), int) and isinstance(h.get("n_embd"), int) and h["n_embd"]:
-        shape["ff_mult"] = h["n_inner"] // h["n_embd"]
-    return {k: v for k, v in shape.items() if v is not None}
+def _run_model(src: Path) -> dict[str, Any]:
+    """The model section of run ``src``'s config.json (a run from before model.position: a learned table), which
+    the new run takes, checked against the model its ``checkpoints/best.safetensors`` records in its metadata (the
+    weights ``--init-from`` loads; ``sample`` and ``export`` read the model from there too).
+
+    A config.json deleted, unreadable, or edited to a model those weights do not fit (another shape or position, or a
+    value depthlab does not know, such as ``"position": "bogus"``) is refused here, naming the file: later the
+    weights would be said not to fit, or the value blamed on the ``--model`` flag it is passed as. Fields whose
+    edit leaves the weights fitting (a dropout) are the file's, as a ``--model`` flag's would be.
+
+    Returns:
+        The model section; {} when neither file says anything (the weights' fit then says what it can).
+
+    Raises:
+        DepthlabError: config.json missing, unreadable or without a model section, or edited as above, while
+            best.safetensors records the model: names the path, the fields and the values to put back.
+    """
+    path, best = src / CONFIG, src / CKPT_DIR / "best.safetensors"
+    try:
+        recorded = json.loads(read_metadata(best)["config"])["model"]
+    except (KeyError, TypeError, ValueError):  # no best, or not depthlab's: nothing to check against
+        recorded = None
+    recorded = predating_model(recorded) if isinstance(recorded, dict) and recorded else None
+    try:
+        config, problem = json.loads(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        config, problem = None, "is missing"
+    except ValueError:
+        config, problem = None, "is not JSON"
+    except OSError:
+        config, problem = None, "cannot be read"
+    model = config.get("model") if isinstance(config, dict) else None
+    if problem is None and not isinstance(model, dict):
+        problem = "has no model section"
+    if problem is not None:
+        if recorded is None:
+            return {}
+        raise DepthlabError(f"{init_from_flag(src)}: {path} {problem}; the new run takes its model from it (the one "
+                            f"{CKPT_DIR}/best.safetensors was trained as): restore it from a copy of the run")
+    model = predating_model(model)
+    if recorded is None or recorded.get("source") or model.get("source"):
+        return model  # a model.source model's fields do not say which weights it has
+    keys = [*recorded, *(k for k in model if k not in recorded)]
+    edited = [k for k in keys if k != "vocab_size" and model.get(k) != recorded.get(k)
+              and weights_fit(recorded, {**recorded, k: model.get(k)}) is not True]
+    if edited:
+        said = ", ".join(f"model.{k} {json.dumps(model[k])}" if k in model else f"no model.{k}" for k in edited)
+        was = ", ".join(f"model.{k} {json.dumps(recorded.get(k))}" for k in edited)
+        raise DepthlabError(f"{init_from_flag(src)}: its config.json says {said}, but its {CKPT_DIR}/best.safetensors "
+                            f"was trained with {was} (config.json edited?), and the new run takes its model from "
+                            f"config.json, which these weights do not fit: set {was} in {path} again, or restore the "
+                            "file from a copy of the run")
+    return model
 
 
 def _refuse_two_models(src: Path, model: dict, shape: dict, tied: Any) -> None:
