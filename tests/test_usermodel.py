@@ -708,6 +708,30 @@ def test_a_bare_file_names_its_one_module_class_or_lists_them_importing_it_once(
                                        "the function in it that returns the model or the class it imports\n")
 
 
+_FORWARD = "    def forward(self, idx):\n        return self.emb(idx)\n"
+_INIT = "    def __init__(self):\n        super().__init__()\n        self.emb = nn.Embedding(65, 65)\n"
+
+
+@pytest.mark.parametrize("text,offered", [
+    # a model and a subclass of it: both are models (the base was taken for a part of the subclass and left out)
+    ("class Base(nn.Module):\n" + _INIT + _FORWARD + "class GPT(Base):\n    pass\n", ["Base", "GPT"]),
+    # a part (Block, in GPT's body), a model and its subclass: the two models, not the part
+    ("class Block(nn.Module):\n" + _INIT + _FORWARD + "class GPT(nn.Module):\n" + _INIT.replace("nn.Embedding(65, 65)",
+     "Block()") + _FORWARD + "class BigGPT(GPT):\n    pass\n", ["GPT", "BigGPT"]),
+    # a base without a forward (shared code; the subclass calls Base.__init__): not a model, the subclass is
+    ("class Base(nn.Module):\n" + _INIT + "class GPT(Base):\n    def __init__(self):\n        Base.__init__(self)\n"
+     + _FORWARD, ["GPT"])])
+def test_a_bare_file_offers_every_model_class_a_subclass_included(tmp_path, capsys, text, offered):
+    """`depthlab check FILE.py` with `class GPT(Base)` offered only GPT: a base class counted as a part of its subclass
+    (used in it, like Block in GPT). Both are models; a base with no forward is not."""
+    f = tmp_path / "sub.py"
+    f.write_text("import torch.nn as nn\n" + text)
+    assert main(["check", str(f)]) == 2
+    classes = [line.split("(")[0][6:] for line in text.splitlines() if line.startswith("class ")]
+    assert capsys.readouterr().err == (f"depthlab: error: sub.py defines {', '.join(classes)}: name the model as "
+                                       + " or ".join(f"{f}:{n}" for n in offered) + "\n")
+
+
 def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_path, tiny_text_file, model_file,
                                                                              monkeypatch, capsys):
     """`--resume RUN --model.source mine.py` (bare, relative) of a run config.json records as '/abs/mine.py:MyGPT'

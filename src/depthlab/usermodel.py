@@ -252,12 +252,31 @@ def _model_class(module, mod_name: str, src: Source) -> str:
         also = " or the class it imports" if imported else ""
         raise DepthlabError(f"{src.path} defines no nn.Module class{it}; name the model as {src.path}:NAME, with NAME "
                             f"the function in it that returns the model{also}")
-    used = {x.id for c in ast.walk(ast.parse(src.path.read_bytes())) if isinstance(c, ast.ClassDef)
-            for x in ast.walk(c) if isinstance(x, ast.Name) and x.id != c.name}
-    top = [n for n in classes if n not in used] or classes
+    top = _model_candidates(module, classes, src.path)
     # two classes no other uses (a model beside an unrelated one) cannot be told apart: offer both, not a guess
     choice = " or ".join(f"{src.path}:{n}" for n in top)
     raise DepthlabError(f"{src.path.name} defines {', '.join(classes)}: name the model as {choice}")
+
+
+def _model_candidates(module, classes: list[str], path: Path) -> list[str]:
+    """Of a file's nn.Module ``classes``, those that can be the model: not a part another class's body uses (Block
+    in GPT's ``__init__``) and with a forward of their own or inherited (not nn.Module's); all of them when that
+    leaves none.
+
+    A base class is not a part: ``class GPT(Base)`` names Base among its bases, and a base's name in its subclass's
+    body (``Base.__init__(self)``) is the subclass extending it, not using it as a part; Base is still offered
+    beside GPT (both are models) unless it has no forward of its own (a base holding shared code).
+    """
+    used: set[str] = set()
+    for c in ast.walk(ast.parse(path.read_bytes())):
+        if not isinstance(c, ast.ClassDef):
+            continue
+        bases = {b.id for b in c.bases if isinstance(b, ast.Name)}
+        body = c.body + c.decorator_list
+        used |= {x.id for n in body for x in ast.walk(n) if isinstance(x, ast.Name)} - bases - {c.name}
+    unused = [n for n in classes if n not in used] or classes
+    runs = [n for n in unused if getattr(module, n).forward is not torch.nn.Module.forward]
+    return runs or unused
 
 
 def load_factory(src: Source, log: Optional[Callable[[str], None]] = None) -> tuple[Source, Callable[..., Any]]:
