@@ -45,7 +45,7 @@ def test_exported_logits_equal_depthlab(tie, bias, act, variant, ff):
     x = torch.randint(0, model.config.vocab_size, (3, model.config.block_size), generator=g)
     with torch.no_grad():
         assert torch.allclose(hf(x).logits, model(x)[0], atol=1e-5, rtol=0)
-    assert (hf.lm_head.weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()) == tie
+    assert (hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()) == tie
 
 
 @pytest.mark.parametrize("field,kw", [
@@ -81,7 +81,7 @@ def test_exported_rope_logits_equal_depthlab_at_every_position(tie, bias, act, n
     with torch.no_grad():
         diff = (hf(x).logits - model(x)[0]).abs().amax(dim=(0, 2))  # (T,): the largest difference at each position
     assert diff.max() <= 1e-5, diff
-    assert (hf.lm_head.weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()) == tie
+    assert (hf.get_output_embeddings().weight.data_ptr() == hf.get_input_embeddings().weight.data_ptr()) == tie
 
 
 @pytest.mark.parametrize("tie,bias", [(True, False), (False, True)])
@@ -98,6 +98,81 @@ def test_a_saved_gpt_neox_maps_back_onto_the_same_depthlab_weights(tie, bias, tm
     again.load_state_dict(back, strict=False)
     want = clean_state_dict(model.state_dict())
     assert all(torch.equal(again.state_dict()[k], v) for k, v in want.items())
+
+
+class _NeoXHeadNamedEmbedOut(torch.nn.Module):
+    """transformers 4.x's GPTNeoXForCausalLM as export sees it: the same model, its head named ``embed_out`` (5.x:
+    ``lm_head``) in its state_dict, tied to ``gpt_neox.embed_in`` when the config says so."""
+
+    def __init__(self, config):
+        from transformers import GPTNeoXModel
+
+        super().__init__()
+        self.config = config
+        self.gpt_neox = GPTNeoXModel(config)
+        self.embed_out = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.embed_out.weight = self.gpt_neox.embed_in.weight
+
+    def get_output_embeddings(self):
+        return self.embed_out
+
+    def forward(self, x):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.embed_out(self.gpt_neox(x).last_hidden_state))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_gpt_neox_whose_head_is_embed_out_takes_the_head(tie, monkeypatch):
+    """transformers 4.x names GPT-NeoX's head embed_out: export of a rope run failed there ('weights do not map onto
+    GPTNeoXForCausalLM (missing ['embed_out.weight'])', 4.57.6); the head goes to the name the model's own
+    state_dict has."""
+    import depthlab.export as ex
+
+    from depthlab.export import head_name
+
+    real = ex.hf_config
+    monkeypatch.setattr(ex, "hf_config", lambda *a: (real(*a)[0], _NeoXHeadNamedEmbedOut))
+    model = _randomised(position="rope", tie_weights=tie, n_head=2, n_embd=16, block_size=16)
+    hf = build_hf_model(model)
+    assert type(hf) is _NeoXHeadNamedEmbedOut and head_name(hf) == "embed_out.weight"
+    assert "lm_head.weight" not in hf.state_dict()
+    want = model.transformer.wte.weight if tie else model.lm_head.weight
+    assert torch.equal(hf.embed_out.weight, want)
+    assert (hf.embed_out.weight.data_ptr() == hf.gpt_neox.embed_in.weight.data_ptr()) == tie
+
+
+class _NeoXConfig4:
+    """transformers 4.46-4.57's GPTNeoXConfig as to rotary: ``rotary_pct`` / ``rotary_emb_base`` are constructor
+    arguments, from which it derives ``partial_rotary_factor`` / ``rope_theta`` (the frequencies its model builds);
+    ``rope_parameters`` is an unknown keyword, kept as an attribute."""
+
+    def __init__(self, rotary_pct=0.25, rotary_emb_base=10000, **kwargs):
+        self.__dict__.update(kwargs)
+        self.rotary_pct = self.partial_rotary_factor = rotary_pct
+        self.rotary_emb_base = self.rope_theta = rotary_emb_base
+
+
+@pytest.mark.parametrize("config_class", ["5.x", "4.x"])
+def test_a_gpt_neox_config_says_the_whole_head_rotates_in_every_spelling(config_class, monkeypatch):
+    """transformers 4.57 makes the rotary frequencies from partial_rotary_factor, which its constructor copies from
+    rotary_pct: export set rotary_pct alone, after the config was made, so 4.57.6 kept 0.25 (a quarter of each head
+    rotated)."""
+    import transformers
+
+    from depthlab.export import NEOX_ROTARY, hf_config
+
+    if config_class == "4.x":
+        monkeypatch.setattr(transformers, "GPTNeoXConfig", _NeoXConfig4)
+    c = hf_config(tiny_gpt(position="rope").config)[0]
+    assert NEOX_ROTARY == {"rotary_pct": 1.0, "rotary_emb_base": 10000.0, "partial_rotary_factor": 1.0,
+                           "rope_theta": 10000.0}
+    assert {k: getattr(c, k) for k in NEOX_ROTARY} == NEOX_ROTARY
+    assert c.rope_parameters == {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}
+    if config_class == "5.x":  # and config.json says them all, for every transformers that reads the folder
+        written = c.to_dict()
+        assert {k: written[k] for k in NEOX_ROTARY} == NEOX_ROTARY
 
 
 @pytest.mark.parametrize("kw", [dict(position="learned", ff_mult=3), dict(position="rope", ff_mult=2, n_head=4),

@@ -81,6 +81,15 @@ EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", 
 #: Largest |logit difference| between depthlab and the exported model tolerated at export time.
 EXPORT_ATOL = 1e-4
 
+#: depthlab's rotary (the whole head, base :data:`~depthlab.model.ROPE_BASE`) in every top-level spelling some
+#: transformers ``GPTNeoXConfig`` reads besides 5.x's ``rope_parameters`` (which 4.x ignores). 4.x's constructor takes
+#: ``rotary_pct`` / ``rotary_emb_base``, and 4.46+ copies them into ``partial_rotary_factor`` / ``rope_theta``, from
+#: which its model makes the rotary frequencies (4.57.6 rotates as many dims as there are frequencies): with
+#: ``rotary_pct`` set on the object only after construction, 4.57.6 kept 0.25 and rotated a quarter of each head.
+#: :func:`hf_config` passes them to the constructor and sets all four on the object, so every version builds the same
+#: model and writes every spelling into ``config.json`` (5.x reads them as fallbacks for ``rope_parameters``).
+NEOX_ROTARY = {"rotary_pct": 1.0, "rotary_emb_base": ROPE_BASE, "partial_rotary_factor": 1.0, "rope_theta": ROPE_BASE}
+
 
 def require_transformers():
     """Import and return ``transformers``.
@@ -164,10 +173,10 @@ def hf_config(cfg: ModelConfig, bos: Optional[int] = None, eos: Optional[int] = 
         neox = tf.GPTNeoXConfig(
             **hf_layout.to_hf_config(cfg, "gpt_neox"), hidden_act=cfg.activation, attention_dropout=cfg.dropout,
             hidden_dropout=cfg.dropout, layer_norm_eps=1e-5, use_parallel_residual=False, rope_parameters=rope,
-            attention_bias=cfg.bias, bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights)
-        # transformers 4.x (the hf extra allows >= 4.40) reads these names and ignores rope_parameters: without
-        # them it rotated a quarter of each head (logits 0.8 off, 4.46.3); 5.x drops them in favour of rope_parameters
-        neox.rotary_pct, neox.rotary_emb_base = 1.0, ROPE_BASE
+            attention_bias=cfg.bias, bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights,
+            rotary_pct=NEOX_ROTARY["rotary_pct"], rotary_emb_base=NEOX_ROTARY["rotary_emb_base"])
+        for key, value in NEOX_ROTARY.items():  # every spelling into the object, so config.json says them all
+            setattr(neox, key, value)
         return neox, tf.GPTNeoXForCausalLM
     common = dict(**hf_layout.to_hf_config(cfg, fam["model_type"]), resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
                   attn_pdrop=cfg.dropout, layer_norm_epsilon=1e-5, bos_token_id=bos, eos_token_id=eos,
@@ -235,6 +244,13 @@ def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int]) 
                         max_new_tokens=d["max_new_tokens"], **kw).save_pretrained(str(out))
 
 
+def head_name(hf: torch.nn.Module) -> str:
+    """The name of ``hf``'s output head weight in its own ``state_dict``: the module its
+    ``get_output_embeddings()`` returns (``lm_head``; GPT-NeoX's is ``embed_out`` in transformers 4.x)."""
+    head = hf.get_output_embeddings()
+    return next(f"{name}.weight" for name, module in hf.named_modules() if module is head)
+
+
 def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = None):
     """The ``transformers`` model computing the same function as ``model`` (eval mode, float32);
     ``bos``/``eos`` go into its config (:func:`special_ids`).
@@ -245,9 +261,12 @@ def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = N
     cfg = model.config
     hcfg, klass = hf_config(cfg, bos, eos)
     hf = klass(hcfg).eval()
+    head = head_name(hf)
     sd = hf_layout.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
+    if "lm_head.weight" in sd:  # GPT-NeoX's head is lm_head in transformers 5.x, embed_out in 4.x
+        sd[head] = sd.pop("lm_head.weight")
     missing, unexpected = hf.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_weights)]
+    missing = [k for k in missing if not (k == head and cfg.tie_weights)]
     if missing or unexpected:
         raise DepthlabError(f"export: weights do not map onto {klass.__name__} (missing {missing[:3]}, "
                             f"unexpected {unexpected[:3]}); please report it")

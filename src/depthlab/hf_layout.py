@@ -163,7 +163,9 @@ def neox_qkv(v: torch.Tensor, n_head: int, to_hf: bool) -> torch.Tensor:
 
 def to_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """depthlab weights -> the state dict of the :data:`HF_FAMILIES` class of ``cfg`` (names as the class's
-    ``state_dict``: GPT-NeoX's head is ``lm_head``, which its ``save_pretrained`` writes as ``embed_out``).
+    ``state_dict`` in transformers 5.x: GPT-NeoX's head is ``lm_head`` there, ``embed_out`` in 4.x, and
+    :func:`depthlab.export.build_hf_model` moves it to the name the model has; ``save_pretrained`` of either
+    writes it as ``embed_out``).
 
     Conv1D weights (GPT-2, OpenAI GPT) are the transposes of ``nn.Linear``'s; GPT-NeoX's q/k/v rows are
     regrouped per head (:func:`neox_qkv`). Biases absent in depthlab (``bias: false``) are zeros there (Conv1D,
