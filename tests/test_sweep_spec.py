@@ -398,3 +398,43 @@ def test_a_model_source_file_without_the_named_class_is_refused_before_any_run_s
         "block_size": 8, "source": "ok.py:Net"}}, "experiments": [{"name": "a", "grid": {"train.seed": [1, 2, 3]}}]}))
     assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", "--dry_run"]) == 0
     assert (tmp_path / "imports.txt").read_text() == "x"  # checked once for its 3 runs, not once per run
+
+
+def test_a_sweep_says_it_imports_its_model_source_file_and_why_once_for_all_runs(tmp_path, monkeypatch, capsys):
+    """The sweep imports a model.source file in its own process to refuse a bad one before any run starts (only an
+    import tells a file that fails to import from a good one), so the file runs there: the sweep now says so, and
+    why (it names the file), before it imports it, in the real sweep and the dry run; and imports it once for all
+    runs, the seeds --seeds adds included (each added run's import had run the file again)."""
+    from depthlab.cli import main
+    from depthlab.sweep import run as sweep_run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("hello world\n" * 50)
+    (tmp_path / "ok.py").write_text("open('imports.txt', 'a').write('x')\nimport torch.nn as nn\n"
+                                    "class Net(nn.Module):\n    pass\n")
+    (tmp_path / "sw.yaml").write_text(yaml.safe_dump({"base": {"data": {"path": "t.txt"}, "model": {
+        "block_size": 8, "source": "ok.py:Net"}}, "experiments": [{"name": "a", "grid": {"train.seed": [1, 2]}}]}))
+    said = ("model.source (the sweep's base) ok.py:Net: your code, imported here to check that it gives the model "
+            "before any run starts (run as Python because the sweep names it; each run imports it again)")
+    assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", "--seeds", "4",
+                 "--dry_run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == said and sum(said in line for line in out) == 1
+    assert [line.split()[0] for line in out[1:5]] == [f"a/seed-{s}" for s in (1, 2, 3, 4)]  # 2 grid + 2 added runs
+    assert (tmp_path / "imports.txt").read_text() == "x"
+    # said before the import, so also when the file then fails to import
+    (tmp_path / "ok.py").write_text("import no_such_module_here\n")
+    assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", "--dry_run"]) == 2
+    out, err = capsys.readouterr()[:2]
+    assert out == said + "\n" and err.startswith("depthlab: error: sweep run a/seed-1: model.source (the sweep's "
+                                                  "base) ok.py:Net: importing ok.py failed: ModuleNotFoundError")
+    (tmp_path / "ok.py").write_text("open('imports.txt', 'a').write('x')\nimport torch.nn as nn\n"
+                                    "class Net(nn.Module):\n    pass\n")
+
+    def stop(*a, **k):  # what is tested happens before any run starts
+        raise DepthlabError("stopped by the test")
+
+    monkeypatch.setattr(sweep_run, "_run_round", stop)
+    assert main(["sweep", "--file", "sw.yaml", "--out_dir", "out", "--workers", "1", "--seeds", "4"]) == 2
+    assert capsys.readouterr()[:2] == (said + "\n", "depthlab: error: stopped by the test\n")
+    assert (tmp_path / "imports.txt").read_text() == "xx"  # once more: the real sweep's own check

@@ -397,7 +397,8 @@ def add_seeds(added: dict[str, list[int]], have: dict[str, set[int]], want: dict
 
 
 def seeded_points(spec: SweepSpec, sweep_dir: Path, added: dict[str, list[int]],
-                  fixed: Optional[int] = None) -> tuple[list[RunPoint], dict[str, list[int]]]:
+                  fixed: Optional[int] = None, checked: Optional[set] = None,
+                  log: Optional[Log] = None) -> tuple[list[RunPoint], dict[str, list[int]]]:
     """The sweep's runs: its grid (:func:`depthlab.sweep.spec.expand`) plus the seeds added to its cells.
 
     Args:
@@ -405,11 +406,15 @@ def seeded_points(spec: SweepSpec, sweep_dir: Path, added: dict[str, list[int]],
         sweep_dir: the sweep directory.
         added: cell key -> seeds added earlier (a cell no longer in the grid is dropped).
         fixed: ``--seeds N``: every cell gets seeds 1..N too.
+        checked: the model.source files imported and found good so far (one set for a whole sweep command, so each
+            is imported once; added to; None: a set of this call's own).
+        log: told before a model.source file is imported (:func:`depthlab.sweep.spec.expand_point`).
 
     Returns:
         (runs, added seeds); the grid's own runs keep their names (:func:`depthlab.sweep.spec.run_name`).
     """
-    base = expand(spec, sweep_dir)
+    checked = set() if checked is None else checked
+    base = expand(spec, sweep_dir, checked, log)
     have = cell_seeds(base)
     if fixed:
         now = {k: v | set(added.get(k, ())) for k, v in have.items()}
@@ -426,7 +431,7 @@ def seeded_points(spec: SweepSpec, sweep_dir: Path, added: dict[str, list[int]],
             name = run_name(exps[exp_name], point)
             if name not in names:
                 names.add(name)
-                points.append(expand_point(spec, exps[exp_name], name, point, sweep_dir))
+                points.append(expand_point(spec, exps[exp_name], name, point, sweep_dir, checked, log))
     return points, kept
 
 

@@ -179,8 +179,8 @@ def _child_main(job: dict) -> None:
 
 # --------------------------------------------------------------------------- dry run (parent side)
 def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optional[str | int] = None,
-            threads: int = 0, backend: str = "local", rerun: bool = False) -> str:
-    """The runs of ``spec`` still to do with a time estimate each, and the total; nothing is run or written.
+            threads: int = 0, backend: str = "local", rerun: bool = False, log: Optional[Log] = print) -> str:
+    """The runs of ``spec`` still to do with a time estimate each, and the total; no run is started, nothing written.
 
     Args:
         spec: the sweep.
@@ -191,6 +191,9 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
             (the seeds it adds depend on the results) and says so.
         backend: ``local`` or ``ray`` (says how the runs would be placed, as the real sweep's first line).
         rerun: ``--overwrite``: every run is to do, finished or not.
+        log: told, before it is imported, of each model.source file the dry run imports to check it, as the real
+            sweep does (the file runs as Python: said first, so also when its import fails); None: those lines
+            open the returned text.
 
     Returns:
         One line per run to do (``name ~seconds``), then a line with the run count (and how many are finished
@@ -206,14 +209,15 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     if mode and mode[0] == "auto":
         check_auto_seeds(spec)
     check_sweep_dir(Path(out_dir))  # a dry run says what the real run would: not "ok" for a path it refuses
+    lines: list[str] = []
     points, _ = seeded_points(spec, Path(out_dir), read_added(Path(out_dir)),
-                              mode[1] if mode and mode[0] == "fixed" else None)
+                              mode[1] if mode and mode[0] == "fixed" else None, log=log or lines.append)
     check_same_sweep(Path(out_dir), points)
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
     done, todo = plan(points, Path(out_dir), rerun=rerun)
     check_devices(todo, backend)  # as the real sweep: a train.device this machine lacks is refused
     nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
-    lines, total = [], 0.0
+    total = 0.0
     for pt in todo:
         e = estimate_seconds(pt.config)
         total += e

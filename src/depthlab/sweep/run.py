@@ -104,8 +104,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, workers: int = 0, threads: i
 def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun: bool, log: Log, backend: str,
                 runner: Runner, mode: Optional[tuple[str, int]]) -> Path:
     """:func:`run_sweep` once the sweep folder is locked (or made and locked as sweep.json is written)."""
+    checked: set = set()  # the model.source files imported (and told) once for every round
     points, added = seeded_points(spec, sweep_dir, read_added(sweep_dir), mode[1] if mode and mode[0] == "fixed"
-                                  else None)
+                                  else None, checked, log)
     check_same_sweep(sweep_dir, points)
     t0, results = time.time(), []
     while True:
@@ -122,7 +123,7 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
         grown = [k for k in more if len(more[k]) != len(added.get(k, []))]
         log(f"--seeds auto: undecided claims: adding seeds to {counted(len(grown), 'cell')} (up to "
             f"{max(want[k] for k in grown)} seeds per cell)")
-        points, added = seeded_points(spec, sweep_dir, more)
+        points, added = seeded_points(spec, sweep_dir, more, checked=checked, log=log)
     if results:
         log(f"sweep finished in {time.time() - t0:.1f}s: {_finished_counts(sweep_dir, results, len(points))} "
             f"-> {sweep_dir / RESULTS_CSV}")

@@ -28,7 +28,7 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .. import rundir as _rundir
 from ..errors import DepthlabError
@@ -635,12 +635,13 @@ def _run_names(exp: Experiment) -> list[tuple[str, dict]]:
 
 
 def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep_dir: str | Path,
-                 checked: Optional[set] = None) -> RunPoint:
+                 checked: Optional[set] = None, log: Optional[Callable[[str], None]] = None) -> RunPoint:
     """One run of ``exp`` at ``point`` with its full, validated config (out_dir ``sweep_dir/runs/name``).
 
     Args:
         checked: ``(file, name)`` of the model.source files already imported and found good by this expansion
             (each is imported once, not once per run; added to); None = import it here.
+        log: told, before a model.source file is imported here, that it is (:func:`_check_source`).
 
     Raises:
         DepthlabError: the point's config is invalid (names the run and the field), or its ``model.source``
@@ -657,14 +658,20 @@ def expand_point(spec: SweepSpec, exp: Experiment, name: str, point: dict, sweep
         cfg = RunConfig.from_dict(_nest(flat))
         if cfg.model.source:  # a file that gives no model fails every run that names it: refused before any starts
             _check_source(cfg.model.source, "grid value model.source" if "model.source" in point else
-                          "model.source (the sweep's base)", checked)
+                          "model.source (the sweep's base)", checked, log)
     except DepthlabError as e:
         raise DepthlabError(f"sweep run {name}: {e}") from None
     return RunPoint(name=name, experiment=exp.name, point=point, config=cfg.to_dict())
 
 
-def _check_source(source: str, option: str, checked: Optional[set]) -> None:
+def _check_source(source: str, option: str, checked: Optional[set],
+                  log: Optional[Callable[[str], None]] = None) -> None:
     """Refuse a model.source whose file is missing or gives no model, as ``depthlab train`` would at its start.
+
+    The file is imported here, in the sweep's own process, and so runs as Python: it must, since only importing it
+    tells a file that fails to import, builds its classes when run, or takes its model from another module, from a
+    good one, and otherwise every run would start and fail alike. It runs because the sweep names it, as each run
+    will import it; ``log`` is told so first (once per file and name).
 
     Raises:
         DepthlabError: ``"{option} {source}: ..."`` (:func:`~depthlab.usermodel.parse_source`,
@@ -676,6 +683,9 @@ def _check_source(source: str, option: str, checked: Optional[set]) -> None:
     key = (str(src.path.resolve()), src.name)
     if checked is not None and key in checked:
         return
+    if log is not None:
+        log(f"{option} {source}: your code, imported here to check that it gives the model before any run starts "
+            "(run as Python because the sweep names it; each run imports it again)")
     try:
         load_factory(src)
     except DepthlabError as e:
@@ -684,12 +694,14 @@ def _check_source(source: str, option: str, checked: Optional[set]) -> None:
         checked.add(key)
 
 
-def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
+def expand(spec: SweepSpec, sweep_dir: str | Path, checked: Optional[set] = None,
+           log: Optional[Callable[[str], None]] = None) -> list[RunPoint]:
     """All runs of ``spec``, each with a full, validated config whose out_dir is under ``sweep_dir``.
 
     Args:
         spec: the sweep.
         sweep_dir: the sweep directory (run dirs go to ``sweep_dir/runs/<name>``).
+        checked, log: as :func:`expand_point` (None: a set of this expansion's own).
 
     Returns:
         The runs in grid order (first grid key varies slowest).
@@ -698,8 +710,8 @@ def expand(spec: SweepSpec, sweep_dir: str | Path) -> list[RunPoint]:
         DepthlabError: a grid point whose config is invalid (names the run and the field), or two
             runs with the same name.
     """
-    checked: set = set()
-    points = [expand_point(spec, exp, name, point, sweep_dir, checked) for exp in spec.experiments
+    checked = set() if checked is None else checked
+    points = [expand_point(spec, exp, name, point, sweep_dir, checked, log) for exp in spec.experiments
               for name, point in _run_names(exp)]
     err = _shared_name_error(points)
     if err:
