@@ -20,7 +20,8 @@ numbers, parameter names and positions, and a remedy naming the knob:
                    batch leaks the other sequences), else the test runs one sequence at a time
 ``init_loss``      the loss at initialisation against ln V, with the logits' scale
 ``no_gradient``    parameters whose gradient is None, all zero (still after a few steps), or frozen
-``overfit_batch``  one small batch memorised (loss near zero) within a fixed number of steps
+``overfit_batch``  one small batch memorised (loss near zero); past a first look it trains on only while the loss
+                   keeps falling, up to a limit
 ``context_use``    after a short training on the corpus, the same targets scored at position 0 and at
                    a late position; against the bigram baseline (:mod:`depthlab.analytics.baselines`)
 ``gradient_flow``  depthlab's probe at initialisation on the model's blocks, with its verdicts
