@@ -232,6 +232,15 @@ def test_sweep_file_that_is_a_folder_says_so(tmp_path):
                             "file, or sweep without one: --profile quick|full|science, or --grid FIELD=V1,V2,...")
 
 
+def test_a_sweep_takes_at_least_its_longest_run_on_any_number_of_workers():
+    """`--dry_run` printed "about 5.7 min on 2 workers" for runs of 235 s and 454.5 s (the sum over the workers)."""
+    from depthlab.sweep.local import makespan
+
+    assert makespan([235.0, 454.5], 2) == 454.5
+    assert makespan([1.0, 1.0, 1.0, 1.0], 2) == 2.0 and makespan([3.0, 1.0, 1.0, 1.0], 2) == 3.0
+    assert makespan([2.0, 2.0, 2.0], 1) == 6.0 and makespan([5.0], 8) == 5.0
+
+
 def test_dry_run_lists_runs(tmp_path):
     spec = sweep.build_spec("quick", None, [], {}, None)
     text = sweep.dry_run(spec, tmp_path / "q", 2)
@@ -239,8 +248,11 @@ def test_dry_run_lists_runs(tmp_path):
     assert len(lines) == 11 and text.count("variant-") == 10
     assert lines[-1].startswith("10 runs, about ") and "min on 2 workers" in lines[-1]
     assert lines[-1].endswith(f"-> {tmp_path / 'q'}")
-    total = sum(sweep.estimate_seconds(p.config) for p in sweep.expand(spec, tmp_path / "q"))
-    assert f"about {total / 2 / 60:.1f} min" in lines[-1]
+    from depthlab.sweep.local import makespan
+
+    each = [sweep.estimate_seconds(p.config) for p in sweep.expand(spec, tmp_path / "q")]
+    assert f"about {makespan(each, 2) / 60:.1f} min" in lines[-1]
+    assert makespan(each, 2) >= max(max(each), sum(each) / 2)
     assert not (tmp_path / "q").exists()
     with pytest.raises(DepthlabError, match="--workers"):
         sweep.dry_run(spec, tmp_path / "q", -1)

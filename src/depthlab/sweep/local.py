@@ -19,6 +19,8 @@ the default analytics callbacks), plus ``sweep_status.json``, ``init_probe.json`
 
 from __future__ import annotations
 
+import heapq
+
 import json
 import re
 import signal
@@ -217,22 +219,32 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     done, todo = plan(points, Path(out_dir), rerun=rerun)
     check_devices(todo, backend)  # as the real sweep: a train.device this machine lacks is refused
     nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
-    total = 0.0
+    seconds = []
     for pt in todo:
-        e = estimate_seconds(pt.config)
-        total += e
-        lines.append(f"{pt.name:50s} ~{e:7.1f}s")
+        seconds.append(estimate_seconds(pt.config))
+        lines.append(f"{pt.name:50s} ~{seconds[-1]:7.1f}s")
+    total = makespan(seconds, nw)
     if not todo:
         lines.append(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished "
                      f"-> {out_dir}")
     else:
         count = counted(len(points), "run") + (f" ({len(done)} already finished, {len(todo)} to run)" if done else "")
-        lines.append(f"{count}, about {total / nw / 60:.1f} min on {where} (rough estimate for an idle CPU) "
+        lines.append(f"{count}, about {total / 60:.1f} min on {where} (rough estimate for an idle CPU) "
                      f"-> {out_dir}")
     if mode and mode[0] == "auto":
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")
     return "\n".join(lines)
+
+
+def makespan(seconds: list[float], workers: int) -> float:
+    """Wall seconds until the last of the runs ends when ``workers`` take them in this order, each the next run
+    as it comes free (as the sweep's pool does): never less than the longest run (the sum over the workers was
+    printed before, a 454 s run in "about 5.7 min on 2 workers")."""
+    free = [0.0] * max(1, workers)
+    for s in seconds:
+        heapq.heapreplace(free, free[0] + s)
+    return max(free)
 
 
 # --------------------------------------------------------------------------- running jobs
