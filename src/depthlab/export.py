@@ -71,7 +71,8 @@ from . import hf_layout
 from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
-from .model import GPT, ROPE_BASE
+from .init_from import NEOX_ROPE, NEOX_ROTARY
+from .model import GPT
 from .rundir import RunDir, make_temp_dir, normalise_modes
 
 #: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
@@ -80,16 +81,6 @@ EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", 
 
 #: Largest |logit difference| between depthlab and the exported model tolerated at export time.
 EXPORT_ATOL = 1e-4
-
-#: depthlab's rotary (the whole head, base :data:`~depthlab.model.ROPE_BASE`) in every top-level spelling some
-#: transformers ``GPTNeoXConfig`` reads besides 5.x's ``rope_parameters`` (which 4.x ignores). 4.x's constructor takes
-#: ``rotary_pct`` / ``rotary_emb_base``, and 4.46+ copies them into ``partial_rotary_factor`` / ``rope_theta``, from
-#: which its model makes the rotary frequencies (4.57.6 rotates as many dims as there are frequencies): with
-#: ``rotary_pct`` set on the object only after construction, 4.57.6 kept 0.25 and rotated a quarter of each head.
-#: :func:`hf_config` passes them to the constructor and sets all four on the object, so every version builds the same
-#: model and writes every spelling into ``config.json`` (5.x reads them as fallbacks for ``rope_parameters``).
-NEOX_ROTARY = {"rotary_pct": 1.0, "rotary_emb_base": ROPE_BASE, "partial_rotary_factor": 1.0, "rope_theta": ROPE_BASE}
-
 
 def require_transformers():
     """Import and return ``transformers``.
@@ -169,10 +160,10 @@ def hf_config(cfg: ModelConfig, bos: Optional[int] = None, eos: Optional[int] = 
     fam = check_exportable(cfg)
     tf = require_transformers()
     if fam["model_type"] == "gpt_neox":  # GPTNeoXConfig's own defaults (bos 0, eos 2, rotary on 1/4) are not ours
-        rope = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
         neox = tf.GPTNeoXConfig(
             **hf_layout.to_hf_config(cfg, "gpt_neox"), hidden_act=cfg.activation, attention_dropout=cfg.dropout,
-            hidden_dropout=cfg.dropout, layer_norm_eps=1e-5, use_parallel_residual=False, rope_parameters=rope,
+            hidden_dropout=cfg.dropout, layer_norm_eps=1e-5, use_parallel_residual=False,
+            rope_parameters=dict(NEOX_ROPE),
             attention_bias=cfg.bias, bos_token_id=bos, eos_token_id=eos, tie_word_embeddings=cfg.tie_weights,
             rotary_pct=NEOX_ROTARY["rotary_pct"], rotary_emb_base=NEOX_ROTARY["rotary_emb_base"])
         for key, value in NEOX_ROTARY.items():  # every spelling into the object, so config.json says them all

@@ -23,12 +23,13 @@ from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenize
 from .config import ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
+from .model import ROPE_BASE
 from .usermodel import source_drift
 from .rundir import CONFIG, TOKENIZER, RunDir, init_from_record, is_sweep_dir, not_a_run_error
 from .units import counted
 
-__all__ = ["changed_source", "given_tokenizer_json", "init_from_flag", "init_weights", "init_record", "init_line",
-           "kept_init_record", "weights_fit", "source_model"]
+__all__ = ["NEOX_ROPE", "NEOX_ROTARY", "changed_source", "given_tokenizer_json", "init_from_flag", "init_weights",
+           "init_record", "init_line", "kept_init_record", "weights_fit", "source_model"]
 
 
 def init_from_flag(src) -> str:
@@ -179,6 +180,19 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
 
 
+#: depthlab's rotary as GPT-NeoX's ``rope_parameters`` says it (transformers 5.x): the whole head, base
+#: :data:`~depthlab.model.ROPE_BASE`, no scaling. What export writes and what ``--init-from`` accepts (one home).
+NEOX_ROPE = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
+#: depthlab's rotary (the whole head, base :data:`~depthlab.model.ROPE_BASE`) in every top-level spelling some
+#: transformers ``GPTNeoXConfig`` reads besides 5.x's ``rope_parameters`` (which 4.x ignores). 4.x's constructor takes
+#: ``rotary_pct`` / ``rotary_emb_base``, and 4.46+ copies them into ``partial_rotary_factor`` / ``rope_theta``, from
+#: which its model makes the rotary frequencies (4.57.6 rotates as many dims as there are frequencies): with
+#: ``rotary_pct`` set on the object only after construction, 4.57.6 kept 0.25 and rotated a quarter of each head.
+#: :func:`depthlab.export.hf_config` passes them to the constructor and sets all four on the object, so every version
+#: builds the same model and writes every spelling into ``config.json`` (5.x reads them as fallbacks for
+#: ``rope_parameters``); :func:`_neox_refusal` checks each one present.
+NEOX_ROTARY = {"rotary_pct": 1.0, "rotary_emb_base": ROPE_BASE, "partial_rotary_factor": 1.0, "rope_theta": ROPE_BASE}
+
 #: GPTNeoXConfig's default rotary fraction, which every transformers takes when a config.json names none.
 _NEOX_DEFAULT_ROTARY = 0.25
 
@@ -209,9 +223,6 @@ def _neox_refusal(src: Path, hcfg: dict[str, Any]) -> None:
     Raises:
         DepthlabError: one line naming every key that differs (as spelt in the file), its value and depthlab's.
     """
-    from .model import ROPE_BASE
-
-    want_rope = {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0}
     wrong: list[tuple[str, str]] = []  # (what config.json says, keys as spelt there; what depthlab's would say)
 
     def check(key: str, have: Any, want: Any) -> None:
@@ -229,17 +240,15 @@ def _neox_refusal(src: Path, hcfg: dict[str, Any]) -> None:
         if rope is None:
             continue  # absent or null: transformers falls back to the other spellings
         if not isinstance(rope, dict):  # 5.x refuses to build one, 4.x ignores rope_parameters: neither is ours
-            check(name, rope, want_rope)
+            check(name, rope, NEOX_ROPE)
             continue
-        for key, want in (("rope_type", "default"), ("type", "default"), ("rope_theta", ROPE_BASE),
-                          ("partial_rotary_factor", 1.0)):
+        for key in ("rope_type", "type", "rope_theta", "partial_rotary_factor"):  # "type": 4.x's rope_type
             if key in rope:
-                check(f"{name}.{key}", rope[key], want)
+                check(f"{name}.{key}", rope[key], NEOX_ROPE["rope_type" if key == "type" else key])
         fraction_given = fraction_given or "partial_rotary_factor" in rope
-    for key, want in (("rotary_pct", 1.0), ("partial_rotary_factor", 1.0), ("rotary_emb_base", ROPE_BASE),
-                      ("rope_theta", ROPE_BASE)):
+    for key in ("rotary_pct", "partial_rotary_factor", "rotary_emb_base", "rope_theta"):
         if key in hcfg:
-            check(key, hcfg[key], want)
+            check(key, hcfg[key], NEOX_ROTARY[key])
     if not fraction_given:
         wrong.append((f"no rotary_pct nor rope_parameters.partial_rotary_factor (GPTNeoXConfig's default: "
                       f"{_NEOX_DEFAULT_ROTARY} of each head rotated)",
