@@ -237,9 +237,19 @@ def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int]) 
 
 def head_name(hf: torch.nn.Module) -> str:
     """The name of ``hf``'s output head weight in its own ``state_dict``: the module its
-    ``get_output_embeddings()`` returns (``lm_head``; GPT-NeoX's is ``embed_out`` in transformers 4.x)."""
+    ``get_output_embeddings()`` returns (``lm_head``; GPT-NeoX's is ``embed_out`` in transformers 4.x).
+
+    Raises:
+        ValueError: ``get_output_embeddings()`` returned None or a module that is not one of ``hf``'s named modules
+            (a transformers class laid out otherwise), so the head has no name to load depthlab's ``lm_head`` into.
+    """
     head = hf.get_output_embeddings()
-    return next(f"{name}.weight" for name, module in hf.named_modules() if module is head)
+    name = next((name for name, module in hf.named_modules() if module is head), None) if head is not None else None
+    if name is None:
+        got = "None" if head is None else f"a {type(head).__name__}"
+        raise ValueError(f"{type(hf).__name__}.get_output_embeddings() returned {got}, which is not one of its named "
+                         "modules, so its output head has no state_dict name to load depthlab's lm_head.weight into")
+    return f"{name}.weight"
 
 
 def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = None):
@@ -252,7 +262,11 @@ def build_hf_model(model: GPT, bos: Optional[int] = None, eos: Optional[int] = N
     cfg = model.config
     hcfg, klass = hf_config(cfg, bos, eos)
     hf = klass(hcfg).eval()
-    head = head_name(hf)
+    try:
+        head = head_name(hf)
+    except ValueError as e:  # this transformers lays its head out otherwise: one line, not a traceback
+        raise DepthlabError(f"export: {e} (transformers {require_transformers().__version__}); nothing was written; "
+                            "please report it") from None
     sd = hf_layout.to_hf_state_dict(ckpt.clean_state_dict(model.state_dict()), cfg)
     if "lm_head.weight" in sd:  # GPT-NeoX's head is lm_head in transformers 5.x, embed_out in 4.x
         sd[head] = sd.pop("lm_head.weight")
@@ -413,7 +427,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         _write_generation_config(tmp, bos, eos)
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
-        info = {"run_dir": str(rd), "checkpoint": which, "step": int(meta.get("step", -1)),
+        # run_dir absolute: the run an --init-from refusal names to export again, whatever folder it runs in
+        info = {"run_dir": str(rd.resolve()), "checkpoint": which, "step": int(meta.get("step", -1)),
                 "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
                 "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
         (tmp / "depthlab.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")

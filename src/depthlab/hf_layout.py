@@ -10,6 +10,7 @@ export writes with (:func:`to_hf_config`) and ``--init-from`` reads back with (:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,8 +19,8 @@ import torch
 from .config import ModelConfig
 from .errors import DepthlabError
 
-__all__ = ["CONV1D", "HF_CONFIG_KEYS", "HF_FAMILIES", "from_hf_config", "from_hf_state_dict", "hf_family",
-           "neox_qkv", "to_hf_config", "to_hf_state_dict"]
+__all__ = ["CONV1D", "HF_CONFIG_KEYS", "HF_FAMILIES", "from_hf_config", "from_hf_state_dict", "hf_config_faults",
+           "hf_config_values", "hf_family", "neox_qkv", "to_hf_config", "to_hf_state_dict"]
 
 _GPT2_BLOCK = ("transformer.h.", {})  # GPT-2 and OpenAI GPT name a block's modules as depthlab does
 
@@ -32,17 +33,22 @@ _GPT2_BLOCK = ("transformer.h.", {})  # GPT-2 and OpenAI GPT name a block's modu
 #: * ``bias_always``: whether every Linear has a bias (zeros for ``bias: false``), else only the MLP's
 #:   (GPT-NeoX's ``attention_bias`` follows depthlab's ``bias``; its LayerNorms and MLP always have one);
 #: * ``head_file``: the head's name in ``model.safetensors`` when it differs from the class's ``lm_head``;
-#: * ``ignore``: name endings of buffers some transformers versions saved (causal masks, rotary frequencies).
+#: * ``ignore``: name endings of buffers some transformers versions saved (causal masks, rotary frequencies);
+#: * ``act_key``: the ``config.json`` key of the MLP's activation, and ``act_default`` what the class takes when the
+#:   file has none (GPT-2's is the tanh GELU ``gelu_new``, OpenAI GPT's ``gelu`` the tanh form too, GPT-NeoX's the
+#:   exact ``gelu``); ``act_computed``: the values depthlab computes exactly (OpenAI GPT's ``gelu`` is not one).
 HF_FAMILIES: dict[tuple[str, str, str], dict[str, Any]] = {
     ("prenorm", "layernorm", "learned"): {
         "model_type": "gpt2", "names": {}, "block": _GPT2_BLOCK, "conv1d": True, "qkv_per_head": False,
-        "bias_always": True, "head_file": None, "ignore": (".attn.bias", ".attn.masked_bias")},
+        "bias_always": True, "head_file": None, "ignore": (".attn.bias", ".attn.masked_bias"),
+        "act_key": "activation_function", "act_default": "gelu_new", "act_computed": ("gelu", "relu")},
     ("postnorm", "layernorm", "learned"): {
         "model_type": "openai-gpt", "names": {"transformer.wte.": "transformer.tokens_embed.",
                                               "transformer.wpe.": "transformer.positions_embed.",
                                               "transformer.ln_f.": None},
         "block": _GPT2_BLOCK, "conv1d": True, "qkv_per_head": False, "bias_always": True, "head_file": None,
-        "ignore": (".attn.bias", ".attn.masked_bias")},
+        "ignore": (".attn.bias", ".attn.masked_bias"), "act_key": "afn", "act_default": "gelu",
+        "act_computed": ("relu",)},
     # transformers' GPTNeoXForCausalLM (modeling_gpt_neox.py): GPTNeoXLayer with use_parallel_residual=False is
     # x + attn(input_layernorm(x)), then + mlp(post_attention_layernorm(.)); rotate_half = depthlab's pairing
     ("prenorm", "layernorm", "rope"): {
@@ -52,7 +58,8 @@ HF_FAMILIES: dict[tuple[str, str, str], dict[str, Any]] = {
                                        "attn.c_attn.": "attention.query_key_value.", "attn.c_proj.": "attention.dense.",
                                        "mlp.c_fc.": "mlp.dense_h_to_4h.", "mlp.c_proj.": "mlp.dense_4h_to_h."}),
         "conv1d": False, "qkv_per_head": True, "bias_always": False, "head_file": "embed_out.weight",
-        "ignore": (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")},
+        "ignore": (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"),
+        "act_key": "hidden_act", "act_default": "gelu", "act_computed": ("gelu", "relu")},
 }
 
 #: The depthlab model fields a Hugging Face ``config.json`` names, and each class's name for them: the one table that
@@ -85,8 +92,51 @@ def to_hf_config(cfg: ModelConfig, model_type: str) -> dict[str, int]:
     Args:
         cfg: the depthlab model. model_type: one of ``gpt2``, ``openai-gpt``, ``gpt_neox``.
     """
-    return {key: cfg.ff_mult * cfg.n_embd if field == "ff_mult" else getattr(cfg, field)
-            for field, key in _config_keys(model_type).items()}
+    return hf_config_values({f: getattr(cfg, f) for f, _ in _config_keys(model_type).items()}, model_type)
+
+
+def hf_config_values(model: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """:func:`to_hf_config` of a model section as a dict (a run's or an export's ``depthlab.json``): the
+    ``config.json`` values export writes for it, for the fields the dict has (``ff_mult`` needs ``n_embd`` too)."""
+    out: dict[str, Any] = {}
+    for field, key in _config_keys(model_type).items():
+        if field == "ff_mult" and isinstance(model.get("ff_mult"), int) and isinstance(model.get("n_embd"), int):
+            out[key] = model["ff_mult"] * model["n_embd"]
+        elif field != "ff_mult" and field in model:
+            out[key] = model[field]
+    return out
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def hf_config_faults(h: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """What in a Hugging Face ``config.json`` (as a dict, of a :data:`HF_FAMILIES` ``model_type``) builds no model
+    depthlab can load the weights into, though the file parses: a shape key (:data:`HF_CONFIG_KEYS`) absent, null or
+    not a whole number above 0 (transformers would take its class's default, e.g. 44 layers for GPT-NeoX, or fail;
+    :func:`from_hf_config` would drop it and depthlab take its own); an MLP width that is no whole multiple of the
+    width (depthlab's ``ff_mult`` is a whole number); a ``tie_word_embeddings`` that is not true or false.
+    GPT-2's ``n_inner`` may be null: GPT2Config reads it as 4 x ``n_embd``, as depthlab's default ff_mult.
+
+    Returns:
+        (key, what the file has, what it needs) for each fault, in the table's order; [] when none.
+    """
+    keys = _config_keys(h["model_type"])
+    faults: list[tuple[str, str, str]] = []
+    for field, key in keys.items():
+        v = h.get(key)
+        if field == "ff_mult" and key == "n_inner" and v is None:
+            continue
+        said = json.dumps(v) if key in h else "nothing"
+        if not _whole(v):
+            faults.append((key, said, "a whole number above 0"))
+        elif field == "ff_mult" and _whole(h.get(keys["n_embd"])) and v % h[keys["n_embd"]]:
+            faults.append((key, said, f"a whole multiple of {keys['n_embd']} {h[keys['n_embd']]} (depthlab's "
+                                      "model.ff_mult times the width)"))
+    if "tie_word_embeddings" in h and not isinstance(h["tie_word_embeddings"], bool):
+        faults.append(("tie_word_embeddings", json.dumps(h["tie_word_embeddings"]), "true or false"))
+    return faults
 
 
 def from_hf_config(h: dict[str, Any]) -> dict[str, Any]:

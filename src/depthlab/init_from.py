@@ -88,6 +88,8 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
                                 "mean nothing without it")
         return None
     if init_from:
+        if _export_config(Path(init_from)) is not None:  # before a BPE tokenizer is trained in its place
+            _refuse_incomplete_export(Path(init_from))
         theirs = _export_tokenizer(Path(init_from))
         if isinstance(theirs, BPETokenizer):
             _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
@@ -129,9 +131,11 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
 
     Raises:
         DepthlabError: neither kind of folder, another tokenizer, an export of another variant, norm, position,
-            activation or bias setting, a GPT-NeoX config that depthlab's GPT does not compute
-            (:func:`_neox_refusal`), or a best.safetensors that fails its sha256 (one that cannot be checked is a
-            warning).
+            activation (:func:`_refuse_other_activation`) or bias setting, a GPT-NeoX config that depthlab's GPT
+            does not compute (:func:`_neox_refusal`), an export without its tokenizer.json or model.safetensors
+            (:func:`_refuse_incomplete_export`), with a config.json shape key absent, null or mistyped
+            (:func:`_refuse_faulty_config`) or a damaged model.safetensors, or a best.safetensors that is damaged or
+            fails its sha256 (one that cannot be checked is a warning).
     """
     src = Path(src)
     if not src.is_dir():
@@ -166,18 +170,139 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
         raise DepthlabError(f"{init_from_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
                             f"model.norm {family[1]} and model.position {family[2]}; set --model.variant {family[0]} "
                             f"--model.norm {family[1]} --model.position {family[2]}")
+    _refuse_incomplete_export(src)
+    _refuse_faulty_config(src, hcfg, _export_model(src))
     if hcfg["model_type"] == "gpt_neox":
         _neox_refusal(src, hcfg)
-    act = hcfg.get("activation_function", hcfg.get("afn", hcfg.get("hidden_act")))
-    if act != cfg.activation or (hcfg["model_type"] == "openai-gpt" and act != "relu"):
-        raise DepthlabError(f"{init_from_flag(src)}: its activation {act!r} is not model.activation {cfg.activation} "
-                            "(depthlab computes gelu exactly, or relu)")
+    _refuse_other_activation(src, hcfg, cfg.activation)
     _check_same_tokenizer(src, _export_tokenizer(src), tok)
+    path = src / "model.safetensors"
     try:
-        hf = st_load((src / "model.safetensors").read_bytes())
-    except Exception as e:  # missing file or not safetensors
-        raise DepthlabError(f"{init_from_flag(src)}: cannot read model.safetensors ({type(e).__name__})") from None
+        data = path.read_bytes()
+    except OSError as e:
+        raise DepthlabError(f"{init_from_flag(src)}: {path} cannot be read ({e.strerror or type(e).__name__}); make "
+                            "it readable by this user and run the command again") from None
+    try:
+        hf = st_load(data)
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own types for a cut or garbled file
+        why = str(e).splitlines()[0] if str(e) else ""
+        raise DepthlabError(f"{init_from_flag(src)}: {path} is damaged or truncated, not a whole safetensors file "
+                            f"({type(e).__name__}{': ' + why if why else ''}; {counted(len(data), 'byte')}); export "
+                            f"the run again ({_export_fix(src)}), or copy an intact model.safetensors into {src} (one "
+                            "cut short in a copy or download: copy it again)") from None
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
+
+
+def _export_config(src: Path) -> Optional[dict[str, Any]]:
+    """The ``config.json`` of ``src`` when it is a Hugging Face export ``--init-from`` would read (a folder without
+    checkpoints/ whose config.json names a model_type of :data:`~depthlab.hf_layout.HF_FAMILIES`), else None."""
+    if not src.is_dir() or (src / CKPT_DIR).is_dir():
+        return None
+    try:
+        h = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return h if isinstance(h, dict) and hf_layout.hf_family(str(h.get("model_type"))) is not None else None
+
+
+def _export_model(src: Path) -> dict[str, Any]:
+    """The model section an export's ``depthlab.json`` records (the run's, which export wrote config.json from);
+    {} when the folder has none or it cannot be read."""
+    try:
+        model = (json.loads((src / "depthlab.json").read_text(encoding="utf-8")).get("config") or {}).get("model")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return predating_model(model) if isinstance(model, dict) else {}
+
+
+def _export_fix(src: Path) -> str:
+    """The command that writes a whole, unedited export into ``src`` again: ``depthlab export RUN src --overwrite``,
+    RUN being the run ``depthlab.json`` names when that run is still there (else the word RUN)."""
+    try:
+        run = json.loads((src / "depthlab.json").read_text(encoding="utf-8")).get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        run = None
+    run = shlex.quote(run) if isinstance(run, str) and run and (Path(run) / CKPT_DIR).is_dir() else "RUN"
+    return f"depthlab export {run} {shlex.quote(str(src))} --overwrite"
+
+
+def _refuse_incomplete_export(src: Path) -> None:
+    """An export folder without its ``tokenizer.json`` or ``model.safetensors`` (a partial copy, a file deleted):
+    refused naming the file, instead of as a tokenizer "differing" from the run's (blaming data.path) or an
+    unreadable weights file. Every ``depthlab export`` writes both.
+
+    Raises:
+        DepthlabError: the first missing file, why it is needed, and the two fixes (export again, copy it back).
+    """
+    for name, why in ((TOKENIZER, "its weights' token ids mean nothing without the tokenizer they were trained with, "
+                                  "and this run's data.path and data.tokenizer cannot stand in for it"),
+                      ("model.safetensors", "it holds the weights")):
+        if not (src / name).is_file():
+            raise DepthlabError(f"{init_from_flag(src)}: {src} has no {name}, so the export is incomplete ({why}): "
+                                f"export the run again ({_export_fix(src)}), or copy {name} back into {src} from a "
+                                "complete export of the same run")
+
+
+def _refuse_faulty_config(src: Path, hcfg: dict[str, Any], model: dict[str, Any]) -> None:
+    """An export's ``config.json`` with a shape key absent, null or of the wrong type
+    (:func:`~depthlab.hf_layout.hf_config_faults`), e.g. edited by hand to ``"num_hidden_layers": null``: refused.
+    transformers builds the model of the folder from that file (with its class's default for a key it lacks, or
+    not at all), and depthlab would drop the key and take ``depthlab.json``'s value or its own default, so the two
+    would disagree silently. ``model``: ``depthlab.json``'s model section, whose values export wrote ({} if none).
+
+    Raises:
+        DepthlabError: one line naming the file, each key, what it has and needs, and the fix (the value depthlab
+            export wrote, when depthlab.json records it; else export again).
+    """
+    faults = hf_layout.hf_config_faults(hcfg)
+    if not faults:
+        return
+    path = src / "config.json"
+    wrote = hf_layout.hf_config_values(model, hcfg["model_type"])
+    if "tie_weights" in model:
+        wrote["tie_word_embeddings"] = model["tie_weights"]
+    has = " and ".join(f"{k} {said}" for k, said, _ in faults)
+    needs = " and ".join(f"{k} to be {need}" for k, _, need in faults)
+    back = {k: wrote[k] for k, _, _ in faults if k in wrote}
+    sound = len(back) == len(faults) and not hf_layout.hf_config_faults({**hcfg, **back})  # depthlab.json edited too?
+    fix = (f"put {', '.join(f'{json.dumps(k)}: {json.dumps(v)}' for k, v in back.items())} back into {path} (what "
+           "depthlab export wrote, as its depthlab.json records), or export the run again "
+           f"({_export_fix(src)})") if sound else f"export the run again ({_export_fix(src)})"
+    raise DepthlabError(f"{init_from_flag(src)}: {path} has {has}, but transformers builds this folder's model from "
+                        f"that file and needs {needs} (edited by hand?): {fix}")
+
+
+def _refuse_other_activation(src: Path, hcfg: dict[str, Any], ours: str) -> None:
+    """An export whose ``config.json`` activation is not the new run's ``model.activation``, or not one depthlab
+    computes exactly (a key absent is its class's default, e.g. GPT-2's tanh ``gelu_new``): refused with the fix that
+    fits the case. ``depthlab.json`` records the activation the weights were trained with: a config.json that says
+    another was edited (restore the value export wrote, or export again); else the weights' activation is
+    config.json's, and ``--model.activation`` (or a config file) asked for another.
+
+    Raises:
+        DepthlabError: one line naming the file, the key, its value, and the fix.
+    """
+    fam = hf_layout.HF_FAMILIES[hf_layout.hf_family(hcfg["model_type"])]
+    key, computed = fam["act_key"], fam["act_computed"]
+    act = hcfg.get(key, fam["act_default"])
+    if act == ours and act in computed:
+        return
+    path = src / "config.json"
+    said = f"{key} {json.dumps(act)}" if key in hcfg else f"no {key} ({hcfg['model_type']}'s default: {act})"
+    trained = _export_model(src).get("activation")
+    if trained in computed and act != trained:
+        raise DepthlabError(f"{init_from_flag(src)}: {path} has {said}, but depthlab export wrote "
+                            f"{json.dumps(key)}: {json.dumps(trained)} there (depthlab.json: model.activation "
+                            f"{trained}, the activation its weights were trained with), so transformers would build "
+                            f"another model from this folder (edited by hand?): put {json.dumps(key)}: "
+                            f"{json.dumps(trained)} back into {path}, or export the run again ({_export_fix(src)})")
+    if act not in computed:
+        can = " or ".join(computed) if len(computed) > 1 else f"only {computed[0]} for {hcfg['model_type']}"
+        raise DepthlabError(f"{init_from_flag(src)}: {path} has {said}, an activation depthlab does not compute "
+                            f"exactly (it computes {can}; gelu is the exact erf form), so these weights would compute "
+                            "another function: start from a depthlab export of a run (depthlab export RUN FOLDER)")
+    raise DepthlabError(f"{init_from_flag(src)}: {path} has {said}, the activation its weights were trained with, "
+                        f"but this run asks model.activation {ours}: set --model.activation {act}")
 
 
 #: depthlab's rotary as GPT-NeoX's ``rope_parameters`` says it (transformers 5.x): the whole head, base
@@ -249,6 +374,12 @@ def _neox_refusal(src: Path, hcfg: dict[str, Any]) -> None:
     for key in ("rotary_pct", "partial_rotary_factor", "rotary_emb_base", "rope_theta"):
         if key in hcfg:
             check(key, hcfg[key], NEOX_ROTARY[key])
+    # rope_parameters.partial_rotary_factor alone (no rotary_pct) is accepted: it is what transformers 5.x itself
+    # writes for GPTNeoXConfig(rotary_pct=1.0) (5.25 checked: save_pretrained keeps only rope_parameters, and a
+    # re-save of a depthlab export drops rotary_pct / rotary_emb_base), and 5.x builds depthlab's full rotary from it.
+    # transformers 4.x ignores rope_parameters and would rotate a quarter of each head of such a folder; refusing it
+    # would refuse every full-rotary GPT-NeoX that 5.x saved. depthlab's own export writes both spellings
+    # (NEOX_ROTARY, tested), so its folders load alike under 4.x and 5.x.
     if not fraction_given:
         wrong.append((f"no rotary_pct nor rope_parameters.partial_rotary_factor (GPTNeoXConfig's default: "
                       f"{_NEOX_DEFAULT_ROTARY} of each head rotated)",
@@ -370,6 +501,8 @@ def source_model(src: Path) -> tuple[dict[str, Any], str]:
         return d if isinstance(d, dict) else {}
 
     h = read("config.json")
+    if hf_layout.hf_family(str(h.get("model_type"))) is not None:  # null keys would be dropped below
+        _refuse_faulty_config(src, h, _export_model(src))
     shape = hf_layout.from_hf_config(h)  # the inverse of what export writes into config.json
     model = (read("depthlab.json").get("config") or {}).get("model")
     if isinstance(model, dict) and model:
