@@ -1187,10 +1187,16 @@ def test_a_new_warmup_on_resume_says_the_rate_it_gives(tmp_path, tiny_text_file)
     assert len(said) == 1 and f"continues from {new:.3g} at step 21 (the run's old settings: {old:.3g})" in said[0]
     assert said[0].startswith("resume: train.warmup_iters 50 -> 10: the learning rate continues")
     assert "(the warmup now ends at step 11, was 51)" in said[0] and "no jump" not in said[0]
-    lines = []  # config.json now holds warmup 10 (the resumed Trainer wrote it): the same warmup, no line
-    Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
-            log=lines.append)
-    assert not [x for x in lines if x.startswith("resume:")]
+    # config.json now holds warmup 10 (the resumed Trainer wrote it) but no checkpoint was saved on it: the weights
+    # at step 20 still trained on warmup 50, so the same resume says the same jump again (it said nothing before)
+    lines = []
+    again = Trainer(tiny_config(tmp_path / "w", tiny_text_file, train=dict(cfg, warmup_iters=10, resume=True)),
+                    log=lines.append)
+    assert again.lr_at(20) == pytest.approx(new)
+    assert [x for x in lines if x.startswith("resume:")] == [
+        f"resume: {tmp_path / 'w' / 'config.json'} holds a schedule the checkpoint step-000020 was not trained with "
+        "(train.warmup_iters 50 -> 10; checkpoint -> config.json: edited by hand, or a session that stopped before "
+        "its first checkpoint): the learning rate continues from the checkpoint's", said[0]]
 
 
 def test_a_new_warmup_keeps_the_time_plan_and_says_it_changes_nothing(tmp_path, tiny_text_file, fake_clock):

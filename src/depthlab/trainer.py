@@ -44,7 +44,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
     Runtime, autocast_ctx, check_memory, configure_attention, console, cpu_has_bf16, resolve_device,
     training_memory_bytes, use_bf16, use_explicit_attention)
 from .training.stepper import Stepper
-from .training.autotune import env_threads_warning, tune
+from .training.autotune import Restart, env_threads_warning, tune
 from .training.stopping import StopRules
 from .units import counted
 from .usermodel import make_model, source_run_model
@@ -96,8 +96,33 @@ class Trainer:
         self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train
         self.runtime = rt = Runtime(t, log)
-        self.rank, self.world_size, self.is_main, self.device, self.log = (
-            rt.rank, rt.world_size, rt.is_main, rt.device, rt.log)
+        self.rank, self.world_size, self.is_main, self.device = rt.rank, rt.world_size, rt.is_main, rt.device
+        # A process that may restart for another OpenMP policy holds its lines until the policy is settled: the
+        # restarted process says them again, and a resume's lines said twice read as two events.
+        self._unsaid: Optional[list[str]] = [] if restart_ok else None
+        try:
+            self._open(cfg, overwrite, init_from)
+        except Restart:
+            raise  # said by the restarted process
+        except BaseException:
+            self._say_unsaid()  # before the refusal, as they came
+            raise
+
+    def log(self, line: str) -> None:
+        """One console line (:attr:`Runtime.log`), held while the OpenMP policy may still restart the process."""
+        if self._unsaid is not None:
+            self._unsaid.append(line)
+        else:
+            self.runtime.log(line)
+
+    def _say_unsaid(self) -> None:
+        lines, self._unsaid = self._unsaid or [], None
+        for line in lines:
+            self.runtime.log(line)
+
+    def _open(self, cfg: RunConfig, overwrite: bool, init_from: Optional[str]) -> None:
+        """The run's corpus, folder, checkpoint, model and parts (:meth:`__init__`)."""
+        t, rt = cfg.train, self.runtime
         if t.resume:
             Checkpointer.refuse_before_loading(cfg)
         # the corpus's lines are held until the run's weights are settled (Trainer._setup): a refused resume or
@@ -160,6 +185,7 @@ class Trainer:
         self.port = ModelPort(self.raw_model)
         rt.apply(tune(self.cfg, self.raw_model, self.device, old := point.old_config.get("resolved") if point else None,
                       restart_ok=self.restart_ok, log=self.log, world_size=self.world_size), resumed=old)
+        self._say_unsaid()  # this process trains: its OpenMP policy is settled
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point else resolve_optimizer(t.optimizer, self.device, self.raw_model)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
@@ -221,7 +247,7 @@ class Trainer:
         self.checkpointer.settle_writable(self.step < self.schedule.max_iters)  # a read-only run: only if it trains
         self.evaluator.load_state_dict(st, self.run_dir, self.step)
         self.wall_before = float(st["wall_time_s"])
-        self.schedule.resume(self.step, st.get("lr_anchor"), point.old_config.get("train") or {}, point.plan,
+        self.schedule.resume(self.step, st.get("lr_anchor"), point.schedule_train, point.plan,
                              self.log, muon=point.optimizer == "muon")
         self.checkpointer.announce_resume(self)  # only when the session trains
 

@@ -30,22 +30,48 @@ from . import runlock
 __all__ = ["Checkpointer", "ResumePoint"]
 
 
+#: The ``train`` fields that shape the learning-rate schedule a checkpoint's weights were trained on.
+SCHEDULE_FIELDS = ("max_iters", "lr_decay_iters", "warmup_iters", "learning_rate", "min_lr", "muon_lr")
+
+
 class ResumePoint:
     """What a resume starts from: the latest good checkpoint (or None) and the run's own config.json.
+
+    The schedule the run followed up to the checkpoint is read from the checkpoint itself (the config and time plan
+    stored in its header), not from config.json: config.json is rewritten when a session starts, so a resume that
+    stopped before its first checkpoint, or a hand edit, leaves settings there that the weights never trained with.
 
     Attributes:
         entry: the manifest entry of the checkpoint, or None when the run has none yet.
         old_config: the run's config.json as it was ({} if unreadable).
         optimizer: the optimizer the run was made with (what ``auto`` resolved to then).
-        plan: the time plan the run followed (config.json ``resolved``), or None.
+        schedule_train: the ``train`` section the checkpoint was saved with (config.json's when the checkpoint
+            holds none).
+        plan: the time plan the run followed up to the checkpoint (its header's; config.json ``resolved`` for a
+            checkpoint written before headers held it, when config.json's schedule is the checkpoint's), or None.
+        schedule_edits: ``train.max_iters 60 -> 1000000000`` for each schedule field whose config.json value is not
+            the checkpoint's (checkpoint -> config.json).
         vocab_missing: ``missing``, ``damaged`` or ``edited (...)`` when a character run's vocab.json is so and the
             corpus is the one it trained on: the trainer writes it again (and says which); else "".
     """
 
-    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: str = ""):
+    def __init__(self, entry: Optional[dict], old_config: dict, optimizer: str, vocab_missing: str = "",
+                 header: Optional[dict] = None):
         self.entry, self.old_config, self.optimizer = entry, old_config, optimizer
         self.vocab_missing = vocab_missing
-        self.plan = Plan.from_record(old_config.get("resolved"), old_config.get("train"))
+        header = header or {}
+        json_train = old_config.get("train") if isinstance(old_config.get("train"), dict) else {}
+        saved = _json_or_none(header.get("config"))
+        saved_train = saved.get("train") if isinstance(saved, dict) else None
+        self.schedule_train = saved_train if isinstance(saved_train, dict) else json_train
+        self.schedule_edits = [f"train.{k} {self.schedule_train[k]!r} -> {json_train.get(k)!r}"
+                               for k in SCHEDULE_FIELDS
+                               if k in self.schedule_train and json_train.get(k) != self.schedule_train[k]]
+        self.json_plan = Plan.from_record(old_config.get("resolved"), json_train)
+        if "plan" in header:
+            self.plan = Plan.from_record({"plan": _json_or_none(header["plan"])}, self.schedule_train)
+        else:  # a checkpoint from before headers held the plan: config.json's, if it is the checkpoint's schedule
+            self.plan = None if self.schedule_edits else self.json_plan
 
     @property
     def record_slack(self) -> int:
@@ -55,6 +81,14 @@ class ResumePoint:
             return 0
         v = (self.old_config.get("train") or {}).get("log_interval")
         return v if isinstance(v, int) and v > 0 else 1
+
+
+def _json_or_none(text) -> object:
+    """A checkpoint header's JSON value, or None when it is absent or not JSON."""
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
@@ -433,9 +467,8 @@ class Checkpointer:
                                 f"{'these change' if len(refused) > 1 else 'this changes'} what the run's numbers "
                                 f"mean: resume with the run's own values (depthlab train --resume {quoted} alone "
                                 f"reads them from its config.json), or {_new_run_advice(rd.path, refused, ran, asked)}")
-        for line in resume_config.config_json_notes(rd.path):
-            self.log(f"resume: {line}")
-        self._noted = [f"resume: {line}" for line in noted]  # said by settle_writable if the session trains
+        # said by settle_writable if the session trains
+        self._noted = [f"resume: {line}" for line in (*resume_config.config_json_notes(rd.path), *noted)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             entry = _latest_to_resume(rd.path)
@@ -450,9 +483,15 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
-        point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone)
+        header = ckpt.read_metadata(rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors") if entry else {}
+        point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone, header=header)
+        if point.schedule_edits and entry is not None:
+            self._noted.insert(0, f"resume: {rd.file(CONFIG)} holds a schedule the checkpoint {entry['name']} was not "
+                               f"trained with ({'; '.join(point.schedule_edits)}; checkpoint -> {CONFIG}: edited by "
+                               "hand, or a session that stopped before its first checkpoint): the learning rate "
+                               "continues from the checkpoint's")
         self.later_best = ckpt.later_best(rd.path, entry["step"]) if entry is not None else None
-        if "plan" in (old.get("resolved") or {}) and point.plan is None:
+        if "plan" in (old.get("resolved") or {}) and point.json_plan is None:
             self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
                      "the resumed run follows the schedule asked for (train.max_iters, train.fit_to_time)")
         return point
@@ -674,10 +713,11 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ saving
     @staticmethod
-    def meta(cfg, tokenizer) -> dict[str, str]:
-        """The string metadata stored in every weights file: config, vocabulary, tokenizer kind."""
+    def meta(cfg, tokenizer, plan: Optional[Plan] = None) -> dict[str, str]:
+        """The string metadata stored in every weights file: config, vocabulary, tokenizer kind, and the time plan
+        the run follows (``null`` for none): with the config, the schedule its weights were trained on."""
         meta = {"config": json.dumps(cfg.to_dict()), "vocab": json.dumps(tokenizer.vocab, ensure_ascii=False),
-                "tokenizer": cfg.data.tokenizer}
+                "tokenizer": cfg.data.tokenizer, "plan": json.dumps(plan.to_record() if plan is not None else None)}
         if getattr(tokenizer, "json", None) is not None:
             meta["tokenizer_sha256"] = tokenizer.sha256
         return meta
@@ -691,7 +731,7 @@ class Checkpointer:
         """
         if not self.runtime.is_main:
             return
-        meta = self.meta(run.cfg, run.corpus.tokenizer)
+        meta = self.meta(run.cfg, run.corpus.tokenizer, run.budget.plan)
         files = ckpt.checkpoint_bytes(run.step, run.raw_model, run.resume_state(), meta)
         self.wait()
         self._say_replaced(run.step)

@@ -230,7 +230,8 @@ class LRSchedule:
         rate, which follows ``learning_rate``), and nothing when nothing will train (the trainer says that).
 
         Args:
-            stored: the checkpoint's ``lr_anchor`` or None. old_train: the run's config.json ``train``.
+            stored: the checkpoint's ``lr_anchor`` or None. old_train: the ``train`` section the checkpoint was saved
+                with (:attr:`~depthlab.training.checkpointer.ResumePoint.schedule_train`).
             old_plan: the plan the run followed until now (None: it followed ``old_train``).
             log: console lines. muon: the run trains its matrices with Muon.
         """
