@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import typing
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional, Sequence, Union
 
@@ -446,6 +447,9 @@ def check_config_file(name: str, value: str) -> None:
     if not isinstance(inline, dict):
         raise DepthlabError(f"{name} {value}: file not found; give the path of an existing YAML config file (or "
                             f"inline YAML such as {name} '{{train: {{max_iters: 100}}}}')")
+    twice = key_twice(value)
+    if twice:
+        raise DepthlabError(f"{name} {value}: key {twice[0]!r} appears twice; keep one")
 
 
 # ------------------------------------------------------------------------- config files and keys
@@ -483,6 +487,10 @@ def files_first(argv: list[str]) -> list[str]:
         if a in ("-c", "--config") and i + 1 < len(argv):
             files += argv[i:i + 2]
             i += 2
+            continue
+        if joined_config(a) is not None:  # -cFILE: a file too, spelled as the other files are
+            files += ["-c", joined_config(a)]
+            i += 1
             continue
         (files if a.startswith("--config=") else last if a.split("=")[0] == "--print_config" else rest).append(a)
         i += 1
@@ -553,7 +561,10 @@ def _suggest(key: str, known: set[str], name=str, section: bool = False) -> str:
     fields = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == sec)
     near = [f"{sec}.{f}" if sec else f  # a top-level key (a section) has no section before it
             for f in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)] if fields else []
-    close = [alias] if alias in known else near or ([] if fields else _in_other_section(key, known))
+    # the field itself in another section (train.n_layer: model.n_layer) before a near spelling in its own (min_lr)
+    moved = [k for k in sorted(known) if sec and fields and k.count(".") == 1 and k.endswith(f".{field}")]
+    close = [alias] if alias in known else moved[:1] if len(moved) == 1 else \
+        near or ([] if fields else _in_other_section(key, known))
     if close:
         return f"{name(key)} (did you mean {name(close[0])}?)"
     top, sections = key.split(".")[0], sorted({k.split(".")[0] for k in known if "." in k})
@@ -562,23 +573,131 @@ def _suggest(key: str, known: set[str], name=str, section: bool = False) -> str:
     return name(key)
 
 
+# ------------------------------------------------------------------------- a key given twice
+class _KeyTwice(Exception):
+    """Raised by :func:`_unique_key_loader`'s loader: (dotted key, line of its first place, line of the second)."""
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+@lru_cache(maxsize=None)
+def _unique_key_loader():
+    """PyYAML's safe loader, refusing a mapping that gives one key twice (PyYAML itself keeps the last silently:
+    ``learning_rate:`` twice under ``train:`` trained with the second). Keys are named dotted from the top
+    (``train.learning_rate``); a ``<<: *anchor`` merge's keys may be overridden, as YAML means."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.key_paths: dict[Any, str] = {}  # a nested mapping node -> the dotted path of its key, with "."
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                prefix, seen = self.key_paths.get(node, ""), {}
+                for key_node, value_node in node.value:
+                    if key_node.tag == _MERGE:
+                        continue
+                    key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                    name = f"{prefix}{key}"
+                    try:
+                        if key in seen:
+                            raise _KeyTwice(name, seen[key], line)
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: PyYAML's own error says so
+                        continue
+                    children = [value_node] if isinstance(value_node, yaml.MappingNode) else \
+                        [v for v in value_node.value if isinstance(v, yaml.MappingNode)] \
+                        if isinstance(value_node, yaml.SequenceNode) else []
+                    for child in children:
+                        self.key_paths[child] = f"{name}."
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def key_twice(text: str) -> Optional[tuple[str, int, int]]:
+    """(dotted key, line of its first place, line of its second) of the first key that YAML ``text`` gives twice
+    in one mapping, or None (none, or ``text`` is not valid YAML: its reader says that)."""
+    import yaml
+
+    try:
+        yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+    except _KeyTwice as e:
+        return e.args
+    except (yaml.YAMLError, ValueError, TypeError):
+        return None
+    return None
+
+
+def refuse_keys_twice(path: str) -> None:
+    """Refuse YAML file ``path`` (readable UTF-8, already read) when it gives a key twice in one mapping.
+
+    Raises:
+        DepthlabError: ``FILE line N: key 'train.learning_rate' appears twice (lines M and N); keep one``.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # said where the file is read
+        return
+    found = key_twice(text)
+    if found:
+        key, first, second = found
+        raise DepthlabError(f"{path} line {second}: key {key!r} appears twice (lines {first} and {second}); keep one")
+
+
+def yaml_fix(path: str, fix: str) -> str:
+    """``fix`` (what to do about a file that is not valid YAML) for file ``path``, opened by what the parse stopped at
+    when that is one a new user meets: a tab (YAML indents with spaces, and takes none after a colon), or a second
+    document (a ``---`` line). Read from where the error points, not from its words; ``fix`` alone otherwise."""
+    import yaml
+
+    if not Path(path).is_file():  # a device is not read here (/dev/zero would never end): its reader says so
+        return fix
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        if mark is None:
+            return fix
+        lines = text.splitlines()
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        if line[mark.column:mark.column + 1] == "\t":
+            return f"replace the tab on line {mark.line + 1} with spaces (YAML indents with spaces, and a tab after " \
+                   f"a colon is refused too); {fix}"
+        if mark.line > 0 and line.startswith(("---", "...")):
+            return f"a config file is one YAML document: delete the `{line[:3]}` line on line {mark.line + 1} and " \
+                   f"keep every section in the one document; {fix}"
+    except (OSError, UnicodeDecodeError, ValueError):  # said by its reader
+        pass
+    return fix
+
+
 def _read_config(path: str) -> Optional[dict]:
     """The mapping in config file ``path``; None when it cannot be read (:func:`check_config_file` says so).
 
     Raises:
-        DepthlabError: the file is empty, not a mapping, or a section that is not a mapping.
+        DepthlabError: the file is empty, not a mapping, or a section that is not a mapping; a key given twice.
     """
     from .config import read_yaml
 
+    layout = "keys and values as `section:` then indented `field: value` lines (e.g. `train:`, then `max_iters: 100` " \
+             "indented below it)"
     try:
-        d = read_yaml(path, "config file", "fix the file (keys and values as `section:` then indented `field: value`)")
-    except OSError:
-        return None
+        d = read_yaml(path, "config file", yaml_fix(path, f"fix the file ({layout})"))
+    except OSError as e:
+        if not Path(path).is_file():  # not found: check_config_file says so (or it is inline YAML)
+            return None
+        raise DepthlabError(f"config file {path} cannot be read ({e.strerror or e}); make it readable (chmod u+r "
+                            f"{path}) or give another file") from None
+    refuse_keys_twice(path)
     if d is None:
         raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
     if not isinstance(d, dict):
         raise DepthlabError(f"config file {path} must be a mapping with sections data:, model:, train:, got a "
-                            f"{type(d).__name__}")
+                            f"{type(d).__name__}; write {layout}")
     for k, v in d.items():
         if k in SECTIONS and not isinstance(v, dict):
             raise DepthlabError(f"config file {path}: section {k}: must hold fields (`{k}:` then an indented "
@@ -608,6 +727,36 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     if not out:
         return None
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
+
+
+def _command_line_only(path: str, d: dict, known: set[str]) -> Optional[str]:
+    """Why config file ``path`` (mapping ``d``) may not hold a command-line option it names with a value that asks
+    for something (``debug: true``, ``preset: NAME``, ``resume: RUN``, ``config: FILE``, ``print_config``), or None.
+    The parser took them, and nothing read them: a file's ``preset:`` trained the defaults, its ``resume:`` a new
+    run, its ``debug: true`` showed no traceback, its ``config:`` read another file unchecked. The values a config
+    printed by an older ``--print_config`` holds (``debug: false``, ``preset: null``, ``resume: null``) ask nothing
+    and pass."""
+    for key, value in d.items():
+        if value is None or value is False or key not in known and key != "print_config":
+            continue
+        value = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
+        if key == "debug":
+            return (f"{path}: debug: {value}: --debug is a command-line switch, which a config file does not set; "
+                    "delete the line and give --debug on the command line")
+        if key == "preset":
+            return (f"{path}: preset: {value}: a preset is chosen on the command line, not in a config file (which "
+                    f"would train without it); delete the line and give --preset {value} (or -c the preset's own "
+                    "file first)")
+        if key == "resume":
+            return (f"{path}: resume: {value}: --resume is given on the command line (depthlab train --resume "
+                    f"{value}), not in a config file (which would start a new run); delete the line, or write "
+                    f"resume: true and out_dir: {value} under train:")
+        if key == "config":
+            return (f"{path}: config: {value}: a config file does not name another (its keys would go unchecked); "
+                    f"delete the line and give each file with -c, in order: -c {value} -c {path}")
+        if key == "print_config":
+            return f"{path}: print_config: --print_config is a command-line flag; delete the line and give it there"
+    return None
 
 
 def _takes_null(hint: Any) -> bool:
@@ -693,10 +842,23 @@ def check_no_empty_paths(command: str, argv: list[str]) -> None:
                                 "(an unset shell variable?)")
 
 
+def joined_config(a: str) -> Optional[str]:
+    """The file of ``-cFILE`` / ``-c=FILE`` (one word, as argparse reads a short option's value), else None."""
+    if a.startswith("-c") and len(a) > 2:
+        return a[3:] if a[2] == "=" else a[2:]
+    return None
+
+
 def config_files(argv: list[str]) -> list[str]:
-    """The paths of the ``-c/--config`` files ``argv`` names, in order."""
-    return [a.split("=", 1)[1] if "=" in a else argv[i + 1] for i, a in enumerate(argv)
-            if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config=")]
+    """The paths of the ``-c/--config`` files ``argv`` names, in order (``-cFILE`` too: its file was read by the
+    parser alone, unchecked)."""
+    out = []
+    for i, a in enumerate(argv):
+        if a in ("-c", "--config") and i + 1 < len(argv) or a.startswith("--config="):
+            out.append(a.split("=", 1)[1] if "=" in a else argv[i + 1])
+        elif joined_config(a) is not None:
+            out.append(joined_config(a))
+    return out
 
 
 def _check_takes_no_config_field(key: str, known: set[str], argv: list[str]) -> None:
@@ -777,6 +939,10 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
     files = [(path, _read_config(path)) for path in config_files(argv)]
+    for path, d in files:
+        said = _command_line_only(path, d, known) if d is not None else None
+        if said:
+            raise DepthlabError(said)
     in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
     if problems or in_files:
         raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}; see `depthlab {command} "

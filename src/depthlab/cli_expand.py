@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-from .cli_args import as_flag, check_section_file, convert, flag, flag_value, occurrences
+from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, \
+    refuse_keys_twice, yaml_fix
 from .errors import DepthlabError
 
 __all__ = ["attribute_config_error", "deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault",
@@ -68,12 +69,15 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
         raise DepthlabError(f"--{section} needs a file: {how}")
     if Path(path).is_dir():
         raise DepthlabError(f"--{section} {path} is a folder, not a file; {how}")
+    if Path(path).exists() and not Path(path).is_file():  # was: "no such file" for /dev/zero
+        raise DepthlabError(f"--{section} {path} is not a regular file (a device, pipe or socket); {how}")
     if not Path(path).is_file():
         raise DepthlabError(f"--{section} {path}: no such file; {how}")
     try:
-        d = read_yaml(path, f"--{section} file", how)
+        d = read_yaml(path, f"--{section} file", yaml_fix(path, how))
     except OSError as e:
         raise DepthlabError(f"--{section} {path} cannot be read ({e.strerror or e}); {how}") from None
+    refuse_keys_twice(path)
     if isinstance(d, dict) and set(d) == {section} and isinstance(d[section], dict):
         d = d[section]  # the file repeats the section's name
     if not isinstance(d, dict):
@@ -117,6 +121,10 @@ def expand_presets(argv: list[str]) -> list[str]:
                                     " (`depthlab presets` describes them)")
             out += ["--config", str(preset_path(name))]
             i += 1 if "=" in a else 2
+            continue
+        if joined_config(a) is not None:  # -cFILE: spelled as the other files, so that what reads them finds it
+            out += ["-c", joined_config(a)]
+            i += 1
             continue
         out.append(a)
         i += 1

@@ -12,7 +12,8 @@ from .cli_args import field_types
 
 PROG = "depthlab"
 
-__all__ = ["PROG", "add_device", "add_run_dir", "config_from", "new_parser", "set_threads", "value_types"]
+__all__ = ["NOT_PRINTED", "PROG", "add_device", "add_run_dir", "config_from", "new_parser", "printable", "set_threads",
+           "value_types"]
 
 
 @lru_cache(maxsize=None)
@@ -29,20 +30,48 @@ def _parser_class():
             return action
 
         def dump(self, namespace, *args, **kwargs):
-            """--print_config's text: a model.source run's model section as config.json records it
-            (:func:`~depthlab.config.model_record`), not depthlab's GPT's fields, which do not describe it."""
-            from .config import model_record
-
+            """--print_config's text: a file that ``-c`` reads back to the same config (:func:`printable`)."""
             if all(isinstance(namespace.get(k), Namespace) for k in ("data", "model", "train")):
                 config_from(namespace)  # a config that train would refuse is refused here too, not printed as fine
-            if isinstance(namespace.get("model"), Namespace) and namespace.get("model.source"):
-                namespace = namespace.clone()
-                kept = model_record(namespace["model"].as_dict())
-                for key in [k for k in namespace["model"].keys() if k not in kept]:
-                    del namespace["model"][key]
-            return super().dump(namespace, *args, **kwargs)
+            return super().dump(printable(namespace), *args, **kwargs)
 
     return Parser
+
+
+#: What --print_config leaves out, with why: options whose effect the printed sections already hold, or that a
+#: config file does not set (:func:`depthlab.cli_args.check_keys` refuses them in one), and derived fields.
+NOT_PRINTED = {
+    "debug": "a command-line switch; a config file does not set it",
+    "preset": "the preset's fields are printed in the sections; a config file does not choose a preset",
+    "resume": "printed as train.resume and train.out_dir; a config file does not give --resume",
+    "model.vocab_size": "set from the corpus's tokenizer when training starts (a value given is replaced)",
+}
+
+
+def printable(namespace):
+    """The namespace ``--print_config`` prints: without :data:`NOT_PRINTED`; a model.source run's model section as
+    config.json records it (:func:`~depthlab.config.model_record`), not depthlab's GPT's fields, which do not
+    describe it; and for a ``--grid`` sweep (``depthlab sweep``) without ``train.out_dir`` (the sweep sets each
+    run's) and without the fields its grid sets (given again with the grid, they were refused as flags that an
+    axis replaces). ``depthlab COMMAND -c printed.yaml`` then reads back the config printed."""
+    from jsonargparse import Namespace
+
+    from .config import model_record
+
+    namespace = namespace.clone()
+    for key in NOT_PRINTED:
+        if key in namespace:
+            del namespace[key]
+    if isinstance(namespace.get("model"), Namespace) and namespace.get("model.source"):
+        kept = model_record(namespace["model"].as_dict())
+        for key in [k for k in namespace["model"].keys() if k not in kept]:
+            del namespace["model"][key]
+    if isinstance(namespace.get("grid"), list):  # depthlab sweep's
+        axes = [str(g).split("=", 1)[0].strip() for g in namespace["grid"]]
+        for key in ["train.out_dir", *axes]:
+            if key.count(".") == 1 and key in namespace:
+                del namespace[key]
+    return namespace
 
 
 def value_types(parser) -> dict[str, Any]:
