@@ -35,14 +35,14 @@ def test_a_config_file_giving_a_key_twice_is_refused_naming_both_lines(tmp_path,
     f = _file(tmp_path, text)
     argv = [*command, "-c", str(f), "--out_dir", str(tmp_path / "sw")] if command[0] == "sweep" else \
         [*command, "-c", str(f), "--print_config"]
-    assert cli_err(capsys, *argv) == f"depthlab: error: {f} {said}\n"
+    assert cli_err(capsys, *argv) == f"depthlab: error: config file {f} {said}\n"
 
 
 def test_a_key_twice_in_a_model_file_and_in_inline_yaml_is_refused(tmp_path, capsys):
     m = _file(tmp_path, "n_layer: 2\nn_embd: 32\nn_layer: 3\n", "m.yaml")
     # was: --model m.yaml built 3 layers
     assert cli_err(capsys, "train", "--model", str(m), "--print_config") == \
-        f"depthlab: error: {m} line 3: key 'n_layer' appears twice (lines 1 and 3); keep one\n"
+        f"depthlab: error: --model file {m} line 3: key 'n_layer' appears twice (lines 1 and 3); keep one\n"
     assert cli_err(capsys, "train", "-c", "{train: {seed: 1, seed: 2}}", "--print_config") == \
         "depthlab: error: train: -c {train: {seed: 1, seed: 2}}: key 'train.seed' appears twice; keep one\n"
 
@@ -52,14 +52,14 @@ def test_a_config_file_joined_to_c_is_checked_as_any_other(tmp_path, capsys, spe
     """``-cFILE`` was read by jsonargparse alone: its keys, values and repeats went unchecked by depthlab."""
     f = _file(tmp_path, LR_TWICE)
     assert cli_err(capsys, "train", spelling.format(f), "--print_config") == \
-        f"depthlab: error: {f} line 4: key 'train.learning_rate' appears twice (lines 3 and 4); keep one\n"
+        f"depthlab: error: config file {f} line 4: key 'train.learning_rate' appears twice (lines 3 and 4); keep one\n"
     g = _file(tmp_path, "model:\n  max_iters: 3\n", "g.yaml")  # was: "unknown key(s) in model: max_iters"
     assert cli_err(capsys, "train", spelling.format(g), "--print_config") == \
         f"depthlab: error: {g}: unknown key(s) model.max_iters (did you mean train.max_iters?): edit or remove it\n"
 
 
 def test_a_merge_key_may_be_overridden_and_keys_are_named_from_the_top():
-    from depthlab.cli_args import key_twice
+    from depthlab.config import key_twice
 
     assert key_twice("train:\n  <<: {max_iters: 4}\n  max_iters: 3\n") is None  # YAML's own override
     assert key_twice("a:\n  - {b: 1, b: 2}\n") == ("a.b", 2, 2)
@@ -74,8 +74,8 @@ def test_a_key_twice_exits_2_in_one_line_from_the_command(tmp_path):
     p = subprocess.run([sys.executable, "-m", "depthlab", "train", "-c", str(f)], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr == f"depthlab: error: {f} line 4: key 'train.learning_rate' appears twice (lines 3 and 4); " \
-                       "keep one\n"
+    assert p.stderr == f"depthlab: error: config file {f} line 4: key 'train.learning_rate' appears twice (lines 3 " \
+                       "and 4); keep one\n"
 
 
 # ------------------------------------------------------------------------- 2. --print_config reads back
@@ -193,3 +193,25 @@ def test_a_model_file_that_is_a_device_or_has_a_tab_says_so(tmp_path, capsys):
     m = _file(tmp_path, "n_layer: 2\n\tn_embd: 32\n", "m.yaml")
     assert "; replace the tab on line 2 with spaces (YAML indents with spaces" in \
         cli_err(capsys, "train", "--model", str(m), "--print_config")
+
+
+def test_a_sweep_file_giving_a_key_twice_is_refused(tmp_path, capsys):
+    # was: a sweep -f file (or a profile) read by config.read_yaml alone kept the second grid silently
+    f = _file(tmp_path, "grid:\n  train.seed: [1, 2]\ngrid:\n  train.seed: [3]\n", "sw.yaml")
+    assert cli_err(capsys, "sweep", "-f", str(f), "--dry_run", "--out_dir", str(tmp_path / "sw")) == \
+        f"depthlab: error: sweep file {f} line 3: key 'grid' appears twice (lines 1 and 3); keep one\n"
+
+
+def test_a_sweep_files_workers_is_used_and_the_flag_wins(tmp_path, capsys):
+    # was: `workers: 1` in a sweep file was accepted and ignored (one worker per core ran)
+    f = _file(tmp_path, "workers: 1\nbase:\n  model: {n_embd: 16, n_head: 2, n_layer: 1}\n  train: {max_iters: 5}\n"
+                        "grid:\n  train.seed: [1, 2]\n", "sw.yaml")
+    args = ("sweep", "-f", str(f), "--dry_run", "--out_dir", str(tmp_path / "sw"))
+    rc, out, err = run_cli(capsys, *args)
+    assert rc == 0 and " on 1 worker x " in out, out + err
+    rc, out, err = run_cli(capsys, *args, "--workers", "2")
+    assert rc == 0 and " on 2 workers x 1 thread" in out, out + err
+    f.write_text(f.read_text().replace("workers: 1", "workers: -3"))
+    assert cli_err(capsys, *args) == (
+        f"depthlab: error: sweep file {f}: workers must be a whole number >= 0 (0 = one per core, 1 = in the sweep's "
+        "own process), got -3; fix it, or leave it out and give --workers\n")

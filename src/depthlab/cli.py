@@ -609,7 +609,9 @@ def build_sweep_parser():
     p.add_argument("--out_dir", "--out-dir", type=Optional[str], default=None,
                    help="sweep directory (default: sweeps/<profile>, or sweeps/<name>-<hash of the grid and "
                         "settings>, so the same command continues the same sweep)")
-    p.add_argument("--workers", type=int, default=0, help="worker processes (0 = one per core; 1 = in this process)")
+    p.add_argument("--workers", type=Optional[int], default=None,
+                   help="worker processes (0 = one per core; 1 = in this process); default: the sweep file's "
+                        "workers, else 0")
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = cores // workers)")
     p.add_argument("--overwrite", "--rerun", dest="overwrite", action="store_true",
                    help="redo every run, even finished ones")
@@ -699,11 +701,13 @@ def run_sweep(ns, argv: list[str]) -> int:
     from .sweep.spec import refuse_flags_on_axes
 
     check_threads(ns.threads, "--threads")
-    if ns.workers < 0:
+    if ns.workers is not None and ns.workers < 0:
         raise DepthlabError(f"--workers must be >= 0, got {ns.workers}")
     _warn_sweep_omp(ns.threads)
     overrides = _explicit_overrides(argv)
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
+    if ns.workers is None:  # the sweep file's, else one per core
+        ns.workers = spec.workers if spec.workers is not None else 0
     refuse_flags_on_axes(spec)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:

@@ -16,10 +16,10 @@ import difflib
 import json
 import math
 import typing
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Optional, Sequence, Union
 
+from .config import key_twice
 from .errors import DepthlabError
 
 #: The config sections a command line addresses with dotted flags (``--model.n_layer``).
@@ -574,79 +574,6 @@ def _suggest(key: str, known: set[str], name=str, section: bool = False) -> str:
 
 
 # ------------------------------------------------------------------------- a key given twice
-class _KeyTwice(Exception):
-    """Raised by :func:`_unique_key_loader`'s loader: (dotted key, line of its first place, line of the second)."""
-
-
-_MERGE = "tag:yaml.org,2002:merge"
-
-
-@lru_cache(maxsize=None)
-def _unique_key_loader():
-    """PyYAML's safe loader, refusing a mapping that gives one key twice (PyYAML itself keeps the last silently:
-    ``learning_rate:`` twice under ``train:`` trained with the second). Keys are named dotted from the top
-    (``train.learning_rate``); a ``<<: *anchor`` merge's keys may be overridden, as YAML means."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def __init__(self, stream):
-            super().__init__(stream)
-            self.key_paths: dict[Any, str] = {}  # a nested mapping node -> the dotted path of its key, with "."
-
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                prefix, seen = self.key_paths.get(node, ""), {}
-                for key_node, value_node in node.value:
-                    if key_node.tag == _MERGE:
-                        continue
-                    key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
-                    name = f"{prefix}{key}"
-                    try:
-                        if key in seen:
-                            raise _KeyTwice(name, seen[key], line)
-                        seen[key] = line
-                    except TypeError:  # an unhashable key: PyYAML's own error says so
-                        continue
-                    children = [value_node] if isinstance(value_node, yaml.MappingNode) else \
-                        [v for v in value_node.value if isinstance(v, yaml.MappingNode)] \
-                        if isinstance(value_node, yaml.SequenceNode) else []
-                    for child in children:
-                        self.key_paths[child] = f"{name}."
-            return super().construct_mapping(node, deep=deep)
-
-    return UniqueKeyLoader
-
-
-def key_twice(text: str) -> Optional[tuple[str, int, int]]:
-    """(dotted key, line of its first place, line of its second) of the first key that YAML ``text`` gives twice
-    in one mapping, or None (none, or ``text`` is not valid YAML: its reader says that)."""
-    import yaml
-
-    try:
-        yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
-    except _KeyTwice as e:
-        return e.args
-    except (yaml.YAMLError, ValueError, TypeError):
-        return None
-    return None
-
-
-def refuse_keys_twice(path: str) -> None:
-    """Refuse YAML file ``path`` (readable UTF-8, already read) when it gives a key twice in one mapping.
-
-    Raises:
-        DepthlabError: ``FILE line N: key 'train.learning_rate' appears twice (lines M and N); keep one``.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):  # said where the file is read
-        return
-    found = key_twice(text)
-    if found:
-        key, first, second = found
-        raise DepthlabError(f"{path} line {second}: key {key!r} appears twice (lines {first} and {second}); keep one")
-
-
 def yaml_fix(path: str, fix: str) -> str:
     """``fix`` (what to do about a file that is not valid YAML) for file ``path``, opened by what the parse stopped at
     when that is one a new user meets: a tab (YAML indents with spaces, and takes none after a colon), or a second
@@ -692,7 +619,6 @@ def _read_config(path: str) -> Optional[dict]:
             return None
         raise DepthlabError(f"config file {path} cannot be read ({e.strerror or e}); make it readable (chmod u+r "
                             f"{path}) or give another file") from None
-    refuse_keys_twice(path)
     if d is None:
         raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
     if not isinstance(d, dict):

@@ -12,8 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, \
-    refuse_keys_twice, yaml_fix
+from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
 from .errors import DepthlabError
 
 __all__ = ["attribute_config_error", "deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault",
@@ -77,7 +76,6 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
         d = read_yaml(path, f"--{section} file", yaml_fix(path, how))
     except OSError as e:
         raise DepthlabError(f"--{section} {path} cannot be read ({e.strerror or e}); {how}") from None
-    refuse_keys_twice(path)
     if isinstance(d, dict) and set(d) == {section} and isinstance(d[section], dict):
         d = d[section]  # the file repeats the section's name
     if not isinstance(d, dict):

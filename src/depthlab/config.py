@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
@@ -310,6 +311,63 @@ class ModelConfig:
         return self.n_embd // self.n_head
 
 
+class _KeyTwice(Exception):
+    """Raised by :func:`_unique_key_loader`'s loader: (dotted key, line of its first place, line of the second)."""
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+@lru_cache(maxsize=None)
+def _unique_key_loader():
+    """PyYAML's safe loader, refusing a mapping that gives one key twice (PyYAML itself keeps the last silently:
+    ``learning_rate:`` twice under ``train:`` trained with the second). Keys are named dotted from the top
+    (``train.learning_rate``); a ``<<: *anchor`` merge's keys may be overridden, as YAML means."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def __init__(self, stream):
+            super().__init__(stream)
+            self.key_paths: dict[Any, str] = {}  # a nested mapping node -> the dotted path of its key, with "."
+
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                prefix, seen = self.key_paths.get(node, ""), {}
+                for key_node, value_node in node.value:
+                    if key_node.tag == _MERGE:
+                        continue
+                    key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                    name = f"{prefix}{key}"
+                    try:
+                        if key in seen:
+                            raise _KeyTwice(name, seen[key], line)
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: PyYAML's own error says so
+                        continue
+                    children = [value_node] if isinstance(value_node, yaml.MappingNode) else \
+                        [v for v in value_node.value if isinstance(v, yaml.MappingNode)] \
+                        if isinstance(value_node, yaml.SequenceNode) else []
+                    for child in children:
+                        self.key_paths[child] = f"{name}."
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def key_twice(text: str) -> Optional[tuple[str, int, int]]:
+    """(dotted key, line of its first place, line of its second) of the first key that YAML ``text`` gives twice
+    in one mapping, or None (none, or ``text`` is not valid YAML: its reader says that)."""
+    import yaml
+
+    try:
+        yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+    except _KeyTwice as e:
+        return e.args
+    except (yaml.YAMLError, ValueError, TypeError):
+        return None
+    return None
+
+
 def read_yaml(path: str | Path, what: str, fix: str) -> Any:
     """Parse a YAML file, or raise one line that says where and what is wrong.
 
@@ -331,6 +389,11 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
     except UnicodeDecodeError as e:
         raise DepthlabError(f"{what} {path} is not UTF-8 text (byte {e.object[e.start]:#x} at position "
                             f"{e.start}); save it as UTF-8") from None
+    found = key_twice(text)
+    if found:
+        key, first, second = found
+        raise DepthlabError(f"{what} {path} line {second}: key {key!r} appears twice (lines {first} and {second}); "
+                            "keep one")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

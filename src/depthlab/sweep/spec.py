@@ -88,12 +88,14 @@ class SweepSpec:
         base: dotted overrides for every run (below each experiment's own ``base``).
         overrides: dotted overrides from the command line (above every base, below the grid).
         profile: name of the profile it came from, if any.
+        workers: the sweep file's ``workers`` (0 = one per core), or None; ``--workers`` wins over it.
     """
 
     experiments: list = dataclasses.field(default_factory=list)
     base: dict = dataclasses.field(default_factory=dict)
     overrides: dict = dataclasses.field(default_factory=dict)
     profile: Optional[str] = None
+    workers: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -388,7 +390,12 @@ def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> Swee
         names = [e.name for e in exps]
         if len(set(names)) != len(names) or (len(exps) > 1 and "" in names):
             raise DepthlabError(f"{what}: experiments need distinct non-empty names, got {names}")
-    return SweepSpec(experiments=exps, base=_flatten(d.get("base") or {}, f"{what} base"), profile=profile)
+    workers = d.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise DepthlabError(f"{what}: workers must be a whole number >= 0 (0 = one per core, 1 = in the sweep's own "
+                            f"process), got {workers!r}; fix it, or leave it out and give --workers")
+    return SweepSpec(experiments=exps, base=_flatten(d.get("base") or {}, f"{what} base"), profile=profile,
+                     workers=workers)
 
 
 def _read_yaml(path: Path, what: str) -> Any:
