@@ -215,3 +215,11 @@ def test_a_sweep_files_workers_is_used_and_the_flag_wins(tmp_path, capsys):
     assert cli_err(capsys, *args) == (
         f"depthlab: error: sweep file {f}: workers must be a whole number >= 0 (0 = one per core, 1 = in the sweep's "
         "own process), got -3; fix it, or leave it out and give --workers\n")
+
+
+def test_a_sweep_takes_a_model_file_as_train_does(tmp_path, capsys):
+    # was: "sweep: unknown key(s) in model: __path__" (jsonargparse's own words)
+    m = _file(tmp_path, "n_layer: 1\nn_embd: 16\nn_head: 2\n", "m.yaml")
+    printed = yaml.safe_load(cli_print_config(capsys, "sweep", "--model", str(m), "--grid", "train.seed=1,2",
+                                              "--print_config"))
+    assert (printed["model"]["n_layer"], printed["model"]["n_embd"], printed["model"]["n_head"]) == (1, 16, 2)

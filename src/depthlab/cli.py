@@ -638,7 +638,8 @@ def build_sweep_parser():
 
 
 def _sweep_argv(argv: list[str]) -> list[str]:
-    """``depthlab sweep``'s argv, refusing ``--print_config`` with ``--profile`` or ``--file``: the printed config
+    """``depthlab sweep``'s argv, with ``--model FILE`` (``--data``, ``--train``) as that file's fields' flags, refusing
+    ``--print_config`` with ``--profile`` or ``--file``: the printed config
     would be the flags' alone, without the base config the profile's or file's runs take (it said width 128 and
     5,000 steps of the quick profile, whose runs are 32 wide and 500 steps long)."""
     words = argv[:argv.index("--")] if "--" in argv else argv
@@ -648,7 +649,7 @@ def _sweep_argv(argv: list[str]) -> list[str]:
                             f"{source} each experiment's runs take the base config of the profile or file as well, "
                             "which it would not show: read the profile's YAML (depthlab/sweep/profiles/) or your "
                             "file, and --dry_run for the runs")
-    return argv
+    return expand_presets(argv, presets=False)  # --model FILE (--data, --train) as train reads it
 
 
 def _explicit_overrides(argv: list[str]) -> dict[str, Any]:

@@ -95,9 +95,12 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
     return out
 
 
-def expand_presets(argv: list[str]) -> list[str]:
+def expand_presets(argv: list[str], presets: bool = True) -> list[str]:
     """Turn ``--preset NAME`` into ``--config <the preset's file>`` and ``--model FILE`` (``--data``,
     ``--train``) into that file's fields as flags (:func:`section_file_flags`), in place.
+
+    Args:
+        presets: False for a command without ``--preset`` (``sweep``): its words are left to its parser.
 
     Raises:
         DepthlabError: ``--preset`` without a name, or an unknown preset; a bad section file.
@@ -112,7 +115,7 @@ def expand_presets(argv: list[str]) -> list[str]:
             out += section_file_flags(name[2:], path)
             i += 1 if _ else 2
             continue
-        if a == "--preset" or a.startswith("--preset="):
+        if presets and (a == "--preset" or a.startswith("--preset=")):
             name = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else None)
             if not name or name.startswith("-"):  # --preset at the end, or followed by another flag
                 raise DepthlabError(f"--preset needs a name after it, one of {', '.join(list_presets()) or 'none'}"
