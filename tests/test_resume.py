@@ -368,8 +368,9 @@ def test_a_noted_field_edited_in_config_json_is_announced_like_a_command_line_ch
     capsys.readouterr()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
     cap = capsys.readouterr()
-    assert "depthlab: resume: model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): " \
-           "the regularisation changes from the next step\n" in cap.err
+    assert "depthlab: resume: model.dropout 0.0 -> 0.1 (in config.json, not the checkpoint step-000020: edited by " \
+           "hand, or left by a session that stopped before its first checkpoint): the regularisation changes from " \
+           "the next step\n" in cap.err
     saved = json.loads(ckpt.read_metadata(run20 / "checkpoints" / "step-000030.safetensors")["config"])
     assert saved["model"]["dropout"] == 0.1  # the line is true: the resumed steps trained with it
     assert main(["train", "--resume", str(run20), "--train.max_iters", "40"]) == 0

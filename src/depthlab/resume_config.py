@@ -197,18 +197,22 @@ def config_edits(run_dir: Path) -> Optional[str]:
 
 def config_json_notes(run_dir: Path) -> list[str]:
     """The fields a resume may change with a line (:data:`RESUME_NOTED`) whose value in a run's config.json differs
-    from the config stored in its newest checkpoint: edited there by hand, they would be used without a word.
+    from the config stored in its newest checkpoint: edited there by hand (or left by a resumed session killed before
+    its first checkpoint), they would be used without a word.
 
     Returns:
-        e.g. ``["model.dropout 0.0 -> 0.1 (edited in config.json since the checkpoint step-000020): the
-        regularisation changes from the next step"]``; empty without a checkpoint or a readable config.json.
+        e.g. ``["model.dropout 0.0 -> 0.1 (in config.json, not the checkpoint step-000020: edited by hand, or left by
+        a session that stopped before its first checkpoint): the regularisation changes from the next step"]``;
+        empty without a checkpoint or a readable config.json.
     """
     name, saved = _saved_config(Path(run_dir) / CKPT_DIR)
     old = RunDir(run_dir).config if (Path(run_dir) / CONFIG).is_file() else None
     if saved is None or old is None:
         return []
     _, noted = resume_changes(saved, {k: v for k, v in old.items() if k in ("data", "model", "train")})
-    return [line.replace(": ", f" (edited in {CONFIG} since the checkpoint {name}): ", 1) for line in noted]
+    # a resume rewrites config.json when it starts: a session killed before its first checkpoint leaves its values
+    return [line.replace(": ", f" (in {CONFIG}, not the checkpoint {name}: edited by hand, or left by a session that "
+                                f"stopped before its first checkpoint): ", 1) for line in noted]
 
 
 def refuse_edited_config(run_dir: Path, prefix: str) -> None:
