@@ -206,6 +206,8 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
                 if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
                     raise DepthlabError(f"{path} is UTF-16 (it starts with a UTF-16 byte-order mark), not "
                                         f"{encoding}; set --data.encoding utf-16") from None
+                if b"\x00" in raw:  # an executable, an image, UTF-16 without a BOM: latin-1 would "decode" them
+                    raise _nul_refusal(path, encoding) from None
                 raise DepthlabError(
                     f"{path} is not valid {encoding}: byte 0x{bad.hex()} at byte offset {pos}; "
                     f"set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding"
@@ -229,6 +231,41 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
                 yield text
             if final:
                 return
+
+
+def _nul_refusal(path: Path, encoding: str) -> DepthlabError:
+    """The refusal of a file that holds NUL (U+0000): no text has one, and a binary file (or UTF-16 without a
+    byte-order mark, read as an 8-bit encoding) trained on silently as characters, NULs and all.
+
+    Names UTF-16 when every other byte of the file's start is 0 (or it starts with a UTF-16 byte-order mark),
+    else the byte offset of the first NUL."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    even, odd = head[0::2], head[1::2]
+    if "\x00".encode(encoding) != b"\x00":  # a UTF-16/32 read: its NUL bytes are no clue, the character is
+        return DepthlabError(f"{path} read as {encoding} holds NUL characters (U+0000), which no text has: it is a "
+                             "binary file or in another encoding; give a text file, or set --data.encoding to its "
+                             "encoding")
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        guess = "utf-16"
+    elif odd and odd.count(0) > 0.3 * len(odd) and even.count(0) < 0.02 * len(even):
+        guess = "utf-16-le"
+    elif even and even.count(0) > 0.3 * len(even) and odd.count(0) < 0.02 * len(odd):
+        guess = "utf-16-be"
+    else:
+        guess = None
+    if guess:
+        return DepthlabError(f"{path} is not {encoding} text: it looks like UTF-16 (one byte in two is 0); set "
+                             f"--data.encoding {guess}")
+    offset, pos = -1, 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK_BYTES), b""):
+            if (k := chunk.find(b"\x00")) >= 0:
+                offset = pos + k
+                break
+            pos += len(chunk)
+    return DepthlabError(f"{path} holds NUL bytes (the first at byte offset {offset}), which no text has: it looks "
+                         "like a binary file, not text; give a text file")
 
 
 def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Optional[str] = None) -> Corpus:
@@ -260,6 +297,8 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
         raise DepthlabError(f"data.path {path} is empty after decoding; give a file with some text")
     chars = np.memmap(entry / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(n,))
     vocab = meta["vocab"]
+    if "\x00" in vocab:  # checked on the cached vocabulary too: a file cached before this check is refused alike
+        raise _nul_refusal(path, cfg.encoding)
     if cfg.split == "lines":
         split_key = f"lines-s{seed}-f{cfg.val_fraction!r}"
         chars, n_train_chars = _lines_split(entry / split_key, chars, vocab, cfg.val_fraction, seed, path)

@@ -308,7 +308,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         kv_cache: see :func:`generate` (False = re-encode the cropped context for every token).
 
     Returns:
-        The generated texts, prompt included.
+        The generated texts, prompt included (its CRLF and lone CR as ``\n``, as every corpus is read).
 
     Raises:
         DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
@@ -319,6 +319,11 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     model, tok, mcfg = _load_run(run_dir, which, device)
     block_size = mcfg.block_size
     if prompt:
+        # line ends as every corpus is read (data.py): a model never saw a CR, and a char run's "train on a corpus
+        # that contains them" was false for one (a CRLF corpus is normalised too)
+        if "\r" in prompt:
+            tok.encode(prompt.replace("\r", "\n"))  # a refusal names positions in the prompt as typed
+            prompt = normalise_newlines(prompt)
         ids = tok.encode(prompt)
     else:  # start from a newline when the corpus has one, else its first symbol
         prompt = "\n" if "\n" in tok.vocab else tok.vocab[0]
@@ -341,6 +346,12 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
             _put(stream, piece.flush())
         texts.append(tok.decode(out[0].tolist()))
     return texts
+
+
+def normalise_newlines(text: str) -> str:
+    """``text`` with CRLF and lone CR as ``\\n``, as :mod:`depthlab.data` reads every corpus (so no vocabulary,
+    char or BPE, was trained on a CR)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def check_finite_logits(model: torch.nn.Module, ids: list[int], block_size: Optional[int], run_dir: str | Path,

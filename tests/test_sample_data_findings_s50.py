@@ -1,0 +1,130 @@
+"""A demanding new user of ``depthlab sample`` and of training on their own text (session 50's findings).
+
+1. A prompt with CRLF or lone CR line ends: every corpus is read with them as ``\\n``, so no vocabulary has a CR; a
+   char run refused the prompt ("train on a corpus that contains them", false even for a CRLF corpus) and a BPE run
+   encoded the CR as a byte its model never saw. The prompt is now read as the corpus is.
+2. A file holding NUL bytes (an executable, UTF-16 without a byte-order mark) trained silently, NULs as characters
+   (or, for an executable, was refused with the advice to read it as latin-1, which then trained on it). It is refused
+   in one line: UTF-16 named with the encoding to set, else the first NUL's byte offset.
+"""
+
+import numpy as np
+import pytest
+
+from depthlab import data as D
+from depthlab.config import DataConfig
+from depthlab.errors import DepthlabError
+from depthlab.sample import sample_text
+
+from conftest import TINY_TEXT, assert_clean_error, run_cli, tiny_cli_args
+
+
+# ------------------------------------------------------------------------------------------- 1: CR in the prompt
+@pytest.fixture(scope="module")
+def crlf_run(tmp_path_factory):
+    """A char run trained on TINY_TEXT written with CRLF line ends (what a Windows editor saves)."""
+    from depthlab.cli import main
+
+    d = tmp_path_factory.mktemp("s50crlf")
+    (d / "t.txt").write_bytes(TINY_TEXT.replace("\n", "\r\n").encode())
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=4)]) == 0
+    return d / "run"
+
+
+@pytest.fixture(scope="module")
+def bpe_run(tmp_path_factory):
+    from depthlab.cli import main
+
+    d = tmp_path_factory.mktemp("s50bpe")
+    (d / "t.txt").write_text(TINY_TEXT)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=4, data__tokenizer="bpe",
+                                         data__vocab_size=300)]) == 0
+    return d / "run"
+
+
+@pytest.mark.parametrize("nl", ["\r\n", "\r"])
+def test_a_crlf_prompt_on_a_run_of_a_crlf_corpus_samples_as_its_lf_twin(crlf_run, nl):
+    """Was: 'the prompt has characters the model's vocabulary lacks: '\\r' at position 6; ... train on a corpus that
+    contains them' -- the corpus did contain them."""
+    prompt = "First" + nl + "Before"
+    got = sample_text(crlf_run, prompt, 20, temperature=0)[0]
+    assert got == sample_text(crlf_run, "First\nBefore", 20, temperature=0)[0]
+    assert got.startswith("First\nBefore") and "\r" not in got and len(got) == len("First\nBefore") + 20
+
+
+def test_the_cli_prints_a_crlf_prompt_with_lf(crlf_run, capsys):
+    rc, out, err = run_cli(capsys, "sample", str(crlf_run), "--prompt", "All:\r\nSpeak", "--max_new_tokens", "10",
+                           "--temperature", "0")
+    assert rc == 0, err
+    assert out.startswith("All:\nSpeak") and "\r" not in out and "error" not in err
+
+
+def test_a_crlf_prompt_on_a_bpe_run_is_its_lf_twin(bpe_run):
+    """Was: the CR encoded as its own byte token (never in the training text), and the text went on from there."""
+    crlf = sample_text(bpe_run, "All:\r\nSpeak, speak.\r\n", 30, temperature=0)[0]
+    lf = sample_text(bpe_run, "All:\nSpeak, speak.\n", 30, temperature=0)[0]
+    assert crlf == lf and "\r" not in crlf
+
+
+def test_a_char_outside_the_vocabulary_is_still_refused(crlf_run):
+    with pytest.raises(DepthlabError, match=r"'é' at position 2"):
+        sample_text(crlf_run, "\r\né", 5)  # positions count the prompt as read: "\n" then "é"
+
+
+# ------------------------------------------------------------------------------------------- 2: NUL bytes
+def _load(tmp_path, name, data: bytes, **kw):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return D.load_corpus(DataConfig(path=str(p), cache_dir=str(tmp_path / "cache"), **kw))
+
+
+TEXT = TINY_TEXT[:2000]
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_a_bom_is_named_with_its_encoding(tmp_path, codec):
+    """Was: trained as utf-8, a NUL after every character (vocabulary + '\\x00', bigram loss halved)."""
+    with pytest.raises(DepthlabError) as e:
+        _load(tmp_path, "u16.txt", TEXT.encode(codec))
+    assert str(e.value) == (f"{tmp_path / 'u16.txt'} is not utf-8 text: it looks like UTF-16 (one byte in two is 0); "
+                            f"set --data.encoding {codec}")
+    c = _load(tmp_path, "u16.txt", TEXT.encode(codec), encoding=codec)  # the fix named works
+    assert c.tokenizer.vocab == sorted(set(TEXT)) and len(c.tokens) == len(TEXT)
+
+
+def test_utf16_with_a_bom_read_as_latin1_is_named(tmp_path):
+    with pytest.raises(DepthlabError, match=r"is not latin-1 text: it looks like UTF-16 .*set --data.encoding utf-16$"):
+        _load(tmp_path, "u16.txt", TEXT.encode("utf-16"), encoding="latin-1")
+
+
+def test_a_binary_file_is_refused_with_its_first_nul(tmp_path):
+    """Was: an executable 'is not valid utf-8: byte 0xd0 ...; set data.encoding (e.g. ... latin-1)', and with
+    latin-1 it trained on the machine code."""
+    elf = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 8
+    for enc in ("utf-8", "latin-1", "cp1252"):
+        with pytest.raises(DepthlabError) as e:
+            _load(tmp_path, "prog", elf, encoding=enc)
+        assert str(e.value) == (f"{tmp_path / 'prog'} holds NUL bytes (the first at byte offset 7), which no text "
+                                "has: it looks like a binary file, not text; give a text file")
+
+
+def test_a_valid_utf8_file_with_nul_bytes_is_refused(tmp_path):
+    with pytest.raises(DepthlabError, match=r"holds NUL bytes \(the first at byte offset 3\)"):
+        _load(tmp_path, "nul.txt", b"abc\x00def\n" * 300)
+
+
+def test_a_nul_in_a_utf16_file_read_as_utf16_is_refused(tmp_path):
+    with pytest.raises(DepthlabError, match=r"read as utf-16 holds NUL characters \(U\+0000\)"):
+        _load(tmp_path, "n.txt", ("ab\x00c\n" * 200).encode("utf-16"), encoding="utf-16")
+
+
+def test_text_without_nul_still_loads(tmp_path):
+    c = _load(tmp_path, "ok.txt", "héllo wörld\n".encode("cp1252") * 50, encoding="cp1252")
+    assert c.tokenizer.decode(np.asarray(c.tokens[:12])) == "héllo wörld\n"
+
+
+def test_train_on_utf16_without_a_bom_is_one_line(tmp_path, capsys):
+    (tmp_path / "t.txt").write_bytes(TINY_TEXT.encode("utf-16-le"))
+    rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "run"))
+    assert_clean_error(rc, err, "looks like UTF-16", "--data.encoding utf-16-le")
+    assert not (tmp_path / "run").exists()
