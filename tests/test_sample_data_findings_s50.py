@@ -128,3 +128,40 @@ def test_train_on_utf16_without_a_bom_is_one_line(tmp_path, capsys):
     rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "run"))
     assert_clean_error(rc, err, "looks like UTF-16", "--data.encoding utf-16-le")
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------------- 3: Python callers
+@pytest.mark.parametrize("kw,msg", [(dict(max_new_tokens=5.5), "--max-new-tokens must be an integer >= 0, got 5.5"),
+                                    (dict(max_new_tokens=5, num_samples=2.0),
+                                     "--num-samples must be an integer >= 1, got 2.0")])
+def test_a_float_count_from_python_is_one_depthlab_error(crlf_run, kw, msg):
+    """Was: TypeError from torch's new_empty (5.5) or range() (2.0), after the run was loaded."""
+    with pytest.raises(DepthlabError) as e:
+        sample_text(crlf_run, "First", **kw)
+    assert str(e.value) == msg
+
+
+def test_numpy_integer_counts_still_work(crlf_run):
+    texts = sample_text(crlf_run, "First", np.int64(4), num_samples=np.int32(2), temperature=0)
+    assert len(texts) == 2 and texts[0] == texts[1] and len(texts[0]) == len("First") + 4
+
+
+# ------------------------------------------------------------------------------------------- 4: too few BPE tokens
+def test_too_few_bpe_tokens_names_the_characters_and_the_char_tokenizer(tmp_path):
+    """Was: 'the corpus ... has 6 tokens' for a file of 5,000 characters, the fix not naming the tokenizer."""
+    c = _load(tmp_path, "a.txt", b"a" * 5000, tokenizer="bpe", vocab_size=300)
+    assert len(c.tokens) == 6 and c.n_chars == 5000
+    with pytest.raises(DepthlabError) as e:
+        c.check_block_size(16)
+    assert str(e.value) == (f"the corpus {tmp_path / 'a.txt'} has 6 tokens (BPE tokens of its 5,000 characters) but "
+                            "model.block_size 16 needs at least 17 in each of the train and validation splits (34 in "
+                            "all); use a smaller model.block_size or a longer text, or --data.tokenizer char (one "
+                            "token per character: 5,000)")
+
+
+def test_too_few_chars_is_worded_as_before(tmp_path):
+    c = _load(tmp_path, "s.txt", b"hello world\n")
+    with pytest.raises(DepthlabError) as e:
+        c.check_block_size(16)
+    assert str(e.value).endswith("has 12 tokens but model.block_size 16 needs at least 17 in each of the train and "
+                                 "validation splits (34 in all); use a smaller model.block_size or a longer text")

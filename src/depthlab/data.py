@@ -114,10 +114,15 @@ class Corpus:
         need = block_size + 1
         n = len(self.tokens)
         if n < 2 * need:
+            bpe = isinstance(self.tokenizer, BPETokenizer) and self.n_chars > n
+            # a BPE count alone puzzled: "6 tokens" for a file of 5,000 characters (one repeated)
+            of = f" (BPE tokens of its {counted(self.n_chars, 'character')})" if bpe else ""
+            char = (f", or --data.tokenizer char (one token per character: {self.n_chars:,})"
+                    if bpe and self.n_chars >= 2 * need else "")
             raise DepthlabError(
-                f"the corpus {self.path} has {counted(n, 'token')} but model.block_size {block_size} needs "
+                f"the corpus {self.path} has {counted(n, 'token')}{of} but model.block_size {block_size} needs "
                 f"at least {need} in each of the train and validation splits ({2 * need} in all); "
-                "use a smaller model.block_size or a longer text")
+                f"use a smaller model.block_size or a longer text{char}")
         if n - self.n_train < need or self.n_train < need:
             self.n_train = n - need
             if log:

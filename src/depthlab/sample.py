@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 import sys
 from typing import Callable, Optional
@@ -47,6 +48,8 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise DepthlabError(f"--top-k must be an integer >= 0 (0 = off), got {top_k!r}")
     if top_p is not None and not (0.0 < top_p <= 1.0):
         raise DepthlabError(f"--top-p must be in (0, 1], got {top_p!r}")
+    if not isinstance(max_new_tokens, numbers.Integral):  # 5.5 failed in torch's new_empty with a TypeError
+        raise DepthlabError(f"--max-new-tokens must be an integer >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise DepthlabError(f"--max-new-tokens must be >= 0, got {max_new_tokens!r}")
     if max_new_tokens > MAX_NEW_TOKENS:
@@ -58,6 +61,8 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
 
 def _check_num_samples(n: int, max_new_tokens: int) -> None:
     """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
+    if not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
+        raise DepthlabError(f"--num-samples must be an integer >= 1, got {n!r}")
     if n < 1:
         raise DepthlabError(f"--num-samples must be >= 1, got {n}")
     if n > MAX_NUM_SAMPLES:
