@@ -165,3 +165,24 @@ def test_too_few_chars_is_worded_as_before(tmp_path):
         c.check_block_size(16)
     assert str(e.value).endswith("has 12 tokens but model.block_size 16 needs at least 17 in each of the train and "
                                  "validation splits (34 in all); use a smaller model.block_size or a longer text")
+
+
+# ------------------------------------------------------------------------------------------- 5: an export folder
+def test_sampling_an_export_names_the_run_it_came_from(crlf_run, tmp_path, capsys):
+    """Was: 'its config.json is not depthlab's (...; another program's, such as a Hugging Face model folder?)' for a
+    folder depthlab export wrote, whose depthlab.json names the run."""
+    pytest.importorskip("transformers")
+    rc, _, err = run_cli(capsys, "export", str(crlf_run), str(tmp_path / "hf"))
+    assert rc == 0, err
+    rc, out, err = run_cli(capsys, "sample", str(tmp_path / "hf"), "--max_new_tokens", "5")
+    assert_clean_error(rc, err, f"{tmp_path / 'hf'} is a Hugging Face export written by depthlab export, not a run "
+                                f"directory; use depthlab sample {crlf_run} (the run it was exported from), or "
+                                f"transformers' pipeline('text-generation', model='{tmp_path / 'hf'}')")
+    assert out == ""
+    import json
+
+    info = json.loads((tmp_path / "hf" / "depthlab.json").read_text())
+    info["run_dir"] = str(tmp_path / "gone")
+    (tmp_path / "hf" / "depthlab.json").write_text(json.dumps(info))
+    with pytest.raises(DepthlabError, match=r"depthlab sample RUN on the run it was exported from \(.*gone, no longer"):
+        sample_text(tmp_path / "hf", "First", 5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import numbers
 from pathlib import Path
 import sys
@@ -277,6 +278,7 @@ def _load_run(run_dir: str | Path, which: str = "best",
         DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint, missing or
             replaced ``tokenizer.json``.
     """
+    _refuse_export(Path(run_dir))
     rd = RunDir(run_dir).require("checkpoints").path
     import warnings
 
@@ -295,6 +297,24 @@ def _load_run(run_dir: str | Path, which: str = "best",
     model = make_model(mcfg, rd)  # depthlab's GPT, or the run's own copy of its model.source
     ckpt.load_into(model, sd, path)
     return model.to(device).eval(), tok, mcfg
+
+
+def _refuse_export(folder: Path) -> None:
+    """Refuse a folder ``depthlab export`` wrote, naming the run it came from (its ``depthlab.json`` says which): it
+    was refused as "not depthlab's (... a Hugging Face model folder?)", as if another program had written it."""
+    info = folder / "depthlab.json"
+    if not info.is_file() or (folder / ckpt.CKPT_DIR).exists():
+        return
+    try:
+        run = json.loads(info.read_text(encoding="utf-8")).get("run_dir")
+    except (OSError, ValueError, AttributeError):
+        run = None
+    if isinstance(run, str) and (Path(run) / ckpt.CKPT_DIR).is_dir():
+        fix = f"depthlab sample {run} (the run it was exported from)"
+    else:
+        fix = "depthlab sample RUN on the run it was exported from" + (f" ({run}, no longer there)" if run else "")
+    raise DepthlabError(f"{folder} is a Hugging Face export written by depthlab export, not a run directory; use "
+                        f"{fix}, or transformers' pipeline('text-generation', model='{folder}')")
 
 
 def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAMPLE_DEFAULTS["max_new_tokens"],
