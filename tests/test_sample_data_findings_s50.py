@@ -186,3 +186,50 @@ def test_sampling_an_export_names_the_run_it_came_from(crlf_run, tmp_path, capsy
     (tmp_path / "hf" / "depthlab.json").write_text(json.dumps(info))
     with pytest.raises(DepthlabError, match=r"depthlab sample RUN on the run it was exported from \(.*gone, no longer"):
         sample_text(tmp_path / "hf", "First", 5)
+
+
+# ------------------------------------------------------------------------------------------- 6: best deleted
+@pytest.fixture(scope="module")
+def diverged_run(tmp_path_factory):
+    """A run whose best evaluation is its first (learning rate 3: the loss goes up), checkpoints at steps 5 and 10."""
+    from depthlab.cli import main
+
+    d = tmp_path_factory.mktemp("s50div")
+    (d / "t.txt").write_text(TINY_TEXT)
+    assert main(["train", *tiny_cli_args(d / "t.txt", d / "run", train__max_iters=10, train__eval_interval=5,
+                                         train__warmup_iters=0, train__learning_rate=3, train__muon_lr=3)]) == 0
+    return d / "run"
+
+
+def test_sampling_best_when_best_was_deleted_says_the_weights_are_not_the_best(diverged_run, tmp_path, capsys):
+    """Was: only 'sampling from step-000010.safetensors (step 10, val loss 11.28 nats)', the best (step 0, 4.10)
+    gone, for --checkpoint best (the default)."""
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(diverged_run, run)
+    best = json.loads((run / "checkpoints" / "manifest.json").read_text())["best"]["step"]
+    assert best != 10  # the precondition: the newest step checkpoint is not the best
+    (run / "checkpoints" / "best.safetensors").unlink()
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
+    assert rc == 0 and len(out) == len("\n") + 3 + 1, (out, err)
+    assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); manifest.json records the "
+            f"best weights at step {best}, but sampling is from the newest step checkpoint, step-000010.safetensors "
+            "(step 10), not the best weights (--checkpoint last samples these without this warning)\n") in err
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3", "--checkpoint", "last")
+    assert rc == 0 and "warning" not in err
+
+
+def test_sampling_best_when_best_was_deleted_at_the_newest_step_says_they_are_the_same(crlf_run, tmp_path, capsys):
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(crlf_run, run)
+    assert json.loads((run / "checkpoints" / "manifest.json").read_text())["best"]["step"] == 4
+    (run / "checkpoints" / "best.safetensors").unlink()
+    rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
+    assert rc == 0
+    assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); sampling from "
+            "step-000004.safetensors, the step manifest.json records as best (4): the same weights\n") in err

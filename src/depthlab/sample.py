@@ -287,6 +287,8 @@ def _load_run(run_dir: str | Path, which: str = "best",
         path = ckpt.select_weights(rd, which)
     for w in caught:  # one clean line each, not Python's warning format
         print(f"depthlab: warning: {w.message}", file=sys.stderr)
+    if which == "best" and path.name != "best.safetensors":
+        print(f"depthlab: warning: {_best_fallback(rd, path)}", file=sys.stderr)
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as e:
@@ -297,6 +299,23 @@ def _load_run(run_dir: str | Path, which: str = "best",
     model = make_model(mcfg, rd)  # depthlab's GPT, or the run's own copy of its model.source
     ckpt.load_into(model, sd, path)
     return model.to(device).eval(), tok, mcfg
+
+
+def _best_fallback(rd: Path, path: Path) -> str:
+    """What sampling ``best`` from a run without ``best.safetensors`` does: the newest step checkpoint ``path`` (the
+    notice names the file, but nothing said whether those are the best weights: for a deleted best they may not be)."""
+    ckdir = rd / ckpt.CKPT_DIR
+    best = ckpt.read_manifest(ckdir, strict=False).get("best") or {}
+    step = int(ckpt.read_metadata(path).get("step", -1))
+    head = f"{ckdir} has no best.safetensors"
+    if not isinstance(best.get("step"), int):
+        return f"{head} (no evaluation yet); sampling from the newest step checkpoint, {path.name} (step {step})"
+    if best["step"] == step:
+        return (f"{head} (deleted?); sampling from {path.name}, the step manifest.json records as best ({step}): "
+                "the same weights")
+    return (f"{head} (deleted?); manifest.json records the best weights at step {best['step']}, but sampling is from "
+            f"the newest step checkpoint, {path.name} (step {step}), not the best weights (--checkpoint last samples "
+            "these without this warning)")
 
 
 def _refuse_export(folder: Path) -> None:
