@@ -233,3 +233,20 @@ def test_sampling_best_when_best_was_deleted_at_the_newest_step_says_they_are_th
     assert rc == 0
     assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); sampling from "
             "step-000004.safetensors, the step manifest.json records as best (4): the same weights\n") in err
+
+
+# ------------------------------------------------------------------------------------------- 7: a -c file's null
+@pytest.mark.parametrize("key,expected,default", [("prompt", "a string", '""'), ("max_new_tokens", "an integer", "500"),
+                                                  ("temperature", "a finite number", "0.8"),
+                                                  ("seed", "an integer", "1337"),
+                                                  ("checkpoint", "one of best, last", "best")])
+def test_a_sample_config_file_key_without_a_value_is_one_line(crlf_run, tmp_path, capsys, key, expected, default):
+    """Was: 'depthlab: error: unexpected StopIteration: (run again with --debug ...)', exit 1 (cli_args._default
+    looked for the key among the config sections only)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"{key}:\n")
+    rc, out, err = run_cli(capsys, "sample", str(crlf_run), "-c", str(f))
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: {f}: {key}: expected {expected}, got null (no value); give one, or delete the "
+                   f"line for the default ({default})\n")
+    assert out == ""

@@ -690,24 +690,30 @@ def _takes_null(hint: Any) -> bool:
     return typing.get_origin(hint) is Union and type(None) in typing.get_args(hint)
 
 
-def _default(key: str) -> Any:
-    """The default value of config field ``key`` (``model.position`` -> ``rope``; ``model.bias`` -> ``false``)."""
+def _default(key: str, defaults: Optional[dict] = None) -> Any:
+    """The default value of config field ``key`` (``model.position`` -> ``rope``; ``model.bias`` -> ``false``), or of
+    a command's own option from its parser's ``defaults`` (sample's ``max_new_tokens`` -> 500; it raised
+    StopIteration: a ``-c`` file's ``max_new_tokens:`` with no value was an "unexpected" error)."""
     import dataclasses
 
     from .config import SECTIONS as CLASSES
 
     sec, _, name = key.partition(".")
-    value = next(f.default for s, klass in CLASSES if s == sec for f in dataclasses.fields(klass) if f.name == name)
+    value = next((f.default for s, klass in CLASSES if s == sec for f in dataclasses.fields(klass) if f.name == name),
+                 (defaults or {}).get(key))
+    if value == "":
+        return '""'
     return str(value).lower() if isinstance(value, bool) else value  # as YAML writes it: false, not False
 
 
-def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool) -> None:
+def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool,
+                       defaults: Optional[dict] = None) -> None:
     for key, value in _file_entries(d):
         hint = types.get(key)
         if hint is not None and checkable(hint):
             if value is None and not _takes_null(hint):  # `position:` or `position: null`: no value at all
                 fix = "put back the value the run was trained with" if Path(path).name == "config.json" else \
-                    f"give one, or delete the line for the default ({_default(key)})"  # (a run's: as it ran, not it)
+                    f"give one, or delete the line for the default ({_default(key, defaults)})"  # (a run's: as it ran, not it)
                 raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got null (no value); "
                                     f"{fix}")
             try:
@@ -850,7 +856,8 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             ``c.yaml: unknown key(s) n_layer (belongs under model:): edit or remove it``;
             or the first bad file value.
     """
-    known = _flat_keys(parser.get_defaults().as_dict())
+    defaults = parser.get_defaults().as_dict()
+    known = _flat_keys(defaults)
     flags = [field_of(a) for a in argv if a.startswith("--") and "." in a.split("=", 1)[0]]
     if command == "check":
         for k in flags:
@@ -883,4 +890,4 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     source = _names_source(argv) if any(d is not None for _, d in files) else False  # read once, not per file
     for path, d in files:
         if d is not None:
-            _check_file_values(path, d, types, source)
+            _check_file_values(path, d, types, source, defaults)
