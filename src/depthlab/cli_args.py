@@ -713,7 +713,7 @@ def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool,
         if hint is not None and checkable(hint):
             if value is None and not _takes_null(hint):  # `position:` or `position: null`: no value at all
                 fix = "put back the value the run was trained with" if Path(path).name == "config.json" else \
-                    f"give one, or delete the line for the default ({_default(key, defaults)})"  # (a run's: as it ran, not it)
+                    f"give one, or delete the line for the default ({_default(key, defaults)})"  # (a run's: as it ran)
                 raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got null (no value); "
                                     f"{fix}")
             try:
