@@ -250,3 +250,34 @@ def test_a_sample_config_file_key_without_a_value_is_one_line(crlf_run, tmp_path
     assert err == (f"depthlab: error: {f}: {key}: expected {expected}, got null (no value); give one, or delete the "
                    f"line for the default ({default})\n")
     assert out == ""
+
+
+# ------------------------------------------------------------------------------------------- 8: generate's ids
+@pytest.mark.parametrize("ids,msg", [
+    ([[]], "generate needs idx as a (B, T) tensor of int64 token ids with B, T >= 1 (a prompt of at least one token), "
+           "got shape (1, 0), dtype torch.int64"),
+    ([[1, 40]], "generate: idx holds token ids outside the model's vocabulary 0..10 (smallest 1, largest 40)"),
+    ([[-1]], "generate: idx holds token ids outside the model's vocabulary 0..10 (smallest -1, largest -1)"),
+    ([1, 2], "generate needs idx as a (B, T) tensor of int64 token ids with B, T >= 1 (a prompt of at least one "
+             "token), got shape (2,), dtype torch.int64"),
+])
+def test_generate_refuses_ids_it_cannot_continue(ids, msg):
+    """Was: IndexError from inside the model (an empty prompt, an id past V), and an id of -1 generated text."""
+    import torch
+
+    from conftest import tiny_gpt
+    from depthlab.sample import generate
+
+    with pytest.raises(DepthlabError) as e:
+        generate(tiny_gpt(), torch.tensor(ids, dtype=torch.long), 3)
+    assert str(e.value) == msg
+
+
+def test_generate_still_takes_int32_ids_and_batches():
+    import torch
+
+    from conftest import tiny_gpt
+    from depthlab.sample import generate
+
+    out = generate(tiny_gpt(), torch.tensor([[1, 2], [3, 10]], dtype=torch.int32), 3, temperature=0)
+    assert out.shape == (2, 5) and out[:, :2].tolist() == [[1, 2], [3, 10]] and int(out.max()) < 11

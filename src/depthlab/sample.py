@@ -225,11 +225,12 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
         (B, T + N) int64 ids (a new tensor; ``idx`` is not changed).
 
     Raises:
-        DepthlabError: invalid sampling settings.
+        DepthlabError: invalid sampling settings; ``idx`` not (B, T >= 1) integer ids within the vocabulary.
         NonFiniteLogits: the logits of a position are NaN or inf (the ids before it are already given to
             ``on_token``): a draw from them is noise, so sampling stops there.
     """
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    _check_ids(model, idx)
     was_training = model.training
     model.eval()
     B, T = idx.shape
@@ -252,6 +253,23 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
     finally:
         model.train(was_training)
     return out.clone()  # outside inference mode: an ordinary tensor callers may change in place
+
+
+def _check_ids(model: torch.nn.Module, idx: torch.Tensor) -> None:
+    """``idx`` is (B, T >= 1) integer ids inside the model's vocabulary (when it says its size): an empty prompt, ids
+    past V and float ids were IndexErrors from deep inside the model, and an id of -1 was read as the last row."""
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.size(0) < 1 or idx.size(1) < 1 \
+            or idx.dtype not in (torch.int64, torch.int32):
+        shown = (f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor)
+                 else type(idx).__name__)
+        raise DepthlabError(f"generate needs idx as a (B, T) tensor of int64 token ids with B, T >= 1 (a prompt of at "
+                            f"least one token), got {shown}")
+    V = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(V, int):
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= V:
+            raise DepthlabError(f"generate: idx holds token ids outside the model's vocabulary 0..{V - 1} "
+                                f"(smallest {lo}, largest {hi})")
 
 
 def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
