@@ -165,8 +165,9 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
             what = "a number" if kind is float else "an integer"
             raise DepthlabError(f"{option} {text!r}: {item.strip()!r} is not {what} ({key} takes "
                                 f"{'numbers' if kind is float else 'integers'}), {example}") from None
-        if not (math.isfinite(v) and v > 0):
-            raise DepthlabError(f"{option} {text!r}: {item.strip()!r} must be > 0 (the slope is taken against "
+        if not (math.isfinite(v) and v > 0):  # inf is > 0: "must be > 0" of it was false
+            what = "must be > 0" if math.isfinite(v) else "is not a finite number > 0"
+            raise DepthlabError(f"{option} {text!r}: {item.strip()!r} {what} (the slope is taken against "
                                 f"ln {key}), {example}")
         if v not in values:
             values.append(v)

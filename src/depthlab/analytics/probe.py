@@ -76,6 +76,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     corpus = corpus if corpus is not None else load_corpus(cfg.data)
     corpus.check_block_size(cfg.model.block_size)
     mcfg = dataclasses.replace(cfg.model, vocab_size=len(corpus.tokenizer.vocab))
+    _check_memory(dataclasses.replace(cfg, model=mcfg), batch_size)
     torch.manual_seed(cfg.train.seed)
     model = GPT(mcfg)
     model.eval()
@@ -96,6 +97,34 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
             "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
             "unit": unit_of({"data": {"tokenizer": cfg.data.tokenizer}}),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
+
+
+def _check_memory(cfg, batch_size: int) -> None:
+    """Refuse a probe batch whose forward and backward cannot fit in this machine's RAM, before anything is
+    allocated (was: "unexpected RuntimeError: ... can't allocate memory ... please report it"). The estimate is
+    the trainer's (:func:`~depthlab.training.runtime.training_memory_bytes`, a step of ``batch_size`` sequences).
+
+    Raises:
+        DepthlabError: names the batch, the estimate, the RAM and what to lower.
+    """
+    import dataclasses
+    import os
+
+    from ..training.runtime import training_memory_bytes
+
+    need = training_memory_bytes(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=batch_size)),
+                                 cfg.model.vocab_size)
+    try:
+        have = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return  # unknown machine size: let the allocator decide
+    if need > 0.9 * have:
+        m = cfg.model
+        raise DepthlabError(f"probe: a batch of --probe_batch_size {batch_size} sequences of model.block_size "
+                            f"{m.block_size} tokens (model.n_embd {m.n_embd}, model.n_layer {m.n_layer}) needs about "
+                            f"{need / 2**30:,.0f} GiB for its forward and backward, more than this machine's "
+                            f"{have / 2**30:,.0f} GiB of RAM; lower --probe_batch_size (--batches averages over more "
+                            "batches, one at a time)")
 
 
 def _norm_eps(model) -> Optional[float]:

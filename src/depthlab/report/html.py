@@ -311,7 +311,7 @@ def _baseline_section(run: RunData) -> str:
         rows.append(("this model (best val)", "", best, run.bits_per_char(best)))
     txt = html_table(rows, ["model", "what it knows", f"val cross-entropy (nats/{run.unit})", "bits/char"])
     if b.get("vocab_size") is not None:
-        txt += f'<p class="muted">Vocabulary: {esc(b["vocab_size"])} characters. Baselines: counts on ' \
+        txt += f'<p class="muted">Vocabulary: {esc(b["vocab_size"])} {unit}s. Baselines: counts on ' \
                "the train split with add-one smoothing, scored on the validation split.</p>"
     if run.baselines_recomputed:
         txt += (f'<p class="muted">Recomputed from the run\'s corpus: its {BASELINES} is missing or damaged (the '
@@ -319,11 +319,32 @@ def _baseline_section(run: RunData) -> str:
     return txt
 
 
+def _diagnosis_now(run: RunData) -> Optional[dict]:
+    """The diagnosis of a run without ``diagnosis.json`` (the trainer writes it at the end of a run: one stopped
+    before its end has none), as ``depthlab diagnose`` applies the rules now; None when they cannot be applied."""
+    from ..analytics.diagnose import diagnose_run_full, findings_json
+
+    try:
+        findings, missing = diagnose_run_full(run.run_dir)
+    except DepthlabError:
+        return None
+    return {**findings_json(findings), "not_judged": missing}
+
+
 def _diagnosis_section(run: RunData) -> str:
-    d = run.diagnosis
+    d, note = run.diagnosis, ""
     if d is None:
-        return (f'<p class="muted">No {DIAGNOSIS} in this run; run <code>depthlab diagnose RUN_DIR</code> '
-                "to produce one.</p>")
+        d = _diagnosis_now(run)
+        if d is None:
+            return (f'<p class="muted">No {DIAGNOSIS} in this run (the trainer writes it at the end of a run), and '
+                    "the diagnosis rules cannot read this run's records.</p>")
+        note = (f'<p class="muted">No {DIAGNOSIS} in this run (the trainer writes it at the end of a run: this one '
+                "stopped before its end, or the file was deleted): the rules applied now by depthlab report, as "
+                "<code>depthlab diagnose RUN_DIR</code> prints them.</p>")
+    return note + _findings_html(d)
+
+
+def _findings_html(d: dict) -> str:
     findings = d.get("findings") or []
     nj = [str(w) for w in (d.get("not_judged") or []) if isinstance(w, str)]
     nj_html = "".join(f'<p class="muted">Not judged: {esc(w)}</p>' for w in nj)
@@ -476,7 +497,17 @@ def figure_note(run: RunData, name: str) -> Optional[str]:
     run, which AdamW's ~1e-3 rule of thumb does not describe."""
     if name == "update_ratio" and run.optimizer == "muon":
         return UPDATE_RATIO_MUON + "."
-    return FIGURE_NOTES.get(name)
+    note = FIGURE_NOTES.get(name)
+    if note is not None and name in UNIT_NOTES and run.unit != "char":  # a BPE run: a position sees one token
+        note = note.replace("Losses are per character, in nats (left axis) and bits (right axis)",
+                            f"Losses are per {run.unit_word}, in nats (left axis), and in bits per character of "
+                            "the text (right axis)").replace("character", run.unit_word).replace(
+                            f"bits per {run.unit_word} of the text", "bits per character of the text")
+    return note
+
+
+#: The notes of :data:`FIGURE_NOTES` that say what one token is ("character" of a character run).
+UNIT_NOTES = ("loss", "layers", "context")
 
 
 def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = None,

@@ -92,7 +92,7 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     base = _baselines(run)
     finite = []
     for ax, scale, xlabel in ((ax_s, 1.0, "optimizer step"),
-                              (ax_t, tps, "tokens seen (characters)")):
+                              (ax_t, tps, "tokens seen (characters)" if run.unit == "char" else "tokens seen")):
         if scale is None:
             ax.text(0.5, 0.5, "tokens per step unknown", transform=ax.transAxes, ha="center")
             continue

@@ -164,7 +164,8 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     if state == UNDECIDED:
         return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
                        f"cannot tell whether the model uses its context ({advice})")
-    return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se, unit)
+    return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se, unit,
+                                pos0_se if pos0_se is not None else se)
 
 
 def _negative_gain_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: float,
@@ -192,16 +193,19 @@ def _non_finite_words(head: str, gain: float, curve: Sequence[float]) -> str:
 
 def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: Optional[float],
                   unigram: Optional[float], name: str, min_gain: float, margin: float, lq_se: Optional[float],
-                  unit: str = "character") -> str:
+                  unit: str = "character", pos0_se: Optional[float] = None) -> str:
     """:func:`context_verdict`'s sentence for :data:`UNUSED`: the gain, the last quarter against the one-token
-    ``line`` called ``name``, and where position 0 stands against the unigram line."""
+    ``line`` called ``name``, and where position 0 stands against the unigram line: above it only beyond
+    ``max(margin, 2 x pos0_se)`` (its standard error), as :func:`leak_gap` judges it against the floor."""
     lq = last_quarter(curve)
     level = ""
-    if unigram is not None and curve[0] > unigram + margin:  # a 1-step run: near the uniform line
+    tol = max(margin, 2 * (pos0_se or 0.0))
+    if unigram is not None and curve[0] > unigram + tol:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
                  f"learned even how common each {unit} is)")
-    elif unigram is not None and curve[0] >= unigram - margin:
-        level = f" (position 0 is at the unigram line: not even the current {unit} is used)"
+    elif unigram is not None and curve[0] >= unigram - tol:
+        within = f"within twice its error, {2 * pos0_se:.3f}" if tol > margin else f"within {margin}"
+        level = f" (position 0 is at the unigram line ({within}): not even the current {unit} is used)"
     beat = f"the later positions do not beat position 0 by {min_gain} nats"
     if line is None:
         return f"{head}: {beat}, so the model does not use its context{level}"

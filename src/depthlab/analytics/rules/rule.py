@@ -155,7 +155,13 @@ def _probe(ev: Evidence, who: str) -> Optional[str]:
         return None
     if ev.section("model").get("source"):
         return "no activation probe: the training probe hooks depthlab's GPT only, and this run trained model.source"
-    return f"no activation probe: train.probe_interval is {ev.section('train').get('probe_interval', '?')}"
+    interval = ev.section("train").get("probe_interval", "?")
+    if interval == 0:
+        return "no activation probe: train.probe_interval is 0"
+    if not ev.records:  # the trainer probes at step 0 and at the end whatever the interval: not why there is none
+        return f"no activation probe: {run_length(ev)}"
+    return (f"no activation probe among the readable records of metrics.jsonl (the trainer probes at step 0, every "
+            f"train.probe_interval ({interval}) steps and at the end: lost, or written by another version)")
 
 
 def _late_eval(ev: Evidence, who: str) -> Optional[str]:
