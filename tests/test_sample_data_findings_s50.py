@@ -281,3 +281,25 @@ def test_generate_still_takes_int32_ids_and_batches():
 
     out = generate(tiny_gpt(), torch.tensor([[1, 2], [3, 10]], dtype=torch.int32), 3, temperature=0)
     assert out.shape == (2, 5) and out[:, :2].tolist() == [[1, 2], [3, 10]] and int(out.max()) < 11
+
+
+# ------------------------------------------------------------------------------------------- 9: one line repeated
+def _warnings(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    said = []
+    D.load_corpus(DataConfig(path=str(p), cache_dir=str(tmp_path / "cache")), log=said.append)
+    return [w for w in said if "order" in w]
+
+
+@pytest.mark.parametrize("text", ["hello there\n" * 2000, "the cat sat\n\n" * 2000, "a\n" * 1999 + "b\n"])
+def test_a_file_of_one_line_repeated_is_not_called_sorted(tmp_path, text):
+    """Was: 'warning: ...: 100% of its 2,000 lines are in ascending order, so the tail split makes validation the last
+    0.1 of the sorted list (a different distribution from train)', for a file whose lines are all the same."""
+    assert _warnings(tmp_path, "same.txt", text) == []
+
+
+def test_a_sorted_list_with_repeats_still_warns(tmp_path):
+    names = sorted(f"name{i:04d}" for i in range(700))
+    said = _warnings(tmp_path, "names.txt", "".join(f"{n}\n" * 3 for n in names))
+    assert len(said) == 1 and "100% of its 2,100 lines are in ascending order" in said[0]

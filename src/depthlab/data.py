@@ -383,6 +383,8 @@ class _LineOrder:
 
 #: A file with at least this many non-empty lines, this fraction of adjacent ones in order, counts as sorted.
 SORTED_MIN_LINES, SORTED_FRACTION = 1000, 0.9
+#: ... and at least this fraction of its adjacent non-empty lines differ (a file of one line repeated is in no order).
+SORTED_MIN_CHANGES = 0.01
 
 
 def sorted_lines_warning(lines: dict, val_fraction: float) -> Optional[str]:
@@ -393,6 +395,11 @@ def sorted_lines_warning(lines: dict, val_fraction: float) -> Optional[str]:
         val_fraction: the validation fraction (for the message).
     """
     if lines["n"] < SORTED_MIN_LINES or not lines["pairs"]:
+        return None
+    # a pair of equal lines counts both ways (up + down = pairs + equal): a file of one line repeated (or nearly)
+    # read as "100% in ascending order", validation "the last 0.1 of the sorted list (a different distribution)"
+    changes = 2 * lines["pairs"] - lines["up"] - lines["down"]
+    if changes < SORTED_MIN_CHANGES * lines["pairs"]:
         return None
     frac = max(lines["up"], lines["down"]) / lines["pairs"]
     if frac < SORTED_FRACTION:
