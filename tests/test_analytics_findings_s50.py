@@ -155,3 +155,19 @@ def test_a_probe_batch_beyond_memory_is_a_usage_error_not_an_unexpected_crash(ca
                            "100000", "--batches", "1", "--out", str(tmp_path))
     assert_clean_error(rc, err, "--probe_batch_size 100000", "GiB", "lower --probe_batch_size")
     assert "unexpected" not in err and "please report" not in err and not list(tmp_path.iterdir())
+
+
+# ------------------------------------------------ layers/context --max_tokens: at least one whole batch is read
+def test_max_tokens_help_says_a_whole_batch_is_read(capsys):
+    """`depthlab context RUN --max_tokens 1` read "1 of the run's 20 fixed val evaluation batches: 16 windows x 128 =
+    2,048 tokens", while --help called --max_tokens the "most val tokens to read"."""
+    import pytest
+
+    from depthlab.cli import main
+
+    for command in ("layers", "context"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "most val tokens to read" not in out
+        assert "whole evaluation batches, at least one" in out, out

@@ -752,7 +752,8 @@ def build_views_parser(command: str):
     _add_run_dir(p)
     p.add_argument("--checkpoint", type=Literal["best", "last"], default="best", help="best (lowest val loss) or last")
     p.add_argument("--max_tokens", "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                   help="most val tokens to read: a prefix of the run's evaluation batches (0 = all of them)")
+                   help="val tokens to read at most, in whole evaluation batches, at least one (which may hold "
+                        "more): a prefix of the run's evaluation batches (0 = all of them)")
     if command == "layers":  # context reads only the logits: it needs no blocks
         _add_blocks(p, ends=True)
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
