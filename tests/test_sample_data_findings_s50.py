@@ -303,3 +303,17 @@ def test_a_sorted_list_with_repeats_still_warns(tmp_path):
     names = sorted(f"name{i:04d}" for i in range(700))
     said = _warnings(tmp_path, "names.txt", "".join(f"{n}\n" * 3 for n in names))
     assert len(said) == 1 and "100% of its 2,100 lines are in ascending order" in said[0]
+
+
+# ------------------------------------------------------------------------------------------- 10: a broken link
+def test_a_broken_symlink_is_named_with_its_target(tmp_path, capsys):
+    """Was: 'data.path link.txt not found', for a link that ls lists."""
+    (tmp_path / "link.txt").symlink_to(tmp_path / "moved.txt")
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tmp_path / "link.txt", tmp_path / "run"))
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: data.path {tmp_path / 'link.txt'} is a symbolic link to "
+                   f"{tmp_path / 'moved.txt'}, which does not exist; point it at the text file, or give the file "
+                   "itself\n")
+    (tmp_path / "moved.txt").write_text(TINY_TEXT)  # mended: the link is read as the file
+    c = D.load_corpus(DataConfig(path=str(tmp_path / "link.txt"), cache_dir=str(tmp_path / "cache")))
+    assert len(c.tokens) == len(TINY_TEXT)

@@ -144,6 +144,9 @@ def _resolve_path(cfg: DataConfig) -> Path:
     if cfg.path is None:
         return embedded_corpus_path()
     p = Path(cfg.path).expanduser()
+    if p.is_symlink() and not p.exists():  # `ls` shows it: "not found" read as false
+        raise DepthlabError(f"data.path {cfg.path} is a symbolic link to {os.readlink(p)}, which does not exist; "
+                            "point it at the text file, or give the file itself")
     if not p.exists():
         raise DepthlabError(f"data.path {cfg.path} not found; give an existing text file "
                             "(or leave data.path unset for the embedded Tiny Shakespeare)")
