@@ -720,20 +720,40 @@ def test_resuming_a_planned_run_keeps_the_plan_and_its_record(tmp_path, tiny_tex
     assert s["final_step"] == n and s["stopped_by"] == "max_time"
 
 
+def read_metadata_of(run, name):
+    from depthlab.checkpoint import read_metadata
+
+    return read_metadata(Path(run) / "checkpoints" / f"{name}.safetensors")
+
+
 @pytest.mark.slow
-def test_a_plan_edited_by_hand_is_said_and_the_run_follows_its_asked_schedule(tmp_path, tiny_text_file, fake_clock):
+def test_a_plan_edited_by_hand_is_said_and_the_run_follows_its_checkpoints(tmp_path, tiny_text_file, fake_clock):
     from depthlab.trainer import Interrupted
 
     with pytest.raises(Interrupted):
         fit_run(tmp_path, tiny_text_file, "g", stop_at=FIT_STEPS + 30)
     c = json.loads((tmp_path / "g" / "config.json").read_text())
-    c["resolved"]["plan"]["max_iters"] = -5
+    planned = c["resolved"]["plan"]
+    c["resolved"]["plan"] = {**planned, "max_iters": -5}
     (tmp_path / "g" / "config.json").write_text(json.dumps(c))
     lines = []
     cfg = RunConfig.from_dict(c)
     cfg.train.resume = True
-    Trainer(cfg, log=lines.append)
-    assert any("config.json's resolved.plan is not the record depthlab wrote (edited by hand?)" in x for x in lines)
+    t = Trainer(cfg, log=lines.append)
+    name = json.loads((tmp_path / "g" / "checkpoints" / "manifest.json").read_text())["checkpoints"][-1]["name"]
+    assert any(x.endswith("config.json's resolved.plan is not the record depthlab wrote (edited by hand?): the "
+                          f"resumed run follows the plan its checkpoint {name} holds") for x in lines), lines
+    assert t.budget.plan.to_record() == planned  # the checkpoint's header holds the plan it was trained on
+    # a checkpoint from before headers held the plan: config.json's, while its schedule is the checkpoint's
+    from depthlab.training.checkpointer import ResumePoint
+
+    good = json.loads(read_metadata_of(tmp_path / "g", name)["config"])
+    old = {**c, "resolved": {**c["resolved"], "plan": planned}}
+    assert ResumePoint({}, old, "adamw", header={"config": json.dumps(good)}).plan.to_record() == planned
+    edited = {**old, "train": {**old["train"], "max_iters": 7}}
+    point = ResumePoint({}, edited, "adamw", header={"config": json.dumps(good)})
+    assert point.plan is None and point.schedule_edits == [f"train.max_iters {good['train']['max_iters']} -> 7"]
+    assert ResumePoint({}, old, "adamw", header={"config": json.dumps(good), "plan": "null"}).plan is None
 
 
 @pytest.mark.slow

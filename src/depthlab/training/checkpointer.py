@@ -483,6 +483,13 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
+        point = self._resume_point(rd, entry, old, optimizer, vocab_gone)
+        self.later_best = ckpt.later_best(rd.path, entry["step"]) if entry is not None else None
+        return point
+
+    def _resume_point(self, rd: RunDir, entry: Optional[dict], old: dict, optimizer: str,
+                      vocab_gone: str) -> ResumePoint:
+        """The :class:`ResumePoint` of ``entry`` (its header's schedule), with a line when config.json's differs."""
         header = ckpt.read_metadata(rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors") if entry else {}
         point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone, header=header)
         if point.schedule_edits and entry is not None:
@@ -490,10 +497,11 @@ class Checkpointer:
                                f"trained with ({'; '.join(point.schedule_edits)}; checkpoint -> {CONFIG}: edited by "
                                "hand, or a session that stopped before its first checkpoint): the learning rate "
                                "continues from the checkpoint's")
-        self.later_best = ckpt.later_best(rd.path, entry["step"]) if entry is not None else None
         if "plan" in (old.get("resolved") or {}) and point.json_plan is None:
+            follows = (f"the plan its checkpoint {entry['name']} holds" if point.plan is not None and entry else
+                       "the schedule asked for (train.max_iters, train.fit_to_time)")
             self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
-                     "the resumed run follows the schedule asked for (train.max_iters, train.fit_to_time)")
+                     f"the resumed run follows {follows}")
         return point
 
     def _check_writable(self, rd: RunDir) -> None:
