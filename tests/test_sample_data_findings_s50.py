@@ -317,3 +317,21 @@ def test_a_broken_symlink_is_named_with_its_target(tmp_path, capsys):
     (tmp_path / "moved.txt").write_text(TINY_TEXT)  # mended: the link is read as the file
     c = D.load_corpus(DataConfig(path=str(tmp_path / "link.txt"), cache_dir=str(tmp_path / "cache")))
     assert len(c.tokens) == len(TINY_TEXT)
+
+
+# ------------------------------------------------------------------------------------------- 11: utf-16, no BOM
+@pytest.mark.parametrize("codec,fix", [
+    ("utf-16-le", "its bytes read as UTF-16-LE: set --data.encoding utf-16-le"),
+    ("utf-16-be", "its bytes read as UTF-16-BE: set --data.encoding utf-16-be"),
+    ("utf-8", "it does not look like UTF-16 either (no byte in two is 0); set --data.encoding to the file's encoding "
+              "(utf-8, the default, for most text)"),
+])
+def test_encoding_utf16_on_a_file_without_a_bom_is_one_line(tmp_path, capsys, codec, fix):
+    """Was: 'depthlab: error: unexpected UnicodeError: UTF-16 stream does not start with BOM (run again with --debug
+    ... and please report it)', exit 1."""
+    f = tmp_path / "t.txt"
+    f.write_bytes(TINY_TEXT.encode(codec))
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(f, tmp_path / "run"), "--data.encoding", "utf-16")
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: {f} cannot be read as utf-16: it does not start with the byte-order mark that "
+                   f"says its byte order; {fix}\n")

@@ -220,6 +220,8 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
                     f"{path} is not valid {encoding}: byte 0x{bad.hex()} at byte offset {pos}; "
                     f"set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding"
                 ) from None
+            except UnicodeError as e:  # "UTF-16 stream does not start with BOM": an "unexpected" error, exit 1
+                raise _no_bom_refusal(path, encoding, e) from None
             offset += len(raw)
             if first and text:
                 if text[0] == "\ufeff":
@@ -241,6 +243,36 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
                 return
 
 
+def _utf16_order(head: bytes) -> Optional[str]:
+    """``utf-16-le`` / ``utf-16-be`` when one byte in two of ``head`` is 0 (ASCII-range text in UTF-16 without a
+    byte-order mark), else None."""
+    even, odd = head[0::2], head[1::2]
+    if odd and odd.count(0) > 0.3 * len(odd) and even.count(0) < 0.02 * len(even):
+        return "utf-16-le"
+    if even and even.count(0) > 0.3 * len(even) and odd.count(0) < 0.02 * len(odd):
+        return "utf-16-be"
+    return None
+
+
+def _no_bom_refusal(path: Path, encoding: str, e: UnicodeError) -> DepthlabError:
+    """The refusal of a file that ``encoding`` (utf-16, utf-32: byte order from a byte-order mark) cannot start
+    reading: the order the bytes suggest, or that the file is not UTF-16 at all."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    order = _utf16_order(head)
+    name = codecs.lookup(encoding).name
+    if order:
+        fix = f"its bytes read as {order.upper()}: set --data.encoding {order}"
+    elif name == "utf-16":
+        fix = ("it does not look like UTF-16 either (no byte in two is 0); set --data.encoding to the file's "
+               "encoding (utf-8, the default, for most text)")
+    else:
+        fix = f"set --data.encoding to the file's encoding (utf-8, the default, for most text; {name}-le or -be)"
+    why = ("it does not start with the byte-order mark that says its byte order" if "BOM" in str(e)
+           else str(e).splitlines()[0])
+    return DepthlabError(f"{path} cannot be read as {encoding}: {why}; {fix}")
+
+
 def _nul_refusal(path: Path, encoding: str) -> DepthlabError:
     """The refusal of a file that holds NUL (U+0000): no text has one, and a binary file (or UTF-16 without a
     byte-order mark, read as an 8-bit encoding) trained on silently as characters, NULs and all.
@@ -249,19 +281,11 @@ def _nul_refusal(path: Path, encoding: str) -> DepthlabError:
     else the byte offset of the first NUL."""
     with open(path, "rb") as f:
         head = f.read(1 << 16)
-    even, odd = head[0::2], head[1::2]
     if "\x00".encode(encoding) != b"\x00":  # a UTF-16/32 read: its NUL bytes are no clue, the character is
         return DepthlabError(f"{path} read as {encoding} holds NUL characters (U+0000), which no text has: it is a "
                              "binary file or in another encoding; give a text file, or set --data.encoding to its "
                              "encoding")
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        guess = "utf-16"
-    elif odd and odd.count(0) > 0.3 * len(odd) and even.count(0) < 0.02 * len(even):
-        guess = "utf-16-le"
-    elif even and even.count(0) > 0.3 * len(even) and odd.count(0) < 0.02 * len(odd):
-        guess = "utf-16-be"
-    else:
-        guess = None
+    guess = "utf-16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") else _utf16_order(head)
     if guess:
         return DepthlabError(f"{path} is not {encoding} text: it looks like UTF-16 (one byte in two is 0); set "
                              f"--data.encoding {guess}")
