@@ -335,3 +335,27 @@ def test_encoding_utf16_on_a_file_without_a_bom_is_one_line(tmp_path, capsys, co
     assert_clean_error(rc, err)
     assert err == (f"depthlab: error: {f} cannot be read as utf-16: it does not start with the byte-order mark that "
                    f"says its byte order; {fix}\n")
+
+
+# ------------------------------------------------------------------------------------------- 12: not a text encoding
+@pytest.mark.parametrize("enc", ["rot13", "base64", "zlib"])
+def test_a_codec_that_is_not_a_text_encoding_is_refused_by_name(tmp_path, capsys, enc):
+    """Was: 'unexpected TypeError: descriptor 'translate' for 'str' objects doesn't apply to a 'bytes' object' (rot13),
+    'unexpected Error: Incorrect padding' (base64), exit 1."""
+    f = tmp_path / "t.txt"
+    f.write_text(TINY_TEXT)
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(f, tmp_path / "run"), "--data.encoding", enc)
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: --data.encoding '{enc}' is a bytes-to-bytes or text-to-text transform, not a "
+                   "text encoding (try utf-8, cp1252 or latin-1)\n")
+
+
+@pytest.mark.parametrize("enc,why", [("undefined", "undefined encoding"),
+                                     ("punycode", "Invalid extended code point ' '")])
+def test_a_text_codec_that_cannot_read_the_file_is_one_line(tmp_path, capsys, enc, why):
+    f = tmp_path / "t.txt"
+    f.write_text(TINY_TEXT)
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(f, tmp_path / "run"), "--data.encoding", enc)
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: {f} cannot be read as {enc}: {why}; set --data.encoding to the file's encoding "
+                   "(utf-8, the default, for most text)\n")

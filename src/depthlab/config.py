@@ -137,10 +137,13 @@ class DataConfig:
         import codecs
 
         try:
-            codecs.lookup(self.encoding)
+            info = codecs.lookup(self.encoding)
         except (LookupError, TypeError):
             raise ConfigError(f"data.encoding {self.encoding!r} is not a known text encoding "
                               "(try utf-8, cp1252 or latin-1)", "data.encoding") from None
+        if not getattr(info, "_is_text_encoding", True):  # rot13, base64, zlib: an "unexpected TypeError" when read
+            raise ConfigError(f"data.encoding {self.encoding!r} is a bytes-to-bytes or text-to-text transform, not a "
+                              "text encoding (try utf-8, cp1252 or latin-1)", "data.encoding")
         _choice("data", "tokenizer", self.tokenizer, ("char", "bpe"))
         _choice("data", "split", self.split, ("tail", "lines"))
         v = self.vocab_size

@@ -266,8 +266,10 @@ def _no_bom_refusal(path: Path, encoding: str, e: UnicodeError) -> DepthlabError
     elif name == "utf-16":
         fix = ("it does not look like UTF-16 either (no byte in two is 0); set --data.encoding to the file's "
                "encoding (utf-8, the default, for most text)")
+    elif name == "utf-32":
+        fix = "set --data.encoding to the file's encoding (utf-8, the default, for most text; utf-32-le or -be)"
     else:
-        fix = f"set --data.encoding to the file's encoding (utf-8, the default, for most text; {name}-le or -be)"
+        fix = "set --data.encoding to the file's encoding (utf-8, the default, for most text)"
     why = ("it does not start with the byte-order mark that says its byte order" if "BOM" in str(e)
            else str(e).splitlines()[0])
     return DepthlabError(f"{path} cannot be read as {encoding}: {why}; {fix}")
