@@ -27,7 +27,8 @@ numbers, parameter names and positions, and a remedy naming the knob:
 ``gradient_flow``  depthlab's probe at initialisation on the model's blocks, with its verdicts
 
 Everything runs on CPU in float32 (``bf16`` under bf16 autocast), seeded; each rule works on its own copy of the
-model at initialisation, so their order does not change their results.
+model at initialisation, so their order does not change their results. The rules that train run on one CPU thread
+(:data:`TRAINING_THREADS`), so their verdicts do not depend on the machine's thread count.
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ RULES = ("shape", "vocab", "finite", "bf16", "causal_leak", "init_loss", "no_gra
          "gradient_flow")
 TRAINING_RULES = ("bf16", "no_gradient", "overfit_batch", "context_use", "gradient_flow")
 """The rules that need a finite loss and finite gradients (not run when ``finite`` found them otherwise)."""
+TRAINING_THREADS = 1
+"""The torch CPU threads of the rules that train (:data:`PINNED_RULES`), whatever the process uses (``--threads``).
+
+A training amplifies the last-bit differences that another thread count makes (matmul sums split differently) into
+different verdicts. Measured (2-core CPU, T = 32, torch 2.13): depthlab's 2-block ``plain`` GPT memorises
+overfit_batch's batch at step 136 with 1 thread, 137 with 2, and context_use fails it with 1 thread (paired gain
+-0.001 nats) but passes it with 2 (0.050, the threshold 0.05); the forward-only numbers (causal_leak, init_loss,
+gradient_flow's norms) differ in the 7th-12th digit, far inside their tolerances. The trainings' batches are small (4
+sequences; ~1,024 tokens), so one thread costs little: on that CPU, shared with other jobs, overfit_batch + context_use
+of the 2-block ReZero GPT at T = 64 took 5.4-7.9 s with 1 thread and 19.7-49.7 s with 2 (two runs each); a large
+model on many idle cores trains these steps slower than it could."""
+PINNED_RULES = ("no_gradient", "overfit_batch", "context_use")
+"""The rules run on :data:`TRAINING_THREADS` threads: those whose verdicts come out of a training."""
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_BLOCK_SIZE = 64
 """The length checked when none is asked and the model declares none (``block_size`` / ``config.block_size``)."""
@@ -149,6 +163,19 @@ def _check_length(model: nn.Module, block_size: Optional[int]) -> tuple[int, str
 
 
 @contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's CPU thread count set to ``n`` inside, restored after."""
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
 def _quiet_numerics() -> Iterator[None]:
     """Flush subnormals to zero (a bare deep stack would crawl through them, as in the probe); restore after."""
     flushed = torch.set_flush_denormal(True)
@@ -215,7 +242,7 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
     subject = Subject(model, rebuild, corpus, seed)
     info = {"name": name or type(model).__name__, "class": type(model).__name__,
             "parameters": ModelPort(model).num_params(), "corpus": str(corpus.path),
-            "corpus_vocab_size": subject.vocab_size, "seed": seed}
+            "corpus_vocab_size": subject.vocab_size, "seed": seed, "training_threads": TRAINING_THREADS}
     if note:
         info["length_note"] = note
     steps = _rule_table(subject, batch_size, T, block_size is not None, blocks)
@@ -235,6 +262,9 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
             skip = None if rule == "vocab" and runs else subject.unusable or trained
             if skip:
                 res = CheckResult(rule, None, {"summary": f"not run: {skip}"})
+            elif rule in PINNED_RULES:  # the same verdict whatever the machine's or --threads' thread count
+                with _threads(TRAINING_THREADS):
+                    res = _timed(steps[rule], rule)
             else:
                 res = _timed(steps[rule], rule)
             report.checks.append(res)
@@ -338,6 +368,11 @@ def format_check_table(report: CheckReport, width: int = 110) -> str:
     head = (f"depthlab check {m.get('source', m.get('name', ''))}: {m['class']}, {m['parameters']:,} parameters, "
             f"checked at batch {m.get('batch_size')} x length {m.get('block_size')} on {corpus} "
             f"(V={m['corpus_vocab_size']})")
+    trained = [c.rule for c in report.checks if c.rule in PINNED_RULES and c.status != "not run"]
+    if trained and m.get("training_threads"):
+        n = m["training_threads"]
+        head += (f"; {', '.join(trained)} train on {n} CPU thread{'s' if n != 1 else ''} (their verdicts do not "
+                 "depend on the thread count)")
     indent = " " * 24
     lines = [textwrap.fill(head, width, subsequent_indent="  "), ""]
     if m.get("length_note"):

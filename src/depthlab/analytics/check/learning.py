@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from ..baselines import bigram_nats, one_token_line, unigram_nats
 from .finite import nonfinite_result
 from .outputs import BOUNDED, output_kind, probs_floor
+from .saturation import SATURATED, describe_sites, saturated_sites
 from .subject import CheckResult, Subject, call_user
 
 __all__ = ["overfit_batch_rule", "context_use_rule", "OVERFIT_STEPS", "OVERFIT_MAX_STEPS", "OVERFIT_TARGET",
@@ -153,12 +154,24 @@ def overfit_batch_rule(subject: Subject) -> CheckResult:
         return CheckResult("overfit_batch", False, {"summary": why, **ev},
                            "something overflows in training: look for a division by a small number, exp() of "
                            "large scores, or an initialisation that makes the logits huge (see init_loss)")
-    return _overfit_verdict(subject, kind, loop.losses, ev)
+    ev["unigram_level"] = unigram_level(y)
+    return _overfit_verdict(subject, kind, loop.losses, ev,
+                            lambda: saturated_sites(model, lambda: subject.logits(model, x)))
 
 
-def _overfit_verdict(subject: Subject, kind: Optional[str], losses: list[float], ev: dict) -> CheckResult:
+def unigram_level(y: torch.Tensor) -> float:
+    """The batch's unigram level: the entropy (nats) of its targets' frequencies, the loss of the best prediction
+    that does not depend on the input."""
+    p = torch.bincount(y.reshape(-1)).double()
+    p = p[p > 0] / p.sum()
+    return float(-(p * p.log()).sum())
+
+
+def _overfit_verdict(subject: Subject, kind: Optional[str], losses: list[float], ev: dict,
+                     saturation: Callable[[], list[dict]] = list) -> CheckResult:
     """overfit_batch's verdict on a finite training: the target reached, a floor (bounded outputs), a loss that
-    stopped falling, or one still falling at OVERFIT_MAX_STEPS; fills ``ev``."""
+    stopped falling, or one still falling at OVERFIT_MAX_STEPS; fills ``ev``. ``saturation()`` gives the trained
+    model's saturated tanh / sigmoid sites (:func:`saturated_sites`), asked only when it failed."""
     B, T, steps, reached = ev["batch_size"], ev["block_size"], ev["steps"], ev["reached_at_step"]
     first, final = ev["initial_loss"], ev["final_loss"]
     head = f"one batch of {B}x{T} tokens: loss {first:.3f} -> {final:.3f} nats"
@@ -179,20 +192,60 @@ def _overfit_verdict(subject: Subject, kind: Optional[str], losses: list[float],
     last = len(losses) - 1  # the last step whose loss was computed
     ev.update({"best_loss": now, "best_loss_window_before": then})
     best = f"best {then:.3f} by step {max(0, last - OVERFIT_WINDOW)}, {now:.3f} by step {last}"
+    try:
+        sites = saturation()
+    except Exception:  # noqa: BLE001 - extra evidence only: a forward that cannot be watched gives none
+        sites = []
+    ev["saturated"] = sites
+    why = _why_stuck(now, ev["unigram_level"], sites)
     if now < (1 - OVERFIT_MIN_FALL) * then:  # still falling at OVERFIT_MAX_STEPS
         return CheckResult("overfit_batch", False, {
             "summary": txt + f": still falling ({best}) but not to the target in the {OVERFIT_MAX_STEPS} steps the "
-                             "check trains: it memorises a batch very slowly", "still_falling": True, **ev},
+                             f"check trains: it memorises a batch very slowly{why}", "still_falling": True, **ev},
+            _saturation_fix(sites) or
             "the loss falls, so the gradient reaches the parameters, but slowly: look for a scale that keeps what "
             "the layers add small (a gate or multiplier near 0, a division by a large number), a deep stack without "
             "shortcuts (gradient_flow) or parameters without gradient (no_gradient)")
     return CheckResult("overfit_batch", False, {
         "summary": txt + f": the best loss fell by less than {OVERFIT_MIN_FALL:.0%} in the last {OVERFIT_WINDOW} "
-                         f"steps ({best}), so training stopped: it does not memorise a batch", **ev},
+                         f"steps ({best}), so training stopped: it does not memorise a batch{why}", **ev},
+        _saturation_fix(sites) or
         "a model that cannot memorise a handful of sequences does not learn from its input: look "
         "for outputs cut from the graph (.detach(), torch.no_grad(), .data), parameters without "
         "gradient (no_gradient), logits misaligned with the targets, or a deep stack without "
         "shortcuts (gradient_flow)")
+
+
+UNIGRAM_MARGIN = 0.02
+"""A best loss within this many nats of the batch's unigram level is said to sit there."""
+
+
+def _why_stuck(best: float, unigram: float, sites: list[dict]) -> str:
+    """The summary's tail on a failed overfit_batch: a loss at the batch's unigram level, saturated sites."""
+    out = ""
+    if abs(best - unigram) < UNIGRAM_MARGIN:
+        out += (f"; the loss sits at the batch's unigram level ({unigram:.3f} nats, what predicting the batch's token "
+                "frequencies gives whatever the input): the predictions do not depend on the input")
+    where = describe_sites(sites)
+    if where:
+        out += (f"; after the training, {where} {'is' if len(sites) == 1 else 'are'} saturated (outputs within "
+                f"{1 - SATURATED:.2f} of their bounds, where less than 2% of the gradient passes)")
+    return out
+
+
+def _saturation_fix(sites: list[dict]) -> Optional[str]:
+    """overfit_batch's remedy when tanh / sigmoid sites saturated in its training (None when none did)."""
+    if not sites:
+        return None
+    fix = ("a tanh or sigmoid whose inputs grow large in training saturates and stops passing the gradient: keep "
+           "its inputs small (a norm before it, a smaller initialisation)")
+    if any(s["function"] == "tanh" and s["class"].lower() in ("dyt", "dynamictanh") for s in sites):
+        fix += ("; for DyT (gamma * tanh(alpha * x)) in place of a norm with GPT-2's N(0, 0.02) embeddings, the "
+                "stream starts near 0.03 and the first steps grow it until the tanh saturate: multiply the token "
+                "embeddings by a learnable scalar initialised to sqrt(n_embd) (the DyT authors' LLaMA code does) "
+                "and raise alpha0 (4 at 64 wide: depthlab's 2-block DyT GPT then memorises this batch in 86-213 "
+                "steps), or use LayerNorm / RMSNorm")
+    return fix
 
 
 def _best_before(losses: list[float]) -> float:
