@@ -82,7 +82,6 @@ def test_build_gives_the_corpus_vocabulary_to_a_class_or_a_function(model_file):
     ("{f}:not_a_module", None, "returned an object of type str, not a torch.nn.Module"),
     ("{f}:MyGPT", {"depth": 2}, "MyGPT(depth=2, vocab_size=11) failed: TypeError:"),
     ("{d}/nothere.py:M", None, "nothere.py not found"),
-    ("{f}", None, "mine.py defines Block, MyGPT: name the model as "),  # a bare PATH.py with several classes
     ("{f}:", None, "must be PATH.py:NAME"),
 ])
 def test_each_loading_problem_is_one_line_naming_file_and_name(model_file, spec, init, words):
@@ -718,9 +717,8 @@ _INIT = "    def __init__(self):\n        super().__init__()\n        self.emb =
     # a part (Block, in GPT's body), a model and its subclass: the two models, not the part
     ("class Block(nn.Module):\n" + _INIT + _FORWARD + "class GPT(nn.Module):\n" + _INIT.replace("nn.Embedding(65, 65)",
      "Block()") + _FORWARD + "class BigGPT(GPT):\n    pass\n", ["GPT", "BigGPT"]),
-    # a base without a forward (shared code; the subclass calls Base.__init__): not a model, the subclass is
-    ("class Base(nn.Module):\n" + _INIT + "class GPT(Base):\n    def __init__(self):\n        Base.__init__(self)\n"
-     + _FORWARD, ["GPT"])])
+    # two classes no other uses, each with a forward (a model beside a second one): both offered, neither guessed
+    ("class A(nn.Module):\n" + _INIT + _FORWARD + "class B(nn.Module):\n" + _INIT + _FORWARD, ["A", "B"])])
 def test_a_bare_file_offers_every_model_class_a_subclass_included(tmp_path, capsys, text, offered):
     """`depthlab check FILE.py` with `class GPT(Base)` offered only GPT: a base class counted as a part of its subclass
     (used in it, like Block in GPT). Both are models; a base with no forward is not."""
@@ -730,6 +728,35 @@ def test_a_bare_file_offers_every_model_class_a_subclass_included(tmp_path, caps
     classes = [line.split("(")[0][6:] for line in text.splitlines() if line.startswith("class ")]
     assert capsys.readouterr().err == (f"depthlab: error: sub.py defines {', '.join(classes)}: name the model as "
                                        + " or ".join(f"{f}:{n}" for n in offered) + "\n")
+
+
+@pytest.mark.parametrize("text,classes", [
+    # parts used by the model (Block in GPT's body; Head in Block's): the model is the one class no other uses
+    ("class Head(nn.Module):\n" + _INIT + _FORWARD + "class Block(nn.Module):\n"
+     + _INIT.replace("nn.Embedding(65, 65)", "Head()") + _FORWARD + "class GPT(nn.Module):\n"
+     + _INIT.replace("nn.Embedding(65, 65)", "Block()") + _FORWARD, "Head, Block, GPT"),
+    # a base without a forward (shared code; the subclass calls Base.__init__) and a helper module without one
+    ("class Base(nn.Module):\n" + _INIT + "class Scale(nn.Module):\n    pass\nclass GPT(Base):\n"
+     "    def __init__(self):\n        Base.__init__(self)\n" + _FORWARD, "Base, Scale, GPT")])
+def test_a_bare_file_whose_one_candidate_is_the_model_is_taken(tmp_path, monkeypatch, text, classes):
+    """`depthlab check FILE.py` refused a file of several nn.Module classes even when only one of them can be the
+    model (the others its parts, or without a forward), naming it ('name the model as sub.py:GPT'): it is taken, as
+    a file's one class is, and the line says why."""
+    import functools
+
+    import depthlab.analytics.check as check
+    from depthlab.config import DataConfig
+
+    # two quick rules: what is tested is how the model is found, not the rules
+    monkeypatch.setattr(check, "check_model", functools.partial(check.check_model, rules=("shape", "vocab")))
+    f = tmp_path / "sub.py"
+    f.write_text("import torch.nn as nn\n" + text)
+    (tmp_path / "t.txt").write_text("hello world, " * 200)
+    lines = []
+    rep = check.check_source(str(f), data=DataConfig(path=str(tmp_path / "t.txt")), block_size=8, log=lines.append)
+    assert rep.model["source"] == f"{f}:GPT" and rep.model["class"] == "GPT"
+    assert lines[0] == (f"sub.py defines {classes}; GPT is the only one with a forward that no other uses as a part: "
+                        f"it is the model ({f}:GPT)")
 
 
 def test_a_resume_naming_the_runs_model_file_another_way_is_the_same_model(tmp_path, tiny_text_file, model_file,

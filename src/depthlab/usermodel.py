@@ -231,14 +231,15 @@ def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
 
 
 def _model_class(module, mod_name: str, src: Source) -> str:
-    """The name of the one ``nn.Module`` class the file of a bare ``PATH.py`` defines (imported ones do not count).
+    """The name of the model class of a bare ``PATH.py``: the one ``nn.Module`` class the file defines (imported ones
+    do not count), or of several the only one that can be the model (:func:`_model_candidates`: GPT beside its parts
+    Block and Head, or beside a base class without a forward).
 
     Raises:
-        DepthlabError: it defines none, or several: one line listing them and the model as PATH.py:NAME (the class
-            no other of them uses, e.g. GPT beside Block and Head; when several are unused, each of them as a choice).
+        DepthlabError: it defines none, or several of which none or more than one can be the model: one line
+            listing them and the model as PATH.py:NAME (each candidate as a choice).
     """
-    classes = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
-               and v.__module__ == mod_name and v.__name__ == n]
+    classes = _module_classes(module)
     if len(classes) == 1:
         return classes[0]
     if not classes:
@@ -253,6 +254,8 @@ def _model_class(module, mod_name: str, src: Source) -> str:
         raise DepthlabError(f"{src.path} defines no nn.Module class{it}; name the model as {src.path}:NAME, with NAME "
                             f"the function in it that returns the model{also}")
     top = _model_candidates(module, classes, src.path)
+    if len(top) == 1 and getattr(module, top[0]).forward is not torch.nn.Module.forward:
+        return top[0]  # the only class with a forward that no other uses: the model (said by load_factory)
     # two classes no other uses (a model beside an unrelated one) cannot be told apart: offer both, not a guess
     choice = " or ".join(f"{src.path}:{n}" for n in top)
     raise DepthlabError(f"{src.path.name} defines {', '.join(classes)}: name the model as {choice}")
@@ -296,8 +299,25 @@ def load_factory(src: Source, log: Optional[Callable[[str], None]] = None) -> tu
     if not src.name:
         src = Source(src.path, name, src.origin)
         if log is not None:
-            log(f"{src.path.name} defines one nn.Module class, {name}: it is the model ({src})")
+            log(_picked_line(src, made))
     return src, made
+
+
+def _picked_line(src: Source, made: Callable[..., Any]) -> str:
+    """The console line naming the class a bare ``PATH.py`` was taken as: its one nn.Module class, or the one of
+    several that can be the model (the others its parts, or bases without a forward)."""
+    module = sys.modules.get(getattr(made, "__module__", ""))
+    classes = _module_classes(module) if module is not None else [src.name]
+    if len(classes) <= 1:
+        return f"{src.path.name} defines one nn.Module class, {src.name}: it is the model ({src})"
+    return (f"{src.path.name} defines {', '.join(classes)}; {src.name} is the only one with a forward that no other "
+            f"uses as a part: it is the model ({src})")
+
+
+def _module_classes(module) -> list[str]:
+    """The nn.Module classes a file defines itself (imported ones do not count), in the file's order."""
+    return [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, torch.nn.Module)
+            and v.__module__ == module.__name__ and v.__name__ == n]
 
 
 def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[int] = None,
