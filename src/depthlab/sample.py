@@ -305,8 +305,9 @@ def _load_run(run_dir: str | Path, which: str = "best",
         path = ckpt.select_weights(rd, which)
     for w in caught:  # one clean line each, not Python's warning format
         print(f"depthlab: warning: {w.message}", file=sys.stderr)
-    if which == "best" and path.name != "best.safetensors":
-        print(f"depthlab: warning: {_best_fallback(rd, path)}", file=sys.stderr)
+    fallback = _best_fallback(rd, path) if which == "best" and path.name != "best.safetensors" else None
+    if fallback:
+        print(f"depthlab: warning: {fallback}", file=sys.stderr)
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as e:
@@ -319,15 +320,16 @@ def _load_run(run_dir: str | Path, which: str = "best",
     return model.to(device).eval(), tok, mcfg
 
 
-def _best_fallback(rd: Path, path: Path) -> str:
+def _best_fallback(rd: Path, path: Path) -> Optional[str]:
     """What sampling ``best`` from a run without ``best.safetensors`` does: the newest step checkpoint ``path`` (the
-    notice names the file, but nothing said whether those are the best weights: for a deleted best they may not be)."""
+    notice names the file, but nothing said whether those are the best weights: for a deleted best they may not be).
+    None for a run not yet evaluated: it has no best, and its newest weights are what ``best`` can mean."""
     ckdir = rd / ckpt.CKPT_DIR
     best = ckpt.read_manifest(ckdir, strict=False).get("best") or {}
     step = int(ckpt.read_metadata(path).get("step", -1))
     head = f"{ckdir} has no best.safetensors"
     if not isinstance(best.get("step"), int):
-        return f"{head} (no evaluation yet); sampling from the newest step checkpoint, {path.name} (step {step})"
+        return None
     if best["step"] == step:
         return (f"{head} (deleted?); sampling from {path.name}, the step manifest.json records as best ({step}): "
                 "the same weights")
