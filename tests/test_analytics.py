@@ -57,6 +57,7 @@ def test_records_files_and_identical_trajectory(tmp_path, tiny_text_file):
     assert ev_on == ev_off  # observers never change the maths (bit-identical losses)
 
 
+@pytest.mark.slow
 def test_rezero_alpha_tracked(tmp_path, tiny_text_file):
     lines = []
     cfg = tiny_config(tmp_path / "rz", tiny_text_file, model={"variant": "rezero"},

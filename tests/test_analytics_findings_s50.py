@@ -3,6 +3,8 @@ holds a number or a sentence one of these commands printed that was false for th
 
 import json
 
+import pytest
+
 from conftest import QUIET, SHAKESPEARE_BASELINES, TINY_TEXT, assert_clean_error, run_cli, tiny_config
 
 
@@ -68,6 +70,7 @@ def _bpe_run(tmp_path):
     return train(cfg, **QUIET)
 
 
+@pytest.mark.slow
 def test_the_report_of_a_bpe_run_says_tokens_where_it_said_characters(tmp_path, monkeypatch):
     """depthlab report of a --data.tokenizer bpe --data.vocab_size 300 run said "Vocabulary: 300 characters",
     "Losses are per character", "the embeddings alone see one character", "Position 0 sees one character", and

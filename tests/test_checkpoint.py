@@ -13,6 +13,7 @@ from depthlab.sample import load_run
 from conftest import QUIET, tiny_config
 
 
+@pytest.mark.slow
 def test_compiled_checkpoint_keys_are_stripped_and_accepted(tmp_path, tiny_text_file):
     run = train(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
     model, _ = load_run(run)

@@ -268,6 +268,7 @@ def test_sample_says_which_checkpoint_it_loaded(tmp_path, tiny_text_file, capsys
 
 
 # --------------------------------------------------------------------------------------------------- depthlab report
+@pytest.mark.slow
 def test_report_cli(report_run, tmp_path, capsys):
     out = tmp_path / "r.html"
     skip = ["--skip", *(n for n in RUN_FIGURES if n != "loss")]  # one figure is enough here (speed)

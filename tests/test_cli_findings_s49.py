@@ -92,6 +92,7 @@ def test_print_config_reads_back_to_the_same_config_without_what_a_file_does_not
     assert cli_print_config(capsys, "train", "-c", str(f), "--print_config") == printed
 
 
+@pytest.mark.slow
 def test_a_sweeps_print_config_reads_back(tmp_path, capsys):
     """It printed train.out_dir: null and model.n_layer: 4 beside its grid; read back, the sweep was refused: "the
     sweep sets each run's out_dir", then the n_layer the grid replaces."""

@@ -64,6 +64,7 @@ def _valid_config(draw):
 @given(st.dictionaries(st.sampled_from(["data", "model", "train", "extra"]),
                        st.dictionaries(_keys, _values, max_size=4), max_size=3),
        _valid_config())
+@pytest.mark.slow
 def test_fuzz_config_raises_only_depthlab_error(d, valid):
     cfg = RunConfig.from_dict(valid)  # valid values are accepted, as given
     got = cfg.to_dict()

@@ -26,6 +26,7 @@ PROBE_RESULT = {"config": {"variant": "prenorm", "norm": "layernorm", "n_layer":
                            for b in range(3)]}
 
 
+@pytest.mark.slow
 def test_plotting_leaves_matplotlib_global_state_alone(report_run, tmp_path):
     """In this process, under a non-Agg backend and a caller's style: the backend, rcParams and pyplot's
     figures stay as they were (and pyplot is not imported if it was not). Every figure, in a fresh

@@ -84,6 +84,7 @@ def _advice(err: str, new_dir) -> list[str]:
     return line.rsplit(": depthlab ", 1)[1].replace("NEW_DIR", str(new_dir)).split()
 
 
+@pytest.mark.slow
 def test_a_resume_with_a_new_shape_advises_a_new_model_from_scratch_and_the_advice_works(source, tmp_path, capsys):
     """nu51: it advised --init-from "where the weights fit", which then refused every shape change."""
     run = tmp_path / "A"

@@ -5,6 +5,8 @@ ways forward (--init-from its intact best, else the run again from its config.js
 
 import re
 
+import pytest
+
 from conftest import run_cli, tiny_cli_args
 
 from depthlab.training import autotune as at
@@ -37,6 +39,7 @@ def test_an_out_dir_under_a_file_names_the_file(tmp_path, tiny_text_file, capsys
     assert (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_a_resume_with_no_intact_step_checkpoint_names_the_ways_forward(tmp_path, tiny_text_file, capsys):
     # was: "no intact step checkpoint in RUN/checkpoints: each one listed in manifest.json has a file that is missing
     # or fails its sha256 check", with no way forward

@@ -29,6 +29,7 @@ from conftest import CONTENT_PX, QUIET, RUN_FIGURES, TINY_TEXT, png_width, tiny_
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
+@pytest.mark.slow
 def test_runs_without_analytics_skip_gracefully(report_run, tmp_path):
     rd = tmp_path / "old"
     rd.mkdir()
@@ -88,6 +89,7 @@ window.addEventListener('load', function () {
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian package `chromium`); "
                                              "the HTML is still checked without a browser")
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(report_page, tmp_path):
     html = report_page.read_text(encoding="utf-8")
     # The report itself allows no scripts; this copy lets one inline checker in, nothing else.
@@ -335,6 +337,7 @@ def test_a_deleted_baselines_json_is_recomputed_in_the_report_as_the_warning_say
     assert rc == 0 and "could not be read (or changed since training) to recompute" in (tmp_path / "b.html").read_text()
 
 
+@pytest.mark.slow
 def test_report_warns_of_what_it_leaves_out_as_its_page_says(tmp_path, tiny_text_file, capsys):
     """A new user's pass: with checkpoints/ or metrics.jsonl deleted, or the corpus edited, report left figures
     out silently, though its page says the missing files are named in a warning."""

@@ -66,6 +66,7 @@ def test_diverged_run_far_off_axis_still_gets_a_report(tiny_text_file, tmp_path,
     assert status == ["nonfinite", "ok"] and (out / "report.html").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_learning_rate_grid_is_not_called_depth(tiny_text_file, tmp_path):
     over = {**TINY_SWEEP, "data.path": str(tiny_text_file)}
     spec = sweep.build_spec(None, None, ["train.learning_rate=0.001,0.003"], over, None)

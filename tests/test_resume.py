@@ -272,6 +272,7 @@ class ResumeMachine(RuleBasedStateMachine):
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
+@pytest.mark.slow
 def test_resume_sequences_fast():
     ResumeMachine.TestCase.settings = settings(max_examples=3, stateful_step_count=4, **_COMMON)
     ResumeMachine.TestCase().runTest()
@@ -966,6 +967,7 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_writ
                        f"{out / 'checkpoints'} is not a folder (depthlab keeps the run's checkpoints there)")
 
 
+@pytest.mark.slow
 def test_a_finished_run_without_its_checkpoints_is_refused_not_restarted(tmp_path, tiny_text_file, capsys):
     """A new user's pass: --resume on a finished run whose checkpoints/ was deleted or emptied said "no checkpoint
     yet; starting it again from step 0" and replaced its metrics.jsonl, summary.json and diagnosis.json."""
@@ -1350,6 +1352,7 @@ def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, t
     assert_clean_error(rc, capsys.readouterr().err, f"changed data.path '{moved}' -> '{other}'")
 
 
+@pytest.mark.slow
 def test_a_deleted_vocab_json_is_written_again_when_the_corpus_is_the_runs(tmp_path, tiny_text_file, capsys):
     """A new user's pass: resume refused a run whose vocab.json was deleted though the corpus was unchanged (its
     sha256 is config.json's) and the checkpoint holds the vocabulary; another text is still refused."""

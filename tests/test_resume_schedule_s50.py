@@ -20,6 +20,7 @@ def _edit(run, **train):
     (run / "config.json").write_text(json.dumps(cfg))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edited", [40, 1_000_000_000])
 def test_a_config_json_schedule_the_checkpoint_never_had_does_not_move_the_rate(tmp_path, tiny_text_file, capsys,
                                                                                 edited):
@@ -42,6 +43,7 @@ def test_a_config_json_schedule_the_checkpoint_never_had_does_not_move_the_rate(
     assert lrs == _lrs(same)
 
 
+@pytest.mark.slow
 def test_every_checkpoint_header_holds_the_time_plan_it_was_trained_on(tmp_path, tiny_text_file, capsys):
     run = tmp_path / "run"
     args = tiny_cli_args(tiny_text_file, run, train__max_iters=100000, train__max_time=3, train__eval_interval=50)

@@ -80,6 +80,7 @@ def _snapshot(run):
                                                              p.stat().st_mtime_ns) for p in sorted(run.rglob("*"))}
 
 
+@pytest.mark.slow
 def test_a_refused_resume_or_overwrite_changes_nothing_in_the_run_folder_not_even_its_lock_file(
         tmp_path, tiny_text_file, capsys):
     # each of these wrote its pid into RUN/.lock (made it where there was none) before refusing

@@ -260,6 +260,7 @@ def test_killed_worker_is_an_error_row_and_the_sweep_goes_on(tiny_text_file, tmp
 
 
 # -------------------------------------------------------------------------------------------------------- init probe
+@pytest.mark.slow
 def test_rank_collapse_at_init_plain_vs_residual():
     """Dong et al. 2021 at init: plain's last-block rank measure falls towards 0 with depth; residual stays."""
     from depthlab.config import RunConfig

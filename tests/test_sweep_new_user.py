@@ -3,6 +3,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from depthlab.sweep import SWEEP_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +77,7 @@ def _sweep_cli(capsys, text_file, out_dir, *argv):
                    "--threads", "1", "--no_report", "--out_dir", str(out_dir), *argv)
 
 
+@pytest.mark.slow
 def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_path, capsys):
     sw = tmp_path / "sw"
     # block_size 4096 exceeds the tiny corpus: that run ends with an error, the other is ok

@@ -497,6 +497,7 @@ class NanShort(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_a_nan_final_validation_ends_the_run_with_exit_3_and_a_finding_not_no_problems(tmp_path, tiny_text_file,
                                                                                        capsys):
     """Every periodic evaluation is finite, the whole-split final validation is NaN: the run is kept, but the
