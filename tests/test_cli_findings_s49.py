@@ -224,3 +224,13 @@ def test_a_sweep_takes_a_model_file_as_train_does(tmp_path, capsys):
     printed = yaml.safe_load(cli_print_config(capsys, "sweep", "--model", str(m), "--grid", "train.seed=1,2",
                                               "--print_config"))
     assert (printed["model"]["n_layer"], printed["model"]["n_embd"], printed["model"]["n_head"]) == (1, 16, 2)
+
+
+def test_a_field_given_nested_and_dotted_is_a_key_given_twice(tmp_path, capsys):
+    # a new user's pass: `model: {n_layer: 1}` and `model.n_layer: 2` in one file trained with the later one silently
+    f = _file(tmp_path, "model:\n  n_layer: 1\nmodel.n_layer: 2\n")
+    assert cli_err(capsys, "train", "-c", str(f), "--print_config") == \
+        f"depthlab: error: config file {f} line 3: key 'model.n_layer' appears twice (lines 2 and 3); keep one\n"
+    from depthlab.config import key_twice
+
+    assert key_twice("experiments:\n  - {name: a, grid: {x: [1]}}\n  - {name: b, grid: {x: [2]}}\n") is None

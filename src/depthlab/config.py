@@ -331,11 +331,14 @@ def _unique_key_loader():
     class UniqueKeyLoader(yaml.SafeLoader):
         def __init__(self, stream):
             super().__init__(stream)
-            self.key_paths: dict[Any, str] = {}  # a nested mapping node -> the dotted path of its key, with "."
+            # a nested mapping node -> its dotted path as said (``train.``) and as kept apart (``experiments[1].``)
+            self.key_paths: dict[Any, tuple[str, str]] = {}
+            # every dotted field seen -> its line: ``model.n_layer: 2`` at the top is model: {n_layer: ...} again
+            self.names: dict[str, int] = {}
 
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):
-                prefix, seen = self.key_paths.get(node, ""), {}
+                (prefix, unique), seen = self.key_paths.get(node, ("", "")), {}
                 for key_node, value_node in node.value:
                     if key_node.tag == _MERGE:
                         continue
@@ -347,11 +350,17 @@ def _unique_key_loader():
                         seen[key] = line
                     except TypeError:  # an unhashable key: PyYAML's own error says so
                         continue
-                    children = [value_node] if isinstance(value_node, yaml.MappingNode) else \
-                        [v for v in value_node.value if isinstance(v, yaml.MappingNode)] \
-                        if isinstance(value_node, yaml.SequenceNode) else []
-                    for child in children:
-                        self.key_paths[child] = f"{name}."
+                    here = f"{unique}{key}"
+                    if here in self.names and not isinstance(value_node, yaml.MappingNode):
+                        first, second = sorted((self.names[here], line))
+                        raise _KeyTwice(name, first, second)
+                    self.names.setdefault(here, line)
+                    if isinstance(value_node, yaml.MappingNode):
+                        self.key_paths[value_node] = (f"{name}.", f"{here}.")
+                    elif isinstance(value_node, yaml.SequenceNode):
+                        for i, v in enumerate(value_node.value):
+                            if isinstance(v, yaml.MappingNode):
+                                self.key_paths[v] = (f"{name}.", f"{here}[{i}].")
             return super().construct_mapping(node, deep=deep)
 
     return UniqueKeyLoader
