@@ -174,3 +174,20 @@ def test_max_tokens_help_says_a_whole_batch_is_read(capsys):
         out = " ".join(capsys.readouterr().out.split())
         assert "most val tokens to read" not in out
         assert "whole evaluation batches, at least one" in out, out
+
+
+def test_a_plateau_at_a_rate_that_never_decayed_does_not_advise_a_lower_min_lr():
+    """A new user's pass: a run cut by max_time at lr 0.00297 (fit_to_time false) was told "the model has converged
+    ...: decay the LR further (train.min_lr (now 0.0001))", which changes nothing for a decay that never ran."""
+    from conftest import eval_records
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    flat = eval_records([4.2, 2.0, 1.9, 1.9, 1.9, 1.9, 1.9, 1.9])
+    cfg = {"train": {"min_lr": 1e-4, "learning_rate": 3e-3}}
+    high = flat + [{"step": 700, "lr": 0.00297, "loss": 1.9}]
+    found = {f.rule: f for f in diagnose(Evidence(high, cfg)).findings}
+    assert found["plateau"].remedy.startswith("the learning rate was still 0.00297 at step 700 (its floor "
+                                              "train.min_lr 0.0001): the decay had not run")
+    low = flat + [{"step": 700, "lr": 1.2e-4, "loss": 1.9}]
+    found = {f.rule: f for f in diagnose(Evidence(low, cfg)).findings}
+    assert found["plateau"].remedy.startswith("the model has converged for this size/LR")

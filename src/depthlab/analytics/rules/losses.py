@@ -347,7 +347,20 @@ def plateau(ev: Evidence) -> Optional[Finding]:
     if recent < before - ev.thresholds.plateau_tol or divergence(ev):
         return None
     return Finding("plateau", f"no val improvement over the last {n} evals (steps {vals[-n][0]}-{vals[-1][0]}): "
-                   f"best recent {recent:.4f} vs {before:.4f} before",
-                   f"the model has converged for this size/LR: stop, decay the LR further (train.min_lr"
-                   f"{ev.now('train.min_lr')}), or grow the model (model.n_layer, model.n_embd) or its "
-                   "context (model.block_size)")
+                   f"best recent {recent:.4f} vs {before:.4f} before", _plateau_remedy(ev))
+
+
+def _plateau_remedy(ev: Evidence) -> str:
+    """Let the rate decay when the run stopped with it still far above its floor (a lower min_lr would change
+    nothing there); else the converged model's ways forward."""
+    last = next((r for r in reversed(ev.records) if finite_or_none(r.get("lr")) is not None and "step" in r), None)
+    floor, peak = (finite_or_none(ev.section("train").get(k)) for k in ("min_lr", "learning_rate"))
+    # more than halfway from the floor to the peak: most of the decay was still to come
+    if last is not None and floor is not None and peak is not None and last["lr"] > floor + 0.5 * (peak - floor):
+        return (f"the learning rate was still {last['lr']:.3g} at step {last['step']} (its floor train.min_lr "
+                f"{floor:g}): the decay had not run, and a plateau at a high rate is often only its noise; let it "
+                "decay (train.fit_to_time true ends the decay inside train.max_time, or a train.max_iters the time "
+                "allows), then judge again")
+    return (f"the model has converged for this size/LR: stop, decay the LR further (train.min_lr"
+            f"{ev.now('train.min_lr')}), or grow the model (model.n_layer, model.n_embd) or its context "
+            "(model.block_size)")
