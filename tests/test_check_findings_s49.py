@@ -143,3 +143,20 @@ def test_context_use_verdict_does_not_depend_on_the_thread_count(corpus, two_thr
     _, c = _plain(corpus, ("context_use",))
     cu = c["context_use"]
     assert cu.ok is False and cu.evidence["gain_nats"] == pytest.approx(-0.00138, abs=1e-5)
+
+
+def test_a_bad_blocks_option_is_the_one_line_said_before_the_class_notice(tmp_path, capsys):
+    """A new user's pass: `depthlab check mymodel.py --blocks nope` printed the "GPT is the model" notice, then the
+    error: two lines on stderr for a usage error."""
+    from conftest import run_cli
+
+    f = tmp_path / "mymodel.py"
+    f.write_text("import torch.nn as nn\nclass Block(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                 "        self.l = nn.Linear(16, 16)\n    def forward(self, x):\n        return x + self.l(x)\n"
+                 "class GPT(nn.Module):\n    def __init__(self, vocab_size=65):\n        super().__init__()\n"
+                 "        self.e = nn.Embedding(vocab_size, 16)\n        self.blocks = nn.ModuleList([Block()])\n"
+                 "        self.h = nn.Linear(16, vocab_size)\n    def forward(self, idx):\n"
+                 "        return self.h(self.blocks[0](self.e(idx)))\n")
+    rc, out, err = run_cli(capsys, "check", str(f), "--blocks", "nope")
+    assert rc == 2 and out == ""
+    assert err == "depthlab: error: --blocks nope: the model has no submodule 'nope'; its containers: blocks\n"

@@ -346,6 +346,8 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
         return build_model(src, kw, V, made)
 
     model = build()
+    if blocks is not None:
+        find_blocks(model, blocks)  # a bad --blocks is the one line said, not after the class notice
     for line in picked if log else ():
         log(line)
     report = check_model(model, corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
