@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 import torch
@@ -61,6 +61,46 @@ class Interrupted(Exception):
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
 
+class HeldLog:
+    """Console lines (``log``), held while ``hold``: a process that may restart for another OpenMP policy says its
+    lines only once the policy is settled (:meth:`release`), since the restarted process says them again and a
+    resume's lines said twice read as two events. Unheld, a line goes out as it comes."""
+
+    def __init__(self, log: Callable[[str], None], hold: bool):
+        self._log, self._held = log, ([] if hold else None)
+
+    def __call__(self, line: str) -> None:
+        if self._held is not None:
+            self._held.append(line)
+        else:
+            self._log(line)
+
+    def release(self) -> None:
+        """Say the held lines, in order; from here every line goes out as it comes."""
+        lines, self._held = self._held or [], None
+        for line in lines:
+            self._log(line)
+
+
+def _write_vocab(run_dir: Path, vocab: list[str], tokenizer) -> None:
+    """vocab.json, and a BPE run's trained tokenizer.json."""
+    rundir.write_json(run_dir / rundir.VOCAB, vocab)
+    tok_json = getattr(tokenizer, "json", None)
+    if tok_json is not None:
+        rundir.atomic_write(run_dir / rundir.TOKENIZER, tok_json.encode("utf-8"))
+
+
+def _progress_bar(show: bool, total: int, initial: int):
+    """A tqdm bar of training steps when ``show`` and stderr is a terminal with tqdm installed, else None."""
+    if not (show and sys.stderr.isatty()):
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+
 class Trainer:
     """One training run. Use :func:`train` unless you need the object.
 
@@ -97,28 +137,14 @@ class Trainer:
         t = cfg.train
         self.runtime = rt = Runtime(t, log)
         self.rank, self.world_size, self.is_main, self.device = rt.rank, rt.world_size, rt.is_main, rt.device
-        # A process that may restart for another OpenMP policy holds its lines until the policy is settled: the
-        # restarted process says them again, and a resume's lines said twice read as two events.
-        self._unsaid: Optional[list[str]] = [] if restart_ok else None
+        self.log = HeldLog(rt.log, hold=restart_ok)
         try:
             self._open(cfg, overwrite, init_from)
         except Restart:
             raise  # said by the restarted process
         except BaseException:
-            self._say_unsaid()  # before the refusal, as they came
+            self.log.release()  # before the refusal, as they came
             raise
-
-    def log(self, line: str) -> None:
-        """One console line (:attr:`Runtime.log`), held while the OpenMP policy may still restart the process."""
-        if self._unsaid is not None:
-            self._unsaid.append(line)
-        else:
-            self.runtime.log(line)
-
-    def _say_unsaid(self) -> None:
-        lines, self._unsaid = self._unsaid or [], None
-        for line in lines:
-            self.runtime.log(line)
 
     def _open(self, cfg: RunConfig, overwrite: bool, init_from: Optional[str]) -> None:
         """The run's corpus, folder, checkpoint, model and parts (:meth:`__init__`)."""
@@ -185,7 +211,7 @@ class Trainer:
         self.port = ModelPort(self.raw_model)
         rt.apply(tune(self.cfg, self.raw_model, self.device, old := point.old_config.get("resolved") if point else None,
                       restart_ok=self.restart_ok, log=self.log, world_size=self.world_size), resumed=old)
-        self._say_unsaid()  # this process trains: its OpenMP policy is settled
+        self.log.release()  # this process trains: its OpenMP policy is settled
         self.port.set_attention(rt.explicit_attention)
         self.optimizer_name = point.optimizer if point else resolve_optimizer(t.optimizer, self.device, self.raw_model)
         self.optimizer = make_optimizer(self.raw_model, t, self.device, self.optimizer_name)
@@ -217,7 +243,7 @@ class Trainer:
             rt.say_resolved_changes()
             self._write_config()  # on resume too: config.json must show what this run now uses
             if not resumed or point.vocab_missing:
-                self._write_vocab(vocab)
+                _write_vocab(self.run_dir, vocab, self.corpus.tokenizer)
             if resumed and point.vocab_missing:
                 self.log(f"resume: {self.run_dir / rundir.VOCAB} was {point.vocab_missing}; written again from the "
                          "corpus, the file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
@@ -295,12 +321,6 @@ class Trainer:
         runlock.mark(self.run_dir)  # committed to training: RUN/.lock names this process from here on
         rundir.write_json(self.run_dir / rundir.CONFIG, {**config_record(self.cfg), "resolved": self.resolved()})
 
-    def _write_vocab(self, vocab: list[str]) -> None:
-        rundir.write_json(self.run_dir / rundir.VOCAB, vocab)
-        tok_json = getattr(self.corpus.tokenizer, "json", None)  # BPE: the trained tokenizer
-        if tok_json is not None:
-            rundir.atomic_write(self.run_dir / rundir.TOKENIZER, tok_json.encode("utf-8"))
-
     def resume_state(self) -> dict:
         """What a checkpoint stores besides the weights (loaded with ``weights_only=True``)."""
         return {**self.stepper.state_dict(), **self.evaluator.state_dict(), **self.schedule.state_dict(),
@@ -362,7 +382,7 @@ class Trainer:
             self.log(line)
         for cb in self.callbacks:
             cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
-        bar = self._progress_bar()
+        bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
             try:
                 self.model.train()
@@ -446,15 +466,6 @@ class Trainer:
             self.log(f"step {info.step}/{self.schedule.max_iters} | loss {info.loss:.4f} | "
                      f"{lr_words(info.lr, self.cfg.train, self.optimizer_name)} | grad_norm {info.grad_norm:.3f} | "
                      f"{tokens_per_sec:,.0f} tokens/s | {self._wall():.1f}s")
-
-    def _progress_bar(self):
-        if not (self.is_main and self.cfg.train.progress and sys.stderr.isatty()):
-            return None
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return None
-        return tqdm(total=self.schedule.max_iters, initial=self.step, unit="step", dynamic_ncols=True)
 
     def _finish(self) -> Path:
         summary = self._summary()

@@ -91,6 +91,26 @@ def _json_or_none(text) -> object:
         return None
 
 
+def _resume_point(rd: RunDir, entry: Optional[dict], old: dict, optimizer: str,
+                  vocab_gone: str) -> tuple[ResumePoint, list[str], Optional[str]]:
+    """The :class:`ResumePoint` of ``entry`` (its header's schedule), the ``resume:`` line when config.json's schedule
+    is not the checkpoint's, and a warning when config.json's ``resolved.plan`` is not depthlab's record."""
+    header = ckpt.read_metadata(rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors") if entry else {}
+    point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone, header=header)
+    said = []
+    if point.schedule_edits and entry is not None:
+        said.append(f"resume: {rd.file(CONFIG)} holds a schedule the checkpoint {entry['name']} was not trained with "
+                    f"({'; '.join(point.schedule_edits)}; checkpoint -> {CONFIG}: edited by hand, or a session that "
+                    "stopped before its first checkpoint): the learning rate continues from the checkpoint's")
+    warning = None
+    if "plan" in (old.get("resolved") or {}) and point.json_plan is None:
+        follows = (f"the plan its checkpoint {entry['name']} holds" if point.plan is not None and entry else
+                   "the schedule asked for (train.max_iters, train.fit_to_time)")
+        warning = (f"{rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): the "
+                   f"resumed run follows {follows}")
+    return point, said, warning
+
+
 def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
     """Why the run's own files say it wrote a checkpoint, or None: summary.json's final step (a finished run), or
     records after an evaluation (each evaluation past step 0 writes one before training goes on)."""
@@ -483,25 +503,11 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume {rd.path}: {trained}, but {where}, and starting again from step 0 "
                                 "would overwrite the run's records; restore its checkpoints from a copy, or train "
                                 "into a new train.out_dir")
-        point = self._resume_point(rd, entry, old, optimizer, vocab_gone)
+        point, said, warning = _resume_point(rd, entry, old, optimizer, vocab_gone)
+        self._noted[:0] = said  # said by settle_writable if the session trains
+        if warning:
+            self.log(f"warning: {warning}")
         self.later_best = ckpt.later_best(rd.path, entry["step"]) if entry is not None else None
-        return point
-
-    def _resume_point(self, rd: RunDir, entry: Optional[dict], old: dict, optimizer: str,
-                      vocab_gone: str) -> ResumePoint:
-        """The :class:`ResumePoint` of ``entry`` (its header's schedule), with a line when config.json's differs."""
-        header = ckpt.read_metadata(rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors") if entry else {}
-        point = ResumePoint(entry, old, optimizer, vocab_missing=vocab_gone, header=header)
-        if point.schedule_edits and entry is not None:
-            self._noted.insert(0, f"resume: {rd.file(CONFIG)} holds a schedule the checkpoint {entry['name']} was not "
-                               f"trained with ({'; '.join(point.schedule_edits)}; checkpoint -> {CONFIG}: edited by "
-                               "hand, or a session that stopped before its first checkpoint): the learning rate "
-                               "continues from the checkpoint's")
-        if "plan" in (old.get("resolved") or {}) and point.json_plan is None:
-            follows = (f"the plan its checkpoint {entry['name']} holds" if point.plan is not None and entry else
-                       "the schedule asked for (train.max_iters, train.fit_to_time)")
-            self.log(f"warning: {rd.file(CONFIG)}'s resolved.plan is not the record depthlab wrote (edited by hand?): "
-                     f"the resumed run follows {follows}")
         return point
 
     def _check_writable(self, rd: RunDir) -> None:
