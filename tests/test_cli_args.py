@@ -168,7 +168,8 @@ def test_a_negative_number_is_quoted_as_typed(capsys):
 
 @pytest.mark.parametrize("text,msg", [
     ("train: 5\n", "section train: must hold fields"), ("model:\n", "section model: must hold fields"),
-    ("model: [1\n", "is not valid YAML at line 2"), ("- 1\n- 2\n", "must be a mapping with sections"),
+    ("model: [1\n", "is not valid YAML at the end of the file (line 1, column 10)"),
+    ("- 1\n- 2\n", "must be a mapping with sections"),
 ])
 def test_bad_config_files_are_named(tmp_path, capsys, text, msg):
     from depthlab.cli import main

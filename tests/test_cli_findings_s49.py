@@ -133,7 +133,9 @@ def test_a_command_line_option_in_a_config_file_is_refused(tmp_path, capsys, tex
 
 # ------------------------------------------------------------------------- 3. malformed -c files
 @pytest.mark.parametrize("content, needles", [
-    (b"train:\n  max_iters: [3\n", ["is not valid YAML at line 3, column 1", "fix the file (keys and values"]),
+    # was: "at line 3, column 1" of a 2-line file
+    (b"train:\n  max_iters: [3\n", ["is not valid YAML at the end of the file (line 2, column 16)",
+                                    "fix the file (keys and values"]),
     # was: "got a list" and no word of what to write instead
     (b"- a\n- b\n", ["must be a mapping with sections data:, model:, train:, got a list; write keys and values as "
                      "`section:` then indented `field: value` lines"]),

@@ -165,3 +165,32 @@ def test_a_runs_config_from_before_a_field_reads_as_the_run_had_it():
     assert predating_model({"source": "m.py:Net"}) == {"source": "m.py:Net"}  # a model of one's own has no such field
     assert predating_model({}) == {}  # nothing known of the model: nothing to say of its positions
     assert PREDATING["model"]["position"] != ModelConfig().position  # only fields whose default changed are listed
+
+
+# a 2-line file whose last line leaves a `[` open was "at line 3" (PyYAML's end of stream is one past the last line)
+@pytest.mark.parametrize("text, where", [
+    ("train:\n  max_iters: [1, 2\n", "at the end of the file (line 2, column 19): expected ',' or ']', but got "
+                                     "'<stream end>' (the unfinished part starts at line 2, column 14); fix it"),
+    ("train:\r\n  max_iters: [1, 2\r\n", "at the end of the file (line 2, column 19)"),
+    ("a: 1\nb: [\n", "at the end of the file (line 2, column 5): expected the node content"),
+    ("a: {b: 1\n\n\n", "at the end of the file (line 3, column 1)"),  # blank lines are lines of the file
+    ("a: 1\nb: [", "at line 2, column 5"),  # no final line break: PyYAML's mark is on the last line already
+    ("train:\n  max_iters: 3\n bad", "at line 3, column 2"),  # a bad indent on a last line without a break
+])
+def test_a_yaml_error_at_the_end_of_a_file_names_a_line_the_file_has(tmp_path, text, where):
+    from depthlab.config import read_yaml
+
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(text.encode())
+    with pytest.raises(DepthlabError) as e:
+        read_yaml(f, "config file", "fix it")
+    assert f"config file {f} is not valid YAML {where}" in str(e.value)
+
+
+def test_the_cli_names_the_last_line_of_a_two_line_config_file(tmp_path, capsys):
+    f = tmp_path / "bad.yaml"
+    f.write_text("train:\n  max_iters: [3\n")
+    assert main(["train", "-c", str(f), "--print_config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"depthlab: error: config file {f} is not valid YAML at the end of the file (line 2, "
+                          "column 16): expected ',' or ']'") and "line 3" not in err and err.count("\n") == 1

@@ -207,7 +207,7 @@ def test_sweep_file(tmp_path):
     with pytest.raises(DepthlabError, match="bogus"):
         sweep.load_sweep_file(f)
     f.write_text("grid: [1, 2\n")
-    with pytest.raises(DepthlabError, match="not valid YAML at line 2, column 1: .*; fix the file"):
+    with pytest.raises(DepthlabError, match=r"not valid YAML at the end of the file \(line 1, column 12\): .*; fix"):
         sweep.load_sweep_file(f)  # where, as a -c config file says it (one reader of YAML files)
     f.write_bytes(b"\xff\xfe")
     with pytest.raises(DepthlabError, match="not UTF-8 text"):

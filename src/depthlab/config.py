@@ -409,10 +409,35 @@ def read_yaml(path: str | Path, what: str, fix: str) -> Any:
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise DepthlabError(f"{what} {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}; "
+        mark, opened = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
+        where = f" {_yaml_where(text, mark)}" if mark is not None else ""
+        since = ""  # where what the end of the file left open starts
+        if mark is not None and opened is not None and _past_end(text, mark) and not _past_end(text, opened):
+            since = f" (the unfinished part starts {_yaml_where(text, opened)})"
+        raise DepthlabError(f"{what} {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}{since}; "
                             f"{fix}") from None
+
+
+def _yaml_lines(text: str) -> list[str]:
+    """The lines of ``text`` as YAML counts them (a break is \\r\\n, \\r, \\n, NEL, LS or PS)."""
+    import re
+
+    lines = re.split("\r\n|[\r\n\x85\u2028\u2029]", text)
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines  # a final break ends a line, opens none
+
+
+def _past_end(text: str, mark: Any) -> bool:
+    """Whether a YAML error mark points past the last line of ``text`` (the end of the stream)."""
+    return mark.line >= len(_yaml_lines(text))
+
+
+def _yaml_where(text: str, mark: Any) -> str:
+    """Where a YAML error mark points, on a line the file has: PyYAML puts the end of a file that ends in a
+    line break on the line after the last, which the file does not have; that is the end of its last line."""
+    lines = _yaml_lines(text)
+    if not _past_end(text, mark):
+        return f"at line {mark.line + 1}, column {mark.column + 1}"
+    return f"at the end of the file (line {len(lines)}, column {len(lines[-1]) + 1})"
 
 
 #: What 0 means for the train fields where an infinite value would (said when one is given).
