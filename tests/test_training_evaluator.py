@@ -217,3 +217,33 @@ def test_a_run_from_before_eval_windows_resumes_and_is_measured_on_its_random_wi
     val = D.load_corpus(rc_cfg.data, seed=rc_cfg.train.seed).val
     rng = np.random.default_rng([rc_cfg.train.seed, 1, 1])
     assert torch.equal(first, get_batch(val, rc_cfg.model.block_size, rc_cfg.train.batch_size, rng)[0])
+
+
+@pytest.mark.parametrize("eval_iters, block, val_fraction, why", [
+    # was "± 0.000": a 20-character text leaves the val split one place for a window, so both batches are the
+    # same windows and their means agree by construction
+    (2, 4, 0.1, "no ±: its evaluation batches are all the same windows; "),
+    (1, 4, 0.1, "no ±: one evaluation batch, train.eval_iters 1; "),  # README: null with one batch
+    (3, 2, 0.5, None),  # 10 val characters, 3 batches of 2 windows of 3: they differ, and so do their means
+])
+def test_a_val_loss_whose_batches_cannot_differ_has_no_plus_minus(tmp_path, capsys, eval_iters, block, val_fraction,
+                                                                   why):
+    from depthlab.cli import main
+
+    (tmp_path / "tiny.txt").write_text("hello world, hi all\n")
+    run = tmp_path / "r"
+    assert main(["train", "--data.path", str(tmp_path / "tiny.txt"), "--model.block_size", str(block),
+                 "--data.val_fraction", str(val_fraction), "--model.n_layer", "1", "--model.n_embd", "16",
+                 "--model.n_head", "1", "--train.batch_size", "2", "--train.eval_iters", str(eval_iters),
+                 "--train.max_iters", "3", "--train.out_dir", str(run)]) == 0
+    done = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("done: ")][0]
+    s = json.loads((run / "summary.json").read_text())
+    recs = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    ses = [r["val_loss_se"] for r in recs if r.get("kind") == "eval"]
+    if why is None:
+        assert s["best_val_loss_se"] > 0 and all(se > 0 for se in ses)
+        assert done.startswith(f"done: best val {s['best_val_loss']:.4f} ± {s['best_val_loss_se']:.3f} nats (")
+    else:
+        assert s["best_val_loss_se"] is None and ses == [None, None]
+        assert done.startswith(f"done: best val {s['best_val_loss']:.4f} nats ({why}{s['best_val_bpc']:.3f} bits")
+        assert "±" not in done.replace("no ±", "")

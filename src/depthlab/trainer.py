@@ -473,7 +473,8 @@ class Trainer:
             cb.on_train_end(self, summary)
         if self.is_main:
             rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
-            self.log(done_line(summary, self.evaluator.final_val, self.run_dir))
+            no_se = self.evaluator.no_se_reason() if summary["best_val_loss_se"] is None else None
+            self.log(done_line(summary, self.evaluator.final_val, self.run_dir, no_se))
         self.metrics.close()
         self.runtime.close()
         return self.run_dir
@@ -505,15 +506,16 @@ def config_record(cfg: RunConfig) -> dict:
     return d
 
 
-def done_line(summary: dict, final: Optional[dict], run_dir: Path) -> str:
+def done_line(summary: dict, final: Optional[dict], run_dir: Path, no_se: Optional[str] = None) -> str:
     """The run's last console line: best val (nats/token) ± its sampling error over where the evaluation windows
-    fell (README, "Measured speed and quality"), bits/char, the whole-split loss of ``final`` (the final
-    validation, or None), steps and seconds."""
+    fell (README, "Measured speed and quality"; ``no_se``: why there is none, when known), bits/char, the
+    whole-split loss of ``final`` (the final validation, or None), steps and seconds."""
     whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
     se = summary.get("best_val_loss_se")
     err = "" if se is None else f" ± {se:.3f}"
-    return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({summary['best_val_bpc']:.3f} bits/char) at "
-            f"step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
+    why = "" if se is not None or not no_se else f"no ±: {no_se}; "
+    return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({why}{summary['best_val_bpc']:.3f} bits/char) "
+            f"at step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
             f"{summary['wall_time_s']:.1f}s -> {run_dir}{ckpt.kept_clause(run_dir, summary['best_val_loss'])}")
 
 

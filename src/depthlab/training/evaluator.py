@@ -127,6 +127,7 @@ class Evaluator:
         self.final_val: Optional[dict] = None
         self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
+        self._no_se: Optional[str] = None  # no_se_reason(), once known ("" = the batches can differ)
 
     @property
     def best(self) -> tuple[int, float]:
@@ -197,8 +198,8 @@ class Evaluator:
                 losses[i] = loss.detach().float()
             losses = losses.cpu()
             out[split] = losses.mean().item()
-            if split == "val":
-                out["val_se"] = window_se(losses)
+            if split == "val":  # batches of the same windows spread 0 by construction: that is no error bar
+                out["val_se"] = window_se(losses) if self.no_se_reason() is None else None
         model.train(was_training)
         return out
 
@@ -218,6 +219,28 @@ class Evaluator:
                 tokens += y.numel()
             self._val_chars_per_token = total / tokens if total > 0 else 1.0
         return val_loss / self._val_chars_per_token / LN2
+
+    def no_se_reason(self) -> Optional[str]:
+        """Why the val loss has no sampling error (the done line's ±), or None when its batches can differ: one
+        batch (``train.eval_iters`` 1), or batches that all hold the same windows (a val split with room for only a
+        few): their means agree by construction, and that ± 0 would be no error bar."""
+        if self._no_se is None:
+            one = self.cfg.train.eval_iters < 2
+            self._no_se = "one evaluation batch, train.eval_iters 1" if one else \
+                "" if self._val_batches_differ() else "its evaluation batches are all the same windows"
+        return self._no_se or None
+
+    def _val_batches_differ(self) -> bool:
+        """Whether two of :meth:`evaluate`'s val batches hold different windows (every evaluation has the same)."""
+        t = self.cfg.train
+        first = None
+        for x, y in eval_batches(self.corpus.val, self.cfg.model.block_size, t.batch_size * self.runtime.world_size,
+                                 t.seed, "val", t.eval_iters, windows=t.eval_windows):
+            rows = sorted(w.tobytes() for w in torch.cat([x, y[:, -1:]], 1).numpy())  # a window: x and y's last
+            first = rows if first is None else first
+            if rows != first:
+                return True
+        return False
 
     def judge(self, losses: dict, step: int, tokens_seen: int, elapsed_s: float) -> tuple[dict, bool]:
         """Record one evaluation's ``losses`` at ``step``: best, patience and target (agreed by all processes).
