@@ -79,6 +79,47 @@ def test_init_from_a_missing_folder_or_a_file_says_which(tmp_path, capsys, kind)
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("kind", ["empty", "run_without_checkpoints", "folder_of_runs"])
+def test_init_from_a_folder_that_is_no_run_says_what_to_give(good_run, tmp_path, capsys, kind):
+    """Was "neither a depthlab run (no checkpoints/) nor a Hugging Face export of model_type ...": the problem, no
+    fix. Now the line ends with what to give: a run's out_dir or an export, or one of the runs the folder holds."""
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    src = tmp_path / "src"
+    src.mkdir()
+    if kind == "run_without_checkpoints":
+        (src / "config.json").write_text("{}")
+    if kind == "folder_of_runs":
+        shutil.copytree(good_run, src / "b")
+        shutil.copytree(good_run, src / "a")
+    rc = main(["train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new", train__max_iters=2), "--init-from",
+               str(src)])
+    fix = f"it holds 2 runs: give one of them, e.g. --init-from {src / 'a'}" if kind == "folder_of_runs" else \
+        "give the out_dir of a depthlab train run (it holds checkpoints/) or a folder written by depthlab export"
+    assert_clean_error(rc, capsys.readouterr().err, f"--init-from {src}: neither a depthlab run (no checkpoints/) "
+                       f"nor a Hugging Face export of model_type gpt2, openai-gpt, gpt_neox (depthlab export); {fix}")
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("twin_kept", [True, False])
+def test_init_from_a_run_without_its_best_checkpoint_says_what_to_do(good_run, tmp_path, capsys, twin_kept):
+    """Was "no checkpoints/best.safetensors there" and nothing more. Now: copy back its twin, when one is kept."""
+    run, manifest, best = _copy(good_run, tmp_path)
+    best.unlink()
+    twin = run / "checkpoints" / "step-000010.safetensors"
+    if not twin_kept:
+        manifest.unlink()
+    argv = ["train", "--init-from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new")]
+    rc, _, err = run_cli(capsys, *argv)
+    fix = f"step-000010.safetensors is the same weights (the manifest's sha256 of best): copy it back (cp {twin} " \
+          f"{best}) and run the command again" if twin_kept else "restore best.safetensors from a copy of the run, " \
+          "or give another run directory (or a folder written by depthlab export) to --init-from"
+    assert_clean_error(rc, err, f"--init-from {run}: no checkpoints/best.safetensors there; {fix}")
+    assert not (tmp_path / "new").exists()
+    if twin_kept:
+        shutil.copyfile(twin, best)  # what the line says to do
+        assert run_cli(capsys, *argv)[0] == 0
+
+
 def test_init_from_the_folder_the_run_would_overwrite_is_refused_and_nothing_is_lost(good_run, tmp_path, capsys):
     """Before: "neither a depthlab run (no checkpoints/) nor a Hugging Face export" (--overwrite had set the run
     aside), though the folder holds checkpoints/. Now the refusal says what is wrong, before anything is moved."""

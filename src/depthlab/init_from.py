@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load as st_load
 
 from . import hf_layout
-from .checkpoint import (CKPT_DIR, best_fix, clean_state_dict, load_run_tokenizer, load_weights_file,
+from .checkpoint import (CKPT_DIR, best_copy, best_fix, clean_state_dict, load_run_tokenizer, load_weights_file,
                          read_metadata, unchecked_best)
 from .config import ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
@@ -144,7 +144,7 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
     if (src / CKPT_DIR).is_dir():
         path = src / CKPT_DIR / "best.safetensors"
         if not path.exists():
-            raise DepthlabError(f"{init_from_flag(src)}: no {CKPT_DIR}/best.safetensors there")
+            raise DepthlabError(f"{init_from_flag(src)}: no {CKPT_DIR}/best.safetensors there; {_no_best_fix(src)}")
         try:
             sd, meta = load_weights_file(path)
         except DepthlabError as e:
@@ -162,10 +162,7 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
         hcfg = {}
     family = hf_layout.hf_family(str(hcfg.get("model_type")))
     if family is None:  # a sweep folder is named as one, with one of its runs (as diagnose does)
-        types = ", ".join(f["model_type"] for f in hf_layout.HF_FAMILIES.values())
-        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else
-                            f"{init_from_flag(src)}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export "
-                            f"of model_type {types} (depthlab export)")
+        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else _not_a_source(src))
     if (cfg.variant, cfg.norm, cfg.position) != family:
         raise DepthlabError(f"{init_from_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
                             f"model.norm {family[1]} and model.position {family[2]}; set --model.variant {family[0]} "
@@ -191,6 +188,38 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
                             f"the run again ({_export_fix(src)}), or copy an intact model.safetensors into {src} (one "
                             "cut short in a copy or download: copy it again)") from None
     return hf_layout.from_hf_state_dict(hf, cfg, src), init_record(src)
+
+
+def _no_best_fix(src: Path) -> str:
+    """What to do about a run whose ``checkpoints/best.safetensors`` is gone: copy its step's twin back when one is
+    kept, else restore it or start from another run."""
+    twin, best = best_copy(src), src / CKPT_DIR / "best.safetensors"
+    if twin is not None:
+        return (f"{twin.name} is the same weights (the manifest's sha256 of best): copy it back "
+                f"(cp {shlex.quote(str(twin))} {shlex.quote(str(best))}) and run the command again")
+    return ("restore best.safetensors from a copy of the run, or give another run directory (or a folder written by "
+            "depthlab export) to --init-from")
+
+
+def _runs_in(src: Path) -> list[Path]:
+    """The runs and exports ``--init-from`` would read among the folders in ``src`` (none when it cannot be read)."""
+    try:
+        return sorted(d for d in src.iterdir() if (d / CKPT_DIR).is_dir() or _export_config(d) is not None)
+    except OSError:
+        return []
+
+
+def _not_a_source(src: Path) -> DepthlabError:
+    """The error for a folder that is neither a run (no checkpoints/) nor an export depthlab reads, with what to
+    give instead: one of the runs inside it, when it holds some (a folder of runs given for one)."""
+    types = ", ".join(f["model_type"] for f in hf_layout.HF_FAMILIES.values())
+    inside = _runs_in(src)
+    runs = counted(len(inside), "run") + ("" if all((d / CKPT_DIR).is_dir() for d in inside) else " or exports")
+    fix = (f"it holds {runs}: give one of them, e.g. {init_from_flag(inside[0])}" if inside
+           else "give the out_dir of a depthlab train run (it holds checkpoints/) or a folder written by depthlab "
+                "export")
+    return DepthlabError(f"{init_from_flag(src)}: neither a depthlab run (no {CKPT_DIR}/) nor a Hugging Face export of "
+                         f"model_type {types} (depthlab export); {fix}")
 
 
 def _export_config(src: Path) -> Optional[dict[str, Any]]:
