@@ -856,6 +856,23 @@ def test_a_folder_given_alone_as_the_model_is_said_to_be_a_folder(tmp_path, caps
                                        f"file in it that defines the model (e.g. {d / 'gpt.py'})\n")
 
 
+@pytest.mark.parametrize("flag", ["{d}:GPT", "{d}/:GPT", "{d}"])
+@pytest.mark.parametrize("command", [["train", "--train.out_dir", "out"],
+                                     ["sweep", "--grid", "train.learning_rate=0.1,0.2", "--out_dir", "out"]])
+def test_a_folder_as_model_source_names_the_py_file_to_give(tmp_path, capsys, monkeypatch, flag, command):
+    """`depthlab train --model.source adir:GPT` was "--model.source 'adir:GPT' must be PATH.py:NAME ...": no word
+    that adir is a folder, nor of the file in it to give (the config's check wanted a path ending in .py)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "adir" / "m.py").write_text("import torch\n")
+    source = flag.format(d="adir")
+    rc = main([*command, "--model.source", source])
+    gpt, what = (":GPT", "GPT") if ":" in source else ("", "the model")
+    assert_clean_error(rc, capsys.readouterr().err, "model.source ", f" {source}: {source.split(':')[0]} is a "
+                       f"folder (it holds m.py); give the .py file in it that defines {what} (e.g. adir/m.py{gpt})")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]
+
+
 @pytest.mark.parametrize("name,init,words", [
     ("Missing", {"n_layer": 2}, "defines no 'Missing'"),
     ("MyGPT", {"depth": 2}, "failed: TypeError:"),

@@ -285,8 +285,11 @@ class ModelConfig:
             return
         path, sep, name = str(self.source).rpartition(":")
         bare = isinstance(self.source, str) and not sep and name.endswith(".py")  # its one nn.Module class, found later
-        if not bare and (not isinstance(self.source, str) or not sep or not path.endswith(".py")
-                         or not name.isidentifier()):
+        # a folder: its reader (usermodel.parse_source) names the .py files in it
+        folder = isinstance(self.source, str) and bool(path if sep else name) and (not sep or name.isidentifier()) \
+            and Path(path if sep else name).is_dir()
+        if not (bare or folder) and (not isinstance(self.source, str) or not sep or not path.endswith(".py")
+                                     or not name.isidentifier()):
             raise ConfigError(f"model.source {self.source!r} must be PATH.py:NAME, the file and the class or "
                               "function in it that makes the model (e.g. mymodel.py:GPT)", "model.source")
         if isinstance(self.init, str) and self.init.lstrip().startswith("{"):
