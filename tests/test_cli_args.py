@@ -324,6 +324,29 @@ def test_the_converters_agree_with_the_parser_on_every_type_of_option():
         convert("1:30", int)
 
 
+# an argument too many named the problem ("train takes no positional arguments") and no fix
+@pytest.mark.parametrize("argv, fix", [
+    (["train", "c.yaml"], "train takes no positional arguments; give a config file as -c c.yaml"),
+    (["sweep", "s.yaml"], "sweep takes no positional arguments; give a sweep file as --file s.yaml (a run's config "
+                          "file as -c s.yaml)"),
+    (["sweep", "quick"], "give a built-in sweep as --profile quick"),
+    (["train", "t.txt"], "give a text file to train on as --data.path t.txt"),
+    (["train", "--data.path", "my", "t.txt"], "unexpected argument 't.txt': train takes no positional arguments; "
+                                              "--data.path takes one value: quote a value with spaces (--data.path "
+                                              '"my t.txt"), or delete \'t.txt\''),
+    (["sample", "r", "--prompt", "hello", "world"], "sample takes 1 argument (run_dir); --prompt takes one value: "
+                                                    'quote a value with spaces (--prompt "hello world"), or delete'),
+    (["train", "--train.max_iters", "3", "4"], "--train.max_iters takes one value: delete '4'"),
+    (["diagnose", "r", "r2"], "diagnose takes 1 argument (run_dir); delete 'r2'"),
+])
+def test_an_argument_too_many_says_what_to_do_with_it(tmp_path, monkeypatch, capsys, argv, fix):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("some text\n")
+    err = cli_err(capsys, *argv)
+    assert f"unexpected argument {argv[-1]!r}: " in err and fix in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"] and (tmp_path / "t.txt").read_text() == "some text\n"
+
+
 @pytest.mark.parametrize("argv,msg", [
     # one per converter type, the option and value as typed
     (["train", "--model.bias", "1"], "train: --model.bias: expected true or false, got '1'"),
@@ -346,12 +369,13 @@ def test_the_converters_agree_with_the_parser_on_every_type_of_option():
                                                 "--temperature=-1e-1"),
     (["report", "r", "--skip"], "report: --skip: expected at least one value after it"),
     (["train", "--foo", "bar"], "train: unknown option --foo; see `depthlab train --help`"),
-    (["train", "stray"], "train: unexpected argument 'stray': train takes no positional arguments"),
-    (["export", "a", "b", "c"], "export: unexpected argument 'c': export takes 2 arguments (run_dir, out_dir)"),
+    (["train", "stray"], "train: unexpected argument 'stray': train takes no positional arguments; delete 'stray'"),
+    (["export", "a", "b", "c"], "export: unexpected argument 'c': export takes 2 arguments (run_dir, out_dir); "
+                                "delete 'c'"),
     (["sample"], "sample: missing run_dir: a run directory written by depthlab train"),
     (["export", "a"], "export: missing out_dir: folder to write"),
     (["sample", "r", "--no_kv_cache", "yes", "other"], "--no_kv_cache is a switch and takes no value, so 'yes'"),
-    (["sample", "r", "--", "--x"], "sample: unexpected argument '--x': sample takes 1 argument (run_dir)"),
+    (["sample", "r", "--", "--x"], "sample: unexpected argument '--x': sample takes 1 argument (run_dir); delete"),
 ])
 def test_bad_values_and_shapes_are_said_in_depthlabs_words(tmp_path, monkeypatch, capsys, argv, msg):
     monkeypatch.chdir(tmp_path)

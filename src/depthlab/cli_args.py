@@ -365,7 +365,8 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
     return i + 2
 
 
-def _check_positionals(command: str, g: Grammar, words: list[tuple[str, Optional[str]]], files: bool) -> None:
+def _check_positionals(command: str, g: Grammar, words: list[tuple[str, Optional[str], Optional[tuple]]],
+                       files: bool) -> None:
     """``words``: (argument, the switch it follows or None). Too many is refused, too few unless a
     config file (``files``) may give them."""
     if any(a.nargs is not None for a in g.slots):
@@ -374,12 +375,13 @@ def _check_positionals(command: str, g: Grammar, words: list[tuple[str, Optional
     takes = f"{n} argument{'s' if n > 1 else ''} ({', '.join(a.dest for a in g.slots)})" if n else \
         "no positional arguments"
     if len(words) > len(g.slots):
-        after_switch = [(w, s) for w, s in words if s is not None]
+        after_switch = [(w, s) for w, s, _ in words if s is not None]
         if after_switch:
             w, s = after_switch[0]
             raise DepthlabError(f"{s} is a switch and takes no value, so {w!r} was left over; write {s} alone, "
                                 "or leave it out")
-        raise DepthlabError(f"unexpected argument {words[len(g.slots)][0]!r}: {command} takes {takes}")
+        w, _, after = words[len(g.slots)]
+        raise DepthlabError(f"unexpected argument {w!r}: {command} takes {takes}; {_stray_fix(command, g, w, after)}")
     if len(words) < len(g.slots) and not files:
         a = g.slots[len(words)]
         raise DepthlabError(f"missing {a.dest}: {a.help}")
@@ -404,17 +406,17 @@ def check_argv(command: str, parser, argv: Sequence[str], types: dict[str, Any])
     g.source = _names_source(list(argv))
     if any(a in ("-h", "--help") for a in argv[:argv.index("--") if "--" in argv else len(argv)]):
         return
-    words: list[tuple[str, Optional[str]]] = []
-    files, switch, i = False, None, 0
+    words: list[tuple[str, Optional[str], Optional[tuple]]] = []  # (word, the switch / (option, value) it follows)
+    files, switch, valued, i = False, None, None, 0
     try:
         while i < len(argv):
             if argv[i] == "--":
-                words += [(w, None) for w in argv[i + 1:]]
+                words += [(w, None, None) for w in argv[i + 1:]]
                 break
             opt = g.option(argv[i])
             if opt is None:
-                words.append((argv[i], switch))
-                switch, i = None, i + 1
+                words.append((argv[i], switch, valued))
+                switch, valued, i = None, None, i + 1
                 continue
             name, value = opt
             if name not in g.options:
@@ -422,9 +424,33 @@ def check_argv(command: str, parser, argv: Sequence[str], types: dict[str, Any])
             files = files or g.options[name].dest == "config"
             switch = name if g.options[name].nargs == 0 and value is None else None
             i = _take(g, argv, i, name, value)
+            valued = (name, argv[i - 1]) if g.options[name].nargs is None and value is None else None  # then extra
         _check_positionals(command, g, words, files)
     except DepthlabError as e:
         raise DepthlabError(f"{command}: {e}") from None
+
+
+def _stray_fix(command: str, g: Grammar, word: str, after: Optional[tuple]) -> str:
+    """What to do about ``word``, an argument too many: quote it with the text value before it, or the option
+    that takes it (a YAML file for ``-c`` or a sweep's ``--file``, a text file for ``--data.path``, a profile name
+    for ``--profile``), else delete it. ``after``: (option, value) when it follows a one-value option."""
+    from .sweep.spec import PROFILE_NAMES
+
+    p, q = Path(word), json.dumps(word) if any(c.isspace() for c in word) else word
+    if after is not None:  # `--prompt hello world`: a value with a space in it, left unquoted
+        name, value = after
+        hint = g.hint(g.options[name])
+        text = hint is str or str in typing.get_args(hint)
+        return f"{name} takes one value: " + (f"quote a value with spaces ({name} {json.dumps(f'{value} {word}')}), "
+                                              f"or delete {word!r}" if text else f"delete {word!r}")
+    if p.suffix in (".yaml", ".yml") and "-c" in g.options:
+        return (f"give a sweep file as --file {q} (a run's config file as -c {q})" if "--file" in g.options else
+                f"give a config file as -c {q}")
+    if word in PROFILE_NAMES and "--profile" in g.options:
+        return f"give a built-in sweep as --profile {word}"
+    if p.is_file() and "--data.path" in g.options and not g.slots:
+        return f"give a text file to train on as --data.path {q}"
+    return f"delete {word!r}"
 
 
 def check_config_file(name: str, value: str) -> None:
