@@ -184,6 +184,17 @@ def test_diagnose_names_no_cause_for_an_undecided_curve():
     assert len(f) == 1 and "last quarter 2.500 ± 0.010" in f[0].evidence and "does not use" in f[0].evidence
 
 
+def test_diagnose_reads_copies_of_one_window_as_one_window():
+    """A record of 64 windows that are copies of one (distinct_windows 1): diagnose named a cause from a flat curve
+    whose spread of 0 was no error; now it is one window, which cannot tell."""
+    flat = [2.49] * 12 + [2.50] * 4
+    ev = _ev(flat)
+    ev.records[-1].update(distinct_windows=1, context_gain_se=None, last_quarter_se=None)
+    assert not [f for f in diagnose(ev).findings if f.rule == "context_unused"]
+    ev.records[-1].update(distinct_windows=64)
+    assert [f for f in diagnose(ev).findings if f.rule == "context_unused"]
+
+
 def test_context_unused_is_not_judged_without_a_record():
     d = diagnose(Evidence(evals([4.2, 3.0, 2.5]), {"model": {"vocab_size": 65}}, BASE))
     assert any(w.startswith("context_unused, causal_leak (no loss-by-position record") for w in d.without_data())
@@ -738,3 +749,30 @@ def test_copies_of_one_window_are_one_window_neither_context_use_nor_a_leak(tmp_
                            floor=2.374)[0] == LEAKS  # as many different windows: the same curve is a leak
     other = view_windows(torch.randint(0, 5, (400,), generator=torch.Generator().manual_seed(0)).numpy(), 16, 4, 1, 3)
     assert position_curve(tiny_gpt(block_size=16), other)["distinct_windows"] == 12
+
+
+def test_copies_of_one_window_print_and_record_no_plus_minus(tmp_path, capsys):
+    """A 20-character corpus: the val split has room for one window, every evaluation window is a copy of it, and
+    `depthlab context` printed '± 0.000' on every position, each gain and the verdict, with the fix 'a run with a
+    larger train.eval_iters' (more copies); the end-of-training record held context_gain_se 0.0."""
+    from depthlab.analytics.context import load_weights, open_run
+    from depthlab.cli import main
+
+    (tmp_path / "tiny.txt").write_text("hello world, hi all\n")
+    run = tmp_path / "r"
+    assert main(["train", "--data.path", str(tmp_path / "tiny.txt"), "--model.block_size", "4", "--model.n_layer",
+                 "1", "--model.n_embd", "16", "--model.n_head", "1", "--train.batch_size", "2", "--train.eval_iters",
+                 "2", "--train.max_iters", "3", "--train.out_dir", str(run)]) == 0
+    rec = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("event") == "context"]
+    assert len(rec) == 1 and rec[0]["windows"] == 4 and rec[0]["distinct_windows"] == 1
+    assert rec[0]["context_gain_se"] is None and rec[0]["last_quarter_se"] is None
+    res = position_curve(load_weights(run, "best")[0], open_run(run).windows)
+    assert res["position_se"] == [None] * 4 and res["context_gain_se"] is None and res["last_quarter_se"] is None
+    capsys.readouterr()
+    rc, out, err = run_cli(capsys, "context", str(run))
+    assert rc == 0 and "±" not in out.replace("± se", ""), out
+    table = out.splitlines()[2:6]
+    assert [ln.split()[0] for ln in table] == ["0", "1", "2", "3"] and all(ln.split()[2] == "-" for ln in table)
+    assert "one window (or copies of one) has no sampling error" in out
+    assert ("(its windows are all the same text, as a val split this short gives: a longer text or a larger "
+            "data.val_fraction gives different ones)") in out and "train.eval_iters" not in out

@@ -314,15 +314,16 @@ def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
         ``{"loss_by_position": [T floats, nats], "position_se": [T standard errors], "val_loss": mean,
         "context_gain": g, "context_gain_se": se, "last_quarter_se": :func:`last_quarter_se`, "windows": W,
         "distinct_windows": how many of them differ (a val split one window long gives W copies of one window,
-        whose spread of 0 is no sampling error), "tokens": W*T}``.
+        whose spread of 0 is no sampling error: the errors are None then, as for one window), "tokens": W*T}``.
     """
     lo = token_losses(model, windows.batches).double()  # (W, T)
-    W = lo.shape[0]
-    se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 else [None] * lo.shape[1]
+    W, distinct = lo.shape[0], int(torch.unique(torch.cat([x for x, _ in windows.batches]), dim=0).shape[0])
+    one = distinct < 2  # copies of one window: nothing varies, so no error can be estimated
+    se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 and not one else [None] * lo.shape[1]
     gain, gain_se = context_gain(lo)
     return {"loss_by_position": lo.mean(dim=0).tolist(), "position_se": se, "val_loss": float(lo.mean()),
-            "context_gain": gain, "context_gain_se": gain_se, "last_quarter_se": last_quarter_se(lo), "windows": W,
-            "distinct_windows": int(torch.unique(torch.cat([x for x, _ in windows.batches]), dim=0).shape[0]),
+            "context_gain": gain, "context_gain_se": None if one else gain_se,
+            "last_quarter_se": None if one else last_quarter_se(lo), "windows": W, "distinct_windows": distinct,
             "tokens": int(lo.numel())}
 
 
@@ -407,6 +408,9 @@ def format_context(res: dict) -> str:
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"
+    if res.get("distinct_windows", 2) < 2 < res.get("windows", 0):  # more of them would be more copies
+        advice = ("its windows are all the same text, as a val split this short gives: a longer text or a larger "
+                  "data.val_fraction gives different ones")
     verdict = dict(windows=res.get("distinct_windows", res.get("windows")), pos0_se=se[0], advice=advice,
                    floor=res.get("one_char_floor"),
                    unit=unit)
@@ -448,5 +452,5 @@ class ContextCallback(Callback):
         step = int(summary.get("final_step", 0) or 0)
         run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
                                   "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
-                                  "last_quarter_se": c["last_quarter_se"],
-                                  "windows": c["windows"], "tokens": c["tokens"]})
+                                  "last_quarter_se": c["last_quarter_se"], "windows": c["windows"],
+                                  "distinct_windows": c["distinct_windows"], "tokens": c["tokens"]})
