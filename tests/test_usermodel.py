@@ -120,8 +120,27 @@ def test_a_file_that_does_not_import_says_so_with_its_first_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("import torch\nraise RuntimeError('half-written model\\nsecond line')\n")
     with pytest.raises(DepthlabError, match=r"broken.py:M: importing .*broken.py failed: RuntimeError: "
-                                            r"half-written model \(at broken\.py:2: raise RuntimeError\(.*\)\)$"):
+                                            r"half-written model \(at broken\.py:2: raise RuntimeError\(.*\)\); "
+                                            r"fix broken\.py:2, or what it calls$"):
         build_model(parse_source(f"{bad}:M"))
+
+
+@pytest.mark.parametrize("text, fix", [
+    # each was the problem alone: "importing x.py failed: SyntaxError: invalid syntax (x.py, line 2)", no fix
+    ("import torch\ndef f(:\n", "fix line 2 of {f}"),
+    ("import no_such_module_here\n", "install the module no_such_module_here in the Python that runs depthlab ("),
+    ("import helper_with_typo\n", "fix line 1 of {h} (imported by {f})"),  # the line of the file at fault
+])
+def test_a_file_that_does_not_import_says_what_to_fix(tmp_path, capsys, monkeypatch, text, fix):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "helper_with_typo.py").write_text("x = (\n")
+    f = tmp_path / "m.py"
+    f.write_text(text)
+    rc = main(["check", "m.py:GPT"])
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err, "error: m.py:GPT: importing m.py failed: ",
+                       "; " + fix.format(f="m.py", h=tmp_path / "helper_with_typo.py"))
+    assert f.read_text() == text
 
 
 def test_a_script_that_exits_at_import_is_one_line_naming_the_main_guard(tmp_path, capsys):

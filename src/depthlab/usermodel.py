@@ -140,6 +140,17 @@ def _with_line(e: BaseException, path: Path) -> str:
     return f"{first_line(e)} (at {at})" if at else first_line(e)
 
 
+def _import_fix(e: BaseException, path: Path) -> str:
+    """What to do about ``e``, raised while the user's file ``path`` was imported (said after :func:`_with_line`)."""
+    if isinstance(e, SyntaxError) and e.lineno:
+        other = e.filename and Path(e.filename).resolve() != Path(path).resolve()
+        return f"fix line {e.lineno} of {e.filename if other else path}" + (f" (imported by {path})" if other else "")
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        return f"install the module {e.name} in the Python that runs depthlab ({sys.executable}), or drop the import"
+    at = user_line(e, path)  # file.py:LINE: code
+    return f"fix {at.split(': ', 1)[0]}, or what it calls" if at else "fix the code it runs when imported"
+
+
 class _InputAtImport(Exception):
     """``input()`` called while the user's file was imported (its message: the call, with its prompt)."""
 
@@ -199,7 +210,8 @@ def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
         raise DepthlabError(f"{src}: importing {src.path} asks for input ({e}): the file runs a script when "
                             f"imported; {guard}") from None
     except Exception as e:  # noqa: BLE001 - the user's file: any error is theirs to fix, in one line
-        raise DepthlabError(f"{src}: importing {src.path} failed: {_with_line(e, src.path)}") from None
+        raise DepthlabError(f"{src}: importing {src.path} failed: {_with_line(e, src.path)}; "
+                            f"{_import_fix(e, src.path)}") from None
     except KeyboardInterrupt:
         if pressed or sigint is None:
             raise  # the user's own Ctrl-C (or no way to tell): depthlab stops as interrupted
