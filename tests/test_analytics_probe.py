@@ -225,16 +225,22 @@ def test_dyt_after_the_sum_fades_by_its_own_mechanism_not_eps(tmp_path, tiny_tex
 
 
 def test_prenorm_dyt_names_the_final_dyt_and_the_init(tmp_path, tiny_text_file):
-    cfg = tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt"})
+    cfg = tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "embed_scale": "none"})
     res = probe_at_init(cfg, n_batches=1, batch_size=2)
     text = " ".join(summarise_probe(res))
     a = res["layers"][-1]["act_rms"]
-    assert a < 0.1 and f"hands the head RMS ~{0.5 * a:.1e}" in text and "model.init torch" in text
+    assert a < 0.1 and f"hands the head RMS ~{0.5 * a:.1e}" in text
+    assert "std 0.02 and model.embed_scale is none" in text and "model.embed_scale learned" in text
+    # the default with DyT (embed_scale auto = learned): the embeddings start the stream at RMS ~1
+    scaled = probe_at_init(tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt"}), n_batches=1, batch_size=2)
+    assert 0.5 < scaled["layers"][0]["act_rms"] < 2.0
+    assert summarise_probe(scaled)[0].startswith("healthy at initialisation (prenorm, 2 blocks)")
     # N(0, 1) token and position embeddings: a stream of RMS ~1.4, where DyT's tanh(0.5 x) is past its linear part
     big = tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "init": "torch", "position": "learned"})
     healthy = summarise_probe(probe_at_init(big, n_batches=1, batch_size=2))
     assert healthy[0].startswith("healthy at initialisation (prenorm, 2 blocks)"), healthy
-    peri = probe_at_init(tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "variant": "periln"}),
+    peri = probe_at_init(tiny_config(tmp_path, tiny_text_file, model={"norm": "dyt", "variant": "periln",
+                                                                      "embed_scale": "none"}),
                          n_batches=1, batch_size=2)
     assert "the final DyT (ln_f) hands the head" in " ".join(summarise_probe(peri))  # Peri-LN ends in ln_f too
 

@@ -57,7 +57,9 @@ def test_exported_logits_equal_depthlab(tie, bias, act, variant, ff):
     ("model.residual_scale depth", dict(residual_scale="depth")), ("model.norm_scale depth", dict(norm_scale="depth")),
     ("model.residual_scale depth", dict(variant="postnorm", activation="relu", residual_scale="depth")),
     ("model.position rope with postnorm", dict(variant="postnorm", activation="relu", position="rope")),
-    ("model.norm rmsnorm", dict(norm="rmsnorm", position="rope"))])
+    ("model.norm rmsnorm", dict(norm="rmsnorm", position="rope")),
+    ("model.embed_scale learned", dict(embed_scale="learned")),
+    ("model.embed_scale learned", dict(embed_scale="learned", position="rope"))])
 def test_unmappable_models_are_refused_naming_the_field(field, kw):
     with pytest.raises(DepthlabError) as e:
         check_exportable(tiny_gpt(**{"position": "learned", **kw}).config)

@@ -164,6 +164,49 @@ def test_norm_dyt_replaces_every_norm_the_final_one_too():
     assert not any(isinstance(n, DyT) for n in tiny_gpt(0, norm="dyt", variant="postnorm").transformer.ln_f.modules())
 
 
+def test_embed_scale_auto_is_learned_with_dyt_and_starts_the_stream_at_rms_1():
+    """DyT's embedding scale (the DyT authors' LLaMA code: embeddings N(0, 1/C) times sqrt(C), a stream at RMS 1):
+    here 1 / the initial token embeddings' RMS, applied to tokens + positions, in the full and the cached forward."""
+    from depthlab.model import KVCache
+
+    for pos in ("rope", "learned"):
+        m = tiny_gpt(0, norm="dyt", position=pos).eval()
+        tr = m.transformer
+        wte_rms = tr.wte.weight.detach().pow(2).mean().sqrt()
+        torch.testing.assert_close(tr.emb_scale.scale.detach(), 1 / wte_rms)
+        assert 40 < tr.emb_scale.scale.item() < 60  # GPT-2's std 0.02 -> ~50
+        seen = {}
+        hook = tr.h[0].register_forward_pre_hook(lambda mod, args: seen.update(x=args[0]))  # returns None
+        idx = torch.randint(0, m.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(3))
+        full, _ = m(idx)
+        hook.remove()  # the cached steps below take the DecodePlan path, which runs only without hooks
+        emb = tr.wte(idx) + (tr.wpe.weight[:8] if pos == "learned" else 0)
+        torch.testing.assert_close(seen["x"], emb * tr.emb_scale.scale)
+        assert 0.8 < seen["x"].pow(2).mean().sqrt().item() < 1.5
+        cache = KVCache(m.config, 2)
+        with torch.no_grad():
+            m.forward_cached(idx[:, :4], cache)
+            steps = [m.forward_cached(idx[:, t:t + 1], cache) for t in range(4, 8)]  # the DecodePlan path
+        torch.testing.assert_close(steps[-1], full[:, -1], atol=1e-5, rtol=0)
+    assert "emb_scale" not in tiny_gpt(0).transformer  # LayerNorm: GPT-2's embeddings, no scalar
+    assert "emb_scale" not in tiny_gpt(0, norm="dyt", embed_scale="none").transformer
+    assert "emb_scale" in tiny_gpt(0, embed_scale="learned").transformer
+
+
+def test_a_dyt_run_from_before_embed_scale_loads_as_it_trained():
+    """Checkpoints and config.json files written before model.embed_scale had no scalar: read as none."""
+    from depthlab.config import ModelConfig, predating_model
+
+    old = {k: v for k, v in tiny_model_config(norm="dyt").__dict__.items() if k != "embed_scale"}
+    assert predating_model(old)["embed_scale"] == "none"
+    assert predating_model({**old, "embed_scale": "auto"})["embed_scale"] == "auto"
+    m = GPT(ModelConfig(**predating_model(old)))
+    ref = tiny_gpt(0, norm="dyt", embed_scale="none")
+    m.load_state_dict(ref.state_dict())  # strict: the same keys, no emb_scale
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    torch.testing.assert_close(m(idx)[0], ref(idx)[0])
+
+
 def test_periln_normalises_each_sublayers_input_and_output():
     m = tiny_gpt(0, variant="periln", n_layer=2)
     blk = m.transformer.h[1]

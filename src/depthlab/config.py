@@ -21,7 +21,7 @@ from .errors import DepthlabError
 VARIANTS = ("prenorm", "postnorm", "plain", "rezero", "deepnorm", "periln")
 #: ModelConfig fields that describe depthlab's GPT only (refused at other values with ``model.source``).
 GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activation", "variant", "norm",
-            "tie_weights", "residual_scale", "norm_scale", "position")
+            "tie_weights", "residual_scale", "norm_scale", "position", "embed_scale")
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 RESIDUAL_SCALES = (1, "depth")
 
@@ -208,6 +208,15 @@ class ModelConfig:
             recipe at a fixed 2,077 steps: the whole val split 1.4851-1.4853 with rope (seeds 1337, 1338) against
             1.4943-1.5059 with the learned table (seeds 1337-1339), at the same step time (README, issue 24).
             Export writes a rope model as GPT-NeoX, a learned one as GPT-2.
+        embed_scale: ``learned``: the embedding output (token vectors, plus position vectors with
+            ``position learned``) times one learnable scalar, ``emb_scale.scale``, initialised to 1 / the RMS
+            of the initial token embeddings, so the residual stream starts at RMS ~1 (~50 with ``init gpt2``'s
+            std 0.02). The DyT authors' LLaMA code does the same: token embeddings drawn at std
+            n_embd^-1/2 times a learnable scalar initialised to sqrt(n_embd) (jiachenzhu/DyT,
+            other_tasks/LLaMA/fms_fsdp/models/llama.py, ``shared_scale``). ``none``: no scalar (GPT-2).
+            ``auto`` (the default): ``learned`` with ``norm dyt``, ``none`` otherwise. DyT has no statistics:
+            at GPT-2's RMS 0.02 tanh(alpha x) is linear and passes the signal on small, and a stream that
+            then grows saturates it. Runs from before this field had none.
     """
 
     vocab_size: int = 0
@@ -227,6 +236,7 @@ class ModelConfig:
     residual_scale: Literal[1, "depth"] = 1
     norm_scale: Literal[1, "depth"] = 1
     position: Literal["learned", "rope"] = "rope"
+    embed_scale: Literal["auto", "none", "learned"] = "auto"
 
     def __post_init__(self) -> None:
         self._check_source()
@@ -257,6 +267,7 @@ class ModelConfig:
                               f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}", "model.residual_scale")
         self._check_norm_scale()
         _choice("model", "position", self.position, ("learned", "rope"))
+        _choice("model", "embed_scale", self.embed_scale, ("auto", "none", "learned"))
         if self.position == "rope" and self.head_size % 2:
             raise ConfigError(f"model.position rope rotates each head's vector in pairs of coordinates, so the head "
                               f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
@@ -315,6 +326,11 @@ class ModelConfig:
     def head_size(self) -> int:
         """hs = n_embd // n_head."""
         return self.n_embd // self.n_head
+
+    @property
+    def embed_scaled(self) -> bool:
+        """Whether the embeddings are multiplied by a learnable scalar (``embed_scale``, ``auto`` resolved)."""
+        return self.embed_scale == "learned" or (self.embed_scale == "auto" and self.norm == "dyt")
 
 
 class _KeyTwice(Exception):
@@ -745,17 +761,19 @@ SECTIONS = (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)
 #: runs without ``train.optimizer`` trained with AdamW (the default is now ``auto``); runs without
 #: ``train.eval_windows`` evaluated on windows drawn with their seed (the default is now ``spaced``); runs
 #: (and checkpoints, and exports) of depthlab's GPT without ``model.position`` had GPT-2's learned table
-#: (the default is now ``rope``).
-PREDATING = {"train": {"optimizer": "adamw", "eval_windows": "random"}, "model": {"position": "learned"}}
+#: (the default is now ``rope``) and no embedding scale (the default is now ``auto``: one with DyT).
+PREDATING = {"train": {"optimizer": "adamw", "eval_windows": "random"},
+             "model": {"position": "learned", "embed_scale": "none"}}
 
 
 def predating_model(model: Any) -> Any:
-    """A model section (config.json's, a checkpoint's, an export's) with ``position`` filled in from
-    :data:`PREDATING` when it predates the field and describes depthlab's GPT (a ``model.source`` model has
-    no such field); anything else as it is."""
-    if not isinstance(model, dict) or not model or "position" in model or model.get("source"):
+    """A model section (config.json's, a checkpoint's, an export's) with ``position`` and ``embed_scale``
+    filled in from :data:`PREDATING` where it predates the field and describes depthlab's GPT (a ``model.source``
+    model has no such field); anything else as it is."""
+    if not isinstance(model, dict) or not model or model.get("source"):
         return model  # {}: nothing is known of the model
-    return {**model, "position": PREDATING["model"]["position"]}
+    missing = {k: v for k, v in PREDATING["model"].items() if k not in model}
+    return {**model, **missing} if missing else model
 
 
 def as_ran(config: Any) -> Any:

@@ -47,8 +47,8 @@ code, and at every export by comparing logits on random ids):
   4 x n_embd, so a GELU or another ff_mult is refused; its causal mask adds -1e4 instead of -inf (the same
   softmax in float32 unless attention scores reach ~1e4); it has no rotary positions, so rope is refused.
 * Every other variant or norm (plain, rezero, deepnorm, periln; rmsnorm, dyt, none), and a branch or
-  norm scale (``residual_scale`` / ``norm_scale`` depth: none of the three has either multiplier), has no
-  such class and is refused with one line naming the field.
+  norm scale (``residual_scale`` / ``norm_scale`` depth: none of the three has either multiplier), and an
+  embedding scale (``embed_scale learned``) has no such class and is refused with one line naming the field.
 
 ``transformers`` is an optional dependency (``pip install -e ".[hf]"``), imported inside functions.
 """
@@ -118,6 +118,10 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
             raise DepthlabError(f"cannot export model.{name} {getattr(cfg, name)}: GPT-2, OpenAI GPT and GPT-NeoX "
                                 f"have no multiplier there, so the exported model would compute another function "
                                 f"(exportable: model.{name} 1)")
+    if cfg.embed_scaled:
+        raise DepthlabError(f"cannot export model.embed_scale {cfg.embed_scale}: GPT-2, OpenAI GPT and GPT-NeoX have "
+                            "no scalar on the embeddings, so the exported model would compute another function "
+                            "(exportable: model.embed_scale none or auto, without dyt)")
     if cfg.variant == "postnorm" and cfg.position != "learned":
         raise DepthlabError(f"cannot export model.position {cfg.position} with postnorm: OpenAI GPT adds a learned "
                             "table of positions and does not rotate queries and keys (exportable: model.position "

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from .config import ModelConfig
 
 __all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
-           "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "DYT_ALPHA0",
+           "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "DYT_ALPHA0", "EmbedScale",
            "FINAL_NORM_VARIANTS"]
 
 
@@ -88,6 +88,23 @@ class DyT(nn.Module):
         """Args: x (..., C). Returns: (..., C), each element squashed into weight * (-1, 1) + bias."""
         y = torch.tanh(self.alpha * x) * self.weight
         return y if self.bias is None else y + self.bias
+
+
+class EmbedScale(nn.Module):
+    """The embedding output times one learnable scalar (``model.embed_scale``; see :class:`~depthlab.config.ModelConfig`).
+
+    ``scale`` is a 0-dim parameter; :class:`GPT` initialises it to 1 / the RMS of its initial token embeddings so
+    the residual stream starts at RMS ~1, as the DyT authors' LLaMA code does (its embeddings at std n_embd^-1/2
+    times sqrt(n_embd)). It takes no weight decay (a scalar, as the norms' gains).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Args: x (..., C). Returns: x * scale, same shape."""
+        return x * self.scale
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -463,6 +480,7 @@ class GPT(nn.Module):
             h=nn.ModuleList([Block(cfg, i) for i in range(cfg.n_layer)]),
             # pre-LN and Peri-LN leave the stream un-normalised; the other variants end in LN (or have none)
             ln_f=make_norm(cfg) if cfg.variant in FINAL_NORM_VARIANTS else nn.Identity(),
+            **({"emb_scale": EmbedScale()} if cfg.embed_scaled else {}),
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         if cfg.tie_weights:
@@ -491,6 +509,8 @@ class GPT(nn.Module):
                     nn.init.xavier_normal_(w[i * C:(i + 1) * C], gain=gain)
                 for lin in (blk.attn.c_proj, blk.mlp.c_fc, blk.mlp.c_proj):
                     nn.init.xavier_normal_(lin.weight, gain=beta)
+        if "emb_scale" in self.transformer:
+            self.transformer.emb_scale.scale.fill_(1.0 / self.transformer.wte.weight.float().pow(2).mean().sqrt())
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count, tied weights counted once; minus position embeddings if ``non_embedding``."""
@@ -519,6 +539,8 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx)  # (B, T, C)
         if "wpe" in self.transformer:
             x = x + self.transformer.wpe(torch.arange(T, device=idx.device))
+        if "emb_scale" in self.transformer:
+            x = self.transformer.emb_scale(x)
         x = self.transformer.drop(x)
         for block in self.transformer.h:
             x = block(x)
@@ -565,6 +587,8 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx)  # (B, T, C)
         if "wpe" in self.transformer:
             x = x + self.transformer.wpe.weight[pos0:pos0 + T]  # (T, C): rows = positions (a slice, no lookup op)
+        if "emb_scale" in self.transformer:
+            x = self.transformer.emb_scale(x)
         x = self.transformer.drop(x)
         for i, block in enumerate(self.transformer.h):
             x = block(x, kv=cache.layer(i))
@@ -642,6 +666,7 @@ class DecodePlan:
             or any(b.attn.explicit for b in model.transformer.h)
         tr = model.transformer
         self._wte, self._wpe = tr.wte.weight, (tr.wpe.weight if "wpe" in tr else None)
+        self._scale = tr.emb_scale.scale if "emb_scale" in tr else None
         self._steps = [_block_step(b) for b in tr.h]
         self._ln_f, self._head = _plain_fn(tr.ln_f), model.lm_head.weight
 
@@ -661,6 +686,8 @@ class DecodePlan:
         """Logits (B, V) after appending ids ``idx`` (B,) at position ``cache.pos``; advances it by 1."""
         pos = cache.pos
         x = self._wte[idx] if self._wpe is None else self._wte[idx] + self._wpe[pos]  # (B, C)
+        if self._scale is not None:
+            x = x * self._scale
         for i, step in enumerate(self._steps):
             x = step(x, cache.k[i], cache.v[i], pos)
         cache.pos = pos + 1

@@ -62,7 +62,7 @@ def param_component(name: str) -> tuple[Optional[str], str]:
         return block, "ln"
     if block is not None and rest.startswith("alpha_"):
         return block, "alpha"
-    if block is None and module in ("transformer.wte", "transformer.wpe", "wte", "wpe"):
+    if block is None and module in ("transformer.wte", "transformer.wpe", "transformer.emb_scale", "wte", "wpe"):
         return None, "embeddings"
     if block is None and module in ("lm_head", "head"):
         return None, "head"

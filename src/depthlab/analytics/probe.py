@@ -93,7 +93,8 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
             torch.set_flush_denormal(False)
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
                                                         "block_size", "activation", "init", "residual_scale",
-                                                        "norm_scale")},
+                                                        "norm_scale")}
+            | {"embed_scale": "learned" if mcfg.embed_scaled else "none"},  # auto as resolved
             "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
             "unit": unit_of({"data": {"tokenizer": cfg.data.tokenizer}}),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
@@ -343,10 +344,13 @@ def _dyt_check(result: dict) -> Optional[str]:
     if cfg.get("variant") in FINAL_NORM_VARIANTS:
         return txt + (f"; the final DyT (ln_f) hands the head RMS ~{DYT_ALPHA0 * a[-1]:.1e}: near-uniform logits and "
                       "small gradients. "
-                      + ("The stream is this small because model.init gpt2 draws the embeddings at std 0.02. "
+                      + ("The stream is this small because model.init gpt2 draws the embeddings at std 0.02"
+                         + (" and model.embed_scale is none. " if cfg.get("embed_scale") == "none" else ". ")
                          if cfg.get("init") == "gpt2" else "")
-                      + "Larger initial weights (model.init torch: N(0, 1) embeddings) remove the small signal at "
-                      "init; model.norm layernorm normalises it. AdamW's step does not shrink with the gradient's "
+                      + ("model.embed_scale learned (auto's choice with DyT: the embeddings times a learnable scalar "
+                         "that starts the stream at RMS ~1) removes the small signal at init"
+                         if cfg.get("embed_scale") == "none" else "The embeddings are small at init")
+                      + "; model.norm layernorm normalises it. AdamW's step does not shrink with the gradient's "
                       "size while the gradient stays above its eps 1e-8, so small gradients alone do not stop "
                       "training.")
     if len(a) > 1:
