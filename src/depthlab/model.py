@@ -91,7 +91,7 @@ class DyT(nn.Module):
 
 
 class EmbedScale(nn.Module):
-    """The embedding output times one learnable scalar (``model.embed_scale``; see :class:`~depthlab.config.ModelConfig`).
+    """The embedding output times one learnable scalar (``model.embed_scale``, see :class:`ModelConfig`).
 
     ``scale`` is a 0-dim parameter; :class:`GPT` initialises it to 1 / the RMS of its initial token embeddings so
     the residual stream starts at RMS ~1, as the DyT authors' LLaMA code does (its embeddings at std n_embd^-1/2
