@@ -97,6 +97,13 @@ def test_utf16_with_a_bom_read_as_latin1_is_named(tmp_path):
         _load(tmp_path, "u16.txt", TEXT.encode("utf-16"), encoding="latin-1")
 
 
+def test_a_few_bytes_with_a_nul_are_not_called_utf16(tmp_path):
+    """Was: a 3-byte file 00 01 02 'looks like UTF-16 (one byte in two is 0)'; a pattern of 3 bytes says nothing."""
+    with pytest.raises(DepthlabError) as e:
+        _load(tmp_path, "b", b"\x00\x01\x02")
+    assert "UTF-16" not in str(e.value) and "the first at byte offset 0" in str(e.value)
+
+
 def test_a_binary_file_is_refused_with_its_first_nul(tmp_path):
     """Was: an executable 'is not valid utf-8: byte 0xd0 ...; set data.encoding (e.g. ... latin-1)', and with
     latin-1 it trained on the machine code."""

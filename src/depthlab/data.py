@@ -245,7 +245,9 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
 
 def _utf16_order(head: bytes) -> Optional[str]:
     """``utf-16-le`` / ``utf-16-be`` when one byte in two of ``head`` is 0 (ASCII-range text in UTF-16 without a
-    byte-order mark), else None."""
+    byte-order mark), else None. Under 16 bytes the pattern says nothing (``00 01 02`` is no text in any encoding)."""
+    if len(head) < 16:
+        return None
     even, odd = head[0::2], head[1::2]
     if odd and odd.count(0) > 0.3 * len(odd) and even.count(0) < 0.02 * len(even):
         return "utf-16-le"
