@@ -215,6 +215,22 @@ def test_sweep_file(tmp_path):
     assert yaml.safe_load("a: 1e-2")["a"] == "1e-2"  # why the grammar, not YAML, types the values
 
 
+def test_an_empty_grid_key_or_experiments_list_says_what_to_write(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("grid: {model.n_layer: []}\n")
+    with pytest.raises(DepthlabError) as e:
+        sweep.load_sweep_file(f)
+    assert str(e.value).endswith("model.n_layer has no values; give it at least one (model.n_layer: [a, b]) or "
+                                 "delete the key")
+    for bad in ("3", "[]"):
+        f.write_text(f"experiments: {bad}\n")
+        with pytest.raises(DepthlabError) as e:
+            sweep.load_sweep_file(f)
+        assert "(experiments: [{name: a, grid: {model.n_layer: [1, 2]}}])" in str(e.value)
+    f.write_text("experiments: [{name: a, grid: {model.n_layer: [1, 2]}}]\n")  # the example is accepted
+    assert len(sweep.expand(sweep.load_sweep_file(f), tmp_path / "sw")) == 2
+
+
 def test_sweep_file_that_is_a_folder_says_so(tmp_path):
     """nu36: ``sweep --file FOLDER`` (a sweep's own folder, given to continue it) said "sweep file FOLDER not
     found" of a folder that exists."""

@@ -352,7 +352,7 @@ def _grid(d: Any, what: str) -> dict[str, list]:
         if not isinstance(vals, (list, tuple)):
             vals = [vals]
         if not vals:
-            raise DepthlabError(f"{what}: {k} has no values")
+            raise DepthlabError(f"{what}: {k} has no values; give it at least one ({k}: [a, b]) or delete the key")
         out[k] = _unique([(v, _coerce_in(what, k, v)) for v in vals], what, k)
     return out
 
@@ -385,7 +385,8 @@ def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> Swee
         exps = [_experiment({"grid": d["grid"]}, what)]
     else:
         if not isinstance(d["experiments"], list) or not d["experiments"]:
-            raise DepthlabError(f"{what}: experiments must be a non-empty list")
+            raise DepthlabError(f"{what}: experiments must be a non-empty list of experiments, each a mapping "
+                                "with keys name, base, grid (experiments: [{name: a, grid: {model.n_layer: [1, 2]}}])")
         exps = [_experiment(e, f"{what} experiment {i + 1}") for i, e in enumerate(d["experiments"])]
         names = [e.name for e in exps]
         if len(set(names)) != len(names) or (len(exps) > 1 and "" in names):
