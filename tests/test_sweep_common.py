@@ -31,6 +31,34 @@ def test_a_finished_run_older_than_train_optimizer_counts_as_adamw():
     assert config_diff(want, old) == ["train.optimizer: 'adamw' there, 'auto' now"]
 
 
+def test_a_finished_run_older_than_embed_scale_counts_as_none():
+    """Runs from before model.embed_scale had no scalar: a LayerNorm one is what auto builds now, a DyT one is not."""
+    from depthlab.config import RunConfig
+    from depthlab.sweep.common import config_diff
+
+    old = RunConfig().to_dict()
+    del old["model"]["embed_scale"]
+    assert config_diff(RunConfig().to_dict(), old) == []  # auto with layernorm: no scalar, the same model
+    old["model"]["norm"] = "dyt"
+    want = RunConfig().to_dict()
+    want["model"]["norm"] = "dyt"
+    assert config_diff(want, old) == ["model.embed_scale: 'none' there, 'learned' now"]
+    want["model"]["embed_scale"] = "none"
+    assert config_diff(want, old) == []
+
+
+def test_a_resume_compares_embed_scale_as_built():
+    from depthlab.config import RunConfig
+    from depthlab.resume_config import changed_fields
+
+    old = RunConfig().to_dict()
+    del old["model"]["embed_scale"]
+    new = RunConfig().to_dict()
+    assert changed_fields(old, new) == []
+    new["model"]["embed_scale"] = "learned"
+    assert changed_fields(old, new) == ["model.embed_scale"]
+
+
 def _spec(grid, **base):
     from depthlab import sweep
 

@@ -776,6 +776,15 @@ def predating_model(model: Any) -> Any:
     return {**model, **missing} if missing else model
 
 
+def built_model(model: Any) -> Any:
+    """A model section with ``embed_scale auto`` as the GPT it builds has it (``learned`` with ``norm dyt``, else
+    ``none``), so that two sections building the same model compare equal (a run from before the field, read as
+    ``none``, and a LayerNorm run asked for with ``auto``); anything else as it is."""
+    if not isinstance(model, dict) or model.get("embed_scale") != "auto":
+        return model
+    return {**model, "embed_scale": "learned" if model.get("norm", ModelConfig.norm) == "dyt" else "none"}
+
+
 def as_ran(config: Any) -> Any:
     """A run's ``config.json`` (data/model/train) with the fields newer than the run filled in as the run had
     them (:data:`PREDATING`: ``train.eval_windows`` random, ``model.position`` learned), so that it is read,

@@ -54,7 +54,11 @@ RESUME_NOTED = {
 
 
 def _flat(d: dict) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict) for k, v in sec.items()}
+    """``section.field: value`` of a config; the model section as built (``embed_scale auto`` resolved)."""
+    from .config import built_model
+
+    return {f"{s}.{k}": v for s, sec in d.items() if isinstance(sec, dict)
+            for k, v in (built_model(sec) if s == "model" else sec).items()}
 
 
 def _same_file(a: dict, b: dict, key: str) -> bool:

@@ -65,17 +65,18 @@ def config_diff(a: dict, b: dict) -> list[str]:
     """``section.field: <b> there, <a> now`` for each field in which run config ``a`` (requested) and
     ``b`` (a finished run's) differ in what they compute; how a run is executed (out_dir, threads, ...)
     and fields newer than ``b`` at the value ``b``'s release used do not count."""
-    from ..config import PREDATING, RunConfig
+    from ..config import PREDATING, RunConfig, built_model
 
     a, b = _comparable(a), _comparable(b)
     defaults = RunConfig().to_dict()
+    for sec in SECTIONS:
+        for k in set(a.get(sec, {})) - set(b.get(sec, {})):  # a field newer than the finished run: what it used
+            b.setdefault(sec, {})[k] = PREDATING.get(sec, {}).get(k, defaults[sec].get(k))
+    a["model"], b["model"] = built_model(a.get("model", {})), built_model(b.get("model", {}))  # auto as built
     out = []
     for sec in SECTIONS:
-        for k in sorted(set(a.get(sec, {})) | set(b.get(sec, {}))):
-            if k not in b.get(sec, {}):  # a field newer than the finished run: compare with what the run used
-                b.setdefault(sec, {})[k] = PREDATING.get(sec, {}).get(k, defaults[sec].get(k))
-            if a.get(sec, {}).get(k) != b.get(sec, {}).get(k):
-                out.append(f"{sec}.{k}: {b.get(sec, {}).get(k)!r} there, {a.get(sec, {}).get(k)!r} now")
+        x, y = a.get(sec, {}), b.get(sec, {})
+        out += [f"{sec}.{k}: {y.get(k)!r} there, {x.get(k)!r} now" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
     return out
 
 
