@@ -76,7 +76,8 @@ def config_diff(a: dict, b: dict) -> list[str]:
     out = []
     for sec in SECTIONS:
         x, y = a.get(sec, {}), b.get(sec, {})
-        out += [f"{sec}.{k}: {y.get(k)!r} there, {x.get(k)!r} now" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+        out += [f"{sec}.{k}: {y.get(k)!r} there, {x.get(k)!r} now" for k in sorted(set(x) | set(y))
+                if x.get(k) != y.get(k)]
     return out
 
 
