@@ -244,11 +244,7 @@ class ModelConfig:
         if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int) or self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size must be a non-negative integer, got {self.vocab_size!r}",
                               "model.vocab_size")
-        for n, cap in (("n_layer", 4096), ("n_embd", 65536), ("block_size", 1 << 20), ("n_head", 4096),
-                       ("ff_mult", 64)):
-            if getattr(self, n) > cap:
-                raise ConfigError(f"model.{n} = {getattr(self, n)} is beyond any machine; use at most {cap}",
-                                  f"model.{n}")
+        self._check_caps()
         if self.n_embd % self.n_head != 0:
             raise ConfigError(
                 f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
@@ -273,6 +269,14 @@ class ModelConfig:
                               f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
                               "model.n_head, or use --model.position learned", "model.n_embd", "model.n_head",
                               "model.position")
+
+    def _check_caps(self) -> None:
+        """Sizes no machine holds are refused before anything is allocated."""
+        for n, cap in (("n_layer", 4096), ("n_embd", 65536), ("block_size", 1 << 20), ("n_head", 4096),
+                       ("ff_mult", 64)):
+            if getattr(self, n) > cap:
+                raise ConfigError(f"model.{n} = {getattr(self, n)} is beyond any machine; use at most {cap}",
+                                  f"model.{n}")
 
     def _check_norm_scale(self) -> None:
         """``norm_scale`` is 1 or depth, and depth only where LayerNorm Scaling is defined (pre-LN's norms)."""
