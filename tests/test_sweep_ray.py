@@ -6,6 +6,7 @@ raylet) bound to 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``). Its Python
 address, so no test opens a connection off the machine.
 """
 
+import logging
 import os
 import re
 import signal
@@ -104,17 +105,47 @@ def cluster(tmp_path_factory):
         from ray.cluster_utils import Cluster
 
         mp.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # in case ray was imported before the env was set
-        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        # Idle worker processes are kept (not only num_cpus of them): the storage check's task workers, which
+        # import torch, then serve every sweep of the shared ``driver`` instead of being started again each time
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                          "_system_config": {"num_workers_soft_limit": 8}})
         try:
             c.add_node(num_cpus=1)
             c.wait_for_nodes()
             c.refused = refused
             yield c
         finally:
+            import ray
+
+            ray.shutdown()  # the driver of the tests that took ``driver``, if one is still connected
             c.shutdown()
             guard.uninstall()
             sys.path.remove(str(GUARD))
             sys.modules.pop("sitecustomize", None)
+
+
+@pytest.fixture
+def driver(cluster):
+    """The cluster, this process connected to it as one Ray driver that the tests taking this fixture share.
+
+    A sweep run in this process then uses that connection (as in a notebook: ``connect`` leaves a caller's
+    connection alone) instead of starting a Ray job of its own and ending it: no driver start-up per sweep, and
+    the storage check's task workers, each a process importing torch, are started once, not twice per sweep.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
+    return cluster
+
+
+@pytest.fixture
+def own_driver(cluster):
+    """The cluster with no Ray connection in this process: a sweep connects (and says so) and disconnects itself."""
+    import ray
+
+    ray.shutdown()  # a no-op when not connected
+    return cluster
 
 
 def node_ids(c) -> set:
@@ -122,9 +153,11 @@ def node_ids(c) -> set:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("own_driver")
 def test_ray_equals_local_on_a_two_node_cluster(cluster, tiny_text_file, tmp_path):
     spec = tiny_spec(tiny_text_file, GRID)
-    sweep.run_sweep(spec, tmp_path / "loc", workers=2, threads=1, log=quiet)
+    # the local backend in this process (--workers 1): the same execute() as its worker processes, none started
+    sweep.run_sweep(spec, tmp_path / "loc", workers=1, threads=1, log=quiet)
     logs = []
     sweep.run_sweep(spec, tmp_path / "ray", threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
     loc, ray_ = best_losses(tmp_path / "loc"), best_losses(tmp_path / "ray")
@@ -152,10 +185,13 @@ def test_ray_equals_local_on_a_two_node_cluster(cluster, tiny_text_file, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("driver")
 def test_killed_trial_is_a_failed_row_and_a_rerun_redoes_it(cluster, tiny_text_file, tmp_path):
-    spec = tiny_spec(tiny_text_file, {"train.max_iters": [4, 1500]}, train__eval_interval=500)
+    # the long run is killed as soon as a process holds its metrics.jsonl open (before its first step is done): 400
+    # steps leave it running 100s of times longer than a look through /proc takes, and its rerun trains them all
+    spec = tiny_spec(tiny_text_file, {"train.max_iters": [4, 400]}, train__eval_interval=500)
     sw = tmp_path / "sw"
-    metrics = sw / "runs" / "max_iters-1500" / "metrics.jsonl"
+    metrics = sw / "runs" / "max_iters-400" / "metrics.jsonl"
     killed = []
 
     def killer():
@@ -175,16 +211,16 @@ def test_killed_trial_is_a_failed_row_and_a_rerun_redoes_it(cluster, tiny_text_f
     assert killed and killed[0] != os.getpid()
     rows = {r["train.max_iters"]: r for r in read_rows(sw)}
     assert rows["4"]["status"] == "ok"
-    assert rows["1500"]["status"] == "failed" and "ActorDiedError" in rows["1500"]["message"]
-    assert "\n" not in rows["1500"]["message"] and len(rows["1500"]["message"]) <= 500
-    assert any("max_iters-1500: failed" in line for line in logs)
-    done = (sw / "runs" / "max_iters-0004" / "summary.json").stat().st_mtime_ns
+    assert rows["400"]["status"] == "failed" and "ActorDiedError" in rows["400"]["message"]
+    assert "\n" not in rows["400"]["message"] and len(rows["400"]["message"]) <= 500
+    assert any("max_iters-400: failed" in line for line in logs)
+    done = (sw / "runs" / "max_iters-004" / "summary.json").stat().st_mtime_ns
     logs.clear()
     sweep.run_sweep(spec, sw, threads=1, backend="ray", ray_address=cluster.address, log=logs.append)
     assert any("1 already finished, 1 to run" in line for line in logs)
     rows = {r["train.max_iters"]: r for r in read_rows(sw)}
-    assert rows["1500"]["status"] == "ok" and rows["1500"]["message"] == ""
-    assert (sw / "runs" / "max_iters-0004" / "summary.json").stat().st_mtime_ns == done
+    assert rows["400"]["status"] == "ok" and rows["400"]["message"] == ""
+    assert (sw / "runs" / "max_iters-004" / "summary.json").stat().st_mtime_ns == done
 
 
 @pytest.mark.slow
@@ -219,6 +255,7 @@ def test_interrupted_cli_sweep_then_the_same_command_finishes_only_what_is_missi
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("driver")
 def test_an_interrupted_run_resumes_from_its_checkpoint_on_the_ray_backend(cluster, tiny_text_file, tmp_path,
                                                                             monkeypatch):
     from conftest import StopAt
@@ -245,6 +282,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_on_the_ray_backend(clust
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("driver")
 def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path):
     import ray
 
@@ -256,13 +294,9 @@ def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path
         return "cannot write in it (test)" if r.get_runtime_context().get_node_id() == head else None
 
     head = cluster.head_node.node_id
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        backend.check_storage(ray, tmp_path)  # the real check: both nodes read the token and write
-        with pytest.raises(DepthlabError) as e:
-            backend.check_storage(ray, tmp_path, probe=probe)
-    finally:
-        ray.shutdown()
+    backend.check_storage(ray, tmp_path)  # the real check: both nodes read the token and write
+    with pytest.raises(DepthlabError) as e:
+        backend.check_storage(ray, tmp_path, probe=probe)
     msg = str(e.value)
     assert f"node {head[:12]} (127.0.0.1): cannot write in it (test)" in msg
     assert len(re.findall(r"node [0-9a-f]{12} \(", msg)) == 1  # only the node that failed
@@ -275,6 +309,7 @@ def test_a_node_that_cannot_use_the_sweep_dir_is_a_clear_error(cluster, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("driver")
 def test_asha_is_opt_in_and_stops_poor_runs(cluster, tiny_text_file, tmp_path):
     # two trials at a time: the good learning rates first set the rung at step 10 (grace period: a quarter of
     # max_iters); the near-zero ones come later, are worse than that rung's median and are stopped there
@@ -296,6 +331,7 @@ def test_asha_is_opt_in_and_stops_poor_runs(cluster, tiny_text_file, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("driver")
 def test_ray_processes_run_behind_the_network_guard(cluster):
     """The trials' worker processes on both nodes load the guard; what Ray itself tried was refused here."""
     import ray
@@ -306,13 +342,9 @@ def test_ray_processes_run_behind_the_network_guard(cluster):
 
         return socket.socket.connect.__module__, socket.getaddrinfo.__module__
 
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        task = ray.remote(num_cpus=0)(guarded)
-        found = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
-                         for n in node_ids(cluster)], timeout=120)
-    finally:
-        ray.shutdown()
+    task = ray.remote(num_cpus=0)(guarded)
+    found = ray.get([task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote()
+                     for n in node_ids(cluster)], timeout=120)
     assert found == [("sitecustomize", "sitecustomize")] * 2
     text = cluster.refused.read_text() if cluster.refused.exists() else ""
     for line in text.splitlines():  # e.g. the cloud-metadata probe of Ray's usage statistics
