@@ -8,6 +8,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -110,44 +111,133 @@ def _sigkill_and_resume(tmp_path, tiny_text_file, accum: str, n: int) -> None:
     subprocess.run(train_cmd("--resume", str(tmp_path / "B")), check=True, capture_output=True)
 
 
-#: Processes killed in a row, each at a seeded random moment while it writes a checkpoint every step. Each costs a
-#: fresh interpreter's torch import (~3 s on a slow 2-core CPU): 20 took 98 s of the slow tier there, 12 took 60-68 s;
-#: 9 keep the whole suite inside 15 min on the slowest host seen (15:00 with 12).
+#: Processes killed in a row, each at a seeded random moment while it writes a checkpoint every step. Each was a fresh
+#: interpreter's torch import (~3 s on a slow 2-core CPU) until they were forked from one (:class:`TrainForker`):
+#: 20 took 98 s of the slow tier, 12 took 60-68 s, 9 kept the whole suite inside 15 min on the slowest host seen.
 KILLS = 9
+
+#: The program of :class:`TrainForker`: it imports what ``depthlab train`` imports, then, for each request on stdin
+#: (one JSON line), forks a training process (``{"args", "log"}``: it answers the child's pid) or reaps one
+#: (``{"wait": pid}``: it answers its exit status, negative for a signal).
+_FORKER = r"""
+import json, os, sys
+
+# what a training process spends its first seconds importing, once here (torch._dynamo: its optimizer's
+# step is wrapped to keep dynamo out; jsonargparse: the command line)
+import jsonargparse, torch, torch._dynamo
+import depthlab.analytics, depthlab.cli, depthlab.trainer
+
+for line in iter(sys.stdin.readline, ""):
+    req = json.loads(line)
+    if "wait" in req:
+        print(os.waitstatus_to_exitcode(os.waitpid(req["wait"], 0)[1]), flush=True)
+        continue
+    pid = os.fork()
+    if pid:
+        print(pid, flush=True)
+        continue
+    # the child: `depthlab ARGS` as its own process, its output (unbuffered: PYTHONUNBUFFERED=1) into the log
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.argv = ["depthlab", *req["args"]]
+    sys.exit(depthlab.cli.main())  # as `python -m depthlab ARGS`: its own command line, exit status, atexit
+"""
+
+
+class TrainForker:
+    """Training processes forked from one interpreter that has imported torch and depthlab already.
+
+    Each is a process of its own, SIGKILLed and reaped as one started by ``python -m depthlab train`` would be,
+    without its interpreter's start-up (~3 s of imports on a slow 2-core CPU, most of such a test's time).
+    torch is imported in the parent before ``depthlab.cli.main`` runs, so the child keeps torch's default
+    OpenMP wait policy (as a Python caller does) instead of the one the command picks before it imports torch:
+    the runs here have one thread, and the policy changes how idle threads wait, never a result.
+    """
+
+    def __init__(self):
+        # unbuffered, as the killed processes were started: the log of a killed one is complete up to the kill
+        self.proc = subprocess.Popen([sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.live: set = set()
+
+    def _ask(self, req: dict) -> int:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, f"the forking process died (exit {self.proc.wait()})"
+        return int(answer)
+
+    def start(self, log: Path, *args) -> int:
+        """Fork ``depthlab ARGS``, its stdout and stderr into ``log``: its pid."""
+        pid = self._ask({"args": [str(a) for a in args], "log": str(log)})
+        self.live.add(pid)
+        return pid
+
+    def running(self, pid: int) -> bool:
+        """Whether ``pid`` has not exited (an exited child stays a zombie until :meth:`wait` reaps it)."""
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    def wait(self, pid: int) -> int:
+        """Reap ``pid``: its exit status (-9 after SIGKILL)."""
+        self.live.discard(pid)
+        return self._ask({"wait": pid})
+
+    def kill(self, pid: int) -> int:
+        os.kill(pid, signal.SIGKILL)
+        return self.wait(pid)
+
+    def close(self) -> None:
+        for pid in list(self.live):  # a test that failed half-way leaves no training process behind
+            self.kill(pid)
+        self.proc.kill()  # it holds nothing but imported modules
+        self.proc.wait()
+
+
+@pytest.fixture
+def forker():
+    f = TrainForker()
+    try:
+        yield f
+    finally:
+        f.close()
 
 
 @pytest.mark.slow
-def test_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text_file):
+def test_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text_file, forker):
     """A checkpoint every step, SIGKILL at random moments: after every kill each file the manifest
     names is intact, the next process resumes from the manifest's newest checkpoint, and the run
     then ends with exactly the weights and evaluations of a run that was never interrupted."""
     out = tmp_path / "R"
     # a checkpoint every step, so kills land in writes; the LR schedule fixed, so max_iters only says when to stop
     args = dropout_cli_args(tiny_text_file, out, 100000, train__eval_interval=1, train__lr_decay_iters=2000)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")  # the log of a killed process is complete up to the kill
     rng = random.Random(0)
     newest = None  # step of the manifest's newest checkpoint after the last kill
     for i in range(KILLS):
         log = tmp_path / f"log-{i}.txt"
-        with open(log, "w") as f:
-            p = subprocess.Popen(train_cmd(*args) if newest is None else train_cmd("--resume", str(out)),
-                                 stdout=f, stderr=subprocess.STDOUT, env=env)
-            deadline = time.time() + 60
-            while time.time() < deadline:  # wait until this process has written a checkpoint of its own
-                try:
-                    if json.loads((out / "checkpoints" / "manifest.json").read_text())["checkpoints"][-1]["step"] \
-                            > (newest if newest is not None else -1):
-                        break
-                except (OSError, ValueError, KeyError, IndexError):
-                    pass
-                if p.poll() is not None:
-                    pytest.fail(f"run {i} exited early: {log.read_text()[-500:]}")
-                time.sleep(0.02)
-            else:
-                pytest.fail(f"run {i} wrote no checkpoint in 60 s: {log.read_text()[-500:]}")
-            time.sleep(rng.uniform(0.0, 0.2))
-            p.kill()
-            p.wait()
+        p = forker.start(log, "train", *(args if newest is None else ["--resume", str(out)]))
+        deadline = time.time() + 60
+        while time.time() < deadline:  # wait until this process has written a checkpoint of its own
+            try:
+                if json.loads((out / "checkpoints" / "manifest.json").read_text())["checkpoints"][-1]["step"] \
+                        > (newest if newest is not None else -1):
+                    break
+            except (OSError, ValueError, KeyError, IndexError):
+                pass
+            if not forker.running(p):
+                pytest.fail(f"run {i} exited early: {log.read_text()[-500:]}")
+            time.sleep(0.02)
+        else:
+            pytest.fail(f"run {i} wrote no checkpoint in 60 s: {log.read_text()[-500:]}")
+        time.sleep(rng.uniform(0.0, 0.2))
+        assert forker.kill(p) == -signal.SIGKILL  # it was still running: killed, not ended
         if newest is not None:
             assert f"resuming {out} from step {newest} " in log.read_text(), log.read_text()[:500]
         manifest = _intact_manifest(out)
@@ -160,17 +250,12 @@ def test_kills_during_checkpoint_writes_always_resume(tmp_path, tiny_text_file):
     args[args.index("--train.max_iters") + 1] = str(n)
     args[args.index("--train.out_dir") + 1] = str(tmp_path / "A")
     # the same run, never interrupted, alongside the last resume: on a 2-core machine it costs no wall time
-    a = subprocess.Popen(train_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        r = subprocess.run(train_cmd("--resume", str(out), "--train.max_iters", str(n)), capture_output=True,
-                           text=True)
-        _, a_err = a.communicate(timeout=600)
-    finally:
-        if a.poll() is None:
-            a.kill()
-            a.wait()
-    assert r.returncode == 0 and f"resuming {out} from step {newest} " in r.stdout, r.stderr[-500:]
-    assert a.returncode == 0, a_err[-500:]
+    a = forker.start(tmp_path / "A.log", "train", *args)
+    r = forker.start(tmp_path / "R.log", "train", "--resume", str(out), "--train.max_iters", str(n))
+    r_rc, a_rc = forker.wait(r), forker.wait(a)
+    r_log = (tmp_path / "R.log").read_text()
+    assert r_rc == 0 and f"resuming {out} from step {newest} " in r_log, r_log[-500:]
+    assert a_rc == 0, (tmp_path / "A.log").read_text()[-500:]
     assert json.loads((out / "summary.json").read_text())["final_step"] == n
     assert evals(out) == evals(tmp_path / "A") and [e[0] for e in evals(out)] == list(range(n + 1))
     name = f"step-{n:06d}.safetensors"
@@ -272,13 +357,23 @@ class ResumeMachine(RuleBasedStateMachine):
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
+@pytest.fixture
+def no_fsync(monkeypatch):
+    """``os.fsync`` a no-op. The machine's kills are exceptions in this process, not a crash of the computer, so
+    what fsync makes durable is never what it reads back (test_kills_during_checkpoint_writes_always_resume kills
+    real processes, with fsync); its ~2,000 fsyncs were a third of test_resume_sequences_many's time."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_fsync")
 def test_resume_sequences_fast():
     ResumeMachine.TestCase.settings = settings(max_examples=3, stateful_step_count=4, **_COMMON)
     ResumeMachine.TestCase().runTest()
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_fsync")
 def test_resume_sequences_many():
     ResumeMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=8, **_COMMON)
     ResumeMachine.TestCase().runTest()
