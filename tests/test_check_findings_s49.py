@@ -119,13 +119,29 @@ def test_training_rules_run_on_one_thread_whatever_the_process_uses(corpus, two_
     assert torch.get_num_threads() == 2 and rep.model["training_threads"] == 1
 
 
+@pytest.fixture(scope="module")
+def plain_on_two_threads(tmp_path_factory):
+    """depthlab's plain GPT checked by overfit_batch and context_use with the process at 2 threads: (report, checks
+    by rule, the process's thread count right after the check). One check for the two tests below instead of one
+    each: every training rule trains its own copy of the model from the same seed, so each gives the numbers it
+    gives alone (136; -0.00138)."""
+    corpus = _corpus_cached(str(tmp_path_factory.getbasetemp() / "check-cache"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rep, c = _plain(corpus, ("overfit_batch", "context_use"))
+        return rep, c, torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
-def test_overfit_batch_step_does_not_depend_on_the_thread_count(corpus, two_threads):
+def test_overfit_batch_step_does_not_depend_on_the_thread_count(plain_on_two_threads):
     """depthlab's 2-block plain GPT memorised the batch at step 136 with 1 thread and 137 with 2: the training
     rules now run on one thread, and the process's count is restored after."""
-    rep, c = _plain(corpus, ("overfit_batch",))
+    rep, c, threads_after = plain_on_two_threads
     assert c["overfit_batch"].evidence["reached_at_step"] == 136
-    assert torch.get_num_threads() == 2 and rep.model["training_threads"] == 1
+    assert threads_after == 2 and rep.model["training_threads"] == 1
 
 
 def test_the_table_says_the_training_checks_thread_count(corpus):
@@ -137,10 +153,10 @@ def test_the_table_says_the_training_checks_thread_count(corpus):
 
 
 @pytest.mark.slow
-def test_context_use_verdict_does_not_depend_on_the_thread_count(corpus, two_threads):
+def test_context_use_verdict_does_not_depend_on_the_thread_count(plain_on_two_threads):
     """With 2 threads context_use passed depthlab's plain GPT (paired gain 0.050 nats, at the 0.05 threshold), with 1
     it failed it (-0.001): a flip from last-bit differences amplified by training. Now the 1-thread verdict."""
-    _, c = _plain(corpus, ("context_use",))
+    _, c, _ = plain_on_two_threads
     cu = c["context_use"]
     assert cu.ok is False and cu.evidence["gain_nats"] == pytest.approx(-0.00138, abs=1e-5)
 
