@@ -62,24 +62,35 @@ def test_overfit_batch_names_a_saturated_tanh_and_the_unigram_level(corpus):
         "what predicting the batch's token frequencies gives whatever the input): the predictions do not depend on "
         "the input; after the training, the tanh of norm (DyT, 100% of its outputs) is saturated (outputs within 0.01 "
         "of their bounds, where less than 2% of the gradient passes)")
-    assert "learnable scalar initialised to sqrt(n_embd)" in ob.remedy and "LayerNorm" in ob.remedy
+    assert "learnable scalar that starts the stream at RMS ~1" in ob.remedy and "LayerNorm" in ob.remedy
 
 
 @pytest.mark.slow
 def test_depthlab_dyt_gpt_fails_overfit_batch_saturated(corpus):
-    """depthlab's own 2-block DyT GPT (GPT-2 init: the stream starts at RMS ~0.03) does not memorise the batch: the
-    first steps grow the stream until the DyTs after the first block saturate, and the loss sits at the batch's
-    unigram level (as at lr 1e-3 and 1e-2, with warmup 100, and in `depthlab train`: 3.03 nats after 500 steps vs
-    LayerNorm's 2.07). The check says so instead of pointing at shortcuts or detached outputs."""
+    """depthlab's own 2-block DyT GPT without its embedding scale (GPT-2 init: the stream starts at RMS ~0.02) does
+    not memorise the batch: the first steps grow the stream until the DyTs after the first block saturate, and the
+    loss sits at the batch's unigram level (as at lr 1e-3 and 1e-2, with warmup 100, and in `depthlab train`: 3.03
+    nats after 500 steps vs LayerNorm's 2.07). The check says so instead of pointing at shortcuts or detached
+    outputs, and names the scale."""
     torch.manual_seed(0)
-    m = build_model(parse_source(f"{PLANTED}:depthlab_gpt"), dict(variant="postnorm", norm="dyt", position="learned"),
-                    65)
+    m = build_model(parse_source(f"{PLANTED}:depthlab_gpt"), dict(variant="postnorm", norm="dyt", position="learned",
+                                                                   embed_scale="none"), 65)
     ob = check_model(m, corpus, block_size=32, rules=("shape", "overfit_batch")).checks[-1]
     ev = ob.evidence
     assert ob.ok is False and ev["steps"] == 150 and ev["best_loss"] == pytest.approx(ev["unigram_level"], abs=0.02)
     assert [(s["module"], s["class"]) for s in ev["saturated"]] == [
         ("transformer.h.0.ln_2", "DyT"), ("transformer.h.1.ln_1", "DyT"), ("transformer.h.1.ln_2", "DyT")]
-    assert "the predictions do not depend on the input" in ob.summary and "sqrt(n_embd)" in ob.remedy
+    assert "the predictions do not depend on the input" in ob.summary and "model.embed_scale learned" in ob.remedy
+
+
+def test_depthlab_prenorm_dyt_gpt_with_its_embedding_scale_memorises_the_batch(corpus):
+    """The same check on pre-LN DyT with model.embed_scale auto (= learned): the stream starts at RMS ~1 and the
+    batch is memorised (without the scale this model failed overfit_batch too)."""
+    torch.manual_seed(0)
+    m = build_model(parse_source(f"{PLANTED}:depthlab_gpt"), dict(norm="dyt", position="learned"), 65)
+    assert "emb_scale" in m.transformer
+    ob = check_model(m, corpus, block_size=32, rules=("shape", "overfit_batch")).checks[-1]
+    assert ob.ok is True, ob.summary
 
 
 # ------------------------------------------------------------------------- verdicts and the thread count

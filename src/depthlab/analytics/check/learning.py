@@ -240,11 +240,14 @@ def _saturation_fix(sites: list[dict]) -> Optional[str]:
     fix = ("a tanh or sigmoid whose inputs grow large in training saturates and stops passing the gradient: keep "
            "its inputs small (a norm before it, a smaller initialisation)")
     if any(s["function"] == "tanh" and s["class"].lower() in ("dyt", "dynamictanh") for s in sites):
-        fix += ("; for DyT (gamma * tanh(alpha * x)) in place of a norm with GPT-2's N(0, 0.02) embeddings, the "
-                "stream starts near 0.03 and the first steps grow it until the tanh saturate: multiply the token "
-                "embeddings by a learnable scalar initialised to sqrt(n_embd) (the DyT authors' LLaMA code does) "
-                "and raise alpha0 (4 at 64 wide: depthlab's 2-block DyT GPT then memorises this batch in 86-213 "
-                "steps), or use LayerNorm / RMSNorm")
+        fix += ("; for DyT (gamma * tanh(alpha * x)) in place of a norm: with GPT-2's N(0, 0.02) embeddings the "
+                "stream starts near 0.02 and the first steps grow it until the tanh saturate; multiply the "
+                "embeddings by a learnable scalar that starts the stream at RMS ~1 (1 / their initial RMS, ~50; the "
+                "DyT authors' LLaMA code multiplies N(0, 1/n_embd) embeddings by a learnable sqrt(n_embd); "
+                "depthlab's GPT: model.embed_scale learned, auto's choice with DyT, with which its 2-block pre-LN "
+                "DyT GPT memorises this batch), keep DyT on the branch inputs (pre-LN: after the sum it passes "
+                "~alpha of the stream on, and depthlab's post-LN DyT GPT still saturates), or use LayerNorm / "
+                "RMSNorm")
     return fix
 
 
