@@ -31,6 +31,14 @@ def test_run_directory_and_loss_falls(tmp_path, tiny_text_file):
     assert all({"lr", "tokens_per_sec"} <= r.keys() for r in train_lines)
 
 
+def test_config_json_resolves_embed_scale_auto_as_built(tmp_path, tiny_text_file):
+    for norm, want in (("dyt", "learned"), ("layernorm", "none")):
+        run = train(tiny_config(tmp_path / norm, tiny_text_file, model=dict(norm=norm), train=dict(max_iters=2)),
+                    **QUIET)
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["model"]["embed_scale"] == "auto" and cfg["resolved"]["embed_scale"] == want
+
+
 def test_deterministic_runs_identical(tmp_path, tiny_text_file):
     a = train(tiny_config(tmp_path / "a", tiny_text_file, model=dict(dropout=0.1)), **QUIET)
     b = train(tiny_config(tmp_path / "b", tiny_text_file, model=dict(dropout=0.1)), **QUIET)

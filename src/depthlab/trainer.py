@@ -312,9 +312,11 @@ class Trainer:
         """What the ``auto``/0 settings became on this machine and what the time plan decided
         (config.json's ``resolved``)."""
         plan = self.budget.plan
+        model = self.cfg.model  # model.embed_scale auto: what the GPT was built with (a model.source has none)
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
-                **self.source_record}
+                **self.source_record,
+                **({} if model.source else {"embed_scale": "learned" if model.embed_scaled else "none"})}
 
     def _write_config(self) -> None:
         """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""
