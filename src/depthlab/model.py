@@ -8,7 +8,8 @@ Notation used in shape comments:
 State-dict names follow GPT-2 (``transformer.wte``, ``.wpe``, ``.h.{i}.ln_1``, ``attn.c_attn``,
 ``attn.c_proj``, ``ln_2``, ``mlp.c_fc``, ``mlp.c_proj``, ``transformer.ln_f``, ``lm_head``) so a
 pre-LN model maps to Hugging Face's GPT-2 with only the usual Conv1D transposes; Peri-LN's output
-norms, which GPT-2 lacks, are ``ln_1_out`` / ``ln_2_out``.
+norms, which GPT-2 lacks, are ``ln_1_out`` / ``ln_2_out``, and the embedding scale (``model.embed_scale``)
+is ``transformer.emb_scale.scale``.
 Hook points (identity modules, TransformerLens names) let observers read activations without
 changing the maths; see :mod:`depthlab.analytics.activations`.
 
@@ -457,7 +458,8 @@ class GPT(nn.Module):
     """Token + position embeddings -> n_layer Blocks -> final norm (prenorm, periln) -> LM head.
 
     With ``position: rope`` there is no position table (``transformer.wpe``): each block's attention rotates
-    its queries and keys instead (:func:`apply_rotary`).
+    its queries and keys instead (:func:`apply_rotary`). With ``cfg.embed_scaled`` (``model.embed_scale``; DyT's
+    default) the embeddings are multiplied by ``transformer.emb_scale`` (:class:`EmbedScale`) before block 0.
 
     Args:
         cfg: model config; ``cfg.vocab_size`` must be set (> 0).
