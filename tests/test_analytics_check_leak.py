@@ -69,6 +69,7 @@ def test_a_leaking_model_is_warned_of_at_start_and_diagnosed_after_four_steps(tm
                                       "when its training started"), err
 
 
+@pytest.mark.slow
 def test_a_masked_model_is_tested_too_and_found_clean(tmp_path, capsys, tiny_text_file):
     run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=True)
     assert "sees the tokens it predicts" not in out + err

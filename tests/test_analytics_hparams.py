@@ -81,6 +81,7 @@ def _sessions(tb_dir):
     return out
 
 
+@pytest.mark.slow
 def test_hparams_one_type_per_field_every_field_and_the_resumed_values(tmp_path, tiny_text_file):
     from depthlab.cli import main
 

@@ -354,6 +354,7 @@ def test_cli_bad_override_and_invalid_point(capsys, tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_cli_dry_run_lists_runs(capsys, tmp_path):
     assert main(["sweep", "--profile", "quick", "--dry-run", "--out-dir", str(tmp_path / "q")]) == 0
     out = capsys.readouterr().out
@@ -368,6 +369,7 @@ def test_cli_backend_choices(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_init_from_takes_the_source_runs_shape_and_names_a_mismatch(tmp_path, capsys, tiny_text_file):
     # issue 23 case 11: the new run needed the source's shape retyped (2 blocks vs the default 4)
     src = tmp_path / "src"

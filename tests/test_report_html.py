@@ -293,6 +293,7 @@ def test_whole_split_card_shows_the_final_validation(probed_run):
 
 
 # ------------------------------- bits per character for every tokenizer (nats/ln 2 only when a token is a character)
+@pytest.mark.slow
 def test_bpe_report_shows_bits_per_character_not_per_token(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text(TINY_TEXT * 3, encoding="utf-8")

@@ -1417,6 +1417,7 @@ def test_a_mistyped_data_path_on_resume_is_named_as_the_given_flag_not_the_runs_
     assert json.loads((own / "summary.json").read_text())["final_step"] == 4
 
 
+@pytest.mark.slow
 def test_a_moved_corpus_is_named_on_resume_and_found_where_it_is_now(tmp_path, tiny_text_file, capsys):
     """helper-19: with the run's corpus moved, --resume gave train's advice ("give an existing text file (or leave
     data.path unset ...)"), and the moved file given with --data.path was refused as a changed data.path, shown

@@ -122,6 +122,7 @@ def _steps(run):
     return [c["step"] for c in json.loads((run / "checkpoints" / "manifest.json").read_text())["checkpoints"]]
 
 
+@pytest.mark.slow
 def test_rotation_after_a_fallback_resume_keeps_the_intact_checkpoint_and_leaves_the_damaged_one(run30, capsys):
     ckdir = run30 / "checkpoints"
     bad = ckdir / "step-000030.safetensors"
@@ -142,6 +143,7 @@ def test_rotation_after_a_fallback_resume_keeps_the_intact_checkpoint_and_leaves
     assert _steps(run30) == [32, 34] and not bad.exists()
 
 
+@pytest.mark.slow
 def test_a_skipped_damaged_checkpoint_whose_step_the_run_passes_without_writing_it_is_removed_with_a_warning(
         run30, capsys):
     """A new user's pass: after a fallback resume the damaged step-30 checkpoint was deleted without a word once the

@@ -138,6 +138,7 @@ def _sampler_model():
 @settings(max_examples=150, deadline=None)
 @given(st.floats(allow_nan=True, allow_infinity=True, width=32), st.one_of(st.none(), st.integers(-5, 300)),
        st.one_of(st.none(), st.floats(-1, 2), st.just(float("nan"))))
+@pytest.mark.slow
 @example(0.8, 200, None).via("the CLI defaults")
 @example(0.0, None, None).via("greedy")
 @example(1.5, 1, 0.3).via("top-k 1")
@@ -286,6 +287,7 @@ def bpe_run(tmp_path_factory):
     return train(cfg, **QUIET)
 
 
+@pytest.mark.slow
 def test_streamed_sample_equals_returned_text_for_every_seed(bpe_run):
     differ, cut, empty = [], 0, 0
     for seed in range(1, 41):

@@ -23,6 +23,7 @@ def quiet(_):
     pass
 
 
+@pytest.mark.slow
 def test_sweep_rows_and_resume_skips_finished(tiny_text_file, tmp_path):
     spec = tiny_spec(tiny_text_file, {"model.n_layer": [1, 2], "model.variant": ["plain", "prenorm"]})
     sw = tmp_path / "sw"
@@ -356,6 +357,7 @@ def test_an_interrupted_run_with_another_config_is_refused_not_deleted(tiny_text
     assert (sw / "sweep.json").read_text() == plan_before
 
 
+@pytest.mark.slow
 def test_a_second_sweep_in_a_folder_another_process_sweeps_is_refused_naming_it(tiny_text_file, tmp_path, capsys):
     import time
 
@@ -385,6 +387,7 @@ def test_a_second_sweep_in_a_folder_another_process_sweeps_is_refused_naming_it(
     assert rundir.RunDir(sw / "runs" / "n_layer-1").summary["final_step"] == 4  # once it has ended, the folder is free
 
 
+@pytest.mark.slow
 def test_dry_run_refuses_a_missing_corpus_as_the_real_sweep_does(tiny_text_file, tmp_path, capsys):
     from conftest import assert_clean_error, run_cli
 

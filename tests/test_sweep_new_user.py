@@ -93,6 +93,7 @@ def test_sweep_exits_1_when_a_run_is_not_ok_and_names_it(tiny_text_file, tmp_pat
     assert rc == 0 and "2 ok, 0 not ok" in out and "not ok:" not in err
 
 
+@pytest.mark.slow
 def test_sweep_and_dry_run_refuse_a_device_this_machine_lacks_up_front(tiny_text_file, tmp_path, capsys, monkeypatch):
     import torch
 

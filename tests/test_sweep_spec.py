@@ -93,6 +93,7 @@ def test_grid_value_typed_like_the_train_flag():
         sweep.parse_grid_arg("model.n_layers=1")
 
 
+@pytest.mark.slow
 def test_profile_files_are_the_profiles():
     files = sorted(p.name.removesuffix(".yaml")
                    for p in (resources.files("depthlab.sweep") / "profiles").iterdir() if p.name.endswith(".yaml"))

@@ -184,6 +184,7 @@ def test_spaced_windows_read_the_whole_split_closer_than_random_ones():
     assert spaced < 0.01 and spaced < min(random) + 1e-12 and np.median(random) > 0.02
 
 
+@pytest.mark.slow
 def test_a_run_from_before_eval_windows_resumes_and_is_measured_on_its_random_windows(tmp_path, tiny_text_file,
                                                                                        capsys):
     """A run whose config.json has no train.eval_windows evaluated on windows drawn with its seed: its resume
