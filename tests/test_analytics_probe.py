@@ -160,6 +160,8 @@ def test_tiny_gradients_everywhere_are_reported():
     assert "not vanish with depth" in text and "ratio" in text
     assert "gradient magnitude" not in text  # never "not the problem here: gradient magnitude"
     assert "near AdamW's eps" in text  # mean |grad| ~5e-8 .. 6e-9 per element
+    far = {**NARROW, "layers": [{**r, "mean_abs_grad": r["mean_abs_grad"] * 1e-11} for r in NARROW["layers"]]}
+    assert "below AdamW's eps" in "\n".join(summarise_probe(far))  # 1e-19 is not "near" 1e-8
 
 
 def test_shrinking_activations_and_the_eps_mechanism_are_reported():

@@ -257,7 +257,8 @@ def _gradient_check(result: dict, vanish: float, explode: float, tiny: float) ->
                f"vanish with depth (block 0 / block {L - 1} ratio {gr:.2g}), they are small everywhere: the loss "
                "hardly depends on the blocks' weights.")
         if min(m) < 10 * ADAMW_EPS:
-            txt += (f" Mean |grad| per element is {min(m):.1e} to {max(m):.1e}, near AdamW's eps {ADAMW_EPS:g}, "
+            where = "near" if max(m) >= ADAMW_EPS / 10 else "below"  # 1e-19 is not "near" 1e-8
+            txt += (f" Mean |grad| per element is {min(m):.1e} to {max(m):.1e}, {where} AdamW's eps {ADAMW_EPS:g}, "
                     "which shrinks the optimizer's steps as well.")
         return txt, None
     rel_txt = f"||grad|| / ||weights|| {min(rel):.1e} to {max(rel):.1e}, " if rel is not None else ""
