@@ -164,3 +164,27 @@ def test_another_programs_config_json_folder_is_not_called_a_damaged_run(tmp_pat
                    "train run"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf_model"]  # nothing written beside it
     assert sorted(p.name for p in hf.iterdir()) == ["config.json"]
+
+
+def test_a_path_that_goes_up_out_of_a_missing_folder_is_refused_by_train_sweep_and_export(tmp_path):
+    """A new user's pass: train.out_dir ud/nosub/.. (nosub missing) passed the 'holds files' check as a new folder
+    and wrote the run into ud, beside the user's files; sweep and export the same."""
+    from depthlab.errors import DepthlabError
+    from depthlab.export import _check_out_dir
+    from depthlab.rundir import prepare_run_dir
+    from depthlab.sweep.common import check_sweep_dir
+
+    ud = tmp_path / "ud"
+    ud.mkdir()
+    (ud / "thesis.md").write_text("mine")
+    bad = ud / "nosub" / ".."
+    for check in (lambda: prepare_run_dir(bad, False), lambda: check_sweep_dir(bad),
+                  lambda: _check_out_dir(bad, False)):
+        with pytest.raises(DepthlabError, match=r"goes up \(\.\.\) out of .*nosub, which does not exist; give the "
+                                                r"folder you mean without the \.\. \(.*ud\)$"):
+            check()
+    assert sorted(p.name for p in ud.iterdir()) == ["thesis.md"]  # nothing made, nothing written
+    from depthlab.rundir import up_from_missing_error
+
+    (ud / "sub").mkdir()  # going up out of a folder that exists is a path like any other
+    assert up_from_missing_error(ud / "sub" / "..", "x") is None and up_from_missing_error(ud / "a" / "b", "x") is None

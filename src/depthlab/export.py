@@ -73,7 +73,7 @@ from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError
 from .init_from import NEOX_ROPE, NEOX_ROTARY
 from .model import GPT
-from .rundir import RunDir, make_temp_dir, normalise_modes
+from .rundir import RunDir, make_temp_dir, normalise_modes, up_from_missing_error
 
 #: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
 EXPORT_FILES = frozenset({"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -353,6 +353,9 @@ def _remove_made(made: list[Path]) -> None:
 
 
 def _check_out_dir(out: Path, overwrite: bool) -> None:
+    up = up_from_missing_error(out, "export:")
+    if up is not None:
+        raise up
     if out.is_symlink():  # the finished folder is renamed onto OUT_DIR: that would replace the link itself
         raise DepthlabError(f"export: {out} is a symbolic link; give the folder itself ({out.resolve()}) or "
                             "another OUT_DIR")

@@ -362,6 +362,20 @@ def _inside_words(kind: str, name: Path) -> str:
     return f"the sweep folder {name}, but not as one of its runs ({name / SWEEP_RUNS}/NAME)"
 
 
+def up_from_missing_error(path: Path, option: str) -> Optional[DepthlabError]:
+    """The refusal of a folder path that goes up (``..``) out of a folder that does not exist (``runs/new/..``);
+    None otherwise. Such a path names the folder above (``runs``), but it does not exist as written, so the checks
+    of what the folder holds would pass it as new, and making it would create the missing folder and then write into
+    the one above, among whatever it holds."""
+    p = Path(path)
+    for i, part in enumerate(p.parts):
+        if part == ".." and i and not Path(*p.parts[:i]).exists():
+            what = Path(*p.parts[:i])
+            return DepthlabError(f"{option} {path} goes up (..) out of {what}, which does not exist; give the folder "
+                                 f"you mean without the .. ({os.path.normpath(path)})")
+    return None
+
+
 def nested_run_error(path: Path, option: str) -> Optional[DepthlabError]:
     """The refusal of a new run or sweep folder ``path`` inside an existing run folder, or inside a sweep folder
     anywhere but as one of its runs (``SWEEP/runs/NAME``); None when ``path`` is under neither.
@@ -730,6 +744,9 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
             run or a sweep's own files (:func:`nested_run_error`), or cannot be created.
     """
     out_dir = Path(out_dir)
+    up = up_from_missing_error(out_dir, "train.out_dir")
+    if up is not None:
+        raise up
     if out_dir.exists() and not out_dir.is_dir():
         raise DepthlabError(f"train.out_dir {out_dir} is a file; choose another --train.out_dir")
     nested = nested_run_error(out_dir, "--train.out_dir")

@@ -194,6 +194,9 @@ def check_sweep_dir(sweep_dir: Path) -> None:
     above = next((q for q in Path(sweep_dir).parents if q.exists()), None)
     if above is not None and not above.is_dir():
         raise DepthlabError(f"--out_dir {sweep_dir} lies under {above}, which is a file; choose a folder")
+    up = rundir.up_from_missing_error(sweep_dir, "--out_dir")
+    if up is not None:
+        raise up
     nested = rundir.nested_run_error(sweep_dir, "--out_dir")  # its runs would be runs nested in a run
     if nested is not None:
         raise nested
