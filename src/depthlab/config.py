@@ -24,6 +24,7 @@ GPT_ONLY = ("n_layer", "n_head", "n_embd", "dropout", "bias", "ff_mult", "activa
             "tie_weights", "residual_scale", "norm_scale", "position", "embed_scale")
 NORMS = ("layernorm", "rmsnorm", "dyt", "none")
 RESIDUAL_SCALES = (1, "depth")
+EMBED_SCALES = ("auto", "none", "learned")
 
 
 def model_record(model: dict) -> dict:
@@ -263,7 +264,7 @@ class ModelConfig:
                               f"times 1/sqrt(2 n_layer)); got {self.residual_scale!r}", "model.residual_scale")
         self._check_norm_scale()
         _choice("model", "position", self.position, ("learned", "rope"))
-        _choice("model", "embed_scale", self.embed_scale, ("auto", "none", "learned"))
+        _choice("model", "embed_scale", self.embed_scale, EMBED_SCALES)
         if self.position == "rope" and self.head_size % 2:
             raise ConfigError(f"model.position rope rotates each head's vector in pairs of coordinates, so the head "
                               f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
@@ -332,9 +333,14 @@ class ModelConfig:
         return self.n_embd // self.n_head
 
     @property
+    def built_embed_scale(self) -> str:
+        """``embed_scale`` as the GPT is built: ``learned`` or ``none`` (``auto`` resolved by :func:`built_model`)."""
+        return built_model({"norm": self.norm, "embed_scale": self.embed_scale})["embed_scale"]
+
+    @property
     def embed_scaled(self) -> bool:
-        """Whether the embeddings are multiplied by a learnable scalar (``embed_scale``, ``auto`` resolved)."""
-        return self.embed_scale == "learned" or (self.embed_scale == "auto" and self.norm == "dyt")
+        """Whether the embeddings are multiplied by a learnable scalar (:attr:`built_embed_scale` ``learned``)."""
+        return self.built_embed_scale == "learned"
 
 
 class _KeyTwice(Exception):

@@ -316,7 +316,7 @@ class Trainer:
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
                 **self.source_record,
-                **({} if model.source else {"embed_scale": "learned" if model.embed_scaled else "none"})}
+                **({} if model.source else {"embed_scale": model.built_embed_scale})}
 
     def _write_config(self) -> None:
         """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""

@@ -101,10 +101,15 @@ class ViewWindows:
         """Target tokens read (windows x T)."""
         return self.windows * self.block_size
 
+    @property
+    def distinct(self) -> int:
+        """How many of the windows differ (a short val split repeats its windows)."""
+        return int(torch.unique(torch.cat([x for x, _ in self.batches]), dim=0).shape[0])
+
     def describe(self) -> str:
         """e.g. ``8 of the run's 20 fixed val evaluation batches: 128 windows x 128 = 16,384 tokens``."""
         part = "all" if len(self.batches) == self.of_batches else f"{len(self.batches)} of"
-        distinct = int(torch.unique(torch.cat([x for x, _ in self.batches]), dim=0).shape[0])
+        distinct = self.distinct
         # a short val split repeats its windows: the count alone read as that many independent tokens
         repeats = (f" (only {distinct} distinct: the val split is short, so windows repeat)"
                    if distinct < self.windows else "")
@@ -317,7 +322,7 @@ def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
         whose spread of 0 is no sampling error: the errors are None then, as for one window), "tokens": W*T}``.
     """
     lo = token_losses(model, windows.batches).double()  # (W, T)
-    W, distinct = lo.shape[0], int(torch.unique(torch.cat([x for x, _ in windows.batches]), dim=0).shape[0])
+    W, distinct = lo.shape[0], windows.distinct
     one = distinct < 2  # copies of one window: nothing varies, so no error can be estimated
     se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 and not one else [None] * lo.shape[1]
     gain, gain_se = context_gain(lo)

@@ -94,7 +94,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
                                                         "block_size", "activation", "init", "residual_scale",
                                                         "norm_scale")}
-            | {"embed_scale": "learned" if mcfg.embed_scaled else "none"},  # auto as resolved
+            | {"embed_scale": mcfg.built_embed_scale},
             "loss": measured["loss"], "uniform_nats": math.log(mcfg.vocab_size), "norm_eps": _norm_eps(model),
             "unit": unit_of({"data": {"tokenizer": cfg.data.tokenizer}}),
             "grad_norm_total": measured["grad_norm_total"], "layers": measured["layers"]}
