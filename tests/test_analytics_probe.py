@@ -259,6 +259,39 @@ def test_periln_and_depth_scalings_are_named(tmp_path, tiny_text_file):
     assert wiring_label({"variant": "rezero", "norm": "layernorm"}) == "rezero (no norm)"
 
 
+def test_the_embedding_scale_is_named_as_built_where_it_is_on_or_off_under_dyt():
+    from depthlab.analytics.probe import wiring_label
+
+    assert wiring_label({"variant": "prenorm", "norm": "dyt", "embed_scale": "auto"}) == \
+        "prenorm + dyt + embed_scale learned"
+    assert wiring_label({"variant": "prenorm", "norm": "dyt", "embed_scale": "none"}) == \
+        "prenorm + dyt + embed_scale none"
+    assert wiring_label({"variant": "prenorm", "norm": "layernorm", "embed_scale": "auto"}) == "prenorm + layernorm"
+    assert wiring_label({"variant": "postnorm", "norm": "layernorm", "embed_scale": "learned"}) == \
+        "postnorm + layernorm + embed_scale learned"
+
+
+@pytest.mark.parametrize("flags, name", [
+    ((), "probe-prenorm-dyt-1.png"),
+    (("--model.embed_scale", "learned"), "probe-prenorm-dyt-1.png"),  # what auto builds with DyT: the same model
+    (("--model.embed_scale", "none"), "probe-prenorm-dyt-1-embed_scale-none.png"),
+    (("--model.norm_scale", "depth"), "probe-prenorm-dyt-1-norm_scale-depth.png"),
+])
+def test_probe_default_name_tells_apart_models_that_differ_in_a_scale(tmp_path, tiny_text_file, capsys, monkeypatch,
+                                                                       flags, name):
+    from depthlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["probe", "--data.path", str(tiny_text_file), "--model.n_layer", "1", "--model.n_embd", "16",
+               "--model.n_head", "2", "--model.block_size", "8", "--model.norm", "dyt", "--batches", "1",
+               "--probe_batch_size", "2", *flags])
+    out = capsys.readouterr().out
+    assert rc == 0 and f"plot: {name}" in out.splitlines() and (tmp_path / name).is_file()
+    built = "none" if "none" in flags else "learned"
+    assert out.startswith(f"probe at init: prenorm + dyt + {'norm_scale depth + ' if 'depth' in flags else ''}"
+                          f"embed_scale {built}, 1 blocks"), out
+
+
 def test_rank_collapse_on_a_bpe_run_says_token(tmp_path, tiny_text_file):
     """A new user's pass: the probe of a BPE config said 'not even on the current character'."""
     import dataclasses

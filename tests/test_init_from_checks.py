@@ -353,3 +353,19 @@ def test_init_from_a_run_whose_config_json_is_gone_names_the_file(good_run, tmp_
     shutil.copyfile(good_run / "config.json", run / "config.json")  # what the line says to do
     rc, _, err = run_cli(capsys, "train", "--init-from", str(run), *_no_model_flags(tmp_path))
     assert rc == 0, err
+
+
+def test_init_from_a_dyt_run_names_its_embedding_scale_as_built(tmp_path, capsys):
+    """A DyT run asked with ``embed_scale auto`` has the learned scale: a new run without it is refused naming
+    'learned' (was "'auto' there", which says nothing of the weights), and one asking ``learned`` loads them."""
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    src = tmp_path / "dyt"
+    assert main(["train", *tiny_cli_args(tmp_path / "t.txt", src, model__norm="dyt", train__max_iters=2)]) == 0
+    capsys.readouterr()
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(src), "--model.embed_scale", "none",
+                         *_no_model_flags(tmp_path))
+    assert_clean_error(rc, err, f"--init-from {src}: its weights do not fit this model (model.embed_scale "
+                       "'learned' there, 'none' here)")
+    rc, _, err = run_cli(capsys, "train", "--init-from", str(src), "--model.embed_scale", "learned",
+                         *_no_model_flags(tmp_path, train__out_dir=tmp_path / "new2"))
+    assert rc == 0, err

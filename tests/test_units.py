@@ -73,3 +73,11 @@ def test_counted_and_agree_make_a_count_and_its_verb_agree():
 
     assert [f"{counted(n, 'line')} {agree(n, 'is', 'are')}" for n in (0, 1, 2, 1000)] == [
         "0 lines are", "1 line is", "2 lines are", "1,000 lines are"]
+
+
+@pytest.mark.parametrize("se, shown", [(None, ""), (0.0123, " ± 0.012"), (0.0004, " ± 0.0004"),
+                                       (0.00004, " ± 0.00004"), (0.0, " ± 0.000"), (1e-9, " ± 0.000000")])
+def test_plus_minus_keeps_a_small_error_bar_from_reading_as_none(se, shown):
+    from depthlab.units import plus_minus
+
+    assert plus_minus(se) == shown

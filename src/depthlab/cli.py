@@ -16,6 +16,7 @@ option's type, unknown options, missing values); no message of argparse or jsona
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -118,8 +119,9 @@ def build_probe_parser():
 
     p = new_parser("probe", "Build the model at initialisation, run forward/backward on a few seeded batches of "
                             "the corpus and print per block: gradient L2 norm, mean |grad|, activation RMS, rank "
-                            "measure (Dong et al. 2021), a plain-words summary and a PNG "
-                            "(default probe-<variant>-<norm>-<n_layer>.png). No training.", config_fields=True)
+                            "measure (Dong et al. 2021), a plain-words summary and a PNG (default "
+                            "probe-<variant>-<norm>-<n_layer>.png, with -<field>-<value> for a residual_scale, "
+                            "norm_scale or embed_scale it does not take by default). No training.", config_fields=True)
     p.add_argument("--preset", type=Optional[str], default=None, help="load a training preset's model/data")
     p.add_argument("--json", action="store_true", help="print the measurements as one JSON object")
     p.add_argument("--out", type=Optional[str], default=None,
@@ -136,7 +138,11 @@ def build_probe_parser():
 
 def _probe_png(cfg, out: Optional[str]) -> Path:
     m = cfg.model
-    default = f"probe-{m.variant}-{m.norm}-{m.n_layer}.png"
+    # a setting beside variant/norm/depth that changes the model gets its own name, or one probe overwrites another's
+    asked = [f"-{k}-depth" for k in ("residual_scale", "norm_scale") if getattr(m, k) == "depth"]
+    if m.embed_scale != "auto" and m.built_embed_scale != dataclasses.replace(m, embed_scale="auto").built_embed_scale:
+        asked.append(f"-embed_scale-{m.embed_scale}")
+    default = f"probe-{m.variant}-{m.norm}-{m.n_layer}{''.join(asked)}.png"
     path = Path(out) if out else Path(default)
     if out and path.is_dir():  # a folder: the default name inside it (the "plot: PATH" line says where)
         path = path / default

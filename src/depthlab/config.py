@@ -795,6 +795,25 @@ def built_model(model: Any) -> Any:
     return {**model, "embed_scale": "learned" if model.get("norm", ModelConfig.norm) == "dyt" else "none"}
 
 
+def wiring_label(model: dict) -> str:
+    """A model's residual/norm wiring in a few words: ``prenorm + layernorm``, ``rezero (no norm)``,
+    ``periln + layernorm + residual_scale depth``, ``prenorm + dyt + embed_scale learned``.
+
+    The embedding scale is named when it is on, and when it is off under DyT (whose default turns it on), as
+    built (``auto`` resolved by :func:`built_model`).
+
+    Args:
+        model: a model section as a dict (``variant``, ``norm``; ``residual_scale``, ``norm_scale`` and
+            ``embed_scale`` where set).
+    """
+    base = "rezero (no norm)" if model.get("variant") == "rezero" else f"{model.get('variant')} + {model.get('norm')}"
+    parts = [base] + [f"{k} depth" for k in ("residual_scale", "norm_scale") if model.get(k) == "depth"]
+    emb = built_model(model).get("embed_scale")
+    if emb == "learned" or (emb == "none" and model.get("norm") == "dyt"):
+        parts.append(f"embed_scale {emb}")
+    return " + ".join(parts)
+
+
 def as_ran(config: Any) -> Any:
     """A run's ``config.json`` (data/model/train) with the fields newer than the run filled in as the run had
     them (:data:`PREDATING`: ``train.eval_windows`` random, ``model.position`` learned), so that it is read,

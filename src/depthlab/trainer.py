@@ -30,7 +30,7 @@ from . import rundir
 from .init_from import given_tokenizer_json
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo
-from .config import RunConfig, corpus_file, model_record, schedule_warnings
+from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
 from .errors import DepthlabError
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
@@ -46,7 +46,7 @@ from .training.runtime import (  # noqa: F401 (re-exported)
 from .training.stepper import Stepper
 from .training.autotune import Restart, env_threads_warning, tune
 from .training.stopping import StopRules
-from .units import counted
+from .units import counted, plus_minus
 from .usermodel import make_model, source_run_model
 
 
@@ -514,7 +514,7 @@ def done_line(summary: dict, final: Optional[dict], run_dir: Path, no_se: Option
     whole-split loss of ``final`` (the final validation, or None), steps and seconds."""
     whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
     se = summary.get("best_val_loss_se")
-    err = "" if se is None else f" ± {se:.3f}"
+    err = plus_minus(se)
     why = "" if se is not None or not no_se else f"no ±: {no_se}; "
     return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({why}{summary['best_val_bpc']:.3f} bits/char) "
             f"at step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
@@ -528,7 +528,7 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     r = rt.resolved()
     omp = env_threads_warning(t, r["threads"], rt.tuning.source if rt.tuning is not None else None)
     lines = [f"warning: {w}" for w in schedule_warnings(t, run.budget.may_shorten) + ([omp] if omp else [])]
-    shape = m.source if m.source else f"{m.n_layer} x {m.variant}"
+    shape = m.source if m.source else f"{m.n_layer} x {wiring_label(dataclasses.asdict(m))}"
     lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
                  f"{counted(r['threads'], 'thread')}, {tokens_per_step} tokens/step")

@@ -11,7 +11,7 @@ import json
 import math
 from typing import Any, Optional, TypeVar
 
-__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted", "agree"]
+__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted", "agree", "plus_minus"]
 
 #: ln 2: nats per bit. A loss in nats/token divided by LN2 is bits/token (Shannon 1948).
 LN2 = math.log(2.0)
@@ -56,6 +56,20 @@ def agree(n: int, one: str, many: str) -> str:
     """``one`` when ``n`` is 1, else ``many``: the words after :func:`counted` that agree with its count
     (``agree(n, "is", "are")``)."""
     return one if n == 1 else many
+
+
+def plus_minus(se: Optional[float], decimals: int = 3) -> str:
+    """`` ± 0.012``: a standard error as printed after a value, or "" for None.
+
+    An error that rounds to zero at ``decimals`` places gets more of them (up to 6), so a small error bar reads as
+    small, not as none (``± 0.000`` would say the measurement had no sampling error, which is only true of an
+    exact 0).
+    """
+    if se is None:
+        return ""
+    while 0 < abs(se) < 0.5 * 10.0 ** -decimals and decimals < 6:
+        decimals += 1
+    return f" ± {se:.{decimals}f}"
 
 
 def fmt_value(v: Any, spec: Optional[str] = None, *, missing: str = "—") -> str:

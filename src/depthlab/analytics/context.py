@@ -36,7 +36,7 @@ from .. import checkpoint as ckpt
 from .. import resume_config
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
-from ..units import counted
+from ..units import counted, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
 from ..training.evaluator import eval_batches
 from ..usermodel import full_logits, make_model
@@ -408,8 +408,7 @@ def format_context(res: dict) -> str:
                      f"position 0 sees one {unit}, so it cannot go below {floor} beyond its sampling error, ± se)")
     for c in res["checkpoints"]:
         g, gse = c["context_gain"], c["context_gain_se"]
-        lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}" + (
-            f" ± {gse:.3f}" if gse is not None else "") + " nats"))
+        lines.append(f"  context gain, {c['label']}: " + ("-" if g is None else f"{g:.3f}{plus_minus(gse)} nats"))
     model = (RunDir(res["run_dir"]).config or {}).get("model") or {}
     lq_se = res.get("last_quarter_se")
     advice = MORE_WINDOWS if not res.get("all_windows") else "more windows: a run with a larger train.eval_iters"

@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..config import wiring_label
 from ..errors import DepthlabError
 from ..figures import new_figure, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
@@ -495,16 +496,6 @@ def plot_probe(result: dict, path: str | Path) -> Path:
 
 #: The PNG ``Software`` text of :func:`plot_probe`: how ``depthlab probe`` knows a file at ``--out`` is its own.
 PROBE_SOFTWARE = "depthlab probe"
-
-
-def wiring_label(cfg: dict) -> str:
-    """A model's wiring in the probe's words: ``prenorm + dyt``, ``rezero (no norm)``, ``+ norm_scale depth``.
-
-    Args:
-        cfg: the model section as a dict (``variant``, ``norm``, and ``residual_scale`` / ``norm_scale`` if set).
-    """
-    base = "rezero (no norm)" if cfg.get("variant") == "rezero" else f"{cfg.get('variant')} + {cfg.get('norm')}"
-    return " + ".join([base] + _scales(cfg))
 
 
 def _scales(cfg: dict) -> list[str]:

@@ -19,7 +19,7 @@ from .. import resume_config, rundir
 from ..init_from import (changed_source, init_from_flag, init_line, init_weights, kept_init_record, source_model,
                          weights_fit)
 from ..budget import Plan
-from ..config import PREDATING, as_ran, corpus_file
+from ..config import PREDATING, as_ran, built_model, corpus_file
 from ..errors import DepthlabError
 from ..rundir import (BASELINES, CHECKPOINTS, CONFIG, DIAGNOSIS, METRICS, SUMMARY, TENSORBOARD, TOKENIZER, TRAIN_LOG,
                       VOCAB, RunDir, not_a_file_error, truncate_metrics)
@@ -292,6 +292,7 @@ def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     from ..usermodel import parse_init
 
     theirs, what = source_model(src)
+    theirs, ours = built_model(theirs), built_model(ours)  # embed_scale auto as each GPT has it: learned or none
     # a model.source run's config.json leaves out an empty model.init: the user's keyword arguments are compared too
     named = sorted({*theirs, "init"} if ours.get("source") else theirs)
     norm = (lambda k, v: parse_init(v) if k == "init" else v) if ours.get("source") else (lambda k, v: v)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-from ...units import finite_or_none
+from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
@@ -122,9 +122,9 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
     The sentence names the test that decided."""
     if gain is None:
         return UNUSED, "one position per window (model.block_size 1): there is no context to use"
-    pm = f" ± {se:.3f}" if se is not None else ""
+    pm = plus_minus(se)
     lq = last_quarter(curve)
-    lq_pm = f" ± {lq_se:.3f}" if lq_se is not None else ""
+    lq_pm = plus_minus(lq_se)
     head = f"context gain {gain:.3f}{pm} nats (position 0 {curve[0]:.3f} -> last quarter {lq:.3f}{lq_pm})"
     if not math.isfinite(gain) or not all(math.isfinite(x) for x in curve):
         return UNDECIDED, _non_finite_words(head, gain, curve)
