@@ -41,7 +41,8 @@ def test_config_json_resolves_embed_scale_auto_as_built(tmp_path, tiny_text_file
 
 def test_the_run_line_names_the_norm_and_the_embedding_scale_it_built(tmp_path, tiny_text_file):
     lines = []
-    train(tiny_config(tmp_path / "r", tiny_text_file, model=dict(norm="dyt"), train=dict(max_iters=1)), log=lines.append)
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, model=dict(norm="dyt"), train=dict(max_iters=1))
+    train(cfg, log=lines.append)
     run_line = next(line for line in lines if line.startswith("run "))
     assert ", 2 x prenorm + dyt + embed_scale learned, device cpu," in run_line, run_line
 
