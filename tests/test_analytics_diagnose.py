@@ -190,6 +190,28 @@ def test_the_lr_rules_count_from_the_warmup_a_fit_to_time_plan_shortened():
     assert Evidence(recs, cfg, BASE).warmup_iters == 4000
 
 
+def test_a_resume_that_left_its_plan_counts_from_where_the_logged_rate_peaked():
+    """A fit_to_time run planned a warmup of 230 (asked 4000), then a session resumed with a new train.max_iters
+    followed no plan and config.json lost ``resolved.plan``: the records said "the run has 0 after the warmup"
+    (read as 4000). The logged learning rate peaks at step 250, the first record after the planned warmup."""
+    from depthlab.analytics.diagnose import rules_without_data
+    from depthlab.analytics.rules.evidence import Evidence
+
+    cfg = {"train": {"grad_log_interval": 50, "probe_interval": 0, "warmup_iters": 4000, "learning_rate": 1.0},
+           "model": {"vocab_size": 65}}
+    lr = [min(1.0, (s + 1) / 231) if s < 230 else 1.0 - (s - 230) / 2000 for s in range(50, 1200, 50)]
+    recs = evals([2.5, 2.4, 2.3]) + [{"kind": "grad", "step": s, "update_ratio_block": [0.5, 0.5]}
+                                     for s in range(50, 1200, 50)]
+    recs += [{"kind": "train", "step": s, "loss": 2.0, "lr": r} for s, r in zip(range(50, 1200, 50), lr)]
+    ev = Evidence(recs, cfg, BASE)
+    assert ev.warmup_iters == 250 and ev.update_ratios[1][0] == 300 and ev.now("train.warmup_iters") == " (now 4000)"
+    assert not any(m.startswith("lr_too_high") for m in rules_without_data(recs, cfg))
+    rising = [r for r in recs if r["step"] <= 200]  # a run stopped while warming up: no record after its warmup
+    assert Evidence(rising, cfg, BASE).warmup_iters == 200 and not Evidence(rising, cfg, BASE).update_ratios[0]
+    cfg["train"]["warmup_iters"] = 100  # a warmup asked shorter than the peak record: the one asked
+    assert Evidence(recs, cfg, BASE).warmup_iters == 100
+
+
 def test_rules_that_need_evaluations_say_so_on_a_short_run():
     from depthlab.analytics.diagnose import rules_without_data
 

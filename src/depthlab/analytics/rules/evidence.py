@@ -187,24 +187,38 @@ class Evidence:
         v = self.section(sec).get(name)
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             return ""
-        if dotted == "train.warmup_iters" and self.warmup_iters != v:
-            return f" (now {v:g}; train.fit_to_time shortened it to {self.warmup_iters} to fit train.max_time)"
+        planned = self.planned_warmup
+        if dotted == "train.warmup_iters" and planned is not None and planned != v:
+            return f" (now {v:g}; train.fit_to_time shortened it to {planned} to fit train.max_time)"
         return f" (now {v:g})"
 
     @cached_property
-    def warmup_iters(self) -> int:
-        """Steps of warmup the run followed: its train.fit_to_time plan's (config.json ``resolved.plan``), else
-        ``train.warmup_iters`` (0 when the config does not say)."""
+    def planned_warmup(self) -> Optional[int]:
+        """The warmup of the run's train.fit_to_time plan (config.json ``resolved.plan``), or None without one."""
         from ...budget import Plan
 
         try:
             plan = Plan.from_record(self.section("resolved"), self.section("train"))
         except (TypeError, KeyError, ValueError):  # a hand-edited record: the warmup asked for
             plan = None
-        if plan is not None and isinstance(plan.warmup_iters, int):
-            return plan.warmup_iters
+        return plan.warmup_iters if plan is not None and isinstance(plan.warmup_iters, int) else None
+
+    @cached_property
+    def warmup_iters(self) -> int:
+        """Steps of warmup the run followed: its train.fit_to_time plan's (:attr:`planned_warmup`), else
+        ``train.warmup_iters`` (0 when the config does not say), or the first logged step at the highest learning
+        rate when that comes earlier: a session resumed with a new ``train.max_iters`` follows no plan and
+        config.json no longer holds the one whose shortened warmup the run trained with."""
+        if self.planned_warmup is not None:
+            return self.planned_warmup
         asked = self.section("train").get("warmup_iters")
-        return asked if isinstance(asked, int) and not isinstance(asked, bool) else 0  # "x" by hand: none
+        asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else 0  # "x" by hand: none
+        lrs = [(int(finite_or_none(r.get("step"))), finite_or_none(r.get("lr"))) for r in self.records
+               if r.get("kind") == "train" and finite_or_none(r.get("lr")) is not None
+               and finite_or_none(r.get("step")) is not None]
+        top = max((lr for _, lr in lrs), default=None)
+        peak = min((s for s, lr in lrs if lr >= top), default=asked) if top is not None else asked
+        return min(asked, peak)
 
     @property
     def optimizer(self) -> Optional[str]:
