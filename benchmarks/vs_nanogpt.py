@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/vs_nanogpt.py [--nanogpt PATH] [--rounds 2] [--steps 500 | --seconds S]
                                        [--target 1.88] [--eval-interval 100] [--no-ttq] [--quick]
+                                       [--eval-iters N]
                                        [--variants defaults,fp32 AdamW,...]
 
 ``--nanogpt PATH`` is the root of a nanoGPT checkout (``git clone https://github.com/karpathy/nanoGPT``;
@@ -52,7 +53,9 @@ timed in each round (fp32; bf16 too where the CPU has native bf16), the best rou
 
 ``--quick`` checks the plumbing (1 round of 12 steps; time to val <= 3.6 with evaluations every 10
 steps, at most 100 steps; no final validation; no compiled run). Its numbers mean nothing; for figures, on an idle
-machine: ``python benchmarks/vs_nanogpt.py --nanogpt PATH --rounds 2 --steps 1000``.
+machine: ``python benchmarks/vs_nanogpt.py --nanogpt PATH --rounds 2 --steps 1000``. ``--eval-iters N`` evaluates
+on N batches per split instead of 20 in every run, both tools' (the smallest plumbing check: ``--quick
+--eval-iters 2``; the time-to-quality figures then rest on noisier evaluations).
 Bad input or a failed run: one line ``depthlab: error: ...``, exit status 2.
 """
 
@@ -391,12 +394,15 @@ def _stop_after(seconds: float, step_line: re.Pattern) -> Callable[[float, str],
     return stop
 
 
-def nanogpt_throughput(workdir: Optional[Path], cwd: Path, steps: int, seconds: float) -> dict:
-    """One nanoGPT run at its README CPU command for ``steps`` (or ``seconds`` after its first step)."""
+def nanogpt_throughput(workdir: Optional[Path], cwd: Path, steps: int, seconds: float,
+                       extra: tuple[str, ...] = ()) -> dict:
+    """One nanoGPT run at its README CPU command (plus ``extra`` overrides) for ``steps`` (or ``seconds`` after its
+    first step)."""
     if seconds:
-        launch = run_logged(nanogpt_cmd(workdir, ["--max_iters=100000000"]), cwd, _stop_after(seconds, NANO_ITER))
+        launch = run_logged(nanogpt_cmd(workdir, ["--max_iters=100000000", *extra]), cwd,
+                            _stop_after(seconds, NANO_ITER))
     else:
-        launch = run_logged(nanogpt_cmd(workdir, [f"--max_iters={steps}"]), cwd)
+        launch = run_logged(nanogpt_cmd(workdir, [f"--max_iters={steps}", *extra]), cwd)
     iters = nanogpt_iters(launch.lines)
     return {"train_tps": nanogpt_train_tps(iters, NANOGPT_EVAL_INTERVAL),
             "loop_tps": loop_tps([(i, t) for i, t, _ in iters]), "wall": launch.wall, "steps": len(iters)}
@@ -419,13 +425,15 @@ def depthlab_throughput(extra: list[str], out: Path, steps: int, seconds: float,
             "wall": launch.wall, "steps": len(steps_seen), "resolved": cfg.get("resolved", {})}
 
 
-def nanogpt_ttq(workdir: Optional[Path], cwd: Path, target: float, eval_interval: int, max_iters: int) -> dict:
-    """nanoGPT's CPU recipe evaluated every ``eval_interval`` steps, ended at the first val <= ``target``."""
+def nanogpt_ttq(workdir: Optional[Path], cwd: Path, target: float, eval_interval: int, max_iters: int,
+                extra: tuple[str, ...] = ()) -> dict:
+    """nanoGPT's CPU recipe (plus ``extra`` overrides) evaluated every ``eval_interval`` steps, ended at the first
+    val <= ``target``."""
     def reached(t: float, line: str) -> bool:
         m = NANO_EVAL.match(line)
         return bool(m) and float(m.group(3)) <= target
 
-    cmd = nanogpt_cmd(workdir, [f"--eval_interval={eval_interval}", f"--max_iters={max_iters}"])
+    cmd = nanogpt_cmd(workdir, [f"--eval_interval={eval_interval}", f"--max_iters={max_iters}", *extra])
     launch = run_logged(cmd, cwd, reached)
     evals = eval_lines(launch.lines, NANO_EVAL)
     return {"hit": next((e for e in evals if e[1] <= target), None), "last": evals[-1] if evals else None,
@@ -491,15 +499,15 @@ def run_round(k: int, a: argparse.Namespace, nano: Optional[Path], tmp: Path, na
     peaks = ", ".join(f"{d} {v / 1e9:.0f} GFLOP/s" for d, v in res["peak"].items())
     print(f"round {k}: {res['busy']} of {os.cpu_count()} cores busy with other processes (load average "
           f"{res['load']:.1f}, this script's runs included); 1024^3 matmul {peaks}", flush=True)
-    res["nanoGPT"] = nanogpt_throughput(nano, cwd, a.steps, a.seconds)
+    res["nanoGPT"] = nanogpt_throughput(nano, cwd, a.steps, a.seconds, a.nano_extra)
     print(throughput_line("nanoGPT train.py" if nano else "nanoGPT re-implementation", res["nanoGPT"]), flush=True)
     for name, extra in variants(a).items():
         out = tmp / f"round{k}-{re.sub(r'[^a-z0-9]+', '-', name.lower())}"
-        res[name] = r = depthlab_throughput(extra, out, a.steps, a.seconds, a.quick)
+        res[name] = r = depthlab_throughput([*extra, *a.dl_extra], out, a.steps, a.seconds, a.quick)
         print(throughput_line(f"depthlab {name}", r) + f"\n      resolved: {fmt_resolved(r['resolved'])}", flush=True)
     if a.no_ttq:
         return res
-    n = nanogpt_ttq(nano, cwd, a.target, a.eval_interval, a.ttq_iters)
+    n = nanogpt_ttq(nano, cwd, a.target, a.eval_interval, a.ttq_iters, a.nano_extra)
     print(ttq_line("nanoGPT CPU recipe", n, a.target, a.eval_interval), flush=True)
     d = depthlab_ttq(tmp / f"round{k}-fast-cpu", a.target, a.ttq_extra)
     print(ttq_line("depthlab --preset fast-cpu", d, a.target, d["eval_interval"])
@@ -579,11 +587,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     + ", ".join(VARIANTS) + "); fewer runs per round leave time for more rounds")
     ap.add_argument("--quick", action="store_true", help="plumbing check: 1 round of 12 steps, time to val "
                     "<= 3.6 with evaluations every 10 steps, no final validation, no compiled run")
+    ap.add_argument("--eval-iters", type=int, default=None, help="batches per split of every evaluation, in every "
+                    "run (default: the README's 20; fewer make a quicker plumbing check with --quick)")
     a = ap.parse_args(argv)
     a.ttq_iters, a.ttq_extra = 2000, []
     if a.quick:
         a.rounds, a.steps, a.seconds, a.target, a.eval_interval, a.ttq_iters = 1, 12, 0.0, 3.6, 10, 100
         a.ttq_extra = ["--train.eval_interval", "10", "--train.max_iters", "100", "--train.final_validation", "false"]
+    if a.eval_iters is not None and a.eval_iters < 1:
+        raise DepthlabError(f"--eval-iters {a.eval_iters}: give 1 or more batches")
+    # later flags win in both tools: the README's --eval_iters=20 and the shape's --train.eval_iters 20 give way
+    a.nano_extra = (f"--eval_iters={a.eval_iters}",) if a.eval_iters else ()
+    a.dl_extra = ("--train.eval_iters", str(a.eval_iters)) if a.eval_iters else ()
+    a.ttq_extra += a.dl_extra
     if a.rounds < 1:
         raise DepthlabError(f"--rounds {a.rounds}: give 1 or more")
     a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]

@@ -224,10 +224,14 @@ def test_vs_nanogpt_time_to_quality_bound_when_nanogpt_never_reaches_the_target(
 
 @pytest.mark.slow
 def test_vs_nanogpt_quick_against_the_reimplementation():
-    """--quick end to end (re-implementation, 1 round of 12 steps, time to val <= 3.6): every figure printed."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_nanogpt.py"), "--quick"], capture_output=True,
-                       text=True, env=env, timeout=1800)
+    """--quick end to end (re-implementation, 1 round of 12 steps, time to val <= 3.6): every figure printed.
+
+    Its smallest form: evaluations of 2 batches per split (--eval-iters 2, not the README's 20), and one thread for
+    both tools (OMP_NUM_THREADS=1: the re-implementation at torch's default 2 threads, whose OpenMP threads spin
+    while they wait, ran ~4x slower on 2 cores shared with other work). The figures mean nothing either way."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks"), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_nanogpt.py"), "--quick", "--eval-iters", "2"],
+                       capture_output=True, text=True, env=env, timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     out = r.stdout
     assert "NOT nanoGPT's own train.py" in out and "cpu flags:" in out and "resolved: device cpu" in out
@@ -237,6 +241,7 @@ def test_vs_nanogpt_quick_against_the_reimplementation():
         assert f"  {name}" in out and f" {steps} steps" in out.split(f"  {name}")[1].splitlines()[0]
     assert "% fp32 peak" in out and "time to val <= 3.6 from launch" in out
     assert "depthlab defaults, compiled" not in out  # --quick leaves the cold compile out
+    assert "OMP_NUM_THREADS=1," in out  # the environment both were started with, printed
 
 
 # ------------------------------------------------------------------ benchmarks/gpu_vs_nanogpt.py
@@ -279,3 +284,9 @@ def test_vs_nanogpt_variants_and_median_ratio(vs_nanogpt, capsys):
     assert "0.90-2.00" in out and "median training-tokens/s ratio over the 3 rounds: defaults 1.50" in out
     vs_nanogpt.print_summary(rounds[:2], 5e6, args, "nanoGPT train.py")
     assert "median" not in capsys.readouterr().out  # two rounds: min-max says it all
+    # --eval-iters: appended to both tools' flags (later flags win), the time-to-quality run's included
+    a = vs_nanogpt.parse_args(["--quick", "--eval-iters", "2"])
+    assert a.nano_extra == ("--eval_iters=2",) and a.dl_extra == ("--train.eval_iters", "2")
+    assert a.ttq_extra[-2:] == ["--train.eval_iters", "2"] and not vs_nanogpt.parse_args([]).nano_extra
+    assert vs_nanogpt.main(["--eval-iters", "0"]) == 2
+    assert "--eval-iters 0: give 1 or more batches" in capsys.readouterr().err
