@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn as nn
-from test_check import PLANTED, _corpus_cached
+from test_check import PLANTED, _corpus_cached, plain_checked
 
 from depthlab.analytics.check import check_model
 from depthlab.analytics.check.learning import unigram_level
@@ -102,13 +102,6 @@ def two_threads():
     torch.set_num_threads(before)
 
 
-def _plain(corpus, rules):
-    torch.manual_seed(0)
-    m = build_model(parse_source(f"{PLANTED}:depthlab_gpt"), dict(variant="plain"), 65)
-    rep = check_model(m, corpus, block_size=32, rules=("shape",) + rules)
-    return rep, {c.rule: c for c in rep.checks}
-
-
 _THREADS: list[int] = []  # torch's thread count at each forward, shared by the model's copies
 
 
@@ -132,18 +125,11 @@ def test_training_rules_run_on_one_thread_whatever_the_process_uses(corpus, two_
 
 @pytest.fixture(scope="module")
 def plain_on_two_threads(tmp_path_factory):
-    """depthlab's plain GPT checked by overfit_batch and context_use with the process at 2 threads: (report, checks
-    by rule, the process's thread count right after the check). One check for the two tests below instead of one
-    each: every training rule trains its own copy of the model from the same seed, so each gives the numbers it
-    gives alone (136; -0.00138)."""
-    corpus = _corpus_cached(str(tmp_path_factory.getbasetemp() / "check-cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        rep, c = _plain(corpus, ("overfit_batch", "context_use"))
-        return rep, c, torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
+    """depthlab's plain GPT checked by every rule (overfit_batch and context_use among them) with the process at 2
+    threads: (report, checks by rule, the process's thread count right after the check). One check for the two tests
+    below and test_check.py's all-rules test of plain (test_check.plain_checked): every training rule trains its
+    own copy of the model from the same seed, so each gives the numbers it gives alone (136; -0.00138)."""
+    return plain_checked(tmp_path_factory)
 
 
 @pytest.mark.slow
