@@ -22,11 +22,13 @@ class NonFiniteError(DepthlabError):
 
 
 _SIGINT_SEEN = False
+_SIGINTS = 0  # every Ctrl-C noted in this process (never reset)
 
 
 def _note_sigint(signum, frame) -> None:
-    global _SIGINT_SEEN
+    global _SIGINT_SEEN, _SIGINTS
     _SIGINT_SEEN = True
+    _SIGINTS += 1
     signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt, as Python's own handler does
 
 
@@ -45,5 +47,20 @@ def watch_sigint() -> None:
 
 
 def sigint_seen() -> bool:
-    """Whether Ctrl-C (SIGINT) came since :func:`watch_sigint`."""
+    """Whether Ctrl-C (SIGINT) came since :func:`watch_sigint` (or during a :func:`note_sigint` stretch)."""
     return _SIGINT_SEEN
+
+
+def sigint_count() -> int:
+    """How many Ctrl-Cs this process has noted: compare two readings to tell whether one came in between."""
+    return _SIGINTS
+
+
+def note_sigint():
+    """Note Ctrl-C as :func:`watch_sigint` does, whatever handler was set (for a stretch of code, e.g. importing the
+    user's model file, whose KeyboardInterrupt must be told apart from a Ctrl-C); returns the handler it replaced, to
+    be restored after, or None where no handler can be set (a thread other than the main one)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    old = signal.signal(signal.SIGINT, _note_sigint)
+    return old if old is not None else signal.default_int_handler  # None: a handler set outside Python

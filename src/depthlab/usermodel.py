@@ -23,14 +23,13 @@ import os
 import signal
 import shlex
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import torch
 
-from .errors import DepthlabError
+from .errors import DepthlabError, note_sigint, sigint_count
 from .data import sha256_file
 from .model import GPT
 from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, read_json
@@ -167,20 +166,6 @@ def _input_at_import(prompt: object = "") -> str:
     raise _InputAtImport(f"input({str(prompt)!r})")
 
 
-def _watch_sigint(pressed: list[int]):
-    """Note a SIGINT in ``pressed`` and raise KeyboardInterrupt as Python's own handler does; returns the handler
-    it replaced, or None where no handler can be set (a thread other than the main one)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def note(signum, frame):
-        pressed.append(signum)
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGINT, note)
-    return old if old is not None else signal.default_int_handler  # None: a handler set outside Python
-
-
 def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
     """Import the file (a ``SystemExit``, ``input()`` or error at import is one line) and take ``src.name`` from it
     (a bare PATH.py: :func:`_model_class`); returns the name and the class or function."""
@@ -196,8 +181,10 @@ def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
     argv = list(sys.argv)
     guard = "put that code under `if __name__ == \"__main__\":` so that importing the file only defines the model"
     saved = os._exit, builtins.input
-    pressed: list[int] = []  # a Ctrl-C while the file imports, told apart from a KeyboardInterrupt the file raises
-    sigint = _watch_sigint(pressed)
+    # a Ctrl-C while the file imports, told apart from a KeyboardInterrupt the file raises; noted where the command
+    # line reads it too (errors.sigint_seen), so that it says "interrupted" rather than blaming the file
+    pressed = sigint_count()
+    sigint = note_sigint()
     try:
         # a script's argparse at import sees the file run bare (its defaults), not depthlab's own arguments,
         # and its messages name the file, not depthlab
@@ -213,7 +200,7 @@ def _factory(src: Source) -> tuple[str, Callable[..., Any]]:
         raise DepthlabError(f"{src}: importing {src.path} failed: {_with_line(e, src.path)}; "
                             f"{_import_fix(e, src.path)}") from None
     except KeyboardInterrupt:
-        if pressed or sigint is None:
+        if sigint_count() > pressed or sigint is None:
             raise  # the user's own Ctrl-C (or no way to tell): depthlab stops as interrupted
         raise DepthlabError(f"{src}: importing {src.path} raised KeyboardInterrupt itself (no Ctrl-C was pressed): "
                             f"the file runs code when imported; {guard}") from None
