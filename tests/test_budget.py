@@ -432,3 +432,44 @@ def test_the_plan_lines_show_a_tiny_step_time_to_three_significant_digits():
     s_step = b.tick(FIT_STEPS, 0.00612 * (FIT_STEPS - 2))
     assert "(0.00612 s/step, " in b.propose(FIT_STEPS, 1200, s_step)
     assert "re-measured 0.00555 s/step over steps" in b.propose(FIT_STEPS + 50, 1300, 0.00555)
+
+
+def test_extending_a_plan_that_ended_just_after_its_warmup_goes_on_from_the_rate_it_trained_at():
+    """A new user's default run on a busy machine: planned 21 steps, warmup 20, re-planned at step 20 (anchor
+    [20, 0.00118, 21]). A plain --resume said "its learning rate decayed by then", and --train.max_iters 60 trained 39
+    steps at min_lr 1e-4, though the weights last trained at 0.00118 (41 % of the peak)."""
+    from depthlab.budget import nothing_to_train
+    from depthlab.training.optimization import LRSchedule
+
+    t, b = _budget(max_iters=5000, max_time=12.0, learning_rate=3e-3, min_lr=1e-4)
+    sched = LRSchedule(t, b)
+    lr_before, warmup_before = sched.lr_at(FIT_STEPS), sched.warmup_iters
+    assert b.propose(FIT_STEPS, FIT_STEPS + 1, 0.5)
+    sched.replanned(FIT_STEPS, lr_before, warmup_before)
+    end, plan = b.plan.max_iters, b.plan
+    assert "too few steps after its warmup or last re-plan for the learning rate to decay" in \
+        nothing_to_train(end, 5000, plan)
+    t2 = dataclasses.replace(t, max_iters=60, max_time=0.0)
+    later, lines = LRSchedule(t2, TimeBudget(t2)), []
+    later.resume(end, list(sched.anchor), dataclasses.asdict(t), plan, lines.append)
+    assert later.lr_at(end) == pytest.approx(lr_before) and lr_before > 1e-3
+    assert later.lr_at(59) < later.lr_at(40) < later.lr_at(end) and later.lr_at(60) == pytest.approx(1e-4)
+    assert lines == [f"resume: the learning rate continues from {lr_before:.3g} at step {end + 1}, and decays toward "
+                     "train.min_lr 0.0001, which it would first reach at step 61, after the run's last step 60 (the "
+                     f"decay used to end at {end}); no jump back to the peak"]
+
+
+def test_a_plan_whose_decay_ran_its_course_still_stays_at_the_floor_when_extended():
+    from depthlab.budget import nothing_to_train
+    from depthlab.training.optimization import LRSchedule
+
+    t, b = _budget(max_iters=5000, max_time=12.0, learning_rate=3e-3, min_lr=1e-4, warmup_iters=5)
+    assert b.propose(FIT_STEPS, 40, 0.5) and b.plan.max_iters - max(b.plan.warmup_iters, FIT_STEPS) >= 10
+    sched = LRSchedule(t, b)
+    end = b.plan.max_iters
+    assert "its learning rate decayed by then" in nothing_to_train(end, 5000, b.plan)
+    t2 = dataclasses.replace(t, max_iters=end + 30, max_time=0.0)
+    later, lines = LRSchedule(t2, TimeBudget(t2)), []
+    later.resume(end, None, dataclasses.asdict(t), b.plan, lines.append)
+    assert later.lr_at(end) == pytest.approx(1e-4) and "stays at train.min_lr 0.0001" in lines[0]
+    assert sched.lr_at(end - 1) - 1e-4 < 0.025 * (3e-3 - 1e-4)

@@ -138,12 +138,21 @@ def nothing_to_train(step: int, max_iters: int, plan: Optional[Plan]) -> str:
     ``fit_to_time`` ended the run before ``max_iters``) and the knob that goes past it."""
     if plan is not None and plan.ends_early:
         return (f"nothing to train: the run is at step {step}, the end train.fit_to_time planned for "
-                f"train.max_time {plan.max_time:g} s (its learning rate decayed by then); a resume continues that "
+                f"train.max_time {plan.max_time:g} s ({_end_words(plan)}); a resume continues that "
                 f"plan, so a larger --train.max_time does not extend it. To train on, pass a --train.max_iters "
                 f"larger than {step} (a total) and other than {plan.max_iters_asked}, the one that plan was made "
                 f"from (it then plans this session anew). Nothing was changed.")
     return (f"nothing to train: the run is at step {step} and train.max_iters is {max_iters} (a total); pass a "
             f"larger --train.max_iters to extend it. Nothing was changed.")
+
+
+def _end_words(plan: Plan) -> str:
+    """What the rate had done by a plan's end: decayed, or (fewer than DECAY_STEPS steps after its warmup or its
+    last re-plan) not, so that an extension goes on from the rate the run last trained at."""
+    if plan.max_iters - max(plan.warmup_iters, plan.at_step) >= DECAY_STEPS:
+        return "its learning rate decayed by then"
+    return ("it ended too few steps after its warmup or last re-plan for the learning rate to decay; an extension "
+            "goes on from the rate it last trained at")
 
 
 class TimeBudget:

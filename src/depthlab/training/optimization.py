@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from ..budget import Plan, TimeBudget
+from ..budget import DECAY_STEPS, Plan, TimeBudget
 from ..config import TrainConfig
 from ..errors import DepthlabError
 from .protocol import ModelPort
@@ -335,6 +335,11 @@ class LRSchedule:
         return {"lr_anchor": list(self.anchor) if self.anchor is not None else None}
 
 
+#: The last trained rate of a cosine of budget.DECAY_STEPS steps lies this fraction of (peak - min_lr) above min_lr
+#: (1/2 (1 + cos(pi (k-1)/k)), 2.4 % at k = 10); a run whose last rate was further above had no room to decay.
+_UNDECAYED = 0.5 * (1 + math.cos(math.pi * (DECAY_STEPS - 1) / DECAY_STEPS)) * 1.001
+
+
 @dataclasses.dataclass(frozen=True)
 class _ResumeCase:
     """Where a resumed run stands against its old schedule (:meth:`LRSchedule.resume`).
@@ -368,6 +373,13 @@ class _ResumeCase:
         t = schedule.train
         anchored = stored is not None and step >= stored[0]
         old_decay, lr_old, lr_now = old.rates(step, stored if anchored else None, old_plan, t, schedule.decay_iters)
+        if step > 0 and lr_old <= old.min_lr:  # at the floor by the old schedule; but did the run train down to it?
+            _, lr_last, lr_last_now = old.rates(step - 1, stored if stored is not None and step - 1 >= stored[0]
+                                                else None, old_plan, t, schedule.decay_iters)
+            if lr_last - old.min_lr > _UNDECAYED * (old.peak - old.min_lr):
+                # a plan that ended a step or two after its warmup (or its last re-plan): the weights last trained
+                # near the peak, so an extension goes on from that rate, not from a floor they never reached
+                lr_old, lr_now = lr_last, lr_last_now
         ended = step > 0 and lr_old <= old.min_lr
         if ended:
             lr_now = t.min_lr  # nothing left to decay: the new floor, never back up to a peak
