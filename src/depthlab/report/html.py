@@ -23,14 +23,17 @@ from ..analytics.diagnose import Thresholds, loss_level
 from ..analytics.samples import TEMPERATURE, TOP_K
 from ..config import model_record
 from ..errors import DepthlabError
+from ..figures import REPORT_SOFTWARE, check_run_figures
 from ..rundir import BASELINES, CONFIG, DIAGNOSIS, REPORT, SUMMARY, atomic_write, init_from_record, init_from_words
+from ..rundir import PLOTS as PLOT_DIR
 from ..units import finite_or_none, fmt_value
 from .plots import PLOTS, UPDATE_RATIO_MUON, RunData, load_run_data, make_all_plots
 
 __all__ = ["Section", "render_page", "img_tag", "html_table", "esc", "build_report", "run_cards", "GENERATOR"]
 
-GENERATOR = "depthlab report"
-"""Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite)."""
+GENERATOR = REPORT_SOFTWARE
+"""Value of ``<meta name="generator">``: marks files this module wrote (safe to overwrite); the PNG
+``Software`` text of the run figures too (:func:`depthlab.figures.written_by_report`)."""
 
 WIDE_TABLE_COLS = 8
 """Tables with more columns than this get the compact style (smaller type, headers that wrap)."""
@@ -524,11 +527,14 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
 
     Raises:
         DepthlabError: ``run_dir`` missing or not a run; ``out`` is a folder, or an existing file
-            that this command did not write (it is never overwritten).
+            that this command did not write (it is never overwritten); so is a file at a figure's place in
+            ``run_dir/plots/`` (:func:`depthlab.figures.check_run_figures`).
     """
     run = load_run_data(run_dir)
     dest = Path(out) if out else run.dir.file(REPORT)
     _check_dest(dest)
+    # a file of the user's at a figure's place is refused before anything is written, as report.html is
+    check_run_figures([run.run_dir / PLOT_DIR / f"{name}.png" for name in PLOTS if name not in skip])
     try:
         pngs = make_all_plots(run.run_dir, skip=skip)
     except OSError as e:  # the figures go into the run's plots/ (a read-only run directory, a full disk)
