@@ -6,6 +6,8 @@ import yaml
 from depthlab.cli import list_presets, preset_path
 from depthlab.config import ModelConfig, RunConfig, TrainConfig
 
+from conftest import assert_clean_error, run_cli
+
 
 # What each preset promises (its first comment line / the README), written out independently of the YAML.
 EXPECTED = {
@@ -111,3 +113,13 @@ def test_a_section_file_gives_its_fields_in_its_place_and_bad_ones_are_one_line(
         assert main(["train", *args]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err and "__path__" not in err, err
+
+
+@pytest.mark.parametrize("command", ["train", "probe"])
+def test_two_presets_are_refused_not_merged(capsys, command):
+    """`--preset nanogpt-cpu --preset fast-cpu` gave fast-cpu's shape with nanogpt-cpu's learned positions (and the
+    reverse a 'nanoGPT' run stopping at fast-cpu's target_val_loss): a recipe that is neither."""
+    rc, out, err = run_cli(capsys, command, "--preset", "nanogpt-cpu", "--preset=fast-cpu", "--print_config")
+    assert_clean_error(rc, err, "--preset given twice (nanogpt-cpu, then fast-cpu): a preset is a whole recipe",
+                       "keep one --preset")
+    assert out == ""

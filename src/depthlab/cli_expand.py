@@ -106,6 +106,7 @@ def expand_presets(argv: list[str], presets: bool = True) -> list[str]:
         DepthlabError: ``--preset`` without a name, or an unknown preset; a bad section file.
     """
     out: list[str] = []
+    chosen: Optional[str] = None  # the --preset already given
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -120,6 +121,11 @@ def expand_presets(argv: list[str], presets: bool = True) -> list[str]:
             if not name or name.startswith("-"):  # --preset at the end, or followed by another flag
                 raise DepthlabError(f"--preset needs a name after it, one of {', '.join(list_presets()) or 'none'}"
                                     " (`depthlab presets` describes them)")
+            if chosen is not None:  # two recipes would merge field by field into one that is neither
+                raise DepthlabError(f"--preset given twice ({chosen}, then {name}): a preset is a whole recipe and two "
+                                    "would merge into one that is neither; keep one --preset and set the fields you "
+                                    "want from the other as flags (depthlab presets describes them)")
+            chosen = name
             out += ["--config", str(preset_path(name))]
             i += 1 if "=" in a else 2
             continue
