@@ -118,8 +118,8 @@ def finite_rule(subject: Subject) -> CheckResult:
     model = subject.fresh().eval()
     bad_params = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
     x, y = subject.batch(subject.B, subject.T, subject.rng(9))
-    with torch.no_grad():
-        logits = subject.logits(model, x)
+    with torch.no_grad():  # detached: logits that are a view of a parameter (a learned bias expanded to (B, T, V))
+        logits = subject.logits(model, x).detach()  # keep requires_grad under no_grad, and float() of them warned
     ev: dict = {"nonfinite_parameters": bad_params}
     if not bool(torch.isfinite(logits).all()):
         where = first_nonfinite(model, lambda: subject.logits(model, x))

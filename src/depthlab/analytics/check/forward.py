@@ -494,7 +494,9 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
     live = [(n, p) for n, p in named if p.requires_grad]
     ev: dict = {"parameters": len(named), "trainable": len(live)}
     if not live:
-        return CheckResult("no_gradient", False, {"summary": f"none of the {len(named)} parameters requires grad",
+        none_of = ("the model's 1 parameter does not require grad" if len(named) == 1 else
+                   f"none of the {len(named)} parameters requires grad")
+        return CheckResult("no_gradient", False, {"summary": none_of,
                                                   "frozen": frozen, **ev},
                            "set requires_grad=True on the parameters (do not freeze the whole model)")
     rng = subject.rng(4)
@@ -527,24 +529,26 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
         opt.step()
     ev.update({"no_grad": none, "zero_grad": zero, "frozen": frozen})
     if not (none or zero or frozen):
-        return CheckResult("no_gradient", True, {"summary": f"all {len(live)} parameters get a non-zero gradient",
-                                                 **ev})
+        every = "the 1 parameter gets" if len(live) == 1 else f"all {len(live)} parameters get"
+        return CheckResult("no_gradient", True, {"summary": f"{every} a non-zero gradient", **ev})
     return _no_gradient_verdict(ev, none, zero, frozen, len(named))
 
 
 def _no_gradient_verdict(ev: dict, none: list[str], zero: list[str], frozen: list[str], total: int) -> CheckResult:
     parts, remedy = [], []
     if none:
-        parts.append(f"{len(none)} of {total} parameters get no gradient at all (grad None: they never reach the "
-                     f"loss): {_names(none)}")
+        parts.append(f"{len(none)} of {counted(total, 'parameter')} {agree(len(none), 'gets', 'get')} no gradient at "
+                     f"all (grad None: {agree(len(none), 'it never reaches', 'they never reach')} the loss): "
+                     f"{_names(none)}")
         remedy.append("a part that is computed but never reaches the loss: use its output (e.g. x = x + "
                       "out_proj(attention) into the stream), and do not .detach() it or run it under torch.no_grad()")
     if zero:
-        parts.append(f"{len(zero)} get an all-zero gradient even after {NOGRAD_STEPS} optimizer steps: {_names(zero)}")
+        parts.append(f"{len(zero)} {agree(len(zero), 'gets', 'get')} an all-zero gradient even after {NOGRAD_STEPS} "
+                     f"optimizer steps: {_names(zero)}")
         remedy.append("an all-zero gradient means the output does not depend on them (multiplied by 0, or a "
                       "constant path): check how their result is used")
     if frozen:
-        parts.append(f"{len(frozen)} are frozen (requires_grad=False): {_names(frozen)}")
+        parts.append(f"{len(frozen)} {agree(len(frozen), 'is', 'are')} frozen (requires_grad=False): {_names(frozen)}")
         remedy.append("set requires_grad=True on the frozen ones (or register_buffer them if they are meant to stay "
                       "fixed)")
     return CheckResult("no_gradient", False, {"summary": "; ".join(parts), **ev}, "; ".join(remedy))
