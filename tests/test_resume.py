@@ -31,7 +31,7 @@ from depthlab.sample import load_run, sample_text
 from depthlab.trainer import Interrupted, REFIT_STEPS, Trainer, train as bare_train
 
 from conftest import (OLD_EVALS, QUIET, TINY_TEXT, assert_clean_error, bpe_run_config, dropout_cli_args, evals,
-                      fit_resume, fit_run, run_cli, tiny_cli_args, tiny_config, train_cmd, weights_hash)
+                      fit_resume, fit_run, run_cli, tiny_cli_args, tiny_config, weights_hash)
 
 
 # --------------------------------------------------------------------------------------------------------- exactness
@@ -73,20 +73,15 @@ def _intact_manifest(out) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accum", ["1", "2"])
-def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
+def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum, forker):
     n = 150  # long enough that B is still running 0.3 s after its step-10 checkpoint on a fast CPU (~1 s left)
     args_a = dropout_cli_args(tiny_text_file, tmp_path / "A", n) + ["--train.grad_accum", accum]
     # A, the uninterrupted run, trains alongside B: on a 2-core machine it then costs no wall time of its own
-    # (each is one thread; a slower B only lives longer after its step-10 checkpoint)
-    with open(tmp_path / "A.log", "w") as log_a:
-        a = subprocess.Popen(train_cmd(*args_a), stdout=log_a, stderr=subprocess.STDOUT)
-        try:
-            _sigkill_and_resume(tmp_path, tiny_text_file, accum, n)
-            rc = a.wait(timeout=600)
-        finally:
-            if a.poll() is None:  # B's part failed: A is not left running
-                a.kill()
-                a.wait()
+    # (each is one thread; a slower B only lives longer after its step-10 checkpoint). Every process is forked from
+    # the forker's interpreter (the forker fixture kills A if B's part fails)
+    a = forker.start(tmp_path / "A.log", "train", *args_a)
+    _sigkill_and_resume(tmp_path, tiny_text_file, accum, n, forker)
+    rc = forker.wait(a)
     assert rc == 0, (tmp_path / "A.log").read_text()[-2000:]
     assert evals(tmp_path / "A") == evals(tmp_path / "B")
     name = f"step-{n:06d}.safetensors"
@@ -96,19 +91,19 @@ def test_sigkill_then_resume_is_bit_exact(tmp_path, tiny_text_file, accum):
     assert len(steps) == len([json.loads(l)["step"] for l in open(tmp_path / "A" / "metrics.jsonl")])
 
 
-def _sigkill_and_resume(tmp_path, tiny_text_file, accum: str, n: int) -> None:
+def _sigkill_and_resume(tmp_path, tiny_text_file, accum: str, n: int, forker) -> None:
     """Run B, SIGKILL it at a random moment after its step-10 checkpoint, then ``--resume`` it to the end."""
     args_b = dropout_cli_args(tiny_text_file, tmp_path / "B", n) + ["--train.grad_accum", accum]
-    p = subprocess.Popen(train_cmd(*args_b), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = forker.start(tmp_path / "B.log", "train", *args_b)
     manifest = tmp_path / "B" / "checkpoints" / "manifest.json"
     deadline = time.time() + 60
     while time.time() < deadline and not (manifest.exists() and '"step": 10' in manifest.read_text()):
         time.sleep(0.05)
     time.sleep(random.uniform(0.0, 0.3))
-    p.send_signal(signal.SIGKILL)
-    p.wait()
+    assert forker.kill(p) == -signal.SIGKILL, "B finished before the kill: make it longer"
     assert not (tmp_path / "B" / "summary.json").exists(), "B finished before the kill: make it longer"
-    subprocess.run(train_cmd("--resume", str(tmp_path / "B")), check=True, capture_output=True)
+    r = forker.start(tmp_path / "resume.log", "train", "--resume", str(tmp_path / "B"))
+    assert forker.wait(r) == 0, (tmp_path / "resume.log").read_text()[-2000:]
 
 
 #: Processes killed in a row, each at a seeded random moment while it writes a checkpoint every step. Each was a fresh
@@ -136,7 +131,10 @@ for line in iter(sys.stdin.readline, ""):
     if pid:
         print(pid, flush=True)
         continue
-    # the child: `depthlab ARGS` as its own process, its output (unbuffered: PYTHONUNBUFFERED=1) into the log
+    # the child: `depthlab ARGS` as its own process, in the environment of the test that asked (as a subprocess
+    # started there would have), its output (unbuffered: PYTHONUNBUFFERED=1) into the log
+    os.environ.clear()
+    os.environ.update(req["env"])
     fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -173,8 +171,9 @@ class TrainForker:
         return int(answer)
 
     def start(self, log: Path, *args) -> int:
-        """Fork ``depthlab ARGS``, its stdout and stderr into ``log``: its pid."""
-        pid = self._ask({"args": [str(a) for a in args], "log": str(log)})
+        """Fork ``depthlab ARGS`` in this process's environment now, its stdout and stderr into ``log``: its pid."""
+        pid = self._ask({"args": [str(a) for a in args], "log": str(log),
+                         "env": dict(os.environ, PYTHONUNBUFFERED="1")})
         self.live.add(pid)
         return pid
 
@@ -194,20 +193,33 @@ class TrainForker:
         os.kill(pid, signal.SIGKILL)
         return self.wait(pid)
 
-    def close(self) -> None:
+    def kill_live(self) -> None:
         for pid in list(self.live):  # a test that failed half-way leaves no training process behind
             self.kill(pid)
+
+    def close(self) -> None:
+        self.kill_live()
         self.proc.kill()  # it holds nothing but imported modules
         self.proc.wait()
 
 
-@pytest.fixture
-def forker():
+@pytest.fixture(scope="module")
+def _forker_process():
+    """One forking interpreter for the module's tests (its imports, ~3 s on 2 cores, once)."""
     f = TrainForker()
     try:
         yield f
     finally:
         f.close()
+
+
+@pytest.fixture
+def forker(_forker_process):
+    """The module's :class:`TrainForker`; the processes a test started and did not reap are killed after it."""
+    try:
+        yield _forker_process
+    finally:
+        _forker_process.kill_live()
 
 
 @pytest.mark.slow
