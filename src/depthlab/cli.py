@@ -160,7 +160,27 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
         raise DepthlabError(f"probe: the folder of --out {path} does not exist; create it or choose another path")
     from .analytics.probe import check_replaceable
     check_replaceable(path)  # only a PNG probe wrote is replaced
+    _check_writable_folder(path)
     return path
+
+
+def _unwritable(path: Path, e: OSError) -> DepthlabError:
+    """The refusal of a plot ``path`` that cannot be written: the reason without the temp file's name."""
+    return DepthlabError(f"probe: cannot write the plot {path} ({e.strerror or e}: {path.parent.resolve()}); "
+                         "give --out PATH in a folder you can write")
+
+
+def _check_writable_folder(path: Path) -> None:
+    """Write and remove a temp file beside ``path`` (as the PNG is written), before measuring: a
+    folder the user cannot write (or a read-only disk) was found only after them, and the measurements were lost."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise _unwritable(path, e) from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def run_probe(ns) -> int:
@@ -177,10 +197,13 @@ def run_probe(ns) -> int:
     summary = summarise_probe(result)
     try:
         plot_probe(result, out)
-    except OSError as e:
-        raise DepthlabError(f"probe: cannot write the plot {out}: {e}") from None
+        failed = None
+    except OSError as e:  # the folder was writable a moment ago: the measurements are printed all the same
+        failed = _unwritable(out, e)
     if ns.json:
-        print(json.dumps({**result, "summary": summary, "plot": str(out)}))
+        print(json.dumps({**result, "summary": summary, "plot": None if failed else str(out)}), flush=True)
+        if failed:
+            raise DepthlabError(f"{failed} (the measurements are the JSON above, its plot null)")
         return 0
     c = result["config"]
     print(f"probe at init: {wiring_label(c)}, {c['n_layer']} blocks x {c['n_embd']} wide, "
@@ -189,6 +212,9 @@ def run_probe(ns) -> int:
     print(format_probe_table(result))
     for s in summary:
         print("- " + s)
+    if failed:
+        sys.stdout.flush()
+        raise DepthlabError(f"{failed} (the measurements are printed above)")
     print(f"plot: {out}")
     return 0
 
