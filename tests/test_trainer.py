@@ -90,3 +90,30 @@ def test_resume_state_is_the_union_of_the_parts_state(tmp_path, tiny_text_file):
     assert {"step", "tokens_seen", "nonfinite_skips", "best_val_loss", "best_step", "evals_without_improvement",
             "lr_anchor", "optimizer", "rng", "wall_time_s", "corpus_sha256"} <= set(st)
     assert st["step"] == 20 and st["tokens_seen"] == 20 * 4 * 16 and st["lr_anchor"] is None
+
+
+class _CtrlCAtStart:
+    """A Ctrl-C while the run starts (the corpus baselines of a large file take seconds)."""
+
+    def on_train_start(self, trainer, info):
+        raise KeyboardInterrupt
+
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(tmp_path, tiny_text_file):
+    """A new user's Ctrl-C during the baselines left config.json and metrics.jsonl, and the same command then refused
+    the folder as an existing run. A folder that was there before the command stays."""
+    lines = []
+    cfg = tiny_config(tmp_path / "runs" / "new", tiny_text_file, train=dict(max_iters=3))
+    with pytest.raises(KeyboardInterrupt):
+        bare_train(cfg, callbacks=[_CtrlCAtStart()], log=lines.append)
+    assert not (tmp_path / "runs").exists()
+    assert lines[-1] == (f"interrupted before the first step: nothing was trained, and the new run folder "
+                         f"{tmp_path / 'runs' / 'new'} was removed")
+    (tmp_path / "mine").mkdir()
+    cfg = tiny_config(tmp_path / "mine", tiny_text_file, train=dict(max_iters=3))
+    with pytest.raises(KeyboardInterrupt):
+        bare_train(cfg, callbacks=[_CtrlCAtStart()], log=lines.append)
+    assert (tmp_path / "mine" / "config.json").is_file()  # the user's folder: kept, and resumable as before

@@ -1027,3 +1027,19 @@ def init_from_words(record: dict) -> str:
     val = f", val {record['val_loss']:.4f} nats" if isinstance(record.get("val_loss"), (int, float)) else ""
     return (f"not trained from scratch: the model started from the {at}weights of {record.get('path')}{val} "
             f"(--init-from, sha256 {str(record.get('sha256'))[:12]}…), so its step-0 loss is theirs")
+
+
+def remove_made(run_dir: Path, made: list[Path]) -> bool:
+    """Remove what a start that failed made: the run folder and the empty folders made around it (``made``, innermost
+    first: the folders that did not exist before), so that it leaves nothing behind. An outer folder is removed only
+    while empty (another run may have appeared there). Returns whether anything was removed (False: ``made`` is empty,
+    the run folder was there before)."""
+    if not made:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in made[1:]:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+    return True

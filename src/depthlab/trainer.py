@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import random
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -176,24 +175,23 @@ class Trainer:
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
             replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run set aside till started
-        self.created_run_dir = bool(new_dirs)
+        self._new_dirs = new_dirs  # removed by a start that fails, or is interrupted before its first step
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
                                        train=dataclasses.replace(t, out_dir=str(self.run_dir)))
         try:
             self._setup(vocab, point)  # --init-from's weights load into the new model there (start_weights)
         except BaseException:
-            if getattr(self, "metrics", None) is not None:
-                self.metrics.close()
-            if new_dirs:  # a failed start leaves nothing behind: no run folder, no empty runs/ around it
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-                for parent in new_dirs[1:]:
-                    try:
-                        parent.rmdir()  # only while empty: another run may have appeared there
-                    except OSError:
-                        break
+            self._remove_new_dirs()
             restore_replaced(self.run_dir, replaced)  # bad input loses nothing: the old run is back
             raise
         drop_replaced(replaced)
+
+    def _remove_new_dirs(self) -> bool:
+        """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`); whether it removed the
+        run folder."""
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.close()
+        return rundir.remove_made(self.run_dir, self._new_dirs)
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
@@ -380,10 +378,16 @@ class Trainer:
         self.stepper.on_device = self.checks_on_device
         tokens_per_step = t.batch_size * self.runtime.accum * m.block_size * self.world_size
         self.budget.begin(self.step)
-        for line in banner(self, tokens_per_step):
-            self.log(line)
-        for cb in self.callbacks:
-            cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
+        try:  # the corpus baselines of a large file take a while: a Ctrl-C there has trained nothing
+            for line in banner(self, tokens_per_step):
+                self.log(line)
+            for cb in self.callbacks:
+                cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
+        except KeyboardInterrupt:
+            if not self.resumed and self._remove_new_dirs():
+                self.log(f"interrupted before the first step: nothing was trained, and the new run folder "
+                         f"{self.run_dir} was removed")
+            raise
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
             try:
