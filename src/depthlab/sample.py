@@ -17,7 +17,7 @@ from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir
 from .units import counted
-from .usermodel import check_command, logits_of, make_model
+from .usermodel import check_command, forward_fault, logits_of, make_model
 
 
 def _first_line(e: BaseException) -> str:
@@ -129,7 +129,22 @@ def _next_logits_fn(model: torch.nn.Module, kv_cache: bool,
     if not isinstance(model, GPT):
         if block_size is None:
             raise DepthlabError("generating from a model that is not depthlab's GPT needs its block_size")
-        return lambda idx: logits_of(model(idx[:, -block_size:]))[:, -1, :]
+
+        def whole(idx: torch.Tensor) -> torch.Tensor:
+            ctx = idx[:, -block_size:]
+            try:
+                out = model(ctx)
+            except DepthlabError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
+                raise ForwardFailed(model, tuple(ctx.shape), block_size, e) from None
+            logits = logits_of(out)
+            # (8, 2, V) from (1, 16): a .view(8, -1, C); (B, 1, V) is nanoGPT's last position, asked without targets
+            if logits.dim() != 3 or logits.size(0) != ctx.size(0) or logits.size(1) not in (ctx.size(1), 1):
+                raise ForwardFailed(model, tuple(ctx.shape), block_size, returned=tuple(logits.shape))
+            return logits[:, -1, :]
+
+        return whole
     bs = model.config.block_size
     if not kv_cache:
         return lambda idx: model(idx[:, -bs:])[0][:, -1, :]
@@ -199,6 +214,38 @@ class NonFiniteLogits(DepthlabError):
                              f"to sample (depthlab diagnose {run_dir} looks for where the run went non-finite)")
 
 
+class ForwardFailed(DepthlabError):
+    """The forward of a model that is not depthlab's GPT raised on the ids sampling gave it, or returned logits of
+    another batch or length: a model with a batch size or length written into its code (it trained on
+    (train.batch_size, model.block_size) only) fails on the one sequence at a time, of the prompt's length and
+    more, that ``depthlab sample`` gives it (``e``: what it raised; ``returned``: else the shape it returned)."""
+
+    def __init__(self, model: torch.nn.Module, shape: tuple, block_size: int, e: Optional[BaseException] = None,
+                 returned: Optional[tuple] = None):
+        self.shape = shape
+        self.block_size = block_size
+        batch = "a batch of 1, one sample at a time" if shape[0] == 1 else f"a batch of {shape[0]}"
+        runs = f"sampling runs it on {batch}, of the prompt's length growing up to model.block_size {block_size}"
+        if e is not None:  # Type: first line (at file.py:LINE: code), as training says it
+            self.why = f"the model's forward failed on idx of shape {shape} ({runs}): {forward_fault(model, e)}"
+        else:
+            self.why = (f"the model's forward returned logits of shape {returned} for idx of shape {shape}, not "
+                        f"({shape[0]}, {shape[1]}, V) nor the last position's ({shape[0]}, 1, V) ({runs})")
+        self.fix = f"make the model accept any batch size and any length up to {block_size}"
+        super().__init__(f"{self.why}; {self.fix}")
+
+    def refusal(self, run_dir: str | Path) -> DepthlabError:
+        """The one line ``depthlab sample`` stops with for ``run_dir``'s model: the shape training ran it on, and
+        the ``depthlab check`` command that tests other batch sizes and lengths."""
+        cfg = RunDir(run_dir).config or {}
+        source = (cfg.get("model") or {}).get("source")
+        t, m = cfg.get("train") or {}, cfg.get("model") or {}
+        trained = (f" (training ran it on ({t['batch_size']}, {m['block_size']}))"
+                   if isinstance(t.get("batch_size"), int) and isinstance(m.get("block_size"), int) else "")
+        check = f"; {check_command(source, run_dir)} tests other batch sizes and lengths" if source else ""
+        return DepthlabError(f"{run_dir}: {self.why}; {self.fix}{trained}{check}")
+
+
 def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
@@ -228,6 +275,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
         DepthlabError: invalid sampling settings; ``idx`` not (B, T >= 1) integer ids within the vocabulary.
         NonFiniteLogits: the logits of a position are NaN or inf (the ids before it are already given to
             ``on_token``): a draw from them is noise, so sampling stops there.
+        ForwardFailed: the forward of a model that is not depthlab's GPT raises on these ids, or returns logits of
+            another batch or length (a batch size or length written into its code).
     """
     check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     _check_ids(model, idx)
@@ -404,7 +453,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
             out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
                            on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
                            block_size=block_size)
-        except NonFiniteLogits as e:
+        except (NonFiniteLogits, ForwardFailed) as e:
             raise e.refusal(run_dir) from None
         if stream:  # what the last tokens left incomplete (U+FFFD each, as decode shows it)
             _put(stream, piece.flush())
@@ -426,7 +475,10 @@ def check_finite_logits(model: torch.nn.Module, ids: list[int], block_size: Opti
         DepthlabError: the logits hold NaN or inf (named), before any text is printed.
     """
     with torch.inference_mode():
-        logits = _next_logits_fn(model, False, block_size)(torch.tensor([ids], dtype=torch.long, device=device))
+        try:
+            logits = _next_logits_fn(model, False, block_size)(torch.tensor([ids], dtype=torch.long, device=device))
+        except ForwardFailed as e:
+            raise e.refusal(run_dir) from None
     if not bool(torch.isfinite(logits).all()):
         raise NonFiniteLogits(logits, len(ids), len(ids)).refusal(run_dir)
 

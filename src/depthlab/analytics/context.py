@@ -39,7 +39,7 @@ from ..errors import DepthlabError
 from ..units import counted, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
 from ..training.evaluator import eval_batches
-from ..usermodel import full_logits, make_model
+from ..usermodel import forward_fault, full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
 from .rules.evidence import unit_of
 from .baselines import corpus_baselines, one_char_floor_nats
@@ -260,6 +260,29 @@ def kept_weights(run_dir: Path) -> list[tuple[str, int, Path]]:
     return [out[s] for s in sorted(out)]
 
 
+def window_logits(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, command: str) -> torch.Tensor:
+    """:func:`~depthlab.usermodel.full_logits` (B, T, V) of one batch of a run's val windows for ``command`` (layers,
+    context); a forward that raises, or returns logits of another batch or length, is one line: the batch is the
+    run's global one (train.batch_size x its processes), which a model with its batch size written into its code
+    fails on after a run under torchrun (a .view(B, -1, C) returns another (B, T) of the same size, read silently
+    as the windows' logits)."""
+    on = (f"idx of shape {tuple(x.shape)} (a batch of the run's val evaluation windows: train.batch_size x the "
+          "processes it trained with)")
+    fix = ("if the model has a batch size written into its code, make it accept any (depthlab check PATH.py:NAME on "
+           "its file tests other batch sizes)")
+    try:
+        logits = full_logits(model, x, y)
+    except DepthlabError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
+        fault = forward_fault(model, e)
+        raise DepthlabError(f"{command}: the model's forward failed on {on}: {fault}; {fix}") from None
+    if logits.dim() != 3 or logits.shape[:2] != x.shape:
+        raise DepthlabError(f"{command}: the model's forward returned logits of shape {tuple(logits.shape)}, not "
+                            f"({x.size(0)}, {x.size(1)}, V), for {on}; {fix}")
+    return logits
+
+
 @torch.no_grad()
 def token_losses(model: torch.nn.Module, batches: list) -> torch.Tensor:
     """Cross-entropy of every target token, float32, in eval mode (the mode is restored after).
@@ -276,7 +299,7 @@ def token_losses(model: torch.nn.Module, batches: list) -> torch.Tensor:
     try:
         out = []
         for x, y in batches:
-            logits = full_logits(model, x, y).float()  # (B, T, V)
+            logits = window_logits(model, x, y, "context").float()  # (B, T, V)
             out.append(F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
                                        reduction="none").view(y.shape).cpu())
     finally:

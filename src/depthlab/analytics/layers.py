@@ -35,9 +35,9 @@ import torch.nn.functional as F
 from ..errors import DepthlabError
 from ..rundir import BASELINES
 from ..model import GPT
-from ..usermodel import first_line, first_tensor, full_logits
+from ..usermodel import first_line, first_tensor
 from .check.flow import find_blocks
-from .context import DEFAULT_MAX_TOKENS, leak_caveat, load_weights, open_run, start_leak_record
+from .context import DEFAULT_MAX_TOKENS, leak_caveat, load_weights, open_run, start_leak_record, window_logits
 
 __all__ = ["EFFECTIVE_DELTA", "LayerAccess", "layer_access", "measure_layers", "run_layers", "format_layers",
            "lens_meaning"]
@@ -250,7 +250,7 @@ def _capture(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tenso
         handles.append(b.register_forward_pre_hook(lambda m, a, k, i=i: calls.__setitem__(i, (a, k)), with_kwargs=True))
         handles.append(b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, _first(o))))
     try:
-        logits = full_logits(model, x, y)
+        logits = window_logits(model, x, y, "layers")
     finally:
         for h in handles:
             h.remove()
