@@ -188,3 +188,13 @@ def test_a_path_that_goes_up_out_of_a_missing_folder_is_refused_by_train_sweep_a
 
     (ud / "sub").mkdir()  # going up out of a folder that exists is a path like any other
     assert up_from_missing_error(ud / "sub" / "..", "x") is None and up_from_missing_error(ud / "a" / "b", "x") is None
+
+
+def test_the_writable_fix_is_one_the_user_can_run(tmp_path, monkeypatch):
+    """chmod on another user's folder is refused: a new user's resume of a root-owned run was told to chmod it."""
+    from depthlab.rundir import writable_fix
+
+    assert writable_fix(tmp_path, "the run") == f"make the run writable (chmod -R u+w {tmp_path})"
+    monkeypatch.setattr("os.getuid", lambda: tmp_path.stat().st_uid + 1)
+    assert writable_fix(tmp_path, "the run") == (f"copy the run to a folder you own (cp -r {tmp_path} COPY; another "
+                                                 "user owns it)")

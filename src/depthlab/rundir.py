@@ -157,11 +157,13 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and e.filename is None:  # a failed write() names no file: the one it was for
+            e.filename = str(path)
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)
@@ -522,8 +524,13 @@ class MetricsWriter:
         if not self.enabled:
             return
         rec = {"kind": kind, **record}
-        self._f.write(json.dumps({k: _clean(v) for k, v in rec.items()}) + "\n")
-        self._f.flush()
+        try:
+            self._f.write(json.dumps({k: _clean(v) for k, v in rec.items()}) + "\n")
+            self._f.flush()
+        except OSError as e:  # e.g. a full disk: write() names no file, the one it was for
+            if e.filename is None:
+                e.filename = str(self.run_dir / METRICS)
+            raise
         if self.tb is not None and tb_scalars:
             for k, v in tb_scalars.items():
                 if v is not None and math.isfinite(v):
@@ -1043,3 +1050,15 @@ def remove_made(run_dir: Path, made: list[Path]) -> bool:
         except OSError:
             break
     return True
+
+
+def writable_fix(path: Path, what: str = "it") -> str:
+    """How to make ``path`` writable, as a user can: ``chmod -R u+w PATH`` where they own it; else (another user's
+    folder, where chmod is refused) a copy of their own."""
+    try:
+        theirs = os.stat(path).st_uid != os.getuid()
+    except (OSError, AttributeError):  # gone, or no uids on this system: the usual fix
+        theirs = False
+    if theirs:
+        return f"copy {what} to a folder you own (cp -r {shlex.quote(str(path))} COPY; another user owns it)"
+    return f"make {what} writable (chmod -R u+w {shlex.quote(str(path))})"

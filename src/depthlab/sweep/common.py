@@ -325,8 +325,8 @@ def write_plan(sweep_dir: Path, spec: SweepSpec, points: Sequence[RunPoint],
                                             "created": time.strftime("%Y-%m-%d %H:%M:%S"),
                                             "runs": [dataclasses.asdict(p) for p in points], "added_seeds": extra})
     except OSError as e:
-        raise DepthlabError(f"cannot write into --out_dir {sweep_dir}: {e.strerror or e}; make it writable "
-                            f"(chmod -R u+w {sweep_dir}) or choose another folder") from None
+        raise DepthlabError(f"cannot write into --out_dir {sweep_dir}: {e.strerror or e}; "
+                            f"{rundir.writable_fix(sweep_dir)} or choose another folder") from None
 
 
 # --------------------------------------------------------------------------- seeds (--seeds N | auto[:MAX])

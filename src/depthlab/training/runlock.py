@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import DepthlabError
+from .. import rundir
 from ..rundir import LOCK, prepare_run_dir, sweep_of
 
 #: The folders this process holds locked, by resolved path: [descriptor of the folder (kept open: closing it
@@ -156,7 +157,7 @@ def mark(run_dir: Path) -> None:
 def _unwritable(run_dir: Path, why: str, where: Optional[Path] = None) -> str:
     where = run_dir if where is None else where
     what = "the run folder" if where == run_dir else "the run's"
-    return (f"cannot write into {what} {where}: {why}; make the run writable (chmod -R u+w {run_dir}) or "
+    return (f"cannot write into {what} {where}: {why}; {rundir.writable_fix(Path(run_dir), 'the run')} or "
             "train into another --train.out_dir (a --resume can continue a writable copy of it)")
 
 
