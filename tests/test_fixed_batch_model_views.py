@@ -171,3 +171,16 @@ def test_layers_and_context_name_the_global_batch_the_line_and_the_fix(two_proce
                                 "RuntimeError: shape '[8, 16, 16]' is invalid for input of size 4096 "
                                 f"{LINE}; if the model has a batch size written into its code, make it accept any "
                                 "(depthlab check PATH.py:NAME on its file tests other batch sizes)")
+
+
+def test_the_training_loss_refuses_logits_of_another_batch_read_silently_as_the_targets():
+    """The final validation's batch (14, 64) through a .view(8, -1, C) model of the same size paired each target with
+    another window's logits without a word (the training batch was checked when the run started)."""
+    from depthlab.training.protocol import ModelPort
+
+    model = _Reshapes()
+    x = torch.zeros((16, 16), dtype=torch.long)
+    with pytest.raises(DepthlabError) as e:
+        ModelPort(model).loss(model, x, x)
+    assert str(e.value).startswith("the model's forward returned logits of shape (8, 32, 11) for idx of shape "
+                                   "(16, 16), not (16, 16, V): if it has a batch size or length written into its code")
