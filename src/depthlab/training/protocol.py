@@ -55,9 +55,9 @@ class ModelPort:
                                 f"{forward_fault(self.raw, e)}{_under_autocast(x)}") from None
         if logits.dim() != 3 or logits.shape[:2] != x.shape:  # a .view(B, -1, C) of the same size: read wrongly
             raise DepthlabError(f"the model's forward returned logits of shape {tuple(logits.shape)} for idx of shape "
-                                f"{tuple(x.shape)}, not ({x.size(0)}, {x.size(1)}, V): if it has a batch size or length "
-                                "written into its code, make it accept any (depthlab check PATH.py:NAME on its file "
-                                "tests other batch sizes)")
+                                f"{tuple(x.shape)}, not ({x.size(0)}, {x.size(1)}, V): if it has a batch size or "
+                                "length written into its code, make it accept any (depthlab check PATH.py:NAME on its "
+                                "file tests other batch sizes)")
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))
 
     def set_attention(self, explicit: bool) -> None:
