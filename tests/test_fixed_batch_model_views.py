@@ -184,3 +184,19 @@ def test_the_training_loss_refuses_logits_of_another_batch_read_silently_as_the_
         ModelPort(model).loss(model, x, x)
     assert str(e.value).startswith("the model's forward returned logits of shape (8, 32, 11) for idx of shape "
                                    "(16, 16), not (16, 16, V): if it has a batch size or length written into its code")
+
+
+def test_training_with_samples_of_such_a_model_says_so_once_and_trains_on(tmp_path, capsys):
+    """train.sample_interval on a model that cannot run a batch of 1 stopped the run at step 0 with exit 2."""
+    (tmp_path / "fixed.py").write_text(MODEL)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    rc, out, err = run_cli(capsys, "train", "--model.source", f"{tmp_path / 'fixed.py'}:FixedBatch", "--data.path",
+                           str(tmp_path / "t.txt"), "--model.block_size", "16", "--train.batch_size", "8",
+                           "--train.max_iters", "4", "--train.sample_interval", "2", "--train.max_time", "0",
+                           "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.tensorboard", "false",
+                           "--train.threads", "1", "--train.out_dir", str(tmp_path / "run"))
+    said = [line for line in (out + err).splitlines() if "samples skipped" in line]
+    assert rc == 0 and len(said) == 1, out + err
+    assert said[0].startswith("depthlab: warning: samples skipped from step 2 on, training goes on: ")
+    assert said[0].endswith("(--train.sample_interval 0 turns the samples off)")
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_step"] == 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..callbacks import Callback, RunView, StepInfo
+from ..errors import DepthlabError
 
 TEMPERATURE = 0.8
 TOP_K = 200
@@ -33,11 +34,18 @@ class SampleCallback(Callback):
     def __init__(self, interval: int, tokens: int = 100):
         self.interval = int(interval)
         self.tokens = int(tokens)
+        self.failed = False  # a model.source model that cannot sample (its batch size written into its code)
 
     def on_step_end(self, run: RunView, info: StepInfo) -> None:
-        """Sample when the step is a multiple of ``interval``."""
-        if run.is_main and info.step % self.interval == 0:
-            self.sample(run, info.step)
+        """Sample when the step is a multiple of ``interval``; a model whose forward fails on the sample's batch of 1
+        is said once and trains on without samples (the samples are a view of the run, not part of it)."""
+        if run.is_main and info.step % self.interval == 0 and not self.failed:
+            try:
+                self.sample(run, info.step)
+            except DepthlabError as e:
+                self.failed = True
+                run.log(f"warning: samples skipped from step {info.step} on, training goes on: {e} "
+                        "(--train.sample_interval 0 turns the samples off)")
 
     def sample(self, run: RunView, step: int) -> str:
         """Generate, print and record one sample; returns its text (prompt included)."""
