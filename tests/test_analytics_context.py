@@ -637,6 +637,13 @@ def test_bigram_stuck_does_not_contradict_the_loss_by_position():
     assert {"bigram_stuck", "context_unused"} <= rules(flat, 0.1, 0.01)
     near = [2.76] * 4 + [2.46] * 12  # a gain of 0.3 with the last quarter only 0.022 below the line: undecided
     assert "bigram_stuck" not in rules(near, 0.05, 0.01) and "context_unused" not in rules(near, 0.05, 0.01)
+    # ... and said as not judged, with the loss level it is about (a new user's pass: it was silently dropped)
+    ev = _ev(near, "prenorm")
+    ev.records[-1].update(context_gain_se=0.05, last_quarter_se=0.01)
+    said = [w for w in diagnose(ev).without_data() if w.startswith("bigram_stuck")]
+    assert said == ["bigram_stuck (the best val loss 2.500 nats is 0.018 above the bigram baseline 2.482 (what the "
+                    "current character alone gives), but the run's loss by position cannot tell whether the context "
+                    "is used (depthlab context RUN --max_tokens 0 reads all of the run's evaluation windows))"], said
 
 
 @pytest.mark.slow  # several seconds on 2 cores: the fast tier stays under 3 min

@@ -4,13 +4,14 @@ one-character window), ``exploding``, ``overfitting``, ``plateau``."""
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Optional
 
 from ...units import finite_or_none
-from .context import UNUSED, record_verdict
+from .context import LEAKS, UNUSED, USED, record_verdict
 from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
-from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, rule
+from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from .signals import divergence, init_too_high, zero_grad_params
 
 __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
@@ -114,9 +115,12 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
         return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
     level, words = loss_level(best, ev.baselines, th.bigram_margin, ev.unit)
     name = stuck_name(level)
-    if name == "bigram_stuck" and _context_not_shown_unused(ev):
-        return None  # the loss by position, measured directly, does not show the context unused: no claim that it is
     remedy = _unigram_remedy(ev, last) if name == "unigram_stuck" else _bigram_remedy(ev, last)
+    if name == "bigram_stuck" and _context_not_shown_unused(ev):
+        if level != "above bigram" or record_verdict(ev)[0] == LEAKS:
+            return None  # the loss by position, measured directly, decides whether the context is used (no claim)
+        # above the bigram line is a fact, but "none of the context reaches the output" is not what was measured
+        return NotJudged(("bigram_stuck",), (CONTEXT_DECIDES,), CONTEXT_DECIDES.shortfall(ev, who_needs(1)) or "")
     return Finding(name, f"{when}: {words}", remedy)
 
 
@@ -126,6 +130,23 @@ def _context_not_shown_unused(ev: Evidence) -> bool:
     if ev.context is None or not isinstance(ev.context.get("context_gain"), (int, float)):
         return False
     return record_verdict(ev)[0] != UNUSED
+
+
+def _context_decides(ev: Evidence, who: str) -> Optional[str]:
+    """Why ``bigram_stuck`` is not judged above the bigram line: the run's loss by position does not show the context
+    unused (it shows it used, or cannot tell), so the finding's "none of the context before it" is no claim to make."""
+    if ev.context is None or not _context_not_shown_unused(ev):
+        return None
+    best = min((v for _, v in ev.val_losses), default=math.inf)
+    bg = float(ev.baselines["bigram"]["nats"])
+    seen = "shows the context used" if record_verdict(ev)[0] == USED else "cannot tell whether the context is used"
+    where = shlex.quote(str(ev.run_dir)) if ev.run_dir else "RUN"
+    return (f"the best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline {bg:.3f} (what the "
+            f"current {ev.unit} alone gives), but the run's loss by position {seen} (depthlab context {where} "
+            "--max_tokens 0 reads all of the run's evaluation windows)")
+
+
+CONTEXT_DECIDES = Need("event", "a loss by position that shows the context unused", _context_decides)
 
 
 bigram_stuck = stuck_at_baseline
