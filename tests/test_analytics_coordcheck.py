@@ -109,7 +109,7 @@ def test_cli_json_keys(capsys, tiny_text_file):
     ("model.n_layers=2,4", ["--axis model.n_layers", "not a numeric config field", "model.n_layer"]),
     ("model.variant=plain,prenorm", ["not a numeric config field", "--grid"]),
     ("model.n_layer=4", ["at least two different values", "e.g. --axis model.n_layer=2,4,8,16"]),
-    ("model.n_layer=4,4", ["at least two different values"]),
+    ("model.n_layer=4", ["at least two different values"]),
     ("model.n_layer=2,x", ["'x' is not an integer", "e.g. --axis"]),
     ("model.n_layer=0,2", ["must be > 0"]),
     ("model.n_layer", ["expected FIELD=V1,V2,..."]),
@@ -128,7 +128,7 @@ def test_missing_axis_and_bad_steps(capsys, tiny_text_file):
 
 
 def test_parse_axis_types_values():
-    assert parse_axis("model.n_layer=2,4,8,4") == ("model.n_layer", [2, 4, 8])
+    assert parse_axis("model.n_layer=2,4,8") == ("model.n_layer", [2, 4, 8])
     assert parse_axis("train.learning_rate=1e-3,3e-3") == ("train.learning_rate", [1e-3, 3e-3])
     assert parse_axis("model.init.depth=1,2") == ("model.init.depth", [1, 2])
     with pytest.raises(DepthlabError, match=r"model.source model; .* --axis model\.depth="):
@@ -262,7 +262,27 @@ def test_unchanged_names_the_grid_points_it_holds_for_and_unused_grid_fields_are
                                            "measured the same numbers at every step")
     assert out.splitlines()[-1].endswith("it is Muon's learning rate, and Muon does not train these runs "
                                          "(train.optimizer)")
-    rc, _, err = run_cli(capsys, "coordcheck", "--axis", "model.n_layer=1,2", "--grid", "train.eval_interval=10,20",
+    rc, _, err = run_cli(capsys, "coordcheck", "--axis", "model.ff_mult=1,2", "--grid", "train.eval_interval=10,20",
                          *tiny)
     assert_clean_error(rc, err, "--grid train.eval_interval: the coordinate check does not read it",
                        "drop it from --grid")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--axis", "model.n_layer=1,2", "--model.n_layer", "5"],
+     "coordcheck: model.n_layer is given both in --axis and as a flag (--model.n_layer); the --axis values replace "
+     "the flag's at every point"),
+    (["--axis", "model.n_layer=1,2", "--grid", "model.variant=plain,prenorm", "--model.variant=plain"],
+     "coordcheck: model.variant is given both in --grid and as a flag (--model.variant)"),
+    (["--axis", "model.n_layr=1,2"], "--axis model.n_layr: not a numeric config field (the slope is taken against "
+                                     "its log; vary other fields with --grid); did you mean model.n_layer? choose"),
+    (["--axis", "model.n_layer=1,2,2"], "--axis 'model.n_layer=1,2,2': '2' is given twice; list each value of "
+                                        "model.n_layer once"),
+])
+def test_coordcheck_refuses_what_the_sweep_refuses(capsys, args, said):
+    """A new user's pass: the flag was ignored silently, a typo got no suggestion, a repeated value was dropped."""
+    from conftest import assert_clean_error, run_cli
+
+    rc, out, err = run_cli(capsys, "coordcheck", *args)
+    assert_clean_error(rc, err, said)
+    assert out == ""

@@ -33,7 +33,7 @@ from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, fi
 from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
                          list_presets, preset_dir, preset_path)
 from .config import ConfigError
-from .errors import DepthlabError, NonFiniteError, sigint_seen, watch_sigint
+from .errors import DepthlabError, NonFiniteError, no_space, no_space_words, sigint_seen, watch_sigint
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
     new_parser, set_threads as _set_threads, value_types
@@ -99,6 +99,10 @@ def run_train(ns) -> int:
     try:
         trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
                           restart_ok=_PROCESS_ARGV is not None, init_from_copy=bool(ns.init_from_copy))
+    except OSError as e:
+        if not no_space(e):
+            raise
+        raise DepthlabError(_no_space_in_run(e, Path(cfg.train.out_dir))) from None
     except Restart as r:  # raised before anything was written: the same command, another OpenMP policy
         import os
 
@@ -108,8 +112,38 @@ def run_train(ns) -> int:
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
     for message in deferred_warnings():  # the run is made: a refusal above said its one line alone
         warnings.warn(message)
-    fit_checked(trainer)
+    try:
+        fit_checked(trainer)
+    except OSError as e:
+        if not no_space(e):
+            raise
+        raise DepthlabError(_no_space_in_run(e, Path(cfg.train.out_dir))) from None
     return 0
+
+
+def _no_space_in_run(e: OSError, run: Path) -> str:
+    """The line of a run whose disk filled up while it trained: the device, the file, and how to go on (a resume
+    from its last checkpoint where one is listed and intact, else from step 0)."""
+    import shlex
+
+    from .checkpoint import latest_checkpoint
+    from .rundir import CONFIG
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            entry = latest_checkpoint(run)
+    except (DepthlabError, OSError, ValueError, KeyError, TypeError):
+        entry = None
+    resume = f"depthlab train --resume {shlex.quote(str(run))}"
+    elsewhere = "or train again with another --train.out_dir on a disk with room"
+    if entry is not None:
+        return (f"{no_space_words(e, run)} and resume with {resume} (it continues from its checkpoint of step "
+                f"{entry.get('step')}), {elsewhere}")
+    if (run / CONFIG).is_file():
+        return (f"{no_space_words(e, run)} and run {resume} (no checkpoint was written yet: it starts from step 0), "
+                f"{elsewhere}")
+    return f"{no_space_words(e, run)} (or choose another --train.out_dir) and run the command again"
 
 
 # ------------------------------------------------------------------------- probe
@@ -760,17 +794,28 @@ def run_sweep(ns, argv: list[str]) -> int:
               f"{out_dir} are kept; interrupted ones continue from their last checkpoint, or from step 0 if they have "
               "none)", file=sys.stderr)
         return 130
-    if not ns.no_report:
-        from .report.sweep import build_sweep_report
+    bad, n = sweep.failed_runs(out_dir)  # from the run folders: right also where results.csv could not be written
+    try:
+        if not ns.no_report:
+            from .report.sweep import build_sweep_report
 
-        print(f"report: {build_sweep_report(out_dir)}")
-    table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
-    if table:
-        print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
-    bad, n = sweep.failed_runs(out_dir)
+            print(f"report: {build_sweep_report(out_dir)}")
+        table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
+        if table:
+            print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
+    except OSError as e:  # e.g. a full disk: with runs that gave no result, exit 1 says so (README), this a warning
+        if not bad:
+            raise
+        from .sweep.local import write_failure
+
+        again = " and run the same command again" if no_space(e) else ""
+        print(f"{PROG}: warning: could not write the sweep's report: {write_failure(e, Path(out_dir))}{again}",
+              file=sys.stderr)
     if bad:  # scripts can tell: exit 1, as `depthlab check` does when it finds problems
+        said = ("results.csv's status and message columns say why" if sweep.failed_runs(out_dir, from_csv=True) ==
+                (bad, n) else f"their lines above say why; {sweep.RESULTS_CSV} could not be written")
         print(f"{PROG}: {len(bad)} of {n} runs gave no result: {', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''} "
-              f"(results.csv's status and message columns say why); exit status 1", file=sys.stderr)
+              f"({said}); exit status 1", file=sys.stderr)
         return 1
     return 0
 
@@ -828,7 +873,7 @@ def build_coordcheck_parser():
     return p
 
 
-def run_coordcheck(ns) -> int:
+def run_coordcheck(ns, argv: list[str]) -> int:
     """``depthlab coordcheck``: the table, the slopes and a verdict per variant (or JSON)."""
     from .analytics.coordcheck import coordcheck, format_coordcheck, parse_axis
     from .sweep.spec import parse_grid_arg
@@ -836,6 +881,11 @@ def run_coordcheck(ns) -> int:
     _set_threads(ns.threads)
     axis = parse_axis(ns.axis)
     grid = dict(parse_grid_arg(g) for g in ns.grid)
+    for key, option in [(axis[0], "--axis"), *((k, "--grid") for k in grid)]:
+        if occurrences(argv, [flag(key)]):  # the axis' values replace the flag's at every point: it did nothing
+            raise DepthlabError(f"coordcheck: {key} is given both in {option} and as a flag ({flag(key)}); the {option} "
+                                f"values replace the flag's at every point: drop {flag(key)}, or drop {key} from "
+                                f"{option}")
     log = None if ns.json else (lambda line: print(line, file=sys.stderr, flush=True))
     result = coordcheck(_config_from(ns), axis, grid, ns.steps, ns.seeds, log=log)
     print(json.dumps(result) if ns.json else format_coordcheck(result))
@@ -904,7 +954,7 @@ COMMANDS: dict[str, Command] = {
     "context": Command("val loss by position against the bigram baseline: does the model use its context?",
                        partial(build_views_parser, "context"), partial(run_views, command="context")),
     "coordcheck": Command("activation scale against depth or width at init and a few steps in: stable, grows or "
-                          "vanishes per variant", build_coordcheck_parser, run_coordcheck),
+                          "vanishes per variant", build_coordcheck_parser, run_coordcheck, needs_argv=True),
     "export": Command("write a Hugging Face directory (transformers AutoModelForCausalLM / AutoTokenizer)",
                       build_export_parser, run_export),
     "presets": Command("list the shipped training presets", build_presets_parser, run_presets),
@@ -1097,6 +1147,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
         if debug:
             raise
+        if no_space(e):  # a full disk (told by errno): not the paths given; the file it was writing, and the fix
+            _error(f"{no_space_words(e)} (or write to another disk) and run the command again")
+            return 2
         _error(f"{type(e).__name__}: {one_line(str(e))[:300]} (check the paths given and their permissions/encoding)")
         return 2
     except Exception as e:  # noqa: BLE001 - the last line of defence: no raw tracebacks for users

@@ -37,6 +37,7 @@ Numbers are float32 on CPU, in eval mode for the measurements and train mode for
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from typing import Any, Callable, Optional, Sequence
@@ -154,9 +155,11 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     elif key in fields:
         kind = _field_type(key)
     else:
+        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75)
+        hint = f"did you mean {close[0]}? " if close else ""
         raise DepthlabError(f"{option} {key}: not a numeric config field (the slope is taken against its log; vary "
-                            f"other fields with --grid); choose one of {', '.join(fields)} (or model.init.NAME for a "
-                            f"model.source model), {example}")
+                            f"other fields with --grid); {hint}choose one of {', '.join(fields)} (or model.init.NAME "
+                            f"for a model.source model), {example}")
     values = []
     for item in vals.split(","):
         try:
@@ -169,8 +172,10 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
             what = "must be > 0" if math.isfinite(v) else "is not a finite number > 0"
             raise DepthlabError(f"{option} {text!r}: {item.strip()!r} {what} (the slope is taken against "
                                 f"ln {key}), {example}")
-        if v not in values:
-            values.append(v)
+        if v in values:  # as the sweep's --grid refuses it: a value given twice is a typo more often than meant
+            raise DepthlabError(f"{option} {text!r}: {item.strip()!r} is given twice; list each value of {key} once, "
+                                f"{example}")
+        values.append(v)
     if len(values) < 2:
         raise DepthlabError(f"{option} {text!r}: a slope needs at least two different values of {key}, {example}")
     if key.startswith("model.init."):
