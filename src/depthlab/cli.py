@@ -883,9 +883,9 @@ def run_coordcheck(ns, argv: list[str]) -> int:
     grid = dict(parse_grid_arg(g) for g in ns.grid)
     for key, option in [(axis[0], "--axis"), *((k, "--grid") for k in grid)]:
         if occurrences(argv, [flag(key)]):  # the axis' values replace the flag's at every point: it did nothing
-            raise DepthlabError(f"coordcheck: {key} is given both in {option} and as a flag ({flag(key)}); the {option} "
-                                f"values replace the flag's at every point: drop {flag(key)}, or drop {key} from "
-                                f"{option}")
+            raise DepthlabError(f"coordcheck: {key} is given both in {option} and as a flag ({flag(key)}); the "
+                                f"{option} values replace the flag's at every point: drop {flag(key)}, or drop {key} "
+                                f"from {option}")
     log = None if ns.json else (lambda line: print(line, file=sys.stderr, flush=True))
     result = coordcheck(_config_from(ns), axis, grid, ns.steps, ns.seeds, log=log)
     print(json.dumps(result) if ns.json else format_coordcheck(result))
