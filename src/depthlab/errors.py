@@ -5,8 +5,11 @@ stderr and exit status 2; library callers catch it like any exception. Ctrl-C is
 (:func:`watch_sigint`), for the command line's exit status 130.
 """
 
+import errno
+import os
 import signal
 import threading
+from typing import Optional
 
 
 class DepthlabError(Exception):
@@ -19,6 +22,34 @@ class DepthlabError(Exception):
 
 class NonFiniteError(DepthlabError):
     """A non-finite loss or gradient stopped training (CLI exit status 3)."""
+
+
+#: The errnos of a full disk: no space left on the device (ENOSPC), or this user's disk quota used up (EDQUOT).
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def no_space(e: BaseException) -> bool:
+    """Whether ``e`` is an OSError of a full disk (:data:`NO_SPACE`, told by its errno)."""
+    return isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+def no_space_words(e: OSError, folder: Optional[os.PathLike | str] = None,
+                   file: Optional[os.PathLike | str] = None) -> str:
+    """``no space left on the device holding FOLDER while writing FILE`` for a :func:`no_space` error (EDQUOT: this
+    user's disk quota is used up ...), and how to free it: the words of a line that then says how to go on.
+
+    FILE is ``file`` when given (e.g. the name a temporary file stood for), else ``e.filename`` where the system named
+    one; FOLDER, when not given, the folder of FILE.
+    """
+    file = file or e.filename
+    if folder is None and file:
+        folder = os.path.dirname(os.path.abspath(os.fsdecode(file)))
+    full = "this user's disk quota is used up" if e.errno == errno.EDQUOT else "no space left"
+    where = f" on the device holding {os.fsdecode(folder)}" if folder else " on the disk"
+    what = f" while writing {os.fsdecode(file)}" if file else ""
+    free = ("free space in this user's quota (or ask for a larger one)" if e.errno == errno.EDQUOT else
+            "free space there")
+    return f"{full}{where}{what}; {free}"
 
 
 _SIGINT_SEEN = False

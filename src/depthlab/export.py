@@ -70,7 +70,7 @@ from . import checkpoint as ckpt
 from . import hf_layout
 from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
-from .errors import DepthlabError
+from .errors import DepthlabError, no_space, no_space_words
 from .init_from import NEOX_ROPE, NEOX_ROTARY
 from .model import GPT
 from .rundir import RunDir, make_temp_dir, normalise_modes, up_from_missing_error
@@ -202,7 +202,9 @@ def hf_tokenizer(tok: Tokenizer):
 
 
 def _write_tokenizer(out: Path, tok: Tokenizer, block_size: int) -> None:
-    hf_tokenizer(tok).save(str(out / "tokenizer.json"))
+    # the bytes Tokenizer.save writes, written by Python: a failed write is an OSError with its errno (a full disk
+    # is told apart by it), not tokenizers' plain Exception
+    _write_text(out / "tokenizer.json", hf_tokenizer(tok).to_str(pretty=True))
     tc: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
                           "model_max_length": block_size, "add_prefix_space": False}
     if isinstance(tok, BPETokenizer):
@@ -211,8 +213,18 @@ def _write_tokenizer(out: Path, tok: Tokenizer, block_size: int) -> None:
     special: dict[str, str] = {}
     if bos is not None:  # the same ids as config.json and generation_config.json
         special = {"bos_token": tok.decode([bos]), "eos_token": tok.decode([eos])}
-    (out / "tokenizer_config.json").write_text(json.dumps({**tc, **special}, indent=2), encoding="utf-8")
-    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2), encoding="utf-8")
+    _write_text(out / "tokenizer_config.json", json.dumps({**tc, **special}, indent=2))
+    _write_text(out / "special_tokens_map.json", json.dumps(special, indent=2))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """``path.write_text(text)`` in UTF-8; a failed write names ``path`` (a failed write() names no file)."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        if e.filename is None:
+            e.filename = str(path)
+        raise
 
 
 @contextlib.contextmanager
@@ -227,6 +239,29 @@ def _no_progress_bar() -> Iterator[None]:
     finally:
         if was:
             tf_logging.enable_progress_bar()
+
+
+class _WeightsNotWritten(Exception):
+    """save_pretrained's write of the weights failed with safetensors' own error (not an OSError)."""
+
+    def __init__(self, name: str, why: str):
+        super().__init__(why)
+        self.name, self.why = name, why
+
+
+def _save_weights(hf, out: Path) -> None:
+    """``hf.save_pretrained(out)`` (config.json and model.safetensors); a failed write of the weights is
+    :class:`_WeightsNotWritten`, naming the file, with the exception's own text as the reason (never read).
+
+    Raises:
+        OSError: config.json (or another file Python writes) could not be written.
+    """
+    from safetensors import SafetensorError
+
+    try:
+        hf.save_pretrained(str(out))
+    except SafetensorError as e:
+        raise _WeightsNotWritten("model.safetensors", f"{type(e).__name__}: {e}") from None
 
 
 def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int]) -> None:
@@ -430,7 +465,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     old, earlier = None, out.is_dir() and any(out.iterdir())  # an empty folder holds no earlier export
     try:
         with _no_progress_bar():
-            hf.save_pretrained(str(tmp))
+            _save_weights(hf, tmp)
         _write_generation_config(tmp, bos, eos)
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
@@ -438,13 +473,24 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         info = {"run_dir": str(rd.resolve()), "checkpoint": which, "step": int(meta.get("step", -1)),
                 "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
                 "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
-        (tmp / "depthlab.json").write_text(json.dumps(info, indent=2, ensure_ascii=False), encoding="utf-8")
+        _write_text(tmp / "depthlab.json", json.dumps(info, indent=2, ensure_ascii=False))
         normalise_modes(tmp)  # save_pretrained writes model.safetensors 0600, the other files 0666 & ~umask
         if out.exists():  # the earlier export moves aside; it comes back if the new one cannot take its place
             old = make_temp_dir(out.parent, f".{out.name}.old-")
             out.rename(old / out.name)
         tmp.rename(out)
+    except _WeightsNotWritten as e:  # safetensors' own error: its text says why, depthlab does not read it
+        raise DepthlabError(f"export: writing {out / e.name} failed ({e.why}); nothing of {out} was left behind"
+                            + (" (the earlier export there is kept)" if earlier else "")
+                            + f"; make room on the disk holding {out.parent} (or make that folder writable), or "
+                              "choose another OUT_DIR, and export again") from None
     except OSError as e:  # e.g. the disk filled up: the temporary folder goes, an earlier export stays
+        kept = " (the earlier export there is kept)" if earlier else ""
+        if no_space(e):  # told by errno: the file, the device and the fix
+            named = Path(os.fsdecode(e.filename)) if e.filename else None  # the temporary folder's: as in OUT_DIR
+            file = out / named.name if named is not None and named.parent == tmp else (named or out)
+            raise DepthlabError(f"export: {no_space_words(e, out.parent, file)} (or choose another OUT_DIR) and "
+                                f"export again; nothing of {out} was left behind{kept}") from None
         raise DepthlabError(f"export: writing {out} failed: {e.strerror or e}; nothing of it was left behind"
                             + (f"; the earlier export in {out} is kept" if earlier else "")
                             + "; make OUT_DIR and its folder writable (with room on the disk) or choose another "

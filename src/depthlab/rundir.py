@@ -162,8 +162,8 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) and e.filename is None:  # a failed write() names no file: the one it was for
-            e.filename = str(path)
+        if isinstance(e, OSError) and e.filename in (None, tmp):  # a failed write() names no file, a rename the
+            e.filename = str(path)  # temporary one: the file it was for
         raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)

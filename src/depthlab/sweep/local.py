@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 
 from ..units import counted
 from .. import rundir
-from ..errors import DepthlabError
+from ..errors import DepthlabError, no_space, no_space_words
 from ..rundir import RunDir, write_json
 from ..training import runlock
 from .common import (Log, Progress, check_corpora, check_counts, check_devices, check_same_sweep, check_sweep_dir,
@@ -99,8 +99,22 @@ def _train_one(config: dict, log: Log, callbacks: Sequence = (),
         return "interrupted", "interrupted"
     except DepthlabError as e:
         return "error", str(e)
+    except OSError as e:
+        if not no_space(e):
+            return "error", f"{type(e).__name__}: {e}"
+        # an "error" run is run again by the same command: from its last checkpoint where it has one
+        return "error", (f"{no_space_words(e, config['train']['out_dir'])} and run the same sweep command again (it "
+                         "continues this run from its last checkpoint, or from step 0 if it has none)")
     except Exception as e:  # noqa: BLE001 - a failing run is a result, not a crash of the sweep
         return "error", f"{type(e).__name__}: {e}"
+
+
+def write_failure(e: OSError, folder: Path) -> str:
+    """Why a sweep's file could not be written, in one clause: for a full disk (told by errno) the device, the file
+    and ``free space there``; else the system's reason and the file (``e.filename``, else ``folder``)."""
+    if no_space(e):
+        return no_space_words(e, folder)
+    return f"{e.strerror or type(e).__name__} ({e.filename or folder})"
 
 
 def _run_log(run_dir: Path) -> Log:
@@ -110,8 +124,13 @@ def _run_log(run_dir: Path) -> Log:
     def log(msg: str) -> None:
         pending.append(msg)
         if run_dir.is_dir():
-            with open(run_dir / rundir.TRAIN_LOG, "a", encoding="utf-8") as f:
-                f.write("\n".join(pending) + "\n")
+            try:
+                with open(run_dir / rundir.TRAIN_LOG, "a", encoding="utf-8") as f:
+                    f.write("\n".join(pending) + "\n")
+            except OSError as e:  # e.g. a full disk: a failed write() names no file, the one it was for
+                if e.filename is None:
+                    e.filename = str(run_dir / rundir.TRAIN_LOG)
+                raise
             pending.clear()
 
     return log
@@ -167,15 +186,22 @@ def execute(job: dict, callbacks: Sequence = ()) -> dict:
         if probe is not None:
             write_json(run_dir / rundir.INIT_PROBE, probe)
         write_json(run_dir / rundir.SWEEP_STATUS, res)
-    except OSError:
-        pass
+    except OSError as e:  # the result is still returned (a worker sends it to the sweep), not lost without a word
+        said = f"{rundir.SWEEP_STATUS} not written: {write_failure(e, run_dir)}"
+        res["message"] = f"{res['message']}; {said}" if res["message"] else said
     return res
 
 
-def _child_main(job: dict) -> None:
-    """Entry point of a worker process (spawn): run one point; the status file says the rest."""
+def _child_main(job: dict, conn=None) -> None:
+    """Entry point of a worker process (spawn): run one point; the status file says the rest, and the result is
+    sent on ``conn`` too (the sweep's copy when the status file could not be written, e.g. on a full disk)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # the trainer installs its own handler
     res = execute(job)
+    if conn is not None:
+        try:
+            conn.send(res)
+        except (OSError, ValueError):  # the sweep has gone: the status file is all there is
+            pass
     sys.exit(0 if res["status"] != "interrupted" else 130)
 
 
@@ -261,11 +287,14 @@ def _run_in_process(jobs: list[dict], progress: Progress) -> list[dict]:
     return results
 
 
-def reap(proc, job: dict, t0: float) -> dict:
-    """The result of a finished worker: its status file, or an ``error`` row when it died without one."""
+def reap(proc, job: dict, t0: float, conn=None) -> dict:
+    """The result of a finished worker: its status file, else the result it sent on ``conn`` (its status file could
+    not be written), or an ``error`` row when it died without either."""
     rd = RunDir(job["config"]["train"]["out_dir"])
     res = rd.sweep_status
     if not isinstance(res, dict) or res.get("name") != job["name"]:
+        res = _sent(conn, job["name"])
+    if res is None:
         res = {"name": job["name"], "status": "error",
                "message": f"worker process exited with code {proc.exitcode} without a result",
                "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
@@ -276,6 +305,19 @@ def reap(proc, job: dict, t0: float) -> dict:
             pass
     res["run_dir"] = str(rd.path)
     return res
+
+
+def _sent(conn, name: str) -> Optional[dict]:
+    """The result a worker sent on ``conn`` (closed after), or None when it sent none."""
+    if conn is None:
+        return None
+    try:
+        got = conn.recv() if conn.poll() else None
+    except (EOFError, OSError, ValueError):  # died before (or while) sending
+        got = None
+    finally:
+        conn.close()
+    return got if isinstance(got, dict) and got.get("name") == name else None
 
 
 def _stop_workers(procs: list, grace_s: float = 30.0) -> None:
@@ -301,15 +343,17 @@ def _pool_loop(jobs: list[dict], workers: int, progress: Progress, running: dict
     while queue or running:
         while queue and len(running) < workers and not interrupted:
             job = queue.pop(0)
-            p = ctx.Process(target=_child_main, args=(job,), name=f"depthlab-sweep:{job['name']}")
+            got, send = ctx.Pipe(duplex=False)  # the worker's result, where its status file cannot be written
+            p = ctx.Process(target=_child_main, args=(job, send), name=f"depthlab-sweep:{job['name']}")
             p.start()
-            running[p.sentinel] = (p, job, time.time())
+            send.close()  # the worker's end: held only by the worker, so a dead worker reads as EOF
+            running[p.sentinel] = (p, job, time.time(), got)
         if not running:
             break
         for s in wait(list(running)):
-            p, job, t0 = running.pop(s)
+            p, job, t0, got = running.pop(s)
             p.join()
-            res = reap(p, job, t0)
+            res = reap(p, job, t0, got)
             results.append(res)
             progress(res)
             interrupted = interrupted or res["status"] == "interrupted"
@@ -332,9 +376,9 @@ def _run_pool(jobs: list[dict], workers: int, progress: Progress) -> list[dict]:
         return _pool_loop(jobs, workers, progress, running)
     except KeyboardInterrupt:
         stopped = list(running.values())
-        _stop_workers([p for p, _, _ in stopped])
-        for p, job, t0 in stopped:  # each gets its [k/N] line, as a run stopped in-process does
-            progress(reap(p, job, t0))
+        _stop_workers([p for p, _, _, _ in stopped])
+        for p, job, t0, got in stopped:  # each gets its [k/N] line, as a run stopped in-process does
+            progress(reap(p, job, t0, got))
         raise
     finally:
         if old_term is not None:

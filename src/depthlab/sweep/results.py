@@ -286,13 +286,21 @@ def read_results(csv_path: str | Path) -> tuple[list[dict], list[str]]:
         return list(reader), list(reader.fieldnames or [])
 
 
-def failed_runs(sweep_dir: str | Path) -> tuple[list[str], int]:
-    """The runs of a sweep's results.csv that gave no result (a status outside :data:`RESULT_STATUSES`, such as
-    ``error``): ``NAME (STATUS)``, in row order, and the number of rows; ``([], 0)`` when there is no results.csv."""
+def failed_runs(sweep_dir: str | Path, from_csv: bool = False) -> tuple[list[str], int]:
+    """The runs of a sweep that gave no result (a status outside :data:`RESULT_STATUSES`, such as ``error``):
+    ``NAME (STATUS)``, in row order, and the number of rows.
+
+    Read from the run folders (what results.csv is written from: right also when its write failed, e.g. on a full
+    disk, where results.csv is missing or an earlier session's); ``from_csv``: from results.csv as written, ``([],
+    0)`` when there is none.
+    """
     path = Path(sweep_dir) / RESULTS_CSV
-    if not path.is_file():
+    if not from_csv:
+        rows, _ = collect_results(sweep_dir)
+    elif not path.is_file():
         return [], 0
-    rows, _ = read_results(path)
+    else:
+        rows, _ = read_results(path)
     return [f"{Path(r.get('run') or '?').name} ({r.get('status') or '?'})" for r in rows
             if r.get("status") not in RESULT_STATUSES], len(rows)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..units import counted
-from ..errors import DepthlabError
+from ..errors import DepthlabError, no_space
 from ..training import runlock
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_devices, check_same_sweep, check_sweep_dir,
@@ -110,7 +110,8 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
     check_same_sweep(sweep_dir, points)
     t0, results = time.time(), []
     while True:
-        results += _run_round(spec, sweep_dir, points, added, runner, backend, counts, rerun, log)
+        ran, written = _run_round(spec, sweep_dir, points, added, runner, backend, counts, rerun, log)
+        results += ran
         rerun = False  # a later round only adds runs
         if not mode or mode[0] != "auto":
             break
@@ -124,12 +125,12 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
         log(f"--seeds auto: undecided claims: adding seeds to {counted(len(grown), 'cell')} (up to "
             f"{max(want[k] for k in grown)} seeds per cell)")
         points, added = seeded_points(spec, sweep_dir, more, checked=checked, log=log)
+    # results.csv named only where it was written (else the warning above says why not)
+    to = f"-> {sweep_dir / RESULTS_CSV}" if written else f"(in {sweep_dir / RUNS}; {RESULTS_CSV} was not written)"
     if results:
-        log(f"sweep finished in {time.time() - t0:.1f}s: {_finished_counts(sweep_dir, results, len(points))} "
-            f"-> {sweep_dir / RESULTS_CSV}")
+        log(f"sweep finished in {time.time() - t0:.1f}s: {_finished_counts(sweep_dir, results, len(points))} {to}")
     else:
-        log(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished -> "
-            f"{sweep_dir / RESULTS_CSV}")
+        log(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished {to}")
     return sweep_dir
 
 
@@ -151,8 +152,9 @@ def _finished_counts(sweep_dir: Path, results: list, n_points: int) -> str:
 
 
 def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runner: Runner, backend: str,
-               counts: tuple[int, int], rerun: bool, log: Log) -> list:
-    """Plan ``points``, write sweep.json, run what is not finished, write results.csv; the new results.
+               counts: tuple[int, int], rerun: bool, log: Log) -> tuple[list, bool]:
+    """Plan ``points``, write sweep.json, run what is not finished, write results.csv; the new results, and whether
+    results.csv was written (a warning line says why not).
 
     ``counts`` is (workers, threads) as :func:`run_sweep` takes them (0 = automatic).
     """
@@ -174,12 +176,18 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     log(f"sweep {sweep_dir}: {counted(len(points), 'run')}, {len(done)} already finished, {len(todo)} to run"
         f"{f' ({resumed} of them resume from a checkpoint)' if resumed else ''} on {where} "
         f"(rough estimate {est / n_workers / 60:.1f} min)")
-    results = []
+    results, written = [], False
     try:
         results = runner(jobs, n_workers, log, len(points), len(done)) if jobs else []
     finally:
         try:
             write_results(sweep_dir)
+            written = True
+        except OSError as e:  # e.g. a full disk: the file and the reason (results.csv is made from the run folders)
+            again = (" and run the same command again to write them (it skips the finished runs)" if no_space(e)
+                     else "")
+            log(f"warning: could not write the sweep's results ({RESULTS_CSV}, results.md): "
+                f"{local.write_failure(e, sweep_dir)}{again}")
         except Exception as e:  # noqa: BLE001 - never hide the original error
             log(f"warning: could not write results: {type(e).__name__}: {e}")
-    return results
+    return results, written

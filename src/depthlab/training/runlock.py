@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..errors import DepthlabError
+from ..errors import DepthlabError, no_space
 from .. import rundir
 from ..rundir import LOCK, prepare_run_dir, sweep_of
 
@@ -143,13 +143,17 @@ def mark(run_dir: Path) -> None:
     a process that does not hold it, another rank, writes nothing).
 
     Raises:
-        DepthlabError: the folder is not writable (before anything of the run is written)."""
+        DepthlabError: the folder is not writable (before anything of the run is written).
+        OSError: the disk is full (ENOSPC, EDQUOT), with ``RUN/.lock`` as its filename."""
     held = _HELD.get(_key(run_dir))
     if held is not None and not held[1]:
         require_writable(run_dir)  # a writable RUN/.lock (copied) in a read-only folder: later writes would fail
         try:
             (Path(run_dir) / LOCK).write_text(f"{os.getpid()}\n", encoding="ascii")
         except OSError as e:  # the first write of a run (resumed or new): nothing of the run is touched yet
+            if no_space(e):  # a full disk, not a folder to make writable: the command says the file and the fix
+                e.filename = e.filename or str(Path(run_dir) / LOCK)
+                raise
             raise DepthlabError(_unwritable(run_dir, e.strerror or str(e))) from None
         held[1] = True
 
