@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import checkpoint as ckpt
-from .. import resume_config
+from .. import resume_config, usermodel
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted, plus_minus
@@ -444,7 +444,11 @@ def format_context(res: dict) -> str:
     caveat = leak_caveat(res, "its loss by position")
     if caveat is not None:  # the curve of a model that sees ahead measures no context: no verdict on it
         return "\n".join(lines + [caveat])
-    state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se, **verdict)
+    src = model.get("source")
+    check = usermodel.check_command(src, res["run_dir"]) if src else None  # diagnose's: a path that works anywhere
+    leak_tested = (res.get("leak_check") or {}).get("ok") is True  # the test before training found no leak
+    state, words = context_words(res["context_gain"], res["context_gain_se"], curve, bg, ug, model, lq_se,
+                                 check=check, leak_tested=leak_tested, **verdict)
     lines.append(words)
     step, early = res.get("step"), Thresholds().bigram_min_steps
     gain = res["context_gain"]

@@ -38,6 +38,7 @@ from ..model import GPT
 from ..usermodel import first_line, first_tensor
 from .check.flow import find_blocks
 from .context import DEFAULT_MAX_TOKENS, leak_caveat, load_weights, open_run, start_leak_record, window_logits
+from .rules.advice import depth_setting
 
 __all__ = ["EFFECTIVE_DELTA", "LayerAccess", "layer_access", "measure_layers", "run_layers", "format_layers",
            "lens_meaning"]
@@ -362,8 +363,9 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
 
     Returns:
         :func:`measure_layers`'s keys plus ``unigram``, ``bigram`` (nats, None without baselines.json),
-        ``weights`` (which file), ``windows``, ``tokens``, ``windows_described``, ``run_dir`` and ``leak_check``
-        (the record of the leak test before training, :func:`~depthlab.analytics.context.start_leak_record`).
+        ``weights`` (which file), ``windows``, ``tokens``, ``windows_described``, ``run_dir``, ``leak_check``
+        (the record of the leak test before training, :func:`~depthlab.analytics.context.start_leak_record`),
+        and ``source``, ``init`` (the run's ``model.source`` and ``model.init``).
 
     Raises:
         DepthlabError: not a run, no checkpoint, the corpus is gone, a model without blocks/norm/head (or an
@@ -372,9 +374,12 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     run = open_run(run_dir, max_tokens)
     model, weights = load_weights(run.run_dir, which)
     res = measure_layers(model, run.windows.batches, blocks_attr, norm_attr, head_attr)
+    model_cfg = run.config.get("model") if isinstance(run.config.get("model"), dict) else {}
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
             "leak_check": start_leak_record(run.run_dir), "run_dir": str(run.run_dir),
             "baselines_from": run.baselines_from, "unit": run.unit,
+            # what sets the depth of a model.source model is its code or --model.init, not model.n_layer
+            "source": model_cfg.get("source"), "init": model_cfg.get("init"),
             "windows": run.windows.windows, "tokens": run.windows.tokens,
             "windows_described": run.windows.describe()}
 
@@ -405,7 +410,7 @@ def format_layers(res: dict) -> str:
         which = f"block {idle[0]}" if len(idle) == 1 else f"any one of blocks {', '.join(idle)}"
         lines.append(f"  removing {which} alone costs less than {EFFECTIVE_DELTA:g} nats on these windows: the loss "
                      "does not use what it computes (each measured alone, the others in place; `depthlab diagnose` "
-                     "shows whether the gradients there vanish, and model.n_layer sets the depth)")
+                     f"shows whether the gradients there vanish, and {depth_setting(res)[0]} sets the depth)")
     if bg is not None:
         where = " (and its position)" if res.get("embedding_has_position", True) else ""
         lines.append(f"  the embedding lens sees one {res.get('unit', 'character')}{where}, so it "

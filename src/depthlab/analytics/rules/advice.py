@@ -7,7 +7,8 @@ from typing import Optional
 from .evidence import Evidence
 from .signals import divergence, lr_verdict, update_ratio_median, vanishing
 
-__all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
+__all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "DEPTH_ARGS", "depth_setting", "source_wiring_advice",
+           "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
 
 SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm", "periln")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""
@@ -38,6 +39,33 @@ def wiring_advice(ev: Evidence) -> Optional[str]:
     if norm == "none" and v != "rezero":
         out.append("normalise (model.norm is none: use layernorm or rmsnorm)")
     return "; ".join(out) or None
+
+
+DEPTH_ARGS = ("n_layer", "n_layers", "num_layers", "num_hidden_layers", "n_blocks", "num_blocks", "depth", "layers")
+"""Keyword arguments of a ``model.source`` model read as its number of blocks when ``--model.init`` sets one."""
+
+
+def depth_setting(model: dict) -> tuple[str, object]:
+    """What sets the number of blocks of the run's model, and its value in the run (None when unknown):
+    ``("model.n_layer", 6)`` for depthlab's GPT; for a ``model.source`` model (where ``model.n_layer`` is refused)
+    the ``--model.init`` argument that gives its depth, ``("n_layer in --model.init", 8)``, else its own code."""
+    src = model.get("source")
+    if not src:
+        return "model.n_layer", model.get("n_layer")
+    init = model.get("init")
+    key = next((k for k in DEPTH_ARGS if isinstance(init, dict) and k in init), None)
+    if key is not None:
+        return f"{key} in --model.init", init[key]
+    name = str(src).rpartition(":")[2] or "the model"
+    return f"{name}'s code (or an argument of it, given with --model.init)", None
+
+
+def source_wiring_advice() -> str:
+    """The shortcut advice for a ``model.source`` model, whose wiring no config field describes (said as a
+    condition: whether it has shortcuts is in its code)."""
+    return ("if the model has no shortcut around its blocks, add one (x = x + block(x); pre-norm: x = x + "
+            "attn(norm(x)); x = x + mlp(norm(x))): the gradient then reaches the first blocks through a path that "
+            "does not shrink with depth")
 
 
 def wiring_has(ev: Evidence) -> str:

@@ -221,17 +221,22 @@ def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[f
 
 def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[float], bigram: Optional[float],
                   unigram: Optional[float], model: Optional[dict] = None, lq_se: Optional[float] = None,
-                  **verdict) -> tuple[str, str]:
+                  check: Optional[str] = None, leak_tested: bool = False, **verdict) -> tuple[str, str]:
     """:func:`context_verdict`'s ``(state, sentence)`` (``verdict``: its ``windows``, ``pos0_se``, ``advice``,
-    ``floor``), the sentence followed, when the context is unused, by the three reasons with their knobs."""
+    ``floor``), the sentence followed, when the context is unused, by the three reasons with their knobs.
+
+    ``check``: the ``depthlab check PATH:NAME`` of a ``model.source`` run (``Evidence.check_command``, a path that
+    works from any folder); ``leak_tested``: its causal leak test before training passed (a ``leak_check`` event
+    with ``ok`` true), so a context gain is not read as a possible leak."""
     state, words = context_verdict(gain, se, curve, bigram, unigram, lq_se=lq_se, **verdict)
     src = (model or {}).get("source")
-    if state == USED and src:  # a leaking mask gains too: position 0 shows it only once it falls below the floor
+    check = check or (f"depthlab check {src}" if src else None)
+    if state == USED and src and not leak_tested:  # a leaking mask gains too: position 0 shows it only below the floor
         return state, (f"{words} (or it sees the tokens it predicts: a leaking mask gains as well, and position 0 "
-                       f"shows a leak only below the floor; `depthlab check {src}` tests the mask itself)")
+                       f"shows a leak only below the floor; `{check}` tests the mask itself)")
     if state != UNUSED or gain is None:
         return state, words
-    a, b, c = context_causes(model or {})
+    a, b, c = context_causes(model or {}, check)
     return state, f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
 
 

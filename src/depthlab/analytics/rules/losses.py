@@ -352,7 +352,11 @@ def _overfit_remedy(ev: Evidence) -> str:
         parts.append("stop earlier (train.patience 3 stops after 3 evaluations without improvement; sample uses "
                      "the best checkpoint)")
     drop = m.get("dropout")
-    parts.append("add model.dropout 0.1-0.2" if not drop else f"raise model.dropout (now {drop:g})")
+    if m.get("source"):  # model.dropout is depthlab's GPT's (refused with a model.source): the user's code has its own
+        parts.append("add dropout (0.1-0.2) in the model's code, or raise it through an argument given with "
+                     "--model.init")
+    else:
+        parts.append("add model.dropout 0.1-0.2" if not drop else f"raise model.dropout (now {drop:g})")
     parts.append(f"raise train.weight_decay{ev.now('train.weight_decay')}")
     parts.append("use a smaller model or more data")
     return "; ".join(parts)
@@ -382,6 +386,8 @@ def _plateau_remedy(ev: Evidence) -> str:
                 f"{floor:g}): the decay had not run, and a plateau at a high rate is often only its noise; let it "
                 "decay (train.fit_to_time true ends the decay inside train.max_time, or a train.max_iters the time "
                 "allows), then judge again")
+    # model.n_layer / n_embd are depthlab's GPT's (refused with a model.source): the user's model has its own sizes
+    sizes = ("its sizes, in its code or the arguments given with --model.init" if ev.section("model").get("source")
+             else "model.n_layer, model.n_embd")
     return (f"the model has converged for this size/LR: stop, decay the LR further (train.min_lr"
-            f"{ev.now('train.min_lr')}), or grow the model (model.n_layer, model.n_embd) or its context "
-            "(model.block_size)")
+            f"{ev.now('train.min_lr')}), or grow the model ({sizes}) or its context (model.block_size)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import MUON_RATIO, lr_advice, lr_knob, wiring_advice, wiring_has
+from .advice import MUON_RATIO, depth_setting, lr_advice, lr_knob, source_wiring_advice, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list
 from .rule import GRAD, GRAD_LATE, LR_RECORDS, PROBE, rule
 from .signals import NO_GRAD_FROM_STEP, block_grad_ratio, lr_verdict, update_ratio_median, vanishing, zero_grad_params
@@ -62,24 +62,38 @@ def vanishing_gradients(ev: Evidence) -> Optional[Finding]:
     ratio = block_grad_ratio(ev)
     if ratio is None or not vanishing(ev):
         return None
-    med, steps = ratio
     wiring, has = wiring_advice(ev), wiring_has(ev)
     parts = [wiring] if wiring else []
     m = ev.section("model")
-    n_layer = None if m.get("source") else m.get("n_layer")
+    if m.get("source"):  # its wiring and depth are in its code: model.variant and model.n_layer are refused
+        knob, depth = depth_setting(m)
+        fewer = f"use fewer layers ({knob} is {depth})" if depth is not None else f"use fewer layers: {knob} sets them"
+        parts += [source_wiring_advice(), fewer,
+                  "if it has shortcuts, look at its initialisation (its code, or arguments given with --model.init) "
+                  f"and {lr_knob(ev)} instead",
+                  f"{ev.check_command} tests the model for this at initialisation (gradient_flow)"]
+        return Finding("vanishing_gradients", _vanishing_evidence(ev, ratio), "; ".join(parts))
+    n_layer = m.get("n_layer")
     parts.append(f"use fewer layers{f' (model.n_layer is {n_layer})' if n_layer else ''}")
     if not wiring and has:
         parts.append(f"{has}, so look at the initialisation (model.init) and the learning rate instead of the wiring")
+    return Finding("vanishing_gradients", _vanishing_evidence(ev, ratio), "; ".join(parts))
+
+
+def _vanishing_evidence(ev: Evidence, ratio: tuple) -> str:
+    med, steps = ratio
+    # depthlab probe builds depthlab's GPT; a model.source model is probed at initialisation by check's gradient_flow
+    probe = "depthlab check's gradient_flow" if ev.section("model").get("source") else "depthlab probe"
     evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over {len(steps)} "
                 f"gradient records (steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): "
                 "the early blocks barely learn. That is the trained run; at initialisation, before any update "
-                "(what depthlab probe measures), a stack without shortcuts can still have level gradients and fail "
+                f"(what {probe} measures), a stack without shortcuts can still have level gradients and fail "
                 "through rank collapse instead: both hold, at different moments")
     if lr_verdict(ev) == "low":
         evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
                      f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
                      "is low")
-    return Finding("vanishing_gradients", evidence, "; ".join(parts))
+    return evidence
 
 
 @rule("lr_too_high", "lr_too_low", needs=(GRAD, LR_RECORDS))
