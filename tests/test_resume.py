@@ -726,6 +726,13 @@ def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_fi
     Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, learning_rate=1e-2, resume=True)),
             log=lines.append).fit()
     assert any(x.startswith("nothing to train") for x in lines) and not any("learning" in x for x in lines), lines
+    lines.clear()  # a lower peak raises Muon's floor: said, with the knob that lowers it (a new user's pass)
+    Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, learning_rate=2e-3,
+                                                                    resume=True)), log=lines.append)
+    said = [x for x in lines if "learning" in x]
+    assert said[-1].endswith("; Muon's rate 0.000333 -> 0.0005 (Muon's rate is the AdamW rate x train.muon_lr / "
+                            "train.learning_rate, so a lower train.learning_rate raises it where the AdamW rate stays; "
+                            "lower train.muon_lr to lower Muon's)"), said
 
 
 def test_a_new_min_lr_on_an_ended_decay_says_the_rate_moves(tmp_path, tiny_text_file):

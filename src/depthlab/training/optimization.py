@@ -318,6 +318,10 @@ class LRSchedule:
             m_old, m_now = lr_old * old.muon_lr / old.peak, lr_now * t.muon_lr / t.learning_rate
             if not math.isclose(m_old, m_now, rel_tol=1e-3):  # not a rounding of the same rate (3e-7 apart)
                 what += f"; Muon's rate {m_old:.3g} -> {m_now:.3g}"
+                if m_now > m_old and t.learning_rate < old.peak:  # the knob turned down moved Muon's rate up
+                    what += (" (Muon's rate is the AdamW rate x train.muon_lr / train.learning_rate, so a lower "
+                             "train.learning_rate raises it where the AdamW rate stays; lower train.muon_lr to "
+                             "lower Muon's)")
         return head + what
 
     def _floor_words(self) -> str:

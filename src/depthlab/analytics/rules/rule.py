@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from ...units import counted
+from ...units import counted, finite_or_none
 from .evidence import Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
-           "PROBE", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
+           "PROBE", "DISTINCT", "RANK_ZERO", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
 
 
 def who_needs(n_rules: int) -> str:
@@ -164,6 +164,34 @@ def _probe(ev: Evidence, who: str) -> Optional[str]:
             f"train.probe_interval ({interval}) steps and at the end: lost, or written by another version)")
 
 
+RANK_ZERO = 1e-5
+"""A rank measure below this after block 0 is 0 up to float rounding (a float32 stream of equal vectors measures
+~5e-8): the positions carried one and the same vector from the first block on, which the blocks do not do to
+distinct tokens."""
+
+
+def _distinct_positions(ev: Evidence, who: str) -> Optional[str]:
+    """What the probe measures (the rank measure, attention entropy) says something about the model only when the
+    positions carry different tokens: not on a corpus of one distinct token, where every loss is 0 whatever the
+    weights, nor when the stream is already the same vector at every position after block 0."""
+    if ev.last_probe is None:
+        return _probe(ev, who)
+    unit = ev.unit
+    if ev.vocab_size == 1:
+        return (f"the corpus has one distinct {unit} (V = 1): every window repeats it and every loss is 0 whatever "
+                "the weights, so there is nothing to learn, and the rank measure (0 by construction where nothing "
+                "else tells the positions apart, as with model.position rope) and the attention entropy say nothing "
+                "about the model")
+    p = ev.last_probe
+    rm = p.get("rank_measure") if isinstance(p.get("rank_measure"), list) else []
+    first = finite_or_none(rm[0]) if rm else None
+    if first is not None and first < RANK_ZERO:
+        return (f"at step {p.get('step')} the rank measure after block 0 is {first:.1e}, 0 up to float rounding: every "
+                f"position carries the same vector from the first block on, as windows that repeat one {unit} give, "
+                f"so the probe cannot show what the blocks do to distinct {unit}s")
+    return None
+
+
 def _late_eval(ev: Evidence, who: str) -> Optional[str]:
     if ev.late_evals():
         return None
@@ -218,11 +246,12 @@ GRAD = Need("grad", "gradient records", _grad)
 GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
 PROBE = Need("probe", "an activation probe", _probe)
+DISTINCT = Need("probe", "a probe of positions that carry distinct tokens", _distinct_positions)
 LATE_EVAL = Need("eval", "a late evaluation", _late_eval)
 BASELINES = Need("baselines", "corpus baselines", _baselines)
 CONTEXT = Need("event", "a loss-by-position record", _context)
 PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
-NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
+NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

@@ -1,0 +1,54 @@
+"""rank_collapse (and uniform_attention) are not judged where the probe's stream holds one token at every
+position: on a corpus of one distinct character (V = 1), where every loss is 0 whatever the weights, and where
+the rank measure is already 0 up to float rounding after block 0. Was, on 101 x "a": "[rank_collapse] ... falls
+from 0.000 (block 0) to 5.62e-08 (block 1 ...)", blaming train.muon_lr and train.warmup_iters."""
+
+from depthlab.analytics.diagnose import diagnose
+from depthlab.analytics.rules import DISTINCT, Evidence, NotJudged
+from depthlab.analytics.rules.training import rank_collapse, uniform_attention
+
+from conftest import SHAKESPEARE_BASELINES as BASE
+from conftest import probe_record as probe
+from conftest import run_cli
+
+FLAT = probe(60, [4.8e-08, 5.6e-08], ent=[[2.5487, 2.5487]] * 2, u=2.5487, cos=[1.0, 1.0])  # as 101 x "a" gave
+ONE = {"uniform": {"nats": 0.0}, "unigram": {"nats": 0.0}, "bigram": {"nats": 0.0}, "vocab_size": 1}
+
+
+def test_a_one_token_corpus_is_not_judged_for_rank_collapse_and_says_why():
+    d = diagnose(Evidence([FLAT], {"model": {"vocab_size": 1, "variant": "prenorm", "norm": "layernorm"}}, ONE))
+    assert [f.rule for f in d.findings] == []
+    (line,) = [w for w in d.without_data() if w.startswith("rank_collapse")]
+    assert line.startswith("rank_collapse, uniform_attention (the corpus has one distinct character (V = 1): "), line
+    assert "every loss is 0 whatever the weights" in line and "rank measure (0 by construction" in line
+    v = rank_collapse(Evidence([FLAT], {"model": {"vocab_size": 1}}, ONE))
+    assert isinstance(v, NotJudged) and v.needs == (DISTINCT,)
+
+
+def test_a_stream_that_is_one_vector_from_block_0_on_is_not_judged():
+    ev = Evidence([FLAT], {"model": {"vocab_size": 65, "variant": "prenorm", "norm": "layernorm"}}, BASE)
+    d = diagnose(ev)
+    assert "rank_collapse" not in [f.rule for f in d.findings]
+    (line,) = [w for w in d.without_data() if w.startswith("rank_collapse")]
+    assert "at step 60 the rank measure after block 0 is 4.8e-08, 0 up to float rounding" in line, line
+    assert isinstance(uniform_attention(ev), NotJudged)
+
+
+def test_a_collapse_the_blocks_make_is_still_found():
+    ev = Evidence([probe(0, [0.9, 0.9]), probe(500, [0.6, 0.001])], {"model": {"vocab_size": 65}}, BASE)
+    f = rank_collapse(ev)
+    assert f is not None and f.rule == "rank_collapse" and "falls from 0.600 (block 0) to 1.00e-03" in f.evidence
+    assert rank_collapse(Evidence([probe(500, [1e-4, 1e-5])], {"model": {"vocab_size": 65}}, BASE)).rule == \
+        "rank_collapse"  # above float rounding after block 0: judged
+
+
+def test_diagnose_of_a_real_one_character_run(tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("a" * 101)
+    rc, out, err = run_cli(capsys, "train", "--data.path", str(tmp_path / "a.txt"), "--train.max_iters", "60",
+                           "--train.max_time", "0", "--model.n_layer", "2", "--model.n_embd", "32", "--model.n_head",
+                           "2", "--model.block_size", "32", "--train.threads", "1", "--train.tensorboard", "false",
+                           "--train.out_dir", str(tmp_path / "run"))
+    assert rc == 0 and "nothing to learn" in out + err
+    rc, out, err = run_cli(capsys, "diagnose", str(tmp_path / "run"))
+    assert rc == 0 and "[rank_collapse]" not in out and "train.muon_lr" not in out, out
+    assert "not judged: rank_collapse, uniform_attention (the corpus has one distinct character (V = 1)" in out
