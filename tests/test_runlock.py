@@ -241,34 +241,51 @@ def _sweep_training(tmp_path, tiny_text_file, workers):
         proc.wait(120)
 
 
+@pytest.fixture(scope="module", params=[1, 2], ids=["1", "2"])
+def sweep_training(request, tmp_path_factory):
+    """:func:`_sweep_training` once per ``--workers`` value for the two refusal tests below (a sweep's start-up, ~3-5 s
+    on 2 cores, each): ``(workers, the text file, sweep folder, the run, the sweep's process, the lock's pid)``.
+    Neither refusal writes anything in the sweep's folders (both check it). The sweep process gets the environment
+    conftest's autouse fixture gives each test (set here: a module's fixture is made before those)."""
+    from conftest import TINY_TEXT
+
+    tmp = tmp_path_factory.mktemp(f"sweep-workers-{request.param}")
+    text = tmp / "tiny.txt"
+    text.write_text(TINY_TEXT, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEPTHLAB_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+        mp.setenv("DEPTHLAB_AUTOTUNE", "off")
+        with _sweep_training(tmp, text, request.param) as (sw, run, proc, trainer):
+            yield request.param, text, sw, run, proc, trainer
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys, workers):
+def test_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(sweep_training, capsys):
     """``train --overwrite`` into a sweep's run said "being trained by another process": the sweep trains it, in
     itself (--workers 1) or in a worker process."""
-    with _sweep_training(tmp_path, tiny_text_file, workers) as (sw, run, proc, trainer):
-        rc, out, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run), "--overwrite")
-        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
-        assert rc == 2 and err == (f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), "
-                                   f"which is training it{worker}: wait for the sweep to end, or train into another "
-                                   "--train.out_dir\n"), err
+    workers, text, sw, run, proc, trainer = sweep_training
+    before = (run / "config.json").read_bytes()
+    rc, out, err = run_cli(capsys, "train", *tiny_cli_args(text, run), "--overwrite")
+    worker = "" if workers == 1 else f" in its worker (pid {trainer})"
+    assert rc == 2 and err == (f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), "
+                               f"which is training it{worker}: wait for the sweep to end, or train into another "
+                               "--train.out_dir\n"), err
+    assert (run / "config.json").read_bytes() == before and proc.poll() is None  # the sweep's run, untouched
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_resume_of_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(tmp_path, tiny_text_file, capsys,
-                                                                              workers):
+def test_a_resume_of_a_run_a_running_sweep_trains_is_refused_naming_the_sweep(sweep_training, capsys):
     """nu49: ``train --resume SWEEP/runs/NAME`` said "being trained by another process (pid N)", naming neither the
     sweep nor, with --workers 2, the process the user started; it names the sweep as a plain train's refusal does."""
-    with _sweep_training(tmp_path, tiny_text_file, workers) as (sw, run, proc, trainer):
-        before = (run / "config.json").read_text()
-        rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
-        worker = "" if workers == 1 else f" in its worker (pid {trainer})"
-        assert rc == 2 and out == "" and err == (
-            f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), which is training "
-            f"it{worker}: wait for the sweep to end; then --resume it again: it resumes from the latest checkpoint "
-            "the sweep leaves\n"), err
-        assert (run / "config.json").read_text() == before
+    workers, _, sw, run, proc, trainer = sweep_training
+    before = (run / "config.json").read_text()
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "30")
+    worker = "" if workers == 1 else f" in its worker (pid {trainer})"
+    assert rc == 2 and out == "" and err == (
+        f"depthlab: error: {run} is a run of the sweep running in {sw} (pid {proc.pid}), which is training "
+        f"it{worker}: wait for the sweep to end; then --resume it again: it resumes from the latest checkpoint "
+        "the sweep leaves\n"), err
+    assert (run / "config.json").read_text() == before
 
 
 def _read_only(folder, monkeypatch):
