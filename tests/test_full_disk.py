@@ -87,6 +87,29 @@ def test_train_on_a_full_disk_before_any_checkpoint_says_the_resume_starts_at_st
     assert "starting it again from step 0" in capsys.readouterr().out
 
 
+def test_train_whose_first_write_finds_no_space_leaves_no_folder_and_says_run_again(tmp_path, capsys, monkeypatch):
+    """RUN/.lock, the run's first write: was 'make the run writable (chmod -R u+w RUN)', for a full disk."""
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    run = tmp_path / "run"
+    real = Path.write_text
+
+    def write_text(self, *a, **k):  # a write() on a full disk: no file named
+        if self.name == ".lock":
+            raise _enospc()
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", write_text)
+    argv = ["train", *tiny_cli_args(tmp_path / "t.txt", run, train__max_iters=2, train__warmup_iters=1)]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert_clean_error(rc, err)
+    assert err == (f"depthlab: error: no space left on the device holding {run} while writing {run}/.lock; free "
+                   "space there (or choose another --train.out_dir) and run the command again\n")
+    assert not run.exists()
+    monkeypatch.setattr(Path, "write_text", real)  # space freed: the same command trains
+    assert main(argv) == 0
+
+
 def test_another_command_on_a_full_disk_names_the_file_not_the_paths_given(monkeypatch, capsys, tmp_path):
     import depthlab.cli as cli
 
