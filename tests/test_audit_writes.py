@@ -75,8 +75,8 @@ def test_export_into_a_folder_that_is_no_export_names_a_fix_that_works(made_run,
 
 
 # ----------------------------------------------------------------------------- what --overwrite deletes
-@pytest.mark.parametrize("extra", ["plots/my_figure.svg", "plots/mine.png", "checkpoints/notes.txt", "tb/readme.md",
-                                   "source/__pycache__/keep.txt"])
+@pytest.mark.parametrize("extra", ["plots/my_figure.svg", "plots/mine.png", "plots/loss.png", "checkpoints/notes.txt",
+                                   "tb/readme.md", "source/__pycache__/keep.txt"])
 def test_overwrite_keeps_a_run_holding_a_user_file_in_its_folders(made_run, tmp_path, corpus, capsys, extra):
     run = tmp_path / "run"
     shutil.copytree(made_run, run)
@@ -168,11 +168,15 @@ def test_foreign_files_names_only_what_depthlab_did_not_write(made_run, tmp_path
     (run / "source" / "ORIGIN").write_text("/x")
     assert rundir.foreign_files(run) == []
     (run / "plots").mkdir()
-    for name in rundir.RUN_FIGURES:  # the figures depthlab draws are its own ...
-        (run / "plots" / f"{name}.png").write_bytes(b"")
+    text = b"Software\x00" + rundir.REPORT_SOFTWARE.encode()
+    ours = (b"\x89PNG\r\n\x1a\n" + len(text).to_bytes(4, "big") + b"tEXt" + text + bytes(4)
+            + bytes(4) + b"IEND" + bytes(4))
+    for name in rundir.RUN_FIGURES:  # the figures depthlab report draws are its own ...
+        (run / "plots" / f"{name}.png").write_bytes(ours)
     assert rundir.foreign_files(run) == []
     (run / "plots" / "mine.png").write_bytes(b"")  # ... any other PNG is the user's (was: deleted by --overwrite)
-    assert rundir.foreign_files(run) == ["plots/mine.png"]
+    (run / "plots" / "loss.png").write_text("mine")  # ... and so is a file of a figure's name report did not write
+    assert rundir.foreign_files(run) == ["plots/loss.png", "plots/mine.png"]
     shutil.rmtree(run / "plots")
     (run / "checkpoints" / "best.safetensors").unlink()
     (run / "checkpoints" / "best.safetensors").symlink_to(run / "config.json")

@@ -12,7 +12,6 @@ depth (block index) and time, cividis for heatmaps.
 
 from __future__ import annotations
 
-import base64
 import functools
 import io
 import math
@@ -22,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 from .errors import DepthlabError
 from .rundir import PLOTS as PLOT_DIR
-from .rundir import REPORT, RUN_FIGURES, atomic_write
+from .rundir import REPORT, REPORT_SOFTWARE, RUN_FIGURES, atomic_write, png_text, written_by_report  # noqa: F401 (re-exported)
 
 __all__ = ["DPI", "PAGE_PX", "MAX_W", "WIDE", "TALL", "OKABE_ITO", "C_TRAIN", "C_VAL", "BASELINE_STYLE",
            "new_figure", "panel_grid", "write_png", "save_run_figure", "REPORT_SOFTWARE", "png_text",
@@ -120,58 +119,6 @@ def drawable(text: str, family: str = "sans-serif", brackets: bool = True) -> st
         return text
     form = "[U+{:04X}]" if brackets else "U+{:04X}"
     return "".join(c if ord(c) in have or c == "\n" else form.format(ord(c)) for c in text)
-
-
-#: Who wrote a run's figures and its report.html: the PNG ``Software`` text of every :func:`save_run_figure`
-#: and the ``<meta name="generator">`` of the report page (:data:`depthlab.report.html.GENERATOR`). A file at
-#: either place that does not carry it is the user's, never replaced.
-REPORT_SOFTWARE = "depthlab report"
-
-
-def png_text(path: str | Path, keyword: str) -> Optional[str]:
-    """The text of the PNG tEXt chunk ``keyword`` of the file at ``path`` (PNG spec 11.3.4), read among the
-    chunks before the image data (where matplotlib writes them); None when the file is not a PNG, cannot be
-    read or has no such chunk."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return None
-    if not head.startswith(b"\x89PNG\r\n\x1a\n"):
-        return None
-    i, key = 8, keyword.encode("latin-1")
-    while i + 8 <= len(head):
-        size, kind = int.from_bytes(head[i:i + 4], "big"), head[i + 4:i + 8]
-        if kind in (b"IDAT", b"IEND"):
-            break
-        if kind == b"tEXt":
-            k, sep, text = head[i + 8:i + 8 + size].partition(b"\0")
-            if sep and k == key:
-                return text.decode("latin-1")
-        i += 12 + size  # length, type, data, CRC
-    return None
-
-
-def written_by_report(path: str | Path) -> bool:
-    """True when the run figure at ``path`` (``RUN/plots/<name>.png``) was written by ``depthlab report``.
-
-    Its PNG ``Software`` text says :data:`REPORT_SOFTWARE`; a figure written before the figures carried it
-    counts when its exact bytes are embedded in the run's ``report.html`` that ``depthlab report`` wrote
-    (the report embeds each figure it draws as base64). A symbolic link is never depthlab's (it makes none).
-    """
-    path = Path(path)
-    if path.is_symlink() or not path.is_file():
-        return False
-    if png_text(path, "Software") == REPORT_SOFTWARE:
-        return True
-    page = path.parent.parent / REPORT
-    try:
-        data = path.read_bytes()
-        html = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and not page.is_symlink() else ""
-    except OSError:
-        return False
-    return (data.startswith(b"\x89PNG") and f'name="generator" content="{REPORT_SOFTWARE}"' in html[:4000]
-            and base64.b64encode(data).decode("ascii") in html)
 
 
 def check_run_figures(paths: Sequence[str | Path]) -> None:
