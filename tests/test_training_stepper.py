@@ -19,6 +19,7 @@ from depthlab.errors import NonFiniteError
 from depthlab.trainer import Trainer
 
 from conftest import QUIET, run_two_ranks, tiny_config
+from test_training_stopping import forked_ranks  # noqa: F401 - a fixture
 
 
 def test_nan_stops_and_best_checkpoint_untouched(tmp_path, tiny_text_file):
@@ -233,6 +234,7 @@ def _ddp_worker(rank, port, out, text, mode, queue):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("forked_ranks")  # the ranks forked from one interpreter that imported torch (not spawned)
 @pytest.mark.parametrize("mode,expect", [("skip", ("ok", 20, 1)), ("stop", ("NonFiniteError", 5, 0))])
 def test_two_ranks_agree_on_device_flags_without_host_reads(tmp_path, tiny_text_file, mode, expect):
     """Rank 1 alone sees a NaN at step 3: the all-reduced device flag makes both ranks skip it (or both

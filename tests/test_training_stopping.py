@@ -123,7 +123,34 @@ def _run_two_ranks(tmp_path, text, case):
     return run_two_ranks(_ddp_worker, tmp_path / case, text, case)
 
 
+#: What the forkserver of :func:`forked_ranks` imports once: what a rank spends ~3-4 s of a 2-core CPU importing.
+RANK_PRELOAD = ["torch", "torch.distributed", "depthlab.trainer"]
+
+
+@pytest.fixture
+def forked_ranks(monkeypatch):
+    """conftest.run_two_ranks's two ranks forked from multiprocessing's forkserver, which imports
+    :data:`RANK_PRELOAD` once a session (a fresh interpreter that only imports: safe to fork), instead of spawned,
+    each a fresh interpreter importing them (two per run, ~7 runs in the slow tier). A rank is still a process of
+    its own made by multiprocessing from the pickled worker, with its own torch state; its environment is the
+    forkserver's (the session's: conftest's autouse settings are the same for every test), and the worker sets the
+    rank's variables itself. The forkserver runs spawn's preparation (sys.path, the main module) as spawn does."""
+    import multiprocessing as mp
+
+    real = mp.get_context
+
+    def get_context(method=None):
+        if method != "spawn":
+            return real(method)
+        ctx = real("forkserver")
+        ctx.set_forkserver_preload(RANK_PRELOAD)  # read when the forkserver starts: at the first such run
+        return ctx
+
+    monkeypatch.setattr(mp, "get_context", get_context)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("forked_ranks")
 @pytest.mark.parametrize("case,expect", [("nonfinite", ("NonFiniteError", 3)), ("skip", ("ok", 40)),
                                          ("signal", ("Interrupted", 5)), ("savefail", (None, 10))])
 def test_two_ranks_stop_at_the_same_step_for_every_reason(tmp_path, tiny_text_file, case, expect):
@@ -136,6 +163,7 @@ def test_two_ranks_stop_at_the_same_step_for_every_reason(tmp_path, tiny_text_fi
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("forked_ranks")
 def test_two_ranks_plan_the_same_fit_to_time_schedule(tmp_path, tiny_text_file):
     res = _run_two_ranks(tmp_path, tiny_text_file, "fit")
     assert res[0] == res[1], res  # same planned max_iters (the slower rank's), same last step
