@@ -221,17 +221,22 @@ class NoDepthlab(importlib.abc.MetaPathFinder):
         if name.split(".")[0] == "depthlab":
             raise ImportError("depthlab must not be needed")
 sys.meta_path.insert(0, NoDepthlab())
-import torch
+import torch, traceback
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
-d, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-m = AutoModelForCausalLM.from_pretrained(d, local_files_only=True, trust_remote_code=False).eval()
-tok = AutoTokenizer.from_pretrained(d, local_files_only=True, trust_remote_code=False)
-ids = tok(prompt, return_tensors="pt").input_ids
-out = m.generate(ids, max_new_tokens=n, do_sample=False)
-gen = pipeline("text-generation", model=m, tokenizer=tok)(prompt, max_new_tokens=10, do_sample=False)
-x = torch.tensor([[1, 2, 3, 4]])
-print(json.dumps({"greedy": tok.decode(out[0], skip_special_tokens=True), "pipeline": gen[0]["generated_text"],
-                  "logits": m(x).logits[0].tolist(), "ids": ids[0].tolist(), "class": type(m).__name__}))
+# one JSON line per export directory: argv holds (dir, prompt, n) triples
+for d, prompt, n in zip(sys.argv[1::3], sys.argv[2::3], map(int, sys.argv[3::3])):
+    try:
+        m = AutoModelForCausalLM.from_pretrained(d, local_files_only=True, trust_remote_code=False).eval()
+        tok = AutoTokenizer.from_pretrained(d, local_files_only=True, trust_remote_code=False)
+        ids = tok(prompt, return_tensors="pt").input_ids
+        out = m.generate(ids, max_new_tokens=n, do_sample=False)
+        gen = pipeline("text-generation", model=m, tokenizer=tok)(prompt, max_new_tokens=10, do_sample=False)
+        x = torch.tensor([[1, 2, 3, 4]])
+        res = {"greedy": tok.decode(out[0], skip_special_tokens=True), "pipeline": gen[0]["generated_text"],
+               "logits": m(x).logits[0].tolist(), "ids": ids[0].tolist(), "class": type(m).__name__}
+    except Exception:
+        res = {"error": traceback.format_exc()}
+    print(json.dumps(res), flush=True)
 """
 
 
@@ -245,21 +250,41 @@ def rope_run(tmp_path_factory):
                                                      tie_weights=False, bias=True), train=dict(max_iters=20)), **QUIET)
 
 
-def _hf(export_dir, prompt, n):
-    r = subprocess.run([sys.executable, "-c", HF_SCRIPT, str(export_dir), prompt, str(n)], capture_output=True,
+def _hf(*requests):
+    """HF_SCRIPT on each ``(export_dir, prompt, n)`` in one process (its torch and transformers imports once):
+    one result per request, ``{"error": traceback}`` where that one failed."""
+    argv = [str(x) for req in requests for x in req]
+    r = subprocess.run([sys.executable, "-c", HF_SCRIPT, *argv], capture_output=True,
                        text=True, timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    lines = [line for line in r.stdout.strip().splitlines() if line.startswith("{")]
+    assert len(lines) == len(requests), r.stdout[-2000:]
+    return [json.loads(line) for line in lines]
+
+
+#: The export test's cases: (run fixture, transformers class, characters generated). A rope run's text ends at
+#: block_size: past it depthlab re-encodes a cropped context, GPT-NeoX rotates on.
+HF_CASES = [("run", "GPT2LMHeadModel", 100), ("rope_run", "GPTNeoXForCausalLM", 32 - len("First Citizen:"))]
+
+
+@pytest.fixture(scope="module")
+def hf_loaded(request, tmp_path_factory):
+    """Both runs exported (``depthlab export``) and loaded by transformers in one process without depthlab:
+    ``{which: (export exit status, what HF_SCRIPT printed)}``. One interpreter importing torch and transformers
+    for the two cases instead of one each (~4-5 s of the slow tier)."""
+    d = tmp_path_factory.mktemp("hf")
+    codes = {which: main(["export", str(request.getfixturevalue(which)), str(d / which)]) for which, _, _ in HF_CASES}
+    outs = _hf(*[(d / which, "First Citizen:", n) for which, _, n in HF_CASES])
+    return {which: (codes[which], out) for (which, _, _), out in zip(HF_CASES, outs)}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which,klass,n", [("run", "GPT2LMHeadModel", 100),
-                                           ("rope_run", "GPTNeoXForCausalLM", 32 - len("First Citizen:"))])
-def test_export_loads_without_depthlab_and_greedy_equals_sample(which, klass, n, request, tmp_path, capsys):
-    # a rope run's text ends at block_size: past it depthlab re-encodes a cropped context, GPT-NeoX rotates on
+@pytest.mark.parametrize("which,klass,n", HF_CASES)
+def test_export_loads_without_depthlab_and_greedy_equals_sample(which, klass, n, request, hf_loaded):
     run = request.getfixturevalue(which)
-    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
-    out = _hf(tmp_path / "hf", "First Citizen:", n)
+    code, out = hf_loaded[which]
+    assert code == 0
+    assert "error" not in out, out.get("error")
     want = sample_text(run, "First Citizen:", n, temperature=0)[0]
     assert out["class"] == klass
     assert out["greedy"] == want and len(want) == len("First Citizen:") + n
