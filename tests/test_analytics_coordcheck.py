@@ -278,6 +278,10 @@ def test_unchanged_names_the_grid_points_it_holds_for_and_unused_grid_fields_are
                                      "its log; vary other fields with --grid); did you mean model.n_layer? choose"),
     (["--axis", "model.n_layer=1,2,2"], "--axis 'model.n_layer=1,2,2': '2' is given twice; list each value of "
                                         "model.n_layer once"),
+    (["--axis", "model.n_layer=1,2", "--axis", "model.n_embd=16,32"],
+     "coordcheck: --axis given 2 times (model.n_layer=1,2, model.n_embd=16,32); the check varies one field"),
+    (["--axis", "model.n_layer 1,2"], "expected FIELD=V1,V2,... (did you mean --axis model.n_layer=1,2?"),
+    (["--axis", "n_layer=1,2"], "did you mean model.n_layer? choose"),
 ])
 def test_coordcheck_refuses_what_the_sweep_refuses(capsys, args, said):
     """A new user's pass: the flag was ignored silently, a typo got no suggestion, a repeated value was dropped."""

@@ -117,3 +117,16 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     with pytest.raises(KeyboardInterrupt):
         bare_train(cfg, callbacks=[_CtrlCAtStart()], log=lines.append)
     assert (tmp_path / "mine" / "config.json").is_file()  # the user's folder: kept, and resumable as before
+
+
+def test_the_done_line_says_how_much_of_the_val_split_a_capped_final_validation_read(tmp_path):
+    """A new user's 60 MB corpus: the final validation read 1,048,576 of 6,291,409 val tokens and the done line
+    called it the whole val split."""
+    from depthlab.trainer import done_line
+
+    summary = {"best_val_loss": 2.7357, "best_val_loss_se": 0.01, "best_val_bpc": 3.947, "best_val_step": 30,
+               "final_step": 30, "wall_time_s": 12.0}
+    part = {"val_loss": 2.7357, "tokens": 1048576, "of_tokens": 6291409}
+    assert "(1,048,576 of the val split's 6,291,409 tokens 2.7357)" in done_line(summary, part, tmp_path)
+    whole = {"val_loss": 2.7357, "tokens": 111538, "of_tokens": 111538}
+    assert "(whole val split 2.7357)" in done_line(summary, whole, tmp_path)

@@ -879,6 +879,10 @@ def run_coordcheck(ns, argv: list[str]) -> int:
     from .sweep.spec import parse_grid_arg
 
     _set_threads(ns.threads)
+    axes = [v for _, _, v in occurrences(argv, ["--axis"])]
+    if len(axes) > 1:  # the parser keeps the last: the others were dropped without a word
+        raise DepthlabError(f"coordcheck: --axis given {len(axes)} times ({', '.join(map(str, axes))}); the check "
+                            "varies one field: keep one --axis and cross another field with --grid FIELD=V1,V2")
     axis = parse_axis(ns.axis)
     grid = dict(parse_grid_arg(g) for g in ns.grid)
     for key, option in [(axis[0], "--axis"), *((k, "--grid") for k in grid)]:

@@ -516,7 +516,9 @@ def done_line(summary: dict, final: Optional[dict], run_dir: Path, no_se: Option
     """The run's last console line: best val (nats/token) ± its sampling error over where the evaluation windows
     fell (README, "Measured speed and quality"; ``no_se``: why there is none, when known), bits/char, the
     whole-split loss of ``final`` (the final validation, or None), steps and seconds."""
-    whole = "" if final is None else f" (whole val split {final['val_loss']:.4f})"
+    part = final is not None and final.get("tokens") is not None and final.get("tokens") != final.get("of_tokens")
+    what = f"{final['tokens']:,} of the val split's {final['of_tokens']:,} tokens" if part else "whole val split"
+    whole = "" if final is None else f" ({what} {final['val_loss']:.4f})"
     se = summary.get("best_val_loss_se")
     err = plus_minus(se)
     why = "" if se is not None or not no_se else f"no ±: {no_se}; "

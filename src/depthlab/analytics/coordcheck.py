@@ -141,7 +141,9 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     key, eq, vals = str(text).partition("=")
     key = key.strip()
     if not eq or not key:
-        raise DepthlabError(f"{option} {text!r}: expected FIELD=V1,V2,... ({example})")
+        words = str(text).split()  # "model.n_layer 1,2": the = left out
+        meant = f"did you mean {option} {words[0]}={words[1]}? " if len(words) == 2 else ""
+        raise DepthlabError(f"{option} {text!r}: expected FIELD=V1,V2,... ({meant}{example})")
     fields = numeric_fields()
     if key in UNUSED_FIELDS:  # was: measured the same model at every value and called it "stable"
         raise DepthlabError(f"{option} {key}: {UNUSED_FIELDS[key]}, so every value would measure the same model; "
@@ -155,7 +157,8 @@ def parse_axis(text: Optional[str], option: str = "--axis") -> tuple[str, list]:
     elif key in fields:
         kind = _field_type(key)
     else:
-        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.75)
+        close = ([f for f in fields if f.partition(".")[2] == key][:1]  # n_layer without its section
+                 or difflib.get_close_matches(key, fields, n=1, cutoff=0.75))
         hint = f"did you mean {close[0]}? " if close else ""
         raise DepthlabError(f"{option} {key}: not a numeric config field (the slope is taken against its log; vary "
                             f"other fields with --grid); {hint}choose one of {', '.join(fields)} (or model.init.NAME "
