@@ -112,11 +112,15 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     assert not (tmp_path / "runs").exists()
     assert lines[-1] == (f"interrupted before the first step: nothing was trained, and the new run folder "
                          f"{tmp_path / 'runs' / 'new'} was removed")
-    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine").mkdir()  # an empty folder the user made: kept, emptied of what the start wrote
     cfg = tiny_config(tmp_path / "mine", tiny_text_file, train=dict(max_iters=3))
     with pytest.raises(KeyboardInterrupt):
         bare_train(cfg, callbacks=[_CtrlCAtStart()], log=lines.append)
-    assert (tmp_path / "mine" / "config.json").is_file()  # the user's folder: kept, and resumable as before
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
+    assert lines[-1] == (f"interrupted before the first step: nothing was trained, and what it wrote into the folder "
+                         f"{tmp_path / 'mine'} (empty before) was removed")
+    bare_train(cfg, log=lines.append)  # the same command then trains (it was refused as an existing run)
+    assert (tmp_path / "mine" / "summary.json").is_file()
 
 
 def test_the_done_line_says_how_much_of_the_val_split_a_capped_final_validation_read(tmp_path):

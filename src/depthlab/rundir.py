@@ -1091,20 +1091,27 @@ def init_from_words(record: dict) -> str:
             f"(--init-from, sha256 {str(record.get('sha256'))[:12]}…), so its step-0 loss is theirs")
 
 
-def remove_made(run_dir: Path, made: list[Path]) -> bool:
+def remove_made(run_dir: Path, made: list[Path], was_empty: bool = False) -> Optional[str]:
     """Remove what a start that failed made: the run folder and the empty folders made around it (``made``, innermost
     first: the folders that did not exist before), so that it leaves nothing behind. An outer folder is removed only
-    while empty (another run may have appeared there). Returns whether anything was removed (False: ``made`` is empty,
-    the run folder was there before)."""
+    while empty (another run may have appeared there). A run folder that was there and empty before (``was_empty``)
+    is kept, emptied again. Returns what was removed, in words, or None (the run folder held files before)."""
     if not made:
-        return False
+        if not was_empty:
+            return None
+        for p in Path(run_dir).iterdir():  # all of it this start's: the folder was empty
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        return f"what it wrote into the folder {run_dir} (empty before) was removed"
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in made[1:]:
         try:
             parent.rmdir()
         except OSError:
             break
-    return True
+    return f"the new run folder {run_dir} was removed"
 
 
 def writable_fix(path: Path, what: str = "it") -> str:

@@ -174,6 +174,7 @@ class Trainer:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+            self._was_empty = self.run_dir.is_dir() and not any(self.run_dir.iterdir())  # the user's, made empty
             replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run set aside till started
         self._new_dirs = new_dirs  # removed by a start that fails, or is interrupted before its first step
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
@@ -186,12 +187,11 @@ class Trainer:
             raise
         drop_replaced(replaced)
 
-    def _remove_new_dirs(self) -> bool:
-        """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`); whether it removed the
-        run folder."""
+    def _remove_new_dirs(self) -> Optional[str]:
+        """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`); what it removed."""
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
-        return rundir.remove_made(self.run_dir, self._new_dirs)
+        return rundir.remove_made(self.run_dir, self._new_dirs, getattr(self, "_was_empty", False))
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
@@ -384,9 +384,9 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         except KeyboardInterrupt:
-            if not self.resumed and self._remove_new_dirs():
-                self.log(f"interrupted before the first step: nothing was trained, and the new run folder "
-                         f"{self.run_dir} was removed")
+            removed = None if self.resumed else self._remove_new_dirs()
+            if removed:
+                self.log(f"interrupted before the first step: nothing was trained, and {removed}")
             raise
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
