@@ -1685,3 +1685,20 @@ def test_the_resume_command_an_interrupt_prints_is_shell_quoted_for_a_folder_wit
     assert e.exit_code == 130 and str(e).endswith("Resume with: depthlab train --resume 'runs/my run'")
     assert shlex.split(str(e).split("Resume with: ")[1])[-1] == "runs/my run"
     assert str(Interrupted(15, Path("runs/int"), 3)).endswith("--resume runs/int")  # nothing to quote: as is
+
+
+def test_a_resume_that_goes_on_from_its_checkpoints_rate_gives_no_warmup_warning(tmp_path, tiny_text_file):
+    """A new user's pass: a resume of a planned run (its warmup ended at step 105 under the plan) with a new
+    train.max_iters below the asked warmup_iters warned 'the peak train.learning_rate is never reached', beside the
+    line saying the rate stays at min_lr: the peak had been reached; this session does not warm up again."""
+    cfg = dict(max_iters=20, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    lines = []
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=22, warmup_iters=40,
+                                                                        resume=True)), log=lines.append)
+    t.fit()
+    assert t.schedule.anchor is not None and not [x for x in lines if "is never reached" in x], lines
+    fresh = []  # a new run asking the same: warned, as before
+    Trainer(tiny_config(tmp_path / "n", tiny_text_file, train=dict(cfg, max_iters=22, warmup_iters=40)),
+            log=fresh.append).fit()
+    assert [x for x in fresh if "train.warmup_iters (40) >= train.max_iters (22)" in x], fresh

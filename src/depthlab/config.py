@@ -865,7 +865,7 @@ def add_config_arguments(parser) -> None:
 FIT_STEPS = 20
 
 
-def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None) -> list[str]:
+def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None, continued: bool = False) -> list[str]:
     """Warnings about a learning-rate schedule that is legal but probably not what was meant.
 
     Args:
@@ -873,12 +873,14 @@ def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None) -> list[
         plannable: whether ``train.fit_to_time`` may still plan this session (the trainer's
             :class:`~depthlab.budget.TimeBudget` knows); None: judged from ``t`` alone (fit_to_time on, a
             max_time, and enough steps for a plan to end the run earlier: :func:`fit_can_shorten`).
+        continued: a resumed session whose rate goes on from its checkpoint's (an anchored decay): it does not warm
+            up again, so ``warmup_iters`` says nothing of it (the run may have reached its peak under a plan).
 
     Returns:
         One sentence per problem, naming the fields (empty when the schedule is coherent).
     """
     out = []
-    if t.warmup_iters >= t.max_iters:
+    if t.warmup_iters >= t.max_iters and not continued:
         # on a resume the schedule may continue from the checkpoint's learning rate and decay from there
         # (the "resume: the learning rate continues from ..." line): only the peak is surely never reached
         # Muon's rate too where it may run (optimizer auto on a CPU, muon): it was left out, as if AdamW's were all

@@ -533,7 +533,8 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     t, m, rt = run.cfg.train, run.cfg.model, run.runtime
     r = rt.resolved()
     omp = env_threads_warning(t, r["threads"], rt.tuning.source if rt.tuning is not None else None)
-    lines = [f"warning: {w}" for w in schedule_warnings(t, run.budget.may_shorten) + ([omp] if omp else [])]
+    continued = run.resumed and run.schedule.anchor is not None  # the rate goes on from the checkpoint's
+    lines = [f"warning: {w}" for w in schedule_warnings(t, run.budget.may_shorten, continued) + ([omp] if omp else [])]
     shape = m.source if m.source else f"{m.n_layer} x {wiring_label(dataclasses.asdict(m))}"
     lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
