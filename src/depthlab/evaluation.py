@@ -19,7 +19,11 @@ import torch
 
 from .units import LN2
 
-__all__ = ["MAX_TOKENS", "SplitLoss", "describe", "forward_batches", "split_loss", "split_windows"]
+__all__ = ["MAX_TOKENS", "SplitLoss", "Stopped", "describe", "forward_batches", "split_loss", "split_windows"]
+
+
+class Stopped(Exception):
+    """:func:`split_loss` was asked to stop (its ``stop`` said so between two batches): no loss."""
 
 #: Most target tokens one whole-split evaluation reads: past this, windows evenly spaced over the
 #: split stand in for it (a 100 MB corpus's val split would otherwise take minutes on a CPU).
@@ -86,7 +90,7 @@ def forward_batches(n_tokens: int, block_size: int, batch_size: int, max_tokens:
 @torch.no_grad()
 def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batch_size: int,
                token_chars: np.ndarray, device: torch.device, ctx=None,
-               max_tokens: int = MAX_TOKENS, loss_fn=None) -> SplitLoss:
+               max_tokens: int = MAX_TOKENS, loss_fn=None, stop=None) -> SplitLoss:
     """Mean loss of ``model`` over the windows of :func:`split_windows`, in eval mode.
 
     Args:
@@ -99,12 +103,13 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
         max_tokens: see :func:`split_windows`.
         loss_fn: ``loss_fn(model, x, y)`` -> the mean loss (0-d) for a model that does not take
             targets (``depthlab.training.protocol.ModelPort.loss``); None = ``model(x, y)[1]``.
+        stop: ``stop()`` -> True to give up between two batches (a Ctrl-C caught by the trainer), or None.
 
     Returns:
         :class:`SplitLoss`, the loss weighted by target tokens (a short last window counts for its length).
 
     Raises:
-        ValueError: as :func:`split_windows`.
+        ValueError: as :func:`split_windows`. Stopped: ``stop()`` said so.
     """
     starts = split_windows(len(tokens), block_size, max_tokens)
     was_training = model.training
@@ -114,6 +119,8 @@ def split_loss(model: torch.nn.Module, tokens: np.ndarray, block_size: int, batc
     n_targets = len(tokens) - 1
     try:
         for batch, length in _batches(starts, n_targets, block_size, batch_size):
+            if stop is not None and stop():
+                raise Stopped
             x = torch.stack([data[s:s + length] for s in batch]).to(device)
             y = torch.stack([data[s + 1:s + 1 + length] for s in batch])
             with ctx if ctx is not None else nullcontext():

@@ -394,7 +394,7 @@ class Trainer:
                 self.model.train()
                 self._loop(tokens_per_step, bar)
                 self.checkpointer.wait_agreed()  # the last background write, before final_validation reads best
-                self.evaluator.final_validation(self.raw_model, self.step, self.run_dir, self.log)
+                self.evaluator.final_validation(self.raw_model, self.step, self.run_dir, self.log, self.stop.caught)
             finally:
                 self.checkpointer.settle()
                 if bar is not None:

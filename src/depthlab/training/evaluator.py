@@ -275,19 +275,19 @@ class Evaluator:
         return (f"eval step {rec['step']}: train {rec['train_loss']:.4f} val {rec['val_loss']:.4f} nats/token "
                 f"({rec['val_bpc']:.3f} bits/char, ppl {ppl})")
 
-    def final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log) -> None:
+    def final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log, stop=None) -> None:
         """train.final_validation: the best weights on the whole val split, logged and kept for the summary.
 
         Only the main process evaluates; every process calls this and learns from it whether the loss was
         finite (``final_nonfinite``), so that under torchrun every process exits 3, not the main one alone.
         The weights are the model's own when the last evaluation was the best, else the verified best
-        checkpoint's.
+        checkpoint's. ``stop()`` -> True (a Ctrl-C or SIGTERM the trainer caught) skips the rest of it.
         """
-        self._final_validation(raw_model, step, run_dir, log)
+        self._final_validation(raw_model, step, run_dir, log, stop)
         bad = self.final_val is not None and not math.isfinite(self.final_val["val_loss"])
         self.final_nonfinite = self.runtime.agree(final_nonfinite=bad)["final_nonfinite"]
 
-    def _final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log) -> None:
+    def _final_validation(self, raw_model: torch.nn.Module, step: int, run_dir: Path, log, stop=None) -> None:
         if not (self.runtime.is_main and self.final_batches and math.isfinite(self.best_val)):
             return
         t0 = time.time()
@@ -300,7 +300,11 @@ class Evaluator:
         try:
             res = evaluation.split_loss(model, self.corpus.val, block, self.cfg.train.batch_size,
                                         self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx,
-                                        loss_fn=self.port.loss)
+                                        loss_fn=self.port.loss, stop=stop)
+        except evaluation.Stopped:  # a large val split takes minutes: a Ctrl-C there is heard, not queued
+            log(f"final validation stopped by a signal after {time.time() - t0:.1f}s: skipped (summary.json's "
+                f"final_validation is null); the training itself ended at step {step}, its checkpoints written")
+            return
         except DepthlabError as e:
             # a model of the user's that takes only its training shape (B and T written into its code)
             # fails on the split's last, smaller batch: the run it trained is kept and finished all the same

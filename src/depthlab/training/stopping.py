@@ -39,6 +39,10 @@ class StopRules:
         self.signum: Optional[int] = None
         self.stopped_by = "max_iters"
 
+    def caught(self) -> bool:
+        """Whether a SIGINT / SIGTERM was caught (or asked for) since the loop started."""
+        return self.signum is not None
+
     def request(self, signum: int = signal.SIGTERM) -> None:
         """Stop at the next step boundary as ``signum`` would: checkpoint, then :class:`Interrupted`."""
         self.signum = signum
