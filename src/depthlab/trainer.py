@@ -169,12 +169,13 @@ class Trainer:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
                                 "(or train.out_dir in the config)")
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log, init_from)
-        point, new_dirs, replaced = None, [], None  # new_dirs: the folders this start makes, innermost first
+        # new_dirs: the folders this start makes, innermost first; _was_empty: it writes into an empty folder of theirs
+        point, new_dirs, replaced, self._was_empty = None, [], None, False
         if t.resume:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
-            self._was_empty = self.run_dir.is_dir() and not any(self.run_dir.iterdir())  # the user's, made empty
+            self._was_empty = self.run_dir.is_dir() and not any(self.run_dir.iterdir())
             replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run set aside till started
         self._new_dirs = new_dirs  # removed by a start that fails, or is interrupted before its first step
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
@@ -191,7 +192,7 @@ class Trainer:
         """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`); what it removed."""
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
-        return rundir.remove_made(self.run_dir, self._new_dirs, getattr(self, "_was_empty", False))
+        return rundir.remove_made(self.run_dir, self._new_dirs, self._was_empty)
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
