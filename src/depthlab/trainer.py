@@ -169,8 +169,7 @@ class Trainer:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
                                 "(or train.out_dir in the config)")
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log, init_from)
-        # new_dirs: the folders this start makes, innermost first; _was_empty: it writes into an empty folder of theirs
-        point, new_dirs, replaced, self._was_empty = None, [], None, False
+        point, new_dirs, replaced, self._was_empty = None, [], None, False  # new_dirs: made here, innermost first
         if t.resume:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
