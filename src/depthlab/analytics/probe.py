@@ -17,7 +17,7 @@ import torch
 
 from ..config import wiring_label
 from ..errors import DepthlabError
-from ..figures import new_figure, write_png
+from ..figures import new_figure, png_text, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
 from ..units import fmt_value
 from ..usermodel import check_command
@@ -504,16 +504,9 @@ def _scales(cfg: dict) -> list[str]:
 
 
 def written_by_probe(path: str | Path) -> bool:
-    """True when ``path`` is a PNG :func:`plot_probe` wrote (its ``Software`` tEXt chunk, PNG spec 11.3.4).
-
-    Matplotlib writes the text chunks right after the header, so the first 4 KiB hold it.
-    """
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return head.startswith(b"\x89PNG") and b"Software\x00" + PROBE_SOFTWARE.encode("ascii") in head
+    """True when ``path`` is a PNG :func:`plot_probe` wrote: its ``Software`` text (:func:`rundir.png_text`)
+    says :data:`PROBE_SOFTWARE`. A symbolic link is never depthlab's."""
+    return not Path(path).is_symlink() and png_text(path, "Software") == PROBE_SOFTWARE
 
 
 def check_replaceable(path: str | Path) -> None:
