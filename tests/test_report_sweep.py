@@ -34,6 +34,19 @@ def test_report_and_report_command(tiny_text_file, tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(sw)]) == 0
     assert (sw / "report.html").exists() and "report.html" in capsys.readouterr().out
+    # a user's file under a name the report writes is never replaced: the page, then a figure
+    page = (sw / "report.html").read_bytes()
+    (sw / "report.html").write_text("my notes")
+    assert main(["report", str(sw)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "report.html exists and was not written by depthlab report" in err
+    assert (sw / "report.html").read_text() == "my notes"
+    (sw / "report.html").write_bytes(page)
+    mine = sw / "plots" / "sweep_curves.png"
+    mine.write_bytes(b"\x89PNG\r\n\x1a\nmy figure")
+    assert main(["report", str(sw)]) == 2
+    assert "sweep_curves.png exists and was not written" in capsys.readouterr().err
+    assert mine.read_bytes() == b"\x89PNG\r\n\x1a\nmy figure"
 
 
 @pytest.mark.slow
@@ -91,11 +104,11 @@ def test_per_block_panels_number_blocks_from_zero(monkeypatch, tmp_path):
     seen = []
     real = rs.write_png
 
-    def capture(fig, path):
+    def capture(fig, path, **savefig):
         for ax in fig.axes:
             for line in ax.get_lines():
                 seen.append((line.get_linestyle(), list(line.get_xdata()), list(line.get_ydata())))
-        return real(fig, path)
+        return real(fig, path, **savefig)
     monkeypatch.setattr(rs, "write_png", capture)
     items = [{"config": {"model": {"n_layer": 3, "variant": "prenorm"}, "train": {"seed": 1}},
               "details": {"init_probe": {"grad_norm_block": [1.0, 2.0, 3.0]},
@@ -175,9 +188,9 @@ def test_a_cjk_grid_value_is_labelled_by_code_point_without_a_glyph_warning(monk
     texts = []
     real = rs.write_png
 
-    def capture(fig, path):
+    def capture(fig, path, **savefig):
         texts.extend(t.get_text() for t in fig.findobj(Text))
-        return real(fig, path)
+        return real(fig, path, **savefig)
     monkeypatch.setattr(rs, "write_png", capture)
     items = []
     for corpus in ("日本.txt", "東京.txt"):
