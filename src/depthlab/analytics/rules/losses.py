@@ -116,30 +116,33 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
     level, words = loss_level(best, ev.baselines, th.bigram_margin, ev.unit)
     name = stuck_name(level)
     remedy = _unigram_remedy(ev, last) if name == "unigram_stuck" else _bigram_remedy(ev, last)
-    if name == "bigram_stuck" and _context_not_shown_unused(ev):
-        if level != "above bigram" or record_verdict(ev)[0] == LEAKS:
+    verdict = _context_verdict(ev) if name == "bigram_stuck" else None
+    if verdict not in (None, UNUSED):
+        if level != "above bigram" or verdict == LEAKS:
             return None  # the loss by position, measured directly, decides whether the context is used (no claim)
         # above the bigram line is a fact, but "none of the context reaches the output" is not what was measured
         return NotJudged(("bigram_stuck",), (CONTEXT_DECIDES,), CONTEXT_DECIDES.shortfall(ev, who_needs(1)) or "")
     return Finding(name, f"{when}: {words}", remedy)
 
 
-def _context_not_shown_unused(ev: Evidence) -> bool:
-    """True when the run's loss-by-position record exists and its verdict is not :data:`UNUSED` (the context is
-    used, or the windows cannot tell, or position 0 leaks): "uses almost none of the context" would contradict it."""
+def _context_verdict(ev: Evidence) -> Optional[str]:
+    """The verdict of the run's loss-by-position record (:func:`record_verdict`), None without one. Any verdict but
+    :data:`UNUSED` (the context is used, the windows cannot tell, or position 0 leaks) contradicts "uses almost
+    none of the context"."""
     if ev.context is None or not isinstance(ev.context.get("context_gain"), (int, float)):
-        return False
-    return record_verdict(ev)[0] != UNUSED
+        return None
+    return record_verdict(ev)[0]
 
 
 def _context_decides(ev: Evidence, who: str) -> Optional[str]:
     """Why ``bigram_stuck`` is not judged above the bigram line: the run's loss by position does not show the context
     unused (it shows it used, or cannot tell), so the finding's "none of the context before it" is no claim to make."""
-    if ev.context is None or not _context_not_shown_unused(ev):
+    verdict = _context_verdict(ev)
+    if verdict in (None, UNUSED):
         return None
     best = min((v for _, v in ev.val_losses), default=math.inf)
     bg = float(ev.baselines["bigram"]["nats"])
-    seen = "shows the context used" if record_verdict(ev)[0] == USED else "cannot tell whether the context is used"
+    seen = "shows the context used" if verdict == USED else "cannot tell whether the context is used"
     where = shlex.quote(str(ev.run_dir)) if ev.run_dir else "RUN"
     return (f"the best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline {bg:.3f} (what the "
             f"current {ev.unit} alone gives), but the run's loss by position {seen} (depthlab context {where} "
