@@ -875,6 +875,21 @@ def test_a_folder_given_alone_as_the_model_is_said_to_be_a_folder(tmp_path, caps
                                        f"file in it that defines the model (e.g. {d / 'gpt.py'})\n")
 
 
+def test_a_run_folder_given_as_the_model_names_its_copy_of_the_model_file(tmp_path, capsys):
+    """`depthlab check RUN` of a --model.source run suggested RUN/model.py, a file no run has; the run's own copy
+    of the file it trained with is RUN/source/FILE.py (named with the class its config.json records)."""
+    run = tmp_path / "run"
+    (run / "source").mkdir(parents=True)
+    (run / "source" / "mine.py").write_text("import torch\n")
+    (run / "config.json").write_text(json.dumps({"model": {"source": "/elsewhere/mine.py:TinyGPT"}}))
+    assert main(["check", str(run)]) == 2
+    assert capsys.readouterr().err == (f"depthlab: error: check {run}: {run} is a run folder; give the model file it "
+                                       f"trained with, e.g. its copy {run / 'source' / 'mine.py'}:TinyGPT\n")
+    (run / "config.json").write_text(json.dumps({"model": {"source": None}}))  # depthlab's own GPT: no copy
+    assert main(["check", str(run)]) == 2
+    assert f"{run} is a folder; give the .py file in it" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", ["{d}:GPT", "{d}/:GPT", "{d}"])
 @pytest.mark.parametrize("command", [["train", "--train.out_dir", "out"],
                                      ["sweep", "--grid", "train.learning_rate=0.1,0.2", "--out_dir", "out"]])

@@ -78,6 +78,9 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
                             "in it that makes the model (e.g. mymodel.py:GPT)")
     p = Path(path)
+    if p.is_dir() and (copy := _run_source_copy(p)):
+        raise DepthlabError(f"{option} {text}: {path} is a run folder; give the model file it trained with, "
+                            f"e.g. its copy {copy}")
     if p.is_dir():
         files = sorted(q.name for q in p.glob("*.py"))
         held = f" (it holds {', '.join(files[:6])}{' ...' if len(files) > 6 else ''})" if files else ""
@@ -94,6 +97,18 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text}: file {path} not found in {p.parent.resolve()}; give the path of the "
                             f"model's .py file, relative to this folder or absolute{there}")
     return Source(p, name)
+
+
+def _run_source_copy(folder: Path) -> Optional[str]:
+    """``RUN/source/FILE.py:NAME``, the copy of the model file a ``--model.source`` run in ``folder`` trained with
+    (from its config.json), when ``folder`` is such a run and the copy is there; else None."""
+    cfg = read_json(folder / CONFIG)
+    spec = cfg.get("model", {}).get("source") if isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) else None
+    if not isinstance(spec, str) or not spec:
+        return None
+    file, _, name = spec.rpartition(":") if not spec.endswith(".py") else (spec, "", "")
+    copy = folder / SOURCE / Path(file).name
+    return f"{copy}{':' + name if name else ''}" if copy.is_file() else None
 
 
 def parse_init(init: Union[None, str, dict], option: str = "model.init") -> dict:
