@@ -706,19 +706,8 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
         return verified_best(Path(run_dir))
     entry = latest_checkpoint(Path(run_dir))
     if entry is None:
-        raise _no_checkpoint(Path(run_dir))
+        raise RunDir(run_dir).no_checkpoint_error()
     return ckdir / f"{entry['name']}.safetensors"
-
-
-def _no_checkpoint(run_dir: Path) -> DepthlabError:
-    """A run without a checkpoint: "yet" while it has not trained a step as far as summary.json says; a finished
-    run whose checkpoints were deleted is named so (it will never get one by waiting)."""
-    steps = (RunDir(run_dir).summary or {}).get("final_step")
-    if isinstance(steps, int) and steps > 0:
-        return DepthlabError(f"{run_dir} holds no checkpoint, though summary.json says {steps} steps were trained: "
-                             f"its {CHECKPOINTS}/ was deleted or emptied; restore it from a copy or train the run "
-                             "again")
-    return DepthlabError(f"{run_dir} has no checkpoint yet")
 
 
 def describe_weights(run_dir: Path, path: Path) -> str:

@@ -954,6 +954,10 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
+        if what == "checkpoints" and missing and not any((rd / CHECKPOINTS).glob("*.safetensors")):
+            trained = (self.summary or {}).get("final_step")
+            if isinstance(trained, int) and trained > 0:  # the whole folder is gone, not just its manifest
+                raise self.no_checkpoint_error()
         if missing and self.ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
@@ -962,6 +966,16 @@ class RunDir:
         if CONFIG in needs and self.damaged(CONFIG):
             raise damaged_config_error(rd / CONFIG)
         return self
+
+    def no_checkpoint_error(self) -> DepthlabError:
+        """A run without a checkpoint: "yet" while it has not trained a step as far as summary.json says; a finished
+        run whose checkpoints were deleted is named so (it will never get one by waiting)."""
+        steps = (self.summary or {}).get("final_step")
+        if isinstance(steps, int) and steps > 0:
+            return DepthlabError(f"{self.path} holds no checkpoint, though {SUMMARY} says {steps} steps were trained: "
+                                 f"its {CHECKPOINTS}/ was deleted or emptied; restore it from a copy or train the "
+                                 "run again")
+        return DepthlabError(f"{self.path} has no checkpoint yet")
 
     @property
     def foreign_config(self) -> bool:
