@@ -204,6 +204,7 @@ def test_a_sweep_on_a_full_disk_exits_1_naming_its_runs_and_the_files(tmp_path, 
                 f"checkpoint, or from step 0 if it has none); sweep_status.json not written: no space left on the "
                 f"device holding {run} while writing {run}/sweep_status.json; free space there")
         assert line.endswith(f" ({clip_message(said)})"), line
+        assert f"{run.name}: {said}" in out.splitlines()  # results.md, which would hold it, was not written
     assert (f"warning: could not write the sweep's results (results.csv, results.md): no space left on the device "
             f"holding {sw} while writing {sw}/results.csv; free space there and run the same command again to write "
             "them (it skips the finished runs)") in out.splitlines()

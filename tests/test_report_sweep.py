@@ -74,9 +74,13 @@ def test_diverged_run_far_off_axis_still_gets_a_report(tiny_text_file, tmp_path,
                "--data.path", str(tiny_text_file), "--train.batch_size", "4", "--train.warmup_iters", "2",
                "--train.max_iters", "30", "--model.n_embd", "16", "--model.n_head", "2", "--model.block_size", "16",
                "--train.eval_interval", "10", "--train.eval_iters", "1", "--workers", "1", "--out-dir", str(out)])
-    assert rc == 0, capsys.readouterr().err  # a diverged run is a finding of the sweep, not a failed command
+    said = capsys.readouterr().out
+    assert rc == 0, said  # a diverged run is a finding of the sweep, not a failed command
     status = sorted(r["status"] for r in csv.DictReader(open(out / "results.csv")))
     assert status == ["nonfinite", "ok"] and (out / "report.html").stat().st_size > 1000
+    message = next(r["message"] for r in csv.DictReader(open(out / "results.csv")) if r["status"] == "nonfinite")
+    assert len(message) > 120 and f"{message}" in (out / "results.md").read_text()  # the progress line cuts it short
+    assert f"the whole message of the 1 run cut short above: {out / 'results.md'}" in said.splitlines()
 
 
 @pytest.mark.slow

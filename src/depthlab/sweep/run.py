@@ -15,13 +15,12 @@ from ..errors import DepthlabError, no_space
 from ..training import runlock
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_devices, check_same_sweep, check_sweep_dir,
-                     clear_run_dir,
-                     hold_sweep_dir, placement, resume_config,
+                     clear_run_dir, clip_message, hold_sweep_dir, placement, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, read_results, write_results
 from .seeds import check_auto_seeds, seeds_wanted
-from .spec import RESULTS_CSV, RUNS, SweepSpec, estimate_seconds, varied_fields
+from .spec import RESULTS_CSV, RESULTS_MD, RUNS, SweepSpec, estimate_seconds, varied_fields
 
 #: A backend's way of running jobs: ``runner(jobs, workers, log, total, n_done) -> results`` (see :func:`run_jobs`).
 Runner = Callable[[list, int, Log, int, int], list]
@@ -190,4 +189,16 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
                 f"{local.write_failure(e, sweep_dir)}{again}")
         except Exception as e:  # noqa: BLE001 - never hide the original error
             log(f"warning: could not write results: {type(e).__name__}: {e}")
+        _whole_messages(results, sweep_dir, written, log)
     return results, written
+
+
+def _whole_messages(results: list[dict], sweep_dir: Path, written: bool, log: Log) -> None:
+    """Where the whole message of each run whose progress line cut it short (:func:`clip_message`) is: results.md,
+    or, when that could not be written, printed here in full."""
+    cut = [r for r in results if r.get("message") and clip_message(r["message"]) != r["message"]]
+    if cut and written:
+        log(f"the whole message of the {counted(len(cut), 'run')} cut short above: {sweep_dir / RESULTS_MD}")
+    elif cut:
+        for r in cut:
+            log(f"{r['name']}: {r['message']}")
