@@ -4,7 +4,7 @@ the rank measure is already 0 up to float rounding after block 0. Was, on 101 x 
 from 0.000 (block 0) to 5.62e-08 (block 1 ...)", blaming train.muon_lr and train.warmup_iters."""
 
 from depthlab.analytics.diagnose import diagnose
-from depthlab.analytics.rules import DISTINCT, Evidence, NotJudged
+from depthlab.analytics.rules import LEARNABLE, Evidence, NotJudged
 from depthlab.analytics.rules.training import rank_collapse, uniform_attention
 
 from conftest import SHAKESPEARE_BASELINES as BASE
@@ -15,14 +15,20 @@ FLAT = probe(60, [4.8e-08, 5.6e-08], ent=[[2.5487, 2.5487]] * 2, u=2.5487, cos=[
 ONE = {"uniform": {"nats": 0.0}, "unigram": {"nats": 0.0}, "bigram": {"nats": 0.0}, "vocab_size": 1}
 
 
-def test_a_one_token_corpus_is_not_judged_for_rank_collapse_and_says_why():
+def test_a_one_token_corpus_is_not_judged_by_any_rule_and_says_why():
+    """Every rule, not only rank_collapse: on 5,000 x "a" diagnose found unigram_stuck ("at the uniform level ln V =
+    0.000"), no_gradient (softmax over one class has no gradient) and plateau, of a corpus with nothing to learn."""
     d = diagnose(Evidence([FLAT], {"model": {"vocab_size": 1, "variant": "prenorm", "norm": "layernorm"}}, ONE))
     assert [f.rule for f in d.findings] == []
-    (line,) = [w for w in d.without_data() if w.startswith("rank_collapse")]
-    assert line.startswith("rank_collapse, uniform_attention (the corpus has one distinct character (V = 1): "), line
-    assert "every loss is 0 whatever the weights" in line and "rank measure (0 by construction" in line
+    (line,) = d.without_data()
+    names = line[:line.index(" (")].split(", ")
+    assert len(names) == len(set(names))  # bigram_stuck, given by two rules, once
+    assert {"rank_collapse", "uniform_attention", "no_gradient", "unigram_stuck", "bigram_stuck", "plateau"} <= {*names}
+    assert line[len(", ".join(names)):].startswith(" (the corpus has one distinct character (V = 1): "), line
+    assert "every loss and every gradient is 0 whatever the weights" in line and "(data.path)" in line
     v = rank_collapse(Evidence([FLAT], {"model": {"vocab_size": 1}}, ONE))
-    assert isinstance(v, NotJudged) and v.needs == (DISTINCT,)
+    assert isinstance(v, NotJudged) and v.needs[0] == LEARNABLE
+    assert rank_collapse(Evidence([FLAT], {"model": {"vocab_size": 2}}, {**ONE, "vocab_size": 2})).needs[0] != LEARNABLE
 
 
 def test_a_stream_that_is_one_vector_from_block_0_on_is_not_judged():
@@ -51,4 +57,5 @@ def test_diagnose_of_a_real_one_character_run(tmp_path, capsys):
     assert rc == 0 and "nothing to learn" in out + err
     rc, out, err = run_cli(capsys, "diagnose", str(tmp_path / "run"))
     assert rc == 0 and "[rank_collapse]" not in out and "train.muon_lr" not in out, out
-    assert "not judged: rank_collapse, uniform_attention (the corpus has one distinct character (V = 1)" in out
+    assert out.startswith("diagnosis: no rule could judge this run\n  not judged: "), out
+    assert "uniform_attention, " in out and "plateau (the corpus has one distinct character (V = 1)" in out

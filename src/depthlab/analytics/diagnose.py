@@ -31,7 +31,7 @@ from .rules import (NEEDS, RULE_SET, SHORTCUT_VARIANTS, Evidence, Finding, Need,
 
 __all__ = ["Finding", "Thresholds", "Evidence", "Diagnosis", "diagnose", "diagnose_records", "diagnose_run",
            "diagnose_run_full", "format_findings", "findings_json", "rules_without_data", "write_diagnosis",
-           "DiagnosisCallback", "RULES", "RULE_SET", "SHORTCUT_VARIANTS", "loss_level"]
+           "DiagnosisCallback", "no_rule_judged", "RULES", "RULE_SET", "SHORTCUT_VARIANTS", "loss_level"]
 
 RULES = tuple(dict.fromkeys(name for r in RULE_SET for name in r.names))
 """Every finding name, in the order findings are said."""
@@ -56,7 +56,8 @@ class Diagnosis:
         :data:`~depthlab.analytics.rules.NEEDS` order (e.g. ``"plateau (3 of the 6 evaluations it needs)"``)."""
         groups: dict[Need, list[str]] = {}
         for nj in self.not_judged:
-            groups.setdefault(nj.needs[0], []).extend(nj.rules)
+            have = groups.setdefault(nj.needs[0], [])
+            have.extend(n for n in nj.rules if n not in have)  # two rules may give one name (bigram_stuck)
         order = {n: i for i, n in enumerate(NEEDS)}
         return [f"{', '.join(names)} ({need.shortfall(self.evidence, who_needs(len(names)))})"
                 for need, names in sorted(groups.items(), key=lambda kv: order.get(kv[0], len(order)))]
@@ -144,6 +145,12 @@ def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = No
     return list(d.findings), d.without_data()
 
 
+def no_rule_judged(without_data: Sequence[str]) -> bool:
+    """True when :meth:`Diagnosis.without_data`'s lines (each ``"a, b (why)"``) name every rule in :data:`RULES`."""
+    named = {n for w in without_data for n in w.split(" (", 1)[0].split(", ")}
+    return named >= set(RULES)
+
+
 def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -> str:
     """Plain-words block for the console: one paragraph per finding, or a one-line all-clear.
 
@@ -153,7 +160,8 @@ def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -
     if not findings:
         if not without_data:
             return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
-        lines = ["diagnosis: no problems found by the rules that could judge this run"]
+        lines = ["diagnosis: no rule could judge this run" if no_rule_judged(without_data) else
+                 "diagnosis: no problems found by the rules that could judge this run"]
     else:
         lines = [f"diagnosis: {counted(len(findings), 'finding')}"]
     for f in findings:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence, Union
 
-from ..analytics.diagnose import Thresholds, loss_level
+from ..analytics.diagnose import Thresholds, loss_level, no_rule_judged
 from ..analytics.samples import TEMPERATURE, TOP_K
 from ..config import model_record
 from ..errors import DepthlabError
@@ -353,8 +353,9 @@ def _findings_html(d: dict) -> str:
     nj_html = "".join(f'<p class="muted">Not judged: {esc(w)}</p>' for w in nj)
     if not findings:
         if nj:
-            return ('<div class="finding ok"><p class="rule">no problems found by the rules that could judge this '
-                    "run</p></div>" + nj_html)
+            said = ("no rule could judge this run" if no_rule_judged(nj) else
+                    "no problems found by the rules that could judge this run")
+            return f'<div class="finding ok"><p class="rule">{said}</p></div>' + nj_html
         return '<div class="finding ok"><p class="rule">no problems found</p><p>The diagnosis rules found ' \
                "nothing to flag.</p></div>"
     out = []

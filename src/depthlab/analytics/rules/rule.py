@@ -18,7 +18,8 @@ from .evidence import Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
-           "PROBE", "DISTINCT", "RANK_ZERO", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS", "OVERFIT_EVALS"]
+           "PROBE", "DISTINCT", "LEARNABLE", "RANK_ZERO", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS",
+           "OVERFIT_EVALS"]
 
 
 def who_needs(n_rules: int) -> str:
@@ -94,7 +95,7 @@ class Rule:
         return tuple(dict.fromkeys(n.source for n in self.needs))
 
     def __call__(self, ev: Evidence) -> Verdict:
-        unmet = tuple(n for n in self.needs if not n.met(ev))
+        unmet = tuple(n for n in (LEARNABLE, *self.needs) if not n.met(ev))  # every rule needs something to learn
         if unmet:
             return NotJudged(self.names, unmet, unmet[0].shortfall(ev, who_needs(len(self.names))) or "")
         return self.judge(ev)
@@ -172,16 +173,11 @@ distinct tokens."""
 
 def _distinct_positions(ev: Evidence, who: str) -> Optional[str]:
     """What the probe measures (the rank measure, attention entropy) says something about the model only when the
-    positions carry different tokens: not on a corpus of one distinct token, where every loss is 0 whatever the
-    weights, nor when the stream is already the same vector at every position after block 0."""
+    positions carry different tokens: not when the stream is already the same vector at every position after block 0
+    (a corpus of one distinct token is :data:`LEARNABLE`'s, asked of every rule first)."""
     if ev.last_probe is None:
         return _probe(ev, who)
     unit = ev.unit
-    if ev.vocab_size == 1:
-        return (f"the corpus has one distinct {unit} (V = 1): every window repeats it and every loss is 0 whatever "
-                "the weights, so there is nothing to learn, and the rank measure (0 by construction where nothing "
-                "else tells the positions apart, as with model.position rope) and the attention entropy say nothing "
-                "about the model")
     p = ev.last_probe
     rm = p.get("rank_measure") if isinstance(p.get("rank_measure"), list) else []
     first = finite_or_none(rm[0]) if rm else None
@@ -190,6 +186,16 @@ def _distinct_positions(ev: Evidence, who: str) -> Optional[str]:
                 f"position carries the same vector from the first block on, as windows that repeat one {unit} give, "
                 f"so the probe cannot show what the blocks do to distinct {unit}s")
     return None
+
+
+def _learnable(ev: Evidence, who: str) -> Optional[str]:
+    """A corpus of one distinct token leaves nothing to learn: softmax over one class is 1, so every loss is 0 and
+    every gradient of it is exactly 0 whatever the weights; no rule can say anything about the model."""
+    if ev.vocab_size != 1:
+        return None
+    return (f"the corpus has one distinct {ev.unit} (V = 1): every window repeats it, so every loss and every "
+            "gradient is 0 whatever the weights and there is nothing to learn; train on a text with at least two "
+            f"distinct {ev.unit}s (data.path)")
 
 
 def _late_eval(ev: Evidence, who: str) -> Optional[str]:
@@ -242,6 +248,7 @@ def _overfit_evals(ev: Evidence, who: str) -> Optional[str]:
     return None if n >= need else f"{n} of the {need} evaluations with train and val loss {who}"
 
 
+LEARNABLE = Need("vocab", "a vocabulary of two tokens or more", _learnable)
 GRAD = Need("grad", "gradient records", _grad)
 GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
@@ -253,5 +260,6 @@ CONTEXT = Need("event", "a loss-by-position record", _context)
 PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
-NEEDS = (GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS, OVERFIT_EVALS)
+NEEDS = (LEARNABLE, GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS,
+         OVERFIT_EVALS)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""
