@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from .errors import DepthlabError
-from .units import finite_or_none  # noqa: F401 (re-exported: readers of records import it from here)
+from .units import counted, finite_or_none  # noqa: F401 (finite_or_none re-exported for readers of records)
 
 CONFIG = "config.json"
 VOCAB = "vocab.json"
@@ -954,10 +954,9 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
-        if what == "checkpoints" and missing and not any((rd / CHECKPOINTS).glob("*.safetensors")):
-            trained = (self.summary or {}).get("final_step")
-            if isinstance(trained, int) and trained > 0:  # the whole folder is gone, not just its manifest
-                raise self.no_checkpoint_error()
+        emptied = what == "checkpoints" and not any((rd / CHECKPOINTS).glob("*.safetensors"))
+        if missing and emptied and self._trained_steps():
+            raise self.no_checkpoint_error()  # the whole folder is gone, not just its manifest
         if missing and self.ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
@@ -970,12 +969,17 @@ class RunDir:
     def no_checkpoint_error(self) -> DepthlabError:
         """A run without a checkpoint: "yet" while it has not trained a step as far as summary.json says; a finished
         run whose checkpoints were deleted is named so (it will never get one by waiting)."""
-        steps = (self.summary or {}).get("final_step")
-        if isinstance(steps, int) and steps > 0:
-            return DepthlabError(f"{self.path} holds no checkpoint, though {SUMMARY} says {steps} steps were trained: "
-                                 f"its {CHECKPOINTS}/ was deleted or emptied; restore it from a copy or train the "
-                                 "run again")
+        steps = self._trained_steps()
+        if steps:
+            return DepthlabError(f"{self.path} holds no checkpoint, though {SUMMARY} says {counted(steps, 'step')} "
+                                 f"{'was' if steps == 1 else 'were'} trained: its {CHECKPOINTS}/ was deleted or "
+                                 "emptied; restore it from a copy or train the run again")
         return DepthlabError(f"{self.path} has no checkpoint yet")
+
+    def _trained_steps(self) -> int:
+        """The steps summary.json says the run trained (0 when it has none, or no summary)."""
+        steps = (self.summary or {}).get("final_step")
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 0
 
     @property
     def foreign_config(self) -> bool:
