@@ -123,6 +123,32 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     assert (tmp_path / "mine" / "summary.json").is_file()
 
 
+def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tiny_text_file):
+    """A new user's pass: SIGTERM (timeout, a job scheduler) while `train --overwrite` was starting ended the process
+    at once: no word, exit 143, the run folder empty and the old run left in a hidden .NAME.replaced-* folder that no
+    command named. SIGTERM now unwinds as Ctrl-C does: the old run is back, one line, exit 143."""
+    import subprocess
+    import sys
+
+    from conftest import tiny_cli_args
+
+    old = tmp_path / "run"
+    bare_train(tiny_config(old, tiny_text_file, train=dict(max_iters=2)), log=lambda s: None)
+    before = {p.relative_to(old).as_posix(): p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    code = ("import os, signal, sys; import depthlab.trainer as t; from depthlab.cli import main\n"
+            "real = t.Trainer._setup\n"
+            "def setup(self, *a, **k):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return real(self, *a, **k)\n"
+            "t.Trainer._setup = setup\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    argv = ["train", *tiny_cli_args(tiny_text_file, old, model__n_embd=16), "--overwrite"]
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 143 and p.stderr.splitlines()[-1] == "depthlab: terminated (SIGTERM)", p.stderr
+    assert not [q.name for q in tmp_path.iterdir() if q.name.startswith(".")]  # no hidden .run.replaced-* left
+    assert {q.relative_to(old).as_posix(): q.read_bytes() for q in old.rglob("*") if q.is_file()} == before
+
+
 def test_the_done_line_says_how_much_of_the_val_split_a_capped_final_validation_read(tmp_path):
     """A new user's 60 MB corpus: the final validation read 1,048,576 of 6,291,409 val tokens and the done line
     called it the whole val split."""

@@ -33,7 +33,8 @@ from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, fi
 from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
                          list_presets, preset_dir, preset_path)
 from .config import ConfigError
-from .errors import DepthlabError, NonFiniteError, no_space, no_space_words, sigint_seen, watch_sigint
+from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
+                     watch_sigterm)
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
     new_parser, set_threads as _set_threads, value_types
@@ -1040,7 +1041,7 @@ def _exit_of_user_code(e: BaseException, debug: bool) -> Optional[int]:
     """2, after one error line, when ``e`` (a SystemExit, or a KeyboardInterrupt that no Ctrl-C caused) was raised
     in a model.source file; None when it is depthlab's own (or --debug asks for the traceback)."""
     where = _user_exit_line(e)
-    if where is None or debug or (isinstance(e, KeyboardInterrupt) and sigint_seen()):
+    if where is None or debug or isinstance(e, Terminated) or (isinstance(e, KeyboardInterrupt) and sigint_seen()):
         return None
     if isinstance(e, KeyboardInterrupt):  # no Ctrl-C came: "interrupted" would be untrue
         _error(f"the model's code raised KeyboardInterrupt itself ({where}; no Ctrl-C was pressed); raise "
@@ -1121,6 +1122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return status
     try:
         watch_sigint()
+        watch_sigterm()
         _openmp_policy(argv[0])  # inside the try: a Ctrl-C while it imports torch is an interruption too
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -1141,6 +1143,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return status
         if isinstance(e, SystemExit):  # --help, argparse's own usage errors: their status is depthlab's
             raise
+        if isinstance(e, Terminated):
+            print(f"{PROG}: terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error

@@ -77,6 +77,24 @@ def watch_sigint() -> None:
         signal.signal(signal.SIGINT, _note_sigint)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be (:func:`watch_sigterm`): the same clean-up runs
+    (a run ``--overwrite`` set aside is put back, a folder a start made is removed) and the command exits 143.
+    Python's default for SIGTERM ends the process at once, with no clean-up and no word."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def watch_sigterm() -> None:
+    """Turn SIGTERM into :class:`Terminated` (the main thread only; a handler set by someone else is kept). The
+    training loop replaces it while it trains (it stops between steps and writes a checkpoint) and puts it back."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _raise_terminated):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
 def sigint_seen() -> bool:
     """Whether Ctrl-C (SIGINT) came since :func:`watch_sigint` (or during a :func:`note_sigint` stretch)."""
     return _SIGINT_SEEN
