@@ -123,7 +123,7 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     assert (tmp_path / "mine" / "summary.json").is_file()
 
 
-def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tiny_text_file):
+def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tiny_text_file, capsys):
     """A new user's pass: SIGTERM (timeout, a job scheduler) while `train --overwrite` was starting ended the process
     at once: no word, exit 143, the run folder empty and the old run left in a hidden .NAME.replaced-* folder that no
     command named. SIGTERM now unwinds as Ctrl-C does: the old run is back, one line, exit 143."""
@@ -147,6 +147,16 @@ def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tin
     assert p.returncode == 143 and p.stderr.splitlines()[-1] == "depthlab: terminated (SIGTERM)", p.stderr
     assert not [q.name for q in tmp_path.iterdir() if q.name.startswith(".")]  # no hidden .run.replaced-* left
     assert {q.relative_to(old).as_posix(): q.read_bytes() for q in old.rglob("*") if q.is_file()} == before
+    # a SIGKILL there cannot be unwound: the commands then name where the old run is and the mv that puts it back
+    from depthlab.cli import main
+
+    (tmp_path / ".run.replaced-abc").mkdir()
+    old.rename(tmp_path / ".run.replaced-abc" / "run")
+    old.mkdir()
+    for argv in (["sample", str(old)], ["diagnose", str(old)], ["train", "--resume", str(old)]):
+        assert main(argv) == 2
+        assert (f"{old} holds no run, but the run that was there is in {tmp_path / '.run.replaced-abc' / 'run'}"
+                in capsys.readouterr().err), argv
 
 
 def test_the_done_line_says_how_much_of_the_val_split_a_capped_final_validation_read(tmp_path):

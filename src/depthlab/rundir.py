@@ -31,6 +31,7 @@ one when read (:func:`record_kind`), so older run directories load unchanged.
 from __future__ import annotations
 
 import base64
+import glob
 import io
 import json
 import math
@@ -431,8 +432,25 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
                                  f"({counted(len(runs), 'run')})")
         return DepthlabError(f"{path} is a sweep folder none of whose runs has started ({path / SWEEP_RUNS} holds no "
                              "run); run the sweep first, or give the out_dir of a depthlab train run")
+    aside = set_aside_run(path)
+    if aside is not None:  # a --overwrite killed (SIGKILL, power) before its new run started: the old run is there
+        return DepthlabError(f"{path} holds no run, but the run that was there is in {aside} (an --overwrite was "
+                             f"stopped before its new run started): put it back with mv {shlex.quote(str(aside))} "
+                             f"{shlex.quote(str(path))} (after removing the empty {path})")
     return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
                          "give the out_dir of a depthlab train run")
+
+
+def set_aside_run(path: Path) -> Optional[Path]:
+    """The run :func:`prepare_run_dir` moved out of ``path`` (``PARENT/.NAME.replaced-*/NAME``) and that nothing put
+    back or deleted (the process was killed in between), when there is one; the newest of several."""
+    path = Path(path)
+    try:
+        found = [p / path.name for p in path.parent.glob(f".{glob.escape(path.name)}.replaced-*")
+                 if (p / path.name / CONFIG).is_file()]
+    except OSError:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def not_a_file_error(path: Path) -> DepthlabError:
