@@ -102,6 +102,22 @@ def test_overfitting_and_plateau():
     assert rules(pl, thresholds=Thresholds(plateau_evals=8)) == []
 
 
+def test_a_slowly_widening_gap_with_val_above_its_best_is_overfitting_not_a_plateau_to_grow_out_of():
+    """A new user's 6,000-character corpus, 2 x 64, 400 steps: val fell to 2.258 at step 200 and rose to 2.321 while
+    train fell to 0.964; the gap grew 0.047 over the last 3 evaluations (under 0.05), so overfitting was silent and
+    the only finding was a plateau whose remedy said "grow the model (model.n_layer, model.n_embd)"."""
+    vals = [4.2, 3.0, 2.6, 2.4, 2.3, 2.27, 2.262, 2.26, 2.258, 2.262, 2.27, 2.275, 2.282, 2.29, 2.31, 2.315, 2.321]
+    trains = [4.2, 2.9, 2.4, 2.1, 1.9, 1.75, 1.6, 1.5, 1.42, 1.35, 1.28, 1.21, 1.15, 1.09, 0.99, 0.975, 0.964]
+    f = diagnose_records(evals(vals, trains=trains, every=25), BASE, cfg("prenorm"))
+    assert [x.rule for x in f] == ["overfitting"], [(x.rule, x.evidence) for x in f]
+    assert f[0].evidence == ("val rose from its best 2.258 (step 200) to 2.321 nats (step 400) while train fell from "
+                             "1.420 to 0.964: the val - train gap is 1.357 nats")
+    assert "model.n_layer" not in f[0].remedy and "smaller model" in f[0].remedy
+    # val up by less than overfit_growth above its best: a plateau, as before
+    flat = [*vals[:9], 2.262, 2.27, 2.265, 2.27, 2.268, 2.27, 2.27, 2.27]
+    assert [x.rule for x in diagnose_records(evals(flat, trains=trains, every=25), BASE, cfg("prenorm"))] == ["plateau"]
+
+
 def test_diagnose_run_and_cli(tmp_path, capsys):
     with pytest.raises(DepthlabError, match="not found"):
         diagnose_run(tmp_path / "missing")

@@ -323,8 +323,10 @@ def _nonfinite_at_init(ev: Evidence) -> Optional[Finding]:
 # ---------------------------------------------------------------------------------- overfitting, plateau
 @rule("overfitting", needs=(OVERFIT_EVALS,))
 def overfitting(ev: Evidence) -> Optional[Finding]:
-    """val - train gap above ``overfit_gap``, grown by ``overfit_growth`` over the last evals,
-    while val loss no longer improves (the last val is not below the window's earlier best).
+    """val - train gap above ``overfit_gap`` while val loss no longer improves, and either the gap grew by
+    ``overfit_growth`` over the last ``overfit_window`` evals, or val rose by ``overfit_growth`` above its best
+    while train kept falling (the textbook picture: a gap that widens slowly over many evals, each step under the
+    window's growth, still ends there).
 
     A gap that grows while val still falls is the usual train/val shift of a small corpus, not
     harm: stopping then would give a worse model. A diverged run (see ``exploding``), or one
@@ -335,13 +337,21 @@ def overfitting(ev: Evidence) -> Optional[Finding]:
     gaps = [g for _, _, g in recent]
     growing = all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] - gaps[0] >= th.overfit_growth
     still_improving = recent[-1][1] < min(v for _, v, _ in recent[:-1]) - 1e-3
-    if gaps[-1] <= th.overfit_gap or not growing or still_improving or divergence(ev):
+    best = min(ev.loss_pairs, key=lambda p: p[1])  # (step, val, train) at the best val
+    last = ev.loss_pairs[-1]
+    rose = last[1] - best[1] >= th.overfit_growth and last[2] < best[2]
+    if gaps[-1] <= th.overfit_gap or not (growing or rose) or still_improving or divergence(ev):
         return None
     uniform = finite_or_none(((ev.baselines or {}).get("uniform") or {}).get("nats"))
     if uniform is not None and recent[-1][1] - recent[-1][2] > uniform:
         return None  # train loss above ln V: diverged, not overfitted
-    return Finding("overfitting", f"val - train gap grew from {gaps[0]:.3f} (step {recent[0][0]}) to "
-                   f"{gaps[-1]:.3f} nats (step {recent[-1][0]})", _overfit_remedy(ev))
+    if growing:
+        words = (f"val - train gap grew from {gaps[0]:.3f} (step {recent[0][0]}) to {gaps[-1]:.3f} nats "
+                 f"(step {recent[-1][0]})")
+    else:
+        words = (f"val rose from its best {best[1]:.3f} (step {best[0]}) to {last[1]:.3f} nats (step {last[0]}) "
+                 f"while train fell from {best[2]:.3f} to {last[2]:.3f}: the val - train gap is {gaps[-1]:.3f} nats")
+    return Finding("overfitting", words, _overfit_remedy(ev))
 
 
 def _overfit_remedy(ev: Evidence) -> str:
@@ -368,12 +378,14 @@ def _overfit_remedy(ev: Evidence) -> str:
 @rule("plateau", needs=(PLATEAU_EVALS,))
 def plateau(ev: Evidence) -> Optional[Finding]:
     """The last ``plateau_evals`` evals did not beat the best val loss before them by ``plateau_tol``
-    (a diverged run's flat val loss is the divergence, not a plateau)."""
+    (a diverged run's flat val loss is the divergence, and an overfitting one's the overfitting: not a plateau)."""
     vals, n = ev.val_losses, ev.thresholds.plateau_evals
     before = min(v for _, v in vals[:-n])
     recent = min(v for _, v in vals[-n:])
     if recent < before - ev.thresholds.plateau_tol or divergence(ev):
         return None
+    if OVERFIT_EVALS.met(ev) and isinstance(overfitting.judge(ev), Finding):
+        return None  # the flat val loss is the overfitting, whose remedy is the other way from "grow the model"
     return Finding("plateau", f"no val improvement over the last {n} evals (steps {vals[-n][0]}-{vals[-1][0]}): "
                    f"best recent {recent:.4f} vs {before:.4f} before", _plateau_remedy(ev))
 
