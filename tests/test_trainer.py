@@ -191,9 +191,18 @@ class _CtrlCAtTheEnd:
 def test_a_ctrl_c_during_the_final_validation_skips_it_and_says_so(tmp_path, tiny_text_file):
     """A new user's pass: SIGINT during the final validation of a 60 MB corpus was ignored (5.4 s more, exit 0,
     a full final_validation in summary.json, which README says is null for an interrupted run)."""
+    import signal
+
+    from depthlab.trainer import Interrupted
+
     lines = []
     cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4))
-    run = bare_train(cfg, callbacks=[_CtrlCAtTheEnd(4)], log=lines.append)
+    with pytest.raises(Interrupted) as e:  # the exit says the signal came (130; it was 0), after the done line
+        bare_train(cfg, callbacks=[_CtrlCAtTheEnd(4)], log=lines.append)
+    run = e.value.run_dir
+    assert e.value.exit_code == 128 + signal.SIGINT and lines[-1].startswith("done: best val ")
+    assert str(e.value) == ("interrupted during the final validation, after the last step (4): the run is finished "
+                            "(summary.json written) and its final_validation is null")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["final_step"] == 4 and summary["final_validation"] is None
     said = [x for x in lines if x.startswith("final validation")]

@@ -52,11 +52,11 @@ from .usermodel import make_model, source_run_model
 class Interrupted(Exception):
     """Training stopped by SIGINT/SIGTERM after writing a checkpoint; ``exit_code`` is 130/143."""
 
-    def __init__(self, signum: int, run_dir: Path, step: int):
+    def __init__(self, signum: int, run_dir: Path, step: int, words: Optional[str] = None):
         self.exit_code = 128 + signum
         self.run_dir, self.step = run_dir, step
         # quoted: the command is pasted into a shell, where a folder "my runs" would be two words
-        super().__init__(f"interrupted at step {step}; checkpoint written. Resume with: "
+        super().__init__(words or f"interrupted at step {step}; checkpoint written. Resume with: "
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
 
@@ -399,7 +399,12 @@ class Trainer:
                 self.checkpointer.settle()
                 if bar is not None:
                     bar.close()
-        return self._finish()
+        run = self._finish()
+        if self.stop.caught():  # during the final validation: the training is whole, the exit says the signal came
+            raise Interrupted(self.stop.signum, run, self.step, f"interrupted during the final validation, after the "
+                              f"last step ({self.step}): the run is finished (summary.json written) and its "
+                              "final_validation is null")
+        return run
 
     def _loop(self, tokens_per_step: int, bar) -> None:
         t = self.cfg.train
