@@ -59,6 +59,12 @@ class Interrupted(Exception):
         super().__init__(words or f"interrupted at step {step}; checkpoint written. Resume with: "
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
+    @classmethod
+    def at_the_end(cls, signum: int, run_dir: Path, step: int) -> "Interrupted":
+        """A signal during the final validation, after the last step: nothing to resume."""
+        return cls(signum, run_dir, step, f"interrupted during the final validation, after the last step ({step}): "
+                   "the run is finished (summary.json written) and its final_validation is null")
+
 
 class HeldLog:
     """Console lines (``log``), held while ``hold``: a process that may restart for another OpenMP policy says its
@@ -367,7 +373,7 @@ class Trainer:
 
         Raises:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
-            Interrupted: SIGINT/SIGTERM (after a checkpoint).
+            Interrupted: SIGINT/SIGTERM (after a checkpoint; during the final validation, after the done line).
         """
         t, m = self.cfg.train, self.cfg.model
         self._t_start = time.time()
@@ -399,12 +405,7 @@ class Trainer:
                 self.checkpointer.settle()
                 if bar is not None:
                     bar.close()
-        run = self._finish()
-        if self.stop.caught():  # during the final validation: the training is whole, the exit says the signal came
-            raise Interrupted(self.stop.signum, run, self.step, f"interrupted during the final validation, after the "
-                              f"last step ({self.step}): the run is finished (summary.json written) and its "
-                              "final_validation is null")
-        return run
+        return self._finish()
 
     def _loop(self, tokens_per_step: int, bar) -> None:
         t = self.cfg.train
@@ -488,6 +489,8 @@ class Trainer:
             self.log(done_line(summary, self.evaluator.final_val, self.run_dir, no_se))
         self.metrics.close()
         self.runtime.close()
+        if self.stop.caught():  # during the final validation: the training is whole, the exit says the signal came
+            raise Interrupted.at_the_end(self.stop.signum, self.run_dir, self.step)
         return self.run_dir
 
     def _summary(self) -> dict:
