@@ -313,14 +313,12 @@ class Trainer:
 
     # ----------------------------------------------------------------- files
     def resolved(self) -> dict:
-        """What the ``auto``/0 settings became on this machine and what the time plan decided
-        (config.json's ``resolved``)."""
+        """What the ``auto``/0 settings became on this machine and the time plan decided (config.json's ``resolved``)."""
         plan = self.budget.plan
         model = self.cfg.model  # model.embed_scale auto: what the GPT was built with (a model.source has none)
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
-                **self.source_record,
-                **({} if model.source else {"embed_scale": model.built_embed_scale})}
+                **self.source_record, **({} if model.source else {"embed_scale": model.built_embed_scale})}
 
     def _write_config(self) -> None:
         """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""
