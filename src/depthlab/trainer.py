@@ -313,7 +313,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- files
     def resolved(self) -> dict:
-        """What the ``auto``/0 settings became on this machine and the time plan decided (config.json's ``resolved``)."""
+        """What the ``auto``/0 settings became on this machine and the time plan decided (``resolved``)."""
         plan = self.budget.plan
         model = self.cfg.model  # model.embed_scale auto: what the GPT was built with (a model.source has none)
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
