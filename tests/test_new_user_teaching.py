@@ -218,7 +218,7 @@ def test_fast_cpu_on_another_corpus_runs_its_steps(tmp_path, capsys):
                "--train.max_iters", "4", "--train.eval_interval", "2", "--train.eval_iters", "1",
                "--train.batch_size", "4", "--train.progress", "false", "--train.out_dir", str(tmp_path / "r")])
     assert rc == 0
-    assert "target is dropped" in capsys.readouterr().out
+    assert "depthlab: preset fast-cpu: " in capsys.readouterr().err  # a notice: stderr (stdout is the run's log)
     assert json.loads((tmp_path / "r" / "config.json").read_text())["train"]["target_val_loss"] == 0
 
 

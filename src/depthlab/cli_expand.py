@@ -378,11 +378,19 @@ def _is_embedded(path: object) -> bool:
         return False
 
 
-def corpus_target(argv: list[str], out: list[str], log=print) -> list[str]:
+def _notice(line: str) -> None:
+    """A notice about the command line, on stderr as ``depthlab: LINE`` (stdout is the result: ``--print_config``'s
+    YAML, which ``-c`` reads back, or the run's log)."""
+    import sys
+
+    print(f"depthlab: {line}", file=sys.stderr, flush=True)
+
+
+def corpus_target(argv: list[str], out: list[str], log=_notice) -> list[str]:
     """A preset's ``train.target_val_loss`` is measured on the embedded Tiny Shakespeare with the char
     tokenizer (fast-cpu's 1.88 nats/char): on another corpus or tokenizer it means nothing, so it is
-    dropped (``--train.target_val_loss 0`` after the preset) and ``log`` says so. A target the user
-    sets (a flag, or a ``-c`` file after the preset) is kept.
+    dropped (``--train.target_val_loss 0`` after the preset) and ``log`` says so (default: a notice on
+    stderr, :func:`_notice`). A target the user sets (a flag, or a ``-c`` file after the preset) is kept.
 
     Args:
         argv: the command line as typed. out: it with ``--preset`` expanded (:func:`expand_presets`).
