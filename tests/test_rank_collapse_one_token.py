@@ -59,3 +59,12 @@ def test_diagnose_of_a_real_one_character_run(tmp_path, capsys):
     assert rc == 0 and "[rank_collapse]" not in out and "train.muon_lr" not in out, out
     assert out.startswith("diagnosis: no rule could judge this run\n  not judged: "), out
     assert "uniform_attention, " in out and "plateau (the corpus has one distinct character (V = 1)" in out
+
+
+def test_a_one_block_collapse_and_a_tiny_first_measure_are_said_as_they_are():
+    """A new user's 1-block plain run: "falls from 0.000 (block 0) to 1.04e-04 (block 0)" - one value, written two
+    ways, read as a rise within one block."""
+    one = rank_collapse(Evidence([probe(60, [1.035e-4])], {"model": {"vocab_size": 65, "variant": "plain"}}, BASE))
+    assert one.evidence.startswith("at step 60 the rank measure after block 0, the only block measured, is 1.03e-04")
+    two = rank_collapse(Evidence([probe(60, [1.035e-4, 2e-6])], {"model": {"vocab_size": 65}}, BASE))
+    assert "falls from 1.03e-04 (block 0) to 2.00e-06 (block 1" in two.evidence, two.evidence

@@ -135,11 +135,14 @@ def rank_collapse(ev: Evidence) -> Optional[Finding]:
     cos = p.get("token_cosine") or []
     last_cos = finite_or_none(cos[-1]) if cos else None
     cos_txt = f", token cosine {last_cos:.3f}" if last_cos is not None else ""
-    return Finding(
-        "rank_collapse",
-        f"at step {p['step']} the rank measure falls from {rm[0][1]:.3f} (block {rm[0][0]}) to "
-        f"{rm[-1][1]:.2e} (block {rm[-1][0]}{cos_txt}); below {th:g} from block {first_bad} on: "
-        "all positions carry nearly the same vector", _rank_remedy(ev))
+    if len(rm) == 1:  # one block: no fall along depth to speak of, only its level
+        where = f"the rank measure after block {rm[0][0]}, the only block measured, is {rm[0][1]:.2e}{cos_txt}"
+    else:  # a first measure of 1e-4 was written "0.000", as if it rose to the last one's 1e-4
+        first = f"{rm[0][1]:.3f}" if rm[0][1] >= 0.01 else f"{rm[0][1]:.2e}"
+        where = (f"the rank measure falls from {first} (block {rm[0][0]}) to {rm[-1][1]:.2e} "
+                 f"(block {rm[-1][0]}{cos_txt})")
+    return Finding("rank_collapse", f"at step {p['step']} {where}; below {th:g} from block {first_bad} on: all "
+                   "positions carry nearly the same vector", _rank_remedy(ev))
 
 
 def _rank_remedy(ev: Evidence) -> str:
