@@ -1,6 +1,8 @@
 """New-user findings (fixC): notices off stdout, suggested commands that run, inline -c checked as a file is,
 flags named as typed."""
 
+import json
+
 import pytest
 import yaml
 
@@ -31,3 +33,29 @@ def test_preset_target_notice_goes_to_stderr_so_print_config_round_trips(tmp_pat
         again, err = print_config(capsys, "train", "-c", str(my), "--print_config")
         assert err == "" and yaml.safe_load(again) == printed
 
+
+# ------------------------------------------------------------------------- 2: a refusal's command runs as printed
+def test_refused_resume_advice_spells_null_as_the_parser_reads_it(tmp_path, bpe_file, capsys, monkeypatch):
+    import shlex
+
+    from conftest import assert_clean_error, run_cli, tiny_cli_args
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "bpe"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(bpe_file, run, train__max_iters=2, model__block_size=64),
+                         "--data.tokenizer", "bpe", "--data.vocab_size", "300")
+    assert rc == 0, err
+    # the run's own vocab_size, with the char tokenizer: the fix named is the flag that works (was "drop it")
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--data.tokenizer", "char", "--train.max_iters", "3")
+    assert_clean_error(rc, err, "data.vocab_size 300 applies to --data.tokenizer bpe only",
+                       "set --data.vocab_size null or --data.tokenizer bpe", f"from {run / 'config.json'}")
+    rc, _, err = run_cli(capsys, "train", "--resume", str(run), "--data.tokenizer", "char", "--data.vocab_size",
+                         "null", "--train.max_iters", "3")
+    assert_clean_error(rc, err, "cannot resume")
+    command = err.split("so --init-from cannot reuse them): ")[1].strip()
+    assert command == (f"depthlab train -c {run / 'config.json'} --data.tokenizer char --data.vocab_size null "
+                       "--train.max_iters 3 --train.resume false --train.out_dir NEW_DIR")
+    argv = shlex.split(command.replace("NEW_DIR", str(tmp_path / "new")))[1:]
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "new" / "config.json").read_text())["data"]["vocab_size"] is None

@@ -151,7 +151,8 @@ class DataConfig:
         if v is not None:
             if self.tokenizer != "bpe":
                 raise ConfigError(f"data.vocab_size {v!r} applies to data.tokenizer bpe only (the char "
-                                  "vocabulary is the corpus's characters); drop it or set --data.tokenizer bpe",
+                                  "vocabulary is the corpus's characters); set --data.vocab_size null or "
+                                  "--data.tokenizer bpe",
                                   "data.vocab_size", "data.tokenizer")
             if isinstance(v, bool) or not isinstance(v, int) or not (257 <= v <= 1 << 20):
                 raise ConfigError(f"data.vocab_size must be an integer in [257, 1048576] (256 bytes + "

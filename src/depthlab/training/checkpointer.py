@@ -316,10 +316,11 @@ def _field(cfg: dict, key: str):
 
 
 def _flag_text(value) -> str:
-    """A config value as a command-line flag value (as ``--init-from`` passes its run's model section), quoted for
+    """A config value as a command-line flag value (as ``--init-from`` passes its run's model section), spelled as
+    the parser reads it (``null``, ``true``/``false``; was ``None``, which an integer field refuses) and quoted for
     the shell: the advice is pasted there, and bash splits an unquoted {"n_layer": 3} into two words."""
-    text = (json.dumps(value) if isinstance(value, (dict, list)) else str(value).lower() if isinstance(value, bool)
-            else str(value))
+    text = ("null" if value is None else json.dumps(value) if isinstance(value, (dict, list))
+            else str(value).lower() if isinstance(value, bool) else str(value))
     return shlex.quote(text)
 
 
