@@ -177,7 +177,7 @@ def test_a_refused_init_from_says_one_line_not_the_corpus_warnings_first(tmp_pat
                            "--model.n_head", "2", "--model.block_size", "8", "--train.max_iters", "2",
                            "--train.max_time", "0", "--train.threads", "1", "--train.out_dir", str(tmp_path / "one"))
     assert rc == 0, err  # the warnings are still said where the run goes ahead, and say what happens
-    assert "has a single distinct character ('a'): every loss is 0 from the start" in out + err
+    assert "holds a single distinct character ('a'): every loss and every gradient is 0" in out + err
 
 
 def test_probe_does_not_call_the_scale_its_mechanism_blames_not_the_problem(tmp_path, capsys):

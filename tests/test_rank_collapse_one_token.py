@@ -59,6 +59,16 @@ def test_diagnose_of_a_real_one_character_run(tmp_path, capsys):
     assert rc == 0 and "[rank_collapse]" not in out and "train.muon_lr" not in out, out
     assert out.startswith("diagnosis: no rule could judge this run\n  not judged: "), out
     assert "uniform_attention, " in out and "plateau (the corpus has one distinct character (V = 1)" in out
+    # the views and check: refused in one line (they said the blocks go unused, a short val split, no_gradient ...)
+    single = "holds a single distinct character ('a'): every loss and every gradient is 0 whatever the weights"
+    for cmd in ("context", "layers"):
+        rc, out, err = run_cli(capsys, cmd, str(tmp_path / "run"))
+        assert rc == 2 and err.count("\n") == 1 and single in err and "have nothing to measure" in err, err
+    (tmp_path / "m.py").write_text("import torch.nn as nn\nclass M(nn.Module):\n    def __init__(self, vocab_size, "
+                                   "block_size):\n        super().__init__()\n        self.e = nn.Embedding("
+                                   "vocab_size, vocab_size)\n    def forward(self, idx):\n        return self.e(idx)\n")
+    rc, out, err = run_cli(capsys, "check", f"{tmp_path / 'm.py'}:M", "--data.path", str(tmp_path / "a.txt"))
+    assert rc == 2 and err.count("\n") == 1 and single in err and "no rule can test the model on it" in err, err
 
 
 def test_a_one_block_collapse_and_a_tiny_first_measure_are_said_as_they_are():

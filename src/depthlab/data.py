@@ -91,6 +91,16 @@ class Corpus:
         """Validation token ids, shape (N - n_train,)."""
         return self.tokens[self.n_train:]
 
+    def one_symbol_words(self) -> Optional[str]:
+        """Why a corpus of one distinct symbol (V = 1) has nothing to learn, naming it; None for any other corpus.
+        Softmax over one class is 1 whatever the logits: every loss and every gradient is exactly 0."""
+        vocab = self.tokenizer.vocab
+        if len(vocab) != 1:
+            return None
+        unit = "character" if isinstance(self.tokenizer, CharTokenizer) else "token"
+        return (f"{self.path} holds a single distinct {unit} ({vocab[0]!r}): every loss and every gradient is 0 "
+                "whatever the weights, and there is nothing to learn")
+
     @property
     def val_chars_per_token(self) -> float:
         """Characters per token of the validation split (1.0 for chars): bits/char = nats/token / this / ln 2."""
