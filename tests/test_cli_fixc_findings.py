@@ -59,3 +59,26 @@ def test_refused_resume_advice_spells_null_as_the_parser_reads_it(tmp_path, bpe_
     rc, _, err = run_cli(capsys, *argv)
     assert rc == 0, err
     assert json.loads((tmp_path / "new" / "config.json").read_text())["data"]["vocab_size"] is None
+
+
+# ------------------------------------------------------------------------- 3: inline -c is checked as a file is
+@pytest.mark.parametrize("mapping, said", [
+    ("{data: {path: 5}}", "data.path: expected a string or null, got 5"),
+    ("{modle: {n_layer: 3}}", "unknown key(s) modle (did you mean model?): edit or remove it"),
+    ("{model: {n_layr: 3}}", "unknown key(s) model.n_layr (did you mean model.n_layer?): edit or remove it"),
+    ("{model: {n_layer: x}}", "model.n_layer: expected an integer, got 'x'"),
+    ("{model: 3}", "section model: must hold fields ({model: {FIELD: VALUE}}), got 3"),
+    ("{model: {position: }}", "model.position: expected one of learned, rope, got null (no value); give one, or "
+                              "delete the key for the default (rope)"),
+    ("{preset: fast-cpu}", "preset: fast-cpu: a preset is chosen on the command line, not in a config file (which "
+                           "would train without it); delete the key and give --preset fast-cpu (or -c the preset's "
+                           "own file first)"),
+])
+def test_inline_config_gets_the_checks_and_words_of_a_file(tmp_path, capsys, mapping, said):
+    from conftest import cli_err
+
+    assert cli_err(capsys, "train", "-c", mapping, "--print_config") == f"depthlab: error: -c {mapping}: {said}\n"
+    f = tmp_path / "c.yaml"  # the same mistake in a file: the same words, the file named
+    f.write_text(mapping)
+    if "delete the key" not in said and "section model" not in said:  # (a file says how its lines hold one)
+        assert cli_err(capsys, "train", "-c", str(f), "--print_config") == f"depthlab: error: {f}: {said}\n"

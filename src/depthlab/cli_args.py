@@ -628,14 +628,42 @@ def yaml_fix(path: str, fix: str) -> str:
     return fix
 
 
+def _inline_config(value: str) -> Optional[dict]:
+    """The mapping a ``-c`` value gives inline (``-c '{model: {n_layer: 3}}'``): the value parsed as YAML when no file
+    is there and it is a mapping, else None (a file, or no mapping: :func:`check_config_file` says so)."""
+    import yaml
+
+    if Path(value).exists():
+        return None
+    try:
+        d = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def config_label(value: str) -> str:
+    """A ``-c`` value as the messages about its keys name it: a file's path, or ``-c VALUE`` for inline YAML."""
+    return f"-c {value}" if _inline_config(value) is not None else value
+
+
 def _read_config(path: str) -> Optional[dict]:
-    """The mapping in config file ``path``; None when it cannot be read (:func:`check_config_file` says so).
+    """The mapping in config file ``path``, or given inline (``-c '{train: {seed: 1}}'``: checked as a file's keys
+    and values are, by :func:`check_keys`, not left to the parser's own words); None when it cannot be read
+    (:func:`check_config_file` says so).
 
     Raises:
         DepthlabError: the file is empty, not a mapping, or a section that is not a mapping; a key given twice.
     """
     from .config import read_yaml
 
+    inline = _inline_config(path)
+    if inline is not None:
+        for k, v in inline.items():
+            if k in SECTIONS and not isinstance(v, dict):
+                raise DepthlabError(f"-c {path}: section {k}: must hold fields ({{{k}: {{FIELD: VALUE}}}}), got "
+                                    f"{'nothing' if v is None else repr(v)}")
+        return inline
     layout = "keys and values as `section:` then indented `field: value` lines (e.g. `train:`, then `max_iters: 100` " \
              "indented below it)"
     try:
@@ -681,33 +709,36 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
 
 
-def _command_line_only(path: str, d: dict, known: set[str]) -> Optional[str]:
+def _command_line_only(path: str, d: dict, known: set[str], inline: Optional[str] = None) -> Optional[str]:
     """Why config file ``path`` (mapping ``d``) may not hold a command-line option it names with a value that asks
     for something (``debug: true``, ``preset: NAME``, ``resume: RUN``, ``config: FILE``, ``print_config``), or None.
     The parser took them, and nothing read them: a file's ``preset:`` trained the defaults, its ``resume:`` a new
     run, its ``debug: true`` showed no traceback, its ``config:`` read another file unchecked. The values a config
     printed by an older ``--print_config`` holds (``debug: false``, ``preset: null``, ``resume: null``) ask nothing
-    and pass."""
+    and pass. ``inline``: the ``-c`` value of a mapping given inline (``path`` is then ``-c VALUE``): a key of it, not
+    a line, is deleted."""
+    line = "the key" if inline is not None else "the line"
     for key, value in d.items():
         if value is None or value is False or key not in known and key != "print_config":
             continue
         value = str(value).lower() if isinstance(value, bool) else value  # as YAML writes it
         if key == "debug":
             return (f"{path}: debug: {value}: --debug is a command-line switch, which a config file does not set; "
-                    "delete the line and give --debug on the command line")
+                    f"delete {line} and give --debug on the command line")
         if key == "preset":
             return (f"{path}: preset: {value}: a preset is chosen on the command line, not in a config file (which "
-                    f"would train without it); delete the line and give --preset {value} (or -c the preset's own "
+                    f"would train without it); delete {line} and give --preset {value} (or -c the preset's own "
                     "file first)")
         if key == "resume":
             return (f"{path}: resume: {value}: --resume is given on the command line (depthlab train --resume "
-                    f"{value}), not in a config file (which would start a new run); delete the line, or write "
+                    f"{value}), not in a config file (which would start a new run); delete {line}, or write "
                     f"resume: true and out_dir: {value} under train:")
         if key == "config":
             return (f"{path}: config: {value}: a config file does not name another (its keys would go unchecked); "
-                    f"delete the line and give each file with -c, in order: -c {value} -c {path}")
+                    + (f"delete the line and give each file with -c, in order: -c {value} -c {path}" if inline is None
+                       else f"delete the key and give -c {value} before this -c"))
         if key == "print_config":
-            return f"{path}: print_config: --print_config is a command-line flag; delete the line and give it there"
+            return f"{path}: print_config: --print_config is a command-line flag; delete {line} and give it there"
     return None
 
 
@@ -733,13 +764,13 @@ def _default(key: str, defaults: Optional[dict] = None) -> Any:
 
 
 def _check_file_values(path: str, d: dict, types: dict[str, Any], source: bool,
-                       defaults: Optional[dict] = None) -> None:
+                       defaults: Optional[dict] = None, line: str = "the line") -> None:
     for key, value in _file_entries(d):
         hint = types.get(key)
         if hint is not None and checkable(hint):
             if value is None and not _takes_null(hint):  # `position:` or `position: null`: no value at all
                 fix = "put back the value the run was trained with" if Path(path).name == "config.json" else \
-                    f"give one, or delete the line for the default ({_default(key, defaults)})"  # (a run's: as it ran)
+                    f"give one, or delete {line} for the default ({_default(key, defaults)})"  # (a run's: as it ran)
                 raise DepthlabError(f"{path}: {key}: expected {_expected(key, hint, source)}, got null (no value); "
                                     f"{fix}")
             try:
@@ -897,9 +928,11 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             homes = sorted(k for k in known if k.split(".")[-1] == field_of(name).replace("-", "_"))
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
-    files = [(path, _read_config(path)) for path in config_files(argv)]
+    raw = {config_label(path): path for path in config_files(argv)}  # a label -c VALUE: a mapping given inline
+    files = [(config_label(path), _read_config(path)) for path in config_files(argv)]
     for path, d in files:
-        said = _command_line_only(path, d, known) if d is not None else None
+        inline = raw[path] if path != raw[path] else None
+        said = _command_line_only(path, d, known, inline) if d is not None else None
         if said:
             raise DepthlabError(said)
     in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
@@ -916,4 +949,4 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
     source = _names_source(argv) if any(d is not None for _, d in files) else False  # read once, not per file
     for path, d in files:
         if d is not None:
-            _check_file_values(path, d, types, source, defaults)
+            _check_file_values(path, d, types, source, defaults, "the key" if path != raw[path] else "the line")
