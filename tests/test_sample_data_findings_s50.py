@@ -221,11 +221,18 @@ def test_sampling_best_when_best_was_deleted_says_the_weights_are_not_the_best(d
     (run / "checkpoints" / "best.safetensors").unlink()
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
     assert rc == 0 and len(out) == len("\n") + 3 + 1, (out, err)
-    assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); manifest.json records the "
-            f"best weights at step {best}, but sampling is from the newest step checkpoint, step-000010.safetensors "
-            "(step 10), not the best weights (--checkpoint last samples these without this warning)\n") in err
+    said = (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); manifest.json records the "
+            f"best weights at step {best}, but the newest step checkpoint, step-000010.safetensors (step 10), is used "
+            "instead: not the best weights\n")
+    assert said in err
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3", "--checkpoint", "last")
     assert rc == 0 and "warning" not in err
+    # a new user's pass: layers and context read the step checkpoint without a word; now the same warning, once
+    for cmd in ("layers", "context"):
+        rc, out, err = run_cli(capsys, cmd, str(run), "--max_tokens", "64")
+        assert rc == 0 and err.count(said) == 1, err
+        rc, out, err = run_cli(capsys, cmd, str(run), "--max_tokens", "64", "--checkpoint", "last")
+        assert rc == 0 and "best.safetensors" not in err, err
 
 
 def test_sampling_best_when_best_was_deleted_at_the_newest_step_says_they_are_the_same(crlf_run, tmp_path, capsys):
@@ -238,8 +245,8 @@ def test_sampling_best_when_best_was_deleted_at_the_newest_step_says_they_are_th
     (run / "checkpoints" / "best.safetensors").unlink()
     rc, out, err = run_cli(capsys, "sample", str(run), "--max_new_tokens", "3")
     assert rc == 0
-    assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); sampling from "
-            "step-000004.safetensors, the step manifest.json records as best (4): the same weights\n") in err
+    assert (f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?); step-000004.safetensors "
+            "is used instead, the step manifest.json records as best (4): the same weights\n") in err
 
 
 # ------------------------------------------------------------------------------------------- 7: a -c file's null

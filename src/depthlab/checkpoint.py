@@ -710,6 +710,31 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
     return ckdir / f"{entry['name']}.safetensors"
 
 
+class WeightsFallback(UserWarning):
+    """The warning of :func:`best_fallback`: ``best`` read from a step checkpoint (a report, which says what it drew
+    from its own checkpoints, leaves it out)."""
+
+
+def best_fallback(run_dir: Path, path: Path) -> Optional[str]:
+    """What reading ``best`` from a run without ``best.safetensors`` does: the newest step checkpoint ``path``, which
+    :func:`select_weights` gave (the notice names the file, but nothing said whether those are the best weights: for
+    a deleted best they may not be). None when ``path`` is best.safetensors, or the run was not yet evaluated (it
+    has no best: its newest weights are what ``best`` can mean)."""
+    ckdir = Path(run_dir) / CKPT_DIR
+    if Path(path).name == "best.safetensors":
+        return None
+    best = read_manifest(ckdir, strict=False).get("best") or {}
+    step = int(read_metadata(path).get("step", -1))
+    head = f"{ckdir} has no best.safetensors (deleted?)"
+    if not isinstance(best.get("step"), int):
+        return None
+    if best["step"] == step:
+        return (f"{head}; {Path(path).name} is used instead, the step manifest.json records as best ({step}): the "
+                "same weights")
+    return (f"{head}; manifest.json records the best weights at step {best['step']}, but the newest step checkpoint, "
+            f"{Path(path).name} (step {step}), is used instead: not the best weights")
+
+
 def describe_weights(run_dir: Path, path: Path) -> str:
     """One line saying which weights a command loaded: file, step and the val loss measured there.
 

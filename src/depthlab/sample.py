@@ -321,20 +321,23 @@ def _check_ids(model: torch.nn.Module, idx: torch.Tensor) -> None:
                                 f"(smallest {lo}, largest {hi})")
 
 
-def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer]:
+def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
+             fallback_warning: bool = True) -> tuple[torch.nn.Module, Tokenizer]:
     """Load a trained model and its tokenizer from a run directory: :func:`_load_run` without the config."""
-    model, tok, _ = _load_run(run_dir, which, device)
+    model, tok, _ = _load_run(run_dir, which, device, fallback_warning)
     return model, tok
 
 
-def _load_run(run_dir: str | Path, which: str = "best",
-              device: str = "cpu") -> tuple[torch.nn.Module, Tokenizer, ModelConfig]:
+def _load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
+              fallback_warning: bool = True) -> tuple[torch.nn.Module, Tokenizer, ModelConfig]:
     """Load a trained model and its tokenizer from a run directory.
 
     Args:
         run_dir: a depthlab run directory.
         which: ``best`` (lowest val loss) or ``last`` (newest intact step checkpoint).
         device: where to put the model.
+        fallback_warning: say on stderr when ``best`` is read from a step checkpoint because best.safetensors is
+            gone (:func:`depthlab.checkpoint.best_fallback`).
 
     Returns:
         (model in eval mode: depthlab's GPT, or for a ``model.source`` run the model built from the
@@ -354,7 +357,7 @@ def _load_run(run_dir: str | Path, which: str = "best",
         path = ckpt.select_weights(rd, which)
     for w in caught:  # one clean line each, not Python's warning format
         print(f"depthlab: warning: {w.message}", file=sys.stderr)
-    fallback = _best_fallback(rd, path) if which == "best" and path.name != "best.safetensors" else None
+    fallback = ckpt.best_fallback(rd, path) if which == "best" and fallback_warning else None
     if fallback:
         print(f"depthlab: warning: {fallback}", file=sys.stderr)
     try:
@@ -367,24 +370,6 @@ def _load_run(run_dir: str | Path, which: str = "best",
     model = make_model(mcfg, rd)  # depthlab's GPT, or the run's own copy of its model.source
     ckpt.load_into(model, sd, path)
     return model.to(device).eval(), tok, mcfg
-
-
-def _best_fallback(rd: Path, path: Path) -> Optional[str]:
-    """What sampling ``best`` from a run without ``best.safetensors`` does: the newest step checkpoint ``path`` (the
-    notice names the file, but nothing said whether those are the best weights: for a deleted best they may not be).
-    None for a run not yet evaluated: it has no best, and its newest weights are what ``best`` can mean."""
-    ckdir = rd / ckpt.CKPT_DIR
-    best = ckpt.read_manifest(ckdir, strict=False).get("best") or {}
-    step = int(ckpt.read_metadata(path).get("step", -1))
-    head = f"{ckdir} has no best.safetensors"
-    if not isinstance(best.get("step"), int):
-        return None
-    if best["step"] == step:
-        return (f"{head} (deleted?); sampling from {path.name}, the step manifest.json records as best ({step}): "
-                "the same weights")
-    return (f"{head} (deleted?); manifest.json records the best weights at step {best['step']}, but sampling is from "
-            f"the newest step checkpoint, {path.name} (step {step}), not the best weights (--checkpoint last samples "
-            "these without this warning)")
 
 
 def _refuse_export(folder: Path) -> None:

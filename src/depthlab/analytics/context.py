@@ -233,8 +233,20 @@ def load_weights(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module, s
     Raises:
         DepthlabError: as :func:`depthlab.checkpoint.select_weights` (no checkpoint, a corrupt best).
     """
-    path = ckpt.select_weights(Path(run_dir), which)
+    path = select_weights(Path(run_dir), which)
     return _model_from(Path(run_dir), path), ckpt.describe_weights(Path(run_dir), path)
+
+
+def select_weights(run_dir: Path, which: str) -> Path:
+    """:func:`depthlab.checkpoint.select_weights`, warning (``UserWarning``) when ``best`` is read from a step
+    checkpoint because best.safetensors is gone (:func:`depthlab.checkpoint.best_fallback`), as sample does."""
+    import warnings
+
+    path = ckpt.select_weights(run_dir, which)
+    fallback = ckpt.best_fallback(run_dir, path) if which == "best" else None
+    if fallback:
+        warnings.warn(fallback, ckpt.WeightsFallback, stacklevel=2)
+    return path
 
 
 def kept_weights(run_dir: Path) -> list[tuple[str, int, Path]]:
@@ -371,7 +383,7 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
     """
     run = open_run(run_dir, max_tokens)
-    chosen = ckpt.select_weights(run.run_dir, which)
+    chosen = select_weights(run.run_dir, which)
     curves, by_sha, steps = [], {}, {}
     for label, step, path in kept_weights(run.run_dir):
         c = position_curve(_model_from(run.run_dir, path), run.windows)

@@ -76,7 +76,7 @@ def plot_attention(run: str | Path | RunData, snippet: Optional[str] = None,
     if ((run.config or {}).get("model") or {}).get("source"):
         return None  # the attention pattern is read from depthlab's GPT's hook points only
     try:
-        model, tok = load_run(run.run_dir, "best")
+        model, tok = load_run(run.run_dir, "best", fallback_warning=False)  # the report's own warning says it
     except DepthlabError:
         return None
     if not hasattr(tok, "stoi"):  # the labels are characters: a BPE run gets no attention figure (yet)
