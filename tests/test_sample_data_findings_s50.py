@@ -186,6 +186,13 @@ def test_sampling_an_export_names_the_run_it_came_from(crlf_run, tmp_path, capsy
                                 f"directory; use depthlab sample {crlf_run} (the run it was exported from), or "
                                 f"transformers' pipeline('text-generation', model='{tmp_path / 'hf'}')")
     assert out == ""
+    # the other commands that take a run said "its config.json is not depthlab's (... a Hugging Face model folder?)"
+    for argv in (["diagnose"], ["context"], ["export", str(tmp_path / "again")], ["train", "--resume"]):
+        rc, out, err = run_cli(capsys, *argv[:1], *argv[1:] if argv[0] == "train" else [], str(tmp_path / "hf"),
+                               *argv[1:] if argv[0] != "train" else [])
+        assert rc == 2 and err.count("\n") == 1, err
+        assert err.endswith(f"{tmp_path / 'hf'} is a Hugging Face export written by depthlab export, not a run "
+                            f"directory; give the run it was exported from, {crlf_run}\n"), err
     import json
 
     info = json.loads((tmp_path / "hf" / "depthlab.json").read_text())

@@ -441,6 +441,22 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
                          "give the out_dir of a depthlab train run")
 
 
+#: The file ``depthlab export`` writes beside the Hugging Face files, naming the run (``run_dir``).
+EXPORT_INFO = "depthlab.json"
+
+
+def export_origin(folder: Path) -> Optional[tuple[Optional[str], bool]]:
+    """``(the run it came from or None, whether that run is still there)`` for a folder ``depthlab export`` wrote
+    (its :data:`EXPORT_INFO`, no ``checkpoints/``); None for any other folder."""
+    folder = Path(folder)
+    if not (folder / EXPORT_INFO).is_file() or (folder / CHECKPOINTS).exists():
+        return None
+    info = read_json(folder / EXPORT_INFO)
+    run = info.get("run_dir") if isinstance(info, dict) else None
+    run = run if isinstance(run, str) else None
+    return run, run is not None and (Path(run) / CHECKPOINTS).is_dir()
+
+
 def set_aside_run(path: Path) -> Optional[Path]:
     """The run :func:`prepare_run_dir` moved out of ``path`` (``PARENT/.NAME.replaced-*/NAME``) and that nothing put
     back or deleted (the process was killed in between), when there is one; the newest of several."""
@@ -1016,6 +1032,12 @@ class RunDir:
         Raises:
             DepthlabError: as said, naming the folder and what to give instead.
         """
+        origin = export_origin(self.path)
+        if origin is not None:  # depthlab's own Hugging Face export: its depthlab.json names the run
+            run, there = origin
+            which = f", {run}" if there else (f" ({run}, no longer there)" if run else "")
+            raise DepthlabError(f"{self.path} is a Hugging Face export written by depthlab export, not a run "
+                                f"directory; give the run it was exported from{which}")
         if self.foreign_config:
             raise DepthlabError(f"{self.path} is not a depthlab run directory: its config.json is not depthlab's "
                                 "(none of the data/model/train sections depthlab writes; another program's, such as "

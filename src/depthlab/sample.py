@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import numbers
 from pathlib import Path
 import sys
@@ -15,7 +14,7 @@ from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
-from .rundir import RunDir
+from .rundir import RunDir, export_origin
 from .units import counted
 from .usermodel import check_command, forward_fault, logits_of, make_model
 
@@ -375,14 +374,11 @@ def _load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
 def _refuse_export(folder: Path) -> None:
     """Refuse a folder ``depthlab export`` wrote, naming the run it came from (its ``depthlab.json`` says which): it
     was refused as "not depthlab's (... a Hugging Face model folder?)", as if another program had written it."""
-    info = folder / "depthlab.json"
-    if not info.is_file() or (folder / ckpt.CKPT_DIR).exists():
+    origin = export_origin(folder)
+    if origin is None:
         return
-    try:
-        run = json.loads(info.read_text(encoding="utf-8")).get("run_dir")
-    except (OSError, ValueError, AttributeError):
-        run = None
-    if isinstance(run, str) and (Path(run) / ckpt.CKPT_DIR).is_dir():
+    run, there = origin
+    if there:
         fix = f"depthlab sample {run} (the run it was exported from)"
     else:
         fix = "depthlab sample RUN on the run it was exported from" + (f" ({run}, no longer there)" if run else "")
