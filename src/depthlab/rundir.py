@@ -802,6 +802,11 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
         raise DepthlabError(f"train.out_dir {out_dir} already exists and is not a depthlab run directory (it "
                             f"holds {_names(p.name for p in out_dir.iterdir())} and no config.json); choose another "
                             f"{flag} (a new or empty folder)")
+    export = export_origin(out_dir) is not None
+    if export or RunDir(out_dir).foreign_config:  # "--resume it" would be refused: it was never a run
+        what = "a Hugging Face export depthlab export wrote" if export else "its config.json is another program's"
+        raise DepthlabError(f"train.out_dir {out_dir} already exists and is not a depthlab run directory ({what}); "
+                            f"choose another {flag} (a new or empty folder)")
     foreign = foreign_files(out_dir)
     if not overwrite:
         replace = "" if foreign else ", --overwrite to replace it"
