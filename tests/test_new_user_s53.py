@@ -14,3 +14,17 @@ def test_a_folder_with_another_programs_config_json_is_not_offered_to_resume(tmp
                                "directory (its config.json is another program's); choose another --train.out_dir (a "
                                "new or empty folder)\n"), err
     assert [p.name for p in uf.iterdir()] == ["config.json"] and (uf / "config.json").read_text() == '{"mine": 1}'
+
+
+def test_a_one_character_window_is_not_told_the_bigram_estimate_is_its_floor():
+    """`--model.block_size 1` said "bigram baseline 2.482 nats is its floor" while the run's own one-character floor
+    (the val split's conditional entropy, a bound) was 2.374: the smoothed train estimate is beaten, not a floor."""
+    from depthlab.analytics.rules import Evidence
+    from depthlab.analytics.rules.losses import one_char_window
+
+    base = {"uniform": {"nats": 4.17}, "unigram": {"nats": 3.3}, "bigram": {"nats": 2.482},
+            "one_char_floor": {"nats": 2.374}}
+    f = one_char_window(Evidence([], {"model": {"block_size": 1, "vocab_size": 65}}, base))
+    assert "is its floor" not in f.evidence
+    assert ("(bigram baseline 2.482 nats; no such model scores the val split below 2.374 nats, the conditional "
+            "entropy of its own character pairs)") in f.evidence, f.evidence

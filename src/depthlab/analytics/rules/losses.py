@@ -86,8 +86,11 @@ def one_char_window(ev: Evidence) -> Optional[Finding]:
         return None
     txt = (f"model.block_size is 1: every prediction sees only the current {ev.unit}, so no amount of training "
            "takes this model past a bigram table")
-    if ev.baselines and "bigram" in ev.baselines:
-        txt += f" (bigram baseline {float(ev.baselines['bigram']['nats']):.3f} nats is its floor)"
+    floor = finite_or_none(((ev.baselines or {}).get("one_char_floor") or {}).get("nats"))
+    if ev.baselines and "bigram" in ev.baselines:  # the bigram estimate (train counts, smoothed) is not a floor
+        txt += f" (bigram baseline {float(ev.baselines['bigram']['nats']):.3f} nats"
+        txt += (f"; no such model scores the val split below {floor:.3f} nats, the conditional entropy of its own "
+                f"{ev.unit} pairs)" if floor is not None else ")")
     if ev.val_losses:
         txt += f"; best val loss {min(v for _, v in ev.val_losses):.3f} nats after {ev.val_losses[-1][0]} steps"
     return Finding("bigram_stuck", txt, "raise model.block_size (e.g. 64-256) so the model can see context; a "
