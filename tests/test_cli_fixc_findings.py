@@ -82,3 +82,25 @@ def test_inline_config_gets_the_checks_and_words_of_a_file(tmp_path, capsys, map
     f.write_text(mapping)
     if "delete the key" not in said and "section model" not in said:  # (a file says how its lines hold one)
         assert cli_err(capsys, "train", "-c", str(f), "--print_config") == f"depthlab: error: {f}: {said}\n"
+
+
+# ------------------------------------------------------------------------- 4: an option named as it was typed
+def test_an_option_of_two_spellings_is_named_as_typed(tmp_path_factory, capsys):
+    from conftest import TINY_TEXT, cli_err, trained_tiny_run
+
+    run = str(trained_tiny_run(tmp_path_factory, "views", TINY_TEXT, steps=2))
+    capsys.readouterr()  # the training's own lines
+    for command in ("layers", "context"):
+        for typed in ("--max-tokens", "--max_tokens"):
+            assert cli_err(capsys, command, run, typed, "-1") == \
+                f"depthlab: error: {typed} must be >= 0 (0 = every evaluation batch), got -1\n"
+    assert cli_err(capsys, "layers", run, "--max-tokens=-1") == \
+        "depthlab: error: --max-tokens must be >= 0 (0 = every evaluation batch), got -1\n"
+    assert cli_err(capsys, "probe", "--probe-batch-size", "0") == \
+        "depthlab: error: probe: --probe-batch-size must be at least 1, got 0\n"
+    assert cli_err(capsys, "sample", run, "--top_k", "-1") == \
+        "depthlab: error: --top_k must be an integer >= 0 (0 = off), got -1\n"
+    assert cli_err(capsys, "sample", run, "--num_samples", "0") == \
+        "depthlab: error: --num_samples must be >= 1, got 0\n"
+    assert cli_err(capsys, "sample", run, "--max-new-tokens", "-1") == \
+        "depthlab: error: --max-new-tokens must be >= 0, got -1\n"  # the check's own spelling, typed: unchanged

@@ -92,7 +92,7 @@ def test_init_from_a_truncated_best_names_the_intact_copy_of_its_step_and_the_fi
     argv = ["train", "--init_from", str(run), *tiny_cli_args(tmp_path / "t.txt", tmp_path / "new")]
     (tmp_path / "t.txt").write_text(GOOD_TEXT)
     rc, _, err = run_cli(capsys, *argv)
-    assert_clean_error(rc, err, f"--init-from {run}: checkpoint {best} is corrupt or truncated",
+    assert_clean_error(rc, err, f"--init_from {run}: checkpoint {best} is corrupt or truncated",  # as typed
                        "step-000010.safetensors is the same weights, intact", f"(cp {twin} {best})")
     shutil.copyfile(twin, best)  # what the line says to do
     assert main(argv) == 0 and (tmp_path / "new" / "checkpoints" / "best.safetensors").exists()

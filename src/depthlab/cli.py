@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
-    hide_train_options, occurrences, one_line, typed_flags
+    hide_train_options, occurrences, one_line, spelled_as_typed, typed_flags
 from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
                          list_presets, preset_dir, preset_path)
 from .config import ConfigError
@@ -1007,6 +1007,11 @@ def dispatch(name: str, argv: list[str]) -> int:
         raise attribute_config_error(e, typed, argv) from None
     except NonFiniteError as e:  # its advice names fields (lower train.learning_rate): the flags, where typed
         raise NonFiniteError(typed_flags(str(e), typed)) from None
+    except DepthlabError as e:  # an option of two spellings as typed (--max-tokens), not as the check spells it
+        said = spelled_as_typed(str(e), parser, typed)
+        if said != str(e):
+            e.args = (said,)
+        raise
 
 
 def _user_exit_line(e: BaseException) -> Optional[str]:

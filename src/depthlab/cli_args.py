@@ -61,6 +61,27 @@ def typed_flags(msg: str, typed: Sequence[str]) -> str:
     return msg
 
 
+def spelled_as_typed(msg: str, parser, typed: Sequence[str]) -> str:
+    """``msg`` (depthlab's own, naming an option one way: ``--max_tokens must be >= 0``) with each option of
+    ``parser`` that has two spellings (``--max_tokens``, ``--max-tokens``) named as the command line ``typed`` spells
+    it, the last typed where both are; an option not typed keeps the message's spelling."""
+    def whole(text: str, word: str, by: str) -> str:  # ``word`` where no name character touches it (not --x_y_z)
+        out, i = [], 0
+        while (j := text.find(word, i)) >= 0:
+            before, after = text[j - 1:j], text[j + len(word):j + len(word) + 1]
+            touches = any(c and (c.isalnum() or c in "_-") for c in (before, after))
+            out += [text[i:j], word if touches else by]
+            i = j + len(word)
+        return "".join(out) + text[i:]
+
+    for act in parser._actions:
+        names = [o for o in act.option_strings if o.startswith("--")]
+        used = [name for _, name, _ in occurrences(typed, names)] if len(names) > 1 else []
+        for other in (n for n in names if used and n != used[-1]):
+            msg = whole(msg, other, used[-1])
+    return msg
+
+
 def one_line(msg: str) -> str:
     """``msg`` with every run of whitespace (newlines included) made one space."""
     return " ".join(msg.split())
