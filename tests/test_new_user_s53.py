@@ -28,3 +28,16 @@ def test_a_one_character_window_is_not_told_the_bigram_estimate_is_its_floor():
     assert "is its floor" not in f.evidence
     assert ("(bigram baseline 2.482 nats; no such model scores the val split below 2.374 nats, the conditional "
             "entropy of its own character pairs)") in f.evidence, f.evidence
+
+
+def test_a_resume_whose_metrics_file_was_deleted_says_missing_not_cut(tmp_path, capsys, tiny_text_file):
+    """After `rm RUN/metrics.jsonl`, --resume warned "the records of metrics.jsonl end at step 0, before the
+    checkpoint at step 10 (cut or damaged)": there was no file to cut."""
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=10))
+    assert rc == 0, err
+    (run / "metrics.jsonl").unlink()
+    rc, out, err = run_cli(capsys, "train", "--resume", str(run), "--train.max_iters", "12")
+    assert rc == 0 and "cut or damaged" not in out + err, out + err
+    assert ("warning: metrics.jsonl is missing (deleted?): the resumed run starts a new one and has no records of "
+            "steps 0-10") in out + err

@@ -380,6 +380,10 @@ def _warn_cut_records(run_dir: Path, step: int, slack: int, log) -> None:
     kept = [int(r["step"]) for r in rundir.read_metrics(run_dir) if int(r.get("step", 0)) <= step]
     last = max(kept, default=0)
     if step > 0 and last < step - slack:
+        if not (run_dir / rundir.METRICS).is_file():  # not cut: gone ("end at step 0 ... cut" said of no file)
+            log(f"warning: {rundir.METRICS} is missing (deleted?): the resumed run starts a new one and has no records "
+                f"of steps 0-{step}")
+            return
         log(f"warning: the records of {rundir.METRICS} end at step {last}, before the checkpoint at step {step} (cut "
             f"or damaged): the resumed run has no records of steps {last + 1}-{step}")
 
