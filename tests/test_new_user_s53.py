@@ -41,3 +41,17 @@ def test_a_resume_whose_metrics_file_was_deleted_says_missing_not_cut(tmp_path, 
     assert rc == 0 and "cut or damaged" not in out + err, out + err
     assert ("warning: metrics.jsonl is missing (deleted?): the resumed run starts a new one and has no records of "
             "steps 0-10") in out + err
+
+
+def test_no_intact_checkpoint_names_the_way_forward_in_sample_and_the_views(tmp_path, capsys, tiny_text_file):
+    """With every weights file gone but manifest.json kept, sample/context said "no intact step checkpoint in ...:
+    each one listed ... (step-000010.safetensors missing, ...)" and no fix (a resume names its own)."""
+    run = tmp_path / "run"
+    rc, _, err = run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run, train__max_iters=10))
+    assert rc == 0, err
+    for f in (run / "checkpoints").glob("*.safetensors"):
+        f.unlink()
+    for argv in (["sample", str(run), "--max_new_tokens", "2"], ["context", str(run), "--checkpoint", "last"]):
+        rc, out, err = run_cli(capsys, *argv)
+        assert rc == 2 and err.count("\n") == 1 and "no intact step checkpoint in" in err, err
+        assert err.endswith(f"; restore {run / 'checkpoints'} from a copy of the run, or train the run again\n"), err

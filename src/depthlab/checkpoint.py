@@ -704,7 +704,10 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
         raise DepthlabError(f"--checkpoint must be best or last, got {which!r}")
     if which == "best" and (ckdir / "best.safetensors").exists():
         return verified_best(Path(run_dir))
-    entry = latest_checkpoint(Path(run_dir))
+    try:
+        entry = latest_checkpoint(Path(run_dir))
+    except NoIntactCheckpoint as e:  # the way forward, as a resume says its own
+        raise DepthlabError(f"{e}; restore {ckdir} from a copy of the run, or train the run again") from None
     if entry is None:
         raise RunDir(run_dir).no_checkpoint_error()
     return ckdir / f"{entry['name']}.safetensors"
