@@ -499,7 +499,9 @@ def test_corrupt_checkpoints_are_warning_lines_and_the_advice_fits_what_is_left(
     assert rc == 2 and lines[-1].startswith("depthlab: error: no intact step checkpoint")
     # which files are damaged is in the error itself (no "falling back" warnings: there is nothing to fall back to)
     assert len(lines) == 1 and lines[0].endswith("(step-000020.safetensors fails its sha256, "
-                                                 "step-000010.safetensors fails its sha256)"), lines
+                                                 "step-000010.safetensors fails its sha256); restore "
+                                                 f"{run / 'checkpoints'} from a copy of the run, or train the run "
+                                                 "again"), lines
     rc, _, err = run_cli(capsys, "context", str(run))
     assert rc == 2 and "no step checkpoint is intact either" in err and "try --checkpoint last" not in err
     assert len(err.strip().splitlines()) == 1
