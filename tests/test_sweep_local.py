@@ -228,6 +228,96 @@ def test_reaping_a_worker_that_died_without_a_result(tmp_path):
     assert rundir.RunDir(tmp_path / "r").sweep_status["status"] == "error"
 
 
+@pytest.mark.parametrize("code, name", [(-2, "SIGINT"), (-15, "SIGTERM")])
+def test_a_worker_a_stop_signal_ended_before_its_result_is_interrupted_not_an_error(tmp_path, code, name):
+    """Ctrl-C (SIGINT to the process group) or the sweep's SIGTERM that lands in a worker before the trainer's
+    handler is in place ended it with no result: the row said `error ... exited with code -2 without a result`,
+    though nothing failed and the same command continues the run."""
+    from depthlab.sweep import local
+
+    class Stopped:
+        exitcode = code
+
+    job = {"name": "n_layer-2", "config": {"train": {"out_dir": str(tmp_path / "r")}}, "threads": 1}
+    res = local.reap(Stopped(), job, t0=0.0)
+    assert res["status"] == "interrupted"
+    assert res["message"] == f"interrupted: the worker process ended on {name} before the run wrote a result"
+    assert rundir.RunDir(tmp_path / "r").sweep_status["status"] == "interrupted"
+
+
+def _sigint_default(pid: int) -> bool:
+    """Whether process ``pid`` neither catches nor ignores SIGINT (Linux /proc): a SIGINT ends it at once."""
+    import signal
+
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status", encoding="ascii").read().splitlines())
+    bit = 1 << (signal.SIGINT - 1)
+    return not (int(fields["SigCgt"], 16) & bit or int(fields["SigIgn"], 16) & bit)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in open(f"/proc/{pid}/task/{pid}/children", encoding="ascii").read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["start-up", "before the trainer"])
+def test_ctrl_c_before_a_worker_trains_records_it_interrupted_not_error(tiny_text_file, tmp_path, moment):
+    """Ctrl-C (SIGINT to the whole process group) while a worker starts (Python up, importing depthlab: the sweep's
+    SIGTERM ends it) or between its start and the trainer's own handler (its torch import, the init probe: the SIGINT
+    does): the row said `error` (`worker process exited with code -2` or `-15 without a result`)."""
+    import os
+    import signal
+    import time
+
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "model.n_layer=1,2", "--data.path",
+           str(tiny_text_file), "--model.n_embd", "16", "--model.n_head", "2", "--model.block_size", "16",
+           "--train.batch_size", "4", "--train.max_iters", "100000", "--train.eval_iters", "1", "--train.dtype",
+           "float32", "--train.max_time", "0", "--threads", "1", "--workers", "2", "--no-report", "--out-dir", str(sw)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    hit, seen, since = False, {}, {}  # worker pid -> SIGINT states seen in turn: Python's handler, then default
+    try:
+        deadline = time.time() + 120
+        while not hit and time.time() < deadline and proc.poll() is None:
+            for pid in _children(proc.pid):
+                try:
+                    if b"spawn_main" not in open(f"/proc/{pid}/cmdline", "rb").read():
+                        continue  # not a worker (the resource tracker)
+                    state = "default" if _sigint_default(pid) else "caught"
+                except (OSError, KeyError, ValueError):
+                    continue
+                states = seen.setdefault(pid, [])
+                if state == "caught" and not states:
+                    states.append(state)  # Python is up: the worker's start-up (its imports, ~3 s), before its code
+                    since[pid] = time.time()
+                elif state == "default" and states == ["caught"]:
+                    states.append(state)  # its own SIG_DFL: past its start-up, before the trainer's handler
+                if moment == "start-up":  # well into its imports (a KeyboardInterrupt there printed a traceback)
+                    hit = states == ["caught"] and time.time() - since[pid] > 0.5
+                else:
+                    hit = states == ["caught", "default"]
+                if hit:
+                    break
+            if not hit:
+                time.sleep(0.002)
+        assert hit, f"no worker was seen at its {moment}"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the sweep and its workers
+        out, err = proc.communicate(timeout=120)
+    finally:
+        try:  # the sweep and any worker it left (its own session)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 130, (out[-2000:], err[-2000:])
+    rows = read_rows(sw)
+    assert [r["status"] for r in rows] == ["interrupted", "interrupted"], rows
+    assert not [r["message"] for r in rows if "without a result" in r["message"]], rows
+    assert "Traceback" not in err and " error " not in out, (out, err)
+
+
 @pytest.mark.slow
 def test_killed_worker_is_an_error_row_and_the_sweep_goes_on(tiny_text_file, tmp_path):
     """Our own pool: a worker killed mid-run (SIGKILL) costs only its own run (ProcessPoolExecutor would break)."""

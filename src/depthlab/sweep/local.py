@@ -3,7 +3,8 @@
 Runs execute in worker processes (``spawn``; default one per core, each with torch threads =
 cores // workers), longest first. The pool is our own, not ``ProcessPoolExecutor``: one process
 per run, so a worker that crashes (segfault, out of memory) only costs its own run, which is
-recorded as ``error``. Every run of an experiment gets the same budget (the same
+recorded as ``error`` (one that Ctrl-C or the sweep's SIGTERM ended before it wrote a result:
+``interrupted``). Every run of an experiment gets the same budget (the same
 ``train.max_iters``). Stopping a sweep and starting it again skips finished runs (those with a
 ``summary.json``, and deterministic failures such as a non-finite loss), resumes interrupted ones
 from their latest checkpoint (as ``depthlab train --resume`` would) and deletes and restarts
@@ -41,6 +42,11 @@ from .seeds import check_auto_seeds
 from .spec import SweepSpec, estimate_seconds
 
 __all__ = ["dry_run", "init_probe", "execute", "run_jobs"]
+
+#: Signals that stop a sweep: the user's Ctrl-C (to the whole process group) and the SIGTERM the sweep sends its
+#: workers when it stops (:func:`_stop_workers`); a worker that died of one before it wrote a result was interrupted,
+#: not failed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 # --------------------------------------------------------------------------- one run (worker side)
@@ -287,16 +293,26 @@ def _run_in_process(jobs: list[dict], progress: Progress) -> list[dict]:
     return results
 
 
+def _no_result(exitcode: Optional[int]) -> tuple[str, str]:
+    """(status, message) of a worker that ended without a result: ``interrupted`` when a stop signal ended it (the
+    same command runs it again, as it does an interrupted run), else ``error``."""
+    if exitcode is not None and -exitcode in STOP_SIGNALS:
+        return "interrupted", (f"interrupted: the worker process ended on {signal.Signals(-exitcode).name} before the "
+                               "run wrote a result")
+    return "error", f"worker process exited with code {exitcode} without a result"
+
+
 def reap(proc, job: dict, t0: float, conn=None) -> dict:
     """The result of a finished worker: its status file, else the result it sent on ``conn`` (its status file could
-    not be written), or an ``error`` row when it died without either."""
+    not be written), or, when it died without either, an ``interrupted`` row when a stop signal (:data:`STOP_SIGNALS`)
+    ended it and an ``error`` row otherwise."""
     rd = RunDir(job["config"]["train"]["out_dir"])
     res = rd.sweep_status
     if not isinstance(res, dict) or res.get("name") != job["name"]:
         res = _sent(conn, job["name"])
     if res is None:
-        res = {"name": job["name"], "status": "error",
-               "message": f"worker process exited with code {proc.exitcode} without a result",
+        status, message = _no_result(proc.exitcode)
+        res = {"name": job["name"], "status": status, "message": message,
                "wall_s": round(time.time() - t0, 3), "threads": job.get("threads")}
         try:
             rd.path.mkdir(parents=True, exist_ok=True)
