@@ -55,3 +55,17 @@ def test_no_intact_checkpoint_names_the_way_forward_in_sample_and_the_views(tmp_
         rc, out, err = run_cli(capsys, *argv)
         assert rc == 2 and err.count("\n") == 1 and "no intact step checkpoint in" in err, err
         assert err.endswith(f"; restore {run / 'checkpoints'} from a copy of the run, or train the run again\n"), err
+
+
+def test_bpe_training_items_cut_a_word_without_spaces_and_keep_all_other_text():
+    """BPE on one 5,000,000-character line ("abcdefghij" repeated) trained for ~190 s before its refusal: the trainer's
+    cost grows with the square of a word's length and the line was one word per 256 K piece. Runs longer than
+    BPE_WORD_CHARS are cut into items of that length; text with shorter words passes whole."""
+    from depthlab.tokenizer import BPE_WORD_CHARS, _short_words
+
+    text = "ROMEO: hello " + "x" * (2 * BPE_WORD_CHARS + 5) + " tail\nmore"
+    items = list(_short_words([text, "plain text"]))
+    assert "".join(items[:-1]) == text and items[-1] == "plain text"
+    assert [len(i) for i in items] == [13, BPE_WORD_CHARS, BPE_WORD_CHARS, 5, 10, 10]
+    natural = "First Citizen:\nBefore we proceed any further, hear me speak.\n" * 100
+    assert list(_short_words([natural])) == [natural]  # no word that long: the item is untouched

@@ -157,10 +157,10 @@ def test_numpy_integer_counts_still_work(crlf_run):
 def test_too_few_bpe_tokens_names_the_characters_and_the_char_tokenizer(tmp_path):
     """Was: 'the corpus ... has 6 tokens' for a file of 5,000 characters, the fix not naming the tokenizer."""
     c = _load(tmp_path, "a.txt", b"a" * 5000, tokenizer="bpe", vocab_size=300)
-    assert len(c.tokens) == 6 and c.n_chars == 5000
+    assert len(c.tokens) == 7 and c.n_chars == 5000
     with pytest.raises(DepthlabError) as e:
         c.check_block_size(16)
-    assert str(e.value) == (f"the corpus {tmp_path / 'a.txt'} has 6 tokens (BPE tokens of its 5,000 characters) but "
+    assert str(e.value) == (f"the corpus {tmp_path / 'a.txt'} has 7 tokens (BPE tokens of its 5,000 characters) but "
                             "model.block_size 16 needs at least 17 in each of the train and validation splits (34 in "
                             "all); use a smaller model.block_size or a longer text, or --data.tokenizer char (one "
                             "token per character: 5,000)")
