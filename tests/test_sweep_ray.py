@@ -84,6 +84,39 @@ def test_without_ray_the_backend_is_a_one_line_error_naming_the_extra(tiny_text_
 
 
 # ----------------------------------------------------------------------------- the two-node cluster
+@pytest.mark.slow  # imports Ray (a few seconds)
+def test_a_ray_address_where_nothing_listens_is_one_line_before_anything_is_written(tiny_text_file, tmp_path):
+    """`--ray_address 127.0.0.1:1`: Ray's own "Failed to connect to GCS" lines for 7+ minutes, and a sweep folder of
+    pending rows; now one line naming the address and the fix, exit 2, no folder, in seconds."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port that was just free: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sw = tmp_path / "sw"
+    cmd = [sys.executable, "-m", "depthlab", "sweep", "--grid", "model.n_layer=1", "--data.path", str(tiny_text_file),
+           "--train.max_iters", "2", "--backend", "ray", "--ray_address", f"127.0.0.1:{port}", "--out-dir", str(sw)]
+    t0 = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    assert out.stderr == (f"depthlab: error: no Ray cluster answers at --ray_address 127.0.0.1:{port} (Connection "
+                          "refused); start it there with `ray start --head` (it prints the address to use), check "
+                          "the host and port, or drop --ray_address to start Ray on this machine\n"), out.stderr
+    assert out.stdout == "" and not sw.exists()
+    assert time.time() - t0 < 60
+
+
+def test_the_ray_address_check_reads_the_forms_ray_takes():
+    from depthlab.sweep import ray as ray_backend
+
+    assert ray_backend._host_port("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert ray_backend._host_port("ray://head.example:10001") == ("head.example", 10001)
+    assert ray_backend._host_port("[::1]:6379") == ("::1", 6379)
+    assert ray_backend._host_port("auto") is None and ray_backend._host_port("head.example") is None
+    ray_backend.check_reachable(None)  # Ray started here: nothing to check
+    ray_backend.check_reachable("auto")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A head and one more node (1 CPU each) on 127.0.0.1, every Python process behind the network guard."""

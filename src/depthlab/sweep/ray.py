@@ -17,8 +17,10 @@ backend (:func:`depthlab.sweep.local.execute`: init probe, training with the def
   only, rewritten by each run of the command).
 - Without ``address`` Ray is started for this sweep on this machine, bound to 127.0.0.1
   (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, unless set otherwise), and stopped at the end. With an
-  address (``auto`` or ``HOST:PORT``) the sweep joins that running cluster; the sweep directory
-  must then be on storage every node mounts at the same path, which is checked at start.
+  address (``auto`` or ``HOST:PORT``) the sweep joins that running cluster (a HOST:PORT where nothing
+  accepts a TCP connection is refused in one line before anything is written: Ray retried it for
+  minutes); the sweep directory must then be on storage every node mounts at the same path, which is
+  checked at start.
 
 ``ray`` is an optional dependency (``pip install -e ".[ray]"``) imported only inside functions.
 """
@@ -61,6 +63,41 @@ _CHECK_DIR = ".ray_storage_check"
 #: Ctrl-C raises KeyboardInterrupt at once (Tune's own handler lets running trials go on while it stops).
 _ENV_DEFAULTS = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AIR_NEW_OUTPUT": "0", "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
                  "TUNE_DISABLE_SIGINT_HANDLER": "1"}
+#: Seconds the check of ``--ray_address`` waits for a TCP connection to HOST:PORT before Ray is asked to connect.
+REACH_TIMEOUT_S = 5.0
+
+
+def _host_port(address: str) -> Optional[tuple[str, int]]:
+    """(host, port) of ``HOST:PORT``, ``[IPV6]:PORT`` or ``ray://HOST:PORT``; None for ``auto`` or an address
+    without a port (Ray resolves those itself)."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: Optional[str], timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Refuse a ``--ray_address`` HOST:PORT where nothing accepts a TCP connection (Ray retried it for minutes).
+
+    A plain connect, closed at once; ``None`` (Ray started here), ``auto`` and an address without a port are
+    left to Ray.
+
+    Raises:
+        DepthlabError: no answer at HOST:PORT within ``timeout_s`` (names the address, the reason and the fix).
+    """
+    import socket
+
+    hp = _host_port(address) if address else None
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=timeout_s).close()
+    except OSError as e:
+        why = "no answer within {:g}s".format(timeout_s) if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise DepthlabError(f"no Ray cluster answers at --ray_address {address} ({why}); start it there with "
+                            "`ray start --head` (it prints the address to use), check the host and port, or drop "
+                            "--ray_address to start Ray on this machine") from None
 
 
 def import_ray():
@@ -106,12 +143,14 @@ def ray_runner(sweep_dir: str | Path, address: Optional[str] = None, workers: in
         the one given here counts).
 
     Raises:
-        DepthlabError: unknown scheduler, or Ray is not installed (naming the extra).
+        DepthlabError: unknown scheduler, Ray is not installed (naming the extra), or nothing answers at the
+            HOST:PORT of ``address`` (:func:`check_reachable`).
     """
     if scheduler not in SCHEDULERS:
         raise DepthlabError(f"--ray_scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}")
     _prepare_env(address)
     import_ray()
+    check_reachable(address)  # before the sweep folder is made, and before Ray retries it for minutes
 
     def runner(jobs: list, _workers: int, log: Log, total: int, n_done: int) -> list:
         return run_trials(jobs, sweep_dir, log, total, n_done, address=address, workers=workers, scheduler=scheduler)
@@ -415,6 +454,8 @@ def run_trials(jobs: list, sweep_dir: str | Path, log: Log, total: int, n_done: 
     sweep_dir = Path(sweep_dir).resolve()
     jobs = [absolute_job(j) for j in jobs]
     results: dict = {}
+    if not ray.is_initialized():  # as ray_runner checks it (run_trials may be called without it)
+        check_reachable(address)
     owned = connect(ray, address, log)
     try:
         check_storage(ray, sweep_dir)
