@@ -1115,6 +1115,25 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
 
+def _stopped(e: BaseException, debug: bool) -> int:
+    """The exit status of a KeyboardInterrupt (Ctrl-C: 130; :class:`Terminated`, SIGTERM: 143) or SystemExit that
+    reached :func:`main`, after its one line; one the user's model code raised is said as such (2).
+
+    Raises:
+        SystemExit: depthlab's own (``--help``, argparse's usage errors): their status is depthlab's.
+    """
+    status = _exit_of_user_code(e, debug)
+    if status is not None:
+        return status
+    if isinstance(e, SystemExit):
+        raise e
+    if isinstance(e, Terminated):
+        print(f"{PROG}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    print(f"{PROG}: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals)."""
     global _PROCESS_ARGV
@@ -1143,16 +1162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _error(str(e))
         return 2
     except (KeyboardInterrupt, SystemExit) as e:
-        status = _exit_of_user_code(e, debug)
-        if status is not None:
-            return status
-        if isinstance(e, SystemExit):  # --help, argparse's own usage errors: their status is depthlab's
-            raise
-        if isinstance(e, Terminated):
-            print(f"{PROG}: terminated (SIGTERM)", file=sys.stderr)
-            return 143
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return _stopped(e, debug)
     except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
         import os
 
