@@ -31,7 +31,7 @@ from typing import Any, Callable, Literal, Optional, Sequence
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, occurrences, one_line, spelled_as_typed, typed_flags
 from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
-                         list_presets, preset_dir, preset_path)
+                         list_presets, preset_dir, preset_path, say_deferred_notices)
 from .config import ConfigError
 from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
                      watch_sigterm)
@@ -111,7 +111,8 @@ def run_train(ns) -> int:
               f"OMP_WAIT_POLICY={r.env['OMP_WAIT_POLICY']} (read once, when torch loads)", flush=True)
         sys.stderr.flush()
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
-    for message in deferred_warnings():  # the run is made: a refusal above said its one line alone
+    say_deferred_notices()  # the run is made: a refusal above said its one line alone
+    for message in deferred_warnings():
         warnings.warn(message)
     try:
         fit_checked(trainer)
@@ -1000,6 +1001,10 @@ def dispatch(name: str, argv: list[str]) -> int:
             ns = parser.parse_args(argv)  # (--print_config validates the config it prints)
         except ArgumentError as e:  # not prechecked: the parser's own message, unread
             raise DepthlabError(f"{name}: {e}") from None
+        except SystemExit as e:
+            if not e.code:  # --print_config has printed: the notices of the command line it showed come after
+                say_deferred_notices()
+            raise
         return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
     except ConfigError as e:  # the config these flags and files make is refused: say which of them gave the value
         if not e.command_line:

@@ -15,8 +15,8 @@ from typing import Optional
 from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
 from .errors import DepthlabError
 
-__all__ = ["attribute_config_error", "deferred_warnings", "expand_presets", "expand_train_argv", "resume_config_fault",
-           "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
+__all__ = ["attribute_config_error", "deferred_warnings", "say_deferred_notices", "expand_presets", "expand_train_argv",
+           "resume_config_fault", "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
 
 
 def preset_dir() -> Path:
@@ -159,6 +159,7 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     from .rundir import CONFIG, RunDir
 
     _DEFERRED.clear()
+    _NOTICES.clear()
     for names in (["--resume"], ["--init-from", "--init_from"]):
         values = list(dict.fromkeys(v for _, _, v in occurrences(argv, names) if v is not None))
         if len(values) > 1:  # the expansion reads the first, the parser keeps the last: refused, not mixed
@@ -378,19 +379,25 @@ def _is_embedded(path: object) -> bool:
         return False
 
 
-def _notice(line: str) -> None:
-    """A notice about the command line, on stderr as ``depthlab: LINE`` (stdout is the result: ``--print_config``'s
-    YAML, which ``-c`` reads back, or the run's log)."""
+_NOTICES: list[str] = []  # notices about the command line: said once it is accepted (:func:`say_deferred_notices`)
+
+
+def say_deferred_notices() -> None:
+    """Say (on stderr, as ``depthlab: LINE``) and forget the notices the last :func:`expand_train_argv` kept: once
+    the run is set up, or ``--print_config`` has printed (stdout is the result: its YAML, which ``-c`` reads back),
+    so that a command refused later says its one line alone."""
     import sys
 
-    print(f"depthlab: {line}", file=sys.stderr, flush=True)
+    for line in _NOTICES:
+        print(f"depthlab: {line}", file=sys.stderr, flush=True)
+    _NOTICES.clear()
 
 
-def corpus_target(argv: list[str], out: list[str], log=_notice) -> list[str]:
+def corpus_target(argv: list[str], out: list[str], log=_NOTICES.append) -> list[str]:
     """A preset's ``train.target_val_loss`` is measured on the embedded Tiny Shakespeare with the char
     tokenizer (fast-cpu's 1.88 nats/char): on another corpus or tokenizer it means nothing, so it is
-    dropped (``--train.target_val_loss 0`` after the preset) and ``log`` says so (default: a notice on
-    stderr, :func:`_notice`). A target the user sets (a flag, or a ``-c`` file after the preset) is kept.
+    dropped (``--train.target_val_loss 0`` after the preset) and ``log`` says so (default: a notice kept for
+    :func:`say_deferred_notices`). A target the user sets (a flag, or a ``-c`` file after the preset) is kept.
 
     Args:
         argv: the command line as typed. out: it with ``--preset`` expanded (:func:`expand_presets`).
