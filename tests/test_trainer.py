@@ -123,6 +123,27 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     assert (tmp_path / "mine" / "summary.json").is_file()
 
 
+def test_a_ctrl_c_before_the_first_step_of_an_overwrite_puts_the_old_run_back(tmp_path, tiny_text_file):
+    """A fresh-install pass: Ctrl-C/SIGTERM while an --overwrite computed the baselines of a 20 MB corpus (after the
+    start, before step 1) left RUN holding the new run's config.json and metrics.jsonl; the old run had been deleted
+    at the end of the start. It is deleted only once the first step is near; a stop before that puts it back."""
+    old = tmp_path / "run"
+    bare_train(tiny_config(old, tiny_text_file, train=dict(max_iters=2)), log=lambda s: None)
+    before = {p.relative_to(old).as_posix(): p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    lines = []
+    with pytest.raises(KeyboardInterrupt):
+        bare_train(tiny_config(old, tiny_text_file, model=dict(n_embd=16), train=dict(max_iters=3)),
+                   callbacks=[_CtrlCAtStart()], overwrite=True, log=lines.append)
+    assert {p.relative_to(old).as_posix(): p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left aside
+    assert lines[-1] == (f"interrupted before the first step: nothing was trained, and the run --overwrite was "
+                         f"replacing is back in {old}")
+    bare_train(tiny_config(old, tiny_text_file, model=dict(n_embd=16), train=dict(max_iters=3)), overwrite=True,
+               log=lambda s: None)  # trained through: the old run is gone, the new one in its place
+    assert json.loads((old / "config.json").read_text())["model"]["n_embd"] == 16
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
 def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tiny_text_file, capsys):
     """A new user's pass: SIGTERM (timeout, a job scheduler) while `train --overwrite` was starting ended the process
     at once: no word, exit 143, the run folder empty and the old run left in a hidden .NAME.replaced-* folder that no

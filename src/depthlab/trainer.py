@@ -174,29 +174,29 @@ class Trainer:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
                                 "(or train.out_dir in the config)")
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log, init_from)
-        point, new_dirs, replaced, self._was_empty = None, [], None, False  # new_dirs: made here, innermost first
+        point, new_dirs, self._replaced, self._was_empty = None, [], None, False  # new_dirs: made here, innermost 1st
         if t.resume:
             point = self.checkpointer.check_resume(cfg, self.corpus, self.device)
         elif self.is_main:
             new_dirs = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
             self._was_empty = self.run_dir.is_dir() and not any(self.run_dir.iterdir())
-            replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run set aside till started
+            self._replaced = self.checkpointer.claim(overwrite)  # locked; --overwrite: old run aside till step 1
         self._new_dirs = new_dirs  # removed by a start that fails, or is interrupted before its first step
         self.cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)),
                                        train=dataclasses.replace(t, out_dir=str(self.run_dir)))
         try:
             self._setup(vocab, point)  # --init-from's weights load into the new model there (start_weights)
         except BaseException:
-            self._remove_new_dirs()
-            restore_replaced(self.run_dir, replaced)  # bad input loses nothing: the old run is back
+            self._remove_new_dirs()  # bad input loses nothing: the old run is back
             raise
-        drop_replaced(replaced)
 
     def _remove_new_dirs(self) -> Optional[str]:
-        """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`); what it removed."""
+        """A start that fails leaves nothing behind (:func:`~depthlab.rundir.remove_made`) and puts back the run
+        ``--overwrite`` set aside (:func:`put_back`); what it did, in words."""
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
-        return rundir.remove_made(self.run_dir, self._new_dirs, self._was_empty)
+        removed = rundir.remove_made(self.run_dir, self._new_dirs, self._was_empty)
+        return put_back(self.run_dir, self._replaced) or removed
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
@@ -386,11 +386,12 @@ class Trainer:
                 self.log(line)
             for cb in self.callbacks:
                 cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
-        except KeyboardInterrupt:
+        except BaseException as e:  # the baselines of a large corpus take seconds: the old run is not lost there
             removed = None if self.resumed else self._remove_new_dirs()
-            if removed:
+            if removed and isinstance(e, KeyboardInterrupt):
                 self.log(f"interrupted before the first step: nothing was trained, and {removed}")
             raise
+        drop_replaced(self._replaced)
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
             try:
@@ -505,6 +506,15 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, **self.checkpointer.init_record}
 
+
+
+def put_back(run_dir: Path, replaced: Optional[Path]) -> Optional[str]:
+    """Put back the run ``--overwrite`` set aside in ``replaced`` (:func:`~depthlab.rundir.restore_replaced`; the new
+    run's files are deleted): what was done, in words, or None when nothing was set aside."""
+    if replaced is None:
+        return None
+    restore_replaced(run_dir, replaced)
+    return f"the run --overwrite was replacing is back in {run_dir}"
 
 
 def config_record(cfg: RunConfig) -> dict:
