@@ -881,13 +881,17 @@ def test_a_run_folder_given_as_the_model_names_its_copy_of_the_model_file(tmp_pa
     run = tmp_path / "run"
     (run / "source").mkdir(parents=True)
     (run / "source" / "mine.py").write_text("import torch\n")
-    (run / "config.json").write_text(json.dumps({"model": {"source": "/elsewhere/mine.py:TinyGPT"}}))
+    (run / "config.json").write_text(json.dumps({"model": {"source": "/elsewhere/mine.py:TinyGPT",
+                                                           "init": {"block_size": 32}}}))
     assert main(["check", str(run)]) == 2
+    # with the --init it was built with (a fresh-install pass: the copy alone failed, "missing 'block_size'")
     assert capsys.readouterr().err == (f"depthlab: error: check {run}: {run} is a run folder; give the model file it "
-                                       f"trained with, e.g. its copy {run / 'source' / 'mine.py'}:TinyGPT\n")
-    (run / "config.json").write_text(json.dumps({"model": {"source": None}}))  # depthlab's own GPT: no copy
+                                       f"trained with, e.g. its copy {run / 'source' / 'mine.py'}:TinyGPT --init "
+                                       "'{\"block_size\": 32}'\n")
+    (run / "config.json").write_text(json.dumps({"model": {"source": None}}))  # depthlab's own GPT: no model file
     assert main(["check", str(run)]) == 2
-    assert f"{run} is a folder; give the .py file in it" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"depthlab: error: check {run}: {run} is a run of depthlab's own GPT (it has no "
+                                       "model file of yours); give a model file you wrote, PATH.py:NAME\n")
 
 
 @pytest.mark.parametrize("flag", ["{d}:GPT", "{d}/:GPT", "{d}"])

@@ -32,7 +32,7 @@ import torch
 from .errors import DepthlabError, note_sigint, sigint_count
 from .data import sha256_file
 from .model import GPT
-from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, read_json
+from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, export_origin, read_json
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "forward_fault",
            "full_logits", "init_source_model", "keep_source", "load_factory", "logits_of", "make_model",
@@ -78,9 +78,8 @@ def parse_source(text: str, option: str = "model.source") -> Source:
         raise DepthlabError(f"{option} {text!r} must be PATH.py:NAME, the file and the class or function "
                             "in it that makes the model (e.g. mymodel.py:GPT)")
     p = Path(path)
-    if p.is_dir() and (copy := _run_source_copy(p)):
-        raise DepthlabError(f"{option} {text}: {path} is a run folder; give the model file it trained with, "
-                            f"e.g. its copy {copy}")
+    if p.is_dir() and (run := _run_folder_words(p)):
+        raise DepthlabError(f"{option} {text}: {path} is {run}")
     if p.is_dir():
         files = sorted(q.name for q in p.glob("*.py"))
         held = f" (it holds {', '.join(files[:6])}{' ...' if len(files) > 6 else ''})" if files else ""
@@ -99,16 +98,28 @@ def parse_source(text: str, option: str = "model.source") -> Source:
     return Source(p, name)
 
 
-def _run_source_copy(folder: Path) -> Optional[str]:
-    """``RUN/source/FILE.py:NAME``, the copy of the model file a ``--model.source`` run in ``folder`` trained with
-    (from its config.json), when ``folder`` is such a run and the copy is there; else None."""
+def _run_folder_words(folder: Path) -> Optional[str]:
+    """What a run folder (or a depthlab export) given as the model is, and what to give instead: for a
+    ``--model.source`` run its copy of the model file, ``RUN/source/FILE.py:NAME``, with the ``--init`` it was built
+    with (from its config.json); None for any other folder."""
+    if export_origin(folder) is not None:
+        return ("a Hugging Face export written by depthlab export, not a model file; give a model file you wrote, "
+                "PATH.py:NAME")
     cfg = read_json(folder / CONFIG)
-    spec = cfg.get("model", {}).get("source") if isinstance(cfg, dict) and isinstance(cfg.get("model"), dict) else None
-    if not isinstance(spec, str) or not spec:
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    if not isinstance(model, dict):
         return None
+    spec = model.get("source")
+    if not isinstance(spec, str) or not spec:
+        return "a run of depthlab's own GPT (it has no model file of yours); give a model file you wrote, PATH.py:NAME"
     file, _, name = spec.rpartition(":") if not spec.endswith(".py") else (spec, "", "")
     copy = folder / SOURCE / Path(file).name
-    return f"{copy}{':' + name if name else ''}" if copy.is_file() else None
+    if not copy.is_file():
+        return None
+    init = model.get("init")
+    given = f" --init {shlex.quote(json.dumps(init))}" if isinstance(init, dict) and init else ""
+    return (f"a run folder; give the model file it trained with, e.g. its copy "
+            f"{shlex.quote(str(copy) + (':' + name if name else ''))}{given}")
 
 
 def parse_init(init: Union[None, str, dict], option: str = "model.init") -> dict:
