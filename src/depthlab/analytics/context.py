@@ -197,7 +197,8 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and layers and context measure its "
                             f"val split: {e}") from None
     if corpus.one_symbol_words():  # nothing to measure: every position's loss is 0 whatever the weights
-        raise DepthlabError(f"{rd.path}: {corpus.one_symbol_words()}, so layers and context have nothing to measure")
+        raise DepthlabError(f"{rd.path}: {corpus.one_symbol_words()}, so layers and context have nothing to measure; "
+                            "train a run on a text with at least two distinct characters to look at")
     if rd.corpus_changed(corpus.sha256):
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} changed since training (its sha256 is not the one in "
                             f"{CONFIG}'s resolved.corpus_sha256), and layers and context measure the run's own "
