@@ -362,9 +362,12 @@ def test_check_on_a_too_short_corpus_names_checks_own_flags(capsys, tmp_path):
     err = cli_err(capsys, "check", f"{model}:M", "--data.path", str(text))
     assert "has 36 tokens, but checking at length T=64 (the default length) needs 130" in err
     assert "give --block_size 17 or a longer text (--data.path)" in err and "model.block_size" not in err
-    (tmp_path / "one.txt").write_text("a")
+    (tmp_path / "two.txt").write_text("ab")
+    err = cli_err(capsys, "check", f"{model}:M", "--data.path", str(tmp_path / "two.txt"), "--block_size", "4")
+    assert "has 2 tokens, but checking at length T=4 (--block_size) needs 10" in err and "give a longer text" in err
+    (tmp_path / "one.txt").write_text("a")  # one distinct character: nothing to learn, said first
     err = cli_err(capsys, "check", f"{model}:M", "--data.path", str(tmp_path / "one.txt"), "--block_size", "4")
-    assert "has 1 token, but checking at length T=4 (--block_size) needs 10" in err and "give a longer text" in err
+    assert "holds a single distinct character ('a')" in err and "no rule can test the model on it" in err
 
 
 def test_report_into_a_read_only_place_is_one_line(capsys, tmp_path, monkeypatch):
