@@ -349,6 +349,20 @@ def _stop_workers(procs: list, grace_s: float = 30.0) -> None:
             p.join()
 
 
+def _start_ignoring_sigint(p) -> None:
+    """``p.start()`` with SIGINT ignored, which the spawned interpreter inherits: a Ctrl-C (sent to the whole process
+    group) while it imports torch and depthlab would print a KeyboardInterrupt traceback from it. It is stopped
+    instead by the sweep's SIGTERM (:func:`_stop_workers`), and :func:`_child_main` restores SIGINT once it runs.
+    A Ctrl-C in the millisecond of the start itself is ignored by the sweep too (press it again)."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        p.start()
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+
+
 def _pool_loop(jobs: list[dict], workers: int, progress: Progress, running: dict) -> list[dict]:
     """Start one spawned process per job, ``workers`` at a time, and collect their results."""
     import multiprocessing as mp
@@ -361,7 +375,7 @@ def _pool_loop(jobs: list[dict], workers: int, progress: Progress, running: dict
             job = queue.pop(0)
             got, send = ctx.Pipe(duplex=False)  # the worker's result, where its status file cannot be written
             p = ctx.Process(target=_child_main, args=(job, send), name=f"depthlab-sweep:{job['name']}")
-            p.start()
+            _start_ignoring_sigint(p)
             send.close()  # the worker's end: held only by the worker, so a dead worker reads as EOF
             running[p.sentinel] = (p, job, time.time(), got)
         if not running:
