@@ -103,6 +103,7 @@ def test_the_curve_averages_to_the_models_own_loss_on_the_same_windows():
     assert view_windows(w.batches[0][0].flatten().numpy().repeat(20), 8, 4, 1337, 3, max_tokens=40).windows == 4
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_trained_runs_position_0_and_embedding_lens_cannot_beat_one_character(report_run):
     """Position 0 and the lens of the embeddings see one character (and a position): on the same windows their
     loss is at least the empirical conditional entropy a one-character predictor is bounded by."""

@@ -187,6 +187,7 @@ def _sweep_argv(text: Path, sw: Path) -> list[str]:
             "--threads", "1", "--out_dir", str(sw)]
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_sweep_on_a_full_disk_exits_1_naming_its_runs_and_the_files(tmp_path, capsys, full_at):
     """README: a run that gave no result ends the command with exit status 1 and a line on stderr naming it."""
     text, sw = tmp_path / "t.txt", tmp_path / "sw"
@@ -220,6 +221,7 @@ def test_a_sweep_on_a_full_disk_exits_1_naming_its_runs_and_the_files(tmp_path, 
     assert [r["status"] for r in read_sweep_rows(sw)] == ["ok", "ok"]
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_worker_whose_status_file_cannot_be_written_still_gives_its_result(tmp_path):
     """The worker's result comes back to the sweep even where its sweep_status.json cannot be written (was: 'worker
     process exited with code 0 without a result', the run's own failure lost)."""

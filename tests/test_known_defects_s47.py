@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import cli_err, run_cli
 
 
@@ -60,6 +62,7 @@ def test_sweep_print_config_shows_what_a_sweeps_runs_get(capsys, tiny_text_file)
         assert f"with {src[0]} each experiment's runs take the base config of the profile or file" in err
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_sweep_flag_that_is_also_a_grid_axis_is_refused(capsys, tiny_text_file, tmp_path):
     # was: --model.n_layer 3 silently replaced by the grid's 1 and 2
     err = cli_err(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,2", "--model.n_layer", "3",
@@ -115,6 +118,7 @@ def test_small_wording_defects_of_a_new_user_pass(tmp_path, capsys, tiny_text_fi
                    "starts a new one from its weights\n"), err
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_resume_true_in_a_config_file_reads_the_runs_own_config(tmp_path, capsys, tiny_text_file):
     # was: a file with only train.resume true and the run's out_dir resumed with the defaults, refused as
     # "cannot resume RUN with changed ... model.n_layer 2 -> 4"

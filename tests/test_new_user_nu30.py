@@ -109,6 +109,7 @@ def test_init_from_a_truncated_best_without_its_step_says_restore_from_a_copy(go
                        "restore best.safetensors from a copy of the run, or train the source run again")
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_probe_out_a_folder_writes_inside_it_and_says_where(tmp_path, tiny_text_file, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "figs").mkdir()

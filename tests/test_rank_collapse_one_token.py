@@ -3,6 +3,8 @@ position: on a corpus of one distinct character (V = 1), where every loss is 0 w
 the rank measure is already 0 up to float rounding after block 0. Was, on 101 x "a": "[rank_collapse] ... falls
 from 0.000 (block 0) to 5.62e-08 (block 1 ...)", blaming train.muon_lr and train.warmup_iters."""
 
+import pytest
+
 from depthlab.analytics.diagnose import diagnose
 from depthlab.analytics.rules import LEARNABLE, Evidence, NotJudged
 from depthlab.analytics.rules.training import rank_collapse, uniform_attention
@@ -48,6 +50,7 @@ def test_a_collapse_the_blocks_make_is_still_found():
         "rank_collapse"  # above float rounding after block 0: judged
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_diagnose_of_a_real_one_character_run(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("a" * 101)
     rc, out, err = run_cli(capsys, "train", "--data.path", str(tmp_path / "a.txt"), "--train.max_iters", "60",

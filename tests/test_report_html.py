@@ -52,6 +52,7 @@ def test_runs_without_analytics_skip_gracefully(report_run, tmp_path):
     assert "Nothing to plot yet" in build_report(bare).read_text(encoding="utf-8")
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_html_is_self_contained(report_run, report_page):
     html = report_page.read_text(encoding="utf-8")
     assert report_page == report_run / "report.html"

@@ -46,6 +46,7 @@ def test_a_users_file_in_plots_is_refused_and_kept(run, capsys):
     assert not (run / "report.html").exists()
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_every_users_file_is_named_in_one_line_and_skip_is_the_fix(run, capsys):
     plots = run / "plots"
     plots.mkdir(exist_ok=True)
@@ -64,6 +65,7 @@ def test_every_users_file_is_named_in_one_line_and_skip_is_the_fix(run, capsys):
     assert (run / "report.html").is_file() and (plots / "activations.png").is_file()
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_depthlabs_own_figures_carry_the_marker_and_are_replaced(run, capsys):
     assert GENERATOR == REPORT_SOFTWARE == "depthlab report"
     rc, out, err = run_cli(capsys, "report", str(run))

@@ -69,12 +69,14 @@ def test_blocks_numbered_from_zero(probed_run, monkeypatch):
                     assert min(ticks) == 0 and max(ticks) == PROBED_N_LAYER - 1, (name, label, ticks)
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_run_figures_fit_the_content_column(probed_run, probed_page):
     widths = {p.stem: png_width(p) for p in (probed_run / "plots").glob("*.png")}
     assert "attention" in widths and len(widths) >= 7
     assert all(w <= CONTENT_PX for w in widths.values()), widths  # 8 heads wrap onto rows of 4
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_cjk_and_emoji_are_labelled_by_code_point_without_a_glyph_warning(tmp_path):
     """The bundled DejaVu fonts lack CJK and emoji: such a character is labelled U+XXXX (an empty box and one
     "Glyph ... missing from font(s)" warning per character before), in tick labels and in the title."""

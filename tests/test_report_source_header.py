@@ -26,6 +26,7 @@ def test_a_source_runs_report_header_names_its_model_and_parameter_count(tmp_pat
     assert "variant prenorm" not in page.split("<section")[0] and "n_embd 128" not in page.split("<section")[0]
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_source_runs_configuration_table_leaves_out_depthlabs_gpt_defaults(tmp_path, tiny_text_file):
     """A new user's pass: the Configuration section of such a run listed n_layer 4, n_embd 128, variant prenorm,
     init gpt2 (config.json's untouched defaults), none of them the model that ran."""

@@ -177,6 +177,7 @@ def test_the_baseline_cards_of_a_bpe_sweep_say_token(tmp_path):
     assert "bigram: the current character alone" in figure_html("loss", tmp_path / "l.png", "model.n_layer")
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_cjk_grid_value_is_labelled_by_code_point_without_a_glyph_warning(monkeypatch, tmp_path):
     """A grid over two Japanese corpora drew each line's name (legend, panel title) as empty boxes, with one
     "Glyph ... missing from font(s)" warning per character; they are code points now, as a run's figures have."""

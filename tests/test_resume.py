@@ -607,6 +607,7 @@ def test_trainer_runs_muon_on_its_schedule_and_refuses_to_resume_with_another_op
     assert "changed train.optimizer 'muon' -> 'adamw'" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_auto_and_what_it_resolved_to_are_the_same_optimizer_on_resume(tmp_path, tiny_text_file, capsys,
                                                                         monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -999,6 +1000,7 @@ def test_resume_repairs_a_corrupt_best_from_its_step_checkpoint(tmp_path, tiny_t
     assert (ck / "best.safetensors").stat().st_size > 100 and best_step in (5, 10, 15)
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_a_damaged_or_deleted_baselines_json_is_said_when_a_resume_writes_it_again(run20, capsys):
     before = (run20 / "baselines.json").read_text()
     (run20 / "baselines.json").write_text('{"bigram": 2.4}')
@@ -1355,6 +1357,7 @@ def test_a_new_warmup_keeps_the_time_plan_and_says_it_changes_nothing(tmp_path, 
                     f"rate continues from {r.lr_at(FIT_STEPS + 30):.3g} as before"], lines
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_a_run_stopped_inside_its_warmup_and_extended_still_warms_up(tmp_path, tiny_text_file):
     """A new user's pass: a run stopped at step 4 of a 20-step warmup and resumed with a larger max_iters stayed
     at 7.1e-4 (a quarter of the peak) for every step: the extension anchored the cosine at the warmup's rate.
@@ -1386,6 +1389,7 @@ def test_the_resume_line_names_the_step_metrics_jsonl_first_logs_at_min_lr(tmp_p
         said[0], said
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_a_relative_data_path_works_from_another_folder(tmp_path, tiny_text_file, capsys, monkeypatch):
     """A new user's pass: a run trained with `--data.path corp.txt` could not be resumed from another folder ("not
     found"), and the right path from there was refused as a changed data.path. config.json holds it absolute."""

@@ -2,6 +2,8 @@
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import run_cli, tiny_cli_args
 
 from depthlab.training.checkpointer import Checkpointer
@@ -32,6 +34,7 @@ def test_the_resume_line_states_the_best_val_loss_as_it_is():
     assert _line(4.17543, max_iters=100) == []
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_a_resume_that_falls_back_keeps_the_later_best_and_says_so(tmp_path, tiny_text_file, capsys):
     import hashlib
     import json

@@ -24,6 +24,7 @@ def _holder(run):
     return p
 
 
+@pytest.mark.slow  # about a second: the fast tier stays under 3 min
 def test_a_run_being_trained_refuses_resume_and_overwrite_then_frees_when_its_process_dies(
         tmp_path, tiny_text_file, capsys):
     run = tmp_path / "run"

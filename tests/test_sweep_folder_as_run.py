@@ -56,6 +56,7 @@ def test_probe_out_an_existing_file_that_is_not_a_png_is_refused(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == [name] and (tmp_path / name).read_text() == "mine"
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_probe_out_a_new_name_without_extension_gets_png_as_its_help_says(tmp_path, capsys):
     assert main([*PROBE, "--out", str(tmp_path / "new")]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"plot: {tmp_path / 'new.png'}"

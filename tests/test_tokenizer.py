@@ -101,6 +101,7 @@ def _byte_ids(tok):
 @given(byte_seq=st.lists(st.sampled_from([0x41, 0x20, 0x80, 0xBF, 0xC2, 0xC3, 0xA9, 0xE4, 0xB8, 0x96, 0xED, 0xA0,
                                  0xF0, 0x9F, 0x99, 0x82, 0xF4, 0x90, 0xFF]), max_size=24),
        any_ids=st.lists(st.integers(0, 299), max_size=8))
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_fuzz_streamed_pieces_join_to_the_decoded_text(ascii_bpe, byte_seq, any_ids):
     """Whatever the ids (cut characters, invalid bytes, the special token): pieces, then flush, = decode(ids)."""
     byte_ids = _byte_ids(ascii_bpe)

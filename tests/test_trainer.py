@@ -144,6 +144,7 @@ def test_a_ctrl_c_before_the_first_step_of_an_overwrite_puts_the_old_run_back(tm
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow  # over a second: the fast tier stays under 3 min
 def test_a_sigterm_while_an_overwrite_starts_puts_the_old_run_back(tmp_path, tiny_text_file, capsys):
     """A new user's pass: SIGTERM (timeout, a job scheduler) while `train --overwrite` was starting ended the process
     at once: no word, exit 143, the run folder empty and the old run left in a hidden .NAME.replaced-* folder that no
