@@ -271,6 +271,7 @@ def test_the_embedding_scale_is_named_as_built_where_it_is_on_or_off_under_dyt()
         "postnorm + layernorm + embed_scale learned"
 
 
+@pytest.mark.slow  # about a second per case: the fast tier stays under 3 min
 @pytest.mark.parametrize("flags, name", [
     ((), "probe-prenorm-dyt-1.png"),
     (("--model.embed_scale", "learned"), "probe-prenorm-dyt-1.png"),  # what auto builds with DyT: the same model

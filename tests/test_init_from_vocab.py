@@ -45,6 +45,7 @@ def test_init_from_a_bpe_run_with_its_own_or_no_vocab_size_trains(runs, tmp_path
         assert cfg["model"]["vocab_size"] == json.loads((src / "config.json").read_text())["model"]["vocab_size"]
 
 
+@pytest.mark.slow  # about a second per case: the fast tier stays under 3 min
 @pytest.mark.parametrize("run, flag, value", [("char", "--data.tokenizer", "bpe"), ("bpe", "--data.vocab_size", "400")])
 def test_resume_refusal_for_a_tokenizer_change_advises_a_command_that_works(runs, tmp_path, capsys, run, flag, value):
     """Before: it advised `--init-from RUN ...`, which --init-from then refused (another tokenizer)."""

@@ -620,6 +620,7 @@ def test_auto_and_what_it_resolved_to_are_the_same_optimizer_on_resume(tmp_path,
     assert "changed train.optimizer" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # about a second per case: the fast tier stays under 3 min
 @pytest.mark.parametrize("edit", ["deleted", "edited"])
 def test_a_lost_resolved_optimizer_names_the_checkpoints_and_the_fix_works(tmp_path, tiny_text_file, capsys,
                                                                              monkeypatch, edit):
@@ -1041,6 +1042,7 @@ def test_a_deleted_manifest_is_refused_and_nothing_is_replaced(tmp_path, tiny_te
     assert ckpt.latest_checkpoint(out) is None
 
 
+@pytest.mark.slow  # about a second per case: the fast tier stays under 3 min
 @pytest.mark.parametrize("name", ["summary.json", "baselines.json"])
 def test_a_folder_where_the_run_writes_a_file_is_refused_before_anything_is_written(tmp_path, tiny_text_file, capsys,
                                                                                     name):

@@ -397,6 +397,7 @@ def test_a_missing_model_source_file_is_refused_before_any_run_starts(tmp_path, 
         assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # about a second per case: the fast tier stays under 3 min
 @pytest.mark.parametrize("in_grid", [True, False])
 def test_a_model_source_file_without_the_named_class_is_refused_before_any_run_starts(tmp_path, monkeypatch, capsys,
                                                                                          in_grid):
