@@ -950,7 +950,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
     raw = {config_label(path): path for path in config_files(argv)}  # a label -c VALUE: a mapping given inline
-    files = [(config_label(path), _read_config(path)) for path in config_files(argv)]
+    files = [(label, _read_config(path)) for label, path in raw.items()]
     for path, d in files:
         inline = raw[path] if path != raw[path] else None
         said = _command_line_only(path, d, known, inline) if d is not None else None

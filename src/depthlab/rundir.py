@@ -692,6 +692,8 @@ _TEMP = re.compile(r"\..+\.tmp")
 #: and the ``<meta name="generator">`` of the report page (:data:`depthlab.report.html.GENERATOR`). A file at
 #: either place that does not carry it is the user's, never replaced.
 REPORT_SOFTWARE = "depthlab report"
+#: The ``<meta name="generator">`` tag of every page ``depthlab report`` writes (in its first 4,000 characters).
+_GENERATOR_TAG = f'name="generator" content="{REPORT_SOFTWARE}"'
 
 
 def png_text(path: str | Path, keyword: str) -> Optional[str]:
@@ -736,8 +738,19 @@ def written_by_report(path: str | Path) -> bool:
         html = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and not page.is_symlink() else ""
     except OSError:
         return False
-    return (data.startswith(b"\x89PNG") and f'name="generator" content="{REPORT_SOFTWARE}"' in html[:4000]
+    return (data.startswith(b"\x89PNG") and _GENERATOR_TAG in html[:4000]
             and base64.b64encode(data).decode("ascii") in html)
+
+
+
+def written_report_page(path: str | Path) -> bool:
+    """True when the HTML file at ``path`` (not a symbolic link) carries depthlab report's generator tag in its head:
+    a page ``depthlab report`` wrote, which it may replace."""
+    path = Path(path)
+    try:
+        return not path.is_symlink() and _GENERATOR_TAG in path.read_text(encoding="utf-8", errors="replace")[:4000]
+    except OSError:
+        return False
 
 
 def foreign_files(path: Path) -> list[str]:
@@ -993,8 +1006,8 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
-        emptied = what == "checkpoints" and not any((rd / CHECKPOINTS).glob("*.safetensors"))
-        if missing and emptied and self._trained_steps():
+        if missing and what == "checkpoints" and self._trained_steps() and \
+                not any((rd / CHECKPOINTS).glob("*.safetensors")):
             raise self.no_checkpoint_error()  # the whole folder is gone, not just its manifest
         if missing and self.ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "

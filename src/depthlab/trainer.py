@@ -167,8 +167,8 @@ class Trainer:
             check_memory(cfg, len(vocab), self.device)  # before anything is written: no half-made run folder
         if not t.resume:  # a resume checks the corpus is the run's first (check_resume)
             self.corpus.check_block_size(cfg.model.block_size, log=hold)
-        if self.corpus.one_symbol_words():
-            self._held.append(f"warning: {self.corpus.one_symbol_words()}")
+        if single := self.corpus.one_symbol_words():
+            self._held.append(f"warning: {single}")
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "

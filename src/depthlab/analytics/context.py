@@ -196,8 +196,8 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     except DepthlabError as e:
         raise DepthlabError(f"{rd.path}: the run's corpus cannot be read, and layers and context measure its "
                             f"val split: {e}") from None
-    if corpus.one_symbol_words():  # nothing to measure: every position's loss is 0 whatever the weights
-        raise DepthlabError(f"{rd.path}: {corpus.one_symbol_words()}, so layers and context have nothing to measure; "
+    if single := corpus.one_symbol_words():  # nothing to measure: every position's loss is 0 whatever the weights
+        raise DepthlabError(f"{rd.path}: {single}, so layers and context have nothing to measure; "
                             "train a run on a text with at least two distinct characters to look at")
     if rd.corpus_changed(corpus.sha256):
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} changed since training (its sha256 is not the one in "
@@ -234,11 +234,11 @@ def load_weights(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module, s
     Raises:
         DepthlabError: as :func:`depthlab.checkpoint.select_weights` (no checkpoint, a corrupt best).
     """
-    path = select_weights(Path(run_dir), which)
+    path = select_weights_warned(Path(run_dir), which)
     return _model_from(Path(run_dir), path), ckpt.describe_weights(Path(run_dir), path)
 
 
-def select_weights(run_dir: Path, which: str) -> Path:
+def select_weights_warned(run_dir: Path, which: str) -> Path:
     """:func:`depthlab.checkpoint.select_weights`, warning (``UserWarning``) when ``best`` is read from a step
     checkpoint because best.safetensors is gone (:func:`depthlab.checkpoint.best_fallback`), as sample does."""
     import warnings
@@ -384,7 +384,7 @@ def run_context(run_dir: str | Path, which: str = "best", max_tokens: int = DEFA
         DepthlabError: not a run, no checkpoint, the corpus is gone (:func:`open_run`).
     """
     run = open_run(run_dir, max_tokens)
-    chosen = select_weights(run.run_dir, which)
+    chosen = select_weights_warned(run.run_dir, which)
     curves, by_sha, steps = [], {}, {}
     for label, step, path in kept_weights(run.run_dir):
         c = position_curve(_model_from(run.run_dir, path), run.windows)

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any, Callable, Optional
 
 from ..errors import DepthlabError
-from ..rundir import PLOTS, REPORT, REPORT_SOFTWARE, atomic_write, written_by_report
+from ..rundir import PLOTS, REPORT, REPORT_SOFTWARE, atomic_write, written_by_report, written_report_page
 from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
                      init_lines, is_sweep_dir, science_claims, short_unit, summary_lines, sweep_baselines, sweep_items,
                      sweep_unit, write_results)
@@ -63,19 +63,10 @@ def _save(fig, path: Path) -> Path:
 def _refuse_foreign(path: Path, ours: Callable[[Path], bool]) -> None:
     """Refuse to replace the file at ``path`` when ``ours(path)`` says depthlab did not write it (a symbolic
     link never is depthlab's): the sweep folder may hold a user's file under a name the report uses."""
-    if (path.is_symlink() or path.exists()) and (path.is_symlink() or not ours(path)):
+    if path.is_symlink() or path.exists() and not ours(path):
         sweep = path.parent if path.name == REPORT else path.parent.parent
         raise DepthlabError(f"report: {path} exists and was not written by depthlab report; refusing to overwrite "
                             f"it (move it out of {path.parent}, then run depthlab report {sweep} again)")
-
-
-def _html_ours(path: Path) -> bool:
-    """True when the page at ``path`` carries depthlab report's generator tag in its head."""
-    try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4000]
-    except OSError:
-        return False
-    return f'name="generator" content="{REPORT_SOFTWARE}"' in head
 
 
 def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines: Optional[dict],
@@ -463,7 +454,7 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     if not is_sweep_dir(sweep_dir):
         raise DepthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
-    _refuse_foreign(sweep_dir / REPORT, _html_ours)  # before anything is written
+    _refuse_foreign(sweep_dir / REPORT, written_report_page)  # before anything is written
     write_results(sweep_dir)
     meta, rows, columns, items = sweep_items(sweep_dir)
     baselines = sweep_baselines(items)

@@ -337,8 +337,8 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
     src = parse_source(source, option="check")
     kw = parse_init(init, option="--init")
     corpus = load_corpus(data or DataConfig())
-    if corpus.one_symbol_words():  # every rule would read zeros: false problems on a correct model
-        raise DepthlabError(f"check: {corpus.one_symbol_words()}, so no rule can test the model on it: give "
+    if single := corpus.one_symbol_words():  # every rule would read zeros: false problems on a correct model
+        raise DepthlabError(f"check: {single}, so no rule can test the model on it: give "
                             "--data.path a text with at least two distinct characters")
     V = len(corpus.tokenizer.vocab)
     picked: list[str] = []  # a bare PATH.py: its one nn.Module class, said once it builds (not before its error)
