@@ -63,7 +63,6 @@ def run_train(ns) -> int:
     """``depthlab train``: build the config, train with the default analytics, print the diagnosis."""
     from .analytics import default_callbacks
     from .trainer import Trainer, fit_checked
-
     from .training.autotune import Restart
 
     try:
