@@ -30,8 +30,9 @@ from typing import Any, Callable, Literal, Optional, Sequence
 
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, occurrences, one_line, spelled_as_typed, typed_flags
-from .cli_expand import (attribute_config_error, deferred_warnings, expand_presets, expand_train_argv,  # noqa: F401
-                         list_presets, preset_dir, preset_path, say_deferred_notices)
+from .cli_expand import (attribute_config_error, attribute_option_error, deferred_warnings,  # noqa: F401
+                         expand_presets, expand_train_argv, list_presets, preset_dir, preset_path,
+                         say_deferred_notices)
 from .config import ConfigError
 from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
                      watch_sigterm)
@@ -1012,7 +1013,7 @@ def dispatch(name: str, argv: list[str]) -> int:
     except NonFiniteError as e:  # its advice names fields (lower train.learning_rate): the flags, where typed
         raise NonFiniteError(typed_flags(str(e), typed)) from None
     except DepthlabError as e:  # an option of two spellings as typed (--max-tokens), not as the check spells it
-        said = spelled_as_typed(str(e), parser, typed)
+        said = spelled_as_typed(attribute_option_error(str(e), parser, typed, argv), parser, typed)
         if said != str(e):
             e.args = (said,)
         raise

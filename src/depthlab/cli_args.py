@@ -491,9 +491,15 @@ def check_config_file(name: str, value: str) -> None:
         inline = yaml.safe_load(value)
     except yaml.YAMLError:
         inline = None
+    example = f"{name} '{{train: {{max_iters: 100}}}}'"
+    if not isinstance(inline, dict) and value.lstrip().startswith(("{", "[")):  # meant inline, not a file name
+        what = "does not parse (check its braces, brackets and colons)" if inline is None else \
+            f"is a {type(inline).__name__}, not a mapping"
+        raise DepthlabError(f"{name} {value}: inline YAML {what}; give a mapping of sections such as {example} "
+                            "(or the path of a YAML config file)")
     if not isinstance(inline, dict):
         raise DepthlabError(f"{name} {value}: file not found; give the path of an existing YAML config file (or "
-                            f"inline YAML such as {name} '{{train: {{max_iters: 100}}}}')")
+                            f"inline YAML such as {example})")
     twice = key_twice(value)
     if twice:
         raise DepthlabError(f"{name} {value}: key {twice[0]!r} appears twice; keep one")

@@ -436,18 +436,33 @@ def _file_label(path: str) -> str:
     return f"preset {Path(path).stem}" if Path(path).parent == preset_dir() else path
 
 
+def _config_mapping(value: str) -> dict:
+    """The whole mapping of a ``-c`` value: a file's, or the inline YAML's (``-c '{max_tokens: 0}'``); {} when it
+    cannot be read or is no mapping (the parser says why)."""
+    from .config import read_yaml
+
+    try:
+        d = read_yaml(value, "config file", "") if Path(value).is_file() else _inline_yaml(value)
+    except (OSError, DepthlabError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _inline_yaml(value: str) -> object:
+    import yaml
+
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return None
+
+
 def _config_section(value: str, section: str) -> dict:
     """``section`` of a ``-c`` value: a file's (:func:`_yaml_section`), or the inline YAML mapping's (``-c '{model:
     {n_layer: 2}}'``); {} when it has none."""
     if Path(value).is_file():
         return _yaml_section(value, section)
-    import yaml
-
-    try:
-        d = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return {}
-    sec = d.get(section) if isinstance(d, dict) else None
+    sec = _config_mapping(value).get(section)
     return sec if isinstance(sec, dict) else {}
 
 
@@ -463,6 +478,13 @@ def value_source(key: str, typed: list[str], argv: list[str]) -> Optional[str]:
             each kind.
     """
     sec, _, name = key.partition(".")
+    if not name:  # a command's own option (layers' max_tokens): a -c mapping holds it at its top level
+        if occurrences(typed, [flag(key)]):
+            return flag(key)
+        for _, _, value in reversed(occurrences(argv, ["--config", "-c"])):
+            if value is not None and key in _config_mapping(value):
+                return _file_label(value) if Path(value).is_file() else f"-c {value}"
+        return None
     if occurrences(argv, [flag(key)]):
         if occurrences(typed, [flag(key)]):
             return flag(key)
@@ -478,6 +500,21 @@ def value_source(key: str, typed: list[str], argv: list[str]) -> Optional[str]:
         if value is not None and name in _config_section(value, sec):
             return _file_label(value) if Path(value).is_file() else f"-c {value}"
     return None
+
+
+def attribute_option_error(msg: str, parser, typed: list[str], argv: list[str]) -> str:
+    """``msg``, a refusal that opens with the option whose value it refuses (``--max_tokens must be >= 0, got -1``),
+    said as coming from the ``-c`` file or inline mapping that gave the value where no spelling of the option was
+    typed (``-c {max_tokens: -1}: max_tokens must be >= 0, got -1``); ``msg`` otherwise."""
+    for act in parser._actions:
+        names = [o for o in act.option_strings if o.startswith("--")]
+        opened = next((o for o in names if msg.startswith(f"{o} ")), None)
+        if opened is None or occurrences(typed, names):
+            continue
+        where = value_source(act.dest, typed, argv)
+        if where is not None and not where.startswith("--"):
+            return f"{where}: {act.dest}{msg[len(opened):]}"
+    return msg
 
 
 def attribute_config_error(e, typed: list[str], argv: list[str]) -> DepthlabError:
