@@ -42,3 +42,47 @@ def test_a_bad_value_from_a_file_names_the_file_and_a_typed_flag_wins(capsys, ru
         f"depthlab: error: {f}: max_tokens must be >= 0 (0 = every evaluation batch), got -1"), f
     err = cli_err(capsys, "layers", str(run), "-c", str(f), "--max-tokens", "-2")
     assert err.startswith("depthlab: error: --max-tokens must be >= 0 (0 = every evaluation batch), got -2"), err
+
+
+# ------------------------------------------------------------------------- a stop before step 1, said once
+_STOP_IN_BANNER = ("import os, signal, sys; import depthlab.trainer as t; from depthlab.cli import main\n"
+                   "real = t.banner\n"
+                   "def banner(*a, **k):\n"
+                   "    os.kill(os.getpid(), getattr(signal, sys.argv[1]))\n"
+                   "    return real(*a, **k)\n"
+                   "t.banner = banner\n"
+                   "sys.exit(main(sys.argv[2:]))\n")
+
+
+@pytest.mark.slow  # two short subprocess runs
+@pytest.mark.parametrize("sig, code, verb", [("SIGTERM", 143, "terminated (SIGTERM)"), ("SIGINT", 130, "interrupted")])
+def test_a_stop_before_the_first_step_is_one_line_on_stderr_naming_its_signal(tmp_path, sig, code, verb):
+    """A fresh-install pass: a stop while the run started printed "interrupted before the first step: ..." on stdout,
+    then "depthlab: terminated (SIGTERM)" on stderr: two final lines, and a SIGTERM called an interruption."""
+    import subprocess
+    import sys
+
+    from conftest import tiny_cli_args
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    out = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", _STOP_IN_BANNER, sig, "train",
+                        *tiny_cli_args(tmp_path / "t.txt", out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == code, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (f"depthlab: {verb} before the first step: nothing was trained, and "
+                                                 f"the new run folder {out} was removed"), p.stderr
+    assert "interrupted" not in p.stdout and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    assert not out.exists()
+
+
+def test_a_sigterm_in_training_or_the_final_validation_is_called_so():
+    import signal
+    from pathlib import Path
+
+    from depthlab.trainer import Interrupted
+
+    assert str(Interrupted(signal.SIGTERM, Path("r"), 4)) == (
+        "terminated (SIGTERM) at step 4; checkpoint written. Resume with: depthlab train --resume r")
+    assert str(Interrupted(signal.SIGINT, Path("r"), 4)).startswith("interrupted at step 4; checkpoint written.")
+    assert str(Interrupted.at_the_end(signal.SIGTERM, Path("r"), 4)).startswith(
+        "terminated (SIGTERM) during the final validation, after the last step (4): the run is finished")

@@ -1132,11 +1132,9 @@ def _stopped(e: BaseException, debug: bool) -> int:
         return status
     if isinstance(e, SystemExit):
         raise e
-    if isinstance(e, Terminated):
-        print(f"{PROG}: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    print(f"{PROG}: interrupted", file=sys.stderr)
-    return 130
+    said = str(e) or ("terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted")  # words: what it undid
+    print(f"{PROG}: {said}", file=sys.stderr)
+    return 143 if isinstance(e, Terminated) else 130
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

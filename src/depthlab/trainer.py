@@ -31,7 +31,7 @@ from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
-from .errors import DepthlabError
+from .errors import DepthlabError, Terminated
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
@@ -56,14 +56,19 @@ class Interrupted(Exception):
         self.exit_code = 128 + signum
         self.run_dir, self.step = run_dir, step
         # quoted: the command is pasted into a shell, where a folder "my runs" would be two words
-        super().__init__(words or f"interrupted at step {step}; checkpoint written. Resume with: "
+        super().__init__(words or f"{stopped_by(signum)} at step {step}; checkpoint written. Resume with: "
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
     @classmethod
     def at_the_end(cls, signum: int, run_dir: Path, step: int) -> "Interrupted":
         """A signal during the final validation, after the last step: nothing to resume."""
-        return cls(signum, run_dir, step, f"interrupted during the final validation, after the last step ({step}): "
-                   "the run is finished (summary.json written) and its final_validation is null")
+        return cls(signum, run_dir, step, f"{stopped_by(signum)} during the final validation, after the last step "
+                   f"({step}): the run is finished (summary.json written) and its final_validation is null")
+
+
+def stopped_by(signum: int) -> str:
+    """How a stop by signal ``signum`` is said: ``interrupted`` (Ctrl-C's SIGINT) or ``terminated (SIGTERM)``."""
+    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
 
 
 class HeldLog:
@@ -388,8 +393,9 @@ class Trainer:
                 cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         except BaseException as e:  # the baselines of a large corpus take seconds: the old run is not lost there
             removed = None if self.resumed else self._remove_new_dirs()
-            if removed and isinstance(e, KeyboardInterrupt):
-                self.log(f"interrupted before the first step: nothing was trained, and {removed}")
+            if removed and isinstance(e, KeyboardInterrupt) and not e.args:  # said once, by whoever catches it
+                e.args = (f"{stopped_by(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)} before the "
+                          f"first step: nothing was trained, and {removed}",)
             raise
         drop_replaced(self._replaced)
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
