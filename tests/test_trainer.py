@@ -117,8 +117,8 @@ def test_a_ctrl_c_before_the_first_step_removes_the_new_run_folder_and_says_so(t
     with pytest.raises(KeyboardInterrupt) as e:
         bare_train(cfg, callbacks=[_CtrlCAtStart()], log=lines.append)
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
-    assert str(e.value) == (f"interrupted before the first step: nothing was trained, and what it wrote into the folder "
-                         f"{tmp_path / 'mine'} (empty before) was removed")
+    assert str(e.value) == (f"interrupted before the first step: nothing was trained, and what it wrote into the "
+                            f"folder {tmp_path / 'mine'} (empty before) was removed")
     bare_train(cfg, log=lines.append)  # the same command then trains (it was refused as an existing run)
     assert (tmp_path / "mine" / "summary.json").is_file()
 

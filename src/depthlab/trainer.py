@@ -71,6 +71,12 @@ def stopped_by(signum: int) -> str:
     return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
 
 
+def before_the_first_step(e: KeyboardInterrupt, removed: str) -> str:
+    """What a stop ``e`` (Ctrl-C, or :class:`~depthlab.errors.Terminated`) while a run started undid: ``removed``."""
+    signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+    return f"{stopped_by(signum)} before the first step: nothing was trained, and {removed}"
+
+
 class HeldLog:
     """Console lines (``log``), held while ``hold``: a process that may restart for another OpenMP policy says its
     lines only once the policy is settled (:meth:`release`), since the restarted process says them again and a
@@ -394,8 +400,7 @@ class Trainer:
         except BaseException as e:  # the baselines of a large corpus take seconds: the old run is not lost there
             removed = None if self.resumed else self._remove_new_dirs()
             if removed and isinstance(e, KeyboardInterrupt) and not e.args:  # said once, by whoever catches it
-                e.args = (f"{stopped_by(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)} before the "
-                          f"first step: nothing was trained, and {removed}",)
+                e.args = (before_the_first_step(e, removed),)
             raise
         drop_replaced(self._replaced)
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
