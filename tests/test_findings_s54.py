@@ -86,3 +86,39 @@ def test_a_sigterm_in_training_or_the_final_validation_is_called_so():
     assert str(Interrupted(signal.SIGINT, Path("r"), 4)).startswith("interrupted at step 4; checkpoint written.")
     assert str(Interrupted.at_the_end(signal.SIGTERM, Path("r"), 4)).startswith(
         "terminated (SIGTERM) during the final validation, after the last step (4): the run is finished")
+
+
+# ------------------------------------------------------------------------- a Trainer(overwrite=True) never fit
+_NEVER_FIT = ("import sys; from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig\n"
+              "from depthlab.trainer import Trainer\n"
+              "cfg = RunConfig(data=DataConfig(path=sys.argv[1]), model=ModelConfig(n_layer=1, n_head=2, n_embd=16,"
+              " block_size=16), train=TrainConfig(out_dir=sys.argv[2], max_iters=2, batch_size=4, eval_iters=1,"
+              " tensorboard=False, threads=1))\n"
+              "t = Trainer(cfg, overwrite=True, log=lambda s: None)\n"
+              "if sys.argv[3] == 'fit': t.fit()\n")
+
+
+@pytest.mark.slow  # three subprocesses
+def test_a_python_trainer_with_overwrite_never_fit_puts_the_old_run_back_at_exit(tmp_path):
+    """Note 26: ``Trainer(cfg, overwrite=True)`` that is never ``fit()`` left the old run in a hidden
+    ``.NAME.replaced-*`` folder and RUN holding the new run's first files; fit, the new run replaces it."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    run = tmp_path / "run"
+
+    def python(mode):
+        p = subprocess.run([sys.executable, "-c", _NEVER_FIT, str(tmp_path / "t.txt"), str(run), mode],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+
+    python("fit")
+    before = {q.relative_to(run).as_posix(): q.read_bytes() for q in run.rglob("*") if q.is_file()}
+    python("build only")
+    assert {q.relative_to(run).as_posix(): q.read_bytes() for q in run.rglob("*") if q.is_file()} == before
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["run", "t.txt"]  # no .run.replaced-* left
+    python("fit")  # fit: the new run is there, the old one gone
+    assert json.loads((run / "summary.json").read_text()) != json.loads(before["summary.json"])
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["run", "t.txt"]

@@ -30,6 +30,7 @@ one when read (:func:`record_kind`), so older run directories load unchanged.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import glob
 import io
@@ -884,6 +885,7 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
             aside.rmdir()
             raise DepthlabError(f"cannot replace train.out_dir {out_dir}: {e.strerror}; delete the old run "
                                 "yourself or choose another --train.out_dir") from None
+        _put_back_at_exit(out_dir, aside)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -896,10 +898,30 @@ def prepare_run_dir(out_dir: Path, overwrite: bool) -> Optional[Path]:
     return aside
 
 
+#: Runs :func:`prepare_run_dir` set aside whose new run has neither started nor failed: a Python ``Trainer(...,
+#: overwrite=True)`` never fit. They are put back when the process exits.
+_ASIDE: dict[Path, Path] = {}
+
+
+def _put_back_at_exit(out_dir: Path, aside: Path) -> None:
+    if not _ASIDE:
+        atexit.register(_put_back_pending)
+    _ASIDE[aside] = out_dir
+
+
+def _put_back_pending() -> None:
+    for aside, out_dir in list(_ASIDE.items()):
+        try:
+            restore_replaced(out_dir, aside)
+        except OSError:  # moved or deleted by hand meanwhile: sample/diagnose name a run left aside
+            pass
+
+
 def restore_replaced(out_dir: Path, aside: Optional[Path]) -> None:
     """Put the run :func:`prepare_run_dir` set aside back at ``out_dir`` (the new run's files are deleted)."""
     if aside is None:
         return
+    _ASIDE.pop(aside, None)
     if Path(out_dir).is_dir():
         shutil.rmtree(out_dir)
     os.replace(aside / Path(out_dir).name, out_dir)
@@ -909,6 +931,7 @@ def restore_replaced(out_dir: Path, aside: Optional[Path]) -> None:
 def drop_replaced(aside: Optional[Path]) -> None:
     """Delete the run :func:`prepare_run_dir` set aside: the new run has started in its place."""
     if aside is not None:
+        _ASIDE.pop(aside, None)
         shutil.rmtree(aside)
 
 
