@@ -122,3 +122,54 @@ def test_a_python_trainer_with_overwrite_never_fit_puts_the_old_run_back_at_exit
     python("fit")  # fit: the new run is there, the old one gone
     assert json.loads((run / "summary.json").read_text()) != json.loads(before["summary.json"])
     assert sorted(q.name for q in tmp_path.iterdir()) == ["run", "t.txt"]
+
+
+# ------------------------------------------------------------------------- --ray_address: something else listens
+def _server(reply):
+    """A listener on 127.0.0.1 that answers each connection with ``reply(conn)``; its HOST:PORT."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+                reply(conn)
+            except OSError:  # the test closed the listener
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"127.0.0.1:{srv.getsockname()[1]}", srv
+
+
+_held = []
+
+
+@pytest.mark.parametrize("reply, heard", [
+    (_held.append, "no reply within 0.5s"),  # accepts and never answers: ray.init waited on it for minutes
+    (lambda c: c.close(), "it closed the connection"),
+    (lambda c: (c.recv(64), c.sendall(b"HTTP/1.1 505 HTTP Version Not Supported\r\n\r\n"), c.close()),
+     "its reply is not gRPC's"),
+])
+def test_a_ray_address_where_something_else_listens_is_refused_in_one_line(reply, heard):
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep.ray import check_reachable
+
+    address, srv = _server(reply)
+    with srv, pytest.raises(DepthlabError) as e:
+        check_reachable(address, timeout_s=0.5)
+    assert str(e.value).startswith(f"something listens at --ray_address {address} but it is not a Ray cluster "
+                                   f"({heard}); start it there with `ray start --head`"), str(e.value)
+
+
+def test_a_ray_address_that_answers_as_a_grpc_server_does_passes():
+    from depthlab.sweep.ray import check_reachable
+
+    settings = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # an HTTP/2 server's preface: an empty SETTINGS frame
+    address, srv = _server(lambda c: (c.sendall(settings), c.recv(64), c.close()))
+    with srv:
+        check_reachable(address, timeout_s=5)

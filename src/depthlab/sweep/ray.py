@@ -77,27 +77,64 @@ def _host_port(address: str) -> Optional[tuple[str, int]]:
     return host.strip("[]"), int(port)
 
 
-def check_reachable(address: Optional[str], timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """Refuse a ``--ray_address`` HOST:PORT where nothing accepts a TCP connection (Ray retried it for minutes).
+#: An HTTP/2 client's connection preface and an empty SETTINGS frame (RFC 9113 sections 3.4 and 6.5).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4  # the frame type a server's own preface opens with
 
-    A plain connect, closed at once; ``None`` (Ray started here), ``auto`` and an address without a port are
-    left to Ray.
+
+def check_reachable(address: Optional[str], timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Refuse a ``--ray_address`` HOST:PORT where no Ray cluster answers (Ray retried it for minutes, or waited on a
+    listener that never answered).
+
+    A connect, then the opening of an HTTP/2 connection: Ray's GCS and Ray Client servers speak gRPC, and an HTTP/2
+    server answers a client's preface with its SETTINGS frame (RFC 9113 section 3.4). ``None`` (Ray started here),
+    ``auto`` and an address without a port are left to Ray, as is every address when ``RAY_USE_TLS`` is set (the
+    server then waits for a TLS handshake first).
 
     Raises:
-        DepthlabError: no answer at HOST:PORT within ``timeout_s`` (names the address, the reason and the fix).
+        DepthlabError: no connection at HOST:PORT within ``timeout_s``, or something there that did not answer as an
+            HTTP/2 (gRPC) server does within ``timeout_s`` (names the address, the reason and the fix).
     """
     import socket
 
     hp = _host_port(address) if address else None
     if hp is None:
         return
+    fix = ("start it there with `ray start --head` (it prints the address to use), check the host and port, or drop "
+           "--ray_address to start Ray on this machine")
     try:
-        socket.create_connection(hp, timeout=timeout_s).close()
+        conn = socket.create_connection(hp, timeout=timeout_s)
     except OSError as e:
         why = "no answer within {:g}s".format(timeout_s) if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise DepthlabError(f"no Ray cluster answers at --ray_address {address} ({why}); start it there with "
-                            "`ray start --head` (it prints the address to use), check the host and port, or drop "
-                            "--ray_address to start Ray on this machine") from None
+        raise DepthlabError(f"no Ray cluster answers at --ray_address {address} ({why}); {fix}") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
+        conn.close()
+        return
+    with conn:
+        header = _first_frame_header(conn)
+    if header is None or len(header) < 9 or header[3] != _H2_SETTINGS:
+        heard = "no reply within {:g}s".format(timeout_s) if header is None else \
+            ("it closed the connection" if not header else "its reply is not gRPC's")
+        raise DepthlabError(f"something listens at --ray_address {address} but it is not a Ray cluster ({heard}); "
+                            f"{fix}")
+
+
+def _first_frame_header(conn) -> Optional[bytes]:
+    """The first 9 bytes a server sends after an HTTP/2 client preface (fewer where it closed first, b"" at once),
+    or None when it said nothing before the socket's timeout."""
+    got = b""
+    try:
+        conn.sendall(_H2_PREFACE)
+        while len(got) < 9:
+            chunk = conn.recv(9 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        return got or None
+    except OSError:  # reset by a server that refuses the preface: it said no
+        pass
+    return got
 
 
 def import_ray():
