@@ -173,3 +173,45 @@ def test_a_ray_address_that_answers_as_a_grpc_server_does_passes():
     address, srv = _server(lambda c: (c.sendall(settings), c.recv(64), c.close()))
     with srv:
         check_reachable(address, timeout_s=5)
+
+
+_TYPO_THEN_FIX = ("import sys; from depthlab.config import DataConfig, ModelConfig, RunConfig, TrainConfig\n"
+                  "from depthlab.trainer import Trainer, train\n"
+                  "cfg = RunConfig(data=DataConfig(path=sys.argv[1]), model=ModelConfig(n_layer=1, n_head=2, "
+                  "n_embd=16, block_size=16), train=TrainConfig(out_dir=sys.argv[2], max_iters=3, batch_size=4, "
+                  "eval_iters=1, tensorboard=False, threads=1))\n"
+                  "if sys.argv[3] == 'typo':\n"
+                  "    cfg.model.n_embd = 15  # set after construction: refused before the folder is touched\n"
+                  "    try:\n"
+                  "        train(cfg, overwrite=True, log=lambda s: None)\n"
+                  "    except Exception as e:\n"
+                  "        print('refused:', e)\n"
+                  "    import os; print(sorted(os.listdir(sys.argv[2])))\n"
+                  "    cfg.model.n_embd = 16\n"
+                  "else:\n"
+                  "    Trainer(cfg, overwrite=True, log=lambda s: None)  # built, never fit\n"
+                  "train(cfg, overwrite=True, log=lambda s: None)\n")
+
+
+@pytest.mark.slow  # subprocesses
+@pytest.mark.parametrize("first", ["typo", "never fit"])
+def test_a_run_trained_after_an_unstarted_overwrite_is_kept_at_exit(tmp_path, first):
+    """A new user's pass of 097e8de: a notebook's typo (or a Trainer never fit) with overwrite=True, then the fixed
+    call trained the folder anew; at exit the first call's set-aside run was put back, deleting the new run."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    run = tmp_path / "R"
+    p = subprocess.run([sys.executable, "-c", _NEVER_FIT, str(tmp_path / "t.txt"), str(run), "fit"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and json.loads((run / "summary.json").read_text())["final_step"] == 2, p.stderr
+    p = subprocess.run([sys.executable, "-c", _TYPO_THEN_FIX, str(tmp_path / "t.txt"), str(run), first],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    if first == "typo":  # refused before the old run was touched
+        assert p.stdout.startswith("refused: model.n_embd (15) must be divisible by model.n_head (2)"), p.stdout
+        assert "'summary.json'" in p.stdout.splitlines()[1], p.stdout
+    assert json.loads((run / "summary.json").read_text())["final_step"] == 3  # the new run, after the exit
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["R", "t.txt"]  # and no run left aside

@@ -729,6 +729,16 @@ class RunConfig:
                               f"code and does not apply to model.source {self.model.source} (its forward computes "
                               "its own attention); leave train.attention at auto", "train.attention", "model.source")
 
+    def checked(self) -> "RunConfig":
+        """A copy of this config validated again, section by section: a field set after construction (``cfg.model.
+        n_layer = -5``, a notebook habit) is refused as a constructor would refuse it.
+
+        Raises:
+            ConfigError: a field outside its allowed range.
+        """
+        return dataclasses.replace(self, **{f.name: dataclasses.replace(getattr(self, f.name))
+                                            for f in dataclasses.fields(self)})
+
     def to_dict(self) -> dict:
         """Plain nested dict of every resolved field (what ``config.json`` holds)."""
         return dataclasses.asdict(self)

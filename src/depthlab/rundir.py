@@ -906,11 +906,13 @@ _ASIDE: dict[Path, Path] = {}
 def _put_back_at_exit(out_dir: Path, aside: Path) -> None:
     if not _ASIDE:
         atexit.register(_put_back_pending)
-    _ASIDE[aside] = out_dir
+    _ASIDE[aside] = Path(os.path.abspath(out_dir))
 
 
 def _put_back_pending() -> None:
     for aside, out_dir in list(_ASIDE.items()):
+        if (out_dir / SUMMARY).exists() or any((out_dir / CHECKPOINTS).glob("*.safetensors")):
+            continue  # trained since (by hand, or another process): never deleted; the commands name the old one
         try:
             restore_replaced(out_dir, aside)
         except OSError:  # moved or deleted by hand meanwhile: sample/diagnose name a run left aside
@@ -931,8 +933,11 @@ def restore_replaced(out_dir: Path, aside: Optional[Path]) -> None:
 def drop_replaced(aside: Optional[Path]) -> None:
     """Delete the run :func:`prepare_run_dir` set aside: the new run has started in its place."""
     if aside is not None:
-        _ASIDE.pop(aside, None)
+        out_dir = _ASIDE.pop(aside, None)
         shutil.rmtree(aside)
+        for earlier in [a for a, d in _ASIDE.items() if d == out_dir]:  # a Trainer never fit set it aside first:
+            del _ASIDE[earlier]  # this overwrite of the same folder has started, so that old run goes too
+            shutil.rmtree(earlier, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------- the reader

@@ -147,7 +147,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False):
-        cfg = copy.deepcopy(cfg)  # the caller's stays as asked: a resume sets model.source/data.path the run's way
+        cfg = copy.deepcopy(cfg).checked()  # the caller's stays as asked; fields set after construction refused here
         self.callbacks = list(callbacks)
         self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train
