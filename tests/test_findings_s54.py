@@ -215,3 +215,74 @@ def test_a_run_trained_after_an_unstarted_overwrite_is_kept_at_exit(tmp_path, fi
         assert "'summary.json'" in p.stdout.splitlines()[1], p.stdout
     assert json.loads((run / "summary.json").read_text())["final_step"] == 3  # the new run, after the exit
     assert sorted(q.name for q in tmp_path.iterdir()) == ["R", "t.txt"]  # and no run left aside
+
+
+# ------------------------------------------------------------------------- a sweep folder: nothing lost
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """A finished two-run sweep (n_layer 1, 2) and its report; the tests copy it."""
+    from depthlab import sweep
+    from depthlab.report.sweep import build_sweep_report
+
+    from conftest import TINY_SWEEP
+
+    d = tmp_path_factory.mktemp("swept")
+    (d / "t.txt").write_text(TINY_TEXT)
+    spec = sweep.build_spec(None, None, ["model.n_layer=1,2"], {**TINY_SWEEP, "data.path": str(d / "t.txt")}, None)
+    sweep.run_sweep(spec, d / "sw", workers=1, threads=1, log=lambda s: None)
+    build_sweep_report(d / "sw")
+    return d
+
+
+def _sweep_argv(d, sw, *more):
+    from conftest import TINY_SWEEP
+
+    flags = [x for k, v in {**TINY_SWEEP, "data.path": str(d / "t.txt")}.items() if k != "model.n_layer"
+             for x in (f"--{k}", str(v))]
+    return ["sweep", "--grid", "model.n_layer=1,2", *flags, "--workers", "1", "--threads", "1", "--out_dir", str(sw),
+            *more]
+
+
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow  # a sweep's copy and two refused reruns
+def test_a_refused_sweep_rerun_loses_nothing(swept, tmp_path, capsys):
+    """A new user's pass: `sweep --overwrite` deleted runs/n_layer-2 (finished) before refusing runs/n_layer-1 for
+    the user's notes.txt in it; a rerun refused for a user's figure in plots/ had rewritten results.md first."""
+    import shutil
+
+    sw = tmp_path / "sw"
+    shutil.copytree(swept / "sw", sw)
+    (sw / "runs" / "n_layer-1" / "notes.txt").write_text("my notes")
+    before = _files(sw)
+    err = cli_err(capsys, *_sweep_argv(swept, sw, "--overwrite"))
+    assert "n_layer-1 holds files depthlab did not write (notes.txt)" in err, err
+    assert _files(sw) == before
+    (sw / "runs" / "n_layer-1" / "notes.txt").unlink()
+    (sw / "plots" / "sweep_curves.png").write_bytes(b"\x89PNG\r\n\x1a\nmy figure")
+    before = _files(sw)
+    err = cli_err(capsys, *_sweep_argv(swept, sw))
+    assert "sweep_curves.png exists and was not written by depthlab report" in err, err
+    assert _files(sw) == before  # refused before its runs, results.md and aggregates untouched
+
+
+def test_a_results_file_edited_by_hand_is_kept_aside_with_a_warning(swept, tmp_path, capsys):
+    import shutil
+
+    from depthlab.cli import main
+
+    sw = tmp_path / "sw"
+    shutil.copytree(swept / "sw", sw)
+    written = (sw / "results.md").read_bytes()
+    (sw / "results.md").write_bytes(written + b"\nmy hand note\n")
+    assert main(_sweep_argv(swept, sw, "--no-report")) == 0  # nothing to run: the results are written anew
+    out, err = capsys.readouterr()
+    kept = [p.name for p in sw.glob("results.edited-*.md")]
+    assert len(kept) == 1 and (sw / kept[0]).read_bytes() == written + b"\nmy hand note\n", kept
+    assert (sw / "results.md").read_bytes() == written
+    assert err == (f"depthlab: warning: {sw / 'results.md'} was edited since depthlab wrote it: your version is kept "
+                   f"as {kept[0]} beside it, and the file is written anew from the runs\n"), err
+    assert main(_sweep_argv(swept, sw, "--no-report")) == 0  # as depthlab wrote it: rewritten, no copy
+    assert capsys.readouterr().err == "" and len(list(sw.glob("results.edited-*"))) == 1

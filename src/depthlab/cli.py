@@ -787,6 +787,10 @@ def run_sweep(ns, argv: list[str]) -> int:
             from .sweep.ray import EXTRA
             print(f"note: Ray Tune is not installed here; the sweep itself needs it: {EXTRA}")
         return 0
+    if not ns.no_report and Path(out_dir, sweep.SWEEP_JSON).is_file():  # a rerun: a report it could not write is
+        from .report.sweep import refuse_foreign_outputs  # refused before the runs, not after them
+
+        refuse_foreign_outputs(Path(out_dir))
     try:
         sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
                         backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler,

@@ -209,6 +209,39 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(Path(path), json.dumps(obj, indent=2, ensure_ascii=False).encode("utf-8"))
 
 
+#: sha256 of each file a sweep folder's results are rewritten into (results.csv, results.md, aggregates.csv,
+#: science.md) as depthlab last wrote it: one whose bytes differ was edited by hand (:func:`write_generated`).
+WRITTEN = ".depthlab-written.json"
+
+
+def write_generated(path: Path, data: bytes) -> Optional[Path]:
+    """:func:`atomic_write` of a file depthlab rewrites from its runs whenever asked (a sweep's results.csv, ...). A
+    file there whose bytes are neither what depthlab last wrote there (:data:`WRITTEN`) nor ``data`` was edited by
+    hand: it is first renamed ``NAME.edited-YYYYmmdd-HHMMSS.SUFFIX`` beside it, said in a warning, and that path is
+    returned (else None). A file of no record (a folder of an older depthlab) is rewritten as before.
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    import hashlib
+    import warnings
+
+    path = Path(path)
+    record = read_json(path.parent / WRITTEN)
+    record = record if isinstance(record, dict) else {}
+    new, kept = hashlib.sha256(data).hexdigest(), None
+    if path.is_file() and not path.is_symlink() and path.name in record:
+        old = hashlib.sha256(path.read_bytes()).hexdigest()
+        if old not in (record[path.name], new):
+            kept = path.with_name(f"{path.stem}.edited-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
+            os.replace(path, kept)
+            warnings.warn(f"{path} was edited since depthlab wrote it: your version is kept as {kept.name} beside "
+                          "it, and the file is written anew from the runs", stacklevel=2)
+    atomic_write(path, data)
+    write_json(path.parent / WRITTEN, {**record, path.name: new})
+    return kept
+
+
 def read_json(path: Path) -> Optional[Any]:
     """The JSON in ``path``, or None when the file is missing or not valid JSON."""
     try:

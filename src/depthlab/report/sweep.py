@@ -22,7 +22,8 @@ from collections import Counter
 from typing import Any, Callable, Optional
 
 from ..errors import DepthlabError
-from ..rundir import PLOTS, REPORT, REPORT_SOFTWARE, atomic_write, written_by_report, written_report_page
+from ..rundir import (PLOTS, REPORT, REPORT_SOFTWARE, SWEEP_JSON, atomic_write, read_json, written_by_report,
+                      written_report_page)
 from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
                      init_lines, is_sweep_dir, science_claims, short_unit, summary_lines, sweep_baselines, sweep_items,
                      sweep_unit, write_results)
@@ -322,6 +323,30 @@ def figure_html(kind: str, path: Optional[Path], x: Optional[str], unit: str = "
     return f"<h3>{title}</h3>" + img_tag(path, alt=alt, caption=caption)
 
 
+#: The figure of every trained experiment whose x axis is depth (:func:`_depth_overview`).
+_ALL_DEPTH_PNG = "all_loss_vs_n_layer.png"
+
+
+def _figure_paths(exp: dict, plots: Path) -> dict[str, Path]:
+    """Where experiment ``exp``'s figures go in ``plots``: ``loss``, ``curves``, ``grad``, ``rank``."""
+    tag, xname = exp["name"] or "sweep", (experiment_axes(exp)[0] or "x").split(".")[-1]
+    return {"loss": plots / f"{tag}_loss_vs_{xname}.png", "curves": plots / f"{tag}_curves.png",
+            **{which: plots / f"{tag}_{which}_per_block.png" for which in ("grad", "rank")}}
+
+
+def refuse_foreign_outputs(sweep_dir: Path) -> None:
+    """Refuse (DepthlabError, one line) a file at report.html or at a figure's place in plots/ that depthlab report
+    did not write, before anything is written: ``depthlab sweep`` asks before its runs, the report before its
+    results files (a refusal found at the first figure came after results.md had been rewritten)."""
+    sweep_dir = Path(sweep_dir)
+    meta = read_json(sweep_dir / SWEEP_JSON)
+    exps = ((meta or {}).get("spec") or {}).get("experiments") or [] if isinstance(meta, dict) else []
+    _refuse_foreign(sweep_dir / REPORT, written_report_page)
+    for path in [sweep_dir / PLOTS / _ALL_DEPTH_PNG, *(q for e in exps for q in _figure_paths(e, sweep_dir / PLOTS)
+                                                          .values())]:
+        _refuse_foreign(path, written_by_report)
+
+
 def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], plots: Path) -> Section:
     """Findings, figures and the mean-over-seeds table of one experiment."""
     x, groups = experiment_axes(exp)
@@ -332,13 +357,13 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
     body = []
     if lines:
         body.append("<h3>Summary</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in lines) + "</ul>")
+    fig = _figure_paths(exp, plots)
     if trained:
-        body.append(figure_html("loss", plot_vs_x(its, x, groups, baselines, plots / f"{tag}_loss_vs_{xname}.png",
+        body.append(figure_html("loss", plot_vs_x(its, x, groups, baselines, fig["loss"],
                                                    f"best validation loss vs {xname}"), x, sweep_unit(its)))
-        body.append(figure_html("curves", plot_curves(its, x, groups, baselines, plots / f"{tag}_curves.png"), x))
+        body.append(figure_html("curves", plot_curves(its, x, groups, baselines, fig["curves"]), x))
     for which in ("grad", "rank"):
-        body.append(figure_html(which, plot_per_block(its, x, groups, which, plots / f"{tag}_{which}_per_block.png"),
-                                 x))
+        body.append(figure_html(which, plot_per_block(its, x, groups, which, fig[which]), x))
     header, rows = aggregate_table(its, x, groups)
     table = html_table(rows, header=header) if rows else '<p class="muted">No finished runs yet.</p>'
     body.append("<h3>Table (mean over seeds)</h3>" + table)
@@ -391,7 +416,7 @@ def _depth_overview(exps: list[dict], by_exp: dict, baselines: Optional[dict], p
     if len(deep) < 2:
         return None
     items = [it for e in deep for it in by_exp[e["name"]]]
-    path = plot_vs_x(items, "model.n_layer", [], baselines, plots / "all_loss_vs_n_layer.png",
+    path = plot_vs_x(items, "model.n_layer", [], baselines, plots / _ALL_DEPTH_PNG,
                      "best validation loss vs depth, every experiment", name=depth_lines(deep, items))
     if path is None:
         return None
@@ -454,7 +479,7 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
     sweep_dir = Path(sweep_dir)
     if not is_sweep_dir(sweep_dir):
         raise DepthlabError(f"{sweep_dir} is not a sweep directory (no sweep.json)")
-    _refuse_foreign(sweep_dir / REPORT, written_report_page)  # before anything is written
+    refuse_foreign_outputs(sweep_dir)  # before anything is written
     write_results(sweep_dir)
     meta, rows, columns, items = sweep_items(sweep_dir)
     baselines = sweep_baselines(items)

@@ -27,7 +27,8 @@ from .spec import (RUNS, SECTIONS, SWEEP_JSON, RunPoint, SweepSpec, expand, expa
                    varied_fields)
 
 __all__ = ["Log", "cores", "check_counts", "check_sweep_dir", "check_same_sweep", "config_diff", "plan",
-           "clear_run_dir", "hold_sweep_dir", "placement", "resume_config", "write_plan", "check_corpora",
+           "check_clearable", "clear_run_dir", "hold_sweep_dir", "placement", "resume_config", "write_plan",
+           "check_corpora",
            "check_devices", "warm_token_cache",
            "Progress",
            "AUTO_MAX_SEEDS",
@@ -156,8 +157,9 @@ def _looks_like_run(d: Path) -> bool:
                                                                   rundir.TRAIN_LOG))
 
 
-def clear_run_dir(rd: Path) -> None:
-    """Delete a run directory to redo it; refuse (DepthlabError) a path that is not a depthlab run."""
+def check_clearable(rd: Path) -> None:
+    """Refuse (DepthlabError) to delete ``rd`` to redo it: a path that is not a depthlab run, or a run holding files
+    depthlab did not write. Every run of a sweep is checked before any is deleted (:func:`clear_run_dir`)."""
     if rd.exists():
         if not rd.is_dir() or not _looks_like_run(rd):
             raise DepthlabError(f"{rd} exists and is not a depthlab run directory; refusing to delete it")
@@ -165,6 +167,12 @@ def clear_run_dir(rd: Path) -> None:
         if foreign:  # a file of the user's inside the run: never deleted
             raise DepthlabError(f"{rd} holds files depthlab did not write ({', '.join(foreign[:3])}"
                                 f"{', ...' if len(foreign) > 3 else ''}); move them out, then --overwrite again")
+
+
+def clear_run_dir(rd: Path) -> None:
+    """Delete a run directory to redo it, after :func:`check_clearable`."""
+    check_clearable(rd)
+    if rd.exists():
         shutil.rmtree(rd)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import DepthlabError
-from ..rundir import RunDir, atomic_write, read_json
+from ..rundir import RunDir, read_json, write_generated
 from ..units import LN2, finite_or_none, number_or_none
 from .spec import RESULTS_CSV, RESULTS_MD, RUNS, SWEEP_JSON
 
@@ -247,7 +247,7 @@ def _cell(v: Any) -> str:
 def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
     """Write ``results.csv`` and ``results.md`` in the sweep directory from its run directories.
 
-    Both are written atomically (:func:`depthlab.rundir.atomic_write`).
+    Both are written atomically; a copy edited by hand is kept aside first (:func:`depthlab.rundir.write_generated`).
 
     Args:
         sweep_dir: a sweep directory.
@@ -266,7 +266,7 @@ def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
     w.writerow(columns)
     for r in rows:
         w.writerow([_cell(r.get(c)) for c in columns])
-    atomic_write(sweep_dir / RESULTS_CSV, buf.getvalue().encode())
+    write_generated(sweep_dir / RESULTS_CSV, buf.getvalue().encode())
     md_cols = [c for c in columns if c != "message"]
     lines = ["| " + " | ".join(md_cols) + " |", "|" + "|".join("---" for _ in md_cols) + "|"]
     for r in rows:
@@ -274,7 +274,7 @@ def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
     notes = [f"- `{r['run']}`: {r['status']}: {r['message']}" for r in rows if r.get("message")]
     text = ("# Sweep results\n\nLosses in nats per character; `best_val_bpc` in bits per character.\n\n"
             + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else ""))
-    atomic_write(sweep_dir / RESULTS_MD, text.encode())
+    write_generated(sweep_dir / RESULTS_MD, text.encode())
     _write_aggregates(sweep_dir)
     return sweep_dir / RESULTS_CSV, sweep_dir / RESULTS_MD
 
@@ -348,7 +348,7 @@ def _write_aggregates(sweep_dir: Path) -> None:
     w.writerow(header)
     for a in agg:
         w.writerow([_cell(a[c]) for c in header])
-    atomic_write(sweep_dir / AGGREGATES_CSV, buf.getvalue().encode())
+    write_generated(sweep_dir / AGGREGATES_CSV, buf.getvalue().encode())
 
 
 def sweep_items(sweep_dir: str | Path) -> tuple[dict, list[dict], list[str], list[dict]]:

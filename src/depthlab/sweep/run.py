@@ -15,7 +15,7 @@ from ..errors import DepthlabError, no_space
 from ..training import runlock
 from . import local
 from .common import (Log, add_seeds, cell_seeds, check_counts, check_devices, check_same_sweep, check_sweep_dir,
-                     clear_run_dir, clip_message, hold_sweep_dir, placement, resume_config,
+                     check_clearable, clear_run_dir, clip_message, hold_sweep_dir, placement, resume_config,
                      parse_seeds, plan, read_added, seeded_points, warm_token_cache, write_plan)
 from .ray import ray_runner
 from .results import OK_STATUSES, read_results, write_results
@@ -160,14 +160,20 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
     check_devices(todo, backend)  # a run this machine cannot place is refused before anything is written
+    # an interrupted run continues from its checkpoint; any other unfinished one starts again, its folder deleted
+    # once every such folder is known to be depthlab's alone: a refusal loses nothing
+    resumed_configs = {p.name: None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config) for p in todo}
+    for p in todo:
+        if resumed_configs[p.name] is None:
+            check_clearable(sweep_dir / RUNS / p.name)
     warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
     write_plan(sweep_dir, spec, points, added)
     n_workers, threads, where = placement(backend, workers, threads, len(todo))
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = sum(estimate_seconds(p.config) for p in todo)
     jobs, varied = [], varied_fields(spec)
-    for p in todo:  # an interrupted run continues from its checkpoint; any other unfinished one starts again
-        config = None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config)
+    for p in todo:
+        config = resumed_configs[p.name]
         if config is None:
             clear_run_dir(sweep_dir / RUNS / p.name)
         jobs.append({"name": p.name, "config": config or p.config, "threads": threads, "hparams": varied})

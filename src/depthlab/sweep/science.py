@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from ..rundir import atomic_write
+from ..rundir import write_generated
 from .results import sweep_items
 from .claim_common import (CLAIM_HEADER, SCIENCE_MD, init_last_rank, init_grad_blocks, steps_to, ClaimRow)
 from .claims_depth import (rank_init, degradation, depth_helps, postln_warmup, rezero_speed)
@@ -101,6 +101,6 @@ def write_science_table(sweep_dir: str | Path) -> Optional[str]:
         return None
     n = sum(len(v) for k, v in by_exp.items() if k in CLAIMS)  # runs behind the table
     text = (f"{table}\nLosses are validation cross-entropy in nats/char; {n} runs in {Path(sweep_dir)}.\n")
-    atomic_write(Path(sweep_dir) / SCIENCE_MD, text.encode("utf-8"))
+    write_generated(Path(sweep_dir) / SCIENCE_MD, text.encode("utf-8"))
     return text
 
