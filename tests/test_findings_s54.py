@@ -286,3 +286,20 @@ def test_a_results_file_edited_by_hand_is_kept_aside_with_a_warning(swept, tmp_p
                    f"as {kept[0]} beside it, and the file is written anew from the runs\n"), err
     assert main(_sweep_argv(swept, sw, "--no-report")) == 0  # as depthlab wrote it: rewritten, no copy
     assert capsys.readouterr().err == "" and len(list(sw.glob("results.edited-*"))) == 1
+
+
+@pytest.mark.slow  # the report's figures
+def test_a_sweep_report_annotated_by_hand_is_kept_aside(swept, tmp_path):
+    import shutil
+
+    from depthlab.report.sweep import build_sweep_report
+
+    sw = tmp_path / "sw"
+    shutil.copytree(swept / "sw", sw)
+    page = (sw / "report.html").read_bytes()
+    (sw / "report.html").write_bytes(page + b"<!-- my annotation -->")
+    with pytest.warns(UserWarning, match="report.html was edited since depthlab wrote it"):
+        build_sweep_report(sw)
+    kept = list(sw.glob("report.edited-*.html"))
+    assert len(kept) == 1 and kept[0].read_bytes() == page + b"<!-- my annotation -->"
+    assert b"my annotation" not in (sw / "report.html").read_bytes()

@@ -210,7 +210,8 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 #: sha256 of each file a sweep folder's results are rewritten into (results.csv, results.md, aggregates.csv,
-#: science.md) as depthlab last wrote it: one whose bytes differ was edited by hand (:func:`write_generated`).
+#: science.md, report.html) as depthlab last wrote it: one whose bytes differ was edited by hand
+#: (:func:`write_generated`).
 WRITTEN = ".depthlab-written.json"
 
 

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any, Callable, Optional
 
 from ..errors import DepthlabError
-from ..rundir import (PLOTS, REPORT, REPORT_SOFTWARE, SWEEP_JSON, atomic_write, read_json, written_by_report,
+from ..rundir import (PLOTS, REPORT, REPORT_SOFTWARE, SWEEP_JSON, read_json, write_generated, written_by_report,
                       written_report_page)
 from ..sweep import (CLAIM_HEADER, OK_STATUSES, aggregate, aggregate_table, experiment_axes, field_value, group_name,
                      init_lines, is_sweep_dir, science_claims, short_unit, summary_lines, sweep_baselines, sweep_items,
@@ -496,5 +496,5 @@ def build_sweep_report(sweep_dir: str | Path) -> Path:
         f"nats/{short_unit(unit)}"
     page = render_page(f"depthlab sweep {sweep_dir.name}", sections, subtitle=sub, cards=_cards(rows, baselines, unit))
     dest = sweep_dir / REPORT
-    atomic_write(dest, page.encode("utf-8"))
+    write_generated(dest, page.encode("utf-8"))  # a page annotated by hand is kept aside, not replaced
     return dest
