@@ -303,3 +303,27 @@ def test_a_sweep_report_annotated_by_hand_is_kept_aside(swept, tmp_path):
     kept = list(sw.glob("report.edited-*.html"))
     assert len(kept) == 1 and kept[0].read_bytes() == page + b"<!-- my annotation -->"
     assert b"my annotation" not in (sw / "report.html").read_bytes()
+
+
+# ------------------------------------------------------------------------- diagnose: a corpus the model has solved
+def test_a_model_that_predicts_almost_perfectly_is_not_called_stuck():
+    """A new user's pass: 'abc' repeated (the current character fixes the next: bigram line 0.000), val 0.0024
+    nats at step 300. diagnose said bigram_stuck ("uses less than the current character tells ... train longer"),
+    context_unused and uniform_attention: no fault of a model with nothing left to learn."""
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import context_record, eval_records, probe_record
+
+    base = {"uniform": {"nats": 1.099}, "unigram": {"nats": 1.099}, "bigram": {"nats": 0.0}, "vocab_size": 3}
+    records = (eval_records([1.1, 0.3, 0.02, 0.003, 0.0024], every=100) + [probe_record(400, [0.5, 0.5],
+               ent=[[3.4, 3.4], [3.4, 3.4]], u=3.466)] + [context_record(400, [0.0024] * 32)])
+    d = diagnose(Evidence(records, {"model": {"vocab_size": 3, "block_size": 32}}, base))
+    assert d.findings == (), d.findings
+    assert (
+        "bigram_stuck, unigram_stuck, context_unused, uniform_attention (the best val loss 0.0024 nats is within 0.05 "
+        "of 0, the least a loss can be: the model predicts the val split almost perfectly, with nothing left to "
+        "learn)") in d.without_data(), d.without_data()
+    # the same curves 0.1 nats up are judged as before: a loss at a bigram line of 0.1 is stuck there
+    up = {**base, "bigram": {"nats": 0.1}}
+    records = eval_records([1.1, 0.4, 0.12, 0.103, 0.1024], every=100) + [context_record(400, [0.1024] * 32)]
+    assert "bigram_stuck" in [f.rule for f in diagnose(Evidence(records, {"model": {"vocab_size": 3}}, up)).findings]

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
-from .rule import BASELINES, CONTEXT, LATE_EVAL, rule
+from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, NotJudged, rule, who_needs
 
 __all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "LEAKS", "MORE_WINDOWS", "uses_context",
            "context_state", "leak_gap", "last_quarter", "context_verdict", "record_verdict", "context_words",
@@ -304,6 +304,9 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
         return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model"), ev.check_command))
     if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
+    solved = LOSS_LEFT.shortfall(ev, who_needs(1))
+    if solved:  # the context unused by a model that predicts almost perfectly: nothing it could add (a leak is said)
+        return NotJudged(("context_unused",), (LOSS_LEFT,), solved)
     a, b, c = context_causes(ev.section("model"), ev.check_command)
     return Finding("context_unused", f"{where}: {words}",
                    _training_cause(ev) + f"the cause is one of: {a}; {b}; or {c}")

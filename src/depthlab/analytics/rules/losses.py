@@ -11,7 +11,7 @@ from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, record_verdict
 from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
-from .rule import BASELINES, LATE_EVAL, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
+from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from .signals import divergence, init_too_high, zero_grad_params
 
 __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
@@ -101,7 +101,7 @@ no_context = one_char_window
 """The old name of :data:`one_char_window` (kept for imports)."""
 
 
-@rule("bigram_stuck", "unigram_stuck", needs=(LATE_EVAL, BASELINES))
+@rule("bigram_stuck", "unigram_stuck", needs=(LATE_EVAL, BASELINES, LOSS_LEFT))
 def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
     """Best val loss not below the bigram baseline - margin after enough steps and tokens:
     ``unigram_stuck`` when it sits at the unigram line or above (no context at all: not even the

@@ -18,7 +18,8 @@ from .evidence import Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
-           "PROBE", "DISTINCT", "LEARNABLE", "RANK_ZERO", "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS",
+           "PROBE", "DISTINCT", "LEARNABLE", "LOSS_LEFT", "RANK_ZERO",
+           "CONTEXT", "LATE_EVAL", "BASELINES", "PLATEAU_EVALS",
            "OVERFIT_EVALS"]
 
 
@@ -248,7 +249,20 @@ def _overfit_evals(ev: Evidence, who: str) -> Optional[str]:
     return None if n >= need else f"{n} of the {need} evaluations with train and val loss {who}"
 
 
+def _loss_left(ev: Evidence, who: str) -> Optional[str]:
+    """A best val loss within ``bigram_margin`` of 0, the least a cross-entropy can be: the model predicts the val
+    split almost perfectly (a corpus whose current character fixes the next: the bigram line is 0 too). Being at
+    the bigram line, attending uniformly or not using the context is then no fault: nothing is left to learn."""
+    best = min((v for _, v in ev.val_losses), default=None)
+    margin = ev.thresholds.bigram_margin
+    if best is None or not best == best or best >= margin:
+        return None
+    return (f"the best val loss {best:.4f} nats is within {margin:g} of 0, the least a loss can be: the model "
+            "predicts the val split almost perfectly, with nothing left to learn")
+
+
 LEARNABLE = Need("vocab", "a vocabulary of two tokens or more", _learnable)
+LOSS_LEFT = Need("eval", "a best val loss not within the margin of 0 (something left to learn)", _loss_left)
 GRAD = Need("grad", "gradient records", _grad)
 GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
@@ -261,5 +275,5 @@ PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_eval
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
 NEEDS = (LEARNABLE, GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS,
-         OVERFIT_EVALS)
+         OVERFIT_EVALS, LOSS_LEFT)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

@@ -8,7 +8,7 @@ from typing import Optional
 from ...units import finite_or_none
 from .advice import MUON_RATIO, depth_setting, lr_advice, lr_knob, source_wiring_advice, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list
-from .rule import DISTINCT, GRAD, GRAD_LATE, LR_RECORDS, PROBE, rule
+from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, rule
 from .signals import NO_GRAD_FROM_STEP, block_grad_ratio, lr_verdict, update_ratio_median, vanishing, zero_grad_params
 
 __all__ = ["no_gradient", "vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention",
@@ -161,7 +161,7 @@ def _rank_remedy(ev: Evidence) -> str:
     return remedy
 
 
-@rule("uniform_attention", needs=(PROBE, DISTINCT))
+@rule("uniform_attention", needs=(PROBE, DISTINCT, LOSS_LEFT))
 def uniform_attention(ev: Evidence) -> Optional[Finding]:
     """Mean attention entropy over heads and blocks >= ``uniform_attention_frac`` of ln t, late in training.
 
