@@ -327,3 +327,21 @@ def test_a_model_that_predicts_almost_perfectly_is_not_called_stuck():
     up = {**base, "bigram": {"nats": 0.1}}
     records = eval_records([1.1, 0.4, 0.12, 0.103, 0.1024], every=100) + [context_record(400, [0.1024] * 32)]
     assert "bigram_stuck" in [f.rule for f in diagnose(Evidence(records, {"model": {"vocab_size": 3}}, up)).findings]
+
+
+def test_a_second_fit_is_refused_in_words(tmp_path, tiny_text_file):
+    """A new user's pass: ``fit()`` twice said the run's start again, then failed with AttributeError."""
+    from depthlab.errors import DepthlabError
+    from depthlab.trainer import Trainer
+
+    from conftest import tiny_config
+
+    lines = []
+    tr = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), log=lines.append)
+    tr.fit()
+    n, before = len(lines), (tmp_path / "r" / "metrics.jsonl").read_bytes()
+    with pytest.raises(DepthlabError) as e:
+        tr.fit()
+    assert str(e.value).startswith(f"this Trainer has trained {tmp_path / 'r'} already (fit() runs once); to "
+                                   "train on, make a new Trainer with train.resume true")
+    assert len(lines) == n and (tmp_path / "r" / "metrics.jsonl").read_bytes() == before

@@ -787,10 +787,8 @@ def run_sweep(ns, argv: list[str]) -> int:
             from .sweep.ray import EXTRA
             print(f"note: Ray Tune is not installed here; the sweep itself needs it: {EXTRA}")
         return 0
-    if not ns.no_report and Path(out_dir, sweep.SWEEP_JSON).is_file():  # a rerun: a report it could not write is
-        from .report.sweep import refuse_foreign_outputs  # refused before the runs, not after them
-
-        refuse_foreign_outputs(Path(out_dir))
+    if not ns.no_report:
+        _report_writable(Path(out_dir))
     try:
         sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
                         backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler,
@@ -969,6 +967,17 @@ COMMANDS: dict[str, Command] = {
                       build_export_parser, run_export),
     "presets": Command("list the shipped training presets", build_presets_parser, run_presets),
 }
+
+
+def _report_writable(sweep_dir: Path) -> None:
+    """A rerun into ``sweep_dir``: a report it could not write (a user's file at its place) is refused before the
+    runs, not after them (:func:`~depthlab.report.sweep.refuse_foreign_outputs`)."""
+    from . import sweep
+
+    if (sweep_dir / sweep.SWEEP_JSON).is_file():
+        from .report.sweep import refuse_foreign_outputs
+
+        refuse_foreign_outputs(sweep_dir)
 
 
 def usage() -> str:

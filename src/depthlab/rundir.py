@@ -660,6 +660,11 @@ class MetricsWriter:
         else:
             tb.close()
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has closed metrics.jsonl (a writer that never writes, on another rank, is not)."""
+        return self.enabled and self._f is None
+
     def close(self) -> None:
         """Flush and close the files."""
         if self._f is not None:

@@ -383,8 +383,8 @@ class Trainer:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
             Interrupted: SIGINT/SIGTERM (after a checkpoint; during the final validation, after the done line).
         """
-        t, m = self.cfg.train, self.cfg.model
-        self._t_start = time.time()
+        _fit_once(self.metrics, self.run_dir)
+        t, m, self._t_start = self.cfg.train, self.cfg.model, time.time()
         if self.nothing_to_train:
             self.log(nothing_to_train(self.step, t.max_iters, self.budget.plan))
             self.metrics.close()
@@ -517,6 +517,15 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, **self.checkpointer.init_record}
 
+
+
+def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:
+    """Refuse (DepthlabError) a second :meth:`Trainer.fit`: the first closed the run's records (it failed inside
+    them with an AttributeError, after saying the run's start again)."""
+    if metrics.closed:
+        raise DepthlabError(f"this Trainer has trained {run_dir} already (fit() runs once); to train on, make a new "
+                            f"Trainer with train.resume true and train.out_dir {run_dir} (what depthlab train --resume "
+                            "does)")
 
 
 def put_back(run_dir: Path, replaced: Optional[Path]) -> Optional[str]:
