@@ -345,3 +345,21 @@ def test_a_second_fit_is_refused_in_words(tmp_path, tiny_text_file):
     assert str(e.value).startswith(f"this Trainer has trained {tmp_path / 'r'} already (fit() runs once); to "
                                    "train on, make a new Trainer with train.resume true")
     assert len(lines) == n and (tmp_path / "r" / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["train"], ["sweep", "--grid", "model.n_layer=1", "--dry_run"]])
+def test_overwrite_is_not_printed_into_a_config_nor_taken_from_one(capsys, tmp_path, command):
+    """A new user's pass: ``--overwrite --print_config > my.yaml`` kept ``overwrite: true``, and every later ``-c
+    my.yaml`` replaced the run without a word."""
+    from conftest import cli_print_config
+
+    printed = cli_print_config(capsys, *command, "--train.out_dir", str(tmp_path / "r"), "--overwrite",
+                               "--print_config") if command == ["train"] else \
+        cli_print_config(capsys, *command[:3], "--overwrite", "--print_config")
+    assert not [x for x in printed.splitlines() if x.startswith("overwrite")], printed
+    f = tmp_path / "my.yaml"
+    f.write_text("overwrite: true\n")
+    assert cli_err(capsys, *command, "-c", str(f)) == (
+        f"depthlab: error: {f}: overwrite: true: --overwrite deletes what the folder holds, so it is given on the "
+        "command line each time, not kept in a config file (reused, it would delete the run every time); delete the "
+        "line and give --overwrite on the command line\n")

@@ -738,7 +738,8 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
 
 def _command_line_only(path: str, d: dict, known: set[str], inline: Optional[str] = None) -> Optional[str]:
     """Why config file ``path`` (mapping ``d``) may not hold a command-line option it names with a value that asks
-    for something (``debug: true``, ``preset: NAME``, ``resume: RUN``, ``config: FILE``, ``print_config``), or None.
+    for something (``debug: true``, ``preset: NAME``, ``resume: RUN``, ``overwrite: true``, ``config: FILE``,
+    ``print_config``), or None.
     The parser took them, and nothing read them: a file's ``preset:`` trained the defaults, its ``resume:`` a new
     run, its ``debug: true`` showed no traceback, its ``config:`` read another file unchecked. The values a config
     printed by an older ``--print_config`` holds (``debug: false``, ``preset: null``, ``resume: null``) ask nothing
@@ -760,6 +761,10 @@ def _command_line_only(path: str, d: dict, known: set[str], inline: Optional[str
             return (f"{path}: resume: {value}: --resume is given on the command line (depthlab train --resume "
                     f"{value}), not in a config file (which would start a new run); delete {line}, or write "
                     f"resume: true and out_dir: {value} under train:")
+        if key == "overwrite":
+            return (f"{path}: overwrite: {value}: --overwrite deletes what the folder holds, so it is given on the "
+                    f"command line each time, not kept in a config file (reused, it would delete the run every time); "
+                    f"delete {line} and give --overwrite on the command line")
         if key == "config":
             return (f"{path}: config: {value}: a config file does not name another (its keys would go unchecked); "
                     + (f"delete the line and give each file with -c, in order: -c {value} -c {path}" if inline is None

@@ -44,6 +44,7 @@ NOT_PRINTED = {
     "debug": "a command-line switch; a config file does not set it",
     "preset": "the preset's fields are printed in the sections; a config file does not choose a preset",
     "resume": "printed as train.resume and train.out_dir; a config file does not give --resume",
+    "overwrite": "deletes the run (or a sweep's runs) in the folder; a config file reused would delete it every time",
     "model.vocab_size": "set from the corpus's tokenizer when training starts (a value given is replaced)",
 }
 
