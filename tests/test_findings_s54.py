@@ -268,6 +268,7 @@ def test_a_refused_sweep_rerun_loses_nothing(swept, tmp_path, capsys):
     assert _files(sw) == before  # refused before its runs, results.md and aggregates untouched
 
 
+@pytest.mark.slow  # the module's sweep
 def test_a_results_file_edited_by_hand_is_kept_aside_with_a_warning(swept, tmp_path, capsys):
     import shutil
 
@@ -363,3 +364,22 @@ def test_overwrite_is_not_printed_into_a_config_nor_taken_from_one(capsys, tmp_p
         f"depthlab: error: {f}: overwrite: true: --overwrite deletes what the folder holds, so it is given on the "
         "command line each time, not kept in a config file (reused, it would delete the run every time); delete the "
         "line and give --overwrite on the command line\n")
+
+
+@pytest.mark.slow  # the module's sweep
+def test_a_bpe_sweeps_results_md_says_per_token(swept, tmp_path):
+    """A new user's pass: a BPE sweep's results.md said "Losses in nats per character" (they are per token: a
+    reader's bits per character came out 34 % off)."""
+    import json
+    import shutil
+
+    from depthlab.sweep.results import write_results
+
+    sw = tmp_path / "sw"
+    shutil.copytree(swept / "sw", sw)
+    assert "Losses in nats per character; `best_val_bpc` in bits per character." in (sw / "results.md").read_text()
+    meta = json.loads((sw / "sweep.json").read_text())
+    meta["runs"][0]["config"]["data"]["tokenizer"] = "bpe"
+    (sw / "sweep.json").write_text(json.dumps(meta))
+    write_results(sw)
+    assert "Losses in nats per token; `best_val_bpc` in bits per token." in (sw / "results.md").read_text()

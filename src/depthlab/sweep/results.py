@@ -272,11 +272,23 @@ def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
     for r in rows:
         lines.append("| " + " | ".join(_cell(r.get(c)).replace("|", "/") for c in md_cols) + " |")
     notes = [f"- `{r['run']}`: {r['status']}: {r['message']}" for r in rows if r.get("message")]
-    text = ("# Sweep results\n\nLosses in nats per character; `best_val_bpc` in bits per character.\n\n"
+    unit = _unit(sweep_dir)
+    text = (f"# Sweep results\n\nLosses in nats per {unit}; `best_val_bpc` in bits per {unit}.\n\n"
             + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     write_generated(sweep_dir / RESULTS_MD, text.encode())
     _write_aggregates(sweep_dir)
     return sweep_dir / RESULTS_CSV, sweep_dir / RESULTS_MD
+
+
+def _unit(sweep_dir: Path) -> str:
+    """What one token of the sweep's planned runs is: ``character`` when every run is on characters, else ``token``
+    (a BPE run's loss is per token: its results once said "per character")."""
+    from ..analytics.rules.evidence import unit_of
+
+    meta = read_json(sweep_dir / SWEEP_JSON)
+    runs = meta.get("runs") if isinstance(meta, dict) else None
+    configs = [r.get("config") for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+    return "character" if all(unit_of(c) == "character" for c in configs) else "token"
 
 
 def read_results(csv_path: str | Path) -> tuple[list[dict], list[str]]:
