@@ -383,3 +383,29 @@ def test_a_bpe_sweeps_results_md_says_per_token(swept, tmp_path):
     (sw / "sweep.json").write_text(json.dumps(meta))
     write_results(sw)
     assert "Losses in nats per token; `best_val_bpc` in bits per token." in (sw / "results.md").read_text()
+
+
+@pytest.mark.slow  # a run and two resumes
+def test_a_resume_of_a_run_a_stop_rule_ended_changes_nothing(tmp_path, tiny_text_file, capsys):
+    """A new user's pass: a run stopped by train.target_val_loss, resumed with a larger max_iters, trained nothing
+    yet rewrote config.json (max_iters 300 -> 400), lowered summary's wall_time_s, appended a second probe and
+    context record at its step, and the next resume blamed a hand edit for the config.json it had written."""
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    run = tmp_path / "r"
+    args = tiny_cli_args(tiny_text_file, run, train__max_iters=40, train__target_val_loss=3.9,
+                         train__probe_interval=5)
+    assert main(["train", *args]) == 0
+    summary = (run / "summary.json").read_text()
+    assert '"stopped_by": "target_val_loss"' in summary, summary
+    before = _files(run)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.max_iters", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "before this resume; nothing more was trained; --train.target_val_loss 0 (off) or a lower value trains " \
+           "on. Nothing was changed." in out, out
+    assert _files(run) == before
+    assert main(["train", "--resume", str(run), "--train.max_iters", "60", "--train.target_val_loss", "0"]) == 0
+    assert "config.json holds a schedule" not in capsys.readouterr().err  # it trains on, and no false cause

@@ -251,7 +251,7 @@ class Trainer:
             self._load_resume(point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already
         # resuming a run that is already at its end changes nothing on disk
-        self.nothing_to_train = resumed and self.step >= self.schedule.max_iters
+        self.nothing_to_train = _nothing_left(self) if resumed else None  # its line: a resume with no step left
         if self.is_main and not self.nothing_to_train:
             self.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
             rt.say_resolved_changes()
@@ -386,7 +386,7 @@ class Trainer:
         _fit_once(self.metrics, self.run_dir)
         t, m, self._t_start = self.cfg.train, self.cfg.model, time.time()
         if self.nothing_to_train:
-            self.log(nothing_to_train(self.step, t.max_iters, self.budget.plan))
+            self.log(self.nothing_to_train)
             self.metrics.close()
             return self.run_dir
         self.stepper.on_device = self.checks_on_device
@@ -517,6 +517,14 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, **self.checkpointer.init_record}
 
+
+
+def _nothing_left(tr: "Trainer") -> Optional[str]:
+    """The line of a resume with no step left to train, or None: its run is at its last step (``max_iters`` or the
+    plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing."""
+    if tr.step >= tr.schedule.max_iters:
+        return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
+    return tr.stop.ended_before_resume(tr.step, tr.evaluator)
 
 
 def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:

@@ -101,12 +101,26 @@ class StopRules:
             self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a --resume gets as long "
                      f"again) at step {step} of {schedule.max_iters}: the learning rate {where}")
             return "max_time"
+        early = self._early_end(step, ev)
+        if early is None:
+            return None
+        self.log(early[1])
+        return early[0]
+
+    def ended_before_resume(self, step: int, ev) -> Optional[str]:
+        """The line of a resume whose run a stop rule ended already (a target reached, patience lost, as this
+        session states them), or None: such a resume trains nothing and changes nothing on disk."""
+        early = self._early_end(step, ev) if not ev.session_evals else None
+        return f"{early[1]}. Nothing was changed." if early is not None else None
+
+    def _early_end(self, step: int, ev) -> Optional[tuple[str, str]]:
+        """(``target_val_loss`` | ``patience``, its line) when that rule stops the run at ``step``, else None."""
+        t = self.train
         before = "" if ev.session_evals else ", before this resume; nothing more was trained"
         if ev.target_reached is not None:
             train_on = "; --train.target_val_loss 0 (off) or a lower value trains on" if before else ""
-            self.log(f"stopped at step {step}: val loss reached train.target_val_loss {t.target_val_loss:g} "
-                     f"at step {ev.target_reached[0]}{before}{train_on}")
-            return "target_val_loss"
+            return "target_val_loss", (f"stopped at step {step}: val loss reached train.target_val_loss "
+                                       f"{t.target_val_loss:g} at step {ev.target_reached[0]}{before}{train_on}")
         if ev.patience_exhausted:
             more = f"; a --train.patience above {ev.evals_without_improvement} (or 0, off) trains on"
             train_on = more if before else ""
@@ -114,9 +128,8 @@ class StopRules:
             since = f" since step {ref[1]} (val loss {ref[0]:.4f})" if ref else ""
             n = ev.evals_without_improvement
             row, each = (" in a row", "each") if n > 1 else ("", "it")
-            self.log(f"stopped early at step {step}: {counted(n, 'evaluation')}{row}{since} without lowering the "
-                     f"best val loss before {each} by train.min_delta {t.min_delta:g} "
-                     f"(train.patience {t.patience}){before}; best.safetensors holds the best weights "
-                     f"(val loss {ev.best_val:.4f}, step {ev.best_step}){train_on}")
-            return "patience"
+            return "patience", (f"stopped early at step {step}: {counted(n, 'evaluation')}{row}{since} without "
+                                f"lowering the best val loss before {each} by train.min_delta {t.min_delta:g} "
+                                f"(train.patience {t.patience}){before}; best.safetensors holds the best weights "
+                                f"(val loss {ev.best_val:.4f}, step {ev.best_step}){train_on}")
         return None
