@@ -407,3 +407,21 @@ def test_an_omp_num_threads_past_the_thread_cap_is_ignored_not_given_to_torch(mo
         "with 2 threads, its auto choice, not measured; set it to a number (OMP_NUM_THREADS=1) or unset it")
     monkeypatch.setenv("OMP_NUM_THREADS", "4096")
     assert env_threads() == 4096 and at.env_threads_warning(auto, 4096, "rule") is None
+
+
+def test_a_short_run_keeps_the_rules_when_its_shape_is_cached(tmp_path, monkeypatch, chosen_by_depthlab, cfg, table):
+    """A new user's pass: the same 20-s command ran 2 threads (rules), 1 thread (a cached measurement under load) or
+    restarted itself for a cached spinning policy, as README says a run planned under a minute keeps its rules."""
+    import dataclasses
+
+    from depthlab.model import GPT
+
+    monkeypatch.setenv("DEPTHLAB_CACHE", str(tmp_path / "own-cache"))
+    table[S(2, omp="active")] = 10.0  # spinning fastest: a long run restarts for it
+    model = GPT(cfg.model)
+    with pytest.raises(Restart):
+        at.tune(cfg, model, torch.device("cpu"), restart_ok=True)  # measured and cached
+    short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_iters=2000))  # 2000 x 10 ms = 20 s
+    t = at.tune(short, model, torch.device("cpu"), restart_ok=True)
+    assert (t.source, t.why) == ("rule", "not measured: about 20 s of training planned, under 60 s")
+    assert at.tune(cfg, model, torch.device("cpu"), restart_ok=False).source == "cached"  # a long run reads it

@@ -444,6 +444,9 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     busy = busy_cores()
     key = cache_key(cfg, busy)
     hit = Tuning.from_record(read_cache().get(key) or {})
+    short = _short_run(t, hit)
+    if short is not None:  # as when it is not cached: a restart alone would cost seconds of a run this short
+        return Tuning(rule, "rule", short)
     if hit is not None:
         hit.source = "cached"
         if own:  # the model's own attention, whatever an older record says
@@ -472,9 +475,9 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         first = time_settings(m, make_opt, loss_fn, batch, [rule if rule in here else here[0]], rounds=1,
                               set_attention=set_attn)
         planned = _planned_seconds(t, next(iter(first.values())) / 1e3)
-        if planned < MIN_RUN_S and os.environ.get(SWITCH, "").lower() != "on":
-            return Tuning(rule, "rule", f"not measured: about {planned:.0f} s of training planned, under "
-                                        f"{MIN_RUN_S:.0f} s")
+        short = _short_words(planned)
+        if short is not None:
+            return Tuning(rule, "rule", short)
         # busy: steps are slower and each visit times more of them (time_settings); the choice matters most there
         budget = max(MIN_MEASURE_S, MEASURE_SHARE * planned) * (BUSY_BUDGET if busy else 1)
         there = [s for s in order if s.omp_wait != policy]  # timed in a child: the other OpenMP policy
@@ -500,6 +503,22 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
     if after == busy:
         _write_cache(key, tuning, policies_compared=any(s.omp_wait != policy for s in ms))
     return tuning
+
+
+def _short_words(planned: float) -> Optional[str]:
+    """Why a run planned to train ``planned`` seconds keeps the rules (under :data:`MIN_RUN_S`, unless the switch
+    is ``on``), or None."""
+    if planned >= MIN_RUN_S or os.environ.get(SWITCH, "").lower() == "on":
+        return None
+    return f"not measured: about {planned:.0f} s of training planned, under {MIN_RUN_S:.0f} s"
+
+
+def _short_run(t, hit: Optional[Tuning]) -> Optional[str]:
+    """:func:`_short_words` of a run whose step a cached measurement ``hit`` timed at its shape (its chosen
+    setting's milliseconds), or None: no such timing, or a run long enough to use it. A short run keeps the
+    rules whether or not its shape was measured before (its settings, and a restart, depended on the cache)."""
+    ms = (hit.ms_per_step.get(hit.setting.label()) if hit is not None else None) or None
+    return _short_words(_planned_seconds(t, ms / 1e3)) if ms else None
 
 
 def _planned_seconds(t, s_per_step: float) -> float:
