@@ -409,3 +409,28 @@ def test_a_resume_of_a_run_a_stop_rule_ended_changes_nothing(tmp_path, tiny_text
     assert _files(run) == before
     assert main(["train", "--resume", str(run), "--train.max_iters", "60", "--train.target_val_loss", "0"]) == 0
     assert "config.json holds a schedule" not in capsys.readouterr().err  # it trains on, and no false cause
+
+
+def test_last_with_no_intact_step_checkpoint_names_the_best_weights(run, tmp_path, capsys):
+    """A new user's pass: ``sample RUN --checkpoint last`` with the step checkpoints deleted said "train the run
+    again", though ``--checkpoint best`` (the default) read the run's best weights."""
+    import shutil
+
+    r = tmp_path / "r"
+    shutil.copytree(run, r)
+    for f in (r / "checkpoints").glob("step-*"):
+        f.unlink()
+    err = cli_err(capsys, "sample", str(r), "--checkpoint", "last", "--max-new-tokens", "3")
+    assert "; --checkpoint best reads the run's best.safetensors; or restore " in err, err
+    from depthlab.cli import main
+
+    assert main(["sample", str(r), "--max-new-tokens", "3"]) == 0
+
+
+def test_resume_true_in_a_config_file_is_not_taken_for_a_folder_named_true(capsys, tmp_path):
+    f = tmp_path / "res.yaml"
+    f.write_text("model:\n  n_layer: 2\nresume: true\n")
+    err = cli_err(capsys, "train", "-c", str(f))
+    assert "(depthlab train --resume RUN_DIR)" in err and "out_dir: RUN_DIR under train:" in err, err
+    f.write_text("resume: runs/a\n")
+    assert "(depthlab train --resume runs/a)" in cli_err(capsys, "train", "-c", str(f))

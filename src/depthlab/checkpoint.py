@@ -707,7 +707,9 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
     try:
         entry = latest_checkpoint(Path(run_dir))
     except NoIntactCheckpoint as e:  # the way forward, as a resume says its own
-        raise DepthlabError(f"{e}; restore {ckdir} from a copy of the run, or train the run again") from None
+        best = "--checkpoint best reads the run's best.safetensors; or " \
+            if which == "last" and (ckdir / "best.safetensors").is_file() else ""
+        raise DepthlabError(f"{e}; {best}restore {ckdir} from a copy of the run, or train the run again") from None
     if entry is None:
         raise RunDir(run_dir).no_checkpoint_error()
     return ckdir / f"{entry['name']}.safetensors"

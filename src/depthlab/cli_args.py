@@ -758,9 +758,10 @@ def _command_line_only(path: str, d: dict, known: set[str], inline: Optional[str
                     f"would train without it); delete {line} and give --preset {value} (or -c the preset's own "
                     "file first)")
         if key == "resume":
+            run = "RUN_DIR" if value in ("true", "false") or not isinstance(value, str) else value  # not a folder
             return (f"{path}: resume: {value}: --resume is given on the command line (depthlab train --resume "
-                    f"{value}), not in a config file (which would start a new run); delete {line}, or write "
-                    f"resume: true and out_dir: {value} under train:")
+                    f"{run}), not in a config file (which would start a new run); delete {line}, or write "
+                    f"resume: true and out_dir: {run} under train:")
         if key == "overwrite":
             return (f"{path}: overwrite: {value}: --overwrite deletes what the folder holds, so it is given on the "
                     f"command line each time, not kept in a config file (reused, it would delete the run every time); "
