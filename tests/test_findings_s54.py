@@ -434,3 +434,20 @@ def test_resume_true_in_a_config_file_is_not_taken_for_a_folder_named_true(capsy
     assert "(depthlab train --resume RUN_DIR)" in err and "out_dir: RUN_DIR under train:" in err, err
     f.write_text("resume: runs/a\n")
     assert "(depthlab train --resume runs/a)" in cli_err(capsys, "train", "-c", str(f))
+
+
+def test_the_context_verdict_at_train_end_names_position_0s_own_error():
+    """A new user's pass: the end-of-training context_unused said "position 0 is at the unigram line (within twice
+    its error, 0.794)", twice the *gain's* error, where `depthlab context` on the same weights said 0.561, twice
+    position 0's. The record now keeps position 0's error."""
+    from depthlab.analytics.diagnose import Evidence
+    from depthlab.analytics.rules.context import record_verdict
+
+    from conftest import SHAKESPEARE_BASELINES, context_record, eval_records
+
+    rec = {**context_record(400, [3.40] + [3.41] * 31), "context_gain_se": 0.397, "position0_se": 0.280}
+    ev = Evidence(eval_records([4.1, 3.5, 3.4, 3.4, 3.4]) + [rec], {"model": {"vocab_size": 65}},
+                  SHAKESPEARE_BASELINES)
+    assert "position 0 is at the unigram line (within twice its error, 0.560)" in record_verdict(ev)[1]
+    del rec["position0_se"]  # a record of before: the gain's error stands in, as it did
+    assert "(within twice its error, 0.794)" in record_verdict(ev)[1]

@@ -477,6 +477,7 @@ def format_context(res: dict) -> str:
 class ContextCallback(Callback):
     """At train end (main rank): the loss-by-position curve of the final weights, as a ``kind: event``
     record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``, ``last_quarter_se``,
+    ``position0_se`` (position 0's standard error, which the verdict's "within twice its error" names),
     ``windows``, ``tokens``) that the ``context_unused`` rule reads. Costs one forward over at most
     :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows.
     """
@@ -498,5 +499,6 @@ class ContextCallback(Callback):
         step = int(summary.get("final_step", 0) or 0)
         run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
                                   "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
-                                  "last_quarter_se": c["last_quarter_se"], "windows": c["windows"],
+                                  "last_quarter_se": c["last_quarter_se"], "position0_se": c["position_se"][0],
+                                  "windows": c["windows"],
                                   "distinct_windows": c["distinct_windows"], "tokens": c["tokens"]})
