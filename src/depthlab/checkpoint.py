@@ -708,11 +708,24 @@ def select_weights(run_dir: Path, which: str = "best") -> Path:
         entry = latest_checkpoint(Path(run_dir))
     except NoIntactCheckpoint as e:  # the way forward, as a resume says its own
         best = "--checkpoint best reads the run's best.safetensors; or " \
-            if which == "last" and (ckdir / "best.safetensors").is_file() else ""
+            if which == "last" and _best_intact(Path(run_dir)) else ""
         raise DepthlabError(f"{e}; {best}restore {ckdir} from a copy of the run, or train the run again") from None
     if entry is None:
         raise RunDir(run_dir).no_checkpoint_error()
     return ckdir / f"{entry['name']}.safetensors"
+
+
+def _best_intact(run_dir: Path) -> bool:
+    """Whether the run's best.safetensors is there and passes its sha256 check (:func:`verified_best`)."""
+    if not (run_dir / CKPT_DIR / "best.safetensors").is_file():
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            verified_best(run_dir)
+    except (DepthlabError, OSError):
+        return False
+    return True
 
 
 class WeightsFallback(UserWarning):

@@ -251,9 +251,10 @@ def record_verdict(ev: Evidence) -> tuple[str, str]:
     lq_se = finite_or_none(rec.get("last_quarter_se"))  # absent from records written before it was kept
     floor = finite_or_none((ev.baselines.get("one_char_floor") or {}).get("nats"))  # absent before it was kept
     pos0_se = finite_or_none(rec.get("position0_se"))  # absent before it was kept: the gain's error stands in
+    # copies of one window are one (distinct_windows: absent before it was kept)
+    windows = finite_or_none(rec.get("distinct_windows", rec.get("windows")))
     return context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
-                           windows=finite_or_none(rec.get("distinct_windows", rec.get("windows"))), floor=floor,
-                           unit=ev.unit, pos0_se=pos0_se)  # copies of one window are one (distinct_windows: absent before it was kept)
+                           windows=windows, floor=floor, unit=ev.unit, pos0_se=pos0_se)
 
 
 def _leak_remedy(model: dict, check: Optional[str] = None) -> str:
