@@ -451,3 +451,15 @@ def test_the_context_verdict_at_train_end_names_position_0s_own_error():
     assert "position 0 is at the unigram line (within twice its error, 0.560)" in record_verdict(ev)[1]
     del rec["position0_se"]  # a record of before: the gain's error stands in, as it did
     assert "(within twice its error, 0.794)" in record_verdict(ev)[1]
+
+
+def test_an_inline_mapping_resuming_a_run_reads_its_config_as_a_file_does(run, tmp_path, capsys):
+    """A new user's pass: ``-c '{train: {resume: true, out_dir: RUN}}'`` was refused as a change of every field the
+    mapping left out (the defaults), where the same YAML in a file reads the run's config.json first."""
+    from conftest import cli_print_config
+
+    f = tmp_path / "res.yaml"
+    f.write_text(f"train:\n  resume: true\n  out_dir: {run}\n")
+    inline = cli_print_config(capsys, "train", "-c", f"{{train: {{resume: true, out_dir: {run}}}}}", "--print_config")
+    assert inline == cli_print_config(capsys, "train", "-c", str(f), "--print_config")
+    assert "  n_layer: 2\n" in inline and "  n_embd: 32\n" in inline, inline  # the run's, not the defaults
