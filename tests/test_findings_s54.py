@@ -463,3 +463,31 @@ def test_an_inline_mapping_resuming_a_run_reads_its_config_as_a_file_does(run, t
     inline = cli_print_config(capsys, "train", "-c", f"{{train: {{resume: true, out_dir: {run}}}}}", "--print_config")
     assert inline == cli_print_config(capsys, "train", "-c", str(f), "--print_config")
     assert "  n_layer: 2\n" in inline and "  n_embd: 32\n" in inline, inline  # the run's, not the defaults
+
+
+def test_a_signal_during_an_evaluation_ends_it_at_the_next_batch(tmp_path, tiny_text_file):
+    """A new user's pass: Ctrl-C and SIGTERM waited for the whole evaluation (``--preset nanogpt-gpu`` on a CPU: 10
+    minutes, then SIGKILL); a smaller run trained a step and evaluated again before it stopped, and called its stop
+    ``max_time`` and "during the final validation"."""
+    import signal
+
+    from depthlab.trainer import Interrupted, Trainer
+
+    from conftest import tiny_config
+
+    tr = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_iters=50)),
+                 log=lambda s: None)
+    real, calls = tr.evaluator.port.loss, []
+
+    def loss(model, x, y):
+        calls.append(1)
+        if len(calls) == 3:  # the signal lands during evaluation 0, before the first step
+            tr.stop.request(signal.SIGINT)
+        return real(model, x, y)
+
+    tr.evaluator.port.loss = loss
+    with pytest.raises(Interrupted) as e:
+        tr.fit()
+    assert len(calls) == 3 and e.value.step == 0 and e.value.exit_code == 130  # not 100 batches, then a step
+    assert str(e.value).startswith("interrupted at step 0; checkpoint written. Resume with: depthlab train --resume")
+    assert (tmp_path / "r" / "checkpoints" / "step-000000.safetensors").is_file()

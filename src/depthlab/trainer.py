@@ -351,18 +351,10 @@ class Trainer:
         self.checkpointer.save(self, is_best=is_best, val_loss=val_loss, background=background)
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self) -> dict:
-        """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split (:meth:`Evaluator.evaluate`)."""
-        return self.evaluator.evaluate(self.model)
-
-    def _do_eval(self) -> None:
-        rec, is_best = self.evaluator.judge(self.evaluate(), self.step, self.tokens_seen, self._wall())
-        self.metrics.log("eval", rec, {"train/loss_eval": rec["train_loss"], "val/loss": rec["val_loss"],
-                                       "val/bpc": rec["val_bpc"]})
-        self.log(Evaluator.describe(rec))
-        for cb in self.callbacks:
-            cb.on_eval(self, self.last_info, rec)
-        self.checkpointer.save_agreed(self, is_best=is_best, val_loss=rec["val_loss"])
+    def evaluate(self) -> Optional[dict]:
+        """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split (:meth:`Evaluator.evaluate`); None
+        when a Ctrl-C or SIGTERM caught by :meth:`fit` ended it (one process: several finish it, then agree)."""
+        return self.evaluator.evaluate(self.model, self.stop.caught if self.world_size == 1 else None)
 
     # ----------------------------------------------------------------- the loop
     def _before_clip(self, info: StepInfo) -> None:
@@ -429,8 +421,9 @@ class Trainer:
             if (self.step % t.eval_interval == 0 or self.step >= self.schedule.max_iters or time_up) \
                     and self.step != resumed_at:
                 t_eval = time.time()
-                self._do_eval()
+                _evaluate_now(self)
                 self.budget.note_eval(time.time() - t_eval)
+                flags["signal"] |= self.world_size == 1 and self.stop.caught()  # one that came during it
             if self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
                 return
             if flags["signal"]:
@@ -517,6 +510,22 @@ class Trainer:
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, **self.checkpointer.init_record}
 
+
+
+def _evaluate_now(tr: "Trainer") -> None:
+    """One evaluation of the loop: its record, line, callbacks and checkpoint; nothing when a signal ended it
+    (:meth:`~depthlab.training.evaluator.Evaluator.evaluate`: the loop then checkpoints and stops, as between two
+    steps). Several processes finish it: they agree on the signal afterwards."""
+    res = tr.evaluate()
+    if res is None:
+        return
+    rec, is_best = tr.evaluator.judge(res, tr.step, tr.tokens_seen, tr._wall())
+    tr.metrics.log("eval", rec, {"train/loss_eval": rec["train_loss"], "val/loss": rec["val_loss"],
+                                 "val/bpc": rec["val_bpc"]})
+    tr.log(Evaluator.describe(rec))
+    for cb in tr.callbacks:
+        cb.on_eval(tr, tr.last_info, rec)
+    tr.checkpointer.save_agreed(tr, is_best=is_best, val_loss=rec["val_loss"])
 
 
 def _nothing_left(tr: "Trainer") -> Optional[str]:

@@ -6,7 +6,7 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -172,15 +172,18 @@ class Evaluator:
         return evaluation.forward_batches(len(self.corpus.val), self.cfg.model.block_size, t.batch_size)
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module) -> dict:
+    def evaluate(self, model: torch.nn.Module, stop: Optional[Callable[[], bool]] = None) -> Optional[dict]:
         """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split, in eval mode.
 
         The eval batches are :func:`eval_batches` of ``train.eval_windows``: every evaluation sees the same
-        windows and the training RNG is untouched.
+        windows and the training RNG is untouched. ``stop()`` -> True between two batches (a Ctrl-C or SIGTERM
+        the trainer caught) ends it there: a large model's evaluation on a CPU takes minutes, and a signal waited
+        for all of it (seen: 10 minutes, a SIGTERM and two Ctrl-C unanswered).
 
         Returns:
             ``{"train": float, "val": float, "val_se": float or None}`` in nats per token: ``val_se`` is the
-            sampling error of the val mean over where the windows fell (:func:`window_se`).
+            sampling error of the val mean over where the windows fell (:func:`window_se`); None when ``stop``
+            ended it.
         """
         t, rt = self.cfg.train, self.runtime
         was_training = model.training
@@ -193,6 +196,9 @@ class Evaluator:
             # the global batch size, so evaluation is the same whatever the number of processes
             for i, (x, y) in enumerate(eval_batches(data, self.cfg.model.block_size, t.batch_size * rt.world_size,
                                                     t.seed, split, t.eval_iters, rt.device, t.eval_windows)):
+                if stop is not None and stop():
+                    model.train(was_training)
+                    return None
                 with rt.ctx:
                     loss = self.port.loss(model, x, y)
                 losses[i] = loss.detach().float()
