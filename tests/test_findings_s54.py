@@ -403,9 +403,10 @@ def test_a_resume_of_a_run_a_stop_rule_ended_changes_nothing(tmp_path, tiny_text
     before = _files(run)
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--train.max_iters", "60"]) == 0
-    out = capsys.readouterr().out
-    assert "before this resume; nothing more was trained; --train.target_val_loss 0 (off) or a lower value trains " \
-           "on. Nothing was changed." in out, out
+    cap = capsys.readouterr()
+    assert "depthlab: nothing to train: stopped at step 0: val loss reached train.target_val_loss 3.9 at step 0, " \
+           "before this resume; nothing more was trained; --train.target_val_loss 0 (off) or a lower value trains " \
+           "on. Nothing was changed." in cap.err and "stopped" not in cap.out, cap
     assert _files(run) == before
     assert main(["train", "--resume", str(run), "--train.max_iters", "60", "--train.target_val_loss", "0"]) == 0
     assert "config.json holds a schedule" not in capsys.readouterr().err  # it trains on, and no false cause

@@ -111,7 +111,7 @@ class StopRules:
         """The line of a resume whose run a stop rule ended already (a target reached, patience lost, as this
         session states them), or None: such a resume trains nothing and changes nothing on disk."""
         early = self._early_end(step, ev) if not ev.session_evals else None
-        return f"{early[1]}. Nothing was changed." if early is not None else None
+        return f"nothing to train: {early[1]}. Nothing was changed." if early is not None else None  # a notice
 
     def _early_end(self, step: int, ev) -> Optional[tuple[str, str]]:
         """(``target_val_loss`` | ``patience``, its line) when that rule stops the run at ``step``, else None."""
