@@ -492,3 +492,21 @@ def test_a_signal_during_an_evaluation_ends_it_at_the_next_batch(tmp_path, tiny_
     assert len(calls) == 3 and e.value.step == 0 and e.value.exit_code == 130  # not 100 batches, then a step
     assert str(e.value).startswith("interrupted at step 0; checkpoint written. Resume with: depthlab train --resume")
     assert (tmp_path / "r" / "checkpoints" / "step-000000.safetensors").is_file()
+
+
+def test_the_gpu_preset_on_a_cpu_says_so_before_its_long_evaluations(tmp_path, capsys, monkeypatch):
+    """A new user's pass: ``--preset nanogpt-gpu --train.max_time 20`` on a CPU printed nothing for 40 s, then only
+    that timing its settings may take 11,127 s; its first evaluation ran 10 minutes."""
+    import torch
+
+    from depthlab.cli_expand import expand_presets, gpu_recipe_on_cpu
+
+    expand_presets(["--preset", "nanogpt-gpu"])
+    said = gpu_recipe_on_cpu(torch.device("cpu"))
+    assert said.startswith("--preset nanogpt-gpu is a GPU recipe (nanoGPT's: 6 x 384, 64 x 256 tokens a step, "
+                           "evaluations of 2 x 200 batches): on a CPU each evaluation alone takes minutes"), said
+    assert gpu_recipe_on_cpu(torch.device("cuda")) is None
+    expand_presets(["--preset", "fast-cpu"])
+    assert gpu_recipe_on_cpu(torch.device("cpu")) is None
+    expand_presets([])
+    assert gpu_recipe_on_cpu(torch.device("cpu")) is None

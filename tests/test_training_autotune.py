@@ -425,3 +425,17 @@ def test_a_short_run_keeps_the_rules_when_its_shape_is_cached(tmp_path, monkeypa
     t = at.tune(short, model, torch.device("cpu"), restart_ok=True)
     assert (t.source, t.why) == ("rule", "not measured: about 20 s of training planned, under 60 s")
     assert at.tune(cfg, model, torch.device("cpu"), restart_ok=False).source == "cached"  # a long run reads it
+
+
+def test_a_max_time_under_a_minute_keeps_the_rules_without_timing_a_step(tmp_path, monkeypatch, chosen_by_depthlab,
+                                                                         cfg):
+    """A new user's pass: ``--preset nanogpt-gpu --train.max_time 20`` on a CPU timed a GPU-sized step first (a
+    minute of silence) to learn that its 20 s were under a minute."""
+    import dataclasses
+
+    from depthlab.model import GPT
+
+    monkeypatch.setattr(at, "time_settings", lambda *a, **k: pytest.fail("no step is timed"))
+    short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_time=20.0))
+    t = at.tune(short, GPT(cfg.model), torch.device("cpu"), restart_ok=True)
+    assert (t.source, t.why) == ("rule", "not measured: train.max_time 20 s, under 60 s")

@@ -31,8 +31,8 @@ from typing import Any, Callable, Literal, Optional, Sequence
 from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, files_first, flag, \
     hide_train_options, occurrences, one_line, spelled_as_typed, typed_flags
 from .cli_expand import (attribute_config_error, attribute_option_error, deferred_warnings,  # noqa: F401
-                         expand_presets, expand_train_argv, list_presets, preset_dir, preset_path,
-                         say_deferred_notices)
+                         expand_presets, expand_train_argv, gpu_recipe_on_cpu, list_presets, preset_dir,
+                         preset_path, say_deferred_notices)
 from .config import ConfigError
 from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
                      watch_sigterm)
@@ -112,7 +112,7 @@ def run_train(ns) -> int:
         sys.stderr.flush()
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
     say_deferred_notices()  # the run is made: a refusal above said its one line alone
-    for message in deferred_warnings():
+    for message in filter(None, [*deferred_warnings(), gpu_recipe_on_cpu(trainer.device)]):
         warnings.warn(message)
     try:
         fit_checked(trainer)

@@ -444,8 +444,9 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     busy = busy_cores()
     key = cache_key(cfg, busy)
     hit = Tuning.from_record(read_cache().get(key) or {})
-    short = _short_run(t, hit)
-    if short is not None:  # as when it is not cached: a restart alone would cost seconds of a run this short
+    short = _short_limit(t) or _short_run(t, hit)
+    if short is not None:  # no step is timed for it (a GPU-sized step on a CPU took a minute); nor a cache read,
+        # nor a restart, which alone would cost seconds of a run this short
         return Tuning(rule, "rule", short)
     if hit is not None:
         hit.source = "cached"
@@ -511,6 +512,14 @@ def _short_words(planned: float) -> Optional[str]:
     if planned >= MIN_RUN_S or os.environ.get(SWITCH, "").lower() == "on":
         return None
     return f"not measured: about {planned:.0f} s of training planned, under {MIN_RUN_S:.0f} s"
+
+
+def _short_limit(t) -> Optional[str]:
+    """Why a run whose ``train.max_time`` is under :data:`MIN_RUN_S` keeps the rules, or None: that limit bounds its
+    training, whatever a step costs, so no step needs timing to know it."""
+    if not t.max_time or _short_words(t.max_time) is None:
+        return None
+    return f"not measured: train.max_time {t.max_time:g} s, under {MIN_RUN_S:.0f} s"
 
 
 def _short_run(t, hit: Optional[Tuning]) -> Optional[str]:
