@@ -510,3 +510,29 @@ def test_the_gpu_preset_on_a_cpu_says_so_before_its_long_evaluations(tmp_path, c
     assert gpu_recipe_on_cpu(torch.device("cpu")) is None
     expand_presets([])
     assert gpu_recipe_on_cpu(torch.device("cpu")) is None
+
+
+def test_a_muon_runs_adamw_rate_too_low_is_lr_too_low_naming_train_learning_rate():
+    """A new user's pass: learning_rate 1e-7 under the default optimizer (Muon for the blocks, AdamW for the
+    embeddings and head): val 3.94, above the unigram line; diagnose said "train longer", never the rate, though the
+    records held the embeddings' update ratio, 3.1e-6 per step."""
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records, grad_record
+
+    def grads(emb):
+        return [{**grad_record(s, [0.5, 0.5], upd=[2e-3, 2e-3]),  # Muon's blocks: healthy
+                 "update_ratio_component": {"embeddings": emb, "attn.c_attn": 2e-3}} for s in (100, 150, 200, 250)]
+
+    config = {"model": {"vocab_size": 65}, "train": {"optimizer": "muon", "learning_rate": 1e-7, "muon_lr": 0.02,
+                                                      "warmup_iters": 10}}
+    d = diagnose(Evidence(eval_records([4.17, 4.0, 3.95, 3.94]) + grads(3.1e-6), config, SHAKESPEARE_BASELINES))
+    low = [f for f in d.findings if f.rule == "lr_too_low"]
+    assert len(low) == 1 and low[0].evidence.startswith(
+        "median update/weight ratio of the embeddings and head 3.10e-06 per step (AdamW, train.learning_rate 1e-07; "
+        "the blocks' matrices are Muon's, at train.muon_lr)"), d.findings
+    assert low[0].remedy.startswith("raise train.learning_rate (now 1e-07) (AdamW's rate"), low[0].remedy
+    stuck = next(f for f in d.findings if f.rule == "unigram_stuck")
+    assert "raise train.learning_rate (now 1e-07)" in stuck.remedy and "muon_lr" not in stuck.remedy, stuck.remedy
+    healthy = diagnose(Evidence(eval_records([4.17, 4.0, 3.95, 3.94]) + grads(3e-2), config, SHAKESPEARE_BASELINES))
+    assert "lr_too_low" not in [f.rule for f in healthy.findings]

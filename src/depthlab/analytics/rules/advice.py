@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .evidence import Evidence
-from .signals import divergence, lr_verdict, update_ratio_median, vanishing
+from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, vanishing
 
 __all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "DEPTH_ARGS", "depth_setting", "source_wiring_advice",
            "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
@@ -89,7 +89,7 @@ MUON_RATIO = ("Muon sets the size of every block-matrix update from train.muon_l
 def lr_knob(ev: Evidence) -> str:
     """The learning rate that sets the blocks' update/weight ratios, with its value: ``train.muon_lr``
     on a Muon run (it trains the blocks' matrices), else ``train.learning_rate``."""
-    if ev.muon:
+    if ev.muon and not (adamw_low(ev) and lr_verdict(ev) != "low"):  # the blocks' rate, unless AdamW's is the low one
         return f"train.muon_lr{ev.now('train.muon_lr')}"
     return f"train.learning_rate{ev.now('train.learning_rate')}"
 
@@ -119,7 +119,7 @@ def lr_advice(ev: Evidence) -> Optional[str]:
     if vanishing(ev):
         return None
     if ev.muon:
-        return "raise" if lr_verdict(ev) == "low" else None
+        return "raise" if lr_verdict(ev) == "low" or adamw_low(ev) else None
     med = update_ratio_median(ev)
     if med is None:
         return None

@@ -100,6 +100,35 @@ def vanishing(ev: Evidence) -> bool:
     return ratio is not None and ratio[0] < ev.thresholds.vanishing_ratio
 
 
+ADAMW_SIDE = ("embeddings", "head")
+"""The components AdamW trains on a Muon run (at ``train.learning_rate``) whose update ratio is recorded: the token
+(and position) embeddings and an untied head; the norms' gains and biases are AdamW's too, but start at 1 and 0."""
+
+
+def adamw_ratio_median(ev: Evidence) -> Optional[float]:
+    """On a Muon run, the median over the grad records after the warmup of the :data:`ADAMW_SIDE` components'
+    update/weight ratio (``update_ratio_component``); None on another run or with fewer than ``lr_min_records``."""
+    if not ev.muon:
+        return None
+    warm, vals = ev.warmup_iters, []
+    for r in ev.grads:
+        comp = r.get("update_ratio_component")
+        if int(r.get("step", 0)) <= warm or not isinstance(comp, dict):
+            continue
+        u = [v for v in (finite_or_none(comp.get(c)) for c in ADAMW_SIDE) if v is not None and v > 0]
+        if u:
+            vals.append(statistics.median(u))
+    return statistics.median(vals) if len(vals) >= ev.thresholds.lr_min_records else None
+
+
+def adamw_low(ev: Evidence) -> bool:
+    """True on a Muon run whose embeddings (and head), trained by AdamW, move less than ``lr_low`` of their weight
+    per step: ``train.learning_rate`` too low (seen: 1e-7, val loss above the unigram line, while the blocks,
+    Muon's, moved at train.muon_lr's rate and lr_too_low said nothing)."""
+    med = adamw_ratio_median(ev)
+    return med is not None and med < ev.thresholds.lr_low
+
+
 def update_ratio_median(ev: Evidence) -> Optional[float]:
     """Median over the grad records after the warmup of their median update/weight ratio (None: none)."""
     vals = ev.update_ratios[0]

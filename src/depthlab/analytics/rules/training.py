@@ -9,7 +9,8 @@ from ...units import finite_or_none
 from .advice import MUON_RATIO, depth_setting, lr_advice, lr_knob, source_wiring_advice, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, rule
-from .signals import NO_GRAD_FROM_STEP, block_grad_ratio, lr_verdict, update_ratio_median, vanishing, zero_grad_params
+from .signals import (NO_GRAD_FROM_STEP, adamw_low, adamw_ratio_median, block_grad_ratio, lr_verdict,
+                      update_ratio_median, vanishing, zero_grad_params)
 
 __all__ = ["no_gradient", "vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention",
            "NO_GRADIENT_CAUSE"]
@@ -103,7 +104,11 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
     Too low while the gradients vanish is the vanishing gradients' finding, not this one.
     """
     verdict, th = lr_verdict(ev), ev.thresholds
-    if verdict is None or (verdict == "low" and vanishing(ev)):
+    if verdict == "low" and vanishing(ev):
+        verdict = None
+    if verdict is None and adamw_low(ev):
+        return _adamw_too_low(ev)
+    if verdict is None:
         return None
     med = update_ratio_median(ev)
     if ev.muon:
@@ -119,8 +124,21 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
                        f"lower {lr_knob(ev)} (try / 3 to / 10) or "
                        f"raise train.warmup_iters{ev.now('train.warmup_iters')}")
+    also = (f"; AdamW's embeddings and head hardly move either ({adamw_ratio_median(ev):.2e} per step): raise "
+            f"train.learning_rate{ev.now('train.learning_rate')} too") if adamw_low(ev) else ""
     return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
-                   f"raise {lr_knob(ev)} (try x 3 to x 10)")
+                   f"raise {lr_knob(ev)} (try x 3 to x 10){also}")
+
+
+def _adamw_too_low(ev: Evidence) -> Finding:
+    """``lr_too_low`` of a Muon run's AdamW side: the blocks move at train.muon_lr's rate, the embeddings not."""
+    lr = ev.section("train").get("learning_rate")
+    lr_txt = f", train.learning_rate {lr:g}" if lr is not None else ""
+    return Finding("lr_too_low", f"median update/weight ratio of the embeddings and head {adamw_ratio_median(ev):.2e} "
+                   f"per step (AdamW{lr_txt}; the blocks' matrices are Muon's, at train.muon_lr); below "
+                   f"{ev.thresholds.lr_low:g} they hardly move, so the model cannot learn which {ev.unit} is which",
+                   f"raise train.learning_rate{ev.now('train.learning_rate')} (AdamW's rate: embeddings, head, "
+                   "norms, biases; try x 10 and more)")
 
 
 @rule("rank_collapse", needs=(PROBE, DISTINCT))
@@ -185,8 +203,9 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
         parts = [f"lower {lr_knob(ev)}: the update/weight ratios are high, "
                  "and attention that is rewritten every few steps never sharpens"]
     elif lr == "raise":
-        parts = [f"raise {lr_knob(ev)}: the update/weight ratios are low, the "
-                 "attention weights hardly move"]
+        moves = "AdamW's embeddings and head hardly move" if ev.muon and lr_verdict(ev) != "low" else \
+            "the update/weight ratios are low, the attention weights hardly move"  # else Muon's blocks, or all
+        parts = [f"raise {lr_knob(ev)}: {moves}"]
     else:
         parts = [f"train longer ({p['step']} steps so far)"]
     wiring = wiring_advice(ev)
