@@ -536,3 +536,24 @@ def test_a_muon_runs_adamw_rate_too_low_is_lr_too_low_naming_train_learning_rate
     assert "raise train.learning_rate (now 1e-07)" in stuck.remedy and "muon_lr" not in stuck.remedy, stuck.remedy
     healthy = diagnose(Evidence(eval_records([4.17, 4.0, 3.95, 3.94]) + grads(3e-2), config, SHAKESPEARE_BASELINES))
     assert "lr_too_low" not in [f.rule for f in healthy.findings]
+
+
+def test_a_high_dropout_is_named_and_a_rising_val_loss_is_no_converged_plateau():
+    """A new user's pass: model.dropout 0.9 (the same run at 0.0 reached 2.395): val 3.396 -> 3.604, above the
+    unigram line; no finding named model.dropout, and plateau said "the model has converged ... grow the model"."""
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records
+
+    vals = [4.17, 3.40, 3.45, 3.50, 3.55, 3.58, 3.60]
+    config = {"model": {"vocab_size": 65, "dropout": 0.9}, "train": {"optimizer": "adamw", "min_lr": 1e-4,
+                                                                    "learning_rate": 1e-3}}
+    d = {f.rule: f for f in diagnose(Evidence(eval_records(vals, every=50), config, SHAKESPEARE_BASELINES)).findings}
+    assert d["unigram_stuck"].remedy.startswith("lower model.dropout (now 0.9: while training, each activation it "
+                                                "applies to is zeroed with probability 0.9, so 10% of the signal")
+    assert d["plateau"].evidence.endswith("best recent 3.4500 vs 3.4000 before (worse, not only flat)")
+    assert d["plateau"].remedy.startswith("lower model.dropout (now 0.9") and "converged" not in d["plateau"].remedy
+    config["model"]["dropout"] = 0.1  # usual: not named; the rise is still no convergence
+    d = {f.rule: f for f in diagnose(Evidence(eval_records(vals, every=50), config, SHAKESPEARE_BASELINES)).findings}
+    assert "dropout" not in d["unigram_stuck"].remedy
+    assert d["plateau"].remedy.startswith("the val loss rose above its best, so the model did not converge")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ...units import finite_or_none
 from .evidence import Evidence
 from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, vanishing
 
 __all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "DEPTH_ARGS", "depth_setting", "source_wiring_advice",
-           "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO"]
+           "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO", "HIGH_DROPOUT", "dropout_advice"]
 
 SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm", "periln")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""
@@ -128,3 +129,17 @@ def lr_advice(ev: Evidence) -> Optional[str]:
     if med < ev.thresholds.lr_low * 3:
         return "raise"
     return None
+
+
+HIGH_DROPOUT = 0.5
+"""A ``model.dropout`` at or above this is named in the remedies of a model that does not learn."""
+
+
+def dropout_advice(ev: Evidence) -> Optional[str]:
+    """"lower model.dropout ..." for depthlab's GPT with a dropout of :data:`HIGH_DROPOUT` or more, else None (a
+    run of the user's own model has no model.dropout)."""
+    p = finite_or_none(ev.section("model").get("dropout"))
+    if ev.section("model").get("source") or p is None or p < HIGH_DROPOUT:
+        return None
+    return (f"lower model.dropout (now {p:g}: while training, each activation it applies to is zeroed with "
+            f"probability {p:g}, so {1 - p:.0%} of the signal gets through; 0-0.2 is usual)")

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
+from .advice import dropout_advice
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, NotJudged, rule, who_needs
 
@@ -323,7 +324,8 @@ def _training_cause(ev: Evidence) -> str:
     if best is None or bigram is None or best < bigram - ev.thresholds.bigram_margin:
         return ""
     lr = "train.learning_rate" + (" and train.muon_lr (the blocks' matrices)" if ev.muon else "")
+    drop = f", model.dropout{ev.now('model.dropout')}" if dropout_advice(ev) else ""
     return (f"first the training: the best val loss {best:.3f} is not below the bigram baseline {bigram:.3f}, so the "
             f"model has not learned even what the current {ev.unit} says, and its architecture cannot be judged "
-            f"yet (the learning rate, {lr}, and train.max_iters decide that; see the run's other findings); "
+            f"yet (the learning rate, {lr}{drop}, and train.max_iters decide that; see the run's other findings); "
             "if it trains well and this stays, ")

@@ -9,7 +9,7 @@ from typing import Optional
 
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, record_verdict
-from .advice import lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
+from .advice import dropout_advice, lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from .signals import divergence, init_too_high, zero_grad_params
@@ -185,7 +185,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     """Remedies for ``bigram_stuck``: the prediction comes from the current character alone, so the
     context before it does not reach the loss. That points at the path through attention (not at
     the residual path, which carries the current character)."""
-    parts = [p for p in (_no_grad_part(ev),) if p]
+    parts = [p for p in (dropout_advice(ev), _no_grad_part(ev)) if p]
     src = ev.section("model").get("source")
     if src:
         parts.append("the characters before the current one reach the prediction only through attention: check "
@@ -209,7 +209,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
 def _unigram_remedy(ev: Evidence, last: dict) -> str:
     """Remedies for ``unigram_stuck``: not even the current character (token) reaches the output. In a stack
     without shortcuts that is rank collapse (every position carries the same vector)."""
-    parts = []
+    parts = [p for p in (dropout_advice(ev),) if p]
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
@@ -389,13 +389,23 @@ def plateau(ev: Evidence) -> Optional[Finding]:
         return None
     if OVERFIT_EVALS.met(ev) and isinstance(overfitting.judge(ev), Finding):
         return None  # the flat val loss is the overfitting, whose remedy is the other way from "grow the model"
+    worse = recent > before + ev.thresholds.plateau_tol
     return Finding("plateau", f"no val improvement over the last {n} evals (steps {vals[-n][0]}-{vals[-1][0]}): "
-                   f"best recent {recent:.4f} vs {before:.4f} before", _plateau_remedy(ev))
+                   f"best recent {recent:.4f} vs {before:.4f} before" + (" (worse, not only flat)" if worse else ""),
+                   _plateau_remedy(ev, worse))
 
 
-def _plateau_remedy(ev: Evidence) -> str:
-    """Let the rate decay when the run stopped with it still far above its floor (a lower min_lr would change
-    nothing there); else the converged model's ways forward."""
+def _plateau_remedy(ev: Evidence, worse: bool = False) -> str:
+    """Lower a high dropout first; let the rate decay when the run stopped with it still far above its floor (a
+    lower min_lr would change nothing there); a val loss that rose is no converged model; else the converged
+    model's ways forward."""
+    drop = dropout_advice(ev)
+    if drop:
+        return drop
+    if worse:
+        return ("the val loss rose above its best, so the model did not converge: best.safetensors holds the best "
+                "weights; the run's other findings (a learning rate too high, exploding) say why, or lower "
+                f"train.learning_rate{ev.now('train.learning_rate')} and judge again")
     last = next((r for r in reversed(ev.records) if finite_or_none(r.get("lr")) is not None and "step" in r), None)
     floor, peak = (finite_or_none(ev.section("train").get(k)) for k in ("min_lr", "learning_rate"))
     # more than halfway from the floor to the peak: most of the decay was still to come
