@@ -557,3 +557,19 @@ def test_a_high_dropout_is_named_and_a_rising_val_loss_is_no_converged_plateau()
     d = {f.rule: f for f in diagnose(Evidence(eval_records(vals, every=50), config, SHAKESPEARE_BASELINES)).findings}
     assert "dropout" not in d["unigram_stuck"].remedy
     assert d["plateau"].remedy.startswith("the val loss rose above its best, so the model did not converge")
+
+
+def test_the_warmup_a_run_followed_is_read_from_its_records_when_a_later_plan_says_more():
+    """A new user's pass: a run planned a 44-step warmup, was resumed twice (the second time with a new max_iters,
+    which planned a 50-step warmup into config.json); diagnose then said "the run has 2" gradient records after the
+    warmup, where its 3 (steps 50, 100, 150) all came after the 44 steps it warmed up for."""
+    from depthlab.analytics.diagnose import Evidence
+
+    plan = {"max_iters": 180, "lr_decay_iters": 180, "warmup_iters": 50, "max_iters_asked": 180,
+            "lr_decay_iters_asked": 180, "warmup_iters_asked": 50, "s_per_step": 0.1, "s_per_eval": 1.0,
+            "at_step": 120}
+    lrs = [(s, min(1.0, s / 44) * 1e-3) for s in (10, 20, 30, 40, 44, 60, 80)]
+    records = [{"kind": "train", "step": s, "lr": lr, "loss": 3.0} for s, lr in lrs]
+    ev = Evidence(records, {"model": {"vocab_size": 65}, "train": {"warmup_iters": 50},
+                            "resolved": {"plan": plan}})
+    assert ev.planned_warmup == 50 and ev.warmup_iters == 44

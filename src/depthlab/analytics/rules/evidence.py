@@ -207,12 +207,12 @@ class Evidence:
     def warmup_iters(self) -> int:
         """Steps of warmup the run followed: its train.fit_to_time plan's (:attr:`planned_warmup`), else
         ``train.warmup_iters`` (0 when the config does not say), or the first logged step at the highest learning
-        rate when that comes earlier: a session resumed with a new ``train.max_iters`` follows no plan and
-        config.json no longer holds the one whose shortened warmup the run trained with."""
-        if self.planned_warmup is not None:
-            return self.planned_warmup
+        rate when that comes earlier: a session resumed with a new ``train.max_iters`` follows no plan, or plans
+        anew, and config.json no longer holds the one whose shortened warmup the run trained with."""
         asked = self.section("train").get("warmup_iters")
         asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else 0  # "x" by hand: none
+        if self.planned_warmup is not None:  # a later session's plan may say more than the run followed (44 -> 50)
+            asked = self.planned_warmup
         lrs = [(int(finite_or_none(r.get("step"))), finite_or_none(r.get("lr"))) for r in self.records
                if r.get("kind") == "train" and finite_or_none(r.get("lr")) is not None
                and finite_or_none(r.get("step")) is not None]
