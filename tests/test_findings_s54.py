@@ -573,3 +573,15 @@ def test_the_warmup_a_run_followed_is_read_from_its_records_when_a_later_plan_sa
     ev = Evidence(records, {"model": {"vocab_size": 65}, "train": {"warmup_iters": 50},
                             "resolved": {"plan": plan}})
     assert ev.planned_warmup == 50 and ev.warmup_iters == 44
+
+
+@pytest.mark.parametrize("kw, said", [({"model": {"n_layer": 2}}, "RunConfig(model=...) takes a ModelConfig, got dict"),
+                                      ({"train": None}, "RunConfig(train=...) takes a TrainConfig, got NoneType")])
+def test_a_runconfig_section_of_another_type_is_refused_in_words(kw, said):
+    """A new user's pass: ``RunConfig(model={"n_layer": 2})`` raised AttributeError ('dict' object has no attribute
+    'source'); ``RunConfig(train=None)`` was taken, and train() failed inside with AttributeError."""
+    from depthlab.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError) as e:
+        RunConfig(**kw)
+    assert str(e.value).startswith(said), str(e.value)

@@ -723,7 +723,13 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
-        """``train.attention`` chooses depthlab's GPT's attention code: with ``model.source`` only ``auto``."""
+        """Each section is its class (a dict there failed later with AttributeError); ``train.attention`` chooses
+        depthlab's GPT's attention code: with ``model.source`` only ``auto``."""
+        for name, klass in (("data", DataConfig), ("model", ModelConfig), ("train", TrainConfig)):
+            got = getattr(self, name)
+            if not isinstance(got, klass):
+                raise ConfigError(f"RunConfig({name}=...) takes a {klass.__name__}, got {type(got).__name__}: "
+                                  f"RunConfig({name}={klass.__name__}(...)), or RunConfig.from_dict for nested dicts")
         if self.model.source is not None and self.train.attention != "auto":
             raise ConfigError(f"train.attention {self.train.attention!r}: this chooses depthlab's GPT's attention "
                               f"code and does not apply to model.source {self.model.source} (its forward computes "
