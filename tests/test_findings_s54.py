@@ -585,3 +585,18 @@ def test_a_runconfig_section_of_another_type_is_refused_in_words(kw, said):
     with pytest.raises(ConfigError) as e:
         RunConfig(**kw)
     assert str(e.value).startswith(said), str(e.value)
+
+
+def test_a_run_shorter_than_its_log_interval_still_records_its_last_step(tmp_path, tiny_text_file):
+    """A new user's pass: 60 steps with train.log_interval 100 wrote no train record (step, loss, lr, tokens/s)."""
+    import json
+
+    from depthlab.trainer import train
+
+    from conftest import tiny_config
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=7, log_interval=100)),
+                log=lambda s: None)
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if r["kind"] == "train"] == [7]
+    assert [r["step"] for r in recs if r["kind"] == "train" and r["tokens_per_sec"] > 0] == [7]

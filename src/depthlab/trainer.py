@@ -440,7 +440,9 @@ class Trainer:
                 continue
             if bar is not None:
                 bar.update(1)
-            if self.step % t.log_interval == 0:  # training throughput: the steps' own time (Stepper.train_seconds)
+            # the last step too: a run shorter than log_interval had no train record at all (throughput: the steps'
+            # own time, Stepper.train_seconds)
+            if self.step % t.log_interval == 0 or self.step == self.schedule.max_iters:
                 spent = self.stepper.train_seconds - last_log_s
                 tps = (self.step - last_log_step) * tokens_per_step / max(spent, 1e-9)
                 last_log_s, last_log_step = self.stepper.train_seconds, self.step
