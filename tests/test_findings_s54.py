@@ -469,29 +469,44 @@ def test_an_inline_mapping_resuming_a_run_reads_its_config_as_a_file_does(run, t
 def test_a_signal_during_an_evaluation_ends_it_at_the_next_batch(tmp_path, tiny_text_file):
     """A new user's pass: Ctrl-C and SIGTERM waited for the whole evaluation (``--preset nanogpt-gpu`` on a CPU: 10
     minutes, then SIGKILL); a smaller run trained a step and evaluated again before it stopped, and called its stop
-    ``max_time`` and "during the final validation"."""
+    ``max_time`` and "during the final validation". A stop in evaluation 0 trained nothing: the start is undone,
+    and a run ``--overwrite`` was replacing is put back (the fresh-install pass: it had been deleted)."""
     import signal
 
-    from depthlab.trainer import Interrupted, Trainer
+    from depthlab.trainer import Trainer, train
 
     from conftest import tiny_config
 
+    def stopping(tr, calls):
+        real = tr.evaluator.port.loss
+
+        def loss(model, x, y):
+            calls.append(1)
+            if len(calls) == 3:  # the signal lands during evaluation 0, before the first step
+                tr.stop.request(signal.SIGINT)
+            return real(model, x, y)
+        return loss
+
+    calls = []
     tr = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_iters=50)),
                  log=lambda s: None)
-    real, calls = tr.evaluator.port.loss, []
-
-    def loss(model, x, y):
-        calls.append(1)
-        if len(calls) == 3:  # the signal lands during evaluation 0, before the first step
-            tr.stop.request(signal.SIGINT)
-        return real(model, x, y)
-
-    tr.evaluator.port.loss = loss
-    with pytest.raises(Interrupted) as e:
+    tr.evaluator.port.loss = stopping(tr, calls)
+    with pytest.raises(KeyboardInterrupt) as e:
         tr.fit()
-    assert len(calls) == 3 and e.value.step == 0 and e.value.exit_code == 130  # not 100 batches, then a step
-    assert str(e.value).startswith("interrupted at step 0; checkpoint written. Resume with: depthlab train --resume")
-    assert (tmp_path / "r" / "checkpoints" / "step-000000.safetensors").is_file()
+    assert len(calls) == 3  # not 100 batches, then a step
+    assert str(e.value) == (f"interrupted before the first step: nothing was trained, and the new run folder "
+                            f"{tmp_path / 'r'} was removed")
+    assert not (tmp_path / "r").exists()
+    old = train(tiny_config(tmp_path / "old", tiny_text_file, train=dict(max_iters=2)), log=lambda s: None)
+    before = {q.relative_to(old).as_posix(): q.read_bytes() for q in old.rglob("*") if q.is_file()}
+    tr = Trainer(tiny_config(old, tiny_text_file, train=dict(max_iters=20, eval_iters=50)), overwrite=True,
+                 log=lambda s: None)
+    tr.evaluator.port.loss = stopping(tr, [])
+    with pytest.raises(KeyboardInterrupt) as e:
+        tr.fit()
+    assert str(e.value).endswith(f"the run --overwrite was replacing is back in {old}")
+    assert {q.relative_to(old).as_posix(): q.read_bytes() for q in old.rglob("*") if q.is_file()} == before
+    assert not [q.name for q in tmp_path.iterdir() if q.name.startswith(".")]
 
 
 def test_the_gpu_preset_on_a_cpu_says_so_before_its_long_evaluations(tmp_path, capsys, monkeypatch):

@@ -394,12 +394,12 @@ class Trainer:
             if removed and isinstance(e, KeyboardInterrupt) and not e.args:  # said once, by whoever catches it
                 e.args = (before_the_first_step(e, removed),)
             raise
-        drop_replaced(self._replaced)
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
             try:
                 self.model.train()
                 self._loop(tokens_per_step, bar)
+                _drop_old(self)  # a run that ended before a step (max_time) is the new run too
                 self.checkpointer.wait_agreed()  # the last background write, before final_validation reads best
                 self.evaluator.final_validation(self.raw_model, self.step, self.run_dir, self.log, self.stop.caught)
             finally:
@@ -412,7 +412,7 @@ class Trainer:
         t = self.cfg.train
         params = list(self.raw_model.parameters())
         resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
-        last_log_s, last_log_step = self.stepper.train_seconds, self.step
+        last_log_s, last_log_step, trained = self.stepper.train_seconds, self.step, False
         while True:
             flags = self.stop.flags(time.time() - self._t_start)
             time_up = flags["time_up"]
@@ -427,9 +427,13 @@ class Trainer:
             if self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
                 return
             if flags["signal"]:
+                if not (trained or self.resumed):  # nothing trained yet (a stop in evaluation 0): undone
+                    raise _undo_start(self)
                 self.checkpointer.save_agreed(self)
                 raise Interrupted(self.stop.signum or signal.SIGTERM, self.run_dir, self.step)
             info = self.stepper.train_step(params, tokens_per_step)
+            if not trained:  # the run --overwrite replaces goes once a step has trained in its place
+                trained = _drop_old(self)
             if info is not None:
                 self.last_info = info
                 for cb in self.callbacks:
@@ -536,6 +540,25 @@ def _nothing_left(tr: "Trainer") -> Optional[str]:
     if tr.step >= tr.schedule.max_iters:
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     return tr.stop.ended_before_resume(tr.step, tr.evaluator)
+
+
+def _drop_old(tr: "Trainer") -> bool:
+    """Delete the run ``--overwrite`` set aside (:func:`~depthlab.rundir.drop_replaced`), once; True."""
+    drop_replaced(tr._replaced)
+    tr._replaced = None
+    return True
+
+
+def _undo_start(tr: "Trainer") -> KeyboardInterrupt:
+    """The stop (Ctrl-C, or :class:`~depthlab.errors.Terminated`) of a run before its first step trained, as one
+    while it started: what the start wrote is removed and a run ``--overwrite`` set aside is put back (a stop in a
+    long evaluation 0 had deleted it for a step-0 checkpoint)."""
+    e = Terminated() if tr.stop.signum == signal.SIGTERM else KeyboardInterrupt()
+    tr.checkpointer.wait_agreed()  # a best.safetensors evaluation 0 wrote in the background: done before removal
+    removed = tr._remove_new_dirs()
+    if removed:
+        e.args = (before_the_first_step(e, removed),)
+    return e
 
 
 def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:
