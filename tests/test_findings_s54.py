@@ -615,3 +615,15 @@ def test_a_run_shorter_than_its_log_interval_still_records_its_last_step(tmp_pat
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if r["kind"] == "train"] == [7]
     assert [r["step"] for r in recs if r["kind"] == "train" and r["tokens_per_sec"] > 0] == [7]
+
+
+def test_uniform_attention_of_a_high_dropout_run_names_model_dropout_first():
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records, probe_record
+
+    records = eval_records([4.17, 3.40, 3.45]) + [probe_record(300, [0.5, 0.5], ent=[[3.9, 3.9], [3.9, 3.9]], u=4.0)]
+    config = {"model": {"vocab_size": 65, "dropout": 0.9}}
+    f = next(f for f in diagnose(Evidence(records, config, SHAKESPEARE_BASELINES)).findings
+             if f.rule == "uniform_attention")
+    assert f.remedy.startswith("lower model.dropout (now 0.9"), f.remedy

@@ -67,7 +67,8 @@ def _refuse_foreign(path: Path, ours: Callable[[Path], bool]) -> None:
     if path.is_symlink() or path.exists() and not ours(path):
         sweep = path.parent if path.name == REPORT else path.parent.parent
         raise DepthlabError(f"report: {path} exists and was not written by depthlab report; refusing to overwrite "
-                            f"it (move it out of {path.parent}, then run depthlab report {sweep} again)")
+                            f"it (move it out of {path.parent}, then run the same command again: depthlab sweep, or "
+                            f"depthlab report {sweep})")
 
 
 def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines: Optional[dict],

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import MUON_RATIO, depth_setting, lr_advice, lr_knob, source_wiring_advice, wiring_advice, wiring_has
+from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, wiring_advice,
+                     wiring_has)
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, rule
 from .signals import (NO_GRAD_FROM_STEP, adamw_low, adamw_ratio_median, block_grad_ratio, lr_verdict,
@@ -208,6 +209,7 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
         parts = [f"raise {lr_knob(ev)}: {moves}"]
     else:
         parts = [f"train longer ({p['step']} steps so far)"]
+    parts[:0] = [d for d in (dropout_advice(ev),) if d]  # a dropout this high first: noise no step size fixes
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
