@@ -627,3 +627,18 @@ def test_uniform_attention_of_a_high_dropout_run_names_model_dropout_first():
     f = next(f for f in diagnose(Evidence(records, config, SHAKESPEARE_BASELINES)).findings
              if f.rule == "uniform_attention")
     assert f.remedy.startswith("lower model.dropout (now 0.9"), f.remedy
+
+
+def test_a_run_left_aside_beside_an_untrained_stub_is_named(run, tmp_path, capsys):
+    """The fresh-install pass: a Python ``Trainer(cfg, overwrite=True)`` killed by SIGTERM before its first step left
+    the old run in ``.NAME.replaced-*`` and a stub in NAME; sample said "restore it from a copy or train again"."""
+    import shutil
+
+    r = tmp_path / "r"
+    aside = tmp_path / ".r.replaced-abc" / "r"
+    shutil.copytree(run, aside)
+    r.mkdir()
+    shutil.copy(run / "config.json", r / "config.json")
+    (r / "metrics.jsonl").write_text("")
+    err = cli_err(capsys, "sample", str(r))
+    assert f"the run that was there is in {aside}" in err and f"mv {aside} {r}" in err, err

@@ -1073,9 +1073,9 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
-        if missing and what == "checkpoints" and self._trained_steps() and \
+        if missing and what == "checkpoints" and (self._trained_steps() or set_aside_run(rd) is not None) and \
                 not any((rd / CHECKPOINTS).glob("*.safetensors")):
-            raise self.no_checkpoint_error()  # the whole folder is gone, not just its manifest
+            raise self.no_checkpoint_error()  # the whole folder is gone, not just its manifest; or never made
         if missing and self.ran:  # a run whose files were deleted: not "not a run directory"
             raise DepthlabError(f"{rd} is a depthlab run, but its {' and '.join(missing)} is missing (deleted or "
                                 "never written); restore it from a copy or train the run again")
@@ -1093,6 +1093,12 @@ class RunDir:
             return DepthlabError(f"{self.path} holds no checkpoint, though {SUMMARY} says {counted(steps, 'step')} "
                                  f"{'was' if steps == 1 else 'were'} trained: its {CHECKPOINTS}/ was deleted or "
                                  "emptied; restore it from a copy or train the run again")
+        aside = set_aside_run(self.path)
+        if aside is not None:  # a Python Trainer(overwrite=True) killed by SIGTERM before its first step: its stub
+            return DepthlabError(f"{self.path} has no checkpoint: it holds a run that never trained a step, and the "
+                                 f"run that was there is in {aside} (an --overwrite stopped before its new run "
+                                 f"started): put it back with rm -r {shlex.quote(str(self.path))} && mv "
+                                 f"{shlex.quote(str(aside))} {shlex.quote(str(self.path))}")
         return DepthlabError(f"{self.path} has no checkpoint yet")
 
     def _trained_steps(self) -> int:
