@@ -45,7 +45,9 @@ class _Agree:
 
 
 def _stop_lines(lines):
-    return [s for s in lines if s.startswith("stopped")]
+    """The stop lines, a resume's that trains nothing included ("nothing to train: stopped at ...")."""
+    return [s.removeprefix("nothing to train: ") for s in lines if s.removeprefix("nothing to train: ")
+            .startswith("stopped")]
 
 
 # ----------------------------------------------------------------------------- target_val_loss

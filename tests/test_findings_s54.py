@@ -642,3 +642,33 @@ def test_a_run_left_aside_beside_an_untrained_stub_is_named(run, tmp_path, capsy
     (r / "metrics.jsonl").write_text("")
     err = cli_err(capsys, "sample", str(r))
     assert f"the run that was there is in {aside}" in err and f"mv {aside} {r}" in err, err
+
+
+def test_an_evaluation_a_signal_cut_short_is_run_again_by_the_resume(tmp_path, tiny_text_file):
+    """The fresh-install pass: after a signal cut an evaluation short, the resumed run never evaluated that step (a
+    Ray sweep's resumed run lacked its step-4 evaluation)."""
+    import json
+    import signal
+
+    from depthlab.trainer import Interrupted, Trainer
+
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=5, eval_iters=4))
+    tr = Trainer(cfg, log=lambda s: None)
+    real = tr.evaluator.port.loss
+
+    def loss(model, x, y):
+        if not model.training and tr.step == 10:  # in the step-10 evaluation
+            tr.stop.request(signal.SIGTERM)
+        return real(model, x, y)
+
+    tr.evaluator.port.loss = loss
+    with pytest.raises(Interrupted) as e:
+        tr.fit()
+    assert e.value.step == 10 and str(e.value).startswith("terminated (SIGTERM) at step 10; checkpoint written")
+    resumed = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=5, eval_iters=4,
+                                                                     resume=True))
+    Trainer(resumed, log=lambda s: None).fit()
+    recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 5, 10, 15, 20]

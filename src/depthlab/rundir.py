@@ -1073,7 +1073,7 @@ class RunDir:
         self.refuse_non_files(*needs)
         self.refuse_foreign()
         missing = [n for n in needs if not (rd / n).is_file()]
-        if missing and what == "checkpoints" and (self._trained_steps() or set_aside_run(rd) is not None) and \
+        if missing and what == "checkpoints" and (self._trained_steps() or self.ran and set_aside_run(rd)) and \
                 not any((rd / CHECKPOINTS).glob("*.safetensors")):
             raise self.no_checkpoint_error()  # the whole folder is gone, not just its manifest; or never made
         if missing and self.ran:  # a run whose files were deleted: not "not a run directory"

@@ -411,7 +411,8 @@ class Trainer:
     def _loop(self, tokens_per_step: int, bar) -> None:
         t = self.cfg.train
         params = list(self.raw_model.parameters())
-        resumed_at = self.step if self.resumed else None  # a step-0 checkpoint was evaluated too
+        # a checkpoint's step was evaluated (a step-0 one too), unless a signal cut that evaluation short
+        resumed_at = self.step if self.resumed and self.evaluator.cut_at != self.step else None
         last_log_s, last_log_step, trained = self.stepper.train_seconds, self.step, False
         while True:
             flags = self.stop.flags(time.time() - self._t_start)
@@ -524,6 +525,7 @@ def _evaluate_now(tr: "Trainer") -> None:
     steps). Several processes finish it: they agree on the signal afterwards."""
     res = tr.evaluate()
     if res is None:
+        tr.evaluator.cut_at = tr.step  # the checkpoint says so: a resume evaluates this step again
         return
     rec, is_best = tr.evaluator.judge(res, tr.step, tr.tokens_seen, tr._wall())
     tr.metrics.log("eval", rec, {"train/loss_eval": rec["train_loss"], "val/loss": rec["val_loss"],

@@ -124,6 +124,7 @@ class Evaluator:
         self.target_reached: Optional[tuple[int, float]] = None
         self.patience_exhausted = False
         self.session_evals = 0
+        self.cut_at: Optional[int] = None  # the step whose evaluation a signal ended (evaluate's stop)
         self.final_val: Optional[dict] = None
         self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
@@ -135,14 +136,16 @@ class Evaluator:
         return self.best_step, self.best_val
 
     def state_dict(self) -> dict:
-        """``best_val_loss`` (nats/token), ``best_step``, ``evals_without_improvement`` for the resume state."""
+        """``best_val_loss`` (nats/token), ``best_step``, ``evals_without_improvement`` for the resume state, and
+        ``eval_cut_at``: the step whose evaluation a signal ended (:meth:`evaluate`), which a resume runs again."""
         return {"best_val_loss": self.best_val, "best_step": self.best_step,
-                "evals_without_improvement": self.evals_without_improvement}
+                "evals_without_improvement": self.evals_without_improvement, "eval_cut_at": self.cut_at}
 
     def load_state_dict(self, st: dict, run_dir: Path, step: int) -> None:
         """Restore from a checkpoint's state at ``step``; the last evaluation is read from the run's records."""
         self.best_val = float(st["best_val_loss"])
         self.best_step = int(st["best_step"])
+        self.cut_at = st.get("eval_cut_at")  # None in checkpoints of before it was kept
         self.evals_without_improvement = int(st.get("evals_without_improvement", 0))
         evals = [r for r in RunDir(run_dir).evals if r["step"] <= step]
         self.last_eval = evals[-1] if evals else {}
