@@ -27,6 +27,7 @@ def test_a_plain_word_that_is_no_file_is_still_a_missing_file(capsys, tmp_path):
     assert "no.yaml: file not found" in err, err
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("command, key", [("layers", "max_tokens"), ("context", "max_tokens"),
                                           ("sample", "max_new_tokens")])
 def test_a_bad_value_from_an_inline_mapping_names_the_mapping_not_a_flag(capsys, run, command, key):
@@ -35,6 +36,7 @@ def test_a_bad_value_from_an_inline_mapping_names_the_mapping_not_a_flag(capsys,
     assert "--" not in err.split(":")[2], err
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_bad_value_from_a_file_names_the_file_and_a_typed_flag_wins(capsys, run, tmp_path):
     f = tmp_path / "l.yaml"
     f.write_text("max_tokens: -1\n")
@@ -330,6 +332,7 @@ def test_a_model_that_predicts_almost_perfectly_is_not_called_stuck():
     assert "bigram_stuck" in [f.rule for f in diagnose(Evidence(records, {"model": {"vocab_size": 3}}, up)).findings]
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_second_fit_is_refused_in_words(tmp_path, tiny_text_file):
     """A new user's pass: ``fit()`` twice said the run's start again, then failed with AttributeError."""
     from depthlab.errors import DepthlabError
@@ -412,6 +415,7 @@ def test_a_resume_of_a_run_a_stop_rule_ended_changes_nothing(tmp_path, tiny_text
     assert "config.json holds a schedule" not in capsys.readouterr().err  # it trains on, and no false cause
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_last_with_no_intact_step_checkpoint_names_the_best_weights(run, tmp_path, capsys):
     """A new user's pass: ``sample RUN --checkpoint last`` with the step checkpoints deleted said "train the run
     again", though ``--checkpoint best`` (the default) read the run's best weights."""
@@ -454,6 +458,7 @@ def test_the_context_verdict_at_train_end_names_position_0s_own_error():
     assert "(within twice its error, 0.794)" in record_verdict(ev)[1]
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_an_inline_mapping_resuming_a_run_reads_its_config_as_a_file_does(run, tmp_path, capsys):
     """A new user's pass: ``-c '{train: {resume: true, out_dir: RUN}}'`` was refused as a change of every field the
     mapping left out (the defaults), where the same YAML in a file reads the run's config.json first."""
@@ -466,6 +471,7 @@ def test_an_inline_mapping_resuming_a_run_reads_its_config_as_a_file_does(run, t
     assert "  n_layer: 2\n" in inline and "  n_embd: 32\n" in inline, inline  # the run's, not the defaults
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_signal_during_an_evaluation_ends_it_at_the_next_batch(tmp_path, tiny_text_file):
     """A new user's pass: Ctrl-C and SIGTERM waited for the whole evaluation (``--preset nanogpt-gpu`` on a CPU: 10
     minutes, then SIGKILL); a smaller run trained a step and evaluated again before it stopped, and called its stop
@@ -602,6 +608,7 @@ def test_a_runconfig_section_of_another_type_is_refused_in_words(kw, said):
     assert str(e.value).startswith(said), str(e.value)
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_run_shorter_than_its_log_interval_still_records_its_last_step(tmp_path, tiny_text_file):
     """A new user's pass: 60 steps with train.log_interval 100 wrote no train record (step, loss, lr, tokens/s)."""
     import json
@@ -629,6 +636,7 @@ def test_uniform_attention_of_a_high_dropout_run_names_model_dropout_first():
     assert f.remedy.startswith("lower model.dropout (now 0.9"), f.remedy
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_run_left_aside_beside_an_untrained_stub_is_named(run, tmp_path, capsys):
     """The fresh-install pass: a Python ``Trainer(cfg, overwrite=True)`` killed by SIGTERM before its first step left
     the old run in ``.NAME.replaced-*`` and a stub in NAME; sample said "restore it from a copy or train again"."""
@@ -644,6 +652,7 @@ def test_a_run_left_aside_beside_an_untrained_stub_is_named(run, tmp_path, capsy
     assert f"the run that was there is in {aside}" in err and f"mv {aside} {r}" in err, err
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_an_evaluation_a_signal_cut_short_is_run_again_by_the_resume(tmp_path, tiny_text_file):
     """The fresh-install pass: after a signal cut an evaluation short, the resumed run never evaluated that step (a
     Ray sweep's resumed run lacked its step-4 evaluation)."""
