@@ -379,8 +379,8 @@ def _final(out: list[str], key: str) -> tuple[bool, object]:
     for i, name, v in occurrences(out, ["--config", "-c", f"--{key}"]):
         if name == f"--{key}":
             given, value = True, v
-        elif v is not None and field in _config_section(v, sec):  # a file's, or an inline mapping's
-            given, value = True, _config_section(v, sec)[field]
+        elif v is not None and field in (section := _config_section(v, sec)):  # a file's, or an inline mapping's
+            given, value = True, section[field]
     return given, value
 
 

@@ -469,9 +469,7 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
                              "run); run the sweep first, or give the out_dir of a depthlab train run")
     aside = set_aside_run(path)
     if aside is not None:  # a --overwrite killed (SIGKILL, power) before its new run started: the old run is there
-        return DepthlabError(f"{path} holds no run, but the run that was there is in {aside} (an --overwrite was "
-                             f"stopped before its new run started): put it back with mv {shlex.quote(str(aside))} "
-                             f"{shlex.quote(str(path))} (after removing the empty {path})")
+        return DepthlabError(f"{path} holds no run, but {set_aside_words(path, aside, 'rmdir')}")
     return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
                          "give the out_dir of a depthlab train run")
 
@@ -502,6 +500,14 @@ def set_aside_run(path: Path) -> Optional[Path]:
     except OSError:
         return None
     return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def set_aside_words(path: Path, aside: Path, remove: str) -> str:
+    """"the run that was there is in ASIDE (...): put it back with REMOVE PATH && mv ASIDE PATH": the one wording of a
+    run :func:`set_aside_run` found; ``remove`` empties ``path`` first (``rmdir`` an empty folder, ``rm -r`` a stub)."""
+    q, a = shlex.quote(str(path)), shlex.quote(str(aside))
+    return (f"the run that was there is in {aside} (an --overwrite was stopped before its new run started): put it "
+            f"back with {remove} {q} && mv {a} {q}")
 
 
 def not_a_file_error(path: Path) -> DepthlabError:
@@ -1095,10 +1101,8 @@ class RunDir:
                                  "emptied; restore it from a copy or train the run again")
         aside = set_aside_run(self.path)
         if aside is not None:  # a Python Trainer(overwrite=True) killed by SIGTERM before its first step: its stub
-            return DepthlabError(f"{self.path} has no checkpoint: it holds a run that never trained a step, and the "
-                                 f"run that was there is in {aside} (an --overwrite stopped before its new run "
-                                 f"started): put it back with rm -r {shlex.quote(str(self.path))} && mv "
-                                 f"{shlex.quote(str(aside))} {shlex.quote(str(self.path))}")
+            return DepthlabError(f"{self.path} has no checkpoint: it holds a run that never trained a step, and "
+                                 f"{set_aside_words(self.path, aside, 'rm -r')}")
         return DepthlabError(f"{self.path} has no checkpoint yet")
 
     def _trained_steps(self) -> int:
