@@ -13,8 +13,8 @@ def run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("value, said", [
-    ("[1,2]", "-c [1,2]: inline YAML is a list, not a mapping; give a mapping of sections such as -c "
-              "'{train: {max_iters: 100}}' (or the path of a YAML config file)"),
+    ("[1,2]", "-c [1,2]: inline YAML is a list, not a mapping; give a mapping such as -c "
+              "'{model: {n_layer: 4}}' (or the path of a YAML config file)"),
     ("{train: {seed: 1}", "-c {train: {seed: 1}: inline YAML does not parse (check its braces, brackets and colons)"),
 ])
 def test_inline_yaml_that_is_no_mapping_is_not_called_a_missing_file(capsys, value, said):

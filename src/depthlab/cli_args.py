@@ -324,9 +324,9 @@ def _expected(key: str, hint: Any, source: bool) -> str:
     return SOURCE_INIT if source and key == "model.init" else expected(hint)
 
 
-def _check_value(name: str, action, hint: Any, value: str, source: bool = False) -> None:
+def _check_value(name: str, action, hint: Any, value: str, source: bool = False, example: str = "") -> None:
     if action.dest == "config":
-        check_config_file(name, value)
+        check_config_file(name, value, example or _C_EXAMPLES[0][1])
     elif checkable(hint):
         try:
             convert(value, hint)
@@ -369,12 +369,12 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
         check_print_config(value or "")
         return i + 1
     if value is not None:
-        _check_value(name, action, g.hint(action), value, g.source)
+        _check_value(name, action, g.hint(action), value, g.source, config_example(g.options))
         return i + 1
     if action.nargs in ("+", "*", "?"):  # as many values as follow, up to the next option
         j = i + 1
         while j < len(argv) and g.option(argv[j]) is None and (action.nargs != "?" or j == i + 1):
-            _check_value(name, action, g.hint(action), argv[j], g.source)
+            _check_value(name, action, g.hint(action), argv[j], g.source, config_example(g.options))
             j += 1
         if j == i + 1 and action.nargs == "+":
             raise DepthlabError(f"{name}: expected at least one value after it")
@@ -382,7 +382,7 @@ def _take(g: Grammar, argv: Sequence[str], i: int, name: str, value: Optional[st
     nxt = argv[i + 1] if i + 1 < len(argv) else None
     if nxt is None or g.option(nxt) is not None:
         raise DepthlabError(_missing_value(g, name, g.hint(action), nxt))
-    _check_value(name, action, g.hint(action), nxt, g.source)
+    _check_value(name, action, g.hint(action), nxt, g.source, config_example(g.options))
     return i + 2
 
 
@@ -474,8 +474,22 @@ def _stray_fix(command: str, g: Grammar, word: str, after: Optional[tuple]) -> s
     return f"delete {word!r}"
 
 
-def check_config_file(name: str, value: str) -> None:
-    """``-c FILE``: the file exists (a YAML mapping given inline, ``-c '{train: {seed: 1}}'``, is taken too).
+#: An inline ``-c`` mapping a command takes, by the first of these options it has (sample, layers, diagnose, ...
+#: take no train section: their keys are their own options).
+_C_EXAMPLES = (("--model.n_layer", "{model: {n_layer: 4}}"), ("--train.max_iters", "{train: {max_iters: 100}}"),
+               ("--max_new_tokens", "{max_new_tokens: 200}"), ("--max_tokens", "{max_tokens: 10000}"),
+               ("--threads", "{threads: 2}"), ("--checkpoint", "{checkpoint: best}"))
+
+
+def config_example(options: Iterable[str]) -> str:
+    """An inline ``-c`` mapping the command whose ``options`` these are takes, e.g. ``{threads: 2}`` for diagnose."""
+    options = set(options)
+    return next((ex for opt, ex in _C_EXAMPLES if opt in options), _C_EXAMPLES[0][1])
+
+
+def check_config_file(name: str, value: str, example: str = _C_EXAMPLES[0][1]) -> None:
+    """``-c FILE``: the file exists (a YAML mapping given inline, ``-c '{train: {seed: 1}}'``, is taken too);
+    ``example``: an inline mapping the command takes (:func:`config_example`), named in the errors.
 
     Raises:
         DepthlabError: ``-c x.yaml: file not found`` / ``... is a folder``.
@@ -491,11 +505,11 @@ def check_config_file(name: str, value: str) -> None:
         inline = yaml.safe_load(value)
     except yaml.YAMLError:
         inline = None
-    example = f"{name} '{{train: {{max_iters: 100}}}}'"
+    example = f"{name} '{example}'"
     if not isinstance(inline, dict) and value.lstrip().startswith(("{", "[")):  # meant inline, not a file name
         what = "does not parse (check its braces, brackets and colons)" if inline is None else \
             f"is a {type(inline).__name__}, not a mapping"
-        raise DepthlabError(f"{name} {value}: inline YAML {what}; give a mapping of sections such as {example} "
+        raise DepthlabError(f"{name} {value}: inline YAML {what}; give a mapping such as {example} "
                             "(or the path of a YAML config file)")
     if not isinstance(inline, dict):
         raise DepthlabError(f"{name} {value}: file not found; give the path of an existing YAML config file (or "

@@ -211,8 +211,12 @@ def _points(base, axis: tuple[str, list], grid: dict[str, list]) -> list[tuple[d
                             "drop it from --grid")
     if key.startswith("model.init.") and not base.model.source:
         arg = key[len("model.init."):]
-        raise DepthlabError(f"--axis {key} varies a keyword argument of a model.source model; depthlab's GPT "
-                            f"takes {arg} as a model field: --axis model.{arg}=...")
+        if f"model.{arg}" in numeric_fields():
+            raise DepthlabError(f"--axis {key} varies a keyword argument of a model.source model; depthlab's GPT "
+                                f"takes {arg} as a model field: --axis model.{arg}=...")
+        raise DepthlabError(f"--axis {key} varies a keyword argument of a model.source model, and no --model.source "
+                            f"is given; depthlab's GPT has no numeric field {arg} (its numeric fields: "
+                            f"{', '.join(f for f in numeric_fields() if f.startswith('model.'))})")
     if base.model.source and key.startswith("model.") and not key.startswith("model.init.") \
             and key != "model.block_size":
         name = key[len("model."):]
