@@ -2,7 +2,12 @@
 
 import pytest
 
-from conftest import cli_err
+from conftest import TINY_TEXT, cli_err, trained_tiny_run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return trained_tiny_run(tmp_path_factory, "s55", TINY_TEXT, steps=4)
 
 
 @pytest.mark.parametrize("command, mapping", [
@@ -22,3 +27,28 @@ def test_coordcheck_names_no_gpt_field_that_does_not_exist(capsys):
     assert "model.foo" not in err, err
     err = cli_err(capsys, "coordcheck", "--axis", "model.init.n_layer=1,2")
     assert err.strip().endswith("depthlab's GPT takes n_layer as a model field: --axis model.n_layer=..."), err
+
+
+@pytest.mark.parametrize("part", ["config.json", "checkpoints"])
+def test_a_resume_of_a_part_of_a_run_names_the_run(capsys, run, part):
+    # it said "move RUN/config.json out of RUN, then resume it there", advice for a run copied into a run
+    err = cli_err(capsys, "train", "--train.resume", "true", "--train.out_dir", str(run / part))
+    assert f"cannot resume {run / part}: it is no run but a part of the depthlab run {run}; to resume that run give " \
+           f"its folder: --resume {run}" in err, err
+
+
+@pytest.mark.parametrize("argv", [["train", "--resume", "{}"], ["sample", "{}"], ["layers", "{}"]])
+def test_a_command_given_a_runs_checkpoints_folder_names_the_run(capsys, run, argv):
+    err = cli_err(capsys, *[a.format(run / "checkpoints") for a in argv])
+    assert f"{run / 'checkpoints'} is not a depthlab run directory but a part of the run {run}; give the run's " \
+           f"folder, {run}" in err, err
+
+
+def test_a_run_copied_into_a_run_is_still_told_to_move_out(capsys, run, tmp_path):
+    import shutil
+
+    outer = tmp_path / "outer"
+    shutil.copytree(run, outer)
+    shutil.copytree(run, outer / "inner")
+    err = cli_err(capsys, "train", "--resume", str(outer / "inner"))
+    assert f"move {outer / 'inner'} out of {outer}, then resume it there" in err, err

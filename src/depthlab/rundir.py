@@ -446,6 +446,9 @@ def nested_resume_error(run_dir: Path) -> Optional[DepthlabError]:
     if found is None:
         return None
     kind, name = found
+    if kind == "run" and not _is_depthlab_run(Path(run_dir)):  # a file or folder of the run: the run was meant
+        return DepthlabError(f"cannot resume {run_dir}: it is no run but a part of the depthlab run {name}; to "
+                             f"resume that run give its folder: --resume {name}")
     return DepthlabError(f"cannot resume {run_dir}: it lies inside {_inside_words(kind, name)}; move {run_dir} out "
                          f"of {name}, then resume it there (--resume NEW_PLACE)")
 
@@ -470,6 +473,10 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
     aside = set_aside_run(path)
     if aside is not None:  # a --overwrite killed (SIGKILL, power) before its new run started: the old run is there
         return DepthlabError(f"{path} holds no run, but {set_aside_words(path, aside, 'rmdir')}")
+    found = _enclosing(path)
+    if found is not None and found[0] == "run":  # RUN/checkpoints, RUN/config.json: the run was meant
+        return DepthlabError(f"{path} is not a depthlab run directory but a part of the run {found[1]}; give the run's "
+                             f"folder, {found[1]}")
     return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
                          "give the out_dir of a depthlab train run")
 
