@@ -52,3 +52,21 @@ def test_a_run_copied_into_a_run_is_still_told_to_move_out(capsys, run, tmp_path
     shutil.copytree(run, outer / "inner")
     err = cli_err(capsys, "train", "--resume", str(outer / "inner"))
     assert f"move {outer / 'inner'} out of {outer}, then resume it there" in err, err
+
+
+@pytest.mark.parametrize("more", [[], ["--train.learning_rate", "0.001"]])
+def test_a_resume_a_stop_rule_ended_says_only_that_nothing_trains(capsys, tmp_path, more):
+    # it said "resuming RUN from step 0" (and with a new rate, where that rate would go) before "nothing to train"
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    out = tmp_path / "run"
+    assert main(["train", *tiny_cli_args(tmp_path / "t.txt", out, train__target_val_loss=100)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(out), *more]) == 0
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith("depthlab: nothing to train: stopped at step 0: val loss reached "
+                                                "train.target_val_loss 100 at step 0"), cap
+    assert len(cap.err.strip().splitlines()) == 1, cap.err

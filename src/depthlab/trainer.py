@@ -247,11 +247,10 @@ class Trainer:
             t0 = time.time()
             self.evaluator.evaluate(self.model)
             self.log(f"compiled the evaluation graph in {time.time() - t0:.1f} s, before the run's clock too")
+        self.nothing_to_train: Optional[str] = None  # its line: a resume with no step left changes nothing on disk
         if resumed:
             self._load_resume(point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already
-        # resuming a run that is already at its end changes nothing on disk
-        self.nothing_to_train = _nothing_left(self) if resumed else None  # its line: a resume with no step left
         if self.is_main and not self.nothing_to_train:
             self.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
             rt.say_resolved_changes()
@@ -287,9 +286,12 @@ class Trainer:
         self.checkpointer.settle_writable(self.step < self.schedule.max_iters)  # a read-only run: only if it trains
         self.evaluator.load_state_dict(st, self.run_dir, self.step)
         self.wall_before = float(st["wall_time_s"])
+        self.nothing_to_train = _nothing_left(self)
+        # a resume that trains nothing says only that: no "resuming from", no schedule it will not follow
         self.schedule.resume(self.step, st.get("lr_anchor"), point.schedule_train, point.plan,
-                             self.log, muon=point.optimizer == "muon")
-        self.checkpointer.announce_resume(self)  # only when the session trains
+                             _quiet if self.nothing_to_train else self.log, muon=point.optimizer == "muon")
+        if not self.nothing_to_train:
+            self.checkpointer.announce_resume(self)
 
     # ----------------------------------------------------------------- what the parts hold, by name
     @property
@@ -542,6 +544,10 @@ def _nothing_left(tr: "Trainer") -> Optional[str]:
     if tr.step >= tr.schedule.max_iters:
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     return tr.stop.ended_before_resume(tr.step, tr.evaluator)
+
+
+def _quiet(*_args, **_kw) -> None:
+    """A console that prints nothing."""
 
 
 def _drop_old(tr: "Trainer") -> bool:
