@@ -70,3 +70,19 @@ def test_a_resume_a_stop_rule_ended_says_only_that_nothing_trains(capsys, tmp_pa
     assert cap.out == "" and cap.err.startswith("depthlab: nothing to train: stopped at step 0: val loss reached "
                                                 "train.target_val_loss 100 at step 0"), cap
     assert len(cap.err.strip().splitlines()) == 1, cap.err
+
+
+@pytest.mark.parametrize("given, said", [
+    (["--model.n_layer", "4"], "--model.n_layer 4: this describes depthlab's GPT and does not apply to --model.source"),
+    (["-c", "{model: {n_embd: 128}}"], "model.n_embd 128: this describes depthlab's GPT and does not apply to"),
+])
+def test_a_gpt_field_given_at_its_default_beside_a_source_is_refused(capsys, tmp_path, given, said):
+    # --model.n_layer 4 (the default) with --model.source trained the user's model at its own depth, silently
+    from test_usermodel import MODEL
+
+    (tmp_path / "mine.py").write_text(MODEL)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    err = cli_err(capsys, "train", "--model.source", f"{tmp_path / 'mine.py'}:MyGPT", "--data.path",
+                  str(tmp_path / "t.txt"), "--train.out_dir", str(tmp_path / "run"), *given)
+    assert said in err, err
+    assert not (tmp_path / "run").exists()

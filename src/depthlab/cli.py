@@ -32,6 +32,7 @@ from .cli_args import SECTIONS, check_argv, check_keys, check_no_empty_paths, fi
     hide_train_options, occurrences, one_line, spelled_as_typed, typed_flags
 from .cli_expand import (attribute_config_error, attribute_option_error, deferred_warnings,  # noqa: F401
                          expand_presets, expand_train_argv, gpu_recipe_on_cpu, list_presets, preset_dir,
+                         typed_gpt_fields_error,
                          preset_path, say_deferred_notices)
 from .config import ConfigError
 from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
@@ -1018,6 +1019,9 @@ def dispatch(name: str, argv: list[str]) -> int:
             if not e.code:  # --print_config has printed: the notices of the command line it showed come after
                 say_deferred_notices()
             raise
+        gpt_fields = typed_gpt_fields_error(getattr(ns, "model", None), typed, argv)
+        if gpt_fields is not None:
+            raise gpt_fields
         return cmd.run(ns, argv) if cmd.needs_argv else cmd.run(ns)
     except ConfigError as e:  # the config these flags and files make is refused: say which of them gave the value
         if not e.command_line:

@@ -15,7 +15,7 @@ from typing import Optional
 from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
 from .errors import DepthlabError
 
-__all__ = ["attribute_config_error", "attribute_option_error", "gpu_recipe_on_cpu", "GPU_PRESETS",
+__all__ = ["attribute_config_error", "typed_gpt_fields_error", "attribute_option_error", "gpu_recipe_on_cpu", "GPU_PRESETS",
            "deferred_warnings", "say_deferred_notices", "expand_presets", "expand_train_argv", "resume_config_fault",
            "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
 
@@ -533,6 +533,28 @@ def attribute_option_error(msg: str, parser, typed: list[str], argv: list[str]) 
         if where is not None and not where.startswith("--"):
             return f"{where}: {act.dest}{msg[len(opened):]}"
     return msg
+
+
+def typed_gpt_fields_error(model, typed: list[str], argv: list[str]) -> Optional[DepthlabError]:
+    """The refusal of a GPT-only field (:data:`~depthlab.config.GPT_ONLY`) the user gave (a flag, a ``-c`` file or
+    mapping, a ``--model FILE``) beside a ``model.source``, at any value: the config refuses only values other than
+    the default, so ``--model.n_layer 4`` trained the user's model at its own depth without a word. A preset's and a
+    resumed run's values are not the user's words. None when there is none, or no ``model.source``.
+
+    Args:
+        model: the parsed model section (``ns.model``). typed, argv: as :func:`value_source` takes them.
+    """
+    from .config import GPT_ONLY, gpt_only_error
+
+    source = getattr(model, "source", None)
+    if not source:
+        return None
+    given = []
+    for name in GPT_ONLY:
+        where = value_source(f"model.{name}", typed, argv) if hasattr(model, name) else None
+        if where is not None and (where == flag(f"model.{name}") or where.startswith("-c ") or where in typed):
+            given.append((name, getattr(model, name)))
+    return attribute_config_error(gpt_only_error(given, source), typed, argv) if given else None
 
 
 def attribute_config_error(e, typed: list[str], argv: list[str]) -> DepthlabError:

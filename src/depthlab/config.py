@@ -37,6 +37,16 @@ def model_record(model: dict) -> dict:
     return {k: v for k, v in model.items() if k not in GPT_ONLY and not (k == "init" and not isinstance(v, dict))}
 
 
+def gpt_only_error(given: list[tuple[str, Any]], source: str) -> "ConfigError":
+    """The refusal of :data:`GPT_ONLY` fields ``given`` as ``(name, value)`` beside ``model.source`` ``source``: they
+    describe depthlab's GPT, and the user's model is built from its own keyword arguments (``model.init``)."""
+    changed = [f"model.{name} {value!r}" for name, value in given]
+    these, do, it = ("these describe", "do", "them") if len(changed) > 1 else ("this describes", "does", "it")
+    return ConfigError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to model.source {source}; "
+                       f"your model's code decides {it}: set its own keyword arguments (its sizes, say) with "
+                       "--model.init JSON", *[f"model.{name}" for name, _ in given], "model.source")
+
+
 def corpus_file(path: Any) -> Optional[Path]:
     """The corpus file a ``data.path`` names, absolute (``~`` expanded, links and ``..`` resolved): the one way a
     path written by a user, a config.json or a resume is compared or recorded. None for the embedded corpus
@@ -319,14 +329,10 @@ class ModelConfig:
         if isinstance(self.init, str) and self.init != "gpt2" or not isinstance(self.init, (str, dict)):
             raise ConfigError(f"model.init {self.init!r} with model.source must be a JSON object of keyword "
                               "arguments, e.g. '{\"n_layer\": 2}'", "model.init", "model.source")
-        changed = [f"model.{f.name} {getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+        changed = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
                    if f.name in GPT_ONLY and getattr(self, f.name) != f.default]
         if changed:
-            these, do, it = ("these describe", "do", "them") if len(changed) > 1 else ("this describes", "does", "it")
-            raise ConfigError(f"{', '.join(changed)}: {these} depthlab's GPT and {do} not apply to "
-                              f"model.source {self.source}; your model's code decides {it}: set its own keyword "
-                              "arguments (its sizes, say) with --model.init JSON",
-                              *[c.split(" ")[0] for c in changed], "model.source")
+            raise gpt_only_error(changed, self.source)
 
     @property
     def head_size(self) -> int:
