@@ -86,3 +86,20 @@ def test_a_gpt_field_given_at_its_default_beside_a_source_is_refused(capsys, tmp
                   str(tmp_path / "t.txt"), "--train.out_dir", str(tmp_path / "run"), *given)
     assert said in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_report_card_of_a_leaking_run_does_not_say_it_uses_context(run):
+    # a model without a causal mask (val 1.9 nats below bigram) was carded "below bigram, uses context" beside the
+    # report's own causal_leak finding
+    from depthlab.report.html import leaks_future, run_cards
+    from depthlab.report.run_data import RunData
+
+    data = RunData(run)
+    data.summary = {**data.summary, "best_val_loss": float(data.baselines["bigram"]["nats"]) - 1.0}
+    card = dict((label, note) for label, _, note in run_cards(data))["minus bigram baseline"]
+    assert card == "nats: below bigram, uses context", card
+    card = dict((label, note) for label, _, note in run_cards(data, leaks=True))["minus bigram baseline"]
+    assert card == ("nats: below bigram, but the model sees the tokens it predicts (causal_leak, under Diagnosis), so "
+                    "its loss is no measure of the context it uses"), card
+    assert leaks_future({"findings": [{"rule": "context_unused"}, {"rule": "causal_leak"}]})
+    assert not leaks_future({"findings": [{"rule": "context_unused"}]}) and not leaks_future(None)

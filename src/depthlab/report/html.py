@@ -230,9 +230,11 @@ def _flatten(d: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def run_cards(run: RunData) -> list[tuple[str, str, str]]:
+def run_cards(run: RunData, leaks: bool = False) -> list[tuple[str, str, str]]:
     """The cards at the top of a run report: (label, value, note) each, from the summary, the evaluations
-    and the baselines (best val loss, its distance to bigram, the whole-split loss, steps, tokens, time, size)."""
+    and the baselines (best val loss, its distance to bigram, the whole-split loss, steps, tokens, time, size).
+    ``leaks``: the run's diagnosis found ``causal_leak`` (:func:`leaks_future`), so a loss below bigram is that
+    leak, not context used."""
     s = run.summary or {}
     cards = []
     best = finite_or_none(s.get("best_val_loss"))
@@ -244,8 +246,10 @@ def run_cards(run: RunData) -> list[tuple[str, str, str]]:
                       f"nats/{run.unit} = {run.bits_per_char(best):.3f} bits/char"))
         bg = finite_or_none(((run.baselines or {}).get("bigram") or {}).get("nats"))
         if bg is not None:
-            cards.append(("minus bigram baseline", f"{best - bg:+.3f}",
-                          "nats: " + _level_words(best, run.baselines, run.unit_word)))
+            words = _level_words(best, run.baselines, run.unit_word)
+            if leaks:
+                words = words.replace(", uses context", "") + f", but {LEAK_WORDS}"
+            cards.append(("minus bigram baseline", f"{best - bg:+.3f}", "nats: " + words))
     fv = s.get("final_validation") if isinstance(s.get("final_validation"), dict) else {}
     whole = finite_or_none(fv.get("val_loss"))
     if whole is not None:
@@ -334,10 +338,25 @@ def _diagnosis_now(run: RunData) -> Optional[dict]:
     return {**findings_json(findings), "not_judged": missing}
 
 
-def _diagnosis_section(run: RunData) -> str:
-    d, note = run.diagnosis, ""
-    if d is None:
-        d = _diagnosis_now(run)
+#: What a run whose diagnosis found ``causal_leak`` reads into its loss by position and its cards.
+LEAK_WORDS = ("the model sees the tokens it predicts (causal_leak, under Diagnosis), so its loss is no measure "
+              "of the context it uses")
+
+
+def leaks_future(diagnosis: Optional[dict]) -> bool:
+    """Whether a diagnosis (diagnosis.json's format) found ``causal_leak``."""
+    return any(isinstance(f, dict) and f.get("rule") == "causal_leak" for f in (diagnosis or {}).get("findings") or [])
+
+
+def report_diagnosis(run: RunData) -> tuple[Optional[dict], bool]:
+    """(the diagnosis a report shows, whether it is the run's diagnosis.json): the file, or the rules applied now
+    (:func:`_diagnosis_now`; None when they cannot be)."""
+    return (run.diagnosis, True) if run.diagnosis is not None else (_diagnosis_now(run), False)
+
+
+def _diagnosis_section(run: RunData, d: Optional[dict], from_file: bool) -> str:
+    note = ""
+    if not from_file:
         if d is None:
             return (f'<p class="muted">No {DIAGNOSIS} in this run (the trainer writes it at the end of a run), and '
                     "the diagnosis rules cannot read this run's records.</p>")
@@ -541,10 +560,15 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
     except OSError as e:  # the figures go into the run's plots/ (a read-only run directory, a full disk)
         raise DepthlabError(f"report: cannot write the figures into {run.run_dir / 'plots'}: {e.strerror or e}; "
                             "the run directory must be writable (copy it elsewhere to report on it)") from None
+    diagnosis, from_file = report_diagnosis(run)
+    leaks = leaks_future(diagnosis)
     figs = []
     for name, (_fn, caption) in PLOTS.items():
         if name in pngs:
-            figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=figure_note(run, name)))
+            note = figure_note(run, name)
+            if leaks and name in ("context", "layers") and note:
+                note += f" In this run {LEAK_WORDS}."
+            figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=note))
     if not figs:
         figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
     missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"]
@@ -554,13 +578,13 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
                     "command then names in a warning).</p>")
     sub = run.model_line()
     samples = _samples_section(run)
-    sections = [Section("Diagnosis", _diagnosis_section(run)),
+    sections = [Section("Diagnosis", _diagnosis_section(run, diagnosis, from_file)),
                 Section("Figures", "".join(figs)),
                 *([Section("Samples during training", samples, anchor="samples")] if samples else []),
                 Section("Baselines", _baseline_section(run)),
                 Section("Summary", _summary_section(run)),
                 Section("Configuration", _config_section(run))]
-    page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=run_cards(run))
+    page = render_page(f"depthlab report: {run.run_dir.name}", sections, subtitle=sub, cards=run_cards(run, leaks))
     try:
         atomic_write(dest, page.encode("utf-8"))
     except OSError as e:
