@@ -103,3 +103,42 @@ def test_the_report_card_of_a_leaking_run_does_not_say_it_uses_context(run):
                     "its loss is no measure of the context it uses"), card
     assert leaks_future({"findings": [{"rule": "context_unused"}, {"rule": "causal_leak"}]})
     assert not leaks_future({"findings": [{"rule": "context_unused"}]}) and not leaks_future(None)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_last_steps_evaluation_is_a_stop_the_resume_finishes(tmp_path, tiny_text_file, sig):
+    """The sweep pass: a Ctrl-C in the evaluation of the last step ended the run as finished (summary.json with step
+    0's losses, no checkpoint of the 20 steps trained), and every rerun of the sweep called it finished."""
+    import json
+    import signal
+
+    from depthlab.trainer import Interrupted, Trainer
+
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=100, eval_iters=4))
+    tr = Trainer(cfg, log=lambda s: None)
+    real = tr.evaluator.port.loss
+
+    def loss(model, x, y):
+        if not model.training and tr.step == 20:  # in the step-20 (last) evaluation
+            tr.stop.request(getattr(signal, sig))
+        return real(model, x, y)
+
+    tr.evaluator.port.loss = loss
+    with pytest.raises(Interrupted) as e:
+        tr.fit()
+    assert e.value.step == 20 and "at step 20; checkpoint written" in str(e.value), str(e.value)
+    assert not (tmp_path / "r" / "summary.json").exists()
+    assert (tmp_path / "r" / "checkpoints" / "step-000020.safetensors").is_file()
+    lines = []
+    resumed = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=20, eval_interval=100, eval_iters=4,
+                                                                     resume=True))
+    Trainer(resumed, log=lines.append).fit()
+    recs = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 20]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    last = [r for r in recs if r["kind"] == "eval"][-1]
+    assert summary["final_step"] == 20 and summary["final_val_loss"] == last["val_loss"]
+    assert summary["final_validation"] is not None
+    assert not any("nothing to train" in x for x in lines), lines

@@ -421,15 +421,17 @@ class Trainer:
             time_up = flags["time_up"]
             if time_up or flags["signal"]:  # a checkpoint follows: settle device-checked steps first
                 self.stepper.read_pending()
+            cut = False
             if (self.step % t.eval_interval == 0 or self.step >= self.schedule.max_iters or time_up) \
                     and self.step != resumed_at:
                 t_eval = time.time()
-                _evaluate_now(self)
+                cut = not _evaluate_now(self)
                 self.budget.note_eval(time.time() - t_eval)
                 flags["signal"] |= self.world_size == 1 and self.stop.caught()  # one that came during it
-            if self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
+            # a cut evaluation of the last step is no end: its checkpoint is written and a resume evaluates it
+            if not cut and self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
                 return
-            if flags["signal"]:
+            if flags["signal"] or cut:
                 if not (trained or self.resumed):  # nothing trained yet (a stop in evaluation 0): undone
                     raise _undo_start(self)
                 self.checkpointer.save_agreed(self)
@@ -521,14 +523,14 @@ class Trainer:
 
 
 
-def _evaluate_now(tr: "Trainer") -> None:
+def _evaluate_now(tr: "Trainer") -> bool:
     """One evaluation of the loop: its record, line, callbacks and checkpoint; nothing when a signal ended it
     (:meth:`~depthlab.training.evaluator.Evaluator.evaluate`: the loop then checkpoints and stops, as between two
-    steps). Several processes finish it: they agree on the signal afterwards."""
+    steps). Several processes finish it: they agree on the signal afterwards. False when a signal ended it."""
     res = tr.evaluate()
     if res is None:
         tr.evaluator.cut_at = tr.step  # the checkpoint says so: a resume evaluates this step again
-        return
+        return False
     rec, is_best = tr.evaluator.judge(res, tr.step, tr.tokens_seen, tr._wall())
     tr.metrics.log("eval", rec, {"train/loss_eval": rec["train_loss"], "val/loss": rec["val_loss"],
                                  "val/bpc": rec["val_bpc"]})
@@ -536,11 +538,14 @@ def _evaluate_now(tr: "Trainer") -> None:
     for cb in tr.callbacks:
         cb.on_eval(tr, tr.last_info, rec)
     tr.checkpointer.save_agreed(tr, is_best=is_best, val_loss=rec["val_loss"])
+    return True
 
 
 def _nothing_left(tr: "Trainer") -> Optional[str]:
     """The line of a resume with no step left to train, or None: its run is at its last step (``max_iters`` or the
     plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing."""
+    if tr.evaluator.cut_at == tr.step:  # a signal cut its last evaluation: the resume evaluates it, then ends
+        return None
     if tr.step >= tr.schedule.max_iters:
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     return tr.stop.ended_before_resume(tr.step, tr.evaluator)
