@@ -142,3 +142,13 @@ def test_a_signal_in_the_last_steps_evaluation_is_a_stop_the_resume_finishes(tmp
     assert summary["final_step"] == 20 and summary["final_val_loss"] == last["val_loss"]
     assert summary["final_validation"] is not None
     assert not any("nothing to train" in x for x in lines), lines
+
+
+def test_a_typo_in_an_experiments_keys_is_refused_not_kept_as_a_claim_setting(capsys, tmp_path):
+    # "bas:" for "base:" was stored as a science-claim setting, and the experiment trained the default variant
+    f = tmp_path / "s.yaml"
+    f.write_text("base: {train: {max_iters: 2}}\nexperiments:\n  - name: post\n    bas:\n      model: {variant: "
+                 "postnorm}\n    grid: {model.n_layer: [1]}\n")
+    err = cli_err(capsys, "sweep", "-f", str(f), "--out_dir", str(tmp_path / "sw"), "--dry_run")
+    assert err.strip().endswith("experiment 1: unknown key(s) bas (allowed: name, base, grid, target_val_loss); did "
+                                "you mean base?"), err

@@ -59,6 +59,8 @@ RESULTS_MD = "results.md"
 
 #: Keys of a sweep file or profile.
 _SPEC_KEYS = {"base", "grid", "experiments", "description", "workers"}
+#: An experiment's keys: its runs (name, base, grid) and the settings a science claim reads (``extra``).
+_EXPERIMENT_KEYS = ("name", "base", "grid", "target_val_loss")
 
 
 # --------------------------------------------------------------------------- spec objects
@@ -363,6 +365,13 @@ def _experiment(d: Any, what: str) -> Experiment:
     name = str(d.get("name", "") or "")
     if name and not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise DepthlabError(f"{what}: experiment name {name!r} may only use letters, digits, _ . -")
+    bad = [str(k) for k in d if k not in _EXPERIMENT_KEYS]
+    if bad:  # a typo (bas: for base:) was kept as a claim setting, and the experiment's runs trained without it
+        import difflib
+
+        close = difflib.get_close_matches(bad[0], _EXPERIMENT_KEYS, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise DepthlabError(f"{what}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(_EXPERIMENT_KEYS)}){hint}")
     extra = {k: v for k, v in d.items() if k not in ("name", "base", "grid")}
     return Experiment(name=name, base=_flatten(d.get("base") or {}, f"{what} base"),
                       grid=_grid(d.get("grid"), f"{what} grid"), extra=extra)
