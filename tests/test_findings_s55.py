@@ -152,3 +152,21 @@ def test_a_typo_in_an_experiments_keys_is_refused_not_kept_as_a_claim_setting(ca
     err = cli_err(capsys, "sweep", "-f", str(f), "--out_dir", str(tmp_path / "sw"), "--dry_run")
     assert err.strip().endswith("experiment 1: unknown key(s) bas (allowed: name, base, grid, target_val_loss); did "
                                 "you mean base?"), err
+
+
+@pytest.mark.parametrize("more, said", [([], "run the same command again to finish it"),
+                                        (["--overwrite"], "run the same command again without --overwrite to finish")])
+def test_an_interrupted_overwrite_sweep_is_told_to_go_on_without_overwrite(capsys, monkeypatch, tmp_path, more, said):
+    # "run the same command again" with --overwrite deleted the checkpoints it promised to continue from
+    from depthlab import sweep
+    from depthlab.cli import main
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    assert main(["sweep", "--grid", "model.n_layer=1", "--data.path", str(tmp_path / "t.txt"), "--no_report",
+                 "--out_dir", str(tmp_path / "sw"), *more]) == 130
+    err = capsys.readouterr().err
+    assert f"depthlab: sweep interrupted; {said}" in err, err

@@ -795,7 +795,9 @@ def run_sweep(ns, argv: list[str]) -> int:
                         backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler,
                         seeds=ns.seeds)
     except KeyboardInterrupt:
-        print(f"{PROG}: sweep interrupted; run the same command again to finish it (finished runs in "
+        # again with --overwrite, it would delete what this one trained
+        print(f"{PROG}: sweep interrupted; run the same command again{' without --overwrite' if ns.overwrite else ''} "
+              f"to finish it (finished runs in "
               f"{out_dir} are kept; interrupted ones continue from their last checkpoint, or from step 0 if they have "
               "none)", file=sys.stderr)
         return 130
@@ -813,7 +815,7 @@ def run_sweep(ns, argv: list[str]) -> int:
             raise
         from .sweep.local import write_failure
 
-        again = " and run the same command again" if no_space(e) else ""
+        again = f" and run the same command again{' without --overwrite' if ns.overwrite else ''}" if no_space(e) else ""
         print(f"{PROG}: warning: could not write the sweep's report: {write_failure(e, Path(out_dir))}{again}",
               file=sys.stderr)
     if bad:  # scripts can tell: exit 1, as `depthlab check` does when it finds problems

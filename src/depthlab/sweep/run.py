@@ -189,8 +189,8 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
             write_results(sweep_dir)
             written = True
         except OSError as e:  # e.g. a full disk: the file and the reason (results.csv is made from the run folders)
-            again = (" and run the same command again to write them (it skips the finished runs)" if no_space(e)
-                     else "")
+            again = (f" and run the same command again{' without --overwrite' if rerun else ''} to write them (it "
+                     "skips the finished runs)" if no_space(e) else "")
             log(f"warning: could not write the sweep's results ({RESULTS_CSV}, results.md): "
                 f"{local.write_failure(e, sweep_dir)}{again}")
         except Exception as e:  # noqa: BLE001 - never hide the original error
