@@ -690,8 +690,9 @@ def build_sweep_parser():
                    help="run only these experiments (NAME[,NAME]) of a profile or file")
     p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                    help="list the runs and the time estimate, run nothing")
-    p.add_argument("--seeds", type=Optional[str], default=None, help="N: seeds 1..N in every cell; auto[:MAX]: "
-                   "then add seeds to undecided claims' cells until decided or MAX per cell (default 8)")
+    p.add_argument("--seeds", type=Optional[str], default=None, help="N: seeds 1..N in every cell, beside the cell's own train.seed "
+                   "(1337 unless set: then N+1 runs a cell; --train.seed 1 gives N); auto[:MAX]: then add seeds to "
+                   "undecided claims' cells until decided or MAX per cell (default 8)")
     p.add_argument("--backend", type=Literal["local", "ray"], default="local",
                    help="local: worker processes on this machine; ray: one Ray Tune trial per run (needs "
                         'pip install -e ".[ray]"; see README, Sweeps on a Ray cluster)')
