@@ -170,3 +170,22 @@ def test_an_interrupted_overwrite_sweep_is_told_to_go_on_without_overwrite(capsy
                  "--out_dir", str(tmp_path / "sw"), *more]) == 130
     err = capsys.readouterr().err
     assert f"depthlab: sweep interrupted; {said}" in err, err
+
+
+@pytest.mark.parametrize("kw, fix", [
+    (dict(n_embd=63), "try n_embd 64, or --model.position learned"),  # rope (the default): no head count works
+    (dict(n_embd=63, n_head=5), "try n_embd 60, or --model.position learned"),
+    (dict(n_embd=63, position="learned"), "try n_head 3"),
+    (dict(n_embd=36, n_head=8), "try n_head 6"),
+])
+def test_the_fix_of_an_n_embd_n_head_does_not_divide_is_one_that_builds(kw, fix):
+    # "try n_head 3" for n_embd 63 was refused next: rope needs an even head size (21)
+    from depthlab.config import ConfigError, ModelConfig
+
+    with pytest.raises(ConfigError) as e:
+        ModelConfig(**kw)
+    assert str(e.value).endswith(fix), str(e.value)
+    if fix.startswith("try n_head"):
+        ModelConfig(**{**kw, "n_head": int(fix.split()[-1])})
+    else:
+        ModelConfig(**{**kw, "n_embd": int(fix.split()[2].rstrip(","))})

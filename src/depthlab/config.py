@@ -258,10 +258,8 @@ class ModelConfig:
                               "model.vocab_size")
         self._check_caps()
         if self.n_embd % self.n_head != 0:
-            raise ConfigError(
-                f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
-                f"try n_head {max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)}",
-                "model.n_embd", "model.n_head")
+            raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head}); "
+                              f"{self._heads_that_fit()}", "model.n_embd", "model.n_head")
         _fraction("model", "dropout", self.dropout, low_open=False)
         _switches("model", self, "bias", "tie_weights")
         _choice("model", "variant", self.variant, VARIANTS)
@@ -281,6 +279,17 @@ class ModelConfig:
                               f"size n_embd / n_head must be even (it is {self.head_size}); change model.n_embd or "
                               "model.n_head, or use --model.position learned", "model.n_embd", "model.n_head",
                               "model.position")
+
+    def _heads_that_fit(self) -> str:
+        """The fix of an ``n_embd`` that ``n_head`` does not divide: the largest head count up to ``n_head`` that
+        divides it, with an even head size under rotary positions (which rotate coordinate pairs)."""
+        rope = self.position == "rope"
+        fits = [d for d in range(1, self.n_head + 1) if self.n_embd % d == 0 and not (rope and self.n_embd // d % 2)]
+        if fits:
+            return f"try n_head {max(fits)}"
+        step = 2 * self.n_head  # n_head heads of an even size
+        return (f"no head count gives the even head size rotary positions (model.position rope) need with an odd "
+                f"n_embd: try n_embd {max(step, round(self.n_embd / step) * step)}, or --model.position learned")
 
     def _check_caps(self) -> None:
         """Sizes no machine holds are refused before anything is allocated."""
