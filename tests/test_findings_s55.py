@@ -189,3 +189,21 @@ def test_the_fix_of_an_n_embd_n_head_does_not_divide_is_one_that_builds(kw, fix)
         ModelConfig(**{**kw, "n_head": int(fix.split()[-1])})
     else:
         ModelConfig(**{**kw, "n_embd": int(fix.split()[2].rstrip(","))})
+
+
+def test_report_on_a_sweep_folder_it_cannot_write_is_one_line_naming_the_folder(capsys, monkeypatch, tmp_path):
+    # it said "PermissionError: [Errno 1] Operation not permitted: 'SW/.results.csv.esi60s8k.tmp'" and no fix
+    import depthlab.report.sweep as report_sweep
+
+    sw = tmp_path / "sw"
+    sw.mkdir()
+    (sw / "sweep.json").write_text("{}")
+    monkeypatch.setattr(report_sweep, "is_sweep_dir", lambda p: True)
+
+    def read_only(d):
+        raise PermissionError(1, "Operation not permitted", str(sw / ".results.csv.esi60s8k.tmp"))
+
+    monkeypatch.setattr(report_sweep, "build_sweep_report", read_only)
+    err = cli_err(capsys, "report", str(sw))
+    assert err.strip() == (f"depthlab: error: report: cannot write the sweep's results and report into {sw}: Operation "
+                           f"not permitted; make {sw} writable, or copy it elsewhere and report on the copy"), err

@@ -618,7 +618,12 @@ def run_report(ns) -> int:
         if ns.out or ns.skip:
             raise DepthlabError("report: --out and --skip apply to a run directory; a sweep directory's report is "
                                 "always SWEEP_DIR/report.html with every figure")
-        print(build_sweep_report(ns.run_dir))
+        try:
+            print(build_sweep_report(ns.run_dir))
+        except OSError as e:  # its files are rewritten in the folder: a read-only one (or a full disk) is said so
+            why = no_space_words(e, Path(ns.run_dir)) if no_space(e) else (e.strerror or type(e).__name__)
+            raise DepthlabError(f"report: cannot write the sweep's results and report into {ns.run_dir}: {why}; make "
+                                f"{ns.run_dir} writable, or copy it elsewhere and report on the copy") from None
         return 0
     above = next((p for p in Path(ns.run_dir).parents if p.exists()), Path("."))
     if not Path(ns.run_dir).exists() and above.is_dir():  # report takes a sweep folder too: the fix names both
