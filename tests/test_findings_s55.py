@@ -23,7 +23,8 @@ def test_a_missing_config_file_names_an_inline_mapping_the_command_takes(capsys,
 def test_coordcheck_names_no_gpt_field_that_does_not_exist(capsys):
     # it said "depthlab's GPT takes foo as a model field: --axis model.foo=...", a field that does not exist
     err = cli_err(capsys, "coordcheck", "--axis", "model.init.foo=1,2")
-    assert "no --model.source is given; depthlab's GPT has no numeric field foo (its numeric fields: model.block_size, " in err, err
+    assert ("no --model.source is given; depthlab's GPT has no numeric field foo (its numeric fields: "
+            "model.block_size, ") in err, err
     assert "model.foo" not in err, err
     err = cli_err(capsys, "coordcheck", "--axis", "model.init.n_layer=1,2")
     assert err.strip().endswith("depthlab's GPT takes n_layer as a model field: --axis model.n_layer=..."), err
@@ -207,3 +208,57 @@ def test_report_on_a_sweep_folder_it_cannot_write_is_one_line_naming_the_folder(
     err = cli_err(capsys, "report", str(sw))
     assert err.strip() == (f"depthlab: error: report: cannot write the sweep's results and report into {sw}: Operation "
                            f"not permitted; make {sw} writable, or copy it elsewhere and report on the copy"), err
+
+
+PADDED = '''
+import torch, torch.nn as nn
+
+class Padded(nn.Module):
+    """A byte-level head: 256 logits whatever the corpus's vocabulary."""
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.emb = nn.Embedding(256, 16)
+        self.head = nn.Linear(16, 256)
+
+    def forward(self, idx):
+        return self.head(self.emb(idx))
+'''
+
+
+def test_a_model_with_more_logits_than_tokens_trains_samples_and_is_judged_against_its_own_count(tmp_path, capsys):
+    # depthlab check called 256 logits for 65 tokens "harmless, e.g. a padded vocabulary"; train refused them
+    import json
+    import math
+
+    import torch
+
+    from depthlab.analytics.rules.evidence import Evidence
+    from depthlab.analytics.rules.signals import init_too_high
+    from depthlab.cli import main
+    from depthlab.sample import generate
+
+    (tmp_path / "pad.py").write_text(PADDED)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    out = tmp_path / "run"
+    assert main(["train", "--model.source", f"{tmp_path / 'pad.py'}:Padded", "--data.path", str(tmp_path / "t.txt"),
+                 "--model.block_size", "16", "--train.max_iters", "4", "--train.eval_interval", "2",
+                 "--train.eval_iters", "2", "--train.batch_size", "4", "--train.out_dir", str(out)]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    V = cfg["model"]["vocab_size"]
+    assert cfg["resolved"]["model_logits"] == 256 and V < 256
+    # the uniform level of 256 logits is ln 256: a start there is no "confidently wrong" initialisation
+    ev = Evidence([{"kind": "eval", "step": 0, "val_loss": math.log(256), "train_loss": math.log(256)}], cfg)
+    assert init_too_high(ev) is None
+    ev = Evidence([{"kind": "eval", "step": 0, "val_loss": math.log(256) + 1.5, "train_loss": 6.0}], cfg)
+    assert init_too_high(ev) == (math.log(256) + 1.5, math.log(256))
+    capsys.readouterr()
+    assert main(["sample", str(out), "--max_new_tokens", "20"]) == 0
+
+    class Loud(torch.nn.Module):  # every draw would be id 200 without the crop to the tokenizer's V
+        def forward(self, idx):
+            out = torch.zeros(*idx.shape, 256)
+            out[..., 200] = 50.0
+            return out
+
+    ids = generate(Loud(), torch.zeros(1, 1, dtype=torch.long), 10, block_size=8, vocab_size=V)
+    assert int(ids.max()) < V

@@ -695,9 +695,10 @@ def build_sweep_parser():
                    help="run only these experiments (NAME[,NAME]) of a profile or file")
     p.add_argument("--dry_run", "--dry-run", dest="dry_run", action="store_true",
                    help="list the runs and the time estimate, run nothing")
-    p.add_argument("--seeds", type=Optional[str], default=None, help="N: seeds 1..N in every cell, beside the cell's own train.seed "
-                   "(1337 unless set: then N+1 runs a cell; --train.seed 1 gives N); auto[:MAX]: then add seeds to "
-                   "undecided claims' cells until decided or MAX per cell (default 8)")
+    p.add_argument("--seeds", type=Optional[str], default=None,
+                   help="N: seeds 1..N in every cell, beside the cell's own train.seed (1337 unless set: then N+1 "
+                   "runs a cell; --train.seed 1 gives N); auto[:MAX]: then add seeds to undecided claims' cells until "
+                   "decided or MAX per cell (default 8)")
     p.add_argument("--backend", type=Literal["local", "ray"], default="local",
                    help="local: worker processes on this machine; ray: one Ray Tune trial per run (needs "
                         'pip install -e ".[ray]"; see README, Sweeps on a Ray cluster)')
@@ -821,7 +822,8 @@ def run_sweep(ns, argv: list[str]) -> int:
             raise
         from .sweep.local import write_failure
 
-        again = f" and run the same command again{' without --overwrite' if ns.overwrite else ''}" if no_space(e) else ""
+        plain = " without --overwrite" if ns.overwrite else ""
+        again = f" and run the same command again{plain}" if no_space(e) else ""
         print(f"{PROG}: warning: could not write the sweep's report: {write_failure(e, Path(out_dir))}{again}",
               file=sys.stderr)
     if bad:  # scripts can tell: exit 1, as `depthlab check` does when it finds problems

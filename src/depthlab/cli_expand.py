@@ -15,9 +15,9 @@ from typing import Optional
 from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
 from .errors import DepthlabError
 
-__all__ = ["attribute_config_error", "typed_gpt_fields_error", "attribute_option_error", "gpu_recipe_on_cpu", "GPU_PRESETS",
-           "deferred_warnings", "say_deferred_notices", "expand_presets", "expand_train_argv", "resume_config_fault",
-           "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
+__all__ = ["attribute_config_error", "typed_gpt_fields_error", "attribute_option_error", "gpu_recipe_on_cpu",
+           "GPU_PRESETS", "deferred_warnings", "say_deferred_notices", "expand_presets", "expand_train_argv",
+           "resume_config_fault", "list_presets", "preset_dir", "preset_path", "corpus_target", "value_source"]
 
 
 def preset_dir() -> Path:

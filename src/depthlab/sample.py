@@ -249,7 +249,7 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
              on_token: Optional[Callable[[int], None]] = None, kv_cache: bool = True,
-             block_size: Optional[int] = None) -> torch.Tensor:
+             block_size: Optional[int] = None, vocab_size: Optional[int] = None) -> torch.Tensor:
     """Extend ``idx`` by ``max_new_tokens`` tokens.
 
     Args:
@@ -266,6 +266,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
             re-encodes the last half-window when full (see :func:`_next_logits_fn`).
         block_size: the context of a model that is not depthlab's GPT (its run's ``model.block_size``);
             such a model is sampled without a cache.
+        vocab_size: the tokenizer's V: logits past it (a model's padded vocabulary, a byte-level head) are never
+            drawn, as their ids decode to nothing. None: every logit is a token.
 
     Returns:
         (B, T + N) int64 ids (a new tensor; ``idx`` is not changed).
@@ -288,7 +290,7 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
             out = idx.new_empty((B, T + max_new_tokens))
             out[:, :T] = idx
             for t in range(T, T + max_new_tokens):
-                logits = next_logits(out[:, :t]).float()  # (B, V): only the last position is needed
+                logits = next_logits(out[:, :t])[:, :vocab_size].float()  # (B, V): the last position only
                 if not bool(torch.isfinite(logits).all()):  # far cheaper than the forward; a NaN draw is noise
                     raise NonFiniteLogits(logits, t, T)
                 if temperature < 1e-5:  # below this, logits/T overflows float32: greedy is the limit anyway
@@ -433,7 +435,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         try:
             out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
                            on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
-                           block_size=block_size)
+                           block_size=block_size, vocab_size=tok.vocab_size)
         except (NonFiniteLogits, ForwardFailed) as e:
             raise e.refusal(run_dir) from None
         if stream:  # what the last tokens left incomplete (U+FFFD each, as decode shows it)

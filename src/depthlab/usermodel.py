@@ -721,7 +721,9 @@ def source_run_model(mcfg, run_dir: Path, resumed: bool, checkpointed: bool, ini
     source = mcfg.source
     if resumed and source_copy(run_dir, source).is_file():
         record = resume_source(run_dir, source, log)  # a changed original is named
-        return make_model(mcfg, run_dir), record
+        model = make_model(mcfg, run_dir)
+        return model, {**record, **_logits_record(check_forward(model, source, batch_size, mcfg.block_size,
+                                                                  mcfg.vocab_size), mcfg.vocab_size)}
     if checkpointed:
         run_source(run_dir, source)  # a checkpointed run without its copy: refused, as sample does
     if init_dir is not None:  # the --init-from run's model: from the code it trained
@@ -729,8 +731,18 @@ def source_run_model(mcfg, run_dir: Path, resumed: bool, checkpointed: bool, ini
     else:
         src, model = new_source_model(mcfg, log)
         mcfg.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
-    check_forward(model, source, batch_size, mcfg.block_size, mcfg.vocab_size)
-    return model, keep_source(run_dir, src) if keep else {}
+    logits = check_forward(model, source, batch_size, mcfg.block_size, mcfg.vocab_size)
+    return model, {**keep_source(run_dir, src), **_logits_record(logits, mcfg.vocab_size)} if keep else {}
+
+
+#: config.json ``resolved`` key: the entries of a model.source model's logits per position, where it has more than
+#: the corpus's V tokens (a padded vocabulary): its loss at initialisation starts near ln of this, not ln V.
+MODEL_LOGITS = "model_logits"
+
+
+def _logits_record(logits: int, vocab_size: int) -> dict:
+    """config.json's record of a model's logits per position (:data:`MODEL_LOGITS`), when more than V."""
+    return {MODEL_LOGITS: logits} if logits > vocab_size else {}
 
 
 def takes_targets(model: torch.nn.Module) -> bool:
@@ -804,10 +816,11 @@ def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
     return _with_line(e, Path(path)) if path else first_line(e)
 
 
-def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> None:
+def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> int:
     """One forward of zeros (``batch_size``, ``block_size``) in eval mode with gradients on: the model runs at
-    the sizes the run trains with, returns logits (B, T, V) with the corpus's V, and they depend on a parameter
-    that trains (they have a grad_fn).
+    the sizes the run trains with, returns logits (B, T, V') with V' >= the corpus's V (more: a padded vocabulary,
+    whose extra entries are never targets and never drawn), and they depend on a parameter that trains (they have a
+    grad_fn). Returns V'.
 
     Raises:
         DepthlabError: the forward raises (e.g. a context table shorter than ``block_size``, a
@@ -839,7 +852,8 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                             f"(train.batch_size, model.block_size): {forward_fault(model, e)}; {fix}") from None
     finally:
         model.train(was_training)
-    if tuple(logits.shape) != (batch_size, block_size, vocab_size):
+    # more entries than tokens (a padded vocabulary, a byte-level head) are never targets: trained down, never drawn
+    if logits.dim() != 3 or tuple(logits.shape[:2]) != (batch_size, block_size) or logits.size(-1) < vocab_size:
         fix = (f"give the model vocab_size={vocab_size}" if logits.dim() == 3 and logits.shape[:2] == x.shape else
                flat_logits_hint(tuple(logits.shape), batch_size, block_size, takes_targets(model))
                or "return the logits of every position: (B, T, V)")
@@ -852,3 +866,4 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                "forward cuts them off from the parameters with a .detach(), .data or torch.no_grad()")
         raise DepthlabError(f"{src}: the logits do not depend on any parameter that trains ({why}), so no step can "
                             "change them; return logits computed from the model's trainable parameters")
+    return int(logits.size(-1))

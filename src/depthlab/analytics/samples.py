@@ -56,7 +56,7 @@ class SampleCallback(Callback):
         g = torch.Generator(device=run.device).manual_seed(run.cfg.train.seed)
         idx = torch.tensor([tok.encode(prompt)], dtype=torch.long, device=run.device)
         out = generate(run.raw_model, idx, self.tokens, TEMPERATURE, TOP_K, generator=g,
-                           block_size=run.cfg.model.block_size)
+                           block_size=run.cfg.model.block_size, vocab_size=tok.vocab_size)
         text = tok.decode(out[0].tolist())
         run.metrics.log("sample", {"step": step, "text": text})
         run.metrics.text("sample", text, step)

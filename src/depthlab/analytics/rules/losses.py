@@ -12,6 +12,7 @@ from .context import LEAKS, UNUSED, USED, record_verdict
 from .advice import dropout_advice, lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
 from .evidence import Evidence, Finding, names_list as _names
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
+from ...usermodel import MODEL_LOGITS
 from .signals import divergence, init_too_high, zero_grad_params
 
 __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
@@ -271,8 +272,10 @@ def _init_loss(ev: Evidence) -> Optional[Finding]:
     if init is None:
         return None
     first, ln_v = init
+    padded = ev.section("resolved").get(MODEL_LOGITS)
+    of = f" (uniform over the model's {padded} logits)" if padded else ""
     evidence = (f"val loss {first:.3f} at step 0 (before any update) is {first - ln_v:.3f} nats above the uniform "
-                f"baseline ln V = {ln_v:.3f}: the model starts out confidently wrong")
+                f"baseline ln V = {ln_v:.3f}{of}: the model starts out confidently wrong")
     last_step, last = ev.val_losses[-1]
     if last_step > 0:
         evidence += (f"; from there it {'falls' if last < first else 'does not fall'} ({first:.3f} -> {last:.3f} at "

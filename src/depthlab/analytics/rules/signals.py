@@ -12,6 +12,7 @@ import statistics
 from typing import Optional
 
 from ...units import counted
+from ...usermodel import MODEL_LOGITS
 from ...units import finite_or_none
 from .evidence import Evidence, written_number
 
@@ -60,8 +61,10 @@ def divergence(ev: Evidence) -> list[str]:
 
 def init_too_high(ev: Evidence) -> Optional[tuple[float, float]]:
     """(val loss at step 0, ln V) when the first evaluation, before any update, is already more than
-    ``thresholds.init_excess`` above the uniform baseline ln V (the output scale at initialisation); else None."""
-    v_size = ev.section("model").get("vocab_size")
+    ``thresholds.init_excess`` above the uniform baseline ln V (the output scale at initialisation); else None.
+    A model.source model with more logits than tokens (config.json ``resolved.model_logits``, a padded vocabulary)
+    starts near ln of its logits' count: that is its V here."""
+    v_size = ev.section("resolved").get(MODEL_LOGITS) or ev.section("model").get("vocab_size")
     first = next((v for s, v in ev.val_losses if s == 0), None)
     if not isinstance(v_size, int) or v_size < 2 or first is None:
         return None
