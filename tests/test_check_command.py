@@ -2,6 +2,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from depthlab.cli import main
 from test_usermodel import MODEL
 
@@ -61,6 +63,7 @@ def test_check_advice_points_at_the_runs_copy_when_the_original_is_gone(tmp_path
     assert f"the original {original} has changed since this run" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_json_output_stays_one_object_when_the_models_file_prints(tmp_path, tiny_text_file, capsys):
     """A new user's pass: a learner's file that prints (at import, in forward) put its lines before the JSON object
     of `check --json` and `context --json` on stdout, so json.loads of the output failed."""

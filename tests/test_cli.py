@@ -315,6 +315,7 @@ def test_probe_nonpositive_counts_name_their_flag(capsys, tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_cli_sweep_with_a_missing_corpus_leaves_no_folder(capsys, tmp_path, monkeypatch):
     """nu36: a sweep refused for a --data.path (or grid data.path) that does not exist had already written
     OUT_DIR/sweep.json (or sweeps/sweep-<hash>/ in the current folder, unasked); nothing is left now."""
@@ -328,6 +329,7 @@ def test_cli_sweep_with_a_missing_corpus_leaves_no_folder(capsys, tmp_path, monk
         assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_cli_bad_grid_is_one_line_exit_2(capsys, tmp_path):
     rc = main(["sweep", "--grid", "model.n_layer", "--out-dir", str(tmp_path / "s")])
     err = capsys.readouterr().err

@@ -69,6 +69,7 @@ def test_a_merge_key_may_be_overridden_and_keys_are_named_from_the_top():
         assert key_twice(preset_path(name).read_text()) is None, name
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_key_twice_exits_2_in_one_line_from_the_command(tmp_path):
     f = _file(tmp_path, LR_TWICE)
     p = subprocess.run([sys.executable, "-m", "depthlab", "train", "-c", str(f)], capture_output=True, text=True,

@@ -35,6 +35,7 @@ def test_preset_target_notice_goes_to_stderr_so_print_config_round_trips(tmp_pat
 
 
 # ------------------------------------------------------------------------- 2: a refusal's command runs as printed
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_refused_resume_advice_spells_null_as_the_parser_reads_it(tmp_path, bpe_file, capsys, monkeypatch):
     import shlex
 

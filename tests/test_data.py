@@ -56,6 +56,7 @@ def test_crlf_and_cr_shakespeare_keep_65_symbols(tmp_path):
         assert c.tokenizer.decode(c.tokens[:200]).count("\n") == text[:200].count("\n")
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_chunked_encoding_matches_whole(tmp_path, monkeypatch):
     text = ("ab\r\ncé世🙂\r" * 300)
     p = _write(tmp_path, "mixed.txt", text.encode("utf-8"))

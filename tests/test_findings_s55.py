@@ -55,6 +55,7 @@ def test_a_run_copied_into_a_run_is_still_told_to_move_out(capsys, run, tmp_path
     assert f"move {outer / 'inner'} out of {outer}, then resume it there" in err, err
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("more", [[], ["--train.learning_rate", "0.001"]])
 def test_a_resume_a_stop_rule_ended_says_only_that_nothing_trains(capsys, tmp_path, more):
     # it said "resuming RUN from step 0" (and with a new rate, where that rate would go) before "nothing to train"
@@ -106,6 +107,7 @@ def test_the_report_card_of_a_leaking_run_does_not_say_it_uses_context(run):
     assert not leaks_future({"findings": [{"rule": "context_unused"}]}) and not leaks_future(None)
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_in_the_last_steps_evaluation_is_a_stop_the_resume_finishes(tmp_path, tiny_text_file, sig):
     """The sweep pass: a Ctrl-C in the evaluation of the last step ended the run as finished (summary.json with step
@@ -225,6 +227,7 @@ class Padded(nn.Module):
 '''
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_model_with_more_logits_than_tokens_trains_samples_and_is_judged_against_its_own_count(tmp_path, capsys):
     # depthlab check called 256 logits for 65 tokens "harmless, e.g. a padded vocabulary"; train refused them
     import json

@@ -52,6 +52,7 @@ def test_no_space_words_name_the_device_the_file_and_the_fix():
 
 
 # ----------------------------------------------------------------------------- train
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_train_on_a_full_disk_names_the_file_and_resumes_from_the_checkpoint(tmp_path, capsys, full_at):
     (tmp_path / "t.txt").write_text(TINY_TEXT)
     run = tmp_path / "run"

@@ -30,6 +30,7 @@ def _no_sha(manifest):
     manifest.write_text(json.dumps(m))
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("damage, why", [
     (lambda m: m.write_text('{"format": 1, "checkpoints": ['), "is unreadable (Expecting value"),
     (_no_sha, "holds no sha256 of best.safetensors")])
@@ -47,6 +48,7 @@ def test_init_from_a_run_whose_manifest_cannot_check_best_says_so_in_one_warning
     assert warned[0].endswith("); its weights are loaded unchecked")
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_init_from_a_best_changed_in_place_is_refused_naming_its_intact_twin(good_run, tmp_path, capsys):
     """A flipped byte in the tensors still parses: it loaded silently. Now the sha256 is checked, as sample does."""
     run, manifest, best = _copy(good_run, tmp_path)
@@ -100,6 +102,7 @@ def test_init_from_a_folder_that_is_no_run_says_what_to_give(good_run, tmp_path,
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("twin_kept", [True, False])
 def test_init_from_a_run_without_its_best_checkpoint_says_what_to_do(good_run, tmp_path, capsys, twin_kept):
     """Was "no checkpoints/best.safetensors there" and nothing more. Now: copy back its twin, when one is kept."""

@@ -150,6 +150,7 @@ def test_init_from_an_export_of_another_shape_is_one_line_naming_the_field_and_t
     assert rc == 0 and out.startswith(f"init-from: {export / 'model.safetensors'}: the model starts")
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("hf_only", [False, True])
 def test_init_from_an_export_takes_its_shape_as_from_a_run(source, tmp_path, capsys, hf_only):
     """Without --model flags a run folder gave the new run its shape, an export did not: the defaults (4 layers,

@@ -20,6 +20,7 @@ def runs(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("with_config", [True, False])
 def test_init_from_a_bpe_run_with_another_vocab_size_is_refused(runs, tmp_path, capsys, with_config):
     """Before: exit 0, trained with the source's 300 tokens while config.json said data.vocab_size 400."""

@@ -166,6 +166,7 @@ def test_context_use_of_a_users_model_points_to_check_for_the_mask():
     assert state == USED and "depthlab check" not in words  # depthlab's GPT: its mask is tested
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_refused_init_from_says_one_line_not_the_corpus_warnings_first(tmp_path, capsys, tiny_text_file):
     # was: two "depthlab: warning:" lines about the corpus (short val split, one distinct character), then the error
 

@@ -51,6 +51,7 @@ def test_probe_out_with_another_extension_says_the_fix(tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "out.png").exists()
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_resumed_runs_config_given_with_c_for_a_new_out_dir_says_train_resume_is_true(two_runs, tmp_path, capsys):
     # a resumed run's config.json says train.resume: true; `-c RUN/config.json --train.out_dir NEW` was refused
     # with "cannot resume: run directory NEW not found; give the out_dir of a depthlab train run" though the

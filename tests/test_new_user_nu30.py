@@ -66,6 +66,7 @@ def good_run(tmp_path_factory):
     return trained_tiny_run(tmp_path_factory, "good", GOOD_TEXT)
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_resume_on_another_corpus_counts_the_absent_characters_and_marks_the_cut(good_run, tmp_path, capsys):
     other = tmp_path / "other.txt"
     other.write_bytes(b"xyz \xe9\xe8\n" * 50)  # latin-1: two characters the run never saw, nearly all of its own gone
@@ -86,6 +87,7 @@ def _truncated_copy(good_run, tmp_path):
     return run, best
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_init_from_a_truncated_best_names_the_intact_copy_of_its_step_and_the_fix_works(good_run, tmp_path, capsys):
     run, best = _truncated_copy(good_run, tmp_path)
     twin = run / "checkpoints" / "step-000010.safetensors"  # the run's last and best step

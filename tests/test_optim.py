@@ -39,6 +39,7 @@ def test_gram_form_is_the_same_iteration_for_tall_wide_and_square_stacks():
             torch.testing.assert_close(o, newton_schulz(s, dtype=torch.float64), atol=1e-12, rtol=1e-10)
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_gram_form_in_bf16_stays_as_close_as_the_standard_one_thanks_to_its_restart():
     gen = torch.Generator().manual_seed(6)
     # nearly rank 8 (a gradient's typical spectrum): the case where the Gram matrix's bf16 errors grow

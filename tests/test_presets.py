@@ -44,6 +44,7 @@ def loaded_preset(capsys, name: str) -> RunConfig:
     return RunConfig.from_dict({k: d[k] for k in ("data", "model", "train")})
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_presets_listed_and_valid(capsys):
     names = list_presets()
     assert set(names) == set(EXPECTED)
@@ -78,6 +79,7 @@ def test_preset_then_flags_override(capsys):
     assert cfg["model"]["n_layer"] == 2 and cfg["model"]["n_embd"] == 128 and cfg["train"]["batch_size"] == 12
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_section_file_gives_its_fields_in_its_place_and_bad_ones_are_one_line(tmp_path, capsys):
     """``--model FILE`` (listed by --help as jsonargparse's group config) was refused as 'unknown key __path__'."""
     from depthlab.cli import main

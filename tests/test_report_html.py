@@ -129,6 +129,7 @@ def test_report_from_real_analytics_records(tmp_path):
     assert html.count("data:image/png;base64,") == len(drawn)
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_run_of_the_previous_release_gets_a_report(old_run, capsys):
     """Two figures (speed): the loss curves (old eval/train records) and gradient flow (old grad records)."""
     skip = ["grad_layers", "update_ratio", "activations", "attn_entropy", "attention", "layers", "context"]

@@ -35,6 +35,7 @@ from conftest import (OLD_EVALS, QUIET, TINY_TEXT, assert_clean_error, bpe_run_c
 
 
 # --------------------------------------------------------------------------------------------------------- exactness
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("accum", [1, 3])
 def test_resume_continues_identical_trajectory(tmp_path, tiny_text_file, accum):
     kw = dict(model=dict(dropout=0.1), train=dict(max_iters=40, lr_decay_iters=40, grad_accum=accum))
@@ -405,6 +406,7 @@ def run20(tmp_path, tiny_text_file):
     return out
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_changed_split_is_refused_naming_field_and_values(run20, capsys):
     before = _snapshot(run20)
     rc = main(["train", "--resume", str(run20), "--train.max_iters", "40", "--data.val_fraction", "0.3"])
@@ -439,6 +441,7 @@ def test_a_config_json_edited_by_hand_is_refused_against_the_checkpoints_config(
     assert _snapshot(run20) == before
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_config_json_edited_into_an_invalid_value_names_config_json_on_resume(run20, capsys):
     """model.n_head 3 against n_embd 32: the train-time hint ("try n_head ...") would not resume the run; the
     line says --resume read it from config.json and what puts it right."""
@@ -1580,6 +1583,7 @@ def test_a_run_that_ends_inside_its_warmup_is_said_to_warm_up_to_its_end(tmp_pat
     assert t.lr_at(49) > t.lr_at(40) and t.lr_at(49) < 3e-3  # still rising at the last step
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_resumed_session_with_other_resolved_settings_says_so_in_one_line(run20, capsys):
     """A new user's pass: a resume went from resolved.omp_wait passive to active without a word (the environment's
     OMP_WAIT_POLICY, or auto settings, decide it anew each session)."""
@@ -1693,6 +1697,7 @@ def test_the_resume_command_an_interrupt_prints_is_shell_quoted_for_a_folder_wit
     assert str(Interrupted(15, Path("runs/int"), 3)).endswith("--resume runs/int")  # nothing to quote: as is
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_resume_that_goes_on_from_its_checkpoints_rate_gives_no_warmup_warning(tmp_path, tiny_text_file):
     """A new user's pass: a resume of a planned run (its warmup ended at step 105 under the plan) with a new
     train.max_iters below the asked warmup_iters warned 'the peak train.learning_rate is never reached', beside the

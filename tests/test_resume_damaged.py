@@ -39,6 +39,7 @@ def run30(tmp_path, tiny_text_file):
     return out
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_checkpoint_with_nan_weights_is_refused_in_one_line_and_nothing_changes(run30, capsys):
     _nan_weights(run30, "step-000030")
     before = _snapshot(run30)
@@ -53,6 +54,7 @@ def test_a_checkpoint_with_nan_weights_is_refused_in_one_line_and_nothing_change
     assert _snapshot(run30) == before  # config.json, summary.json, metrics.jsonl: all as they were
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("damage,said", [("delete", "is missing (deleted?)"),
                                          ("truncate", "does not match its sha256 in manifest.json")])
 def test_a_deleted_step_file_is_called_missing_and_a_truncated_one_a_sha256_mismatch(run30, capsys, damage, said):
@@ -70,6 +72,7 @@ def test_a_deleted_step_file_is_called_missing_and_a_truncated_one_a_sha256_mism
     assert "missing or corrupt" not in err
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_when_every_step_checkpoint_is_damaged_the_refusal_names_each_file_and_its_fault(run30, capsys):
     """The one error said "each one ... is missing or fails its sha256 check" and which files were lost."""
     ck = run30 / "checkpoints"
@@ -90,6 +93,7 @@ def _kept_line(run, val, step):
     return f"; a better best is kept aside: checkpoints/best-step-{step:06d}.safetensors (val {val:.4f} at step {step})"
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_the_done_line_and_a_later_resume_name_a_better_best_kept_aside(run30, capsys):
     best = json.loads((run30 / "checkpoints" / "manifest.json").read_text())["best"]
     (run30 / "checkpoints" / "step-000030.safetensors").unlink()  # the resume falls back to step 20
@@ -109,6 +113,7 @@ def test_the_done_line_and_a_later_resume_name_a_better_best_kept_aside(run30, c
     assert out.out.splitlines()[-1].endswith(_kept_line(run30, best["val_loss"], 30))
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_kept_best_that_the_run_has_beaten_is_not_named(run30, capsys):
     (run30 / "checkpoints" / "step-000030.safetensors").unlink()
     assert main(["train", "--resume", str(run30), "--train.max_iters", "60"]) == 0
@@ -253,6 +258,7 @@ def test_a_run_this_user_cannot_write_is_refused_before_resuming_and_nothing_cha
     assert "resuming" not in out + err and _snapshot(run30) == before
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 @pytest.mark.parametrize("locked", ["", "checkpoints", "metrics.jsonl"])
 def test_a_run_this_user_cannot_write_with_nothing_to_train_says_what_a_writable_one_says(run30, capsys, monkeypatch,
                                                                                          locked):

@@ -9,6 +9,7 @@ from conftest import run_cli, tiny_cli_args
 from depthlab.training.checkpointer import Checkpointer
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_resume_with_nothing_to_train_does_not_say_resuming(tmp_path, tiny_text_file, capsys):
     run = tmp_path / "run"
     assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run))[0] == 0

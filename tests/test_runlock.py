@@ -299,6 +299,7 @@ def _read_only(folder, monkeypatch):
                         lambda p, mode, **kw: False if Path(p) == folder and mode & os.W_OK else real(p, mode, **kw))
 
 
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
 def test_a_read_only_run_folder_is_refused_in_one_line_before_anything_is_written(
         tmp_path, tiny_text_file, capsys, monkeypatch):
     # was: 'PermissionError: ... run/.lock (check the paths given ...)', or with a copied .lock the config.json write

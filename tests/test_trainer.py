@@ -196,12 +196,13 @@ def test_the_done_line_says_how_much_of_the_val_split_a_capped_final_validation_
 
 
 class _CtrlCAtTheEnd:
-    """A Ctrl-C after the last step, while the final validation reads the val split (minutes on a large corpus)."""
+    """A Ctrl-C after the last step's evaluation, while the final validation reads the val split (minutes on a
+    large corpus). (One before that evaluation ends it, and the run stops at a checkpoint: test_findings_s55.)"""
 
     def __init__(self, last: int):
         self.last = last
 
-    def on_step_end(self, trainer, info):
+    def on_eval(self, trainer, info, rec):
         if info.step == self.last:
             import signal
 
