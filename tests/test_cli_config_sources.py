@@ -198,7 +198,8 @@ def test_a_huge_learning_rate_trains_and_stops_at_the_first_non_finite_loss_nami
                "--train.max_time", "0", "--train.tensorboard", "false", "--train.progress", "false"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 3 and err.startswith("depthlab: error: non-finite ") and \
-        "lower --train.learning_rate or raise train.warmup_iters" in err, err
+        "lower --train.learning_rate (AdamW: embeddings, head, gains; now 1e+308) or train.muon_lr (Muon: the " \
+        "blocks' matrices; now 0.01), or raise train.warmup_iters" in err, err
 
 
 @pytest.mark.parametrize("text, said", [

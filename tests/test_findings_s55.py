@@ -265,3 +265,23 @@ def test_a_model_with_more_logits_than_tokens_trains_samples_and_is_judged_again
 
     ids = generate(Loud(), torch.zeros(1, 1, dtype=torch.long), 10, block_size=8, vocab_size=V)
     assert int(ids.max()) < V
+
+
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
+@pytest.mark.parametrize("flags, said", [
+    # a huge Muon rate: "unexpected RuntimeError: value cannot be converted to type float without overflow"
+    (["--train.muon_lr", "1e300"], "e+299), dtype float32); lower train.learning_rate (AdamW: embeddings, "
+                                   "head, gains; now 0.003) or --train.muon_lr (Muon: the blocks' matrices; now 1e+300)"),
+    # the advice named train.learning_rate alone for a rate it did not set
+    (["--train.muon_lr", "1e6"], "or --train.muon_lr (Muon: the blocks' matrices; now 1e+06)"),
+    (["--train.weight_decay", "1e300"], "lower --train.weight_decay (now 1e+300): times the peak rate 0.01 it is >= 1"),
+])
+def test_a_non_finite_stop_names_the_knob_that_made_it(capsys, tmp_path, flags, said):
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    rc = main(["train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "r", train__warmup_iters=0), *flags])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 3 and err.startswith("depthlab: error: non-finite ") and said in err, err

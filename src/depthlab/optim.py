@@ -213,13 +213,21 @@ class Muon(torch.optim.Optimizer):
                 grads = torch.stack([p.grad for p in ps])  # a copy: the Nesterov update below may write it
                 buf.mul_(mu).add_(grads)
                 stacks.append(grads.add_(buf, alpha=mu) if group["nesterov"] else buf)
-                torch._foreach_mul_(ps, 1.0 - lr * wd)
+                torch._foreach_mul_(ps, _f32(1.0 - lr * wd))
             orthos = gram_newton_schulz(stacks, group["ns_steps"], dtype=self.ns_dtype) if stacks else []
             for ps, ortho in zip(by_shape.values(), orthos):
                 scale = 0.2 * math.sqrt(max(ps[0].shape))
                 # a bf16 update is cast to the weights' dtype in one op, then added
-                torch._foreach_add_(ps, ortho.to(ps[0].dtype).unbind(0), alpha=-lr * scale)
+                torch._foreach_add_(ps, ortho.to(ps[0].dtype).unbind(0), alpha=_f32(-lr * scale))
         return None
+
+
+def _f32(x: float) -> float:
+    """``x`` within float32's range: a rate of 1e300 (the user's choice, as AdamW takes it) makes inf weights and the
+    run stops at its non-finite loss, instead of torch refusing the scalar ("cannot be converted to type float
+    without overflow")."""
+    big = torch.finfo(torch.float32).max
+    return min(max(x, -big), big)
 
 
 class MuonAdamW:

@@ -268,6 +268,22 @@ class Stepper:
                       + (f" ({check_command(r.cfg.model.source, r.run_dir)} names where the first NaN/inf is made)"
                          if r.cfg.model.source else ""))
         else:
-            advice = "lower train.learning_rate or raise train.warmup_iters"
-        raise NonFiniteError(
-            f"{headline}lr {lr:.3g}, dtype {r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
+            advice = _rate_advice(t, r.optimizer_name == "muon")
+        muon = f" (Muon {lr * t.muon_lr / t.learning_rate:.3g})" if r.optimizer_name == "muon" else ""
+        raise NonFiniteError(f"{headline}lr {lr:.3g}{muon}, dtype "
+                             f"{r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
+
+
+def _rate_advice(t, muon: bool) -> str:
+    """The knobs of an update that made a NaN/inf: a weight decay above 1 whose decoupled factor 1 - rate x decay is
+    no longer in (0, 1) first (each step flips the weights' sign and scales them up), else the rates, Muon's beside AdamW's on a
+    Muon run (its blocks' matrices train with train.muon_lr: a large one was called train.learning_rate's fault)."""
+    peak = max(t.learning_rate, t.muon_lr) if muon else t.learning_rate
+    if t.weight_decay > 1 and t.weight_decay * peak >= 1:  # (a huge rate with a usual decay: the rate's fault)
+        return (f"lower train.weight_decay (now {t.weight_decay:g}): times the peak rate {peak:g} it is >= 1, so each "
+                "update multiplies the weights by 1 - rate x decay <= 0 (keep their product well below 1, e.g. "
+                "weight_decay 0.1)")
+    if muon:
+        return (f"lower train.learning_rate (AdamW: embeddings, head, gains; now {t.learning_rate:g}) or "
+                f"train.muon_lr (Muon: the blocks' matrices; now {t.muon_lr:g}), or raise train.warmup_iters")
+    return "lower train.learning_rate or raise train.warmup_iters"
