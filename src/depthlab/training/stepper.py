@@ -276,8 +276,9 @@ class Stepper:
 
 def _rate_advice(t, muon: bool) -> str:
     """The knobs of an update that made a NaN/inf: a weight decay above 1 whose decoupled factor 1 - rate x decay is
-    no longer in (0, 1) first (each step flips the weights' sign and scales them up), else the rates, Muon's beside AdamW's on a
-    Muon run (its blocks' matrices train with train.muon_lr: a large one was called train.learning_rate's fault)."""
+    no longer in (0, 1) first (each step flips the weights' sign and scales them up), else the rates, Muon's beside
+    AdamW's on a Muon run (its blocks' matrices train with train.muon_lr: a large one was called train.learning_rate's
+    fault)."""
     peak = max(t.learning_rate, t.muon_lr) if muon else t.learning_rate
     if t.weight_decay > 1 and t.weight_decay * peak >= 1:  # (a huge rate with a usual decay: the rate's fault)
         return (f"lower train.weight_decay (now {t.weight_decay:g}): times the peak rate {peak:g} it is >= 1, so each "
