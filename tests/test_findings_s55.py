@@ -285,3 +285,10 @@ def test_a_non_finite_stop_names_the_knob_that_made_it(capsys, tmp_path, flags, 
     rc = main(["train", *tiny_cli_args(tmp_path / "t.txt", tmp_path / "r", train__warmup_iters=0), *flags])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 3 and err.startswith("depthlab: error: non-finite ") and said in err, err
+
+
+def test_a_training_sample_longer_than_sampling_allows_is_refused_before_training(capsys):
+    # it trained, then warned at the first sample naming --max-new-tokens and --prompt, which train does not take
+    err = cli_err(capsys, "train", "--train.sample_tokens", "10000001", "--print_config")
+    assert err.strip() == ("depthlab: error: --train.sample_tokens must be at most 10,000,000 (each sample is held in "
+                           "memory), got 10,000,001"), err

@@ -491,6 +491,9 @@ _NO_LIMIT = {"max_time": " (0 = no time limit)", "grad_clip": " (0 = no clipping
 
 #: Most torch CPU threads a command accepts (torch overflows on absurd counts).
 MAX_THREADS = 4096
+#: Most tokens one ``depthlab sample`` (or a training-time sample, train.sample_tokens) generates per sample: the
+#: output (B, T + n) is allocated up front (int64), so an absurd request failed with an allocation error.
+MAX_NEW_TOKENS = 10_000_000
 #: The largest step count a config accepts: far beyond any run, and exact as a JSON number or an int64.
 MAX_STEPS = 10**12
 #: What ``depthlab sample`` generates with when no flag says otherwise (top_k 200 of the vocabulary; top_p
@@ -681,6 +684,9 @@ class TrainConfig:
                 raise ConfigError(f"train.{n} must be {what}, got {shown}", f"train.{n}")
             if not math.isfinite(v):  # inf: the command line and files refuse it; Python (a notebook, a sweep) too
                 raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
+        if self.sample_tokens > MAX_NEW_TOKENS:  # was: a warning at the first sample naming depthlab sample's flags
+            raise ConfigError(f"train.sample_tokens must be at most {MAX_NEW_TOKENS:,} (each sample is held in memory), "
+                              f"got {self.sample_tokens:,}", "train.sample_tokens")
         if self.min_lr > self.learning_rate:
             raise ConfigError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
                               f"({self.learning_rate})", "train.min_lr", "train.learning_rate")

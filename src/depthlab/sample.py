@@ -10,7 +10,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .config import SAMPLE_DEFAULTS, ModelConfig
+from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import Tokenizer
 from .errors import DepthlabError
 from .model import GPT
@@ -23,9 +23,6 @@ def _first_line(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-#: Most tokens one ``depthlab sample`` generates per sample: the output (B, T + n) is allocated up front
-#: (int64), so an absurd request failed with an allocation error instead of one line.
-MAX_NEW_TOKENS = 10_000_000
 
 #: Most samples one ``depthlab sample`` generates: each is its own generation, one after the other, and every
 #: text is kept to be returned, so 100,000,000 stalled for hours instead of saying so.
