@@ -685,8 +685,8 @@ class TrainConfig:
             if not math.isfinite(v):  # inf: the command line and files refuse it; Python (a notebook, a sweep) too
                 raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
         if self.sample_tokens > MAX_NEW_TOKENS:  # was: a warning at the first sample naming depthlab sample's flags
-            raise ConfigError(f"train.sample_tokens must be at most {MAX_NEW_TOKENS:,} (each sample is held in memory), "
-                              f"got {self.sample_tokens:,}", "train.sample_tokens")
+            raise ConfigError(f"train.sample_tokens must be at most {MAX_NEW_TOKENS:,} (each sample is held in "
+                              f"memory), got {self.sample_tokens:,}", "train.sample_tokens")
         if self.min_lr > self.learning_rate:
             raise ConfigError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
                               f"({self.learning_rate})", "train.min_lr", "train.learning_rate")
