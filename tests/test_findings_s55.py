@@ -292,3 +292,16 @@ def test_a_training_sample_longer_than_sampling_allows_is_refused_before_trainin
     err = cli_err(capsys, "train", "--train.sample_tokens", "10000001", "--print_config")
     assert err.strip() == ("depthlab: error: --train.sample_tokens must be at most 10,000,000 (each sample is held in "
                            "memory), got 10,000,001"), err
+
+
+def test_a_utf8_file_read_as_another_encoding_is_told_it_reads_as_utf8(capsys, tmp_path):
+    # the fix offered latin-1, which reads a UTF-8 file's emoji as wrong characters without a word
+    f = tmp_path / "u8.txt"
+    f.write_text("héllo wörld 😀 " * 300, encoding="utf-8")
+    err = cli_err(capsys, "train", "--data.path", str(f), "--data.encoding", "ascii",
+                  "--train.out_dir", str(tmp_path / "r"))
+    assert err.strip().endswith("it reads as UTF-8, the default: set --data.encoding utf-8 (or leave it out)"), err
+    f.write_bytes(b"h\xe9llo " * 300)  # latin-1: the usual advice stands
+    err = cli_err(capsys, "train", "--data.path", str(f), "--data.encoding", "ascii",
+                  "--train.out_dir", str(tmp_path / "r"))
+    assert err.strip().endswith("set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding")

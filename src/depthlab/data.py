@@ -226,10 +226,11 @@ def _decoded_texts(path: Path, encoding: str, stats: dict) -> Iterator[str]:
                                         f"{encoding}; set --data.encoding utf-16") from None
                 if b"\x00" in raw:  # an executable, an image, UTF-16 without a BOM: latin-1 would "decode" them
                     raise _nul_refusal(path, encoding) from None
-                raise DepthlabError(
-                    f"{path} is not valid {encoding}: byte 0x{bad.hex()} at byte offset {pos}; "
-                    f"set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding"
-                ) from None
+                fix = ("it reads as UTF-8, the default: set --data.encoding utf-8 (or leave it out)"
+                       if codecs.lookup(encoding).name != "utf-8" and _reads_as(path, "utf-8") else
+                       "set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding")
+                raise DepthlabError(f"{path} is not valid {encoding}: byte 0x{bad.hex()} at byte offset {pos}; "
+                                    f"{fix}") from None
             except UnicodeError as e:  # "UTF-16 stream does not start with BOM": an "unexpected" error, exit 1
                 raise _no_bom_refusal(path, encoding, e) from None
             offset += len(raw)
@@ -285,6 +286,20 @@ def _no_bom_refusal(path: Path, encoding: str, e: UnicodeError) -> DepthlabError
     why = ("it does not start with the byte-order mark that says its byte order" if "BOM" in str(e)
            else str(e).splitlines()[0])
     return DepthlabError(f"{path} cannot be read as {encoding}: {why}; {fix}")
+
+
+def _reads_as(path: Path, encoding: str) -> bool:
+    """Whether the whole of ``path`` decodes in ``encoding`` (read in chunks): an error's fix names it then (latin-1,
+    the usual advice, reads any bytes, so it would garble a UTF-8 file without a word)."""
+    dec = codecs.getincrementaldecoder(encoding)(errors="strict")
+    try:
+        with open(path, "rb") as f:
+            while raw := f.read(CHUNK_BYTES):
+                dec.decode(raw)
+        dec.decode(b"", final=True)
+    except (UnicodeError, OSError):
+        return False
+    return True
 
 
 def _nul_refusal(path: Path, encoding: str) -> DepthlabError:
