@@ -305,3 +305,19 @@ def test_a_utf8_file_read_as_another_encoding_is_told_it_reads_as_utf8(capsys, t
     err = cli_err(capsys, "train", "--data.path", str(f), "--data.encoding", "ascii",
                   "--train.out_dir", str(tmp_path / "r"))
     assert err.strip().endswith("set data.encoding (e.g. --data.encoding cp1252 or latin-1) to the file's encoding")
+
+
+def test_a_print_in_the_users_forward_goes_to_stderr_not_into_the_sampled_text(capsys):
+    # `depthlab sample RUN > out.txt` held the model's debug prints among the text
+    import torch
+
+    from depthlab.sample import generate
+
+    class Chatty(torch.nn.Module):
+        def forward(self, idx):
+            print("forward", tuple(idx.shape))
+            return torch.zeros(*idx.shape, 5)
+
+    generate(Chatty(), torch.zeros(1, 1, dtype=torch.long), 3, temperature=0, block_size=8, vocab_size=5)
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("forward (1, ") == 3, cap

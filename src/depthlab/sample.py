@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 from pathlib import Path
 import sys
@@ -129,7 +130,8 @@ def _next_logits_fn(model: torch.nn.Module, kv_cache: bool,
         def whole(idx: torch.Tensor) -> torch.Tensor:
             ctx = idx[:, -block_size:]
             try:
-                out = model(ctx)
+                with contextlib.redirect_stdout(sys.stderr):  # a print in the user's forward is not the sample's text
+                    out = model(ctx)
             except DepthlabError:
                 raise
             except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
