@@ -321,3 +321,22 @@ def test_a_print_in_the_users_forward_goes_to_stderr_not_into_the_sampled_text(c
     generate(Chatty(), torch.zeros(1, 1, dtype=torch.long), 3, temperature=0, block_size=8, vocab_size=5)
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.count("forward (1, ") == 3, cap
+
+
+def test_a_forward_that_requires_targets_samples_as_it_trains():
+    # training called forward(idx, targets); sampling called forward(idx) and failed, blaming the batch size
+    import torch
+
+    from depthlab.sample import generate
+
+    class LossFirst(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(5, 5)
+
+        def forward(self, idx, targets):
+            logits = self.emb(idx)
+            return torch.nn.functional.cross_entropy(logits.view(-1, 5), targets.view(-1)), logits
+
+    out = generate(LossFirst(), torch.zeros(1, 1, dtype=torch.long), 4, temperature=0, block_size=8, vocab_size=5)
+    assert out.shape == (1, 5)

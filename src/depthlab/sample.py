@@ -17,7 +17,7 @@ from .errors import DepthlabError
 from .model import GPT
 from .rundir import RunDir, export_origin
 from .units import counted
-from .usermodel import check_command, forward_fault, logits_of, make_model
+from .usermodel import check_command, forward_fault, full_logits, make_model
 
 
 def _first_line(e: BaseException) -> str:
@@ -130,13 +130,14 @@ def _next_logits_fn(model: torch.nn.Module, kv_cache: bool,
         def whole(idx: torch.Tensor) -> torch.Tensor:
             ctx = idx[:, -block_size:]
             try:
-                with contextlib.redirect_stdout(sys.stderr):  # a print in the user's forward is not the sample's text
-                    out = model(ctx)
+                # a print in the user's forward is not the sample's text; a forward that takes targets gets them, as
+                # in training (one that requires them failed here only)
+                with contextlib.redirect_stdout(sys.stderr):
+                    logits = full_logits(model, ctx)
             except DepthlabError:
                 raise
             except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
                 raise ForwardFailed(model, tuple(ctx.shape), block_size, e) from None
-            logits = logits_of(out)
             # (8, 2, V) from (1, 16): a .view(8, -1, C); (B, 1, V) is nanoGPT's last position, asked without targets
             if logits.dim() != 3 or logits.size(0) != ctx.size(0) or logits.size(1) not in (ctx.size(1), 1):
                 raise ForwardFailed(model, tuple(ctx.shape), block_size, returned=tuple(logits.shape))
