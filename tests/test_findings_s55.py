@@ -340,3 +340,52 @@ def test_a_forward_that_requires_targets_samples_as_it_trains():
 
     out = generate(LossFirst(), torch.zeros(1, 1, dtype=torch.long), 4, temperature=0, block_size=8, vocab_size=5)
     assert out.shape == (1, 5)
+
+
+BATCHNORM = '''
+import torch, torch.nn as nn
+
+class Normed(nn.Module):
+    """Causal attention, then a norm over the features: BatchNorm1d (batch and time statistics in training) or
+    LayerNorm (each position alone)."""
+    def __init__(self, vocab_size, batch_norm=True, n=16):
+        super().__init__()
+        self.tok, self.qkv = nn.Embedding(vocab_size, n), nn.Linear(n, 3 * n)
+        self.norm = nn.BatchNorm1d(n) if batch_norm else nn.LayerNorm(n)
+        self.drop, self.head = nn.Dropout(0.1), nn.Linear(n, vocab_size)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.tok(idx)
+        q, k, v = self.qkv(x).split(x.size(-1), dim=-1)
+        att = (q @ k.transpose(-2, -1)).masked_fill(torch.tril(torch.ones(T, T)) == 0, float("-inf"))
+        x = x + att.softmax(-1) @ v
+        x = self.norm(x.transpose(1, 2)).transpose(1, 2) if isinstance(self.norm, nn.BatchNorm1d) else self.norm(x)
+        return self.head(self.drop(x))
+'''
+
+
+@pytest.mark.parametrize("batch_norm", [True, False])
+def test_check_finds_the_leak_of_batch_statistics_in_train_mode(tmp_path, batch_norm):
+    # BatchNorm over the embeddings passed causal_leak (eval mode uses running averages); in training a position's
+    # logits moved with a later token of its sequence (0.0135) and with another sequence (0.0156)
+    import torch
+
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.usermodel import build_model, parse_source
+
+    (tmp_path / "bn.py").write_text(BATCHNORM)
+    torch.manual_seed(0)
+    model = build_model(parse_source(f"{tmp_path / 'bn.py'}:Normed"), {"batch_norm": batch_norm}, 65)
+    corpus = load_corpus(DataConfig(cache_dir=str(tmp_path / "cache")))
+    rep = check_model(model, corpus, block_size=16, rules=("shape", "causal_leak"), name="Normed")
+    leak = {c.rule: c for c in rep.checks}["causal_leak"]
+    if batch_norm:
+        assert leak.ok is False and leak.evidence["mode"] == "train", leak.evidence
+        assert leak.summary.startswith("in train mode, as it trains (norm normalises with statistics over the batch "
+                                       "and its positions"), leak.summary
+        assert leak.remedy.startswith("normalise each position on its own: LayerNorm"), leak.remedy
+    else:
+        assert leak.ok is True, leak.evidence

@@ -318,11 +318,42 @@ def _window_logits(subject: Subject, model: nn.Module, seqs: torch.Tensor) -> tu
 
 def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
     """Change the token at position j, see whether the logits at positions t < j move (perturbation test);
-    and whether a sequence's logits depend on the other sequences of its batch."""
+    and whether a sequence's logits depend on the other sequences of its batch. In eval mode; a model with
+    batch-statistics norms (BatchNorm) again in train mode, where they normalise with statistics over the batch
+    and every position, later ones included (eval mode uses running averages and hides that leak)."""
     T = subject.T
     if T < 2:
         return CheckResult("causal_leak", None, {"summary": f"not run: needs sequences of at least 2 tokens (T={T})"})
-    model = subject.fresh().eval()
+    res = _leak_pass(subject, subject.fresh().eval(), windows)
+    if res.ok is not True or not _batch_norms(subject.pristine):
+        return res
+    model = subject.fresh().train()
+    for m in model.modules():  # dropout's random masks would read as changes; the norms' statistics are the test
+        if isinstance(m, nn.modules.dropout._DropoutNd):
+            m.eval()
+    subject.leaks = False
+    trained = _leak_pass(subject, model, windows)
+    if trained.ok is not False:
+        return res
+    names = _batch_norms(subject.pristine)
+    norms = f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''} {agree(len(names), 'normalises', 'normalise')}"
+    return CheckResult("causal_leak", False, {
+        **trained.evidence, "mode": "train",
+        "summary": f"in train mode, as it trains ({norms} with statistics over the batch and its positions, "
+                   f"later ones included; eval mode hides it): {trained.summary}"},
+        "normalise each position on its own: LayerNorm (or RMSNorm) over the features, not BatchNorm, whose "
+        "training statistics mix every sequence and position of the batch")
+
+
+def _batch_norms(model: nn.Module) -> list[str]:
+    """Names of ``model``'s modules that normalise with batch statistics in train mode (BatchNorm1d/2d/3d, ...)."""
+    return [name or type(m).__name__ for name, m in model.named_modules()
+            if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
+    """:func:`causal_leak_rule` on ``model`` as it is (its mode set by the caller)."""
+    T = subject.T
     gen = torch.Generator().manual_seed(subject.seed)
     x, _ = subject.batch(windows, T, subject.rng(2), split="val")
     leak = torch.zeros(T, T)  # leak[j, t]: max |change| of the logits at t when token j changes
