@@ -389,3 +389,24 @@ def test_check_finds_the_leak_of_batch_statistics_in_train_mode(tmp_path, batch_
         assert leak.remedy.startswith("normalise each position on its own: LayerNorm"), leak.remedy
     else:
         assert leak.ok is True, leak.evidence
+
+
+@pytest.mark.parametrize("model, first", [
+    ({"source": "deep.py:DeepNoRes", "block_size": 64},
+     "nothing of the input reaching the output (position 0 does not use even the current character): a stack "
+     "without shortcuts (x = x + block(x)) averages"),
+    ({"variant": "plain", "block_size": 64}, "model.variant plain has no shortcut and averages every position into "
+                                            "one vector (use model.variant prenorm)"),
+])
+def test_context_unused_at_the_unigram_line_names_what_keeps_even_the_current_token_out(model, first):
+    # the causes named were attention's (path, mask, context length), none of which explains position 0 at the
+    # unigram line: a model without attention reaches the bigram line
+    from depthlab.analytics.rules.context import UNUSED, context_words
+
+    curve = [3.35] * 64
+    state, words = context_words(0.0, 0.01, curve, 2.48, 3.35, model, lq_se=0.01, pos0_se=0.01)
+    assert state == UNUSED and "this comes from nothing of the input reaching the output (position 0 does not use " \
+                               "even the current character): " in words and first in words, words
+    assert words.endswith("or too short a context (raise model.block_size, now 64)"), words
+    state, words = context_words(0.0, 0.01, [2.5] * 64, 2.48, 3.35, model, lq_se=0.01, pos0_se=0.01)
+    assert state == UNUSED and "this comes from no attention path" in words, words  # at the bigram line: attention's

@@ -69,10 +69,33 @@ def context_state(gain: float, curve: Sequence[float], bigram: Optional[float], 
     return UNUSED if gain + 2 * (gain_se or 0.0) < min_gain else UNDECIDED
 
 
-def context_causes(model: dict, check: Optional[str] = None) -> list[str]:
-    """The three reasons a model does not use its context, each with its knob, for the run's ``model`` section:
-    no attention path to the loss, a broken causal mask, too short a context."""
+def causes_words(causes: Sequence[str]) -> str:
+    """``a; b; or c``: :func:`context_causes`' reasons in one clause."""
+    return "; ".join(causes[:-1]) + f"; or {causes[-1]}" if len(causes) > 1 else "".join(causes)
+
+
+def at_unigram(curve: Sequence[float], unigram: Optional[float], margin: float, pos0_se: Optional[float]) -> bool:
+    """Whether position 0 of a loss-by-position ``curve`` is at (or above) the unigram line, within ``max(margin,
+    2 x pos0_se)``: not even the current token reaches the output."""
+    return unigram is not None and bool(curve) and curve[0] >= unigram - max(margin, 2 * (pos0_se or 0.0))
+
+
+def context_causes(model: dict, check: Optional[str] = None, unit: Optional[str] = None) -> list[str]:
+    """The reasons a model does not use its context, each with its knob, for the run's ``model`` section: no
+    attention path to the loss, a broken causal mask, too short a context; and first, when ``unit`` is given
+    (position 0 at the unigram line: not even the current character or token is used, which no attention fault
+    explains, as a model without attention reaches the bigram line), nothing of the input reaching the output."""
     src, v, T = model.get("source"), model.get("variant"), model.get("block_size")
+    first = []
+    if unit and src:
+        first = [f"nothing of the input reaching the output (position 0 does not use even the current {unit}): a "
+                 "stack without shortcuts (x = x + block(x)) averages every position into one vector, and a forward "
+                 "that ends in softmax returns probabilities, not logits"]
+    elif unit:
+        first = [f"nothing of the input reaching the output (position 0 does not use even the current {unit}): "
+                 + ("model.variant plain has no shortcut and averages every position into one vector (use "
+                    "model.variant prenorm)" if v == "plain" else "rank collapse (depthlab probe shows it at "
+                    "initialisation)")]
     if src:
         path = "no attention path to the loss (an attention output that is zeroed, detached or never added)"
         mask = f"a broken causal mask ({check or 'depthlab check ' + src} runs causal_leak and context_use)"
@@ -80,9 +103,11 @@ def context_causes(model: dict, check: Optional[str] = None) -> list[str]:
         path = ("no attention path to the loss: model.variant plain has no shortcut, so what attention adds is "
                 "lost on the way up (use model.variant prenorm)" if v == "plain" else
                 f"no attention path to the loss (model.variant {v} has a shortcut: look at the other two first)")
+        if first and v == "plain":  # the missing shortcut is named first already
+            path = "no attention path to the loss (the same missing shortcut)"
         mask = "a broken causal mask (depthlab's GPT masks with is_causal, tested: not this run's cause)"
     short = f"too short a context (raise model.block_size, now {T})" if T else "too short a context (model.block_size)"
-    return [path, mask, short]
+    return [*first, path, mask, short]
 
 
 LEAKS = "leaks"
@@ -204,7 +229,7 @@ def _unused_words(head: str, gain: float, se: Optional[float], curve: Sequence[f
     if unigram is not None and curve[0] > unigram + tol:  # a 1-step run: near the uniform line
         level = (f" (position 0 is {curve[0] - unigram:.3f} nats above the unigram line: the model has not yet "
                  f"learned even how common each {unit} is)")
-    elif unigram is not None and curve[0] >= unigram - tol:
+    elif at_unigram(curve, unigram, margin, pos0_se):
         within = f"within twice its error, {2 * pos0_se:.3f}" if tol > margin else f"within {margin}"
         level = f" (position 0 is at the unigram line ({within}): not even the current {unit} is used)"
     beat = f"the later positions do not beat position 0 by {min_gain} nats"
@@ -237,8 +262,10 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
                        f"shows a leak only below the floor; `{check}` tests the mask itself)")
     if state != UNUSED or gain is None:
         return state, words
-    a, b, c = context_causes(model or {}, check)
-    return state, f"{words}; in a model trained long enough this comes from {a}; {b}; or {c}"
+    margin = verdict.get("margin", Thresholds.bigram_margin)
+    low = at_unigram(curve, unigram, margin, verdict.get("pos0_se"))
+    causes = context_causes(model or {}, check, verdict.get("unit", "character") if low else None)
+    return state, f"{words}; in a model trained long enough this comes from {causes_words(causes)}"
 
 
 def record_verdict(ev: Evidence) -> tuple[str, str]:
@@ -310,9 +337,12 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
     solved = LOSS_LEFT.shortfall(ev, who_needs(1))
     if solved:  # the context unused by a model that predicts almost perfectly: nothing it could add (a leak is said)
         return NotJudged(("context_unused",), (LOSS_LEFT,), solved)
-    a, b, c = context_causes(ev.section("model"), ev.check_command)
+    curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
+    low = at_unigram(curve, finite_or_none((ev.baselines.get("unigram") or {}).get("nats")),
+                     ev.thresholds.bigram_margin, finite_or_none(rec.get("position0_se")))
+    causes = context_causes(ev.section("model"), ev.check_command, ev.unit if low else None)
     return Finding("context_unused", f"{where}: {words}",
-                   _training_cause(ev) + f"the cause is one of: {a}; {b}; or {c}")
+                   _training_cause(ev) + f"the cause is one of: {causes_words(causes)}")
 
 
 def _training_cause(ev: Evidence) -> str:
