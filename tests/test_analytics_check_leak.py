@@ -139,8 +139,9 @@ def test_context_on_a_leaking_run_says_its_curve_measures_no_context(tmp_path, c
     rc, out, err = run_cli(capsys, "context", str(run))
     assert rc == 0, err
     last = out.strip().splitlines()[-1]
-    assert last.startswith("but when its training started, depthlab check's causal_leak test found that this model "
-                           "sees the tokens it predicts, so its loss by position does not measure"), out
+    assert last.startswith("these numbers are not context: when its training started, depthlab check's causal_leak "
+                           "test found that this model sees the tokens it predicts, so its loss by position does not "
+                           "measure"), out
     assert "Train longer" not in out and "does not use its context" not in out  # no verdict on such a curve
 
 
@@ -176,6 +177,6 @@ def test_layers_says_a_lens_of_a_leaking_model_is_no_context():
            "windows_described": "1 window", "weights": "best", "tokens": 16, "run_dir": "/r/my run"}
     assert "causal_leak" not in format_layers({**res, "leak_check": {"ok": True}})
     last = format_layers({**res, "leak_check": {"ok": False}}).splitlines()[-1]
-    assert last == ("  but when its training started, depthlab check's causal_leak test found that this model sees the "
-                    "tokens it predicts, so a lens below that line does not measure what its context brings: fix the "
-                    "mask first (depthlab diagnose '/r/my run' says where it leaks and how)")
+    assert last == ("  these numbers are not context: when its training started, depthlab check's causal_leak test "
+                    "found that this model sees the tokens it predicts, so a lens below that line does not measure "
+                    "what its context brings: fix the mask first (depthlab diagnose '/r/my run' says where it leaks and how)")

@@ -432,10 +432,10 @@ def run_sample(ns) -> int:
 # ------------------------------------------------------------------------- diagnose, report, presets
 def build_diagnose_parser():
     """The parser of ``depthlab diagnose RUN_DIR``."""
-    p = new_parser("diagnose", "Apply the diagnosis rules (bigram_stuck, unigram_stuck, context_unused, no_gradient, "
-                               "vanishing_gradients, exploding, rank_collapse, uniform_attention, lr_too_high, "
-                               "lr_too_low, overfitting, plateau) "
-                               "to a run directory's metrics and print the findings with evidence and remedy.")
+    from .analytics.diagnose import RULES  # every rule, from their registry (causal_leak and init_loss were left out)
+
+    p = new_parser("diagnose", f"Apply the diagnosis rules ({', '.join(RULES)}) to a run directory's metrics and print "
+                               "the findings with evidence and remedy.")
     _add_run_dir(p)
     p.add_argument("--json", action="store_true",
                    help='print {"findings": [{"rule", "evidence", "remedy"}], "not_judged": [...]} (diagnosis.json), '

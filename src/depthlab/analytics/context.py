@@ -414,8 +414,9 @@ def leak_caveat(res: dict, measures: str) -> Optional[str]:
     otherwise."""
     if (res.get("leak_check") or {}).get("ok") is not False:
         return None
-    return (f"but when its training started, depthlab check's causal_leak test found that this model sees the "
-            f"tokens it predicts, so {measures} does not measure what its context brings: fix the mask first "
+    return (f"these numbers are not context: when its training started, depthlab check's causal_leak test found that "
+            f"this model sees the tokens it predicts, so {measures} does not measure what its context brings: fix the "
+            f"mask first "
             f"(depthlab diagnose {shlex.quote(str(res['run_dir']))} says where it leaks and how)")
 
 

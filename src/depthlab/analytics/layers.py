@@ -48,7 +48,7 @@ EFFECTIVE_DELTA = 0.01
 
 #: Attribute names of a final norm and a head, tried in order on a model depthlab did not write
 #: (GPT-2 / nanoGPT first, then common alternatives).
-NORM_NAMES = ("transformer.ln_f", "ln_f", "norm", "final_norm", "ln_final")
+NORM_NAMES = ("transformer.ln_f", "ln_f", "lnf", "norm", "final_norm", "ln_final")
 HEAD_NAMES = ("lm_head", "head", "output")
 
 

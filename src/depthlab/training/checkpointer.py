@@ -279,10 +279,20 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
         model = [k for k in model if weights_fit(was, {**was, k: now.get(k)}) is False] or model
     verb = "change" if len(model) > 1 else "changes"
     what = (f"{verb} the number or shape of the model's weights, so --init-from cannot reuse the run's" if fit is False
-            else "is other model code, whose weights cannot be compared with the run's before it is built; --init-from "
-            f"{run_dir} would check them and refuse weights that do not fit")
+            else f"{_other_model(model)}, whose weights cannot be compared with the run's before it is built; "
+            f"--init-from {run_dir} would check them and refuse weights that do not fit")
     return (f"train the changed model as a new run from scratch ({', '.join(f'model.{k}' for k in model)} {what}): "
             f"{ckpt.new_run_command(run_dir, False, flags)}")
+
+
+def _other_model(fields: list[str]) -> str:
+    """What changed model fields ``fields`` (source, init) do to a model.source run: other code, or other keyword
+    arguments to the same code."""
+    if fields == ["source"]:
+        return "is other model code"
+    if fields == ["init"]:
+        return "builds the model with other keyword arguments"
+    return "build another model (its code or its keyword arguments)"
 
 
 def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
