@@ -179,4 +179,5 @@ def test_layers_says_a_lens_of_a_leaking_model_is_no_context():
     last = format_layers({**res, "leak_check": {"ok": False}}).splitlines()[-1]
     assert last == ("  these numbers are not context: when its training started, depthlab check's causal_leak test "
                     "found that this model sees the tokens it predicts, so a lens below that line does not measure "
-                    "what its context brings: fix the mask first (depthlab diagnose '/r/my run' says where it leaks and how)")
+                    "what its context brings: fix the mask first (depthlab diagnose '/r/my run' says where it leaks "
+                    "and how)")
