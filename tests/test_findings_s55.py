@@ -410,3 +410,19 @@ def test_context_unused_at_the_unigram_line_names_what_keeps_even_the_current_to
     assert words.endswith("or too short a context (raise model.block_size, now 64)"), words
     state, words = context_words(0.0, 0.01, [2.5] * 64, 2.48, 3.35, model, lq_se=0.01, pos0_se=0.01)
     assert state == UNUSED and "this comes from no attention path" in words, words  # at the bigram line: attention's
+
+
+def test_a_sweeps_schedule_warning_is_said_once_on_its_console_with_its_count():
+    # every run's train.log warned that its warmup outlasts it; the sweep's console said nothing
+    from depthlab.config import RunConfig
+    from depthlab.sweep.run import _say_schedule_warnings
+    from depthlab.sweep.spec import RunPoint
+
+    def point(name, max_iters):
+        cfg = RunConfig.from_dict({"train": {"max_iters": max_iters, "warmup_iters": 50}}).to_dict()
+        return RunPoint(name, "", {}, cfg)
+
+    lines = []
+    _say_schedule_warnings([point("a", 40), point("b", 40), point("c", 400)], lines.append)
+    assert len(lines) == 1 and lines[0].startswith("warning: 2 of the 3 runs to train: train.warmup_iters (50) >= "
+                                                   "train.max_iters (40): the peak"), lines

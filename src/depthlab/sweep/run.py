@@ -150,6 +150,20 @@ def _finished_counts(sweep_dir: Path, results: list, n_points: int) -> str:
             f"(finished before); the sweep: {ok} ok, {len(rows) - ok} not ok")
 
 
+def _say_schedule_warnings(todo: list, log: Log) -> None:
+    """The schedule warnings of the runs about to train (:func:`~depthlab.config.schedule_warnings`), each once on
+    the sweep's console with how many runs it concerns: each run's train.log holds it, which a sweep's user does
+    not read before the runs end (a warmup longer than every run was said nowhere else)."""
+    from ..config import RunConfig, schedule_warnings
+
+    counts: dict[str, int] = {}
+    for p in todo:
+        for w in schedule_warnings(RunConfig.from_dict(p.config).train):
+            counts[w] = counts.get(w, 0) + 1
+    for w, n in counts.items():
+        log(f"warning: {n} of the {counted(len(todo), 'run')} to train: {w}")
+
+
 def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runner: Runner, backend: str,
                counts: tuple[int, int], rerun: bool, log: Log) -> tuple[list, bool]:
     """Plan ``points``, write sweep.json, run what is not finished, write results.csv; the new results, and whether
@@ -160,6 +174,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
     check_devices(todo, backend)  # a run this machine cannot place is refused before anything is written
+    _say_schedule_warnings(todo, log)
     # an interrupted run continues from its checkpoint; any other unfinished one starts again, its folder deleted
     # once every such folder is known to be depthlab's alone: a refusal loses nothing
     resumed_configs = {p.name: None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config) for p in todo}
