@@ -426,3 +426,20 @@ def test_a_sweeps_schedule_warning_is_said_once_on_its_console_with_its_count():
     _say_schedule_warnings([point("a", 40), point("b", 40), point("c", 400)], lines.append)
     assert len(lines) == 1 and lines[0].startswith("warning: 2 of the 3 runs to train: train.warmup_iters (50) >= "
                                                    "train.max_iters (40): the peak"), lines
+
+
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
+def test_a_dry_run_with_overwrite_says_which_runs_it_would_delete(tmp_path):
+    # it listed a finished sweep's runs as if new: nothing said --overwrite would delete and retrain them
+    from depthlab import sweep
+
+    from conftest import TINY_SWEEP
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    spec = sweep.build_spec(None, None, ["model.n_layer=1,2"], {**TINY_SWEEP, "data.path": str(tmp_path / "t.txt")},
+                            None)
+    sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=lambda s: None)
+    out = sweep.dry_run(spec, tmp_path / "sw", 1, rerun=True)
+    assert out.splitlines()[-1] == f"--overwrite: 2 finished runs in {tmp_path / 'sw'} would be deleted and trained " \
+                                   "again from step 0", out
+    assert "--overwrite" not in sweep.dry_run(spec, tmp_path / "sw", 1, rerun=False)

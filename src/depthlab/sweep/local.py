@@ -263,6 +263,13 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
         count = counted(len(points), "run") + (f" ({len(done)} already finished, {len(todo)} to run)" if done else "")
         lines.append(f"{count}, about {total / 60:.1f} min on {where} (rough estimate for an idle CPU) "
                      f"-> {out_dir}")
+    if rerun and todo:  # what --overwrite deletes was not said: a finished sweep's runs looked like new ones
+        finished = len(plan(points, Path(out_dir), rerun=False)[0])
+        started = sum((Path(out_dir) / rundir.SWEEP_RUNS / p.name).exists() for p in todo) - finished
+        gone = [counted(n, w) for n, w in ((finished, "finished run"), (started, "started run")) if n]
+        if gone:
+            lines.append(f"--overwrite: {' and '.join(gone)} in {out_dir} would be deleted and trained again from "
+                         "step 0")
     if mode and mode[0] == "auto":
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")
