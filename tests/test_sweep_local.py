@@ -565,7 +565,8 @@ def test_a_dry_run_of_a_half_finished_sweep_counts_and_sizes_only_the_runs_still
                      f"{counted(cores(), 'thread')} (rough estimate for an idle CPU) -> {sw}"]
     assert sweep.dry_run(tiny_spec(tiny_text_file, {"model.n_layer": [1]}), sw) == \
         f"nothing to run: 1 run had finished -> {sw}"
-    assert sweep.dry_run(spec, sw, workers=2, rerun=True).splitlines()[-1].startswith("2 runs, about ")  # --overwrite
+    rerun = sweep.dry_run(spec, sw, workers=2, rerun=True).splitlines()
+    assert rerun[-2].startswith("2 runs, about ") and rerun[-1].startswith("--overwrite: 1 finished run in ")
 
 
 @pytest.mark.slow
