@@ -86,7 +86,8 @@ def run_train(ns) -> int:
             ": if that value was edited there by hand, put back the one the run was trained with)")
         raise (e.reworded(said) if isinstance(e, ConfigError) else DepthlabError(said)) from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
-        raise DepthlabError(f"--overwrite and --resume contradict each other: resuming continues "
+        raise DepthlabError(f"--overwrite and a resume (--resume, or train.resume true) contradict each other: "
+                            f"resuming continues "
                             f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
     if cfg.train.flush_denormal and _PROCESS_ARGV is not None:
         # this process's own command line: set before any parallel work, so OpenMP's threads (made later)
