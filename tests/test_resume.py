@@ -420,7 +420,8 @@ def test_overwrite_with_resume_is_refused_and_the_run_is_untouched(run20, capsys
     before = _snapshot(run20)
     rc = main(["train", *[str(run20) if a == "RUN" else a for a in how], "--train.max_iters", "30", "--overwrite"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--overwrite and a resume (--resume, or train.resume true) contradict each other" in err and err.count("\n") == 1
+    assert rc == 2 and "--overwrite and a resume (--resume, or train.resume true) contradict each other" in err \
+        and err.count("\n") == 1
     assert _snapshot(run20) == before
 
 
