@@ -87,8 +87,7 @@ def run_train(ns) -> int:
         raise (e.reworded(said) if isinstance(e, ConfigError) else DepthlabError(said)) from None
     if ns.overwrite and cfg.train.resume:  # before: --overwrite was ignored and the run resumed
         raise DepthlabError(f"--overwrite and a resume (--resume, or train.resume true) contradict each other: "
-                            f"resuming continues "
-                            f"{cfg.train.out_dir} in place, overwriting replaces it; drop one of them")
+                            f"resuming continues {cfg.train.out_dir} in place, overwriting replaces it; drop one")
     if cfg.train.flush_denormal and _PROCESS_ARGV is not None:
         # this process's own command line: set before any parallel work, so OpenMP's threads (made later)
         # inherit it; the process ends after training. Python callers get it around the loop only (numerics()).
@@ -771,6 +770,34 @@ def _warn_sweep_omp(threads: int) -> None:
         console(f"warning: {warning}")
 
 
+def _sweep_reports(ns, out_dir: str, failed: bool) -> None:
+    """A finished sweep's report.html (unless ``--no_report``) and science table (when an experiment has a judge).
+
+    Raises:
+        OSError: writing one failed (a full disk), unless some runs ``failed``: exit 1 says so then (README), and
+            this is a warning.
+    """
+    from . import sweep
+
+    try:
+        if not ns.no_report:
+            from .report.sweep import build_sweep_report
+
+            print(f"report: {build_sweep_report(out_dir)}")
+        table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
+        if table:
+            print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
+    except OSError as e:
+        if not failed:
+            raise
+        from .sweep.local import write_failure
+
+        plain = " without --overwrite" if ns.overwrite else ""
+        again = f" and run the same command again{plain}" if no_space(e) else ""
+        print(f"{PROG}: warning: could not write the sweep's report: {write_failure(e, Path(out_dir))}{again}",
+              file=sys.stderr)
+
+
 def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
@@ -810,23 +837,7 @@ def run_sweep(ns, argv: list[str]) -> int:
               "none)", file=sys.stderr)
         return 130
     bad, n = sweep.failed_runs(out_dir)  # from the run folders: right also where results.csv could not be written
-    try:
-        if not ns.no_report:
-            from .report.sweep import build_sweep_report
-
-            print(f"report: {build_sweep_report(out_dir)}")
-        table = sweep.write_science_table(out_dir)  # None unless an experiment has a judge (science profile)
-        if table:
-            print(f"\npublished claims ({Path(out_dir) / sweep.SCIENCE_MD}):\n{table}", end="")
-    except OSError as e:  # e.g. a full disk: with runs that gave no result, exit 1 says so (README), this a warning
-        if not bad:
-            raise
-        from .sweep.local import write_failure
-
-        plain = " without --overwrite" if ns.overwrite else ""
-        again = f" and run the same command again{plain}" if no_space(e) else ""
-        print(f"{PROG}: warning: could not write the sweep's report: {write_failure(e, Path(out_dir))}{again}",
-              file=sys.stderr)
+    _sweep_reports(ns, out_dir, bool(bad))
     if bad:  # scripts can tell: exit 1, as `depthlab check` does when it finds problems
         said = ("results.csv's status and message columns say why" if sweep.failed_runs(out_dir, from_csv=True) ==
                 (bad, n) else f"their lines above say why; {sweep.RESULTS_CSV} could not be written")

@@ -671,6 +671,24 @@ class TrainConfig:
     sample_interval: int = 0
     sample_tokens: int = 100
 
+    def _check_caps(self) -> None:
+        """Counts no run reaches are refused before anything is allocated."""
+        for n in ("max_iters", "warmup_iters", "lr_decay_iters", "eval_interval", "log_interval", "grad_log_interval",
+                  "probe_interval", "sample_interval", "patience"):
+            if getattr(self, n) > MAX_STEPS:  # a number of steps no run reaches (1e12: ~30 years at 1,000/s)
+                raise ConfigError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}",
+                                  f"train.{n}")
+        if self.eval_iters > 1_000_000:  # its losses are one tensor: 10^17 crashed allocating it
+            raise ConfigError(f"train.eval_iters must be at most 1,000,000 batches per evaluation, got "
+                              f"{self.eval_iters:,}", "train.eval_iters")
+        if self.batch_size * self.grad_accum > 1_000_000:
+            raise ConfigError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
+                              "sequences per step is beyond any machine; use at most 1,000,000", "train.batch_size",
+                              "train.grad_accum")
+        if self.sample_tokens > MAX_NEW_TOKENS:  # was: a warning at the first sample naming depthlab sample's flags
+            raise ConfigError(f"train.sample_tokens must be at most {MAX_NEW_TOKENS:,} (each sample is held in "
+                              f"memory), got {self.sample_tokens:,}", "train.sample_tokens")
+
     def __post_init__(self) -> None:
         _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
                   "eval_iters", "log_interval", "keep_last", "sample_tokens")
@@ -684,9 +702,6 @@ class TrainConfig:
                 raise ConfigError(f"train.{n} must be {what}, got {shown}", f"train.{n}")
             if not math.isfinite(v):  # inf: the command line and files refuse it; Python (a notebook, a sweep) too
                 raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
-        if self.sample_tokens > MAX_NEW_TOKENS:  # was: a warning at the first sample naming depthlab sample's flags
-            raise ConfigError(f"train.sample_tokens must be at most {MAX_NEW_TOKENS:,} (each sample is held in "
-                              f"memory), got {self.sample_tokens:,}", "train.sample_tokens")
         if self.min_lr > self.learning_rate:
             raise ConfigError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
                               f"({self.learning_rate})", "train.min_lr", "train.learning_rate")
@@ -701,18 +716,7 @@ class TrainConfig:
             raise ConfigError(f"train.seed must be an integer in [0, 2^63), got {self.seed!r}", "train.seed")
         _switches("train", self, "fit_to_time", "final_validation", "flush_denormal", "resume", "progress",
                   "tensorboard")
-        for n in ("max_iters", "warmup_iters", "lr_decay_iters", "eval_interval", "log_interval", "grad_log_interval",
-                  "probe_interval", "sample_interval", "patience"):
-            if getattr(self, n) > MAX_STEPS:  # a number of steps no run reaches (1e12: ~30 years at 1,000/s)
-                raise ConfigError(f"train.{n} must be at most {MAX_STEPS:,} steps, got {getattr(self, n):,}",
-                                  f"train.{n}")
-        if self.eval_iters > 1_000_000:  # its losses are one tensor: 10^17 crashed allocating it
-            raise ConfigError(f"train.eval_iters must be at most 1,000,000 batches per evaluation, got "
-                              f"{self.eval_iters:,}", "train.eval_iters")
-        if self.batch_size * self.grad_accum > 1_000_000:
-            raise ConfigError(f"train.batch_size x train.grad_accum = {self.batch_size * self.grad_accum} "
-                              "sequences per step is beyond any machine; use at most 1,000,000", "train.batch_size",
-                              "train.grad_accum")
+        self._check_caps()
         if 0 < self.lr_decay_iters < self.warmup_iters:
             raise ConfigError(f"train.lr_decay_iters ({self.lr_decay_iters}) is before the end of "
                               f"train.warmup_iters ({self.warmup_iters}): the learning rate would jump from "

@@ -249,7 +249,7 @@ class Trainer:
             self.log(f"compiled the evaluation graph in {time.time() - t0:.1f} s, before the run's clock too")
         self.nothing_to_train: Optional[str] = None  # its line: a resume with no step left changes nothing on disk
         if resumed:
-            self._load_resume(point)  # reads and checks only: nothing is written before it passes
+            _load_resume(self, point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already
         if self.is_main and not self.nothing_to_train:
             self.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
@@ -279,19 +279,6 @@ class Trainer:
             self.cfg.model, self.run_dir, point is not None, point is not None and point.entry is not None, init_dir,
             self.cfg.train.batch_size, self.is_main, self.log)
         return model
-
-    def _load_resume(self, point: ResumePoint) -> None:
-        st = self.checkpointer.load(point.entry, self)
-        self.stepper.load_state_dict(st)
-        self.checkpointer.settle_writable(self.step < self.schedule.max_iters)  # a read-only run: only if it trains
-        self.evaluator.load_state_dict(st, self.run_dir, self.step)
-        self.wall_before = float(st["wall_time_s"])
-        self.nothing_to_train = _nothing_left(self)
-        # a resume that trains nothing says only that: no "resuming from", no schedule it will not follow
-        self.schedule.resume(self.step, st.get("lr_anchor"), point.schedule_train, point.plan,
-                             _quiet if self.nothing_to_train else self.log, muon=point.optimizer == "muon")
-        if not self.nothing_to_train:
-            self.checkpointer.announce_resume(self)
 
     # ----------------------------------------------------------------- what the parts hold, by name
     @property
@@ -539,6 +526,22 @@ def _evaluate_now(tr: "Trainer") -> bool:
         cb.on_eval(tr, tr.last_info, rec)
     tr.checkpointer.save_agreed(tr, is_best=is_best, val_loss=rec["val_loss"])
     return True
+
+
+def _load_resume(tr: "Trainer", point: ResumePoint) -> None:
+    """The checkpoint of ``point`` into the trainer's parts (step, evaluations, wall time, schedule), and whether
+    anything is left to train (``nothing_to_train``): a resume that trains nothing says only that, no "resuming
+    from" and no schedule it will not follow."""
+    st = tr.checkpointer.load(point.entry, tr)
+    tr.stepper.load_state_dict(st)
+    tr.checkpointer.settle_writable(tr.step < tr.schedule.max_iters)  # a read-only run: only if it trains
+    tr.evaluator.load_state_dict(st, tr.run_dir, tr.step)
+    tr.wall_before = float(st["wall_time_s"])
+    tr.nothing_to_train = _nothing_left(tr)
+    tr.schedule.resume(tr.step, st.get("lr_anchor"), point.schedule_train, point.plan,
+                       _quiet if tr.nothing_to_train else tr.log, muon=point.optimizer == "muon")
+    if not tr.nothing_to_train:
+        tr.checkpointer.announce_resume(tr)
 
 
 def _nothing_left(tr: "Trainer") -> Optional[str]:
