@@ -145,6 +145,31 @@ def test_a_signal_in_the_last_steps_evaluation_is_a_stop_the_resume_finishes(tmp
     assert summary["final_step"] == 20 and summary["final_val_loss"] == last["val_loss"]
     assert summary["final_validation"] is not None
     assert not any("nothing to train" in x for x in lines), lines
+    assert lines[0].startswith(f"resuming {tmp_path / 'r'} from step 20 "), lines  # said: it evaluates, then ends
+    again = []
+    Trainer(resumed, log=again.append).fit()  # the evaluated step is not evaluated again: nothing left
+    assert again[-1].startswith("nothing to train: the run is at step 20"), again
+
+
+def test_a_sweep_resumes_a_run_whose_last_evaluation_a_signal_cut(tmp_path):
+    # its checkpoint at the last step was taken for a finished run whose summary.json is gone: trained again from 0
+    from depthlab.config import RunConfig
+    from depthlab.rundir import write_json
+    from depthlab.sweep.common import resume_config
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    cfg = RunConfig.from_dict({"train": {"max_iters": 30}}).to_dict()
+    write_json(run / "config.json", cfg)
+
+    from unittest import mock
+
+    with mock.patch("depthlab.checkpoint.latest_checkpoint", lambda d: {"step": 30, "evaluated": False}):
+        assert resume_config(run, cfg)["train"]["resume"] is True
+    with mock.patch("depthlab.checkpoint.latest_checkpoint", lambda d: {"step": 30, "evaluated": True}):
+        assert resume_config(run, cfg) is None  # a finished run whose summary.json is gone: trained again
+    with mock.patch("depthlab.checkpoint.latest_checkpoint", lambda d: {"step": 20, "evaluated": True}):
+        assert resume_config(run, cfg)["train"]["resume"] is True
 
 
 def test_a_typo_in_an_experiments_keys_is_refused_not_kept_as_a_claim_setting(capsys, tmp_path):

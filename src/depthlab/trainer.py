@@ -518,6 +518,7 @@ def _evaluate_now(tr: "Trainer") -> bool:
     if res is None:
         tr.evaluator.cut_at = tr.step  # the checkpoint says so: a resume evaluates this step again
         return False
+    tr.evaluator.cut_at = None  # evaluated: a later resume from this step's checkpoint does not evaluate it again
     rec, is_best = tr.evaluator.judge(res, tr.step, tr.tokens_seen, tr._wall())
     tr.metrics.log("eval", rec, {"train/loss_eval": rec["train_loss"], "val/loss": rec["val_loss"],
                                  "val/bpc": rec["val_bpc"]})

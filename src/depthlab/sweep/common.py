@@ -191,8 +191,12 @@ def resume_config(run_dir: Path, config: dict) -> Optional[dict]:
             entry = latest_checkpoint(rd.path)
     except (DepthlabError, OSError, ValueError, KeyError, TypeError):
         return None
-    if entry is None or not entry.get("step", 0) < config["train"].get("max_iters", 0):
-        return None  # none, or at its last step (a finished run whose summary.json is gone): trained again
+    last = config["train"].get("max_iters", 0)
+    # a checkpoint at the last step is a finished run whose summary.json is gone (trained again), unless a signal cut
+    # that step's evaluation ("evaluated": false): its resume evaluates the step and finishes the run
+    cut = entry is not None and entry.get("step") == last and entry.get("evaluated") is False
+    if entry is None or not (entry.get("step", 0) < last or cut):
+        return None
     return {**config, "train": {**config["train"], "resume": True}}
 
 

@@ -676,10 +676,9 @@ class Checkpointer:
         _set_aside_unlisted(self.run_dir, self.log)
 
     def announce_resume(self, run) -> None:
-        """``resuming RUN from step N (best val X)`` for a session that trains: a run already at its end says
-        ``nothing to train`` instead; a run without a finite val loss says so (not ``best val inf``)."""
-        if run.step >= run.schedule.max_iters:
-            return
+        """``resuming RUN from step N (best val X)`` for a session that trains or evaluates (the caller leaves out a
+        run with nothing left, which says ``nothing to train``); a run without a finite val loss says so (not
+        ``best val inf``)."""
         best = f"best val {run.best_val:.4f}" if math.isfinite(run.best_val) else "no finite val loss yet"
         if self.later_best is not None:  # the newest checkpoint was damaged: the run's best is later than this one
             lb = self.later_best
