@@ -32,7 +32,9 @@ def _line(best_val, step=157, max_iters=300):
 def test_the_resume_line_states_the_best_val_loss_as_it_is():
     assert _line(4.17543) == ["resuming RUN from step 157 (best val 4.1754)"]
     assert _line(float("inf")) == ["resuming RUN from step 157 (no finite val loss yet)"]
-    assert _line(4.17543, max_iters=100) == []
+    # at its last step too (the caller, the trainer, leaves out a resume with nothing to train): one whose last
+    # evaluation a signal cut evaluates that step again, and says it resumes
+    assert _line(4.17543, max_iters=100) == ["resuming RUN from step 157 (best val 4.1754)"]
 
 
 @pytest.mark.slow  # about a second: the fast tier stays under 3 min
