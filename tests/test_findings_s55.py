@@ -468,3 +468,20 @@ def test_a_dry_run_with_overwrite_says_which_runs_it_would_delete(tmp_path):
     assert out.splitlines()[-1] == f"--overwrite: 2 finished runs in {tmp_path / 'sw'} would be deleted and trained " \
                                    "again from step 0", out
     assert "--overwrite" not in sweep.dry_run(spec, tmp_path / "sw", 1, rerun=False)
+
+
+def test_uniform_attention_is_no_finding_for_a_model_that_uses_its_context():
+    # a pre-LN 6 x 64 at val 2.139, gaining 0.556 +- 0.085 nats along the positions, was told its heads "average over
+    # the context instead of selecting" (and so was every run of a 6-run sweep)
+    from depthlab.analytics.diagnose import diagnose_records
+
+    from conftest import SHAKESPEARE_BASELINES, context_record, eval_records, probe_record
+
+    broad = probe_record(500, [0.9], ent=[[3.8, 3.9]])
+    used = context_record(500, [2.5] + [2.0] * 63)  # position 0 at 2.5, the rest 0.5 nats lower
+    unused = context_record(500, [2.6] * 64)
+    base = eval_records([3.0, 2.6, 2.3])
+    found = [f.rule for f in diagnose_records(base + [broad, used], baselines=SHAKESPEARE_BASELINES)]
+    assert "uniform_attention" not in found, found
+    found = [f.rule for f in diagnose_records(base + [broad, unused], baselines=SHAKESPEARE_BASELINES)]
+    assert "uniform_attention" in found, found

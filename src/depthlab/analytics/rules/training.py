@@ -8,6 +8,7 @@ from typing import Optional
 from ...units import finite_or_none
 from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, wiring_advice,
                      wiring_has)
+from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, rule
 from .signals import (NO_GRAD_FROM_STEP, adamw_low, adamw_ratio_median, block_grad_ratio, lr_verdict,
@@ -180,6 +181,17 @@ def _rank_remedy(ev: Evidence) -> str:
     return remedy
 
 
+def _uses_context(ev: Evidence) -> bool:
+    """Whether the run's end-of-training loss by position shows the model using its context (its verdict
+    :data:`~depthlab.analytics.rules.context.USED`, against the bigram line)."""
+    if ev.context is None or not isinstance((ev.baselines or {}).get("bigram"), dict):
+        return False
+    try:
+        return record_verdict(ev)[0] == USED
+    except (KeyError, TypeError, ValueError):  # a record of an older or damaged run: no verdict to lean on
+        return False
+
+
 @rule("uniform_attention", needs=(PROBE, DISTINCT, LOSS_LEFT))
 def uniform_attention(ev: Evidence) -> Optional[Finding]:
     """Mean attention entropy over heads and blocks >= ``uniform_attention_frac`` of ln t, late in training.
@@ -197,8 +209,8 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
     if u is None or u < th.uniform_attention_min_nats or not ent:
         return None
     mean = sum(ent) / len(ent)
-    if mean < th.uniform_attention_frac * u:
-        return None
+    if mean < th.uniform_attention_frac * u or _uses_context(ev):
+        return None  # broad heads that carry context (a pre-LN 6 x 64 gaining 0.56 nats by position) are no fault
     lr = lr_advice(ev)
     if lr == "lower":
         parts = [f"lower {lr_knob(ev)}: the update/weight ratios are high, "
