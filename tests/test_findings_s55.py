@@ -485,3 +485,19 @@ def test_uniform_attention_is_no_finding_for_a_model_that_uses_its_context():
     assert "uniform_attention" not in found, found
     found = [f.rule for f in diagnose_records(base + [broad, unused], baselines=SHAKESPEARE_BASELINES)]
     assert "uniform_attention" in found, found
+
+
+def test_probe_and_check_judge_a_relative_rank_collapse_alike():
+    # probe called plain 6 x 64 (rank measure 0.58 -> 0.12) "healthy ... all stay in range"; check's gradient_flow
+    # called the same model a PROBLEM, and diagnose sent the learner to probe
+    from depthlab.analytics.probe import probe_verdicts
+
+    def layers(ranks):
+        return [{"block": i, "grad_norm": 0.2, "mean_abs_grad": 1e-3, "weight_norm": 1.0, "act_rms": 0.5,
+                 "rank_measure": r, "token_cosine": 0.9} for i, r in enumerate(ranks)]
+
+    problems, _ = probe_verdicts({"layers": layers([0.58, 0.4, 0.3, 0.2, 0.15, 0.12]), "loss": 4.2})
+    assert problems and problems[0].startswith("token diversity collapses across the blocks: the rank measure falls "
+                                               "from 0.58 (block 0) to 0.12 (block 5), 4.8x"), problems
+    problems, fine = probe_verdicts({"layers": layers([0.99, 0.95, 0.9]), "loss": 4.2})  # pre-LN: in range
+    assert not problems and any(f.startswith("token diversity (rank measure 0.99 -> 0.90)") for f in fine), fine

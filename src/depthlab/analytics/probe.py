@@ -363,10 +363,29 @@ def _dyt_check(result: dict) -> Optional[str]:
                   "stream: model.variant prenorm or periln keep it there; model.norm layernorm normalises.")
 
 
+RANK_DROP = 2.0
+"""A rank measure that falls by this factor from the first block to the last ..."""
+RANK_LOW = 0.2
+"""... and ends below this is a collapse too: each block averages the positions further together (a stack without
+shortcuts: plain 6 x 64 falls 0.49 -> 0.14 and trains to the unigram line), though above the absolute line."""
+
+
+def relative_collapse(layers: list[dict]) -> Optional[str]:
+    """The sentence for a rank measure that falls by :data:`RANK_DROP` or more across the blocks and ends below
+    :data:`RANK_LOW` (the absolute collapse line, 0.05, is crossed only by deep stacks), else None. ``depthlab
+    probe`` and ``depthlab check``'s gradient_flow both judge by it (probe called plain 6 x 64 "in range")."""
+    first, last = layers[0]["rank_measure"], layers[-1]["rank_measure"]
+    if len(layers) < 2 or first is None or last is None or last >= RANK_LOW or last * RANK_DROP > first:
+        return None
+    return (f"token diversity collapses across the blocks: the rank measure falls from {first:.2f} (block 0) to "
+            f"{last:.2f} (block {len(layers) - 1}), {first / max(last, 1e-12):.1f}x: each block averages the "
+            "positions further together, so the input hardly reaches the output")
+
+
 def _rank_check(layers: list[dict], collapse: float, underflow: bool,
                 unit: str = "character") -> tuple[Optional[str], Optional[str]]:
-    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021); ``unit`` a token in
-    words (``character`` or ``token``)."""
+    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021), absolute (below
+    ``collapse``) or relative (:func:`relative_collapse`); ``unit`` a token in words (``character`` or ``token``)."""
     defined = [(i, r["rank_measure"]) for i, r in enumerate(layers) if r["rank_measure"] is not None]
     if defined and defined[-1][1] < collapse:
         first_bad = next(i for i, v in defined if v < collapse)
@@ -377,6 +396,9 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool,
                 f"; all positions carry nearly the same vector, so the output cannot depend on "
                 f"context, not even on the current {unit} -- expect a loss stuck at the unigram level ({unit} "
                 "frequencies).", None)
+    relative = None if underflow else relative_collapse(layers)
+    if relative:
+        return f"{relative}.", None
     if defined and not underflow:
         return None, f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})"
     return None, None  # the rank of an all-zero stream is undefined; the underflow sentence says it all

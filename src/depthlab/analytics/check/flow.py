@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from ...errors import DepthlabError
 from ..activations import rank_measure, rms, token_cosine
-from ..probe import PROBE_BATCH_SIZE, PROBE_BATCHES, probe_verdicts
+from ..probe import PROBE_BATCH_SIZE, PROBE_BATCHES, RANK_DROP, RANK_LOW, probe_verdicts  # noqa: F401
 from .finite import nonfinite_result
 from .subject import CheckResult, Subject, call_user
 
@@ -167,10 +167,9 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
           "layers": [{k: r[k] for k in ("block", "grad_norm", "act_rms", "rank_measure", "token_cosine")} for r in lay]}
     head = (f"{desc}: gradient norm {lay[0]['grad_norm']:.2e} (block 0) .. {lay[-1]['grad_norm']:.2e} "
             f"(block {len(lay) - 1}), activation RMS {lay[0]['act_rms']:.3g} .. {lay[-1]['act_rms']:.3g}")
-    shrink = None if problems else _relative_collapse(lay)
-    if not problems and shrink is None:
+    if not problems:
         return CheckResult("gradient_flow", True, {"summary": f"{head}; " + "; ".join(fine) + " in range", **ev})
-    text = " ".join(problems) if problems else shrink
+    text = " ".join(problems)
     remedy = SHORTCUT_FIX
     if _cut_graph(lay):  # not depth: nothing flows back through the graph at all
         text = (f"every block's gradient is exactly 0 (loss {result['loss']:.3f} nats): no gradient reaches the "
@@ -197,18 +196,3 @@ SHORTCUT_FIX = ("give each sublayer a shortcut so the signal and the gradient ha
 CUT_GRAPH_FIX = ("not the depth: a gradient of exactly 0 in every block means the blocks' output is cut from the "
                  "graph on its way to the loss: look for .detach(), torch.no_grad(), .data, or a tensor rebuilt from "
                  ".tolist() / .numpy() / .item() between the blocks and the head (see no_gradient)")
-RANK_DROP = 2.0
-"""gradient_flow fails when the rank measure falls by this factor from the first block to the last ..."""
-RANK_LOW = 0.2
-"""... and ends below this: each block averages the positions further together (a stack without shortcuts)."""
-
-
-def _relative_collapse(lay: list[dict]) -> Optional[str]:
-    """The sentence for a rank measure that falls by :data:`RANK_DROP` or more across the blocks and ends below
-    :data:`RANK_LOW` (the probe's absolute collapse line, 0.05, is for depthlab's own deep stacks), else None."""
-    first, last = lay[0]["rank_measure"], lay[-1]["rank_measure"]
-    if len(lay) < 2 or first is None or last is None or last >= RANK_LOW or last * RANK_DROP > first:
-        return None
-    return (f"token diversity collapses across the blocks: the rank measure falls from {first:.2f} (block 0) to "
-            f"{last:.2f} (block {len(lay) - 1}), {first / max(last, 1e-12):.1f}x: each block averages the positions "
-            "further together, so the input hardly reaches the output")
