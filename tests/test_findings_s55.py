@@ -501,3 +501,22 @@ def test_probe_and_check_judge_a_relative_rank_collapse_alike():
                                                "from 0.58 (block 0) to 0.12 (block 5), 4.8x"), problems
     problems, fine = probe_verdicts({"layers": layers([0.99, 0.95, 0.9]), "loss": 4.2})  # pre-LN: in range
     assert not problems and any(f.startswith("token diversity (rank measure 0.99 -> 0.90)") for f in fine), fine
+
+
+def test_bigram_stuck_above_the_bigram_line_names_the_residual_path_not_attention_alone():
+    # plain 1 x 32 at 3.117 (0.635 above bigram, 0.23 below unigram) was told to "check attention entropy"; the
+    # missing shortcut, which loses even the current character, was named only under uniform_attention
+    from depthlab.analytics.diagnose import diagnose_records
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records
+
+    recs = eval_records([4.17, 3.3, 3.117])
+    f = {x.rule: x for x in diagnose_records(recs, config={"model": {"variant": "plain", "n_layer": 1}},
+                                             baselines=SHAKESPEARE_BASELINES)}
+    assert f["bigram_stuck"].remedy.startswith("the current character alone gives the bigram line, with no attention "
+                                               "at all, so above it part of even the current character is lost on its "
+                                               "way to the output: add residual connections (model.variant is plain"), \
+        f["bigram_stuck"].remedy
+    f = {x.rule: x for x in diagnose_records(eval_records([4.17, 2.9, 2.47]), config={"model": {"variant": "plain"}},
+                                             baselines=SHAKESPEARE_BASELINES)}
+    assert "attention" in f["bigram_stuck"].remedy.split(";")[0], f["bigram_stuck"].remedy  # at the line: attention's

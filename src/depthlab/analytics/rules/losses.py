@@ -119,7 +119,13 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
         return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
     level, words = loss_level(best, ev.baselines, th.bigram_margin, ev.unit)
     name = stuck_name(level)
-    remedy = _unigram_remedy(ev, last) if name == "unigram_stuck" else _bigram_remedy(ev, last)
+    if name == "unigram_stuck":
+        remedy = _unigram_remedy(ev, last)
+    elif level == "above bigram":  # part of even the current token is lost: the residual path, not attention's
+        remedy = (f"the current {ev.unit} alone gives the bigram line, with no attention at all, so above it part of "
+                  f"even the current {ev.unit} is lost on its way to the output: " + _unigram_remedy(ev, last))
+    else:
+        remedy = _bigram_remedy(ev, last)
     verdict = _context_verdict(ev) if name == "bigram_stuck" else None
     if verdict not in (None, UNUSED):
         if level != "above bigram" or verdict == LEAKS:
