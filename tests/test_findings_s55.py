@@ -520,3 +520,19 @@ def test_bigram_stuck_above_the_bigram_line_names_the_residual_path_not_attentio
     f = {x.rule: x for x in diagnose_records(eval_records([4.17, 2.9, 2.47]), config={"model": {"variant": "plain"}},
                                              baselines=SHAKESPEARE_BASELINES)}
     assert "attention" in f["bigram_stuck"].remedy.split(";")[0], f["bigram_stuck"].remedy  # at the line: attention's
+
+
+def test_a_run_on_a_read_only_disk_is_told_to_copy_it_not_to_chmod(monkeypatch, tmp_path):
+    # "Permission denied; make the run writable (chmod -R u+w ...)", which fails with "Read-only file system"
+    import os
+    from types import SimpleNamespace
+
+    from depthlab.errors import DepthlabError
+    from depthlab.training import runlock
+
+    monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_flag=os.ST_RDONLY))
+    monkeypatch.setattr(os, "access", lambda p, mode: False)
+    with pytest.raises(DepthlabError) as e:
+        runlock.require_writable(tmp_path)
+    assert str(e.value).startswith(f"cannot write into the run folder {tmp_path}: Read-only file system; copy the run "
+                                   f"to a writable disk (cp -r {tmp_path} COPY; it lies on a read-only file system"), e

@@ -1274,9 +1274,24 @@ def remove_made(run_dir: Path, made: list[Path], was_empty: bool = False) -> Opt
     return f"the new run folder {run_dir} was removed"
 
 
+def read_only_fs(path: Path) -> bool:
+    """Whether ``path`` (or, where it does not exist, the nearest folder above it) lies on a file system mounted
+    read-only (``statvfs``'s ``ST_RDONLY``), where no chmod helps."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs on this system
+        return False
+
+
 def writable_fix(path: Path, what: str = "it") -> str:
-    """How to make ``path`` writable, as a user can: ``chmod -R u+w PATH`` where they own it; else (another user's
-    folder, where chmod is refused) a copy of their own."""
+    """How to make ``path`` writable, as a user can: on a read-only file system a copy on a writable disk; where they
+    own it, ``chmod -R u+w PATH``; else (another user's folder, where chmod is refused) a copy of their own."""
+    if read_only_fs(path):
+        return (f"copy {what} to a writable disk (cp -r {shlex.quote(str(path))} COPY; it lies on a read-only file "
+                "system, where chmod cannot help)")
     try:
         theirs = os.stat(path).st_uid != os.getuid()
     except (OSError, AttributeError):  # gone, or no uids on this system: the usual fix

@@ -11,6 +11,7 @@ take none.
 from __future__ import annotations
 
 import atexit
+import errno
 import fcntl
 import os
 import time
@@ -172,11 +173,12 @@ def require_writable(run_dir: Path, *inside: Path) -> None:
     Raises:
         DepthlabError: naming the first such path and the fix.
     """
+    why = os.strerror(errno.EROFS if rundir.read_only_fs(run_dir) else errno.EACCES)
     if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise DepthlabError(_unwritable(run_dir, os.strerror(13)))
+        raise DepthlabError(_unwritable(run_dir, why))
     for p in inside:
         if p.exists() and not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0)):
-            raise DepthlabError(_unwritable(run_dir, os.strerror(13), p))
+            raise DepthlabError(_unwritable(run_dir, why, p))
 
 
 def process_start() -> float:
