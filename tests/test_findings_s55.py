@@ -536,3 +536,19 @@ def test_a_run_on_a_read_only_disk_is_told_to_copy_it_not_to_chmod(monkeypatch, 
         runlock.require_writable(tmp_path)
     assert str(e.value).startswith(f"cannot write into the run folder {tmp_path}: Read-only file system; copy the run "
                                    f"to a writable disk (cp -r {tmp_path} COPY; it lies on a read-only file system"), e
+
+
+@pytest.mark.parametrize("text", ["hello\n", ""])
+def test_a_config_file_error_of_a_command_without_sections_describes_its_own_keys(capsys, run, tmp_path, text):
+    # sample/context/diagnose were told to write "train:, then max_iters: 100", which they then refuse
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    err = cli_err(capsys, "sample", str(run), "-c", str(f))
+    said = ("must be a mapping with the command's options (e.g. max_new_tokens:), got a str; write one `option: value` "
+            "line per option of the command (e.g. `max_new_tokens: 200`)") if text else \
+        "is empty; give it the command's options (e.g. max_new_tokens:) (or drop -c)"
+    assert said in err and "train:" not in err, err
+    f.write_text("max_new_tokens: 5\n")  # what it says works
+    from depthlab.cli import main
+
+    assert main(["sample", str(run), "-c", str(f)]) == 0

@@ -688,10 +688,11 @@ def config_label(value: str) -> str:
     return f"-c {value}" if _inline_config(value) is not None else value
 
 
-def _read_config(path: str) -> Optional[dict]:
+def _read_config(path: str, options: Iterable[str] = ("--model.n_layer",)) -> Optional[dict]:
     """The mapping in config file ``path``, or given inline (``-c '{train: {seed: 1}}'``: checked as a file's keys
     and values are, by :func:`check_keys`, not left to the parser's own words); None when it cannot be read
-    (:func:`check_config_file` says so).
+    (:func:`check_config_file` says so). ``options``: the command's, whose file layout the errors describe
+    (sections for train, probe, sweep, ...; the command's own keys for sample, layers, diagnose, ...).
 
     Raises:
         DepthlabError: the file is empty, not a mapping, or a section that is not a mapping; a key given twice.
@@ -705,8 +706,13 @@ def _read_config(path: str) -> Optional[dict]:
                 raise DepthlabError(f"-c {path}: section {k}: must hold fields ({{{k}: {{FIELD: VALUE}}}}), got "
                                     f"{'nothing' if v is None else repr(v)}")
         return inline
-    layout = "keys and values as `section:` then indented `field: value` lines (e.g. `train:`, then `max_iters: 100` " \
-             "indented below it)"
+    options = set(options)
+    sections = "--model.n_layer" in options or "--train.max_iters" in options
+    example = config_example(options).strip("{}").split(":")[0]
+    layout = ("keys and values as `section:` then indented `field: value` lines (e.g. `model:`, then `n_layer: 4` "
+              "indented below it)" if sections else
+              f"one `option: value` line per option of the command (e.g. `{config_example(options).strip('{}')}`)")
+    what = "sections data:, model:, train:" if sections else f"the command's options (e.g. {example}:)"
     try:
         d = read_yaml(path, "config file", yaml_fix(path, f"fix the file ({layout})"))
     except OSError as e:
@@ -715,10 +721,10 @@ def _read_config(path: str) -> Optional[dict]:
         raise DepthlabError(f"config file {path} cannot be read ({e.strerror or e}); make it readable (chmod u+r "
                             f"{path}) or give another file") from None
     if d is None:
-        raise DepthlabError(f"config file {path} is empty; give it sections data:, model:, train: (or drop -c)")
+        raise DepthlabError(f"config file {path} is empty; give it {what} (or drop -c)")
     if not isinstance(d, dict):
-        raise DepthlabError(f"config file {path} must be a mapping with sections data:, model:, train:, got a "
-                            f"{type(d).__name__}; write {layout}")
+        raise DepthlabError(f"config file {path} must be a mapping with {what}, got a {type(d).__name__}; write "
+                            f"{layout}")
     for k, v in d.items():
         if k in SECTIONS and not isinstance(v, dict):
             raise DepthlabError(f"config file {path}: section {k}: must hold fields (`{k}:` then an indented "
@@ -976,7 +982,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
     raw = {config_label(path): path for path in config_files(argv)}  # a label -c VALUE: a mapping given inline
-    files = [(label, _read_config(path)) for label, path in raw.items()]
+    files = [(label, _read_config(path, options)) for label, path in raw.items()]
     for path, d in files:
         inline = raw[path] if path != raw[path] else None
         said = _command_line_only(path, d, known, inline) if d is not None else None
