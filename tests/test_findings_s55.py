@@ -552,3 +552,20 @@ def test_a_config_file_error_of_a_command_without_sections_describes_its_own_key
     from depthlab.cli import main
 
     assert main(["sample", str(run), "-c", str(f)]) == 0
+
+
+def test_a_val_loss_rising_above_uniform_while_the_train_loss_falls_is_overfitting_not_exploding():
+    # a 12-character corpus: train 2.14 -> 0.17, val 2.39 -> 4.55 (above ln V) was "exploding ... lower the rates"
+    from depthlab.analytics.diagnose import diagnose_records
+
+    def recs(train, val):
+        return [{"kind": "eval", "step": s, "train_loss": t, "val_loss": v, "tokens_seen": 1000 * s}
+                for s, t, v in zip((0, 10, 20), train, val)]
+
+    base = {"uniform": {"nats": 2.08}, "unigram": {"nats": 2.0}, "bigram": {"nats": 1.0}, "vocab_size": 8}
+    cfg = {"model": {"vocab_size": 8}}
+    found = [f.rule for f in diagnose_records(recs([2.14, 0.37, 0.17], [2.39, 4.05, 4.55]), config=cfg,
+                                              baselines=base)]
+    assert "exploding" not in found and "overfitting" in found, found
+    found = [f.rule for f in diagnose_records(recs([2.14, 3.9, 4.6], [2.39, 4.05, 4.55]), config=cfg, baselines=base)]
+    assert "exploding" in found, found  # both rising: a blow-up

@@ -46,6 +46,8 @@ def divergence(ev: Evidence) -> list[str]:
         # blow-up, however far above ln V it started (init_too_high judges starts more than init_excess above)
         if first is not None and worst is not None and worst[1] <= first + ev.thresholds.exploding_growth:
             worst = None
+        if worst is not None and _train_falls_to(ev, worst[0]):  # memorising a tiny corpus: overfitting's to judge
+            worst = None
         if worst is not None and worst[1] > math.log(v_size) + ev.thresholds.exploding_growth:
             signs.append(f"val loss {worst[1]:.3f} at step {worst[0]} is above the uniform baseline "
                          f"ln V = {math.log(v_size):.3f}: the model was worse than guessing")
@@ -57,6 +59,16 @@ def divergence(ev: Evidence) -> list[str]:
             shown = f"{last:.3f}" if last < 1e4 else f"{last:.3g}"
             signs.append(f"train loss rose from its minimum {lo:.3f} (step {lo_step}) to {shown} at step {last_step}")
     return signs
+
+
+def _train_falls_to(ev: Evidence, step: int) -> bool:
+    """Whether the train loss at ``step``'s evaluation is below the first evaluation's by more than
+    ``exploding_growth``: a val loss rising above ln V while the train loss falls is a model memorising its train
+    split (a 12-character corpus), not a blow-up that a lower learning rate cures."""
+    train = {r["step"]: finite_or_none(r.get("train_loss")) for r in ev.evals if "step" in r}
+    first = next((v for _, v in sorted(train.items()) if v is not None), None)
+    at = train.get(step)
+    return first is not None and at is not None and at < first - ev.thresholds.exploding_growth
 
 
 def init_too_high(ev: Evidence) -> Optional[tuple[float, float]]:
