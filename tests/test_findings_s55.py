@@ -569,3 +569,33 @@ def test_a_val_loss_rising_above_uniform_while_the_train_loss_falls_is_overfitti
     assert "exploding" not in found and "overfitting" in found, found
     found = [f.rule for f in diagnose_records(recs([2.14, 3.9, 4.6], [2.39, 4.05, 4.55]), config=cfg, baselines=base)]
     assert "exploding" in found, found  # both rising: a blow-up
+
+
+def test_layers_finds_a_final_norm_and_head_by_other_common_names():
+    # LLMs-from-scratch style (trf_blocks, final_norm, out_head): layers and the report's figure were refused
+    import torch.nn as nn
+
+    from depthlab.analytics.layers import layer_access
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = nn.LayerNorm(8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return x + self.fc(self.ln(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(5, 8)
+            self.trf_blocks = nn.Sequential(Block(), Block())
+            self.final_norm = nn.LayerNorm(8)
+            self.out_head = nn.Linear(8, 5)
+
+        def forward(self, idx):
+            return self.out_head(self.final_norm(self.trf_blocks(self.emb(idx))))
+
+    m = Model()
+    acc = layer_access(m)
+    assert acc.names == ("trf_blocks", "final_norm", "out_head") and acc.head is m.out_head

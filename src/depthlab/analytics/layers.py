@@ -48,8 +48,10 @@ EFFECTIVE_DELTA = 0.01
 
 #: Attribute names of a final norm and a head, tried in order on a model depthlab did not write
 #: (GPT-2 / nanoGPT first, then common alternatives).
-NORM_NAMES = ("transformer.ln_f", "ln_f", "lnf", "norm", "final_norm", "ln_final")
-HEAD_NAMES = ("lm_head", "head", "output")
+NORM_NAMES = ("transformer.ln_f", "ln_f", "lnf", "norm", "final_norm", "ln_final", "final_ln", "ln_out", "norm_f",
+              "final_layernorm")
+#: nanoGPT / GPT-2, "LLMs from scratch" (out_head), and other common spellings of the head.
+HEAD_NAMES = ("lm_head", "head", "output", "out_head", "output_head", "to_logits", "fc_out")
 
 
 @dataclass(frozen=True)
