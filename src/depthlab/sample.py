@@ -57,6 +57,19 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
     _check_num_samples(num_samples, max_new_tokens)
 
 
+#: The sampling flags' words and the keyword arguments of :func:`sample_text` they stand for.
+_API_NAMES = {"--max-new-tokens": "max_new_tokens", "--num-samples": "num_samples", "--top-k": "top_k",
+              "--top-p": "top_p", "--temperature": "temperature", "--prompt": "prompt", "--seed": "seed"}
+
+
+def api_words(message: str) -> str:
+    """``message`` of :func:`check_sampling_args` with its flags (``--max-new-tokens``) said as the keyword arguments
+    of :func:`sample_text` (``max_new_tokens``), for a Python caller."""
+    for flag, name in _API_NAMES.items():
+        message = message.replace(flag, name)
+    return message
+
+
 def _check_num_samples(n: int, max_new_tokens: int) -> None:
     """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
     if not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
@@ -409,7 +422,10 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     Raises:
         DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
     """
-    check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
+    try:
+        check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
+    except DepthlabError as e:  # the command line checks first, in its flags' words; a Python caller gets its own
+        raise DepthlabError(api_words(str(e))) from None
     # the context length comes from the checkpoint that built the model, not config.json: a damaged config.json
     # read as missing left a source model with no block_size and a refusal that did not name the file
     model, tok, mcfg = _load_run(run_dir, which, device)
