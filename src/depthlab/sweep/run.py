@@ -174,7 +174,6 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     workers, threads = counts
     done, todo = plan(points, sweep_dir, rerun=rerun)
     check_devices(todo, backend)  # a run this machine cannot place is refused before anything is written
-    _say_schedule_warnings(todo, log)
     # an interrupted run continues from its checkpoint; any other unfinished one starts again, its folder deleted
     # once every such folder is known to be depthlab's alone: a refusal loses nothing
     resumed_configs = {p.name: None if rerun else resume_config(sweep_dir / RUNS / p.name, p.config) for p in todo}
@@ -182,6 +181,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
         if resumed_configs[p.name] is None:
             check_clearable(sweep_dir / RUNS / p.name)
     warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
+    _say_schedule_warnings(todo, log)  # after the refusals: a refused sweep says its one line alone
     write_plan(sweep_dir, spec, points, added)
     n_workers, threads, where = placement(backend, workers, threads, len(todo))
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
