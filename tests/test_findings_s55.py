@@ -612,3 +612,16 @@ def test_the_python_api_names_its_own_keyword_arguments_not_the_commands_flags(r
     with pytest.raises(DepthlabError) as e:
         sample_text(run, **kw)
     assert str(e.value) == said
+
+
+def test_an_all_clear_of_findings_alone_does_not_claim_every_rule_judged_the_run():
+    # the notebook's print(format_findings(diagnose_run(run))) listed no_gradient etc. as applied to a run without a
+    # single gradient record
+    from depthlab.analytics.diagnose import RULES, format_findings
+
+    assert format_findings([]) == ("diagnosis: no problems found (which rules could judge this run: "
+                                   "format_findings(*diagnose_run_full(RUN)), or depthlab diagnose RUN)")
+    assert format_findings([], []) == "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
+    assert format_findings([], ["no_gradient (no gradient records)"]).splitlines() == [
+        "diagnosis: no problems found by the rules that could judge this run",
+        "  not judged: no_gradient (no gradient records)"]

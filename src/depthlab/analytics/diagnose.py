@@ -151,14 +151,18 @@ def no_rule_judged(without_data: Sequence[str]) -> bool:
     return named >= set(RULES)
 
 
-def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -> str:
+def format_findings(findings: list[Finding], without_data: Optional[Sequence[str]] = None) -> str:
     """Plain-words block for the console: one paragraph per finding, or a one-line all-clear.
 
     ``without_data``: :func:`rules_without_data`'s lines, said after the findings (or instead of
-    an unqualified all-clear).
+    an unqualified all-clear). Without them (the findings of :func:`diagnose_run` alone) the all-clear says no more
+    than that: which rules could judge the run is :func:`diagnose_run_full`'s second value.
     """
     if not findings:
-        if not without_data:
+        if without_data is None:  # not known: the findings alone
+            return ("diagnosis: no problems found (which rules could judge this run: format_findings(*diagnose_run_full"
+                    "(RUN)), or depthlab diagnose RUN)")
+        if not without_data:  # every rule judged it
             return "diagnosis: no problems found (rules: " + ", ".join(RULES) + ")"
         lines = ["diagnosis: no rule could judge this run" if no_rule_judged(without_data) else
                  "diagnosis: no problems found by the rules that could judge this run"]
@@ -167,7 +171,7 @@ def format_findings(findings: list[Finding], without_data: Sequence[str] = ()) -
     for f in findings:
         lines.append(f"  [{f.rule}] {f.evidence}")
         lines.append(f"      remedy: {f.remedy}")
-    for w in without_data:
+    for w in without_data or ():
         lines.append(f"  not judged: {w}")
     return "\n".join(lines)
 
