@@ -347,8 +347,18 @@ def test_a_second_fit_is_refused_in_words(tmp_path, tiny_text_file):
     with pytest.raises(DepthlabError) as e:
         tr.fit()
     assert str(e.value).startswith(f"this Trainer has trained {tmp_path / 'r'} already (fit() runs once); to "
-                                   "train on, make a new Trainer with train.resume true")
+                                   f"train on, make a new Trainer(RunConfig.from_run({str(tmp_path / 'r')!r}))")
     assert len(lines) == n and (tmp_path / "r" / "metrics.jsonl").read_bytes() == before
+    # the advice works (the next session's note: a RunConfig of defaults with resume true was refused for every
+    # field the run had set otherwise)
+    import json
+
+    from depthlab.config import RunConfig
+
+    cfg = RunConfig.from_run(tmp_path / "r")
+    cfg.train.max_iters = 4
+    Trainer(cfg, log=lines.append).fit()
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 4
 
 
 @pytest.mark.parametrize("command", [["train"], ["sweep", "--grid", "model.n_layer=1", "--dry_run"]])

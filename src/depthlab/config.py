@@ -775,6 +775,32 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
+    def from_run(cls, run_dir: Union[str, Path], resume: bool = True) -> "RunConfig":
+        """The config the run in ``run_dir`` trained with (its config.json's data/model/train sections), set to
+        resume it in place (``resume``; False: the same settings for a new run, ``train.out_dir`` to set): what
+        ``depthlab train --resume RUN`` reads first. A ``RunConfig()`` of defaults with ``resume`` true is refused
+        for every field the run set otherwise.
+
+        Raises:
+            DepthlabError: no readable config.json in ``run_dir``, or one whose values are refused.
+        """
+        import json
+
+        path = Path(run_dir) / "config.json"
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise DepthlabError(f"{path} cannot be read ({getattr(e, 'strerror', None) or e}); give the out_dir of a "
+                                "depthlab train run") from None
+        if not isinstance(d, dict):
+            raise DepthlabError(f"{path} is not the JSON object depthlab writes; give the out_dir of a depthlab "
+                                "train run")
+        cfg = cls.from_dict({k: v for k, v in d.items() if k in ("data", "model", "train")})
+        cfg.train.resume = resume
+        cfg.train.out_dir = str(run_dir) if resume else None
+        return cfg
+
+    @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
         """Build and validate from a nested dict; unknown sections or keys raise DepthlabError.
 

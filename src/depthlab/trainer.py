@@ -583,8 +583,8 @@ def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:
     them with an AttributeError, after saying the run's start again)."""
     if metrics.closed:
         raise DepthlabError(f"this Trainer has trained {run_dir} already (fit() runs once); to train on, make a new "
-                            f"Trainer with train.resume true and train.out_dir {run_dir} (what depthlab train --resume "
-                            "does)")
+                            f"Trainer(RunConfig.from_run({str(run_dir)!r})) (the run's own config, set to resume it, "
+                            "as depthlab train --resume reads it; raise its train.max_iters to go further)")
 
 
 def put_back(run_dir: Path, replaced: Optional[Path]) -> Optional[str]:
