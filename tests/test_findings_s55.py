@@ -625,3 +625,33 @@ def test_an_all_clear_of_findings_alone_does_not_claim_every_rule_judged_the_run
     assert format_findings([], ["no_gradient (no gradient records)"]).splitlines() == [
         "diagnosis: no problems found by the rules that could judge this run",
         "  not judged: no_gradient (no gradient records)"]
+
+
+def test_python_api_bad_input_is_said_in_its_own_terms(run, tmp_path):
+    # train({...}) and train(None): AttributeError; seed="7": torch's RuntimeError; decode(-1): the last symbol;
+    # DataConfig(path=Path(...)): "must be the path of a text file", of a text file
+    from pathlib import Path
+
+    from depthlab import RunConfig, train
+    from depthlab.config import DataConfig
+    from depthlab.errors import DepthlabError
+    from depthlab.sample import sample_text
+    from depthlab.tokenizer import CharTokenizer
+
+    for bad in ({"model": {"n_layer": 1}}, None):
+        with pytest.raises(DepthlabError) as e:
+            train(bad)
+        assert str(e.value).startswith(f"train takes a RunConfig, got {type(bad).__name__}: RunConfig(...), or "
+                                       "RunConfig.from_dict")
+    cfg = RunConfig()
+    cfg.model = {"n_layer": 1}
+    with pytest.raises(DepthlabError, match=r"RunConfig\(model=\.\.\.\) takes a ModelConfig, got dict"):
+        train(cfg)
+    with pytest.raises(DepthlabError, match=r"^seed must be an integer from 0 to 2\*\*63 - 1, got '7'$"):
+        sample_text(run, "a", 3, seed="7")
+    with pytest.raises(DepthlabError, match=r"^decode: token id -1 is outside the vocabulary's ids 0..1$"):
+        CharTokenizer(["a", "b"]).decode([0, -1])
+    assert DataConfig(path=Path(tmp_path / "t.txt")).path == str(tmp_path / "t.txt")
+    with pytest.raises(DepthlabError) as e:
+        RunConfig.from_run(tmp_path)  # no run there
+    assert str(e.value).startswith(f"{tmp_path / 'config.json'} cannot be read"), str(e.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -142,8 +143,10 @@ class DataConfig:
     split: Literal["tail", "lines"] = "tail"
 
     def __post_init__(self) -> None:
+        if isinstance(self.path, os.PathLike):  # a pathlib.Path from Python, as train.out_dir takes one
+            self.path = os.fspath(self.path)  # (still validating: the one assignment, before anyone reads it)
         if self.path is not None and not isinstance(self.path, str):  # a config.json edited to "path": 5
-            raise ConfigError(f"data.path must be the path of a text file, got {self.path!r}", "data.path")
+            raise ConfigError(f"data.path must be a path (a string), got {self.path!r}", "data.path")
         _fraction("data", "val_fraction", self.val_fraction, low_open=True)
         import codecs
 
@@ -767,8 +770,18 @@ class RunConfig:
         Raises:
             ConfigError: a field outside its allowed range.
         """
+        self.__post_init__()  # a section set to a dict after construction: said as the constructor says it
         return dataclasses.replace(self, **{f.name: dataclasses.replace(getattr(self, f.name))
                                             for f in dataclasses.fields(self)})
+
+    @staticmethod
+    def require(cfg: Any, who: str) -> "RunConfig":
+        """``cfg`` when it is a RunConfig; else the ConfigError a Python caller reads (``train({...})`` failed with
+        AttributeError: 'dict' object has no attribute 'train')."""
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError(f"{who} takes a RunConfig, got {type(cfg).__name__}: RunConfig(...), or "
+                              "RunConfig.from_dict for a nested dict")
+        return cfg
 
     def to_dict(self) -> dict:
         """Plain nested dict of every resolved field (what ``config.json`` holds)."""

@@ -426,6 +426,8 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
     except DepthlabError as e:  # the command line checks first, in its flags' words; a Python caller gets its own
         raise DepthlabError(api_words(str(e))) from None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**63:
+        raise DepthlabError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")  # was torch's RuntimeError
     # the context length comes from the checkpoint that built the model, not config.json: a damaged config.json
     # read as missing left a source model with no block_size and a refusal that did not name the file
     model, tok, mcfg = _load_run(run_dir, which, device)

@@ -21,6 +21,13 @@ from .errors import DepthlabError
 __all__ = ["CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "StreamDecoder", "token_dtype", "train_bpe"]
 
 
+
+def _check_decodable(ids: Sequence[int], vocab_size: int) -> None:
+    """Refuse (DepthlabError) an id outside [0, ``vocab_size``): it stands for no symbol of the vocabulary."""
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise DepthlabError(f"decode: token id {bad} is outside the vocabulary's ids 0..{vocab_size - 1}")
+
 class StreamDecoder:
     """Decode ids one at a time for streaming: ``piece(i)`` -> the text id ``i`` completes, ``flush()`` -> the rest.
 
@@ -103,8 +110,14 @@ class CharTokenizer:
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of a sequence of ids in [0, V)."""
-        return "".join(self.vocab[int(i)] for i in ids)
+        """Text of a sequence of ids in [0, V).
+
+        Raises:
+            DepthlabError: an id outside [0, V) (-1 read the last symbol, V an IndexError).
+        """
+        ids = [int(i) for i in ids]
+        _check_decodable(ids, self.vocab_size)
+        return "".join(self.vocab[i] for i in ids)
 
 
     def stream_decoder(self, prefix: Sequence[int] = ()) -> StreamDecoder:
@@ -195,8 +208,14 @@ class BPETokenizer:
         return self.tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD)."""
-        return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        """Text of ``ids`` (invalid UTF-8 from a cut multi-byte character shows as U+FFFD).
+
+        Raises:
+            DepthlabError: an id outside [0, V) (one past V decoded to nothing, -1 raised OverflowError).
+        """
+        ids = [int(i) for i in ids]
+        _check_decodable(ids, self.vocab_size)
+        return self.tok.decode(ids, skip_special_tokens=False)
 
     def token_bytes(self, i: int) -> bytes:
         """The bytes id ``i`` stands for (what the byte-level decoder joins before decoding UTF-8)."""

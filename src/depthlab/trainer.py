@@ -147,7 +147,8 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
                  log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False):
-        cfg = copy.deepcopy(cfg).checked()  # the caller's stays as asked; fields set after construction refused here
+        # the caller's stays as asked; fields set after construction refused here
+        cfg = copy.deepcopy(RunConfig.require(cfg, "Trainer")).checked()
         self.callbacks = list(callbacks)
         self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train

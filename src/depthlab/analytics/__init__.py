@@ -80,5 +80,7 @@ def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=
     Raises:
         DepthlabError: bad input; NonFiniteError; Interrupted (see :mod:`depthlab.trainer`).
     """
-    cbs = default_callbacks(cfg, hparam_fields) + list(callbacks)
+    from ..config import RunConfig
+
+    cbs = default_callbacks(RunConfig.require(cfg, "train").checked(), hparam_fields) + list(callbacks)
     return _train_bare(cfg, callbacks=cbs, overwrite=overwrite, log=log)
