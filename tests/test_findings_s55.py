@@ -655,3 +655,31 @@ def test_python_api_bad_input_is_said_in_its_own_terms(run, tmp_path):
     with pytest.raises(DepthlabError) as e:
         RunConfig.from_run(tmp_path)  # no run there
     assert str(e.value).startswith(f"{tmp_path / 'config.json'} cannot be read"), str(e.value)
+
+
+def test_sweep_figure_captions_describe_the_panels_and_colours_drawn(tmp_path):
+    # a grid over model.variant alone drew one panel of two coloured lines, captioned "one panel per setting"; the
+    # per-block figures drew a panel per variant, captioned "colours are values of setting"
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from depthlab.report.sweep import figure_html
+
+    png = tmp_path / "f.png"
+    plt.figure(figsize=(1, 1)).savefig(png)
+    plt.close("all")
+
+    def caption(kind, x, groups):
+        return re.search(r"<figcaption[^>]*>(.*?)</figcaption>", figure_html(kind, png, x, groups=groups), re.S)[1]
+
+    assert caption("curves", None, ["model.variant"]).startswith(
+        "Validation loss vs step, one panel, one colour per variant, one line per run")
+    assert caption("curves", "model.n_layer", ["model.variant"]).startswith(
+        "Validation loss vs step, one panel per value of n_layer, one colour per variant, one line per run")
+    assert "; one panel per variant, blocks are numbered" in caption("grad", None, ["model.variant"])
+    assert "; one panel per variant, colours are values of n_layer, blocks" in caption("grad", "model.n_layer",
+                                                                                       ["model.variant"])

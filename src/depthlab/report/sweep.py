@@ -19,7 +19,7 @@ import math
 import statistics as st
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..errors import DepthlabError
 from ..rundir import (PLOTS, REPORT, REPORT_SOFTWARE, SWEEP_JSON, read_json, write_generated, written_by_report,
@@ -302,25 +302,34 @@ _PLOT_NOTES = {
              "(unigram: {unit} frequencies, no context at all; bigram: the current {unit} alone, none of the context "
              "before it).{depth_note}"),
     "curves": ("Learning curves", "learning curves",
-               "Validation loss vs step, one panel per setting, one line per run (seeds share a colour)."),
+               "Validation loss vs step, {curve_panels}, one line per run (seeds share a colour)."),
     "grad": ("Gradient flow per block", "gradient norm per block",
              "L2 norm of each block's parameter gradients (dashed: at initialisation, solid: last gradient "
-             "record); colours are values of {x}, blocks are numbered from 0. A line falling towards block 0 is "
+             "record); {block_panels}, blocks are numbered from 0. A line falling towards block 0 is "
              "vanishing gradient flow to the early blocks."),
     "rank": ("Rank measure per block", "rank measure per block",
              "Dong et al. (2021) relative residual of the block output from rank one (0 = every token has the "
-             "same vector); dashed: at initialisation, solid: at the end; colours are values of {x}."),
+             "same vector); dashed: at initialisation, solid: at the end; {block_panels}."),
 }
 
 
-def figure_html(kind: str, path: Optional[Path], x: Optional[str], unit: str = "character") -> str:
-    """Title, figure and caption, worded for the experiment's x axis (depth or any other field) and its runs'
-    token (``unit``: ``character`` or ``token``, :func:`~depthlab.sweep.sweep_unit`)."""
+def figure_html(kind: str, path: Optional[Path], x: Optional[str], unit: str = "character",
+                groups: Sequence[str] = ()) -> str:
+    """Title, figure and caption, worded for the experiment's x axis (depth or any other field; None: one panel),
+    its ``groups`` (the fields of the colours, or of the per-block figures' panels) and its runs' token (``unit``:
+    ``character`` or ``token``, :func:`~depthlab.sweep.sweep_unit`), as :func:`plot_curves` and
+    :func:`plot_per_block` draw them."""
     if not path:
         return ""
     xname = (x or "setting").split(".")[-1]
+    gname = ", ".join(g.split(".")[-1] for g in groups)
+    curve_panels = (f"one panel per value of {xname}" if x else "one panel") + (f", one colour per {gname}" if gname
+                                                                                else "")
+    block_panels = ((f"one panel per {gname}" if gname else "one panel")
+                    + (f", colours are values of {xname}" if x else ""))
     depth_note = " A curve that rises with depth is the degradation problem." if x == "model.n_layer" else ""
-    title, alt, caption = (t.format(x=xname, depth_note=depth_note, unit=unit) for t in _PLOT_NOTES[kind])
+    title, alt, caption = (t.format(x=xname, depth_note=depth_note, unit=unit, curve_panels=curve_panels,
+                                    block_panels=block_panels) for t in _PLOT_NOTES[kind])
     return f"<h3>{title}</h3>" + img_tag(path, alt=alt, caption=caption)
 
 
@@ -362,9 +371,9 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
     if trained:
         body.append(figure_html("loss", plot_vs_x(its, x, groups, baselines, fig["loss"],
                                                    f"best validation loss vs {xname}"), x, sweep_unit(its)))
-        body.append(figure_html("curves", plot_curves(its, x, groups, baselines, fig["curves"]), x))
+        body.append(figure_html("curves", plot_curves(its, x, groups, baselines, fig["curves"]), x, groups=groups))
     for which in ("grad", "rank"):
-        body.append(figure_html(which, plot_per_block(its, x, groups, which, fig[which]), x))
+        body.append(figure_html(which, plot_per_block(its, x, groups, which, fig[which]), x, groups=groups))
     header, rows = aggregate_table(its, x, groups)
     table = html_table(rows, header=header) if rows else '<p class="muted">No finished runs yet.</p>'
     body.append("<h3>Table (mean over seeds)</h3>" + table)
