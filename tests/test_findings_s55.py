@@ -683,3 +683,24 @@ def test_sweep_figure_captions_describe_the_panels_and_colours_drawn(tmp_path):
     assert "; one panel per variant, blocks are numbered" in caption("grad", None, ["model.variant"])
     assert "; one panel per variant, colours are values of n_layer, blocks" in caption("grad", "model.n_layer",
                                                                                        ["model.variant"])
+
+
+@pytest.mark.slow  # a second or more: the fast tier stays under 3 min
+def test_the_gradient_flow_subtitle_names_the_step_of_its_record(monkeypatch, tmp_path):
+    # "at the last step block 0 gets ..." came from the last gradient record (step 200), the run's last step was 248
+    import depthlab.report.plots as plots
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    r = tmp_path / "r"
+    assert main(["train", *tiny_cli_args(tmp_path / "t.txt", r, train__max_iters=5, train__grad_log_interval=2)]) == 0
+    said = {}
+    monkeypatch.setattr(plots, "save_run_figure", lambda fig, d, name, title, sub: said.setdefault(name, sub))
+    plots.plot_grad_flow(r)
+    grads = [json_line for json_line in (r / "metrics.jsonl").read_text().splitlines() if '"kind": "grad"' in json_line]
+    import json
+
+    last = json.loads(grads[-1])["step"]
+    assert said["grad_flow"].startswith(f"at step {last} (the last gradient record) block 0 gets "), said

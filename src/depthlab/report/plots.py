@@ -194,7 +194,9 @@ def plot_grad_flow(run: str | Path | RunData) -> Optional[Path]:
     ratio = M[0, -1] / M[-1, -1] if nb > 1 and np.isfinite(M[0, -1]) and np.isfinite(M[-1, -1]) else None
     sub = "dark rows = little gradient reaches that block"
     if ratio is not None:
-        sub = f"at the last step block 0 gets {ratio:.2g}× the gradient norm of block {nb - 1}; " + sub
+        # the last gradient record's step, not the run's last step (records come every train.grad_log_interval)
+        sub = f"at step {int(s[-1])} (the last gradient record) block 0 gets {ratio:.2g}× the gradient norm of block " \
+              f"{nb - 1}; " + sub
     return save_run_figure(fig, run.run_dir, "grad_flow", f"Gradient flow per block — {run.title()}", sub)
 
 
