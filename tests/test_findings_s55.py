@@ -704,3 +704,20 @@ def test_the_gradient_flow_subtitle_names_the_step_of_its_record(monkeypatch, tm
 
     last = json.loads(grads[-1])["step"]
     assert said["grad_flow"].startswith(f"at step {last} (the last gradient record) block 0 gets "), said
+
+
+def test_context_unused_of_a_stack_without_a_shortcut_names_the_wiring_first():
+    # plain 8 x 64 at the unigram line: "first the training: ... its architecture cannot be judged yet (the learning
+    # rate ...)", beside unigram_stuck and rank_collapse blaming model.variant plain
+    from depthlab.analytics.diagnose import diagnose_records
+
+    from conftest import SHAKESPEARE_BASELINES, context_record, eval_records
+
+    recs = eval_records([4.17, 3.4, 3.35]) + [context_record(200, [3.4] + [3.38] * 63)]
+    f = {x.rule: x for x in diagnose_records(recs, config={"model": {"variant": "plain", "n_layer": 8}},
+                                             baselines=SHAKESPEARE_BASELINES)}
+    remedy = f["context_unused"].remedy
+    assert remedy.startswith("first the wiring: add residual connections (model.variant is plain"), remedy
+    f = {x.rule: x for x in diagnose_records(recs, config={"model": {"variant": "prenorm", "n_layer": 8}},
+                                             baselines=SHAKESPEARE_BASELINES)}
+    assert f["context_unused"].remedy.startswith("first the training: "), f["context_unused"].remedy

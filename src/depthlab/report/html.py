@@ -511,7 +511,7 @@ FIGURE_NOTES = {
     "context": "Val loss at each position of the evaluation windows. Position 0 sees one character, so it cannot go "
                "below the best one-character predictor of the val split (a little below the bigram line); the "
                "fall below the bigram line at later positions is context the model uses. One line per "
-               "kept checkpoint shows when that use appeared (`depthlab context` prints the numbers).",
+               "kept checkpoint shows how that use changed between them (`depthlab context` prints the numbers).",
 }
 
 

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
-from .advice import dropout_advice
+from .advice import dropout_advice, wiring_advice
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, NotJudged, rule, who_needs
 
@@ -353,6 +353,11 @@ def _training_cause(ev: Evidence) -> str:
     bigram = finite_or_none((ev.baselines or {}).get("bigram", {}).get("nats"))
     if best is None or bigram is None or best < bigram - ev.thresholds.bigram_margin:
         return ""
+    wiring = wiring_advice(ev)
+    if wiring:  # a stack without a shortcut is an architecture that can be judged now: it loses the current token
+        return (f"first the wiring: {wiring}; the best val loss {best:.3f} is not below the bigram baseline "
+                f"{bigram:.3f}, and a stack without a shortcut can lose even the current {ev.unit} on its way up; once "
+                "it is below, if this stays, ")
     lr = "train.learning_rate" + (" and train.muon_lr (the blocks' matrices)" if ev.muon else "")
     drop = f", model.dropout{ev.now('model.dropout')}" if dropout_advice(ev) else ""
     return (f"first the training: the best val loss {best:.3f} is not below the bigram baseline {bigram:.3f}, so the "
