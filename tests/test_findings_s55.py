@@ -721,3 +721,22 @@ def test_context_unused_of_a_stack_without_a_shortcut_names_the_wiring_first():
     f = {x.rule: x for x in diagnose_records(recs, config={"model": {"variant": "prenorm", "n_layer": 8}},
                                              baselines=SHAKESPEARE_BASELINES)}
     assert f["context_unused"].remedy.startswith("first the training: "), f["context_unused"].remedy
+
+
+def test_a_sweep_rows_diagnosis_cell_says_rules_not_judged_rather_than_nothing(run, tmp_path):
+    # a blank cell read as a clean bill of health for a plain run at the unigram line that no rule could judge yet
+    import json
+    import shutil
+
+    from depthlab.sweep.results import run_details
+
+    r = tmp_path / "r"
+    shutil.copytree(run, r)
+    (r / "diagnosis.json").write_text(json.dumps({"findings": [], "not_judged": [
+        "bigram_stuck, unigram_stuck, context_unused (they need an evaluation at step 200 or later)",
+        "plateau (1 of the 6 evaluations it needs)"]}))
+    assert run_details(r)["diagnosis"] == ["none found; 4 not judged (diagnosis.json)"]
+    (r / "diagnosis.json").write_text(json.dumps({"findings": [{"rule": "plateau"}], "not_judged": ["x (y)"]}))
+    assert run_details(r)["diagnosis"] == ["plateau"]
+    (r / "diagnosis.json").write_text(json.dumps({"findings": [], "not_judged": []}))
+    assert run_details(r)["diagnosis"] == []

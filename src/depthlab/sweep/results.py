@@ -99,6 +99,14 @@ def load_sweep(sweep_dir: str | Path) -> dict:
     return meta
 
 
+def _not_judged(diag: object) -> int:
+    """How many rules a diagnosis.json says could not judge its run (its ``not_judged`` lines each start with the
+    rules' names, ``a, b (why)``)."""
+    lines = diag.get("not_judged") if isinstance(diag, dict) else None
+    names = {n.strip() for line in lines or [] if isinstance(line, str) for n in line.split(" (")[0].split(",")}
+    return len({n for n in names if n.replace("_", "").isalpha()})
+
+
 def run_details(run_dir: str | Path) -> dict:
     """Everything the results and the report need from one run directory (missing pieces are empty).
 
@@ -119,6 +127,9 @@ def run_details(run_dir: str | Path) -> dict:
     for f in diag.get("findings", []) if isinstance(diag, dict) else []:
         if isinstance(f, dict) and f.get("rule") and f["rule"] not in rules:
             rules.append(str(f["rule"]))
+    unjudged = _not_judged(diag)
+    if not rules and unjudged:  # an empty cell read as a clean bill of health where most rules could not judge
+        rules = [f"none found; {unjudged} not judged (diagnosis.json)"]
     return {"summary": rd.summary, "status": rd.sweep_status, "config": rd.config, "evals": evals,
             "grad": grad, "probe": probe, "init_probe": rd.init_probe, "diagnosis": rules}
 
