@@ -24,8 +24,9 @@ def test_an_overflowed_gradient_norm_is_not_called_a_non_finite_gradient(tmp_pat
     assert line.startswith("depthlab: error: the gradient norm overflowed float32 at step 2 (every gradient is "
                            "finite; loss "), line
     assert "non-finite gradient" not in line and "(none" not in line
-    assert line.endswith(f"); lower --train.learning_rate or raise --train.warmup_iters; this run's checkpoints in "
-                         f"{run} (the latest at step 0) are untouched"), line
+    assert line.endswith(f"); lower --train.learning_rate (AdamW: embeddings, head, gains; now 1e+09) or "
+                         "train.muon_lr (Muon: the blocks' matrices; now 0.01), or raise --train.warmup_iters; this "
+                         f"run's checkpoints in {run} (the latest at step 0) are untouched"), line
 
 
 def test_an_out_dir_under_a_file_names_the_file(tmp_path, tiny_text_file, capsys):

@@ -138,9 +138,9 @@ def test_train_on_utf16_without_a_bom_is_one_line(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------- 3: Python callers
-@pytest.mark.parametrize("kw,msg", [(dict(max_new_tokens=5.5), "--max-new-tokens must be an integer >= 0, got 5.5"),
+@pytest.mark.parametrize("kw,msg", [(dict(max_new_tokens=5.5), "max_new_tokens must be an integer >= 0, got 5.5"),
                                     (dict(max_new_tokens=5, num_samples=2.0),
-                                     "--num-samples must be an integer >= 1, got 2.0")])
+                                     "num_samples must be an integer >= 1, got 2.0")])
 def test_a_float_count_from_python_is_one_depthlab_error(crlf_run, kw, msg):
     """Was: TypeError from torch's new_empty (5.5) or range() (2.0), after the run was loaded."""
     with pytest.raises(DepthlabError) as e:
