@@ -201,8 +201,8 @@ def test_an_interrupted_overwrite_sweep_is_told_to_go_on_without_overwrite(capsy
 
 
 @pytest.mark.parametrize("kw, fix", [
-    (dict(n_embd=63), "try n_embd 64, or --model.position learned"),  # rope (the default): no head count works
-    (dict(n_embd=63, n_head=5), "try n_embd 60, or --model.position learned"),
+    (dict(n_embd=63), "try n_embd 64, or --model.position learned --model.n_head 3"),  # rope: no head count works
+    (dict(n_embd=63, n_head=5), "try n_embd 60, or --model.position learned --model.n_head 3"),
     (dict(n_embd=63, position="learned"), "try n_head 3"),
     (dict(n_embd=36, n_head=8), "try n_head 6"),
 ])
@@ -215,8 +215,9 @@ def test_the_fix_of_an_n_embd_n_head_does_not_divide_is_one_that_builds(kw, fix)
     assert str(e.value).endswith(fix), str(e.value)
     if fix.startswith("try n_head"):
         ModelConfig(**{**kw, "n_head": int(fix.split()[-1])})
-    else:
+    else:  # both fixes build
         ModelConfig(**{**kw, "n_embd": int(fix.split()[2].rstrip(","))})
+        ModelConfig(**{**kw, "position": "learned", "n_head": int(fix.split()[-1])})
 
 
 def test_report_on_a_sweep_folder_it_cannot_write_is_one_line_naming_the_folder(capsys, monkeypatch, tmp_path):

@@ -291,8 +291,10 @@ class ModelConfig:
         if fits:
             return f"try n_head {max(fits)}"
         step = 2 * self.n_head  # n_head heads of an even size
+        learned = max(d for d in range(1, self.n_head + 1) if self.n_embd % d == 0)  # any head size without rope
         return (f"no head count gives the even head size rotary positions (model.position rope) need with an odd "
-                f"n_embd: try n_embd {max(step, round(self.n_embd / step) * step)}, or --model.position learned")
+                f"n_embd: try n_embd {max(step, round(self.n_embd / step) * step)}, or --model.position learned "
+                f"--model.n_head {learned}")
 
     def _check_caps(self) -> None:
         """Sizes no machine holds are refused before anything is allocated."""
