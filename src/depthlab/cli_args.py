@@ -708,11 +708,11 @@ def _read_config(path: str, options: Iterable[str] = ("--model.n_layer",)) -> Op
         return inline
     options = set(options)
     sections = "--model.n_layer" in options or "--train.max_iters" in options
-    example = config_example(options).strip("{}").split(":")[0]
+    pair = config_example(options).strip("{}")  # the command's own key and a value, e.g. max_new_tokens: 200
     layout = ("keys and values as `section:` then indented `field: value` lines (e.g. `model:`, then `n_layer: 4` "
               "indented below it)" if sections else
-              f"one `option: value` line per option of the command (e.g. `{config_example(options).strip('{}')}`)")
-    what = "sections data:, model:, train:" if sections else f"the command's options (e.g. {example}:)"
+              f"one `option: value` line per option of the command (e.g. `{pair}`)")
+    what = "sections data:, model:, train:" if sections else f"the command's options (e.g. {pair.split(':')[0]}:)"
     try:
         d = read_yaml(path, "config file", yaml_fix(path, f"fix the file ({layout})"))
     except OSError as e:

@@ -778,8 +778,12 @@ class RunConfig:
 
     @staticmethod
     def require(cfg: Any, who: str) -> "RunConfig":
-        """``cfg`` when it is a RunConfig; else the ConfigError a Python caller reads (``train({...})`` failed with
-        AttributeError: 'dict' object has no attribute 'train')."""
+        """``cfg`` when it is a RunConfig (``who``: the caller named in the error, e.g. ``train``).
+
+        Raises:
+            ConfigError: any other object (``train({...})`` failed with AttributeError: 'dict' object has no
+                attribute 'train').
+        """
         if not isinstance(cfg, RunConfig):
             raise ConfigError(f"{who} takes a RunConfig, got {type(cfg).__name__}: RunConfig(...), or "
                               "RunConfig.from_dict for a nested dict")

@@ -222,12 +222,14 @@ class Muon(torch.optim.Optimizer):
         return None
 
 
+_F32_MAX = torch.finfo(torch.float32).max
+
+
 def _f32(x: float) -> float:
     """``x`` within float32's range: a rate of 1e300 (the user's choice, as AdamW takes it) makes inf weights and the
     run stops at its non-finite loss, instead of torch refusing the scalar ("cannot be converted to type float
     without overflow")."""
-    big = torch.finfo(torch.float32).max
-    return min(max(x, -big), big)
+    return min(max(x, -_F32_MAX), _F32_MAX)
 
 
 class MuonAdamW:

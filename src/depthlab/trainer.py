@@ -536,10 +536,10 @@ def _load_resume(tr: "Trainer", point: ResumePoint) -> None:
     from" and no schedule it will not follow."""
     st = tr.checkpointer.load(point.entry, tr)
     tr.stepper.load_state_dict(st)
-    tr.checkpointer.settle_writable(tr.step < tr.schedule.max_iters)  # a read-only run: only if it trains
     tr.evaluator.load_state_dict(st, tr.run_dir, tr.step)
     tr.wall_before = float(st["wall_time_s"])
     tr.nothing_to_train = _nothing_left(tr)
+    tr.checkpointer.settle_writable(not tr.nothing_to_train)  # a read-only run: only if it trains (or evaluates)
     tr.schedule.resume(tr.step, st.get("lr_anchor"), point.schedule_train, point.plan,
                        _quiet if tr.nothing_to_train else tr.log, muon=point.optimizer == "muon")
     if not tr.nothing_to_train:

@@ -75,8 +75,9 @@ def causes_words(causes: Sequence[str]) -> str:
 
 
 def at_unigram(curve: Sequence[float], unigram: Optional[float], margin: float, pos0_se: Optional[float]) -> bool:
-    """Whether position 0 of a loss-by-position ``curve`` is at (or above) the unigram line, within ``max(margin,
-    2 x pos0_se)``: not even the current token reaches the output."""
+    """Whether position 0 of a loss-by-position ``curve`` (nats per position) is at (or above) the ``unigram`` line
+    (nats), within ``max(margin, 2 x pos0_se)`` (nats; ``pos0_se`` position 0's standard error): not even the current
+    token reaches the output."""
     return unigram is not None and bool(curve) and curve[0] >= unigram - max(margin, 2 * (pos0_se or 0.0))
 
 
