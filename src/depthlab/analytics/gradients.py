@@ -364,6 +364,8 @@ class GradientLogger(Callback):
         stats = self.monitor.collect(info.step)
         rec = stats.to_record(info.step)
         rec.pop("kind", None)
+        if info.lr is not None:  # the rate behind these updates: diagnose judges the ratios at the peak rate
+            rec["lr"] = info.lr
         run.metrics.log("grad", rec, stats.tb_scalars())
         if self.console_table:
             run.log(f"gradients at step {info.step}:\n" + format_table(stats, per_parameter=False))

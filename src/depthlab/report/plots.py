@@ -25,6 +25,7 @@ from .attention import plot_attention
 from .depth import plot_context, plot_layers
 from ..figures import (BASELINE_STYLE, C_TRAIN, C_VAL, MAX_W, OKABE_ITO, TALL, WIDE, block_ticks, depth_colours,
                       depth_key, log_axis, new_figure, panel_grid, save_run_figure, time_key)
+from ..analytics.rules.evidence import LR_JUDGED_FRACTION, Thresholds
 from .run_data import RunData, as_run_data, load_run_data, matrix, series
 
 __all__ = ["RunData", "load_run_data", "plot_loss", "plot_grad_flow", "plot_grad_layers",
@@ -278,22 +279,24 @@ def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
     fig = new_figure((9.0, 4.2))
     axes = panel_grid(fig)
     ax = axes[0, 0]
+    low, high = Thresholds.lr_low, Thresholds.lr_high  # the band diagnose's lr rules leave alone
     if not muon:  # Adam's rule of thumb; Muon sizes each matrix update from muon_lr, whatever the gradient
-        ax.axhspan(1e-4, 1e-2, color=OKABE_ITO["green"], alpha=0.08, lw=0)
+        ax.axhspan(low, high, color=OKABE_ITO["green"], alpha=0.08, lw=0)
         ax.axhline(1e-3, color=OKABE_ITO["black"], ls="--", lw=1.2)
         ax.annotate("~1e-3 reference", xy=(0.0, 1e-3), xycoords=("axes fraction", "data"), xytext=(3, 3),
                     textcoords="offset points", fontsize=8)
     for b, col in enumerate(depth_colours(nb)):
         ys = [r[b] if b < len(r) and r[b] > 0 else math.nan for r in rows]
         ax.plot(steps, ys, lw=1.5, color=col, label=f"block {b}", marker="o" if len(steps) < 3 else None, ms=3)
-    log_axis(ax, "y", [v for r in rows for v in r] + ([] if muon else [1e-4, 1e-2]))
+    log_axis(ax, "y", [v for r in rows for v in r] + ([] if muon else [low, high]))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("‖Δθ‖ / ‖θ‖ per step (log scale)")
     depth_key(fig, ax, nb)
     return save_run_figure(fig, run.run_dir, "update_ratio", f"Update / weight ratio per block — {run.title()}",
                            UPDATE_RATIO_MUON if muon else
-                           "AdamW: shaded band 1e-4 … 1e-2 around the ~1e-3 rule of thumb; far above = "
-                           "train.learning_rate too high, far below = too low")
+                           f"AdamW: ~1e-3 is the rule of thumb; the shaded band {low:g} … {high:g} is where diagnose "
+                           f"calls train.learning_rate neither too high nor too low (judged at {LR_JUDGED_FRACTION:g} "
+                           "of the peak rate or more: the ratio falls with the cosine)")
 
 
 UPDATE_RATIO_MUON = ("Muon run: the block matrices' updates are orthogonalised and sized by train.muon_lr (about 0.2 × "

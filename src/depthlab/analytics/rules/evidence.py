@@ -96,6 +96,10 @@ LEAK_CHECK_EVENT = "causal_leak_check"
 """The ``event`` of the record of the causal leak test at the start of a ``model.source`` run
 (:class:`depthlab.analytics.check.LeakCheckCallback`)."""
 
+LR_JUDGED_FRACTION = 0.5
+"""A gradient record's update/weight ratio is judged by ``lr_too_high`` / ``lr_too_low`` when its learning rate is
+at least this fraction of the run's highest (the cosine's first half), so the rules judge the rate asked for."""
+
 NAMES_SHOWN = 12
 """Parameter names a finding lists before "and N more" (as ``depthlab check`` does)."""
 
@@ -220,6 +224,13 @@ class Evidence:
         peak = min((s for s, lr in lrs if lr >= top), default=asked) if top is not None else asked
         return min(asked, peak)
 
+    @cached_property
+    def peak_lr(self) -> Optional[float]:
+        """The highest positive learning rate any training or gradient record carries (None: none does)."""
+        lrs = [v for v in (finite_or_none(r.get("lr")) for r in self.records if r.get("kind") in ("train", "grad"))
+               if v is not None and v > 0]
+        return max(lrs, default=None)
+
     @property
     def optimizer(self) -> Optional[str]:
         """What trained the run (:func:`depthlab.config.ran_optimizer`; None without a config)."""
@@ -304,13 +315,29 @@ class Evidence:
         return max((int(r.get("step", 0)) for r in self.records), default=0)
 
     @cached_property
+    def lr_judged_grads(self) -> list[dict]:
+        """The ``kind: grad`` records the lr rules judge: after the warmup, at :data:`LR_JUDGED_FRACTION` or more
+        of the run's highest learning rate.
+
+        An update/weight ratio scales with the rate that made it, and the question is whether the *peak* rate
+        is too high or too low: a record near the end of the cosine (seen: 1e-4 at 1.1x train.min_lr, after
+        0.048 and 0.021 at the peak) would pull the median under ``lr_high``. A record without its rate (written
+        before grad records carried ``lr``) is judged as it is."""
+        warm, top = self.warmup_iters, self.peak_lr
+        out = []
+        for r in self.grads:
+            lr = finite_or_none(r.get("lr"))
+            if int(r.get("step", 0)) > warm and (lr is None or top is None or lr >= LR_JUDGED_FRACTION * top):
+                out.append(r)
+        return out
+
+    @cached_property
     def update_ratios(self) -> tuple[list[float], list[int]]:
-        """Per grad record after the warmup: the median over blocks of the positive finite
-        update/weight ratios, and the record's step."""
-        warm = self.warmup_iters
+        """Per record of :attr:`lr_judged_grads`: the median over blocks of the positive finite update/weight
+        ratios, and the record's step."""
         vals, steps = [], []
-        for r in self.records:
-            if int(r.get("step", 0)) <= warm or r.get("kind") != "grad" or not r.get("update_ratio_block"):
+        for r in self.lr_judged_grads:
+            if not r.get("update_ratio_block"):
                 continue
             u = [v for v in (finite_or_none(x) for x in r["update_ratio_block"]) if v is not None and v > 0]
             if u:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from ...units import counted, finite_or_none
-from .evidence import Evidence, Finding
+from .evidence import LR_JUDGED_FRACTION, Evidence, Finding
 from .signals import NO_GRAD_FROM_STEP, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
@@ -140,7 +140,7 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     n, need = len(ev.update_ratios[0]), ev.thresholds.lr_min_records
     if n >= need:
         return None
-    after = [r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]
+    after = ev.lr_judged_grads
     blockless = [r for r in after if r.get("update_ratio_block") == []]
     if len(blockless) >= need and n == 0:  # records enough, but no block in any: no grad_log_interval helps
         source = ev.section("model").get("source")
@@ -148,8 +148,11 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
         return (f"{who} the update/weight ratios of the model's blocks, and the run's {len(after)} gradient records "
                 f"after the warmup hold none: no parameter of {model} sits in a numbered list of blocks (such as "
                 "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
-    return (f"{who} {need} gradient records after the warmup, the run has {n}; lower train.grad_log_interval or "
-            "train longer")
+    late = len([r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]) - len(after)
+    rate = (f" at {LR_JUDGED_FRACTION:g}x the peak learning rate or more ({late} later in the decay are not judged)"
+            if late else "")
+    return (f"{who} {need} gradient records after the warmup{rate}, the run has {n}; lower "
+            "train.grad_log_interval or train longer")
 
 
 def _probe(ev: Evidence, who: str) -> Optional[str]:

@@ -121,14 +121,15 @@ ADAMW_SIDE = ("embeddings", "head")
 
 
 def adamw_ratio_median(ev: Evidence) -> Optional[float]:
-    """On a Muon run, the median over the grad records after the warmup of the :data:`ADAMW_SIDE` components'
-    update/weight ratio (``update_ratio_component``); None on another run or with fewer than ``lr_min_records``."""
+    """On a Muon run, the median over the records the lr rules judge (``Evidence.lr_judged_grads``) of the
+    :data:`ADAMW_SIDE` components' update/weight ratio (``update_ratio_component``); None on another run or with
+    fewer than ``lr_min_records``."""
     if not ev.muon:
         return None
-    warm, vals = ev.warmup_iters, []
-    for r in ev.grads:
+    vals = []
+    for r in ev.lr_judged_grads:
         comp = r.get("update_ratio_component")
-        if int(r.get("step", 0)) <= warm or not isinstance(comp, dict):
+        if not isinstance(comp, dict):
             continue
         u = [v for v in (finite_or_none(comp.get(c)) for c in ADAMW_SIDE) if v is not None and v > 0]
         if u:
@@ -145,7 +146,8 @@ def adamw_low(ev: Evidence) -> bool:
 
 
 def update_ratio_median(ev: Evidence) -> Optional[float]:
-    """Median over the grad records after the warmup of their median update/weight ratio (None: none)."""
+    """Median over the records the lr rules judge (``Evidence.lr_judged_grads``) of their median update/weight
+    ratio (None: none)."""
     vals = ev.update_ratios[0]
     return statistics.median(vals) if vals else None
 
