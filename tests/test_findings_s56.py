@@ -52,3 +52,55 @@ def test_gradient_records_carry_the_learning_rate_of_their_step(tmp_path, tiny_t
     assert [r["step"] for r in grads] == [5, 10]
     for r in grads:
         assert r["lr"] == pytest.approx(lr_train[r["step"]]), (r["step"], r["lr"], lr_train)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from conftest import TINY_TEXT, trained_tiny_run
+
+    return trained_tiny_run(tmp_path_factory, "s56", TINY_TEXT, steps=4)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(which="nope"),
+     "which must be 'best' (the lowest val loss) or 'last' (the newest step checkpoint), got 'nope'"),
+    (dict(device="tpu"), "device must be auto, cpu, cuda, cuda:N or mps; got 'tpu'"),
+    (dict(device="cuda:3"), "device cuda:3 requested but CUDA is not available on this machine; use device='cpu'"),
+])
+def test_the_python_api_names_its_own_arguments(run, kw, words):
+    # load_run(which='nope') said "--checkpoint must be best or last", device='tpu' "--device tpu ... use --device cpu"
+    import torch
+
+    from depthlab import DepthlabError, load_run, sample_text
+
+    if "cuda" in kw.get("device", "") and torch.cuda.is_available():
+        pytest.skip("CUDA is here")
+    for call in (load_run, sample_text):
+        with pytest.raises(DepthlabError) as e:
+            call(run, **kw)
+        assert str(e.value) == words, (call, str(e.value))
+
+
+def test_load_run_takes_device_auto(run):
+    from depthlab import load_run
+
+    model, tok = load_run(run, device="auto")
+    assert tok.vocab_size > 1 and next(model.parameters()).device.type in ("cpu", "cuda", "mps")
+
+
+def test_train_from_python_names_the_config_that_resumes_and_the_overwrite_argument(run):
+    # it said "use --resume RUN to continue it, --overwrite to replace it, or another --train.out_dir"
+    from depthlab import DepthlabError, RunConfig, TrainConfig, train
+
+    with pytest.raises(DepthlabError) as e:
+        train(RunConfig(train=TrainConfig(out_dir=str(run), max_iters=5)))
+    assert str(e.value) == (f"train.out_dir {run} already exists; use depthlab.train(RunConfig.from_run({str(run)!r})) "
+                            "to continue it, overwrite=True to replace it, or another train.out_dir"), str(e.value)
+
+
+def test_api_words_keep_a_command_line_to_run_as_it_is():
+    from depthlab.errors import api_words
+
+    msg = "changed (run r): depthlab train -c r/config.json --model.n_layer 3 --train.out_dir NEW; or --checkpoint last"
+    assert api_words(msg) == ("changed (run r): depthlab train -c r/config.json --model.n_layer 3 --train.out_dir NEW; "
+                              "or which='last'")

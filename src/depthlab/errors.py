@@ -7,6 +7,8 @@ stderr and exit status 2; library callers catch it like any exception. Ctrl-C is
 
 import errno
 import os
+import re
+import shlex
 import signal
 import threading
 from typing import Optional
@@ -22,6 +24,57 @@ class DepthlabError(Exception):
 
 class NonFiniteError(DepthlabError):
     """A non-finite loss or gradient stopped training (CLI exit status 3)."""
+
+
+_API_FLAGS = {"--max-new-tokens": "max_new_tokens", "--num-samples": "num_samples", "--top-k": "top_k",
+              "--top-p": "top_p", "--temperature": "temperature", "--prompt": "prompt", "--seed": "seed",
+              "--checkpoint": "which", "--device": "device", "--overwrite": "overwrite=True"}
+_COMMAND_LINE = re.compile(r"(depthlab [a-z]+ [^;)]*)")
+
+
+def _from_run(m: re.Match) -> str:
+    try:
+        run = shlex.split(m.group(1))[0]  # the command line's quoting undone
+    except (ValueError, IndexError):
+        run = m.group(1)
+    return f"depthlab.train(RunConfig.from_run({run!r}))"
+
+
+_API_PATTERNS = ((re.compile(r"--resume ('[^']*'|\S+?)(?=[,;)]?(?:\s|$))"), _from_run),
+                 (re.compile(r"--checkpoint (best|last)\b"), r"which='\1'"),
+                 (re.compile(r"--device (\w+(?::\d+)?)"), r"device='\1'"),
+                 (re.compile(r"--(data|model|train)\.(\w+)"), r"\1.\2"))
+
+
+def api_words(message: str) -> str:
+    """``message``, written for the command line, said to a Python caller: a command's flags become the keyword
+    arguments of the API function that takes the same value (``--max-new-tokens`` -> ``max_new_tokens``,
+    ``--checkpoint`` -> ``which``, ``--overwrite`` -> ``overwrite=True``), ``--resume RUN`` the config that resumes it
+    (``depthlab.train(RunConfig.from_run(RUN))``) and ``--train.out_dir`` the config field ``train.out_dir``; a
+    command line to run (``depthlab train -c ... --model.n_layer 3``) is kept as it is.
+
+    Only depthlab's own messages pass through here (the API entries :func:`depthlab.sample.sample_text`,
+    :func:`depthlab.sample.load_run` and :func:`depthlab.trainer.train`)."""
+    parts = _COMMAND_LINE.split(message)  # odd items: a command line to run (its flags stay flags)
+    for i in range(0, len(parts), 2):
+        for pattern, repl in _API_PATTERNS:
+            parts[i] = pattern.sub(repl, parts[i])
+        for flag, name in _API_FLAGS.items():
+            parts[i] = re.sub(re.escape(flag) + r"(?![\w.-])", name, parts[i])
+    return "".join(parts)
+
+
+class api_errors:
+    """``with api_errors(): ...``: a :class:`DepthlabError` raised inside is re-raised, the same exception of the same
+    type, with its message in the API's words (:func:`api_words`)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if isinstance(e, DepthlabError) and e.args and isinstance(e.args[0], str):
+            e.args = (api_words(e.args[0]),) + e.args[1:]
+        return False
 
 
 #: The errnos of a full disk: no space left on the device (ENOSPC), or this user's disk quota used up (EDQUOT).

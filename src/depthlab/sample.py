@@ -13,7 +13,7 @@ import torch
 from . import checkpoint as ckpt
 from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import Tokenizer
-from .errors import DepthlabError
+from .errors import DepthlabError, api_errors
 from .model import GPT
 from .rundir import RunDir, export_origin
 from .units import counted
@@ -58,18 +58,6 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
 
 
 #: The sampling flags' words and the keyword arguments of :func:`sample_text` they stand for.
-_API_NAMES = {"--max-new-tokens": "max_new_tokens", "--num-samples": "num_samples", "--top-k": "top_k",
-              "--top-p": "top_p", "--temperature": "temperature", "--prompt": "prompt", "--seed": "seed"}
-
-
-def api_words(message: str) -> str:
-    """``message`` of :func:`check_sampling_args` with its flags (``--max-new-tokens``) said as the keyword arguments
-    of :func:`sample_text` (``max_new_tokens``), for a Python caller."""
-    for flag, name in _API_NAMES.items():
-        message = message.replace(flag, name)
-    return message
-
-
 def _check_num_samples(n: int, max_new_tokens: int) -> None:
     """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
     if not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
@@ -337,9 +325,26 @@ def _check_ids(model: torch.nn.Module, idx: torch.Tensor) -> None:
 
 def load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
              fallback_warning: bool = True) -> tuple[torch.nn.Module, Tokenizer]:
-    """Load a trained model and its tokenizer from a run directory: :func:`_load_run` without the config."""
-    model, tok, _ = _load_run(run_dir, which, device, fallback_warning)
+    """Load a trained model and its tokenizer from a run directory: :func:`_load_run` without the config, for a Python
+    caller (its errors name this function's arguments; ``device`` may be ``auto``)."""
+    with api_errors():
+        device = _api_device(which, device)
+        model, tok, _ = _load_run(run_dir, which, device, fallback_warning)
     return model, tok
+
+
+def _api_device(which: str, device: str) -> str:
+    """``device`` resolved (``auto``: cuda, else mps, else cpu) after ``which`` and ``device`` are checked in the
+    words of the Python API (the command line checks its ``--checkpoint`` and ``--device`` before).
+
+    Raises:
+        DepthlabError: ``which`` not best/last; ``device`` no device name or not available here."""
+    from .training.runtime import resolve_device
+
+    if which not in ("best", "last"):
+        raise DepthlabError(f"which must be 'best' (the lowest val loss) or 'last' (the newest step checkpoint), "
+                            f"got {which!r}")
+    return str(resolve_device(device, option="device", fix="use device='cpu'"))
 
 
 def _load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
@@ -422,10 +427,9 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     Raises:
         DepthlabError: bad run directory, bad settings, prompt characters outside the vocabulary.
     """
-    try:
+    with api_errors():  # the command line checks these first, in its flags' words: only a Python caller gets here
         check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
-    except DepthlabError as e:  # the command line checks first, in its flags' words; a Python caller gets its own
-        raise DepthlabError(api_words(str(e))) from None
+        device = _api_device(which, device)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**63:
         raise DepthlabError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")  # was torch's RuntimeError
     # the context length comes from the checkpoint that built the model, not config.json: a damaged config.json

@@ -31,7 +31,7 @@ from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
-from .errors import DepthlabError, Terminated
+from .errors import DepthlabError, Terminated, api_errors
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
@@ -664,7 +664,8 @@ def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = 
         DepthlabError: bad input; NonFiniteError (also when the final validation is not finite: the run is
             kept); Interrupted.
     """
-    return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log))
+    with api_errors():  # the command line builds its own Trainer: only a Python caller gets here
+        return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log))
 
 
 def fit_checked(run: Trainer) -> Path:
