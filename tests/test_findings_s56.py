@@ -104,3 +104,133 @@ def test_api_words_keep_a_command_line_to_run_as_it_is():
     msg = "changed (run r): depthlab train -c r/config.json --model.n_layer 3 --train.out_dir NEW; or --checkpoint last"
     assert api_words(msg) == ("changed (run r): depthlab train -c r/config.json --model.n_layer 3 --train.out_dir NEW; "
                               "or which='last'")
+
+
+SOFTMAX_MODEL = '''
+import torch, torch.nn as nn, torch.nn.functional as F
+
+class Soft(nn.Module):
+    def __init__(self, vocab_size, d=16, block_size=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d); self.pos = nn.Embedding(block_size, d)
+        self.blocks = nn.ModuleList([nn.Linear(d, d)])
+        self.head = nn.Linear(d, vocab_size)
+
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
+        for b in self.blocks:
+            x = x + b(x)
+        return F.softmax(self.head(x), dim=-1)
+'''
+
+
+def test_a_softmax_output_is_named_before_training_and_by_diagnose(tmp_path, capsys):
+    # the trainer ran check's causal_leak only: a forward ending in softmax trained, and diagnose said "train longer"
+    # and "first the training: the learning rate ... decide that"
+    from depthlab.analytics.diagnose import diagnose_run
+    from depthlab.cli import main
+    from depthlab.rundir import read_metrics
+
+    from conftest import TINY_TEXT, tiny_cli_args
+
+    (tmp_path / "soft.py").write_text(SOFTMAX_MODEL)
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "run", train__max_iters=4)
+    drop = {"--model.n_layer", "--model.n_head", "--model.n_embd"}
+    args = [a for i, a in enumerate(args) if a not in drop and (i == 0 or args[i - 1] not in drop)]
+    assert main(["train", *args, "--model.source", f"{tmp_path / 'soft.py'}:Soft"]) == 0
+    out = capsys.readouterr()
+    err = out.out + out.err
+    assert "the forward returns probabilities (softmax over the vocabulary)" in err, err
+    assert "its loss cannot fall below ln(1 + (V-1)/e) = " in err, err
+    rec = [r for r in read_metrics(tmp_path / "run", "event") if r.get("event") == "causal_leak_check"][-1]
+    assert rec["output_kind"] == "probabilities" and rec["output_floor"] > 0, rec
+    run = tmp_path / "run"
+    findings = diagnose_run(run)
+    assert all("train longer" not in f.remedy for f in findings), [f.remedy for f in findings]
+
+
+def test_diagnose_puts_a_bounded_output_and_a_missing_gradient_before_the_training():
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import context_record
+
+    cfg = {"model": {"vocab_size": 65, "source": "m.py:M", "block_size": 64},
+           "train": {"grad_log_interval": 50, "warmup_iters": 10}}
+    start = {"kind": "event", "step": 0, "event": "causal_leak_check", "ok": True, "summary": "s", "remedy": None,
+             "output_kind": "probabilities", "output_summary": "the forward returns probabilities",
+             "output_remedy": "drop the softmax", "output_floor": 3.2}
+    records = [start] + eval_records([4.17, 4.0, 3.96, 3.95, 3.95, 3.95]) + [context_record(250, [3.95] * 8)]
+    d = diagnose(Evidence(records, cfg, BASE))
+    by = {f.rule: f for f in d.findings}
+    assert by["unigram_stuck"].remedy == (
+        "the forward returns probabilities, seen by the test before training: the loss cannot fall below ln(1 + "
+        "(V-1)/e) = 3.200 nats whatever the training; drop the softmax"), by["unigram_stuck"].remedy
+    assert by["context_unused"].remedy.startswith("first the output: the forward returns probabilities"), by
+    # an attention branch without a gradient (no_gradient's finding) comes before "first the training"
+    grads = [{"kind": "grad", "step": s, "grad_norm_block": [1.0], "update_ratio_block": [1e-3],
+              "grad_2.0_norm/q.weight": 0.0, "grad_2.0_norm/head.weight": 1.0} for s in (50, 100, 150)]
+    records = eval_records([4.17, 3.0, 2.7, 2.6, 2.55, 2.52]) + grads + [context_record(250, [2.55] * 8)]
+    d = diagnose(Evidence(records, cfg, BASE))
+    unused = [f for f in d.findings if f.rule == "context_unused"]
+    assert unused and unused[0].remedy.startswith("first the wiring: 1 of 2 parameters never get a gradient (q.weight; "
+                                                  "see no_gradient)"), unused
+
+
+def test_check_context_use_says_above_the_unigram_line_not_near_it():
+    # 4.052 at position 0, 0.7 above the unigram line 3.347, was "near the unigram level"
+    from depthlab.analytics.check.learning import _context_verdict
+
+    ev = {"steps": 500, "batch_size": 16, "block_size": 64, "pairs": 512, "late_from": 32, "unigram_nats": 3.347}
+    r = _context_verdict(dict(ev), 0.0, 0.0005, 4.052, 4.051, 2.482)
+    assert r.ok is False and "even position 0 is 0.705 nats above the unigram level 3.347" in r.summary, r.summary
+    assert "near the unigram" not in r.summary and r.remedy.startswith("first the output: a forward that ends in "
+                                                                       "softmax or sigmoid (init_loss tests for it)")
+
+
+def test_a_dataclass_config_argument_is_told_to_use_a_function(tmp_path):
+    # it said: give its keyword arguments as a JSON object, --model.init '{"cfg": ...}', which cannot build a dataclass
+    from depthlab import DepthlabError
+    from depthlab.usermodel import build_model, parse_source
+
+    (tmp_path / "m.py").write_text("from dataclasses import dataclass\nimport torch.nn as nn\n@dataclass\n"
+                                   "class Config:\n    n: int = 4\nclass M(nn.Module):\n"
+                                   "    def __init__(self, cfg: Config):\n"
+                                   "        super().__init__(); self.l = nn.Linear(cfg.n, cfg.n)\n")
+    with pytest.raises(DepthlabError) as e:
+        build_model(parse_source(f"{tmp_path / 'm.py'}:M"))
+    assert str(e.value).endswith(f"it takes (cfg), and cfg is Config, which a JSON --model.init cannot build: add a "
+                                 f"function to the file that builds the model, e.g. def make(): return M(Config(...)), "
+                                 f"and give {tmp_path / 'm.py'}:make"), str(e.value)
+
+
+def test_layers_refuses_a_head_that_does_not_reproduce_the_output():
+    # --head emb on a model with its own head: lens 19.52 after the last block against a val loss of 2.39, and an
+    # "effective depth" measured through the wrong head
+    import torch
+
+    from depthlab import DepthlabError
+    from depthlab.analytics.layers import measure_layers
+
+    from conftest import tiny_gpt
+
+    model = tiny_gpt()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30)  # confident logits: a wrong norm shows in the loss
+        model.transformer.ln_f.weight.uniform_(0.0, 3.0, generator=torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, model.config.vocab_size, (4, model.config.block_size), generator=g)
+    batches = [(x, torch.roll(x, -1, 1))]
+    res = measure_layers(model, batches)  # its own final norm: the lens after the last block is the model
+    assert abs(res["blocks"][-1]["lens_loss"] - res["val_loss"]) < 1e-4
+    with pytest.raises(DepthlabError) as e:
+        measure_layers(model, batches, norm_attr="transformer.h.0.ln_1")
+    assert str(e.value).startswith("layers: the lens transformer.h.0.ln_1 + lm_head does not reproduce the model's "
+                                   "output: after the last block it gives a val loss of "), str(e.value)
+
+
+def test_a_huge_perplexity_is_printed_in_e_notation():
+    from depthlab.training.evaluator import Evaluator
+
+    rec = {"step": 0, "train_loss": 42.0, "val_loss": 42.7, "val_bpc": 61.6, "val_ppl": 3505613507260530688.0}
+    assert Evaluator.describe(rec).endswith("(61.600 bits/char, ppl 3.51e+18)")

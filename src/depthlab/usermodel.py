@@ -374,7 +374,7 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}"
-                            f"{_init_hint(made, kw)}") from None
+                            f"{_init_hint(made, kw, src.path)}") from None
     except SystemExit as e:  # sys.exit("bad sizes") in a constructor would end depthlab with its status, unexplained
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) exited (SystemExit({e.code!r}), any lines just above are its "
@@ -394,7 +394,7 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     return model
 
 
-def _init_hint(made: Callable[..., Any], kw: dict) -> str:
+def _init_hint(made: Callable[..., Any], kw: dict, path: Any = "PATH.py") -> str:
     """The fix for keyword arguments that do not fit ``made``'s signature, as a suffix ("" when they fit or
     the signature cannot be read): the arguments go in model.init (``depthlab check``: --init) as a JSON object."""
     try:
@@ -405,11 +405,40 @@ def _init_hint(made: Callable[..., Any], kw: dict) -> str:
         # the example names a required argument not given, else one that depthlab does not fill in itself
         missing = [n for n in named if sig.parameters[n].default is inspect.Parameter.empty and n not in kw]
         example = (missing or [n for n in named if n != "vocab_size"] or named or ["n_layer"])[0]
+        objects = [n for n in missing if _object_argument(sig.parameters[n])]
+        if objects:  # JSON gives numbers, strings, lists and dicts: a config object is built by the user's code
+            p = sig.parameters[objects[0]]
+            kind = _annotation_name(p.annotation) or "a config object"
+            return (f"; it takes ({', '.join(named)}), and {objects[0]} is {kind}, which a JSON --model.init cannot "
+                    f"build: add a function to the file that builds the model, e.g. def make(): return "
+                    f"{getattr(made, '__name__', 'Model')}({_annotation_name(p.annotation) or 'Config'}(...)), and "
+                    f"give {path}:make")
         return (f"; it takes ({', '.join(named)}): give its keyword arguments as a JSON object, --model.init "
                 f"'{{\"{example}\": ...}}' (depthlab check: --init)")
     except ValueError:
         return ""
     return ""
+
+
+_JSON_TYPES = {"int", "float", "str", "bool", "list", "dict", "tuple", "Optional", "Union", "Any", "None"}
+_CONFIG_NAMES = ("cfg", "config", "conf", "args", "hparams", "params")
+
+
+def _annotation_name(annotation: Any) -> Optional[str]:
+    """The class name an annotation names (``Config`` for ``Config`` or the string ``"Config"``), else None."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else None
+
+
+def _object_argument(p: inspect.Parameter) -> bool:
+    """Whether a constructor argument takes an object JSON cannot give: annotated with a class of the user's (a
+    dataclass config), or not annotated and named like one (``cfg``, ``config``)."""
+    name = _annotation_name(p.annotation)
+    if name is not None:
+        return name not in _JSON_TYPES and not name.startswith(("list", "dict", "tuple"))
+    return p.annotation is inspect.Parameter.empty and p.name.lower() in _CONFIG_NAMES
 
 
 def first_tensor(out: Any, who: str, needs: str) -> torch.Tensor:

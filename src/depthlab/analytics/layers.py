@@ -346,6 +346,7 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
     finally:
         model.train(was)
     L, last = len(acc.blocks), tot["lens"][-1] / n
+    _check_lens_reproduces(model, acc, last, tot["model"] / n)
     blocks = [{"block": i, "lens_loss": tot["lens"][i + 1] / n, "ablation_delta": tot["ablated"][i] / n - last,
                "relative_update": math.sqrt(tot["diff2"][i] / tot["in2"][i]) if tot["in2"][i] > 0 else None}
               for i in range(L)]
@@ -354,6 +355,29 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
             "lens": lens_meaning(model, acc),
             # rotary positions enter inside attention: the stream before block 0 holds the token alone
             "embedding_has_position": not (isinstance(model, GPT) and model.config.position == "rope")}
+
+
+LENS_GAP = 0.05
+"""Nats: how far the lens after the last block may be from the model's own val loss before ``layers`` refuses: a
+final norm and head that do not reproduce the model's output (``--head emb`` on a model with its own head: 19.5
+against 2.39) make every lens loss and ablation delta another model's, while a forward that scales its logits a
+little after the head stays within it."""
+
+
+def _check_lens_reproduces(model: nn.Module, acc: LayerAccess, last: float, val: float) -> None:
+    """Refuse a lens whose loss after the last block is more than :data:`LENS_GAP` from the model's own (nats).
+
+    Raises:
+        DepthlabError: naming both losses, the modules used and the ones seen."""
+    if abs(last - val) <= LENS_GAP:
+        return
+    _, norm, head = acc.names
+    found = [x for k in ("norm", "head") if (x := _seen(model, k))]
+    raise DepthlabError(f"layers: the lens {norm} + {head} does not reproduce the model's output: after the last "
+                        f"block it gives a val loss of {last:.4f} nats, the model's own forward {val:.4f}, so every "
+                        "lens loss and ablation delta would be another model's; --norm and --head name the final "
+                        "norm and the head the model's forward applies to the stream after its last block"
+                        + "".join(f"; {x}" for x in found))
 
 
 def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAULT_MAX_TOKENS,

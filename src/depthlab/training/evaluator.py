@@ -280,7 +280,8 @@ class Evaluator:
     @staticmethod
     def describe(rec: dict) -> str:
         """The console line of one evaluation record."""
-        ppl = "inf" if rec["val_ppl"] is None else f"{rec['val_ppl']:.2f}"
+        p = rec["val_ppl"]
+        ppl = "inf" if p is None else f"{p:.2f}" if p < 1e6 else f"{p:.3g}"  # 3.5e+18, not 19 digits
         return (f"eval step {rec['step']}: train {rec['train_loss']:.4f} val {rec['val_loss']:.4f} nats/token "
                 f"({rec['val_bpc']:.3f} bits/char, ppl {ppl})")
 

@@ -53,6 +53,7 @@ from .finite import finite_rule
 from .flow import find_blocks, gradient_flow_rule
 from .forward import causal_leak_rule, init_loss_rule, no_gradient_rule, shape_rule, vocab_rule
 from .learning import context_use_rule, overfit_batch_rule
+from .outputs import BOUNDED, probs_floor
 from .subject import CheckResult, ModelFault, Subject
 
 __all__ = ["RULES", "CheckResult", "CheckReport", "check_model", "check_source", "find_blocks",
@@ -428,7 +429,7 @@ class LeakCheckCallback(Callback):
                 model = live if on_cpu else copy.deepcopy(live).to("cpu")
                 report = check_model(model, run.corpus, rebuild=lambda: model, batch_size=2,
                                      block_size=min(run.cfg.model.block_size, LEAK_CHECK_T), seed=run.cfg.train.seed,
-                                     rules=("shape", "causal_leak"))
+                                     rules=("shape", "causal_leak", "init_loss"))
         except Exception as e:  # noqa: BLE001 - the user's model: the training goes on, the reason is said
             run.log(f"warning: {src}: depthlab check's causal leak test before training could not run "
                     f"({first_line(e)}); diagnose sees a leak only once position 0 falls below the one-token floor")
@@ -446,5 +447,24 @@ class LeakCheckCallback(Callback):
                       "training=self.training" if "logit_scale" in res.evidence else "")  # it ran and disagreed
             run.log(f"warning: {src}: depthlab check's causal leak test before training did not run ({res.summary})"
                     f"{random}; diagnose sees a leak only once position 0 falls below the one-token floor")
-        run.metrics.log("event", {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": res.ok,
-                                  "summary": res.summary, "remedy": res.remedy})
+        rec = {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": res.ok, "summary": res.summary,
+               "remedy": res.remedy, **_bounded_output(report, run)}
+        run.metrics.log("event", rec)
+
+
+def _bounded_output(report: CheckReport, run: RunView) -> dict:
+    """The ``output_*`` fields of the start-of-training record when ``init_loss`` found the forward's outputs squeezed
+    into [0, 1] (softmax, sigmoid: :data:`~depthlab.analytics.check.outputs.BOUNDED`), said at once as a warning:
+    such a loss cannot fall below :func:`~depthlab.analytics.check.outputs.probs_floor` whatever the training, and
+    ``diagnose`` names it instead of "train longer". {} otherwise."""
+    res = next((c for c in report.checks if c.rule == "init_loss"), None)
+    kind = res.evidence.get("output_kind") if res is not None else None
+    if kind not in BOUNDED:
+        return {}
+    V = int(res.evidence.get("vocab_size") or run.corpus.tokenizer.vocab_size)
+    floor = probs_floor(V)
+    what, fix, seen = BOUNDED[kind]
+    summary = f"{what} ({seen})"
+    run.log(f"warning: {run.cfg.model.source}: {summary}: its loss cannot fall below ln(1 + (V-1)/e) = {floor:.3f} "
+            f"nats (V = {V}) whatever the training; {fix}")
+    return {"output_kind": kind, "output_summary": summary, "output_remedy": fix, "output_floor": floor}

@@ -448,10 +448,11 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
     elif past > 0 and future < 0.1 * past:
         text += (f"; a later token moves the logits {future / past:.1e} x as much as an earlier one (mean "
                  f"{future:.2g} vs {past:.2g}): the future gets a small but non-zero weight")
-        remedy = ("the future must get exactly zero weight: mask with float('-inf') (masked_fill(mask == 0, "
-                  "float('-inf'))), not a finite bias that the softmax turns into a small weight, applied after any "
-                  "scaling of the scores; and take the softmax over the keys (dim=-1): over the queries (dim=-2) "
-                  "each weight is normalised by the scores of later positions")
+        remedy = ("the future must get exactly zero weight: mask the scores before the softmax with float('-inf') "
+                  "(masked_fill(mask == 0, float('-inf')), after any scaling of the scores), not a finite bias that "
+                  "the softmax turns into a small weight, and not the softmax's output (zeroing the weights after it "
+                  "leaves the later scores in its denominator); and take the softmax over the keys (dim=-1): over "
+                  "the queries (dim=-2) each weight is normalised by the scores of later positions")
     elif past > 0:
         text += (f"; a later token moves the logits about as much as an earlier one (mean {future:.2g} vs "
                  f"{past:.2g}): nothing hides the future")

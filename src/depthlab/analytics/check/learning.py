@@ -391,6 +391,14 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
                              "model uses its context", "undecided": True, **ev},
             "train the model with --model.source and look at depthlab context RUN, which measures more windows")
     unigram = ev["unigram_nats"]
+    if pos0 > unigram + CONTEXT_MIN_GAIN:  # not even the frequencies: the outputs' scale, or nothing learned at all
+        txt += (f"; even position 0 is {pos0 - unigram:.3f} nats above the unigram level {unigram:.3f}: the model "
+                "has not learned even how common each token is")
+        return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
+                           "first the output: a forward that ends in softmax or sigmoid (init_loss tests for it) "
+                           "cannot get below ln(1 + (V-1)/e) whatever it learns, so nothing after it can be judged; "
+                           "else the input does not reach the prediction: an output cut from the graph, or "
+                           "parameters that get no gradient (no_gradient)")
     if pos0 > unigram - 0.5 * (unigram - bigram):  # nearer the unigram level than the bigram one
         txt += (f"; even position 0 is near the unigram level {unigram:.3f}: the prediction does not depend on the "
                 "current token either, the input hardly reaches the output")

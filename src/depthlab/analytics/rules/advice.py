@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Optional
 
 from ...units import finite_or_none
-from .evidence import Evidence
-from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, vanishing
+from .evidence import Evidence, names_list
+from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, vanishing, zero_grad_params
 
 __all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "DEPTH_ARGS", "depth_setting", "source_wiring_advice",
-           "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO", "HIGH_DROPOUT", "dropout_advice"]
+           "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO", "HIGH_DROPOUT", "dropout_advice", "no_grad_words",
+           "bounded_output_words"]
 
 SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm", "periln")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""
@@ -143,3 +144,23 @@ def dropout_advice(ev: Evidence) -> Optional[str]:
         return None
     return (f"lower model.dropout (now {p:g}: while training, each activation it applies to is zeroed with "
             f"probability {p:g}, so {1 - p:.0%} of the signal gets through; 0-0.2 is usual)")
+
+
+def no_grad_words(ev: Evidence) -> Optional[str]:
+    """"N of M parameters never get a gradient (names; see no_gradient): their branch does not reach the loss" when
+    the gradient records show some (not all), else None."""
+    zero, total, _ = zero_grad_params(ev)
+    if not zero or len(zero) == total:
+        return None
+    return (f"{len(zero)} of {total} parameters never get a gradient ({names_list(zero)}; see no_gradient): their "
+            "branch does not reach the loss")
+
+
+def bounded_output_words(ev: Evidence) -> Optional[str]:
+    """What the test before training found when the model's outputs lie in [0, 1] (``Evidence.bounded_output``): the
+    output, its loss floor and the fix in one clause; None otherwise."""
+    out = ev.bounded_output
+    if out is None:
+        return None
+    return (f"{out['output_summary']}, seen by the test before training: the loss cannot fall below "
+            f"ln(1 + (V-1)/e) = {float(out['output_floor']):.3f} nats whatever the training; {out['output_remedy']}")

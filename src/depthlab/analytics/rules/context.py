@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
-from .advice import dropout_advice, wiring_advice
+from .advice import bounded_output_words, dropout_advice, no_grad_words, wiring_advice
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, NotJudged, rule, who_needs
 
@@ -354,6 +354,14 @@ def _training_cause(ev: Evidence) -> str:
     bigram = finite_or_none((ev.baselines or {}).get("bigram", {}).get("nats"))
     if best is None or bigram is None or best < bigram - ev.thresholds.bigram_margin:
         return ""
+    bounded = bounded_output_words(ev)
+    if bounded:  # no learning rate gets it below its floor
+        return (f"first the output: {bounded}; the best val loss {best:.3f} is not below the bigram baseline "
+                f"{bigram:.3f}; once it is, if this stays, ")
+    nograd = no_grad_words(ev)
+    if nograd:  # the run's own no_gradient finding: an architecture fault shown already
+        return (f"first the wiring: {nograd}; the best val loss {best:.3f} is not below the bigram baseline "
+                f"{bigram:.3f}; once it is, if this stays, ")
     wiring = wiring_advice(ev)
     if wiring:  # a stack without a shortcut is an architecture that can be judged now: it loses the current token
         return (f"first the wiring: {wiring}; the best val loss {best:.3f} is not below the bigram baseline "

@@ -302,6 +302,16 @@ class Evidence:
         return pr[-1] if pr else None
 
     @cached_property
+    def bounded_output(self) -> Optional[dict]:
+        """The test before training's finding that the model's outputs lie in [0, 1] (a forward ending in softmax or
+        sigmoid): the :attr:`leak_check` record's ``output_kind``, ``output_summary``, ``output_remedy`` and
+        ``output_floor`` (nats, the lowest loss such outputs reach), or None when it found logits or did not run."""
+        rec = self.leak_check
+        if rec is None or not rec.get("output_kind") or finite_or_none(rec.get("output_floor")) is None:
+            return None
+        return {k: rec.get(k) for k in ("output_kind", "output_summary", "output_remedy", "output_floor")}
+
+    @cached_property
     def judged_at_start(self) -> frozenset[str]:
         """Finding names a test at the start of training judged and found nothing for: ``causal_leak`` when the
         leak test of a ``model.source`` model ran clean (:attr:`leak_check`); a rule that cannot judge them from

@@ -9,11 +9,12 @@ from typing import Optional
 
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, record_verdict
-from .advice import dropout_advice, lr_advice, lr_knob, lr_knobs, wiring_advice, wiring_has
-from .evidence import Evidence, Finding, names_list as _names
+from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, wiring_advice,
+                     wiring_has)
+from .evidence import Evidence, Finding
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from ...usermodel import MODEL_LOGITS
-from .signals import divergence, init_too_high, zero_grad_params
+from .signals import divergence, init_too_high
 
 __all__ = ["loss_level", "stuck_name", "one_char_window", "no_context", "stuck_at_baseline", "bigram_stuck",
            "exploding", "overfitting", "plateau"]
@@ -172,15 +173,6 @@ def _source_check(ev: Evidence, rules: str) -> str:
     return f"{cmd} tests the model for this ({rules})" if cmd else ""
 
 
-def _no_grad_part(ev: Evidence) -> Optional[str]:
-    """"N parameters never get a gradient (no_gradient): names" when the records show some, else None."""
-    zero, total, _ = zero_grad_params(ev)
-    if not zero or len(zero) == total:
-        return None
-    return (f"{len(zero)} of {total} parameters never get a gradient ({_names(zero)}; see no_gradient): their branch "
-            "does not reach the loss")
-
-
 def _lr_part(ev: Evidence) -> Optional[str]:
     lr = lr_advice(ev)
     if not lr:
@@ -192,7 +184,10 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     """Remedies for ``bigram_stuck``: the prediction comes from the current character alone, so the
     context before it does not reach the loss. That points at the path through attention (not at
     the residual path, which carries the current character)."""
-    parts = [p for p in (dropout_advice(ev), _no_grad_part(ev)) if p]
+    bounded = bounded_output_words(ev)
+    if bounded:  # no training gets such a model below its floor: the rest would send the learner elsewhere
+        return bounded
+    parts = [p for p in (dropout_advice(ev), no_grad_words(ev)) if p]
     src = ev.section("model").get("source")
     if src:
         parts.append("the characters before the current one reach the prediction only through attention: check "
@@ -216,11 +211,14 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
 def _unigram_remedy(ev: Evidence, last: dict) -> str:
     """Remedies for ``unigram_stuck``: not even the current character (token) reaches the output. In a stack
     without shortcuts that is rank collapse (every position carries the same vector)."""
+    bounded = bounded_output_words(ev)
+    if bounded:  # no training gets such a model below its floor: the rest would send the learner elsewhere
+        return bounded
     parts = [p for p in (dropout_advice(ev),) if p]
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
-    nog = _no_grad_part(ev)
+    nog = no_grad_words(ev)
     if nog:
         parts.append(nog)
     if ev.section("model").get("source"):

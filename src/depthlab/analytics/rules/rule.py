@@ -141,12 +141,12 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     if n >= need:
         return None
     after = ev.lr_judged_grads
-    blockless = [r for r in after if r.get("update_ratio_block") == []]
-    if len(blockless) >= need and n == 0:  # records enough, but no block in any: no grad_log_interval helps
+    if n == 0 and ev.grads and all(r.get("update_ratio_block") == [] for r in ev.grads):
+        # no block in any record: no grad_log_interval and no longer run helps (a count of the records did not say so)
         source = ev.section("model").get("source")
         model = f"model.source {source}" if source else "the model"
-        return (f"{who} the update/weight ratios of the model's blocks, and the run's {len(after)} gradient records "
-                f"after the warmup hold none: no parameter of {model} sits in a numbered list of blocks (such as "
+        return (f"{who} the update/weight ratios of the model's blocks, and none of the run's {len(ev.grads)} gradient "
+                f"records holds one: no parameter of {model} sits in a numbered list of blocks (such as "
                 "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
     late = len([r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]) - len(after)
     rate = (f" at {LR_JUDGED_FRACTION:g}x the peak learning rate or more ({late} later in the decay are not judged)"
