@@ -264,14 +264,19 @@ def _save_weights(hf, out: Path) -> None:
         raise _WeightsNotWritten("model.safetensors", f"{type(e).__name__}: {e}") from None
 
 
-def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int]) -> None:
+def _write_generation_config(out: Path, bos: Optional[int], eos: Optional[int], max_length: Optional[int]) -> None:
     """generation_config.json: ``depthlab sample``'s defaults (:data:`~depthlab.config.SAMPLE_DEFAULTS`) and
-    the special ids of config.json (none for a char run: generation runs for max_new_tokens, as depthlab's)."""
+    the special ids of config.json (none for a char run: generation runs for max_new_tokens, as depthlab's).
+
+    ``max_length`` (a learned-position export: its ``block_size``) replaces ``max_new_tokens``: GPT-2's and OpenAI
+    GPT's position table has ``block_size`` rows and transformers does not crop the context, so a default
+    generation past it failed inside transformers (IndexError in ``wpe``); prompt + new tokens stop there."""
     tf = require_transformers()
     d = SAMPLE_DEFAULTS
     kw = {k: v for k, v in (("bos_token_id", bos), ("eos_token_id", eos), ("top_p", d["top_p"])) if v is not None}
+    kw.update({"max_length": max_length} if max_length else {"max_new_tokens": d["max_new_tokens"]})
     tf.GenerationConfig(do_sample=d["temperature"] > 0, temperature=d["temperature"], top_k=d["top_k"],
-                        max_new_tokens=d["max_new_tokens"], **kw).save_pretrained(str(out))
+                        **kw).save_pretrained(str(out))
 
 
 def head_name(hf: torch.nn.Module) -> str:
@@ -466,7 +471,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     try:
         with _no_progress_bar():
             _save_weights(hf, tmp)
-        _write_generation_config(tmp, bos, eos)
+        _write_generation_config(tmp, bos, eos, cfg.block_size if cfg.position == "learned" else None)
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
         # run_dir absolute: the run an --init-from refusal names to export again, whatever folder it runs in
