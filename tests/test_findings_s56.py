@@ -234,3 +234,25 @@ def test_a_huge_perplexity_is_printed_in_e_notation():
 
     rec = {"step": 0, "train_loss": 42.0, "val_loss": 42.7, "val_bpc": 61.6, "val_ppl": 3505613507260530688.0}
     assert Evaluator.describe(rec).endswith("(61.600 bits/char, ppl 3.51e+18)")
+
+
+def test_a_sweep_run_whose_final_validation_was_cut_is_run_again(tmp_path):
+    # a Ctrl-C in a sweep run's final validation left summary.json: every rerun counted it finished and still said
+    # "2 of 6 runs gave no result" (exit 1); now the run is to do, and its resume runs the final validation
+    import json
+
+    from depthlab.config import RunConfig
+    from depthlab.sweep.common import plan
+    from depthlab.sweep.spec import RunPoint
+
+    config = RunConfig().to_dict()
+    run = tmp_path / "sw" / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config))
+    point = RunPoint(name="r1", experiment="e", point={}, config=config)
+    (run / "summary.json").write_text(json.dumps({"final_step": 60, "final_validation": None,
+                                                  "final_validation_cut": True}))
+    assert plan([point], tmp_path / "sw") == ([], [point])
+    (run / "summary.json").write_text(json.dumps({"final_step": 60, "final_validation": None,
+                                                  "final_validation_cut": False}))
+    assert plan([point], tmp_path / "sw") == ([point], [])

@@ -226,13 +226,24 @@ def test_a_ctrl_c_during_the_final_validation_skips_it_and_says_so(tmp_path, tin
     run = e.value.run_dir
     assert e.value.exit_code == 128 + signal.SIGINT and lines[-1].startswith("done: best val ")
     assert str(e.value) == ("interrupted during the final validation, after the last step (4): the run is finished "
-                            "(summary.json written) and its final_validation is null")
+                            f"(summary.json written) and its final_validation is null; to run it: depthlab train "
+                            f"--resume {run}")
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["final_step"] == 4 and summary["final_validation"] is None
+    assert summary["final_step"] == 4 and summary["final_validation"] is None and summary["final_validation_cut"]
     said = [x for x in lines if x.startswith("final validation")]
     assert len(said) == 1 and said[0].startswith("final validation stopped by a signal after ") and said[0].endswith(
         "s: skipped (summary.json's final_validation is null); the training itself ended at step 4, its checkpoints "
         "written"), lines
+    # a new user's sweep stayed "interrupted" for good: its rerun skipped the run (summary.json) and a resume said
+    # "nothing to train"; the resume runs the final validation now, and trains nothing
+    from depthlab.config import RunConfig
+
+    again = []
+    bare_train(RunConfig.from_run(run), log=again.append)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["final_step"] == 4 and summary["final_validation"]["step"] == summary["best_val_step"]
+    assert summary["final_validation_cut"] is False and not [x for x in again if x.startswith("step ")], again
+    assert not any("nothing to train" in x for x in again), again
 
 
 def test_split_loss_gives_up_between_batches_when_asked():

@@ -63,7 +63,8 @@ class Interrupted(Exception):
     def at_the_end(cls, signum: int, run_dir: Path, step: int) -> "Interrupted":
         """A signal during the final validation, after the last step: nothing to resume."""
         return cls(signum, run_dir, step, f"{stopped_by(signum)} during the final validation, after the last step "
-                   f"({step}): the run is finished (summary.json written) and its final_validation is null")
+                   f"({step}): the run is finished (summary.json written) and its final_validation is null; to run "
+                   f"it: depthlab train --resume {shlex.quote(str(run_dir))}")
 
 
 def stopped_by(signum: int) -> str:
@@ -507,7 +508,8 @@ class Trainer:
                 "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
                 "target_reached_step": reached[0] if reached else None,
                 "target_reached_s": reached[1] if reached else None,
-                "final_validation": ev.final_val, **self.checkpointer.init_record}
+                "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,
+                **self.checkpointer.init_record}
 
 
 
@@ -551,9 +553,20 @@ def _nothing_left(tr: "Trainer") -> Optional[str]:
     plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing."""
     if tr.evaluator.cut_at == tr.step:  # a signal cut its last evaluation: the resume evaluates it, then ends
         return None
+    if final_validation_cut(tr.run_dir, tr.step) and tr.cfg.train.final_validation:
+        return None  # a signal cut its final validation: the resume runs it and writes summary.json again
     if tr.step >= tr.schedule.max_iters:
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     return tr.stop.ended_before_resume(tr.step, tr.evaluator)
+
+
+def final_validation_cut(run_dir: Path, step: int) -> bool:
+    """Whether ``run_dir``'s summary.json says a signal cut the final validation of the run ending at ``step``
+    (``final_validation_cut``): such a run resumes to run it (and a sweep resumes it), though nothing is left to
+    train."""
+    summary = rundir.read_json(Path(run_dir) / rundir.SUMMARY)
+    return isinstance(summary, dict) and summary.get("final_validation_cut") is True \
+        and summary.get("final_step") == step
 
 
 def _quiet(*_args, **_kw) -> None:

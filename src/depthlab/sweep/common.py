@@ -85,8 +85,8 @@ def config_diff(a: dict, b: dict) -> list[str]:
 def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tuple[list[RunPoint], list[RunPoint]]:
     """Split runs into (already done, to do), checking finished runs still match their config.
 
-    A run is done when its ``summary.json`` exists (or it ended with a deterministic failure
-    such as ``nonfinite``) and its ``config.json`` matches the requested config.
+    A run is done when its ``summary.json`` exists and does not say a signal cut its final validation (or it ended
+    with a deterministic failure such as ``nonfinite``) and its ``config.json`` matches the requested config.
 
     Args:
         points: the sweep's runs.
@@ -104,7 +104,9 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
     for p in points:
         rd = RunDir(Path(sweep_dir) / RUNS / p.name)
         status = (rd.sweep_status or {}).get("status") if isinstance(rd.sweep_status, dict) else None
-        final = rd.file(rundir.SUMMARY).exists() or status in FINAL_STATUSES
+        # a signal cut its final validation: not done, the resume runs it (else the run stayed "interrupted" for good)
+        cut = isinstance(rd.summary, dict) and rd.summary.get("final_validation_cut") is True
+        final = (rd.file(rundir.SUMMARY).exists() and not cut) or status in FINAL_STATUSES
         if final and not rerun and rd.config is not None:
             diff = config_diff(p.config, rd.config)
             if diff:

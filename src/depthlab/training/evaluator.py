@@ -125,6 +125,7 @@ class Evaluator:
         self.patience_exhausted = False
         self.session_evals = 0
         self.cut_at: Optional[int] = None  # the step whose evaluation a signal ended (evaluate's stop)
+        self.final_cut = False  # a signal ended the final validation: summary.json says so, a resume runs it
         self.final_val: Optional[dict] = None
         self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
@@ -312,6 +313,7 @@ class Evaluator:
                                         self.corpus.tokenizer.token_chars, self.runtime.device, self.runtime.ctx,
                                         loss_fn=self.port.loss, stop=stop)
         except evaluation.Stopped:  # a large val split takes minutes: a Ctrl-C there is heard, not queued
+            self.final_cut = True
             log(f"final validation stopped by a signal after {time.time() - t0:.1f}s: skipped (summary.json's "
                 f"final_validation is null); the training itself ended at step {step}, its checkpoints written")
             return
