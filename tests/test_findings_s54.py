@@ -395,7 +395,8 @@ def test_a_bpe_sweeps_results_md_says_per_token(swept, tmp_path):
     meta["runs"][0]["config"]["data"]["tokenizer"] = "bpe"
     (sw / "sweep.json").write_text(json.dumps(meta))
     write_results(sw)
-    assert "Losses in nats per token; `best_val_bpc` in bits per token." in (sw / "results.md").read_text()
+    # best_val_bpc stays bits per character (nats per token / ln 2 / characters per token): "bits per token" was false
+    assert "Losses in nats per token; `best_val_bpc` in bits per character." in (sw / "results.md").read_text()
 
 
 @pytest.mark.slow  # a run and two resumes

@@ -256,3 +256,58 @@ def test_a_sweep_run_whose_final_validation_was_cut_is_run_again(tmp_path):
     (run / "summary.json").write_text(json.dumps({"final_step": 60, "final_validation": None,
                                                   "final_validation_cut": False}))
     assert plan([point], tmp_path / "sw") == ([point], [])
+
+
+def test_a_sweep_over_another_field_is_not_told_in_blocks():
+    # a learning-rate sweep said "improves with depth: 3.955 nats at 0.001 blocks -> 3.324 at 0.01 blocks" and "the
+    # deepest plain model (0.01 blocks)"
+    from depthlab.sweep.findings import _trend, summary_lines
+
+    best, verdict = _trend({0.001: (3.955, 0, 1), 0.01: (3.324, 0, 1)}, "train.learning_rate")
+    assert (best, verdict) == (0.01, "improves as learning_rate grows: 3.955 nats at learning_rate 0.001 -> 3.324 at "
+                                     "learning_rate 0.01")
+    items = [{"config": {"train": {"seed": 1, "learning_rate": lr}, "model": {"variant": "plain"}, "data": {}},
+              "row": {"status": "ok", "best_val_loss": v}} for lr, v in ((0.001, 3.955), (0.01, 3.324))]
+    lines = summary_lines(items, "train.learning_rate", ["model.variant"], {"unigram": 3.347, "bigram": 2.482})
+    assert not [x for x in lines if "block" in x or "deepest" in x], lines
+
+
+def test_a_line_whose_best_is_its_first_value_worsens_not_improves_then_worsens():
+    from depthlab.sweep.findings import _trend
+
+    assert _trend({1: (3.274, 0, 1), 2: (3.307, 0, 1)})[1] == ("worsens a little with depth: best 3.274 at 1 block, "
+                                                              "3.307 at 2 blocks")
+    assert _trend({1: (3.3, 0, 1), 2: (3.2, 0, 1), 4: (3.25, 0, 1)})[1].startswith("improves then worsens a little")
+
+
+@pytest.mark.parametrize("loss, words", [
+    (3.830, "above the unigram baseline (3.347) by 0.483: it has not learned even how common each character is"),
+    (3.330, "at the unigram baseline (3.347)"),
+    (3.295, "between the unigram (3.347) and bigram (2.482) baselines"),
+    (2.900, "between the unigram (3.347) and bigram (2.482) baselines"),
+    (2.470, "no better than the bigram baseline (2.482)"),
+    (2.000, None),
+])
+def test_the_plain_baseline_sentence_judges_both_sides(loss, words):
+    # 3.830 (0.48 above unigram) was "at the unigram baseline"; 3.295 (0.81 above bigram) "no better than bigram"
+    from depthlab.sweep.findings import baseline_words
+
+    got = baseline_words(loss, {"unigram": 3.347, "bigram": 2.482}, "character")
+    assert (got is None) if words is None else got.startswith(words), got
+
+
+def test_a_sweep_of_runs_with_different_baselines_draws_none(tmp_path):
+    # a char x BPE sweep drew the char runs' baselines under the BPE line (its own: unigram 3.31, bigram 3.89)
+    import json
+
+    from depthlab.sweep.results import sweep_baselines
+
+    items = []
+    for name, (uni, big) in {"char": (3.19, 1.40), "bpe": (3.31, 3.89)}.items():
+        rd = tmp_path / name
+        rd.mkdir()
+        (rd / "baselines.json").write_text(json.dumps({k: {"nats": v} for k, v in
+                                                       (("uniform", 3.74), ("unigram", uni), ("bigram", big))}))
+        items.append({"run_dir": rd, "config": {"data": {"tokenizer": name}}})
+    assert sweep_baselines(items) is None
+    assert sweep_baselines(items[:1]) == {"uniform": 3.74, "unigram": 3.19, "bigram": 1.40}

@@ -35,31 +35,65 @@ def _blocks(n: Any) -> str:
     return f"{n} block" if n == 1 else f"{n} blocks"
 
 
-def _trend(d: dict[Any, tuple[float, float, int]]) -> tuple[Any, str]:
-    """(best x, verdict) for one line of mean losses keyed by depth."""
+DEPTH = "model.n_layer"
+
+
+def _at(x: Optional[str], v: Any) -> str:
+    """A point of the x axis in words: ``4 blocks`` for depth, ``learning_rate 0.01`` for any other field."""
+    return _blocks(v) if x == DEPTH else f"{(x or '').split('.')[-1]} {v}"
+
+
+def _trend(d: dict[Any, tuple[float, float, int]], x: Optional[str] = DEPTH) -> tuple[Any, str]:
+    """(best x, verdict) for one line of mean losses keyed by the values of the x field ``x`` (depth: "with depth",
+    "blocks"; another field: "as learning_rate grows")."""
     xs = [k for k in d if not math.isnan(d[k][0])]
     if not xs:
         return None, "no finished runs"
     best = min(xs, key=lambda k: d[k][0])
     lo, hi = min(xs), max(xs)
     if len(xs) < 2:
-        return best, "one depth only"
+        return best, f"one {'depth' if x == DEPTH else 'value'} only"
     first, last, bestv = d[lo][0], d[hi][0], d[best][0]
+    along = "with depth" if x == DEPTH else f"as {(x or '').split('.')[-1]} grows"
     if last >= bestv + 0.1:
-        verdict = (f"gets worse with depth: {_blocks(hi)} end {last - bestv:.3f} nats above the best "
-                   f"({_blocks(best)}, {bestv:.3f})")
+        verdict = (f"gets worse {along}: {_at(x, hi)} ends {last - bestv:.3f} nats above the best "
+                   f"({_at(x, best)}, {bestv:.3f})")
     elif last <= first - 0.02 and last <= bestv + 0.02:
-        verdict = f"improves with depth: {first:.3f} nats at {_blocks(lo)} -> {last:.3f} at {_blocks(hi)}"
+        verdict = f"improves {along}: {first:.3f} nats at {_at(x, lo)} -> {last:.3f} at {_at(x, hi)}"
     elif last <= bestv + 0.02:
-        verdict = f"about flat with depth ({first:.3f} at {lo} -> {last:.3f} at {hi} nats)"
+        verdict = f"about flat {along} ({first:.3f} at {_at(x, lo)} -> {last:.3f} at {_at(x, hi)} nats)"
+    elif best == lo:  # the best is the first value: the line never improves
+        verdict = f"worsens a little {along}: best {bestv:.3f} at {_at(x, best)}, {last:.3f} at {_at(x, hi)}"
     else:
-        verdict = (f"improves then worsens a little: best {bestv:.3f} at {_blocks(best)}, "
-                   f"{last:.3f} at {_blocks(hi)}")
+        verdict = (f"improves then worsens a little: best {bestv:.3f} at {_at(x, best)}, "
+                   f"{last:.3f} at {_at(x, hi)}")
     return best, verdict
 
 
+def baseline_words(loss: float, baselines: dict, unit: str, margin: float = 0.05) -> Optional[str]:
+    """Where a loss (nats per token) sits against the corpus baselines, in words, or None below the bigram line:
+    at the unigram line (within ``margin``), above it, at the bigram line, or between the two. Both sides are
+    judged (a loss 0.48 nats above the unigram line was called "at the unigram baseline")."""
+    u, b = baselines["unigram"], baselines.get("bigram")
+    if loss > u + margin:
+        return (f"above the unigram baseline ({u:.3f}) by {loss - u:.3f}: it has not learned even how common each "
+                f"{unit} is (too few steps, or nothing of the input reaches the output)")
+    if loss >= u - margin:
+        return (f"at the unigram baseline ({u:.3f}): it predicts {unit} frequencies and uses no context at all, not "
+                f"even the current {unit}")
+    if b is None or b >= u:  # i.i.d. text: no bigram line below the unigram one to compare with
+        return None
+    if loss > b + margin:
+        return (f"between the unigram ({u:.3f}) and bigram ({b:.3f}) baselines: it has learned part of what the "
+                f"current {unit} says")
+    if loss >= b - margin:
+        return (f"no better than the bigram baseline ({b:.3f}): it predicts from the current {unit} alone and uses "
+                "almost none of the context before it")
+    return None
+
+
 def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character") -> list[str]:
-    """The deepest plain model vs the best shallower one, and vs the corpus baselines."""
+    """The deepest plain model vs the best shallower one, and vs the corpus baselines (a depth axis only)."""
     deep = max(d)
     shallow = {k: v for k, v in d.items() if k < deep}
     bk = min(shallow, key=lambda k: shallow[k][0])
@@ -67,13 +101,9 @@ def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character") ->
     out = [f"The deepest plain model ({_blocks(deep)}) is {diff:+.3f} nats/{short_unit(unit)} "
            f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({_blocks(bk)})."]
     if baselines and baselines.get("unigram") is not None:
-        u, b = baselines["unigram"], baselines.get("bigram")
-        if d[deep][0] >= u - 0.05:
-            out.append(f"At {_blocks(deep)} plain is at the unigram baseline ({u:.3f}): it predicts {unit} "
-                       f"frequencies and uses no context at all, not even the current {unit}.")
-        elif b is not None and d[deep][0] >= b - 0.05:
-            out.append(f"At {_blocks(deep)} plain is no better than the bigram baseline ({b:.3f}): it predicts from "
-                       f"the current {unit} alone and uses almost none of the context before it.")
+        where = baseline_words(d[deep][0], baselines, unit)
+        if where:
+            out.append(f"At {_blocks(deep)} plain is {where}.")
     return out
 
 
@@ -101,7 +131,7 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
     unit = sweep_unit(items)
     u = short_unit(unit)
     for g, d in sorted(agg.items()):
-        best, verdict = _trend(d)
+        best, verdict = _trend(d, x)
         if best is None:
             out.append(f"{g}: {verdict}.")
             continue
@@ -111,7 +141,7 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
             out.append(f"{g}: best val loss {m:.3f}{spread} nats/{u} ({m / LN2:.3f} bits/{u}).")
             continue
         out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
-    if "plain" in agg and len(agg["plain"]) > 1:
+    if x == DEPTH and "plain" in agg and len(agg["plain"]) > 1:
         out += _plain_lines(agg["plain"], baselines, unit)
     failed = [it for it in items if it["row"]["status"] not in OK_STATUSES]
     if failed:

@@ -284,7 +284,8 @@ def write_results(sweep_dir: str | Path) -> tuple[Path, Path]:
         lines.append("| " + " | ".join(_cell(r.get(c)).replace("|", "/") for c in md_cols) + " |")
     notes = [f"- `{r['run']}`: {r['status']}: {r['message']}" for r in rows if r.get("message")]
     unit = _unit(sweep_dir)
-    text = (f"# Sweep results\n\nLosses in nats per {unit}; `best_val_bpc` in bits per {unit}.\n\n"
+    # bpc is bits per character on a BPE run too (nats per token / ln 2 / characters per token)
+    text = (f"# Sweep results\n\nLosses in nats per {unit}; `best_val_bpc` in bits per character.\n\n"
             + "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else ""))
     write_generated(sweep_dir / RESULTS_MD, text.encode())
     _write_aggregates(sweep_dir)
@@ -424,22 +425,29 @@ def corpus_baselines(data_config: Optional[dict] = None) -> dict[str, float]:
 def sweep_baselines(items: Sequence[dict]) -> Optional[dict[str, float]]:
     """The corpus baselines of a sweep's runs (nats/char), or None when they cannot be had.
 
-    Read from the first run directory with a ``baselines.json``; else computed from the first
-    run's corpus (:func:`corpus_baselines`).
+    Read from the runs' ``baselines.json``; else computed from the first run's corpus (:func:`corpus_baselines`).
+    None too when the runs have different baselines (a grid over ``data.tokenizer`` or ``data.path``): one set of
+    lines drawn for all of them put a BPE line against the characters' baselines.
 
     Args:
         items: from :func:`sweep_items`.
 
     Returns:
-        ``{"uniform", "unigram", "bigram"}`` in nats per character, or None.
+        ``{"uniform", "unigram", "bigram"}`` in nats per token, or None.
     """
+    seen = []
     for it in items:
         b = RunDir(it["run_dir"]).baselines
         if isinstance(b, dict):
             try:
-                return {k: float(b[k]["nats"]) for k in ("uniform", "unigram", "bigram")}
+                seen.append({k: float(b[k]["nats"]) for k in ("uniform", "unigram", "bigram")})
             except (KeyError, TypeError, ValueError):
                 pass
+    datas = {json.dumps((it.get("config") or {}).get("data"), sort_keys=True, default=str) for it in items}
+    if len({tuple(round(v, 6) for v in b.values()) for b in seen}) > 1 or (len(datas) > 1 and len(seen) < len(items)):
+        return None  # the runs' corpora or tokenizers differ: no one set of lines is true of all of them
+    if seen:
+        return seen[0]
     try:
         return corpus_baselines((items[0]["config"] if items else {}).get("data"))
     except Exception:  # noqa: BLE001 - baselines are decoration; results work without them
