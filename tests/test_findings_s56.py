@@ -311,3 +311,28 @@ def test_a_sweep_of_runs_with_different_baselines_draws_none(tmp_path):
         items.append({"run_dir": rd, "config": {"data": {"tokenizer": name}}})
     assert sweep_baselines(items) is None
     assert sweep_baselines(items[:1]) == {"uniform": 3.74, "unigram": 3.19, "bigram": 1.40}
+
+
+@pytest.mark.parametrize("summary, status", [
+    ({"stopped_by": "max_time", "planned_end": True, "final_step": 57}, "ok"),
+    ({"stopped_by": "max_time", "planned_end": False, "final_step": 57}, "time_capped"),
+])
+def test_a_sweep_run_at_the_end_fit_to_time_planned_is_finished(tmp_path, monkeypatch, summary, status):
+    # a sweep with --train.max_time 5: both runs ended where fit_to_time planned, and the report said "0 ok, 2 not
+    # ok", "No finished runs yet" and drew no figure
+    import json
+
+    from depthlab import analytics
+    from depthlab.config import RunConfig
+    from depthlab.sweep.local import _train_one
+
+    def fake_train(cfg, log=None, callbacks=(), hparam_fields=None):
+        rd = tmp_path / "run"
+        rd.mkdir(exist_ok=True)
+        (rd / "summary.json").write_text(json.dumps(summary))
+        return rd
+
+    monkeypatch.setattr(analytics, "train", fake_train)
+    config = RunConfig().to_dict()
+    config["train"]["max_iters"] = 100000
+    assert _train_one(config, lambda s: None)[0] == status

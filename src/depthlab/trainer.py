@@ -506,6 +506,7 @@ class Trainer:
                 "tokens_per_sec_overall": self.tokens_seen / max(wall, 1e-9),
                 "params": self.port.num_params(), "nonfinite_skips": self.stepper.nonfinite_skips,
                 "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
+                "planned_end": self.stop.planned_end,
                 "target_reached_step": reached[0] if reached else None,
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,

@@ -94,6 +94,8 @@ def _train_one(config: dict, log: Log, callbacks: Sequence = (),
         run_dir = analytics.train(cfg, log=log, callbacks=list(callbacks), hparam_fields=hparam_fields)
         summ = RunDir(run_dir).summary or {}
         by = summ.get("stopped_by")  # absent in runs of older releases: a short run was time-capped
+        if summ.get("planned_end") is True:  # the end train.fit_to_time planned: the run is whole, its decay done
+            return "ok", ""
         if by == "max_time" or (by is None and summ.get("final_step", 0) < cfg.train.max_iters):
             return "time_capped", f"stopped by train.max_time at step {summ.get('final_step')}"
         return "ok", ""

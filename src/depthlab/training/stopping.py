@@ -38,6 +38,7 @@ class StopRules:
         self.train, self.runtime, self.log = train, runtime, log
         self.signum: Optional[int] = None
         self.stopped_by = "max_iters"
+        self.planned_end = False  # stopped_by max_time at the end train.fit_to_time planned (its decay finished)
 
     def caught(self) -> bool:
         """Whether a SIGINT / SIGTERM was caught (or asked for) since the loop started."""
@@ -93,6 +94,7 @@ class StopRules:
                      "the stored plan" if planned != t.max_time else "")
             self.log(f"stopped at step {step}: the end train.fit_to_time planned for train.max_time "
                      f"{planned:g} s{other} ({budget.plan.max_iters_asked} steps were asked for)")
+            self.planned_end = True
             return "max_time"  # the time budget ended the run, with its decay finished
         if time_up:
             plan = (" (the budget ended before train.fit_to_time had timed the steps it plans from)"
