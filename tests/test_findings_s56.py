@@ -336,3 +336,19 @@ def test_a_sweep_run_at_the_end_fit_to_time_planned_is_finished(tmp_path, monkey
     config = RunConfig().to_dict()
     config["train"]["max_iters"] = 100000
     assert _train_one(config, lambda s: None)[0] == status
+
+
+def test_token_cosine_of_a_tiny_stream_is_its_direction_not_zero():
+    # a collapsed plain stack's stream of norm ~1e-17 read as cosine 0.000 (normalize's eps in float32)
+    import torch
+
+    from depthlab.analytics.activations import token_cosine
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, 1, 32, generator=g)
+    x = base + 0.1 * torch.randn(2, 8, 32, generator=g)
+    ref = token_cosine(x)
+    assert 0.9 < ref < 1.0
+    for scale in (1e-17, 1e-30, 1e20):
+        assert token_cosine(x * scale) == pytest.approx(ref, rel=1e-6), scale
+    assert token_cosine(torch.zeros(1, 4, 8)) == 0.0  # all zero: no direction, as before

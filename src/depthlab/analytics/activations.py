@@ -160,12 +160,16 @@ def token_cosine(x: torch.Tensor) -> float:
         Mean over pairs i != j and over the batch, in [-1, 1]; 1 means all tokens point the same
         way (collapse). NaN when T < 2.
     """
-    x = x.detach().float()
+    x = x.detach().double()
     if x.dim() == 2:
         x = x.unsqueeze(0)
     B, T, _ = x.shape
     if T < 2:
         return float("nan")
+    # float64, each vector scaled by its largest entry first: a collapsed plain stack's stream (norm ~1e-17) fell
+    # under normalize's eps 1e-12 in float32 and read as cosine 0 ("fully diverse") beside a rank measure of 0.5
+    peak = x.abs().amax(dim=-1, keepdim=True)
+    x = x / torch.where(peak > 0, peak, torch.ones_like(peak))
     xn = torch.nn.functional.normalize(x, dim=-1)
     g = xn @ xn.transpose(1, 2)  # (B, T, T)
     off = g.sum(dim=(1, 2)) - g.diagonal(dim1=1, dim2=2).sum(dim=1)
