@@ -352,3 +352,19 @@ def test_token_cosine_of_a_tiny_stream_is_its_direction_not_zero():
     for scale in (1e-17, 1e-30, 1e20):
         assert token_cosine(x * scale) == pytest.approx(ref, rel=1e-6), scale
     assert token_cosine(torch.zeros(1, 4, 8)) == 0.0  # all zero: no direction, as before
+
+
+def test_a_sweeps_schedule_warning_is_a_depthlab_warning_on_stderr(capsys, tmp_path):
+    # "warning: 4 of the 4 runs to train: train.warmup_iters (50) >= train.max_iters (30) ..." went to stdout, bare
+    from depthlab.cli import main
+
+    from conftest import TINY_TEXT
+
+    (tmp_path / "t.txt").write_text(TINY_TEXT)
+    rc = main(["sweep", "--grid", "model.n_layer=1", "--data.path", str(tmp_path / "t.txt"), "--model.n_embd", "16",
+               "--model.n_head", "2", "--model.block_size", "8", "--train.max_iters", "3", "--train.warmup_iters", "5",
+               "--train.eval_iters", "1", "--out_dir", str(tmp_path / "sw"), "--no_report", "--threads", "1"])
+    out = capsys.readouterr()
+    assert rc == 0
+    assert "depthlab: warning: 1 of the 1 run to train: train.warmup_iters (5) >= train.max_iters (3)" in out.err, out
+    assert "warning:" not in out.out, out.out

@@ -801,6 +801,7 @@ def _sweep_reports(ns, out_dir: str, failed: bool) -> None:
 def run_sweep(ns, argv: list[str]) -> int:
     """``depthlab sweep``: plan, run (or list) the grid, then write the comparison report."""
     from . import sweep
+    from .training.runtime import console
     from .config import check_threads
     from .sweep.run import refuse_ray_options
     from .sweep.spec import refuse_flags_on_axes
@@ -826,7 +827,8 @@ def run_sweep(ns, argv: list[str]) -> int:
     if not ns.no_report:
         _report_writable(Path(out_dir))
     try:
-        sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=print,
+        # console: the sweep's warnings on stderr as "depthlab: warning: ..." (print put them on stdout, bare)
+        sweep.run_sweep(spec, out_dir, workers=ns.workers, threads=ns.threads, rerun=ns.overwrite, log=console,
                         backend=ns.backend, ray_address=ns.ray_address, ray_scheduler=ns.ray_scheduler,
                         seeds=ns.seeds)
     except KeyboardInterrupt:
