@@ -368,3 +368,13 @@ def test_a_sweeps_schedule_warning_is_a_depthlab_warning_on_stderr(capsys, tmp_p
     assert rc == 0
     assert "depthlab: warning: 1 of the 1 run to train: train.warmup_iters (5) >= train.max_iters (3)" in out.err, out
     assert "warning:" not in out.out, out.out
+
+
+def test_report_of_a_part_of_a_run_names_the_run(capsys, run):
+    # "report: RUN/checkpoints is neither a depthlab run directory ... nor a sweep folder", while diagnose, sample
+    # and layers name the run
+    from conftest import cli_err
+
+    err = cli_err(capsys, "report", str(run / "checkpoints"))
+    assert err.strip() == (f"depthlab: error: report: {run / 'checkpoints'} is not a depthlab run directory but a part "
+                           f"of the run {run}; give the run's folder, {run}"), err

@@ -629,12 +629,15 @@ def run_report(ns) -> int:
     if not Path(ns.run_dir).exists() and above.is_dir():  # report takes a sweep folder too: the fix names both
         raise DepthlabError(f"report: {ns.run_dir} not found; give the out_dir of a depthlab train run or of a "
                             "depthlab sweep")
-    from .rundir import CONFIG, METRICS, RunDir
+    from .rundir import CONFIG, METRICS, RunDir, part_of_words
     given = Path(ns.run_dir)
     if given.exists() and not given.is_dir():
         raise DepthlabError(f"report: {given} is a file, not a run directory or a sweep folder; give the out_dir of a "
                             "depthlab train run or of a depthlab sweep")
     if given.is_dir() and not RunDir(given).ran:
+        part = part_of_words(given)  # RUN/checkpoints, SWEEP/plots: report takes either folder, named
+        if part:
+            raise DepthlabError(f"report: {part}")
         # was: "give the out_dir of a depthlab train run", though report takes a sweep's folder too
         raise DepthlabError(f"report: {given} is neither a depthlab run directory (no {CONFIG} or {METRICS}) nor a "
                             "sweep folder (no sweep.json); give the out_dir of a depthlab train run or of a "

@@ -453,6 +453,17 @@ def nested_resume_error(run_dir: Path) -> Optional[DepthlabError]:
                          f"of {name}, then resume it there (--resume NEW_PLACE)")
 
 
+def part_of_words(path: Path) -> Optional[str]:
+    """``X is not a depthlab run directory but a part of the run RUN; give the run's folder, RUN`` when ``path`` lies
+    inside a run (``RUN/checkpoints``, ``RUN/plots``), or the same of a sweep folder; None otherwise."""
+    found = _enclosing(path)
+    if found is None:
+        return None
+    kind, where = found
+    what = "the run" if kind == "run" else "the sweep folder"
+    return f"{path} is not a depthlab run directory but a part of {what} {where}; give the {kind}'s folder, {where}"
+
+
 def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> DepthlabError:
     """The one error for a folder that is not a run: it lacks all of ``missing``. A sweep folder (``sweep.json``,
     its runs in ``runs/NAME/``) is named as one, with a run of it to give instead.
@@ -475,8 +486,7 @@ def not_a_run_error(path: Path, missing: Iterable[str] = (CONFIG, METRICS)) -> D
         return DepthlabError(f"{path} holds no run, but {set_aside_words(path, aside, 'rmdir')}")
     found = _enclosing(path)
     if found is not None and found[0] == "run":  # RUN/checkpoints, RUN/config.json: the run was meant
-        return DepthlabError(f"{path} is not a depthlab run directory but a part of the run {found[1]}; give the run's "
-                             f"folder, {found[1]}")
+        return DepthlabError(part_of_words(path))
     return DepthlabError(f"{path} is not a depthlab run directory (no {' or '.join(missing) or 'files'}); "
                          "give the out_dir of a depthlab train run")
 
