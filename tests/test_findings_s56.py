@@ -378,3 +378,35 @@ def test_report_of_a_part_of_a_run_names_the_run(capsys, run):
     err = cli_err(capsys, "report", str(run / "checkpoints"))
     assert err.strip() == (f"depthlab: error: report: {run / 'checkpoints'} is not a depthlab run directory but a part "
                            f"of the run {run}; give the run's folder, {run}"), err
+
+
+def test_from_run_of_a_config_file_names_its_run(run):
+    # "RUN/config.json/config.json cannot be read (Not a directory)"
+    from depthlab import DepthlabError, RunConfig
+
+    with pytest.raises(DepthlabError) as e:
+        RunConfig.from_run(run / "config.json")
+    assert str(e.value) == (f"{run / 'config.json'} is a file, not a run directory; give the out_dir of a depthlab "
+                            f"train run; its run is {run}: RunConfig.from_run({str(run)!r})"), str(e.value)
+
+
+def test_the_python_api_checks_types_and_says_its_own_words(run, capsys):
+    import torch
+
+    from depthlab import DepthlabError, RunConfig, generate, load_run, sample_text, train
+
+    model, tok = load_run(run)
+    for call, words in [
+        (lambda: generate(model, torch.tensor([[1]]), -1), "max_new_tokens must be >= 0, got -1"),
+        (lambda: generate(model, torch.tensor([[1]]), 3, top_p="x"), "top_p must be in (0, 1], got 'x'"),
+        (lambda: sample_text(run, 5, 5), "prompt must be a string (\"\" or None: start from a newline), got 5"),
+        (lambda: sample_text(run, "a", 3, top_p="x"), "top_p must be in (0, 1], got 'x'"),
+    ]:
+        with pytest.raises(DepthlabError) as e:
+            call()
+        assert str(e.value) == words
+    # a resume with nothing to train: its line names the config field, not the flag
+    lines = []
+    train(RunConfig.from_run(run), log=lines.append)
+    said = " ".join(lines) + capsys.readouterr().err
+    assert "nothing to train" in said and "--train." not in said, said

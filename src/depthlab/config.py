@@ -805,7 +805,13 @@ class RunConfig:
         """
         import json
 
-        path = Path(run_dir) / "config.json"
+        given = Path(run_dir)
+        if given.is_file():  # RUN/config.json itself: "RUN/config.json/config.json cannot be read" said nothing
+            inside = (f"; its run is {given.parent}: RunConfig.from_run({str(given.parent)!r})"
+                      if given.name == "config.json" and (given.parent / "checkpoints").is_dir() else "")
+            raise DepthlabError(f"{given} is a file, not a run directory; give the out_dir of a depthlab train "
+                                f"run{inside}")
+        path = given / "config.json"
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:

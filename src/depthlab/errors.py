@@ -43,6 +43,9 @@ def _from_run(m: re.Match) -> str:
 _API_PATTERNS = ((re.compile(r"--resume ('[^']*'|\S+?)(?=[,;)]?(?:\s|$))"), _from_run),
                  (re.compile(r"--checkpoint (best|last)\b"), r"which='\1'"),
                  (re.compile(r"--device (\w+(?::\d+)?)"), r"device='\1'"),
+                 (re.compile(r"--(data|model|train)\.(\w+) (true|false)\b"),
+                  lambda m: f"{m.group(1)}.{m.group(2)}={m.group(3).capitalize()}"),
+                 (re.compile(r"--(data|model|train)\.(\w+) (-?\d[\d.e+-]*)(?=[\s,;:)]|$)"), r"\1.\2=\3"),
                  (re.compile(r"--(data|model|train)\.(\w+)"), r"\1.\2"))
 
 

@@ -44,7 +44,8 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise DepthlabError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 0):
         raise DepthlabError(f"--top-k must be an integer >= 0 (0 = off), got {top_k!r}")
-    if top_p is not None and not (0.0 < top_p <= 1.0):
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0.0 < top_p <= 1.0):  # "x" failed in the comparison with a TypeError
         raise DepthlabError(f"--top-p must be in (0, 1], got {top_p!r}")
     if not isinstance(max_new_tokens, numbers.Integral):  # 5.5 failed in torch's new_empty with a TypeError
         raise DepthlabError(f"--max-new-tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -57,7 +58,6 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
     _check_num_samples(num_samples, max_new_tokens)
 
 
-#: The sampling flags' words and the keyword arguments of :func:`sample_text` they stand for.
 def _check_num_samples(n: int, max_new_tokens: int) -> None:
     """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
     if not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
@@ -280,7 +280,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
         ForwardFailed: the forward of a model that is not depthlab's GPT raises on these ids, or returns logits of
             another batch or length (a batch size or length written into its code).
     """
-    check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    with api_errors():  # the arguments of this function, not sample's flags (sample_text checks them first)
+        check_sampling_args(temperature, top_k, top_p, max_new_tokens)
     _check_ids(model, idx)
     was_training = model.training
     model.eval()
@@ -430,6 +431,8 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
     with api_errors():  # the command line checks these first, in its flags' words: only a Python caller gets here
         check_sampling_args(temperature, top_k, top_p, max_new_tokens, num_samples)
         device = _api_device(which, device)
+    if prompt is not None and not isinstance(prompt, str):  # 5 failed in the vocabulary test with a TypeError
+        raise DepthlabError(f"prompt must be a string (\"\" or None: start from a newline), got {prompt!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**63:
         raise DepthlabError(f"seed must be an integer from 0 to 2**63 - 1, got {seed!r}")  # was torch's RuntimeError
     # the context length comes from the checkpoint that built the model, not config.json: a damaged config.json

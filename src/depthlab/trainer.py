@@ -31,7 +31,7 @@ from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
-from .errors import DepthlabError, Terminated, api_errors
+from .errors import DepthlabError, Terminated, api_errors, api_words
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
@@ -679,7 +679,7 @@ def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = 
             kept); Interrupted.
     """
     with api_errors():  # the command line builds its own Trainer: only a Python caller gets here
-        return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log))
+        return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=lambda s: log(api_words(s))))
 
 
 def fit_checked(run: Trainer) -> Path:
