@@ -410,3 +410,19 @@ def test_the_python_api_checks_types_and_says_its_own_words(run, capsys):
     train(RunConfig.from_run(run), log=lines.append)
     said = " ".join(lines) + capsys.readouterr().err
     assert "nothing to train" in said and "--train." not in said, said
+
+
+@pytest.mark.parametrize("source, how", [
+    ("measured", "was fastest"), ("cached", "was fastest when measured earlier on this machine"),
+    ("resumed", "is the run's own earlier choice"),
+    ("rule", "is the auto choice (not measured: about 20 s of training planned, under 60 s)"),
+])
+def test_the_restart_line_says_how_the_setting_was_chosen(source, how):
+    # a resume that kept its run's policy (nothing measured) said "passive was fastest; restarting ..."
+    from depthlab.training.autotune import Restart, Setting, Tuning
+
+    setting = Setting(threads=2, dtype="float32", attention="sdpa", omp_wait="passive")
+    r = Restart({"OMP_WAIT_POLICY": "PASSIVE"}, Tuning(setting, source, "not measured: about 20 s of training "
+                                                                         "planned, under 60 s"))
+    assert r.line() == (f"auto settings: {setting.label()} {how}; restarting with OMP_WAIT_POLICY=PASSIVE (read "
+                        "once, when torch loads)")

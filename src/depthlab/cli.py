@@ -108,8 +108,7 @@ def run_train(ns) -> int:
     except Restart as r:  # raised before anything was written: the same command, another OpenMP policy
         import os
 
-        print(f"auto settings: {r.tuning.setting.label()} was fastest; restarting with "
-              f"OMP_WAIT_POLICY={r.env['OMP_WAIT_POLICY']} (read once, when torch loads)", flush=True)
+        print(r.line(), flush=True)
         sys.stderr.flush()
         os.execve(sys.executable, [sys.executable, "-m", "depthlab", *_PROCESS_ARGV], {**os.environ, **r.env})
     say_deferred_notices()  # the run is made: a refusal above said its one line alone

@@ -155,20 +155,20 @@ class Tuning:
 
 
 class Restart(Exception):
-    """The fastest setting needs another OpenMP wait policy: the command line restarts the process with ``env``."""
+    """The chosen setting needs another OpenMP wait policy: the command line restarts the process with ``env``."""
 
     def __init__(self, env: dict[str, str], tuning: Tuning):
         self.env, self.tuning = env, tuning
         super().__init__(f"restart with OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']}")
 
-
-# ------------------------------------------------------------------------- the machine
-
-
-
-
-
-
+    def line(self) -> str:
+        """The console line before the restart, true of how the setting was chosen (a resume keeping its run's
+        policy said "was fastest", though nothing was measured)."""
+        how = {"measured": "was fastest", "cached": "was fastest when measured earlier on this machine",
+               "resumed": "is the run's own earlier choice"}.get(self.tuning.source,
+                                                                 f"is the auto choice ({self.tuning.why})")
+        return (f"auto settings: {self.tuning.setting.label()} {how}; restarting with "
+                f"OMP_WAIT_POLICY={self.env['OMP_WAIT_POLICY']} (read once, when torch loads)")
 
 
 # ------------------------------------------------------------------------- candidates and choice
