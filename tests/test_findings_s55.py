@@ -182,8 +182,12 @@ def test_a_typo_in_an_experiments_keys_is_refused_not_kept_as_a_claim_setting(ca
                                 "you mean base?"), err
 
 
-@pytest.mark.parametrize("more, said", [([], "run the same command again to finish it"),
-                                        (["--overwrite"], "run the same command again without --overwrite to finish")])
+@pytest.mark.parametrize("more, said", [
+    ([], "run the same command again to finish it (finished runs in "),
+    # s56: "finished runs are kept" was false of the earlier runs --overwrite had deleted
+    (["--overwrite"], "run the same command again without --overwrite to finish it (the runs this command finished "
+                      "in "),
+])
 def test_an_interrupted_overwrite_sweep_is_told_to_go_on_without_overwrite(capsys, monkeypatch, tmp_path, more, said):
     # "run the same command again" with --overwrite deleted the checkpoints it promised to continue from
     from depthlab import sweep

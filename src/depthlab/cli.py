@@ -835,10 +835,11 @@ def run_sweep(ns, argv: list[str]) -> int:
                         seeds=ns.seeds)
     except KeyboardInterrupt:
         # again with --overwrite, it would delete what this one trained
+        kept = (f"the runs this command finished in {out_dir} are kept, the earlier ones --overwrite deleted are "
+                "trained again" if ns.overwrite else f"finished runs in {out_dir} are kept")
         print(f"{PROG}: sweep interrupted; run the same command again{' without --overwrite' if ns.overwrite else ''} "
-              f"to finish it (finished runs in "
-              f"{out_dir} are kept; interrupted ones continue from their last checkpoint, or from step 0 if they have "
-              "none)", file=sys.stderr)
+              f"to finish it ({kept}; interrupted ones continue from their last checkpoint, or from step 0 if they "
+              "have none)", file=sys.stderr)
         return 130
     bad, n = sweep.failed_runs(out_dir)  # from the run folders: right also where results.csv could not be written
     _sweep_reports(ns, out_dir, bool(bad))
