@@ -426,3 +426,15 @@ def test_the_restart_line_says_how_the_setting_was_chosen(source, how):
                                                                          "planned, under 60 s"))
     assert r.line() == (f"auto settings: {setting.label()} {how}; restarting with OMP_WAIT_POLICY=PASSIVE (read "
                         "once, when torch loads)")
+
+
+def test_a_claims_setting_names_muons_rate_on_muon_runs():
+    # "width 16, lr 0.005, 30 steps": the runs resolved to Muon, whose block matrices trained at muon_lr 0.01
+    from depthlab.sweep.claim_common import lr_of
+
+    def item(opt):
+        return {"config": {"train": {"learning_rate": 0.005, "muon_lr": 0.01, "optimizer": "auto"},
+                           "resolved": {"optimizer": opt}}}
+
+    assert lr_of([item("muon")]) == "Muon lr 0.01 (blocks' matrices), AdamW lr 0.005 (the rest)"
+    assert lr_of([item("adamw")]) == "lr 0.005"

@@ -78,6 +78,18 @@ def vals_of(items: Sequence[dict], key: str) -> str:
     return ", ".join(fmt_value(v, "g", missing="None") for v in vs)
 
 
+def lr_of(items: Sequence[dict]) -> str:
+    """The learning rates that trained the runs, in words: ``lr 0.005`` when AdamW trained them all, else
+    ``Muon lr 0.01 (blocks' matrices), AdamW lr 0.005 (the rest)`` (config.json's ``resolved.optimizer``: a Muon
+    run's blocks train at train.muon_lr, which the claim's setting said nothing of)."""
+    from ..config import ran_optimizer
+
+    if any(ran_optimizer(it.get("config")) == "muon" for it in items):
+        return (f"Muon lr {vals_of(items, 'train.muon_lr')} (blocks' matrices), AdamW lr "
+                f"{vals_of(items, 'train.learning_rate')} (the rest)")
+    return f"lr {vals_of(items, 'train.learning_rate')}"
+
+
 def sorted_values(items: Sequence[dict], key: str) -> list:
     return sorted({field_value(it["config"], key) for it in items if field_value(it["config"], key) is not None})
 

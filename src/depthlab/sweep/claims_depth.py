@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from .stats import (ALPHA, All, Any as AnyOf, Node, fmt_p, greater, p_yes, verdict, welch_greater)
 from .claim_common import (TESTS_NOTE, ClaimRow, cell_short, claim_row, compared_text, final_losses, grid_text,
-                           init_grad_blocks, init_last_rank, loss_leaf, run_ok, seeds_of, select, short_list,
+                           init_grad_blocks, init_last_rank, loss_leaf, lr_of, run_ok, seeds_of, select, short_list,
                            sorted_values, steps_to, vals_of)
 
 
@@ -98,7 +98,7 @@ def degradation(items: Sequence[dict], extra: dict) -> ClaimRow:
     test = All(kids) if kids and "plain" in sorted_values(items, "model.variant") else None
     return claim_row(["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
                    "He et al. 2016, Deep residual learning (CVPR; shown there for CNNs)",
-                   f"width {vals_of(items, 'model.n_embd')}, lr {vals_of(items, 'train.learning_rate')}, "
+                   f"width {vals_of(items, 'model.n_embd')}, {lr_of(items)}, "
                    f"{vals_of(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
                    f"{seeds_of(items)}; yes = deepest plain > best shallower + 0.1 and every residual variant's "
                    f"deepest < its best shallower + 0.02; {TESTS_NOTE}",
@@ -144,7 +144,7 @@ def depth_helps(items: Sequence[dict], extra: dict) -> ClaimRow:
     return claim_row(["With shortcuts, depth helps: pre-LN's best val loss falls as blocks are added while "
                       "plain's rises",
                    "He et al. 2016 (deeper residual nets are better, plain ones worse)",
-                   f"width {vals_of(items, 'model.n_embd')}, lr {vals_of(items, 'train.learning_rate')}, "
+                   f"width {vals_of(items, 'model.n_embd')}, {lr_of(items)}, "
                    f"{vals_of(items, 'train.max_iters')} steps for every depth, mean ± sd over "
                    f"{seeds_of(items)}; yes = "
                    f"pre-LN's deepest < its shallowest and plain's deepest > its shallowest + 0.1; {TESTS_NOTE}",
@@ -220,8 +220,8 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> ClaimRow:
     return claim_row(["Post-LN needs warmup: without warmup post-LN trains badly or diverges where post-LN with warmup "
                    "and pre-LN train",
                    "Xiong et al. 2020, On layer normalization in the Transformer architecture (ICML)",
-                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, Adam lr "
-                   f"{vals_of(items, 'train.learning_rate')}, warmup {vals_of(items, 'train.warmup_iters')} "
+                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, "
+                   f"{lr_of(items)}, warmup {vals_of(items, 'train.warmup_iters')} "
                    "steps, init "
                    f"{vals_of(items, 'model.init')}, {vals_of(items, 'train.max_iters')} steps, best val loss "
                    "(nats/char), "

@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ..units import finite_or_none
 from .stats import (All, Any as AnyOf, Leaf, greater)
 from .claim_common import (TESTS_NOTE, ClaimRow, cell_short, claim_row, compared_text, final_losses, loss_leaf,
-                           run_ok, seeds_of, select, short_list, sorted_values, vals_of)
+                           lr_of, run_ok, seeds_of, select, short_list, sorted_values, vals_of)
 
 
 def _noninferior_cells(items: Sequence[dict], base: tuple[str, str], new: tuple[str, str],
@@ -44,8 +44,8 @@ def _noninferior_claim(items: Sequence[dict], base: tuple[str, str], new: tuple[
     parts, kids = _noninferior_cells(items, base, new)
     test = All(kids) if kids else None
     return claim_row([claim, source,
-                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, lr "
-                   f"{vals_of(items, 'train.learning_rate')}, {vals_of(items, 'train.max_iters')} steps, best val loss "
+                   f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, "
+                   f"{lr_of(items)}, {vals_of(items, 'train.max_iters')} steps, best val loss "
                    f"(nats/char), mean ± sd over {seeds_of(items)}; yes = {new[1]} < {base[1]} + 0.02 (or fails less "
                    f"often) at every depth and lr; {TESTS_NOTE}",
                    "; ".join(parts) + (f". {compared_text(test)}" if test else "")], test)
