@@ -381,9 +381,7 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_train_start(self, StepInfo(step=self.step, tokens_seen=self.tokens_seen))
         except BaseException as e:  # the baselines of a large corpus take seconds: the old run is not lost there
-            removed = None if self.resumed else self._remove_new_dirs()
-            if removed and isinstance(e, KeyboardInterrupt) and not e.args:  # said once, by whoever catches it
-                e.args = (before_the_first_step(e, removed),)
+            _undone(self, e)
             raise
         bar = _progress_bar(self.is_main and self.cfg.train.progress, self.schedule.max_iters, self.step)
         with self.stop.signals_caught(), self.runtime.numerics():
@@ -585,10 +583,16 @@ def _undo_start(tr: "Trainer") -> KeyboardInterrupt:
     """The stop (Ctrl-C, or :class:`~depthlab.errors.Terminated`) of a run before its first step trained, as one
     while it started: what the start wrote is removed and a run ``--overwrite`` set aside is put back (a stop in a
     long evaluation 0 had deleted it for a step-0 checkpoint)."""
-    e = Terminated() if tr.stop.signum == signal.SIGTERM else KeyboardInterrupt()
     tr.checkpointer.wait_agreed()  # a best.safetensors evaluation 0 wrote in the background: done before removal
-    removed = tr._remove_new_dirs()
-    if removed:
+    return _undone(tr, Terminated() if tr.stop.signum == signal.SIGTERM else KeyboardInterrupt())
+
+
+def _undone(tr: "Trainer", e: BaseException) -> BaseException:
+    """``e``, ending a run before its first step trained, after the start is undone: a new run's folders removed (a
+    run ``--overwrite`` set aside put back; a resumed run keeps everything), and a stop (Ctrl-C, SIGTERM) with no
+    words of its own given the line saying what was undone (said once, by whoever catches it)."""
+    removed = None if tr.resumed else tr._remove_new_dirs()
+    if removed and isinstance(e, KeyboardInterrupt) and not e.args:
         e.args = (before_the_first_step(e, removed),)
     return e
 
