@@ -145,10 +145,16 @@ def diagnose_run_full(run_dir: Path | str, thresholds: Optional[Thresholds] = No
     return list(d.findings), d.without_data()
 
 
+def not_judged_names(without_data: Sequence[object]) -> set[str]:
+    """The rule names :meth:`Diagnosis.without_data`'s lines (each ``"a, b (why)"``, as diagnosis.json's
+    ``not_judged`` keeps them) say could not judge; a line of another shape names none."""
+    heads = (w.split(" (", 1)[0] for w in without_data if isinstance(w, str))
+    return {n.strip() for head in heads for n in head.split(",")} & set(RULES)
+
+
 def no_rule_judged(without_data: Sequence[str]) -> bool:
-    """True when :meth:`Diagnosis.without_data`'s lines (each ``"a, b (why)"``) name every rule in :data:`RULES`."""
-    named = {n for w in without_data for n in w.split(" (", 1)[0].split(", ")}
-    return named >= set(RULES)
+    """True when :meth:`Diagnosis.without_data`'s lines name every rule in :data:`RULES`."""
+    return not_judged_names(without_data) >= set(RULES)
 
 
 def format_findings(findings: list[Finding], without_data: Optional[Sequence[str]] = None) -> str:

@@ -352,7 +352,7 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
               for i in range(L)]
     return {"val_loss": tot["model"] / n, "embedding_lens_loss": tot["lens"][0] / n, "blocks": blocks,
             "effective_depth": sum(1 for b in blocks if b["ablation_delta"] >= EFFECTIVE_DELTA), "n_layer": L,
-            "lens": lens_meaning(model, acc),
+            "lens": lens_meaning(model, acc), "lens_head_only": isinstance(acc.norm, nn.Identity),
             # rotary positions enter inside attention: the stream before block 0 holds the token alone
             "embedding_has_position": not (isinstance(model, GPT) and model.config.position == "rope")}
 

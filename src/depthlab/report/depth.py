@@ -86,8 +86,9 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     ax_l.set_xlabel("after block (emb = the embeddings alone)")
     ax_l.set_ylabel("val loss (nats/token)")
     # a variant whose final norm is the identity (plain, post-LN) decodes the stream through the head alone
-    ax_l.set_title("logit lens: the stream decoded by " + ("the head alone" if "alone" in res["lens"] else
-                                                            "the final norm + head"), fontsize=10)
+    head_only = res.get("lens_head_only", "alone" in res["lens"])  # a layers.json of before the field: its words
+    ax_l.set_title("logit lens: the stream decoded by " + ("the head alone" if head_only else "the final norm + head"),
+                   fontsize=10)
     ax_l.legend(fontsize=8, frameon=False)
     deltas = [b["ablation_delta"] for b in res["blocks"]]
     ax_a.bar(range(L), deltas, color=[OKABE_ITO["blue"] if d >= EFFECTIVE_DELTA else OKABE_ITO["grey"]

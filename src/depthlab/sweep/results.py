@@ -102,9 +102,10 @@ def load_sweep(sweep_dir: str | Path) -> dict:
 def _not_judged(diag: object) -> int:
     """How many rules a diagnosis.json says could not judge its run (its ``not_judged`` lines each start with the
     rules' names, ``a, b (why)``)."""
+    from ..analytics.diagnose import not_judged_names
+
     lines = diag.get("not_judged") if isinstance(diag, dict) else None
-    names = {n.strip() for line in lines or [] if isinstance(line, str) for n in line.split(" (")[0].split(",")}
-    return len({n for n in names if n.replace("_", "").isalpha()})
+    return len(not_judged_names(lines if isinstance(lines, list) else []))
 
 
 def run_details(run_dir: str | Path) -> dict:
