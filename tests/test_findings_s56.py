@@ -438,3 +438,25 @@ def test_a_claims_setting_names_muons_rate_on_muon_runs():
 
     assert lr_of([item("muon")]) == "Muon lr 0.01 (blocks' matrices), AdamW lr 0.005 (the rest)"
     assert lr_of([item("adamw")]) == "lr 0.005"
+
+
+def test_not_judged_names_reads_the_rule_names_of_the_lines_only():
+    from depthlab.analytics.diagnose import no_rule_judged, not_judged_names
+
+    lines = ["lr_too_high, lr_too_low (they need 3 gradient records after the warmup, the run has 1; lower x)",
+             "plateau (3 of the 6 evaluations it needs)", "a line of another shape, (x)", 5]
+    assert not_judged_names(lines) == {"lr_too_high", "lr_too_low", "plateau"}
+    assert not no_rule_judged(lines)
+
+
+def test_layers_says_whether_its_lens_is_the_head_alone():
+    import torch
+
+    from depthlab.analytics.layers import measure_layers
+
+    from conftest import tiny_gpt
+
+    x = torch.randint(0, 11, (2, 8), generator=torch.Generator().manual_seed(0))
+    for variant, alone in (("prenorm", False), ("postnorm", True)):
+        res = measure_layers(tiny_gpt(variant=variant), [(x, torch.roll(x, -1, 1))])
+        assert res["lens_head_only"] is alone, variant
