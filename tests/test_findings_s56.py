@@ -460,3 +460,45 @@ def test_layers_says_whether_its_lens_is_the_head_alone():
     for variant, alone in (("prenorm", False), ("postnorm", True)):
         res = measure_layers(tiny_gpt(variant=variant), [(x, torch.roll(x, -1, 1))])
         assert res["lens_head_only"] is alone, variant
+
+
+FIXED_BATCH_MODEL = '''
+import torch, torch.nn as nn
+
+class M(nn.Module):
+    def __init__(self, vocab_size, d=16, block_size=16):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d); self.pos = nn.Embedding(block_size, d)
+        self.blocks = nn.ModuleList([nn.Linear(d, d)])
+        self.head = nn.Linear(d, vocab_size)
+
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
+        x = x.view(8, 16, -1)  # the batch size written into the code
+        for b in self.blocks:
+            x = x + torch.relu(b(x))
+        return self.head(x)
+'''
+
+
+def test_a_model_with_its_batch_size_in_its_code_is_diagnosed(tmp_path, capsys):
+    # it trained, skipped its final validation with a line, and diagnose found nothing (check does)
+    import json
+
+    from depthlab.analytics.diagnose import diagnose_run
+    from depthlab.cli import main
+
+    from conftest import TINY_TEXT, tiny_cli_args
+
+    (tmp_path / "m.py").write_text(FIXED_BATCH_MODEL)
+    (tmp_path / "t.txt").write_text(TINY_TEXT * 4)
+    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "run", train__max_iters=3, train__eval_interval=3)
+    drop = {"--model.n_layer", "--model.n_head", "--model.n_embd"}
+    args = [a for i, a in enumerate(args) if a not in drop and (i == 0 or args[i - 1] not in drop)]
+    assert main(["train", *args, "--model.source", f"{tmp_path / 'm.py'}:M", "--train.sample_interval", "0"]) == 0
+    capsys.readouterr()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["final_validation"] is None and "the model's forward failed" in summary["final_validation_error"]
+    found = {f.rule: f for f in diagnose_run(tmp_path / "run")}
+    assert "fixed_shape" in found and found["fixed_shape"].remedy.startswith(
+        "make the forward take any batch size and any length up to model.block_size: read B, T = idx.shape"), found

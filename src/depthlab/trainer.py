@@ -508,6 +508,7 @@ class Trainer:
                 "target_reached_step": reached[0] if reached else None,
                 "target_reached_s": reached[1] if reached else None,
                 "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,
+                "final_validation_error": ev.final_error,
                 **self.checkpointer.init_record}
 
 

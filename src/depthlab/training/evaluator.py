@@ -126,6 +126,7 @@ class Evaluator:
         self.session_evals = 0
         self.cut_at: Optional[int] = None  # the step whose evaluation a signal ended (evaluate's stop)
         self.final_cut = False  # a signal ended the final validation: summary.json says so, a resume runs it
+        self.final_error: Optional[str] = None  # the model's forward failed on the final validation's batches
         self.final_val: Optional[dict] = None
         self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
@@ -320,6 +321,7 @@ class Evaluator:
         except DepthlabError as e:
             # a model of the user's that takes only its training shape (B and T written into its code)
             # fails on the split's last, smaller batch: the run it trained is kept and finished all the same
+            self.final_error = str(e)  # summary.json keeps it: diagnose's fixed_shape reads it
             log(f"final validation skipped: {e} (the whole val split is read in batches that may hold fewer "
                 "or shorter windows than training's; --train.final_validation false skips this step)")
             return

@@ -308,6 +308,24 @@ def _start_leak(ev: Evidence) -> Optional[Finding]:
                    str(rec.get("remedy") or "") or _leak_remedy(ev.section("model"), ev.check_command))
 
 
+@rule("fixed_shape")
+def fixed_shape(ev: Evidence) -> Optional[Finding]:
+    """``fixed_shape``: the model's forward failed on the final validation's batches (summary.json
+    ``final_validation_error``), whose last batch holds fewer windows than training's: a batch size (or length)
+    written into the model's code. The run trained, but its whole-split loss, its samples and depthlab's views
+    (layers, context) need other shapes. None without such an error."""
+    err = (ev.summary or {}).get("final_validation_error")
+    if not isinstance(err, str) or not err:
+        return None
+    cmd = ev.check_command
+    return Finding("fixed_shape", f"the final validation (the whole val split, in batches that may hold fewer or "
+                                  f"shorter windows than training's) could not run: {err}",
+                   "make the forward take any batch size and any length up to model.block_size: read B, T = "
+                   "idx.shape instead of numbers written into the code (x.view(B, T, C), masks built for T)"
+                   + (f"; {cmd} tests other sizes (its shape rule)" if cmd else "")
+                   + "; until then --train.final_validation false skips the final validation")
+
+
 @rule("causal_leak")
 def leak_at_start(ev: Evidence) -> Optional[Finding]:
     """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
