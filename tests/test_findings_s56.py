@@ -502,3 +502,46 @@ def test_a_model_with_its_batch_size_in_its_code_is_diagnosed(tmp_path, capsys):
     found = {f.rule: f for f in diagnose_run(tmp_path / "run")}
     assert "fixed_shape" in found and found["fixed_shape"].remedy.startswith(
         "make the forward take any batch size and any length up to model.block_size: read B, T = idx.shape"), found
+
+
+def test_an_undecided_loss_by_position_is_not_judged_not_a_pass():
+    # "no problems found by the rules that could judge" while `depthlab context` said "these windows cannot tell"
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import context_record
+
+    cfg = {"model": {"vocab_size": 65, "variant": "prenorm", "block_size": 32}, "train": {"eval_iters": 4}}
+    rec = context_record(250, [2.60, 2.55, 2.56, 2.54, 2.55, 2.53, 2.54, 2.53])
+    rec.update(context_gain_se=0.15, last_quarter_se=0.06, position0_se=0.1)
+    d = diagnose(Evidence(eval_records([4.2, 3.0, 2.7, 2.6, 2.55, 2.53]) + [rec], cfg, BASE))
+    assert "context_unused" not in [f.rule for f in d.findings]
+    line = [x for x in d.without_data() if x.startswith("context_unused")]
+    assert line and line[0].endswith("cannot tell whether the model uses its context (context gain 0.065 ± 0.150 "
+                                     "nats); more windows: a larger train.eval_iters (now 4))"), d.without_data()
+
+
+def test_a_post_ln_run_is_sent_to_its_training_first_not_its_wiring():
+    # "first the wiring: model.variant postnorm already has residual connections ..., and a stack without a
+    # shortcut can lose even the current character": post-LN has a shortcut
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import context_record
+
+    records = eval_records([4.2, 3.0, 2.7, 2.6, 2.55, 2.51]) + [context_record(250, [2.60] + [2.593] * 7)]
+    for variant, first in (("postnorm", "first the training"), ("plain", "first the wiring")):
+        cfg = {"model": {"vocab_size": 65, "variant": variant, "block_size": 32, "norm": "layernorm"}}
+        d = {f.rule: f for f in diagnose(Evidence(records, cfg, BASE)).findings}
+        assert d["context_unused"].remedy.startswith(first), (variant, d["context_unused"].remedy)
+
+
+def test_vanishing_gradients_judges_the_records_after_the_warmup():
+    # a plain 8 x 32: half of its records near 1e-4, but the warmup's (0.93 at step 10) lifted the median to 0.0103
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    ratios = {10: 0.933, 20: 0.0133, 30: 0.0114, 40: 0.00837, 50: 0.0125, 60: 1.1e-4, 70: 2.4e-3, 80: 9.5e-3,
+              90: 1.8e-3, 100: 0.0206, 110: 5.9e-4, 120: 3.3e-3, 130: 0.4, 140: 0.0137, 150: 9.2e-3, 160: 0.13,
+              170: 0.028, 180: 0.054, 190: 1.2e-4, 200: 3.1e-5}
+    grads = [grad_record(s, [r, 1.0]) for s, r in ratios.items()]
+    cfg = {"model": {"vocab_size": 65, "variant": "plain", "n_layer": 8}, "train": {"warmup_iters": 50}}
+    d = {f.rule: f for f in diagnose(Evidence(eval_records([4.2, 3.4, 3.3]) + grads, cfg, BASE)).findings}
+    assert "median 9.20e-03 over 15 gradient records (steps 60-200" in d["vanishing_gradients"].evidence, d

@@ -17,9 +17,9 @@ from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
-from .advice import bounded_output_words, dropout_advice, no_grad_words, wiring_advice
+from .advice import SHORTCUT_VARIANTS, bounded_output_words, dropout_advice, no_grad_words, wiring_advice
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
-from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, NotJudged, rule, who_needs
+from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, Need, NotJudged, rule, who_needs
 
 __all__ = ["CONTEXT_EVENT", "CONTEXT", "USED", "UNUSED", "UNDECIDED", "LEAKS", "MORE_WINDOWS", "uses_context",
            "context_state", "leak_gap", "last_quarter", "context_verdict", "record_verdict", "context_words",
@@ -308,6 +308,26 @@ def _start_leak(ev: Evidence) -> Optional[Finding]:
                    str(rec.get("remedy") or "") or _leak_remedy(ev.section("model"), ev.check_command))
 
 
+def _context_tells(ev: Evidence, who: str) -> Optional[str]:
+    """Why ``context_unused`` is not judged when the run's end-of-training loss by position cannot tell whether the
+    context is used (:data:`UNDECIDED`): its windows and numbers, and the knob that gives more; None otherwise."""
+    if ev.context is None or not ev.baselines or "bigram" not in ev.baselines:
+        return None
+    state, _ = record_verdict(ev)
+    if state != UNDECIDED:
+        return None
+    rec = ev.context
+    gain, se = finite_or_none(rec.get("context_gain")), finite_or_none(rec.get("context_gain_se"))
+    nums = f" (context gain {gain:.3f} ± {se:.3f} nats)" if gain is not None and se is not None else ""
+    iters = ev.section("train").get("eval_iters")
+    return (f"{who} a loss by position that tells: the final weights' {rec.get('windows')} val windows cannot tell "
+            f"whether the model uses its context{nums}; more windows: a larger train.eval_iters"
+            + (f" (now {iters})" if iters is not None else ""))
+
+
+CONTEXT_TELLS = Need("event", "a loss by position that tells", _context_tells)
+
+
 @rule("fixed_shape")
 def fixed_shape(ev: Evidence) -> Optional[Finding]:
     """``fixed_shape``: the model's forward failed on the final validation's batches (summary.json
@@ -351,6 +371,8 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
              f"{len(rec['loss_by_position'])} positions")
     if state == LEAKS:
         return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model"), ev.check_command))
+    if state == UNDECIDED:  # no finding, but no pass either: "no problems found" read as one
+        return NotJudged(("context_unused",), (CONTEXT_TELLS,), CONTEXT_TELLS.shortfall(ev, who_needs(1)) or "")
     if state != UNUSED:
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
     solved = LOSS_LEFT.shortfall(ev, who_needs(1))
@@ -380,8 +402,9 @@ def _training_cause(ev: Evidence) -> str:
     if nograd:  # the run's own no_gradient finding: an architecture fault shown already
         return (f"first the wiring: {nograd}; the best val loss {best:.3f} is not below the bigram baseline "
                 f"{bigram:.3f}; once it is, if this stays, ")
-    wiring = wiring_advice(ev)
+    wiring = wiring_advice(ev) if ev.section("model").get("variant") not in SHORTCUT_VARIANTS else None
     if wiring:  # a stack without a shortcut is an architecture that can be judged now: it loses the current token
+        # (post-LN has a shortcut: its wiring advice is no reason to put the wiring before the training)
         return (f"first the wiring: {wiring}; the best val loss {best:.3f} is not below the bigram baseline "
                 f"{bigram:.3f}, and a stack without a shortcut can lose even the current {ev.unit} on its way up; once "
                 "it is below, if this stays, ")
