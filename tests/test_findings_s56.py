@@ -545,3 +545,21 @@ def test_vanishing_gradients_judges_the_records_after_the_warmup():
     cfg = {"model": {"vocab_size": 65, "variant": "plain", "n_layer": 8}, "train": {"warmup_iters": 50}}
     d = {f.rule: f for f in diagnose(Evidence(eval_records([4.2, 3.4, 3.3]) + grads, cfg, BASE)).findings}
     assert "median 9.20e-03 over 15 gradient records (steps 60-200" in d["vanishing_gradients"].evidence, d
+
+
+def test_report_out_must_name_an_html_file(capsys, run, tmp_path):
+    # "--out -1" exited 0 and wrote a file named -1 into the current folder
+    from conftest import cli_err
+
+    err = cli_err(capsys, "report", str(run), "--out", str(tmp_path / "-1"))
+    assert err.strip().endswith(f"--out {tmp_path / '-1'} is no .html file name; give one, e.g. --out report.html")
+    assert not (tmp_path / "-1").exists()
+
+
+def test_a_rezero_probe_plot_is_named_without_a_norm():
+    # "probe at init: rezero (no norm)" wrote probe-rezero-layernorm-8.png
+    from depthlab.cli import _probe_png
+    from depthlab.config import ModelConfig, RunConfig
+
+    cfg = RunConfig(model=ModelConfig(variant="rezero", n_layer=8))
+    assert str(_probe_png(cfg, None)) == "probe-rezero-none-8.png"

@@ -178,7 +178,8 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
     asked = [f"-{k}-depth" for k in ("residual_scale", "norm_scale") if getattr(m, k) == "depth"]
     if m.embed_scale != "auto" and m.built_embed_scale != dataclasses.replace(m, embed_scale="auto").built_embed_scale:
         asked.append(f"-embed_scale-{m.embed_scale}")
-    default = f"probe-{m.variant}-{m.norm}-{m.n_layer}{''.join(asked)}.png"
+    norm = "none" if m.variant == "rezero" else m.norm  # ReZero has no norm whatever model.norm says
+    default = f"probe-{m.variant}-{norm}-{m.n_layer}{''.join(asked)}.png"
     path = Path(out) if out else Path(default)
     if out and path.is_dir():  # a folder: the default name inside it (the "plot: PATH" line says where)
         path = path / default
@@ -613,6 +614,9 @@ def run_report(ns) -> int:
     bad = [s for s in ns.skip if s not in PLOTS]
     if bad:
         raise DepthlabError(f"report: --skip {' '.join(bad)}: unknown figure; choose from {', '.join(PLOTS)}")
+    if ns.out is not None and not ns.out.lower().endswith((".html", ".htm")) and not Path(ns.out).is_dir():
+        # "--out -1" wrote a file named -1 (a folder is refused as one, below)
+        raise DepthlabError(f"report: --out {ns.out} is no .html file name; give one, e.g. --out report.html")
     if is_sweep_dir(ns.run_dir):
         if ns.out or ns.skip:
             raise DepthlabError("report: --out and --skip apply to a run directory; a sweep directory's report is "
