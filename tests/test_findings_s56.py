@@ -106,10 +106,13 @@ def test_api_words_keep_a_command_line_to_run_as_it_is():
                               "or which='last'")
 
 
-SOFTMAX_MODEL = '''
+def tiny_source(name: str, forward_end: str) -> str:
+    """A model file of one class ``name``: embeddings, one residual linear block, a head, then ``forward_end``
+    (the lines after the blocks, with ``x`` the stream and ``self.head`` the head)."""
+    return f"""
 import torch, torch.nn as nn, torch.nn.functional as F
 
-class Soft(nn.Module):
+class {name}(nn.Module):
     def __init__(self, vocab_size, d=16, block_size=16):
         super().__init__()
         self.tok = nn.Embedding(vocab_size, d); self.pos = nn.Embedding(block_size, d)
@@ -118,35 +121,45 @@ class Soft(nn.Module):
 
     def forward(self, idx, targets=None):
         x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
-        for b in self.blocks:
-            x = x + b(x)
-        return F.softmax(self.head(x), dim=-1)
-'''
+{forward_end}
+"""
+
+
+SOFTMAX_MODEL = tiny_source("Soft", "        for b in self.blocks:\n            x = x + b(x)\n"
+                                    "        return F.softmax(self.head(x), dim=-1)")
+FIXED_BATCH_MODEL = tiny_source("M", "        x = x.view(8, 16, -1)  # the batch size written into the code\n"
+                                     "        for b in self.blocks:\n            x = x + torch.relu(b(x))\n"
+                                     "        return self.head(x)")
+
+
+def train_source(tmp_path, code: str, name: str, *more: str) -> int:
+    """``depthlab train`` of the model file ``code`` (class ``name``) on TINY_TEXT x 4, 3 steps: its exit status."""
+    from depthlab.cli import main
+
+    from conftest import TINY_TEXT, tiny_cli_args
+
+    (tmp_path / "m.py").write_text(code)
+    (tmp_path / "t.txt").write_text(TINY_TEXT * 4)
+    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "run", train__max_iters=3, train__eval_interval=3)
+    drop = {"--model.n_layer", "--model.n_head", "--model.n_embd"}
+    args = [a for i, a in enumerate(args) if a not in drop and (i == 0 or args[i - 1] not in drop)]
+    return main(["train", *args, "--model.source", f"{tmp_path / 'm.py'}:{name}", *more])
 
 
 def test_a_softmax_output_is_named_before_training_and_by_diagnose(tmp_path, capsys):
     # the trainer ran check's causal_leak only: a forward ending in softmax trained, and diagnose said "train longer"
     # and "first the training: the learning rate ... decide that"
     from depthlab.analytics.diagnose import diagnose_run
-    from depthlab.cli import main
     from depthlab.rundir import read_metrics
 
-    from conftest import TINY_TEXT, tiny_cli_args
-
-    (tmp_path / "soft.py").write_text(SOFTMAX_MODEL)
-    (tmp_path / "t.txt").write_text(TINY_TEXT)
-    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "run", train__max_iters=4)
-    drop = {"--model.n_layer", "--model.n_head", "--model.n_embd"}
-    args = [a for i, a in enumerate(args) if a not in drop and (i == 0 or args[i - 1] not in drop)]
-    assert main(["train", *args, "--model.source", f"{tmp_path / 'soft.py'}:Soft"]) == 0
+    assert train_source(tmp_path, SOFTMAX_MODEL, "Soft") == 0
     out = capsys.readouterr()
     err = out.out + out.err
     assert "the forward returns probabilities (softmax over the vocabulary)" in err, err
     assert "its loss cannot fall below ln(1 + (V-1)/e) = " in err, err
     rec = [r for r in read_metrics(tmp_path / "run", "event") if r.get("event") == "causal_leak_check"][-1]
     assert rec["output_kind"] == "probabilities" and rec["output_floor"] > 0, rec
-    run = tmp_path / "run"
-    findings = diagnose_run(run)
+    findings = diagnose_run(tmp_path / "run")
     assert all("train longer" not in f.remedy for f in findings), [f.remedy for f in findings]
 
 
@@ -462,40 +475,13 @@ def test_layers_says_whether_its_lens_is_the_head_alone():
         assert res["lens_head_only"] is alone, variant
 
 
-FIXED_BATCH_MODEL = '''
-import torch, torch.nn as nn
-
-class M(nn.Module):
-    def __init__(self, vocab_size, d=16, block_size=16):
-        super().__init__()
-        self.tok = nn.Embedding(vocab_size, d); self.pos = nn.Embedding(block_size, d)
-        self.blocks = nn.ModuleList([nn.Linear(d, d)])
-        self.head = nn.Linear(d, vocab_size)
-
-    def forward(self, idx, targets=None):
-        x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
-        x = x.view(8, 16, -1)  # the batch size written into the code
-        for b in self.blocks:
-            x = x + torch.relu(b(x))
-        return self.head(x)
-'''
-
-
 def test_a_model_with_its_batch_size_in_its_code_is_diagnosed(tmp_path, capsys):
     # it trained, skipped its final validation with a line, and diagnose found nothing (check does)
     import json
 
     from depthlab.analytics.diagnose import diagnose_run
-    from depthlab.cli import main
 
-    from conftest import TINY_TEXT, tiny_cli_args
-
-    (tmp_path / "m.py").write_text(FIXED_BATCH_MODEL)
-    (tmp_path / "t.txt").write_text(TINY_TEXT * 4)
-    args = tiny_cli_args(tmp_path / "t.txt", tmp_path / "run", train__max_iters=3, train__eval_interval=3)
-    drop = {"--model.n_layer", "--model.n_head", "--model.n_embd"}
-    args = [a for i, a in enumerate(args) if a not in drop and (i == 0 or args[i - 1] not in drop)]
-    assert main(["train", *args, "--model.source", f"{tmp_path / 'm.py'}:M", "--train.sample_interval", "0"]) == 0
+    assert train_source(tmp_path, FIXED_BATCH_MODEL, "M", "--train.sample_interval", "0") == 0
     capsys.readouterr()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["final_validation"] is None and "the model's forward failed" in summary["final_validation_error"]

@@ -369,6 +369,11 @@ def _uses_context(g: float, se: float) -> bool:
     return g >= CONTEXT_MIN_GAIN and g > 2 * se
 
 
+def _unused(txt: str, ev: dict, remedy: str) -> CheckResult:
+    """``context_use``'s PROBLEM: the summary ``txt`` said as no use of the context, with ``remedy``."""
+    return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev}, remedy)
+
+
 def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bigram: float) -> CheckResult:
     versus = "below" if late < bigram else "still above"
     cost = f"{g:.3f} +- {se:.3f} nats less" if g >= 0 else f"{-g:.3f} +- {se:.3f} nats more"
@@ -394,21 +399,21 @@ def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bi
     if pos0 > unigram + CONTEXT_MIN_GAIN:  # not even the frequencies: the outputs' scale, or nothing learned at all
         txt += (f"; even position 0 is {pos0 - unigram:.3f} nats above the unigram level {unigram:.3f}: the model "
                 "has not learned even how common each token is")
-        return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
-                           "first the output: a forward that ends in softmax or sigmoid (init_loss tests for it) "
-                           "cannot get below ln(1 + (V-1)/e) whatever it learns, so nothing after it can be judged; "
-                           "else the input does not reach the prediction: an output cut from the graph, or "
-                           "parameters that get no gradient (no_gradient)")
+        return _unused(txt, ev,
+                       "first the output: a forward that ends in softmax or sigmoid (init_loss tests for it) "
+                       "cannot get below ln(1 + (V-1)/e) whatever it learns, so nothing after it can be judged; "
+                       "else the input does not reach the prediction: an output cut from the graph, or "
+                       "parameters that get no gradient (no_gradient)")
     if pos0 > unigram - 0.5 * (unigram - bigram):  # nearer the unigram level than the bigram one
         txt += (f"; even position 0 is near the unigram level {unigram:.3f}: the prediction does not depend on the "
                 "current token either, the input hardly reaches the output")
-        return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
-                           "the input does not reach the prediction: a stack without shortcuts (each block adds to "
-                           "the stream: x = x + sublayer(norm(x)); gradient_flow judges the blocks at initialisation "
-                           "only, training can collapse them later), an output cut from the graph, or parameters "
-                           "that get no gradient (no_gradient)")
-    return CheckResult("context_use", False, {"summary": txt + ": the model does not use its context", **ev},
-                       "the tokens before the current one do not reach the prediction, so the loss stays at the "
-                       f"bigram level ({bigram:.3f} on this corpus): check that the attention output is added into "
-                       "the residual stream (x = x + out_proj(attn)), that the mask keeps the past visible "
-                       "(torch.tril, not torch.eye), and that no parameter lacks a gradient (no_gradient)")
+        return _unused(txt, ev,
+                       "the input does not reach the prediction: a stack without shortcuts (each block adds to "
+                       "the stream: x = x + sublayer(norm(x)); gradient_flow judges the blocks at initialisation "
+                       "only, training can collapse them later), an output cut from the graph, or parameters "
+                       "that get no gradient (no_gradient)")
+    return _unused(txt, ev,
+                   "the tokens before the current one do not reach the prediction, so the loss stays at the "
+                   f"bigram level ({bigram:.3f} on this corpus): check that the attention output is added into "
+                   "the residual stream (x = x + out_proj(attn)), that the mask keeps the past visible "
+                   "(torch.tril, not torch.eye), and that no parameter lacks a gradient (no_gradient)")
