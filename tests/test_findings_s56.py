@@ -549,3 +549,23 @@ def test_a_rezero_probe_plot_is_named_without_a_norm():
 
     cfg = RunConfig(model=ModelConfig(variant="rezero", n_layer=8))
     assert str(_probe_png(cfg, None)) == "probe-rezero-none-8.png"
+
+
+def test_a_nan_run_writes_valid_json_and_says_why_its_context_is_not_judged(tmp_path):
+    # summary.json held bare NaN (not JSON: jq, JavaScript refuse it); "ppl inf" for a NaN loss; context_unused was
+    # "not judged (no later position to compare with position 0 (model.block_size 32))"
+    import json
+
+    from depthlab.analytics.diagnose import Evidence, diagnose
+    from depthlab.rundir import json_values
+    from depthlab.training.evaluator import Evaluator
+
+    text = json.dumps(json_values({"final_val_loss": float("nan"), "best": float("inf"), "x": [1.0, float("-inf")]}),
+                      allow_nan=False)
+    assert json.loads(text) == {"final_val_loss": "nan", "best": "inf", "x": [1.0, "-inf"]}
+    rec = {"step": 20, "train_loss": float("nan"), "val_loss": float("nan"), "val_bpc": float("nan"), "val_ppl": None}
+    assert Evaluator.describe(rec).endswith("(nan bits/char, ppl nan)")
+    ctx = {"step": 40, "kind": "event", "event": "context", "loss_by_position": ["nan"] * 32, "context_gain": "nan"}
+    lines = diagnose(Evidence(eval_records([4.2, 3.0]) + [ctx], {"model": {"vocab_size": 65}}, BASE)).without_data()
+    assert any(x.startswith("context_unused, causal_leak (the final weights' loss by position is not finite (32 "
+                            "positions, context gain nan): nothing to compare)") for x in lines), lines

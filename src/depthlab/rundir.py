@@ -263,6 +263,12 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def json_values(v: Any) -> Any:
+    """``v`` with every non-finite float written as its string ("nan", "inf", "-inf"), as metrics.jsonl keeps them:
+    valid JSON for any reader (:func:`~depthlab.units.finite_or_none` reads them back as None)."""
+    return _clean(v)
+
+
 def record_kind(r: dict) -> str:
     """The ``kind`` of a metrics record; inferred for records written before ``kind`` existed."""
     k = r.get("kind")

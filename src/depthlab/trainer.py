@@ -484,7 +484,8 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_train_end(self, summary)
         if self.is_main:
-            rundir.write_json(self.run_dir / rundir.SUMMARY, summary)
+            # NaN/inf as metrics.jsonl writes them ("nan"): a bare NaN is no JSON (jq, JavaScript refuse the file)
+            rundir.write_json(self.run_dir / rundir.SUMMARY, rundir.json_values(summary))
             no_se = self.evaluator.no_se_reason() if summary["best_val_loss_se"] is None else None
             self.log(done_line(summary, self.evaluator.final_val, self.run_dir, no_se))
         self.metrics.close()

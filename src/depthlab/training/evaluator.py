@@ -283,7 +283,11 @@ class Evaluator:
     def describe(rec: dict) -> str:
         """The console line of one evaluation record."""
         p = rec["val_ppl"]
-        ppl = "inf" if p is None else f"{p:.2f}" if p < 1e6 else f"{p:.3g}"  # 3.5e+18, not 19 digits
+        vl = rec["val_loss"]
+        if p is None:  # not written: a NaN loss has no perplexity (it was printed "inf"), an infinite one is inf
+            ppl = "nan" if vl != vl else "inf"
+        else:
+            ppl = f"{p:.2f}" if p < 1e6 else f"{p:.3g}"  # 3.5e+18, not 19 digits
         return (f"eval step {rec['step']}: train {rec['train_loss']:.4f} val {rec['val_loss']:.4f} nats/token "
                 f"({rec['val_bpc']:.3f} bits/char, ppl {ppl})")
 

@@ -228,8 +228,12 @@ def _context(ev: Evidence, who: str) -> Optional[str]:
                if ev.torn else "runs trained before it existed, and runs stopped before their end, have none")
         return (f"no loss-by-position record: the trainer writes one at the end of training ({why}; "
                 "`depthlab context RUN` measures it from the checkpoint)")
-    if not isinstance(rec.get("context_gain"), (int, float)) or isinstance(rec.get("context_gain"), bool):
-        return f"no later position to compare with position 0 (model.block_size {len(rec['loss_by_position'])})"
+    curve = rec.get("loss_by_position") or []
+    if len(curve) < 2:
+        return f"no later position to compare with position 0 (model.block_size {len(curve)})"
+    if finite_or_none(rec.get("context_gain")) is None:  # a NaN run's curve: it was said to lack later positions
+        return (f"the final weights' loss by position is not finite ({counted(len(curve), 'position')}, context gain "
+                f"{rec.get('context_gain')}): nothing to compare")
     return None
 
 
