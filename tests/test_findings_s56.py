@@ -569,3 +569,30 @@ def test_a_nan_run_writes_valid_json_and_says_why_its_context_is_not_judged(tmp_
     lines = diagnose(Evidence(eval_records([4.2, 3.0]) + [ctx], {"model": {"vocab_size": 65}}, BASE)).without_data()
     assert any(x.startswith("context_unused, causal_leak (the final weights' loss by position is not finite (32 "
                             "positions, context gain nan): nothing to compare)") for x in lines), lines
+
+
+def test_modules_in_a_plain_list_are_refused_naming_module_list(tmp_path):
+    # blocks in a Python list: check found nothing wrong with its gradients, the run saved no blocks, and every
+    # reload (context, sample --temperature 0) drew new random ones
+    import torch.nn as nn
+
+    from depthlab import DepthlabError
+    from depthlab.usermodel import build_model, parse_source, unregistered_modules
+
+    (tmp_path / "m.py").write_text(tiny_source("M", "        for b in self.blocks:\n            x = x + b(x)\n"
+                                                    "        return self.head(x)").replace(
+        "self.blocks = nn.ModuleList([nn.Linear(d, d)])", "self.blocks = [nn.Linear(d, d), nn.Linear(d, d)]"))
+    with pytest.raises(DepthlabError) as e:
+        build_model(parse_source(f"{tmp_path / 'm.py'}:M"), vocab_size=11)
+    assert str(e.value).endswith("M.blocks is a Python list of 2 modules: PyTorch registers no module kept in a plain "
+                                 "list, so their weights never train, are not saved in a checkpoint (every reload "
+                                 "draws new random ones) and move to no device; make it nn.ModuleList([...])")
+
+    class Fine(nn.Module):  # references to registered modules, and modules without weights, lose nothing
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(2, 2)
+            self.refs = [self.a, nn.ReLU()]
+            self.heads = {"h": nn.Linear(2, 2)}
+
+    assert unregistered_modules(Fine()) == [("Fine.heads", "dict", 1)]

@@ -33,6 +33,7 @@ from .errors import DepthlabError, note_sigint, sigint_count
 from .data import sha256_file
 from .model import GPT
 from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, export_origin, read_json
+from .units import counted
 
 __all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "forward_fault",
            "full_logits", "init_source_model", "keep_source", "load_factory", "logits_of", "make_model",
@@ -387,11 +388,37 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     if type(model).forward is torch.nn.Module.forward:
         raise DepthlabError(f"{src}: {src.name}(...) has no forward method; define forward(self, idx) returning the "
                             "logits (B, T, V)")
+    hidden = unregistered_modules(model)
+    if hidden:
+        where, kind, n = hidden[0]
+        box = {"list": "nn.ModuleList([...])", "tuple": "nn.ModuleList([...])", "dict": "nn.ModuleDict({...})"}[kind]
+        raise DepthlabError(f"{src}: {where} is a Python {kind} of {counted(n, 'module')}: PyTorch registers no module "
+                            f"kept in a plain {kind}, so their weights never train, are not saved in a checkpoint "
+                            f"(every reload draws new random ones) and move to no device; make it {box}")
     if next(model.parameters(), None) is None:
         raise DepthlabError(f"{src}: {src.name}(...) has no parameters, so training has nothing to change: make its "
                             "weights nn.Parameter or submodules (nn.Embedding, nn.Linear) assigned as attributes in "
                             "__init__, not plain tensors")
     return model
+
+
+def unregistered_modules(model: torch.nn.Module) -> list[tuple[str, str, int]]:
+    """``(attribute path, "list" | "tuple" | "dict", modules in it)`` for every attribute of ``model`` or its submodules
+    that keeps ``nn.Module`` objects in a plain Python container (``self.blocks = [Block() ...]``): their parameters
+    are not the model's (``parameters()``, ``state_dict()`` and ``.to()`` skip them)."""
+    found, registered = [], {id(p) for p in model.parameters()}
+    for prefix, m in model.named_modules():
+        for name, v in vars(m).items():
+            if name.startswith("_") or not isinstance(v, (list, tuple, dict)):
+                continue
+            items = list(v.values()) if isinstance(v, dict) else list(v)
+            # a module also registered elsewhere (a list of references), or one without weights, loses nothing
+            n = sum(isinstance(x, torch.nn.Module) and any(id(p) not in registered for p in x.parameters())
+                    for x in items)
+            if n:
+                where = f"{type(model).__name__}.{prefix + '.' if prefix else ''}{name}"
+                found.append((where, "dict" if isinstance(v, dict) else "tuple" if isinstance(v, tuple) else "list", n))
+    return found
 
 
 def _init_hint(made: Callable[..., Any], kw: dict, path: Any = "PATH.py") -> str:
