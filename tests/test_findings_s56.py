@@ -596,3 +596,19 @@ def test_modules_in_a_plain_list_are_refused_naming_module_list(tmp_path):
             self.heads = {"h": nn.Linear(2, 2)}
 
     assert unregistered_modules(Fine()) == [("Fine.heads", "dict", 1)]
+
+
+def test_a_learners_stack_with_starved_early_blocks_is_sent_to_its_wiring_first():
+    # a hand-written 6-block stack without x + ...: vanishing_gradients found, while context_unused said "first the
+    # training: ... the learning rate ... decide that"
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import context_record
+
+    cfg = {"model": {"vocab_size": 65, "source": "m.py:NoShortcut", "block_size": 64}, "train": {"warmup_iters": 10}}
+    grads = [grad_record(s, [3e-4, 1.0]) for s in (50, 100, 150, 200)]
+    records = eval_records([4.2, 3.5, 3.4, 3.36, 3.35, 3.34]) + grads + [context_record(250, [3.39] + [3.33] * 7)]
+    d = {f.rule: f for f in diagnose(Evidence(records, cfg, BASE)).findings}
+    assert "vanishing_gradients" in d
+    assert d["context_unused"].remedy.startswith("first the wiring: the run's gradient records show the early blocks "
+                                                 "starved (vanishing_gradients): if the model has no shortcut"), d

@@ -17,7 +17,9 @@ from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
-from .advice import SHORTCUT_VARIANTS, bounded_output_words, dropout_advice, no_grad_words, wiring_advice
+from .advice import (SHORTCUT_VARIANTS, bounded_output_words, dropout_advice, no_grad_words, source_wiring_advice,
+                     wiring_advice)
+from .signals import vanishing
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, Need, NotJudged, rule, who_needs
 
@@ -397,6 +399,10 @@ def _training_cause(ev: Evidence) -> str:
     bounded = bounded_output_words(ev)
     if bounded:  # no learning rate gets it below its floor
         return (f"first the output: {bounded}; the best val loss {best:.3f} is not below the bigram baseline "
+                f"{bigram:.3f}; once it is, if this stays, ")
+    if ev.section("model").get("source") and vanishing(ev):  # the run's own vanishing_gradients: its wiring first
+        return (f"first the wiring: the run's gradient records show the early blocks starved (vanishing_gradients): "
+                f"{source_wiring_advice()}; the best val loss {best:.3f} is not below the bigram baseline "
                 f"{bigram:.3f}; once it is, if this stays, ")
     nograd = no_grad_words(ev)
     if nograd:  # the run's own no_gradient finding: an architecture fault shown already
