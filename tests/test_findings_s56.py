@@ -612,3 +612,16 @@ def test_a_learners_stack_with_starved_early_blocks_is_sent_to_its_wiring_first(
     assert "vanishing_gradients" in d
     assert d["context_unused"].remedy.startswith("first the wiring: the run's gradient records show the early blocks "
                                                  "starved (vanishing_gradients): if the model has no shortcut"), d
+
+
+def test_a_grad_accum_that_processes_cannot_share_names_the_flags_that_keep_the_global_batch(monkeypatch):
+    # a one-process run resumed under torchrun: "must be divisible by the number of processes (2)", and no way on
+    from depthlab import DepthlabError, TrainConfig
+    from depthlab.training.runtime import Runtime
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(DepthlabError) as e:
+        Runtime(TrainConfig(batch_size=16, grad_accum=1))
+    assert str(e.value).endswith("must be divisible by the number of processes (2); for the same global batch of 16 "
+                                 "sequences use --train.grad_accum 2 --train.batch_size 8"), str(e.value)

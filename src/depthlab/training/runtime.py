@@ -221,6 +221,19 @@ def given_threads(train: TrainConfig, world_size: int = 1) -> tuple[int, str]:
     return (env, "OMP_NUM_THREADS") if env else (0, "")
 
 
+def accum_fix(batch_size: int, grad_accum: int, world_size: int) -> str:
+    """The flags that keep the global batch (``batch_size`` x ``grad_accum`` sequences) on ``world_size`` processes:
+    ``grad_accum`` raised to a multiple of them with ``batch_size`` lowered to match where it divides, else the
+    nearest multiple alone (a global batch that changes, as a resume then says)."""
+    import math
+
+    k = world_size // math.gcd(grad_accum, world_size)  # the least factor making grad_accum divisible
+    if batch_size % k == 0:
+        return (f"for the same global batch of {batch_size * grad_accum} sequences use --train.grad_accum "
+                f"{grad_accum * k} --train.batch_size {batch_size // k}")
+    return f"use --train.grad_accum {grad_accum * k} (a global batch of {batch_size * grad_accum * k} sequences)"
+
+
 class Runtime:
     """The processes, device and numeric settings of one run (``torchrun`` sets RANK / WORLD_SIZE).
 
@@ -246,7 +259,8 @@ class Runtime:
         self.log = log if self.is_main else (lambda s: None)
         if train.grad_accum % self.world_size:
             raise DepthlabError(f"train.grad_accum ({train.grad_accum}) counts micro-batches of the global batch and "
-                                f"must be divisible by the number of processes ({self.world_size})")
+                                f"must be divisible by the number of processes ({self.world_size}); "
+                                + accum_fix(train.batch_size, train.grad_accum, self.world_size))
         self.accum = train.grad_accum // self.world_size  # micro-batches per process per step
         self.threads_before = torch.get_num_threads()  # close() gives them back (a notebook trains again)
         self.on_close: list = []  # called by close(): the run folder's lock is given back (training/runlock.py)
