@@ -625,3 +625,16 @@ def test_a_grad_accum_that_processes_cannot_share_names_the_flags_that_keep_the_
         Runtime(TrainConfig(batch_size=16, grad_accum=1))
     assert str(e.value).endswith("must be divisible by the number of processes (2); for the same global batch of 16 "
                                  "sequences use --train.grad_accum 2 --train.batch_size 8"), str(e.value)
+
+
+def test_muon_lr_zero_is_refused_and_one_adamw_never_reads_is_said():
+    # --train.muon_lr 0 trained with frozen blocks; --train.muon_lr 0.5 --train.optimizer adamw said nothing
+    from depthlab.config import ConfigError, TrainConfig, schedule_warnings
+
+    with pytest.raises(ConfigError) as e:
+        TrainConfig(muon_lr=0.0)
+    assert str(e.value) == "train.muon_lr must be a number > 0, got 0"
+    said = schedule_warnings(TrainConfig(optimizer="adamw", muon_lr=0.5, max_iters=100, warmup_iters=10))
+    assert said == ["train.muon_lr 0.5 changes nothing: train.optimizer adamw trains every parameter with AdamW at "
+                    "train.learning_rate (Muon's rate applies with train.optimizer muon, or auto on a CPU)"]
+    assert schedule_warnings(TrainConfig(optimizer="adamw", max_iters=100, warmup_iters=10)) == []

@@ -700,10 +700,10 @@ class TrainConfig:
         for n in ("max_time", "learning_rate", "muon_lr", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
                   "min_delta"):
             v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or (n == "learning_rate"
-                                                                                       and v == 0):
+            rate = n in ("learning_rate", "muon_lr")  # 0: the weights it moves never train (Muon's: every block's)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or (rate and v == 0):
                 shown = f"{v:g}" if isinstance(v, float) else repr(v)  # -3, as typed, not -3.0
-                what = "a number > 0" if n == "learning_rate" else "a non-negative number"
+                what = "a number > 0" if rate else "a non-negative number"
                 raise ConfigError(f"train.{n} must be {what}, got {shown}", f"train.{n}")
             if not math.isfinite(v):  # inf: the command line and files refuse it; Python (a notebook, a sweep) too
                 raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
@@ -985,6 +985,9 @@ def schedule_warnings(t: TrainConfig, plannable: Optional[bool] = None, continue
                    + (" - unless train.fit_to_time shortens the run to fit train.max_time: its plan then ends the "
                       "warmup within the first fifth of the steps left when it plans, and says so"
                       if _plannable(t, plannable) else ""))
+    if t.optimizer == "adamw" and t.muon_lr != TrainConfig.__dataclass_fields__["muon_lr"].default:
+        out.append(f"train.muon_lr {t.muon_lr:g} changes nothing: train.optimizer adamw trains every parameter with "
+                   "AdamW at train.learning_rate (Muon's rate applies with train.optimizer muon, or auto on a CPU)")
     decay = t.lr_decay_iters or t.max_iters
     if t.lr_decay_iters and decay > t.max_iters:
         out.append(f"train.lr_decay_iters ({t.lr_decay_iters}) > train.max_iters ({t.max_iters}): training ends "
