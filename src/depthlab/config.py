@@ -627,7 +627,10 @@ class TrainConfig:
         patience: early stopping: stop after this many evaluations in a row without lowering the
             best val loss by at least ``min_delta`` (0 = off); ``stopped_by: patience``. The best
             checkpoint (what ``sample`` uses) is the lowest val loss seen.
-        min_delta: the improvement of the best val loss (nats) that resets ``patience``.
+        min_delta: the improvement of the best val loss (nats) that resets ``patience``. The reference is the best
+            val loss so far, lowered by every improvement, as small as it is (Lightning's and Keras' EarlyStopping
+            move theirs only on an improvement of ``min_delta``): gains each below ``min_delta`` use up the patience
+            even where together they exceed it.
         sample_interval: every this many steps, print a short sample from the model (seeded, fixed
             prompt, the training RNG untouched) and record it (``kind: sample``, TensorBoard text);
             0 = off.
