@@ -638,3 +638,21 @@ def test_muon_lr_zero_is_refused_and_one_adamw_never_reads_is_said():
     assert said == ["train.muon_lr 0.5 changes nothing: train.optimizer adamw trains every parameter with AdamW at "
                     "train.learning_rate (Muon's rate applies with train.optimizer muon, or auto on a CPU)"]
     assert schedule_warnings(TrainConfig(optimizer="adamw", max_iters=100, warmup_iters=10)) == []
+
+
+def test_a_resume_with_the_same_global_batch_in_other_micro_batches_says_so():
+    # a one-process run (batch 16, accum 1) resumed under torchrun with batch 8, accum 2: "train.batch_size 16 -> 8:
+    # tokens per step change" (false: the run was bit-identical to a one-process resume)
+    from depthlab.config import RunConfig
+    from depthlab.resume_config import resume_changes
+
+    old = RunConfig().to_dict()
+    new = RunConfig().to_dict()
+    old["train"].update(batch_size=16, grad_accum=1)
+    new["train"].update(batch_size=8, grad_accum=2)
+    assert resume_changes(old, new) == ([], [
+        "train.batch_size 16 -> 8 and train.grad_accum 1 -> 2: the same global batch of 16 sequences per step in "
+        "other micro-batches (float rounding may differ)"])
+    new["train"].update(batch_size=8, grad_accum=1)
+    assert resume_changes(old, new)[1] == ["train.batch_size 16 -> 8: tokens per step change; the data order differs "
+                                           "from an uninterrupted run"]

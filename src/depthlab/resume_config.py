@@ -142,7 +142,12 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
 
     a, b = _flat(as_ran(old)), _flat(as_ran(new))  # fields newer than the run: as it ran
     refused, noted = [], []
-    for key in changed_fields(old, new):
+    changed = changed_fields(old, new)
+    batch = _same_global_batch(a, b) if {"train.batch_size", "train.grad_accum"} <= set(changed) else None
+    if batch:  # torchrun's micro-batches of the same global batch: no "tokens per step change" (it was said, false)
+        noted.append(batch)
+        changed = [k for k in changed if k not in ("train.batch_size", "train.grad_accum")]
+    for key in changed:
         if key in RESUME_SILENT:
             continue
         change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
@@ -153,6 +158,21 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
         else:
             refused.append(change)
     return refused, noted
+
+
+def _same_global_batch(a: dict, b: dict) -> Optional[str]:
+    """The line of a resume whose ``train.batch_size`` and ``train.grad_accum`` both change while their product, the
+    global batch in sequences per step, stays (a run moved to or from torchrun's processes), else None."""
+    try:
+        before = int(a["train.batch_size"]) * int(a["train.grad_accum"])
+        after = int(b["train.batch_size"]) * int(b["train.grad_accum"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if before != after:
+        return None
+    return (f"train.batch_size {a['train.batch_size']} -> {b['train.batch_size']} and train.grad_accum "
+            f"{a['train.grad_accum']} -> {b['train.grad_accum']}: the same global batch of {after} sequences per step "
+            "in other micro-batches (float rounding may differ)")
 
 
 def _saved_config(ckdir: Path) -> tuple[Optional[str], Optional[dict]]:
