@@ -112,13 +112,13 @@ def test_a_model_deepcopy_cannot_copy_trains_and_is_still_tested_for_a_leak(tmp_
 def test_a_leak_test_that_cannot_run_says_why_in_one_line(tmp_path, capsys, tiny_text_file):
     run, out, err = _train(capsys, tmp_path, tiny_text_file, mask=True, noise=True)
     line = next(ln for ln in err.splitlines() if "causal leak test" in ln)  # a warning, on stderr
-    assert line.startswith("depthlab: warning: ") and "net.py:Net: depthlab check's causal leak test before training " \
-        "did not run (not run: the same sequence, computed twice, gives logits differing by" in line, line
-    assert line.endswith("a forward that is random in eval mode cannot be compared with itself: draw dropout with "
-                         "training=self.training; diagnose sees a leak only once position 0 falls below the one-token "
-                         "floor"), line
+    assert line.startswith("depthlab: warning: ") and "net.py:Net: the same sequence, computed twice in eval mode, " \
+        "gives logits differing by" in line, line
+    assert line.endswith("(the causal leak test before training could not run: diagnose sees a leak only once "
+                         "position 0 falls below the one-token floor)"), line
+    assert "F.dropout(x, p, training=self.training)" in line, line  # the fix, named (s56: a random_eval finding)
     rec = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["ok"] for r in rec if r.get("event") == "causal_leak_check"] == [None]
+    assert [(r["ok"], r["random_in_eval"]) for r in rec if r.get("event") == "causal_leak_check"] == [(None, True)]
 
 
 @pytest.mark.slow

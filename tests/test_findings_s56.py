@@ -656,3 +656,34 @@ def test_a_resume_with_the_same_global_batch_in_other_micro_batches_says_so():
     new["train"].update(batch_size=8, grad_accum=1)
     assert resume_changes(old, new)[1] == ["train.batch_size 16 -> 8: tokens per step change; the data order differs "
                                            "from an uninterrupted run"]
+
+
+def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_diagnose(tmp_path, capsys):
+    # F.dropout(w, p=0.3) (training=True by default): check said "causal_leak not run" and "0 problems found", and
+    # diagnose "no problems found", while train's warning named the fix
+    from depthlab.analytics.diagnose import diagnose_run
+
+    code = tiny_source("R", "        for b in self.blocks:\n            x = x + F.dropout(b(x), p=0.3)\n"
+                            "        return self.head(x)")
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.usermodel import build_model, parse_source
+
+    from conftest import TINY_TEXT
+
+    (tmp_path / "r.py").write_text(code)
+    (tmp_path / "c.txt").write_text(TINY_TEXT * 4)
+    corpus = load_corpus(DataConfig(path=str(tmp_path / "c.txt")))
+    model = build_model(parse_source(f"{tmp_path / 'r.py'}:R"), vocab_size=corpus.tokenizer.vocab_size)
+    res = {c.rule: c for c in check_model(model, corpus, block_size=16, rules=("shape", "causal_leak")).checks}
+    assert res["causal_leak"].status == "PROBLEM" and res["causal_leak"].summary.startswith(
+        "the same sequence, computed twice in eval mode, gives logits differing by")
+    assert train_source(tmp_path, code, "R", "--train.sample_interval", "0") == 0
+    said = capsys.readouterr()
+    assert "the forward is random at evaluation (dropout drawn without training=self.training?)" in said.err
+    assert "sees the tokens it predicts" not in said.err + said.out
+    found = {f.rule: f for f in diagnose_run(tmp_path / "run")}
+    assert "random_eval" in found and "causal_leak" not in found, found
+    assert found["random_eval"].remedy.startswith("draw randomness only in training: nn.Dropout, or F.dropout(x, p, "
+                                                  "training=self.training)")

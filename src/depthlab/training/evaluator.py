@@ -198,7 +198,9 @@ class Evaluator:
             # kept on the device and read once per split: a read per batch would make the host wait for
             # each batch's kernels before it queues the next batch's (on CUDA)
             losses = torch.zeros(t.eval_iters, device=rt.device)
-            # the global batch size, so evaluation is the same whatever the number of processes
+            # train.batch_size x processes windows a batch: the same windows for a run under torchrun whose
+            # grad_accum splits its global batch over the processes as one process with that batch would read (a
+            # run of another split reads others)
             for i, (x, y) in enumerate(eval_batches(data, self.cfg.model.block_size, t.batch_size * rt.world_size,
                                                     t.seed, split, t.eval_iters, rt.device, t.eval_windows)):
                 if stop is not None and stop():

@@ -439,16 +439,18 @@ class LeakCheckCallback(Callback):
         res = next((c for c in report.checks if c.rule == "causal_leak"), None)
         if res is None:  # the shape rule stopped it: the training's own forward already ran at these sizes
             return
-        if res.ok is False:
+        random = bool(res.evidence.get("random_in_eval"))  # no leak found: a forward random in eval mode
+        if random:
+            run.log(f"warning: {src}: {res.summary}; {res.remedy} (the causal leak test before training could not "
+                    "run: diagnose sees a leak only once position 0 falls below the one-token floor)")
+        elif res.ok is False:
             run.log(f"warning: {src}: the model sees the tokens it predicts: {res.summary}; {res.remedy} (its val "
                     f"loss will look better than it is; {check_command(src, run.run_dir)} runs every check)")
         elif res.ok is None:  # said as a warning: diagnose then judges a leak only from the loss by position
-            random = ("; a forward that is random in eval mode cannot be compared with itself: draw dropout with "
-                      "training=self.training" if "logit_scale" in res.evidence else "")  # it ran and disagreed
             run.log(f"warning: {src}: depthlab check's causal leak test before training did not run ({res.summary})"
-                    f"{random}; diagnose sees a leak only once position 0 falls below the one-token floor")
-        rec = {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": res.ok, "summary": res.summary,
-               "remedy": res.remedy, **_bounded_output(report, run)}
+                    "; diagnose sees a leak only once position 0 falls below the one-token floor")
+        rec = {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": None if random else res.ok, "summary": res.summary,
+               "remedy": res.remedy, "random_in_eval": random, **_bounded_output(report, run)}
         run.metrics.log("event", rec)
 
 

@@ -348,6 +348,17 @@ def fixed_shape(ev: Evidence) -> Optional[Finding]:
                    + "; until then --train.final_validation false skips the final validation")
 
 
+@rule("random_eval")
+def random_eval(ev: Evidence) -> Optional[Finding]:
+    """``random_eval``: the test before training found the forward random in eval mode (the start record's
+    ``random_in_eval``): dropout drawn without ``training=self.training``. Every val loss, the best checkpoint's choice
+    and every sample carry its noise, and the causal leak test could not run. None otherwise."""
+    rec = ev.leak_check
+    if rec is None or rec.get("random_in_eval") is not True:
+        return None
+    return Finding("random_eval", f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
+
+
 @rule("causal_leak")
 def leak_at_start(ev: Evidence) -> Optional[Finding]:
     """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
