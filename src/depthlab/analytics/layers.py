@@ -428,7 +428,8 @@ def format_layers(res: dict) -> str:
     for b in res["blocks"]:
         ru = f"{b['relative_update']:12.3f}" if b["relative_update"] is not None else "           -"
         lens = f"{b['lens_loss']:8.3f}{_vs(b['lens_loss'], bg)}"
-        lines.append(f"  {b['block']:5d} {lens}  {b['ablation_delta']:+10.4f} {ru}")
+        delta = b["ablation_delta"] if abs(b["ablation_delta"]) >= 5e-5 else 0.0  # "-0.0000" read as a loss
+        lines.append(f"  {b['block']:5d} {lens}  {delta:+10.4f} {ru}")
     lines.append(f"effective depth: {res['effective_depth']} of {L} blocks cost >= {EFFECTIVE_DELTA:g} nats "
                  "when removed")
     idle = [str(b["block"]) for b in res["blocks"] if b["ablation_delta"] < EFFECTIVE_DELTA]
