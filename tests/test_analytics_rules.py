@@ -21,7 +21,7 @@ def test_every_rule_has_the_one_interface():
     assert RULES == ("bigram_stuck", "unigram_stuck", "context_unused", "causal_leak", "no_gradient",
                      "vanishing_gradients", "exploding", "init_loss", "rank_collapse", "uniform_attention",
                      "lr_too_high", "lr_too_low", "overfitting", "plateau", "fixed_shape",
-                     "random_eval")
+                     "random_eval", "shifted_logits")
     assert {n for r in RULE_SET for n in r.names} == set(RULES)
     healthy = Evidence(evals([4.2, 3.0, 2.3, 2.2, 2.1, 2.0]) + [grad(s, [0.5, 1.0]) for s in (100, 150, 200)]
                        + [probe(500, [0.9, 0.8]), context_rec(500, [2.5, 2.0])], {"model": {"vocab_size": 65}}, BASE)

@@ -687,3 +687,29 @@ def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_di
     assert "random_eval" in found and "causal_leak" not in found, found
     assert found["random_eval"].remedy.startswith("draw randomness only in training: nn.Dropout, or F.dropout(x, p, "
                                                   "training=self.training)")
+
+
+def test_logits_one_position_late_are_a_problem_in_check_and_a_finding_in_diagnose(tmp_path, capsys):
+    # torch.cat([logits[:, :1], logits[:, :-1]], 1): check said "0 problems found" (its own line showed "the changed
+    # position itself moves by up to 0"), and diagnose "no problems found"
+    from depthlab.analytics.check import check_model
+    from depthlab.analytics.diagnose import diagnose_run
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.usermodel import build_model, parse_source
+
+    from conftest import TINY_TEXT
+
+    code = tiny_source("S", "        for b in self.blocks:\n            x = x + b(x)\n        logits = self.head(x)\n"
+                            "        return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)")
+    (tmp_path / "s.py").write_text(code)
+    (tmp_path / "c.txt").write_text(TINY_TEXT * 4)
+    corpus = load_corpus(DataConfig(path=str(tmp_path / "c.txt")))
+    model = build_model(parse_source(f"{tmp_path / 's.py'}:S"), vocab_size=corpus.tokenizer.vocab_size)
+    res = {c.rule: c for c in check_model(model, corpus, block_size=16, rules=("shape", "causal_leak")).checks}
+    assert res["causal_leak"].status == "PROBLEM" and res["causal_leak"].evidence["own_token_ignored"] is True
+    assert train_source(tmp_path, code, "S", "--train.sample_interval", "0") == 0
+    said = capsys.readouterr()
+    assert "position t predicts without its own token" in said.err and "sees the tokens it predicts" not in said.err
+    found = {f.rule: f for f in diagnose_run(tmp_path / "run")}
+    assert "shifted_logits" in found and "causal_leak" not in found, found

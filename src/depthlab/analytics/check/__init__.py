@@ -440,7 +440,11 @@ class LeakCheckCallback(Callback):
         if res is None:  # the shape rule stopped it: the training's own forward already ran at these sizes
             return
         random = bool(res.evidence.get("random_in_eval"))  # no leak found: a forward random in eval mode
-        if random:
+        shifted = bool(res.evidence.get("own_token_ignored"))  # no leak either: logits one position late
+        if shifted:
+            run.log(f"warning: {src}: {res.summary}; {res.remedy} ({check_command(src, run.run_dir)} runs every "
+                    "check)")
+        elif random:
             run.log(f"warning: {src}: {res.summary}; {res.remedy} (the causal leak test before training could not "
                     "run: diagnose sees a leak only once position 0 falls below the one-token floor)")
         elif res.ok is False:
@@ -449,8 +453,9 @@ class LeakCheckCallback(Callback):
         elif res.ok is None:  # said as a warning: diagnose then judges a leak only from the loss by position
             run.log(f"warning: {src}: depthlab check's causal leak test before training did not run ({res.summary})"
                     "; diagnose sees a leak only once position 0 falls below the one-token floor")
-        rec = {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": None if random else res.ok, "summary": res.summary,
-               "remedy": res.remedy, "random_in_eval": random, **_bounded_output(report, run)}
+        rec = {"step": info.step, "event": LEAK_CHECK_EVENT, "ok": None if random else True if shifted else res.ok,
+               "summary": res.summary, "remedy": res.remedy, "random_in_eval": random, "own_token_ignored": shifted,
+               **_bounded_output(report, run)}
         run.metrics.log("event", rec)
 
 

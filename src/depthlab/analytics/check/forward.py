@@ -320,6 +320,11 @@ RANDOM_EVAL_FIX = ("draw randomness only in training: nn.Dropout, or F.dropout(x
                    "training argument is True by default), and torch.rand / randn in forward only when self.training")
 
 
+SHIFTED_FIX = ("return the logits of position t at index t, computed from tokens 0..t: no shift inside the model "
+               "(the targets are already the tokens one step ahead), and let each position attend to itself "
+               "(torch.tril(torch.ones(T, T)), diagonal 0, not -1)")
+
+
 def causal_leak_rule(subject: Subject, windows: int = 2) -> CheckResult:
     """Change the token at position j, see whether the logits at positions t < j move (perturbation test);
     and whether a sequence's logits depend on the other sequences of its batch. In eval mode; a model with
@@ -399,6 +404,15 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
     if batch_leak:
         subject.leaks = True
         return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
+    later = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # [j, t] with t > j
+    moved_later = float(leak[later].max()) if T > 1 else 0.0
+    if not bool(bad.any()) and own <= tol < moved_later:  # no leak, but position t ignores token t
+        return CheckResult("causal_leak", False, {
+            "summary": f"changing the token at position t never moves the logits at position t itself (max change "
+                       f"{own:.2g}), while it moves the later positions' by up to {moved_later:.3g}: position t "
+                       "predicts without its own token, so the logits are one position late (shifted inside the "
+                       "model) or each position's own token is masked out", "own_token_ignored": True, **ev},
+            SHIFTED_FIX)
     if not bool(bad.any()):
         return CheckResult("causal_leak", True, {
             "summary": f"changing the token at position j never moved the logits at any position before j: max change "

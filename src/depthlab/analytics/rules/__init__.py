@@ -6,7 +6,7 @@ runs it.
 """
 
 from .advice import SHORTCUT_VARIANTS
-from .context import context_unused, fixed_shape, leak_at_start, random_eval
+from .context import context_unused, fixed_shape, leak_at_start, random_eval, shifted_logits
 from .evidence import Evidence, Finding, Thresholds
 from .losses import (bigram_stuck, exploding, loss_level, no_context, one_char_window, overfitting, plateau,
                      stuck_at_baseline, stuck_name)
@@ -22,7 +22,7 @@ __all__ = ["Evidence", "Finding", "Thresholds", "Need", "NotJudged", "Rule", "Ve
 
 RULE_SET: tuple[Rule, ...] = (one_char_window, stuck_at_baseline, context_unused, leak_at_start, no_gradient,
                               vanishing_gradients, exploding, rank_collapse, uniform_attention, learning_rate,
-                              overfitting, plateau, fixed_shape, random_eval)
+                              overfitting, plateau, fixed_shape, random_eval, shifted_logits)
 """Every rule, in the order of their findings. Two rules may give the same name (``one_char_window``
 and ``stuck_at_baseline`` both say ``bigram_stuck``): the first that finds something gives it, and
 the later ones are not asked (``context_unused``, the loss by position at the end of training, and

@@ -359,6 +359,18 @@ def random_eval(ev: Evidence) -> Optional[Finding]:
     return Finding("random_eval", f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
 
 
+@rule("shifted_logits")
+def shifted_logits(ev: Evidence) -> Optional[Finding]:
+    """``shifted_logits``: the test before training found that position t's logits never depend on token t while
+    later positions' do (the start record's ``own_token_ignored``): logits one position late, or each position's own
+    token masked out. Such a model predicts the token after next from the tokens before the current one. None
+    otherwise."""
+    rec = ev.leak_check
+    if rec is None or rec.get("own_token_ignored") is not True:
+        return None
+    return Finding("shifted_logits", f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
+
+
 @rule("causal_leak")
 def leak_at_start(ev: Evidence) -> Optional[Finding]:
     """``causal_leak`` from ``depthlab check``'s test of a ``model.source`` model when its training started
