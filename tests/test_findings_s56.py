@@ -713,3 +713,18 @@ def test_logits_one_position_late_are_a_problem_in_check_and_a_finding_in_diagno
     assert "position t predicts without its own token" in said.err and "sees the tokens it predicts" not in said.err
     found = {f.rule: f for f in diagnose_run(tmp_path / "run")}
     assert "shifted_logits" in found and "causal_leak" not in found, found
+
+
+def test_init_from_with_a_model_field_that_keeps_the_shapes_says_so(run, tmp_path, capsys):
+    # --init-from RUN --model.activation relu (n_head, norm alike): the weights loaded without a word, though they
+    # were trained to compute GELU
+    from depthlab.cli import main
+
+    from conftest import tiny_cli_args
+
+    text = (run.parent / "t.txt")
+    args = tiny_cli_args(text, tmp_path / "new", train__max_iters=1, model__activation="relu")
+    assert main(["train", *args, "--init-from", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert (f"depthlab: warning: --init-from {run}: model.activation 'gelu' there, 'relu' here: the weights load (the "
+            "same names and shapes) but were trained to compute with the source run's settings") in err, err

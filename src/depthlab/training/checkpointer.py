@@ -295,19 +295,39 @@ def _other_model(fields: list[str]) -> str:
     return "build another model (its code or its keyword arguments)"
 
 
-def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
-    """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
-    or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), the weights that
-    differ (``weights``, :func:`~depthlab.checkpoint.misfit`) and the fix; None when no field differs."""
+def _model_diff(src: Path, ours: dict) -> tuple[dict, dict, str, list[str], list[str]]:
+    """``(theirs, ours, what, diff, unfit)``: the model sections of ``--init-from src`` and of the new run (built:
+    ``embed_scale auto`` as each GPT has it), what the source is, the fields that differ (``vocab_size`` aside), and
+    of those the ones that change the weights' names or shapes (:func:`~depthlab.init_from.weights_fit`)."""
     from ..usermodel import parse_init
 
     theirs, what = source_model(src)
-    theirs, ours = built_model(theirs), built_model(ours)  # embed_scale auto as each GPT has it: learned or none
+    theirs, ours = built_model(theirs), built_model(ours)
     # a model.source run's config.json leaves out an empty model.init: the user's keyword arguments are compared too
     named = sorted({*theirs, "init"} if ours.get("source") else theirs)
     norm = (lambda k, v: parse_init(v) if k == "init" else v) if ours.get("source") else (lambda k, v: v)
     diff = [k for k in named if k in ours and k != "vocab_size" and norm(k, theirs.get(k)) != norm(k, ours[k])]
     unfit = [k for k in diff if weights_fit({**ours, **theirs}, {**ours, **theirs, k: ours[k]}) is False]
+    return theirs, ours, what, diff, unfit
+
+
+def same_shape_changes(src: Path, ours: dict) -> Optional[str]:
+    """The line of an ``--init-from`` whose model differs from the source's in fields that keep every weight's name
+    and shape (``model.n_head``, ``activation``, ``norm``): the weights load, but compute another function than the
+    one they were trained in (it was accepted without a word). None when no such field differs."""
+    theirs, ours, what, diff, _ = _model_diff(src, ours)
+    if not diff:
+        return None
+    said = "; ".join(f"model.{k} {theirs.get(k)!r} there, {ours[k]!r} here" for k in diff)
+    return (f"warning: --init-from {src}: {said}: the weights load (the same names and shapes) but were trained to "
+            f"compute with {what}'s settings; the new run starts from them with its own")
+
+
+def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
+    """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
+    or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), the weights that
+    differ (``weights``, :func:`~depthlab.checkpoint.misfit`) and the fix; None when no field differs."""
+    theirs, ours, what, diff, unfit = _model_diff(src, ours)
     keys = unfit or diff
     if not keys:
         return None
@@ -720,6 +740,9 @@ class Checkpointer:
             self.init_record = {"init_from": self.init_from(Path(self.init_source), model, run.cfg.model,
                                                             run.corpus.tokenizer)}
             self.log(init_line(self.init_record["init_from"], self.init_source))
+            changed = same_shape_changes(Path(self.init_source), dataclasses.asdict(run.cfg.model))
+            if changed:
+                self.log(changed)
         return model
 
     @staticmethod
