@@ -728,3 +728,12 @@ def test_init_from_with_a_model_field_that_keeps_the_shapes_says_so(run, tmp_pat
     err = capsys.readouterr().err
     assert (f"depthlab: warning: --init-from {run}: model.activation 'gelu' there, 'relu' here: the weights load (the "
             "same names and shapes) but were trained to compute with the source run's settings") in err, err
+
+
+def test_an_embedding_without_a_gradient_gets_an_embedding_example():
+    # pos.weight never added: the fix gave "x = x + out_proj(attention)", an attention example
+    from depthlab.analytics.check.forward import _no_gradient_verdict
+
+    r = _no_gradient_verdict({}, ["pos.weight"], [], [], 50)
+    assert "e.g. x = tok(idx) + pos(torch.arange(T))" in r.remedy
+    assert "out_proj" in _no_gradient_verdict({}, ["blocks.0.attn.q.weight"], [], [], 50).remedy

@@ -595,8 +595,11 @@ def _no_gradient_verdict(ev: dict, none: list[str], zero: list[str], frozen: lis
         parts.append(f"{len(none)} of {counted(total, 'parameter')} {agree(len(none), 'gets', 'get')} no gradient at "
                      f"all (grad None: {agree(len(none), 'it never reaches', 'they never reach')} the loss): "
                      f"{_names(none)}")
-        remedy.append("a part that is computed but never reaches the loss: use its output (e.g. x = x + "
-                      "out_proj(attention) into the stream), and do not .detach() it or run it under torch.no_grad()")
+        embedding = all(any(w in n.lower() for w in ("emb", "pos", "wpe", "wte", "tok")) for n in none)
+        example = ("x = tok(idx) + pos(torch.arange(T)): an embedding table is used only when its output is added "
+                   "into the stream" if embedding else "x = x + out_proj(attention) into the stream")
+        remedy.append(f"a part that is computed but never reaches the loss: use its output (e.g. {example}), and do "
+                      "not .detach() it or run it under torch.no_grad()")
     if zero:
         parts.append(f"{len(zero)} {agree(len(zero), 'gets', 'get')} an all-zero gradient even after {NOGRAD_STEPS} "
                      f"optimizer steps: {_names(zero)}")
