@@ -607,7 +607,7 @@ def test_layers_finds_a_final_norm_and_head_by_other_common_names():
 
 
 @pytest.mark.parametrize("kw, said", [({"max_new_tokens": -1}, "max_new_tokens must be >= 0, got -1"),
-                                      ({"top_p": 2.0}, "top_p must be in (0, 1], got 2.0"),
+                                      ({"top_p": 2.0}, "top_p must be a number in (0, 1], got 2.0"),
                                       ({"num_samples": 0}, "num_samples must be >= 1, got 0")])
 def test_the_python_api_names_its_own_keyword_arguments_not_the_commands_flags(run, kw, said):
     # sample_text(..., max_new_tokens=-1) said "--max-new-tokens must be >= 0"

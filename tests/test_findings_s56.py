@@ -411,9 +411,9 @@ def test_the_python_api_checks_types_and_says_its_own_words(run, capsys):
     model, tok = load_run(run)
     for call, words in [
         (lambda: generate(model, torch.tensor([[1]]), -1), "max_new_tokens must be >= 0, got -1"),
-        (lambda: generate(model, torch.tensor([[1]]), 3, top_p="x"), "top_p must be in (0, 1], got 'x'"),
+        (lambda: generate(model, torch.tensor([[1]]), 3, top_p="x"), "top_p must be a number in (0, 1], got 'x'"),
         (lambda: sample_text(run, 5, 5), "prompt must be a string (\"\" or None: start from a newline), got 5"),
-        (lambda: sample_text(run, "a", 3, top_p="x"), "top_p must be in (0, 1], got 'x'"),
+        (lambda: sample_text(run, "a", 3, top_p="x"), "top_p must be a number in (0, 1], got 'x'"),
     ]:
         with pytest.raises(DepthlabError) as e:
             call()
@@ -737,3 +737,29 @@ def test_an_embedding_without_a_gradient_gets_an_embedding_example():
     r = _no_gradient_verdict({}, ["pos.weight"], [], [], 50)
     assert "e.g. x = tok(idx) + pos(torch.arange(T))" in r.remedy
     assert "out_proj" in _no_gradient_verdict({}, ["blocks.0.attn.q.weight"], [], [], 50).remedy
+
+
+def test_vanishing_gradients_without_block_norms_is_not_judged_not_a_pass():
+    # a correct model with its blocks in an nn.ModuleDict: every grad record's grad_norm_block was [], and diagnose
+    # counted vanishing_gradients as judged ("no problems found by the rules that could judge")
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65, "source": "m.py:make"}, "train": {"warmup_iters": 10}}
+    grads = [{"kind": "grad", "step": s, "grad_norm_block": [], "update_ratio_block": []} for s in (25, 50, 75)]
+    lines = diagnose(Evidence(eval_records([4.2, 3.0, 2.6]) + grads, cfg, BASE)).without_data()
+    assert any(x.startswith("vanishing_gradients (it needs the gradient norms of a first and a last block, and none "
+                            "of the run's 3 gradient records holds two: no parameter of model.source m.py:make sits "
+                            "in a numbered list of blocks") for x in lines), lines
+
+
+def test_a_config_refused_in_depthlab_train_names_model_init_not_its_flag(tmp_path):
+    from depthlab import DepthlabError, RunConfig, train
+
+    (tmp_path / "m.py").write_text(tiny_source("M", "        return self.head(x)"))
+    c = RunConfig()
+    c.train.out_dir = str(tmp_path / "r")
+    c.model.source = f"{tmp_path / 'm.py'}:M"
+    c.model.dropout = 0.2
+    with pytest.raises(DepthlabError) as e:
+        train(c)
+    assert "with model.init JSON" in str(e.value) and "--model.init" not in str(e.value), str(e.value)

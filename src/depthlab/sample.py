@@ -46,7 +46,7 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
         raise DepthlabError(f"--top-k must be an integer >= 0 (0 = off), got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                               or not 0.0 < top_p <= 1.0):  # "x" failed in the comparison with a TypeError
-        raise DepthlabError(f"--top-p must be in (0, 1], got {top_p!r}")
+        raise DepthlabError(f"--top-p must be a number in (0, 1], got {top_p!r}")
     if not isinstance(max_new_tokens, numbers.Integral):  # 5.5 failed in torch's new_empty with a TypeError
         raise DepthlabError(f"--max-new-tokens must be an integer >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:

@@ -81,6 +81,8 @@ def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=
         DepthlabError: bad input; NonFiniteError; Interrupted (see :mod:`depthlab.trainer`).
     """
     from ..config import RunConfig
+    from ..errors import api_errors
 
-    cbs = default_callbacks(RunConfig.require(cfg, "train").checked(), hparam_fields) + list(callbacks)
+    with api_errors():  # a config refused here is said in the API's words too (model.init, not --model.init)
+        cbs = default_callbacks(RunConfig.require(cfg, "train").checked(), hparam_fields) + list(callbacks)
     return _train_bare(cfg, callbacks=cbs, overwrite=overwrite, log=log)

@@ -61,7 +61,7 @@ def _trend(d: dict[Any, tuple[float, float, int]], x: Optional[str] = DEPTH) -> 
     elif last <= first - 0.02 and last <= bestv + 0.02:
         verdict = f"improves {along}: {first:.3f} nats at {_at(x, lo)} -> {last:.3f} at {_at(x, hi)}"
     elif last <= bestv + 0.02:
-        verdict = f"about flat {along} ({first:.3f} at {_at(x, lo)} -> {last:.3f} at {_at(x, hi)} nats)"
+        verdict = f"about flat {along} ({first:.3f} nats at {_at(x, lo)} -> {last:.3f} at {_at(x, hi)})"
     elif best == lo:  # the best is the first value: the line never improves
         verdict = f"worsens a little {along}: best {bestv:.3f} at {_at(x, best)}, {last:.3f} at {_at(x, hi)}"
     else:

@@ -10,7 +10,7 @@ from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_kn
                      wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
-from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, rule
+from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
 from .signals import (NO_GRAD_FROM_STEP, adamw_low, adamw_ratio_median, block_grad_ratio, lr_verdict,
                       update_ratio_median, vanishing, zero_grad_params)
 
@@ -55,6 +55,21 @@ def _ratio_span(ev: Evidence) -> str:
     return f"steps {steps[0]}-{steps[-1]}, {len(vals)} records"
 
 
+def _grad_blocks(ev: Evidence, who: str) -> Optional[str]:
+    """Why ``vanishing_gradients`` is not judged on a run whose gradient records hold no two blocks' norms (a model
+    whose blocks sit in no numbered list, an nn.ModuleDict say); None when one record has them, or without records."""
+    if not ev.grads or block_grad_ratio(ev) is not None:
+        return None
+    source = ev.section("model").get("source")
+    model = f"model.source {source}" if source else "the model"
+    return (f"{who} the gradient norms of a first and a last block, and none of the run's {len(ev.grads)} gradient "
+            f"records holds two: no parameter of {model} sits in a numbered list of blocks (such as "
+            "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
+
+
+GRAD_BLOCKS = Need("grad", "per-block gradient norms", _grad_blocks)
+
+
 @rule("vanishing_gradients", needs=(GRAD,))
 def vanishing_gradients(ev: Evidence) -> Optional[Finding]:
     """Median first/last block grad-norm ratio over the grad records below ``vanishing_ratio``.
@@ -63,7 +78,9 @@ def vanishing_gradients(ev: Evidence) -> Optional[Finding]:
     gradients are the cause (``lr_too_low`` then stays silent: raising the LR would be bad advice).
     """
     ratio = block_grad_ratio(ev)
-    if ratio is None or not vanishing(ev):
+    if ratio is None:  # records without two blocks: nothing compared, which is no pass (it read as one)
+        return NotJudged(("vanishing_gradients",), (GRAD_BLOCKS,), GRAD_BLOCKS.shortfall(ev, who_needs(1)) or "")
+    if not vanishing(ev):
         return None
     wiring, has = wiring_advice(ev), wiring_has(ev)
     parts = [wiring] if wiring else []
@@ -90,8 +107,8 @@ def _vanishing_evidence(ev: Evidence, ratio: tuple) -> str:
     evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over {len(steps)} "
                 f"gradient records (steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): "
                 "the early blocks barely learn. That is the trained run; at initialisation, before any update "
-                f"(what {probe} measures), a stack without shortcuts can still have level gradients and fail "
-                "through rank collapse instead: both hold, at different moments")
+                f"(what {probe} measures), the gradients can still be level (a stack without shortcuts then fails "
+                "through rank collapse instead): both hold, at different moments")
     if lr_verdict(ev) == "low":
         evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
                      f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
