@@ -150,8 +150,11 @@ def test_rules_without_data_are_named_not_passed():
     text = format_findings([], missing)
     assert text.startswith("diagnosis: no problems found by the rules that could judge this run")
     assert "not judged" in text
-    full = evals([2.5, 2.4, 2.3, 2.2, 2.1, 2.0]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0]}] \
-        + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3]} for s in (100, 150, 200)] \
+    # per-block gradient norms too: without them vanishing_gradients is not judged (s56)
+    full = evals([2.5, 2.4, 2.3, 2.2, 2.1, 2.0]) + [{"kind": "grad", "step": 50, "update_ratio_block": [1.0, 1.0],
+                                                    "grad_norm_block": [1.0, 1.0]}] \
+        + [{"kind": "grad", "step": s, "update_ratio_block": [1e-3], "grad_norm_block": [1.0, 1.0]}
+           for s in (100, 150, 200)] \
         + [{"kind": "probe", "step": 200}] \
         + [context_record(200, [2.5, 2.0])]
     assert rules_without_data(full, cfg, baselines=BASE) == []
