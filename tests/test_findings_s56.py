@@ -658,13 +658,8 @@ def test_a_resume_with_the_same_global_batch_in_other_micro_batches_says_so():
                                            "from an uninterrupted run"]
 
 
-def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_diagnose(tmp_path, capsys):
-    # F.dropout(w, p=0.3) (training=True by default): check said "causal_leak not run" and "0 problems found", and
-    # diagnose "no problems found", while train's warning named the fix
-    from depthlab.analytics.diagnose import diagnose_run
-
-    code = tiny_source("R", "        for b in self.blocks:\n            x = x + F.dropout(b(x), p=0.3)\n"
-                            "        return self.head(x)")
+def leak_check_of(tmp_path, code: str, name: str):
+    """check's causal_leak result for the model file ``code`` (class ``name``) on TINY_TEXT x 4, at length 16."""
     from depthlab.analytics.check import check_model
     from depthlab.config import DataConfig
     from depthlab.data import load_corpus
@@ -672,12 +667,23 @@ def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_di
 
     from conftest import TINY_TEXT
 
-    (tmp_path / "r.py").write_text(code)
+    (tmp_path / f"{name}.py").write_text(code)
     (tmp_path / "c.txt").write_text(TINY_TEXT * 4)
     corpus = load_corpus(DataConfig(path=str(tmp_path / "c.txt")))
-    model = build_model(parse_source(f"{tmp_path / 'r.py'}:R"), vocab_size=corpus.tokenizer.vocab_size)
-    res = {c.rule: c for c in check_model(model, corpus, block_size=16, rules=("shape", "causal_leak")).checks}
-    assert res["causal_leak"].status == "PROBLEM" and res["causal_leak"].summary.startswith(
+    model = build_model(parse_source(f"{tmp_path / name}.py:{name}"), vocab_size=corpus.tokenizer.vocab_size)
+    return {c.rule: c for c in check_model(model, corpus, block_size=16, rules=("shape", "causal_leak")).checks}[
+        "causal_leak"]
+
+
+def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_diagnose(tmp_path, capsys):
+    # F.dropout(w, p=0.3) (training=True by default): check said "causal_leak not run" and "0 problems found", and
+    # diagnose "no problems found", while train's warning named the fix
+    from depthlab.analytics.diagnose import diagnose_run
+
+    code = tiny_source("R", "        for b in self.blocks:\n            x = x + F.dropout(b(x), p=0.3)\n"
+                            "        return self.head(x)")
+    res = leak_check_of(tmp_path, code, "R")
+    assert res.status == "PROBLEM" and res.summary.startswith(
         "the same sequence, computed twice in eval mode, gives logits differing by")
     assert train_source(tmp_path, code, "R", "--train.sample_interval", "0") == 0
     said = capsys.readouterr()
@@ -692,22 +698,12 @@ def test_a_forward_random_in_eval_mode_is_a_problem_in_check_and_a_finding_in_di
 def test_logits_one_position_late_are_a_problem_in_check_and_a_finding_in_diagnose(tmp_path, capsys):
     # torch.cat([logits[:, :1], logits[:, :-1]], 1): check said "0 problems found" (its own line showed "the changed
     # position itself moves by up to 0"), and diagnose "no problems found"
-    from depthlab.analytics.check import check_model
     from depthlab.analytics.diagnose import diagnose_run
-    from depthlab.config import DataConfig
-    from depthlab.data import load_corpus
-    from depthlab.usermodel import build_model, parse_source
-
-    from conftest import TINY_TEXT
 
     code = tiny_source("S", "        for b in self.blocks:\n            x = x + b(x)\n        logits = self.head(x)\n"
                             "        return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)")
-    (tmp_path / "s.py").write_text(code)
-    (tmp_path / "c.txt").write_text(TINY_TEXT * 4)
-    corpus = load_corpus(DataConfig(path=str(tmp_path / "c.txt")))
-    model = build_model(parse_source(f"{tmp_path / 's.py'}:S"), vocab_size=corpus.tokenizer.vocab_size)
-    res = {c.rule: c for c in check_model(model, corpus, block_size=16, rules=("shape", "causal_leak")).checks}
-    assert res["causal_leak"].status == "PROBLEM" and res["causal_leak"].evidence["own_token_ignored"] is True
+    res = leak_check_of(tmp_path, code, "S")
+    assert res.status == "PROBLEM" and res.evidence["own_token_ignored"] is True
     assert train_source(tmp_path, code, "S", "--train.sample_interval", "0") == 0
     said = capsys.readouterr()
     assert "position t predicts without its own token" in said.err and "sees the tokens it predicts" not in said.err

@@ -353,10 +353,7 @@ def random_eval(ev: Evidence) -> Optional[Finding]:
     """``random_eval``: the test before training found the forward random in eval mode (the start record's
     ``random_in_eval``): dropout drawn without ``training=self.training``. Every val loss, the best checkpoint's choice
     and every sample carry its noise, and the causal leak test could not run. None otherwise."""
-    rec = ev.leak_check
-    if rec is None or rec.get("random_in_eval") is not True:
-        return None
-    return Finding("random_eval", f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
+    return _start_flag(ev, "random_in_eval", "random_eval")
 
 
 @rule("shifted_logits")
@@ -365,10 +362,16 @@ def shifted_logits(ev: Evidence) -> Optional[Finding]:
     later positions' do (the start record's ``own_token_ignored``): logits one position late, or each position's own
     token masked out. Such a model predicts the token after next from the tokens before the current one. None
     otherwise."""
+    return _start_flag(ev, "own_token_ignored", "shifted_logits")
+
+
+def _start_flag(ev: Evidence, flag: str, name: str) -> Optional[Finding]:
+    """The finding ``name`` of the test before training when its record (:attr:`Evidence.leak_check`) holds ``flag``
+    true: its summary as the evidence, its remedy; None otherwise."""
     rec = ev.leak_check
-    if rec is None or rec.get("own_token_ignored") is not True:
+    if rec is None or rec.get(flag) is not True:
         return None
-    return Finding("shifted_logits", f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
+    return Finding(name, f"{rec.get('summary')} (the test before training)", str(rec.get("remedy")))
 
 
 @rule("causal_leak")
