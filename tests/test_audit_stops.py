@@ -61,7 +61,8 @@ def test_a_target_reached_before_a_resume_stops_it_at_once_and_keeps_the_step_it
     # was: 5 more steps trained, then "reached" again and target_reached_step 5
     assert (s["stopped_by"], s["final_step"], s["target_reached_step"]) == ("target_val_loss", 0, 0)
     (line,) = _stop_lines(lines)
-    assert "at step 0, before this resume" in line and "--train.target_val_loss 0" in line
+    # the Python API's words (s56): a config field, not the command line's flag
+    assert "at step 0, before this resume" in line and "train.target_val_loss=0 (off)" in line
     s = _train(run, corpus, target_val_loss=0.0, resume=True)  # the named flag trains on
     assert (s["stopped_by"], s["final_step"], s["target_reached_step"]) == ("max_iters", 10, None)
 
@@ -96,7 +97,7 @@ def test_patience_lost_before_a_resume_stops_it_at_once_and_a_larger_patience_tr
     s = _train(run, corpus, lines, patience=1, min_delta=100.0, max_iters=20, resume=True)
     assert (s["stopped_by"], s["final_step"]) == ("patience", 5)  # was: 5 more steps, then stopped at 10
     (line,) = _stop_lines(lines)
-    assert "before this resume" in line and "--train.patience above 1" in line
+    assert "before this resume" in line and "a train.patience above 1" in line and "--train." not in line
     assert "step 5: 1 evaluation since step 0 (val loss " in line  # read back from the run's records
     lines = []
     s = _train(run, corpus, lines, patience=3, min_delta=100.0, max_iters=20, resume=True)
@@ -115,7 +116,7 @@ def test_max_time_limits_each_session_and_the_summary_counts_them_all(tmp_path, 
     s1 = _train(run, corpus, lines, **limit)
     assert s1["stopped_by"] == "max_time" and 0 < s1["final_step"] < 10_000
     (line,) = _stop_lines(lines)
-    assert "0.5 s of this session; a --resume gets as long again" in line  # was: "(0.5 s)", which time unsaid
+    assert "0.5 s of this session; a resume gets as long again" in line  # was: "(0.5 s)", which time unsaid
     lines = []
     s2 = _train(run, corpus, lines, **limit, resume=True)
     assert s2["stopped_by"] == "max_time" and s2["final_step"] > s1["final_step"]

@@ -759,3 +759,13 @@ def test_a_config_refused_in_depthlab_train_names_model_init_not_its_flag(tmp_pa
     with pytest.raises(DepthlabError) as e:
         train(c)
     assert "with model.init JSON" in str(e.value) and "--model.init" not in str(e.value), str(e.value)
+
+
+def test_api_words_turn_only_a_run_after_resume_into_from_run():
+    # "a --resume gets as long again" became "a depthlab.train(RunConfig.from_run('gets')) as long again"
+    from depthlab.errors import api_words
+
+    assert api_words("stopped (0.5 s of this session; a --resume gets as long again)").endswith(
+        "a --resume gets as long again)")
+    assert api_words("use --resume runs/x to continue it") == \
+        "use depthlab.train(RunConfig.from_run('runs/x')) to continue it"

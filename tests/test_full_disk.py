@@ -207,11 +207,12 @@ def test_a_sweep_on_a_full_disk_exits_1_naming_its_runs_and_the_files(tmp_path, 
                 f"device holding {run} while writing {run}/sweep_status.json; free space there")
         assert line.endswith(f" ({clip_message(said)})"), line
         assert f"{run.name}: {said}" in out.splitlines()  # results.md, which would hold it, was not written
-    assert (f"warning: could not write the sweep's results (results.csv, results.md): no space left on the device "
-            f"holding {sw} while writing {sw}/results.csv; free space there and run the same command again to write "
-            "them (it skips the finished runs)") in out.splitlines()
+    # s56: the sweep's warnings on stderr, as "depthlab: warning: ..." (they went to stdout, bare)
     assert out.splitlines()[-1].endswith(f"0 ok, 2 not ok (in {sw}/runs; results.csv was not written)")
     assert err.splitlines() == [
+        f"depthlab: warning: could not write the sweep's results (results.csv, results.md): no space left on the "
+        f"device holding {sw} while writing {sw}/results.csv; free space there and run the same command again to "
+        "write them (it skips the finished runs)",
         f"depthlab: warning: could not write the sweep's report: no space left on the device holding {sw} while "
         f"writing {sw}/results.csv; free space there and run the same command again",
         "depthlab: 2 of 2 runs gave no result: n_layer-1 (unfinished), n_layer-2 (unfinished) (their lines above "

@@ -40,7 +40,8 @@ def _from_run(m: re.Match) -> str:
     return f"depthlab.train(RunConfig.from_run({run!r}))"
 
 
-_API_PATTERNS = ((re.compile(r"--resume ('[^']*'|\S+?)(?=[,;)]?(?:\s|$))"), _from_run),
+# "--resume RUN" where a run follows (the clause ends, or "to"/"continues" come next), not "a --resume gets ..."
+_API_PATTERNS = ((re.compile(r"--resume ('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s+(?:to|continues)\b|\s*$)"), _from_run),
                  (re.compile(r"--checkpoint (best|last)\b"), r"which='\1'"),
                  (re.compile(r"--device (\w+(?::\d+)?)"), r"device='\1'"),
                  (re.compile(r"--(data|model|train)\.(\w+) (true|false)\b"),

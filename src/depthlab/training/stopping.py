@@ -100,7 +100,7 @@ class StopRules:
             plan = (" (the budget ended before train.fit_to_time had timed the steps it plans from)"
                     if t.fit_to_time and budget.plan is None else "")
             where = f"was still warming up{plan}" if step < schedule.warmup_iters else "had not finished its decay"
-            self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a --resume gets as long "
+            self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a resume gets as long "
                      f"again) at step {step} of {schedule.max_iters}: the learning rate {where}")
             return "max_time"
         early = self._early_end(step, ev)
