@@ -58,7 +58,8 @@ def api_words(message: str) -> str:
     command line to run (``depthlab train -c ... --model.n_layer 3``) is kept as it is.
 
     Only depthlab's own messages pass through here (the API entries :func:`depthlab.sample.sample_text`,
-    :func:`depthlab.sample.load_run` and :func:`depthlab.trainer.train`)."""
+    :func:`depthlab.sample.load_run`, :func:`depthlab.sample.generate`, :func:`depthlab.trainer.train` and
+    :func:`depthlab.analytics.train`, errors and console lines)."""
     parts = _COMMAND_LINE.split(message)  # odd items: a command line to run (its flags stay flags)
     for i in range(0, len(parts), 2):
         for pattern, repl in _API_PATTERNS:

@@ -61,7 +61,8 @@ class Interrupted(Exception):
 
     @classmethod
     def at_the_end(cls, signum: int, run_dir: Path, step: int) -> "Interrupted":
-        """A signal during the final validation, after the last step: nothing to resume."""
+        """A signal during the final validation, after the last step: the run is finished and summary.json says the
+        final validation was cut (``final_validation_cut``); a resume trains nothing and runs it."""
         return cls(signum, run_dir, step, f"{stopped_by(signum)} during the final validation, after the last step "
                    f"({step}): the run is finished (summary.json written) and its final_validation is null; to run "
                    f"it: depthlab train --resume {shlex.quote(str(run_dir))}")
