@@ -422,18 +422,19 @@ def _training_cause(ev: Evidence) -> str:
     bigram = finite_or_none((ev.baselines or {}).get("bigram", {}).get("nats"))
     if best is None or bigram is None or best < bigram - ev.thresholds.bigram_margin:
         return ""
+    def first(what: str, why: str) -> str:
+        return (f"first the {what}: {why}; the best val loss {best:.3f} is not below the bigram baseline "
+                f"{bigram:.3f}; once it is, if this stays, ")
+
     bounded = bounded_output_words(ev)
     if bounded:  # no learning rate gets it below its floor
-        return (f"first the output: {bounded}; the best val loss {best:.3f} is not below the bigram baseline "
-                f"{bigram:.3f}; once it is, if this stays, ")
+        return first("output", bounded)
     if ev.section("model").get("source") and vanishing(ev):  # the run's own vanishing_gradients: its wiring first
-        return (f"first the wiring: the run's gradient records show the early blocks starved (vanishing_gradients): "
-                f"{source_wiring_advice()}; the best val loss {best:.3f} is not below the bigram baseline "
-                f"{bigram:.3f}; once it is, if this stays, ")
+        return first("wiring", "the run's gradient records show the early blocks starved (vanishing_gradients): "
+                               f"{source_wiring_advice()}")
     nograd = no_grad_words(ev)
     if nograd:  # the run's own no_gradient finding: an architecture fault shown already
-        return (f"first the wiring: {nograd}; the best val loss {best:.3f} is not below the bigram baseline "
-                f"{bigram:.3f}; once it is, if this stays, ")
+        return first("wiring", nograd)
     wiring = wiring_advice(ev) if ev.section("model").get("variant") not in SHORTCUT_VARIANTS else None
     if wiring:  # a stack without a shortcut is an architecture that can be judged now: it loses the current token
         # (post-LN has a shortcut: its wiring advice is no reason to put the wiring before the training)

@@ -325,6 +325,13 @@ class Evidence:
         return max((int(r.get("step", 0)) for r in self.records), default=0)
 
     @cached_property
+    def grads_after_warmup(self) -> list[dict]:
+        """The ``kind: grad`` records after :attr:`warmup_iters` (the gradients and updates of the training proper:
+        the warmup's are near initialisation, at a rate still rising)."""
+        warm = self.warmup_iters
+        return [r for r in self.grads if int(r.get("step", 0)) > warm]
+
+    @cached_property
     def lr_judged_grads(self) -> list[dict]:
         """The ``kind: grad`` records the lr rules judge: after the warmup, at :data:`LR_JUDGED_FRACTION` or more
         of the run's highest learning rate.
@@ -333,13 +340,9 @@ class Evidence:
         is too high or too low: a record near the end of the cosine (seen: 1e-4 at 1.1x train.min_lr, after
         0.048 and 0.021 at the peak) would pull the median under ``lr_high``. A record without its rate (written
         before grad records carried ``lr``) is judged as it is."""
-        warm, top = self.warmup_iters, self.peak_lr
-        out = []
-        for r in self.grads:
-            lr = finite_or_none(r.get("lr"))
-            if int(r.get("step", 0)) > warm and (lr is None or top is None or lr >= LR_JUDGED_FRACTION * top):
-                out.append(r)
-        return out
+        top = self.peak_lr
+        return [r for r in self.grads_after_warmup if (lr := finite_or_none(r.get("lr"))) is None or top is None
+                or lr >= LR_JUDGED_FRACTION * top]
 
     @cached_property
     def update_ratios(self) -> tuple[list[float], list[int]]:

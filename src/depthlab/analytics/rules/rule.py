@@ -15,7 +15,7 @@ from typing import Callable, Optional, Union
 
 from ...units import counted, finite_or_none
 from .evidence import LR_JUDGED_FRACTION, Evidence, Finding
-from .signals import NO_GRAD_FROM_STEP, grad_records_judged
+from .signals import NO_GRAD_FROM_STEP, blockless_words, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
            "PROBE", "DISTINCT", "LEARNABLE", "LOSS_LEFT", "RANK_ZERO",
@@ -140,15 +140,10 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     n, need = len(ev.update_ratios[0]), ev.thresholds.lr_min_records
     if n >= need:
         return None
-    after = ev.lr_judged_grads
     if n == 0 and ev.grads and all(r.get("update_ratio_block") == [] for r in ev.grads):
         # no block in any record: no grad_log_interval and no longer run helps (a count of the records did not say so)
-        source = ev.section("model").get("source")
-        model = f"model.source {source}" if source else "the model"
-        return (f"{who} the update/weight ratios of the model's blocks, and none of the run's {len(ev.grads)} gradient "
-                f"records holds one: no parameter of {model} sits in a numbered list of blocks (such as "
-                "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
-    late = len([r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]) - len(after)
+        return blockless_words(ev, who, "the update/weight ratios of the model's blocks", "holds one")
+    late = len(ev.grads_after_warmup) - len(ev.lr_judged_grads)
     rate = (f" at {LR_JUDGED_FRACTION:g}x the peak learning rate or more ({late} later in the decay are not judged)"
             if late else "")
     return (f"{who} {need} gradient records after the warmup{rate}, the run has {n}; lower "

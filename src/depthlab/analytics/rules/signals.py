@@ -104,15 +104,24 @@ def block_grad_ratio(ev: Evidence) -> Optional[tuple[float, list[int]]]:
     The warmup's records are the gradients near initialisation, level in a plain stack that collapses later (what
     ``depthlab probe`` measures): counted, they lifted a plain 8 x 32's median to 0.0103 over the 1e-2 line while
     half of its records were at 1e-4 and the report's figure showed block 0 starved."""
-    after = [r for r in ev.grads if int(r.get("step", 0)) > ev.warmup_iters]
     ratios, steps = [], []
-    for r in after or ev.grads:
+    for r in ev.grads_after_warmup or ev.grads:
         g = [finite_or_none(v) for v in r.get("grad_norm_block") or []]
         if len(g) < 2 or g[0] is None or g[-1] is None or g[-1] <= 0:
             continue
         ratios.append(g[0] / g[-1])
         steps.append(r["step"])
     return (statistics.median(ratios), steps) if ratios else None
+
+
+def blockless_words(ev: Evidence, who: str, what: str, holds: str) -> str:
+    """Why a rule cannot judge a run whose gradient records hold no blocks: ``who`` needs ``what``, and none of the
+    run's records ``holds`` it, because no parameter of the model sits in a numbered list of blocks."""
+    source = ev.section("model").get("source")
+    model = f"model.source {source}" if source else "the model"
+    return (f"{who} {what}, and none of the run's {len(ev.grads)} gradient records {holds}: no parameter of {model} "
+            "sits in a numbered list of blocks (such as blocks.0.attn.weight); keep the blocks in an nn.ModuleList to "
+            "have them measured")
 
 
 def vanishing(ev: Evidence) -> bool:

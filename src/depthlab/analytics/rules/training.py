@@ -11,7 +11,7 @@ from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_kn
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
-from .signals import (NO_GRAD_FROM_STEP, adamw_low, adamw_ratio_median, block_grad_ratio, lr_verdict,
+from .signals import (NO_GRAD_FROM_STEP, adamw_low, blockless_words, adamw_ratio_median, block_grad_ratio, lr_verdict,
                       update_ratio_median, vanishing, zero_grad_params)
 
 __all__ = ["no_gradient", "vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention",
@@ -60,11 +60,7 @@ def _grad_blocks(ev: Evidence, who: str) -> Optional[str]:
     whose blocks sit in no numbered list, an nn.ModuleDict say); None when one record has them, or without records."""
     if not ev.grads or block_grad_ratio(ev) is not None:
         return None
-    source = ev.section("model").get("source")
-    model = f"model.source {source}" if source else "the model"
-    return (f"{who} the gradient norms of a first and a last block, and none of the run's {len(ev.grads)} gradient "
-            f"records holds two: no parameter of {model} sits in a numbered list of blocks (such as "
-            "blocks.0.attn.weight); keep the blocks in an nn.ModuleList to have them measured")
+    return blockless_words(ev, who, "the gradient norms of a first and a last block", "holds two")
 
 
 GRAD_BLOCKS = Need("grad", "per-block gradient norms", _grad_blocks)
