@@ -316,6 +316,7 @@ def same_shape_changes(src: Path, ours: dict) -> Optional[str]:
     and shape (``model.n_head``, ``activation``, ``norm``): the weights load, but compute another function than the
     one they were trained in (it was accepted without a word). None when no such field differs."""
     theirs, ours, what, diff, _ = _model_diff(src, ours)
+    diff = [k for k in diff if k != "dropout"]  # a regulariser of training: the function the weights compute stays
     if not diff:
         return None
     said = "; ".join(f"model.{k} {theirs.get(k)!r} there, {ours[k]!r} here" for k in diff)
