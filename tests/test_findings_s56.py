@@ -769,3 +769,15 @@ def test_api_words_turn_only_a_run_after_resume_into_from_run():
         "a --resume gets as long again)")
     assert api_words("use --resume runs/x to continue it") == \
         "use depthlab.train(RunConfig.from_run('runs/x')) to continue it"
+
+
+def test_init_from_with_another_dropout_is_no_same_shape_warning(run):
+    import dataclasses
+
+    from depthlab.config import RunConfig
+    from depthlab.training.checkpointer import same_shape_changes
+
+    model = RunConfig.from_run(run).model
+    assert same_shape_changes(run, dataclasses.asdict(dataclasses.replace(model, dropout=0.3))) is None
+    assert "model.activation" in same_shape_changes(run, dataclasses.asdict(dataclasses.replace(model,
+                                                                                              activation="relu")))
