@@ -66,6 +66,7 @@ class RunView(Protocol):
         is_main: True on the process that writes files (rank 0).
         metrics: the run's metrics writer.
         log: prints one console line (rank 0 only).
+        eval_batch: windows per evaluation batch (:func:`~depthlab.training.evaluator.eval_batch`).
     """
 
     cfg: Any
@@ -76,6 +77,7 @@ class RunView(Protocol):
     is_main: bool
     metrics: MetricsSink
     log: Callable[[str], None]
+    eval_batch: int
 
 
 class Callback:

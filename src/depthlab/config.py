@@ -576,8 +576,10 @@ class TrainConfig:
         grad_clip: clip the global gradient L2 norm to this (0 = off).
         eval_interval: steps between evaluations (also at step 0 and the last step).
         eval_iters: batches per split in one evaluation (the same fixed windows every time: an
-            estimate, fair between evaluations).
-        eval_windows: where those ``eval_iters x batch_size`` windows of each split start: ``spaced`` =
+            estimate, fair between evaluations), each of the global batch's ``batch_size x grad_accum``
+            windows (read in micro-batches of ``batch_size``), the same under torchrun and kept by a resume
+            (config.json ``resolved.eval_batch``).
+        eval_windows: where those ``eval_iters x batch_size x grad_accum`` windows of each split start: ``spaced`` =
             evenly spaced over the split, the same for every seed (a systematic sample: each batch spans
             the whole split), or ``random`` = drawn with ``seed`` (what runs before this field read).
             Measured with one run's weights on Tiny Shakespeare (default shape): random windows read the

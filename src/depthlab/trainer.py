@@ -34,7 +34,7 @@ from .data import Corpus, load_corpus
 from .errors import DepthlabError, Terminated, api_errors, api_words
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
-from .training.evaluator import Evaluator, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
+from .training.evaluator import Evaluator, eval_batch, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
 from .training.optimization import (  # noqa: F401 (re-exported)
     LRSchedule, get_lr, get_lr_from, lr_words, make_optimizer, param_groups, resolve_optimizer, set_update_precision)
 from .training import runlock
@@ -236,7 +236,8 @@ class Trainer:
         self.ctx = rt.ctx
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"
-        self.evaluator = Evaluator(self.cfg, self.corpus, rt, self.port)
+        self.evaluator = Evaluator(self.cfg, self.corpus, rt, self.port,
+                                   eval_batch(t, point.old_config if resumed else None))
         self.budget.final_batches = self.evaluator.final_batches
         self.schedule = LRSchedule(t, self.budget)
         self.stepper = Stepper(self, self._before_clip)
@@ -319,6 +320,7 @@ class Trainer:
         plan = self.budget.plan
         model = self.cfg.model  # model.embed_scale auto: what the GPT was built with (a model.source has none)
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
+                "eval_batch": self.evaluator.batch,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
                 **self.source_record, **({} if model.source else {"embed_scale": model.built_embed_scale})}
 
@@ -343,6 +345,11 @@ class Trainer:
         self.checkpointer.save(self, is_best=is_best, val_loss=val_loss, background=background)
 
     # ----------------------------------------------------------------- evaluation
+    @property
+    def eval_batch(self) -> int:
+        """Windows per evaluation batch (:func:`~depthlab.training.evaluator.eval_batch`)."""
+        return self.evaluator.batch
+
     def evaluate(self) -> Optional[dict]:
         """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split (:meth:`Evaluator.evaluate`); None
         when a Ctrl-C or SIGTERM caught by :meth:`fit` ended it (one process: several finish it, then agree)."""
@@ -663,7 +670,12 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
         lines.append(rt.tuning.line(given))
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
                  f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")
+    if run.evaluator.batch != t.batch_size * t.grad_accum:  # a resume keeps the windows its best loss was read on
+        lines.append(f"evaluation: {t.eval_iters} batches of {run.evaluator.batch} windows per split, as the run's "
+                     "earlier sessions evaluated (config.json resolved.eval_batch), in micro-batches of "
+                     f"{t.batch_size}")
     return lines
+
 
 def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=console) -> Path:
     """Train a GPT as configured with exactly ``callbacks`` and return its run directory.

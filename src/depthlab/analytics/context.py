@@ -38,7 +38,7 @@ from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
-from ..training.evaluator import eval_batches
+from ..training.evaluator import eval_batch, eval_batches
 from ..usermodel import forward_fault, full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
 from .rules.evidence import unit_of
@@ -208,8 +208,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
         raise DepthlabError(f"{rd.path}: the corpus {corpus.path} no longer has the characters of the run's "
                             f"{VOCAB} (changed since training), and layers and context measure the run's own "
                             "val split: restore the file the run was trained on")
-    processes = int(((rd.config.get("resolved") or {}).get("processes")) or 1)
-    w = view_windows(corpus.val, cfg.model.block_size, cfg.train.batch_size * processes, cfg.train.seed,
+    w = view_windows(corpus.val, cfg.model.block_size, eval_batch(cfg.train, rd.config), cfg.train.seed,
                      cfg.train.eval_iters, max_tokens, cfg.train.eval_windows)
     V = len(corpus.tokenizer.vocab)
     if rd.baselines is not None:  # a baselines.json written before the floor was kept gets it here
@@ -278,11 +277,11 @@ def kept_weights(run_dir: Path) -> list[tuple[str, int, Path]]:
 def window_logits(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, command: str) -> torch.Tensor:
     """:func:`~depthlab.usermodel.full_logits` (B, T, V) of one batch of a run's val windows for ``command`` (layers,
     context); a forward that raises, or returns logits of another batch or length, is one line: the batch is the
-    run's global one (train.batch_size x its processes), which a model with its batch size written into its code
-    fails on after a run under torchrun (a .view(B, -1, C) returns another (B, T) of the same size, read silently
-    as the windows' logits)."""
-    on = (f"idx of shape {tuple(x.shape)} (a batch of the run's val evaluation windows: train.batch_size x the "
-          "processes it trained with)")
+    run's global one (:func:`~depthlab.training.evaluator.eval_batch`), which a model with its batch size written into
+    its code fails on after a run with grad_accum or a resume with another batch_size (a .view(B, -1, C) returns
+    another (B, T) of the same size, read silently as the windows' logits)."""
+    on = (f"idx of shape {tuple(x.shape)} (a batch of the run's val evaluation windows: the global batch of its "
+          "first session, config.json resolved.eval_batch)")
     fix = ("if the model has a batch size written into its code, make it accept any (depthlab check PATH.py:NAME on "
            "its file tests other batch sizes)")
     try:
@@ -489,7 +488,7 @@ class ContextCallback(Callback):
             return
         t, m = run.cfg.train, run.cfg.model
         try:
-            w = view_windows(run.corpus.val, m.block_size, t.batch_size * int(getattr(run, "world_size", 1) or 1),
+            w = view_windows(run.corpus.val, m.block_size, getattr(run, "eval_batch", None) or eval_batch(t),
                              t.seed, t.eval_iters, windows=t.eval_windows)
             w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
                             w.batch_size, w.block_size, w.seed)

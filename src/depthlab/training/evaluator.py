@@ -19,7 +19,33 @@ from ..rundir import RunDir
 from ..units import LN2, finite_or_none
 from ..usermodel import check_command
 
-__all__ = ["Evaluator", "eval_batches", "val_perplexity"]
+__all__ = ["Evaluator", "eval_batch", "eval_batches", "val_perplexity"]
+
+
+def eval_batch(train, run_config: Optional[dict] = None) -> int:
+    """Windows in one evaluation batch of a run: the global batch of its first session, fixed for its life.
+
+    The global batch, ``train.batch_size x train.grad_accum`` sequences, is what a training step reads, the same
+    for one process and for torchrun's processes sharing its micro-batches, so a run's evaluations read the same
+    windows however many processes train it; recorded as config.json's ``resolved.eval_batch`` and kept by every
+    resume (a resume that changes ``batch_size`` would otherwise compare its losses, and the best one, on other
+    windows). Runs from before the record read ``batch_size x processes`` windows a batch (``grad_accum``
+    ignored), and are measured and resumed so.
+
+    Args:
+        train: the :class:`~depthlab.config.TrainConfig` of this session.
+        run_config: the run's config.json (a resume's, a view's), or None for a new run.
+
+    Returns:
+        The windows per evaluation batch, >= 1.
+    """
+    resolved = (run_config or {}).get("resolved") if isinstance(run_config, dict) else None
+    if isinstance(resolved, dict) and resolved.get("eval_batch"):
+        return int(resolved["eval_batch"])
+    if isinstance(resolved, dict):  # a run from before the record: as it evaluated
+        ran = (run_config.get("train") or {}).get("batch_size") or train.batch_size
+        return int(ran) * int(resolved.get("processes") or 1)
+    return train.batch_size * train.grad_accum
 
 
 def eval_batches(data: np.ndarray, block_size: int, batch_size: int, seed: int, split: str, n_batches: int,
@@ -113,8 +139,9 @@ class Evaluator:
         final_val: ``train.final_validation``'s result for the summary, or None.
     """
 
-    def __init__(self, cfg, corpus, runtime, port):
+    def __init__(self, cfg, corpus, runtime, port, batch: Optional[int] = None):
         self.cfg, self.corpus, self.runtime, self.port = cfg, corpus, runtime, port
+        self.batch = batch or eval_batch(cfg.train)  # windows per evaluation batch (resolved.eval_batch)
         self.best_val = float("inf")
         self.best_step = -1
         self.best_se: Optional[float] = None
@@ -198,23 +225,26 @@ class Evaluator:
             # kept on the device and read once per split: a read per batch would make the host wait for
             # each batch's kernels before it queues the next batch's (on CUDA)
             losses = torch.zeros(t.eval_iters, device=rt.device)
-            # train.batch_size x processes windows a batch: the same windows for a run under torchrun whose
-            # grad_accum splits its global batch over the processes as one process with that batch would read (a
-            # run of another split reads others)
-            for i, (x, y) in enumerate(eval_batches(data, self.cfg.model.block_size, t.batch_size * rt.world_size,
-                                                    t.seed, split, t.eval_iters, rt.device, t.eval_windows)):
-                if stop is not None and stop():
-                    model.train(was_training)
-                    return None
-                with rt.ctx:
-                    loss = self.port.loss(model, x, y)
-                losses[i] = loss.detach().float()
+            for i, (x, y) in enumerate(self._batches(split, data, rt.device)):
+                for j in range(0, len(x), t.batch_size):  # in micro-batches: the memory training needs
+                    if stop is not None and stop():
+                        model.train(was_training)
+                        return None
+                    with rt.ctx:
+                        loss = self.port.loss(model, x[j:j + t.batch_size], y[j:j + t.batch_size])
+                    losses[i] += loss.detach().float() * (len(x[j:j + t.batch_size]) / len(x))
             losses = losses.cpu()
             out[split] = losses.mean().item()
             if split == "val":  # batches of the same windows spread 0 by construction: that is no error bar
                 out["val_se"] = window_se(losses) if self.no_se_reason() is None else None
         model.train(was_training)
         return out
+
+    def _batches(self, split: str, data: np.ndarray, device: Optional[torch.device] = None):
+        """Every evaluation's batches of ``split`` (:func:`eval_batches` of :attr:`batch` windows each)."""
+        t = self.cfg.train
+        return eval_batches(data, self.cfg.model.block_size, self.batch, t.seed, split, t.eval_iters, device,
+                            t.eval_windows)
 
     def bpc(self, val_loss: float) -> float:
         """Bits per character of a val loss (mean nats/token over :meth:`evaluate`'s fixed val windows).
@@ -223,11 +253,9 @@ class Evaluator:
         of those windows) / ln 2; a char run has one character per token, so loss / ln 2.
         """
         if self._val_chars_per_token is None:
-            t = self.cfg.train
             chars, tokens = self.corpus.tokenizer.token_chars, 0
             total = 0.0
-            for _, y in eval_batches(self.corpus.val, self.cfg.model.block_size, t.batch_size * self.runtime.world_size,
-                                     t.seed, "val", t.eval_iters, windows=t.eval_windows):  # evaluate()'s "val"
+            for _, y in self._batches("val", self.corpus.val):
                 total += float(chars[y.numpy()].sum())
                 tokens += y.numel()
             self._val_chars_per_token = total / tokens if total > 0 else 1.0
@@ -245,10 +273,8 @@ class Evaluator:
 
     def _val_batches_differ(self) -> bool:
         """Whether two of :meth:`evaluate`'s val batches hold different windows (every evaluation has the same)."""
-        t = self.cfg.train
         first = None
-        for x, y in eval_batches(self.corpus.val, self.cfg.model.block_size, t.batch_size * self.runtime.world_size,
-                                 t.seed, "val", t.eval_iters, windows=t.eval_windows):
+        for x, y in self._batches("val", self.corpus.val):
             rows = sorted(w.tobytes() for w in torch.cat([x, y[:, -1:]], 1).numpy())  # a window: x and y's last
             first = rows if first is None else first
             if rows != first:
