@@ -247,6 +247,12 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, tiny_text_f
 
     sd, _ = load_weights_file(tmp_path / "two" / "checkpoints" / "best.safetensors")
     assert not any(k.startswith("module.") for k in sd)
+    # one process accumulating the same two micro-batches trains the same and evaluates the same windows (it read
+    # batch_size x processes windows a batch, 4 against torchrun's 8, and reported other val losses)
+    assert main(_args(tiny_text_file, tmp_path / "accum", 4, 2)) == 0
+    for (s, la, va), (_, lb, vb) in zip(_losses(tmp_path / "accum"), b):
+        assert la is None or abs(la - lb) < 1e-4, (s, la, lb)
+        assert va is None or abs(va - vb) < 1e-4, (s, va, vb)
 
 
 @pytest.mark.slow
