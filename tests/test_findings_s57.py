@@ -62,3 +62,33 @@ def test_a_resume_with_another_batch_size_keeps_the_evaluation_windows(tmp_path,
     assert json.loads((tmp_path / "run" / "config.json").read_text())["resolved"]["eval_batch"] == 4
     assert ("evaluation: 2 batches of 4 windows per split, as the run's earlier sessions evaluated (config.json "
             "resolved.eval_batch), in micro-batches of 2") in lines, lines
+
+
+def test_the_end_of_training_curve_reads_every_window_when_its_prefix_cannot_tell(tmp_path, tiny_text_file,
+                                                                                    monkeypatch):
+    # diagnose left context_unused "not judged" on a prefix of the windows that `depthlab context --max_tokens 0`
+    # could have decided: diagnose has only this record
+    import depthlab.analytics.context as ctx
+    from depthlab import train
+    from depthlab.rundir import read_metrics
+
+    monkeypatch.setattr(ctx, "DEFAULT_MAX_TOKENS", 64)  # one batch of 4 windows of 16
+    for tells, windows in ((False, 24), (True, 4)):  # 6 batches of 4, or the prefix's one
+        monkeypatch.setattr(ctx, "_undecided", lambda curve, baselines, tells=tells: not tells)
+        rd = train(tiny_config(tmp_path / f"run{tells}", tiny_text_file, train=dict(max_iters=4, eval_iters=6)),
+                   **QUIET)
+        rec = [r for r in read_metrics(rd, "event") if r.get("event") == "context"][-1]
+        assert rec["windows"] == windows and rec["tokens"] == windows * 16, rec
+
+
+def test_a_curve_that_tells_is_not_read_again():
+    from depthlab.analytics.context import _undecided
+
+    base = {"bigram": {"nats": 2.5}, "unigram": {"nats": 3.3}, "one_char_floor": {"nats": 2.4}}
+    used = {"context_gain": 0.9, "context_gain_se": 0.02, "loss_by_position": [3.0] + [2.1] * 15,
+            "last_quarter_se": 0.02, "distinct_windows": 40, "position_se": [0.03] * 16}
+    assert not _undecided(used, base)
+    noisy = {**used, "context_gain": 0.05, "context_gain_se": 0.2, "loss_by_position": [2.55] + [2.5] * 15,
+             "last_quarter_se": 0.2}
+    assert _undecided(noisy, base)
+    assert not _undecided({**noisy, "context_gain": float("nan")}, base)

@@ -36,11 +36,11 @@ from .. import checkpoint as ckpt
 from .. import resume_config, usermodel
 from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
-from ..units import counted, plus_minus
+from ..units import counted, finite_or_none, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
 from ..training.evaluator import eval_batch, eval_batches
 from ..usermodel import forward_fault, full_logits, make_model
-from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_words
+from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
 from .rules.evidence import unit_of
 from .baselines import corpus_baselines, one_char_floor_nats
 from .rules.evidence import Evidence, Thresholds
@@ -474,12 +474,30 @@ def format_context(res: dict) -> str:
     return "\n".join(lines)
 
 
+def _undecided(curve: dict, baselines: Optional[dict]) -> bool:
+    """Whether :func:`position_curve`'s ``curve`` (finite) cannot tell whether the model uses its context
+    (:func:`~depthlab.analytics.rules.context.context_verdict` against ``baselines``: baselines.json, or None), so
+    that more windows may."""
+    def nats(name: str) -> Optional[float]:
+        return finite_or_none(((baselines or {}).get(name) or {}).get("nats"))
+
+    gain = finite_or_none(curve["context_gain"])
+    if gain is None:  # one position a window, or non-finite losses: more windows tell nothing more
+        return False
+    state, _ = context_verdict(gain, curve["context_gain_se"], curve["loss_by_position"], nats("bigram"),
+                               nats("unigram"), lq_se=curve["last_quarter_se"], windows=curve["distinct_windows"],
+                               pos0_se=curve["position_se"][0], floor=nats("one_char_floor"))
+    return state == UNDECIDED
+
+
 class ContextCallback(Callback):
     """At train end (main rank): the loss-by-position curve of the final weights, as a ``kind: event``
     record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``, ``last_quarter_se``,
     ``position0_se`` (position 0's standard error, which the verdict's "within twice its error" names),
     ``windows``, ``tokens``) that the ``context_unused`` rule reads. Costs one forward over at most
-    :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows.
+    :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows, and over all ``eval_iters`` batches of them when
+    those cannot tell whether the model uses its context (as ``depthlab context RUN --max_tokens 0`` would read:
+    diagnose has only this record).
     """
 
     def on_train_end(self, run: RunView, summary: dict) -> None:
@@ -488,11 +506,14 @@ class ContextCallback(Callback):
             return
         t, m = run.cfg.train, run.cfg.model
         try:
-            w = view_windows(run.corpus.val, m.block_size, getattr(run, "eval_batch", None) or eval_batch(t),
-                             t.seed, t.eval_iters, windows=t.eval_windows)
-            w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
-                            w.batch_size, w.block_size, w.seed)
-            c = position_curve(run.raw_model, w)
+            for max_tokens in (DEFAULT_MAX_TOKENS, 0):
+                w = view_windows(run.corpus.val, m.block_size, getattr(run, "eval_batch", None) or eval_batch(t),
+                                 t.seed, t.eval_iters, max_tokens, t.eval_windows)
+                w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
+                                w.batch_size, w.block_size, w.seed)
+                c = position_curve(run.raw_model, w)
+                if len(w.batches) == w.of_batches or not _undecided(c, RunDir(run.run_dir).baselines):
+                    break
         except DepthlabError as e:
             run.log(f"loss by position skipped: {e}")
             return
