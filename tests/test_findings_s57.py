@@ -92,3 +92,33 @@ def test_a_curve_that_tells_is_not_read_again():
              "last_quarter_se": 0.2}
     assert _undecided(noisy, base)
     assert not _undecided({**noisy, "context_gain": float("nan")}, base)
+
+
+def _layers_res(deltas, val=4.016, emb=3.562):
+    return {"weights": "best.safetensors (step 100)", "windows_described": "the windows", "val_loss": val,
+            "lens": "the final norm + head", "embedding_lens_loss": emb, "n_layer": len(deltas), "bigram": None,
+            "unigram": None, "effective_depth": 0,
+            "blocks": [{"block": i, "lens_loss": 4.0, "ablation_delta": d, "relative_update": 0.5}
+                       for i, d in enumerate(deltas)]}
+
+
+def test_layers_says_a_block_whose_removal_lowers_the_loss_makes_the_predictions_worse():
+    # deepnorm + dyt, 6 blocks: every delta about -0.012, and "the loss does not use what it computes"; the
+    # embeddings alone (3.562) beat the whole model (4.016) without a word
+    from depthlab.analytics.layers import format_layers
+
+    text = format_layers(_layers_res([-0.0115, -0.012, 0.002, 0.03]))
+    assert ("removing any one of blocks 0, 1 alone lowers the loss (by 0.0115, 0.0120 nats): what each computes makes "
+            "the predictions worse") in text, text
+    assert "removing block 2 alone changes the loss by less than 0.01 nats" in text, text
+    assert ("the embeddings alone (3.562) predict better than the whole model (4.016): its blocks together make the "
+            "predictions 0.454 nats worse") in text, text
+    assert "embeddings alone" not in format_layers(_layers_res([0.03], val=2.5, emb=3.1))
+
+
+def test_a_delta_printed_as_0_0100_counts_as_the_block_used():
+    from depthlab.analytics.layers import block_role, format_layers
+
+    assert [block_role(d) for d in (0.00996, 0.00994, -0.00996, -0.0099)] == ["used", "idle", "harmful", "idle"]
+    text = format_layers(_layers_res([0.00996]))
+    assert "+0.0100" in text and "less than 0.01" not in text, text

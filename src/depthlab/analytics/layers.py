@@ -40,11 +40,20 @@ from .check.flow import find_blocks
 from .context import DEFAULT_MAX_TOKENS, leak_caveat, load_weights, open_run, start_leak_record, window_logits
 from .rules.advice import depth_setting
 
-__all__ = ["EFFECTIVE_DELTA", "LayerAccess", "layer_access", "measure_layers", "run_layers", "format_layers",
-           "lens_meaning"]
+__all__ = ["EFFECTIVE_DELTA", "block_role", "LayerAccess", "layer_access", "measure_layers", "run_layers",
+           "format_layers", "lens_meaning"]
 
 EFFECTIVE_DELTA = 0.01
 """Nats: a block whose removal raises the val loss by at least this counts towards the effective depth."""
+
+
+def block_role(delta: float) -> str:
+    """What removing a block shows of it, from its ablation ``delta`` (nats; the loss without it less the loss
+    with it), as printed to 4 decimals (a table's "+0.0100" and its sentence agree): ``used`` (removing it costs
+    >= :data:`EFFECTIVE_DELTA`), ``harmful`` (removing it lowers the loss by that much or more) or ``idle``."""
+    d = round(delta, 4)
+    return "used" if d >= EFFECTIVE_DELTA else "harmful" if d <= -EFFECTIVE_DELTA else "idle"
+
 
 #: Attribute names of a final norm and a head, tried in order on a model depthlab did not write
 #: (GPT-2 / nanoGPT first, then common alternatives).
@@ -351,7 +360,7 @@ def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] =
                "relative_update": math.sqrt(tot["diff2"][i] / tot["in2"][i]) if tot["in2"][i] > 0 else None}
               for i in range(L)]
     return {"val_loss": tot["model"] / n, "embedding_lens_loss": tot["lens"][0] / n, "blocks": blocks,
-            "effective_depth": sum(1 for b in blocks if b["ablation_delta"] >= EFFECTIVE_DELTA), "n_layer": L,
+            "effective_depth": sum(1 for b in blocks if block_role(b["ablation_delta"]) == "used"), "n_layer": L,
             "lens": lens_meaning(model, acc), "lens_head_only": isinstance(acc.norm, nn.Identity),
             # rotary positions enter inside attention: the stream before block 0 holds the token alone
             "embedding_has_position": not (isinstance(model, GPT) and model.config.position == "rope")}
@@ -414,6 +423,33 @@ def _vs(v: float, bg: Optional[float]) -> str:
     return f"{v - bg:+9.3f}" if bg is not None else ""
 
 
+def _roles_words(res: dict) -> list[str]:
+    """The lines of :func:`format_layers` on the blocks whose removal costs less than :data:`EFFECTIVE_DELTA`
+    (:func:`block_role` ``idle``) or lowers the loss (``harmful``), and on embeddings that beat the whole model."""
+    def which(blocks: list[dict]) -> str:
+        return f"block {blocks[0]['block']}" if len(blocks) == 1 else \
+            f"any one of blocks {', '.join(str(b['block']) for b in blocks)}"
+
+    lines, knob = [], depth_setting(res)[0]
+    idle = [b for b in res["blocks"] if block_role(b["ablation_delta"]) == "idle"]
+    harmful = [b for b in res["blocks"] if block_role(b["ablation_delta"]) == "harmful"]
+    if idle:
+        lines.append(f"  removing {which(idle)} alone changes the loss by less than {EFFECTIVE_DELTA:g} nats on these "
+                     "windows: the loss does not use what it computes (each measured alone, the others in place; "
+                     f"`depthlab diagnose` shows whether the gradients there vanish, and {knob} sets the depth)")
+    if harmful:
+        by = ", ".join(f"{-b['ablation_delta']:.4f}" for b in harmful)
+        lines.append(f"  removing {which(harmful)} alone lowers the loss (by {by} nats): what "
+                     f"{'it computes makes' if len(harmful) == 1 else 'each computes makes'} the predictions worse "
+                     "(each measured alone, the others in place; `depthlab diagnose` looks at how the run trained, "
+                     f"and {knob} sets the depth)")
+    gap = res["val_loss"] - res["embedding_lens_loss"]
+    if round(gap, 3) >= EFFECTIVE_DELTA:
+        lines.append(f"  the embeddings alone ({res['embedding_lens_loss']:.3f}) predict better than the whole model "
+                     f"({res['val_loss']:.3f}): its blocks together make the predictions {gap:.3f} nats worse")
+    return lines
+
+
 def format_layers(res: dict) -> str:
     """The console text of :func:`run_layers`: one row per block, the effective depth and how to read it."""
     bg, ug, L = res.get("bigram"), res.get("unigram"), res["n_layer"]
@@ -432,12 +468,7 @@ def format_layers(res: dict) -> str:
         lines.append(f"  {b['block']:5d} {lens}  {delta:+10.4f} {ru}")
     lines.append(f"effective depth: {res['effective_depth']} of {L} blocks cost >= {EFFECTIVE_DELTA:g} nats "
                  "when removed")
-    idle = [str(b["block"]) for b in res["blocks"] if b["ablation_delta"] < EFFECTIVE_DELTA]
-    if idle:
-        which = f"block {idle[0]}" if len(idle) == 1 else f"any one of blocks {', '.join(idle)}"
-        lines.append(f"  removing {which} alone costs less than {EFFECTIVE_DELTA:g} nats on these windows: the loss "
-                     "does not use what it computes (each measured alone, the others in place; `depthlab diagnose` "
-                     f"shows whether the gradients there vanish, and {depth_setting(res)[0]} sets the depth)")
+    lines += _roles_words(res)
     if bg is not None:
         where = " (and its position)" if res.get("embedding_has_position", True) else ""
         lines.append(f"  the embedding lens sees one {res.get('unit', 'character')}{where}, so it "

@@ -69,7 +69,7 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     Raises:
         DepthlabError: ``run`` is not a run directory.
     """
-    from ..analytics.layers import EFFECTIVE_DELTA, run_layers
+    from ..analytics.layers import EFFECTIVE_DELTA, block_role, run_layers
 
     run, res = _measured(run, run_layers)
     if res is None:
@@ -91,8 +91,8 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
                    fontsize=10)
     ax_l.legend(fontsize=8, frameon=False)
     deltas = [b["ablation_delta"] for b in res["blocks"]]
-    ax_a.bar(range(L), deltas, color=[OKABE_ITO["blue"] if d >= EFFECTIVE_DELTA else OKABE_ITO["grey"]
-                                      for d in deltas])
+    role_colour = {"used": OKABE_ITO["blue"], "idle": OKABE_ITO["grey"], "harmful": OKABE_ITO["vermillion"]}
+    ax_a.bar(range(L), deltas, color=[role_colour[block_role(d)] for d in deltas])
     ax_a.axhline(EFFECTIVE_DELTA, color=OKABE_ITO["black"], lw=0.8, ls="--", label=f"{EFFECTIVE_DELTA:g} nats")
     ax_a.set_xticks(list(block_ticks(L)))
     ax_a.set_xlabel("block removed (replaced by the identity)")
