@@ -122,3 +122,18 @@ def test_a_delta_printed_as_0_0100_counts_as_the_block_used():
     assert [block_role(d) for d in (0.00996, 0.00994, -0.00996, -0.0099)] == ["used", "idle", "harmful", "idle"]
     text = format_layers(_layers_res([0.00996]))
     assert "+0.0100" in text and "less than 0.01" not in text, text
+
+
+def test_a_one_block_model_is_not_told_to_keep_its_blocks_in_a_module_list():
+    # postnorm 1 block: "no parameter of the model sits in a numbered list of blocks; keep the blocks in an
+    # nn.ModuleList", while its records held transformer.h.0's norm
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import eval_records, grad_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    records = eval_records([4.2, 3.0, 2.8, 2.7, 2.6, 2.6]) + [grad_record(s, [0.5]) for s in (100, 150, 200, 250)]
+    lines = diagnose(Evidence(records, {"model": {"n_layer": 1}, "train": {"warmup_iters": 10}}, BASE)).without_data()
+    line = next(x for x in lines if x.startswith("vanishing_gradients"))
+    assert ("it needs a first and a last block to compare, and the model has one block (model.n_layer 1): its "
+            "gradients cannot vanish on the way down a stack") in line, line
+    assert "ModuleList" not in line

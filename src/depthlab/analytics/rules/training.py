@@ -60,6 +60,11 @@ def _grad_blocks(ev: Evidence, who: str) -> Optional[str]:
     whose blocks sit in no numbered list, an nn.ModuleDict say); None when one record has them, or without records."""
     if not ev.grads or block_grad_ratio(ev) is not None:
         return None
+    if any(len(r.get("grad_norm_block") or []) == 1 for r in ev.grads):  # measured: one block has no pair
+        n = ev.section("model").get("n_layer")
+        return (f"{who} a first and a last block to compare, and the model has one block"
+                + (f" (model.n_layer {n})" if n is not None and not ev.section("model").get("source") else "")
+                + ": its gradients cannot vanish on the way down a stack")
     return blockless_words(ev, who, "the gradient norms of a first and a last block", "holds two")
 
 
