@@ -494,10 +494,10 @@ class ContextCallback(Callback):
     """At train end (main rank): the loss-by-position curve of the final weights, as a ``kind: event``
     record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``, ``last_quarter_se``,
     ``position0_se`` (position 0's standard error, which the verdict's "within twice its error" names),
-    ``windows``, ``tokens``) that the ``context_unused`` rule reads. Costs one forward over at most
-    :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows, and over all ``eval_iters`` batches of them when
-    those cannot tell whether the model uses its context (as ``depthlab context RUN --max_tokens 0`` would read:
-    diagnose has only this record).
+    ``windows``, ``all_windows`` (whether they are every window of the run's evaluation), ``tokens``) that the
+    ``context_unused`` rule reads. Costs one forward over at most :data:`DEFAULT_MAX_TOKENS` of the val evaluation
+    windows, and over all ``eval_iters`` batches of them when those cannot tell whether the model uses its context
+    (as ``depthlab context RUN --max_tokens 0`` would read: diagnose has only this record).
     """
 
     def on_train_end(self, run: RunView, summary: dict) -> None:
@@ -521,5 +521,5 @@ class ContextCallback(Callback):
         run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
                                   "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
                                   "last_quarter_se": c["last_quarter_se"], "position0_se": c["position_se"][0],
-                                  "windows": c["windows"],
+                                  "windows": c["windows"], "all_windows": len(w.batches) == w.of_batches,
                                   "distinct_windows": c["distinct_windows"], "tokens": c["tokens"]})

@@ -13,6 +13,7 @@ in between is undecided, and neither claim is made.
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Optional, Sequence
 
 from ...units import finite_or_none, plus_minus
@@ -191,10 +192,23 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
                           "is the evidence)")
         return state, f"{head}: the model uses its context{below}"
     if state == UNDECIDED:
-        return state, (f"{head}: what the later positions gain is within twice its sampling error, so these windows "
-                       f"cannot tell whether the model uses its context ({advice})")
+        return state, f"{head}: {_undecided_why(gain, se, lq, lq_se, bigram, name, min_gain)}, so these windows " \
+                      f"cannot tell whether the model uses its context ({advice})"
     return state, _unused_words(head, gain, se, curve, bigram, unigram, name, min_gain, margin, lq_se, unit,
                                 pos0_se if pos0_se is not None else se)
+
+
+def _undecided_why(gain: float, se: Optional[float], lq: float, lq_se: Optional[float], bigram: Optional[float],
+                   name: str, min_gain: float) -> str:
+    """The test :func:`context_state` left undecided, in words: a gain of ``min_gain`` or more within twice its error
+    ``se``; a smaller gain whose last quarter ``lq`` is within twice its error ``lq_se`` of the one-token line
+    ``bigram`` (called ``name``); or, without a line, a smaller gain within twice its error of ``min_gain``."""
+    if gain >= min_gain:
+        return "what the later positions gain is within twice its sampling error"
+    if bigram is not None:
+        return (f"the later positions gain less than {min_gain} nats over position 0, and the last quarter is within "
+                f"twice its error ({2 * (lq_se or 0.0):.3f}) of the {name} {bigram:.3f}")
+    return f"the gain is under {min_gain} nats but within twice its sampling error ({2 * (se or 0.0):.3f}) of it"
 
 
 def _negative_gain_words(head: str, gain: float, se: Optional[float], curve: Sequence[float], line: float,
@@ -271,9 +285,10 @@ def context_words(gain: Optional[float], se: Optional[float], curve: Sequence[fl
     return state, f"{words}; in a model trained long enough this comes from {causes_words(causes)}"
 
 
-def record_verdict(ev: Evidence) -> tuple[str, str]:
+def record_verdict(ev: Evidence, advice: str = MORE_WINDOWS) -> tuple[str, str]:
     """:func:`context_verdict` of the run's end-of-training loss-by-position record (``ev.context``, which must
-    exist) against its baselines (``ev.baselines``, with ``bigram``)."""
+    exist) against its baselines (``ev.baselines``, with ``bigram``); ``advice``: what to do when its windows
+    cannot tell."""
     rec, th = ev.context, ev.thresholds
     curve = [float(v) if finite_or_none(v) is not None else math.nan for v in rec["loss_by_position"]]
     gain, se = float(rec["context_gain"]), finite_or_none(rec.get("context_gain_se"))
@@ -285,7 +300,20 @@ def record_verdict(ev: Evidence) -> tuple[str, str]:
     # copies of one window are one (distinct_windows: absent before it was kept)
     windows = finite_or_none(rec.get("distinct_windows", rec.get("windows")))
     return context_verdict(gain, se, curve, bigram, unigram, th.context_min_gain, th.bigram_margin, lq_se,
-                           windows=windows, floor=floor, unit=ev.unit, pos0_se=pos0_se)
+                           windows=windows, floor=floor, unit=ev.unit, pos0_se=pos0_se, advice=advice)
+
+
+def more_windows(ev: Evidence) -> str:
+    """What reads more val windows than the run's end-of-training loss by position (``ev.context``) did: ``depthlab
+    context RUN --max_tokens 0`` where that record read a prefix of the evaluation's windows (or does not say), and a
+    run with a larger ``train.eval_iters``."""
+    iters = ev.section("train").get("eval_iters")
+    larger = "a larger train.eval_iters" + (f" (now {iters})" if iters is not None else "")
+    if (ev.context or {}).get("all_windows"):
+        return f"more windows: {larger}"
+    where = shlex.quote(str(ev.run_dir)) if ev.run_dir else "RUN"
+    return (f"more windows: depthlab context {where} --max_tokens 0 reads all of the run's evaluation windows, or "
+            f"{larger}")
 
 
 def _leak_remedy(model: dict, check: Optional[str] = None) -> str:
@@ -315,16 +343,10 @@ def _context_tells(ev: Evidence, who: str) -> Optional[str]:
     context is used (:data:`UNDECIDED`): its windows and numbers, and the knob that gives more; None otherwise."""
     if ev.context is None or not ev.baselines or "bigram" not in ev.baselines:
         return None
-    state, _ = record_verdict(ev)
+    state, words = record_verdict(ev, more_windows(ev))
     if state != UNDECIDED:
         return None
-    rec = ev.context
-    gain, se = finite_or_none(rec.get("context_gain")), finite_or_none(rec.get("context_gain_se"))
-    nums = f" (context gain {gain:.3f} ± {se:.3f} nats)" if gain is not None and se is not None else ""
-    iters = ev.section("train").get("eval_iters")
-    return (f"{who} a loss by position that tells: the final weights' {rec.get('windows')} val windows cannot tell "
-            f"whether the model uses its context{nums}; more windows: a larger train.eval_iters"
-            + (f" (now {iters})" if iters is not None else ""))
+    return f"{who} a loss by position that tells: the final weights' {ev.context.get('windows')} val windows, {words}"
 
 
 CONTEXT_TELLS = Need("event", "a loss by position that tells", _context_tells)

@@ -4,11 +4,10 @@ one-character window), ``exploding``, ``overfitting``, ``plateau``."""
 from __future__ import annotations
 
 import math
-import shlex
 from typing import Optional
 
 from ...units import finite_or_none
-from .context import LEAKS, UNUSED, USED, record_verdict
+from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
 from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, wiring_advice,
                      wiring_has)
 from .evidence import Evidence, Finding
@@ -153,11 +152,10 @@ def _context_decides(ev: Evidence, who: str) -> Optional[str]:
         return None
     best = min((v for _, v in ev.val_losses), default=math.inf)
     bg = float(ev.baselines["bigram"]["nats"])
-    seen = "shows the context used" if verdict == USED else "cannot tell whether the context is used"
-    where = shlex.quote(str(ev.run_dir)) if ev.run_dir else "RUN"
+    seen = "shows the context used" if verdict == USED else \
+        f"cannot tell whether the context is used ({more_windows(ev)})"
     return (f"the best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline {bg:.3f} (what the "
-            f"current {ev.unit} alone gives), but the run's loss by position {seen} (depthlab context {where} "
-            "--max_tokens 0 reads all of the run's evaluation windows)")
+            f"current {ev.unit} alone gives), but the run's loss by position {seen}")
 
 
 CONTEXT_DECIDES = Need("event", "a loss by position that shows the context unused", _context_decides)
