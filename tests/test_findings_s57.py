@@ -151,3 +151,24 @@ def test_an_undecided_context_names_the_test_that_could_not_tell():
     assert "within twice its sampling error" not in words
     state, words = context_verdict(0.3, 0.2, [2.8] + [2.5] * 15, 2.48, 3.35, lq_se=0.04, windows=500, pos0_se=0.01)
     assert state == "undecided" and "what the later positions gain is within twice its sampling error" in words
+
+
+def test_a_warmup_longer_than_the_run_is_named_and_never_raised():
+    # --train.warmup_iters 2000 on a 400-step run: "lower train.grad_log_interval or train longer" and, on a
+    # diverged one, "raise train.warmup_iters (now 1000)"
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import eval_records, grad_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65}, "train": {"warmup_iters": 2000, "optimizer": "adamw", "learning_rate": 3e-3}}
+    records = eval_records([4.2, 3.0, 2.8, 2.7, 2.6, 2.6]) + [grad_record(s, [0.5, 1.0]) for s in (100, 200, 300)]
+    lines = diagnose(Evidence(records, cfg, BASE)).without_data()
+    line = next(x for x in lines if x.startswith("lr_too_high"))
+    assert ("the run has none: the warmup, train.warmup_iters 2000, reaches past step 500, where the run ended: the "
+            "peak learning rate was never reached (lower train.warmup_iters below the run's length)") in line, line
+    boom = eval_records([4.2, 3.0, float("nan")])
+    f = {x.rule: x for x in diagnose(Evidence(boom, cfg, BASE)).findings}["exploding"]
+    assert "raise train.warmup_iters" not in f.remedy and "lower train.learning_rate" in f.remedy, f.remedy
+    cfg["train"]["warmup_iters"] = 10
+    f = {x.rule: x for x in diagnose(Evidence(boom, cfg, BASE)).findings}["exploding"]
+    assert "raise train.warmup_iters (now 10)" in f.remedy, f.remedy

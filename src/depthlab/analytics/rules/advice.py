@@ -88,6 +88,21 @@ MUON_RATIO = ("Muon sets the size of every block-matrix update from train.muon_l
 """Why a Muon run's block update/weight ratios are not read against AdamW's ~1e-3."""
 
 
+def warmup_words(ev: Evidence) -> Optional[str]:
+    """The run's warmup when it reaches its last step or past (the peak learning rate never reached, so the update
+    ratios, the lr rules' evidence, all come from the ramp), in words with the knob; None otherwise.
+
+    The warmup is the one the run followed (its ``train.fit_to_time`` plan's, else ``train.warmup_iters``); the last
+    step is summary.json's ``final_step``, else the records' last."""
+    warm = ev.planned_warmup if ev.planned_warmup is not None else ev.section("train").get("warmup_iters")
+    final = (ev.summary or {}).get("final_step")
+    end = final if isinstance(final, int) and not isinstance(final, bool) and final > 0 else ev.last_step
+    if not isinstance(warm, int) or isinstance(warm, bool) or not end or warm < end:
+        return None
+    return (f"the warmup, train.warmup_iters {warm}, reaches past step {end}, where the run ended: the peak learning "
+            f"rate was never reached (lower train.warmup_iters below the run's length)")
+
+
 def lr_knob(ev: Evidence) -> str:
     """The learning rate that sets the blocks' update/weight ratios, with its value: ``train.muon_lr``
     on a Muon run (it trains the blocks' matrices), else ``train.learning_rate``."""

@@ -8,8 +8,8 @@ from typing import Optional
 
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
-from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, wiring_advice,
-                     wiring_has)
+from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, warmup_words,
+                     wiring_advice, wiring_has)
 from .evidence import Evidence, Finding
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from ...usermodel import MODEL_LOGITS
@@ -172,10 +172,10 @@ def _source_check(ev: Evidence, rules: str) -> str:
 
 
 def _lr_part(ev: Evidence) -> Optional[str]:
-    lr = lr_advice(ev)
-    if not lr:
-        return None
-    return (f"{lr} {lr_knob(ev)}: the update/weight ratios say it is too {'high' if lr == 'lower' else 'low'}")
+    lr, warm = lr_advice(ev), warmup_words(ev)
+    said = f"{lr} {lr_knob(ev)}: the update/weight ratios say it is too {'high' if lr == 'lower' else 'low'}" \
+        if lr else None
+    return "; ".join(p for p in (warm, said) if p) or None
 
 
 def _bigram_remedy(ev: Evidence, last: dict) -> str:
@@ -257,8 +257,7 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     else:
         first = (f"lower train.learning_rate{ev.now('train.learning_rate')}"
                  + (f", e.g. to {lr / 3:.2g}" if isinstance(lr, (int, float)) and lr > 0 else " (try / 3)"))
-    parts = [first,
-             f"raise train.warmup_iters{ev.now('train.warmup_iters')}"]
+    parts = [first] + ([] if warmup_words(ev) else [f"raise train.warmup_iters{ev.now('train.warmup_iters')}"])
     clip = t.get("grad_clip")
     if clip is None or clip == 0 or clip > 1.0:
         parts.append(f"clip gradients at train.grad_clip 1.0{ev.now('train.grad_clip')}")

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Union
 
 from ...units import counted, finite_or_none
 from .evidence import LR_JUDGED_FRACTION, Evidence, Finding
+from .advice import warmup_words
 from .signals import NO_GRAD_FROM_STEP, blockless_words, grad_records_judged
 
 __all__ = ["Need", "Rule", "NotJudged", "Verdict", "rule", "who_needs", "NEEDS", "GRAD", "GRAD_LATE", "LR_RECORDS",
@@ -143,6 +144,9 @@ def _lr_records(ev: Evidence, who: str) -> Optional[str]:
     if n == 0 and ev.grads and all(r.get("update_ratio_block") == [] for r in ev.grads):
         # no block in any record: no grad_log_interval and no longer run helps (a count of the records did not say so)
         return blockless_words(ev, who, "the update/weight ratios of the model's blocks", "holds one")
+    warm = warmup_words(ev) if n == 0 else None
+    if warm:  # every record is in a ramp that never ends: no grad_log_interval or longer run at this warmup helps
+        return f"{who} {need} gradient records after the warmup, the run has none: {warm}"
     late = len(ev.grads_after_warmup) - len(ev.lr_judged_grads)
     rate = (f" at {LR_JUDGED_FRACTION:g}x the peak learning rate or more ({late} later in the decay are not judged)"
             if late else "")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, wiring_advice,
-                     wiring_has)
+from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, warmup_words,
+                     wiring_advice, wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
@@ -141,9 +141,9 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
         lr_txt = f" with train.learning_rate {lr:g}" if lr is not None else ""
         head = f"median update/weight ratio {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; healthy is about 1e-3, "
     if verdict == "high":
+        warmup = "" if warmup_words(ev) else f" or raise train.warmup_iters{ev.now('train.warmup_iters')}"
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
-                       f"lower {lr_knob(ev)} (try / 3 to / 10) or "
-                       f"raise train.warmup_iters{ev.now('train.warmup_iters')}")
+                       f"lower {lr_knob(ev)} (try / 3 to / 10){warmup}")
     also = (f"; AdamW's embeddings and head hardly move either ({adamw_ratio_median(ev):.2e} per step): raise "
             f"train.learning_rate{ev.now('train.learning_rate')} too") if adamw_low(ev) else ""
     return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
@@ -239,7 +239,8 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
         parts = [f"raise {lr_knob(ev)}: {moves}"]
     else:
         parts = [f"train longer ({p['step']} steps so far)"]
-    parts[:0] = [d for d in (dropout_advice(ev),) if d]  # a dropout this high first: noise no step size fixes
+    # a dropout this high first (noise no step size fixes), and a warmup that never reached the peak rate
+    parts[:0] = [d for d in (dropout_advice(ev), warmup_words(ev)) if d]
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
