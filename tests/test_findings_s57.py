@@ -172,3 +172,16 @@ def test_a_warmup_longer_than_the_run_is_named_and_never_raised():
     cfg["train"]["warmup_iters"] = 10
     f = {x.rule: x for x in diagnose(Evidence(boom, cfg, BASE)).findings}["exploding"]
     assert "raise train.warmup_iters (now 10)" in f.remedy, f.remedy
+
+
+def test_context_refuses_a_bpe_run_whose_tokenizer_is_gone(tmp_path, bpe_file, capsys):
+    # the cache's tokenizer of another split measured the run's weights on ids they never saw (gain 0.866 -> 0.122)
+    from conftest import assert_clean_error, bpe_run_config, run_cli
+    from depthlab.trainer import train
+
+    rd = train(bpe_run_config(tmp_path, bpe_file, max_iters=4), **QUIET)
+    (rd / "tokenizer.json").unlink()
+    for command in ("context", "layers"):
+        rc, _, err = run_cli(capsys, command, str(rd))
+        assert_clean_error(rc, err, f"{rd / 'tokenizer.json'} is missing: the run's BPE tokenizer, without which its "
+                                    "val split cannot be tokenized as it trained")

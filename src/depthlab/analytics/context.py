@@ -187,6 +187,10 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
     resume_config.refuse_edited_config(rd.path, "cannot measure")
     tok = rd.file(TOKENIZER)
     tok_json = tok.read_text(encoding="utf-8") if tok.is_file() else None
+    if cfg.data.tokenizer == "bpe" and tok_json is None:  # the cache's tokenizer may be another one (another split)
+        raise DepthlabError(f"{tok} is missing: the run's BPE tokenizer, without which its val split cannot be "
+                            "tokenized as it trained, and layers and context measure that split: restore the file "
+                            "(sample, export and --resume refuse the run without it too)")
     if cfg.data.path and not Path(cfg.data.path).expanduser().is_file():  # train's advice (leave it unset) is no fix
         raise DepthlabError(f"{rd.path}: the run's corpus {cfg.data.path} is missing (moved or deleted?), and layers "
                             "and context measure its val split: put the file back at that path")
