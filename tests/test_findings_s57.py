@@ -185,3 +185,20 @@ def test_context_refuses_a_bpe_run_whose_tokenizer_is_gone(tmp_path, bpe_file, c
         rc, _, err = run_cli(capsys, command, str(rd))
         assert_clean_error(rc, err, f"{rd / 'tokenizer.json'} is missing: the run's BPE tokenizer, without which its "
                                     "val split cannot be tokenized as it trained")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage_meta", "empty_meta", "meta_keys"])
+def test_a_damaged_data_cache_entry_is_built_again(tmp_path, tiny_text_file, damage):
+    # "unexpected ValueError: mmap length is greater than file size", exit 1
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    cfg = DataConfig(path=str(tiny_text_file), cache_dir=str(tmp_path / "cache"))
+    want = np.asarray(load_corpus(cfg).train).copy()
+    entry = next(p for p in (tmp_path / "cache").iterdir() if (p / "tokens.bin").is_file())
+    if damage == "truncate":
+        (entry / "tokens.bin").write_bytes((entry / "tokens.bin").read_bytes()[:50])
+    else:
+        (entry / "meta.json").write_text({"garbage_meta": "{not json", "empty_meta": "",
+                                          "meta_keys": '{"vocab": []}'}[damage])
+    assert np.array_equal(np.asarray(load_corpus(cfg).train), want)

@@ -350,13 +350,10 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
     digest = sha256_file(path)
     enc_name = codecs.lookup(cfg.encoding).name
     entry = _cache_root(cfg) / f"{digest[:32]}-{enc_name}-v{CACHE_FORMAT}"
-    if not (entry / "meta.json").exists():
-        _encode_to_cache(path, cfg.encoding, entry)
-    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-    n = int(meta["n_tokens"])
+    meta, chars = _cached(entry, lambda: _encode_to_cache(path, cfg.encoding, entry))
+    n = len(chars)
     if n == 0:
         raise DepthlabError(f"data.path {path} is empty after decoding; give a file with some text")
-    chars = np.memmap(entry / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(n,))
     vocab = meta["vocab"]
     if "\x00" in vocab:  # checked on the cached vocabulary too: a file cached before this check is refused alike
         raise _nul_refusal(path, cfg.encoding)
@@ -382,6 +379,34 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
     if log and corpus.bom_dropped:
         log(f"dropped a leading byte-order mark from {path}")
     return corpus
+
+
+def _cached(entry: Path, build: Callable[[], None], dtype: Optional[np.dtype] = None) -> tuple[dict, np.ndarray]:
+    """``(meta.json, tokens.bin)`` of the cache folder ``entry``, ``build()`` first when it has no meta.json.
+
+    The tokens are a read-only memmap of ``meta["n_tokens"]`` ids of ``dtype`` (else ``meta["dtype"]``). An entry
+    whose files do not read as written (a truncated tokens.bin, an edited or emptied meta.json: the cache is
+    derived data) is deleted and built again, once; the second failure is one line naming the folder.
+
+    Raises:
+        DepthlabError: the entry still does not read after it was built again.
+    """
+    for attempt in (0, 1):
+        if not (entry / "meta.json").exists():
+            build()
+        try:
+            meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+            n, dt = int(meta["n_tokens"]), np.dtype(dtype if dtype is not None else meta["dtype"])
+            if (entry / "tokens.bin").stat().st_size != n * dt.itemsize:
+                raise ValueError(f"tokens.bin is not {n} ids of {dt.itemsize} bytes")
+            return meta, np.memmap(entry / "tokens.bin", dtype=dt, mode="r", shape=(n,)) if n else np.zeros(0, dt)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+            if attempt:
+                raise DepthlabError(f"the data cache folder {entry} does not read even after it was built again "
+                                    f"({type(e).__name__}: {e}); delete it, or point --data.cache_dir (or "
+                                    "DEPTHLAB_CACHE) at another folder") from None
+            shutil.rmtree(entry, ignore_errors=True)
+    raise AssertionError("unreachable")
 
 
 def _publish(entry: Path, write: Callable[[Path], None]) -> None:
@@ -506,7 +531,7 @@ def _lines_split(entry: Path, chars: np.ndarray, vocab: list[str], val_fraction:
     Raises:
         DepthlabError: the file has fewer than two lines.
     """
-    if not (entry / "meta.json").exists():
+    def build() -> None:
         if "\n" not in vocab:
             raise DepthlabError(f"data.split lines needs a file of several lines, but {path} has no newline; "
                                 "use --data.split tail")
@@ -521,8 +546,8 @@ def _lines_split(entry: Path, chars: np.ndarray, vocab: list[str], val_fraction:
         perm = np.random.default_rng([seed, 2]).permutation(len(starts))
         n_val = max(1, int(len(starts) * val_fraction))
         _publish(entry, lambda tmp: _write_lines(tmp, data, starts, ends, perm, len(starts) - n_val, nl))
-    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-    tokens = np.memmap(entry / "tokens.bin", dtype=chars.dtype, mode="r", shape=(int(meta["n_tokens"]),))
+
+    meta, tokens = _cached(entry, build, chars.dtype)
     return tokens, int(meta["n_train"])
 
 
@@ -625,10 +650,8 @@ def _bpe_corpus(entry: Path, split_key: str, chars: np.ndarray, vocab: list[str]
     else:
         tok = BPETokenizer.from_str(tokenizer_json)
     edir = entry / f"ids-{tok.sha256[:16]}-{split_key}-v{IDS_FORMAT}"
-    if not (edir / "meta.json").exists():
-        _publish(edir, lambda tmp: _encode_bpe(tmp, tok, chars, codepoints, n_train_chars))
-    meta = json.loads((edir / "meta.json").read_text(encoding="utf-8"))
-    tokens = np.memmap(edir / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r", shape=(int(meta["n_tokens"]),))
+    meta, tokens = _cached(edir, lambda: _publish(edir, lambda tmp: _encode_bpe(tmp, tok, chars, codepoints,
+                                                                            n_train_chars)))
     return tok, tokens, int(meta["n_train"])
 
 
