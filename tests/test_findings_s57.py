@@ -202,3 +202,28 @@ def test_a_damaged_data_cache_entry_is_built_again(tmp_path, tiny_text_file, dam
         (entry / "meta.json").write_text({"garbage_meta": "{not json", "empty_meta": "",
                                           "meta_keys": '{"vocab": []}'}[damage])
     assert np.array_equal(np.asarray(load_corpus(cfg).train), want)
+
+
+def test_a_grid_over_model_vocab_size_is_refused(tmp_path, capsys):
+    # every value trained the same 65-character model under names vocab_size-3, vocab_size-4
+    from conftest import assert_clean_error, run_cli
+
+    rc, _, err = run_cli(capsys, "sweep", "--grid", "model.vocab_size=3,4", "--dry_run", "--out_dir", str(tmp_path / "s"))
+    assert_clean_error(rc, err, "model.vocab_size is set from the corpus's tokenizer, so every value would train the "
+                                "same model; sweep data.vocab_size (with data.tokenizer bpe) instead")
+    (tmp_path / "g.yaml").write_text("grid:\n  model.vocab_size: [1, 2]\n")
+    rc, _, err = run_cli(capsys, "sweep", "-f", str(tmp_path / "g.yaml"), "--dry_run")
+    assert_clean_error(rc, err, "sweep file")
+
+
+def test_a_config_files_model_vocab_size_is_said_to_be_unused(tmp_path, tiny_text_file):
+    from depthlab.trainer import Trainer
+
+    lines = []
+    cfg = tiny_config(tmp_path / "run", tiny_text_file, model=dict(vocab_size=10), train=dict(max_iters=1))
+    Trainer(cfg, log=lines.append)
+    assert any("model.vocab_size 10 is not used: the corpus's tokenizer sets it, " in x for x in lines), lines
+    lines.clear()
+    cfg = tiny_config(tmp_path / "run2", tiny_text_file, train=dict(max_iters=1))
+    Trainer(cfg, log=lines.append)
+    assert not any("model.vocab_size" in x for x in lines), lines

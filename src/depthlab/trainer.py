@@ -183,6 +183,9 @@ class Trainer:
             self.corpus.check_block_size(cfg.model.block_size, log=hold)
         if single := self.corpus.one_symbol_words():
             self._held.append(f"warning: {single}")
+        if cfg.model.vocab_size not in (0, len(vocab)):  # a config file's value (the flag is refused): not used
+            self._held.append(f"warning: model.vocab_size {cfg.model.vocab_size} is not used: the corpus's "
+                              f"tokenizer sets it, {len(vocab)} here (for BPE choose data.vocab_size)")
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "

@@ -162,6 +162,19 @@ def _check_key(key: str, what: str) -> tuple[str, str]:
     return sec, name
 
 
+def _check_axis(key: str, what: str) -> None:
+    """A grid axis must change the runs: ``model.vocab_size`` is set from each run's corpus (every value trained the
+    same model under another name, as ``depthlab train`` refuses the flag).
+
+    Raises:
+        DepthlabError: ``key`` is ``model.vocab_size``, or as :func:`_check_key`.
+    """
+    _check_key(key, what)
+    if key == "model.vocab_size":
+        raise DepthlabError(f"{what} {key!r}: model.vocab_size is set from the corpus's tokenizer, so every value "
+                            "would train the same model; sweep data.vocab_size (with data.tokenizer bpe) instead")
+
+
 def _alternatives(hint: Any) -> list[str]:
     """What one type hint takes, in words (a ``Union``: each member's), e.g. ``["true", "false", "auto"]``."""
     import typing
@@ -247,7 +260,7 @@ def parse_grid_arg(text: str) -> tuple[str, list]:
                             "(e.g. --grid model.n_layer=1,2,4)")
     key, _, vals = text.partition("=")
     key = key.strip()
-    _check_key(key, "--grid")
+    _check_axis(key, "--grid")
     items = grid_values(vals, f"--grid {text!r}", key)
     return key, _unique([(s, coerce_value(key, s)) for s in items], f"--grid {text!r}", key)
 
@@ -348,7 +361,7 @@ def _grid(d: Any, what: str) -> dict[str, list]:
     out = {}
     for k, vals in d.items():
         k = str(k)
-        _check_key(k, f"{what} key")
+        _check_axis(k, f"{what} key")
         if isinstance(vals, str):
             vals = grid_values(vals, what, k)
         if not isinstance(vals, (list, tuple)):
