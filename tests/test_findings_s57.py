@@ -208,7 +208,8 @@ def test_a_grid_over_model_vocab_size_is_refused(tmp_path, capsys):
     # every value trained the same 65-character model under names vocab_size-3, vocab_size-4
     from conftest import assert_clean_error, run_cli
 
-    rc, _, err = run_cli(capsys, "sweep", "--grid", "model.vocab_size=3,4", "--dry_run", "--out_dir", str(tmp_path / "s"))
+    rc, _, err = run_cli(capsys, "sweep", "--grid", "model.vocab_size=3,4", "--dry_run", "--out_dir",
+                         str(tmp_path / "s"))
     assert_clean_error(rc, err, "model.vocab_size is set from the corpus's tokenizer, so every value would train the "
                                 "same model; sweep data.vocab_size (with data.tokenizer bpe) instead")
     (tmp_path / "g.yaml").write_text("grid:\n  model.vocab_size: [1, 2]\n")
@@ -227,3 +228,27 @@ def test_a_config_files_model_vocab_size_is_said_to_be_unused(tmp_path, tiny_tex
     cfg = tiny_config(tmp_path / "run2", tiny_text_file, train=dict(max_iters=1))
     Trainer(cfg, log=lines.append)
     assert not any("model.vocab_size" in x for x in lines), lines
+
+
+def test_train_print_config_configures_sweep_probe_and_coordcheck(tmp_path, capsys, monkeypatch):
+    # "my.yaml: unknown key(s) init_from", then "config field 'train.out_dir'", then "model.n_layer 4 is also an axis"
+    from conftest import assert_clean_error, run_cli
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:  # --print_config prints and exits 0
+        run_cli(capsys, "train", "--print_config")
+    out = capsys.readouterr().out
+    assert e.value.code in (0, None) and "init_from: null" in out
+    (tmp_path / "my.yaml").write_text(out)
+    rc, out, err = run_cli(capsys, "sweep", "-c", "my.yaml", "--grid", "model.n_layer=1,2", "--dry_run")
+    assert rc == 0 and "2 runs" in out, err
+    assert "the config file's model.n_layer 4 gives way to the grid's axis (model.n_layer over 2 values)" in err
+    rc, out, err = run_cli(capsys, "coordcheck", "-c", "my.yaml", "--axis", "model.n_layer=1,2", "--steps", "1",
+                           "--model.n_embd", "16", "--model.n_head", "2", "--model.block_size", "8")
+    assert rc == 0, err
+    rc, _, err = run_cli(capsys, "probe", "--init_from", "runs/x")
+    assert_clean_error(rc, err, "probe: --init_from is depthlab train's (a new run from a run's weights); probe does "
+                                "not take it: drop it")
+    (tmp_path / "i.yaml").write_text("init_from: runs/x\n")
+    rc, _, err = run_cli(capsys, "sweep", "-c", "i.yaml", "--grid", "model.n_layer=1,2", "--dry_run")
+    assert_clean_error(rc, err, "i.yaml: init_from: runs/x: depthlab train's --init-from")

@@ -746,7 +746,24 @@ def _explicit_overrides(argv: list[str]) -> dict[str, Any]:
     for section, fields in ns.as_dict().items():
         if section in SECTIONS and isinstance(fields, dict):
             flat.update({f"{section}.{k}": v for k, v in fields.items()})
+    if flat.get("train.out_dir", "") is None:  # train --print_config's file: asks nothing (a value is refused)
+        del flat["train.out_dir"]
     return flat
+
+
+def _grid_over_files(spec, overrides: dict[str, Any], argv: list[str]) -> None:
+    """A ``-c`` file's value of a field that is also a grid axis (a ``train --print_config`` file sets every field)
+    gives way to the axis, with a notice; the same value given as a flag is refused (``refuse_flags_on_axes``).
+    ``spec.overrides`` and ``overrides`` lose those fields."""
+    own, _ = _split_config_flags(argv)
+    ns = build_sweep_parser().parse_args(own, defaults=False)
+    flags = {f"{sec}.{k}" for sec, fields in ns.as_dict().items() if sec in SECTIONS and isinstance(fields, dict)
+             for k in fields}
+    axes = {k: exp.grid[k] for exp in spec.experiments for k in exp.grid}
+    for k in [k for k in spec.overrides if k in axes and k not in flags]:
+        print(f"{PROG}: the config file's {k} {spec.overrides.pop(k)} gives way to the grid's axis ({k} over "
+              f"{len(axes[k])} values)", file=sys.stderr)
+        overrides.pop(k, None)
 
 
 def _split_config_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -820,6 +837,7 @@ def run_sweep(ns, argv: list[str]) -> int:
     spec = sweep.build_spec(ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.workers is None:  # the sweep file's, else one per core
         ns.workers = spec.workers if spec.workers is not None else 0
+    _grid_over_files(spec, overrides, argv)
     refuse_flags_on_axes(spec)
     out_dir = ns.out_dir or sweep.default_sweep_dir(spec, ns.profile, ns.file, list(ns.grid), overrides, ns.only)
     if ns.dry_run:

@@ -756,6 +756,23 @@ def _file_key_problems(path: str, d: dict, known: set[str]) -> Optional[str]:
     return f"{path}: unknown key(s) {', '.join(out)}: edit or remove {'it' if len(out) == 1 else 'them'}"
 
 
+def _refuse_init_from(command: str, argv: list[str], files: list[tuple[str, Optional[dict]]]) -> None:
+    """``--init_from RUN`` (on the line, or a config file's ``init_from: RUN``) given to a command other than train,
+    whose parser takes the key only so that train's printed ``init_from: null`` reads (it asks nothing).
+
+    Raises:
+        DepthlabError: a flag, or a file's value that is not null.
+    """
+    for a in argv:
+        if a.split("=", 1)[0] in ("--init_from", "--init-from"):
+            raise DepthlabError(f"{command}: --init_from is depthlab train's (a new run from a run's weights); "
+                                f"{command} does not take it: drop it")
+    for path, d in files:
+        if isinstance(d, dict) and d.get("init_from") is not None:
+            raise DepthlabError(f"{path}: init_from: {d['init_from']}: depthlab train's --init-from (a new run from a "
+                                f"run's weights), which {command} does not take: delete the line (or set it null)")
+
+
 def _command_line_only(path: str, d: dict, known: set[str], inline: Optional[str] = None) -> Optional[str]:
     """Why config file ``path`` (mapping ``d``) may not hold a command-line option it names with a value that asks
     for something (``debug: true``, ``preset: NAME``, ``resume: RUN``, ``overwrite: true``, ``config: FILE``,
@@ -988,6 +1005,8 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
         said = _command_line_only(path, d, known, inline) if d is not None else None
         if said:
             raise DepthlabError(said)
+    if command != "train":
+        _refuse_init_from(command, argv, files)
     in_files = [p for p in (_file_key_problems(path, d, known) for path, d in files if d is not None) if p]
     if problems or in_files:
         raise DepthlabError("; ".join(([f"{command}: unknown key(s) {', '.join(problems)}; see `depthlab {command} "

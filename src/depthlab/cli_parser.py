@@ -108,6 +108,8 @@ def new_parser(command: str, description: str, config_fields: bool = False):
         add_config_arguments(p)
         # a run's config.json also records what "auto" resolved to; read back, it is information only
         p.add_argument("--resolved", type=Optional[dict], default=None, help=SUPPRESS)
+        if command != "train":  # train --print_config's "init_from: null": its file configures these commands too
+            p.add_argument("--init_from", type=Optional[str], default=None, help=SUPPRESS)  # a value: check_keys
     return p
 
 
