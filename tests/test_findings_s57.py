@@ -252,3 +252,20 @@ def test_train_print_config_configures_sweep_probe_and_coordcheck(tmp_path, caps
     (tmp_path / "i.yaml").write_text("init_from: runs/x\n")
     rc, _, err = run_cli(capsys, "sweep", "-c", "i.yaml", "--grid", "model.n_layer=1,2", "--dry_run")
     assert_clean_error(rc, err, "i.yaml: init_from: runs/x: depthlab train's --init-from")
+
+
+def test_a_diverged_run_is_not_told_to_train_longer_or_check_its_wiring():
+    # lr 10: val 3.47 -> 79.3; unigram_stuck first with "check rank collapse ...; train longer (600 steps so far)" and
+    # context_unused on the diverged final weights
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import context_record, eval_records
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65, "variant": "prenorm", "block_size": 8}, "train": {"learning_rate": 10.0}}
+    records = eval_records([3.47, 3.4, 3.45, 20.0, 60.0, 79.3]) + [context_record(250, [80.0] * 8)]
+    f = {x.rule: x for x in diagnose(Evidence(records, cfg, BASE)).findings}
+    assert "exploding" in f, f
+    stuck = f.get("unigram_stuck") or f.get("bigram_stuck")
+    assert stuck is not None and stuck.remedy.startswith("the run diverged (the exploding finding): fix that first")
+    assert "train longer" not in stuck.remedy.split("learns nothing more")[0] and "rank collapse" not in stuck.remedy
+    assert "context_unused" not in f

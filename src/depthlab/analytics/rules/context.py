@@ -20,7 +20,7 @@ from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
 from .advice import (SHORTCUT_VARIANTS, bounded_output_words, dropout_advice, no_grad_words, source_wiring_advice,
                      wiring_advice)
-from .signals import vanishing
+from .signals import divergence, vanishing
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, Need, NotJudged, rule, who_needs
 
@@ -423,7 +423,7 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
         return Finding("causal_leak", f"{where}: {words}", _leak_remedy(ev.section("model"), ev.check_command))
     if state == UNDECIDED:  # no finding, but no pass either: "no problems found" read as one
         return NotJudged(("context_unused",), (CONTEXT_TELLS,), CONTEXT_TELLS.shortfall(ev, who_needs(1)) or "")
-    if state != UNUSED:
+    if state != UNUSED or divergence(ev):  # diverged final weights' curve tells of the divergence (exploding)
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
     solved = LOSS_LEFT.shortfall(ev, who_needs(1))
     if solved:  # the context unused by a model that predicts almost perfectly: nothing it could add (a leak is said)

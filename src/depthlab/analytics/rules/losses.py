@@ -119,7 +119,11 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
         return Finding("bigram_stuck", f"{when}: no finite validation loss", _bigram_remedy(ev, last))
     level, words = loss_level(best, ev.baselines, th.bigram_margin, ev.unit)
     name = stuck_name(level)
-    if name == "unigram_stuck":
+    if divergence(ev):  # "train longer" and the wiring's checks come after a run that no longer rises
+        remedy = ("the run diverged (the exploding finding): fix that first, with its remedy; a run whose loss rises "
+                  "far above its best learns nothing more by training longer, and the wiring is judged on a run that "
+                  "does not diverge")
+    elif name == "unigram_stuck":
         remedy = _unigram_remedy(ev, last)
     elif level == "above bigram":  # part of even the current token is lost: the residual path, not attention's
         remedy = (f"the current {ev.unit} alone gives the bigram line, with no attention at all, so above it part of "
