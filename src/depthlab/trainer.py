@@ -183,9 +183,7 @@ class Trainer:
             self.corpus.check_block_size(cfg.model.block_size, log=hold)
         if single := self.corpus.one_symbol_words():
             self._held.append(f"warning: {single}")
-        if cfg.model.vocab_size not in (0, len(vocab)):  # a config file's value (the flag is refused): not used
-            self._held.append(f"warning: model.vocab_size {cfg.model.vocab_size} is not used: the corpus's "
-                              f"tokenizer sets it, {len(vocab)} here (for BPE choose data.vocab_size)")
+        self._held += unused_vocab_size(cfg, len(vocab))
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
@@ -239,8 +237,8 @@ class Trainer:
         self.ctx = rt.ctx
         plan = point.plan if resumed and point.plan is not None and point.plan.made_for(t) else None
         self.budget = TimeBudget(t, plan)  # train.fit_to_time; its plan goes to config.json "resolved"
-        self.evaluator = Evaluator(self.cfg, self.corpus, rt, self.port,
-                                   eval_batch(t, point.old_config if resumed else None))
+        self.eval_batch = eval_batch(t, point.old_config if resumed else None)  # windows per evaluation batch
+        self.evaluator = Evaluator(self.cfg, self.corpus, rt, self.port, self.eval_batch)
         self.budget.final_batches = self.evaluator.final_batches
         self.schedule = LRSchedule(t, self.budget)
         self.stepper = Stepper(self, self._before_clip)
@@ -348,11 +346,6 @@ class Trainer:
         self.checkpointer.save(self, is_best=is_best, val_loss=val_loss, background=background)
 
     # ----------------------------------------------------------------- evaluation
-    @property
-    def eval_batch(self) -> int:
-        """Windows per evaluation batch (:func:`~depthlab.training.evaluator.eval_batch`)."""
-        return self.evaluator.batch
-
     def evaluate(self) -> Optional[dict]:
         """Mean loss (nats/token) over ``eval_iters`` fixed batches of each split (:meth:`Evaluator.evaluate`); None
         when a Ctrl-C or SIGTERM caught by :meth:`fit` ended it (one process: several finish it, then agree)."""
@@ -651,6 +644,15 @@ def done_line(summary: dict, final: Optional[dict], run_dir: Path, no_se: Option
     return (f"done: best val {summary['best_val_loss']:.4f}{err} nats ({why}{summary['best_val_bpc']:.3f} bits/char) "
             f"at step {summary['best_val_step']}{whole}, {counted(summary['final_step'], 'step')} in "
             f"{summary['wall_time_s']:.1f}s -> {run_dir}{ckpt.kept_clause(run_dir, summary['best_val_loss'])}")
+
+
+def unused_vocab_size(cfg: RunConfig, vocab_size: int) -> list[str]:
+    """The warning of a config whose ``model.vocab_size`` (a file's: the flag is refused) is not the corpus's
+    ``vocab_size``, which the run uses; [] when it is, or unset (0)."""
+    if cfg.model.vocab_size in (0, vocab_size):
+        return []
+    return [f"warning: model.vocab_size {cfg.model.vocab_size} is not used: the corpus's tokenizer sets it, "
+            f"{vocab_size} here (for BPE choose data.vocab_size)"]
 
 
 def banner(run: Trainer, tokens_per_step: int) -> list[str]:
