@@ -269,3 +269,29 @@ def test_a_diverged_run_is_not_told_to_train_longer_or_check_its_wiring():
     assert stuck is not None and stuck.remedy.startswith("the run diverged (the exploding finding): fix that first")
     assert "train longer" not in stuck.remedy.split("learns nothing more")[0] and "rank collapse" not in stuck.remedy
     assert "context_unused" not in f
+
+
+def test_the_lr_remedies_name_a_factor_that_reaches_a_healthy_ratio():
+    # ratio 8.55e-6 at lr 1e-6 was told "try x 3 to x 10" (x10 leaves it under 1e-4); lr 3 "e.g. to 1"
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import eval_records, grad_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65}, "train": {"learning_rate": 1e-6, "warmup_iters": 10, "optimizer": "adamw"}}
+
+    def found(ratio, config=cfg):
+        recs = eval_records([4.2, 3.0, 2.8]) + [grad_record(s, [0.5, 1.0], [ratio, ratio]) for s in (100, 150, 200)]
+        return {f.rule: f for f in diagnose(Evidence(recs, config, BASE)).findings}
+
+    assert "raise train.learning_rate (now 1e-06) (try x 1.2e+02: the ratio is that far from a healthy run's 0.001 to " \
+           "0.01)" in found(8.55e-6)["lr_too_low"].remedy
+    assert "(try x 3 to x 10)" in found(9e-5)["lr_too_low"].remedy
+    assert "(try / 3 to / 10)" in found(5e-2)["lr_too_high"].remedy
+    assert "(try / 30: the ratio" in found(0.3)["lr_too_high"].remedy
+    boom = eval_records([4.2, 3.0, float("nan")])
+    hot = {**cfg, "train": {**cfg["train"], "learning_rate": 3.0}}
+    f = {x.rule: x for x in diagnose(Evidence(boom, hot, BASE)).findings}["exploding"]
+    assert "lower train.learning_rate (now 3), e.g. to 0.003 (the default recipe's)" in f.remedy, f.remedy
+    warm = {**cfg, "train": {**cfg["train"], "learning_rate": 0.01}}
+    f = {x.rule: x for x in diagnose(Evidence(boom, warm, BASE)).findings}["exploding"]
+    assert "lower train.learning_rate (now 0.01), e.g. to 0.0033" in f.remedy, f.remedy

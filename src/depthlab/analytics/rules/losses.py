@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ...config import TrainConfig
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
 from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, warmup_words,
@@ -175,6 +176,10 @@ def _source_check(ev: Evidence, rules: str) -> str:
     return f"{cmd} tests the model for this ({rules})" if cmd else ""
 
 
+DEFAULT_LR = TrainConfig.learning_rate
+"""``train.learning_rate``'s default (AdamW's rate in the default recipe)."""
+
+
 def _lr_part(ev: Evidence) -> Optional[str]:
     lr, warm = lr_advice(ev), warmup_words(ev)
     said = f"{lr} {lr_knob(ev)}: the update/weight ratios say it is too {'high' if lr == 'lower' else 'low'}" \
@@ -259,8 +264,11 @@ def exploding(ev: Evidence) -> Optional[Finding]:
     if ev.muon:
         first = f"lower {lr_knobs(ev)} (try / 3)"
     else:
+        # from a rate far above the default recipe's, a third is still far above it (lr 3 was told "e.g. to 1")
+        to = None if not isinstance(lr, (int, float)) or lr <= 0 else lr / 3 if lr <= 10 * DEFAULT_LR else DEFAULT_LR
         first = (f"lower train.learning_rate{ev.now('train.learning_rate')}"
-                 + (f", e.g. to {lr / 3:.2g}" if isinstance(lr, (int, float)) and lr > 0 else " (try / 3)"))
+                 + (" (try / 3)" if to is None else f", e.g. to {to:.2g}"
+                    + (" (the default recipe's)" if to == DEFAULT_LR else "")))
     parts = [first] + ([] if warmup_words(ev) else [f"raise train.warmup_iters{ev.now('train.warmup_iters')}"])
     clip = t.get("grad_clip")
     if clip is None or clip == 0 or clip > 1.0:

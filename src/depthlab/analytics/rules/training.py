@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from ...units import finite_or_none
@@ -143,11 +144,25 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
     if verdict == "high":
         warmup = "" if warmup_words(ev) else f" or raise train.warmup_iters{ev.now('train.warmup_iters')}"
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
-                       f"lower {lr_knob(ev)} (try / 3 to / 10){warmup}")
+                       f"lower {lr_knob(ev)} ({_factor(med / HEALTHY_RATIO[1], '/')}){warmup}")
     also = (f"; AdamW's embeddings and head hardly move either ({adamw_ratio_median(ev):.2e} per step): raise "
             f"train.learning_rate{ev.now('train.learning_rate')} too") if adamw_low(ev) else ""
     return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
-                   f"raise {lr_knob(ev)} (try x 3 to x 10){also}")
+                   f"raise {lr_knob(ev)} ({_factor(HEALTHY_RATIO[0] / med, 'x')}){also}")
+
+
+HEALTHY_RATIO = (1e-3, 1e-2)
+"""Update/weight ratios per step of healthy runs: about 1e-3 (AdamW's rule of thumb) to 1e-2 (the default AdamW
+recipe measures 6e-3 to 1e-2; Muon's blocks about 1e-2): the ends the lr remedies' factors aim at."""
+
+
+def _factor(far: float, op: str) -> str:
+    """``try x 3 to x 10`` for a ratio up to ten times off the healthy band (``far``: how many times), else the
+    factor that reaches it (a ratio of 8.6e-6 was told x 3 to x 10, which left it under the 1e-4 line)."""
+    if not math.isfinite(far) or far <= 10:
+        return f"try {op} 3 to {op} 10"
+    return (f"try {op} {far:.2g}: the ratio is that far from a healthy run's {HEALTHY_RATIO[0]:g} to "
+            f"{HEALTHY_RATIO[1]:g}")
 
 
 def _adamw_too_low(ev: Evidence) -> Finding:
