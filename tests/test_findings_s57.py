@@ -283,7 +283,7 @@ def test_the_lr_remedies_name_a_factor_that_reaches_a_healthy_ratio():
         recs = eval_records([4.2, 3.0, 2.8]) + [grad_record(s, [0.5, 1.0], [ratio, ratio]) for s in (100, 150, 200)]
         return {f.rule: f for f in diagnose(Evidence(recs, config, BASE)).findings}
 
-    assert ("raise train.learning_rate (now 1e-06) (try x 1.2e+02: the ratio is that far from a healthy run's 0.001 "
+    assert ("raise train.learning_rate (now 1e-06) (try x 117: the ratio is that far from a healthy run's 0.001 "
             "to 0.01)") in found(8.55e-6)["lr_too_low"].remedy
     assert "(try x 11: the ratio" in found(9e-5)["lr_too_low"].remedy  # lr_too_low: under 1e-4, so over x 10
     assert "(try / 3 to / 10)" in found(5e-2)["lr_too_high"].remedy

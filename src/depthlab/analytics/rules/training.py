@@ -161,7 +161,7 @@ def _factor(far: float, op: str) -> str:
     factor that reaches it (a ratio of 8.6e-6 was told x 3 to x 10, which left it under the 1e-4 line)."""
     if not math.isfinite(far) or far <= 10:
         return f"try {op} 3 to {op} 10"
-    return (f"try {op} {far:.2g}: the ratio is that far from a healthy run's {HEALTHY_RATIO[0]:g} to "
+    return (f"try {op} {far:,.0f}: the ratio is that far from a healthy run's {HEALTHY_RATIO[0]:g} to "
             f"{HEALTHY_RATIO[1]:g}")
 
 
