@@ -295,3 +295,17 @@ def test_the_lr_remedies_name_a_factor_that_reaches_a_healthy_ratio():
     warm = {**cfg, "train": {**cfg["train"], "learning_rate": 0.01}}
     f = {x.rule: x for x in diagnose(Evidence(boom, warm, BASE)).findings}["exploding"]
     assert "lower train.learning_rate (now 0.01), e.g. to 0.0033" in f.remedy, f.remedy
+
+
+def test_the_probe_measures_subnormal_streams_as_they_are(monkeypatch):
+    # flushed to 0, a plain + none 8 x 64's last block read rank 0.245 (0.049 unflushed) and the probe cleared token
+    # diversity ("not the problem here") on a collapsing stack
+    import torch
+
+    from depthlab.analytics.probe import probe_at_init
+    from depthlab.config import ModelConfig, RunConfig
+
+    monkeypatch.setattr(torch, "set_flush_denormal", lambda on: pytest.fail("the probe flushed subnormals"))
+    cfg = RunConfig(model=ModelConfig(variant="plain", norm="none", n_layer=8, n_embd=64, n_head=4, block_size=32))
+    ranks = [layer["rank_measure"] for layer in probe_at_init(cfg)["layers"]]
+    assert ranks[-1] < 0.05 and ranks[-1] < ranks[-2], ranks
