@@ -81,8 +81,9 @@ class ViewWindows:
     Attributes:
         batches: ``(x, y)`` pairs, each (B, T) int64 on the CPU.
         of_batches: the run's ``train.eval_iters`` (batches one evaluation reads).
-        batch_size: B, the run's global evaluation batch (``train.batch_size`` x processes).
+        batch_size: B, the run's evaluation batch (:func:`~depthlab.training.evaluator.eval_batch`).
         block_size: T. seed: ``train.seed``.
+        starts: the val split's possible window starts (N - T), or None when not known.
     """
 
     batches: list
@@ -90,6 +91,7 @@ class ViewWindows:
     batch_size: int
     block_size: int
     seed: int
+    starts: Optional[int] = None
 
     @property
     def windows(self) -> int:
@@ -110,9 +112,13 @@ class ViewWindows:
         """e.g. ``8 of the run's 20 fixed val evaluation batches: 128 windows x 128 = 16,384 tokens``."""
         part = "all" if len(self.batches) == self.of_batches else f"{len(self.batches)} of"
         distinct = self.distinct
-        # a short val split repeats its windows: the count alone read as that many independent tokens
-        repeats = (f" (only {distinct} distinct: the val split is short, so windows repeat)"
-                   if distinct < self.windows else "")
+        # repeated windows: the count alone read as that many independent tokens. A short val split repeats its
+        # starts; short windows (block_size 1: at most V values) repeat their text at other starts
+        short = self.starts is not None and self.starts < self.windows
+        tokens = f"{self.block_size} token{'s' if self.block_size > 1 else ''}"
+        why = "the val split is short, so windows repeat" if short else \
+            f"windows of {tokens} repeat the same text at other places"
+        repeats = f" (only {distinct} distinct: {why})" if distinct < self.windows else ""
         return (f"{part} the run's {self.of_batches} fixed val evaluation batches: {self.windows} windows x "
                 f"{self.block_size} = {self.tokens:,} tokens{repeats}")
 
@@ -137,7 +143,7 @@ def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, e
                             f"{block_size}: no evaluation window fits; raise data.val_fraction or use a longer text")
     n = eval_iters if max_tokens == 0 else max(1, min(eval_iters, max_tokens // (batch_size * block_size)))
     batches = eval_batches(val, block_size, batch_size, seed, "val", n, windows=windows, of_batches=eval_iters)
-    return ViewWindows(list(batches), eval_iters, batch_size, block_size, seed)
+    return ViewWindows(list(batches), eval_iters, batch_size, block_size, seed, len(val) - block_size)
 
 
 @dataclass(frozen=True)
@@ -514,7 +520,7 @@ class ContextCallback(Callback):
                 w = view_windows(run.corpus.val, m.block_size, getattr(run, "eval_batch", None) or eval_batch(t),
                                  t.seed, t.eval_iters, max_tokens, t.eval_windows)
                 w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
-                                w.batch_size, w.block_size, w.seed)
+                                w.batch_size, w.block_size, w.seed, w.starts)
                 c = position_curve(run.raw_model, w)
                 if len(w.batches) == w.of_batches or not _undecided(c, RunDir(run.run_dir).baselines):
                     break
