@@ -320,3 +320,26 @@ def test_repeated_windows_of_one_token_do_not_blame_the_val_split():
     assert "(only 7 distinct: windows of 1 token repeat the same text at other places)" in text, text
     text = view_windows(np.arange(20), 8, 16, 0, 4, 0).describe()
     assert "the val split is short, so windows repeat" in text, text
+
+
+def test_layers_refuses_another_norm_on_depthlabs_gpt_and_shows_a_users_lens_gap():
+    # --norm transformer.h.5.ln_2 on a pre-LN 6 x 64: a lens 0.03 nats from the model's loss was let through
+    # (LENS_GAP 0.05) and the effective depth moved 3 -> 4
+    from conftest import tiny_gpt
+    from depthlab.analytics.layers import format_layers, measure_layers
+    from depthlab.errors import DepthlabError
+
+    model = tiny_gpt(n_layer=3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 11, (8, 8), generator=g)
+    y = torch.randint(0, 11, (8, 8), generator=g)
+    res = measure_layers(model, [(x, y)])
+    assert abs(res["lens_gap"]) < 1e-4 and "not exactly the model's output" not in format_layers(
+        {**res, "weights": "w", "windows_described": "d", "bigram": None})
+    with torch.no_grad():
+        model.transformer.h[2].ln_2.weight.mul_(1.5)  # a norm unlike ln_f (0.011 nats off): another model
+    with pytest.raises(DepthlabError, match="does not reproduce the model's output"):
+        measure_layers(model, [(x, y)], norm_attr="transformer.h.2.ln_2")
+    shown = format_layers({**res, "lens_gap": 0.0123, "weights": "w", "windows_described": "d", "bigram": None})
+    assert f"reads {res['val_loss'] + 0.0123:.4f} nats, the model's own forward {res['val_loss']:.4f} (+0.0123)" \
+        in shown, shown
