@@ -343,3 +343,26 @@ def test_layers_refuses_another_norm_on_depthlabs_gpt_and_shows_a_users_lens_gap
     shown = format_layers({**res, "lens_gap": 0.0123, "weights": "w", "windows_described": "d", "bigram": None})
     assert f"reads {res['val_loss'] + 0.0123:.4f} nats, the model's own forward {res['val_loss']:.4f} (+0.0123)" \
         in shown, shown
+
+
+def test_random_text_is_not_diagnosed_as_a_broken_model():
+    # 1,000,000 uniform ACGT characters: uniform = unigram = bigram = 1.3863 and a model at 1.3862 was told
+    # unigram_stuck ("has not even learned the character frequencies"), context_unused, rank_collapse, uniform_attention
+    from conftest import context_record, eval_records, probe_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    ln4 = 1.3863
+    base = {"uniform": {"nats": ln4}, "unigram": {"nats": ln4}, "bigram": {"nats": ln4},
+            "one_char_floor": {"nats": 1.3862}}
+    cfg = {"model": {"vocab_size": 4, "variant": "prenorm", "block_size": 32}}
+    records = (eval_records([1.40, 1.3870, 1.3866, 1.3864, 1.3862, 1.3862])
+               + [probe_record(250, [0.5, 0.01], ent=[[3.4, 3.4]] * 2, u=3.4)]
+               + [context_record(250, [1.3862] * 32, windows=320)])
+    d = diagnose(Evidence(records, cfg, base))
+    assert not d.findings, d.findings
+    line = next(x for x in d.without_data() if "unigram_stuck" in x)
+    assert "the corpus shows no structure one character can predict" in line, line
+    # the same loss on Tiny Shakespeare is stuck at the uniform level
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    stuck = eval_records([4.2, 4.18, 4.175, 4.174, 4.174, 4.174])
+    assert "unigram_stuck" in {f.rule for f in diagnose(Evidence(stuck, {"model": {"vocab_size": 65}}, BASE)).findings}

@@ -261,14 +261,33 @@ def _loss_left(ev: Evidence, who: str) -> Optional[str]:
     the bigram line, attending uniformly or not using the context is then no fault: nothing is left to learn."""
     best = min((v for _, v in ev.val_losses), default=None)
     margin = ev.thresholds.bigram_margin
-    if best is None or not best == best or best >= margin:
+    if best is None or not best == best:
         return None
-    return (f"the best val loss {best:.4f} nats is within {margin:g} of 0, the least a loss can be: the model "
-            "predicts the val split almost perfectly, with nothing left to learn")
+    if best < margin:
+        return (f"the best val loss {best:.4f} nats is within {margin:g} of 0, the least a loss can be: the model "
+                "predicts the val split almost perfectly, with nothing left to learn")
+    return _no_structure(ev, best, margin)
+
+
+def _no_structure(ev: Evidence, best: float, margin: float) -> Optional[str]:
+    """A corpus whose unigram and bigram lines are at the uniform level ln V (random text: 1,000,000 characters of
+    ACGT drawn uniformly read 1.3863 on all three), with the best val loss there too: what one token can tell, the
+    model has learned, and a loss at that level, uniform attention or unused context are no fault of the model's.
+    None otherwise (or without baselines)."""
+    line = {k: finite_or_none(((ev.baselines or {}).get(k) or {}).get("nats"))
+            for k in ("uniform", "unigram", "bigram")}
+    if None in line.values() or abs(line["unigram"] - line["uniform"]) > margin or \
+            line["bigram"] < line["unigram"] - margin or best < line["unigram"] - margin:
+        return None
+    return (f"the corpus shows no structure one {ev.unit} can predict: its unigram ({line['unigram']:.4f}) and bigram "
+            f"({line['bigram']:.4f}) lines are at the uniform level ln V = {line['uniform']:.4f} (random text?), and "
+            f"the best val loss {best:.4f} is there too: what one {ev.unit} can tell, the model has learned, and "
+            "whether the context holds more, these baselines cannot say")
 
 
 LEARNABLE = Need("vocab", "a vocabulary of two tokens or more", _learnable)
-LOSS_LEFT = Need("eval", "a best val loss not within the margin of 0 (something left to learn)", _loss_left)
+LOSS_LEFT = Need("eval", "something left to learn (a best val loss not within the margin of 0, on a corpus with "
+                         "structure one token can predict)", _loss_left)
 GRAD = Need("grad", "gradient records", _grad)
 GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)

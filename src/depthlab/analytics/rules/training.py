@@ -176,7 +176,7 @@ def _adamw_too_low(ev: Evidence) -> Finding:
                    "norms, biases; try x 10 and more)")
 
 
-@rule("rank_collapse", needs=(PROBE, DISTINCT))
+@rule("rank_collapse", needs=(PROBE, DISTINCT, LOSS_LEFT))
 def rank_collapse(ev: Evidence) -> Optional[Finding]:
     """Deepest block's rank measure at the last probe below ``rank_collapse``."""
     p, th = ev.last_probe, ev.thresholds.rank_collapse
