@@ -324,8 +324,8 @@ def test_a_model_that_predicts_almost_perfectly_is_not_called_stuck():
     assert d.findings == (), d.findings
     assert (
         "bigram_stuck, unigram_stuck, context_unused, rank_collapse, uniform_attention (the best val loss 0.0024 nats "
-        "is within 0.05 of 0, the least a loss can be: the model predicts the val split almost perfectly, with nothing left to "
-        "learn)") in d.without_data(), d.without_data()
+        "is within 0.05 of 0, the least a loss can be: the model predicts the val split almost perfectly, with nothing "
+        "left to learn)") in d.without_data(), d.without_data()
     # the same curves 0.1 nats up are judged as before: a loss at a bigram line of 0.1 is stuck there
     up = {**base, "bigram": {"nats": 0.1}}
     records = eval_records([1.1, 0.4, 0.12, 0.103, 0.1024], every=100) + [context_record(400, [0.1024] * 32)]
