@@ -366,3 +366,22 @@ def test_random_text_is_not_diagnosed_as_a_broken_model():
     from conftest import SHAKESPEARE_BASELINES as BASE
     stuck = eval_records([4.2, 4.18, 4.175, 4.174, 4.174, 4.174])
     assert "unigram_stuck" in {f.rule for f in diagnose(Evidence(stuck, {"model": {"vocab_size": 65}}, BASE)).findings}
+
+
+def test_a_weight_decay_far_above_the_usual_is_named_in_the_remedies():
+    # --train.weight_decay 10: stalled at 2.72 nats (2.19 healthy), told only "train longer"
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import eval_records, probe_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65, "variant": "prenorm", "block_size": 64},
+           "train": {"weight_decay": 10.0, "learning_rate": 3e-3, "optimizer": "adamw"}}
+    records = eval_records([4.2, 3.3, 3.0, 2.9, 2.8, 2.72]) + [probe_record(250, [0.5, 0.4], ent=[[4.0, 4.1]] * 2,
+                                                                            u=4.15)]
+    f = {x.rule: x for x in diagnose(Evidence(records, cfg, BASE)).findings}
+    said = "lower train.weight_decay (now 10: decoupled decay shrinks the weight matrices by learning rate x " \
+           "weight_decay every step (3.0% per step at train.learning_rate 0.003)"
+    assert said in f["uniform_attention"].remedy, f
+    cfg["train"]["weight_decay"] = 0.3
+    f = {x.rule: x for x in diagnose(Evidence(records, cfg, BASE)).findings}
+    assert all("weight_decay" not in x.remedy for x in f.values()), f

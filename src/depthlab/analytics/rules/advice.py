@@ -160,6 +160,23 @@ def dropout_advice(ev: Evidence) -> Optional[str]:
             f"probability {p:g}, so {1 - p:.0%} of the signal gets through; 0-0.2 is usual)")
 
 
+HIGH_WEIGHT_DECAY = 1.0
+"""A ``train.weight_decay`` at or above this is named in the remedies of a model that does not learn (0.1 to 0.3 is
+usual: decoupled decay shrinks the matrices by learning_rate x weight_decay per step)."""
+
+
+def weight_decay_advice(ev: Evidence) -> Optional[str]:
+    """"lower train.weight_decay ..." for a run with a decay of :data:`HIGH_WEIGHT_DECAY` or more (``--train.
+    weight_decay 10`` stalled at 2.72 nats against 2.19, told "train longer"), else None."""
+    t = ev.section("train")
+    wd, lr = finite_or_none(t.get("weight_decay")), finite_or_none(t.get("learning_rate"))
+    if wd is None or wd < HIGH_WEIGHT_DECAY:
+        return None
+    shrink = f" ({lr * wd:.1%} per step at train.learning_rate {lr:g})" if lr is not None and not ev.muon else ""
+    return (f"lower train.weight_decay (now {wd:g}: decoupled decay shrinks the weight matrices by learning rate x "
+            f"weight_decay every step{shrink}, toward 0 faster than the gradients build them; 0.1-0.3 is usual)")
+
+
 def no_grad_words(ev: Evidence) -> Optional[str]:
     """"N of M parameters never get a gradient (names; see no_gradient): their branch does not reach the loss" when
     the gradient records show some (not all), else None."""

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from ...units import finite_or_none, plus_minus
 from ..baselines import one_token_line
 from .advice import (SHORTCUT_VARIANTS, bounded_output_words, dropout_advice, no_grad_words, source_wiring_advice,
-                     wiring_advice)
+                     weight_decay_advice, wiring_advice)
 from .signals import divergence, vanishing
 from .evidence import CONTEXT_EVENT, Evidence, Finding, Thresholds
 from .rule import BASELINES, CONTEXT, LATE_EVAL, LOSS_LEFT, Need, NotJudged, rule, who_needs
@@ -465,6 +465,7 @@ def _training_cause(ev: Evidence) -> str:
                 "it is below, if this stays, ")
     lr = "train.learning_rate" + (" and train.muon_lr (the blocks' matrices)" if ev.muon else "")
     drop = f", model.dropout{ev.now('model.dropout')}" if dropout_advice(ev) else ""
+    drop += f", train.weight_decay{ev.now('train.weight_decay')}" if weight_decay_advice(ev) else ""
     return (f"first the training: the best val loss {best:.3f} is not below the bigram baseline {bigram:.3f}, so the "
             f"model has not learned even what the current {ev.unit} says, and its architecture cannot be judged "
             f"yet (the learning rate, {lr}{drop}, and train.max_iters decide that; see the run's other findings); "

@@ -10,7 +10,7 @@ from ...config import TrainConfig
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
 from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, warmup_words,
-                     wiring_advice, wiring_has)
+                     weight_decay_advice, wiring_advice, wiring_has)
 from .evidence import Evidence, Finding
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from ...usermodel import MODEL_LOGITS
@@ -194,7 +194,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     bounded = bounded_output_words(ev)
     if bounded:  # no training gets such a model below its floor: the rest would send the learner elsewhere
         return bounded
-    parts = [p for p in (dropout_advice(ev), no_grad_words(ev)) if p]
+    parts = [p for p in (dropout_advice(ev), weight_decay_advice(ev), no_grad_words(ev)) if p]
     src = ev.section("model").get("source")
     if src:
         parts.append("the characters before the current one reach the prediction only through attention: check "
@@ -221,7 +221,7 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     bounded = bounded_output_words(ev)
     if bounded:  # no training gets such a model below its floor: the rest would send the learner elsewhere
         return bounded
-    parts = [p for p in (dropout_advice(ev),) if p]
+    parts = [p for p in (dropout_advice(ev), weight_decay_advice(ev)) if p]
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)

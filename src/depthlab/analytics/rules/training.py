@@ -8,7 +8,7 @@ from typing import Optional
 
 from ...units import finite_or_none
 from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, warmup_words,
-                     wiring_advice, wiring_has)
+                     weight_decay_advice, wiring_advice, wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
@@ -255,7 +255,7 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
     else:
         parts = [f"train longer ({p['step']} steps so far)"]
     # a dropout this high first (noise no step size fixes), and a warmup that never reached the peak rate
-    parts[:0] = [d for d in (dropout_advice(ev), warmup_words(ev)) if d]
+    parts[:0] = [d for d in (dropout_advice(ev), weight_decay_advice(ev), warmup_words(ev)) if d]
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
