@@ -385,3 +385,16 @@ def test_a_weight_decay_far_above_the_usual_is_named_in_the_remedies():
     cfg["train"]["weight_decay"] = 0.3
     f = {x.rule: x for x in diagnose(Evidence(records, cfg, BASE)).findings}
     assert all("weight_decay" not in x.remedy for x in f.values()), f
+
+
+def test_the_reports_model_table_says_what_embed_scale_auto_built(tmp_path):
+    from depthlab.report import html as H
+    from depthlab.report.run_data import RunData
+
+    rd = tmp_path / "run"
+    rd.mkdir()
+    (rd / "config.json").write_text(json.dumps({"data": {}, "model": {"n_layer": 2, "embed_scale": "auto"},
+                                                "train": {}, "resolved": {"embed_scale": "none"}}))
+    (rd / "metrics.jsonl").write_text("")
+    rows = dict(H.config_rows(RunData(rd), "model"))
+    assert rows["embed_scale"] == "auto (ran: none)" and rows["n_layer"] == 2, rows

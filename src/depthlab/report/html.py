@@ -426,7 +426,8 @@ PLANNED_FIELDS = ("max_iters", "lr_decay_iters", "warmup_iters")
 
 def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
     """The rows of one config section as the report shows them: for ``train``, a field that
-    ``resolved`` records reads ``asked (ran: what ran)`` when the two differ (``auto (ran: muon)``)."""
+    ``resolved`` records reads ``asked (ran: what ran)`` when the two differ (``auto (ran: muon)``); for ``model``,
+    ``embed_scale`` (``auto (ran: none)``)."""
     d = run.config.get(sec) if run.config else None
     if not isinstance(d, dict):
         return []
@@ -434,6 +435,9 @@ def config_rows(run: RunData, sec: str) -> list[tuple[str, Any]]:
         d = model_record(d)
     rows = _flatten(d)
     ran = run.config.get("resolved")
+    if sec == "model" and isinstance(ran, dict) and ran.get("embed_scale") is not None:  # what auto built
+        return [(k, f"{fmt_value(v)} (ran: {fmt_value(ran['embed_scale'])})" if k == "embed_scale"
+                 and v != ran["embed_scale"] else v) for k, v in rows]
     if sec != "train" or not isinstance(ran, dict):
         return rows
     plan = ran.get("plan") if isinstance(ran.get("plan"), dict) else {}  # train.fit_to_time's replacements
