@@ -398,3 +398,23 @@ def test_the_reports_model_table_says_what_embed_scale_auto_built(tmp_path):
     (rd / "metrics.jsonl").write_text("")
     rows = dict(H.config_rows(RunData(rd), "model"))
     assert rows["embed_scale"] == "auto (ran: none)" and rows["n_layer"] == 2, rows
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["train", "--preset", "fast_cpu"], "unknown preset 'fast_cpu' (did you mean fast-cpu?)"),
+    (["sweep", "--profile", "quik"], "unknown sweep profile 'quik' (did you mean quick?)"),
+    (["sample", "RUN", "--temp", "0.5"], "unknown option --temp (did you mean --temperature?)"),
+])
+def test_a_misspelled_choice_gets_a_suggestion(capsys, argv, said):
+    from conftest import assert_clean_error, run_cli
+
+    rc, _, err = run_cli(capsys, *argv)
+    assert_clean_error(rc, err, said)
+
+
+def test_did_you_mean():
+    from depthlab.errors import did_you_mean
+
+    assert did_you_mean("los", ["loss", "layers"]) == " (did you mean loss?)"
+    assert did_you_mean("zzz", ["loss", "layers"]) == ""
+    assert did_you_mean("l", ["loss", "layers"]) == ""

@@ -35,8 +35,8 @@ from .cli_expand import (attribute_config_error, attribute_option_error, deferre
                          typed_gpt_fields_error,
                          preset_path, say_deferred_notices)
 from .config import ConfigError
-from .errors import (DepthlabError, NonFiniteError, Terminated, no_space, no_space_words, sigint_seen, watch_sigint,
-                     watch_sigterm)
+from .errors import (DepthlabError, NonFiniteError, Terminated, did_you_mean, no_space, no_space_words, sigint_seen,
+                     watch_sigint, watch_sigterm)
 
 from .cli_parser import PROG, add_device as _add_device, add_run_dir as _add_run_dir, config_from as _config_from, \
     new_parser, set_threads as _set_threads, value_types
@@ -49,7 +49,8 @@ def build_train_parser():
                             "Losses are in nats per token (characters for the char tokenizer).",
                    config_fields=True)
     p.add_argument("--preset", type=Optional[str], default=None,
-                   help="load a preset shipped with depthlab (see `depthlab presets`); later flags override it")
+                   help="load a preset shipped with depthlab (see `depthlab presets`); a --data.*/--model.*/--train.* "
+                        "flag overrides it wherever it stands, and a -c file given after it too")
     p.add_argument("--resume", type=Optional[str], default=None,
                    help="continue the run in RUN_DIR from its latest good checkpoint")
     p.add_argument("--init_from", "--init-from", type=Optional[str], default=None,
@@ -613,7 +614,8 @@ def run_report(ns) -> int:
     _set_threads(ns.threads)
     bad = [s for s in ns.skip if s not in PLOTS]
     if bad:
-        raise DepthlabError(f"report: --skip {' '.join(bad)}: unknown figure; choose from {', '.join(PLOTS)}")
+        raise DepthlabError(f"report: --skip {' '.join(bad)}: unknown figure{did_you_mean(bad[0], PLOTS)}; choose "
+                            f"from {', '.join(PLOTS)}")
     if ns.out is not None and not ns.out.lower().endswith((".html", ".htm")) and not Path(ns.out).is_dir():
         # "--out -1" wrote a file named -1 (a folder is refused as one, below)
         raise DepthlabError(f"report: --out {ns.out} is no .html file name; give one, e.g. --out report.html")

@@ -298,7 +298,9 @@ _KNOWN_AS = {"--lr": "--train.learning_rate", "--steps": "--train.max_iters"}
 def _closest(name: str, options: Iterable[str], command: str) -> str:
     options = sorted(options)
     known = _KNOWN_AS.get(name)
-    close = [known] if known in options else difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+    starts = [o for o in options if o.startswith(name)] if len(name) > 3 else []  # --temp: --temperature
+    close = [known] if known in options else starts if len(starts) == 1 else \
+        difflib.get_close_matches(name, options, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else f"; see `depthlab {command} --help`"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
-from .errors import DepthlabError
+from .errors import DepthlabError, did_you_mean
 
 __all__ = ["attribute_config_error", "typed_gpt_fields_error", "attribute_option_error", "gpu_recipe_on_cpu",
            "GPU_PRESETS", "deferred_warnings", "say_deferred_notices", "expand_presets", "expand_train_argv",
@@ -42,7 +42,8 @@ def preset_path(name: str) -> Path:
     """
     p = preset_dir() / f"{name}.yaml"
     if not p.exists():
-        raise DepthlabError(f"unknown preset {name!r}; known presets: {', '.join(list_presets()) or 'none'}")
+        raise DepthlabError(f"unknown preset {name!r}{did_you_mean(name, list_presets())}; known presets: "
+                            f"{', '.join(list_presets()) or 'none'}")
     return p
 
 

@@ -86,6 +86,19 @@ class api_errors:
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def did_you_mean(name: str, choices) -> str:
+    """`` (did you mean X?)`` for the one choice ``name`` misspells (difflib's closest at 0.75, or the only one it
+    begins or that matches it but for ``-``/``_``), else ""."""
+    import difflib
+
+    choices = [str(c) for c in choices]
+    norm = {c.replace("_", "-").lower(): c for c in choices}
+    close = [norm[name.replace("_", "-").lower()]] if name.replace("_", "-").lower() in norm else \
+        [c for c in choices if c.startswith(name)] if len(name) > 2 else []
+    close = close if len(close) == 1 else difflib.get_close_matches(name, choices, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def no_space(e: BaseException) -> bool:
     """Whether ``e`` is an OSError of a full disk (:data:`NO_SPACE`, told by its errno)."""
     return isinstance(e, OSError) and e.errno in NO_SPACE

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from .. import rundir as _rundir
-from ..errors import DepthlabError
+from ..errors import DepthlabError, did_you_mean
 from ..units import fmt_value
 
 __all__ = ["Experiment", "SweepSpec", "RunPoint", "PROFILE_NAMES", "SWEEP_DEFAULTS", "SECTIONS", "SWEEP_JSON",
@@ -445,7 +445,8 @@ def load_profile(name: str) -> dict:
         DepthlabError: unknown profile (lists the known ones).
     """
     if name not in PROFILE_NAMES:
-        raise DepthlabError(f"unknown sweep profile {name!r}; known: {', '.join(PROFILE_NAMES)}")
+        raise DepthlabError(f"unknown sweep profile {name!r}{did_you_mean(name, PROFILE_NAMES)}; known: "
+                                f"{', '.join(PROFILE_NAMES)}")
     return _read_yaml(_profile_path(name), "profile")
 
 
