@@ -418,3 +418,13 @@ def test_did_you_mean():
     assert did_you_mean("los", ["loss", "layers"]) == " (did you mean loss?)"
     assert did_you_mean("zzz", ["loss", "layers"]) == ""
     assert did_you_mean("l", ["loss", "layers"]) == ""
+
+
+def test_a_one_block_probe_says_no_range_of_one_value():
+    # "(prenorm, 1 blocks): ... 1.4e-01 to 1.4e-01, block 0 / block 0 ratio 1"
+    from depthlab.analytics.probe import probe_at_init, summarise_probe
+    from depthlab.config import ModelConfig, RunConfig
+
+    text = " ".join(summarise_probe(probe_at_init(RunConfig(model=ModelConfig(n_layer=1, n_embd=32, n_head=2)))))
+    assert "(prenorm, 1 block):" in text and "one block: no ratio along depth" in text, text
+    assert " to " not in text.split("gradient magnitude")[1].split(";")[0] and "block 0 / block 0" not in text

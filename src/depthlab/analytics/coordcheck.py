@@ -552,7 +552,8 @@ def format_coordcheck(result: dict) -> str:
     seeds = result["seeds"]
     spread = " (mean over %d seeds, +- std)" % seeds if seeds > 1 else ""
     w = max([16] + [len(r["label"]) for r in result["rows"]])
-    lines = [f"coordcheck along {key}: RMS at steps 1..{result['steps']} (step 1 = init){spread}; attention "
+    when = f"steps 1..{result['steps']} (step 1 = init)" if result["steps"] > 1 else "step 1 (init)"
+    lines = [f"coordcheck along {key}: RMS at {when}{spread}; attention "
              "logits q.k/sqrt(hs): the max over blocks",
              f"{'variant':<{w}} {short:>8} {'step':>4}  {'resid_rms':>18}  {'attn_logits(max)':>22}  "
              f"{'logits_rms':>18}"]

@@ -19,7 +19,7 @@ from ..config import wiring_label
 from ..errors import DepthlabError
 from ..figures import new_figure, png_text, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
-from ..units import fmt_value
+from ..units import counted, fmt_value
 from ..usermodel import check_command
 from .rules.evidence import unit_of
 
@@ -258,10 +258,11 @@ def _gradient_check(result: dict, vanish: float, explode: float, tiny: float) ->
             txt += (f" Mean |grad| per element is {min(m):.1e} to {max(m):.1e}, {where} AdamW's eps {ADAMW_EPS:g}, "
                     "which shrinks the optimizer's steps as well.")
         return txt, None
-    rel_txt = f"||grad|| / ||weights|| {min(rel):.1e} to {max(rel):.1e}, " if rel is not None else ""
+    rel_txt = f"||grad|| / ||weights|| {_range(rel, '.1e')}, " if rel is not None else ""
     if rel is not None and max(rel) < tiny:  # ReZero: its blocks are the identity at init, by design
         rel_txt = rel_txt.replace(", ", " (only the alpha gates get gradient at init), ")
-    return None, f"gradient magnitude ({rel_txt}block 0 / block {L - 1} ratio {gr:.2g})"
+    ratio = f"block 0 / block {L - 1} ratio {gr:.2g}" if L > 1 else "one block: no ratio along depth"
+    return None, f"gradient magnitude ({rel_txt}{ratio})"
 
 
 def _activation_check(layers: list[dict], act_change: float, norm: Optional[str] = None
@@ -281,7 +282,7 @@ def _activation_check(layers: list[dict], act_change: float, norm: Optional[str]
         word, fold = ("grow", ar) if ar > 1 else ("shrink", 1 / ar)
         return (f"activations {word} {fold:.1e}-fold across depth (RMS {a[0]:.2e} at block 0 -> "
                 f"{a[-1]:.2e} at block {L - 1}).", None)
-    return None, f"activation scale (RMS {a[0]:.2g} -> {a[-1]:.2g})"
+    return None, f"activation scale (RMS {a[0]:.2g}" + (f" -> {a[-1]:.2g})" if len(a) > 1 else ")")
 
 
 def _eps_check(result: dict) -> Optional[str]:
@@ -301,8 +302,9 @@ def _eps_check(result: dict) -> Optional[str]:
     name = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}.get(cfg["norm"], cfg["norm"])
     low = [i for i, v in enumerate(a) if v < 0.5]
     eps = result.get("norm_eps")
-    txt = (f"mechanism: {name}'s eps dominates. A norm's output should have RMS ~1, but blocks {_spans(low)} "
-           f"give {min(a[i] for i in low):.1e} to {max(a[i] for i in low):.1e}")
+    txt = (f"mechanism: {name}'s eps dominates. A norm's output should have RMS ~1, but "
+           + (f"blocks {_spans(low)} give " if len(low) > 1 else f"block {low[0]} gives ")
+           + _range([a[i] for i in low], ".1e"))
     if eps:
         txt += f": what the norm receives is smaller than sqrt(eps) = {math.sqrt(eps):.1e}"
     s0 = [lay[0].get(k) for k in ("attn_out_rms", "mlp_out_rms")]
@@ -396,7 +398,8 @@ def _rank_check(layers: list[dict], collapse: float, underflow: bool,
     if relative:
         return f"{relative}.", None
     if defined and not underflow:
-        return None, f"token diversity (rank measure {defined[0][1]:.2f} -> {defined[-1][1]:.2f})"
+        return None, f"token diversity (rank measure {defined[0][1]:.2f}" + (
+            f" -> {defined[-1][1]:.2f})" if len(defined) > 1 else ")")
     return None, None  # the rank of an all-zero stream is undefined; the underflow sentence says it all
 
 
@@ -437,6 +440,12 @@ def probe_verdicts(result: dict, vanish: float = 1e-2, explode: float = 1e2, act
     return problems, [fine for _, fine in checks if fine]
 
 
+def _range(values, spec: str) -> str:
+    """``lo to hi`` of ``values`` in format ``spec``, or the one value when they agree as printed."""
+    lo, hi = format(min(values), spec), format(max(values), spec)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, act_change: float = 1e2,
                     collapse: float = 0.05, tiny_grad: float = 1e-4) -> list[str]:
     """Plain-words reading of a :func:`probe_at_init` result: what breaks, where, and by which mechanism.
@@ -454,7 +463,7 @@ def summarise_probe(result: dict, vanish: float = 1e-2, explode: float = 1e2, ac
         out.append("not the problem here: " + "; ".join(ok) + ".")
     elif not out:
         which = " + ".join([str(cfg.get("variant", "?"))] + _scales(cfg))
-        out.append(f"healthy at initialisation ({which}, {len(lay)} blocks): " + "; ".join(ok)
+        out.append(f"healthy at initialisation ({which}, {counted(len(lay), 'block')}): " + "; ".join(ok)
                    + " all stay in range.")
     if cfg.get("variant") == "rezero":
         out.append("ReZero starts as the identity (every alpha = 0), so at init only the alpha gains get a "
