@@ -428,3 +428,22 @@ def test_a_one_block_probe_says_no_range_of_one_value():
     text = " ".join(summarise_probe(probe_at_init(RunConfig(model=ModelConfig(n_layer=1, n_embd=32, n_head=2)))))
     assert "(prenorm, 1 block):" in text and "one block: no ratio along depth" in text, text
     assert " to " not in text.split("gradient magnitude")[1].split(";")[0] and "block 0 / block 0" not in text
+
+
+def test_init_from_a_run_trained_on_another_split_says_the_val_text_was_trained_on(tmp_path, tiny_text_file):
+    # the resume's refusal of --data.split lines suggests --init-from, which then trained without a word on weights
+    # that had seen ~90 % of the new val lines
+    from depthlab.trainer import Trainer
+
+    Trainer(tiny_config(tmp_path / "src", tiny_text_file, train=dict(max_iters=2)), **QUIET).fit()
+    for name, split, vf, warned in (("lines", "lines", 0.1, True), ("wider", "tail", 0.3, True),
+                                    ("inside", "tail", 0.05, False)):
+        cfg = tiny_config(tmp_path / name, tiny_text_file, train=dict(max_iters=1))
+        cfg.data.split, cfg.data.val_fraction = split, vf
+        lines = []
+        Trainer(cfg, init_from=str(tmp_path / "src"), log=lines.append)
+        said = [x for x in lines if "trained on another split of this corpus" in x]
+        assert bool(said) == warned, (name, lines)
+        if warned:
+            assert said[0].endswith("part of this run's val text was in its training, so this run's val losses are "
+                                    "not held-out numbers")

@@ -324,6 +324,26 @@ def same_shape_changes(src: Path, ours: dict) -> Optional[str]:
             f"compute with {what}'s settings; the new run starts from them with its own")
 
 
+def split_overlap(src: Path, cfg, sha256: str) -> Optional[str]:
+    """The line of an ``--init-from`` run trained on another split of the same corpus (its ``data.split``,
+    ``val_fraction`` or, for ``lines``, ``train.seed`` differ) whose train text holds part of this run's val text,
+    so the new run's val losses are no held-out numbers (a resume's refusal of a changed split suggests
+    --init-from); None otherwise, and for an export (no record of its split). ``cfg``: the new run's config;
+    ``sha256``: its corpus file's."""
+    old = RunDir(src).config if (src / CONFIG).is_file() else None
+    if not isinstance(old, dict) or (old.get("resolved") or {}).get("corpus_sha256") != sha256:
+        return None
+    d, t = old.get("data") or {}, old.get("train") or {}
+    theirs = (d.get("split", "tail"), d.get("val_fraction"), t.get("seed") if d.get("split") == "lines" else None)
+    ours = (cfg.data.split, cfg.data.val_fraction, cfg.train.seed if cfg.data.split == "lines" else None)
+    if theirs == ours or theirs[0] == ours[0] == "tail" and isinstance(theirs[1], (int, float)) \
+            and ours[1] <= theirs[1]:  # a shorter tail of the same text is inside its val split
+        return None
+    return (f"warning: --init-from {src} trained on another split of this corpus (data.split {theirs[0]}, "
+            f"val_fraction {theirs[1]} there; {ours[0]}, {ours[1]} here): part of this run's val text was in its "
+            "training, so this run's val losses are not held-out numbers")
+
+
 def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
     """Why ``--init-from src``'s weights do not fit a model of section ``ours``: the fields that change their names
     or shapes (:func:`~depthlab.init_from.weights_fit`; every differing one when it cannot tell), the weights that
@@ -741,9 +761,9 @@ class Checkpointer:
             self.init_record = {"init_from": self.init_from(Path(self.init_source), model, run.cfg.model,
                                                             run.corpus.tokenizer)}
             self.log(init_line(self.init_record["init_from"], self.init_source))
-            changed = same_shape_changes(Path(self.init_source), dataclasses.asdict(run.cfg.model))
-            if changed:
-                self.log(changed)
+            for line in (same_shape_changes(Path(self.init_source), dataclasses.asdict(run.cfg.model)),
+                         split_overlap(Path(self.init_source), run.cfg, run.corpus.sha256)):
+                self.log(line) if line else None
         return model
 
     @staticmethod
