@@ -447,3 +447,23 @@ def test_init_from_a_run_trained_on_another_split_says_the_val_text_was_trained_
         if warned:
             assert said[0].endswith("part of this run's val text was in its training, so this run's val losses are "
                                     "not held-out numbers")
+
+
+def test_a_utf8_file_read_as_latin1_is_warned(tmp_path):
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    p = tmp_path / "e.txt"
+    p.write_text("café crème — naïve 😀\n" * 200, encoding="utf-8")
+    lines = []
+    load_corpus(DataConfig(path=str(p), encoding="latin-1", cache_dir=str(tmp_path / "c")), log=lines.append)
+    said = [x for x in lines if "C1 control character" in x]
+    assert said and said[0].endswith("the file is valid UTF-8, whose characters latin-1 splits into bytes (use "
+                                     "--data.encoding utf-8)"), lines
+    lines.clear()
+    load_corpus(DataConfig(path=str(p), cache_dir=str(tmp_path / "c")), log=lines.append)
+    assert not [x for x in lines if "C1" in x]
+    q = tmp_path / "w.txt"
+    q.write_bytes("\u201cquoted\u201d \u2014 dash\n".encode("cp1252") * 200)
+    load_corpus(DataConfig(path=str(q), encoding="latin-1", cache_dir=str(tmp_path / "c")), log=lines.append)
+    assert any(x.endswith("a cp1252 file's quotes and dashes read so (--data.encoding cp1252)") for x in lines), lines

@@ -288,6 +288,21 @@ def _no_bom_refusal(path: Path, encoding: str, e: UnicodeError) -> DepthlabError
     return DepthlabError(f"{path} cannot be read as {encoding}: {why}; {fix}")
 
 
+def _misread_words(path: Path, encoding: str, vocab: list[str]) -> Optional[str]:
+    """The warning of a text read as latin-1 (``encoding``, codecs' name) that holds C1 control characters
+    (U+0080-U+009F, which text rarely holds): the bytes of a UTF-8 file's accents and emoji, or of cp1252's curly
+    quotes, read one by one; None otherwise."""
+    c1 = [c for c in vocab if "\x80" <= c <= "\x9f"]
+    if encoding != "iso8859-1" or not c1:
+        return None
+    utf8 = _reads_as(path, "utf-8")
+    return (f"warning: data.encoding latin-1 read {counted(len(c1), 'C1 control character')} (U+0080-U+009F) from "
+            f"{path}, which text rarely holds: " + ("the file is valid UTF-8, whose characters latin-1 splits into "
+                                                    "bytes (use --data.encoding utf-8)" if utf8 else
+                                                    "a cp1252 file's quotes and dashes read so (--data.encoding "
+                                                    "cp1252)"))
+
+
 def _reads_as(path: Path, encoding: str) -> bool:
     """Whether the whole of ``path`` decodes in ``encoding`` (read in chunks): an error's fix names it then (latin-1,
     the usual advice, reads any bytes, so it would garble a UTF-8 file without a word)."""
@@ -357,6 +372,8 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
     vocab = meta["vocab"]
     if "\x00" in vocab:  # checked on the cached vocabulary too: a file cached before this check is refused alike
         raise _nul_refusal(path, cfg.encoding)
+    if log and (said := _misread_words(path, enc_name, vocab)):
+        log(said)
     if cfg.split == "lines":
         split_key = f"lines-s{seed}-f{cfg.val_fraction!r}"
         chars, n_train_chars = _lines_split(entry / split_key, chars, vocab, cfg.val_fraction, seed, path)
