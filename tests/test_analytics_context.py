@@ -692,7 +692,7 @@ def test_a_moved_corpus_is_named_with_a_fix_that_applies(tiny_text_file, tmp_pat
     for cmd in ("context", "layers"):
         rc, _, err = run_cli(capsys, cmd, str(run))
         assert_clean_error(rc, err, f"the run's corpus {tiny_text_file} is missing (moved or deleted?)",
-                           "put the file back at that path")
+                           "put the file back at that path", "--data.path NEW records a file's new place")
         assert "leave data.path unset" not in err
 
 

@@ -199,7 +199,9 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
                             "(sample, export and --resume refuse the run without it too)")
     if cfg.data.path and not Path(cfg.data.path).expanduser().is_file():  # train's advice (leave it unset) is no fix
         raise DepthlabError(f"{rd.path}: the run's corpus {cfg.data.path} is missing (moved or deleted?), and layers "
-                            "and context measure its val split: put the file back at that path")
+                            "and context measure its val split: put the file back at that path (a resume that "
+                            "trains on with --data.path NEW records a file's new place; one with nothing left to "
+                            "train changes nothing)")
     try:
         corpus = load_corpus(cfg.data, seed=cfg.train.seed, tokenizer_json=tok_json)
         corpus.check_block_size(cfg.model.block_size)  # the val split training used (a short one is enlarged)
