@@ -467,3 +467,21 @@ def test_a_utf8_file_read_as_latin1_is_warned(tmp_path):
     q.write_bytes("\u201cquoted\u201d \u2014 dash\n".encode("cp1252") * 200)
     load_corpus(DataConfig(path=str(q), encoding="latin-1", cache_dir=str(tmp_path / "c")), log=lines.append)
     assert any(x.endswith("a cp1252 file's quotes and dashes read so (--data.encoding cp1252)") for x in lines), lines
+
+
+def test_the_exported_tokenizers_read_crlf_as_depthlab_does(tmp_path, bpe_file, tiny_text_file):
+    # a char export raised "Unk token" on 'a\r\nb', which depthlab sample takes; a BPE one encoded the \r as a byte
+    from conftest import bpe_run_config
+    from depthlab.export import hf_tokenizer
+    from depthlab.tokenizer import BPETokenizer, CharTokenizer
+
+    char = CharTokenizer(sorted(set("ab\n")))
+    t = hf_tokenizer(char)
+    assert t.encode("a\r\nb\rb").ids == char.encode("a\nb\nb")
+    from depthlab.data import load_corpus
+
+    tok = load_corpus(bpe_run_config(tmp_path, bpe_file).data).tokenizer
+    assert isinstance(tok, BPETokenizer)
+    t = hf_tokenizer(tok)
+    assert t.encode("one\r\ntwo\rthree").ids == tok.encode("one\ntwo\nthree")
+    assert t.encode("plain text, no CR").ids == tok.encode("plain text, no CR")

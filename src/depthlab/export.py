@@ -192,12 +192,17 @@ def hf_tokenizer(tok: Tokenizer):
     dropped. BPE runs: the run's own tokenizer.
     """
     from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models
+    from tokenizers import decoders, models, normalizers
 
     if isinstance(tok, BPETokenizer):
-        return HFTokenizer.from_str(tok.json)
-    t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, [], unk_token=CHAR_UNKNOWN))
-    t.decoder = decoders.Fuse()
+        t = HFTokenizer.from_str(tok.json)
+    else:
+        t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, [], unk_token=CHAR_UNKNOWN))
+        t.decoder = decoders.Fuse()
+    # line endings as depthlab reads its corpus and a prompt (sample.py): \r\n and \r are \n (a char export refused
+    # a CRLF text that depthlab sample takes; a BPE one encoded a \r no run ever trained on)
+    endings = [normalizers.Replace("\r\n", "\n"), normalizers.Replace("\r", "\n")]
+    t.normalizer = normalizers.Sequence(endings + ([t.normalizer] if t.normalizer is not None else []))
     return t
 
 
@@ -426,9 +431,13 @@ def tokenizer_rules(tok: Tokenizer) -> list[str]:
     if isinstance(tok, CharTokenizer):
         return [f"the char tokenizer knows the run's {tok.vocab_size} characters; a text with any other "
                 "character is refused (tokenizers raises 'Unk token ... not found'), as depthlab sample refuses "
-                "such a prompt; no character is dropped"]
+                "such a prompt; no character is dropped", ENDINGS]
     return [f"a {EOT} typed in a text is encoded as its characters, as depthlab encodes it "
-            "(split_special_tokens in tokenizer_config.json; with tokenizers alone set encode_special_tokens = True)"]
+            "(split_special_tokens in tokenizer_config.json; with tokenizers alone set encode_special_tokens = True)",
+            ENDINGS]
+
+
+ENDINGS = "a \\r\\n or \\r line ending reads as \\n (its normalizer), as depthlab reads its corpus and a prompt"
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", overwrite: bool = False,
