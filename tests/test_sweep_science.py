@@ -102,7 +102,10 @@ def test_depth_helps_yes_no_undecided_with_seeds_needed():
                                {})[-1].startswith("yes (")
     one = science.depth_helps(depth_grid((2.30, 2.20, 2.10, 2.05), (2.30, 2.50, 3.30, 3.35), n=1), {})
     assert one[-1] == "undecided (n = 1): add seeds (a cell has one run: at least 2 per cell to measure the spread)"
-    assert science.depth_helps([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    # runs that cannot be compared are "not judged", with why (they ran: "not run" was false)
+    assert science.depth_helps([sweep_item("prenorm", 4, 2.4)], {})[-1] == (
+        "not judged: it needs pre-LN and plain runs at two depths or more each, and this sweep has model.variant "
+        "prenorm at model.n_layer 4")
     assert not any("partly" in science.depth_helps(depth_grid(p, q), {})[-1]
                    for p, q in [((2.3,) * 4, (2.3,) * 4), ((2.3, 2.2, 2.1, 2.1), (2.3, 2.32, 2.34, 2.35))])
 
@@ -136,7 +139,10 @@ def test_degradation_verdicts():
         "undecided (p = 0.084, n = 2): add seeds, about 4 per cell (Welch power 0.8 at alpha 0.05)"
     flat = depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.30, 2.30, 2.31))  # plain does not degrade: refuted
     assert science.degradation(flat, {})[-1].startswith("no (")
-    assert science.degradation([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    assert science.degradation([sweep_item("prenorm", 4, 2.4)], {})[-1] == (
+        "not judged: it compares plain with the residual variants at two depths or more, and this sweep has "
+        "model.variant prenorm at model.n_layer 4")
+    assert science.degradation([], {})[-1] == "not run"
 
 
 def _warm_grid(post0, post100, pre0=2.3, init="torch", status0="ok", lr=1e-3):
@@ -279,3 +285,13 @@ def test_ablation_deltas_measured_from_a_real_run(report_run, tmp_path):
     want = [b["ablation_delta"] for b in run_layers(run_dir, max_tokens=science.LAYERS_TOKENS)["blocks"]]
     assert got == want and len(got) == 2 and it["details"]["layers"]["blocks"]
     assert science.ablation_deltas({"details": {}, "run_dir": str(tmp_path / "nope"), "row": {"status": "ok"}}) is None
+
+
+def test_postln_warmup_tags_a_cell_whose_p_is_exactly_0():
+    # zero-spread cells give an exact p of 0, which `p or 1.0` read as 1: no [needs warmup], no init in the verdict
+    flat = [it for it in _warm_grid(3.3, 2.7, pre0=2.6)]
+    for it in flat:
+        it["row"]["best_val_loss"] = round(it["row"]["best_val_loss"], 1)
+    row = science.postln_warmup(flat, {})
+    assert row[-1].startswith("yes (") and row[-1].endswith("; torch init)"), row[-1]
+    assert "[needs warmup]" in row[3]

@@ -96,13 +96,16 @@ def degradation(items: Sequence[dict], extra: dict) -> ClaimRow:
             kids.append(loss_leaf(f"{v} L{deep} < L{best} + 0.02", cells[best], cells[deep], -0.02,
                                    (f"L{best}", f"L{deep}")))
     test = All(kids) if kids and "plain" in sorted_values(items, "model.variant") else None
+    why = None if test is not None or not items else (
+        "not judged: it compares plain with the residual variants at two depths or more, and this sweep has "
+        f"model.variant {vals_of(items, 'model.variant')} at model.n_layer {vals_of(items, 'model.n_layer')}")
     return claim_row(["Degradation: plain gets worse with depth at an equal step budget, residual variants do not",
                    "He et al. 2016, Deep residual learning (CVPR; shown there for CNNs)",
                    f"width {vals_of(items, 'model.n_embd')}, {lr_of(items)}, "
                    f"{vals_of(items, 'train.max_iters')} steps, best val loss (nats/char), mean ± sd over "
                    f"{seeds_of(items)}; yes = deepest plain > best shallower + 0.1 and every residual variant's "
                    f"deepest < its best shallower + 0.02; {TESTS_NOTE}",
-                   grid_text(items, cell_short) + (f". {compared_text(test)}" if test else "")], test)
+                   grid_text(items, cell_short) + (f". {compared_text(test)}" if test else "")], test, why)
 
 
 def _doublings(cells: dict[int, list[dict]]) -> str:
@@ -148,7 +151,10 @@ def depth_helps(items: Sequence[dict], extra: dict) -> ClaimRow:
                    f"{vals_of(items, 'train.max_iters')} steps for every depth, mean ± sd over "
                    f"{seeds_of(items)}; yes = "
                    f"pre-LN's deepest < its shallowest and plain's deepest > its shallowest + 0.1; {TESTS_NOTE}",
-                   nums], test)
+                   nums], test, None if test is not None or not items else (
+                       "not judged: it needs pre-LN and plain runs at two depths or more each, and this sweep has "
+                       f"model.variant {vals_of(items, 'model.variant')} at model.n_layer "
+                       f"{vals_of(items, 'model.n_layer')}"))
 
 
 def _init_grad_note(items: Sequence[dict]) -> str:
@@ -211,8 +217,12 @@ def postln_warmup(items: Sequence[dict], extra: dict) -> ClaimRow:
     warms = sorted_values(items, "train.warmup_iters")
     cells = _warmup_cells(items, warms) if len(warms) > 1 else []
     test = AnyOf([t for _, _, t in cells]) if cells else None
-    hits = sorted({init for init, _, t in cells if (p_yes(t) or 1.0) * len(cells) < ALPHA})
-    parts = [text + (" [needs warmup]" if (p_yes(t) or 1.0) * len(cells) < ALPHA else "") for _, text, t in cells]
+    def holds(t) -> bool:  # an exact p of 0 (cells of zero spread) is a p, not a missing one
+        p = p_yes(t)
+        return p is not None and p * len(cells) < ALPHA
+
+    hits = sorted({init for init, _, t in cells if holds(t)})
+    parts = [text + (" [needs warmup]" if holds(t) else "") for _, text, t in cells]
     v = verdict(test)
     if v.startswith("yes (") and hits:
         v = v[:-1] + f"; {', '.join(hits)} init)"
