@@ -295,3 +295,28 @@ def test_postln_warmup_tags_a_cell_whose_p_is_exactly_0():
     row = science.postln_warmup(flat, {})
     assert row[-1].startswith("yes (") and row[-1].endswith("; torch init)"), row[-1]
     assert "[needs warmup]" in row[3]
+
+
+def test_runs_the_clock_stopped_before_their_budget_are_left_out_of_the_claims():
+    # --train.max_time 3: every 8-block run time_capped at step 21 of 40, and Fisher's test on "runs not ok" refuted
+    # both depth claims on the cut alone ("plain L8 > L1 + 0.1 (by runs not ok): L1 0 of 4 not ok vs L8 4 of 4")
+    from depthlab.sweep.science import science_claims
+
+    items = depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.80, 3.30, 3.35))
+    for it in items:
+        if it["config"]["model"]["n_layer"] == 8:
+            it["row"]["status"] = "time_capped"
+    rows = science_claims({"depth": items}, {})
+    assert all("(by runs not ok)" not in r[3] for r in rows), rows
+    assert all("(4 of 16 runs left out: train.max_time stopped them before train.max_iters (runs/prenorm8" in r[3]
+               for r in rows), [r[3] for r in rows]
+    # a fit_to_time plan that ended ok runs early is the same cut
+    plan = depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.80, 3.30, 3.35))
+    for it in plan:
+        if it["config"]["model"]["n_layer"] == 8:
+            it["details"]["summary"] = {"stopped_by": "max_time", "final_step": 5, "planned_end": True}
+    assert all("4 of 16 runs left out" in r[3] for r in science_claims({"depth": plan}, {}))
+    for it in items:
+        it["row"]["status"] = "time_capped"
+    assert all(r[-1] == "not judged: every run stopped before its step budget"
+               for r in science_claims({"depth": items}, {}))

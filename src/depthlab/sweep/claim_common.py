@@ -27,6 +27,17 @@ def run_ok(it: dict) -> bool:
     return it["row"]["status"] in OK_STATUSES
 
 
+def short_of_budget(it: dict) -> bool:
+    """Whether the run stopped by ``train.max_time`` before ``train.max_iters`` (status ``time_capped``, or the end
+    ``train.fit_to_time`` planned): it trained fewer steps than the claims' equal budget, so its loss is not the
+    budget's and its cut is no failure (Fisher's test on "runs not ok" refuted a claim on such runs alone)."""
+    if it["row"]["status"] == "time_capped":
+        return True
+    s = (it.get("details") or {}).get("summary") or {}
+    end, budget = s.get("final_step"), field_value(it.get("config") or {}, "train.max_iters")
+    return s.get("stopped_by") == "max_time" and isinstance(end, int) and isinstance(budget, int) and end < budget
+
+
 def init_last_rank(it: dict) -> Optional[float]:
     """Rank measure (Dong et al. 2021) of the last block at initialisation.
 
