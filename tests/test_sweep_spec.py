@@ -100,7 +100,7 @@ def test_profile_files_are_the_profiles():
     assert files == sorted(sweep.PROFILE_NAMES)
     desc = sweep.profile_descriptions()
     assert list(desc) == list(sweep.PROFILE_NAMES)
-    assert "80 s" in desc["quick"] and "min" in desc["full"] and "minutes" in desc["science"]
+    assert "148 s" in desc["quick"] and "min" in desc["full"] and "minutes" in desc["science"]
     # the science profile runs on the quick recipe
     assert sweep.profile_spec("science").base == sweep.profile_spec("quick").base
 

@@ -83,11 +83,17 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     model.eval()
     rng = np.random.default_rng([cfg.train.seed, 3])
     batches = [get_batch(corpus.train, mcfg.block_size, batch_size, rng) for _ in range(n_batches)]
-    # Subnormals are kept (no torch.set_flush_denormal): a bare stack (plain + none) drives its activations
-    # through the subnormal range (< 1.2e-38), and flushed to 0 the last block's rank measure of a plain + none
-    # 8 x 64 read 0.245 instead of 0.049, past the collapse line; one step's forward and backward stays in
-    # seconds (measured 1.6 s, and 3.2 s for 16 x 128, against 2.2 and 2.7 s flushed, on a 2-core Zen 3).
-    measured = probe_model(model, batches)
+    # A bare stack (plain + none) drives activations through the subnormal range (< 1.2e-38), where x86
+    # arithmetic is ~100x slower; flushing them to 0 keeps the probe in seconds and shows the same
+    # underflow, one or two blocks earlier at most. Restored to torch's default (off) afterwards. A block whose
+    # stream is that small has no rank measure to trust either way (flushed or not: 0.245 and 0.049 for one
+    # block), so the verdicts judge the rank on the blocks above FLOAT_RMS (_rank_check).
+    flushed = torch.set_flush_denormal(True)
+    try:
+        measured = probe_model(model, batches)
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
                                                         "block_size", "activation", "init", "residual_scale",
                                                         "norm_scale")}
@@ -380,10 +386,21 @@ def relative_collapse(layers: list[dict]) -> Optional[str]:
             "positions further together, so the input hardly reaches the output")
 
 
+FLOAT_RMS = 1e-30
+"""A stream RMS under which a block's rank measure is not judged: its elements reach float32's subnormal range
+(< 1.2e-38), where they keep few digits or are flushed to 0, and the measure of a plain + none 8 x 64's last block
+(RMS 7.4e-38) read 0.245 flushed and 0.049 not."""
+
+
 def _rank_check(layers: list[dict], collapse: float, underflow: bool,
                 unit: str = "character") -> tuple[Optional[str], Optional[str]]:
-    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021), absolute (below
-    ``collapse``) or relative (:func:`relative_collapse`); ``unit`` a token in words (``character`` or ``token``)."""
+    """(finding, all-clear) about the rank measure of the deepest block (Dong et al. 2021) whose stream RMS is
+    :data:`FLOAT_RMS` or more, absolute (below ``collapse``) or relative (:func:`relative_collapse`); ``unit`` a
+    token in words (``character`` or ``token``)."""
+    judged = len(layers)
+    while judged > 1 and layers[judged - 1].get("act_rms") is not None and layers[judged - 1]["act_rms"] < FLOAT_RMS:
+        judged -= 1  # the deepest blocks, underflowing: their rank measure is rounding
+    layers = layers[:judged]
     defined = [(i, r["rank_measure"]) for i, r in enumerate(layers) if r["rank_measure"] is not None]
     if defined and defined[-1][1] < collapse:
         first_bad = next(i for i, v in defined if v < collapse)
