@@ -69,3 +69,15 @@ def test_a_table_without_an_x_axis_labels_its_rows_by_the_sweeps_values():
     header, rows = sweep.aggregate_table(its, x, groups)
     assert header[:3] == ["line", "learning_rate", "best val loss (mean)"]
     assert [r[:3] for r in rows] == [["all", 0.01, 2.5], ["all", 0.03, 2.7]]
+
+
+def test_the_findings_say_seeds_per_cell_and_runs_cut_short_of_the_budget():
+    # after --seeds auto:3 one experiment said "means over 3 seeds" while its cells had 2; a fit_to_time plan gave
+    # 8 blocks 21 steps of 40 and the findings said "gets worse with depth" without a word
+    its = [sweep_item("prenorm", L, 3.2 + 0.01 * L, seed=s) for L in (1, 8) for s in (1, 2)]
+    its.append(sweep_item("prenorm", 1, 3.21, seed=3))
+    its[2]["details"]["summary"] = {"stopped_by": "max_time", "final_step": 5, "planned_end": True}
+    lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], None)
+    assert lines[0].startswith("Numbers are means over 2 to 3 seeds per cell (1, 2, 3)"), lines
+    assert lines[1].startswith("1 run stopped by train.max_time before train.max_iters (runs/prenorm8): their "
+                               "losses are at fewer steps than the others'"), lines

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 from ..analytics.rules.evidence import unit_of
 from ..units import LN2, counted
 from .results import OK_STATUSES, aggregate, field_value, group_name
+from .claim_common import short_of_budget
 from .science import init_last_rank
 
 __all__ = ["summary_lines", "init_lines", "aggregate_table", "sweep_unit", "short_unit"]
@@ -124,9 +125,18 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
     agg = aggregate(items, x, groups)
     out = []
     seeds = {it["config"]["train"]["seed"] for it in items}
+    per_cell = sorted({n for d in agg.values() for _, _, n in d.values()})  # --seeds auto adds to some cells only
     if len(seeds) > 1:
-        out.append(f"Numbers are means over {len(seeds)} seeds ({', '.join(map(str, sorted(seeds)))}); "
+        many = f"{len(seeds)} seeds" if per_cell in ([], [len(seeds)]) else \
+            f"{per_cell[0]} to {per_cell[-1]} seeds per cell"
+        out.append(f"Numbers are means over {many} ({', '.join(map(str, sorted(seeds)))}); "
                    "the spread is the sample standard deviation.")
+    short = [it for it in items if short_of_budget(it)]
+    if short:  # a fit_to_time plan (or the time cap) ended them early: the trends compare unequal budgets
+        out.append(f"{counted(len(short), 'run')} stopped by train.max_time before train.max_iters ("
+                   + ", ".join(str(it["row"].get("run")) for it in short[:6]) + (", ..." if len(short) > 6 else "")
+                   + "): their losses are at fewer steps than the others', so the comparisons below are not at an "
+                   "equal step budget (raise train.max_time or lower train.max_iters).")
     xname = x.split(".")[-1] if x else ""
     unit = sweep_unit(items)
     u = short_unit(unit)
