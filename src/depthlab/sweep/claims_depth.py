@@ -3,6 +3,7 @@ depth helps, post-LN warmup, ReZero speed (see :mod:`depthlab.sweep.science`).""
 
 from __future__ import annotations
 
+import math
 import statistics as st
 from typing import Optional, Sequence
 
@@ -265,8 +266,10 @@ def _rezero_variant(items: Sequence[dict], v: str, target: float) -> tuple[str, 
         steps = [_steps_censored(it, target) for it in sel]
         reached = all(steps_to(it, target) is not None and run_ok(it) for it in sel)
         cells.append(f"lr {lr:g} {short_list(steps, 'g') if reached else '—'} / {cell_short(sel)}")
-        if best is None or st.mean(steps) < best[0]:
-            best = (st.mean(steps), lr, sel)
+        # ties (every seed censored at the budget) go to the lower best val loss, not to the first lr
+        key = (st.mean(steps), st.mean(final_losses(sel)) if final_losses(sel) else math.inf)
+        if best is None or key < (best[0], best[3]):
+            best = (key[0], lr, sel, key[1])
     return f"{v}: " + ", ".join(cells), best
 
 
@@ -297,8 +300,16 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
         test = All([greater(f"{o} (lr {b[1]:g}) slower than rezero (lr {rz[1]:g})",
                             [_steps_censored(it, target) for it in b[2]], [_steps_censored(it, target) for it in rz[2]],
                             items=(b[2], rz[2]), names=(o, "rezero")) for o, b in best.items() if o != "rezero"])
-    summary = [f"{v} lr {b[1]:g}: {b[0]:g} steps" + (f" ({b[0] * tps:,.0f} tokens)" if tps else "")
+    def reached(cell: Sequence[dict]) -> bool:
+        return any(run_ok(it) and steps_to(it, target) is not None for it in cell)
+
+    summary = [f"{v} lr {b[1]:g}: " + (f"{b[0]:g} steps" + (f" ({b[0] * tps:,.0f} tokens)" if tps else "")
+                                       if reached(b[2]) else f"not reached in {vals_of(b[2], 'train.max_iters')} steps")
                for v, b in best.items() if b]
+    # censored values alone (no seed of any variant reached the target) compare nothing: more seeds cannot help
+    why = None if not items or any(reached(b[2]) for b in best.values() if b) else (
+        f"not judged: no run reached val <= {target:g} nats/char (raise train.max_iters, or the experiment's "
+        "target_val_loss)")
     return claim_row(["ReZero trains faster: fewer steps (tokens) to a target loss than LayerNorm variants",
                    "Bachlechner et al. 2020, ReZero is all you need (arXiv:2003.04887)",
                    f"{vals_of(items, 'model.n_layer')} blocks, width {vals_of(items, 'model.n_embd')}, lr "
@@ -308,4 +319,4 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
                    "each variant at its lr of fewest mean steps (a seed not reaching counts as the budget + one "
                    f"evaluation); yes = ReZero fewer steps than every other variant; {TESTS_NOTE}",
                    "; ".join(parts) + ". Best: " + "; ".join(summary) + (f". {compared_text(test)}" if test else "")],
-                  test)
+                  test, why)
