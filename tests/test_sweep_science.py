@@ -231,6 +231,11 @@ def test_dyt_rows():
     same = science.dyt_lr_window(_dyt_grid(wide, wide, 4), {})  # identical windows: every lr refutes one part
     assert same[-1].startswith("no (")
     assert science.dyt_matches([sweep_item("prenorm", 4, 2.4)], {})[-1] == "not run"
+    # LayerNorm best at lr 0.03, where DyT diverges on every seed: inside LayerNorm's window by definition, outside
+    # DyT's (LayerNorm's best lr was dropped from the comparisons: a significant "no")
+    at_best = science.dyt_lr_window(_dyt_grid((2.30, 2.29, 2.28, 2.27), (2.31, 2.30, 2.29, None), 4), {})
+    assert not at_best[-1].startswith("no ("), at_best[-1]
+    assert "lr 0.03: DyT > its best + 0.05 (by runs not ok)" in at_best[3]
 
 
 def test_periln_stability_verdicts():
