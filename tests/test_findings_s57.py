@@ -485,3 +485,13 @@ def test_the_exported_tokenizers_read_crlf_as_depthlab_does(tmp_path, bpe_file, 
     t = hf_tokenizer(tok)
     assert t.encode("one\r\ntwo\rthree").ids == tok.encode("one\ntwo\nthree")
     assert t.encode("plain text, no CR").ids == tok.encode("plain text, no CR")
+
+
+def test_unknown_keys_of_both_kinds_are_listed_at_once(capsys):
+    # "--model.n_layers 8 --foo 3" named --model.n_layers alone; the rerun then failed on --foo
+    from conftest import assert_clean_error, run_cli
+
+    rc, _, err = run_cli(capsys, "train", "--foo", "3", "--model.n_layers", "8")
+    assert_clean_error(rc, err, "unknown key(s) --model.n_layers (did you mean --model.n_layer?), --foo;")
+    rc, _, err = run_cli(capsys, "train", "--foo", "3", "--n_layer", "8")
+    assert_clean_error(rc, err, "unknown key(s) --n_layer (did you mean --model.n_layer?), --foo;")

@@ -993,6 +993,7 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             _check_takes_no_config_field(k, known, argv)
     problems = [_suggest(k, known, flag) for k in flags if k not in known]  # the command line's
     options = {o for act in parser._actions for o in act.option_strings}
+    bare: list[str] = []  # unknown options that are no config field's name
     for a in argv:  # a config field without its section: --n_layer 3 means --model.n_layer 3
         name = a.split("=", 1)[0]
         if name.startswith("--") and "." not in name and name not in options:
@@ -1000,6 +1001,11 @@ def check_keys(command: str, parser, argv: list[str], types: dict[str, Any]) -> 
             homes = sorted(k for k in known if k.split(".")[-1] == field_of(name).replace("-", "_"))
             if homes:
                 problems.append(f"{name} (did you mean {' or '.join(map(flag, homes))}?)")
+            else:
+                close = _closest(name, options, command)
+                bare.append(name + (close if close.startswith(" (") else ""))
+    if problems:  # listed with the others (alone, check_argv says "unknown option" with its suggestion)
+        problems += bare
     raw = {config_label(path): path for path in config_files(argv)}  # a label -c VALUE: a mapping given inline
     files = [(label, _read_config(path, options)) for label, path in raw.items()]
     for path, d in files:
