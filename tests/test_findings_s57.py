@@ -495,3 +495,20 @@ def test_unknown_keys_of_both_kinds_are_listed_at_once(capsys):
     assert_clean_error(rc, err, "unknown key(s) --model.n_layers (did you mean --model.n_layer?), --foo;")
     rc, _, err = run_cli(capsys, "train", "--foo", "3", "--n_layer", "8")
     assert_clean_error(rc, err, "unknown key(s) --n_layer (did you mean --model.n_layer?), --foo;")
+
+
+def test_an_interrupted_runs_length_is_its_last_checkpoints(tmp_path, tiny_text_file):
+    # interrupted at step 74, checkpoint step-000074 written, and diagnose said "the run is 70 steps" (its last
+    # gradient record)
+    from depthlab.analytics.rules.evidence import Evidence
+    from depthlab.analytics.rules.rule import run_length
+    from depthlab.trainer import Trainer
+
+    Trainer(tiny_config(tmp_path / "run", tiny_text_file, train=dict(max_iters=7, log_interval=5)), **QUIET).fit()
+    (tmp_path / "run" / "summary.json").unlink()  # as an interrupted run has none
+    ev = Evidence.from_run(tmp_path / "run")
+    assert ev.checkpoint_step == 7
+    recs = [r for r in ev.records if r.get("step", 0) <= 5]
+    assert run_length(Evidence(recs, ev.config, None, None, checkpoint_step=7)) == (
+        "the run is 7 steps (its last checkpoint), its readable records end at step 5")
+    assert run_length(Evidence(recs, ev.config, None, None)) == "the run is 5 steps"

@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 from ...config import ran_optimizer
 from ..baselines import run_baselines
+from ...errors import DepthlabError
 from ...rundir import RunDir, torn_last_line
 from ...units import finite_or_none
 from ...usermodel import check_command
@@ -133,6 +134,19 @@ def written_number(v: Any) -> bool:
     return True
 
 
+def _checkpoint_step(run_dir: Path) -> Optional[int]:
+    """The step of the newest checkpoint ``run_dir``'s manifest lists, or None (none, or a manifest that does not
+    read: the records alone then say how long the run was)."""
+    from ...checkpoint import CKPT_DIR, read_manifest
+
+    try:
+        entries = read_manifest(Path(run_dir) / CKPT_DIR, strict=False).get("checkpoints") or []
+        steps = [e["step"] for e in entries if isinstance(e, dict) and isinstance(e.get("step"), int)]
+    except (DepthlabError, OSError, ValueError, TypeError):
+        return None
+    return max(steps, default=None)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """A run's records and files, as every rule reads them (built once per diagnosis).
@@ -144,6 +158,8 @@ class Evidence:
         summary: ``summary.json`` content (its ``nonfinite_skips`` count).
         thresholds: where the rules fire.
         torn: the last line of a finished run's ``metrics.jsonl`` is cut mid-record (its last record is lost).
+        checkpoint_step: the step of the run's newest listed checkpoint (an interrupted run has no summary.json,
+            and its records may end before it), or None.
     """
 
     records: Sequence[dict] = ()
@@ -153,6 +169,7 @@ class Evidence:
     thresholds: Thresholds = field(default_factory=Thresholds)
     torn: bool = False
     run_dir: Optional[Path] = None
+    checkpoint_step: Optional[int] = None
 
     @classmethod
     def from_run(cls, run_dir: Path | str, thresholds: Optional[Thresholds] = None) -> "Evidence":
@@ -167,7 +184,8 @@ class Evidence:
         if baselines is None and config is not None:
             baselines = run_baselines(config)
         torn = rd.summary is not None and torn_last_line(rd.path)
-        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn, Path(run_dir))
+        return cls(rd.metrics(), config, baselines, rd.summary, thresholds or Thresholds(), torn, Path(run_dir),
+                   _checkpoint_step(rd.path))
 
     # ------------------------------------------------------------------ the run's config
     @cached_property  # read by several rules; it hashes the model file and the run's copy
