@@ -512,3 +512,25 @@ def test_an_interrupted_runs_length_is_its_last_checkpoints(tmp_path, tiny_text_
     assert run_length(Evidence(recs, ev.config, None, None, checkpoint_step=7)) == (
         "the run is 7 steps (its last checkpoint), its readable records end at step 5")
     assert run_length(Evidence(recs, ev.config, None, None)) == "the run is 5 steps"
+
+
+def test_a_short_window_at_the_bigram_line_is_named():
+    # --model.block_size 2: best val 2.489 at the bigram line 2.482, the loss by position "shows the context used"
+    # (one character before), and diagnose said "no problems found"
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import context_record, eval_records
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65, "variant": "prenorm", "block_size": 2}}
+    rec = context_record(250, [2.75, 2.40], windows=2000)
+    rec.update(context_gain_se=0.01, last_quarter_se=0.01, position0_se=0.01)
+    f = {x.rule: x for x in diagnose(Evidence(eval_records([4.2, 3.0, 2.7, 2.6, 2.5, 2.489]) + [rec], cfg,
+                                              BASE)).findings}
+    assert "with model.block_size 2 a prediction sees at most 2 characters" in f["bigram_stuck"].evidence, f
+    assert f["bigram_stuck"].remedy.startswith("raise model.block_size (now 2; e.g. 64-256)")
+    cfg["model"]["block_size"] = 64
+    rec64 = context_record(250, [2.75] + [2.40] * 63, windows=2000)
+    rec64.update(context_gain_se=0.01, last_quarter_se=0.01, position0_se=0.01)
+    f = {x.rule: x for x in diagnose(Evidence(eval_records([4.2, 3.0, 2.7, 2.6, 2.5, 2.489]) + [rec64], cfg,
+                                              BASE)).findings}
+    assert "bigram_stuck" not in f, f

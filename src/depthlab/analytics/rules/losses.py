@@ -80,6 +80,10 @@ def stuck_name(level: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- bigram_stuck, unigram_stuck
+SHORT_WINDOW = 16
+"""A ``model.block_size`` under this holds little context: the stuck rules' remedies name it."""
+
+
 @rule("bigram_stuck")
 def one_char_window(ev: Evidence) -> Optional[Finding]:
     """``model.block_size`` 1: no training takes the model past a bigram table; judged from the
@@ -132,6 +136,11 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
     else:
         remedy = _bigram_remedy(ev, last)
     verdict = _context_verdict(ev) if name == "bigram_stuck" else None
+    block = ev.section("model").get("block_size")
+    if verdict == USED and isinstance(block, int) and block < SHORT_WINDOW:  # the little context there is, used
+        return Finding("bigram_stuck", f"{when}: {words}; the loss by position shows the context used, but with "
+                       f"model.block_size {block} a prediction sees at most {block} {ev.unit}s",
+                       f"raise model.block_size (now {block}; e.g. 64-256): a short window holds little context")
     if verdict not in (None, UNUSED):
         if level != "above bigram" or verdict == LEAKS:
             return None  # the loss by position, measured directly, decides whether the context is used (no claim)
@@ -206,7 +215,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
                      "attention entropy and the attention figure (the report; depthlab probe) to see whether the "
                      f"heads select earlier {ev.unit}s")
     block = ev.section("model").get("block_size")
-    if isinstance(block, int) and block < 16:
+    if isinstance(block, int) and block < SHORT_WINDOW:
         parts.append(f"raise model.block_size (now {block}; a short window holds little context)")
     lr = _lr_part(ev)
     if lr:
