@@ -821,12 +821,12 @@ def estimate_seconds(config: dict, sec_per_gflop: float = 0.045) -> float:
     tokens = t["batch_size"] * t["grad_accum"] * T
     steps = t["max_iters"]
     evals = (steps // t["eval_interval"] + 2) * 2 * t["eval_iters"]
-    flops = 6 * per_tok * tokens * steps + 2 * per_tok * t["batch_size"] * T * evals
+    flops = 6 * per_tok * tokens * steps + 2 * per_tok * tokens * evals  # an evaluation batch: the global batch
     overhead = 0.7e-3 * (L + 1) * (steps + evals / 3)  # per-block kernel launches dominate tiny widths
     rate = sec_per_gflop * (32 / C) ** 0.8 if C > 32 else sec_per_gflop
     loop = flops / 1e9 * rate + overhead
     if t.get("max_time", 0) > 0 and loop > t["max_time"]:
-        tail = 2 * per_tok * (t["batch_size"] * T * 2 * t["eval_iters"]
+        tail = 2 * per_tok * (tokens * 2 * t["eval_iters"]
                               + (_VAL_TOKENS if t.get("final_validation", True) else 0))
         loop = t["max_time"] + tail / 1e9 * rate + 0.7e-3 * (L + 1) * 2 * t["eval_iters"] / 3
     return loop + 4.0
