@@ -534,3 +534,47 @@ def test_a_short_window_at_the_bigram_line_is_named():
     f = {x.rule: x for x in diagnose(Evidence(eval_records([4.2, 3.0, 2.7, 2.6, 2.5, 2.489]) + [rec64], cfg,
                                               BASE)).findings}
     assert "bigram_stuck" not in f, f
+
+
+class _DetachAfterBlock0(torch.nn.Module):
+    """Pre-LN-like stack with shortcuts whose block 0's output is detached: a cut graph, not depth."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.ln, self.fc = torch.nn.LayerNorm(d), torch.nn.Linear(d, d)
+
+        def forward(self, x):
+            return x + self.fc(self.ln(x))
+
+    def __init__(self, vocab_size=65, d=32, block_size=32):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab_size, d), torch.nn.Embedding(block_size, d)
+        self.blocks = torch.nn.ModuleList([self.Block(d), self.Block(d)])
+        self.head = torch.nn.Linear(d, vocab_size)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.size(1)))
+        x = self.blocks[0](x).detach()
+        return self.head(self.blocks[1](x))
+
+
+def test_a_gradient_cut_after_some_blocks_is_not_blamed_on_depth():
+    # x = ln(x + attn(x)).detach() in block 0 of 2: "give each sublayer a shortcut ... or fewer blocks" (check) and
+    # vanishing_gradients "if the model has no shortcut around its blocks, add one" (diagnose), to a model with them
+    from conftest import SHAKESPEARE_BASELINES as BASE
+    from conftest import eval_records, grad_record
+    from depthlab.analytics.check import check_model
+    from depthlab.analytics.diagnose import Evidence, diagnose
+    from depthlab.data import load_corpus
+
+    torch.manual_seed(0)
+    rep = check_model(_DetachAfterBlock0(), load_corpus(__import__("depthlab").config.DataConfig()), block_size=32,
+                      rules=("shape", "gradient_flow"), name="DetachAfterBlock0")
+    gf = {c.rule: c for c in rep.checks}["gradient_flow"]
+    assert gf.ok is False and "the gradient is exactly 0 in block 0 while every block's output is alive" in \
+        gf.evidence["summary"], gf.evidence
+    assert "look for .detach()" in gf.remedy and "shortcut" not in gf.remedy, gf.remedy
+    records = eval_records([4.2, 3.0, 2.8]) + [grad_record(s, [0.0, 0.5]) for s in (100, 150, 200)]
+    rules = {f.rule for f in diagnose(Evidence(records, {"model": {"source": "m.py:M"}}, BASE)).findings}
+    assert "vanishing_gradients" not in rules, rules

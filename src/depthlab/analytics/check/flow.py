@@ -171,10 +171,17 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
         return CheckResult("gradient_flow", True, {"summary": f"{head}; " + "; ".join(fine) + " in range", **ev})
     text = " ".join(problems)
     remedy = SHORTCUT_FIX
-    if _cut_graph(lay):  # not depth: nothing flows back through the graph at all
+    cut = _cut_graph(lay)
+    if cut and len(cut) == len(lay):  # not depth: nothing flows back through the graph at all
         text = (f"every block's gradient is exactly 0 (loss {result['loss']:.3f} nats): no gradient reaches the "
                 "blocks, so none of them can learn")
         remedy = CUT_GRAPH_FIX
+    elif cut:  # some blocks only, every output alive: a .detach() after them, not depth (the model has shortcuts)
+        text = (f"the gradient is exactly 0 in block{'s' if len(cut) > 1 else ''} {', '.join(map(str, cut))} while "
+                "every block's output is alive: the graph is cut after them, so they cannot learn")
+        remedy = CUT_GRAPH_FIX.replace("in every block means the blocks' output is cut",
+                                       "in a block whose output is alive means its output is cut").replace(
+            "between the blocks and the head", "after that block (in it, or between it and the head)")
     elif text.startswith("exploding") or "grow" in text.split(":")[0]:
         remedy = "scale the blocks' initial weights down (e.g. std 0.02) and normalise the stream (pre-norm)"
     return CheckResult("gradient_flow", False, {"summary": f"{head}; {text}", **ev}, remedy)
@@ -184,11 +191,13 @@ ALIVE_RMS = 1e-3
 """A block output RMS above this is a signal, not one that underflowed on its way down a deep stack."""
 
 
-def _cut_graph(lay: list[dict]) -> bool:
-    """Every block's gradient exactly 0 while every block's output is alive (RMS above :data:`ALIVE_RMS`): the
-    gradient is not lost to depth (a deep stack without shortcuts underflows its activations to 0 first), the
-    graph is cut between the blocks and the loss."""
-    return all(r["grad_norm"] == 0 for r in lay) and all(r["act_rms"] > ALIVE_RMS for r in lay)
+def _cut_graph(lay: list[dict]) -> list[int]:
+    """The blocks whose gradient is exactly 0 while every block's output is alive (RMS above :data:`ALIVE_RMS`):
+    the gradient is not lost to depth (a deep stack without shortcuts underflows its activations to 0 first), the
+    graph is cut between them and the loss; [] when none (or some output is not alive)."""
+    if not all(r["act_rms"] > ALIVE_RMS for r in lay):
+        return []
+    return [r["block"] for r in lay if r["grad_norm"] == 0]
 
 
 SHORTCUT_FIX = ("give each sublayer a shortcut so the signal and the gradient have a path that does not shrink with "

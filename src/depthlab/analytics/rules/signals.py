@@ -125,9 +125,11 @@ def blockless_words(ev: Evidence, who: str, what: str, holds: str) -> str:
 
 
 def vanishing(ev: Evidence) -> bool:
-    """True when the median first/last block gradient-norm ratio is below ``vanishing_ratio``."""
+    """True when the median first/last block gradient-norm ratio is below ``vanishing_ratio`` and above 0: a first
+    block whose gradient is exactly 0 is cut from the graph (a ``.detach()`` after it), not starved by depth, and
+    ``no_gradient`` names it (its "add a shortcut" remedies went to a model that had them)."""
     ratio = block_grad_ratio(ev)
-    return ratio is not None and ratio[0] < ev.thresholds.vanishing_ratio
+    return ratio is not None and 0 < ratio[0] < ev.thresholds.vanishing_ratio
 
 
 ADAMW_SIDE = ("embeddings", "head")
