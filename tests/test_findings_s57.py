@@ -578,3 +578,25 @@ def test_a_gradient_cut_after_some_blocks_is_not_blamed_on_depth():
     records = eval_records([4.2, 3.0, 2.8]) + [grad_record(s, [0.0, 0.5]) for s in (100, 150, 200)]
     rules = {f.rule for f in diagnose(Evidence(records, {"model": {"source": "m.py:M"}}, BASE)).findings}
     assert "vanishing_gradients" not in rules, rules
+
+
+def test_the_views_forward_in_micro_batches_of_the_training_batch(tmp_path, tiny_text_file, monkeypatch):
+    # grad_accum 256 x batch 2: context and layers ran 512 windows in one forward (1.7 GB against 0.27) and the
+    # end-of-training record was "skipped: can't allocate memory"
+    import depthlab.analytics.context as ctx
+    from depthlab import train
+    from depthlab.analytics.layers import run_layers
+
+    rd = train(tiny_config(tmp_path / "run", tiny_text_file, train=dict(batch_size=2, grad_accum=3, max_iters=2,
+                                                                       eval_iters=2)), **QUIET)
+    seen = []
+    real = ctx.window_logits
+    monkeypatch.setattr(ctx, "window_logits", lambda m, x, y, c: seen.append(len(x)) or real(m, x, y, c))
+    res = ctx.run_context(rd, max_tokens=0)
+    assert res["windows"] == 12 and set(seen) == {2}, (res["windows"], seen)  # 2 batches of 6, in forwards of 2
+    import depthlab.analytics.layers as lay
+
+    rows, real_batch = [], lay._batch
+    monkeypatch.setattr(lay, "_batch", lambda m, acc, x, y: rows.append(len(x)) or real_batch(m, acc, x, y))
+    whole = run_layers(rd, max_tokens=0)
+    assert set(rows) == {2} and len(rows) == 6 and abs(whole["val_loss"] - res["val_loss"]) < 1e-5

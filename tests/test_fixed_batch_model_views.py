@@ -147,20 +147,21 @@ def test_context_refuses_logits_of_another_batch_read_silently_as_the_windows():
     with pytest.raises(DepthlabError) as e:
         token_losses(_Reshapes(), [(x, x)])
     assert str(e.value) == ("context: the model's forward returned logits of shape (8, 32, 11), not (16, 16, V), for "
-                            "idx of shape (16, 16) (a batch of the run's val evaluation windows: the global batch "
-                            "of its first session, config.json resolved.eval_batch); if the model has a batch size "
-                            "written into its code, make it accept any (depthlab check PATH.py:NAME on its file tests "
-                            "other batch sizes)")
+                            "idx of shape (16, 16) (a micro-batch of the run's val evaluation windows: "
+                            "train.batch_size of them, or fewer where its evaluation batch, config.json "
+                            "resolved.eval_batch, does not divide into them); if the model has a batch size written "
+                            "into its code, make it accept any (depthlab check PATH.py:NAME on its file tests other "
+                            "batch sizes)")
 
 
 @pytest.fixture(scope="module")
 def two_process_run(run, tmp_path_factory):
-    """The run as if its first session's global batch was 16 (a resume went on with 8): layers and context read
-    batches of 16 windows."""
+    """The run as if its first session's global batch was 12 (a resume went on with 8): layers and context read
+    batches of 12 windows, in micro-batches of 8 and 4."""
     d = tmp_path_factory.mktemp("two") / "run"
     shutil.copytree(run, d)
     cfg = json.loads((d / "config.json").read_text())
-    cfg.setdefault("resolved", {})["eval_batch"] = 16
+    cfg.setdefault("resolved", {})["eval_batch"] = 12
     (d / "config.json").write_text(json.dumps(cfg))
     return d
 
@@ -168,10 +169,10 @@ def two_process_run(run, tmp_path_factory):
 @pytest.mark.parametrize("command", ["context", "layers"])
 def test_layers_and_context_name_the_global_batch_the_line_and_the_fix(two_process_run, capsys, command):
     rc, out, err = run_cli(capsys, command, str(two_process_run))
-    assert_clean_error(rc, err, f"{command}: the model's forward failed on idx of shape (16, 16) (a batch of the run's "
-                                "val evaluation windows: the global batch of its first session, config.json "
-                                "resolved.eval_batch): "
-                                "RuntimeError: shape '[8, 16, 16]' is invalid for input of size 4096 "
+    assert_clean_error(rc, err, f"{command}: the model's forward failed on idx of shape (4, 16) (a micro-batch of the "
+                                "run's val evaluation windows: train.batch_size of them, or fewer where its evaluation "
+                                "batch, config.json resolved.eval_batch, does not divide into them): "
+                                "RuntimeError: shape '[8, 16, 16]' is invalid for input of size 1024 "
                                 f"{LINE}; if the model has a batch size written into its code, make it accept any "
                                 "(depthlab check PATH.py:NAME on its file tests other batch sizes)")
 

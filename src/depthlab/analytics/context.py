@@ -84,6 +84,8 @@ class ViewWindows:
         batch_size: B, the run's evaluation batch (:func:`~depthlab.training.evaluator.eval_batch`).
         block_size: T. seed: ``train.seed``.
         starts: the val split's possible window starts (N - T), or None when not known.
+        micro: the most windows one forward reads (the run's ``train.batch_size``: the memory its training step
+            needed; an evaluation batch of ``batch_size x grad_accum`` in one forward ran out of it), or None = B.
     """
 
     batches: list
@@ -92,6 +94,14 @@ class ViewWindows:
     block_size: int
     seed: int
     starts: Optional[int] = None
+    micro: Optional[int] = None
+
+    def forward_batches(self):
+        """The ``(x, y)`` batches in micro-batches of at most :attr:`micro` windows, in order."""
+        for x, y in self.batches:
+            step = self.micro or len(x)
+            for j in range(0, len(x), step):
+                yield x[j:j + step], y[j:j + step]
 
     @property
     def windows(self) -> int:
@@ -124,7 +134,8 @@ class ViewWindows:
 
 
 def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, eval_iters: int,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, windows: str = "spaced") -> ViewWindows:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, windows: str = "spaced",
+                 micro: Optional[int] = None) -> ViewWindows:
     """The first batches of the run's evaluation windows, as many as fit ``max_tokens`` (at least one).
 
     Args:
@@ -132,6 +143,7 @@ def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, e
         seed: ``train.seed``. eval_iters: ``train.eval_iters``.
         max_tokens: most target tokens to read; 0 = all ``eval_iters`` batches.
         windows: ``train.eval_windows`` (:func:`~depthlab.training.evaluator.eval_batches`).
+        micro: the most windows one forward reads (``train.batch_size``), None = a whole batch.
 
     Raises:
         DepthlabError: the val split is not longer than one window, or ``max_tokens`` is negative.
@@ -143,7 +155,7 @@ def view_windows(val: np.ndarray, block_size: int, batch_size: int, seed: int, e
                             f"{block_size}: no evaluation window fits; raise data.val_fraction or use a longer text")
     n = eval_iters if max_tokens == 0 else max(1, min(eval_iters, max_tokens // (batch_size * block_size)))
     batches = eval_batches(val, block_size, batch_size, seed, "val", n, windows=windows, of_batches=eval_iters)
-    return ViewWindows(list(batches), eval_iters, batch_size, block_size, seed, len(val) - block_size)
+    return ViewWindows(list(batches), eval_iters, batch_size, block_size, seed, len(val) - block_size, micro)
 
 
 @dataclass(frozen=True)
@@ -221,7 +233,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
                             f"{VOCAB} (changed since training), and layers and context measure the run's own "
                             "val split: restore the file the run was trained on")
     w = view_windows(corpus.val, cfg.model.block_size, eval_batch(cfg.train, rd.config), cfg.train.seed,
-                     cfg.train.eval_iters, max_tokens, cfg.train.eval_windows)
+                     cfg.train.eval_iters, max_tokens, cfg.train.eval_windows, cfg.train.batch_size)
     V = len(corpus.tokenizer.vocab)
     if rd.baselines is not None:  # a baselines.json written before the floor was kept gets it here
         floor = rd.baselines.get("one_char_floor") or {"nats": one_char_floor_nats(corpus.val, V)}
@@ -288,12 +300,13 @@ def kept_weights(run_dir: Path) -> list[tuple[str, int, Path]]:
 
 def window_logits(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, command: str) -> torch.Tensor:
     """:func:`~depthlab.usermodel.full_logits` (B, T, V) of one batch of a run's val windows for ``command`` (layers,
-    context); a forward that raises, or returns logits of another batch or length, is one line: the batch is the
-    run's global one (:func:`~depthlab.training.evaluator.eval_batch`), which a model with its batch size written into
-    its code fails on after a run with grad_accum or a resume with another batch_size (a .view(B, -1, C) returns
-    another (B, T) of the same size, read silently as the windows' logits)."""
-    on = (f"idx of shape {tuple(x.shape)} (a batch of the run's val evaluation windows: the global batch of its "
-          "first session, config.json resolved.eval_batch)")
+    context); a forward that raises, or returns logits of another batch or length, is one line: the batch is a
+    micro-batch of ``train.batch_size`` windows (:meth:`ViewWindows.forward_batches`), which a model with its batch
+    size written into its code fails on where the run's evaluation batch does not divide into them (a resume with
+    another batch_size; a .view(B, -1, C) returns another (B, T) of the same size, read silently as the windows'
+    logits)."""
+    on = (f"idx of shape {tuple(x.shape)} (a micro-batch of the run's val evaluation windows: train.batch_size of "
+          "them, or fewer where its evaluation batch, config.json resolved.eval_batch, does not divide into them)")
     fix = ("if the model has a batch size written into its code, make it accept any (depthlab check PATH.py:NAME on "
            "its file tests other batch sizes)")
     try:
@@ -310,12 +323,12 @@ def window_logits(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, comm
 
 
 @torch.no_grad()
-def token_losses(model: torch.nn.Module, batches: list) -> torch.Tensor:
+def token_losses(model: torch.nn.Module, batches) -> torch.Tensor:
     """Cross-entropy of every target token, float32, in eval mode (the mode is restored after).
 
     Args:
         model: any model of the protocol (``forward(idx)`` -> logits (B, T, V), or a tuple).
-        batches: ``(x, y)`` pairs (B, T).
+        batches: ``(x, y)`` pairs (B, T), each one forward (:meth:`ViewWindows.forward_batches`).
 
     Returns:
         (W, T) nats, W = the windows of all batches.
@@ -370,7 +383,7 @@ def position_curve(model: torch.nn.Module, windows: ViewWindows) -> dict:
         "distinct_windows": how many of them differ (a val split one window long gives W copies of one window,
         whose spread of 0 is no sampling error: the errors are None then, as for one window), "tokens": W*T}``.
     """
-    lo = token_losses(model, windows.batches).double()  # (W, T)
+    lo = token_losses(model, windows.forward_batches()).double()  # (W, T)
     W, distinct = lo.shape[0], windows.distinct
     one = distinct < 2  # copies of one window: nothing varies, so no error can be estimated
     se = (lo.std(dim=0, unbiased=True) / math.sqrt(W)).tolist() if W > 1 and not one else [None] * lo.shape[1]
@@ -520,9 +533,9 @@ class ContextCallback(Callback):
         try:
             for max_tokens in (DEFAULT_MAX_TOKENS, 0):
                 w = view_windows(run.corpus.val, m.block_size, getattr(run, "eval_batch", None) or eval_batch(t),
-                                 t.seed, t.eval_iters, max_tokens, t.eval_windows)
+                                 t.seed, t.eval_iters, max_tokens, t.eval_windows, t.batch_size)
                 w = ViewWindows([(x.to(run.device), y.to(run.device)) for x, y in w.batches], w.of_batches,
-                                w.batch_size, w.block_size, w.seed, w.starts)
+                                w.batch_size, w.block_size, w.seed, w.starts, w.micro)
                 c = position_curve(run.raw_model, w)
                 if len(w.batches) == w.of_batches or not _undecided(c, RunDir(run.run_dir).baselines):
                     break

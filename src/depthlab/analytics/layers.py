@@ -322,13 +322,13 @@ def _batch(model: nn.Module, acc: LayerAccess, x: torch.Tensor, y: torch.Tensor)
 
 
 @torch.no_grad()
-def measure_layers(model: nn.Module, batches: list, blocks_attr: Optional[str] = None,
+def measure_layers(model: nn.Module, batches, blocks_attr: Optional[str] = None,
                    norm_attr: Optional[str] = None, head_attr: Optional[str] = None) -> dict:
     """Logit lens, ablation and relative update of every block of ``model`` on ``batches``.
 
     Args:
         model: depthlab's GPT or a model :func:`layer_access` accepts.
-        batches: ``(x, y)`` pairs (B, T) int64 (the run's val windows).
+        batches: ``(x, y)`` pairs (B, T) int64 (the run's val windows), each one forward (an iterable).
         blocks_attr: the dotted name of the list of blocks (``--blocks``); None = found (:func:`layer_access`).
 
     Returns:
@@ -413,7 +413,7 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
     """
     run = open_run(run_dir, max_tokens)
     model, weights = load_weights(run.run_dir, which)
-    res = measure_layers(model, run.windows.batches, blocks_attr, norm_attr, head_attr)
+    res = measure_layers(model, run.windows.forward_batches(), blocks_attr, norm_attr, head_attr)
     model_cfg = run.config.get("model") if isinstance(run.config.get("model"), dict) else {}
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
             "leak_check": start_leak_record(run.run_dir), "run_dir": str(run.run_dir),
