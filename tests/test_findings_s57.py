@@ -436,6 +436,15 @@ def test_init_from_a_run_trained_on_another_split_says_the_val_text_was_trained_
     from depthlab.trainer import Trainer
 
     Trainer(tiny_config(tmp_path / "src", tiny_text_file, train=dict(max_iters=2)), **QUIET).fit()
+    cfg = tiny_config(tmp_path / "seeded", tiny_text_file, train=dict(max_iters=1, seed=5))
+    cfg.data.split = "lines"
+    lines = []
+    src_cfg = tiny_config(tmp_path / "src_l", tiny_text_file, train=dict(max_iters=2))
+    src_cfg.data.split = "lines"
+    Trainer(src_cfg, **QUIET).fit()
+    Trainer(cfg, init_from=str(tmp_path / "src_l"), log=lines.append)
+    assert any("(data.split lines, val_fraction 0.1, train.seed 1337 there; lines, 0.1, train.seed 5 here)" in x
+               for x in lines), lines  # the seed shuffles a lines split: both sides read alike without it
     for name, split, vf, warned in (("lines", "lines", 0.1, True), ("wider", "tail", 0.3, True),
                                     ("inside", "tail", 0.05, False)):
         cfg = tiny_config(tmp_path / name, tiny_text_file, train=dict(max_iters=1))

@@ -68,7 +68,8 @@ def test_sweep_flag_that_is_also_a_grid_axis_is_refused(capsys, tiny_text_file, 
     err = cli_err(capsys, "sweep", "--dry_run", "--grid", "model.n_layer=1,2", "--model.n_layer", "3",
                   "--data.path", str(tiny_text_file), "--out_dir", str(tmp_path / "sw"))
     assert err == ("depthlab: error: --model.n_layer 3 is also an axis of the grid (model.n_layer=1,2), whose values "
-                   "would replace it; drop the flag, or give the values as --grid model.n_layer=...\n"), err
+                   "would replace it; drop it (the flag, or the line of a --model/--train/--data file), or give the "
+                   "values as --grid model.n_layer=...\n"), err
     err = cli_err(capsys, "sweep", "--dry_run", "--profile", "quick", "--model.n_layer", "3")
     assert "is also an axis of the grid of experiment depth (model.n_layer=" in err
     assert not (tmp_path / "sw").exists()

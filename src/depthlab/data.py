@@ -296,7 +296,8 @@ def _misread_words(path: Path, encoding: str, vocab: list[str]) -> Optional[str]
     if encoding != "iso8859-1" or not c1:
         return None
     utf8 = _reads_as(path, "utf-8")
-    return (f"warning: data.encoding latin-1 read {counted(len(c1), 'C1 control character')} (U+0080-U+009F) from "
+    return (f"warning: data.encoding latin-1 read {counted(len(c1), 'distinct C1 control character')} (U+0080-U+009F) "
+            f"from "
             f"{path}, which text rarely holds: " + ("the file is valid UTF-8, whose characters latin-1 splits into "
                                                     "bytes (use --data.encoding utf-8)" if utf8 else
                                                     "a cp1252 file's quotes and dashes read so (--data.encoding "

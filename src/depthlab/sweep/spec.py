@@ -572,8 +572,8 @@ def refuse_flags_on_axes(spec: SweepSpec) -> None:
             v = spec.overrides[k]
             shown = json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else v
             raise DepthlabError(f"--{k} {shown} is also an axis of the grid{where} "
-                                f"({k}={_grid_text(exp.grid[k])}), whose values would replace it; drop the flag, or "
-                                f"give the values as --grid {k}=...")
+                                f"({k}={_grid_text(exp.grid[k])}), whose values would replace it; drop it (the flag, "
+                                f"or the line of a --model/--train/--data file), or give the values as --grid {k}=...")
 
 
 def spec_to_json(spec: SweepSpec) -> dict:

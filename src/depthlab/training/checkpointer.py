@@ -339,9 +339,10 @@ def split_overlap(src: Path, cfg, sha256: str) -> Optional[str]:
     if theirs == ours or theirs[0] == ours[0] == "tail" and isinstance(theirs[1], (int, float)) \
             and ours[1] <= theirs[1]:  # a shorter tail of the same text is inside its val split
         return None
+    seed = f", train.seed {theirs[2]}" if theirs[2] != ours[2] and theirs[0] == ours[0] == "lines" else ""
     return (f"warning: --init-from {src} trained on another split of this corpus (data.split {theirs[0]}, "
-            f"val_fraction {theirs[1]} there; {ours[0]}, {ours[1]} here): part of this run's val text was in its "
-            "training, so this run's val losses are not held-out numbers")
+            f"val_fraction {theirs[1]}{seed} there; {ours[0]}, {ours[1]}{seed and f', train.seed {ours[2]}'} here): "
+            "part of this run's val text was in its training, so this run's val losses are not held-out numbers")
 
 
 def _unfit_weights(src: Path, ours: dict, weights: str = "") -> Optional[str]:
