@@ -65,7 +65,7 @@ def eval_batches(data: np.ndarray, block_size: int, batch_size: int, seed: int, 
 
     Args:
         data: the split's token ids (N,), N > block_size. block_size: T. batch_size: B, the global batch
-            (``train.batch_size`` x processes). seed: ``train.seed`` (``random`` only). split: ``train`` or ``val``.
+            (:func:`eval_batch`). seed: ``train.seed`` (``random`` only). split: ``train`` or ``val``.
         n_batches: how many batches to yield. device: where to put them. windows: ``spaced`` or ``random``.
         of_batches: the evaluation's batches (``train.eval_iters``) the windows are laid out for; None =
             ``n_batches``. Fewer ``n_batches`` yields a prefix of the same sequence, either way.
