@@ -609,3 +609,41 @@ def test_the_views_forward_in_micro_batches_of_the_training_batch(tmp_path, tiny
     monkeypatch.setattr(lay, "_batch", lambda m, acc, x, y: rows.append(len(x)) or real_batch(m, acc, x, y))
     whole = run_layers(rd, max_tokens=0)
     assert set(rows) == {2} and len(rows) == 6 and abs(whole["val_loss"] - res["val_loss"]) < 1e-5
+
+
+LAST_ONLY = """
+import torch, torch.nn as nn
+
+class LastOnly(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.e = nn.Embedding(vocab_size, 16); self.h = nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        return self.h(self.e(idx))[:, [-1], :]
+
+class WrongV(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.e = nn.Embedding(200, 16); self.h = nn.Linear(16, 5)
+
+    def forward(self, idx):
+        return self.h(self.e(idx))
+"""
+
+
+def test_a_model_returning_the_last_position_or_its_own_vocabulary_is_told_the_fix(tmp_path, capsys):
+    # (B, 1, V): "fails at the asked size ... and at the 60 other sizes tried ... give the sizes it is built for";
+    # 5 outputs hard-coded: "give the model vocab_size=65", a keyword its constructor does not take
+    from conftest import TINY_TEXT, run_cli
+
+    (tmp_path / "m.py").write_text(LAST_ONLY)
+    (tmp_path / "t.txt").write_text(TINY_TEXT * 4)
+    rc, out, err = run_cli(capsys, "check", f"{tmp_path / 'm.py'}:LastOnly", "--data.path", str(tmp_path / "t.txt"))
+    text = out + err
+    assert "only the last position came back: return the logits of every position" in text, text
+    assert "other sizes tried" not in text and "--batch_size and --block_size" not in text, text
+    rc, out, err = run_cli(capsys, "train", "--model.source", f"{tmp_path / 'm.py'}:WrongV", "--data.path",
+                           str(tmp_path / "t.txt"), "--train.max_iters", "1", "--train.out_dir", str(tmp_path / "r"))
+    assert rc == 2 and "take both sizes from a vocab_size argument of the constructor" in err, err
+    assert "give the model vocab_size=" not in err

@@ -910,7 +910,10 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         model.train(was_training)
     # more entries than tokens (a padded vocabulary, a byte-level head) are never targets: trained down, never drawn
     if logits.dim() != 3 or tuple(logits.shape[:2]) != (batch_size, block_size) or logits.size(-1) < vocab_size:
-        fix = (f"give the model vocab_size={vocab_size}" if logits.dim() == 3 and logits.shape[:2] == x.shape else
+        fix = (f"give the output layer {vocab_size} outputs and the token embedding {vocab_size} rows: take both "
+               "sizes from a vocab_size argument of the constructor (depthlab passes the corpus's "
+               f"{vocab_size} to one), not from a number written in the code"
+               if logits.dim() == 3 and logits.shape[:2] == x.shape else
                flat_logits_hint(tuple(logits.shape), batch_size, block_size, takes_targets(model))
                or "return the logits of every position: (B, T, V)")
         raise DepthlabError(f"{src}: forward(idx) on ({batch_size}, {block_size}) returned logits of shape "

@@ -170,11 +170,10 @@ class Subject:
                              f"{swapped}, not ({B}, {T}, V); put the vocabulary last (e.g. .transpose)",
                              size_free=True)
         if tuple(logits.shape[:2]) != (B, T):
-            hint = ""
-            if logits.dim() == 3 and logits.shape[:2] == (B, 1) and T > 1:
-                hint = "; only the last position came back: return the logits of every position"
+            last = logits.dim() == 3 and logits.shape[:2] == (B, 1) and T > 1  # no size changes what comes back
+            hint = "; only the last position came back: return the logits of every position" if last else ""
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
-                             f"expected ({B}, {T}, V){hint}")
+                             f"expected ({B}, {T}, V){hint}", size_free=last)
         return logits
 
     def logits_many(self, model: nn.Module, seqs: torch.Tensor, alone: bool = False) -> torch.Tensor:
