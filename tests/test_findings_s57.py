@@ -647,3 +647,13 @@ def test_a_model_returning_the_last_position_or_its_own_vocabulary_is_told_the_f
                            str(tmp_path / "t.txt"), "--train.max_iters", "1", "--train.out_dir", str(tmp_path / "r"))
     assert rc == 2 and "take both sizes from a vocab_size argument of the constructor" in err, err
     assert "give the model vocab_size=" not in err
+
+
+def test_a_forward_returning_only_its_loss_with_targets_is_told_so():
+    # "forward(idx) of shape (16, 64) returned logits of shape ()": the call had targets, and forward(idx) was right
+    from depthlab.usermodel import flat_logits_hint
+
+    said = flat_logits_hint((), 16, 64, targets=True)
+    assert said.startswith("that is one number, a loss: depthlab calls forward(idx, targets)") and \
+        said.endswith("return (logits, loss) when targets are given")
+    assert flat_logits_hint((), 16, 64, targets=False) == ""

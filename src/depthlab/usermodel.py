@@ -811,9 +811,14 @@ def takes_targets(model: torch.nn.Module) -> bool:
 
 def flat_logits_hint(shape: tuple, B: int, T: int, targets: bool = False) -> str:
     """What a 2-D ``(B*T, V)`` logits tensor is (the loss's ``logits.view(-1, V)`` returned instead of the
-    logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1). ``targets``: the forward was
+    logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1); a 0-d one from a forward given
+    targets is its loss. ``targets``: the forward was
     called with targets (it takes them), which the hint then says: such a forward (the bigram model of "Let's build
     GPT": ``logits = logits.view(B*T, C)`` under ``if targets``) returns (B, T, V) without them, as its author sees."""
+    if len(shape) == 0 and targets:  # a loss: what forward(idx, targets) returned, where forward(idx) may be right
+        return ("that is one number, a loss: depthlab calls forward(idx, targets) on a forward that takes targets "
+                "(as training does) and needs the (B, T, V) logits from it too: return (logits, loss) when targets "
+                "are given")
     if len(shape) != 2 or B < 2 or T < 2 or int(shape[0]) != B * T:
         return ""
     if targets:
