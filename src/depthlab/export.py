@@ -194,15 +194,13 @@ def hf_tokenizer(tok: Tokenizer):
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, normalizers
 
-    if isinstance(tok, BPETokenizer):
-        t = HFTokenizer.from_str(tok.json)
-    else:
-        t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, [], unk_token=CHAR_UNKNOWN))
-        t.decoder = decoders.Fuse()
-    # line endings as depthlab reads its corpus and a prompt (sample.py): \r\n and \r are \n (a char export refused
-    # a CRLF text that depthlab sample takes; a BPE one encoded a \r no run ever trained on)
-    endings = [normalizers.Replace("\r\n", "\n"), normalizers.Replace("\r", "\n")]
-    t.normalizer = normalizers.Sequence(endings + ([t.normalizer] if t.normalizer is not None else []))
+    if isinstance(tok, BPETokenizer):  # the run's own, byte for byte: --init-from an export checks its sha256
+        return HFTokenizer.from_str(tok.json)
+    t = HFTokenizer(models.BPE({c: i for i, c in enumerate(tok.vocab)}, [], unk_token=CHAR_UNKNOWN))
+    t.decoder = decoders.Fuse()
+    # line endings as depthlab reads its corpus and a prompt (sample.py): \r\n and \r are \n (the char export
+    # refused a CRLF text that depthlab sample takes)
+    t.normalizer = normalizers.Sequence([normalizers.Replace("\r\n", "\n"), normalizers.Replace("\r", "\n")])
     return t
 
 
@@ -434,7 +432,8 @@ def tokenizer_rules(tok: Tokenizer) -> list[str]:
                 "such a prompt; no character is dropped", ENDINGS]
     return [f"a {EOT} typed in a text is encoded as its characters, as depthlab encodes it "
             "(split_special_tokens in tokenizer_config.json; with tokenizers alone set encode_special_tokens = True)",
-            ENDINGS]
+            "the run's own tokenizer, unchanged: a \\r in a text is encoded as its byte, which the run never trained "
+            "on (depthlab reads \\r\\n and \\r as \\n: replace them before encoding)"]
 
 
 ENDINGS = "a \\r\\n or \\r line ending reads as \\n (its normalizer), as depthlab reads its corpus and a prompt"
