@@ -321,7 +321,7 @@ class Trainer:
         plan = self.budget.plan
         model = self.cfg.model  # model.embed_scale auto: what the GPT was built with (a model.source has none)
         return {**self.runtime.resolved(), "optimizer": self.optimizer_name, "corpus_sha256": self.corpus.sha256,
-                "eval_batch": self.evaluator.batch,
+                "eval_batch": self.eval_batch,
                 **({"plan": plan.to_record()} if plan is not None else {}), **self.checkpointer.init_record,
                 **self.source_record, **({} if model.source else {"embed_scale": model.built_embed_scale})}
 
@@ -647,8 +647,8 @@ def done_line(summary: dict, final: Optional[dict], run_dir: Path, no_se: Option
 
 
 def unused_vocab_size(cfg: RunConfig, vocab_size: int) -> list[str]:
-    """The warning of a config whose ``model.vocab_size`` (a file's: the flag is refused) is not the corpus's
-    ``vocab_size``, which the run uses; [] when it is, or unset (0)."""
+    """The warning of a config whose ``model.vocab_size`` (a config file's or the Python API's: the flag is refused)
+    is not the corpus's ``vocab_size`` (tokens), which the run uses; [] when it is, or unset (0)."""
     if cfg.model.vocab_size in (0, vocab_size):
         return []
     return [f"warning: model.vocab_size {cfg.model.vocab_size} is not used: the corpus's tokenizer sets it, "
@@ -675,8 +675,8 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
         lines.append(rt.tuning.line(given))
     lines.append(f"global batch = micro-batch {t.batch_size} x accumulation {rt.accum} x processes "
                  f"{run.world_size} = {t.batch_size * rt.accum * run.world_size} sequences of {m.block_size} tokens")
-    if run.evaluator.batch != t.batch_size * t.grad_accum:  # a resume keeps the windows its best loss was read on
-        lines.append(f"evaluation: {t.eval_iters} batches of {run.evaluator.batch} windows per split, as the run's "
+    if run.eval_batch != t.batch_size * t.grad_accum:  # a resume keeps the windows its best loss was read on
+        lines.append(f"evaluation: {t.eval_iters} batches of {run.eval_batch} windows per split, as the run's "
                      "earlier sessions evaluated (config.json resolved.eval_batch), in micro-batches of "
                      f"{t.batch_size}")
     return lines

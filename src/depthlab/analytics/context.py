@@ -38,7 +38,7 @@ from ..callbacks import Callback, RunView
 from ..errors import DepthlabError
 from ..units import counted, finite_or_none, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
-from ..training.evaluator import eval_batch, eval_batches
+from ..training.evaluator import eval_batch, eval_batches, micro_batches
 from ..usermodel import forward_fault, full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
 from .rules.evidence import unit_of
@@ -97,11 +97,14 @@ class ViewWindows:
     micro: Optional[int] = None
 
     def forward_batches(self):
-        """The ``(x, y)`` batches in micro-batches of at most :attr:`micro` windows, in order."""
+        """The ``(x, y)`` batches in micro-batches of at most :attr:`micro` windows, in order
+        (:func:`~depthlab.training.evaluator.micro_batches`).
+
+        Yields:
+            ``(x, y)``, each (<= micro, T) int64.
+        """
         for x, y in self.batches:
-            step = self.micro or len(x)
-            for j in range(0, len(x), step):
-                yield x[j:j + step], y[j:j + step]
+            yield from micro_batches(x, y, self.micro)
 
     @property
     def windows(self) -> int:
@@ -520,9 +523,10 @@ class ContextCallback(Callback):
     record (``event: context``, ``loss_by_position``, ``context_gain``, ``context_gain_se``, ``last_quarter_se``,
     ``position0_se`` (position 0's standard error, which the verdict's "within twice its error" names),
     ``windows``, ``all_windows`` (whether they are every window of the run's evaluation), ``tokens``) that the
-    ``context_unused`` rule reads. Costs one forward over at most :data:`DEFAULT_MAX_TOKENS` of the val evaluation
-    windows, and over all ``eval_iters`` batches of them when those cannot tell whether the model uses its context
-    (as ``depthlab context RUN --max_tokens 0`` would read: diagnose has only this record).
+    ``context_unused`` rule reads. Costs the forwards (micro-batches of ``train.batch_size`` windows) over at most
+    :data:`DEFAULT_MAX_TOKENS` of the val evaluation windows (at least one evaluation batch), and over all
+    ``eval_iters`` batches of them when those cannot tell whether the model uses its context (as ``depthlab context
+    RUN --max_tokens 0`` would read: diagnose has only this record).
     """
 
     def on_train_end(self, run: RunView, summary: dict) -> None:

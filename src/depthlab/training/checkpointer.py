@@ -764,7 +764,8 @@ class Checkpointer:
             self.log(init_line(self.init_record["init_from"], self.init_source))
             for line in (same_shape_changes(Path(self.init_source), dataclasses.asdict(run.cfg.model)),
                          split_overlap(Path(self.init_source), run.cfg, run.corpus.sha256)):
-                self.log(line) if line else None
+                if line:
+                    self.log(line)
         return model
 
     @staticmethod

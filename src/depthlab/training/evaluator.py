@@ -19,7 +19,7 @@ from ..rundir import RunDir
 from ..units import LN2, finite_or_none
 from ..usermodel import check_command
 
-__all__ = ["Evaluator", "eval_batch", "eval_batches", "val_perplexity"]
+__all__ = ["Evaluator", "eval_batch", "eval_batches", "micro_batches", "val_perplexity"]
 
 
 def eval_batch(train, run_config: Optional[dict] = None) -> int:
@@ -46,6 +46,18 @@ def eval_batch(train, run_config: Optional[dict] = None) -> int:
         ran = (run_config.get("train") or {}).get("batch_size") or train.batch_size
         return int(ran) * int(resolved.get("processes") or 1)
     return train.batch_size * train.grad_accum
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, size: Optional[int]):
+    """``(x, y)`` (B, T) in row slices of at most ``size`` windows (None or 0: the whole batch), in order: an
+    evaluation batch of ``batch_size x grad_accum`` windows read in the memory one training micro-batch needs.
+
+    Yields:
+        ``(x[j:j + size], y[j:j + size])``, each (<= size, T).
+    """
+    step = size or len(x)
+    for j in range(0, len(x), step):
+        yield x[j:j + step], y[j:j + step]
 
 
 def eval_batches(data: np.ndarray, block_size: int, batch_size: int, seed: int, split: str, n_batches: int,
@@ -226,13 +238,13 @@ class Evaluator:
             # each batch's kernels before it queues the next batch's (on CUDA)
             losses = torch.zeros(t.eval_iters, device=rt.device)
             for i, (x, y) in enumerate(self._batches(split, data, rt.device)):
-                for j in range(0, len(x), t.batch_size):  # in micro-batches: the memory training needs
+                for xm, ym in micro_batches(x, y, t.batch_size):  # the memory training needs
                     if stop is not None and stop():
                         model.train(was_training)
                         return None
                     with rt.ctx:
-                        loss = self.port.loss(model, x[j:j + t.batch_size], y[j:j + t.batch_size])
-                    losses[i] += loss.detach().float() * (len(x[j:j + t.batch_size]) / len(x))
+                        loss = self.port.loss(model, xm, ym)
+                    losses[i] += loss.detach().float() * (len(xm) / len(x))
             losses = losses.cpu()
             out[split] = losses.mean().item()
             if split == "val":  # batches of the same windows spread 0 by construction: that is no error bar
