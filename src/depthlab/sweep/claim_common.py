@@ -38,6 +38,15 @@ def short_of_budget(it: dict) -> bool:
     return s.get("stopped_by") == "max_time" and isinstance(end, int) and isinstance(budget, int) and end < budget
 
 
+BUDGET_FIX = "raise train.max_time or lower train.max_iters"
+"""What gives every run of a sweep its step budget (the words after a run :func:`short_of_budget` names)."""
+
+
+def run_names(items: Sequence[dict], limit: int) -> str:
+    """``runs/a, runs/b, ...``: the run folders of ``items``, the first ``limit`` of them."""
+    return ", ".join(str(it["row"].get("run", "?")) for it in items[:limit]) + (", ..." if len(items) > limit else "")
+
+
 def init_last_rank(it: dict) -> Optional[float]:
     """Rank measure (Dong et al. 2021) of the last block at initialisation.
 

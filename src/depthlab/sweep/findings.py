@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from ..analytics.rules.evidence import unit_of
 from ..units import LN2, counted
 from .results import OK_STATUSES, aggregate, field_value, group_name
-from .claim_common import short_of_budget
+from .claim_common import BUDGET_FIX, run_names, short_of_budget
 from .science import init_last_rank
 
 __all__ = ["summary_lines", "init_lines", "aggregate_table", "sweep_unit", "short_unit"]
@@ -133,10 +133,9 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
                    "the spread is the sample standard deviation.")
     short = [it for it in items if short_of_budget(it)]
     if short:  # a fit_to_time plan (or the time cap) ended them early: the trends compare unequal budgets
-        out.append(f"{counted(len(short), 'run')} stopped by train.max_time before train.max_iters ("
-                   + ", ".join(str(it["row"].get("run")) for it in short[:6]) + (", ..." if len(short) > 6 else "")
-                   + "): their losses are at fewer steps than the others', so the comparisons below are not at an "
-                   "equal step budget (raise train.max_time or lower train.max_iters).")
+        out.append(f"{counted(len(short), 'run')} stopped by train.max_time before train.max_iters "
+                   f"({run_names(short, 6)}): their losses are at fewer steps than the others', so the comparisons "
+                   f"below are not at an equal step budget ({BUDGET_FIX}).")
     xname = x.split(".")[-1] if x else ""
     unit = sweep_unit(items)
     u = short_unit(unit)

@@ -27,8 +27,8 @@ from typing import Callable, Optional, Sequence
 
 from ..rundir import write_generated
 from .results import sweep_items
-from .claim_common import (CLAIM_HEADER, SCIENCE_MD, init_last_rank, init_grad_blocks, short_of_budget, steps_to,
-                           ClaimRow)
+from .claim_common import (BUDGET_FIX, CLAIM_HEADER, SCIENCE_MD, init_last_rank, init_grad_blocks, run_names,
+                           short_of_budget, steps_to, ClaimRow)
 from .claims_depth import (rank_init, degradation, depth_helps, postln_warmup, rezero_speed)
 from .claims_norms import (LAYERS_TOKENS, ablation_deltas, deepnorm_depth, dyt_lr_window, dyt_matches, lns_depth,
                            periln_stability)
@@ -66,12 +66,9 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
         for judge in judges if items else ():
             row = judge(kept, extras.get(name) or {})
             if short:  # a run cut by the clock is neither a failure nor a loss at the claim's budget
-                runs = ", ".join(str(it["row"].get("run", "?")) for it in short[:4]) + (
-                    ", ..." if len(short) > 4 else "")
                 row[3] = (row[3] + " " if kept else "") + (
                     f"({len(short)} of {len(items)} runs left out: train.max_time stopped them before train.max_iters "
-                    f"({runs}), so they did not train the claim's step budget; raise train.max_time or lower "
-                    "train.max_iters)")
+                    f"({run_names(short, 4)}), so they did not train the claim's step budget; {BUDGET_FIX})")
                 if not kept:
                     row[-1] = "not judged: every run stopped before its step budget"
             rows.append(row)
