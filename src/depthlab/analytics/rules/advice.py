@@ -93,10 +93,9 @@ def warmup_words(ev: Evidence) -> Optional[str]:
     ratios, the lr rules' evidence, all come from the ramp), in words with the knob; None otherwise.
 
     The warmup is the one the run followed (its ``train.fit_to_time`` plan's, else ``train.warmup_iters``); the last
-    step is summary.json's ``final_step``, else the records' last."""
+    step is :attr:`Evidence.end_step`'s."""
     warm = ev.planned_warmup if ev.planned_warmup is not None else ev.section("train").get("warmup_iters")
-    final = (ev.summary or {}).get("final_step")
-    end = final if isinstance(final, int) and not isinstance(final, bool) and final > 0 else ev.last_step
+    end = ev.end_step[0]
     if not isinstance(warm, int) or isinstance(warm, bool) or not end or warm < end:
         return None
     return (f"the warmup, train.warmup_iters {warm}, reaches past step {end}, where the run ended: the peak learning "

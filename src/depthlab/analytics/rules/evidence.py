@@ -343,6 +343,18 @@ class Evidence:
         return max((int(r.get("step", 0)) for r in self.records), default=0)
 
     @cached_property
+    def end_step(self) -> tuple[int, str]:
+        """``(step, source)``: where the run ended, and what says so: summary.json's ``final_step`` (``"summary"``)
+        when it says more than the records, else an interrupted run's last checkpoint (``"checkpoint"``, no
+        summary.json) when its records end before it, else the records' last step (``"records"``)."""
+        final = (self.summary or {}).get("final_step")
+        if isinstance(final, int) and not isinstance(final, bool) and final > self.last_step:
+            return final, "summary"
+        if self.summary is None and self.checkpoint_step is not None and self.checkpoint_step > self.last_step:
+            return self.checkpoint_step, "checkpoint"
+        return self.last_step, "records"
+
+    @cached_property
     def grads_after_warmup(self) -> list[dict]:
         """The ``kind: grad`` records after :attr:`warmup_iters` (the gradients and updates of the training proper:
         the warmup's are near initialisation, at a rate still rising)."""

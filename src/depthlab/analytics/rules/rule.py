@@ -114,14 +114,13 @@ def rule(*names: str, needs: tuple[Need, ...] = ()) -> Callable[[Callable[[Evide
 def run_length(ev: Evidence) -> str:
     """``"the run is N steps"``: from the records, or from ``summary.json`` when it says more (damaged
     or cut records: their readable part ends earlier than the run did, and the sentence says both)."""
-    final = (ev.summary or {}).get("final_step")
+    step, source = ev.end_step
+    if source == "records":
+        return f"the run is {counted(step, 'step')}"
     end = (f"its readable records end at step {ev.last_step}" if ev.records else
            "metrics.jsonl holds no readable record")
-    if isinstance(final, int) and not isinstance(final, bool) and final > ev.last_step:
-        return f"the run is {counted(final, 'step')} (summary.json), {end}"
-    if ev.summary is None and ev.checkpoint_step is not None and ev.checkpoint_step > ev.last_step:
-        return f"the run is {counted(ev.checkpoint_step, 'step')} (its last checkpoint), {end}"  # interrupted
-    return f"the run is {counted(ev.last_step, 'step')}"
+    said = "summary.json" if source == "summary" else "its last checkpoint"
+    return f"the run is {counted(step, 'step')} ({said}), {end}"
 
 
 def _grad(ev: Evidence, who: str) -> Optional[str]:
