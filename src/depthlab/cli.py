@@ -848,7 +848,8 @@ def run_sweep(ns, argv: list[str]) -> int:
                            rerun=ns.overwrite))
         if ns.backend == "ray" and importlib.util.find_spec("ray") is None:  # was silent: the real sweep then failed
             from .sweep.ray import EXTRA
-            print(f"note: Ray Tune is not installed here; the sweep itself needs it: {EXTRA}")
+            print(f"{PROG}: note: Ray Tune is not installed here; the sweep itself needs it: {EXTRA}",
+                  file=sys.stderr)  # stderr: stdout is the plan
         return 0
     if not ns.no_report:
         _report_writable(Path(out_dir))
