@@ -70,7 +70,7 @@ def plain_checked(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------- the planted bugs
-@pytest.mark.parametrize("name", ["no_mask", "off_by_one", "small_bias", "wrong_axis"])
+@pytest.mark.parametrize("name", ["no_mask", "off_by_one", "small_bias", "wrong_axis", "last_token"])
 def test_causal_leak_caught(name, corpus):
     rep, c = run(name, corpus, ["causal_leak"])
     leak = c["causal_leak"]
@@ -91,6 +91,15 @@ def test_off_by_one_names_the_next_token(corpus):
     ev = c["causal_leak"].evidence
     assert ev["leaking_offsets"] == [1, 2]  # two layers: the next token, passed on one position further
     assert "diagonal=0" in c["causal_leak"].remedy
+
+
+def test_a_leak_from_the_windows_last_token_alone_names_it_not_the_mask(corpus):
+    """It was sent to the attention mask ("mask the attention scores before the softmax"), which was right."""
+    _, c = run("last_token", corpus, ["causal_leak"])
+    leak = c["causal_leak"]
+    assert leak.evidence["leaking_from"] == [31]  # T = 32: the last position only
+    assert "only the token at the window's last position (31) moves earlier positions' logits" in leak.summary
+    assert "idx[:, -1]" in leak.remedy and "masked_fill" not in leak.remedy
 
 
 def test_small_bias_is_a_small_leak(corpus):

@@ -462,7 +462,15 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
     remedy = ("position t must see only tokens 0..t: mask the attention scores before the softmax, "
               "att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')), softmax over the last (key) "
               "axis, or F.scaled_dot_product_attention(q, k, v, is_causal=True)")
-    if offsets == list(range(1, len(offsets) + 1)) and len(offsets) <= min(8, T // 2):
+    sources = sorted(set(js.tolist()))  # the changed positions that moved an earlier one
+    ev["leaking_from"] = sources
+    if sources == [T - 1] and T >= 4:  # no mask leaks from the last position alone: something reads it everywhere
+        text += (f"; only the token at the window's last position ({T - 1}) moves earlier positions' logits: the "
+                 "forward reads the last token (idx[:, -1], or x[:, -1]) at every position, not the attention mask")
+        remedy = ("position t may read only idx[:, :t + 1]: take each position's own token (idx, the whole "
+                  "(B, T) tensor) where the last one (idx[:, -1]) is broadcast to every position; the last "
+                  "position alone is what generation reads, after the forward")
+    elif offsets == list(range(1, len(offsets) + 1)) and len(offsets) <= min(8, T // 2):
         verb = agree(len(offsets), "leaks", "leak")
         text += (f"; only the nearest {counted(len(offsets), 'later token')} {verb}: the mask lets each position "
                  "see the next token, and each layer passes that on one position further")
