@@ -76,8 +76,12 @@ def test_seeds_auto_stops_at_max(tiny_text_file, tmp_path, monkeypatch):
     sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=lines.append, seeds="auto:2")
     assert sorted(calls) == sorted((v, L, s) for v in ("plain", "prenorm") for L in (1, 4) for s in (1, 2))
     assert lines[-2].startswith("--seeds auto: nothing to add: every claim is decided, or its undecided "
-                                "comparisons' cells have 2 seeds")
+                                "comparisons' cells have 2 seeds or more (--seeds auto:2 adds none past 2")
     assert "undecided (p = " in sweep.write_science_table(tmp_path / "sw")
+    sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=lines.append, seeds="3")
+    calls.clear()
+    sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=lines.append, seeds="auto:2")
+    assert calls == [] and " cells have 2 seeds or more " in lines[-2]  # they have 3: "have 2 seeds" was untrue
 
 
 def test_a_progress_line_cuts_a_long_message_at_a_word_with_its_parentheses_closed():

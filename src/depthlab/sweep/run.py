@@ -117,8 +117,9 @@ def _run_locked(spec: SweepSpec, sweep_dir: Path, counts: tuple[int, int], rerun
         want = seeds_wanted(sweep_dir, mode[1])
         more = add_seeds(added, cell_seeds(points), want)
         if more == added:
+            # "or more": cells an earlier --seeds N grew past this cap keep their seeds
             log(f"--seeds auto: nothing to add: every claim is decided, or its undecided comparisons' cells have "
-                f"{mode[1]} seeds (the most --seeds auto:{mode[1]} allows)")
+                f"{mode[1]} seeds or more (--seeds auto:{mode[1]} adds none past {mode[1]}; raise it for more)")
             break
         grown = [k for k in more if len(more[k]) != len(added.get(k, []))]
         log(f"--seeds auto: undecided claims: adding seeds to {counted(len(grown), 'cell')} (up to "
