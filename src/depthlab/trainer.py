@@ -163,7 +163,16 @@ class Trainer:
             raise  # said by the restarted process
         except BaseException:
             self.log.release()  # before the refusal, as they came
+            self.close()
             raise
+
+    def close(self) -> None:
+        """Give the run back without training it (a :meth:`fit` that ends, however it ends, does this): the run
+        folder's lock, its open records, the caller's thread count. A notebook can then resume the run, in
+        this process or another."""
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.close()
+        self.runtime.close(wait=False)
 
     def _open(self, cfg: RunConfig, overwrite: bool, init_from: Optional[str]) -> None:
         """The run's corpus, folder, checkpoint, model and parts (:meth:`__init__`)."""
@@ -364,17 +373,22 @@ class Trainer:
 
     def fit(self) -> Path:
         """Train to the end step (``max_iters`` or its plan; or ``max_time`` / ``target_val_loss`` /
-        ``patience``); returns the run directory.
+        ``patience``); returns the run directory. However it ends, the run is given back (:meth:`close`).
 
         Raises:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
             Interrupted: SIGINT/SIGTERM (after a checkpoint; during the final validation, after the done line).
         """
         _fit_once(self.metrics, self.run_dir)
+        try:
+            return self._fit()
+        finally:
+            self.close()  # after the done line's close() (a barrier under torchrun), it does nothing
+
+    def _fit(self) -> Path:
         t, m, self._t_start = self.cfg.train, self.cfg.model, time.time()
         if self.nothing_to_train:
             self.log(self.nothing_to_train)
-            self.metrics.close()
             return self.run_dir
         self.stepper.on_device = self.checks_on_device
         tokens_per_step = t.batch_size * self.runtime.accum * m.block_size * self.world_size
@@ -484,7 +498,7 @@ class Trainer:
                      f"{tokens_per_sec:,.0f} tokens/s | {self._wall():.1f}s")
 
     def _finish(self) -> Path:
-        summary = self._summary()
+        summary = run_summary(self)
         for cb in self.callbacks:
             cb.on_train_end(self, summary)
         if self.is_main:
@@ -498,24 +512,25 @@ class Trainer:
             raise Interrupted.at_the_end(self.stop.signum, self.run_dir, self.step)
         return self.run_dir
 
-    def _summary(self) -> dict:
-        wall, ev = self._wall(), self.evaluator
-        reached = ev.target_reached
-        return {"best_val_loss": ev.best_val, "best_val_loss_se": ev.best_se, "best_val_bpc": ev.bpc(ev.best_val),
-                "best_val_step": ev.best_step, "final_step": self.step,
-                "final_train_loss": ev.last_eval.get("train_loss"), "final_val_loss": ev.last_eval.get("val_loss"),
-                "wall_time_s": round(wall, 3), "tokens_seen": self.tokens_seen,
-                "tokens_per_sec": self.tokens_seen / max(self.stepper.train_seconds, 1e-9),
-                "tokens_per_sec_overall": self.tokens_seen / max(wall, 1e-9),
-                "params": self.port.num_params(), "nonfinite_skips": self.stepper.nonfinite_skips,
-                "vocab_size": self.cfg.model.vocab_size, "stopped_by": self.stopped_by,
-                "planned_end": self.stop.planned_end,
-                "target_reached_step": reached[0] if reached else None,
-                "target_reached_s": reached[1] if reached else None,
-                "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,
-                "final_validation_error": ev.final_error,
-                **self.checkpointer.init_record}
 
+def run_summary(tr: "Trainer") -> dict:
+    """summary.json of a run that ended: its best and final losses, length, speed, how it stopped."""
+    wall, ev = tr._wall(), tr.evaluator
+    reached = ev.target_reached
+    return {"best_val_loss": ev.best_val, "best_val_loss_se": ev.best_se, "best_val_bpc": ev.bpc(ev.best_val),
+            "best_val_step": ev.best_step, "final_step": tr.step,
+            "final_train_loss": ev.last_eval.get("train_loss"), "final_val_loss": ev.last_eval.get("val_loss"),
+            "wall_time_s": round(wall, 3), "tokens_seen": tr.tokens_seen,
+            "tokens_per_sec": tr.tokens_seen / max(tr.stepper.train_seconds, 1e-9),
+            "tokens_per_sec_overall": tr.tokens_seen / max(wall, 1e-9),
+            "params": tr.port.num_params(), "nonfinite_skips": tr.stepper.nonfinite_skips,
+            "vocab_size": tr.cfg.model.vocab_size, "stopped_by": tr.stopped_by,
+            "planned_end": tr.stop.planned_end,
+            "target_reached_step": reached[0] if reached else None,
+            "target_reached_s": reached[1] if reached else None,
+            "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,
+            "final_validation_error": ev.final_error,
+            **tr.checkpointer.init_record}
 
 
 def _evaluate_now(tr: "Trainer") -> bool:

@@ -49,6 +49,7 @@ import torch.nn as nn
 from ..errors import DepthlabError
 from ..model import apply_rotary, rotary_table
 from ..units import fmt_value
+from ..training.subnormals import subnormals_flushed
 from ..usermodel import first_tensor
 from .activations import record_activations, rms
 from .probe import PROBE_BATCH_SIZE, PROBE_BATCHES
@@ -517,8 +518,7 @@ def coordcheck(base, axis: tuple[str, list], grid: Optional[dict[str, list]] = N
     points = _points(base, axis, dict(grid or {}))
     corpora: dict = {}
     rows, slopes, verdicts = [], [], {}
-    flushed = torch.set_flush_denormal(True)  # a bare deep stack runs through subnormals (see probe_at_init)
-    try:
+    with subnormals_flushed():  # a bare deep stack runs through subnormals (see probe_at_init)
         for point, cfgs in points:
             label = _label(cfgs[0], point)
             mine = []
@@ -533,9 +533,6 @@ def coordcheck(base, axis: tuple[str, list], grid: Optional[dict[str, list]] = N
             point_slopes, verdicts[label] = _judge(mine, values, steps)
             rows += mine
             slopes += [{"label": label, **s} for s in point_slopes]
-    finally:
-        if flushed:
-            torch.set_flush_denormal(False)
     return {"axis": {"field": key, "values": list(values)}, "grid": dict(grid or {}), "steps": steps,
             "seeds": seeds, "threshold": STABLE_SLOPE, "verdict_on": "resid_rms", "attn_logits": "max over blocks",
             "rows": rows, "slopes": slopes, "verdicts": verdicts}

@@ -19,6 +19,7 @@ from ..config import wiring_label
 from ..errors import DepthlabError
 from ..figures import new_figure, png_text, write_png
 from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
+from ..training.subnormals import subnormals_flushed
 from ..units import counted, fmt_value
 from ..usermodel import check_command
 from .rules.evidence import unit_of
@@ -85,15 +86,11 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
     batches = [get_batch(corpus.train, mcfg.block_size, batch_size, rng) for _ in range(n_batches)]
     # A bare stack (plain + none) drives activations through the subnormal range (< 1.2e-38), where x86
     # arithmetic is ~100x slower; flushing them to 0 keeps the probe in seconds and shows the same
-    # underflow, one or two blocks earlier at most. Restored to torch's default (off) afterwards. A block whose
+    # underflow, one or two blocks earlier at most. The caller's handling is restored afterwards. A block whose
     # stream is that small has no rank measure to trust either way (flushed or not: 0.245 and 0.049 for one
     # block), so the verdicts judge the rank on the blocks above FLOAT_RMS (_rank_check).
-    flushed = torch.set_flush_denormal(True)
-    try:
+    with subnormals_flushed():
         measured = probe_model(model, batches)
-    finally:
-        if flushed:
-            torch.set_flush_denormal(False)
     return {"config": {k: getattr(mcfg, k) for k in ("variant", "norm", "n_layer", "n_embd", "n_head",
                                                         "block_size", "activation", "init", "residual_scale",
                                                         "norm_scale")}

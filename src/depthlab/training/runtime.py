@@ -22,6 +22,7 @@ from ..data import get_batch
 from ..errors import DepthlabError
 from . import hostmem
 from .machine import env_threads, omp_policy, oversubscribed_threads
+from .subnormals import subnormals_flushed
 
 __all__ = ["Runtime", "autocast_ctx", "check_memory", "console", "cpu_has_bf16", "given_threads", "omp_policy",
            "resolve_device", "training_memory_bytes", "use_bf16", "use_explicit_attention"]
@@ -264,6 +265,7 @@ class Runtime:
         self.accum = train.grad_accum // self.world_size  # micro-batches per process per step
         self.threads_before = torch.get_num_threads()  # close() gives them back (a notebook trains again)
         self.on_close: list = []  # called by close(): the run folder's lock is given back (training/runlock.py)
+        self.closed = False
         self._set_threads()
         self.device = resolve_device(train.device)
         self.owns_process_group = False
@@ -282,13 +284,11 @@ class Runtime:
         freed memory kept for reuse by the C allocator (:mod:`~depthlab.training.hostmem`), then the
         caller's handling again. Both are process state, so they are set only for the loop (the command
         line sets them once before any parallel work, so OpenMP's threads, made later, inherit the first)."""
-        was = torch.set_flush_denormal(True) if self.flush_denormal else False
         ours = self.device.type == "cpu" and not hostmem.kept() and hostmem.keep_freed_memory()
         try:
-            yield
+            with subnormals_flushed(self.flush_denormal):
+                yield
         finally:
-            if was:
-                torch.set_flush_denormal(False)
             if ours:
                 hostmem.release_freed_memory()
 
@@ -488,14 +488,23 @@ class Runtime:
 
             dist.barrier()
 
-    def close(self) -> None:
-        """Wait for every process, give back the caller's thread count and subnormal handling, then
-        destroy the process group this runtime made."""
-        self.barrier()
+    def close(self, wait: bool = True) -> None:
+        """Wait for every process, give back the caller's thread count and the run folder's lock, then
+        destroy the process group this runtime made; once (a second call does nothing).
+
+        Args:
+            wait: False on the way out of a run that failed or stopped: no barrier (the other processes may never
+                reach it) and the process group is left to the process's exit.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        if wait:
+            self.barrier()
         torch.set_num_threads(self.threads_before)
         while self.on_close:
             self.on_close.pop()()
-        if self.world_size > 1 and self.owns_process_group:
+        if wait and self.world_size > 1 and self.owns_process_group:
             import torch.distributed as dist
 
             dist.destroy_process_group()

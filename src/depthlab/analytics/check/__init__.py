@@ -46,6 +46,7 @@ import torch.nn as nn
 from ...callbacks import Callback, RunView, StepInfo
 from ...errors import DepthlabError
 from ...training.protocol import ModelPort
+from ...training.subnormals import subnormals_flushed
 from ...usermodel import check_command, first_line
 from ..rules.evidence import LEAK_CHECK_EVENT
 from .bf16 import bf16_rule
@@ -179,12 +180,8 @@ def _threads(n: int) -> Iterator[None]:
 @contextlib.contextmanager
 def _quiet_numerics() -> Iterator[None]:
     """Flush subnormals to zero (a bare deep stack would crawl through them, as in the probe); restore after."""
-    flushed = torch.set_flush_denormal(True)
-    try:
+    with subnormals_flushed():
         yield
-    finally:
-        if flushed:
-            torch.set_flush_denormal(False)
 
 
 def _timed(fn: Callable[[], CheckResult], rule: str, faults: bool = True) -> CheckResult:

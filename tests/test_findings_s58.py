@@ -1,0 +1,77 @@
+"""Findings of session 58's new-user passes (each test failed before its change)."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import QUIET, OnStep, StopAt, tiny_config
+from depthlab import RunConfig, train
+from depthlab.errors import DepthlabError
+from depthlab.trainer import Interrupted, Trainer
+from depthlab.training import runlock
+from depthlab.training.subnormals import flushing
+
+SUBNORMAL = torch.tensor([1e-39])
+
+
+def _threads_other_than_now() -> int:
+    return 1 if torch.get_num_threads() != 1 else 2
+
+
+def _raise(*a):
+    raise ValueError("a callback's own bug")
+
+
+@pytest.mark.parametrize("how", ["interrupted", "callback raises"])
+def test_a_run_that_stops_with_an_exception_gives_the_run_folder_threads_and_records_back(tmp_path, tiny_text_file,
+                                                                                           how):
+    """After a notebook's interrupt (or a callback's error) the kernel kept the run locked: the resume the exception
+    printed was refused as "being trained by another process", and the thread count stayed the run's."""
+    before = torch.get_num_threads()
+    cfg = tiny_config(tmp_path / "r", tiny_text_file,
+                      train=dict(max_iters=40, threads=_threads_other_than_now(), tensorboard=True))
+    cb = StopAt(12) if how == "interrupted" else OnStep(lambda: _raise())
+    t = Trainer(cfg, callbacks=[cb], **QUIET)
+    with pytest.raises(Interrupted if how == "interrupted" else ValueError):
+        t.fit()
+    assert torch.get_num_threads() == before
+    assert not runlock.is_held(tmp_path / "r")
+    assert t.metrics.closed and t.metrics.tb is None
+    if how == "interrupted":  # resumed in this same process, as the exception says
+        resumed = RunConfig.from_run(tmp_path / "r")
+        train(resumed, **QUIET)
+        summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+        assert summary["final_step"] == 40
+
+
+def test_a_refused_train_and_a_trainer_given_back_unfit_leave_the_threads_and_the_lock(tmp_path, tiny_text_file):
+    """A refusal (an existing out_dir) changed the process's thread count for good; a Trainer made and never fit
+    kept its run locked until the process ended."""
+    before = torch.get_num_threads()
+    train(tiny_config(tmp_path / "a", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    with pytest.raises(DepthlabError, match="already exists"):
+        train(tiny_config(tmp_path / "a", tiny_text_file, train=dict(threads=_threads_other_than_now())), **QUIET)
+    assert torch.get_num_threads() == before and not runlock.is_held(tmp_path / "a")
+    t = Trainer(tiny_config(tmp_path / "b", tiny_text_file, train=dict(threads=_threads_other_than_now())), **QUIET)
+    assert runlock.is_held(tmp_path / "b")
+    t.close()
+    assert torch.get_num_threads() == before and not runlock.is_held(tmp_path / "b")
+
+
+@pytest.mark.parametrize("caller_flushes", [True, False])
+def test_training_gives_the_caller_back_its_subnormal_handling(tmp_path, tiny_text_file, caller_flushes):
+    """torch.set_flush_denormal returns whether the CPU supports flushing, not the state before: a caller that
+    flushed subnormals had it turned off by every train(), probe, coordcheck and check."""
+    if not torch.set_flush_denormal(caller_flushes) and caller_flushes:
+        pytest.skip("this CPU cannot flush subnormals")
+    try:
+        assert flushing() is caller_flushes and (float(SUBNORMAL * 1) == 0.0) is caller_flushes
+        train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, flush_denormal=True)), **QUIET)
+        assert flushing() is caller_flushes
+        from depthlab.analytics.probe import probe_at_init
+
+        probe_at_init(tiny_config(tmp_path / "p", tiny_text_file), n_batches=1, batch_size=2)
+        assert flushing() is caller_flushes
+    finally:
+        torch.set_flush_denormal(False)
