@@ -75,3 +75,22 @@ def test_training_gives_the_caller_back_its_subnormal_handling(tmp_path, tiny_te
         assert flushing() is caller_flushes
     finally:
         torch.set_flush_denormal(False)
+
+
+def test_a_float64_default_dtype_is_refused_not_trained_under_float32_records(tmp_path, tiny_text_file):
+    """torch.set_default_dtype(torch.float64) in a notebook trained float64 weights (another trajectory) while
+    config.json, the banner and layers said float32."""
+    from depthlab.sample import load_run
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with pytest.raises(DepthlabError, match=r"^train: torch's default dtype is torch.float64 in this process "):
+            train(tiny_config(tmp_path / "f64", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+        assert not (tmp_path / "f64").exists()
+        with pytest.raises(DepthlabError, match=r"torch.set_default_dtype\(torch.float32\) first"):
+            load_run(tmp_path / "r")
+    finally:
+        torch.set_default_dtype(torch.float32)
+    model, _ = load_run(tmp_path / "r")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -29,10 +29,26 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
+from .errors import DepthlabError
 
 __all__ = ["ModelConfig", "HookPoint", "CausalSelfAttention", "MLP", "Block", "GPT", "KVCache", "DecodePlan",
            "make_norm", "wire", "branch_scale", "norm_factor", "DyT", "DYT_ALPHA0", "EmbedScale",
-           "FINAL_NORM_VARIANTS"]
+           "FINAL_NORM_VARIANTS", "require_float32_default"]
+
+
+def require_float32_default(what: str) -> None:
+    """Refuse to build a model while torch's default dtype is not float32: depthlab's models, checkpoints and
+    records are float32 (``train.dtype`` autocasts from there), and a process-wide ``torch.set_default_dtype(
+    torch.float64)`` silently trained float64 weights while every record said float32.
+
+    Raises:
+        DepthlabError: naming ``what`` was asked and the fix.
+    """
+    dtype = torch.get_default_dtype()
+    if dtype != torch.float32:
+        raise DepthlabError(f"{what}: torch's default dtype is {dtype} in this process (torch.set_default_dtype), and "
+                            "depthlab builds its models in float32 (train.dtype sets the training's precision); "
+                            "call torch.set_default_dtype(torch.float32) first")
 
 
 #: DyT's initial alpha (Zhu et al. 2025's default for its non-LLM models)

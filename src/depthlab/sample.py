@@ -14,7 +14,7 @@ from . import checkpoint as ckpt
 from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import Tokenizer
 from .errors import DepthlabError, api_errors
-from .model import GPT
+from .model import GPT, require_float32_default
 from .rundir import RunDir, export_origin
 from .units import counted
 from .usermodel import check_command, forward_fault, full_logits, make_model
@@ -369,6 +369,7 @@ def _load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
             replaced ``tokenizer.json``.
     """
     _refuse_export(Path(run_dir))
+    require_float32_default(f"loading the run {run_dir}")
     rd = RunDir(run_dir).require("checkpoints").path
     import warnings
 

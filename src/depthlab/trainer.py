@@ -31,6 +31,7 @@ from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa
 from .callbacks import Callback, StepInfo
 from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
+from .model import require_float32_default
 from .errors import DepthlabError, Terminated, api_errors, api_words
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
@@ -151,6 +152,7 @@ class Trainer:
                  log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False):
         # the caller's stays as asked; fields set after construction refused here
         cfg = copy.deepcopy(RunConfig.require(cfg, "Trainer")).checked()
+        require_float32_default("train")  # before anything is made: nothing to give back
         self.callbacks = list(callbacks)
         self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train

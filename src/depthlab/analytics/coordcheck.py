@@ -47,7 +47,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import DepthlabError
-from ..model import apply_rotary, rotary_table
+from ..model import apply_rotary, require_float32_default, rotary_table
 from ..units import fmt_value
 from ..training.subnormals import subnormals_flushed
 from ..usermodel import first_tensor
@@ -509,6 +509,7 @@ def coordcheck(base, axis: tuple[str, list], grid: Optional[dict[str, list]] = N
         DepthlabError: steps or seeds < 1, a config the fields refuse, a model without blocks, an
             unreadable corpus.
     """
+    require_float32_default("coordcheck")
     from ..data import load_corpus
 
     for name, v, cap in (("--steps", steps, 1000), ("--seeds", seeds, 100)):

@@ -18,7 +18,7 @@ import torch
 from ..config import wiring_label
 from ..errors import DepthlabError
 from ..figures import new_figure, png_text, write_png
-from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS
+from ..model import DYT_ALPHA0, FINAL_NORM_VARIANTS, require_float32_default
 from ..training.subnormals import subnormals_flushed
 from ..units import counted, fmt_value
 from ..usermodel import check_command
@@ -64,6 +64,7 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
             depthlab's GPT from the model fields: for your own model, ``depthlab check``'s
             ``gradient_flow`` is this probe on its blocks).
     """
+    require_float32_default("probe")
     if getattr(cfg.model, "source", None):
         raise DepthlabError(f"probe builds depthlab's GPT from the model fields, not model.source {cfg.model.source}; "
                             f"for your model run `{check_command(cfg.model.source)}` (its gradient_flow rule is this "
