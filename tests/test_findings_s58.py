@@ -94,3 +94,17 @@ def test_a_float64_default_dtype_is_refused_not_trained_under_float32_records(tm
         torch.set_default_dtype(torch.float32)
     model, _ = load_run(tmp_path / "r")
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_the_apis_resume_refusals_name_the_config_fields_not_the_flags(tmp_path):
+    """A phrase naming a command ("a depthlab train run, or pass --train.resume false ...") was kept as a command
+    line, flags and all; a resume without out_dir told a Python caller to give --resume RUN_DIR."""
+    from depthlab import TrainConfig
+
+    missing = tmp_path / "nope"
+    with pytest.raises(DepthlabError) as e:
+        train(RunConfig(train=TrainConfig(out_dir=str(missing), resume=True)), **QUIET)
+    assert "pass train.resume=False to start a new run" in str(e.value) and "--train" not in str(e.value)
+    with pytest.raises(DepthlabError) as e:
+        train(RunConfig(train=TrainConfig(resume=True)), **QUIET)
+    assert str(e.value).startswith("train.resume needs the run to continue: give its folder as train.out_dir")

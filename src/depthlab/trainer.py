@@ -197,8 +197,8 @@ class Trainer:
         self._held += unused_vocab_size(cfg, len(vocab))
         self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
-            raise DepthlabError("train.resume needs the run to continue: give --resume RUN_DIR "
-                                "(or train.out_dir in the config)")
+            raise DepthlabError("train.resume needs the run to continue: give its folder as train.out_dir "
+                                "(--resume RUN_DIR on the command line)")
         self.checkpointer = Checkpointer(self.run_dir, rt, self.log, init_from)
         point, new_dirs, self._replaced, self._was_empty = None, [], None, False  # new_dirs: made here, innermost 1st
         if t.resume:
