@@ -108,3 +108,24 @@ def test_the_apis_resume_refusals_name_the_config_fields_not_the_flags(tmp_path)
     with pytest.raises(DepthlabError) as e:
         train(RunConfig(train=TrainConfig(resume=True)), **QUIET)
     assert str(e.value).startswith("train.resume needs the run to continue: give its folder as train.out_dir")
+
+
+def test_the_apis_wrong_argument_types_are_one_clear_error(tmp_path, tiny_text_file):
+    """top_k=True reached torch.topk (TypeError); run_dir=None failed in pathlib; callbacks=None or [object()]
+    failed with TypeError/AttributeError, the latter only after the corpus baselines were computed."""
+    from depthlab.sample import sample_text
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    for kw, needle in (({"top_k": True}, "^top_k must be"), ({"temperature": True}, "^temperature must be"),
+                       ({"max_new_tokens": True}, "max_new_tokens")):
+        with pytest.raises(DepthlabError, match=needle):
+            sample_text(tmp_path / "r", "a", **{"max_new_tokens": 3, **kw})
+    with pytest.raises(DepthlabError, match=r"^run_dir must be a run folder's path \(str or pathlib.Path\), got None"):
+        sample_text(None, "a", 3)
+    with pytest.raises(DepthlabError, match=r"^RunConfig.from_run's run_dir must be a run folder's path"):
+        RunConfig.from_run(None)
+    cfg = tiny_config(tmp_path / "c", tiny_text_file, train=dict(max_iters=2))
+    assert train(cfg, callbacks=None, **QUIET) == tmp_path / "c"
+    with pytest.raises(DepthlabError, match=r"^callbacks\[1\] \(object\) has no on_train_start: subclass depthlab"):
+        train(tiny_config(tmp_path / "d", tiny_text_file), callbacks=[StopAt(1), object()], **QUIET)
+    assert not (tmp_path / "d").exists()

@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional, Protocol
 
 import torch
 
+from .errors import DepthlabError
+
 
 @dataclass(frozen=True)
 class StepInfo:
@@ -28,8 +30,9 @@ class StepInfo:
         step: optimizer steps done. In ``on_before_clip`` the step being taken is ``step + 1``;
             in ``on_step_end`` and ``on_eval`` it is the step just finished.
         loss: mean training loss over the step's micro-batches (nats/token); None before any step,
-            and in ``on_step_end`` of a device-checked run (CUDA) except at log / eval / last steps,
-            where the values are read from the device (see ``Trainer._device_checked_step``).
+            in ``on_before_clip`` (the loss is read once the step is done), and in ``on_step_end`` of a
+            device-checked run (CUDA) except at log / eval / last steps, where the values are read from the
+            device (see ``Trainer._device_checked_step``).
         lr: learning rate used by the step; None before any step.
         grad_norm: total L2 norm of the gradients before clipping; None before clipping, and as
             ``loss`` on a device-checked run.
@@ -97,3 +100,27 @@ class Callback:
 
     def on_train_end(self, run: RunView, summary: dict) -> None:
         """Called once at the end with the summary (the future ``summary.json``), before it is written."""
+
+
+#: The hooks an observer has (:class:`Callback`'s methods).
+HOOKS = ("on_train_start", "on_before_clip", "on_step_end", "on_eval", "on_train_end")
+
+
+def checked_callbacks(callbacks: object) -> list:
+    """``callbacks`` as a list, each an observer with every :class:`Callback` hook (None: none); refused before the
+    run starts (an object without the hooks failed with an AttributeError once the corpus baselines were computed).
+
+    Raises:
+        DepthlabError: not an iterable of callbacks, naming the first one that is not.
+    """
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, (str, bytes)) or not hasattr(callbacks, "__iter__"):
+        raise DepthlabError(f"callbacks must be a list of depthlab.Callback objects, got {callbacks!r}")
+    out = list(callbacks)
+    for i, cb in enumerate(out):
+        missing = [h for h in HOOKS if not callable(getattr(cb, h, None))]
+        if missing:
+            raise DepthlabError(f"callbacks[{i}] ({type(cb).__name__}) has no {missing[0]}: subclass "
+                                "depthlab.Callback (every hook does nothing until overridden)")
+    return out

@@ -507,6 +507,18 @@ MAX_STEPS = 10**12
 SAMPLE_DEFAULTS = {"max_new_tokens": 500, "temperature": 0.8, "top_k": 200, "top_p": None}
 
 
+def run_path(value: object, argument: str) -> Path:
+    """``value`` as a run folder's path, for a Python caller (``None`` or a config object ended in ``TypeError:
+    expected str, bytes or os.PathLike object``).
+
+    Raises:
+        DepthlabError: not a ``str`` or ``os.PathLike``, naming ``argument``.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise DepthlabError(f"{argument} must be a run folder's path (str or pathlib.Path), got {value!r}")
+    return Path(value)
+
+
 def check_threads(n: object, option: str) -> None:
     """Check a command's ``--threads``: an integer in [0, MAX_THREADS] (0 = torch's default).
 
@@ -810,7 +822,7 @@ class RunConfig:
         """
         import json
 
-        given = Path(run_dir)
+        given = run_path(run_dir, "RunConfig.from_run's run_dir")
         if given.is_file():  # RUN/config.json itself: "RUN/config.json/config.json cannot be read" said nothing
             inside = (f"; its run is {given.parent}: RunConfig.from_run({str(given.parent)!r})"
                       if given.name == "config.json" and (given.parent / "checkpoints").is_dir() else "")

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 import torch
 
 from . import checkpoint as ckpt
-from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig
+from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig, run_path
 from .tokenizer import Tokenizer
 from .errors import DepthlabError, api_errors
 from .model import GPT, require_float32_default
@@ -39,15 +39,17 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
             max_new_tokens < 0 or above :data:`MAX_NEW_TOKENS`, num_samples < 1 or above :data:`MAX_NUM_SAMPLES`,
             or num_samples x max_new_tokens above :data:`MAX_NEW_TOKENS`.
     """
-    if not isinstance(temperature, (int, float)) or temperature != temperature or temperature < 0 \
-            or temperature == float("inf"):
+    # bool is an int to Python: top_k=True reached torch.topk as a TypeError, temperature=True sampled at 1
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature != temperature \
+            or temperature < 0 or temperature == float("inf"):
         raise DepthlabError(f"--temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 0):
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
         raise DepthlabError(f"--top-k must be an integer >= 0 (0 = off), got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
                               or not 0.0 < top_p <= 1.0):  # "x" failed in the comparison with a TypeError
         raise DepthlabError(f"--top-p must be a number in (0, 1], got {top_p!r}")
-    if not isinstance(max_new_tokens, numbers.Integral):  # 5.5 failed in torch's new_empty with a TypeError
+    # 5.5 failed in torch's new_empty with a TypeError
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise DepthlabError(f"--max-new-tokens must be an integer >= 0, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise DepthlabError(f"--max-new-tokens must be >= 0, got {max_new_tokens!r}")
@@ -60,7 +62,7 @@ def check_sampling_args(temperature: float, top_k: Optional[int], top_p: Optiona
 
 def _check_num_samples(n: int, max_new_tokens: int) -> None:
     """``--num-samples`` within 1..:data:`MAX_NUM_SAMPLES`, and its texts within :data:`MAX_NEW_TOKENS` tokens."""
-    if not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):  # 2.0 failed in range() with a TypeError
         raise DepthlabError(f"--num-samples must be an integer >= 1, got {n!r}")
     if n < 1:
         raise DepthlabError(f"--num-samples must be >= 1, got {n}")
@@ -368,7 +370,7 @@ def _load_run(run_dir: str | Path, which: str = "best", device: str = "cpu",
         DepthlabError: missing folder, not a run, no checkpoint, corrupt checkpoint, missing or
             replaced ``tokenizer.json``.
     """
-    _refuse_export(Path(run_dir))
+    _refuse_export(run_path(run_dir, "run_dir"))
     require_float32_default(f"loading the run {run_dir}")
     rd = RunDir(run_dir).require("checkpoints").path
     import warnings

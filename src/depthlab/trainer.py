@@ -28,7 +28,7 @@ from . import checkpoint as ckpt
 from . import rundir
 from .init_from import given_tokenizer_json
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
-from .callbacks import Callback, StepInfo
+from .callbacks import Callback, StepInfo, checked_callbacks
 from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
 from .model import require_float32_default
@@ -153,7 +153,7 @@ class Trainer:
         # the caller's stays as asked; fields set after construction refused here
         cfg = copy.deepcopy(RunConfig.require(cfg, "Trainer")).checked()
         require_float32_default("train")  # before anything is made: nothing to give back
-        self.callbacks = list(callbacks)
+        self.callbacks = checked_callbacks(callbacks)
         self.restart_ok, self.init_from_copy = restart_ok, init_from_copy
         t = cfg.train
         self.runtime = rt = Runtime(t, log)

@@ -80,9 +80,10 @@ def train(cfg, callbacks: Iterable[Callback] = (), overwrite: bool = False, log=
     Raises:
         DepthlabError: bad input; NonFiniteError; Interrupted (see :mod:`depthlab.trainer`).
     """
+    from ..callbacks import checked_callbacks
     from ..config import RunConfig
     from ..errors import api_errors
 
     with api_errors():  # a config refused here is said in the API's words too (model.init, not --model.init)
-        cbs = default_callbacks(RunConfig.require(cfg, "train").checked(), hparam_fields) + list(callbacks)
+        cbs = default_callbacks(RunConfig.require(cfg, "train").checked(), hparam_fields) + checked_callbacks(callbacks)
     return _train_bare(cfg, callbacks=cbs, overwrite=overwrite, log=log)
