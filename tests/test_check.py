@@ -102,6 +102,15 @@ def test_a_leak_from_the_windows_last_token_alone_names_it_not_the_mask(corpus):
     assert "idx[:, -1]" in leak.remedy and "masked_fill" not in leak.remedy
 
 
+def test_a_leak_test_without_power_is_not_judged_not_ok(corpus):
+    """12 blocks without shortcuts: a token's change moves no logit beyond the tolerance, its own position's
+    included, so a missing mask would not show either; it said "ok: never moved the logits before j"."""
+    _, c = run("no_shortcut", corpus, ["causal_leak"])
+    leak = c["causal_leak"]
+    assert leak.ok is None and leak.evidence["no_power"] is True
+    assert leak.summary.startswith("not judged: changing a token moves no logits beyond the tolerance")
+
+
 def test_small_bias_is_a_small_leak(corpus):
     _, c = run("small_bias", corpus, ["causal_leak"])
     ev = c["causal_leak"].evidence
@@ -214,6 +223,8 @@ def test_unused_attention_fails_context_use(corpus):
     cu = c["context_use"]
     assert cu.ok is False and cu.evidence["gain_nats"] < 0.05
     assert "x = x + out_proj(attn)" in cu.remedy
+    # one count of steps: it said "after 500 steps ...: trained 250 steps" of a check that trained 250 twice
+    assert cu.summary.startswith(f"after {cu.evidence['steps']} steps (") and cu.summary.count(" steps") == 1
 
 
 @pytest.mark.slow

@@ -406,6 +406,12 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
         return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
     later = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # [j, t] with t > j
     moved_later = float(leak[later].max()) if T > 1 else 0.0
+    if not bool(bad.any()) and max(own, moved_later) <= tol:  # nothing moves: a leak would not show either
+        return CheckResult("causal_leak", None, {
+            "summary": f"not judged: changing a token moves no logits beyond the tolerance {tol:.1g}, not even its "
+                       f"own position's (by up to {own:.2g}) or later ones' (by up to {moved_later:.2g}): at "
+                       "initialisation the logits barely depend on the tokens (a deep stack without shortcuts "
+                       "forgets them?), so a leak of later tokens could not show either", "no_power": True, **ev})
     if not bool(bad.any()) and own <= tol < moved_later:  # no leak, but position t ignores token t
         return CheckResult("causal_leak", False, {
             "summary": f"changing the token at position t never moves the logits at position t itself (max change "

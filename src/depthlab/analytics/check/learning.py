@@ -373,8 +373,8 @@ def _unused(txt: str, ev: dict, remedy: str) -> CheckResult:
     """``context_use``'s PROBLEM: the summary ``txt`` said as no use of the context, with ``remedy``."""
     # of this check's short training (its lr suits a pre-norm stack; a plain stack fails at it where a run at
     # depthlab's default rate trains): a claim about that training, not a property of the model alone
-    return CheckResult("context_use", False, {"summary": txt + f": trained {CONTEXT_STEPS} steps at AdamW lr "
-                                              f"{CONTEXT_LR:g}, the model does not use its context", **ev}, remedy)
+    return CheckResult("context_use", False, {"summary": txt + f": trained at AdamW lr {CONTEXT_LR:g}, the model "
+                                              "does not use its context", **ev}, remedy)
 
 
 def _context_verdict(ev: dict, g: float, se: float, pos0: float, late: float, bigram: float) -> CheckResult:
