@@ -84,6 +84,8 @@ def test_no_mask_leaks_everywhere_and_as_much_as_the_past(corpus):
     ev = c["causal_leak"].evidence
     assert ev["leaking_pairs"] == ev["pairs_tested"] == 32 * 31 // 2
     assert "nothing hides the future" in c["causal_leak"].summary
+    # a learner's att.masked_fill(...) without "att =" masks nothing: the fix shows the assignment
+    assert "att = att.masked_fill(torch.tril(" in c["causal_leak"].remedy and "masked_fill_" in c["causal_leak"].remedy
 
 
 def test_off_by_one_names_the_next_token(corpus):

@@ -466,7 +466,8 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
             f"{t} move by {float(leak[j, t]):.3g} when the token at position {j} changes); {int(bad.sum())} of "
             f"{ev['pairs_tested']} (position, later position) pairs leak, offsets {span}")
     remedy = ("position t must see only tokens 0..t: mask the attention scores before the softmax, "
-              "att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')), softmax over the last (key) "
+              "att = att.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf')) (masked_fill returns a new "
+              "tensor: assign it, or use masked_fill_), softmax over the last (key) "
               "axis, or F.scaled_dot_product_attention(q, k, v, is_causal=True)")
     sources = sorted(set(js.tolist()))  # the changed positions that moved an earlier one
     ev["leaking_from"] = sources
@@ -486,7 +487,8 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
         text += (f"; a later token moves the logits {future / past:.1e} x as much as an earlier one (mean "
                  f"{future:.2g} vs {past:.2g}): the future gets a small but non-zero weight")
         remedy = ("the future must get exactly zero weight: mask the scores before the softmax with float('-inf') "
-                  "(masked_fill(mask == 0, float('-inf')), after any scaling of the scores), not a finite bias that "
+                  "(att = att.masked_fill(mask == 0, float('-inf')), after any scaling of the scores), not a finite "
+                  "bias that "
                   "the softmax turns into a small weight, and not the softmax's output (zeroing the weights after it "
                   "leaves the later scores in its denominator); and take the softmax over the keys (dim=-1): over "
                   "the queries (dim=-2) each weight is normalised by the scores of later positions")
