@@ -104,6 +104,14 @@ def test_a_leak_from_the_windows_last_token_alone_names_it_not_the_mask(corpus):
     assert "idx[:, -1]" in leak.remedy and "masked_fill" not in leak.remedy
 
 
+@pytest.mark.parametrize("T, said", [(32, "other sizes (B=1, 17; T=16, 31) work too"),
+                                     (1, "other sizes (B=1, 17) work too (no length shorter than T=1 to try)")])
+def test_the_shape_verdict_names_only_the_sizes_it_tried(corpus, T, said):
+    """At T=1 it said "other sizes (B=1, 17; T=0, 0) work too": T=0 is never tried."""
+    _, c = run("TinyGPT", corpus, [], block_size=T)
+    assert c["shape"].ok is True and c["shape"].summary.endswith(said)
+
+
 def test_a_leak_test_without_power_is_not_judged_not_ok(corpus):
     """12 blocks without shortcuts: a token's change moves no logit beyond the tolerance, its own position's
     included, so a missing mask would not show either; it said "ok: never moved the logits before j"."""

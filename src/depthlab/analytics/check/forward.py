@@ -149,13 +149,22 @@ def _span(sizes) -> str:
     return f"{s[0]}..{s[-1]}" if len(s) > 1 else (str(s[0]) if s else "none")
 
 
+def _other_batches(B: int) -> list[int]:
+    """The batch sizes tried around a working ``B``."""
+    return sorted({1, B + 1} - {B})
+
+
+def _shorter(T: int) -> list[int]:
+    """The shorter lengths tried below a working ``T`` (none below T = 1)."""
+    return sorted({T // 2, T - 1} - {T, 0})
+
+
 def _neighbours(subject: Subject, model: nn.Module, B: int, T: int, cap: Optional[int]) -> tuple[dict, dict]:
     """{other batch: problem} and {shorter length: problem} for the sizes around a working (B, T); NaN/inf logits
     there are a problem only where (B, T)'s own are finite (else the ``finite`` rule names them, at every size)."""
     finite = _attempt(subject, model, B, T, cap, finite=True) is None
-    bad_b = {b: e for b in sorted({1, B + 1} - {B}) if (e := _attempt(subject, model, b, T, cap, finite=finite))}
-    bad_t = {t: e for t in sorted({T // 2, T - 1} - {T, 0})
-             if (e := _attempt(subject, model, B, t, cap, finite=finite))}
+    bad_b = {b: e for b in _other_batches(B) if (e := _attempt(subject, model, b, T, cap, finite=finite))}
+    bad_t = {t: e for t in _shorter(T) if (e := _attempt(subject, model, B, t, cap, finite=finite))}
     return bad_b, bad_t
 
 
@@ -191,7 +200,7 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     bad_b, bad_t = _neighbours(subject, model, B0, T0, cap)
     subject.B, subject.T = B0, T0
     nan = [e for e in [*bad_b.values(), *bad_t.values()] if getattr(e, "nonfinite", False)]
-    subject.batch_fixed = len(bad_b) == len({1, B0 + 1} - {B0}) and not nan
+    subject.batch_fixed = len(bad_b) == len(_other_batches(B0)) and not nan
     ev: dict = {"asked": {"batch_size": B, "block_size": T}, "works_at": {"batch_size": B0, "block_size": T0},
                 "logits": [B0, T0, subject.model_vocab]}
     if asked_err:
@@ -203,7 +212,7 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     if bad_t:
         ev["failing_lengths"] = {str(t): e for t, e in bad_t.items()}
     fixed_b = B0 if subject.batch_fixed else None
-    fixed_t = T0 if bad_t and len(bad_t) == len({T0 // 2, T0 - 1} - {T0, 0}) and not nan else None
+    fixed_t = T0 if bad_t and len(bad_t) == len(_shorter(T0)) and not nan else None
     ev["nonfinite_at_other_sizes"] = len(nan)
     ev["hard_coded_batch_size"], ev["hard_coded_length"] = fixed_b, fixed_t
     return _shape_verdict(ev, asked_err, bad_b, bad_t, fixed_b, fixed_t, length_asked)
@@ -229,7 +238,9 @@ def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict,
         parts.append(f"T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
     only_longer = asked_err and ev.get("longest_length") == T0 and not bad_b and not bad_t
     if not (asked_err or bad_b or bad_t):
-        parts.append(f"other sizes (B=1, {B + 1}; T={T // 2}, {T - 1}) work too")
+        tried = [f"{k}={', '.join(map(str, v))}" for k, v in (("B", _other_batches(B)), ("T", _shorter(T))) if v]
+        parts.append(f"other sizes ({'; '.join(tried)}) work too" + ("" if _shorter(T) else
+                                                                       f" (no length shorter than T={T} to try)"))
         return CheckResult("shape", True, {"summary": "; ".join(parts), **ev})
     if only_longer and not length_asked:
         parts.append(f"the checks run at T={T0}, the longest length that works (T={T0 + 1} fails)")
