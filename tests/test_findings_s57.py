@@ -29,7 +29,7 @@ def accum_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("accum")
     path = base / "tiny.txt"
     path.write_text(TINY_TEXT, encoding="utf-8")
-    tr = Trainer(tiny_config(base / "run", path, train=dict(batch_size=2, grad_accum=3, max_iters=10, eval_iters=3)),
+    tr = Trainer(tiny_config(base / "run", path, train=dict(batch_size=2, grad_accum=3, max_iters=10, eval_iters=4)),
                  **QUIET)
     tr.fit()
     return tr
@@ -43,9 +43,9 @@ def test_an_evaluation_in_micro_batches_is_the_mean_over_the_global_batch(accum_
     got = tr.evaluator.evaluate(tr.model)
     tr.model.eval()
     with torch.no_grad():
-        want = [tr.model(x, y)[1].item() for x, y in eval_batches(tr.corpus.val, 16, 6, 0, "val", 3)]
+        want = [tr.model(x, y)[1].item() for x, y in eval_batches(tr.corpus.val, 16, 6, 0, "val", 4)]
     assert got["val"] == pytest.approx(float(np.mean(want)), abs=1e-5)
-    assert got["val_se"] == pytest.approx(float(np.std(want, ddof=1) / np.sqrt(3)), rel=1e-3)
+    assert got["val_se"] == pytest.approx(float(np.std(want, ddof=1) / np.sqrt(4)), rel=1e-3)
 
 
 def test_a_resume_with_another_batch_size_keeps_the_evaluation_windows(tmp_path, tiny_text_file):

@@ -223,9 +223,11 @@ def test_a_run_from_before_eval_windows_resumes_and_is_measured_on_its_random_wi
 @pytest.mark.parametrize("eval_iters, block, val_fraction, why", [
     # was "± 0.000": a 20-character text leaves the val split one place for a window, so both batches are the
     # same windows and their means agree by construction
-    (2, 4, 0.1, "no ±: its evaluation batches are all the same windows; "),
-    (1, 4, 0.1, "no ±: one evaluation batch, train.eval_iters 1; "),  # README: null with one batch
-    (3, 2, 0.5, None),  # 10 val characters, 3 batches of 2 windows of 3: they differ, and so do their means
+    (4, 4, 0.1, "no ±: its evaluation batches are all the same windows; "),
+    (1, 4, 0.1, "no ±: 1 evaluation batch (train.eval_iters 1), and its error needs the spread of 4 or more; "),
+    # a user's eval_iters 2 run said "± 0.006" of a mean 0.085 off the whole split: 2 means give no usable spread
+    (3, 4, 0.1, "no ±: 3 evaluation batches (train.eval_iters 3), and its error needs the spread of 4 or more; "),
+    (4, 2, 0.5, None),  # 10 val characters, 4 batches of 2 windows of 3: they differ, and so do their means
 ])
 def test_a_val_loss_whose_batches_cannot_differ_has_no_plus_minus(tmp_path, capsys, eval_iters, block, val_fraction,
                                                                    why):
