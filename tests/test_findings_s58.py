@@ -129,3 +129,31 @@ def test_the_apis_wrong_argument_types_are_one_clear_error(tmp_path, tiny_text_f
     with pytest.raises(DepthlabError, match=r"^callbacks\[1\] \(object\) has no on_train_start: subclass depthlab"):
         train(tiny_config(tmp_path / "d", tiny_text_file), callbacks=[StopAt(1), object()], **QUIET)
     assert not (tmp_path / "d").exists()
+
+
+class _ThreeArgs(torch.nn.Module):
+    def __init__(self, vocab_size=65):
+        super().__init__()
+        self.e = torch.nn.Embedding(vocab_size, vocab_size)
+
+    def forward(self, idx, mask, extra):
+        return self.e(idx)
+
+
+def test_a_forward_that_needs_more_than_the_token_ids_is_named_not_sent_to_batch_and_block_size(tmp_path):
+    """check tried 60 sizes, then said "give the sizes it is built for with --batch_size and --block_size"; train said
+    "if the model has a fixed batch size or a context shorter than model.block_size, make them match"."""
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.usermodel import check_forward
+
+    rep = check_model(_ThreeArgs(), load_corpus(DataConfig()), rules=("shape",))
+    shape = {c.rule: c for c in rep.checks}["shape"]
+    assert shape.ok is False
+    assert shape.summary == ("_ThreeArgs.forward(idx, mask, extra) cannot be called as forward(idx), as depthlab calls "
+                             "it (the token ids (B, T), nothing else)")
+    assert shape.remedy == "give mask, extra a default (e.g. mask=None)"
+    with pytest.raises(DepthlabError, match=r"^m.py:M: _ThreeArgs.forward\(idx, mask, extra\) cannot be called as "
+                                            r"forward\(idx\), .*; give mask, extra a default"):
+        check_forward(_ThreeArgs(), "m.py:M", 2, 8, 65)

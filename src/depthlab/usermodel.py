@@ -809,6 +809,28 @@ def takes_targets(model: torch.nn.Module) -> bool:
         return False
 
 
+def call_fault(model: torch.nn.Module) -> Optional[tuple[str, str]]:
+    """Why ``model.forward`` cannot be called as depthlab calls it, ``forward(idx)`` (``forward(idx, targets)`` when it
+    takes targets), and the fix; None when it can (or its signature cannot be read). A forward with more required
+    arguments failed at every size, and was told to change its batch size and context."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return None
+    with_targets = "targets" in sig.parameters
+    try:
+        sig.bind(0, 0) if with_targets else sig.bind(0)
+    except TypeError:
+        call = "forward(idx, targets)" if with_targets else "forward(idx)"
+        extra = [n for n, p in sig.parameters.items() if p.default is inspect.Parameter.empty
+                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)][2 if with_targets else 1:]
+        fix = (f"give {', '.join(extra)} a default (e.g. {extra[0]}=None)" if extra else
+               "take the token ids (B, T) as its first argument")
+        return (f"{type(model).__name__}.forward{sig} cannot be called as {call}, as depthlab calls it (the token ids "
+                f"(B, T){' and the targets' if with_targets else ''}, nothing else)", fix)
+    return None
+
+
 def flat_logits_hint(shape: tuple, B: int, T: int, targets: bool = False) -> str:
     """What a 2-D ``(B*T, V)`` logits tensor is (the loss's ``logits.view(-1, V)`` returned instead of the
     logits) and its fix, for a shape error, or ``""`` for any other shape (B, T > 1); a 0-d one from a forward given
@@ -884,10 +906,14 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     grad_fn). Returns V'.
 
     Raises:
-        DepthlabError: the forward raises (e.g. a context table shorter than ``block_size``, a
+        DepthlabError: the forward cannot be called with the token ids alone (:func:`call_fault`); it raises (e.g.
+            a context table shorter than ``block_size``, a
             hard-coded batch size), or returns another shape, naming the sizes and the knob; or its logits
             have no gradient path (a ``.detach()`` or ``torch.no_grad()`` in forward, every parameter frozen).
     """
+    fault = call_fault(model)
+    if fault:
+        raise DepthlabError(f"{src}: {fault[0]}; {fault[1]}")
     was_training = model.training
     model.eval()
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)

@@ -277,10 +277,10 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
 
 def _unusable_forward(e: ModelFault) -> CheckResult:
     """The ``shape`` PROBLEM of a forward that raises, or returns no (B, T, V) logits, at every size tried."""
-    remedy = ("return the logits of every position from forward(idx): a floating-point tensor of shape (B, T, V), "
-              "or a tuple starting with it" if e.size_free else
-              "fix the error above (the line named is where it happened), or give the sizes the model is built "
-              "for with --batch_size and --block_size")
+    remedy = e.remedy or ("return the logits of every position from forward(idx): a floating-point tensor of "
+                          "shape (B, T, V), or a tuple starting with it" if e.size_free else
+                          "fix the error above (the line named is where it happened), or give the sizes the model is "
+                          "built for with --batch_size and --block_size")
     return CheckResult("shape", False, {"summary": str(e), "size_free": e.size_free}, remedy)
 
 

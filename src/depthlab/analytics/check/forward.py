@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ...units import agree, counted
+from ...usermodel import call_fault
 from .finite import first_nonfinite, nonfinite_result
 from .outputs import BOUNDED, LOG_PROBABILITIES, LOG_PROBS_TEXT, output_kind
 from .subject import CheckResult, ModelFault, Subject, call_user
@@ -177,6 +178,9 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
         ModelFault: no size tried works (the forward cannot be used at all).
     """
     model = subject.fresh().eval()
+    fault = call_fault(model)
+    if fault:  # no size changes how it is called: sixty sizes were tried, then batch and length were blamed
+        raise ModelFault(fault[0], size_free=True, remedy=fault[1])
     max_T = min(len(subject.corpus.train), len(subject.corpus.val)) - 1
     asked_err = _attempt(subject, model, B, T)
     cap = None

@@ -75,12 +75,14 @@ class ModelFault(Exception):
     Args:
         message: the problem's first line (``Type: text``), with where it happened.
         size_free: the forward returned the wrong kind of thing (not a tensor, not floats, not three
-            dimensions): no batch size or length changes that, so no other size is worth trying.
+            dimensions), or cannot be called with the token ids alone: no batch size or length changes that, so
+            no other size is worth trying.
+        remedy: the fix, where the fault knows it better than "return (B, T, V) logits".
     """
 
-    def __init__(self, message: str, size_free: bool = False):
+    def __init__(self, message: str, size_free: bool = False, remedy: Optional[str] = None):
         super().__init__(message)
-        self.size_free = size_free
+        self.size_free, self.remedy = size_free, remedy
 
 
 def where(e: BaseException) -> Optional[str]:
