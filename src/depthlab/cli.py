@@ -268,7 +268,8 @@ def build_check_parser():
                             "the fix. The file is your code and runs as Python. Exit 0 = no problem found, "
                             "1 = problems found, 2 = usage error.")
     p.add_argument("source", type=str, help="PATH.py:NAME, the file and the class or function that makes the model "
-                   "(PATH.py alone: the one nn.Module class the file defines)")
+                   "(PATH.py alone: the one nn.Module class the file defines, or of several the only one with a "
+                   "forward that no other uses as a part)")
     p.add_argument("--init", type=Optional[str], default=None,
                    help="keyword arguments for NAME, a JSON object, e.g. '{\"n_layer\": 2}'")
     p.add_argument("--data.path", type=Optional[str], default=None,
