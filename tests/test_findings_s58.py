@@ -157,3 +157,12 @@ def test_a_forward_that_needs_more_than_the_token_ids_is_named_not_sent_to_batch
     with pytest.raises(DepthlabError, match=r"^m.py:M: _ThreeArgs.forward\(idx, mask, extra\) cannot be called as "
                                             r"forward\(idx\), .*; give mask, extra a default"):
         check_forward(_ThreeArgs(), "m.py:M", 2, 8, 65)
+
+
+def test_a_source_name_with_a_colon_is_named_not_a_missing_file(tmp_path):
+    from depthlab.usermodel import parse_source
+
+    (tmp_path / "m.py").write_text("")
+    with pytest.raises(DepthlabError, match=r"the NAME after .*m.py: must be one class or function name, got "
+                                            r"'GPT:x' \(e.g. .*m.py:GPT\)$"):
+        parse_source(f"{tmp_path / 'm.py'}:GPT:x")

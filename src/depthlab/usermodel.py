@@ -90,6 +90,10 @@ def parse_source(text: str, option: str = "model.source") -> Source:
     if p.exists() and not p.is_file():  # was: "file f.py not found in DIR ... (DIR holds f.py)" for a fifo
         raise DepthlabError(f"{option} {text}: {path} is not a regular file (a device, pipe or socket); give the "
                             "model's .py file")
+    first, _, rest = str(text).partition(":")
+    if not p.is_file() and Path(first).is_file():  # m.py:GPT:x was "file m.py:GPT not found"
+        raise DepthlabError(f"{option} {text!r}: the NAME after {first}: must be one class or function name, got "
+                            f"{rest!r} (e.g. {first}:{rest.split(':')[0] or 'GPT'})")
     if not p.is_file():
         # the fix: where a relative path was looked for, and the .py files there, since a typo is the usual cause
         near = sorted(q.name for q in p.parent.glob("*.py")) if p.parent.is_dir() else []
