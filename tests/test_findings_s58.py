@@ -166,3 +166,26 @@ def test_a_source_name_with_a_colon_is_named_not_a_missing_file(tmp_path):
     with pytest.raises(DepthlabError, match=r"the NAME after .*m.py: must be one class or function name, got "
                                             r"'GPT:x' \(e.g. .*m.py:GPT\)$"):
         parse_source(f"{tmp_path / 'm.py'}:GPT:x")
+
+
+class _UncalledNorm(torch.nn.Module):
+    def __init__(self, vocab_size=65):
+        super().__init__()
+        self.e, self.ln = torch.nn.Embedding(vocab_size, 16), torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        return self.head(self.e(idx))
+
+
+def test_parameters_of_a_module_forward_never_calls_are_named_as_such():
+    """A LayerNorm defined and never called was told "a part that is computed but never reaches the loss"."""
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    rep = check_model(_UncalledNorm(), load_corpus(DataConfig()), rules=("shape", "no_gradient"))
+    ng = {c.rule: c for c in rep.checks}["no_gradient"]
+    assert ng.ok is False and ng.evidence["never_called"] == ["ln.weight", "ln.bias"] and ng.evidence["no_grad"] == []
+    assert ng.summary == "2 of 5 parameters belong to modules that forward never calls: ln.weight, ln.bias"
+    assert "computed but never reaches" not in ng.remedy and ng.remedy.startswith("call each module where it belongs")

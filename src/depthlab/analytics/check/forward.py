@@ -7,8 +7,9 @@ rules use (the asked ones, or the ones the forward turned out to accept).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn as nn
@@ -589,9 +590,11 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
     opt: Optional[torch.optim.Optimizer] = None  # built only when a step is needed (most models need none)
     zero: list[str] = []
     none: list[str] = []
+    called: set[int] = set()  # the modules whose forward ran at step 0
     for step in range(NOGRAD_STEPS + 1):
         x, y = subject.batch(subject.free_batch(4), subject.T, rng)
-        loss = subject.loss(model, x, y)
+        with _calls_seen(model, called if step == 0 else None):
+            loss = subject.loss(model, x, y)
         for _, p in live:
             p.grad = None
         if loss.requires_grad:
@@ -613,15 +616,37 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
             break
         opt = opt or torch.optim.AdamW([p for _, p in live], lr=1e-3)
         opt.step()
-    ev.update({"no_grad": none, "zero_grad": zero, "frozen": frozen})
-    if not (none or zero or frozen):
+    owner = {f"{mn}.{pn}" if mn else pn: m for mn, m in model.named_modules()
+             for pn, _ in m.named_parameters(recurse=False)}
+    uncalled = [n for n in none if n in owner and id(owner[n]) not in called]
+    none = [n for n in none if n not in uncalled]
+    ev.update({"no_grad": none, "never_called": uncalled, "zero_grad": zero, "frozen": frozen})
+    if not (none or uncalled or zero or frozen):
         every = "the 1 parameter gets" if len(live) == 1 else f"all {len(live)} parameters get"
         return CheckResult("no_gradient", True, {"summary": f"{every} a non-zero gradient", **ev})
     return _no_gradient_verdict(ev, none, zero, frozen, len(named))
 
 
+@contextlib.contextmanager
+def _calls_seen(model: nn.Module, called: Optional[set]) -> Iterator[None]:
+    """Inside, every module of ``model`` whose forward runs adds its id to ``called`` (None: nothing is watched)."""
+    hooks = [] if called is None else [m.register_forward_hook(lambda mod, i, o: called.add(id(mod)))
+                                        for m in model.modules()]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def _no_gradient_verdict(ev: dict, none: list[str], zero: list[str], frozen: list[str], total: int) -> CheckResult:
     parts, remedy = [], []
+    uncalled = ev["never_called"]
+    if uncalled:
+        parts.append(f"{len(uncalled)} of {counted(total, 'parameter')} {agree(len(uncalled), 'belongs', 'belong')} "
+                     f"to modules that forward never calls: {_names(uncalled)}")
+        remedy.append("call each module where it belongs in forward (e.g. x = x + attn(ln1(x)) uses ln1), or delete "
+                      "the ones you do not mean to use: their parameters never train")
     if none:
         parts.append(f"{len(none)} of {counted(total, 'parameter')} {agree(len(none), 'gets', 'get')} no gradient at "
                      f"all (grad None: {agree(len(none), 'it never reaches', 'they never reach')} the loss): "
