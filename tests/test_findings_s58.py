@@ -189,3 +189,35 @@ def test_parameters_of_a_module_forward_never_calls_are_named_as_such():
     assert ng.ok is False and ng.evidence["never_called"] == ["ln.weight", "ln.bias"] and ng.evidence["no_grad"] == []
     assert ng.summary == "2 of 5 parameters belong to modules that forward never calls: ln.weight, ln.bias"
     assert "computed but never reaches" not in ng.remedy and ng.remedy.startswith("call each module where it belongs")
+
+
+class _EndHook:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getattr__(self, name):  # every other hook: nothing
+        return lambda *a, **k: None
+
+    def on_train_end(self, run, summary):
+        self.fn(run)
+
+
+def _ctrl_c(run):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("how", ["Ctrl-C in the diagnosis", "SIGTERM after the final validation"])
+def test_a_signal_after_the_final_validation_keeps_the_summary_and_says_the_run_is_whole(tmp_path, tiny_text_file,
+                                                                                        how):
+    """A Ctrl-C while the end-of-run diagnosis ran lost summary.json for good (a resume had nothing to train); a
+    SIGTERM after a whole final validation said its final_validation was null and to resume for it."""
+    hook = _EndHook(_ctrl_c if how.startswith("Ctrl-C") else lambda run: run.request_stop(15))
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), callbacks=[hook], **QUIET)
+    with pytest.raises(Interrupted) as e:
+        t.fit()
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["final_step"] == 4 and summary["final_validation"]["val_loss"] > 0
+    assert e.value.exit_code == (130 if how.startswith("Ctrl-C") else 143)
+    assert str(e.value).endswith("after the last step (4) and its final validation: the run is finished (summary.json "
+                                 f"written); its end-of-run diagnosis may be missing: depthlab diagnose {tmp_path / 'r'}")
+    assert not runlock.is_held(tmp_path / "r")

@@ -99,7 +99,7 @@ class Callback:
         """Called after each evaluation with its metrics record (``train_loss``, ``val_loss`` in nats)."""
 
     def on_train_end(self, run: RunView, summary: dict) -> None:
-        """Called once at the end with the summary (the future ``summary.json``), before it is written."""
+        """Called once at the end with the summary, as ``summary.json`` (written just before) has it."""
 
 
 #: The hooks an observer has (:class:`Callback`'s methods).

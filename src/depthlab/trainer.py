@@ -61,9 +61,14 @@ class Interrupted(Exception):
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
     @classmethod
-    def at_the_end(cls, signum: int, run_dir: Path, step: int) -> "Interrupted":
+    def at_the_end(cls, signum: int, run_dir: Path, step: int, cut: bool = True) -> "Interrupted":
         """A signal during the final validation, after the last step: the run is finished and summary.json says the
-        final validation was cut (``final_validation_cut``); a resume trains nothing and runs it."""
+        final validation was cut (``final_validation_cut``); a resume trains nothing and runs it. ``cut`` False: the
+        signal came as it ended (it is whole) or during the end-of-run analytics (diagnosis.json not written)."""
+        if not cut:
+            return cls(signum, run_dir, step, f"{stopped_by(signum)} after the last step ({step}) and its final "
+                       "validation: the run is finished (summary.json written); its end-of-run diagnosis may be "
+                       f"missing: depthlab diagnose {shlex.quote(str(run_dir))}")
         return cls(signum, run_dir, step, f"{stopped_by(signum)} during the final validation, after the last step "
                    f"({step}): the run is finished (summary.json written) and its final_validation is null; to run "
                    f"it: depthlab train --resume {shlex.quote(str(run_dir))}")
@@ -500,18 +505,22 @@ class Trainer:
                      f"{tokens_per_sec:,.0f} tokens/s | {self._wall():.1f}s")
 
     def _finish(self) -> Path:
-        summary = run_summary(self)
-        for cb in self.callbacks:
-            cb.on_train_end(self, summary)
-        if self.is_main:
+        summary, stop = run_summary(self), None
+        if self.is_main:  # before the end-of-run analytics: a Ctrl-C there lost the finished run's summary for good
             # NaN/inf as metrics.jsonl writes them ("nan"): a bare NaN is no JSON (jq, JavaScript refuse the file)
             rundir.write_json(self.run_dir / rundir.SUMMARY, rundir.json_values(summary))
+        try:
+            for cb in self.callbacks:
+                cb.on_train_end(self, summary)
+        except KeyboardInterrupt as e:  # Ctrl-C (or SIGTERM) in the diagnosis: the run is whole, say so and go
+            stop = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+        if self.is_main:
             no_se = self.evaluator.no_se_reason() if summary["best_val_loss_se"] is None else None
             self.log(done_line(summary, self.evaluator.final_val, self.run_dir, no_se))
         self.metrics.close()
-        self.runtime.close()
-        if self.stop.caught():  # during the final validation: the training is whole, the exit says the signal came
-            raise Interrupted.at_the_end(self.stop.signum, self.run_dir, self.step)
+        self.runtime.close(wait=stop is None)
+        if stop or self.stop.caught():  # the training is whole: the exit says the signal came
+            raise Interrupted.at_the_end(stop or self.stop.signum, self.run_dir, self.step, self.evaluator.final_cut)
         return self.run_dir
 
 
