@@ -420,28 +420,35 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
     if batch_leak:
         subject.leaks = True
         return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
+    if bool(bad.any()):
+        subject.leaks = True
+        return _leak_verdict(ev, leak, bad)
+    return _no_leak_verdict(ev, leak, own, tol, windows)
+
+
+def _no_leak_verdict(ev: dict, leak: torch.Tensor, own: float, tol: float, windows: int) -> CheckResult:
+    """The verdict where no earlier position moved beyond ``tol``: ok, not judged (nothing moves at all), or the
+    PROBLEM of a position that ignores its own token."""
+    T = leak.shape[0]
     later = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)  # [j, t] with t > j
     moved_later = float(leak[later].max()) if T > 1 else 0.0
-    if not bool(bad.any()) and max(own, moved_later) <= tol:  # nothing moves: a leak would not show either
+    if max(own, moved_later) <= tol:  # nothing moves: a leak would not show either
         return CheckResult("causal_leak", None, {
             "summary": f"not judged: changing a token moves no logits beyond the tolerance {tol:.1g}, not even its "
                        f"own position's (by up to {own:.2g}) or later ones' (by up to {moved_later:.2g}): at "
                        "initialisation the logits barely depend on the tokens (a deep stack without shortcuts "
                        "forgets them?), so a leak of later tokens could not show either", "no_power": True, **ev})
-    if not bool(bad.any()) and own <= tol < moved_later:  # no leak, but position t ignores token t
+    if own <= tol < moved_later:  # no leak, but position t ignores token t
         return CheckResult("causal_leak", False, {
             "summary": f"changing the token at position t never moves the logits at position t itself (max change "
                        f"{own:.2g}), while it moves the later positions' by up to {moved_later:.3g}: position t "
                        "predicts without its own token, so the logits are one position late (shifted inside the "
                        "model) or each position's own token is masked out", "own_token_ignored": True, **ev},
             SHIFTED_FIX)
-    if not bool(bad.any()):
-        return CheckResult("causal_leak", True, {
-            "summary": f"changing the token at position j never moved the logits at any position before j: max change "
-                       f"{ev['max_change_before_changed_position']:.2g} over {T * (T - 1) // 2} pairs x {windows} "
-                       f"windows (tolerance {tol:.1g}; the changed position itself moves by up to {own:.3g})", **ev})
-    subject.leaks = True
-    return _leak_verdict(ev, leak, bad)
+    return CheckResult("causal_leak", True, {
+        "summary": f"changing the token at position j never moved the logits at any position before j: max change "
+                   f"{ev['max_change_before_changed_position']:.2g} over {T * (T - 1) // 2} pairs x {windows} "
+                   f"windows (tolerance {tol:.1g}; the changed position itself moves by up to {own:.3g})", **ev})
 
 
 def _batch_leak_verdict(ev: dict, future: Optional[CheckResult]) -> CheckResult:
