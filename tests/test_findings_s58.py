@@ -221,3 +221,24 @@ def test_a_signal_after_the_final_validation_keeps_the_summary_and_says_the_run_
     assert str(e.value).endswith("after the last step (4) and its final validation: the run is finished (summary.json "
                                  f"written); its end-of-run diagnosis may be missing: depthlab diagnose {tmp_path / 'r'}")
     assert not runlock.is_held(tmp_path / "r")
+
+
+@pytest.mark.parametrize("edit, said", [(-3, "config.json's resolved.eval_batch is -3, not the whole number >= 1"),
+                                        ("abc", "config.json's resolved.eval_batch is 'abc', not the whole number"),
+                                        (7, "config.json's resolved.eval_batch is 7, but the checkpoint of step 4 was "
+                                            "evaluated with 4 windows a batch (edited by hand?)")])
+def test_a_hand_edited_eval_batch_is_refused_before_anything_changes(tmp_path, tiny_text_file, capsys, edit, said):
+    """-3 read every loss as 0.0000, which became the run's best (best.safetensors replaced), then exit 1; 'abc' was
+    "unexpected ValueError"; 7 evaluated other windows without a word."""
+    from conftest import run_cli
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    cfg_path = tmp_path / "r" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    assert cfg["resolved"]["eval_batch"] == 4
+    cfg["resolved"]["eval_batch"] = edit
+    cfg_path.write_text(json.dumps(cfg))
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()}
+    rc, out, err = run_cli(capsys, "train", "--resume", str(tmp_path / "r"), "--train.max_iters", "8")
+    assert rc == 2 and err.count("\n") == 1 and said in err, err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == before

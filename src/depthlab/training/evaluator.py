@@ -38,10 +38,19 @@ def eval_batch(train, run_config: Optional[dict] = None) -> int:
 
     Returns:
         The windows per evaluation batch, >= 1.
+
+    Raises:
+        DepthlabError: a recorded ``resolved.eval_batch`` that is not a whole number >= 1 (a hand edit: -3 read
+            every loss as 0, which became the run's best).
     """
     resolved = (run_config or {}).get("resolved") if isinstance(run_config, dict) else None
-    if isinstance(resolved, dict) and resolved.get("eval_batch"):
-        return int(resolved["eval_batch"])
+    if isinstance(resolved, dict) and resolved.get("eval_batch") is not None:
+        v = resolved["eval_batch"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise DepthlabError(f"config.json's resolved.eval_batch is {v!r}, not the whole number >= 1 depthlab "
+                                "writes (edited by hand?): put back the windows per evaluation batch the run started "
+                                "with (its first session's train.batch_size x train.grad_accum)")
+        return v
     if isinstance(resolved, dict):  # a run from before the record: as it evaluated
         ran = (run_config.get("train") or {}).get("batch_size") or train.batch_size
         return int(ran) * int(resolved.get("processes") or 1)
@@ -186,10 +195,21 @@ class Evaluator:
         """``best_val_loss`` (nats/token), ``best_step``, ``evals_without_improvement`` for the resume state, and
         ``eval_cut_at``: the step whose evaluation a signal ended (:meth:`evaluate`), which a resume runs again."""
         return {"best_val_loss": self.best_val, "best_step": self.best_step,
-                "evals_without_improvement": self.evals_without_improvement, "eval_cut_at": self.cut_at}
+                "evals_without_improvement": self.evals_without_improvement, "eval_cut_at": self.cut_at,
+                "eval_batch": self.batch}
 
     def load_state_dict(self, st: dict, run_dir: Path, step: int) -> None:
-        """Restore from a checkpoint's state at ``step``; the last evaluation is read from the run's records."""
+        """Restore from a checkpoint's state at ``step``; the last evaluation is read from the run's records.
+
+        Raises:
+            DepthlabError: the checkpoint's evaluations read another batch of windows than config.json's
+                ``resolved.eval_batch`` (edited by hand): its best loss would be compared with other windows' losses.
+        """
+        ran = st.get("eval_batch")  # None in checkpoints of before it was kept
+        if ran is not None and int(ran) != self.batch:
+            raise DepthlabError(f"config.json's resolved.eval_batch is {self.batch}, but the checkpoint of step {step} "
+                                f"was evaluated with {int(ran)} windows a batch (edited by hand?): its best val loss "
+                                f"would be compared with losses of other windows; put back {int(ran)}")
         self.best_val = float(st["best_val_loss"])
         self.best_step = int(st["best_step"])
         self.cut_at = st.get("eval_cut_at")  # None in checkpoints of before it was kept
