@@ -219,7 +219,8 @@ def test_a_signal_after_the_final_validation_keeps_the_summary_and_says_the_run_
     assert summary["final_step"] == 4 and summary["final_validation"]["val_loss"] > 0
     assert e.value.exit_code == (130 if how.startswith("Ctrl-C") else 143)
     assert str(e.value).endswith("after the last step (4) and its final validation: the run is finished (summary.json "
-                                 f"written); its end-of-run diagnosis may be missing: depthlab diagnose {tmp_path / 'r'}")
+                                 "written); its end-of-run diagnosis may be missing: depthlab diagnose "
+                                 f"{tmp_path / 'r'}")
     assert not runlock.is_held(tmp_path / "r")
 
 
@@ -242,3 +243,23 @@ def test_a_hand_edited_eval_batch_is_refused_before_anything_changes(tmp_path, t
     rc, out, err = run_cli(capsys, "train", "--resume", str(tmp_path / "r"), "--train.max_iters", "8")
     assert rc == 2 and err.count("\n") == 1 and said in err, err
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").rglob("*") if p.is_file()} == before
+
+
+def test_a_resume_asking_the_dtype_and_attention_auto_chose_says_no_change(tmp_path, tiny_text_file, capsys):
+    """"resume: train.dtype 'auto' -> 'float32': the rest of the run computes in the new precision" on a run auto had
+    made float32: its losses were identical to a plain resume's."""
+    from conftest import run_cli
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, dtype="auto", attention="auto")),
+          **QUIET)
+    ran = json.loads((tmp_path / "r" / "config.json").read_text())["resolved"]
+    rc, out, err = run_cli(capsys, "train", "--resume", str(tmp_path / "r"), "--train.max_iters", "6",
+                           "--train.dtype", ran["dtype"], "--train.attention", ran["attention"])
+    said = out + err
+    assert rc == 0 and "resume: train.dtype" not in said and "resume: train.attention" not in said, said
+    other = "explicit" if ran["attention"] == "sdpa" else "sdpa"
+    rc, out, err = run_cli(capsys, "train", "--resume", str(tmp_path / "r"), "--train.max_iters", "8",
+                           "--train.attention", other)
+    # the first resume recorded the value it was given: the change is from it
+    said = f"resume: train.attention '{ran['attention']}' -> '{other}': the same function by another kernel"
+    assert rc == 0 and said in out + err

@@ -126,12 +126,14 @@ def changed_fields(old: dict, new: dict) -> list[str]:
     return out
 
 
-def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
+def resume_changes(old: dict, new: dict, resolved: Optional[dict] = None) -> tuple[list[str], list[str]]:
     """Compare a run's stored config with the config it is resumed with, field by field.
 
     Args:
         old: the run's ``config.json`` (sections data/model/train).
         new: the config now asked for (same shape).
+        resolved: the run's ``config.json`` ``resolved`` section: a dtype or attention asked as what ``auto`` had
+            resolved to is no change.
 
     Returns:
         ``(refused, noted)``: one sentence per changed field, naming it and both values; refused
@@ -147,8 +149,9 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
     if batch:  # torchrun's micro-batches of the same global batch: no "tokens per step change" (it was said, false)
         noted.append(batch)
         changed = [k for k in changed if k not in ("train.batch_size", "train.grad_accum")]
+    ran = resolved if isinstance(resolved, dict) else {}
     for key in changed:
-        if key in RESUME_SILENT:
+        if key in RESUME_SILENT or _resolved_the_same(key, b.get(key), ran):
             continue
         change = f"{key} {_shown(key, a)} -> {_shown(key, b)}"
         if key in RESUME_SCHEDULE:
@@ -158,6 +161,14 @@ def resume_changes(old: dict, new: dict) -> tuple[list[str], list[str]]:
         else:
             refused.append(change)
     return refused, noted
+
+
+def _resolved_the_same(key: str, asked: Any, ran: dict) -> bool:
+    """Whether ``train.dtype`` / ``train.attention`` asked on a resume is what the run computed with already
+    (``resolved``): ``auto`` -> ``float32`` on a run ``auto`` made float32 changed nothing, and was said to. ``auto``
+    keeps the run's settings on a resume (the runtime says any that differ)."""
+    name = {"train.dtype": "dtype", "train.attention": "attention"}.get(key)
+    return name is not None and (asked == "auto" or (ran.get(name) is not None and asked == ran.get(name)))
 
 
 def _same_global_batch(a: dict, b: dict) -> Optional[str]:

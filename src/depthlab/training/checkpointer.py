@@ -538,7 +538,7 @@ class Checkpointer:
         asked = self._asked(cfg, old, same_corpus)
         optimizer = self._resume_optimizer(cfg, old, asked, device)
         ran = {k: v for k, v in old.items() if k in asked}  # the sections a resume compares
-        refused, noted = resume_config.resume_changes(ran, asked)
+        refused, noted = resume_config.resume_changes(ran, asked, old.get("resolved"))
         if refused:
             quoted = shlex.quote(str(rd.path))
             raise DepthlabError(f"cannot resume {quoted} with changed {'; '.join(refused)} (run value -> asked); "
