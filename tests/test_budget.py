@@ -199,6 +199,8 @@ def test_a_session_resumed_mid_run_without_a_plan_plans_the_steps_left(warmup, p
     assert b.marks[:3] == (802, 800 + FIT_STEPS, 800 + REFIT_STEPS)
     msg = b.propose(800 + FIT_STEPS, 1600, 0.1)
     assert msg.startswith("train.fit_to_time: the steps from 800 to 5000 would not fit this session's train.max_time")
+    # no evaluation timed yet in this session: its cost is an estimate, said so (it said "measured")
+    assert "(0.1 s/step measured, 1.33 s/evaluation estimated: 2 x eval_iters forwards at 1/3 step)" in msg
     assert b.plan.max_iters == 1600 and b.plan.warmup_iters == planned
 
 
@@ -430,7 +432,7 @@ def test_the_plan_lines_show_a_tiny_step_time_to_three_significant_digits():
     t, b = _budget(max_iters=5000, max_time=20.0)
     b.tick(2, 0.0)
     s_step = b.tick(FIT_STEPS, 0.00612 * (FIT_STEPS - 2))
-    assert "(0.00612 s/step, " in b.propose(FIT_STEPS, 1200, s_step)
+    assert "(0.00612 s/step measured, " in b.propose(FIT_STEPS, 1200, s_step)
     assert "re-measured 0.00555 s/step over steps" in b.propose(FIT_STEPS + 50, 1300, 0.00555)
 
 

@@ -314,7 +314,9 @@ class TimeBudget:
                        "peak train.learning_rate")
         steps = f"{t.max_iters} steps" if self.start in (None, 0) else f"the steps from {self.start} to {t.max_iters}"
         return (f"train.fit_to_time: {steps} would not fit this session's train.max_time {t.max_time:g} s "
-                f"({s_step:.3g} s/step, {s_eval:.2f} s/evaluation measured); max_iters is now {n}"
+                f"({s_step:.3g} s/step measured, {s_eval:.2f} s/evaluation "
+                f"{'measured' if self.eval_first is not None else 'estimated: 2 x eval_iters forwards at 1/3 step'}); "
+                f"max_iters is now {n}"
                 f"{shorter}, {_decay_words(step, n, at_floor)} "
                 f"(--train.fit_to_time false: keep {t.max_iters} and stop at the time limit){self._overrun_words()}")
 
