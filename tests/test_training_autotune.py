@@ -170,7 +170,8 @@ def test_a_resume_running_a_setting_its_first_session_never_timed_says_so(tmp_pa
     from depthlab.model import GPT
 
     _fake_timer(monkeypatch, {})
-    old = Tuning(S(2), "measured", "fastest measured", {S(2).label(): 5.0, S(2, "bfloat16").label(): 9.0}).to_record()
+    old = Tuning(S(2), "measured", "fastest measured", {S(2).label(): 5.0, S(2, "bfloat16").label(): 9.0},
+                 busy=0).to_record()
     given = _long_cfg(tmp_path, cfg.model, threads=1)
     t = at.tune(given, GPT(cfg.model), torch.device("cpu"), resumed={"tuning": old})
     assert t.setting == S(1) and t.line(["train.threads"]) == (
@@ -437,5 +438,9 @@ def test_a_max_time_under_a_minute_keeps_the_rules_without_timing_a_step(tmp_pat
 
     monkeypatch.setattr(at, "time_settings", lambda *a, **k: pytest.fail("no step is timed"))
     short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_time=20.0))
+    monkeypatch.setattr(at, "busy_cores", lambda window_s=0.15: 2)
     t = at.tune(short, GPT(cfg.model), torch.device("cpu"), restart_ok=True)
     assert (t.source, t.why) == ("rule", "not measured: train.max_time 20 s, under 60 s")
+    # the load the rules were applied under, as read (every ruled run recorded busy_cores 0, under any load)
+    assert t.to_record()["busy_cores"] == 2
+    assert at.Tuning(t.setting, "rule", "not measured: not a CPU run").to_record()["busy_cores"] is None

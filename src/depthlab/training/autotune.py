@@ -102,7 +102,7 @@ class Tuning:
         why: one sentence: what decided.
         ms_per_step: candidate label -> measured milliseconds per optimizer step (empty for ``rule``).
         seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy
-            when the measurement started. busy_after: the same, read again when it ended (None: not read, or
+            when the measurement started, or as the rules were applied (None: not read). busy_after: the same, read again when it ended (None: not read, or
             equal); a measurement whose load changed is not cached (:func:`_measure`).
         machine: :func:`machine_name` of the machine that measured it.
     """
@@ -112,7 +112,7 @@ class Tuning:
     why: str
     ms_per_step: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
-    busy: int = 0
+    busy: Optional[int] = None
     machine: str = field(default_factory=lambda: machine_name())
     busy_after: Optional[int] = None
 
@@ -126,7 +126,8 @@ class Tuning:
         try:
             return cls(Setting(**r["setting"]), str(r["source"]), str(r["why"]),
                        {str(k): float(v) for k, v in dict(r.get("ms_per_step") or {}).items()},
-                       float(r.get("seconds", 0.0)), int(r.get("busy_cores", 0)), str(r.get("machine", "")),
+                       float(r.get("seconds", 0.0)),
+                       None if r.get("busy_cores") is None else int(r["busy_cores"]), str(r.get("machine", "")),
                        None if r.get("busy_cores_after") is None else int(r["busy_cores_after"]))
         except (KeyError, TypeError, ValueError):
             return None
@@ -147,11 +148,11 @@ class Tuning:
         worst = "" if not rest else f"; {'fastest timed' if best is None or v < best else 'slowest'} {k} {v:.0f} ms"
         when = f"measured in {self.seconds:.1f} s" if self.source == "measured" else self.source
         tried = counted(len(self.ms_per_step), "candidate")
-        load = (f"{self.busy} of {os.cpu_count() or 1} cores busy with other work"
+        load = ("" if self.busy is None else f", {self.busy} of {os.cpu_count() or 1} cores busy with other work"
                 if self.busy_after is None or self.source != "measured" else
-                f"{self.busy} then {self.busy_after} of {os.cpu_count() or 1} cores busy with other work while "
+                f", {self.busy} then {self.busy_after} of {os.cpu_count() or 1} cores busy with other work while "
                 f"timed: not cached, measured again next time")
-        return f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}, {load})"
+        return f"auto settings: {s.label()} ({kept}{took}{worst}; {tried}, {when}{load})"
 
 
 class Restart(Exception):
@@ -447,7 +448,7 @@ def tune(cfg, model, device, resumed: Optional[Mapping] = None, restart_ok: bool
     short = _short_limit(t) or _short_run(t, hit)
     if short is not None:  # no step is timed for it (a GPU-sized step on a CPU took a minute); nor a cache read,
         # nor a restart, which alone would cost seconds of a run this short
-        return Tuning(rule, "rule", short)
+        return Tuning(rule, "rule", short, busy=busy)  # the load it was ruled under (it said 0 under any load)
     if hit is not None:
         hit.source = "cached"
         if own:  # the model's own attention, whatever an older record says
@@ -478,7 +479,7 @@ def _measure(cfg, model, t, native: bool, policy: str, rule: Setting, busy: int,
         planned = _planned_seconds(t, next(iter(first.values())) / 1e3)
         short = _short_words(planned)
         if short is not None:
-            return Tuning(rule, "rule", short)
+            return Tuning(rule, "rule", short, busy=busy)
         # busy: steps are slower and each visit times more of them (time_settings); the choice matters most there
         budget = max(MIN_MEASURE_S, MEASURE_SHARE * planned) * (BUSY_BUDGET if busy else 1)
         there = [s for s in order if s.omp_wait != policy]  # timed in a child: the other OpenMP policy

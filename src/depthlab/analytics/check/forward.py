@@ -648,7 +648,7 @@ def _calls_seen(model: nn.Module, called: Optional[set]) -> Iterator[None]:
 
 def _no_gradient_verdict(ev: dict, none: list[str], zero: list[str], frozen: list[str], total: int) -> CheckResult:
     parts, remedy = [], []
-    uncalled = ev["never_called"]
+    uncalled = ev.get("never_called", [])
     if uncalled:
         parts.append(f"{len(uncalled)} of {counted(total, 'parameter')} {agree(len(uncalled), 'belongs', 'belong')} "
                      f"to modules that forward never calls: {_names(uncalled)}")
