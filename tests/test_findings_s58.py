@@ -263,3 +263,17 @@ def test_a_resume_asking_the_dtype_and_attention_auto_chose_says_no_change(tmp_p
     # the first resume recorded the value it was given: the change is from it
     said = f"resume: train.attention '{ran['attention']}' -> '{other}': the same function by another kernel"
     assert rc == 0 and said in out + err
+
+
+def test_an_explicit_bf16_on_a_cpu_without_it_is_warned(tmp_path, tiny_text_file, monkeypatch):
+    """--train.dtype bfloat16 on an AVX2 CPU trained 7x slower than float32 without a word."""
+    from depthlab.training import runtime
+
+    lines = []
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: False)
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2, dtype="bfloat16")), log=lines.append)
+    assert [ln for ln in lines if ln.startswith("warning: train.dtype bfloat16 on a CPU without native bf16")]
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: True)
+    lines.clear()
+    train(tiny_config(tmp_path / "n", tiny_text_file, train=dict(max_iters=2, dtype="bfloat16")), log=lines.append)
+    assert not [ln for ln in lines if "without native bf16" in ln]
