@@ -277,3 +277,22 @@ def test_an_explicit_bf16_on_a_cpu_without_it_is_warned(tmp_path, tiny_text_file
     lines.clear()
     train(tiny_config(tmp_path / "n", tiny_text_file, train=dict(max_iters=2, dtype="bfloat16")), log=lines.append)
     assert not [ln for ln in lines if "without native bf16" in ln]
+
+
+class _StartHook(_EndHook):
+    def on_train_start(self, run, info):
+        self.fn(run)
+
+
+def test_a_resume_stopped_before_its_first_step_puts_config_json_back(tmp_path, tiny_text_file):
+    """A Ctrl-C during a resume's baselines left its new batch_size and max_iters in config.json, which the next plain
+    --resume took up as if asked ("resume: train.batch_size 16 -> 8")."""
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    before = (tmp_path / "r" / "config.json").read_bytes()
+    cfg = RunConfig.from_run(tmp_path / "r")
+    cfg.train.batch_size, cfg.train.max_iters = 8, 30
+    with pytest.raises(KeyboardInterrupt) as e:
+        Trainer(cfg, callbacks=[_StartHook(_ctrl_c)], **QUIET).fit()
+    assert (tmp_path / "r" / "config.json").read_bytes() == before
+    assert str(e.value) == (f"interrupted before the first step: nothing was trained, and {tmp_path / 'r'}"
+                            "/config.json is as it was before this resume")

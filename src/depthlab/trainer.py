@@ -344,7 +344,9 @@ class Trainer:
     def _write_config(self) -> None:
         """config.json (asked config, vocab_size/out_dir set, data.path absolute; ``resolved``): the one writer."""
         runlock.mark(self.run_dir)  # committed to training: RUN/.lock names this process from here on
-        rundir.write_json(self.run_dir / rundir.CONFIG, {**config_record(self.cfg), "resolved": self.resolved()})
+        path = self.run_dir / rundir.CONFIG  # a resume stopped before its first step puts it back (_undone)
+        self._config_before = path.read_bytes() if self.resumed and path.is_file() else None
+        rundir.write_json(path, {**config_record(self.cfg), "resolved": self.resolved()})
 
     def resume_state(self) -> dict:
         """What a checkpoint stores besides the weights (loaded with ``weights_only=True``)."""
@@ -623,10 +625,20 @@ def _undone(tr: "Trainer", e: BaseException) -> BaseException:
     """``e``, ending a run before its first step trained, after the start is undone: a new run's folders removed (a
     run ``--overwrite`` set aside put back; a resumed run keeps everything), and a stop (Ctrl-C, SIGTERM) with no
     words of its own given the line saying what was undone (said once, by whoever catches it)."""
-    removed = None if tr.resumed else tr._remove_new_dirs()
+    removed = _config_put_back(tr) if tr.resumed else tr._remove_new_dirs()
     if removed and isinstance(e, KeyboardInterrupt) and not e.args:
         e.args = (before_the_first_step(e, removed),)
     return e
+
+
+def _config_put_back(tr: "Trainer") -> Optional[str]:
+    """A resume stopped before its first step: config.json as it was before it (its new settings trained nothing,
+    and the next plain --resume took them up as if asked), in words; None when there is nothing to put back."""
+    before = getattr(tr, "_config_before", None)
+    if before is None:
+        return None
+    rundir.atomic_write(tr.run_dir / rundir.CONFIG, before)
+    return f"{tr.run_dir / rundir.CONFIG} is as it was before this resume"
 
 
 def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:
