@@ -296,3 +296,16 @@ def test_a_resume_stopped_before_its_first_step_puts_config_json_back(tmp_path, 
     assert (tmp_path / "r" / "config.json").read_bytes() == before
     assert str(e.value) == (f"interrupted before the first step: nothing was trained, and {tmp_path / 'r'}"
                             "/config.json is as it was before this resume")
+
+
+def test_a_resumed_runs_wall_time_keeps_the_earlier_sessions_final_validation(tmp_path, tiny_text_file):
+    """The checkpoint's clock stops before the final validation: a resume's wall_time_s left out ~3 s of the
+    earlier session, against the README's "wall_time_s counts every session"."""
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4)), **QUIET)
+    first = json.loads((tmp_path / "r" / "summary.json").read_text())["wall_time_s"]
+    cfg = RunConfig.from_run(tmp_path / "r")
+    cfg.train.max_iters = 6
+    t = Trainer(cfg, **QUIET)
+    assert t.wall_before == first  # above the checkpoint's clock by the final validation and what followed it
+    t.fit()
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["wall_time_s"] > first

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 import shlex
 import signal
@@ -572,13 +573,24 @@ def _load_resume(tr: "Trainer", point: ResumePoint) -> None:
     st = tr.checkpointer.load(point.entry, tr)
     tr.stepper.load_state_dict(st)
     tr.evaluator.load_state_dict(st, tr.run_dir, tr.step)
-    tr.wall_before = float(st["wall_time_s"])
+    tr.wall_before = _wall_before(tr.run_dir, tr.step, float(st["wall_time_s"]))
     tr.nothing_to_train = _nothing_left(tr)
     tr.checkpointer.settle_writable(not tr.nothing_to_train)  # a read-only run: only if it trains (or evaluates)
     tr.schedule.resume(tr.step, st.get("lr_anchor"), point.schedule_train, point.plan,
                        _quiet if tr.nothing_to_train else tr.log, muon=point.optimizer == "muon")
     if not tr.nothing_to_train:
         tr.checkpointer.announce_resume(tr)
+
+
+def _wall_before(run_dir: Path, step: int, checkpointed: float) -> float:
+    """Seconds of the sessions before a resume from the checkpoint of ``step``: the checkpoint's clock, or where the
+    session that ended at ``step`` wrote summary.json, its ``wall_time_s`` (its final validation and end-of-run
+    analytics came after the checkpoint, and a resume's total left them out)."""
+    summary = rundir.RunDir(run_dir).summary or {}
+    wall = summary.get("wall_time_s")
+    if summary.get("final_step") == step and isinstance(wall, (int, float)) and math.isfinite(wall):
+        return max(checkpointed, float(wall))
+    return checkpointed
 
 
 def _nothing_left(tr: "Trainer") -> Optional[str]:

@@ -102,8 +102,8 @@ class Tuning:
         why: one sentence: what decided.
         ms_per_step: candidate label -> measured milliseconds per optimizer step (empty for ``rule``).
         seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy
-            when the measurement started, or as the rules were applied (None: not read). busy_after: the same, read again when it ended (None: not read, or
-            equal); a measurement whose load changed is not cached (:func:`_measure`).
+            when the measurement started, or as the rules were applied (None: not read). busy_after: the same,
+            read again when it ended (None: not read, or equal); a measurement whose load changed is not cached (:func:`_measure`).
         machine: :func:`machine_name` of the machine that measured it.
     """
 
