@@ -103,7 +103,8 @@ class Tuning:
         ms_per_step: candidate label -> measured milliseconds per optimizer step (empty for ``rule``).
         seconds: wall time the measurement took (0 when cached). busy: cores other processes kept busy
             when the measurement started, or as the rules were applied (None: not read). busy_after: the same,
-            read again when it ended (None: not read, or equal); a measurement whose load changed is not cached (:func:`_measure`).
+            read again when it ended (None: not read, or equal); a measurement whose load changed is not cached
+            (:func:`_measure`).
         machine: :func:`machine_name` of the machine that measured it.
     """
 
