@@ -10,7 +10,10 @@ from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, van
 
 __all__ = ["SHORTCUT_VARIANTS", "wiring_advice", "wiring_has", "DEPTH_ARGS", "depth_setting", "source_wiring_advice",
            "lr_advice", "lr_knob", "lr_knobs", "MUON_RATIO", "HIGH_DROPOUT", "dropout_advice", "no_grad_words",
-           "bounded_output_words"]
+           "bounded_output_words", "LONGER_KNOBS"]
+
+#: The knobs of "train longer": the step budget, and the time limit a train.fit_to_time plan fits it into.
+LONGER_KNOBS = "train.max_iters, or train.max_time where it set the end"
 
 SHORTCUT_VARIANTS = ("prenorm", "postnorm", "rezero", "deepnorm", "periln")
 """Variants with a residual (shortcut) connection; ``plain`` has none."""

@@ -9,8 +9,8 @@ from typing import Optional
 from ...config import TrainConfig
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
-from .advice import (bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words, warmup_words,
-                     weight_decay_advice, wiring_advice, wiring_has)
+from .advice import (LONGER_KNOBS, bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words,
+                     warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .evidence import Evidence, Finding
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from ...usermodel import MODEL_LOGITS
@@ -220,7 +220,7 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     lr = _lr_part(ev)
     if lr:
         parts.append(lr)
-    parts.append(f"train longer ({last['step']} steps so far)")
+    parts.append(f"train longer ({LONGER_KNOBS}; {last['step']} steps so far)")
     return "; ".join(parts)
 
 
@@ -251,7 +251,7 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
     lr = _lr_part(ev)
     if lr:
         parts.append(lr)
-    parts.append(f"train longer ({last['step']} steps so far)")
+    parts.append(f"train longer ({LONGER_KNOBS}; {last['step']} steps so far)")
     has = wiring_has(ev)
     return "; ".join(parts) + (f"; not the wiring: {has}" if has and not wiring else "")
 

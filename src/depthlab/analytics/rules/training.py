@@ -7,8 +7,8 @@ import math
 from typing import Optional
 
 from ...units import finite_or_none
-from .advice import (MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice, warmup_words,
-                     weight_decay_advice, wiring_advice, wiring_has)
+from .advice import (LONGER_KNOBS, MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice,
+                     warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
@@ -253,7 +253,7 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
             "the update/weight ratios are low, the attention weights hardly move"  # else Muon's blocks, or all
         parts = [f"raise {lr_knob(ev)}: {moves}"]
     else:
-        parts = [f"train longer ({p['step']} steps so far)"]
+        parts = [f"train longer ({LONGER_KNOBS}; {p['step']} steps so far)"]
     # a dropout this high first (noise no step size fixes), and a warmup that never reached the peak rate
     parts[:0] = [d for d in (dropout_advice(ev), weight_decay_advice(ev), warmup_words(ev)) if d]
     wiring = wiring_advice(ev)
