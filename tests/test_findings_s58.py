@@ -309,3 +309,15 @@ def test_a_resumed_runs_wall_time_keeps_the_earlier_sessions_final_validation(tm
     assert t.wall_before == first  # above the checkpoint's clock by the final validation and what followed it
     t.fit()
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["wall_time_s"] > first
+
+
+def test_the_report_header_names_the_wiring_as_the_trainer_does():
+    """A ReZero run's report read "variant rezero, norm layernorm" of a model without any norm."""
+    from depthlab.report.run_data import RunData
+
+    rd = RunData.__new__(RunData)
+    rd.config = {"model": {"variant": "rezero", "norm": "layernorm", "n_layer": 3, "n_head": 4, "n_embd": 64,
+                           "block_size": 128}}
+    assert rd.model_line() == "rezero (no norm), n_layer 3, n_head 4, n_embd 64, block_size 128"
+    rd.config["model"]["variant"] = "prenorm"
+    assert rd.model_line().startswith("prenorm + layernorm, n_layer 3")

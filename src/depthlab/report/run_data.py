@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..config import ran_optimizer
+from ..config import ran_optimizer, wiring_label
 from ..errors import DepthlabError
 from ..rundir import CHECKPOINTS, CONFIG, METRICS, RunDir, damaged_config_error, missing_run_error, not_a_run_error
 from ..units import LN2, finite_or, finite_or_none
@@ -127,8 +127,10 @@ class RunData:
                 said = f"{n:,} numbers in its weights file (parameters and buffers)"
             return ", ".join([f"model.source {m['source']}", *([said] if said else []),
                               *(f"{k} {m[k]}" for k in ("block_size", "vocab_size") if m.get(k) is not None)])
-        return ", ".join(f"{k} {m[k]}" for k in ("variant", "norm", "n_layer", "n_head", "n_embd", "block_size")
-                         if k in m) or None
+        # the wiring as the trainer says it: a ReZero run's header read "norm layernorm" of a model without a norm
+        wiring = [wiring_label(m)] if "variant" in m else []
+        return ", ".join(wiring + [f"{k} {m[k]}" for k in ("n_layer", "n_head", "n_embd", "block_size") if k in m]) \
+            or None
 
     def title(self) -> str:
         """A short run label for figure titles: ``<dir name>: <n_layer> x <variant>`` (a model.source run:
