@@ -321,3 +321,16 @@ def test_the_report_header_names_the_wiring_as_the_trainer_does():
     assert rd.model_line() == "rezero (no norm), n_layer 3, n_head 4, n_embd 64, block_size 128"
     rd.config["model"]["variant"] = "prenorm"
     assert rd.model_line().startswith("prenorm + layernorm, n_layer 3")
+
+
+def test_tensorboard_gets_one_total_gradient_norm_per_step(tmp_path, tiny_text_file):
+    """grad_norm/total had two points at every step both the training log and the gradient monitor wrote."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tiny_config(tmp_path / "r", tiny_text_file,
+                      train=dict(max_iters=20, tensorboard=True, log_interval=5, grad_log_interval=10)), **QUIET)
+    ea = EventAccumulator(str(tmp_path / "r" / "tb"))
+    ea.Reload()
+    steps = [e.step for e in ea.Scalars("grad_norm/total")]
+    assert steps == sorted(set(steps)) and {10, 20} <= set(steps)
+    assert [e.step for e in ea.Scalars("grad_norm/block_0")] == [10, 20]

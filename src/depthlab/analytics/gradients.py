@@ -118,8 +118,9 @@ class GradStats:
         return rec
 
     def tb_scalars(self) -> dict[str, float]:
-        """TensorBoard scalars: ``grad_norm/total``, ``grad_norm/block_<i>``, ``update_ratio/block_<i>``."""
-        out = {"grad_norm/total": self.total_norm}
+        """TensorBoard scalars: ``grad_norm/block_<i>``, ``update_ratio/block_<i>`` (``grad_norm/total`` is the
+        training log's, written at every log step: both wrote it, two points at the same step)."""
+        out = {}
         for i, v in enumerate(self.grad_norm_block):
             out[f"grad_norm/block_{i}"] = v
         for i, v in enumerate(self.update_ratio_block or []):
