@@ -133,9 +133,10 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
                    "the spread is the sample standard deviation.")
     short = [it for it in items if short_of_budget(it)]
     if short:  # a fit_to_time plan (or the time cap) ended them early: the trends compare unequal budgets
+        # "fewer steps than the others'" was said where there were no others, or the others had died sooner
         out.append(f"{counted(len(short), 'run')} stopped by train.max_time before train.max_iters "
-                   f"({run_names(short, 6)}): their losses are at fewer steps than the others', so the comparisons "
-                   f"below are not at an equal step budget ({BUDGET_FIX}).")
+                   f"({run_names(short, 6)}): their losses are at fewer steps than the run asked for, so the "
+                   f"comparisons below are not at an equal step budget ({BUDGET_FIX}).")
     xname = x.split(".")[-1] if x else ""
     unit = sweep_unit(items)
     u = short_unit(unit)
