@@ -334,3 +334,23 @@ def test_tensorboard_gets_one_total_gradient_norm_per_step(tmp_path, tiny_text_f
     steps = [e.step for e in ea.Scalars("grad_norm/total")]
     assert steps == sorted(set(steps)) and {10, 20} <= set(steps)
     assert [e.step for e in ea.Scalars("grad_norm/block_0")] == [10, 20]
+
+
+def test_the_sweep_curves_keep_a_healthy_run_readable_beside_a_diverged_one(monkeypatch, tmp_path):
+    """A learning-rate sweep with one diverged run (val 2.9e7) drew both panels blank, the loss axis from -1.45e6."""
+    import depthlab.report.sweep as rs
+    from conftest import sweep_item
+
+    limits = []
+    real = rs.write_png
+
+    def capture(fig, path, **savefig):
+        limits.extend(ax.get_ylim() for ax in fig.axes)
+        return real(fig, path, **savefig)
+    monkeypatch.setattr(rs, "write_png", capture)
+    items = [sweep_item("prenorm", 2, 2.56, evals=[(0, 4.2, 4.2), (25, 2.9, 2.9), (50, 2.56, 2.56)]),
+             sweep_item("prenorm", 2, 4.2, evals=[(0, 4.2, 4.2), (25, 2.9e7, 2.9e7)])]
+    items[1]["config"]["train"]["learning_rate"] = 30
+    base = {"uniform": 4.17, "unigram": 3.35, "bigram": 2.48}
+    assert rs.plot_curves(items, "train.learning_rate", [], base, tmp_path / "c.png") is not None
+    assert limits and all(lo == pytest.approx(2.46) and hi == pytest.approx(4.27) for lo, hi in limits), limits

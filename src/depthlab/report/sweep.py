@@ -156,11 +156,12 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
     rows = math.ceil(n / cols)
     fig = new_figure((3.1 * cols + 0.6, 2.6 * rows + 0.4), layout=None)
     gnames = sorted({group_name(it["config"], groups) for it in items})
-    ymax = None
+    ymax, every = None, []
     for it in items:
         vs = [e[2] for e in it["details"]["evals"] if finite_or_none(e[2]) is not None]
         if vs:
             ymax = max(ymax or vs[0], vs[0])
+            every += vs
     ax0 = None
     for j, xv in enumerate(xs):
         ax = fig.add_subplot(rows, cols, j + 1, sharey=ax0)
@@ -190,7 +191,10 @@ def plot_curves(items: list[dict], x: Optional[str], groups: list[str], baseline
             uniq = dict(zip(lab, h))
             ax.legend(uniq.values(), uniq.keys(), fontsize=7)
     if ymax is not None and baselines and baselines.get("unigram"):
-        ax0.set_ylim(top=min(ymax, baselines.get("uniform", ymax)) + 0.1)
+        top = min(ymax, baselines.get("uniform", ymax)) + 0.1
+        # the bottom too: a diverged run's 2.9e7 left it autoscaled to -1.45e6, every curve a flat line at 0
+        low = min([v for v in every if v <= top] or [top - 1.0])
+        ax0.set_ylim(bottom=max(0.0, low - 0.1), top=top)
     return _save(fig, path)
 
 
