@@ -354,3 +354,22 @@ def test_the_sweep_curves_keep_a_healthy_run_readable_beside_a_diverged_one(monk
     base = {"uniform": 4.17, "unigram": 3.35, "bigram": 2.48}
     assert rs.plot_curves(items, "train.learning_rate", [], base, tmp_path / "c.png") is not None
     assert limits and all(lo == pytest.approx(2.46) and hi == pytest.approx(4.27) for lo, hi in limits), limits
+
+
+def test_the_context_record_of_overfit_final_weights_is_not_judged_as_the_architecture():
+    """An overfit run (val best 2.315 at step 200, 2.957 at step 600): diagnose said the final weights do not use
+    their context and blamed the attention path, the mask and model.block_size, while the report's card and
+    `depthlab context` on the best weights said the model uses its context."""
+    from depthlab.analytics.diagnose import diagnose_records, rules_without_data
+
+    from conftest import SHAKESPEARE_BASELINES, context_record, eval_records
+
+    recs = eval_records([4.2, 2.6, 2.315, 2.5, 2.7, 2.85, 2.957], trains=[4.2, 2.5, 2.1, 1.7, 1.4, 1.2, 1.0])
+    unused = context_record(600, [2.9] * 64)
+    found = diagnose_records(recs + [unused], baselines=SHAKESPEARE_BASELINES)
+    rules = [f.rule for f in found]
+    assert "overfitting" in rules and "context_unused" not in rules, rules
+    said = [w for w in rules_without_data(recs + [unused], baselines=SHAKESPEARE_BASELINES) if "context_unused" in w]
+    assert said == ["context_unused (its end-of-training record is of the final weights (step 600), which overfit: val "
+                    "2.957 against the best 2.315 (step 200) while train fell; depthlab context RUN measures the best "
+                    "weights)"], said

@@ -352,6 +352,24 @@ def _context_tells(ev: Evidence, who: str) -> Optional[str]:
 CONTEXT_TELLS = Need("event", "a loss by position that tells", _context_tells)
 
 
+def _final_overfit(ev: Evidence, who: str) -> Optional[str]:
+    """Why the end-of-training record says nothing of the run's best weights: the final weights it measured overfit
+    (val rose from its best by ``overfit_growth`` while train fell), or None. An overfit run's final weights were
+    called "the model does not use its context" with the architecture's causes, while its best weights used it."""
+    pairs = ev.loss_pairs
+    if len(pairs) < 2:
+        return None
+    best, last = min(pairs, key=lambda p: p[1]), pairs[-1]
+    if last[1] - best[1] < ev.thresholds.overfit_growth or last[2] >= best[2]:
+        return None
+    return (f"its end-of-training record is of the final weights (step {last[0]}), which overfit: val {last[1]:.3f} "
+            f"against the best {best[1]:.3f} (step {best[0]}) while train fell; depthlab context RUN measures the "
+            "best weights")
+
+
+FINAL_NOT_OVERFIT = Need("eval", "final weights that have not overfitted", _final_overfit)
+
+
 @rule("fixed_shape")
 def fixed_shape(ev: Evidence) -> Optional[Finding]:
     """``fixed_shape``: the model's forward failed on the final validation's batches (summary.json
@@ -425,6 +443,9 @@ def context_unused(ev: Evidence) -> Optional[Finding]:
         return NotJudged(("context_unused",), (CONTEXT_TELLS,), CONTEXT_TELLS.shortfall(ev, who_needs(1)) or "")
     if state != UNUSED or divergence(ev):  # diverged final weights' curve tells of the divergence (exploding)
         return None  # a finding needs the numbers themselves to show no use, not only too few windows
+    overfit = _final_overfit(ev, who_needs(1))
+    if overfit:  # the final weights lost what the best used: overfitting's finding says why, not the wiring
+        return NotJudged(("context_unused",), (FINAL_NOT_OVERFIT,), overfit)
     solved = LOSS_LEFT.shortfall(ev, who_needs(1))
     if solved:  # the context unused by a model that predicts almost perfectly: nothing it could add (a leak is said)
         return NotJudged(("context_unused",), (LOSS_LEFT,), solved)
