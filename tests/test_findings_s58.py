@@ -373,3 +373,16 @@ def test_the_context_record_of_overfit_final_weights_is_not_judged_as_the_archit
     assert said == ["context_unused (its end-of-training record is of the final weights (step 600), which overfit: val "
                     "2.957 against the best 2.315 (step 200) while train fell; depthlab context RUN measures the best "
                     "weights)"], said
+
+
+def test_a_sweep_report_of_runs_all_stopped_by_max_time_says_what_they_ended_with():
+    """A finished sweep whose two runs were stopped by train.max_time said "No finished runs yet." and carded
+    "runs finished 0/2"."""
+    from depthlab.report.sweep import _cards, _no_ok_runs
+
+    from conftest import sweep_item
+
+    its = [sweep_item("prenorm", L, 2.4, status="time_capped") for L in (1, 2)]
+    assert _no_ok_runs(its) == ("No run ended with status ok (status time_capped): the table averages the ok runs; "
+                                "every run is in All runs below.")
+    assert _cards([it["row"] for it in its], None)[0] == ("runs ok", "0/2", "status ok; 2 stopped by train.max_time")

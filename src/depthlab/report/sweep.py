@@ -379,7 +379,7 @@ def _experiment_section(exp: dict, its: list[dict], baselines: Optional[dict], p
     for which in ("grad", "rank"):
         body.append(figure_html(which, plot_per_block(its, x, groups, which, fig[which]), x, groups=groups))
     header, rows = aggregate_table(its, x, groups)
-    table = html_table(rows, header=header) if rows else '<p class="muted">No finished runs yet.</p>'
+    table = html_table(rows, header=header) if rows else f'<p class="muted">{esc(_no_ok_runs(its))}</p>'
     body.append("<h3>Table (mean over seeds)</h3>" + table)
     title = f"Experiment {exp['name']}" if exp["name"] else "Results"
     return Section(title, "".join(body), anchor=f"exp-{tag}")
@@ -464,10 +464,23 @@ def _runs_section(rows: list[dict], columns: list[str]) -> Section:
                    anchor="runs")
 
 
+def _no_ok_runs(its: list[dict]) -> str:
+    """The table's place when no run of an experiment ended ok: what they did end with ("No finished runs yet." was
+    said of a finished sweep whose runs were all stopped by train.max_time)."""
+    statuses = sorted({str(it["row"].get("status")) for it in its})
+    if not its:
+        return "No runs yet."
+    return (f"No run ended with status ok (status {', '.join(statuses)}): the table averages the ok runs; every run "
+            "is in All runs below.")
+
+
 def _cards(rows: list[dict], baselines: Optional[dict], unit: str = "character") -> list[tuple[str, str, str]]:
     """The header cards; ``unit`` a token of the runs in words (:func:`~depthlab.sweep.sweep_unit`)."""
     n_ok = sum(1 for r in rows if r["status"] in OK_STATUSES)
-    cards = [("runs finished", f"{n_ok}/{len(rows)}", "status ok")]
+    capped = sum(1 for r in rows if r["status"] == "time_capped")
+    # "runs finished 0/2" was said of two runs that finished, stopped by train.max_time
+    cards = [("runs ok", f"{n_ok}/{len(rows)}",
+              "status ok" + (f"; {capped} stopped by train.max_time" if capped else ""))]
     u = short_unit(unit)
     if baselines:
         cards.append(("bigram baseline", f"{baselines['bigram']:.3f}", f"nats/{u} (the current {unit} alone)"))
