@@ -386,3 +386,18 @@ def test_a_sweep_report_of_runs_all_stopped_by_max_time_says_what_they_ended_wit
     assert _no_ok_runs(its) == ("No run ended with status ok (status time_capped): the table averages the ok runs; "
                                 "every run is in All runs below.")
     assert _cards([it["row"] for it in its], None)[0] == ("runs ok", "0/2", "status ok; 2 stopped by train.max_time")
+
+
+@pytest.mark.slow  # a BPE run and its report: ~7 s
+def test_a_bpe_runs_report_says_why_it_has_no_attention_figure(tmp_path, bpe_file):
+    """It said "not recorded in this run, not measurable for this model, or drawn from files that are missing or
+    damaged, which the command then names in a warning": no warning came, nothing was damaged."""
+    from depthlab.report import build_report
+
+    from conftest import bpe_run_config
+
+    run = train(bpe_run_config(tmp_path, bpe_file, max_iters=4, probe_interval=2), **QUIET)
+    html = build_report(run).read_text()
+    assert ("Not drawn: attention patterns on a validation snippet (drawn for character-level runs, whose labels are "
+            "characters; this run&#x27;s tokenizer is bpe).") in html
+    assert "attention patterns on a validation snippet (not recorded" not in html

@@ -538,6 +538,16 @@ def figure_note(run: RunData, name: str) -> Optional[str]:
 UNIT_NOTES = ("loss", "layers", "context")
 
 
+def _attention_words(run: RunData) -> Optional[str]:
+    """Why a run gets no attention figure by design, or None (a BPE run was told its files may be damaged)."""
+    m, d = (run.config or {}).get("model") or {}, (run.config or {}).get("data") or {}
+    if m.get("source"):
+        return "read from depthlab's GPT's attention hook points: a model.source model has none"
+    if d.get("tokenizer") == "bpe":
+        return "drawn for character-level runs, whose labels are characters; this run's tokenizer is bpe"
+    return None
+
+
 def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = None,
                  skip: Sequence[str] = ()) -> Path:
     """Draw the run's figures and write one self-contained HTML report.
@@ -576,7 +586,11 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
             figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=note))
     if not figs:
         figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
-    missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"]
+    missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"
+               and not (n == "attention" and _attention_words(run))]
+    if "attention" not in pngs and "attention" not in skip and _attention_words(run) and pngs:
+        why = esc(_attention_words(run))
+        figs.append(f'<p class="muted">Not drawn: {esc(PLOTS["attention"][1].lower())} ({why}).</p>')
     if missing and pngs:
         figs.append(f'<p class="muted">Not drawn: {esc("; ".join(missing))} (not recorded in this run, not '
                     "measurable for this model, or drawn from files that are missing or damaged, which the "
