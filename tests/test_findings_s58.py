@@ -401,3 +401,15 @@ def test_a_bpe_runs_report_says_why_it_has_no_attention_figure(tmp_path, bpe_fil
     assert ("Not drawn: attention patterns on a validation snippet (drawn for character-level runs, whose labels are "
             "characters; this run&#x27;s tokenizer is bpe).") in html
     assert "attention patterns on a validation snippet (not recorded" not in html
+
+
+def test_a_resume_with_fit_to_time_false_leaves_the_plan():
+    """--resume --train.fit_to_time false on a planned run still stopped at the plan's end (the help: "Off: max_time
+    only cuts the run")."""
+    from depthlab.budget import Plan
+    from depthlab.config import TrainConfig
+
+    plan = Plan(max_iters=180, lr_decay_iters=180, warmup_iters=49, max_iters_asked=5000, lr_decay_iters_asked=5000,
+                warmup_iters_asked=50, s_per_step=0.025, s_per_eval=0.4, at_step=20, max_time=6.0)
+    assert plan.made_for(TrainConfig(max_iters=5000, lr_decay_iters=5000))
+    assert not plan.made_for(TrainConfig(max_iters=5000, lr_decay_iters=5000, fit_to_time=False))

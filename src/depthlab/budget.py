@@ -83,9 +83,10 @@ class Plan:
         """Whether a resume asking ``train`` continues this plan: it asks for the end the plan
         replaced, or for the planned end itself (as a run written before plans were values does: its
         config.json held the planned values). A new ``warmup_iters`` keeps the plan, and the plan's
-        warmup (the schedule's line says the new one changes nothing); a new end drops it."""
+        warmup (the schedule's line says the new one changes nothing); a new end drops it, and so does
+        ``train.fit_to_time false`` (it was ignored: the run still stopped at the plan's end)."""
         asked = (train.max_iters, train.lr_decay_iters)
-        return asked in ((self.max_iters_asked, self.lr_decay_iters_asked), (self.max_iters, self.lr_decay_iters))
+        return train.fit_to_time and asked in ((self.max_iters_asked, self.lr_decay_iters_asked), (self.max_iters, self.lr_decay_iters))
 
     @property
     def ends_early(self) -> bool:
