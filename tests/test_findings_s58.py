@@ -413,3 +413,19 @@ def test_a_resume_with_fit_to_time_false_leaves_the_plan():
                 warmup_iters_asked=50, s_per_step=0.025, s_per_eval=0.4, at_step=20, max_time=6.0)
     assert plan.made_for(TrainConfig(max_iters=5000, lr_decay_iters=5000))
     assert not plan.made_for(TrainConfig(max_iters=5000, lr_decay_iters=5000, fit_to_time=False))
+
+
+def test_once_the_command_ends_a_ctrl_c_ends_the_process_without_a_traceback(monkeypatch, capsys):
+    """A second Ctrl-C as the interpreter shut down printed "Exception ignored in atexit callback" and a traceback
+    (depthlab's Ctrl-C handler was still installed)."""
+    import signal
+
+    from depthlab import _entry
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr("sys.argv", ["depthlab", "--version"])
+    try:
+        assert _entry.main() == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before)

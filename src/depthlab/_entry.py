@@ -7,7 +7,9 @@ would print Python's traceback instead of ``depthlab: interrupted`` (exit 130), 
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 
 def main() -> int:
@@ -17,4 +19,10 @@ def main() -> int:
     except KeyboardInterrupt:
         print("depthlab: interrupted", file=sys.stderr)
         return 130
-    return cli_main()
+    try:
+        return cli_main()
+    finally:
+        # the command has ended: a Ctrl-C while the interpreter shuts down (torch's atexit callbacks) ends the process
+        # as the signal does, not with "Exception ignored in atexit callback" and a traceback
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
