@@ -86,7 +86,8 @@ class Plan:
         warmup (the schedule's line says the new one changes nothing); a new end drops it, and so does
         ``train.fit_to_time false`` (it was ignored: the run still stopped at the plan's end)."""
         asked = (train.max_iters, train.lr_decay_iters)
-        return train.fit_to_time and asked in ((self.max_iters_asked, self.lr_decay_iters_asked), (self.max_iters, self.lr_decay_iters))
+        ends = ((self.max_iters_asked, self.lr_decay_iters_asked), (self.max_iters, self.lr_decay_iters))
+        return bool(train.fit_to_time) and asked in ends
 
     @property
     def ends_early(self) -> bool:
