@@ -429,3 +429,19 @@ def test_once_the_command_ends_a_ctrl_c_ends_the_process_without_a_traceback(mon
         assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_log_axis_over_a_narrow_range_has_readable_labels():
+    """Update ratios from 0.0177 to 0.0195 cross no decade, 2 or 5: the axis carried no tick label at all."""
+    from depthlab.figures import log_axis, new_figure
+
+    fig = new_figure((4, 3))
+    ax = fig.add_subplot(1, 1, 1)
+    vals = [0.0177, 0.0185, 0.0195]
+    ax.plot([1, 2, 3], vals)
+    log_axis(ax, "y", vals)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    lo, hi = ax.get_ylim()
+    shown = [float(s) for s in labels if lo <= float(s) <= hi]
+    assert len(shown) >= 2, labels

@@ -204,14 +204,19 @@ def time_key(fig, ax, steps: Sequence[float]) -> list:
 
 def log_axis(ax, which: str = "y", values: Sequence[float] = ()) -> None:
     """Log scale with plain tick labels (0.001, 2, 50) instead of 10^x; labels 2 and 5 between
-    decades when the data span less than ~1.5 decades."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    decades when the data span less than ~1.5 decades, and evenly spaced ticks when they span less than a factor
+    of 3 (update ratios from 0.0177 to 0.0195 crossed no decade, 2 or 5: the axis had no label)."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
     axis = ax.yaxis if which == "y" else ax.xaxis
     getattr(ax, f"set_{which}scale")("log")
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     pos = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
-    if pos and math.log10(max(pos) / min(pos)) < 1.5:
+    if pos and max(pos) / min(pos) < 3:
+        axis.set_major_locator(MaxNLocator(nbins=4))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}" if v > 0 else ""))
+        axis.set_minor_formatter(NullFormatter())
+    elif pos and math.log10(max(pos) / min(pos)) < 1.5:
         def minor(v, _):
             m = v / 10 ** math.floor(math.log10(v) + 1e-9)
             return f"{v:g}" if int(round(m)) in (2, 5) and abs(m - round(m)) < 1e-6 else ""
