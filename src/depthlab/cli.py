@@ -599,9 +599,11 @@ def build_report_parser():
                              "HTML file (images embedded, works offline). Given a sweep directory, rebuild the "
                              "sweep's comparison report.")
     _add_run_dir(p, "a run directory (depthlab train) or a sweep directory (depthlab sweep)")
-    p.add_argument("--out", type=Optional[str], default=None, help="HTML file to write (default: DIR/report.html)")
+    p.add_argument("--out", type=Optional[str], default=None,
+                   help="HTML file to write (default: DIR/report.html); a run directory only (a sweep's report is "
+                        "SWEEP/report.html)")
     p.add_argument("--skip", nargs="+", type=str, default=[],
-                   help=f"figures not to draw, from: {', '.join(PLOTS)}")
+                   help=f"figures not to draw, from: {', '.join(PLOTS)}; a run directory only")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     return p
 

@@ -295,8 +295,8 @@ def plot_update_ratio(run: str | Path | RunData) -> Optional[Path]:
     return save_run_figure(fig, run.run_dir, "update_ratio", f"Update / weight ratio per block — {run.title()}",
                            UPDATE_RATIO_MUON if muon else
                            f"AdamW: ~1e-3 is the rule of thumb; the shaded band {low:g} … {high:g} is where diagnose "
-                           f"calls train.learning_rate neither too high nor too low (judged at {LR_JUDGED_FRACTION:g} "
-                           "of the peak rate or more: the ratio falls with the cosine)")
+                           f"calls train.learning_rate neither too high nor too low (judged after the warmup, at "
+                           f"{LR_JUDGED_FRACTION:g} of the peak rate or more: the ratio falls with the cosine)")
 
 
 UPDATE_RATIO_MUON = ("Muon run: the block matrices' updates are orthogonalised and sized by train.muon_lr (about 0.2 × "
