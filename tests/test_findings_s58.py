@@ -420,10 +420,11 @@ def test_once_the_command_ends_a_ctrl_c_ends_the_process_without_a_traceback(mon
     (depthlab's Ctrl-C handler was still installed)."""
     import signal
 
-    from depthlab import _entry
+    from depthlab import _entry, cli
 
     before = signal.getsignal(signal.SIGINT)
     monkeypatch.setattr("sys.argv", ["depthlab", "--version"])
+    monkeypatch.setattr(cli, "_PROCESS_ARGV", None)  # main() sets it as the process's own: put back after
     try:
         assert _entry.main() == 0
         assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
