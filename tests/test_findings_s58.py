@@ -222,6 +222,11 @@ def test_a_signal_after_the_final_validation_keeps_the_summary_and_says_the_run_
                                  "written); its end-of-run diagnosis may be missing: depthlab diagnose "
                                  f"{tmp_path / 'r'}")
     assert not runlock.is_held(tmp_path / "r")
+    if how.startswith("Ctrl-C"):  # without a final validation, none is named
+        t = Trainer(tiny_config(tmp_path / "n", tiny_text_file, train=dict(max_iters=4, final_validation=False)),
+                    callbacks=[hook], **QUIET)
+        with pytest.raises(Interrupted, match=r"interrupted after the last step \(4\): the run is finished"):
+            t.fit()
 
 
 @pytest.mark.parametrize("edit, said", [(-3, "config.json's resolved.eval_batch is -3, not the whole number >= 1"),
@@ -446,3 +451,58 @@ def test_a_log_axis_over_a_narrow_range_has_readable_labels():
     lo, hi = ax.get_ylim()
     shown = [float(s) for s in labels if lo <= float(s) <= hi]
     assert len(shown) >= 2, labels
+
+
+class _KeywordOnly(_ThreeArgs):
+    def forward(self, idx, targets=None, *, scale):
+        return self.e(idx)
+
+
+class _MaskSecond(_ThreeArgs):
+    def forward(self, idx, attn_mask=None, targets=None):
+        return self.e(idx)
+
+
+def test_the_forward_signature_check_names_keyword_only_and_misplaced_targets():
+    """forward(idx, targets=None, *, scale) was told "take the token ids (B, T) as its first argument"; forward(idx,
+    attn_mask=None, targets=None) passed check and trained with the targets in attn_mask."""
+    from depthlab.usermodel import call_fault
+
+    assert call_fault(_KeywordOnly())[1] == "give scale a default (e.g. scale=None)"
+    problem, fix = call_fault(_MaskSecond())
+    assert problem.endswith("takes targets, but not as its second argument: depthlab calls forward(idx, targets), the "
+                            "targets second (as nanoGPT's forward(idx, targets=None)), so attn_mask would receive them")
+    assert fix == "put targets second: forward(self, idx, targets=None, ...)"
+    assert call_fault(_ThreeArgs())[1] == "give mask, extra a default (e.g. mask=None)"
+    from depthlab.model import GPT
+
+    from conftest import tiny_model_config
+    assert call_fault(GPT(tiny_model_config())) is None
+
+
+def test_a_callback_class_is_refused_as_one():
+    from depthlab.callbacks import Callback, checked_callbacks
+
+    with pytest.raises(DepthlabError, match=r"^callbacks\[0\] is the class Callback; pass an instance: Callback\(\)$"):
+        checked_callbacks([Callback])
+
+
+def test_an_out_dir_that_is_no_path_and_a_float64_export_are_one_clear_error(tmp_path, tiny_text_file):
+    from depthlab.analytics.context import load_weights
+    from depthlab.export import export_run
+
+    cfg = tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2))
+    cfg.train.out_dir = 5
+    with pytest.raises(DepthlabError, match=r"^train.out_dir must be a run folder's path \(str or pathlib.Path\), "
+                                            r"got 5$"):
+        train(cfg, **QUIET)
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    torch.set_default_dtype(torch.float64)
+    try:
+        with pytest.raises(DepthlabError, match=r"^export: torch's default dtype is torch.float64"):
+            export_run(run, tmp_path / "hf")
+        with pytest.raises(DepthlabError, match=r"torch's default dtype is torch.float64"):
+            load_weights(run)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert not (tmp_path / "hf").exists()

@@ -119,6 +119,8 @@ def checked_callbacks(callbacks: object) -> list:
         raise DepthlabError(f"callbacks must be a list of depthlab.Callback objects, got {callbacks!r}")
     out = list(callbacks)
     for i, cb in enumerate(out):
+        if isinstance(cb, type):  # its methods are callable, unbound: the first hook failed with a TypeError
+            raise DepthlabError(f"callbacks[{i}] is the class {cb.__name__}; pass an instance: {cb.__name__}()")
         missing = [h for h in HOOKS if not callable(getattr(cb, h, None))]
         if missing:
             raise DepthlabError(f"callbacks[{i}] ({type(cb).__name__}) has no {missing[0]}: subclass "

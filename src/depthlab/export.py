@@ -72,7 +72,7 @@ from .config import SAMPLE_DEFAULTS, ModelConfig
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
 from .errors import DepthlabError, no_space, no_space_words
 from .init_from import NEOX_ROPE, NEOX_ROTARY
-from .model import GPT
+from .model import GPT, require_float32_default
 from .rundir import RunDir, make_temp_dir, normalise_modes, up_from_missing_error
 
 #: Files an export writes; ``--overwrite`` replaces a folder only if it holds nothing else.
@@ -461,6 +461,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         DepthlabError: not a run, no checkpoint, a model with no equivalent ``transformers`` class,
             transformers missing, or ``out_dir`` in the way.
     """
+    require_float32_default("export")  # a float64 default wrote float64 weights, twice the size
     rd = RunDir(run_dir).require("checkpoints").path
     out = Path(out_dir)
     _check_out_parents(out)

@@ -30,7 +30,7 @@ from . import rundir
 from .init_from import given_tokenizer_json
 from .budget import FIT_STEPS, REFIT_STEPS, TimeBudget, nothing_to_train  # noqa: F401 (FIT_STEPS, REFIT_STEPS: re-exported)
 from .callbacks import Callback, StepInfo, checked_callbacks
-from .config import RunConfig, corpus_file, model_record, schedule_warnings, wiring_label
+from .config import RunConfig, corpus_file, model_record, run_path, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
 from .model import require_float32_default
 from .errors import DepthlabError, Terminated, api_errors, api_words
@@ -62,14 +62,16 @@ class Interrupted(Exception):
                          f"depthlab train --resume {shlex.quote(str(run_dir))}")
 
     @classmethod
-    def at_the_end(cls, signum: int, run_dir: Path, step: int, cut: bool = True) -> "Interrupted":
+    def at_the_end(cls, signum: int, run_dir: Path, step: int, cut: bool = True,
+                   validated: bool = True) -> "Interrupted":
         """A signal during the final validation, after the last step: the run is finished and summary.json says the
         final validation was cut (``final_validation_cut``); a resume trains nothing and runs it. ``cut`` False: the
         signal came as it ended (it is whole) or during the end-of-run analytics (diagnosis.json not written)."""
-        if not cut:
-            return cls(signum, run_dir, step, f"{stopped_by(signum)} after the last step ({step}) and its final "
-                       "validation: the run is finished (summary.json written); its end-of-run diagnosis may be "
-                       f"missing: depthlab diagnose {shlex.quote(str(run_dir))}")
+        if not cut:  # "and its final validation" only where one ran (train.final_validation)
+            return cls(signum, run_dir, step, f"{stopped_by(signum)} after the last step ({step})"
+                       f"{' and its final validation' if validated else ''}: the run is finished (summary.json "
+                       f"written); its end-of-run diagnosis may be missing: depthlab diagnose "
+                       f"{shlex.quote(str(run_dir))}")
         return cls(signum, run_dir, step, f"{stopped_by(signum)} during the final validation, after the last step "
                    f"({step}): the run is finished (summary.json written) and its final_validation is null; to run "
                    f"it: depthlab train --resume {shlex.quote(str(run_dir))}")
@@ -175,9 +177,8 @@ class Trainer:
             raise
 
     def close(self) -> None:
-        """Give the run back without training it (a :meth:`fit` that ends, however it ends, does this): the run
-        folder's lock, its open records, the caller's thread count. A notebook can then resume the run, in
-        this process or another."""
+        """Give the run back (lock, open records, the caller's thread count) without training it, as any end of
+        :meth:`fit` does: a notebook can then resume the run, in this process or another."""
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
         self.runtime.close(wait=False)
@@ -201,7 +202,7 @@ class Trainer:
         if single := self.corpus.one_symbol_words():
             self._held.append(f"warning: {single}")
         self._held += unused_vocab_size(cfg, len(vocab))
-        self.run_dir = Path(t.out_dir) if t.out_dir else default_out_dir()
+        self.run_dir = run_path(t.out_dir, "train.out_dir") if t.out_dir else default_out_dir()
         if t.resume and not t.out_dir:
             raise DepthlabError("train.resume needs the run to continue: give its folder as train.out_dir "
                                 "(--resume RUN_DIR on the command line)")
@@ -523,7 +524,8 @@ class Trainer:
         self.metrics.close()
         self.runtime.close(wait=stop is None)
         if stop or self.stop.caught():  # the training is whole: the exit says the signal came
-            raise Interrupted.at_the_end(stop or self.stop.signum, self.run_dir, self.step, self.evaluator.final_cut)
+            raise Interrupted.at_the_end(stop or self.stop.signum, self.run_dir, self.step, self.evaluator.final_cut,
+                                         self.evaluator.final_val is not None)
         return self.run_dir
 
 

@@ -822,15 +822,24 @@ def call_fault(model: torch.nn.Module) -> Optional[tuple[str, str]]:
     except (TypeError, ValueError):
         return None
     with_targets = "targets" in sig.parameters
+    name = f"{type(model).__name__}.forward{sig}"
+    positional = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if with_targets and positional[1:2] != ["targets"]:  # full_logits passes them second: another parameter got them
+        return (f"{name} takes targets, but not as its second argument: depthlab calls forward(idx, targets), the "
+                f"targets second (as nanoGPT's forward(idx, targets=None))"
+                + (f", so {positional[1]} would receive them" if len(positional) > 1 else ""),
+                "put targets second: forward(self, idx, targets=None, ...)")
     try:
         sig.bind(0, 0) if with_targets else sig.bind(0)
     except TypeError:
         call = "forward(idx, targets)" if with_targets else "forward(idx)"
-        extra = [n for n, p in sig.parameters.items() if p.default is inspect.Parameter.empty
-                 and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)][2 if with_targets else 1:]
+        required = [n for n, p in sig.parameters.items() if p.default is inspect.Parameter.empty
+                    and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        given = set(positional[:2] if with_targets else positional[:1])  # what depthlab passes, positionally
+        extra = [n for n in required if n not in given]
         fix = (f"give {', '.join(extra)} a default (e.g. {extra[0]}=None)" if extra else
                "take the token ids (B, T) as its first argument")
-        return (f"{type(model).__name__}.forward{sig} cannot be called as {call}, as depthlab calls it (the token ids "
+        return (f"{name} cannot be called as {call}, as depthlab calls it (the token ids "
                 f"(B, T){' and the targets' if with_targets else ''}, nothing else)", fix)
     return None
 

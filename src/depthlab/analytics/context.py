@@ -39,6 +39,7 @@ from ..errors import DepthlabError
 from ..units import counted, finite_or_none, plus_minus
 from ..rundir import BASELINES, CHECKPOINTS, CONFIG, TOKENIZER, VOCAB, RunDir, read_json, read_metrics
 from ..training.evaluator import eval_batch, eval_batches, micro_batches
+from ..model import require_float32_default
 from ..usermodel import forward_fault, full_logits, make_model
 from .rules.context import CONTEXT_EVENT, MORE_WINDOWS, UNDECIDED, UNUSED, context_verdict, context_words
 from .rules.evidence import unit_of
@@ -248,6 +249,7 @@ def open_run(run_dir: str | Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> ViewR
 
 def _model_from(run_dir: Path, path: Path) -> torch.nn.Module:
     """The model of the weights file ``path`` (depthlab's GPT or the run's model.source), in eval mode."""
+    require_float32_default(f"loading the run {run_dir}")  # layers said "(float32, ...)" of a float64 model
     sd, meta = ckpt.load_weights_file(path)
     model = make_model(ckpt.model_config_from_meta(meta, path), run_dir)
     ckpt.load_into(model, sd, path)
