@@ -586,11 +586,11 @@ def build_report(run_dir: Union[str, Path], out: Optional[Union[str, Path]] = No
             figs.append(f"<h3>{esc(caption)}</h3>" + img_tag(pngs[name], alt=caption, caption=note))
     if not figs:
         figs.append('<p class="muted">Nothing to plot yet: the run has logged no metrics.</p>')
+    by_design = _attention_words(run)  # no attention figure for this kind of run: said with its own reason
     missing = [PLOTS[n][1].lower() for n in PLOTS if n not in pngs and n not in skip and n != "rezero_alpha"
-               and not (n == "attention" and _attention_words(run))]
-    if "attention" not in pngs and "attention" not in skip and _attention_words(run) and pngs:
-        why = esc(_attention_words(run))
-        figs.append(f'<p class="muted">Not drawn: {esc(PLOTS["attention"][1].lower())} ({why}).</p>')
+               and not (n == "attention" and by_design)]
+    if "attention" not in pngs and "attention" not in skip and by_design and pngs:
+        figs.append(f'<p class="muted">Not drawn: {esc(PLOTS["attention"][1].lower())} ({esc(by_design)}).</p>')
     if missing and pngs:
         figs.append(f'<p class="muted">Not drawn: {esc("; ".join(missing))} (not recorded in this run, not '
                     "measurable for this model, or drawn from files that are missing or damaged, which the "

@@ -467,9 +467,9 @@ def _runs_section(rows: list[dict], columns: list[str]) -> Section:
 def _no_ok_runs(its: list[dict]) -> str:
     """The table's place when no run of an experiment ended ok: what they did end with ("No finished runs yet." was
     said of a finished sweep whose runs were all stopped by train.max_time)."""
-    statuses = sorted({str(it["row"].get("status")) for it in its})
     if not its:
         return "No runs yet."
+    statuses = sorted({str(it["row"].get("status")) for it in its})
     return (f"No run ended with status ok (status {', '.join(statuses)}): the table averages the ok runs; every run "
             "is in All runs below.")
 
