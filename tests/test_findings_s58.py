@@ -300,7 +300,8 @@ def test_a_resume_stopped_before_its_first_step_puts_config_json_back(tmp_path, 
         Trainer(cfg, callbacks=[_StartHook(_ctrl_c)], **QUIET).fit()
     assert (tmp_path / "r" / "config.json").read_bytes() == before
     assert str(e.value) == (f"interrupted before the first step: nothing was trained, and {tmp_path / 'r'}"
-                            "/config.json is as it was before this resume")
+                            f"/config.json is as it was before this resume; to resume: depthlab train --resume "
+                            f"{tmp_path / 'r'}")
 
 
 def test_a_resumed_runs_wall_time_keeps_the_earlier_sessions_final_validation(tmp_path, tiny_text_file):

@@ -431,7 +431,7 @@ class Trainer:
         params = list(self.raw_model.parameters())
         # a checkpoint's step was evaluated (a step-0 one too), unless a signal cut that evaluation short
         resumed_at = self.step if self.resumed and self.evaluator.cut_at != self.step else None
-        last_log_s, last_log_step, trained = self.stepper.train_seconds, self.step, False
+        last_log_s, last_log_step, trained, evaluated = self.stepper.train_seconds, self.step, False, False
         while True:
             flags = self.stop.flags(time.time() - self._t_start)
             time_up = flags["time_up"]
@@ -442,13 +442,16 @@ class Trainer:
                     and self.step != resumed_at:
                 t_eval = time.time()
                 cut = not _evaluate_now(self)
+                evaluated |= not cut
                 self.budget.note_eval(time.time() - t_eval)
                 flags["signal"] |= self.world_size == 1 and self.stop.caught()  # one that came during it
             # a cut evaluation of the last step is no end: its checkpoint is written and a resume evaluates it
             if not cut and self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:
                 return
             if flags["signal"] or cut:
-                if not (trained or self.resumed):  # nothing trained yet (a stop in evaluation 0): undone
+                # nothing trained yet (a stop in evaluation 0), or a resume whose checkpoint holds nothing of it (the
+                # evaluation it was redoing cut again): undone, its config.json put back
+                if not (trained or (self.resumed and evaluated)):
                     raise _undo_start(self)
                 self.checkpointer.save_agreed(self)
                 raise Interrupted(self.stop.signum or signal.SIGTERM, self.run_dir, self.step)
@@ -652,7 +655,8 @@ def _config_put_back(tr: "Trainer") -> Optional[str]:
     if before is None:
         return None
     rundir.atomic_write(tr.run_dir / rundir.CONFIG, before)
-    return f"{tr.run_dir / rundir.CONFIG} is as it was before this resume"
+    return (f"{tr.run_dir / rundir.CONFIG} is as it was before this resume; to resume: depthlab train --resume "
+            f"{shlex.quote(str(tr.run_dir))}")
 
 
 def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:

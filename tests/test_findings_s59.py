@@ -1,0 +1,49 @@
+"""Findings of session 59's new-user passes and of note 31's "seen, not fixed" list (each test failed before its
+change)."""
+
+import json
+import signal
+
+import pytest
+
+from conftest import QUIET, tiny_config
+from depthlab import RunConfig, train
+from depthlab.trainer import Interrupted, Trainer
+
+
+def _cut_evaluation_at(tr: Trainer, step: int) -> None:
+    """Make a SIGTERM arrive during ``tr``'s evaluation of ``step`` (as a user's `kill` would)."""
+    real = tr.evaluator.port.loss
+
+    def loss(model, x, y):
+        if not model.training and tr.step == step:
+            tr.stop.request(signal.SIGTERM)
+        return real(model, x, y)
+
+    tr.evaluator.port.loss = loss
+
+
+@pytest.mark.slow  # three short trainings
+def test_a_resume_whose_redone_evaluation_is_cut_again_puts_config_json_back(tmp_path, tiny_text_file):
+    """A resume whose only work was to redo an evaluation a signal had cut, stopped there again, kept its new settings
+    in config.json: the next plain --resume took them up as asked, though nothing had trained with them."""
+    run = tmp_path / "r"
+    tr = Trainer(tiny_config(run, tiny_text_file, train=dict(max_iters=20, eval_interval=5, eval_iters=4)), **QUIET)
+    _cut_evaluation_at(tr, 10)
+    with pytest.raises(Interrupted):
+        tr.fit()
+    before, ckpts = (run / "config.json").read_bytes(), sorted(p.name for p in (run / "checkpoints").iterdir())
+    cfg = RunConfig.from_run(run)
+    cfg.train.max_iters, cfg.train.learning_rate = 30, 3e-4
+    again = Trainer(cfg, **QUIET)
+    _cut_evaluation_at(again, 10)
+    with pytest.raises(KeyboardInterrupt) as e:
+        again.fit()
+    assert (run / "config.json").read_bytes() == before
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ckpts
+    assert str(e.value) == (f"terminated (SIGTERM) before the first step: nothing was trained, and {run}/config.json "
+                            f"is as it was before this resume; to resume: depthlab train --resume {run}")
+    train(RunConfig.from_run(run), **QUIET)  # the plain resume: the run's own settings, the cut evaluation redone
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 5, 10, 15, 20]
+    assert json.loads((run / "config.json").read_text())["train"]["max_iters"] == 20
