@@ -47,3 +47,15 @@ def test_a_resume_whose_redone_evaluation_is_cut_again_puts_config_json_back(tmp
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in recs if r["kind"] == "eval"] == [0, 5, 10, 15, 20]
     assert json.loads((run / "config.json").read_text())["train"]["max_iters"] == 20
+
+
+def test_a_budget_that_ends_after_the_decay_says_the_rate_was_at_its_floor(tmp_path, tiny_text_file, fake_clock):
+    """A max_time stop of a run whose rate sat at train.min_lr said "the learning rate had not finished its decay"."""
+    fake_clock[1] = 0.2  # fake seconds per clock reading: the budget ends within the first steps
+    lines = []
+    cfg = tiny_config(tmp_path / "w", tiny_text_file, train=dict(max_iters=5000, max_time=3.0, warmup_iters=1,
+                                                                 lr_decay_iters=2, fit_to_time=False,
+                                                                 eval_interval=1000, log_interval=1))
+    Trainer(cfg, log=lines.append).fit()
+    said = [x for x in lines if x.startswith("stopped by train.max_time")]
+    assert said and said[0].endswith("the learning rate was at its floor already, train.min_lr 0.0001"), lines

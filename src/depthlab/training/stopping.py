@@ -99,7 +99,12 @@ class StopRules:
         if time_up:
             plan = (" (the budget ended before train.fit_to_time had timed the steps it plans from)"
                     if t.fit_to_time and budget.plan is None else "")
-            where = f"was still warming up{plan}" if step < schedule.warmup_iters else "had not finished its decay"
+            if step < schedule.warmup_iters:
+                where = f"was still warming up{plan}"
+            elif schedule.lr_at(step) <= t.min_lr * (1 + 1e-6):  # a decay that ended before (or a constant rate)
+                where = f"was at its floor already, train.min_lr {t.min_lr:g}"
+            else:
+                where = "had not finished its decay"
             self.log(f"stopped by train.max_time ({t.max_time:g} s of this session; a resume gets as long "
                      f"again) at step {step} of {schedule.max_iters}: the learning rate {where}")
             return "max_time"
