@@ -59,3 +59,22 @@ def test_a_budget_that_ends_after_the_decay_says_the_rate_was_at_its_floor(tmp_p
     Trainer(cfg, log=lines.append).fit()
     said = [x for x in lines if x.startswith("stopped by train.max_time")]
     assert said and said[0].endswith("the learning rate was at its floor already, train.min_lr 0.0001"), lines
+
+
+@pytest.mark.slow  # two short trainings
+def test_a_resume_asking_max_iters_below_a_cut_evaluations_step_trains_and_changes_nothing(tmp_path, tiny_text_file):
+    """A resume asking train.max_iters below the step of a cut evaluation warned of a warmup it would not run,
+    evaluated, and left config.json's max_iters (8) below summary.json's final_step (10)."""
+    run = tmp_path / "r"
+    tr = Trainer(tiny_config(run, tiny_text_file, train=dict(max_iters=20, eval_interval=5, eval_iters=4)), **QUIET)
+    _cut_evaluation_at(tr, 10)
+    with pytest.raises(Interrupted):
+        tr.fit()
+    files = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    cfg = RunConfig.from_run(run)
+    cfg.train.max_iters = 8
+    lines = []
+    train(cfg, log=lines.append)
+    assert lines == [f"nothing to train: the run is at step 10 and train.max_iters is 8 (a total); pass a larger "
+                     "train.max_iters to extend it. Nothing was changed."]
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == files

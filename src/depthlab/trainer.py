@@ -601,6 +601,8 @@ def _wall_before(run_dir: Path, step: int, checkpointed: float) -> float:
 def _nothing_left(tr: "Trainer") -> Optional[str]:
     """The line of a resume with no step left to train, or None: its run is at its last step (``max_iters`` or the
     plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing."""
+    if tr.step > tr.schedule.max_iters:  # asked to end before the run's step: not even a cut evaluation is redone
+        return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     if tr.evaluator.cut_at == tr.step:  # a signal cut its last evaluation: the resume evaluates it, then ends
         return None
     if final_validation_cut(tr.run_dir, tr.step) and tr.cfg.train.final_validation:
