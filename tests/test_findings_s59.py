@@ -78,3 +78,16 @@ def test_a_resume_asking_max_iters_below_a_cut_evaluations_step_trains_and_chang
     assert lines == [f"nothing to train: the run is at step 10 and train.max_iters is 8 (a total); pass a larger "
                      "train.max_iters to extend it. Nothing was changed."]
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == files
+
+
+def test_a_run_with_only_its_step_0_probe_has_no_end_rank(tmp_path):
+    """results.csv's last_block_rank ("after training") of a run that died after its step-0 probe was that probe's,
+    the initialisation's."""
+    from depthlab.sweep.results import _metric_cells
+
+    d = {"summary": None, "grad": [], "init_probe": {"rank_measure": [0.5, 0.4]}, "diagnosis": [],
+         "probe": [{"step": 0, "rank_measure": [0.6, 0.3]}]}
+    row = _metric_cells(d, None)
+    assert row["init_last_block_rank"] == 0.4 and row["last_block_rank"] is None
+    d["probe"].append({"step": 50, "rank_measure": [0.6, 0.2]})
+    assert _metric_cells(d, None)["last_block_rank"] == 0.2

@@ -30,8 +30,9 @@ RESULT_COLUMNS = ["n_layer", "variant", "seed", "final_train_loss", "final_val_l
                   "wall_time_s", "status"]
 #: Trailing columns: bits/char of best_val_loss, the best weights' loss on the whole val split
 #: (``train.final_validation``; empty when off), training throughput, grad-norm ratio first/last
-#: block (last gradient record), rank measure of the last block at initialisation (the init probe)
-#: and after training (the last probe: for a one-step run that is after one optimizer step), diagnosis.
+#: block (last gradient record), rank measure of the last block at initialisation (the init probe, on train
+#: batches) and after training (the run's last probe past step 0, on its fixed val batch: for a one-step run that
+#: is after one optimizer step; empty where the run has none), diagnosis.
 METRIC_COLUMNS = ["best_val_bpc", "whole_val_loss", "tokens_per_sec", "grad_ratio_first_last", "init_last_block_rank",
                   "last_block_rank", "diagnosis", "run", "message"]
 
@@ -169,7 +170,10 @@ def _metric_cells(d: dict, best: Optional[float]) -> dict:
             row["grad_ratio_first_last"] = g0 / g1
     init = (d.get("init_probe") or {}).get("rank_measure")
     row["init_last_block_rank"] = number_or_none(init[-1]) if isinstance(init, list) and init else None
-    last = d["probe"][-1]["rank_measure"] if d["probe"] else None
+    # after training: a probe past step 0 (a run that died before its first periodic or end probe has only the
+    # step-0 one, which is the initialisation, not an end)
+    after = [r for r in d["probe"] if isinstance(r.get("step"), int) and r["step"] > 0]
+    last = after[-1]["rank_measure"] if after else None
     row["last_block_rank"] = number_or_none(last[-1]) if last else None
     row["diagnosis"] = ";".join(d["diagnosis"])
     return row
