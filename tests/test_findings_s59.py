@@ -91,3 +91,22 @@ def test_a_run_with_only_its_step_0_probe_has_no_end_rank(tmp_path):
     assert row["init_last_block_rank"] == 0.4 and row["last_block_rank"] is None
     d["probe"].append({"step": 50, "rank_measure": [0.6, 0.2]})
     assert _metric_cells(d, None)["last_block_rank"] == 0.2
+
+
+def test_time_capped_runs_are_a_finding_left_out_of_the_means_not_runs_that_did_not_finish():
+    """A sweep's findings said time-capped runs "did not finish normally" and that the comparisons below (which
+    leave them out) were at unequal budgets; sweep --help calls them a finding."""
+    from conftest import sweep_item
+
+    from depthlab import sweep
+
+    its = [sweep_item("prenorm", L, 3.2 + 0.01 * L) for L in (1, 2, 8)]
+    its[2]["row"]["status"] = "time_capped"
+    lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], None)
+    assert lines[0] == ("1 run stopped by train.max_time before train.max_iters (status time_capped: runs/prenorm8): "
+                        "left out of the means below, which are over the runs with status ok (raise train.max_time "
+                        "or lower train.max_iters)."), lines
+    assert not [ln for ln in lines if "did not finish normally" in ln], lines
+    its[1]["row"]["status"] = "nonfinite"
+    assert sweep.summary_lines(its, "model.n_layer", ["model.variant"], None)[-1] == \
+        "1 run did not finish normally: runs/prenorm2 (nonfinite)."

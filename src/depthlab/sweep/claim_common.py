@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from ..units import finite_or_none, fmt_value
-from .results import OK_STATUSES, field_value
+from .results import CAPPED, OK_STATUSES, field_value
 from .stats import (Leaf, Node, cell_stats, fewer_failures, fmt_p, greater, leaves,
                     verdict)
 
@@ -31,7 +31,7 @@ def short_of_budget(it: dict) -> bool:
     """Whether the run stopped by ``train.max_time`` before ``train.max_iters`` (status ``time_capped``, or the end
     ``train.fit_to_time`` planned): it trained fewer steps than the claims' equal budget, so its loss is not the
     budget's and its cut is no failure (Fisher's test on "runs not ok" refuted a claim on such runs alone)."""
-    if it["row"]["status"] == "time_capped":
+    if it["row"]["status"] == CAPPED:
         return True
     s = (it.get("details") or {}).get("summary") or {}
     end, budget = s.get("final_step"), field_value(it.get("config") or {}, "train.max_iters")

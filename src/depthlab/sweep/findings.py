@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 from ..analytics.rules.evidence import unit_of
 from ..units import LN2, counted
-from .results import OK_STATUSES, aggregate, field_value, group_name
+from .results import CAPPED, OK_STATUSES, aggregate, field_value, group_name
 from .claim_common import BUDGET_FIX, run_names, short_of_budget
 from .science import init_last_rank
 
@@ -132,11 +132,17 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
         out.append(f"Numbers are means over {many} ({', '.join(map(str, sorted(seeds)))}); "
                    "the spread is the sample standard deviation.")
     short = [it for it in items if short_of_budget(it)]
-    if short:  # a fit_to_time plan (or the time cap) ended them early: the trends compare unequal budgets
+    capped = [it for it in short if it["row"]["status"] == CAPPED]
+    planned = [it for it in short if it["row"]["status"] != CAPPED]
+    if planned:  # a fit_to_time plan ended them early: they are in the means, whose trends compare unequal budgets
         # "fewer steps than the others'" was said where there were no others, or the others had died sooner
-        out.append(f"{counted(len(short), 'run')} stopped by train.max_time before train.max_iters "
-                   f"({run_names(short, 6)}): their losses are at fewer steps than the run asked for, so the "
+        out.append(f"{counted(len(planned), 'run')} stopped by train.max_time before train.max_iters "
+                   f"({run_names(planned, 6)}): their losses are at fewer steps than the run asked for, so the "
                    f"comparisons below are not at an equal step budget ({BUDGET_FIX}).")
+    if capped:  # a finding, not a failure; the means below are over the ok runs only
+        out.append(f"{counted(len(capped), 'run')} stopped by train.max_time before train.max_iters "
+                   f"(status {CAPPED}: {run_names(capped, 6)}): left out of the means "
+                   f"below, which are over the runs with status ok ({BUDGET_FIX}).")
     xname = x.split(".")[-1] if x else ""
     unit = sweep_unit(items)
     u = short_unit(unit)
@@ -153,7 +159,7 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
         out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
     if x == DEPTH and "plain" in agg and len(agg["plain"]) > 1:
         out += _plain_lines(agg["plain"], baselines, unit)
-    failed = [it for it in items if it["row"]["status"] not in OK_STATUSES]
+    failed = [it for it in items if it["row"]["status"] not in (*OK_STATUSES, CAPPED)]  # the capped: said above
     if failed:
         out.append(f"{counted(len(failed), 'run')} did not finish normally: " + "; ".join(
             f"{it['row']['run']} ({it['row']['status']})" for it in failed[:8]) + ".")

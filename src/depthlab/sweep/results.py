@@ -43,6 +43,8 @@ FINAL_STATUSES = ("ok", "nonfinite")
 #: Statuses of runs that trained and measured something: a diverged run and one stopped by train.max_time are
 #: findings of the experiment (the report shows them); any other status (an error) gave no result.
 RESULT_STATUSES = ("ok", "nonfinite", "time_capped")
+#: The status of a run train.max_time stopped before train.max_iters (and before any end fit_to_time planned).
+CAPPED = "time_capped"
 
 #: Seed statistics per cell (a grid point without its seed), computed from results.csv (:func:`cell_aggregates`).
 AGGREGATES_CSV = "aggregates.csv"
