@@ -110,3 +110,17 @@ def test_time_capped_runs_are_a_finding_left_out_of_the_means_not_runs_that_did_
     its[1]["row"]["status"] = "nonfinite"
     assert sweep.summary_lines(its, "model.n_layer", ["model.variant"], None)[-1] == \
         "1 run did not finish normally: runs/prenorm2 (nonfinite)."
+
+
+def test_fit_after_close_says_the_trainer_was_closed_not_that_it_trained(tmp_path, tiny_text_file):
+    """fit() after close() said the Trainer "has trained" the run, which had not trained a step."""
+    from depthlab.errors import DepthlabError
+
+    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    t.close()
+    with pytest.raises(DepthlabError) as e:
+        t.fit()
+    assert str(e.value).startswith(f"this Trainer of {tmp_path / 'r'} was closed (close()) before it trained, and "
+                                   "trains no more; to train on, make a new Trainer(RunConfig.from_run(")
+    train(RunConfig.from_run(tmp_path / "r"), **QUIET)  # the advice works: the run trains from its start
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 2

@@ -390,7 +390,8 @@ class Trainer:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
             Interrupted: SIGINT/SIGTERM (after a checkpoint; during the final validation, after the done line).
         """
-        _fit_once(self.metrics, self.run_dir)
+        _fit_once(self.metrics, self.run_dir, getattr(self, "_fit_called", False))
+        self._fit_called = True
         try:
             return self._fit()
         finally:
@@ -661,11 +662,13 @@ def _config_put_back(tr: "Trainer") -> Optional[str]:
             f"{shlex.quote(str(tr.run_dir))}")
 
 
-def _fit_once(metrics: MetricsWriter, run_dir: Path) -> None:
-    """Refuse (DepthlabError) a second :meth:`Trainer.fit`: the first closed the run's records (it failed inside
-    them with an AttributeError, after saying the run's start again)."""
+def _fit_once(metrics: MetricsWriter, run_dir: Path, fit_called: bool) -> None:
+    """Refuse (DepthlabError) a second :meth:`Trainer.fit`, or one after :meth:`Trainer.close`: the run's records
+    are closed (it failed inside them with an AttributeError, after saying the run's start again)."""
     if metrics.closed:
-        raise DepthlabError(f"this Trainer has trained {run_dir} already (fit() runs once); to train on, make a new "
+        done = (f"has trained {run_dir} already (fit() runs once)" if fit_called else
+                f"of {run_dir} was closed (close()) before it trained, and trains no more")
+        raise DepthlabError(f"this Trainer {done}; to train on, make a new "
                             f"Trainer(RunConfig.from_run({str(run_dir)!r})) (the run's own config, set to resume it, "
                             "as depthlab train --resume reads it; raise its train.max_iters to go further)")
 
