@@ -124,3 +124,23 @@ def test_fit_after_close_says_the_trainer_was_closed_not_that_it_trained(tmp_pat
                                    "trains no more; to train on, make a new Trainer(RunConfig.from_run(")
     train(RunConfig.from_run(tmp_path / "r"), **QUIET)  # the advice works: the run trains from its start
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["final_step"] == 2
+
+
+def test_a_trainer_made_in_python_speaks_in_the_apis_words(tmp_path, tiny_text_file):
+    """Trainer(cfg) refused an existing run with "use --resume ... to continue it, --overwrite to replace it, or another
+    --train.out_dir", flags a Python caller has no use for (depthlab.train said it in the API's words)."""
+    from depthlab.errors import DepthlabError
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    with pytest.raises(DepthlabError) as e:
+        Trainer(tiny_config(tmp_path / "r", tiny_text_file), **QUIET)
+    assert str(e.value) == (f"train.out_dir {tmp_path / 'r'} already exists; use depthlab.train(RunConfig.from_run("
+                            f"'{tmp_path / 'r'}')) to continue it, overwrite=True to replace it, or another "
+                            "train.out_dir")
+    lines = []
+    cfg = RunConfig.from_run(tmp_path / "r")
+    cfg.train.max_iters = 2
+    Trainer(cfg, log=lines.append).fit()
+    assert [ln for ln in lines if ln.startswith("nothing to train")] == [
+        "nothing to train: the run is at step 2 and train.max_iters is 2 (a total); pass a larger train.max_iters "
+        "to extend it. Nothing was changed."]

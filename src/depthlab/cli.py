@@ -101,7 +101,8 @@ def run_train(ns) -> int:
         hostmem.keep_freed_memory()
     try:
         trainer = Trainer(cfg, callbacks=default_callbacks(cfg), overwrite=bool(ns.overwrite), init_from=ns.init_from,
-                          restart_ok=_PROCESS_ARGV is not None, init_from_copy=bool(ns.init_from_copy))
+                          restart_ok=_PROCESS_ARGV is not None, init_from_copy=bool(ns.init_from_copy),
+                          command_line=True)
     except OSError as e:
         if not no_space(e):
             raise

@@ -11,6 +11,7 @@ adds the default analytics observers. Files go through :mod:`depthlab.rundir` an
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -143,6 +144,8 @@ class Trainer:
             policy: :class:`~depthlab.training.autotune.Restart` is raised, before anything is written,
             when the measured-fastest setting needs one.
         init_from_copy: build ``model.source`` (the ``init_from`` run's) from that run's own copy of the file.
+        command_line: the caller is ``depthlab train``: its errors and lines name flags (``--train.max_iters``);
+            else (a Python caller) they name config fields and keyword arguments (:func:`~depthlab.errors.api_words`).
 
     Raises:
         DepthlabError: bad data, sizes, run directory, resume mismatch, or ``init_from`` weights that
@@ -157,7 +160,15 @@ class Trainer:
     device_checks: Optional[bool] = None
 
     def __init__(self, cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = False,
-                 log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False):
+                 log=console, init_from: Optional[str] = None, restart_ok: bool = False, init_from_copy: bool = False,
+                 command_line: bool = False):
+        self._words = contextlib.nullcontext if command_line else api_errors
+        with self._words():
+            self._init(cfg, callbacks, overwrite, log if command_line else (lambda s: log(api_words(s))), init_from,
+                       restart_ok, init_from_copy)
+
+    def _init(self, cfg: RunConfig, callbacks: Iterable[Callback], overwrite: bool, log, init_from: Optional[str],
+              restart_ok: bool, init_from_copy: bool) -> None:
         # the caller's stays as asked; fields set after construction refused here
         cfg = copy.deepcopy(RunConfig.require(cfg, "Trainer")).checked()
         require_float32_default("train")  # before anything is made: nothing to give back
@@ -390,12 +401,13 @@ class Trainer:
             NonFiniteError: non-finite loss/gradient with ``on_nonfinite: stop``.
             Interrupted: SIGINT/SIGTERM (after a checkpoint; during the final validation, after the done line).
         """
-        _fit_once(self.metrics, self.run_dir, getattr(self, "_fit_called", False))
-        self._fit_called = True
-        try:
-            return self._fit()
-        finally:
-            self.close()  # after the done line's close() (a barrier under torchrun), it does nothing
+        with self._words():
+            _fit_once(self.metrics, self.run_dir, getattr(self, "_fit_called", False))
+            self._fit_called = True
+            try:
+                return self._fit()
+            finally:
+                self.close()  # after the done line's close() (a barrier under torchrun), it does nothing
 
     def _fit(self) -> Path:
         t, m, self._t_start = self.cfg.train, self.cfg.model, time.time()
@@ -464,7 +476,7 @@ class Trainer:
                 for cb in self.callbacks:
                     cb.on_step_end(self, info)
             if self.step in self.budget.marks:
-                self._fit_tick(bar)
+                _fit_tick(self, bar)
             if info is None:
                 continue
             if bar is not None:
@@ -476,29 +488,6 @@ class Trainer:
                 tps = (self.step - last_log_step) * tokens_per_step / max(spent, 1e-9)
                 last_log_s, last_log_step = self.stepper.train_seconds, self.step
                 self._log_step(info, tps, bar)
-
-    def _fit_tick(self, bar) -> None:
-        """train.fit_to_time at one of the budget's marks: read the clock, plan when it has a timing.
-
-        Every process plans the same end: the slowest decides.
-        """
-        self.runtime.synchronize()  # three times per run: the clock must see the queued steps
-        s_step = self.budget.tick(self.step, time.time())
-        if s_step is None:
-            return
-        n = self.runtime.min_int(self.budget.steps_that_fit(self.step, s_step, time.time() - self._t_start))
-        lr_before, warmup_before = self.schedule.lr_at(self.step), self.schedule.warmup_iters
-        floor = self.step > warmup_before and lr_before <= self.cfg.train.min_lr * (1 + 1e-6)  # a warmup starts low
-        msg = self.budget.propose(self.step, n, s_step, at_floor=floor)
-        if msg is None:
-            return
-        self.log(msg)
-        self.schedule.replanned(self.step, lr_before, warmup_before)
-        if bar is not None:
-            bar.total = self.schedule.max_iters
-            bar.refresh()
-        if self.is_main:  # a resume continues this plan
-            self._write_config()
 
     def _log_step(self, info: StepInfo, tokens_per_sec: float, bar) -> None:
         self.metrics.log("train", {"step": info.step, "loss": info.loss, "lr": info.lr,
@@ -551,6 +540,30 @@ def run_summary(tr: "Trainer") -> dict:
             "final_validation": ev.final_val, "final_validation_cut": ev.final_cut,
             "final_validation_error": ev.final_error,
             **tr.checkpointer.init_record}
+
+
+def _fit_tick(tr: "Trainer", bar) -> None:
+    """train.fit_to_time at one of the budget's marks: read the clock, plan when it has a timing.
+
+    Every process plans the same end: the slowest decides.
+    """
+    tr.runtime.synchronize()  # three times per run: the clock must see the queued steps
+    s_step = tr.budget.tick(tr.step, time.time())
+    if s_step is None:
+        return
+    n = tr.runtime.min_int(tr.budget.steps_that_fit(tr.step, s_step, time.time() - tr._t_start))
+    lr_before, warmup_before = tr.schedule.lr_at(tr.step), tr.schedule.warmup_iters
+    floor = tr.step > warmup_before and lr_before <= tr.cfg.train.min_lr * (1 + 1e-6)  # a warmup starts low
+    msg = tr.budget.propose(tr.step, n, s_step, at_floor=floor)
+    if msg is None:
+        return
+    tr.log(msg)
+    tr.schedule.replanned(tr.step, lr_before, warmup_before)
+    if bar is not None:
+        bar.total = tr.schedule.max_iters
+        bar.refresh()
+    if tr.is_main:  # a resume continues this plan
+        tr._write_config()
 
 
 def _evaluate_now(tr: "Trainer") -> bool:
@@ -764,7 +777,7 @@ def train(cfg: RunConfig, callbacks: Iterable[Callback] = (), overwrite: bool = 
             kept); Interrupted.
     """
     with api_errors():  # the command line builds its own Trainer: only a Python caller gets here
-        return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=lambda s: log(api_words(s))))
+        return fit_checked(Trainer(cfg, callbacks=callbacks, overwrite=overwrite, log=log))
 
 
 def fit_checked(run: Trainer) -> Path:
