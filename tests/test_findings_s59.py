@@ -75,7 +75,7 @@ def test_a_resume_asking_max_iters_below_a_cut_evaluations_step_trains_and_chang
     cfg.train.max_iters = 8
     lines = []
     train(cfg, log=lines.append)
-    assert lines == [f"nothing to train: the run is at step 10 and train.max_iters is 8 (a total); pass a larger "
+    assert lines == ["nothing to train: the run is at step 10 and train.max_iters is 8 (a total); pass a larger "
                      "train.max_iters to extend it. Nothing was changed."]
     assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == files
 
