@@ -144,3 +144,18 @@ def test_a_trainer_made_in_python_speaks_in_the_apis_words(tmp_path, tiny_text_f
     assert [ln for ln in lines if ln.startswith("nothing to train")] == [
         "nothing to train: the run is at step 2 and train.max_iters is 2 (a total); pass a larger train.max_iters "
         "to extend it. Nothing was changed."]
+
+
+def test_a_last_evaluation_that_dips_far_above_the_best_is_still_overfitting():
+    """A 21-byte corpus's run: val 0.9 at its best, then 17.3, 17.3 and a last 17.29 (0.01 below the two before)
+    while train fell to 0.01: `overfitting` took the dip for improvement, and diagnose said to train longer."""
+    from conftest import eval_records
+
+    from depthlab.analytics.diagnose import diagnose_records
+
+    vals, trains = [3.0, 0.9, 5.0, 17.3, 17.3, 17.29], [3.0, 0.8, 0.2, 0.05, 0.02, 0.01]
+    f = diagnose_records(eval_records(vals, trains=trains))
+    assert [x.rule for x in f] == ["overfitting"], [(x.rule, x.evidence) for x in f]
+    assert f[0].evidence.startswith("val rose from its best 0.900 (step 100) to 17.290 nats (step 500)")
+    # near its best, a last evaluation below the others is still improvement (the usual train/val shift)
+    assert diagnose_records(eval_records([3.0, 2.0, 1.9, 1.95, 1.89], trains=[3.0, 1.9, 1.7, 1.5, 1.3])) == []

@@ -364,10 +364,12 @@ def overfitting(ev: Evidence) -> Optional[Finding]:
     recent = [(s, v, v - t) for s, v, t in ev.loss_pairs[-th.overfit_window:]]
     gaps = [g for _, _, g in recent]
     growing = all(b >= a for a, b in zip(gaps, gaps[1:])) and gaps[-1] - gaps[0] >= th.overfit_growth
-    still_improving = recent[-1][1] < min(v for _, v, _ in recent[:-1]) - 1e-3
     best = min(ev.loss_pairs, key=lambda p: p[1])  # (step, val, train) at the best val
     last = ev.loss_pairs[-1]
     rose = last[1] - best[1] >= th.overfit_growth and last[2] < best[2]
+    # a last evaluation below the window's others is improvement only near the best: one 16 nats above it that dips
+    # 0.01 is still overfit (a tiny corpus's run was told to train longer)
+    still_improving = recent[-1][1] < min(v for _, v, _ in recent[:-1]) - 1e-3 and not rose
     if gaps[-1] <= th.overfit_gap or not (growing or rose) or still_improving or divergence(ev):
         return None
     uniform = finite_or_none(((ev.baselines or {}).get("uniform") or {}).get("nats"))
