@@ -159,3 +159,20 @@ def test_a_last_evaluation_that_dips_far_above_the_best_is_still_overfitting():
     assert f[0].evidence.startswith("val rose from its best 0.900 (step 100) to 17.290 nats (step 500)")
     # near its best, a last evaluation below the others is still improvement (the usual train/val shift)
     assert diagnose_records(eval_records([3.0, 2.0, 1.9, 1.95, 1.89], trains=[3.0, 1.9, 1.7, 1.5, 1.3])) == []
+
+
+def test_check_says_every_rule_it_ran_the_shape_rule_too(tmp_path, tiny_text_file):
+    """check printed a progress line for every rule but its first, shape."""
+    from test_check import PLANTED
+
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.usermodel import build_model, parse_source
+
+    corpus = load_corpus(DataConfig(path=str(tiny_text_file), cache_dir=str(tmp_path)))
+    model = build_model(parse_source(f"{PLANTED}:TinyGPT"), {}, len(corpus.tokenizer.vocab))
+    lines = []
+    check_model(model, corpus, block_size=8, rules=("shape", "init_loss"), log=lines.append)
+    assert [ln.split(":")[0] for ln in lines] == ["shape", "finite", "init_loss"], lines
+    assert lines[0].startswith("shape: ok (") and lines[0].endswith(" s)")

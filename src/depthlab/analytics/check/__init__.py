@@ -253,6 +253,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
             report.checks.append(_unusable_forward(e))
             subject.unusable = "the forward gives no usable logits at any size tried (shape)"
             subject.B, subject.T, runs = batch_size, T, False  # the sizes asked, for the report's header
+        if log:  # every rule says it ran, the first too
+            log(f"shape: {report.checks[0].status} ({report.checks[0].seconds:.1f} s)")
         for rule in RULES[1:]:
             if rule not in rules and rule != "finite":  # finite always runs: the rules after it trust its numbers
                 continue
