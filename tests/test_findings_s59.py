@@ -5,6 +5,7 @@ import json
 import signal
 
 import pytest
+import torch
 
 from conftest import QUIET, tiny_config
 from depthlab import RunConfig, train
@@ -176,3 +177,59 @@ def test_check_says_every_rule_it_ran_the_shape_rule_too(tmp_path, tiny_text_fil
     check_model(model, corpus, block_size=8, rules=("shape", "init_loss"), log=lines.append)
     assert [ln.split(":")[0] for ln in lines] == ["shape", "finite", "init_loss"], lines
     assert lines[0].startswith("shape: ok (") and lines[0].endswith(" s)")
+
+
+LEARNER = "tests/fixtures/learner_gpt.py"
+
+
+def _learner(tmp_path, **init):
+    from depthlab.usermodel import build_model, parse_source
+
+    torch.manual_seed(0)
+    return build_model(parse_source(f"{LEARNER}:GPT"), init, 65)
+
+
+@pytest.fixture(scope="module")
+def shakespeare(tmp_path_factory):
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    return load_corpus(DataConfig(cache_dir=str(tmp_path_factory.mktemp("cache"))))
+
+
+@pytest.mark.parametrize("reads, words", [
+    ("last", "and later tokens move them (the logits at position "),
+    ("first", "and only the token at position 0 moves them (by up to "),
+])
+def test_a_head_reading_one_positions_state_is_named_not_the_mask_or_depth(tmp_path, shakespeare, reads, words):
+    """The own-model pass: a head given x[:, -1:] broadcast was sent to the attention mask ("about as much" of a
+    6.4 x ratio), and one given x[:, 0] was "a deep stack without shortcuts", not judged."""
+    from depthlab.analytics.check import check_model
+
+    rep = check_model(_learner(tmp_path, head_reads=reads), shakespeare, block_size=64,
+                      rules=("shape", "causal_leak"))
+    leak = {c.rule: c for c in rep.checks}["causal_leak"]
+    assert leak.ok is False and leak.summary.startswith("every position gets the same logits (the 64 positions' "
+                                                        "differ by at most ")
+    assert words in leak.summary and leak.remedy.startswith("apply the output layer to every position's own state")
+    assert "masked_fill" not in leak.remedy and "shortcut" not in leak.summary
+    good = check_model(_learner(tmp_path), shakespeare, block_size=64, rules=("shape", "causal_leak"))
+    assert [c.ok for c in good.checks] == [True, True]  # shape, causal_leak: no false alarm
+
+
+def test_heads_split_with_n_head_where_t_belongs_is_no_context_limit(tmp_path, shakespeare):
+    """train --model.source said "the model accepts at most T=4 positions: run with --model.block_size 4" of a
+    forward that runs at T=1 and 4 only (q.view(B, n_head, T, hs) works where T equals n_head); check said "T=2, 3
+    fails"."""
+    from depthlab.analytics.check import check_model
+    from depthlab.errors import DepthlabError
+    from depthlab.usermodel import check_forward
+
+    model = _learner(tmp_path, split="no transpose")
+    with pytest.raises(DepthlabError) as e:
+        check_forward(model, "mine.py:GPT", 16, 64, 65)
+    assert "accepts at most" not in str(e.value) and "--model.block_size 4" not in str(e.value)
+    assert "it runs at T=4 but fails at T=2, 3 too, so no context length is the limit" in str(e.value)
+    shape = check_model(model, shakespeare, block_size=64, rules=("shape",)).checks[0]
+    assert "length 4 is hard-coded: T=2, 3 fail (" in shape.summary
+    assert "view(B, n_head, T, C // n_head) for view(B, T, n_head, C // n_head).transpose(1, 2)" in shape.remedy

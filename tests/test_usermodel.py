@@ -384,7 +384,7 @@ def test_a_model_that_takes_only_its_training_batch_finishes_its_run_without_the
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["final_step"] == 10 and not summary.get("final_validation")
     skipped = [x for x in lines if x.startswith("final validation skipped: ")]
-    assert len(skipped) == 1 and "--train.final_validation false" in skipped[0]
+    assert len(skipped) == 1 and "train.final_validation=False" in skipped[0]  # a Python Trainer: the API's words
 
 
 def test_a_keyboardinterrupt_the_file_raises_is_not_read_as_ctrl_c(tmp_path):
@@ -548,7 +548,7 @@ def test_a_nan_final_validation_ends_the_run_with_exit_3_and_a_finding_not_no_pr
     assert main(["check", f"{src}:NanShort", "--data.path", str(tiny_text_file), "--block_size", "16",
                  "--init", '{"block_size": 16}']) == 1
     out = " ".join(capsys.readouterr().out.split())  # the report wraps its lines
-    assert "T=8, 15 fails (the logits hold NaN/inf)" in out and "hard-coded" not in out
+    assert "T=8, 15 fail (the logits hold NaN/inf)" in out and "hard-coded" not in out
 
 
 def test_a_process_that_did_not_run_the_final_validation_exits_3_when_process_0_found_it_not_finite(tmp_path):

@@ -882,24 +882,27 @@ def full_logits(model: torch.nn.Module, x: torch.Tensor, y: Optional[torch.Tenso
     return logits_of(model(x))
 
 
-def _longest_length(model: torch.nn.Module, x: torch.Tensor) -> Optional[int]:
-    """The longest length ``t`` (1 .. x's) at which the forward of ``x[:, :t]`` runs (found by bisection, assuming
-    that every shorter length runs too), or None when even one position fails."""
-    def runs(t: int) -> bool:
-        try:
-            with torch.no_grad():
-                full_logits(model, x[:, :t])
-            return True
-        except Exception:  # noqa: BLE001 - the user's forward failing at this length is the answer
-            return False
+def _runs_at(model: torch.nn.Module, x: torch.Tensor, t: int) -> bool:
+    """Whether the forward of ``x[:, :t]`` runs."""
+    try:
+        with torch.no_grad():
+            full_logits(model, x[:, :t])
+        return True
+    except Exception:  # noqa: BLE001 - the user's forward failing at this length is the answer
+        return False
 
-    if x.shape[1] < 1 or not runs(1):
-        return None
+
+def _longest_length(model: torch.nn.Module, x: torch.Tensor) -> tuple[Optional[int], list[int]]:
+    """(the longest length ``t`` (1 .. x's) at which the forward of ``x[:, :t]`` runs, found by bisection assuming
+    that every shorter length runs too, or None when even one position fails; the shorter lengths tried, t - 1 and
+    t // 2, that fail all the same: then no context length is the limit, a size written in the code is)."""
+    if x.shape[1] < 1 or not _runs_at(model, x, 1):
+        return None, []
     lo, hi = 1, x.shape[1] + 1  # it runs at lo, fails at hi (the length asked)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if runs(mid) else (lo, mid)
-    return lo
+        lo, hi = (mid, hi) if _runs_at(model, x, mid) else (lo, mid)
+    return lo, [t for t in sorted({lo // 2, lo - 1} - {0}) if not _runs_at(model, x, t)]
 
 
 def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
@@ -936,7 +939,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     except DepthlabError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward: its error is theirs, in one line
-        longest = _longest_length(model, x[:, :-1])
+        longest, shorter_fail = _longest_length(model, x[:, :-1])
         try:  # its own context argument is the knob that sizes the table (was: "give the model a larger table")
             own = "block_size" in inspect.signature(type(model)).parameters
         except (TypeError, ValueError):
@@ -946,6 +949,11 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                   if own else "give the model a larger position table (and mask)")
         fix = (f"the model accepts at most T={longest} positions (it runs on ({batch_size}, {longest})): run with "
                f"--model.block_size {longest}, or {larger}"
+               if longest and not shorter_fail else
+               f"it runs at T={longest} but fails at T={', '.join(map(str, shorter_fail))} too, so no context length "
+               "is the limit: a size is written where the length belongs, e.g. q.view(B, n_head, T, hs) for "
+               "q.view(B, T, n_head, hs).transpose(1, 2); take the sizes from the input (B, T, C = x.shape); "
+               f"`{check_command(src)}` tries more sizes"
                if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
                "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "

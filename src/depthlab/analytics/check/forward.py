@@ -232,15 +232,17 @@ def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict,
         parts.append(f"the asked size B={B}, T={T} fails ({asked_err}); the forward works at B={B0}, T={T0}")
     else:
         parts.append(f"forward(idx) of ({B}, {T}) returns logits {tuple(ev['logits'])}")
+    fail_b, fail_t = agree(len(bad_b), "fails", "fail"), agree(len(bad_t), "fails", "fail")
     if fixed_b:
-        parts.append(f"batch size {B0} is hard-coded: B={', '.join(map(str, bad_b))} fails "
+        parts.append(f"batch size {B0} is hard-coded: B={', '.join(map(str, bad_b))} {fail_b} "
                      f"({next(iter(bad_b.values()))})")
     elif bad_b:
-        parts.append(f"B={', '.join(map(str, bad_b))} fails ({next(iter(bad_b.values()))})")
+        parts.append(f"B={', '.join(map(str, bad_b))} {fail_b} ({next(iter(bad_b.values()))})")
     if fixed_t:
-        parts.append(f"length {T0} is hard-coded: T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
+        parts.append(f"length {T0} is hard-coded: T={', '.join(map(str, bad_t))} {fail_t} "
+                     f"({next(iter(bad_t.values()))})")
     elif bad_t:
-        parts.append(f"T={', '.join(map(str, bad_t))} fails ({next(iter(bad_t.values()))})")
+        parts.append(f"T={', '.join(map(str, bad_t))} {fail_t} ({next(iter(bad_t.values()))})")
     only_longer = asked_err and ev.get("longest_length") == T0 and not bad_b and not bad_t
     if not (asked_err or bad_b or bad_t):
         tried = [f"{k}={', '.join(map(str, v))}" for k, v in (("B", _other_batches(B)), ("T", _shorter(T))) if v]
@@ -255,7 +257,9 @@ def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict,
     if fixed_b or fixed_t or sized or (asked_err and not only_longer):
         remedy.append("take the sizes from the input instead of writing numbers: B, T = idx.shape in forward "
                       "(and B, T, C = x.shape where x is reshaped), then view(B, T, n_head, C // n_head), "
-                      "view(B, T, C), torch.arange(T); slice a mask built for the longest length: mask[:T, :T]")
+                      "view(B, T, C), torch.arange(T); slice a mask built for the longest length: mask[:T, :T]; a "
+                      "view that puts another size where T belongs (view(B, n_head, T, C // n_head) for view(B, T, "
+                      "n_head, C // n_head).transpose(1, 2)) works only where T equals it")
     if ev["nonfinite_at_other_sizes"]:
         remedy.append("find what makes NaN/inf only at those sizes (a mask or table made for one length, a division "
                       "by a count of positions): the final validation and sampling feed shorter inputs")
@@ -382,7 +386,7 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
     gen = torch.Generator().manual_seed(subject.seed)
     x, _ = subject.batch(windows, T, subject.rng(2), split="val")
     leak = torch.zeros(T, T)  # leak[j, t]: max |change| of the logits at t when token j changes
-    noise, scale, own, mixed = 0.0, 0.0, 0.0, 0.0
+    noise, scale, own, mixed, spread = 0.0, 0.0, 0.0, 0.0, 0.0
     for w in range(windows):
         seqs = _perturbed(subject, x[w], gen)
         with torch.no_grad():
@@ -394,6 +398,7 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
                                                    f"of the {len(seqs)} windows of validation text compared (window "
                                                    f"{w})", where=where)
         base = L[0]
+        spread = max(spread, float((base - base[:1]).abs().max()))  # how far the positions' logits differ
         noise = max(noise, float((L[-1] - base).abs().max()), again)
         scale = max(scale, float(base.abs().max()))
         mixed = max(mixed, mix)
@@ -417,6 +422,13 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
     ev["max_change_before_changed_position"] = float(leak[past].max())
     batch_leak = mixed > BATCH_REL_TOL * max(1.0, scale)
     ev["batch_leak"] = batch_leak
+    ev["spread_across_positions"] = spread
+    if spread <= tol and not batch_leak:  # every position's logits alike: one position's state given to all?
+        moved = _first_token_moves(subject, model, x[:windows], gen)
+        verdict = _one_state_verdict(ev, leak, bad, moved, tol)
+        if verdict is not None:
+            subject.leaks = bool(bad.any())
+            return verdict
     if batch_leak:
         subject.leaks = True
         return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
@@ -424,6 +436,49 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
         subject.leaks = True
         return _leak_verdict(ev, leak, bad)
     return _no_leak_verdict(ev, leak, own, tol, windows)
+
+
+def _first_token_moves(subject: Subject, model: nn.Module, x: torch.Tensor, gen: torch.Generator) -> float:
+    """How far the logits (any position) move when the token at position 0 of each window of ``x`` changes (the
+    perturbation test changes positions 1..T-1 only: every position may read position 0)."""
+    other = x.clone()
+    other[:, 0] = (x[:, 0] + torch.randint(1, max(2, subject.vocab_size), (len(x),), generator=gen)) \
+        % subject.vocab_size
+    with torch.no_grad():
+        a, b = subject.logits_many(model, x), subject.logits_many(model, other)
+    return float((a - b).abs().max())
+
+
+ONE_STATE_FIX = ("apply the output layer to every position's own state, logits = self.lm_head(x) on the whole "
+                 "(B, T, C) x, not to x[:, 0] or x[:, -1] broadcast (expand/repeat) to every position; the last "
+                 "position alone is what generation reads, after the forward")
+
+
+def _one_state_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor, moved_by_first: float,
+                       tol: float) -> Optional[CheckResult]:
+    """The PROBLEM of a forward that gives every position the same logits, read from one position's state (the
+    last's: a leak; the first's: no position predicts from its own context), or None where no token moves them (a
+    stack that forgets its tokens: not judged by :func:`_no_leak_verdict`)."""
+    T = leak.shape[0]
+    same = (f"every position gets the same logits (the {T} positions' differ by at most "
+            f"{ev['spread_across_positions']:.2g})")
+    if bool(bad.any()):
+        js = sorted(set(bad.nonzero(as_tuple=True)[0].tolist()))
+        if js == [T - 1]:
+            return None  # the token itself is read everywhere (idx[:, -1]): _leak_verdict names it
+        ev["leaking_from"] = js
+        j, t = divmod(int(torch.where(bad, leak, torch.zeros_like(leak)).argmax()), T)
+        text = (f"{same}, and later tokens move them (the logits at position {t} move by {float(leak[j, t]):.3g} "
+                f"when the token at position {j} changes): the forward gives every position the state of a later "
+                "one (x[:, -1] broadcast to every position?), so each position sees the future")
+        return CheckResult("causal_leak", False, {"summary": text, "one_state": "later", **ev}, ONE_STATE_FIX)
+    if moved_by_first > tol:
+        ev["change_from_first_token"] = moved_by_first
+        text = (f"{same}, and only the token at position 0 moves them (by up to {moved_by_first:.3g}; the tokens at "
+                "positions 1.. move none): the forward gives every position the state of the first (x[:, 0] "
+                "broadcast to every position?), so no position predicts from its own context")
+        return CheckResult("causal_leak", False, {"summary": text, "one_state": "first", **ev}, ONE_STATE_FIX)
+    return None
 
 
 def _no_leak_verdict(ev: dict, leak: torch.Tensor, own: float, tol: float, windows: int) -> CheckResult:
@@ -508,7 +563,8 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
                   "(diagonal=0), not tril(..., diagonal=1) or triu(..., diagonal=2)")
     elif past > 0 and future < 0.1 * past:
         text += (f"; a later token moves the logits {future / past:.1e} x as much as an earlier one (mean "
-                 f"{future:.2g} vs {past:.2g}): the future gets a small but non-zero weight")
+                 f"{future:.2g} vs {past:.2g}): the future reaches them only a little (a small weight, or the later "
+                 "scores left in the softmax's denominator)")
         remedy = ("the future must get exactly zero weight: mask the scores before the softmax with float('-inf') "
                   "(att = att.masked_fill(mask == 0, float('-inf')), after any scaling of the scores), not a finite "
                   "bias that "
@@ -516,8 +572,15 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
                   "leaves the later scores in its denominator); and take the softmax over the keys (dim=-1): over "
                   "the queries (dim=-2) each weight is normalised by the scores of later positions")
     elif past > 0:
-        text += (f"; a later token moves the logits about as much as an earlier one (mean {future:.2g} vs "
-                 f"{past:.2g}): nothing hides the future")
+        ratio = future / past
+        how = "about as much as" if 1 / 3 <= ratio <= 3 else f"{ratio:.2g} x as much as"
+        text += f"; a later token moves the logits {how} an earlier one (mean {future:.2g} vs {past:.2g})"
+        if int(bad.sum()) == ev["pairs_tested"]:
+            text += ": nothing hides the future"
+        else:  # some pairs do not leak: a mask is there, something after it mixes the positions
+            remedy += ("; if the mask is there already, the heads' split and merge must keep the positions apart: "
+                       "q.view(B, T, n_head, C // n_head).transpose(1, 2), and y.transpose(1, 2).contiguous()"
+                       ".view(B, T, C) after the attention (a view without its transpose mixes positions)")
     return CheckResult("causal_leak", False, {"summary": text, **ev}, remedy)
 
 

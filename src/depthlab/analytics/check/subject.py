@@ -160,7 +160,7 @@ class Subject:
                                  f"float?), not logits: expected ({B}, {T}, V), the floating-point scores of every "
                                  "token, before any .argmax / sampling", size_free=True)
             flat = flat_logits_hint(tuple(logits.shape), B, T, ModelPort(model).takes_targets)
-            one = ("; (B, V) is one position per sequence: return the logits of every position, not only the last"
+            one = ("; (B, V) is one position per sequence: return the logits of every position, not of one"
                    if logits.dim() == 2 and int(logits.shape[0]) == B and T > 1 else f"; {flat}" if flat else "")
             raise ModelFault(f"forward(idx) of shape ({B}, {T}) returned logits of shape {tuple(logits.shape)}, "
                              f"expected ({B}, {T}, V): three dimensions{one}", size_free=True)
