@@ -233,3 +233,19 @@ def test_heads_split_with_n_head_where_t_belongs_is_no_context_limit(tmp_path, s
     shape = check_model(model, shakespeare, block_size=64, rules=("shape",)).checks[0]
     assert "length 4 is hard-coded: T=2, 3 fail (" in shape.summary
     assert "view(B, n_head, T, C // n_head) for view(B, T, n_head, C // n_head).transpose(1, 2)" in shape.remedy
+
+
+def test_vanishing_gradients_with_level_updates_does_not_say_the_early_blocks_barely_learn():
+    """A 6-block stack without shortcuts: first/last gradient ratio 5.9e-4 while Muon's update ratios were level
+    (0.00895 ... 0.0102); diagnose said "the early blocks barely learn"."""
+    from conftest import grad_record
+
+    from depthlab.analytics.diagnose import diagnose_records
+
+    level = [grad_record(s, [6e-4, 1e-2, 1.0], [0.00895, 0.0093, 0.0102]) for s in (50, 100)]
+    (f,) = diagnose_records(level)
+    assert f.rule == "vanishing_gradients" and "barely learn" not in f.evidence
+    assert ("the early blocks get a faint learning signal (their updates are as large as the last block's, "
+            "update/weight ratio 8.95e-03 vs 1.02e-02 at step 100: the optimizer scales") in f.evidence
+    (f,) = diagnose_records([grad_record(s, [1e-5, 1e-3, 1.0], [1e-6, 1e-4, 1e-3]) for s in (50, 100)])
+    assert "the early blocks get a faint learning signal. That is" in f.evidence  # small updates: no such words

@@ -108,14 +108,27 @@ def _vanishing_evidence(ev: Evidence, ratio: tuple) -> str:
     probe = "depthlab check's gradient_flow" if ev.section("model").get("source") else "depthlab probe"
     evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over {len(steps)} "
                 f"gradient records (steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): "
-                "the early blocks barely learn. That is the trained run; at initialisation, before any update "
-                f"(what {probe} measures), the gradients can still be level (a stack without shortcuts then fails "
-                "through rank collapse instead): both hold, at different moments")
+                f"the early blocks get a faint learning signal{_updates_level(ev)}. That is the trained run; at "
+                f"initialisation, before any update (what {probe} measures), the gradients can still be level (a "
+                "stack without shortcuts then fails through rank collapse instead): both hold, at different moments")
     if lr_verdict(ev) == "low":
         evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
                      f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
                      "is low")
     return evidence
+
+
+def _updates_level(ev: Evidence) -> str:
+    """Where the last gradient record's update/weight ratios of the first and last block are within 3x of each
+    other: words saying the optimizer scaled the faint gradients back up (AdamW and Muon set an update's size
+    apart from the gradient's), so the early blocks do move ("they barely learn" was said of level updates)."""
+    last = next((r for r in reversed(ev.grads) if r.get("update_ratio_block")), None)
+    u = [finite_or_none(x) for x in (last or {}).get("update_ratio_block") or []]
+    if len(u) < 2 or not u[0] or not u[-1] or not 1 / 3 <= u[0] / u[-1] <= 3:
+        return ""
+    return (f" (their updates are as large as the last block's, update/weight ratio {u[0]:.2e} vs {u[-1]:.2e} at "
+            f"step {last.get('step')}: the optimizer scales each update to its own size, so the early blocks move, "
+            "but in directions that faint gradient hardly sets)")
 
 
 @rule("lr_too_high", "lr_too_low", needs=(GRAD, LR_RECORDS))
