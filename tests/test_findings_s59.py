@@ -249,3 +249,23 @@ def test_vanishing_gradients_with_level_updates_does_not_say_the_early_blocks_ba
             "update/weight ratio 8.95e-03 vs 1.02e-02 at step 100: the optimizer scales") in f.evidence
     (f,) = diagnose_records([grad_record(s, [1e-5, 1e-3, 1.0], [1e-6, 1e-4, 1e-3]) for s in (50, 100)])
     assert "the early blocks get a faint learning signal. That is" in f.evidence  # small updates: no such words
+
+
+def test_export_of_a_run_without_best_safetensors_says_which_weights_it_wrote(tmp_path, tiny_text_file, capsys):
+    """export of a run whose best.safetensors was deleted wrote the newest step's weights (val 1.389 against the
+    best's 1.112) as "checkpoint": "best" without a word; sample warns of the same case."""
+    pytest.importorskip("transformers")
+    from depthlab.export import export_run
+
+    run = tmp_path / "r"
+    train(tiny_config(run, tiny_text_file, train=dict(max_iters=6, eval_interval=3)), **QUIET)
+    manifest = json.loads((run / "checkpoints" / "manifest.json").read_text())
+    (run / "checkpoints" / "best.safetensors").unlink()
+    capsys.readouterr()
+    export_run(run, tmp_path / "hf")
+    err = capsys.readouterr().err
+    assert f"depthlab: warning: {run / 'checkpoints'} has no best.safetensors (deleted?)" in err
+    info = json.loads((tmp_path / "hf" / "depthlab.json").read_text())
+    assert info["checkpoint"] == "best" and info["weights_file"] == "step-000006.safetensors"
+    assert info["weights_note"].startswith(f"{run / 'checkpoints'} has no best.safetensors (deleted?)")
+    assert manifest["best"]["step"] in (3, 6) and info["step"] == 6

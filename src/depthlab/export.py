@@ -467,6 +467,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     _check_out_parents(out)
     _check_out_dir(out, overwrite)
     path = ckpt.select_weights(rd, which)
+    # best.safetensors gone: the newest step's weights, which may not be the best; said, and recorded (as sample does)
+    fallback = ckpt.best_fallback(rd, path) if which == "best" else None
+    if fallback:
+        print(f"depthlab: warning: {fallback}", file=sys.stderr)
     sd, meta = ckpt.load_weights_file(path)
     cfg = ckpt.model_config_from_meta(meta, path)
     check_exportable(cfg)
@@ -484,7 +488,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
         # run_dir absolute: the run an --init-from refusal names to export again, whatever folder it runs in
-        info = {"run_dir": str(rd.resolve()), "checkpoint": which, "step": int(meta.get("step", -1)),
+        info = {"run_dir": str(rd.resolve()), "checkpoint": which, "weights_file": path.name,
+                **({"weights_note": fallback} if fallback else {}), "step": int(meta.get("step", -1)),
                 "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
                 "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
         _write_text(tmp / "depthlab.json", json.dumps(info, indent=2, ensure_ascii=False))
