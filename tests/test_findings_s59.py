@@ -269,3 +269,20 @@ def test_export_of_a_run_without_best_safetensors_says_which_weights_it_wrote(tm
     assert info["checkpoint"] == "best" and info["weights_file"] == "step-000006.safetensors"
     assert info["weights_note"].startswith(f"{run / 'checkpoints'} has no best.safetensors (deleted?)")
     assert manifest["best"]["step"] in (3, 6) and info["step"] == 6
+
+
+def test_context_claims_for_the_context_only_what_position_0_does_not_reach_already():
+    """A BPE run: position 0 at 1.880, already 0.569 below the bigram line 2.449 (fitted on train, add-one smoothed),
+    last quarter 1.058: context said "the last quarter is 1.391 nats below the bigram line: that much comes from the
+    context", where at most the gain, 0.822, does."""
+    from depthlab.analytics.rules.context import USED, context_verdict
+
+    curve = [1.880] + [1.3] * 3 + [1.058] * 4
+    state, words = context_verdict(0.822, 0.096, curve, 2.449, 3.5, lq_se=0.02, windows=64, unit="token")
+    assert state == USED and "that much comes from" not in words
+    assert words.endswith("the last quarter is 1.391 nats below the bigram line, but position 0, which has no "
+                          "context, is already 0.569 below it (the line lies above what the current token alone "
+                          "gives on these windows): what the context adds is the gain over position 0, 0.822 nats")
+    state, words = context_verdict(0.9, 0.05, [2.6] + [2.0] * 7, 2.482, 3.3, lq_se=0.02, windows=64)
+    assert state == USED and words.endswith("the last quarter is 0.482 nats below the bigram line: that much comes "
+                                            "from the context before the current character")

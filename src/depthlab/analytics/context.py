@@ -3,7 +3,7 @@
 The val loss of a trained model, split by the position t = 0 .. T-1 of the predicting token inside its
 window, against the corpus baselines (:mod:`depthlab.analytics.baselines`). Position 0 sees one
 character, so a causal model there is a one-character predictor and cannot go below the one-character
-floor (the best such predictor of the val split, a little below the bigram baseline, which is fitted on
+floor (the best such predictor of the val split, at or below the bigram baseline, which is fitted on
 the train split) except by sampling noise; later positions well below the bigram line use context
 before the current character. TransformerLens plots the same curve ("loss by position") on a
 pretrained model; here it sits next to the baselines of the corpus the run trained on.
@@ -67,9 +67,9 @@ VIEW_HELP = {
               "with --blocks).",
     "context": "Val loss by position 0..T-1 of a trained run against the unigram and bigram baselines, with the "
                "context gain (loss at position 0 minus the mean over the last quarter of positions, nats) of the "
-               "chosen weights and of every checkpoint the run keeps. Position 0 sees one character, so it cannot "
-               "go below the one-character floor (the best one-character predictor of the val split, a little below "
-               "the bigram line); later positions below the bigram line show context the model uses. Works on any "
+               "chosen weights and of every checkpoint the run keeps. Position 0 sees one token (a character, or a "
+               "BPE token), so it cannot go below the one-token floor (the best one-token predictor of the val "
+               "split, at or below the bigram line); later positions below the bigram line show context the model uses. Works on any "
                "model.",
 }
 """``--help`` text of ``depthlab layers`` and ``depthlab context``."""
@@ -471,7 +471,7 @@ def format_context(res: dict) -> str:
         fl = res.get("one_char_floor")
         floor = (f"the one-{unit} floor {fl:.3f} (the best any predictor that sees one {unit} does on this val "
                  "split; the bigram line, fitted on the train split, lies above it)" if fl is not None else
-                 f"the best any predictor that sees one {unit} does (a little below the bigram line)")
+                 f"the best any predictor that sees one {unit} does (at or below the bigram line)")
         lines.append(f"  baselines: unigram {ug:.3f}, bigram {bg:.3f} ({res.get('baselines_from', BASELINES)}; "
                      f"position 0 sees one {unit}, so it cannot go below {floor} beyond its sampling error, ± se)")
     for c in res["checkpoints"]:

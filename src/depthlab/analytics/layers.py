@@ -482,7 +482,7 @@ def format_layers(res: dict) -> str:
     if bg is not None:
         where = " (and its position)" if res.get("embedding_has_position", True) else ""
         lines.append(f"  the embedding lens sees one {res.get('unit', 'character')}{where}, so it "
-                     "cannot go below the best one-token predictor of the val split (a little below the bigram "
+                     "cannot go below the best one-token predictor of the val split (at or below the bigram "
                      "line, which is fitted on the train split); a lens below that is context that the blocks up to "
                      "there have brought in")
     caveat = leak_caveat(res, "a lens below that line")

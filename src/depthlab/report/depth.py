@@ -138,5 +138,5 @@ def plot_context(run: str | Path | RunData) -> Optional[Path]:
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, fontsize=8, frameon=False)
     return save_run_figure(fig, run.run_dir, "context", f"Loss by position — {run.title()}",
                            f"{res['windows_described']}; position 0 sees one token and cannot go below the "
-                           "best one-token predictor of the val split (a little below the bigram line) beyond its "
+                           "best one-token predictor of the val split (at or below the bigram line) beyond its "
                            "sampling error; later positions below it are context the model uses")

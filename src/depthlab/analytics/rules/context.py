@@ -184,7 +184,12 @@ def context_verdict(gain: Optional[float], se: Optional[float], curve: Sequence[
         return UNDECIDED, _negative_gain_words(head, gain, se, curve, bigram, name, unit)
     if state == USED:
         below = ""
-        if bigram is not None:
+        if bigram is not None and curve[0] < bigram:  # the line lies high: part of the gap needs no context at all
+            below = (f"; the last quarter is {bigram - lq:.3f} nats below the {name}, but position 0, which has no "
+                     f"context, is already {bigram - curve[0]:.3f} below it (the line lies above what the current "
+                     f"{unit} alone gives on these windows): what the context adds is the gain over position 0, "
+                     f"{gain:.3f} nats")
+        elif bigram is not None:
             below = (f"; the last quarter is {bigram - lq:.3f} nats below the {name}: that much comes from the "
                      f"context before the current {unit}")
             if not _gain_shows_use(gain, min_gain, se):
