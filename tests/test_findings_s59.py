@@ -286,3 +286,24 @@ def test_context_claims_for_the_context_only_what_position_0_does_not_reach_alre
     state, words = context_verdict(0.9, 0.05, [2.6] + [2.0] * 7, 2.482, 3.3, lq_se=0.02, windows=64)
     assert state == USED and words.endswith("the last quarter is 0.482 nats below the bigram line: that much comes "
                                             "from the context before the current character")
+
+
+def test_the_plan_charges_evaluations_without_the_first_batchs_one_time_costs():
+    """The first evaluation (8 batches) took 0.775 s, 0.5 s of it its first forward; charged at that rate, the final
+    validation's 109 batches were kept 10.6 s of a 20-s budget and took 3.7 s: the run stopped at 62 % of it."""
+    from depthlab.budget import TimeBudget
+    from depthlab.config import TrainConfig
+
+    t = TrainConfig(max_iters=5000, max_time=20.0, fit_to_time=True, eval_interval=100, eval_iters=4)
+    b = TimeBudget(t)
+    b.begin(0)
+    b.note_eval(0.775, first_batch_s=0.5, batches=8)
+    assert b.eval_first == pytest.approx(0.275 * 8 / 7) and b.eval_total == pytest.approx(0.775)
+    b.final_batches = 109
+    ev = 0.275 * 8 / 7
+    assert b.steps_that_fit(20, 0.114, 3.0) == 20 + int((0.98 * 20 - 3.0 - ev * (1 + 109 / 8)) / (0.114 + ev / 100))
+    b.note_eval(0.3, first_batch_s=0.04, batches=8)  # later evaluations: the first one's figure stays
+    assert b.eval_first == pytest.approx(0.275 * 8 / 7)
+    b2 = TimeBudget(t)
+    b2.note_eval(0.5)  # no batch timing: the whole evaluation, as before
+    assert b2.eval_first == 0.5

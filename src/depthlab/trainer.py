@@ -456,7 +456,7 @@ class Trainer:
                 t_eval = time.time()
                 cut = not _evaluate_now(self)
                 evaluated |= not cut
-                self.budget.note_eval(time.time() - t_eval)
+                self.budget.note_eval(time.time() - t_eval, self.evaluator.first_batch_s, self.evaluator.batches_run)
                 flags["signal"] |= self.world_size == 1 and self.stop.caught()  # one that came during it
             # a cut evaluation of the last step is no end: its checkpoint is written and a resume evaluates it
             if not cut and self.stop.reason(self.step, time_up, self.schedule, self.budget, self.evaluator) is not None:

@@ -185,6 +185,8 @@ class Evaluator:
         self.final_nonfinite = False  # agreed by every process: the main one's final validation was not finite
         self._val_chars_per_token: Optional[float] = None
         self._no_se: Optional[str] = None  # no_se_reason(), once known ("" = the batches can differ)
+        self.first_batch_s: Optional[float] = None  # the latest evaluation's first forward batch, seconds
+        self.batches_run = 0  # and its forward batches
 
     @property
     def best(self) -> tuple[int, float]:
@@ -259,6 +261,7 @@ class Evaluator:
         was_training = model.training
         model.eval()
         out = {}
+        t0, self.first_batch_s, self.batches_run = time.perf_counter(), None, 0
         for split, data in (("train", self.corpus.train), ("val", self.corpus.val)):
             # kept on the device and read once per split: a read per batch would make the host wait for
             # each batch's kernels before it queues the next batch's (on CUDA)
@@ -271,6 +274,9 @@ class Evaluator:
                     with rt.ctx:
                         loss = self.port.loss(model, xm, ym)
                     losses[i] += loss.detach().float() * (len(xm) / len(x))
+                    self.batches_run += 1
+                    if self.first_batch_s is None:  # a first forward pays one-time costs: fit_to_time leaves it out
+                        self.first_batch_s = time.perf_counter() - t0
             losses = losses.cpu()
             out[split] = losses.mean().item()
             if split == "val":  # batches of the same windows spread 0 by construction: that is no error bar
