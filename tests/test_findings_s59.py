@@ -307,3 +307,17 @@ def test_the_plan_charges_evaluations_without_the_first_batchs_one_time_costs():
     b2 = TimeBudget(t)
     b2.note_eval(0.5)  # no batch timing: the whole evaluation, as before
     assert b2.eval_first == 0.5
+
+
+@pytest.mark.slow  # a BPE run
+def test_a_bpe_run_never_samples_its_control_token(tmp_path, tiny_text_file):
+    """At a high temperature a BPE run drew id 0, printed as the text "<|endoftext|>" (an export's generate stops
+    there): 12 in 3,000 tokens."""
+    from depthlab.sample import sample_text
+
+    run = tmp_path / "b"
+    cfg = tiny_config(run, tiny_text_file, train=dict(max_iters=2))
+    cfg.data.tokenizer, cfg.data.vocab_size, cfg.data.cache_dir = "bpe", 300, str(tmp_path / "cache")
+    train(cfg, **QUIET)
+    (text,) = sample_text(run, prompt="a", max_new_tokens=3000, temperature=100.0, top_k=0, seed=0)
+    assert "<|endoftext|>" not in text and len(text) > 3000

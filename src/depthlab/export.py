@@ -69,7 +69,7 @@ import torch
 from . import checkpoint as ckpt
 from . import hf_layout
 from .config import SAMPLE_DEFAULTS, ModelConfig
-from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer
+from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer, control_ids
 from .errors import DepthlabError, no_space, no_space_words
 from .init_from import NEOX_ROPE, NEOX_ROTARY
 from .model import GPT, require_float32_default
@@ -142,11 +142,8 @@ def special_ids(tok: Tokenizer) -> tuple[Optional[int], Optional[int]]:
     of the text, the newline too): (None, None), so no file names one and generation runs for
     ``max_new_tokens`` like ``depthlab sample``.
     """
-    if isinstance(tok, BPETokenizer):
-        i = tok.tok.token_to_id(EOT)
-        if i is not None:
-            return i, i
-    return None, None
+    ids = control_ids(tok)
+    return (ids[0], ids[0]) if ids else (None, None)
 
 
 #: The unknown token of an exported char tokenizer. It is not in the vocabulary (it has no id), so

@@ -6,13 +6,13 @@ import contextlib
 import numbers
 from pathlib import Path
 import sys
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from . import checkpoint as ckpt
 from .config import MAX_NEW_TOKENS, SAMPLE_DEFAULTS, ModelConfig, run_path
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, control_ids
 from .errors import DepthlabError, api_errors
 from .model import GPT, require_float32_default
 from .rundir import RunDir, export_origin
@@ -252,7 +252,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
              top_k: Optional[int] = None, top_p: Optional[float] = None,
              generator: Optional[torch.Generator] = None,
              on_token: Optional[Callable[[int], None]] = None, kv_cache: bool = True,
-             block_size: Optional[int] = None, vocab_size: Optional[int] = None) -> torch.Tensor:
+             block_size: Optional[int] = None, vocab_size: Optional[int] = None,
+             never: Sequence[int] = ()) -> torch.Tensor:
     """Extend ``idx`` by ``max_new_tokens`` tokens.
 
     Args:
@@ -271,6 +272,9 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
             such a model is sampled without a cache.
         vocab_size: the tokenizer's V: logits past it (a model's padded vocabulary, a byte-level head) are never
             drawn, as their ids decode to nothing. None: every logit is a token.
+        never: ids never drawn: a BPE run's control token ``<|endoftext|>`` (id 0), which no corpus holds (its
+            typed text is text) and an export's ``generate`` stops at; it printed as typed text, and the export's
+            and depthlab's samples parted there.
 
     Returns:
         (B, T + N) int64 ids (a new tensor; ``idx`` is not changed).
@@ -297,6 +301,8 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
                 logits = next_logits(out[:, :t])[:, :vocab_size].float()  # (B, V): the last position only
                 if not bool(torch.isfinite(logits).all()):  # far cheaper than the forward; a NaN draw is noise
                     raise NonFiniteLogits(logits, t, T)
+                if never:
+                    logits[:, list(never)] = float("-inf")
                 if temperature < 1e-5:  # below this, logits/T overflows float32: greedy is the limit anyway
                     nxt = logits.argmax(dim=-1)
                 else:
@@ -463,7 +469,7 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         try:
             out = generate(model, idx, max_new_tokens, temperature, top_k, top_p, generator=g,
                            on_token=(lambda i: _put(stream, piece(i))) if stream else None, kv_cache=kv_cache,
-                           block_size=block_size, vocab_size=tok.vocab_size)
+                           block_size=block_size, vocab_size=tok.vocab_size, never=control_ids(tok))
         except (NonFiniteLogits, ForwardFailed) as e:
             raise e.refusal(run_dir) from None
         if stream:  # what the last tokens left incomplete (U+FFFD each, as decode shows it)

@@ -18,7 +18,8 @@ import numpy as np
 
 from .errors import DepthlabError
 
-__all__ = ["CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "StreamDecoder", "token_dtype", "train_bpe"]
+__all__ = ["CharTokenizer", "BPETokenizer", "Tokenizer", "EOT", "StreamDecoder", "control_ids", "token_dtype",
+           "train_bpe"]
 
 
 
@@ -134,6 +135,15 @@ class CharTokenizer:
 #: Text never encodes to it: the 13 characters ``<|endoftext|>`` typed in a corpus or a prompt are text
 #: (see :class:`BPETokenizer`).
 EOT = "<|endoftext|>"
+
+
+def control_ids(tok) -> tuple[int, ...]:
+    """The ids of ``tok`` that are no text: a BPE tokenizer's ``<|endoftext|>`` (no corpus is encoded to it, and an
+    export's ``generate`` stops at it); none for a char vocabulary, whose every id is a character."""
+    if isinstance(tok, BPETokenizer):
+        i = tok.tok.token_to_id(EOT)
+        return (i,) if i is not None else ()
+    return ()
 
 
 class BPETokenizer:

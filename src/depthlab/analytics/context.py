@@ -69,8 +69,8 @@ VIEW_HELP = {
                "context gain (loss at position 0 minus the mean over the last quarter of positions, nats) of the "
                "chosen weights and of every checkpoint the run keeps. Position 0 sees one token (a character, or a "
                "BPE token), so it cannot go below the one-token floor (the best one-token predictor of the val "
-               "split, at or below the bigram line); later positions below the bigram line show context the model uses. Works on any "
-               "model.",
+               "split, at or below the bigram line); later positions below the bigram line show context the model "
+               "uses. Works on any model.",
 }
 """``--help`` text of ``depthlab layers`` and ``depthlab context``."""
 
