@@ -321,3 +321,25 @@ def test_a_bpe_run_never_samples_its_control_token(tmp_path, tiny_text_file):
     train(cfg, **QUIET)
     (text,) = sample_text(run, prompt="a", max_new_tokens=3000, temperature=100.0, top_k=0, seed=0)
     assert "<|endoftext|>" not in text and len(text) > 3000
+
+
+def test_check_refuses_a_bad_size_before_running_the_users_file(tmp_path, capsys):
+    """`depthlab check good.py --block_size 0` said which class it picked from the file, then the error: two lines."""
+    from depthlab.cli import main
+
+    rc = main(["check", LEARNER, "--block_size", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().splitlines() == [
+        "depthlab: error: --block_size must be >= 1 (got 0): the tokens per sequence, e.g. --block_size 32; leave it "
+        "out to use the model's own block_size"]
+
+
+def test_a_constructor_that_fails_on_a_given_value_names_the_value_to_check(tmp_path):
+    """GPT(n_layer='x') failed with the TypeError and no fix."""
+    from depthlab.errors import DepthlabError
+    from depthlab.usermodel import build_model, parse_source
+
+    with pytest.raises(DepthlabError) as e:
+        build_model(parse_source(f"{LEARNER}:GPT"), {"n_layer": "x"}, 65)
+    assert str(e.value).endswith("; the arguments fit its signature, so its own code raised this: check the value "
+                                 "given in model.init (n_layer; depthlab check: --init) against what that line needs")

@@ -103,7 +103,9 @@ def test_arguments_that_do_not_fit_the_constructor_name_its_parameters_and_the_i
                                  "(depthlab check: --init)")
     with pytest.raises(DepthlabError) as e:  # a TypeError from the body, with arguments that fit: no such advice
         build_model(parse_source(f"{f}:make"), {"n": 1})
-    assert str(e.value).endswith("failed: TypeError: bad n (at ctor.py:7: raise TypeError('bad n'))")
+    assert str(e.value).endswith("failed: TypeError: bad n (at ctor.py:7: raise TypeError('bad n')); the arguments "
+                                 "fit its signature, so its own code raised this: check the value given in model.init "
+                                 "(n; depthlab check: --init) against what that line needs")
 
 
 def test_a_missing_model_file_says_where_it_was_looked_for_and_what_is_there(tmp_path):

@@ -378,8 +378,14 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         model = made(**kw)
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
-        raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}"
-                            f"{_init_hint(made, kw, src.path)}") from None
+        hint = _init_hint(made, kw, src.path)
+        if not hint:  # the arguments fit: its own code raised, on the values given or by itself
+            given = [k for k in (init or {})]
+            hint = (f"; the arguments fit its signature, so its own code raised this: check the value"
+                    f"{'s' if len(given) > 1 else ''} given in model.init ({', '.join(given)}; depthlab check: --init) "
+                    "against what that line needs" if given else
+                    "; the arguments fit its signature, so its own code raised this: fix that line")
+        raise DepthlabError(f"{src}: {src.name}({args}) failed: {_with_line(e, src.path)}{hint}") from None
     except SystemExit as e:  # sys.exit("bad sizes") in a constructor would end depthlab with its status, unexplained
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         raise DepthlabError(f"{src}: {src.name}({args}) exited (SystemExit({e.code!r}), any lines just above are its "

@@ -226,12 +226,7 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}")
-    if batch_size < 1:
-        raise DepthlabError(f"--batch_size must be >= 1 (got {batch_size}): the sequences per forward, e.g. "
-                            f"--batch_size {DEFAULT_BATCH_SIZE}")
-    if block_size is not None and block_size < 1:
-        raise DepthlabError(f"--block_size must be >= 1 (got {block_size}): the tokens per sequence, e.g. "
-                            "--block_size 32; leave it out to use the model's own block_size")
+    _check_sizes(batch_size, block_size)
     T, source, note = _check_length(model, block_size)
     _check_corpus_length(corpus, T, source)
     corpus.check_block_size(T)
@@ -316,6 +311,16 @@ def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Op
             "gradient_flow": lambda: gradient_flow_rule(subject, blocks)}
 
 
+def _check_sizes(batch_size: int, block_size: Optional[int]) -> None:
+    """Refuse (DepthlabError) a batch size or length below 1."""
+    if batch_size < 1:
+        raise DepthlabError(f"--batch_size must be >= 1 (got {batch_size}): the sequences per forward, e.g. "
+                            f"--batch_size {DEFAULT_BATCH_SIZE}")
+    if block_size is not None and block_size < 1:
+        raise DepthlabError(f"--block_size must be >= 1 (got {block_size}): the tokens per sequence, e.g. "
+                            "--block_size 32; leave it out to use the model's own block_size")
+
+
 def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BATCH_SIZE,
                  block_size: Optional[int] = None, blocks: Optional[str] = None, seed: int = 1337,
                  log: Optional[Callable[[str], None]] = None) -> CheckReport:
@@ -336,6 +341,7 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
 
     src = parse_source(source, option="check")
     kw = parse_init(init, option="--init")
+    _check_sizes(batch_size, block_size)  # before the user's file runs: its lines came before this one error
     corpus = load_corpus(data or DataConfig())
     if single := corpus.one_symbol_words():  # every rule would read zeros: false problems on a correct model
         raise DepthlabError(f"check: {single}, so no rule can test the model on it: give "
