@@ -343,3 +343,17 @@ def test_a_constructor_that_fails_on_a_given_value_names_the_value_to_check(tmp_
         build_model(parse_source(f"{LEARNER}:GPT"), {"n_layer": "x"}, 65)
     assert str(e.value).endswith("; the arguments fit its signature, so its own code raised this: check the value "
                                  "given in model.init (n_layer; depthlab check: --init) against what that line needs")
+
+
+def test_diagnose_no_gradient_names_a_module_forward_never_calls():
+    """A learner's position embedding defined and never added: check said "modules that forward never calls", diagnose
+    only "its branch is computed and then not used", which nothing was."""
+    from conftest import grad_record
+
+    from depthlab.analytics.diagnose import diagnose_records
+
+    recs = [{**grad_record(s, [0.5, 1.0]), "grad_2.0_norm/pos_emb.weight": 0.0, "grad_2.0_norm/tok_emb.weight": 0.3}
+            for s in (50, 100)]
+    f = [x for x in diagnose_records(recs) if x.rule == "no_gradient"]
+    assert f and "its module is never called in forward (e.g. a position embedding defined in __init__ and never " \
+                 "added" in f[0].remedy, [(x.rule, x.remedy) for x in diagnose_records(recs)]

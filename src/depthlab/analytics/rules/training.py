@@ -18,9 +18,11 @@ from .signals import (NO_GRAD_FROM_STEP, adamw_low, blockless_words, adamw_ratio
 __all__ = ["no_gradient", "vanishing_gradients", "learning_rate", "rank_collapse", "uniform_attention",
            "NO_GRADIENT_CAUSE"]
 
-NO_GRADIENT_CAUSE = ("a parameter whose gradient is always exactly 0 (or None) never reaches the loss: its branch is "
-                     "computed and then not used (e.g. an attention output never added to the stream: use it, "
-                     "x = x + out_proj(attention)), or it is detached (.detach(), torch.no_grad()) or multiplied by 0")
+NO_GRADIENT_CAUSE = ("a parameter whose gradient is always exactly 0 (or None) never reaches the loss: its module is "
+                     "never called in forward (e.g. a position embedding defined in __init__ and never added: add it, "
+                     "x = tok_emb(idx) + pos_emb(pos)), or its branch is computed and then not used (e.g. an attention "
+                     "output never added to the stream: use it, x = x + out_proj(attention)), or it is detached "
+                     "(.detach(), torch.no_grad()) or multiplied by 0")
 """What ``no_gradient`` means, in the words of ``depthlab check``'s rule of the same name."""
 
 
