@@ -357,3 +357,15 @@ def test_diagnose_no_gradient_names_a_module_forward_never_calls():
     f = [x for x in diagnose_records(recs) if x.rule == "no_gradient"]
     assert f and "its module is never called in forward (e.g. a position embedding defined in __init__ and never " \
                  "added" in f[0].remedy, [(x.rule, x.remedy) for x in diagnose_records(recs)]
+
+
+def test_every_config_field_in_train_help_says_what_it_is():
+    """--train.beta1 and --train.beta2 had no description in `depthlab train --help` (README: "documents every field
+    with its unit")."""
+    from depthlab.cli import build_train_parser
+
+    p = build_train_parser()
+    bare = [a.option_strings[0] for a in p._actions
+            if a.option_strings and a.option_strings[0].startswith(("--data.", "--model.", "--train."))
+            and not (a.help or "").split("(type:")[0].strip()]
+    assert bare == []

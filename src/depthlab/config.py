@@ -584,7 +584,8 @@ class TrainConfig:
             train 1.14 against val 1.51 nats; 0.3 measured whole-split val 1.467 against 1.483 (issue 24,
             README). The nanoGPT presets keep nanoGPT's 0.1; fast-cpu and the sweep profiles keep the 0.1 they
             were measured with.
-        beta1, beta2: AdamW moment coefficients.
+        beta1: AdamW's decay rate of its running mean of the gradient (the first moment), in [0, 1).
+        beta2: AdamW's decay rate of its running mean of the squared gradient (the second moment), in [0, 1).
         grad_clip: clip the global gradient L2 norm to this (0 = off).
         eval_interval: steps between evaluations (also at step 0 and the last step).
         eval_iters: batches per split in one evaluation (the same fixed windows every time: an
