@@ -369,3 +369,26 @@ def test_every_config_field_in_train_help_says_what_it_is():
             if a.option_strings and a.option_strings[0].startswith(("--data.", "--model.", "--train."))
             and not (a.help or "").split("(type:")[0].strip()]
     assert bare == []
+
+
+def test_a_sweeps_plain_at_a_baseline_after_a_few_steps_says_how_few():
+    """A 60-step sweep's report: "At 2 blocks plain is at the unigram baseline (3.347): it predicts character
+    frequencies and uses no context at all", while diagnose did not judge its runs before step 200 (pre-LN was at
+    2.98-3.05 too)."""
+    from conftest import sweep_item
+
+    from depthlab import sweep
+
+    base = {"unigram": 3.347, "bigram": 2.482}
+    its = [sweep_item(v, L, loss) for v, L, loss in (("plain", 1, 3.0), ("plain", 2, 3.35), ("prenorm", 1, 3.0),
+                                                    ("prenorm", 2, 2.98))]
+    for it in its:
+        it["config"]["train"]["max_iters"] = 60
+    lines = sweep.summary_lines(its, "model.n_layer", ["model.variant"], base)
+    assert lines[-1] == ("At 2 blocks plain is at the unigram baseline (3.347): it predicts character frequencies and "
+                         "uses no context at all, not even the current character, after only 60 steps (diagnose "
+                         "judges a loss at a baseline from step 200 on: a longer run tells whether it stays there).")
+    for it in its:
+        it["config"]["train"]["max_iters"] = 400
+    assert sweep.summary_lines(its, "model.n_layer", ["model.variant"], base)[-1].endswith(
+        "not even the current character.")

@@ -12,7 +12,7 @@ import math
 import statistics as st
 from typing import Any, Optional, Sequence
 
-from ..analytics.rules.evidence import unit_of
+from ..analytics.rules.evidence import Thresholds, unit_of
 from ..units import LN2, counted
 from .results import CAPPED, OK_STATUSES, aggregate, field_value, group_name
 from .claim_common import BUDGET_FIX, run_names, short_of_budget
@@ -93,8 +93,11 @@ def baseline_words(loss: float, baselines: dict, unit: str, margin: float = 0.05
     return None
 
 
-def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character") -> list[str]:
-    """The deepest plain model vs the best shallower one, and vs the corpus baselines (a depth axis only)."""
+def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character",
+                 steps: Optional[int] = None) -> list[str]:
+    """The deepest plain model vs the best shallower one, and vs the corpus baselines (a depth axis only);
+    ``steps``: the fewest steps its runs trained (below ``Thresholds.bigram_min_steps``, where diagnose does not
+    judge a loss at a baseline yet, the sentence says so)."""
     deep = max(d)
     shallow = {k: v for k, v in d.items() if k < deep}
     bk = min(shallow, key=lambda k: shallow[k][0])
@@ -103,9 +106,20 @@ def _plain_lines(d: dict, baselines: Optional[dict], unit: str = "character") ->
            f"({diff / d[bk][0] * 100:+.1f} %) vs the best shallower plain model ({_blocks(bk)})."]
     if baselines and baselines.get("unigram") is not None:
         where = baseline_words(d[deep][0], baselines, unit)
+        early = Thresholds.bigram_min_steps
+        if where and steps is not None and steps < early:  # diagnose calls no run stuck this early: nor do we
+            where += (f", after only {counted(steps, 'step')} (diagnose judges a loss at a baseline from step {early} "
+                      "on: a longer run tells whether it stays there)")
         if where:
             out.append(f"At {_blocks(deep)} plain is {where}.")
     return out
+
+
+def _steps_trained(it: dict) -> Optional[int]:
+    """The steps a run trained: its summary's final_step, else its config's train.max_iters (None: neither)."""
+    end = ((it.get("details") or {}).get("summary") or {}).get("final_step")
+    end = end if isinstance(end, int) else field_value(it["config"], "train.max_iters")
+    return end if isinstance(end, int) else None
 
 
 def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str],
@@ -158,7 +172,10 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
             continue
         out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
     if x == DEPTH and "plain" in agg and len(agg["plain"]) > 1:
-        out += _plain_lines(agg["plain"], baselines, unit)
+        deepest = [it for it in items if it["config"]["model"].get("variant") == "plain"
+                   and field_value(it["config"], x) == max(agg["plain"]) and it["row"]["status"] in OK_STATUSES]
+        ran = [_steps_trained(it) for it in deepest]
+        out += _plain_lines(agg["plain"], baselines, unit, min(ran) if ran and None not in ran else None)
     failed = [it for it in items if it["row"]["status"] not in (*OK_STATUSES, CAPPED)]  # the capped: said above
     if failed:
         out.append(f"{counted(len(failed), 'run')} did not finish normally: " + "; ".join(
