@@ -392,3 +392,19 @@ def test_a_sweeps_plain_at_a_baseline_after_a_few_steps_says_how_few():
         it["config"]["train"]["max_iters"] = 400
     assert sweep.summary_lines(its, "model.n_layer", ["model.variant"], base)[-1].endswith(
         "not even the current character.")
+
+
+def test_a_prompt_refusal_says_a_typed_cr_is_read_as_a_newline(tmp_path, capsys):
+    """A prompt 'ab\\r\\nc\\rd' on a run without newlines was refused naming '\\n' at positions 2, 3 and 5, two of
+    which hold a typed '\\r'."""
+    from depthlab.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("abcd efgh " * 300)
+    train(tiny_config(tmp_path / "r", text, train=dict(max_iters=2)), **QUIET)
+    assert main(["sample", str(tmp_path / "r"), "--prompt", "ab\r\nc\rd", "--max_new_tokens", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("depthlab: error: the prompt has characters the model's vocabulary lacks: '\\n' at position 2, "
+                   "'\\n' at position 3, '\\n' at position 5; remove them or train on a corpus that contains them (a "
+                   "'\\r' typed in the prompt, alone or before '\\n', is read as '\\n', as the corpus's line ends were; "
+                   "the positions are the typed prompt's)")

@@ -452,7 +452,11 @@ def sample_text(run_dir: str | Path, prompt: str = "", max_new_tokens: int = SAM
         # line ends as every corpus is read (data.py): a model never saw a CR, and a char run's "train on a corpus
         # that contains them" was false for one (a CRLF corpus is normalised too)
         if "\r" in prompt:
-            tok.encode(prompt.replace("\r", "\n"))  # a refusal names positions in the prompt as typed
+            try:  # a refusal names positions in the prompt as typed
+                tok.encode(prompt.replace("\r", "\n"))
+            except DepthlabError as e:  # its '\n' at a position that holds a typed '\r': said why
+                raise DepthlabError(f"{e} (a '\\r' typed in the prompt, alone or before '\\n', is read as '\\n', as "
+                                    "the corpus's line ends were; the positions are the typed prompt's)") from None
             prompt = normalise_newlines(prompt)
         ids = tok.encode(prompt)
     else:  # start from a newline when the corpus has one, else its first symbol
