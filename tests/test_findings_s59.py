@@ -406,5 +406,5 @@ def test_a_prompt_refusal_says_a_typed_cr_is_read_as_a_newline(tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert err == ("depthlab: error: the prompt has characters the model's vocabulary lacks: '\\n' at position 2, "
                    "'\\n' at position 3, '\\n' at position 5; remove them or train on a corpus that contains them (a "
-                   "'\\r' typed in the prompt, alone or before '\\n', is read as '\\n', as the corpus's line ends were; "
-                   "the positions are the typed prompt's)")
+                   "'\\r' typed in the prompt, alone or before '\\n', is read as '\\n', as the corpus's line ends "
+                   "were; the positions are the typed prompt's)")
