@@ -408,3 +408,23 @@ def test_a_prompt_refusal_says_a_typed_cr_is_read_as_a_newline(tmp_path, capsys)
                    "'\\n' at position 3, '\\n' at position 5; remove them or train on a corpus that contains them (a "
                    "'\\r' typed in the prompt, alone or before '\\n', is read as '\\n', as the corpus's line ends "
                    "were; the positions are the typed prompt's)")
+
+
+@pytest.mark.slow  # a BPE run
+def test_a_missing_tokenizer_json_is_refused_with_where_to_find_it(tmp_path, tiny_text_file):
+    """sample, export and a resume of a BPE run without its tokenizer.json were refused without a fix."""
+    from depthlab.errors import DepthlabError
+    from depthlab.sample import sample_text
+
+    run = tmp_path / "b"
+    cfg = tiny_config(run, tiny_text_file, train=dict(max_iters=2))
+    cfg.data.tokenizer, cfg.data.vocab_size, cfg.data.cache_dir = "bpe", 300, str(tmp_path / "cache")
+    train(cfg, **QUIET)
+    (run / "tokenizer.json").unlink()
+    with pytest.raises(DepthlabError, match=r"cannot be decoded without it: put the run's tokenizer.json back \(the "
+                                            r"checkpoint records its sha256, [0-9a-f]{12}\.\.\.\); an export of this"):
+        sample_text(run, max_new_tokens=2)
+    resumed = RunConfig.from_run(run)
+    resumed.train.max_iters = 4
+    with pytest.raises(DepthlabError, match="mean nothing without it; put the run's tokenizer.json back"):
+        train(resumed, **QUIET)

@@ -85,7 +85,9 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
         old = (json.loads((rd / "config.json").read_text()) if (rd / "config.json").is_file() else {})
         if (old.get("data") or {}).get("tokenizer") == "bpe":
             raise DepthlabError(f"cannot resume {rd}: its {TOKENIZER} is missing, and the checkpoints' token ids "
-                                "mean nothing without it")
+                                f"mean nothing without it; put the run's {TOKENIZER} back (an export of this run holds "
+                                "the same file, and so does the BPE cache of its corpus, data.cache_dir or "
+                                "DEPTHLAB_CACHE, where it is kept)")
         return None
     if init_from:
         if _export_config(Path(init_from)) is not None:  # before a BPE tokenizer is trained in its place
