@@ -428,3 +428,21 @@ def test_a_missing_tokenizer_json_is_refused_with_where_to_find_it(tmp_path, tin
     resumed.train.max_iters = 4
     with pytest.raises(DepthlabError, match="mean nothing without it; put the run's tokenizer.json back"):
         train(resumed, **QUIET)
+
+
+def test_init_from_with_another_tokenizer_names_what_makes_them_match(tmp_path, tiny_text_file, capsys):
+    """--init-from a BPE run into a char run said "use the same data.path and data.tokenizer"; the corpus need not be
+    the same (the source's tokenizer.json comes with it), only --data.tokenizer bpe."""
+    from depthlab.cli import main
+
+    run = tmp_path / "b"
+    cfg = tiny_config(run, tiny_text_file, train=dict(max_iters=2))
+    cfg.data.tokenizer, cfg.data.vocab_size, cfg.data.cache_dir = "bpe", 300, str(tmp_path / "cache")
+    train(cfg, **QUIET)
+    rc = main(["train", "--init-from", str(run), "--data.path", str(tiny_text_file), "--train.out_dir",
+               str(tmp_path / "c"), "--model.n_layer", "2", "--model.n_head", "2", "--model.n_embd", "32",
+               "--model.block_size", "16"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().endswith("ids would mean other text: pass --data.tokenizer bpe (the source's "
+                                            "tokenizer.json is then this run's, whatever the corpus)"), err
+    assert not (tmp_path / "c").exists()

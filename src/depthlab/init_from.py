@@ -60,9 +60,13 @@ def _check_same_tokenizer(src: Path, theirs: Optional[Tokenizer], ours: Tokenize
         theirs.vocab == ours.vocab if isinstance(ours, CharTokenizer)
         else theirs.tok.get_vocab() == ours.tok.get_vocab())
     if not same:
+        # a BPE source's tokenizer.json comes with it (any corpus encodes with it); a char vocabulary is its corpus's
+        fix = ("pass --data.tokenizer bpe (the source's tokenizer.json is then this run's, whatever the corpus)"
+               if isinstance(theirs, BPETokenizer) else
+               "use the source's corpus (its data.path) with --data.tokenizer char: a char vocabulary is the set of "
+               "its corpus's characters")
         raise DepthlabError(f"{init_from_flag(src)}: its tokenizer ({_describe(theirs) if theirs else 'none'}) differs "
-                            f"from this run's ({_describe(ours)}); ids would mean other text: use the same "
-                            "data.path and data.tokenizer")
+                            f"from this run's ({_describe(ours)}); ids would mean other text: {fix}")
 
 
 def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
