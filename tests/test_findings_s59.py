@@ -446,3 +446,30 @@ def test_init_from_with_another_tokenizer_names_what_makes_them_match(tmp_path, 
     assert rc == 2 and err.strip().endswith("ids would mean other text: pass --data.tokenizer bpe (the source's "
                                             "tokenizer.json is then this run's, whatever the corpus)"), err
     assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.slow  # two BPE runs and an export
+def test_init_from_an_export_with_another_runs_tokenizer_names_both_files(tmp_path, tiny_text_file, capsys):
+    """An export whose tokenizer.json came from a 400-token run was refused as "shape mismatch transformer.wte.weight
+    (300, 64) saved vs (400, 64)", naming neither file nor a fix."""
+    import shutil
+
+    pytest.importorskip("transformers")
+    from depthlab.cli import main
+    from depthlab.export import export_run
+
+    runs = {}
+    for v in (300, 280):
+        cfg = tiny_config(tmp_path / f"b{v}", tiny_text_file, train=dict(max_iters=1))
+        cfg.data.tokenizer, cfg.data.vocab_size, cfg.data.cache_dir = "bpe", v, str(tmp_path / "cache")
+        runs[v] = train(cfg, **QUIET)
+    export_run(runs[300], tmp_path / "hf")
+    shutil.copy(runs[280] / "tokenizer.json", tmp_path / "hf" / "tokenizer.json")
+    capsys.readouterr()
+    rc = main(["train", "--init-from", str(tmp_path / "hf"), "--data.path", str(tiny_text_file), "--data.tokenizer",
+               "bpe", "--train.out_dir", str(tmp_path / "n")])
+    err = capsys.readouterr().err.strip()
+    hf = tmp_path / "hf"
+    assert rc == 2 and err.startswith(f"depthlab: error: --init-from {hf}: {hf}/tokenizer.json holds 280 tokens but "
+                                      "the weights have 300 rows"), err
+    assert "export the run again (depthlab export" in err and not (tmp_path / "n").exists()

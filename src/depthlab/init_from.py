@@ -94,13 +94,32 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
                                 "DEPTHLAB_CACHE, where it is kept)")
         return None
     if init_from:
-        if _export_config(Path(init_from)) is not None:  # before a BPE tokenizer is trained in its place
+        hcfg = _export_config(Path(init_from))
+        if hcfg is not None:  # before a BPE tokenizer is trained in its place
             _refuse_incomplete_export(Path(init_from))
         theirs = _export_tokenizer(Path(init_from))
+        if hcfg is not None and theirs is not None:
+            _refuse_other_tokenizer(Path(init_from), theirs, hcfg)
         if isinstance(theirs, BPETokenizer):
             _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
             return theirs.json
     return None
+
+
+def _refuse_other_tokenizer(src: Path, tok: Tokenizer, hcfg: dict[str, Any]) -> None:
+    """An export whose ``tokenizer.json`` holds another number of tokens than its weights' rows (config.json's
+    ``vocab_size``: export writes both from one run): another run's tokenizer copied in. It was refused later as a
+    shape mismatch of ``transformer.wte.weight`` that named neither file.
+
+    Raises:
+        DepthlabError: both files, both sizes, and the fix (export again).
+    """
+    rows = hcfg.get("vocab_size")
+    if isinstance(rows, int) and not isinstance(rows, bool) and rows != tok.vocab_size:
+        raise DepthlabError(f"{init_from_flag(src)}: {src / TOKENIZER} holds {counted(tok.vocab_size, 'token')} but "
+                            f"the weights have {rows} rows ({src / 'config.json'} vocab_size): the tokenizer is not "
+                            f"the one they were trained with (copied from another run?); export the run again "
+                            f"({_export_fix(src)})")
 
 
 def _refuse_other_vocab_size(src: Path, ours: Optional[int]) -> None:
