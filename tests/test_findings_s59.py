@@ -473,3 +473,24 @@ def test_init_from_an_export_with_another_runs_tokenizer_names_both_files(tmp_pa
     assert rc == 2 and err.startswith(f"depthlab: error: --init-from {hf}: {hf}/tokenizer.json holds 280 tokens but "
                                       "the weights have 300 rows"), err
     assert "export the run again (depthlab export" in err and not (tmp_path / "n").exists()
+
+
+@pytest.mark.parametrize("own", ["active", "passive"])
+def test_a_resume_starts_with_its_runs_own_wait_policy(tmp_path, monkeypatch, own):
+    """`depthlab train --resume RUN` started with the load's policy, then restarted its process to take the run's own
+    ("restarting with OMP_WAIT_POLICY=ACTIVE"), even when nothing was left to train."""
+    from depthlab import cli
+    from depthlab.training import machine
+
+    other = "passive" if own == "active" else "active"
+    monkeypatch.setattr(machine, "busy_cores", lambda: 0 if other == "active" else 2)
+    monkeypatch.setattr(machine, "guess_policy", lambda busy=None: None)
+    (tmp_path / "config.json").write_text(json.dumps({"resolved": {"tuning": {
+        "setting": {"omp_wait": own}, "machine": machine.machine_name()}}}))
+    assert machine.start_policy() == other  # a new run: the load decides
+    assert machine.start_policy(str(tmp_path)) == own
+    assert cli._resumed_dir(["--model.n_layer", "2", "--resume", str(tmp_path)]) == str(tmp_path)
+    assert cli._resumed_dir([f"--resume={tmp_path}"]) == str(tmp_path) and cli._resumed_dir(["--resume"]) is None
+    (tmp_path / "config.json").write_text(json.dumps({"resolved": {"tuning": {
+        "setting": {"omp_wait": own}, "machine": "another CPU x64"}}}))
+    assert machine.start_policy(str(tmp_path)) == other  # measured on another machine: not this one's

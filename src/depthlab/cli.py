@@ -1154,7 +1154,17 @@ def _check_seed(seed: int) -> None:
 _PROCESS_ARGV: Optional[list[str]] = None
 
 
-def _openmp_policy(command: str) -> None:
+def _resumed_dir(args: list[str]) -> Optional[str]:
+    """The run folder of a ``--resume RUN`` (or ``--resume=RUN``) among a command's arguments, or None."""
+    for i, a in enumerate(args):
+        if a == "--resume" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--resume="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _openmp_policy(command: str, args: Sequence[str] = ()) -> None:
     """Choose how idle OpenMP threads wait (spin or sleep), unless the user set ``OMP_WAIT_POLICY``.
 
     The policy is read once, when torch loads, and which is faster depends on the machine and its load:
@@ -1177,7 +1187,7 @@ def _openmp_policy(command: str) -> None:
     if command == "train":
         from .training.machine import start_policy
 
-        policy = start_policy()
+        policy = start_policy(_resumed_dir(list(args)))  # a resume: its run's own, no restart to take it
     os.environ["OMP_WAIT_POLICY"] = os.environ[OMP_MARK] = policy.upper()
 
 
@@ -1223,7 +1233,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         watch_sigint()
         watch_sigterm()
-        _openmp_policy(argv[0])  # inside the try: a Ctrl-C while it imports torch is an interruption too
+        _openmp_policy(argv[0], argv[1:])  # inside the try: a Ctrl-C while it imports torch is an interruption too
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return dispatch(argv[0], argv[1:])

@@ -16,7 +16,7 @@ from ..config import MAX_THREADS
 
 __all__ = ["OMP_MARK", "busy_cores", "cache_file", "cpu_model", "env_threads", "guess_policy", "ignored_env_threads",
            "machine_name", "omp_free", "omp_policy", "oversubscribed_threads", "policy_key", "read_cache",
-           "start_policy"]
+           "resumed_policy", "start_policy"]
 
 #: Environment variable depthlab sets beside ``OMP_WAIT_POLICY`` when it chose the policy itself (so a
 #: policy the user exported is theirs and is never changed).
@@ -150,12 +150,28 @@ def guess_policy(busy: Optional[int] = None) -> Optional[str]:
     return w if w in ("passive", "active") else None
 
 
-def start_policy() -> str:
-    """The wait policy ``depthlab train`` starts with: :func:`guess_policy`, else spinning on an idle
-    machine and sleeping on a busy one.
+def resumed_policy(run_dir: str) -> Optional[str]:
+    """The wait policy the run in ``run_dir`` trains with on this machine (config.json ``resolved.tuning``, which
+    a resume keeps: :func:`depthlab.training.autotune.tune`), or None (another machine, no record, unreadable).
+    A resume started with another policy restarted its process to take this one (seconds, even for a resume
+    with nothing left to train)."""
+    try:
+        tuning = json.loads((Path(run_dir) / "config.json").read_text(encoding="utf-8"))["resolved"]["tuning"]
+        w = tuning["setting"]["omp_wait"]
+        return w if w in ("passive", "active") and tuning.get("machine") == machine_name() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def start_policy(resume: Optional[str] = None) -> str:
+    """The wait policy ``depthlab train`` starts with: a resumed run's own (:func:`resumed_policy`, ``resume``
+    its folder), else :func:`guess_policy`, else spinning on an idle machine and sleeping on a busy one.
 
     Never measured here, the load decides: spinning was faster idle on all three CPU classes measured
     (default recipe, 2 cores: 1.17x on an AVX2 EPYC, 1.9x on a Zen 5 EPYC, ~2x on a Xeon) and up to
     6x slower with other processes on the cores (issue 24's tables in README)."""
+    own = resumed_policy(resume) if resume else None
+    if own is not None:
+        return own
     busy = busy_cores()
     return guess_policy(busy) or ("active" if busy == 0 else "passive")
