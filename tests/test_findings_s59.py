@@ -2,6 +2,7 @@
 change)."""
 
 import json
+import re
 import signal
 
 import pytest
@@ -494,3 +495,21 @@ def test_a_resume_starts_with_its_runs_own_wait_policy(tmp_path, monkeypatch, ow
     (tmp_path / "config.json").write_text(json.dumps({"resolved": {"tuning": {
         "setting": {"omp_wait": own}, "machine": "another CPU x64"}}}))
     assert machine.start_policy(str(tmp_path)) == other  # measured on another machine: not this one's
+
+
+def test_a_sweep_config_printed_and_read_back_continues_the_same_sweep(tmp_path, capsys):
+    """`depthlab sweep --grid model.n_layer=1,2 --model.n_embd 32 --print_config > s.yaml` then `-c s.yaml` went to
+    another default folder (sweeps/sweep-ae38e485 against sweep-0134e524): every run redone."""
+    from depthlab.cli import main
+
+    args = ["sweep", "--grid", "model.n_layer=1,2", "--model.n_embd", "32"]
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--print_config"])
+    assert e.value.code in (0, None)
+    (tmp_path / "s.yaml").write_text(capsys.readouterr().out)
+    folders = []
+    for cmd in (args, ["sweep", "-c", str(tmp_path / "s.yaml")], ["sweep", "--grid", "model.n_layer=1,2"]):
+        assert main([*cmd, "--dry_run"]) == 0
+        out = capsys.readouterr()
+        folders.append(re.search(r"sweeps/sweep-[0-9a-f]{8}", out.out + out.err).group(0))
+    assert folders[0] == folders[1] != folders[2]

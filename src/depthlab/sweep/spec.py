@@ -589,6 +589,27 @@ def spec_to_json(spec: SweepSpec) -> dict:
             "experiments": [dataclasses.asdict(e) for e in spec.experiments]}
 
 
+@functools.lru_cache(maxsize=1)
+def _field_defaults() -> dict[str, Any]:
+    """``section.field`` -> the default of every config field (a run's value where nothing sets it)."""
+    from ..config import RunConfig
+
+    return {f"{sec}.{k}": v for sec, d in RunConfig().to_dict().items() if isinstance(d, dict) for k, v in d.items()}
+
+
+def _as_without(spec: SweepSpec, key: str, value: Any) -> bool:
+    """Whether every run of ``spec`` gets ``value`` for ``key`` without the flag (from the sweep's defaults, its
+    bases or the config's default), so that giving it changes nothing."""
+    missing = object()
+    for exp in spec.experiments:
+        if key in exp.grid:
+            return False
+        base = {**SWEEP_DEFAULTS, **spec.base, **exp.base}
+        if base.get(key, _field_defaults().get(key, missing)) != value:
+            return False
+    return True
+
+
 def default_sweep_dir(spec: SweepSpec, profile: Optional[str], file: Optional[str | Path], grid: Sequence[str],
                       overrides: dict[str, Any], only: Optional[str]) -> str:
     """The sweep directory when ``--out_dir`` is not given; the same command gives the same folder.
@@ -606,7 +627,10 @@ def default_sweep_dir(spec: SweepSpec, profile: Optional[str], file: Optional[st
     del file  # a file's content is in the spec, hence in the hash
     if profile and not grid and not overrides and not only:
         return str(Path("sweeps") / profile)
-    digest = hashlib.sha256(json.dumps(spec_to_json(spec), sort_keys=True, default=str).encode()).hexdigest()
+    # flags that give a run what it gets anyway are left out: the config --print_config wrote (every field) and read
+    # back with -c is the same sweep as the command that printed it, and goes to its folder
+    same = dataclasses.replace(spec, overrides={k: v for k, v in spec.overrides.items() if not _as_without(spec, k, v)})
+    digest = hashlib.sha256(json.dumps(spec_to_json(same), sort_keys=True, default=str).encode()).hexdigest()
     return str(Path("sweeps") / f"{profile or 'sweep'}-{digest[:8]}")
 
 
