@@ -513,3 +513,16 @@ def test_a_sweep_config_printed_and_read_back_continues_the_same_sweep(tmp_path,
         out = capsys.readouterr()
         folders.append(re.search(r"sweeps/sweep-[0-9a-f]{8}", out.out + out.err).group(0))
     assert folders[0] == folders[1] != folders[2]
+
+
+def test_a_sweep_files_misspelt_key_gets_a_suggestion(tmp_path):
+    """A sweep file's `n_embdd` was refused listing every field, with no "did you mean" as train's flags get."""
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep.spec import build_spec
+
+    f = tmp_path / "s.yaml"
+    f.write_text("base:\n  model: {n_embdd: 32}\ngrid:\n  model.n_layer: [1]\n")
+    with pytest.raises(DepthlabError, match=r"unknown field 'n_embdd' in model \(did you mean n_embd\?\) \(known: "):
+        build_spec(None, f, [], {}, None)
+    with pytest.raises(DepthlabError, match=r"unknown section 'modle' \(did you mean model\?\)"):
+        build_spec(None, None, ["modle.n_layer=1,2"], {}, None)

@@ -153,10 +153,11 @@ def _check_key(key: str, what: str) -> tuple[str, str]:
     sec, name = parts
     fields = _fields()
     if sec not in fields:
-        raise DepthlabError(f"{what} {key!r}: unknown section {sec!r} (allowed: {', '.join(SECTIONS)})")
+        raise DepthlabError(f"{what} {key!r}: unknown section {sec!r}{did_you_mean(sec, SECTIONS)} (allowed: "
+                            f"{', '.join(SECTIONS)})")
     if name not in fields[sec]:
-        raise DepthlabError(f"{what} {key!r}: unknown field {name!r} in {sec} "
-                            f"(known: {', '.join(sorted(fields[sec]))})")
+        raise DepthlabError(f"{what} {key!r}: unknown field {name!r} in {sec}"
+                            f"{did_you_mean(name, fields[sec])} (known: {', '.join(sorted(fields[sec]))})")
     if key == "train.out_dir":
         raise DepthlabError(f"{what} {key!r}: the sweep sets each run's out_dir; use --out_dir for the sweep")
     return sec, name
