@@ -436,6 +436,26 @@ def tokenizer_rules(tok: Tokenizer) -> list[str]:
 ENDINGS = "a \\r\\n or \\r line ending reads as \\n (its normalizer), as depthlab reads its corpus and a prompt"
 
 
+def _provenance(rd: Path, which: str, path: Path, fallback: Optional[str], meta: dict[str, str]) -> dict[str, Any]:
+    """depthlab.json's record of the weights: the run (absolute: the run an --init-from refusal names to export
+    again, whatever folder it runs in), the checkpoint asked for, the file read (and why, where best was gone), its
+    step, tokenizer and config."""
+    return {"run_dir": str(rd.resolve()), "checkpoint": which, "weights_file": path.name,
+            **({"weights_note": fallback} if fallback else {}), "step": int(meta.get("step", -1)),
+            "tokenizer": meta.get("tokenizer", "char"), "config": json.loads(meta["config"])}
+
+
+def _weights_to_export(rd: Path, which: str) -> tuple[Path, Optional[str]]:
+    """(the weights file of ``which``, the warning of a ``best`` read from a step checkpoint or None): with
+    best.safetensors gone, the newest step's weights, which may not be the best, are exported; said on stderr (as
+    sample says it) and recorded in depthlab.json."""
+    path = ckpt.select_weights(rd, which)
+    fallback = ckpt.best_fallback(rd, path) if which == "best" else None
+    if fallback:
+        print(f"depthlab: warning: {fallback}", file=sys.stderr)
+    return path, fallback
+
+
 def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", overwrite: bool = False,
                log: Optional[Callable[[str], None]] = _stderr) -> Path:
     """Write the Hugging Face directory of a run's ``best`` or ``last`` checkpoint.
@@ -463,11 +483,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
     out = Path(out_dir)
     _check_out_parents(out)
     _check_out_dir(out, overwrite)
-    path = ckpt.select_weights(rd, which)
-    # best.safetensors gone: the newest step's weights, which may not be the best; said, and recorded (as sample does)
-    fallback = ckpt.best_fallback(rd, path) if which == "best" else None
-    if fallback:
-        print(f"depthlab: warning: {fallback}", file=sys.stderr)
+    path, fallback = _weights_to_export(rd, which)
     sd, meta = ckpt.load_weights_file(path)
     cfg = ckpt.model_config_from_meta(meta, path)
     check_exportable(cfg)
@@ -484,11 +500,8 @@ def export_run(run_dir: str | Path, out_dir: str | Path, which: str = "best", ov
         _write_generation_config(tmp, bos, eos, cfg.block_size if cfg.position == "learned" else None)
         _write_tokenizer(tmp, tok, cfg.block_size)
         rules = tokenizer_rules(tok)
-        # run_dir absolute: the run an --init-from refusal names to export again, whatever folder it runs in
-        info = {"run_dir": str(rd.resolve()), "checkpoint": which, "weights_file": path.name,
-                **({"weights_note": fallback} if fallback else {}), "step": int(meta.get("step", -1)),
-                "tokenizer": meta.get("tokenizer", "char"), "tokenizer_rules": rules,
-                "bos_token_id": bos, "eos_token_id": eos, "config": json.loads(meta["config"])}
+        info = {**_provenance(rd, which, path, fallback, meta), "tokenizer_rules": rules, "bos_token_id": bos,
+                "eos_token_id": eos}
         _write_text(tmp / "depthlab.json", json.dumps(info, indent=2, ensure_ascii=False))
         normalise_modes(tmp)  # save_pretrained writes model.safetensors 0600, the other files 0666 & ~umask
         if out.exists():  # the earlier export moves aside; it comes back if the new one cannot take its place
