@@ -526,3 +526,21 @@ def test_a_sweep_files_misspelt_key_gets_a_suggestion(tmp_path):
         build_spec(None, f, [], {}, None)
     with pytest.raises(DepthlabError, match=r"unknown section 'modle' \(did you mean model\?\)"):
         build_spec(None, None, ["modle.n_layer=1,2"], {}, None)
+
+
+def test_a_science_claim_with_runs_not_finished_is_not_judged_and_asks_for_no_seeds():
+    """An interrupted science sweep: its pending and interrupted runs were counted as failures ("L3 2 of 2 not ok vs
+    L1 2 of 2 not ok ... undecided: add seeds (more than 1000 per cell)")."""
+    from conftest import sweep_item
+
+    from depthlab.sweep.science import science_claims
+
+    its = [sweep_item(v, L, 3.0 - 0.1 * L, seed=s) for v in ("plain", "prenorm") for L in (1, 3) for s in (1, 2)]
+    for it in its[4:]:
+        it["row"]["status"], it["row"]["best_val_loss"] = "pending", None
+    its[3]["row"]["status"] = "interrupted"
+    rows = science_claims({"depth": its}, {})
+    assert [r[-1] for r in rows] == ["not judged: some of its runs have not finished; run the same sweep command "
+                                     "again to finish them"] * 2
+    assert all(r.test is None for r in rows)
+    assert rows[0][3].startswith("(5 of 8 runs not finished (interrupted, pending): runs/plain3, runs/prenorm1, ")

@@ -45,6 +45,8 @@ FINAL_STATUSES = ("ok", "nonfinite")
 RESULT_STATUSES = ("ok", "nonfinite", "time_capped")
 #: The status of a run train.max_time stopped before train.max_iters (and before any end fit_to_time planned).
 CAPPED = "time_capped"
+#: Statuses of runs that have not finished yet (the same sweep command trains them on): no result, and no failure.
+UNFINISHED_STATUSES = ("pending", "unfinished", "interrupted")
 
 #: Seed statistics per cell (a grid point without its seed), computed from results.csv (:func:`cell_aggregates`).
 AGGREGATES_CSV = "aggregates.csv"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from ..rundir import write_generated
-from .results import sweep_items
+from .results import UNFINISHED_STATUSES, sweep_items
 from .claim_common import (BUDGET_FIX, CLAIM_HEADER, SCIENCE_MD, init_last_rank, init_grad_blocks, run_names,
                            short_of_budget, steps_to, ClaimRow)
 from .claims_depth import (rank_init, degradation, depth_helps, postln_warmup, rezero_speed)
@@ -61,6 +61,10 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
     rows = []
     for name, judges in CLAIMS.items():
         items = by_exp.get(name) or []
+        waiting = [it for it in items if it["row"]["status"] in UNFINISHED_STATUSES]
+        if waiting:  # not failures: judged as such, they refuted or left claims "undecided: add seeds"
+            rows += [_unfinished_row(judge, items, waiting, extras.get(name) or {}) for judge in judges]
+            continue
         short = [it for it in items if short_of_budget(it)]
         kept = [it for it in items if not short_of_budget(it)]
         for judge in judges if items else ():
@@ -73,6 +77,20 @@ def science_claims(by_exp: dict[str, list[dict]], extras: dict[str, dict]) -> li
                     row[-1] = "not judged: every run stopped before its step budget"
             rows.append(row)
     return rows
+
+
+def _unfinished_row(judge: Callable[[Sequence[dict], dict], ClaimRow], items: Sequence[dict],
+                    waiting: Sequence[dict], extra: dict) -> ClaimRow:
+    """The row of a claim some of whose runs have not finished (pending, interrupted): its numbers so far, and no
+    verdict (no test either: ``--seeds auto`` adds no seeds for it)."""
+    done = [it for it in items if it not in waiting and not short_of_budget(it)]
+    row = judge(done, extra)
+    statuses = ", ".join(sorted({it["row"]["status"] for it in waiting}))
+    row[3] = (f"({len(waiting)} of {len(items)} runs not finished ({statuses}): {run_names(list(waiting), 4)}) "
+              + (row[3] if done else ""))
+    row[-1] = "not judged: some of its runs have not finished; run the same sweep command again to finish them"
+    row.test = None
+    return row
 
 
 def claims_markdown(rows: Sequence[Sequence[str]]) -> str:
