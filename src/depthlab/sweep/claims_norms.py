@@ -264,7 +264,9 @@ def dyt_lr_window(items: Sequence[dict], extra: dict) -> ClaimRow:
                     + [loss_leaf(f"lr {lr:g}: DyT > its best + 0.05", dyt[lr], dyt[bd], 0.05, (f"lr {lr:g}", "best"))])
                 for lr in ln if lr in dyt and lr != bd]
         test = AnyOf(kids) if kids else None
-    return claim_row(["DyT is more sensitive to the learning rate than LayerNorm: a narrower lr window",
+    # what the rule tests (a window as wide as LayerNorm's, at other lrs, passes it too): it said "a narrower lr window"
+    return claim_row(["DyT is more sensitive to the learning rate than LayerNorm: some lr inside LayerNorm's lr window "
+                      "is outside DyT's",
                    "Zhu et al. 2025, Transformers without normalization (CVPR; alpha0 and lr tuned together)",
                    _dyt_setting(items, "window = lrs within 0.05 of the norm's best; yes = some lr inside "
                                 "LayerNorm's window and outside DyT's (Bonferroni over the lrs)"),
