@@ -544,3 +544,17 @@ def test_a_science_claim_with_runs_not_finished_is_not_judged_and_asks_for_no_se
                                      "again to finish them"] * 2
     assert all(r.test is None for r in rows)
     assert rows[0][3].startswith("(5 of 8 runs not finished (interrupted, pending): runs/plain3, runs/prenorm1, ")
+
+
+def test_equal_failure_rates_are_not_told_to_add_a_thousand_seeds():
+    """DeepNorm 2 of 2 not ok vs post-LN 2 of 2 not ok: "undecided (p = 1, n = 2): add seeds (more than 1000 per cell
+    at the measured effect)" (the search stopped at 200; no count decides equal rates)."""
+    from depthlab.sweep import stats as S
+
+    same = S.All([S.fewer_failures("x", 2, 2, 2, 2)])
+    assert S.verdict(same) == ("undecided (p = 1, n = 2): more seeds are unlikely to decide it (at the measured "
+                               "effects not even 1000 per cell would)")
+    apart = S.All([S.fewer_failures("x", 0, 2, 1, 2)])  # 0 of 2 against 1 of 2: a count decides it
+    n = S.needed(apart)
+    assert 2 < n < 1000 and S.fisher_fewer(0, n, round(n / 2), n) < 0.05
+    assert S.fisher_fewer(0, n - 1, round((n - 1) / 2), n - 1) >= 0.05

@@ -302,10 +302,19 @@ def _leaf_needed(leaf: Leaf, route: str, alpha: float) -> Optional[float]:
     if leaf.kind == "fisher":
         fa, na, fb, nb = leaf.counts
         ra, rb = (fa / na, fb / nb) if route == "yes" else (fb / nb, fa / na)
-        for n in range(max(na, nb), 201):  # the measured failure rates, kept at a larger n
-            if fisher_fewer(round(ra * n), n, round(rb * n), n) < alpha:
-                return n
-        return math.inf
+
+        def significant(n: int) -> bool:  # the measured failure rates, kept at a larger n
+            return fisher_fewer(round(ra * n), n, round(rb * n), n) < alpha
+
+        lo, hi = max(na, nb), MAX_ESTIMATE  # as far as Welch's estimate looks (it said "more than 1000" at 200)
+        if ra >= rb or not significant(hi):  # equal rates (2 of 2 vs 2 of 2), or the other way: no n decides
+            return math.inf
+        if significant(lo):
+            return lo
+        while hi - lo > 1:  # bisection: the p-value falls as n grows at fixed rates
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if significant(mid) else (mid, hi)
+        return hi
     delta = leaf.delta if route == "yes" else -leaf.delta
     return seeds_needed(delta, *leaf.sds, alpha=alpha)
 
@@ -367,6 +376,7 @@ def verdict(node: Optional[Node]) -> str:
     if ny is None or nn is None:
         return head + ": add seeds (a cell has one run: at least 2 per cell to measure the spread)"
     k = min(ny, nn)
-    if math.isinf(k):
-        return head + f": add seeds (more than {MAX_ESTIMATE} per cell at the measured effect)"
+    if math.isinf(k):  # an effect of 0 (2 of 2 runs not ok against 2 of 2), or too small: seeds will not decide it
+        return head + (f": more seeds are unlikely to decide it (at the measured effects not even {MAX_ESTIMATE} per "
+                       "cell would)")
     return head + f": add seeds, about {int(k)} per cell (Welch power {POWER:g} at alpha {ALPHA:g})"
