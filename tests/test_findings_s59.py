@@ -558,3 +558,30 @@ def test_equal_failure_rates_are_not_told_to_add_a_thousand_seeds():
     n = S.needed(apart)
     assert 2 < n < 1000 and S.fisher_fewer(0, n, round(n / 2), n) < 0.05
     assert S.fisher_fewer(0, n - 1, round((n - 1) / 2), n - 1) >= 0.05
+
+
+def test_aggregates_use_the_full_precision_of_the_losses(tmp_path, monkeypatch):
+    """Two seeds' losses 3.048919439 and 3.048644543 (sd 1.944e-04): aggregates.csv said 0.0002121 (from results.csv's
+    4 decimals) and the report's table "2.000e-04"."""
+    import statistics
+
+    from conftest import sweep_item
+
+    from depthlab import sweep
+    from depthlab.sweep.results import cell_aggregates
+
+    vals = [3.048919439, 3.048644543]
+    rows = [{"n_layer": 1, "variant": "prenorm", "seed": s, "best_val_loss": v, "status": "ok"}
+            for s, v in zip((1, 2), vals)]
+    (agg,) = cell_aggregates(rows, sweep.RESULT_COLUMNS + sweep.METRIC_COLUMNS)
+    assert agg["sd"] == pytest.approx(statistics.stdev(vals), rel=1e-9) and agg["n_layer"] == "1"
+    from depthlab.sweep import results
+
+    monkeypatch.setattr(results, "collect_results", lambda d: (rows, sweep.RESULT_COLUMNS + sweep.METRIC_COLUMNS))
+    monkeypatch.setattr(results, "_unit", lambda d: "character")
+    results.write_results(tmp_path)
+    (written,) = list(__import__("csv").DictReader(open(tmp_path / "aggregates.csv")))
+    assert float(written["sd"]) == pytest.approx(statistics.stdev(vals), rel=1e-3)  # not 2.121e-04
+    its = [sweep_item("prenorm", 1, v, seed=s) for s, v in zip((1, 2), vals)]
+    header, table = sweep.aggregate_table(its, "model.n_layer", ["model.variant"])
+    assert table[0][header.index("sd")] == pytest.approx(1.94e-4, rel=1e-3)
