@@ -584,4 +584,4 @@ def test_aggregates_use_the_full_precision_of_the_losses(tmp_path, monkeypatch):
     assert float(written["sd"]) == pytest.approx(statistics.stdev(vals), rel=1e-3)  # not 2.121e-04
     its = [sweep_item("prenorm", 1, v, seed=s) for s, v in zip((1, 2), vals)]
     header, table = sweep.aggregate_table(its, "model.n_layer", ["model.variant"])
-    assert table[0][header.index("sd")] == pytest.approx(1.94e-4, rel=1e-3)
+    assert table[0][header.index("sd")] == pytest.approx(1.944e-4, rel=1e-3)

@@ -235,8 +235,8 @@ def aggregate_table(items: Sequence[dict], x: Optional[str], groups: Sequence[st
                 v = a.get(g, {}).get(xv)
                 cells.append(None if v is None or math.isnan(v[0]) else v[0])
             # no x axis: the line (norm=rmsnorm) labels the row; an "x" column held 0, no value of the sweep
-            # the sd to 3 significant digits: 4 decimals made 1.944e-04 read "2.000e-04"
-            rows.append([g, *([xv] if x else []), round(m, 4), float(f"{sd:.3g}") if n > 1 else None, n,
+            # the sd to 4 significant digits: 4 decimals made 1.944e-04 read "2.000e-04"
+            rows.append([g, *([xv] if x else []), round(m, 4), float(f"{sd:.4g}") if n > 1 else None, n,
                          round(m / LN2, 4), *cells])
     header = ["line", *([x.split(".")[-1]] if x else []), "best val loss (mean)", "sd", "seeds",
               f"bits/{short_unit(sweep_unit(items))}",
