@@ -585,3 +585,18 @@ def test_aggregates_use_the_full_precision_of_the_losses(tmp_path, monkeypatch):
     its = [sweep_item("prenorm", 1, v, seed=s) for s, v in zip((1, 2), vals)]
     header, table = sweep.aggregate_table(its, "model.n_layer", ["model.variant"])
     assert table[0][header.index("sd")] == pytest.approx(1.944e-4, rel=1e-3)
+
+
+def test_an_encoding_without_a_file_and_empty_paths_from_a_file_are_refused():
+    """--data.encoding cp037 without --data.path trained on EBCDIC-decoded Shakespeare; a file's `path: ""` was
+    "data.path is a directory", its `out_dir: ""` trained into runs/<time>."""
+    from depthlab.config import ConfigError, DataConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match="data.encoding 'cp037' is the encoding of a file given with data.path; the "
+                                          "embedded Tiny Shakespeare is UTF-8"):
+        DataConfig(encoding="cp037")
+    assert DataConfig(encoding="UTF8").encoding == "UTF8" and DataConfig(path="a.txt", encoding="cp037")
+    with pytest.raises(ConfigError, match="data.path is empty; give a text file"):
+        DataConfig(path="")
+    with pytest.raises(ConfigError, match="train.out_dir is empty; give a folder"):
+        TrainConfig(out_dir="")

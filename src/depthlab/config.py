@@ -147,6 +147,9 @@ class DataConfig:
             self.path = os.fspath(self.path)  # (still validating: the one assignment, before anyone reads it)
         if self.path is not None and not isinstance(self.path, str):  # a config.json edited to "path": 5
             raise ConfigError(f"data.path must be a path (a string), got {self.path!r}", "data.path")
+        if self.path == "":  # read as ".", the current folder ("data.path is a directory"), from a file or Python
+            raise ConfigError("data.path is empty; give a text file, or leave data.path out for the embedded Tiny "
+                              "Shakespeare", "data.path")
         _fraction("data", "val_fraction", self.val_fraction, low_open=True)
         import codecs
 
@@ -158,6 +161,10 @@ class DataConfig:
         if not getattr(info, "_is_text_encoding", True):  # rot13, base64, zlib: an "unexpected TypeError" when read
             raise ConfigError(f"data.encoding {self.encoding!r} is a bytes-to-bytes or text-to-text transform, not a "
                               "text encoding (try utf-8, cp1252 or latin-1)", "data.encoding")
+        if self.path is None and info.name != "utf-8":  # it decoded the embedded corpus: EBCDIC Shakespeare trained
+            raise ConfigError(f"data.encoding {self.encoding!r} is the encoding of a file given with data.path; the "
+                              "embedded Tiny Shakespeare is UTF-8: drop data.encoding, or give data.path",
+                              "data.encoding", "data.path")
         _choice("data", "tokenizer", self.tokenizer, ("char", "bpe"))
         _choice("data", "split", self.split, ("tail", "lines"))
         v = self.vocab_size
@@ -713,6 +720,9 @@ class TrainConfig:
                               f"memory), got {self.sample_tokens:,}", "train.sample_tokens")
 
     def __post_init__(self) -> None:
+        if self.out_dir == "":  # a file's `out_dir: ""` trained into runs/<time> without a word
+            raise ConfigError("train.out_dir is empty; give a folder, or leave train.out_dir out for runs/<time>",
+                              "train.out_dir")
         _positive("train", self, "batch_size", "grad_accum", "max_iters", "eval_interval",
                   "eval_iters", "log_interval", "keep_last", "sample_tokens")
         for n in ("max_time", "learning_rate", "muon_lr", "min_lr", "weight_decay", "grad_clip", "target_val_loss",
