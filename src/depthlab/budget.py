@@ -2,8 +2,8 @@
 
 A run asked for more steps than its time limit allows would be cut mid-decay by the limit, with
 its learning rate still high. A :class:`TimeBudget` times the first steps of the session instead and
-makes a :class:`Plan`: a lower end step (and decay end, and a warmup no longer than a fifth of the
-plan) so the cosine ends inside 98 % of ``max_time``; it plans again from better-measured steps at
+makes a :class:`Plan`: a lower end step (and decay end, and a warmup that ends within the first fifth of the
+steps left when it plans) so the cosine ends inside 98 % of ``max_time``; it plans again from better-measured steps at
 step 200 and then halfway through what is left, again and again while at least 100 steps lie on
 each side (steps can speed up or slow down well after the start; the schedule continues the decay
 from the current learning rate then, with no jump). The plan is a value: the config the user asked
@@ -57,7 +57,8 @@ class Plan:
     Attributes:
         max_iters: the step the run ends at (< ``max_iters_asked`` when the time limit ends it).
         lr_decay_iters: the step the cosine reaches ``min_lr`` (0 = ``max_iters``, as in the config).
-        warmup_iters: the warmup the plan uses (shortened to a fifth of the plan when longer).
+        warmup_iters: the warmup the plan uses (shortened to end a fifth of the way from the planning step to the
+            plan's end, when it would end later).
         max_iters_asked, lr_decay_iters_asked, warmup_iters_asked: the config values it replaces.
         s_per_step: measured seconds per training step; s_per_eval: seconds per evaluation.
         at_step: the step the (latest) plan was made at.
