@@ -570,7 +570,8 @@ class TrainConfig:
             side, the decay then continuing from the current learning rate) so that the run, evaluations included,
             ends inside 98 % of ``max_time`` with its learning-rate decay finished, instead of being
             cut mid-decay; a warmup that would end later than a fifth of the way from the step it plans at
-            (step 20) to the planned end is shortened to end there. The plan is logged and written to config.json's ``resolved.plan`` (its ``train``
+            (step 20) to the planned end is shortened to end there. The plan is logged and written to
+            config.json's ``resolved.plan`` (its ``train``
             section keeps the values asked for), so a resume continues that schedule (a run stopped before
             its plan is planned when resumed); the summary says
             ``stopped_by: max_time`` (the budget ended the run); runs that fit are untouched. A
