@@ -600,3 +600,15 @@ def test_an_encoding_without_a_file_and_empty_paths_from_a_file_are_refused():
         DataConfig(path="")
     with pytest.raises(ConfigError, match="train.out_dir is empty; give a folder"):
         TrainConfig(out_dir="")
+
+
+def test_a_cache_folder_that_cannot_be_written_is_named_with_its_knob(tmp_path):
+    """--data.cache_dir /sys/foo (or an unwritable HOME's ~/.cache): "PermissionError: [Errno 1] Operation not
+    permitted: '/sys/nohome' (check the paths given ...)", naming neither the cache nor its setting."""
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+    from depthlab.errors import DepthlabError
+
+    with pytest.raises(DepthlabError, match=r"^the data cache folder /proc/depthlab-nope cannot be written \(.+\); "
+                                            r"point --data.cache_dir \(or DEPTHLAB_CACHE\) at a folder you can write$"):
+        load_corpus(DataConfig(cache_dir="/proc/depthlab-nope"))

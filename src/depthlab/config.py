@@ -122,8 +122,8 @@ class DataConfig:
         encoding: text encoding of ``path`` (e.g. ``utf-8``, ``cp1252``, ``latin-1``).
         val_fraction: fraction of the text held out for validation, in (0, 0.5]: of the characters
             (the last ones) with ``split: tail``, of the lines with ``split: lines``.
-        cache_dir: folder for the encoded-token cache; ``None`` = ``$DEPTHLAB_CACHE`` or
-            ``~/.cache/depthlab``.
+        cache_dir: folder for the encoded-token cache; ``None`` = ``$DEPTHLAB_CACHE``, else
+            ``$XDG_CACHE_HOME/depthlab``, else ``~/.cache/depthlab``.
         tokenizer: ``char`` (one token per character, the corpus's characters as vocabulary) or ``bpe``
             (byte-level BPE trained with Hugging Face ``tokenizers`` on the train split, at most 16 M
             characters of it; cached per corpus and settings, saved as the run's ``tokenizer.json``).

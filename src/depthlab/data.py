@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 import numpy as np
 
 from .config import DataConfig
-from .errors import DepthlabError
+from .errors import DepthlabError, no_space
 from .units import counted
 from .tokenizer import EOT, BPETokenizer, CharTokenizer, Tokenizer, token_dtype, train_bpe
 
@@ -435,10 +435,15 @@ def _publish(entry: Path, write: Callable[[Path], None]) -> None:
     """
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
     except (FileExistsError, NotADirectoryError):  # a file where the cache folder (or one above it) goes
         raise DepthlabError(f"the data cache folder {entry.parent} cannot be made: a file stands in its path; "
                             "point --data.cache_dir (or DEPTHLAB_CACHE) at a folder") from None
-    tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
+    except OSError as e:  # no permission, a read-only place (HOME unwritable): was "PermissionError: ... '/sys/x'"
+        if no_space(e):
+            raise
+        raise DepthlabError(f"the data cache folder {entry.parent} cannot be written ({e.strerror or e}); point "
+                            "--data.cache_dir (or DEPTHLAB_CACHE) at a folder you can write") from None
     try:
         write(tmp)
         try:
