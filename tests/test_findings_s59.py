@@ -612,3 +612,18 @@ def test_a_cache_folder_that_cannot_be_written_is_named_with_its_knob(tmp_path):
     with pytest.raises(DepthlabError, match=r"^the data cache folder /proc/depthlab-nope cannot be written \(.+\); "
                                             r"point --data.cache_dir \(or DEPTHLAB_CACHE\) at a folder you can write$"):
         load_corpus(DataConfig(cache_dir="/proc/depthlab-nope"))
+
+
+def test_the_parameter_count_says_it_leaves_the_position_table_out(tmp_path, tiny_text_file):
+    """nanogpt-cpu printed "0.796 M parameters" of a model holding 804,096: the count leaves the learned position
+    table out (nanoGPT's convention) without a word."""
+
+    lines = []
+    train(tiny_config(tmp_path / "r", tiny_text_file, model=dict(position="learned"), train=dict(max_iters=1)),
+          log=lines.append)
+    (run,) = [ln for ln in lines if ln.startswith("run ")]
+    assert " M parameters (and 512 of the position table, left out as nanoGPT counts), vocab " in run  # 16 x 32
+    lines.clear()
+    train(tiny_config(tmp_path / "rope", tiny_text_file, train=dict(max_iters=1)), log=lines.append)
+    (run,) = [ln for ln in lines if ln.startswith("run ")]
+    assert "position table" not in run  # rope: no table, nothing left out

@@ -189,7 +189,8 @@ class ModelConfig:
     """Shape and wiring of the GPT (decoder-only transformer).
 
     Attributes:
-        vocab_size: V, number of token ids; set from the corpus by ``train`` (0 = not yet known).
+        vocab_size: V, number of token ids; set from the corpus's tokenizer by ``train`` (0 = not yet known), so
+            the command line refuses it.
         block_size: T_max, context length in tokens.
         n_layer: number of transformer blocks.
         n_head: attention heads per block; must divide ``n_embd``.

@@ -738,7 +738,9 @@ def banner(run: Trainer, tokens_per_step: int) -> list[str]:
     continued = run.resumed and run.schedule.anchor is not None  # the rate goes on from the checkpoint's
     lines = [f"warning: {w}" for w in schedule_warnings(t, run.budget.may_shorten, continued) + ([omp] if omp else [])]
     shape = m.source if m.source else f"{m.n_layer} x {wiring_label(dataclasses.asdict(m))}"
-    lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters, "
+    wpe = getattr(getattr(run.raw_model, "transformer", {}), "wpe", None) if run.port.native else None
+    table = f" (and {wpe.weight.numel():,} of the position table, left out as nanoGPT counts)" if wpe else ""
+    lines.append(f"run {run.run_dir}: {run.port.num_params() / 1e6:.3f} M parameters{table}, "
                  f"vocab {m.vocab_size}, {shape}, device {r['device']}, {r['dtype']}, "
                  f"{counted(r['threads'], 'thread')}, {tokens_per_step} tokens/step")
     if rt.tuning is not None and run.device.type == "cpu":
