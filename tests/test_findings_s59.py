@@ -627,3 +627,17 @@ def test_the_parameter_count_says_it_leaves_the_position_table_out(tmp_path, tin
     train(tiny_config(tmp_path / "rope", tiny_text_file, train=dict(max_iters=1)), log=lines.append)
     (run,) = [ln for ln in lines if ln.startswith("run ")]
     assert "position table" not in run  # rope: no table, nothing left out
+
+
+def test_resume_and_train_resume_false_together_are_refused(tmp_path, tiny_text_file, capsys):
+    """`--resume RUN --train.resume false` resumed without a word (the --train.resume true --resume adds won)."""
+    from depthlab.cli import main
+
+    train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2)), **QUIET)
+    before = (tmp_path / "r" / "config.json").read_bytes()
+    assert main(["train", "--resume", str(tmp_path / "r"), "--train.resume", "false", "--train.max_iters", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"depthlab: error: --resume {tmp_path / 'r'} and --train.resume false contradict each other: drop "
+                   f"--train.resume false to continue the run, or drop --resume (--init-from {tmp_path / 'r'} "
+                   "--train.out_dir NEW_DIR starts a new run from its weights)")
+    assert (tmp_path / "r" / "config.json").read_bytes() == before

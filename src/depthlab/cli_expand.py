@@ -214,6 +214,11 @@ def expand_train_argv(argv: list[str]) -> list[str]:
     if flag_value(argv, "--init-from") is not None or flag_value(argv, "--init_from") is not None:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
+    off = flag_value(argv, "--train.resume")
+    if off is not None and convert(off, bool) is False:  # the --train.resume true appended below won, silently
+        raise DepthlabError(f"--resume {shlex.quote(str(rd))} and --train.resume false contradict each other: drop "
+                            "--train.resume false to continue the run, or drop --resume (--init-from "
+                            f"{shlex.quote(str(rd))} --train.out_dir NEW_DIR starts a new run from its weights)")
     other = flag_value(argv, "--train.out_dir")
     if other is not None and Path(other).resolve() != rd.resolve():
         raise DepthlabError(f"--resume {shlex.quote(str(rd))} continues that run in place; drop --train.out_dir "
