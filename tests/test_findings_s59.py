@@ -641,3 +641,16 @@ def test_resume_and_train_resume_false_together_are_refused(tmp_path, tiny_text_
                    f"--train.resume false to continue the run, or drop --resume (--init-from {tmp_path / 'r'} "
                    "--train.out_dir NEW_DIR starts a new run from its weights)")
     assert (tmp_path / "r" / "config.json").read_bytes() == before
+
+
+def test_a_section_file_refusal_says_a_file_under_its_own_section_line_is_taken(tmp_path, capsys):
+    """`--model w.yaml` holding `model:` alone is taken, but with a `train:` beside it the refusal said "--model FILE
+    reads the model fields alone", which the first file contradicted."""
+    from depthlab.cli import main
+
+    (tmp_path / "w.yaml").write_text("model:\n  n_layer: 3\ntrain:\n  max_iters: 5\n")
+    assert main(["train", "--model", str(tmp_path / "w.yaml"), "--train.out_dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--model FILE reads the model fields (a line such as 'n_layer: 2'), alone or under one "
+                        "'model:' line and nothing beside it; a file with data/model/train sections is given with -c "
+                        "FILE"), err

@@ -86,8 +86,8 @@ def section_file_flags(section: str, path: Optional[str]) -> list[str]:
     sections = [k for k in d if k in SECTIONS]
     if sections:  # a whole config file, or the section's name with something beside it
         raise DepthlabError(f"--{section} {path} holds a '{sections[0]}:' section; --{section} FILE reads the "
-                            f"{section} fields alone (a line such as '{example}'); a file with data/model/train "
-                            f"sections is given with -c FILE")
+                            f"{section} fields (a line such as '{example}'), alone or under one '{section}:' line and "
+                            "nothing beside it; a file with data/model/train sections is given with -c FILE")
     check_section_file(path, section, d)
     out = []
     for key, value in d.items():
