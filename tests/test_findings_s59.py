@@ -654,3 +654,15 @@ def test_a_section_file_refusal_says_a_file_under_its_own_section_line_is_taken(
     assert err.endswith("--model FILE reads the model fields (a line such as 'n_layer: 2'), alone or under one "
                         "'model:' line and nothing beside it; a file with data/model/train sections is given with -c "
                         "FILE"), err
+
+
+def test_more_workers_than_cores_are_not_estimated_faster(monkeypatch):
+    """--dry_run --workers 4 --threads 2 on 2 cores: "about 0.1 min", against 0.2 for the default 2 workers."""
+    import os
+
+    from depthlab.sweep.local import makespan, sweep_seconds
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    secs = [30.0, 30.0, 30.0, 30.0]
+    assert sweep_seconds(secs, 4, "local") == sweep_seconds(secs, 2, "local") == makespan(secs, 2) == 60.0
+    assert sweep_seconds(secs, 4, "ray") == 30.0  # a cluster's cores are not known here

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 
 import json
+import os
 import re
 import signal
 import sys
@@ -257,7 +258,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     for pt in todo:
         seconds.append(estimate_seconds(pt.config))
         lines.append(f"{pt.name:50s} ~{seconds[-1]:7.1f}s")
-    total = makespan(seconds, nw)
+    total = sweep_seconds(seconds, nw, backend)
     if not todo:
         lines.append(f"nothing to run: {'all ' if len(points) > 1 else ''}{counted(len(points), 'run')} had finished "
                      f"-> {out_dir}")
@@ -276,6 +277,13 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
         lines.append(f"--seeds auto: these are the first round; it then adds seeds (at most {mode[1]} per cell) to "
                      "the cells of undecided claims, which depends on their results")
     return "\n".join(lines)
+
+
+def sweep_seconds(seconds: list[float], workers: int, backend: str) -> float:
+    """Wall seconds of runs estimated at ``seconds`` each (:func:`depthlab.sweep.estimate_seconds`, one core's
+    time) on ``workers``: :func:`makespan`, where on the local backend more workers than cores share them (4 workers
+    on 2 cores were estimated twice as fast as 2); a Ray cluster's cores are not known here."""
+    return makespan(seconds, min(workers, os.cpu_count() or workers) if backend == "local" else workers)
 
 
 def makespan(seconds: list[float], workers: int) -> float:

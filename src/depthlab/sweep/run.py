@@ -186,7 +186,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     write_plan(sweep_dir, spec, points, added)
     n_workers, threads, where = placement(backend, workers, threads, len(todo))
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
-    est = sum(estimate_seconds(p.config) for p in todo)
+    est = local.sweep_seconds([estimate_seconds(p.config) for p in todo], n_workers, backend)  # in this order: as run
     jobs, varied = [], varied_fields(spec)
     for p in todo:
         config = resumed_configs[p.name]
@@ -196,7 +196,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     resumed = sum(bool(j["config"]["train"].get("resume")) for j in jobs)
     log(f"sweep {sweep_dir}: {counted(len(points), 'run')}, {len(done)} already finished, {len(todo)} to run"
         f"{f' ({resumed} of them resume from a checkpoint)' if resumed else ''} on {where} "
-        f"(rough estimate {est / n_workers / 60:.1f} min)")
+        f"(rough estimate {est / 60:.1f} min)")
     results, written = [], False
     try:
         results = runner(jobs, n_workers, log, len(points), len(done)) if jobs else []
