@@ -52,8 +52,9 @@ def _valid_config(draw):
                  attention=draw(st.sampled_from(["auto", "sdpa", "explicit"])),
                  on_nonfinite=draw(st.sampled_from(["stop", "skip"])), target_val_loss=draw(st.floats(0.0, 5.0)),
                  grad_log_interval=draw(st.integers(0, 1000)), probe_interval=draw(st.integers(0, 1000)))
-    data = dict(path=draw(st.one_of(st.none(), st.text(min_size=1, max_size=8))),
-                encoding=draw(st.sampled_from(["utf-8", "cp1252", "latin-1", "utf-16"])),
+    path = draw(st.one_of(st.none(), st.text(min_size=1, max_size=8)))
+    data = dict(path=path,  # another encoding is a file's: the embedded corpus is UTF-8
+                encoding=draw(st.sampled_from(["utf-8"] if path is None else ["utf-8", "cp1252", "latin-1", "utf-16"])),
                 val_fraction=draw(st.floats(0.0, 0.5, exclude_min=True)))
     sections = {"model": model, "train": train, "data": data}
     keep = draw(st.sets(st.sampled_from(sorted(sections))))  # absent sections take the defaults

@@ -91,7 +91,7 @@ def test_a_model_whose_constructor_fails_names_the_line_of_the_users_file(tmp_pa
                   "16", "--train.max_iters", "2", "--train.out_dir", str(run))
     assert err.startswith(f"depthlab: error: {src}: BadInit(vocab_size="), err
     assert err.endswith(") failed: NameError: name 'undefined_name' is not defined (at base.py:7: undefined_name + 1)"
-                        "\n"), err
+                        "; the arguments fit its signature, so its own code raised this: fix that line\n"), err
     assert not run.exists()
 
 

@@ -507,14 +507,14 @@ FIGURE_NOTES = {
     "rezero_alpha": "The learnt ReZero residual gates; they start at 0, and their size shows how much each "
                     "sublayer contributes.",
     "layers": "Left: the val loss when the stream after each block is read by the model's head, after its "
-              "final norm where it has one (logit lens); the embeddings alone see one token, so they cannot "
-              "go below the best one-token predictor of the val split (at or below the bigram line), and the "
+              "final norm where it has one (logit lens); the embeddings alone see one character, so they cannot "
+              "go below the best one-character predictor of the val split (at or below the bigram line), and the "
               "drop from block to block is what each adds. Right: how much the val loss rises when a block is "
               "replaced by the identity; grey bars (within 0.01 nats of 0) are blocks the loss does not use, "
               "vermillion ones (0.01 nats or more below 0) blocks whose removal lowers the loss "
               "(`depthlab layers` prints the numbers).",
-    "context": "Val loss at each position of the evaluation windows. Position 0 sees one token, so it cannot go "
-               "below the best one-token predictor of the val split (at or below the bigram line); the "
+    "context": "Val loss at each position of the evaluation windows. Position 0 sees one character, so it cannot go "
+               "below the best one-character predictor of the val split (at or below the bigram line); the "
                "fall below the bigram line at later positions is context the model uses. One line per "
                "kept checkpoint shows how that use changed between them (`depthlab context` prints the numbers).",
 }
