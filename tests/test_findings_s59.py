@@ -474,6 +474,10 @@ def test_init_from_an_export_with_another_runs_tokenizer_names_both_files(tmp_pa
     assert rc == 2 and err.startswith(f"depthlab: error: --init-from {hf}: {hf}/tokenizer.json holds 280 tokens but "
                                       "the weights have 300 rows"), err
     assert "export the run again (depthlab export" in err and not (tmp_path / "n").exists()
+    # without --data.tokenizer bpe (a char run asked for): the same refusal, not a shape mismatch naming no file
+    rc = main(["train", "--init-from", str(hf), "--data.path", str(tiny_text_file), "--train.out_dir",
+               str(tmp_path / "n")])
+    assert rc == 2 and "tokenizer.json holds 280 tokens but the weights have 300 rows" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("own", ["active", "passive"])
@@ -666,3 +670,23 @@ def test_more_workers_than_cores_are_not_estimated_faster(monkeypatch):
     secs = [30.0, 30.0, 30.0, 30.0]
     assert sweep_seconds(secs, 4, "local") == sweep_seconds(secs, 2, "local") == makespan(secs, 2) == 60.0
     assert sweep_seconds(secs, 4, "ray") == 30.0  # a cluster's cores are not known here
+
+
+def test_the_check_command_trains_advice_gives_builds_the_same_model(tmp_path):
+    """train --model.source with --model.init '{"split": ...}' said "`depthlab check bugs.py:M` tries more sizes", a
+    command that builds the model without its init (another model, which passed)."""
+    from depthlab.errors import DepthlabError
+    from depthlab.usermodel import check_forward
+
+    model = _learner(tmp_path, split="no transpose")
+    with pytest.raises(DepthlabError) as e:
+        check_forward(model, f"{LEARNER}:GPT", 16, 64, 65, {"split": "no transpose"})
+    assert str(e.value).endswith(":GPT --init '{\"split\": \"no transpose\"}'` tries more sizes")
+
+
+def test_the_dry_run_estimates_the_order_the_sweep_runs_in():
+    """--grid model.n_layer=1,2,3,16 estimated 3.7 min, 16,3,2,1 3.2 min: the sweep runs the longest first."""
+    from depthlab.sweep.local import sweep_seconds
+
+    secs = [16.7, 28.3, 39.9, 191.0]
+    assert sweep_seconds(secs, 2, "ray") == sweep_seconds(secs[::-1], 2, "ray") == pytest.approx(191.0)

@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Optional
 
-from .cli_args import as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences, yaml_fix
+from .cli_args import (BadValue, as_flag, check_section_file, convert, flag, flag_value, joined_config, occurrences,
+                       yaml_fix)
 from .errors import DepthlabError, did_you_mean
 
 __all__ = ["attribute_config_error", "typed_gpt_fields_error", "attribute_option_error", "gpu_recipe_on_cpu",
@@ -215,7 +216,11 @@ def expand_train_argv(argv: list[str]) -> list[str]:
         raise DepthlabError("--resume and --init-from exclude each other: resume continues a run, "
                             "init-from starts a new one from its weights")
     off = flag_value(argv, "--train.resume")
-    if off is not None and convert(off, bool) is False:  # the --train.resume true appended below won, silently
+    try:
+        off = convert(off, bool) if off is not None else None
+    except BadValue:  # refused in its own words by the flags' check, where --resume leaves it as typed
+        raise DepthlabError(f"train: --train.resume: expected true or false, got {off!r}") from None
+    if off is False:  # the --train.resume true appended below won, silently
         raise DepthlabError(f"--resume {shlex.quote(str(rd))} and --train.resume false contradict each other: drop "
                             "--train.resume false to continue the run, or drop --resume (--init-from "
                             f"{shlex.quote(str(rd))} --train.out_dir NEW_DIR starts a new run from its weights)")

@@ -80,6 +80,7 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
     Raises:
         DepthlabError: resuming a BPE run whose ``tokenizer.json`` is gone.
     """
+    theirs = _checked_export_tokenizer(Path(init_from)) if init_from else None  # for a char run too
     if cfg.data.tokenizer != "bpe":
         return None
     if cfg.train.resume and cfg.train.out_dir:
@@ -93,17 +94,22 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
                                 "the same file, and so does the BPE cache of its corpus, data.cache_dir or "
                                 "DEPTHLAB_CACHE, where it is kept)")
         return None
-    if init_from:
-        hcfg = _export_config(Path(init_from))
-        if hcfg is not None:  # before a BPE tokenizer is trained in its place
-            _refuse_incomplete_export(Path(init_from))
-        theirs = _export_tokenizer(Path(init_from))
-        if hcfg is not None and theirs is not None:
-            _refuse_other_tokenizer(Path(init_from), theirs, hcfg)
-        if isinstance(theirs, BPETokenizer):
-            _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
-            return theirs.json
+    if init_from and isinstance(theirs, BPETokenizer):
+        _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
+        return theirs.json
     return None
+
+
+def _checked_export_tokenizer(src: Path) -> Optional[Tokenizer]:
+    """The tokenizer of ``--init-from src`` (:func:`_export_tokenizer`), an export's checked first: complete, and its
+    tokenizer.json of as many tokens as its weights have rows (before a BPE tokenizer is trained in its place)."""
+    hcfg = _export_config(src)
+    if hcfg is not None:
+        _refuse_incomplete_export(src)
+    theirs = _export_tokenizer(src)
+    if hcfg is not None and theirs is not None:
+        _refuse_other_tokenizer(src, theirs, hcfg)
+    return theirs
 
 
 def _refuse_other_tokenizer(src: Path, tok: Tokenizer, hcfg: dict[str, Any]) -> None:

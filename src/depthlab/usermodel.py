@@ -570,6 +570,18 @@ def keep_source(run_dir: Path, src: Source) -> dict:
     return {"source_sha256": hashlib.sha256(data).hexdigest(), **({SIBLINGS_SHA256: siblings} if siblings else {})}
 
 
+def _own_init(mcfg) -> dict:
+    """The constructor arguments a ``model.source`` model is built with (``model.init``; a string there is depthlab's
+    GPT's init scheme, which a source model does not take)."""
+    return parse_init(None if isinstance(mcfg.init, str) else mcfg.init)
+
+
+def _init_flag(init: Optional[dict]) -> str:
+    """`` --init '{...}'``: the model's constructor arguments given with model.init, for a ``depthlab check`` command
+    that builds the same model (without them it checked another one, which passed); "" without any."""
+    return f" --init {shlex.quote(json.dumps(init))}" if init else ""
+
+
 def check_command(source: str, run_dir: Optional[Union[str, Path]] = None) -> str:
     """``depthlab check PATH.py:NAME`` for a run's model, with a path that works from any folder: the original
     file (absolute, from the run's ``source/ORIGIN``) while it is there and unchanged, else the run's own copy,
@@ -710,7 +722,7 @@ def make_model(mcfg, run_dir: Optional[Path] = None) -> torch.nn.Module:
     if not source:
         return GPT(mcfg)
     src = run_source(run_dir, source) if run_dir is not None else parse_source(source)
-    return build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
+    return build_model(src, _own_init(mcfg), mcfg.vocab_size)
 
 
 def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn.Module]:
@@ -726,7 +738,7 @@ def new_source_model(mcfg, log: Callable[[str], None]) -> tuple[Source, torch.nn
     """
     picked: list[str] = []
     src, made = load_factory(parse_source(mcfg.source), picked.append)
-    model = build_model(src, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size, made)
+    model = build_model(src, _own_init(mcfg), mcfg.vocab_size, made)
     # said once the model is built: a source refused (no file, no such name, a failing constructor) is not "the model"
     for line in picked:
         log(line)
@@ -760,7 +772,7 @@ def init_source_model(init_dir: Path, mcfg, log: Callable[[str], None]) -> tuple
         log(f"warning: {original} {how} since {init_dir} copied it; the new run starts from that run's own copy "
             f"{own.path} (sha256 {own.sha256[:12]}...), the code its weights were trained with (give --model.source "
             f"{mcfg.source} to build the file as it is now)")
-    model = build_model(own, parse_init(None if isinstance(mcfg.init, str) else mcfg.init), mcfg.vocab_size)
+    model = build_model(own, _own_init(mcfg), mcfg.vocab_size)
     log(f"model: {mcfg.source} (your code, run as Python because the --init-from run's model.source names it; "
         f"built from that run's copy {own.path})")
     return own, model
@@ -789,7 +801,7 @@ def source_run_model(mcfg, run_dir: Path, resumed: bool, checkpointed: bool, ini
         record = resume_source(run_dir, source, log)  # a changed original is named
         model = make_model(mcfg, run_dir)
         return model, {**record, **_logits_record(check_forward(model, source, batch_size, mcfg.block_size,
-                                                                  mcfg.vocab_size), mcfg.vocab_size)}
+                                                                  mcfg.vocab_size, _own_init(mcfg)), mcfg.vocab_size)}
     if checkpointed:
         run_source(run_dir, source)  # a checkpointed run without its copy: refused, as sample does
     if init_dir is not None:  # the --init-from run's model: from the code it trained
@@ -797,7 +809,7 @@ def source_run_model(mcfg, run_dir: Path, resumed: bool, checkpointed: bool, ini
     else:
         src, model = new_source_model(mcfg, log)
         mcfg.source = source = str(src)  # a bare PATH.py: config.json and the copy name its class
-    logits = check_forward(model, source, batch_size, mcfg.block_size, mcfg.vocab_size)
+    logits = check_forward(model, source, batch_size, mcfg.block_size, mcfg.vocab_size, _own_init(mcfg))
     return model, {**keep_source(run_dir, src), **_logits_record(logits, mcfg.vocab_size)} if keep else {}
 
 
@@ -921,7 +933,8 @@ def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
     return _with_line(e, Path(path)) if path else first_line(e)
 
 
-def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int) -> int:
+def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int,
+                  init: Optional[dict] = None) -> int:
     """One forward of zeros (``batch_size``, ``block_size``) in eval mode with gradients on: the model runs at
     the sizes the run trains with, returns logits (B, T, V') with V' >= the corpus's V (more: a padded vocabulary,
     whose extra entries are never targets and never drawn), and they depend on a parameter that trains (they have a
@@ -959,7 +972,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
                f"it runs at T={longest} but fails at T={', '.join(map(str, shorter_fail))} too, so no context length "
                "is the limit: a size is written where the length belongs, e.g. q.view(B, n_head, T, hs) for "
                "q.view(B, T, n_head, hs).transpose(1, 2); take the sizes from the input (B, T, C = x.shape); "
-               f"`{check_command(src)}` tries more sizes"
+               f"`{check_command(src)}{_init_flag(init)}` tries more sizes"
                if longest else "if the model has a fixed batch size or a context shorter than model.block_size, make "
                "them match (or run `depthlab check` on it)")
         raise DepthlabError(f"{src}: forward(idx) failed on idx of shape ({batch_size}, {block_size}) "

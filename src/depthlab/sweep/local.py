@@ -281,9 +281,10 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
 
 def sweep_seconds(seconds: list[float], workers: int, backend: str) -> float:
     """Wall seconds of runs estimated at ``seconds`` each (:func:`depthlab.sweep.estimate_seconds`, one core's
-    time) on ``workers``: :func:`makespan`, where on the local backend more workers than cores share them (4 workers
-    on 2 cores were estimated twice as fast as 2); a Ray cluster's cores are not known here."""
-    return makespan(seconds, min(workers, os.cpu_count() or workers) if backend == "local" else workers)
+    time) on ``workers``, taken longest first: :func:`makespan`, where on the local backend more workers than cores
+    share them (4 workers on 2 cores were estimated twice as fast as 2); a Ray cluster's cores are not known here."""
+    longest_first = sorted(seconds, reverse=True)  # the order the sweep takes them in (run.py): the dry run agrees
+    return makespan(longest_first, min(workers, os.cpu_count() or workers) if backend == "local" else workers)
 
 
 def makespan(seconds: list[float], workers: int) -> float:

@@ -186,7 +186,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     write_plan(sweep_dir, spec, points, added)
     n_workers, threads, where = placement(backend, workers, threads, len(todo))
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
-    est = local.sweep_seconds([estimate_seconds(p.config) for p in todo], n_workers, backend)  # in this order: as run
+    est = local.sweep_seconds([estimate_seconds(p.config) for p in todo], n_workers, backend)
     jobs, varied = [], varied_fields(spec)
     for p in todo:
         config = resumed_configs[p.name]
