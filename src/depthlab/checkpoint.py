@@ -795,8 +795,8 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
         which = f" (the checkpoint records its sha256, {sha[:12]}...)" if sha else ""
         raise DepthlabError(f"{tfile} is missing; the BPE checkpoint {path} cannot be decoded without it: put the "
                             f"run's tokenizer.json back{which}; an export of this run holds the same file, and so does "
-                            "the BPE cache of its corpus (data.cache_dir, or DEPTHLAB_CACHE) where it is "
-                            "kept") from None
+                            "the BPE cache of its corpus where it is kept (data.cache_dir, else $DEPTHLAB_CACHE, else "
+                            "$XDG_CACHE_HOME/depthlab or ~/.cache/depthlab)") from None
     tok = BPETokenizer.from_str(text, str(tfile))
     if meta.get("tokenizer_sha256") and tok.sha256 != meta["tokenizer_sha256"]:
         raise DepthlabError(f"{tfile} is not the tokenizer {path} was trained with (sha256 "

@@ -91,8 +91,9 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
         if (old.get("data") or {}).get("tokenizer") == "bpe":
             raise DepthlabError(f"cannot resume {rd}: its {TOKENIZER} is missing, and the checkpoints' token ids "
                                 f"mean nothing without it; put the run's {TOKENIZER} back (an export of this run holds "
-                                "the same file, and so does the BPE cache of its corpus, data.cache_dir or "
-                                "DEPTHLAB_CACHE, where it is kept)")
+                                "the same file, and so does the BPE cache of its corpus where it is kept: "
+                                "data.cache_dir, else $DEPTHLAB_CACHE, else $XDG_CACHE_HOME/depthlab or "
+                                "~/.cache/depthlab)")
         return None
     if init_from and isinstance(theirs, BPETokenizer):
         _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)
