@@ -690,3 +690,27 @@ def test_the_dry_run_estimates_the_order_the_sweep_runs_in():
 
     secs = [16.7, 28.3, 39.9, 191.0]
     assert sweep_seconds(secs, 2, "ray") == sweep_seconds(secs[::-1], 2, "ray") == pytest.approx(191.0)
+
+
+def test_a_sweep_figure_without_any_finished_run_warns_of_no_legend():
+    """`depthlab report` on an interrupted science sweep (plot_per_block's first panel had no labelled line):
+    "depthlab: warning: No artists with labels found to put in legend", matplotlib's words said as depthlab's."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from depthlab.report.sweep import _legend
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _legend(ax, fontsize=6)
+    assert ax.get_legend() is None
+    ax.plot([0, 1], [1, 0], label="L2")
+    _legend(ax, fontsize=6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["L2"]
+    plt.close(fig)

@@ -39,6 +39,13 @@ VARIANT_COLORS = {"plain": OKABE_ITO["vermillion"], "postnorm": OKABE_ITO["orang
 _EXTRA_COLORS = [OKABE_ITO[k] for k in ("black", "yellow", "grey", "sky")]
 
 
+def _legend(ax, **kw) -> None:
+    """A legend where something is labelled: a sweep with no finished run drew none, and matplotlib's "No artists
+    with labels found" came out as a depthlab warning."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
 def _color(name: str, i: int) -> str:
     for v, c in VARIANT_COLORS.items():
         if name == v or (name.startswith(v + ",") and "=" not in name.split(",", 2)[1]):
@@ -130,7 +137,7 @@ def plot_vs_x(items: list[dict], x: Optional[str], groups: list[str], baselines:
     sec.set_ylabel(f"bits/{u}")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    _legend(ax, fontsize=8, loc="best")
     return _save(fig, path)
 
 
@@ -291,7 +298,7 @@ def plot_per_block(items: list[dict], x: Optional[str], groups: list[str], which
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
         if j == 0:
-            ax.legend(fontsize=6, ncol=2)
+            _legend(ax, fontsize=6, ncol=2)
     if which == "rank":  # shared axis: fix the limits once, after every panel has its data
         top = max([v for d in data.values() for a, b in d.values() for vec in (a, b) if vec
                    for v in vec if v is not None] + [1.0])
