@@ -714,3 +714,22 @@ def test_a_sweep_figure_without_any_finished_run_warns_of_no_legend():
     _legend(ax, fontsize=6)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["L2"]
     plt.close(fig)
+
+
+def test_a_sweep_refused_for_its_folder_says_no_schedule_warning_first(tmp_path, tiny_text_file, monkeypatch):
+    """A sweep into a folder it could not write printed its runs' schedule warnings, then the error line."""
+    from conftest import TINY_SWEEP, tiny_sweep_spec
+
+    from depthlab import sweep
+    from depthlab.errors import DepthlabError
+    from depthlab.sweep import run as sweep_run
+
+    def refuse(*a, **k):
+        raise DepthlabError("cannot write sweep.json")
+
+    monkeypatch.setattr(sweep_run, "write_plan", refuse)
+    spec = tiny_sweep_spec(tiny_text_file, {"model.n_layer": [1, 2]}, TINY_SWEEP, train__warmup_iters=50)
+    logs = []
+    with pytest.raises(DepthlabError, match="cannot write sweep.json"):
+        sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=logs.append)
+    assert not [ln for ln in logs if ln.startswith("warning:")], logs
