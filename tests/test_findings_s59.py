@@ -733,3 +733,20 @@ def test_a_sweep_refused_for_its_folder_says_no_schedule_warning_first(tmp_path,
     with pytest.raises(DepthlabError, match="cannot write sweep.json"):
         sweep.run_sweep(spec, tmp_path / "sw", workers=1, threads=1, log=logs.append)
     assert not [ln for ln in logs if ln.startswith("warning:")], logs
+
+
+def test_empty_arguments_are_named_for_what_the_command_takes(tmp_path, capsys):
+    """`check ''` and `export RUN ''` were told to "give a run directory or path"; `--resume ''` to "drop --resume
+    for the default"; `--blocks ''` read as the whole model ("GPT '' is one module")."""
+    from depthlab.analytics.check.flow import find_blocks
+    from depthlab.cli import main
+    from depthlab.errors import DepthlabError
+
+    for argv, words in ((["check", ""], "check: argument 1 is empty; give the model's file and name, PATH.py:NAME"),
+                        (["export", "r", ""], "export: argument 2 is empty; give the run directory, then the folder"),
+                        (["train", "--resume", ""],
+                         "train: --resume: the path is empty; give a path, or drop --resume\n")):
+        assert main(argv) == 2
+        assert words in capsys.readouterr().err
+    with pytest.raises(DepthlabError, match=r"^--blocks '': an empty name; give the dotted name of the ModuleList"):
+        find_blocks(_learner(tmp_path), "")

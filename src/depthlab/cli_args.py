@@ -894,13 +894,19 @@ def check_no_empty_paths(command: str, argv: list[str]) -> None:
     """
     for _, name, value in occurrences(argv, _PATH_OPTIONS):
         if value == "":
-            default = "" if name in ("-c", "--config") else " for the default"  # no config file has a default
+            # no config file, run to resume or model to start from has a default
+            default = "" if name in ("-c", "--config", "--resume", "--init-from", "--init_from") else " for the default"
             raise DepthlabError(f"{command}: {name}: the path is empty; give a path, or drop {name}{default}")
     for i, a in enumerate(argv):
         prev = argv[i - 1] if i else ""
         if a == "" and not (prev.startswith("-") and "=" not in prev):
-            raise DepthlabError(f"{command}: argument {i + 1} is empty; give a run directory or path "
-                                "(an unset shell variable?)")
+            what = _EMPTY_POSITIONAL.get(command, "a run directory or path")
+            raise DepthlabError(f"{command}: argument {i + 1} is empty; give {what} (an unset shell variable?)")
+
+
+#: What a command's positional arguments are, in words (for an empty one); others take a run directory or path.
+_EMPTY_POSITIONAL = {"check": "the model's file and name, PATH.py:NAME",
+                     "export": "the run directory, then the folder to write (RUN_DIR OUT_DIR)"}
 
 
 def joined_config(a: str) -> Optional[str]:

@@ -48,6 +48,10 @@ def find_blocks(model: nn.Module, attr: Optional[str] = None) -> tuple[Optional[
     Raises:
         DepthlabError: ``attr`` names no submodule, one without entries, or no container of modules of one class.
     """
+    if attr == "":  # get_submodule('') is the model itself: "GPT '' is one module" named no empty flag
+        lists = [n for n, c in model.named_modules() if n and isinstance(c, _CONTAINERS) and _uniform(c)]
+        raise DepthlabError("--blocks '': an empty name; give the dotted name of the ModuleList, Sequential or "
+                            "ModuleDict of the blocks" + (f" (this model's: {', '.join(lists[:8])})" if lists else ""))
     if attr is not None:
         try:
             m = model.get_submodule(attr)
