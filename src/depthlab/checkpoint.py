@@ -31,7 +31,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .config import ModelConfig, predating_model
+from .config import DEFAULT_CACHE, ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .rundir import CHECKPOINTS, CONFIG, TOKENIZER, RunDir, atomic_write, read_json
@@ -795,8 +795,8 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
         which = f" (the checkpoint records its sha256, {sha[:12]}...)" if sha else ""
         raise DepthlabError(f"{tfile} is missing; the BPE checkpoint {path} cannot be decoded without it: put the "
                             f"run's tokenizer.json back{which}; an export of this run holds the same file, and so does "
-                            "the BPE cache of its corpus where it is kept (data.cache_dir, else $DEPTHLAB_CACHE, else "
-                            "$XDG_CACHE_HOME/depthlab or ~/.cache/depthlab)") from None
+                            f"the BPE cache of its corpus where it is kept (data.cache_dir, else {DEFAULT_CACHE})") \
+            from None
     tok = BPETokenizer.from_str(text, str(tfile))
     if meta.get("tokenizer_sha256") and tok.sha256 != meta["tokenizer_sha256"]:
         raise DepthlabError(f"{tfile} is not the tokenizer {path} was trained with (sha256 "

@@ -113,6 +113,11 @@ def _fraction(section: str, name: str, value: Any, low_open: bool) -> None:
                           f"{section}.{name}")
 
 
+#: Where the encoded-token (and BPE tokenizer) cache lives when ``data.cache_dir`` is not given, in words
+#: (:func:`depthlab.data._cache_root` decides it).
+DEFAULT_CACHE = "$DEPTHLAB_CACHE, else $XDG_CACHE_HOME/depthlab or ~/.cache/depthlab"
+
+
 @dataclass
 class DataConfig:
     """Where the text comes from and how it is split.
@@ -148,9 +153,8 @@ class DataConfig:
         if self.path is not None and not isinstance(self.path, str):  # a config.json edited to "path": 5
             raise ConfigError(f"data.path must be a path (a string), got {self.path!r}", "data.path")
         if self.cache_dir == "":  # silently the default cache from a file; the command line refuses it
-            raise ConfigError("data.cache_dir is empty; give a folder, or leave data.cache_dir out for the default "
-                              "cache ($DEPTHLAB_CACHE, else $XDG_CACHE_HOME/depthlab or ~/.cache/depthlab)",
-                              "data.cache_dir")
+            raise ConfigError(f"data.cache_dir is empty; give a folder, or leave data.cache_dir out for the default "
+                              f"cache ({DEFAULT_CACHE})", "data.cache_dir")
         if self.path == "":  # read as ".", the current folder ("data.path is a directory"), from a file or Python
             raise ConfigError("data.path is empty; give a text file, or leave data.path out for the embedded Tiny "
                               "Shakespeare", "data.path")

@@ -20,7 +20,7 @@ from safetensors.torch import load as st_load
 from . import hf_layout
 from .checkpoint import (CKPT_DIR, best_copy, best_fix, clean_state_dict, load_run_tokenizer, load_weights_file,
                          read_metadata, unchecked_best)
-from .config import ModelConfig, predating_model
+from .config import DEFAULT_CACHE, ModelConfig, predating_model
 from .data import BPETokenizer, CharTokenizer, Tokenizer, sha256_file
 from .errors import DepthlabError
 from .model import ROPE_BASE
@@ -91,9 +91,8 @@ def given_tokenizer_json(cfg, init_from: Optional[str]) -> Optional[str]:
         if (old.get("data") or {}).get("tokenizer") == "bpe":
             raise DepthlabError(f"cannot resume {rd}: its {TOKENIZER} is missing, and the checkpoints' token ids "
                                 f"mean nothing without it; put the run's {TOKENIZER} back (an export of this run holds "
-                                "the same file, and so does the BPE cache of its corpus where it is kept: "
-                                "data.cache_dir, else $DEPTHLAB_CACHE, else $XDG_CACHE_HOME/depthlab or "
-                                "~/.cache/depthlab)")
+                                f"the same file, and so does the BPE cache of its corpus where it is kept: "
+                                f"data.cache_dir, else {DEFAULT_CACHE})")
         return None
     if init_from and isinstance(theirs, BPETokenizer):
         _refuse_other_vocab_size(Path(init_from), cfg.data.vocab_size)

@@ -553,7 +553,7 @@ def _fit_tick(tr: "Trainer", bar) -> None:
         return
     n = tr.runtime.min_int(tr.budget.steps_that_fit(tr.step, s_step, time.time() - tr._t_start))
     lr_before, warmup_before = tr.schedule.lr_at(tr.step), tr.schedule.warmup_iters
-    floor = tr.step > warmup_before and lr_before <= tr.cfg.train.min_lr * (1 + 1e-6)  # a warmup starts low
+    floor = tr.step > warmup_before and tr.schedule.at_floor(tr.step)  # a warmup starts low
     msg = tr.budget.propose(tr.step, n, s_step, at_floor=floor)
     if msg is None:
         return

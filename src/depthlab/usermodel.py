@@ -380,7 +380,7 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         hint = _init_hint(made, kw, src.path)
         if not hint:  # the arguments fit: its own code raised, on the values given or by itself
-            given = [k for k in (init or {})]
+            given = list(init or {})
             hint = (f"; the arguments fit its signature, so its own code raised this: check the value"
                     f"{'s' if len(given) > 1 else ''} given in model.init ({', '.join(given)}; depthlab check: --init) "
                     "against what that line needs" if given else
@@ -938,7 +938,8 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     """One forward of zeros (``batch_size``, ``block_size``) in eval mode with gradients on: the model runs at
     the sizes the run trains with, returns logits (B, T, V') with V' >= the corpus's V (more: a padded vocabulary,
     whose extra entries are never targets and never drawn), and they depend on a parameter that trains (they have a
-    grad_fn). Returns V'.
+    grad_fn). Returns V'. ``init``: the constructor arguments the model was built with (model.init), for the
+    ``depthlab check`` command a refusal suggests.
 
     Raises:
         DepthlabError: the forward cannot be called with the token ids alone (:func:`call_fault`); it raises (e.g.

@@ -172,8 +172,9 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
             continue
         out.append(f"{g}: best {xname} = {best} ({m:.3f}{spread} nats/{u}, {m / LN2:.3f} bits/{u}); {verdict}.")
     if x == DEPTH and "plain" in agg and len(agg["plain"]) > 1:
+        depth = max(agg["plain"])
         deepest = [it for it in items if it["config"]["model"].get("variant") == "plain"
-                   and field_value(it["config"], x) == max(agg["plain"]) and it["row"]["status"] in OK_STATUSES]
+                   and field_value(it["config"], x) == depth and it["row"]["status"] in OK_STATUSES]
         ran = [_steps_trained(it) for it in deepest]
         out += _plain_lines(agg["plain"], baselines, unit, min(ran) if ran and None not in ran else None)
     failed = [it for it in items if it["row"]["status"] not in (*OK_STATUSES, CAPPED)]  # the capped: said above

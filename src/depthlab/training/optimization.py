@@ -193,6 +193,11 @@ class LRSchedule:
             return self.plan.lr_decay_iters or self.plan.max_iters
         return self.train.lr_decay_iters or self.train.max_iters
 
+    def at_floor(self, it: int) -> bool:
+        """Whether the rate of step ``it`` is ``train.min_lr`` (to float rounding): a decay that has ended, or a
+        constant rate (a warmup's first steps are low too: callers that need it exclude them)."""
+        return self.lr_at(it) <= self.train.min_lr * (1 + 1e-6)
+
     def lr_at(self, it: int) -> float:
         """Learning rate of optimizer step ``it``: :func:`get_lr`, or :func:`get_lr_from` after an anchor, or the
         plan's continued warmup (:attr:`~depthlab.budget.Plan.warmup_from`)."""

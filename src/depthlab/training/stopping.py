@@ -101,7 +101,7 @@ class StopRules:
                     if t.fit_to_time and budget.plan is None else "")
             if step < schedule.warmup_iters:
                 where = f"was still warming up{plan}"
-            elif schedule.lr_at(step) <= t.min_lr * (1 + 1e-6):  # a decay that ended before (or a constant rate)
+            elif schedule.at_floor(step):  # a decay that ended before (or a constant rate)
                 where = f"was at its floor already, train.min_lr {t.min_lr:g}"
             else:
                 where = "had not finished its decay"

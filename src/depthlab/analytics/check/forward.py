@@ -575,11 +575,12 @@ def _leak_verdict(ev: dict, leak: torch.Tensor, bad: torch.Tensor) -> CheckResul
                   "the queries (dim=-2) each weight is normalised by the scores of later positions")
     elif past > 0:
         ratio = future / past
-        how = "about as much as" if 0.5 <= ratio <= 2 else f"{ratio:.2g} x as much as"
+        about = 0.5 <= ratio <= 2
+        how = "about as much as" if about else f"{ratio:.2g} x as much as"
         text += f"; a later token moves the logits {how} an earlier one (mean {future:.2g} vs {past:.2g})"
-        if int(bad.sum()) == ev["pairs_tested"] and how == "about as much as":
+        if about and int(bad.sum()) == ev["pairs_tested"]:
             text += ": nothing hides the future"
-        if int(bad.sum()) < ev["pairs_tested"] or how != "about as much as":  # a mask there, something mixes positions
+        else:  # some pairs hide it, or unevenly: a mask is there, something after it mixes the positions
             remedy += ("; if the mask is there already, the heads' split and merge must keep the positions apart: "
                        "q.view(B, T, n_head, C // n_head).transpose(1, 2), and y.transpose(1, 2).contiguous()"
                        ".view(B, T, C) after the attention (a view without its transpose mixes positions)")
