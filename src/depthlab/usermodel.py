@@ -379,7 +379,7 @@ def build_model(src: Source, init: Optional[dict] = None, vocab_size: Optional[i
     except Exception as e:  # noqa: BLE001 - the user's constructor
         args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
         hint = _init_hint(made, kw, src.path)
-        if not hint:  # the arguments fit: its own code raised, on the values given or by itself
+        if not hint and _fits(made, kw):  # its own code raised, on the values given or by itself
             given = list(init or {})
             hint = (f"; the arguments fit its signature, so its own code raised this: check the value"
                     f"{'s' if len(given) > 1 else ''} given in model.init ({', '.join(given)}; depthlab check: --init) "
@@ -429,6 +429,15 @@ def unregistered_modules(model: torch.nn.Module) -> list[tuple[str, str, int]]:
                 where = f"{type(model).__name__}.{prefix + '.' if prefix else ''}{name}"
                 found.append((where, "dict" if isinstance(v, dict) else "tuple" if isinstance(v, tuple) else "list", n))
     return found
+
+
+def _fits(made: Callable[..., Any], kw: dict) -> bool:
+    """Whether keyword arguments ``kw`` bind to ``made``'s signature (False where it cannot be read: a builtin)."""
+    try:
+        inspect.signature(made).bind(**kw)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _init_hint(made: Callable[..., Any], kw: dict, path: Any = "PATH.py") -> str:
