@@ -46,6 +46,10 @@ def test_welch_p_value_matches_scipy_and_the_hand_computed_value():
     assert stats.welch_greater([1.0], [0.0, 0.1]) is None  # one run: no spread to test against
     assert stats.welch_greater([1.0, 1.0], [0.0, 0.0])[2] == 0.0  # no spread: the difference is exact
     assert stats.welch_greater([0.0, 0.0], [1.0, 1.0])[2] == 1.0
+    # values read on a grid of 25: a spread of 0 is the grid's rounding, 25²/12 (Sheppard), not an exact value
+    t, df, p = stats.welch_greater([75.0, 75.0], [25.0, 25.0], resolution=25.0)
+    assert (round(t, 3), df, round(p, 4)) == (6.928, 2.0, 0.0101)
+    assert stats.floored_variance([1.0, 3.0], resolution=1.0) == 2.0  # a spread above the grid's is kept
 
 
 def test_cell_stats_t_interval():
@@ -181,8 +185,14 @@ def test_rezero_speed_verdicts():
            run("postnorm", 1e-2, 100), run("postnorm", 1e-2, 999, seed=2)]
     row = science.rezero_speed(its, {"target_val_loss": 2.6})
     # postnorm's seed 2 never reached 2.6: counted as the budget + one evaluation, 100 + 25 = 125 steps;
-    # (100, 125) against ReZero's (25, 25): t = 7 on df 1, p = 0.045, the largest of the two comparisons
-    assert row[-1] == "yes (p = 0.045, n = 2)" and "<= 2.6 nats" in row[2]
+    # (100, 125) against ReZero's (25, 25), whose spread of 0 counts as the 25-step grid's rounding, 25²/12:
+    # t = 6.48 on df 1.32, p = 0.029 (scipy), the largest of the two comparisons
+    assert row[-1] == "yes (p = 0.029, n = 2)" and "<= 2.6 nats" in row[2]
+    # pre-LN's (75, 75) against (25, 25): t = 50 / sqrt(2 * 625/12 / 2) = 6.93 on df 2, p = 0.010, where two
+    # seeds on one evaluation step each made the difference "exact" (p = 0)
+    assert row[3].endswith("prenorm 75.000 ± 0.000 (n = 2, CI 75.000 to 75.000) vs rezero 25.000 ± 0.000 "
+                           "(n = 2, CI 25.000 to 25.000), p = 0.01")
+    assert "eval_interval/sqrt(12)" in row[2]
     assert "rezero: lr 0.001 100 ± 0 / 2.500 ± 0.000, lr 0.01 25 ± 0 / 2.500 ± 0.000" in row[3]
     assert "postnorm: lr 0.01 — / 2.500" in row[3] and "postnorm lr 0.01: 112.5 steps (115,200 tokens)" in row[3]
     its[4:6] = [run("prenorm", 1e-2, 25), run("prenorm", 1e-2, 25, seed=2)]  # ties ReZero exactly

@@ -280,7 +280,9 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
     loss <= ``extra["target_val_loss"]`` (nats, default 2.6) per seed, a seed that never reaches it
     counted as ``max_iters + eval_interval`` (a lower bound: censored in the other variants' favour
     when ReZero is faster). yes = ReZero needs fewer steps than every other variant (one-sided
-    Welch, alpha 0.05, all must hold); the best val loss at the budget is reported, not judged.
+    Welch, alpha 0.05, all must hold; a cell's spread is never taken below the evaluation interval's
+    rounding, eval_interval²/12, :func:`~depthlab.sweep.stats.floored_variance`); the best val loss
+    at the budget is reported, not judged.
 
     Args:
         items: the experiment's per-run dicts (``config``, ``row``, ``details``).
@@ -297,9 +299,12 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
         parts.append(text)
     rz, test = best.get("rezero"), None
     if rz is not None and len(best) > 1:
+        # steps are seen only at each evaluation: two seeds on one evaluation step are not an exact value
+        grid = float(max(it["config"]["train"]["eval_interval"] for it in items))
         test = All([greater(f"{o} (lr {b[1]:g}) slower than rezero (lr {rz[1]:g})",
                             [_steps_censored(it, target) for it in b[2]], [_steps_censored(it, target) for it in rz[2]],
-                            items=(b[2], rz[2]), names=(o, "rezero")) for o, b in best.items() if o != "rezero"])
+                            items=(b[2], rz[2]), names=(o, "rezero"), resolution=grid)
+                    for o, b in best.items() if o != "rezero"])
     def reached(cell: Sequence[dict]) -> bool:
         return any(run_ok(it) and steps_to(it, target) is not None for it in cell)
 
@@ -317,6 +322,7 @@ def rezero_speed(items: Sequence[dict], extra: dict) -> ClaimRow:
                    f"{seeds_of(items)}; per lr: steps to val <= {target:g} nats/char, mean ± sd (evaluated every "
                    f"{vals_of(items, 'train.eval_interval')} steps; — = not reached by every seed) / best val loss; "
                    "each variant at its lr of fewest mean steps (a seed not reaching counts as the budget + one "
-                   f"evaluation); yes = ReZero fewer steps than every other variant; {TESTS_NOTE}",
+                   "evaluation; an sd below the evaluation grid's rounding, eval_interval/sqrt(12), counts as that); "
+                   f"yes = ReZero fewer steps than every other variant; {TESTS_NOTE}",
                    "; ".join(parts) + ". Best: " + "; ".join(summary) + (f". {compared_text(test)}" if test else "")],
                   test, why)

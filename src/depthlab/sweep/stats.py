@@ -26,8 +26,8 @@ import math
 import statistics as st
 from typing import Optional, Sequence, Union
 
-__all__ = ["ALPHA", "POWER", "MAX_ESTIMATE", "CellStats", "cell_stats", "welch_greater", "fisher_fewer",
-           "seeds_needed", "Leaf", "All", "Any", "greater", "fewer_failures", "p_yes", "p_no", "needed",
+__all__ = ["ALPHA", "POWER", "MAX_ESTIMATE", "CellStats", "cell_stats", "floored_variance", "welch_greater",
+           "fisher_fewer", "seeds_needed", "Leaf", "All", "Any", "greater", "fewer_failures", "p_yes", "p_no", "needed",
            "verdict", "fmt_p", "leaves"]
 
 #: Significance level of every claim (one-sided tests).
@@ -90,17 +90,31 @@ def cell_stats(values: Sequence[float]) -> Optional[CellStats]:
 
 
 # --------------------------------------------------------------------------- the tests
-def welch_greater(a: Sequence[float], b: Sequence[float], margin: float = 0.0) -> Optional[tuple[float, float, float]]:
+def floored_variance(xs: Sequence[float], resolution: float = 0.0) -> float:
+    """The sample variance of xs, never below resolution²/12 (needs two or more values).
+
+    A value read on a grid of spacing ``resolution`` (a step count seen only at every evaluation)
+    carries a rounding error of variance h²/12 (Sheppard 1898); two seeds landing on the same grid
+    point show a spread of 0 that the measurement cannot resolve, and a test taking that 0 at face
+    value calls any difference exact (p = 0).
+    """
+    return max(st.variance(xs), resolution ** 2 / 12.0)
+
+
+def welch_greater(a: Sequence[float], b: Sequence[float], margin: float = 0.0,
+                  resolution: float = 0.0) -> Optional[tuple[float, float, float]]:
     """Welch's one-sided t-test of H1: mean(a) > mean(b) + margin (Welch 1947).
 
     t = (mean(a) - mean(b) - margin) / sqrt(s_a²/n_a + s_b²/n_b), with the Welch–Satterthwaite
     degrees of freedom df = (v_a + v_b)² / (v_a²/(n_a - 1) + v_b²/(n_b - 1)), v = s²/n, and
-    p = P(T_df >= t). When both spreads are 0 the difference is exact: p = 0 if it exceeds the
-    margin, 1 if it falls short, 0.5 at the margin.
+    p = P(T_df >= t); each s² is floored at resolution²/12 (:func:`floored_variance`). When both
+    spreads are 0 (resolution 0) the difference is exact: p = 0 if it exceeds the margin, 1 if it
+    falls short, 0.5 at the margin.
 
     Args:
         a, b: the two cells' values (e.g. best val loss in nats/char per seed).
         margin: the difference H1 must exceed, in the values' unit.
+        resolution: the grid the values were read on (0: continuous values).
 
     Returns:
         (t, df, p), or None when a cell has fewer than two values (no spread to test against).
@@ -109,7 +123,7 @@ def welch_greater(a: Sequence[float], b: Sequence[float], margin: float = 0.0) -
 
     if len(a) < 2 or len(b) < 2:
         return None
-    va, vb = st.variance(a) / len(a), st.variance(b) / len(b)
+    va, vb = floored_variance(a, resolution) / len(a), floored_variance(b, resolution) / len(b)
     diff = st.mean(a) - st.mean(b) - margin
     if va + vb == 0.0:
         return (math.copysign(math.inf, diff) if diff else 0.0), math.inf, (0.0 if diff > 0 else 1.0 if diff < 0
@@ -227,7 +241,7 @@ Node = Union[Leaf, All, Any]
 
 
 def greater(label: str, a: Sequence[float], b: Sequence[float], margin: float = 0.0,
-            items: tuple = ((), ()), names: tuple = ("a", "b")) -> Leaf:
+            items: tuple = ((), ()), names: tuple = ("a", "b"), resolution: float = 0.0) -> Leaf:
     """The leaf "mean(a) > mean(b) + margin" by :func:`welch_greater` (a "less" claim swaps a and b).
 
     Args:
@@ -236,13 +250,14 @@ def greater(label: str, a: Sequence[float], b: Sequence[float], margin: float = 
         margin: the difference to exceed, in the values' unit.
         items: the per-run dicts of each side.
         names: the two cells in words.
+        resolution: the grid the values were read on (0: continuous); the sds are floored as the test's are.
 
     Returns:
         The :class:`Leaf` (p-values None when a side has fewer than two values).
     """
     a, b = [float(x) for x in a], [float(x) for x in b]
-    r = welch_greater(a, b, margin)
-    sds = (st.stdev(a) if len(a) > 1 else 0.0, st.stdev(b) if len(b) > 1 else 0.0)
+    r = welch_greater(a, b, margin, resolution)
+    sds = tuple(math.sqrt(floored_variance(x, resolution)) if len(x) > 1 else 0.0 for x in (a, b))
     delta = (st.mean(a) - st.mean(b) - margin) if a and b else 0.0
     return Leaf(label, "welch", None if r is None else r[2], None if r is None else 1.0 - r[2], (len(a), len(b)),
                 delta=delta, sds=sds, items=items, values=(a, b), names=names)
