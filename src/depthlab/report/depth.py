@@ -80,7 +80,8 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     xs = list(range(-1, L))
     ax_l.plot(xs, [res["embedding_lens_loss"]] + [b["lens_loss"] for b in res["blocks"]], "o-",
               color=OKABE_ITO["vermillion"], lw=1.8, ms=4, label="lens loss")
-    ax_l.axhline(res["val_loss"], color=OKABE_ITO["black"], lw=0.8, ls=":", label=f"val loss {res['val_loss']:.3f}")
+    ax_l.axhline(res["val_loss"], color=OKABE_ITO["black"], lw=0.8, ls=":",
+                 label=f"model's own output {res['val_loss']:.3f}")
     _baseline_lines(ax_l, res)
     ax_l.set_xticks(xs, ["emb"] + [str(i) for i in range(L)] if L <= 24 else None)
     ax_l.set_xlabel("after block (emb = the embeddings alone)")
@@ -89,6 +90,8 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     head_only = res.get("lens_head_only", "alone" in res["lens"])  # a layers.json of before the field: its words
     ax_l.set_title("logit lens: the stream decoded by " + ("the head alone" if head_only else "the final norm + head"),
                    fontsize=10)
+    # the title's val loss is training's evaluation of these weights (all its batches, its dtype); this line is
+    # the model's forward on the windows the lens reads, in float32, which the lens after the last block meets
     ax_l.legend(fontsize=8, frameon=False)
     deltas = [b["ablation_delta"] for b in res["blocks"]]
     role_colour = {"used": OKABE_ITO["blue"], "idle": OKABE_ITO["grey"], "harmful": OKABE_ITO["vermillion"]}
@@ -100,7 +103,8 @@ def plot_layers(run: str | Path | RunData) -> Optional[Path]:
     ax_a.set_title(f"ablation: effective depth {res['effective_depth']} of {L}", fontsize=10)
     ax_a.legend(fontsize=8, frameon=False)
     return save_run_figure(fig, run.run_dir, "layers", f"What each block adds — {run.title()}",
-                           f"{res['weights']}; {res['windows_described']}; lens: {res['lens']}")
+                           f"{res['weights']} in training; here {res['windows_described']}, float32; "
+                           f"lens: {res['lens']}")
 
 
 def plot_context(run: str | Path | RunData) -> Optional[Path]:

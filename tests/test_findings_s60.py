@@ -1,0 +1,24 @@
+"""Findings of session 60's new-user passes and of note 32's "seen, not fixed" list (each test failed before its
+change)."""
+
+import shutil
+
+from depthlab.report import depth as depth_plots
+
+
+def test_layers_png_says_which_val_loss_is_which(tmp_path, report_run, monkeypatch):
+    """layers.png showed "val loss 3.394" in its legend and "val loss 3.3870 nats" in its subtitle without a word on
+    why they differ: the subtitle's is training's evaluation, the line the model's float32 forward on these windows."""
+    seen = {}
+
+    def capture(fig, run_dir, name, title, subtitle=None):
+        seen["labels"] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        seen["subtitle"] = subtitle
+        return run_dir / "plots" / f"{name}.png"
+
+    monkeypatch.setattr(depth_plots, "save_run_figure", capture)
+    rd = shutil.copytree(report_run, tmp_path / "run")
+    assert depth_plots.plot_layers(rd) is not None
+    own = [t for t in seen["labels"] if t.startswith("model's own output ")]
+    assert len(own) == 1 and not [t for t in seen["labels"] if t.startswith("val loss")]
+    assert " in training; here " in seen["subtitle"] and ", float32; lens: " in seen["subtitle"]
