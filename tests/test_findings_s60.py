@@ -22,3 +22,19 @@ def test_layers_png_says_which_val_loss_is_which(tmp_path, report_run, monkeypat
     own = [t for t in seen["labels"] if t.startswith("model's own output ")]
     assert len(own) == 1 and not [t for t in seen["labels"] if t.startswith("val loss")]
     assert " in training; here " in seen["subtitle"] and ", float32; lens: " in seen["subtitle"]
+
+
+def test_help_into_a_closed_pipe_is_not_a_traceback():
+    """`depthlab --help | head -1` printed a BrokenPipeError traceback: the usage was printed outside the handler
+    that `depthlab sample ... | head` had."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader has left, as head does after its lines
+    try:
+        p = subprocess.run([sys.executable, "-m", "depthlab", "--help"], stdout=w, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 0 and p.stderr == b""

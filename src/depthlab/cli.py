@@ -1105,13 +1105,15 @@ def _user_exit_line(e: BaseException) -> Optional[str]:
 
 
 def _usage_or_version(argv: list[str]) -> Optional[int]:
-    """The exit status after printing the usage (no command: 2, with an error line; ``-h``/``--help``: 0) or
+    """The exit status after the usage (``-h``/``--help``: 0), the one error line of no command (2) or
     ``--version`` (0); None when ``argv`` names a command."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        if not argv:  # the usage alone did not say what was wrong
-            _error(f"a command is needed: choose from {', '.join(COMMANDS)} (e.g. `{PROG} train`)")
-        return 0 if argv else 2
+    if not argv:  # bad input gets one line; it names the commands and where the usage is
+        _error(f"a command is needed: choose from {', '.join(COMMANDS)} (e.g. `{PROG} train`; `{PROG} --help` says "
+               "what each does)")
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
     if argv[0] == "--version":
         from . import __version__
 
@@ -1227,10 +1229,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _PROCESS_ARGV = list(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    status = _usage_or_version(argv)
-    if status is not None:
-        return status
     try:
+        status = _usage_or_version(argv)  # inside the try: `depthlab --help | head -2` closes the pipe
+        if status is not None:
+            return status
         watch_sigint()
         watch_sigterm()
         _openmp_policy(argv[0], argv[1:])  # inside the try: a Ctrl-C while it imports torch is an interruption too
