@@ -38,3 +38,38 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
     finally:
         os.close(w)
     assert p.returncode == 0 and p.stderr == b""
+
+
+def test_an_exports_depthlab_json_names_the_corpus_absolute(tmp_path, tiny_text_file, monkeypatch):
+    """A run trained with a relative data.path: the checkpoint's header kept it relative, and an export's
+    depthlab.json named a corpus file relative to a folder it does not name."""
+    import json
+
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import train
+    from depthlab.checkpoint import read_metadata
+
+    pytest.importorskip("transformers")
+    from depthlab.export import export_run
+
+    monkeypatch.chdir(tiny_text_file.parent)
+    run = tmp_path / "r"
+    train(tiny_config(run, tiny_text_file.name, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    header = json.loads(read_metadata(run / "checkpoints" / "best.safetensors")["config"])
+    assert header["data"]["path"] == str(tiny_text_file.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    info = json.loads((export_run(run, tmp_path / "hf", log=None) / "depthlab.json").read_text())
+    assert info["config"]["data"]["path"] == str(tiny_text_file.resolve())
+    # a checkpoint of before the header was absolute: its relative path is taken from config.json's resolved one
+    from depthlab.export import _provenance
+
+    best = run / "checkpoints" / "best.safetensors"
+    meta = read_metadata(best)
+    old = json.loads(meta["config"])
+    old["data"]["path"] = tiny_text_file.name
+    record = _provenance(run, "best", best, None, {**meta, "config": json.dumps(old)})
+    assert record["config"]["data"]["path"] == str(tiny_text_file.resolve())

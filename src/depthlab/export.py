@@ -440,9 +440,17 @@ def _provenance(rd: Path, which: str, path: Path, fallback: Optional[str], meta:
     """depthlab.json's record of the weights: the run (absolute: the run an --init-from refusal names to export
     again, whatever folder it runs in), the checkpoint asked for, the file read (and why, where best was gone), its
     step, tokenizer and config."""
+    config = json.loads(meta["config"])
+    written = (config.get("data") or {}).get("path")
+    if isinstance(written, str) and written and not Path(written).is_absolute():
+        # a checkpoint of before its header's data.path was absolute: the path is relative to the folder training
+        # ran in, which config.json (written then) has resolved
+        run_path = ((RunDir(rd).config or {}).get("data") or {}).get("path")
+        if isinstance(run_path, str) and Path(run_path).is_absolute() and Path(run_path).name == Path(written).name:
+            config["data"]["path"] = run_path
     return {"run_dir": str(rd.resolve()), "checkpoint": which, "weights_file": path.name,
             **({"weights_note": fallback} if fallback else {}), "step": int(meta.get("step", -1)),
-            "tokenizer": meta.get("tokenizer", "char"), "config": json.loads(meta["config"])}
+            "tokenizer": meta.get("tokenizer", "char"), "config": config}
 
 
 def _weights_to_export(rd: Path, which: str) -> tuple[Path, Optional[str]]:

@@ -789,9 +789,13 @@ class Checkpointer:
     # ------------------------------------------------------------------ saving
     @staticmethod
     def meta(cfg, tokenizer, plan: Optional[Plan] = None) -> dict[str, str]:
-        """The string metadata stored in every weights file: config, vocabulary, tokenizer kind, and the time plan
-        the run follows (``null`` for none): with the config, the schedule its weights were trained on."""
-        meta = {"config": json.dumps(cfg.to_dict()), "vocab": json.dumps(tokenizer.vocab, ensure_ascii=False),
+        """The string metadata stored in every weights file: config (``data.path`` absolute), vocabulary, tokenizer
+        kind, and the time plan the run follows (``null`` for none): with the config, the schedule its weights were
+        trained on."""
+        d = cfg.to_dict()
+        if d["data"].get("path"):  # absolute, as config.json has it: an export's depthlab.json names it from anywhere
+            d["data"]["path"] = str(corpus_file(d["data"]["path"]))
+        meta = {"config": json.dumps(d), "vocab": json.dumps(tokenizer.vocab, ensure_ascii=False),
                 "tokenizer": cfg.data.tokenizer, "plan": json.dumps(plan.to_record() if plan is not None else None)}
         if getattr(tokenizer, "json", None) is not None:
             meta["tokenizer_sha256"] = tokenizer.sha256
