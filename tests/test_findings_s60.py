@@ -73,3 +73,29 @@ def test_an_exports_depthlab_json_names_the_corpus_absolute(tmp_path, tiny_text_
     old["data"]["path"] = tiny_text_file.name
     record = _provenance(run, "best", best, None, {**meta, "config": json.dumps(old)})
     assert record["config"]["data"]["path"] == str(tiny_text_file.resolve())
+
+
+def test_overwrite_then_a_failure_before_any_step_puts_the_old_run_back(tmp_path, tiny_text_file):
+    """Trainer(..., overwrite=True) whose callback raised in evaluation 0 left the old run hidden in a .r.replaced-*
+    folder until the interpreter exited (a notebook: until its kernel died), its folder a half-made run."""
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import train
+    from depthlab.callbacks import Callback
+    from depthlab.trainer import Trainer
+
+    run = tmp_path / "r"
+    train(tiny_config(run, tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+
+    class Boom(Callback):
+        def on_eval(self, run, info, record):
+            raise ValueError("my callback's bug")
+
+    tr = Trainer(tiny_config(run, tiny_text_file, train=dict(max_iters=6, eval_interval=2)), overwrite=True,
+                 callbacks=[Boom()], **QUIET)
+    with pytest.raises(ValueError, match="my callback's bug"):
+        tr.fit()
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

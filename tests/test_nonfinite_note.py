@@ -34,9 +34,12 @@ def test_overwrite_then_nan_does_not_call_the_replaced_checkpoints_untouched(tmp
     assert run_cli(capsys, "train", *tiny_cli_args(tiny_text_file, run))[0] == 0
     line = _nan_run(capsys, tiny_text_file, run, "--overwrite")
     assert line.startswith("depthlab: error: non-finite loss at step 1")
-    assert line.endswith(f"; --overwrite replaced the run {run} held before (its checkpoints are gone); this run's "
-                         f"checkpoints in {run} (the latest at step 0) are untouched")
-    assert not (run / "checkpoints" / "step-000020.safetensors").exists()  # the old run's last one: gone, as said
+    # was: "--overwrite replaced the run held before (its checkpoints are gone)", which stayed hidden in a
+    # .run.replaced-* folder, never said, even after the process ended (its new run had a step-0 checkpoint)
+    assert line.endswith(f"; no step has trained in place of the run {run} held before: it is put back there as it "
+                         "was (--overwrite replaces it once a step has trained), and this run's files are removed")
+    assert (run / "checkpoints" / "step-000020.safetensors").exists()  # the old run's last one: back
+    assert sorted(p.name for p in run.parent.iterdir() if p.name.startswith(".")) == []
 
 
 def test_a_new_run_stopped_by_nan_names_its_own_checkpoints(tmp_path, tiny_text_file, capsys):

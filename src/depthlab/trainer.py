@@ -240,7 +240,14 @@ class Trainer:
         if getattr(self, "metrics", None) is not None:
             self.metrics.close()
         removed = rundir.remove_made(self.run_dir, self._new_dirs, self._was_empty)
-        return put_back(self.run_dir, self._replaced) or removed
+        back, self._replaced = put_back(self.run_dir, self._replaced), None
+        return back or removed
+
+    @property
+    def replacing(self) -> bool:
+        """True while the run ``--overwrite`` replaces is set aside and no step has trained in its place: a failure
+        now puts it back."""
+        return getattr(self, "_replaced", None) is not None
 
     def _setup(self, vocab: list[str], point: Optional[ResumePoint]) -> None:
         t, rt = self.cfg.train, self.runtime
@@ -433,6 +440,11 @@ class Trainer:
                 _drop_old(self)  # a run that ended before a step (max_time) is the new run too
                 self.checkpointer.wait_agreed()  # the last background write, before final_validation reads best
                 self.evaluator.final_validation(self.raw_model, self.step, self.run_dir, self.log, self.stop.caught)
+            except BaseException as e:  # a non-finite first step, a callback's error in evaluation 0
+                if self.replacing:  # nothing trained in the old run's place: it is back, as after a Ctrl-C there
+                    self.checkpointer.wait_agreed()
+                    raise _undone(self, e)
+                raise
             finally:
                 self.checkpointer.settle()
                 if bar is not None:

@@ -694,9 +694,13 @@ class Checkpointer:
         self.replaced = replaced is not None
         return replaced
 
-    def kept_note(self) -> str:
+    def kept_note(self, back: bool = False) -> str:
         """What a run that stopped (a non-finite loss) leaves: its checkpoints, none yet, and whether
-        ``--overwrite`` replaced the run the folder held before (whose checkpoints are gone)."""
+        ``--overwrite`` replaced the run the folder held before (whose checkpoints are gone), or, ``back``, that no
+        step has trained in that run's place, so it goes back and this run's files go."""
+        if back:
+            return (f"no step has trained in place of the run {self.run_dir} held before: it is put back there as it "
+                    "was (--overwrite replaces it once a step has trained), and this run's files are removed")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:

@@ -271,7 +271,7 @@ class Stepper:
             advice = _rate_advice(t, r.optimizer_name == "muon")
         muon = f" (Muon {lr * t.muon_lr / t.learning_rate:.3g})" if r.optimizer_name == "muon" else ""
         raise NonFiniteError(f"{headline}lr {lr:.3g}{muon}, dtype "
-                             f"{r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note()}")
+                             f"{r.runtime.dtype_name}); {advice}; {r.checkpointer.kept_note(back=r.replacing)}")
 
 
 def _rate_advice(t, muon: bool) -> str:
