@@ -99,3 +99,21 @@ def test_overwrite_then_a_failure_before_any_step_puts_the_old_run_back(tmp_path
         tr.fit()
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_restart_of_an_init_from_run_with_no_checkpoint_starts_from_those_weights(tmp_path, tiny_text_file):
+    """Trainer(cfg, init_from=...) closed before fit, then resumed: it started again from a fresh initialisation,
+    while config.json and summary.json still said it started from the source run's best weights."""
+    import json
+
+    from conftest import QUIET, evals, tiny_config
+    from depthlab import RunConfig, train
+    from depthlab.trainer import Trainer
+
+    base = train(tiny_config(tmp_path / "base", tiny_text_file, train=dict(max_iters=30, eval_interval=10)), **QUIET)
+    Trainer(tiny_config(tmp_path / "ft", tiny_text_file, train=dict(max_iters=4, eval_interval=2)),
+            init_from=str(base), **QUIET).close()
+    ft = train(RunConfig.from_run(tmp_path / "ft"), **QUIET)
+    source_best = json.loads((base / "summary.json").read_text())["best_val_loss"]
+    assert abs(evals(ft)[0][2] - source_best) < 1e-4  # its step-0 val loss is the source's best, not a fresh one
+    assert json.loads((ft / "summary.json").read_text())["init_from"]["source"] == str(base.resolve())

@@ -258,6 +258,9 @@ class Trainer:
         # data seen is independent of the world size (2 x B equals 1 x 2B) and resumes across sizes.
         self.batch_rng = np.random.default_rng(t.seed)
         resumed = point is not None and point.entry is not None
+        if point is not None and not resumed and self.checkpointer.init_record:
+            # no checkpoint yet of a run started --init-from: it starts again from those weights, as its record says
+            self.checkpointer.init_source = self.checkpointer.init_record["init_from"]["source"]
         self.raw_model = self.checkpointer.start_weights(self._make_model(point), self).to(self.device)
         for line in self._held:
             self.log(line)
