@@ -117,3 +117,35 @@ def test_a_restart_of_an_init_from_run_with_no_checkpoint_starts_from_those_weig
     source_best = json.loads((base / "summary.json").read_text())["best_val_loss"]
     assert abs(evals(ft)[0][2] - source_best) < 1e-4  # its step-0 val loss is the source's best, not a fresh one
     assert json.loads((ft / "summary.json").read_text())["init_from"]["source"] == str(base.resolve())
+
+
+def test_a_python_caller_is_told_the_api_s_words_for_init_from_and_a_stop(tmp_path, tiny_text_file):
+    """A Trainer made in Python said "--init-from runs/nothere: no such folder", "drop those --model flags ... or
+    drop --init-from" and, stopped, "Resume with: depthlab train --resume RUN"."""
+    import signal
+
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import DepthlabError, train
+    from depthlab.callbacks import Callback
+    from depthlab.trainer import Interrupted, Trainer
+
+    with pytest.raises(DepthlabError) as e:
+        Trainer(tiny_config(tmp_path / "a", tiny_text_file), init_from=str(tmp_path / "nothere"), **QUIET)
+    assert str(e.value).startswith(f"init_from={str(tmp_path / 'nothere')!r}: ") and "--" not in str(e.value)
+    base = train(tiny_config(tmp_path / "base", tiny_text_file, train=dict(max_iters=2, eval_interval=2)), **QUIET)
+    with pytest.raises(DepthlabError) as e:
+        Trainer(tiny_config(tmp_path / "b", tiny_text_file, model=dict(n_layer=3)), init_from=str(base), **QUIET)
+    assert "drop those model fields to take " in str(e.value) and "or drop init_from" in str(e.value)
+
+    class Stop(Callback):
+        def on_step_end(self, run, info):
+            if info.step == 2:
+                run.request_stop(signal.SIGINT)
+
+    run = tmp_path / "stop"
+    with pytest.raises(Interrupted) as e:
+        Trainer(tiny_config(run, tiny_text_file, train=dict(max_iters=6, eval_interval=3)), callbacks=[Stop()],
+                **QUIET).fit()
+    assert str(e.value).endswith(f"Resume with: depthlab.train(RunConfig.from_run({str(run)!r}))")

@@ -22,28 +22,45 @@ class DepthlabError(Exception):
     """
 
 
+class Worded(Exception):
+    """An exception other than :class:`DepthlabError` whose message depthlab writes in the command line's words
+    (a stop's "Resume with: depthlab train --resume RUN"): :class:`api_errors` says it in the API's words too."""
+
+
 class NonFiniteError(DepthlabError):
     """A non-finite loss or gradient stopped training (CLI exit status 3)."""
 
 
 _API_FLAGS = {"--max-new-tokens": "max_new_tokens", "--num-samples": "num_samples", "--top-k": "top_k",
               "--top-p": "top_p", "--temperature": "temperature", "--prompt": "prompt", "--seed": "seed",
-              "--checkpoint": "which", "--device": "device", "--overwrite": "overwrite=True"}
+              "--checkpoint": "which", "--device": "device", "--overwrite": "overwrite=True",
+              "--init-from": "init_from"}
 # prose that names a command ("a depthlab train run, or pass --train.resume false") is no command line to keep
 _PROSE = r"(?!(?:run|runs|wrote|writes|of|drops|takes|refuses|waits|says|reads|finds)\b(?![/.]))"
 _COMMAND_LINE = re.compile(rf"(depthlab [a-z]+ {_PROSE}[^;)]*)")
 
 
-def _from_run(m: re.Match) -> str:
+def _unquoted(word: str) -> str:
+    """A shell word as the command line quoted it, unquoted (as it was when it cannot be split)."""
     try:
-        run = shlex.split(m.group(1))[0]  # the command line's quoting undone
+        return shlex.split(word)[0]
     except (ValueError, IndexError):
-        run = m.group(1)
-    return f"depthlab.train(RunConfig.from_run({run!r}))"
+        return word
+
+
+def _from_run(m: re.Match) -> str:
+    return f"depthlab.train(RunConfig.from_run({_unquoted(m.group(1))!r}))"
+
+
+# a command line that only resumes a run ("Resume with: depthlab train --resume RUN"): the API call that does it
+_RESUME_ONLY = re.compile(r"depthlab train --resume ('[^']*'|[^\s,;:)]+)(?=\s*(?:[;)]|$))")
 
 
 # "--resume RUN" where a run follows (the clause ends, or "to"/"continues" come next), not "a --resume gets ..."
 _API_PATTERNS = ((re.compile(r"--resume ('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s+(?:to|continues)\b|\s*$)"), _from_run),
+                 (re.compile(r"--init-from ('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s|$)"),
+                  lambda m: f"init_from={_unquoted(m.group(1))!r}"),
+                 (re.compile(r"those --model flags"), "those model fields"),
                  (re.compile(r"--checkpoint (best|last)\b"), r"which='\1'"),
                  (re.compile(r"--device (\w+(?::\d+)?)"), r"device='\1'"),
                  (re.compile(r"--(data|model|train)\.(\w+) (true|false)\b"),
@@ -55,14 +72,16 @@ _API_PATTERNS = ((re.compile(r"--resume ('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s+(?:to|c
 def api_words(message: str) -> str:
     """``message``, written for the command line, said to a Python caller: a command's flags become the keyword
     arguments of the API function that takes the same value (``--max-new-tokens`` -> ``max_new_tokens``,
-    ``--checkpoint`` -> ``which``, ``--overwrite`` -> ``overwrite=True``), ``--resume RUN`` the config that resumes it
+    ``--checkpoint`` -> ``which``, ``--overwrite`` -> ``overwrite=True``, ``--init-from SRC`` -> ``init_from='SRC'``),
+    ``--resume RUN`` and a command line that only resumes RUN the config that resumes it
     (``depthlab.train(RunConfig.from_run(RUN))``) and ``--train.out_dir`` the config field ``train.out_dir``; a
     command line to run (``depthlab train -c ... --model.n_layer 3``) is kept as it is.
 
     Only depthlab's own messages pass through here (the API entries :func:`depthlab.sample.sample_text`,
     :func:`depthlab.sample.load_run`, :func:`depthlab.sample.generate`, :func:`depthlab.trainer.train` and
     :func:`depthlab.analytics.train`, errors and console lines)."""
-    parts = _COMMAND_LINE.split(message)  # odd items: a command line to run (its flags stay flags)
+    parts = _COMMAND_LINE.split(_RESUME_ONLY.sub(_from_run, message))  # odd items: a command line to run (its
+    # flags stay flags)
     for i in range(0, len(parts), 2):
         for pattern, repl in _API_PATTERNS:
             parts[i] = pattern.sub(repl, parts[i])
@@ -79,7 +98,7 @@ class api_errors:
         return None
 
     def __exit__(self, kind, e, tb) -> bool:
-        if isinstance(e, DepthlabError) and e.args and isinstance(e.args[0], str):
+        if isinstance(e, (DepthlabError, Worded)) and e.args and isinstance(e.args[0], str):
             e.args = (api_words(e.args[0]),) + e.args[1:]
         return False
 

@@ -34,7 +34,7 @@ from .callbacks import Callback, StepInfo, checked_callbacks
 from .config import RunConfig, corpus_file, model_record, run_path, schedule_warnings, wiring_label
 from .data import Corpus, load_corpus
 from .model import require_float32_default
-from .errors import DepthlabError, Terminated, api_errors, api_words
+from .errors import DepthlabError, Terminated, Worded, api_errors, api_words
 from .rundir import MetricsWriter, default_out_dir, drop_replaced, restore_replaced
 from .training.checkpointer import Checkpointer, ResumePoint
 from .training.evaluator import Evaluator, eval_batch, nonfinite_final_error, val_perplexity  # noqa: F401 (re-exported)
@@ -52,7 +52,7 @@ from .units import counted, plus_minus
 from .usermodel import make_model, source_run_model
 
 
-class Interrupted(Exception):
+class Interrupted(Worded):
     """Training stopped by SIGINT/SIGTERM after writing a checkpoint; ``exit_code`` is 130/143."""
 
     def __init__(self, signum: int, run_dir: Path, step: int, words: Optional[str] = None):
