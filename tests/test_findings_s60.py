@@ -149,3 +149,30 @@ def test_a_python_caller_is_told_the_api_s_words_for_init_from_and_a_stop(tmp_pa
         Trainer(tiny_config(run, tiny_text_file, train=dict(max_iters=6, eval_interval=3)), callbacks=[Stop()],
                 **QUIET).fit()
     assert str(e.value).endswith(f"Resume with: depthlab.train(RunConfig.from_run({str(run)!r}))")
+
+
+def test_a_stopped_resume_keeps_no_diagnosis_of_the_session_before(tmp_path, tiny_text_file):
+    """A run of 4 steps resumed and stopped at step 6: summary.json went, diagnosis.json of the 4-step session stayed,
+    and report.html showed it as the run's diagnosis ("the run is 4 steps")."""
+    import signal
+
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import RunConfig, train
+    from depthlab.callbacks import Callback
+    from depthlab.trainer import Interrupted, Trainer
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    assert (run / "diagnosis.json").is_file()
+
+    class Stop(Callback):
+        def on_step_end(self, run, info):
+            if info.step == 6:
+                run.request_stop(signal.SIGINT)
+
+    cfg = RunConfig.from_run(run)
+    cfg.train.max_iters = 10
+    with pytest.raises(Interrupted):
+        Trainer(cfg, callbacks=[Stop()], **QUIET).fit()
+    assert not (run / "diagnosis.json").exists() and not (run / "summary.json").exists()

@@ -562,7 +562,7 @@ def test_resume_rejects_other_vocabulary_and_shape(tmp_path, tiny_text_file):
     # nu43: "--init-from to reuse its weights" was said of a new shape, which --init-from then refuses
     # nu51: a new shape is a new model, trained from scratch (nu51's tests follow the advice)
     assert str(e.value).endswith("train the changed model as a new run from scratch (model.n_layer changes the number "
-                                 "or shape of the model's weights, so --init-from cannot reuse the run's): depthlab "
+                                 "or shape of the model's weights, so init_from cannot reuse the run's): depthlab "
                                  f"train -c {run / 'config.json'} --model.n_layer 3 --train.max_iters 20 "
                                  "--train.resume false --train.out_dir NEW_DIR")  # the other value asked goes along
     cfg = tiny_config(run, tiny_text_file, train=dict(resume=True, max_iters=20, seed=7))

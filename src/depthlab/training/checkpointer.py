@@ -735,8 +735,8 @@ class Checkpointer:
         self.log(f"resuming {self.run_dir} from step {run.step} ({best})")
 
     def reopen(self, step: int, slack: int = 0, best: tuple[int, float] = (-1, math.inf)) -> bool:
-        """Files of a resumed run at ``step``: later records dropped, no summary, ``best`` repaired, the temporary
-        files of writes cut off mid-way removed.
+        """Files of a resumed run at ``step``: later records dropped, no summary or diagnosis, ``best`` repaired, the
+        temporary files of writes cut off mid-way removed.
 
         ``slack``: steps the checkpoint may follow the last record by: 0 for an evaluation's (its record is written
         before it; a manifest entry older than its ``evaluated`` key counts as one), ``log_interval`` for one saved
@@ -752,7 +752,10 @@ class Checkpointer:
         _set_aside_unlisted(self.run_dir, self.log)
         _warn_cut_records(self.run_dir, step, slack, self.log)
         truncate_metrics(self.run_dir, step)
-        (self.run_dir / rundir.SUMMARY).unlink(missing_ok=True)
+        # the end's records describe the session that wrote them: the run now goes on (a report read a stopped
+        # resume's diagnosis.json of its first 5 steps as the diagnosis of its 479)
+        for name in (rundir.SUMMARY, DIAGNOSIS):
+            (self.run_dir / name).unlink(missing_ok=True)
         repaired = ckpt.repair_best(self.run_dir) or ckpt.unrecorded_best(self.run_dir, *best)
         if repaired is None:
             return False
