@@ -176,3 +176,26 @@ def test_a_stopped_resume_keeps_no_diagnosis_of_the_session_before(tmp_path, tin
     with pytest.raises(Interrupted):
         Trainer(cfg, callbacks=[Stop()], **QUIET).fit()
     assert not (run / "diagnosis.json").exists() and not (run / "summary.json").exists()
+
+
+def test_uniform_attention_before_step_200_is_not_judged_not_passed():
+    """A run whose last probe is at step 54, every head at 100 % of uniform: diagnose said "no problems found by the
+    rules that could judge this run" without naming uniform_attention, which returned None before step 200."""
+    from conftest import SHAKESPEARE_BASELINES, eval_records, probe_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65}, "train": {"probe_interval": 25}}
+    early = Evidence(eval_records([4.2, 3.0], every=50) + [probe_record(54, [0.9, 0.8], ent=[[4.0, 4.0]] * 2)], cfg,
+                     SHAKESPEARE_BASELINES)
+    lines = diagnose(early).without_data()
+    assert ("uniform_attention (it needs an activation probe at step 200 or later (attention starts near-uniform and "
+            "sharpens with training); the run is 54 steps)") in lines
+    # a long run whose probes stopped early says where they stopped
+    long = Evidence(eval_records([4.2, 3.0, 2.6, 2.4, 2.3, 2.2, 2.1], every=100) + [probe_record(54, [0.9, 0.8])],
+                    cfg, SHAKESPEARE_BASELINES)
+    assert [w for w in diagnose(long).without_data() if w.startswith("uniform_attention")] == [
+        "uniform_attention (it needs an activation probe at step 200 or later (attention starts near-uniform and "
+        "sharpens with training); the last readable probe is at step 54 of 600 steps (train.probe_interval 25))"]
+    late = Evidence(eval_records([4.2, 3.0, 2.6]) + [probe_record(200, [0.9, 0.8], ent=[[4.0, 4.0]] * 2)], cfg,
+                    SHAKESPEARE_BASELINES)
+    assert "uniform_attention" in [f.rule for f in diagnose(late).findings]

@@ -10,13 +10,13 @@ from .context import context_unused, fixed_shape, leak_at_start, random_eval, sh
 from .evidence import Evidence, Finding, Thresholds
 from .losses import (bigram_stuck, exploding, loss_level, no_context, one_char_window, overfitting, plateau,
                      stuck_at_baseline, stuck_name)
-from .rule import (BASELINES, DISTINCT, GRAD, GRAD_LATE, LATE_EVAL, LEARNABLE, LR_RECORDS, NEEDS, OVERFIT_EVALS,
-                   PLATEAU_EVALS, PROBE, Need, NotJudged, Rule, Verdict, rule, who_needs)
+from .rule import (BASELINES, DISTINCT, GRAD, GRAD_LATE, LATE_EVAL, LATE_PROBE, LEARNABLE, LR_RECORDS, NEEDS,
+                   OVERFIT_EVALS, PLATEAU_EVALS, PROBE, Need, NotJudged, Rule, Verdict, rule, who_needs)
 from .training import (NO_GRADIENT_CAUSE, learning_rate, no_gradient, rank_collapse, uniform_attention,
                        vanishing_gradients)
 
 __all__ = ["Evidence", "Finding", "Thresholds", "Need", "NotJudged", "Rule", "Verdict", "rule", "who_needs", "NEEDS",
-           "LEARNABLE", "GRAD", "GRAD_LATE", "LR_RECORDS", "PROBE", "DISTINCT", "LATE_EVAL", "BASELINES",
+           "LEARNABLE", "GRAD", "GRAD_LATE", "LR_RECORDS", "PROBE", "DISTINCT", "LATE_PROBE", "LATE_EVAL", "BASELINES",
            "PLATEAU_EVALS", "OVERFIT_EVALS", "RULE_SET", "SHORTCUT_VARIANTS", "loss_level", "stuck_name",
            "NO_GRADIENT_CAUSE", "bigram_stuck", "no_context"]
 

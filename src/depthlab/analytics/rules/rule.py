@@ -169,6 +169,23 @@ def _probe(ev: Evidence, who: str) -> Optional[str]:
             f"train.probe_interval ({interval}) steps and at the end: lost, or written by another version)")
 
 
+def _late_probe(ev: Evidence, who: str) -> Optional[str]:
+    """A probe at ``uniform_attention_min_step`` or later: at initialisation every head attends near-uniformly, so an
+    earlier probe's uniform attention is no finding, and none was no verdict either (it passed silently)."""
+    if ev.last_probe is None:
+        return _probe(ev, who)
+    step, need = int(ev.last_probe["step"]), ev.thresholds.uniform_attention_min_step
+    if step >= need:
+        return None
+    ahead = (f"{who} an activation probe at step {need} or later (attention starts near-uniform and sharpens with "
+             "training)")
+    end = ev.end_step[0]
+    if isinstance(end, int) and end >= need:  # the run went on past it: its probes stopped earlier
+        return (f"{ahead}; the last readable probe is at step {step} of {counted(end, 'step')} "
+                f"(train.probe_interval {ev.section('train').get('probe_interval', '?')})")
+    return f"{ahead}; {run_length(ev)}"
+
+
 RANK_ZERO = 1e-5
 """A rank measure below this after block 0 is 0 up to float rounding (a float32 stream of equal vectors measures
 ~5e-8): the positions carried one and the same vector from the first block on, which the blocks do not do to
@@ -294,12 +311,13 @@ GRAD_LATE = Need("grad", "a gradient record after the first step", _grad_late)
 LR_RECORDS = Need("grad", "gradient records after the warmup", _lr_records)
 PROBE = Need("probe", "an activation probe", _probe)
 DISTINCT = Need("probe", "a probe of positions that carry distinct tokens", _distinct_positions)
+LATE_PROBE = Need("probe", "a probe late enough to judge attention", _late_probe)
 LATE_EVAL = Need("eval", "a late evaluation", _late_eval)
 BASELINES = Need("baselines", "corpus baselines", _baselines)
 CONTEXT = Need("event", "a loss-by-position record", _context)
 PLATEAU_EVALS = Need("eval", "evaluations with a finite val loss", _plateau_evals)
 OVERFIT_EVALS = Need("eval", "evaluations with train and val loss", _overfit_evals)
 
-NEEDS = (LEARNABLE, GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, CONTEXT, LATE_EVAL, BASELINES, PLATEAU_EVALS,
-         OVERFIT_EVALS, LOSS_LEFT)
+NEEDS = (LEARNABLE, GRAD, GRAD_LATE, LR_RECORDS, PROBE, DISTINCT, LATE_PROBE, CONTEXT, LATE_EVAL, BASELINES,
+         PLATEAU_EVALS, OVERFIT_EVALS, LOSS_LEFT)
 """Every need, in the order :func:`depthlab.analytics.diagnose.rules_without_data` says them."""

@@ -11,7 +11,8 @@ from .advice import (LONGER_KNOBS, MUON_RATIO, depth_setting, dropout_advice, lr
                      warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
-from .rule import DISTINCT, GRAD, GRAD_LATE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule, who_needs
+from .rule import (DISTINCT, GRAD, GRAD_LATE, LATE_PROBE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule,
+                   who_needs)
 from .signals import (NO_GRAD_FROM_STEP, adamw_low, blockless_words, adamw_ratio_median, block_grad_ratio, lr_verdict,
                       update_ratio_median, vanishing, zero_grad_params)
 
@@ -240,7 +241,7 @@ def _uses_context(ev: Evidence) -> bool:
         return False
 
 
-@rule("uniform_attention", needs=(PROBE, DISTINCT, LOSS_LEFT))
+@rule("uniform_attention", needs=(PROBE, DISTINCT, LATE_PROBE, LOSS_LEFT))
 def uniform_attention(ev: Evidence) -> Optional[Finding]:
     """Mean attention entropy over heads and blocks >= ``uniform_attention_frac`` of ln t, late in training.
 
@@ -249,9 +250,7 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
     never sharpens is a step size that keeps rewriting the weights), "raise" only when they are
     low, and neither without evidence or when vanishing gradients explain the small updates.
     """
-    p, th = ev.last_probe, ev.thresholds
-    if int(p["step"]) < th.uniform_attention_min_step:
-        return None  # at init all attention is near-uniform, which is no finding
+    p, th = ev.last_probe, ev.thresholds  # a probe at uniform_attention_min_step or later (LATE_PROBE)
     u = finite_or_none(p.get("attn_entropy_uniform"))
     ent = [v for blk in (p.get("attn_entropy") or []) for v in (finite_or_none(h) for h in blk) if v is not None]
     if u is None or u < th.uniform_attention_min_nats or not ent:
