@@ -142,9 +142,10 @@ def stuck_at_baseline(ev: Evidence) -> Optional[Finding]:
                        f"model.block_size {block} a prediction sees at most {block} {ev.unit}s",
                        f"raise model.block_size (now {block}; e.g. 64-256): a short window holds little context")
     if verdict not in (None, UNUSED):
-        if level != "above bigram" or verdict == LEAKS:
+        if verdict == LEAKS or (verdict == USED and level != "above bigram"):
             return None  # the loss by position, measured directly, decides whether the context is used (no claim)
-        # above the bigram line is a fact, but "none of the context reaches the output" is not what was measured
+        # above the bigram line is a fact, but "none of the context reaches the output" is not what was measured;
+        # at the line, windows that cannot tell leave the rule undecided: said, where it passed silently
         return NotJudged(("bigram_stuck",), (CONTEXT_DECIDES,), CONTEXT_DECIDES.shortfall(ev, who_needs(1)) or "")
     return Finding(name, f"{when}: {words}", remedy)
 
@@ -159,8 +160,9 @@ def _context_verdict(ev: Evidence) -> Optional[str]:
 
 
 def _context_decides(ev: Evidence, who: str) -> Optional[str]:
-    """Why ``bigram_stuck`` is not judged above the bigram line: the run's loss by position does not show the context
-    unused (it shows it used, or cannot tell), so the finding's "none of the context before it" is no claim to make."""
+    """Why ``bigram_stuck`` is not judged above the bigram line (the run's loss by position shows the context used, or
+    cannot tell) or within the margin of it (it cannot tell): the finding's "none of the context before it" is no
+    claim to make."""
     verdict = _context_verdict(ev)
     if verdict in (None, UNUSED):
         return None
@@ -168,8 +170,10 @@ def _context_decides(ev: Evidence, who: str) -> Optional[str]:
     bg = float(ev.baselines["bigram"]["nats"])
     seen = "shows the context used" if verdict == USED else \
         f"cannot tell whether the context is used ({more_windows(ev)})"
-    return (f"the best val loss {best:.3f} nats is {best - bg:.3f} above the bigram baseline {bg:.3f} (what the "
-            f"current {ev.unit} alone gives), but the run's loss by position {seen}")
+    line = f"the bigram baseline {bg:.3f} (what the current {ev.unit} alone gives)"
+    where = (f"{best - bg:.3f} above {line}" if best >= bg else
+             f"{bg - best:.3f} below {line}, inside the rule's margin of {ev.thresholds.bigram_margin:g}")
+    return f"the best val loss {best:.3f} nats is {where}, but the run's loss by position {seen}"
 
 
 CONTEXT_DECIDES = Need("event", "a loss by position that shows the context unused", _context_decides)
