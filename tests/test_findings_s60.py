@@ -216,6 +216,6 @@ def test_bigram_stuck_at_the_line_with_windows_that_cannot_tell_is_not_judged():
     assert line.startswith("bigram_stuck (the best val loss 2.449 nats is 0.033 below the bigram baseline 2.482 (what "
                            "the current character alone gives), inside the rule's margin of 0.05, but the run's loss "
                            "by position cannot tell whether the context is used (more windows: ")
-    c["context_gain_se"] = 0.01  # the context is used: no claim, and nothing to list
+    c = context_record(300, [2.68] + [2.45] * 11 + [2.40] * 4)  # the last quarter well below the line: used
     d = diagnose(Evidence(eval_records([4.2, 3.0, 2.6, 2.449]) + [c], cfg, SHAKESPEARE_BASELINES))
     assert not [w for w in d.without_data() if w.startswith("bigram_stuck")] and not d.findings
