@@ -219,3 +219,23 @@ def test_bigram_stuck_at_the_line_with_windows_that_cannot_tell_is_not_judged():
     c = context_record(300, [2.68] + [2.45] * 11 + [2.40] * 4)  # the last quarter well below the line: used
     d = diagnose(Evidence(eval_records([4.2, 3.0, 2.6, 2.449]) + [c], cfg, SHAKESPEARE_BASELINES))
     assert not [w for w in d.without_data() if w.startswith("bigram_stuck")] and not d.findings
+
+
+def test_a_stuck_run_is_not_sent_to_check_rank_collapse_its_probe_ruled_out():
+    """A ReZero run at the bigram line whose last probe measured 0.90 after the last block: bigram_stuck's remedy said
+    "check rank collapse ...", uniform_attention's too, while the same diagnosis judged rank_collapse and found none."""
+    from conftest import SHAKESPEARE_BASELINES, eval_records, probe_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    cfg = {"model": {"vocab_size": 65, "variant": "rezero", "block_size": 64}, "train": {"max_iters": 300}}
+
+    def found(rank):
+        recs = eval_records([4.2, 3.0, 2.7, 2.6]) + [probe_record(300, rank, ent=[[3.2, 3.2]] * len(rank), u=3.2)]
+        return {f.rule: f.remedy for f in diagnose(Evidence(recs, cfg, SHAKESPEARE_BASELINES)).findings}
+
+    fine = found([0.98, 0.90])
+    assert ("not rank collapse: the last probe (step 300) measures 0.90 after the last block (collapse is below 0.05), "
+            "so the positions still carry distinct vectors") in fine["bigram_stuck"]
+    assert "check rank collapse" not in fine["bigram_stuck"] + fine["uniform_attention"]
+    collapsed = found([0.5, 0.01])
+    assert "rank_collapse" in collapsed and "check rank collapse" in collapsed["uniform_attention"]

@@ -228,6 +228,19 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     return "; ".join(parts)
 
 
+def _rank_words(ev: Evidence) -> str:
+    """The rank-collapse part of a stuck run's remedy: "check" it, or, where the run's last probe measured the
+    deepest block above the ``rank_collapse`` threshold, that it is not the cause (the learner was sent to check
+    what the same diagnosis had just measured and ruled out)."""
+    p, th = ev.last_probe, ev.thresholds.rank_collapse
+    rm = [v for v in (finite_or_none(x) for x in ((p or {}).get("rank_measure") or [])) if v is not None]
+    if rm and rm[-1] >= th:
+        return (f"not rank collapse: the last probe (step {p['step']}) measures {rm[-1]:.2f} after the last block "
+                f"(collapse is below {th:g}), so the positions still carry distinct vectors")
+    return ("check rank collapse (depthlab probe at initialisation; the report's activation figure during training): "
+            f"a stack that averages every position into one vector loses even the current {ev.unit}")
+
+
 def _unigram_remedy(ev: Evidence, last: dict) -> str:
     """Remedies for ``unigram_stuck``: not even the current character (token) reaches the output. In a stack
     without shortcuts that is rank collapse (every position carries the same vector)."""
@@ -249,9 +262,7 @@ def _unigram_remedy(ev: Evidence, last: dict) -> str:
                      "ln(1 + (V-1)/e)); "
                      + _source_check(ev, "init_loss, gradient_flow, overfit_batch"))
     else:
-        parts.append("check rank collapse (depthlab probe at initialisation; the report's activation figure during "
-                     "training): a stack that averages every position into one vector loses even the current "
-                     f"{ev.unit}")
+        parts.append(_rank_words(ev))
     lr = _lr_part(ev)
     if lr:
         parts.append(lr)

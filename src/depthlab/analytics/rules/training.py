@@ -273,7 +273,9 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
-    parts.append("check rank collapse (uniform attention averages the tokens into one vector)")
+    rm = [v for v in (finite_or_none(x) for x in (p.get("rank_measure") or [])) if v is not None]
+    if not rm or rm[-1] < th.rank_collapse:  # a probe measuring distinct vectors has ruled it out: not sent to check
+        parts.append("check rank collapse (uniform attention averages the tokens into one vector)")
     return Finding(
         "uniform_attention",
         f"at step {p['step']} mean attention entropy {mean:.3f} nats = {mean / u:.0%} of uniform "
