@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from ...config import TrainConfig
 from ...units import finite_or_none
 from .advice import (LONGER_KNOBS, MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice,
                      warmup_words, weight_decay_advice, wiring_advice, wiring_has)
@@ -160,11 +161,11 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
     if verdict == "high":
         warmup = "" if warmup_words(ev) else f" or raise train.warmup_iters{ev.now('train.warmup_iters')}"
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
-                       f"lower {lr_knob(ev)} ({_factor(med / HEALTHY_RATIO[1], '/')}){warmup}")
+                       f"lower {lr_knob(ev)} ({_rate_step(ev, med / HEALTHY_RATIO[1], '/')}){warmup}")
     also = (f"; AdamW's embeddings and head hardly move either ({adamw_ratio_median(ev):.2e} per step): raise "
             f"train.learning_rate{ev.now('train.learning_rate')} too") if adamw_low(ev) else ""
     return Finding("lr_too_low", head + f"below {th.lr_low:g} the weights hardly move",
-                   f"raise {lr_knob(ev)} ({_factor(HEALTHY_RATIO[0] / med, 'x')}){also}")
+                   f"raise {lr_knob(ev)} ({_rate_step(ev, HEALTHY_RATIO[0] / med, 'x')}){also}")
 
 
 HEALTHY_RATIO = (1e-3, 1e-2)
@@ -172,13 +173,26 @@ HEALTHY_RATIO = (1e-3, 1e-2)
 recipe measures 6e-3 to 1e-2; Muon's blocks about 1e-2): the ends the lr remedies' factors aim at."""
 
 
-def _factor(far: float, op: str) -> str:
-    """``try x 3 to x 10`` for a ratio up to ten times off the healthy band (``far``: how many times), else the
-    factor that reaches it (a ratio of 8.6e-6 was told x 3 to x 10, which left it under the 1e-4 line)."""
+def _rate_step(ev: Evidence, far: float, op: str) -> str:
+    """How far to move the rate :func:`lr_knob` names: ``try x 3 to x 10`` for a ratio up to ten times off the healthy
+    band (``far``: how many times), else the default recipe's rate where it lies that way, else the factor.
+
+    The update/weight ratio does not follow the rate in proportion (larger weights under a large rate, Adam's
+    normalisation): AdamW at lr 5 (ratio 0.165) told "/ 16" still measured 0.077 at lr 0.31, and lr 1e-6 told
+    "x 82" measured 5e-4 at 8.2e-5; so a far-off rate is pointed at a known good one, and the ratio is to be
+    measured again.
+    """
     if not math.isfinite(far) or far <= 10:
         return f"try {op} 3 to {op} 10"
-    return (f"try {op} {far:,.0f}: the ratio is that far from a healthy run's {HEALTHY_RATIO[0]:g} to "
-            f"{HEALTHY_RATIO[1]:g}")
+    muon = "muon_lr" in lr_knob(ev)
+    now, default = ev.section("train").get("muon_lr" if muon else "learning_rate"), \
+        TrainConfig.muon_lr if muon else TrainConfig.learning_rate
+    side = "above" if op == "/" else "below"
+    band = (f"{far:,.0f} times {side} a healthy run's {HEALTHY_RATIO[0]:g} to {HEALTHY_RATIO[1]:g}, and does not "
+            "follow the rate in proportion")
+    if isinstance(now, (int, float)) and not isinstance(now, bool) and (now > default if op == "/" else now < default):
+        return f"e.g. to {default:g}, the default recipe's, then look at the ratio again: it is {band}"
+    return f"try {op} {far:,.0f} and look at the ratio again: it is {band}"
 
 
 def _adamw_too_low(ev: Evidence) -> Finding:
