@@ -239,3 +239,28 @@ def test_a_stuck_run_is_not_sent_to_check_rank_collapse_its_probe_ruled_out():
     assert "check rank collapse" not in fine["bigram_stuck"] + fine["uniform_attention"]
     collapsed = found([0.5, 0.01])
     assert "rank_collapse" in collapsed and "check rank collapse" in collapsed["uniform_attention"]
+
+
+def test_a_run_killed_between_its_last_checkpoint_and_summary_json_is_finished_by_a_resume(tmp_path, tiny_text_file):
+    """SIGKILL after the last checkpoint, before summary.json: `--resume` said "nothing to train ... Nothing was
+    changed" for ever, the run without final validation, diagnosis or summary. And a resume that only finishes a run
+    wrote its end-of-run probe and loss-by-position records a second time."""
+    import json
+    import shutil
+
+    from conftest import QUIET, tiny_config
+    from depthlab import RunConfig, train
+
+    done = train(tiny_config(tmp_path / "a", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    run = shutil.copytree(done, tmp_path / "b")
+    for name in ("summary.json", "diagnosis.json"):
+        (run / name).unlink()
+    records = (run / "metrics.jsonl").read_text()
+    lines = []
+    train(RunConfig.from_run(run), log=lines.append)
+    assert lines[0] == ("the run is at its last step (4) but has no readable summary.json: its end did not run (the "
+                        "process stopped after the last checkpoint); this resume trains nothing, runs the end (final "
+                        "validation, loss by position, diagnosis) and writes it")
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (done, run))
+    assert b["final_validation"]["val_loss"] == a["final_validation"]["val_loss"] and b["final_step"] == 4
+    assert (run / "diagnosis.json").is_file() and (run / "metrics.jsonl").read_text() == records  # nothing twice

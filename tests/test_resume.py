@@ -720,9 +720,10 @@ def test_extension_mid_run_decays_from_the_current_rate(tmp_path, tiny_text_file
 def test_a_new_peak_does_not_raise_a_decay_that_has_ended(tmp_path, tiny_text_file):
     cfg = dict(max_iters=20, warmup_iters=2, learning_rate=3e-3, min_lr=1e-4)
     train(tiny_config(tmp_path / "r", tiny_text_file, train=cfg), **QUIET)
+    shutil.copytree(tmp_path / "r", tmp_path / "r2")  # a resume reopens its run (summary.json goes): on a copy
     lines = []
-    t = Trainer(tiny_config(tmp_path / "r", tiny_text_file, train=dict(cfg, max_iters=30, learning_rate=1e-2,
-                                                                        resume=True)), log=lines.append)
+    t = Trainer(tiny_config(tmp_path / "r2", tiny_text_file, train=dict(cfg, max_iters=30, learning_rate=1e-2,
+                                                                         resume=True)), log=lines.append)
     assert t.lr_at(20) == t.lr_at(30) == 1e-4
     said = [x for x in lines if "learning" in x]  # one line, not also "scaled to the new peak" (a new user's pass)
     assert said == ["resume: train.learning_rate 0.003 -> 0.01: the learning rate stays at train.min_lr 0.0001 (the "

@@ -226,8 +226,8 @@ def test_a_ctrl_c_during_the_final_validation_skips_it_and_says_so(tmp_path, tin
     run = e.value.run_dir
     assert e.value.exit_code == 128 + signal.SIGINT and lines[-1].startswith("done: best val ")
     assert str(e.value) == ("interrupted during the final validation, after the last step (4): the run is finished "
-                            f"(summary.json written) and its final_validation is null; to run it: depthlab train "
-                            f"--resume {run}")
+                            f"(summary.json written) and its final_validation is null; to run it: "
+                            f"depthlab.train(RunConfig.from_run({str(run)!r}))")  # a Python caller's words (s60)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["final_step"] == 4 and summary["final_validation"] is None and summary["final_validation_cut"]
     said = [x for x in lines if x.startswith("final validation")]

@@ -629,7 +629,9 @@ def _wall_before(run_dir: Path, step: int, checkpointed: float) -> float:
 
 def _nothing_left(tr: "Trainer") -> Optional[str]:
     """The line of a resume with no step left to train, or None: its run is at its last step (``max_iters`` or the
-    plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing."""
+    plan's end), or a stop rule (a target reached, patience lost) ended it already. Such a resume changes nothing.
+    None too, to finish the run, where a signal cut its last evaluation or final validation, or its end never ran
+    (no readable summary.json at its last step)."""
     if tr.step > tr.schedule.max_iters:  # asked to end before the run's step: not even a cut evaluation is redone
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     if tr.evaluator.cut_at == tr.step:  # a signal cut its last evaluation: the resume evaluates it, then ends
@@ -637,6 +639,13 @@ def _nothing_left(tr: "Trainer") -> Optional[str]:
     if final_validation_cut(tr.run_dir, tr.step) and tr.cfg.train.final_validation:
         return None  # a signal cut its final validation: the resume runs it and writes summary.json again
     if tr.step >= tr.schedule.max_iters:
+        if not isinstance(rundir.read_json(tr.run_dir / rundir.SUMMARY), dict):
+            # a checkpoint of the last step and no (readable) summary.json: the process ended between them (killed,
+            # a power cut) and the run's end never ran; the resume runs it (a plain one said "nothing to train")
+            tr.log(f"the run is at its last step ({tr.step}) but has no readable {rundir.SUMMARY}: its end did not "
+                   "run (the process stopped after the last checkpoint); this resume trains nothing, runs the end "
+                   "(final validation, loss by position, diagnosis) and writes it")
+            return None
         return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
     return tr.stop.ended_before_resume(tr.step, tr.evaluator)
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from ..callbacks import Callback, RunView, StepInfo
+from ..rundir import read_metrics
 from ..units import finite_or_none
 
 __all__ = ["record_activations", "rms", "rank_measure", "attention_entropy", "uniform_attention_entropy",
@@ -323,6 +324,10 @@ class ActivationProbe(Callback):
         self.batch = x
         if info.step == 0:
             self.probe(run, 0)
+        elif any(r.get("kind") == "probe" and r.get("step") == info.step for r in read_metrics(run.run_dir)):
+            # a resume at a step its records probed already (a finished run's last step, whose final validation or
+            # summary.json the resume redoes): the end's probe would write the same record twice
+            self.last_step = info.step
 
     def on_step_end(self, run: RunView, info: StepInfo) -> None:
         """Probe when the step is a multiple of ``interval``."""

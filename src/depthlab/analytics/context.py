@@ -535,6 +535,10 @@ class ContextCallback(Callback):
         """Measure and record the curve (never fails the finished run: a problem is one log line)."""
         if not run.is_main:
             return
+        step = int(summary.get("final_step", 0) or 0)
+        if any(r.get("kind") == "event" and r.get("event") == CONTEXT_EVENT and r.get("step") == step
+               for r in read_metrics(run.run_dir)):
+            return  # a resume that only finishes the run (its final validation, summary.json): these weights' curve
         t, m = run.cfg.train, run.cfg.model
         try:
             for max_tokens in (DEFAULT_MAX_TOKENS, 0):
@@ -548,7 +552,6 @@ class ContextCallback(Callback):
         except DepthlabError as e:
             run.log(f"loss by position skipped: {e}")
             return
-        step = int(summary.get("final_step", 0) or 0)
         run.metrics.log("event", {"step": step, "event": CONTEXT_EVENT, "loss_by_position": c["loss_by_position"],
                                   "context_gain": c["context_gain"], "context_gain_se": c["context_gain_se"],
                                   "last_quarter_se": c["last_quarter_se"], "position0_se": c["position_se"][0],
