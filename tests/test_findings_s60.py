@@ -264,3 +264,58 @@ def test_a_run_killed_between_its_last_checkpoint_and_summary_json_is_finished_b
     a, b = (json.loads((d / "summary.json").read_text()) for d in (done, run))
     assert b["final_validation"]["val_loss"] == a["final_validation"]["val_loss"] and b["final_step"] == 4
     assert (run / "diagnosis.json").is_file() and (run / "metrics.jsonl").read_text() == records  # nothing twice
+
+
+def test_check_names_multihead_attention_over_the_batch_axis_not_a_future_leak(capsys):
+    """nn.MultiheadAttention without batch_first=True, given (B, T, C), under a mask built from x.size(0): check said
+    "the logits at position t depend on later tokens ... 465 of 2016 pairs leak" (its own perturbed copies, batched
+    together, attending to each other) with the causal-mask fix; row 0, the one compared alone, is the one row that
+    attends to no other."""
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    model = Path(__file__).parent / "fixtures" / "learner_mha_seq_first.py"
+    rc, out, err = run_cli(capsys, "check", f"{model}:MHAGPT")
+    assert rc == 1, err
+    leak = out[out.index("causal_leak"):]
+    flat = " ".join(leak.split())
+    assert "the logits of one sequence depend on the other sequences in the batch: the same sequence computed " \
+           "alone and within a batch gives logits differing by up to" in flat
+    assert "fix: build nn.MultiheadAttention with batch_first=True (blocks.0.attn, blocks.1.attn have not): " in flat
+    assert "later tokens: first leaking offset" not in flat
+
+
+def test_check_judges_a_model_at_its_own_block_size(tmp_path, capsys):
+    """A causal mask buffer of 32 in a model of block_size 64: check said "the checks run at T=32" and "0 problems
+    found" (exit 0), while train refused it, its advice --model.init '{"block_size": 64}' the value it already had."""
+    from conftest import run_cli
+
+    src = tmp_path / "short.py"
+    src.write_text('''
+import torch
+import torch.nn as nn
+
+
+class Short(nn.Module):
+    def __init__(self, vocab_size, block_size=64):
+        super().__init__()
+        self.block_size = block_size
+        self.tok = nn.Embedding(vocab_size, 16)
+        self.register_buffer("mask", torch.tril(torch.ones(32, 32)))
+        self.head = nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        x = self.tok(idx)
+        att = (x @ x.transpose(1, 2)).masked_fill(self.mask[:T, :T] == 0, float("-inf")).softmax(-1)
+        return self.head(att @ x)
+''')
+    rc, out, err = run_cli(capsys, "check", f"{src}:Short")
+    assert rc == 1 and "the model accepts at most T=32: run with --block_size 32" in " ".join(out.split()), out
+    rc, out, err = run_cli(capsys, "train", "--model.source", f"{src}:Short", "--model.block_size", "64",
+                           "--train.out_dir", str(tmp_path / "r"))
+    assert rc == 2 and err.count("\n") == 1 and not (tmp_path / "r").exists()
+    assert err.rstrip().endswith("run with --model.block_size 32, or its block_size is 64 already, so a part of it "
+                                 "has a size of its own: a mask or position table made for 32 positions (build each "
+                                 "from the block_size argument)"), err

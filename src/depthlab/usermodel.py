@@ -976,6 +976,9 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
         larger = (f"build it with a larger one: --model.init '{{\"block_size\": {block_size}}}' (its own argument, "
                   "beside any other keys you give model.init)"
                   if own else "give the model a larger position table (and mask)")
+        if getattr(model, "block_size", None) == block_size:  # built with that size already: a part is not
+            larger = (f"its block_size is {block_size} already, so a part of it has a size of its own: a mask or "
+                      f"position table made for {longest} positions (build each from the block_size argument)")
         fix = (f"the model accepts at most T={longest} positions (it runs on ({batch_size}, {longest})): run with "
                f"--model.block_size {longest}, or {larger}"
                if longest and not shorter_fail else

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -316,11 +316,13 @@ def _perturbed(subject: Subject, base: torch.Tensor, gen: torch.Generator) -> to
 
 
 def _window_logits(subject: Subject, model: nn.Module, seqs: torch.Tensor) -> tuple[torch.Tensor, float, float]:
-    """(logits of ``seqs``, how far row 0 computed alone differs from row 0 within the batch, how far row 0
-    alone differs from itself computed alone again).
+    """(logits of ``seqs``, how far rows 0, 1 and the middle one computed alone differ from themselves within the
+    batch, how far row 0 alone differs from itself computed alone again).
 
     When the rows depend on each other (a mean, softmax or norm over dim 0), the logits come back computed one
-    sequence per forward, so that the perturbation test sees only what each sequence does to itself.
+    sequence per forward, so that the perturbation test sees only what each sequence does to itself. Not row 0
+    alone: attention over the batch axis under a causal mask (``nn.MultiheadAttention`` without ``batch_first=True``
+    given (B, T, C)) leaves the first row of a batch alone and mixes the ones before it into every later row.
     """
     L = subject.logits_many(model, seqs)
     if not bool(torch.isfinite(L).all()):
@@ -328,6 +330,9 @@ def _window_logits(subject: Subject, model: nn.Module, seqs: torch.Tensor) -> tu
     first = subject.logits_many(model, seqs[:1], alone=True)[0]
     scale = max(1.0, float(L[0].abs().max()))
     mixed = float((L[0] - first).abs().max())
+    rows = [1, len(seqs) // 2]  # not a first row of a forward's batch (logits_many batches 16 or more at a time)
+    alone = subject.logits_many(model, seqs[rows], alone=True)
+    mixed = max(mixed, float((L[rows] - alone).abs().max()))
     if not math.isfinite(mixed) or mixed <= BATCH_REL_TOL * scale:
         return L, mixed, 0.0
     again = float((subject.logits_many(model, seqs[:1], alone=True)[0] - first).abs().max())
@@ -431,7 +436,8 @@ def _leak_pass(subject: Subject, model: nn.Module, windows: int) -> CheckResult:
             return verdict
     if batch_leak:
         subject.leaks = True
-        return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None)
+        return _batch_leak_verdict(ev, _leak_verdict(ev, leak, bad) if bool(bad.any()) else None,
+                                   _sequence_first_attention(subject.pristine))
     if bool(bad.any()):
         subject.leaks = True
         return _leak_verdict(ev, leak, bad)
@@ -508,8 +514,16 @@ def _no_leak_verdict(ev: dict, leak: torch.Tensor, own: float, tol: float, windo
                    f"windows (tolerance {tol:.1g}; the changed position itself moves by up to {own:.3g})", **ev})
 
 
-def _batch_leak_verdict(ev: dict, future: Optional[CheckResult]) -> CheckResult:
-    """The PROBLEM of logits depending on the batch's other sequences, with the future leak (per sequence) if any."""
+def _sequence_first_attention(model: nn.Module) -> list[str]:
+    """Names of ``model``'s ``nn.MultiheadAttention`` modules built without ``batch_first=True``: they take (T, B, C),
+    so a (B, T, C) input makes them attend over the batch axis."""
+    return [name or type(m).__name__ for name, m in model.named_modules()
+            if isinstance(m, nn.MultiheadAttention) and not m.batch_first]
+
+
+def _batch_leak_verdict(ev: dict, future: Optional[CheckResult], seq_first: Sequence[str] = ()) -> CheckResult:
+    """The PROBLEM of logits depending on the batch's other sequences, with the future leak (per sequence) if any;
+    ``seq_first``: the model's ``nn.MultiheadAttention`` modules without ``batch_first=True``, the likely cause."""
     text = (f"the logits of one sequence depend on the other sequences in the batch (a mean/softmax/norm over dim "
             f"0?): the same sequence computed alone and within a batch gives logits differing by up to "
             f"{ev['batch_dependence']:.3g} -- at training time each prediction sees the other sequences, "
@@ -517,6 +531,12 @@ def _batch_leak_verdict(ev: dict, future: Optional[CheckResult]) -> CheckResult:
     remedy = ("compute each sequence on its own: reduce over the positions or features of one sequence, never "
               "over dim 0 (the batch): softmax/mean/norm over dim=-1 (or the time axis with a causal mask), "
               "LayerNorm rather than BatchNorm")
+    if seq_first:
+        text = text.replace(" (a mean/softmax/norm over dim 0?)", "")
+        shown = ", ".join(seq_first[:3]) + (", ..." if len(seq_first) > 3 else "")
+        remedy = (f"build nn.MultiheadAttention with batch_first=True ({shown} {agree(len(seq_first), 'has', 'have')} "
+                  "not): without it the module takes (T, B, C), so a (B, T, C) input attends over the batch axis, "
+                  "and its attn_mask of size T must be built from x.size(1); or " + remedy)
     if future is not None:
         text += "; and computed one sequence at a time, " + future.summary
         remedy += "; and " + future.remedy
