@@ -20,6 +20,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import sys
 import warnings
 from argparse import SUPPRESS, ArgumentError
@@ -1223,7 +1224,7 @@ def _stopped(e: BaseException, debug: bool) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals)."""
+    """Entry point; returns the exit status (0 ok, 2 bad input, 3 non-finite, 130/143 signals, 141 a closed pipe)."""
     global _PROCESS_ARGV
     if argv is None:
         _PROCESS_ARGV = list(sys.argv[1:])
@@ -1251,11 +1252,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except (KeyboardInterrupt, SystemExit) as e:
         return _stopped(e, debug)
-    except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; not an error
-        import os
+    except BrokenPipeError:  # e.g. `depthlab sample ... | head`: the reader left; no traceback, and the status of
+        import os  # a process SIGPIPE ended (128 + 13), as `yes | head` gives: not 0, which told a `check | head`
+        # under `set -o pipefail` that no problem was found
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 128 + signal.SIGPIPE
     except (OSError, UnicodeDecodeError) as e:  # a path, permission or encoding problem of the user's input
         if debug:
             raise
