@@ -319,3 +319,31 @@ class Short(nn.Module):
     assert err.rstrip().endswith("run with --model.block_size 32, or its block_size is 64 already, so a part of it "
                                  "has a size of its own: a mask or position table made for 32 positions (build each "
                                  "from the block_size argument)"), err
+
+
+def test_train_refuses_a_model_built_in_float64(tmp_path, capsys):
+    """A model calling self.double() in __init__ trained every step in float64 (0.35 s a step against 0.03) while
+    the run's header and config.json said float32."""
+    from conftest import run_cli
+
+    src = tmp_path / "dbl.py"
+    src.write_text('''
+import torch.nn as nn
+
+
+class Dbl(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, 16)
+        self.head = nn.Linear(16, vocab_size)
+        self.double()
+
+    def forward(self, idx):
+        return self.head(self.tok(idx))
+''')
+    rc, out, err = run_cli(capsys, "train", "--model.source", f"{src}:Dbl", "--model.block_size", "16",
+                           "--train.out_dir", str(tmp_path / "r"))
+    assert rc == 2 and not (tmp_path / "r").exists()
+    assert err.endswith(f"{src.name}:Dbl: the model's parameters are float64, and depthlab trains float32 weights "
+                        "(train.dtype bf16 autocasts the matmuls, the weights stay float32): build it in float32, "
+                        "without .double(), .half() or .to(dtype) in its constructor\n"), err

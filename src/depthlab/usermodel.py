@@ -959,6 +959,12 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     fault = call_fault(model)
     if fault:
         raise DepthlabError(f"{src}: {fault[0]}; {fault[1]}")
+    other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                    if p.is_floating_point() and p.dtype != torch.float32})
+    if other:  # a .double() trained every step in float64, 12x slower, while the run said float32
+        raise DepthlabError(f"{src}: the model's parameters are {' and '.join(other)}, and depthlab trains float32 "
+                            "weights (train.dtype bf16 autocasts the matmuls, the weights stay float32): build it "
+                            "in float32, without .double(), .half() or .to(dtype) in its constructor")
     was_training = model.training
     model.eval()
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)
