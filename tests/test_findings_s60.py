@@ -347,3 +347,24 @@ class Dbl(nn.Module):
     assert err.endswith(f"{src.name}:Dbl: the model's parameters are float64, and depthlab trains float32 weights "
                         "(train.dtype bf16 autocasts the matmuls, the weights stay float32): build it in float32, "
                         "without .double(), .half() or .to(dtype) in its constructor\n"), err
+
+
+def test_a_bpe_loss_figure_gives_a_baselines_bits_per_char_as_baselines_json_does(tmp_path):
+    """A BPE run's loss.png legend said "uniform baseline 6.24 nats (4.79 bits/char)", converting with the evaluation
+    windows' characters per token, where baselines.json, the console and the report's table say 4.80 (the whole
+    val split's)."""
+    import json
+
+    from conftest import write_run_dir
+    from depthlab.report.plots import _baseline_bpc
+    from depthlab.report.run_data import as_run_data
+
+    rd = write_run_dir(tmp_path, [{"kind": "eval", "step": 50, "val_loss": 3.0, "val_bpc": 3.0 * 0.7680}],
+                       **{"baselines.json": {k: {"nats": v, "bits_per_char": b} for k, v, b in
+                                             (("uniform", 6.238, 4.7958), ("unigram", 5.176, 3.9794),
+                                              ("bigram", 3.753, 2.8854))}})
+    cfg = json.loads((rd / "config.json").read_text())
+    (rd / "config.json").write_text(json.dumps({**cfg, "data": {"tokenizer": "bpe"}}))
+    run = as_run_data(rd)
+    assert round(run.bits_per_char(6.238), 3) == 4.791  # the windows' ratio: the curves' axis
+    assert _baseline_bpc(run, "uniform", 6.238) == 4.7958  # the baseline's own record

@@ -66,6 +66,13 @@ def _baselines(run: RunData) -> list[tuple[str, float]]:
     return out
 
 
+def _baseline_bpc(run: RunData, name: str, nats: float) -> float:
+    """A baseline's bits/char as baselines.json records it (a BPE run's: the whole val split's characters per
+    token), else converted as the run's curves are (:meth:`RunData.bits_per_char`: the evaluation windows')."""
+    bpc = finite_or((run.baselines or {}).get(name, {}).get("bits_per_char"), math.nan)
+    return bpc if math.isfinite(bpc) else run.bits_per_char(nats)
+
+
 def plot_loss(run: str | Path | RunData) -> Optional[Path]:
     """Train and validation loss vs optimizer step and vs tokens seen, with the corpus baselines.
 
@@ -113,7 +120,7 @@ def plot_loss(run: str | Path | RunData) -> Optional[Path]:
         for name, v in base:
             col, ls = BASELINE_STYLE[name]
             ax.axhline(v, color=col, ls=ls, lw=1.3, zorder=1,
-                       label=f"{name} baseline {v:.2f} nats ({run.bits_per_char(v):.2f} bits/char)")
+                       label=f"{name} baseline {v:.2f} nats ({_baseline_bpc(run, name, v):.2f} bits/char)")
             ax.annotate(f"{name} {v:.2f}", xy=(1.0, v), xycoords=("axes fraction", "data"),
                         xytext=(-3, 2), textcoords="offset points", ha="right", va="bottom",
                         fontsize=8, color=col, fontweight="bold", zorder=1)  # curves draw over it
