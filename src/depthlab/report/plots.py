@@ -317,7 +317,8 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     """Activation statistics per block: residual-stream RMS, sublayer output RMS, rank measure,
     and mean pairwise token cosine, one line per probe step (colour = training step).
 
-    The rank measure ‖X − 1·x̄ᵀ‖ / ‖X‖ (Dong et al. 2021) near 0 means every token's vector has
+    The rank measure min(‖X − 1·x̄ᵀ‖, ‖X‖) / ‖X‖ (Dong et al. 2021; :func:`~depthlab.analytics.activations.rank_measure`)
+    near 0 means every token's vector has
     collapsed onto the mean: the block can no longer tell positions apart.
 
     Args:
@@ -331,7 +332,7 @@ def plot_activations(run: str | Path | RunData) -> Optional[Path]:
     """
     run = as_run_data(run)
     panels = [("resid_rms", "residual-stream RMS after the block", True),
-              ("rank_measure", "rank measure ‖X − 1x̄ᵀ‖/‖X‖, 0 … 1 (0 = collapsed)", False),
+              ("rank_measure", "rank measure min(‖X − 1x̄ᵀ‖, ‖X‖)/‖X‖, 0 … 1 (0 = collapsed)", False),
               ("token_cosine", "mean pairwise token cosine (1 = identical)", False)]
     have = [p for p in panels if matrix(run.probes, p[0])[0]]
     if not have:
