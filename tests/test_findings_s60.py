@@ -368,3 +368,18 @@ def test_a_bpe_loss_figure_gives_a_baselines_bits_per_char_as_baselines_json_doe
     run = as_run_data(rd)
     assert round(run.bits_per_char(6.238), 3) == 4.791  # the windows' ratio: the curves' axis
     assert _baseline_bpc(run, "uniform", 6.238) == 4.7958  # the baseline's own record
+
+
+def test_readmes_resume_table_lists_every_field_a_resume_changes_silently():
+    """README's table left out train.compile_mode, flush_denormal and final_validation (allowed silently), while its
+    last row said every field not listed is refused."""
+    import re
+    from pathlib import Path
+
+    from depthlab.resume_config import RESUME_SILENT
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| bookkeeping |"))
+    listed = set(re.findall(r"`([a-z_.]+)`", row))
+    named = {f if f.startswith(("data.", "model.")) else f.split(".", 1)[1] for f in RESUME_SILENT}
+    assert named <= {n.removeprefix("train.") for n in listed}, named - listed
