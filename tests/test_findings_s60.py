@@ -383,3 +383,35 @@ def test_readmes_resume_table_lists_every_field_a_resume_changes_silently():
     listed = set(re.findall(r"`([a-z_.]+)`", row))
     named = {f if f.startswith(("data.", "model.")) else f.split(".", 1)[1] for f in RESUME_SILENT}
     assert named <= {n.removeprefix("train.") for n in listed}, named - listed
+
+
+def test_resuming_an_overwrite_stub_names_the_run_set_aside_and_no_init_from(tmp_path, tiny_text_file):
+    """An --overwrite killed before its first step leaves PARENT/.r.replaced-*/r and a stub with no checkpoint: a
+    resume of the stub restarted it without a word on the old run (hidden for good), and a refused resume of it
+    advised --init-from the stub, which has no weights."""
+    import shutil
+
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import DepthlabError, RunConfig, train
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=4, eval_interval=2)), **QUIET)
+    aside = tmp_path / ".r.replaced-abc" / "r"
+    shutil.copytree(run, aside)
+    shutil.rmtree(run / "checkpoints")  # the stub: its config, no checkpoint
+    for name in ("summary.json", "diagnosis.json"):
+        (run / name).unlink()
+    (run / "metrics.jsonl").write_text("")
+    cfg = RunConfig.from_run(run)
+    cfg.train.eval_iters = 3
+    with pytest.raises(DepthlabError) as e:
+        train(cfg, **QUIET)
+    assert "or start it again as a new run with the new values (it has no checkpoint yet, so no weights for " \
+           "init_from): depthlab train -c " in str(e.value) and "--init-from" not in str(e.value)
+    lines = []
+    train(RunConfig.from_run(run), log=lines.append)
+    assert (f"warning: the run that was there is in {aside} (an overwrite=True was stopped before its new run "
+                        f"started): put it back with rm -r {run} && mv {aside} {run}; this resume trains the new run "
+                        f"instead, and leaves it there (rm -r {aside.parent} once you no longer need it)") in lines
+    assert (aside / "checkpoints" / "best.safetensors").is_file()

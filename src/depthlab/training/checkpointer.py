@@ -268,6 +268,9 @@ def _new_run_advice(run_dir: Path, refused: list[str], old: dict, asked: dict) -
         return (f"train a new run from scratch ({', '.join(vocab)} {'change' if len(vocab) > 1 else 'changes'} the "
                 f"tokenizer, whose ids the run's weights "
                 f"are trained on, so --init-from cannot reuse them): {ckpt.new_run_command(run_dir, False, flags)}")
+    if not any((Path(run_dir) / CHECKPOINTS).glob("*.safetensors")):  # nothing trained: no weights to start from
+        return (f"start it again as a new run with the new values (it has no checkpoint yet, so no weights for "
+                f"--init-from): {ckpt.new_run_command(run_dir, False, flags)}")
     old = as_ran(old)  # a run from before model.position had a learned table: its weights are judged as such
     fit = weights_fit(old.get("model") or {}, asked.get("model") or {}) if model else True
     if fit:
@@ -717,6 +720,11 @@ class Checkpointer:
         """A run with no checkpoint yet starts again from step 0: its records go, and an unlisted step file (its first
         checkpoint's write cut short) is set aside, not replaced."""
         self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
+        aside = rundir.set_aside_run(self.run_dir)
+        if aside is not None:  # an --overwrite killed before its first step: the old run was never said again
+            self.log(f"warning: {rundir.set_aside_words(self.run_dir, aside, 'rm -r')}; this resume trains the new run "
+                     f"instead, and leaves it there (rm -r {shlex.quote(str(aside.parent))} once you no longer need "
+                     "it)")
         _remove_stale_temps(self.run_dir, self.log)
         truncate_metrics(self.run_dir, -1)
         _set_aside_unlisted(self.run_dir, self.log)
