@@ -1014,11 +1014,12 @@ def test_a_damaged_or_deleted_baselines_json_is_said_when_a_resume_writes_it_aga
     assert main(["train", "--resume", str(run20), "--train.max_iters", "25"]) == 0
     out = capsys.readouterr().err
     assert f"warning: {run20 / 'baselines.json'} was not the JSON depthlab wrote (damaged or edited by hand): " \
-        "written again from the run's corpus" in out
+        "written now from the run's corpus" in out
     assert json.loads((run20 / "baselines.json").read_text()) == json.loads(before)  # the same corpus's numbers
     (run20 / "baselines.json").unlink()
     assert main(["train", "--resume", str(run20), "--train.max_iters", "30"]) == 0
-    assert f"{run20 / 'baselines.json'} was missing (deleted?): written again" in capsys.readouterr().err
+    assert f"{run20 / 'baselines.json'} was missing (deleted, or the run's earlier sessions had no " \
+        "BaselinesCallback): written now" in capsys.readouterr().err
     assert main(["train", "--resume", str(run20), "--train.max_iters", "35"]) == 0
     assert "baselines.json was" not in str(capsys.readouterr())  # intact: nothing to say
 

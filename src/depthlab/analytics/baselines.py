@@ -241,8 +241,9 @@ class BaselinesCallback(Callback):
         b = self._cache[key]
         rd = RunDir(run.run_dir)  # a resume writes them again, the same numbers of the same corpus: say why
         fault = ("not the JSON depthlab wrote (damaged or edited by hand)" if rd.damaged(BASELINES) else
-                 "missing (deleted?)" if info.step > 0 and not rd.file(BASELINES).exists() else "")
+                 "missing (deleted, or the run's earlier sessions had no BaselinesCallback)"
+                 if info.step > 0 and not rd.file(BASELINES).exists() else "")
         write_baselines(run.run_dir, b)
-        if fault:
-            run.log(f"warning: {rd.file(BASELINES)} was {fault}: written again from the run's corpus")
+        if fault:  # a Trainer given its own callbacks writes none: "deleted?" was said of a file never written
+            run.log(f"warning: {rd.file(BASELINES)} was {fault}: written now from the run's corpus")
         run.log(format_baselines(b))
