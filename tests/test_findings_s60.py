@@ -415,3 +415,18 @@ def test_resuming_an_overwrite_stub_names_the_run_set_aside_and_no_init_from(tmp
                         f"started): put it back with rm -r {run} && mv {aside} {run}; this resume trains the new run "
                         f"instead, and leaves it there (rm -r {aside.parent} once you no longer need it)") in lines
     assert (aside / "checkpoints" / "best.safetensors").is_file()
+
+
+def test_a_second_fit_is_refused_on_a_run_with_nothing_to_train(tmp_path, tiny_text_file):
+    """Trainer(RunConfig.from_run(finished)).fit() twice: both said "nothing to train", where fit() runs once."""
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import DepthlabError, RunConfig, train
+    from depthlab.trainer import Trainer
+
+    run = train(tiny_config(tmp_path / "r", tiny_text_file, train=dict(max_iters=2, eval_interval=2)), **QUIET)
+    tr = Trainer(RunConfig.from_run(run), **QUIET)
+    tr.fit()
+    with pytest.raises(DepthlabError, match=r"already \(fit\(\) runs once\)"):
+        tr.fit()

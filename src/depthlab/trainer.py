@@ -702,7 +702,7 @@ def _config_put_back(tr: "Trainer") -> Optional[str]:
 def _fit_once(metrics: MetricsWriter, run_dir: Path, fit_called: bool) -> None:
     """Refuse (DepthlabError) a second :meth:`Trainer.fit`, or one after :meth:`Trainer.close`: the run's records
     are closed (it failed inside them with an AttributeError, after saying the run's start again)."""
-    if metrics.closed:
+    if metrics.closed or fit_called:  # a run with nothing to train never opened its records: fit_called tells
         done = (f"has trained {run_dir} already (fit() runs once)" if fit_called else
                 f"of {run_dir} was closed (close()) before it trained, and trains no more")
         raise DepthlabError(f"this Trainer {done}; to train on, make a new "
