@@ -430,3 +430,26 @@ def test_a_second_fit_is_refused_on_a_run_with_nothing_to_train(tmp_path, tiny_t
     tr.fit()
     with pytest.raises(DepthlabError, match=r"already \(fit\(\) runs once\)"):
         tr.fit()
+
+
+def test_generate_refuses_bad_arguments_with_one_clear_error():
+    """generate(m, ids, 5, never=[1000]) was an IndexError, vocab_size=0 an argmax over nothing, model=None an
+    AttributeError: the docstring promises a DepthlabError for invalid settings."""
+    import pytest
+    import torch
+
+    from conftest import tiny_gpt
+    from depthlab import DepthlabError
+    from depthlab.sample import generate
+
+    m = tiny_gpt()
+    ids = torch.tensor([[1, 2]])
+    V = m.config.vocab_size
+    with pytest.raises(DepthlabError, match=rf"^generate: never holds 1000, not a token id of the vocabulary "
+                                            rf"0..{V - 1}$"):
+        generate(m, ids, 5, never=[1000])
+    with pytest.raises(DepthlabError, match=r"^generate: vocab_size must be None or an int >= 1"):
+        generate(m, ids, 5, vocab_size=0)
+    with pytest.raises(DepthlabError, match=r"^generate needs model as a torch.nn.Module, got NoneType$"):
+        generate(None, ids, 5)
+    assert generate(m, ids, 3, temperature=0, never=[0]).shape == (1, 5)

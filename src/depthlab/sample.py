@@ -258,7 +258,7 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
 
     Args:
         model: a GPT (put in eval mode for the call; its previous mode is restored).
-        idx: (B, T) int64 prompt ids, T >= 1.
+        idx: (B, T) integer prompt ids (int64, or int32), T >= 1.
         max_new_tokens: N, tokens to append.
         temperature: logits are divided by it; 0 (or < 1e-5) = greedy argmax (deterministic).
         top_k, top_p: see :func:`filter_logits`.
@@ -277,10 +277,11 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
             and depthlab's samples parted there.
 
     Returns:
-        (B, T + N) int64 ids (a new tensor; ``idx`` is not changed).
+        (B, T + N) ids of ``idx``'s dtype (a new tensor; ``idx`` is not changed).
 
     Raises:
-        DepthlabError: invalid sampling settings; ``idx`` not (B, T >= 1) integer ids within the vocabulary.
+        DepthlabError: invalid sampling settings; ``model`` not a module; ``idx`` not (B, T >= 1) integer ids
+            within the vocabulary; ``vocab_size`` not an int >= 1; an id of ``never`` outside the vocabulary.
         NonFiniteLogits: the logits of a position are NaN or inf (the ids before it are already given to
             ``on_token``): a draw from them is noise, so sampling stops there.
         ForwardFailed: the forward of a model that is not depthlab's GPT raises on these ids, or returns logits of
@@ -288,7 +289,10 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
     """
     with api_errors():  # the arguments of this function, not sample's flags (sample_text checks them first)
         check_sampling_args(temperature, top_k, top_p, max_new_tokens)
+    if not isinstance(model, torch.nn.Module):
+        raise DepthlabError(f"generate needs model as a torch.nn.Module, got {type(model).__name__}")
     _check_ids(model, idx)
+    _check_never(model, vocab_size, never)
     was_training = model.training
     model.eval()
     B, T = idx.shape
@@ -313,6 +317,20 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
     finally:
         model.train(was_training)
     return out.clone()  # outside inference mode: an ordinary tensor callers may change in place
+
+
+def _check_never(model: torch.nn.Module, vocab_size: Optional[int], never: Sequence[int]) -> None:
+    """``vocab_size`` None or an int >= 1, and every id of ``never`` one that can be drawn (0..V-1 of ``vocab_size``,
+    else of the model's vocabulary where it says its size): an id past it was an IndexError, a vocab_size of 0 an
+    argmax over nothing."""
+    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1):
+        raise DepthlabError(f"generate: vocab_size must be None or an int >= 1 (the tokenizer's V), got {vocab_size!r}")
+    V = vocab_size if vocab_size is not None else getattr(getattr(model, "config", None), "vocab_size", None)
+    bad = [i for i in never if isinstance(i, bool) or not isinstance(i, int) or i < 0
+           or (isinstance(V, int) and i >= V)]
+    if bad:
+        raise DepthlabError(f"generate: never holds {bad[0]!r}, not a token id"
+                            + (f" of the vocabulary 0..{V - 1}" if isinstance(V, int) else " (an int >= 0)"))
 
 
 def _check_ids(model: torch.nn.Module, idx: torch.Tensor) -> None:
