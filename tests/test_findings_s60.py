@@ -453,3 +453,13 @@ def test_generate_refuses_bad_arguments_with_one_clear_error():
     with pytest.raises(DepthlabError, match=r"^generate needs model as a torch.nn.Module, got NoneType$"):
         generate(None, ids, 5)
     assert generate(m, ids, 3, temperature=0, never=[0]).shape == (1, 5)
+
+
+def test_a_block_that_is_itself_a_layer_is_its_own_component():
+    """GradientMonitor on a ModuleList of nn.Linear named the components "weight" and "bias", pooling every block's
+    weights under one name (the docstring: the module path without the trailing parameter attribute)."""
+    from depthlab.analytics.gradients import param_component
+
+    assert param_component("layers.0.weight") == param_component("layers.0.bias") == ("layers.0", "block")
+    assert param_component("transformer.h.0.alpha_attn") == ("transformer.h.0", "alpha")  # ReZero's gains stay
+    assert param_component("layers.2.fc.weight") == ("layers.2", "fc")
