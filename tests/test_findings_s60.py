@@ -463,3 +463,41 @@ def test_a_block_that_is_itself_a_layer_is_its_own_component():
     assert param_component("layers.0.weight") == param_component("layers.0.bias") == ("layers.0", "block")
     assert param_component("transformer.h.0.alpha_attn") == ("transformer.h.0", "alpha")  # ReZero's gains stay
     assert param_component("layers.2.fc.weight") == ("layers.2", "fc")
+
+
+def test_check_model_and_probe_at_init_speak_in_their_arguments():
+    """check_model(m, corpus, batch_size=0) said "--batch_size must be >= 1 ... e.g. --batch_size 16",
+    batch_size="8" was a TypeError, corpus=None an AttributeError; probe_at_init named --probe_batch_size."""
+    import pytest
+    from torch import nn
+
+    from depthlab import DepthlabError
+    from depthlab.analytics.check import check_model
+    from depthlab.analytics.probe import probe_at_init
+    from depthlab.config import DataConfig, RunConfig
+    from depthlab.data import load_corpus
+
+    corpus = load_corpus(DataConfig())
+    m = nn.Sequential(nn.Embedding(65, 8), nn.Linear(8, 65))
+    with pytest.raises(DepthlabError, match=r"^batch_size must be >= 1 \(got 0\): the sequences per forward, e\.g\. "
+                                            r"batch_size 16$"):
+        check_model(m, corpus, batch_size=0)
+    with pytest.raises(DepthlabError, match=r"^batch_size must be a whole number >= 1, got '8'$"):
+        check_model(m, corpus, batch_size="8")
+    with pytest.raises(DepthlabError, match=r"^check needs a corpus from depthlab.data.load_corpus, got NoneType$"):
+        check_model(m, None)
+    with pytest.raises(DepthlabError) as e:
+        probe_at_init(RunConfig(), batch_size=100000)
+    assert "--" not in str(e.value) and "lower batch_size (n_batches averages" in str(e.value)
+
+
+def test_depthlab_check_still_names_its_flags(tmp_path, capsys):
+    from conftest import run_cli
+
+    src = tmp_path / "m.py"
+    src.write_text("import torch.nn as nn\n\n\nclass M(nn.Module):\n    def __init__(self, vocab_size):\n"
+                   "        super().__init__()\n        self.h = nn.Embedding(vocab_size, vocab_size)\n\n"
+                   "    def forward(self, idx):\n        return self.h(idx)\n")
+    rc, out, err = run_cli(capsys, "check", f"{src}:M", "--batch_size", "0")
+    assert rc == 2 and err == ("depthlab: error: --batch_size must be >= 1 (got 0): the sequences per forward, e.g. "
+                               "--batch_size 16\n")

@@ -233,7 +233,7 @@ def run_probe(ns) -> int:
     cfg = _config_from(ns)
     out = _probe_png(cfg, ns.out)
     _set_threads(ns.threads, cap=4)
-    result = probe_at_init(cfg, n_batches=ns.batches, batch_size=ns.probe_batch_size)
+    result = probe_at_init(cfg, n_batches=ns.batches, batch_size=ns.probe_batch_size, command_line=True)
     summary = summarise_probe(result)
     try:
         plot_probe(result, out)
@@ -324,7 +324,7 @@ def run_check(ns) -> int:
     log = None if ns.json else (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     with _user_prints_to_stderr(ns.json):
         report = check_source(ns.source, ns.init, DataConfig(path=ns.data.path), batch_size=ns.batch_size,
-                              block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log)
+                              block_size=ns.block_size, blocks=ns.blocks, seed=ns.seed, log=log, command_line=True)
     print(json.dumps(report.to_dict()) if ns.json else format_check_table(report))
     return report.exit_code
 

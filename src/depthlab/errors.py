@@ -34,7 +34,8 @@ class NonFiniteError(DepthlabError):
 _API_FLAGS = {"--max-new-tokens": "max_new_tokens", "--num-samples": "num_samples", "--top-k": "top_k",
               "--top-p": "top_p", "--temperature": "temperature", "--prompt": "prompt", "--seed": "seed",
               "--checkpoint": "which", "--device": "device", "--overwrite": "overwrite=True",
-              "--init-from": "init_from"}
+              "--init-from": "init_from", "--batch_size": "batch_size", "--block_size": "block_size",
+              "--blocks": "blocks", "--probe_batch_size": "batch_size", "--batches": "n_batches", "--init": "init"}
 # prose that names a command ("a depthlab train run, or pass --train.resume false") is no command line to keep
 _PROSE = r"(?!(?:run|runs|wrote|writes|of|drops|takes|refuses|waits|says|reads|finds)\b(?![/.]))"
 _COMMAND_LINE = re.compile(rf"(depthlab [a-z]+ {_PROSE}[^;)]*)")

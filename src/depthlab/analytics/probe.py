@@ -33,7 +33,7 @@ PROBE_BATCH_SIZE = 4
 
 
 def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_BATCH_SIZE,
-                  corpus=None) -> dict:
+                  corpus=None, command_line: bool = False) -> dict:
     """Build the configured model at initialisation and measure one backward pass per layer.
 
     The model is built with ``torch.manual_seed(cfg.train.seed)`` (as the trainer does), the
@@ -46,6 +46,8 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
         n_batches: batches of real text (>= 1).
         batch_size: sequences per batch (>= 1).
         corpus: an already loaded :class:`~depthlab.data.Corpus` (else ``cfg.data`` is loaded).
+        command_line: the caller is ``depthlab probe``: errors name its flags (``--probe_batch_size``); else this
+            function's arguments (:func:`~depthlab.errors.api_words`).
 
     Returns:
         ``{"config": {...model fields...}, "loss": initial loss (nats), "uniform_nats": ln V, "unit": a token
@@ -64,6 +66,16 @@ def probe_at_init(cfg, n_batches: int = PROBE_BATCHES, batch_size: int = PROBE_B
             depthlab's GPT from the model fields: for your own model, ``depthlab check``'s
             ``gradient_flow`` is this probe on its blocks).
     """
+    import contextlib
+
+    from ..errors import api_errors
+
+    with contextlib.nullcontext() if command_line else api_errors():
+        return _probe_at_init(cfg, n_batches, batch_size, corpus)
+
+
+def _probe_at_init(cfg, n_batches: int, batch_size: int, corpus) -> dict:
+    """:func:`probe_at_init`, its errors in the command line's words."""
     require_float32_default("probe")
     if getattr(cfg.model, "source", None):
         raise DepthlabError(f"probe builds depthlab's GPT from the model fields, not model.source {cfg.model.source}; "

@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 
 from ...callbacks import Callback, RunView, StepInfo
-from ...errors import DepthlabError
+from ...errors import DepthlabError, api_errors
 from ...training.protocol import ModelPort
 from ...training.subnormals import subnormals_flushed
 from ...usermodel import check_command, first_line
@@ -201,7 +201,8 @@ def _timed(fn: Callable[[], CheckResult], rule: str, faults: bool = True) -> Che
 def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Module]] = None,
                 batch_size: int = DEFAULT_BATCH_SIZE, block_size: Optional[int] = None,
                 blocks: Optional[str] = None, seed: int = 1337, name: Optional[str] = None,
-                rules: tuple[str, ...] = RULES, log: Optional[Callable[[str], None]] = None) -> CheckReport:
+                rules: tuple[str, ...] = RULES, log: Optional[Callable[[str], None]] = None,
+                command_line: bool = False) -> CheckReport:
     """Run the rules on ``model`` (at initialisation; it is not changed: each rule uses a copy).
 
     Args:
@@ -214,6 +215,8 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
         blocks: the dotted name of the model's list of blocks (default: found, see :func:`find_blocks`).
         seed: seeds every rule. name: the model's name in the report. rules: a subset of :data:`RULES`.
         log: ``callable(str)`` told as each rule finishes.
+        command_line: the caller is ``depthlab check``: errors name its flags (``--batch_size``); else this
+            function's arguments (:func:`~depthlab.errors.api_words`).
 
     Returns:
         The :class:`CheckReport`.
@@ -223,6 +226,16 @@ def check_model(model: nn.Module, corpus, rebuild: Optional[Callable[[], nn.Modu
             that raises or returns the wrong shape at every size tried is a ``shape`` problem found, and the
             other rules are not run.
     """
+    with contextlib.nullcontext() if command_line else api_errors():
+        return _check_model(model, corpus, rebuild, batch_size, block_size, blocks, seed, name, rules, log)
+
+
+def _check_model(model, corpus, rebuild, batch_size, block_size, blocks, seed, name, rules, log) -> CheckReport:
+    """:func:`check_model`, its errors in the command line's words."""
+    if not isinstance(model, nn.Module):
+        raise DepthlabError(f"check needs the model as a torch.nn.Module, got {type(model).__name__}")
+    if not hasattr(corpus, "tokenizer") or not hasattr(corpus, "train"):
+        raise DepthlabError(f"check needs a corpus from depthlab.data.load_corpus, got {type(corpus).__name__}")
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}")
@@ -314,7 +327,10 @@ def _rule_table(subject: Subject, B: int, T: int, length_asked: bool, blocks: Op
 
 
 def _check_sizes(batch_size: int, block_size: Optional[int]) -> None:
-    """Refuse (DepthlabError) a batch size or length below 1."""
+    """Refuse (DepthlabError) a batch size or length that is no int, or below 1."""
+    for flag, v in (("--batch_size", batch_size), ("--block_size", block_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise DepthlabError(f"{flag} must be a whole number >= 1, got {v!r}")
     if batch_size < 1:
         raise DepthlabError(f"--batch_size must be >= 1 (got {batch_size}): the sequences per forward, e.g. "
                             f"--batch_size {DEFAULT_BATCH_SIZE}")
@@ -325,8 +341,9 @@ def _check_sizes(batch_size: int, block_size: Optional[int]) -> None:
 
 def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BATCH_SIZE,
                  block_size: Optional[int] = None, blocks: Optional[str] = None, seed: int = 1337,
-                 log: Optional[Callable[[str], None]] = None) -> CheckReport:
-    """:func:`check_model` on ``PATH.py:NAME`` (see :mod:`depthlab.usermodel`), built with ``init``.
+                 log: Optional[Callable[[str], None]] = None, command_line: bool = False) -> CheckReport:
+    """:func:`check_model` on ``PATH.py:NAME`` (see :mod:`depthlab.usermodel`), built with ``init``; its errors in
+    the words of ``depthlab check``'s flags with ``command_line``, else of this function's arguments.
 
     Args:
         source: ``PATH.py:NAME``, or a bare ``PATH.py`` whose one nn.Module class is the model (said in one ``log``
@@ -337,6 +354,12 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
         DepthlabError: the file, the name or the construction fails (one line); a forward that fails
             everywhere is the ``shape`` problem of the report.
     """
+    with contextlib.nullcontext() if command_line else api_errors():
+        return _check_source(source, init, data, batch_size, block_size, blocks, seed, log)
+
+
+def _check_source(source, init, data, batch_size, block_size, blocks, seed, log) -> CheckReport:
+    """:func:`check_source`, its errors in the command line's words."""
     from ...config import DataConfig
     from ...data import load_corpus
     from ...usermodel import build_model, load_factory, parse_init, parse_source
@@ -361,8 +384,7 @@ def check_source(source: str, init=None, data=None, batch_size: int = DEFAULT_BA
         find_blocks(model, blocks)  # a bad --blocks is the one line said, not after the class notice
     for line in picked if log else ():
         log(line)
-    report = check_model(model, corpus, rebuild=build, batch_size=batch_size, block_size=block_size,
-                         blocks=blocks, seed=seed, name=str(src), log=log)
+    report = _check_model(model, corpus, build, batch_size, block_size, blocks, seed, str(src), RULES, log)
     report.model = {"source": str(src), "init": kw, **{k: v for k, v in report.model.items() if k != "name"}}
     return report
 
