@@ -69,7 +69,8 @@ def test_a_value_a_config_file_gives_is_refused_naming_the_file(tmp_path, capsys
     (["--train.learning_rate=-1"], "--train.learning_rate must be a number > 0, got -1"),
     (["--train.learning_rate", "0"], "--train.learning_rate must be a number > 0, got 0"),
     (["--model.n_head", "3"], "model.n_embd (128) must be divisible by --model.n_head (3); try n_head 2"),
-    (["--train.min_lr", "1"], "--train.min_lr (1.0) must not exceed train.learning_rate (0.003)"),
+    (["--train.min_lr", "1"], "--train.min_lr (1.0) must not exceed train.learning_rate (0.003): lower "
+                              "--train.min_lr too (e.g. to 0.0001, a thirtieth, as the default recipe's ratio)"),
 ])
 def test_a_value_a_flag_gives_is_refused_naming_the_flag(capsys, argv, said):
     assert cli_err(capsys, "train", *argv, "--print_config") == f"depthlab: error: {said}\n"

@@ -286,7 +286,7 @@ def test_whole_split_card_shows_the_final_validation(probed_run):
     assert fv is not None and fv["tokens"] == fv["of_tokens"]  # the tiny corpus's whole val split
     card = [c for c in H.run_cards(data) if c[0] == "whole val split"]
     assert card == [("whole val split", f"{fv['val_loss']:.3f}",
-                     f"nats/char, best weights, all {fmt_value(fv['of_tokens'])} val characters")]
+                     f"nats/char, best weights, all {fmt_value(fv['of_tokens'])} predicted val characters")]
     data.summary = {**data.summary, "final_validation": {**fv, "tokens": 64}}
     (card,) = [c for c in H.run_cards(data) if c[0] == "whole val split"]
     assert card[2].startswith("nats/char, best weights, 64 of ")

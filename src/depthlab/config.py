@@ -747,7 +747,8 @@ class TrainConfig:
                 raise ConfigError(f"train.{n} must be a finite number, got {v}" + _NO_LIMIT.get(n, ""), f"train.{n}")
         if self.min_lr > self.learning_rate:
             raise ConfigError(f"train.min_lr ({self.min_lr}) must not exceed train.learning_rate "
-                              f"({self.learning_rate})", "train.min_lr", "train.learning_rate")
+                              f"({self.learning_rate}): lower train.min_lr too (e.g. to {self.learning_rate / 30:.3g}, "
+                              "a thirtieth, as the default recipe's ratio)", "train.min_lr", "train.learning_rate")
         for n in ("warmup_iters", "lr_decay_iters", "threads", "grad_log_interval", "probe_interval", "patience",
                   "sample_interval"):
             v = getattr(self, n)

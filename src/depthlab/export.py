@@ -105,7 +105,8 @@ def check_exportable(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.source:
         raise DepthlabError(f"cannot export a model.source model ({cfg.source}): export maps depthlab's own GPT onto "
                             "transformers' GPT-2 and GPT-NeoX classes, and a model you wrote has no known mapping; its "
-                            "weights are the run's checkpoints/*.safetensors (its state_dict)")
+                            "weights are the run's checkpoints/*.safetensors (its state_dict, a tied weight stored "
+                            "once: load it with safetensors.torch.load_model(model, path))")
     if cfg.variant not in ("prenorm", "postnorm"):
         raise DepthlabError(f"cannot export model.variant {cfg.variant}: no transformers class computes it "
                             "(exportable: prenorm, or postnorm with relu, ff_mult 4 and position learned, both with "

@@ -256,7 +256,7 @@ def run_cards(run: RunData, leaks: bool = False) -> list[tuple[str, str, str]]:
         part = "all" if fv.get("tokens") == fv.get("of_tokens") else f"{fmt_value(fv.get('tokens'))} of"
         what = "characters" if run.unit == "char" else "tokens"
         cards.append(("whole val split", f"{whole:.3f}", f"nats/{run.unit}, best weights, {part} "
-                      f"{fmt_value(fv.get('of_tokens'))} val {what}"))
+                      f"{fmt_value(fv.get('of_tokens'))} predicted val {what}"))  # the split less its first
     if s.get("final_step") is not None:
         cards.append(("steps", fmt_value(s["final_step"]), "optimizer steps"))
     cards += _init_card(run)
