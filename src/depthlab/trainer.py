@@ -132,6 +132,11 @@ def _progress_bar(show: bool, total: int, initial: int):
 class Trainer:
     """One training run. Use :func:`train` unless you need the object.
 
+    Making one seeds torch's, Python's ``random`` and numpy's global generators with ``train.seed`` (as nanoGPT's
+    ``train.py`` does), and training draws from torch's (dropout); a notebook that relies on its own random state
+    saves it before (``torch.get_rng_state()``) and sets it back after. Threads, denormal flushing and the signal
+    handlers it changes are set back when it ends.
+
     Args:
         cfg: the run config, as asked (never changed). The run's own config, :attr:`cfg`, is a copy
             with ``model.vocab_size`` from the corpus and ``train.out_dir`` the run directory.
