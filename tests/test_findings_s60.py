@@ -501,3 +501,28 @@ def test_depthlab_check_still_names_its_flags(tmp_path, capsys):
     rc, out, err = run_cli(capsys, "check", f"{src}:M", "--batch_size", "0")
     assert rc == 2 and err == ("depthlab: error: --batch_size must be >= 1 (got 0): the sequences per forward, e.g. "
                                "--batch_size 16\n")
+
+
+def test_check_says_no_size_is_the_cause_of_a_failure_the_same_at_every_size(tmp_path, capsys):
+    """torch.arange(T, device="cuda") on a CPU machine: check tried 60 sizes and advised "give the sizes it is built
+    for with --batch_size and --block_size"; the same error at every size is no size's fault."""
+    from conftest import run_cli
+
+    src = tmp_path / "dev.py"
+    src.write_text('''
+import torch.nn as nn
+
+
+class Dev(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, 8)
+
+    def forward(self, idx):
+        raise ValueError("made on another device")
+''')
+    rc, out, err = run_cli(capsys, "check", f"{src}:Dev")
+    flat = " ".join(out.split())
+    assert rc == 1 and "forward(idx) fails the same way at the asked size B=16, T=64 and at the " in flat, out
+    assert "other sizes tried, so no size is the cause: ValueError: made on another device (at dev.py:11: " in flat
+    assert "fix: change that line so it runs at every size" in flat and "--batch_size" not in flat

@@ -93,6 +93,7 @@ class _SizeSearch:
     def __init__(self, subject: Subject, model: nn.Module, max_T: int):
         self.subject, self.model, self.max_T = subject, model, max_T
         self.tried: dict[tuple[int, int], bool] = {}
+        self.said: set[str] = set()  # the failures' lines, whole: one line at every size is no size's fault
 
     def works(self, b: int, t: int) -> bool:
         """Whether forward(idx) of (b, t) returns (b, t, V) logits (False when out of range or out of tries).
@@ -108,6 +109,8 @@ class _SizeSearch:
             if getattr(problem, "size_free", False):
                 raise ModelFault(str(problem), size_free=True)
             self.tried[(b, t)] = problem is None
+            if problem is not None:
+                self.said.add(str(problem))
         return self.tried[(b, t)]
 
     def longest_below(self, B: int, T: int) -> Optional[int]:
@@ -198,6 +201,11 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
                          "the forward returns)", size_free=True) from None
     if found is None:
         tried = sorted(search.tried)
+        if search.said == {str(asked_err)}:  # word for word the same at every size: sizes are not the cause
+            raise ModelFault(f"forward(idx) fails the same way at the asked size B={B}, T={T} and at the {len(tried)} "
+                             f"other sizes tried, so no size is the cause: {asked_err}", size_free=True,
+                             remedy="change that line so it runs at every size (a tensor made on another device or of "
+                                    "another dtype than idx is a usual cause: make it with device=idx.device)")
         raise ModelFault(f"forward(idx) fails at the asked size B={B}, T={T} and at the {len(tried)} other sizes "
                          f"tried (B {_span(b for b, _ in tried)}, T {_span(t for _, t in tried)}): {asked_err}; "
                          "give the sizes it is built for with --batch_size and --block_size")
