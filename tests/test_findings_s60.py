@@ -526,3 +526,24 @@ class Dev(nn.Module):
     assert rc == 1 and "forward(idx) fails the same way at the asked size B=16, T=64 and at the " in flat, out
     assert "other sizes tried, so no size is the cause: ValueError: made on another device (at dev.py:11: " in flat
     assert "fix: change that line so it runs at every size" in flat and "--batch_size" not in flat
+
+
+def test_dir_of_the_package_lists_each_public_name_once():
+    """dir(depthlab) listed 'RunConfig', 'RunConfig' (loaded names are in globals() too) and the helpers Any and
+    import_module."""
+    import depthlab
+    from depthlab import RunConfig, train  # noqa: F401  (loaded: in the package's globals now)
+
+    names = dir(depthlab)
+    assert len(names) == len(set(names)) and "Any" not in names and "import_module" not in names
+    assert set(depthlab.__all__) <= set(names)
+
+
+def test_one_gradient_record_is_said_in_the_singular():
+    from conftest import SHAKESPEARE_BASELINES, eval_records, grad_record
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    recs = eval_records([4.2, 3.0]) + [grad_record(50, [1e-6, 1.0])]
+    (f,) = [f for f in diagnose(Evidence(recs, {"model": {"vocab_size": 65}}, SHAKESPEARE_BASELINES)).findings
+            if f.rule == "vanishing_gradients"]
+    assert "over 1 gradient record (step 50; threshold" in f.evidence, f.evidence

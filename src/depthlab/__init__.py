@@ -30,4 +30,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+    """The public names, each once (a name loaded already is in globals() too), and the package's submodules
+    loaded so far; not the helpers this file imports (``Any``, ``import_module``)."""
+    modules = [k for k, v in globals().items() if type(v).__name__ == "module" and not k.startswith("_")]
+    return sorted(set(__all__) | set(modules) | {"__version__"})

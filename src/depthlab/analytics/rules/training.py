@@ -7,7 +7,7 @@ import math
 from typing import Optional
 
 from ...config import TrainConfig
-from ...units import finite_or_none
+from ...units import counted, finite_or_none
 from .advice import (LONGER_KNOBS, MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice,
                      warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .context import USED, record_verdict
@@ -110,8 +110,9 @@ def _vanishing_evidence(ev: Evidence, ratio: tuple) -> str:
     med, steps = ratio
     # depthlab probe builds depthlab's GPT; a model.source model is probed at initialisation by check's gradient_flow
     probe = "depthlab check's gradient_flow" if ev.section("model").get("source") else "depthlab probe"
-    evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over {len(steps)} "
-                f"gradient records (steps {steps[0]}-{steps[-1]}; threshold {ev.thresholds.vanishing_ratio:g}): "
+    at = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    evidence = (f"during training, first/last block gradient-norm ratio median {med:.2e} over "
+                f"{counted(len(steps), 'gradient record')} ({at}; threshold {ev.thresholds.vanishing_ratio:g}): "
                 f"the early blocks get a faint learning signal{_updates_level(ev)}. That is the trained run; at "
                 f"initialisation, before any update (what {probe} measures), the gradients can still be level (a "
                 "stack without shortcuts then fails through rank collapse instead): both hold, at different moments")
