@@ -648,7 +648,8 @@ def test_bigram_stuck_does_not_contradict_the_loss_by_position():
     ev.records[-1].update(context_gain_se=0.05, last_quarter_se=0.01)
     said = [w for w in diagnose(ev).without_data() if w.startswith("bigram_stuck")]
     assert said == ["bigram_stuck (the best val loss 2.500 nats is 0.018 above the bigram baseline 2.482 (what the "
-                    "current character alone gives), but the run's loss by position cannot tell whether the context "
+                    "current character alone gives), inside the rule's margin of 0.05, but the run's loss by position "
+                    "cannot tell whether the context "
                     "is used (more windows: depthlab context RUN --max_tokens 0 reads all of the run's evaluation "
                     "windows, or a larger train.eval_iters))"], said
     ev.records[-1]["all_windows"] = True  # the record read every window: the command would read the same

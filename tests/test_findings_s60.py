@@ -547,3 +547,17 @@ def test_one_gradient_record_is_said_in_the_singular():
     (f,) = [f for f in diagnose(Evidence(recs, {"model": {"vocab_size": 65}}, SHAKESPEARE_BASELINES)).findings
             if f.rule == "vanishing_gradients"]
     assert "over 1 gradient record (step 50; threshold" in f.evidence, f.evidence
+
+
+def test_a_loss_just_above_the_bigram_line_is_within_its_margin_not_above_it():
+    """Best val 2.495, 0.013 above the bigram line 2.482 (about twice the loss's sampling error), position 0 at
+    2.473 below it: bigram_stuck said "part of even the current character is lost on its way to the output" and sent
+    the learner to the residual path, where the attention wiring was at fault."""
+    from conftest import SHAKESPEARE_BASELINES
+    from depthlab.analytics.rules.losses import loss_level
+
+    level, words = loss_level(2.495, SHAKESPEARE_BASELINES, 0.05)
+    assert level == "within margin of bigram" and "(0.013 above it; unigram 3.347)" in words
+    assert loss_level(2.533, SHAKESPEARE_BASELINES, 0.05)[0] == "above bigram"
+    assert loss_level(2.449, SHAKESPEARE_BASELINES, 0.05)[1].startswith(
+        "best val loss 2.449 nats is within 0.05 of the bigram baseline 2.482 (0.033 below it;")

@@ -290,7 +290,8 @@ def _level_words(best: float, baselines: dict, unit: str = "character") -> str:
         level = loss_level(best, baselines, margin)[0]
     except (KeyError, TypeError, ValueError):  # an old or partial baselines.json: bigram only
         bg = float(baselines["bigram"]["nats"])
-        level = "below bigram" if best < bg - margin else "above bigram" if best >= bg else "within margin of bigram"
+        level = ("below bigram" if best < bg - margin else "above bigram" if best >= bg + margin else
+                 "within margin of bigram")  # the margin on both sides, as the diagnosis's loss_level has it
     return {"above uniform": "above the uniform level, worse than equal guessing",
             "at uniform": "at the uniform level, nothing learned yet",
             "between unigram and uniform": f"between unigram and uniform: not even the {unit} frequencies yet",
