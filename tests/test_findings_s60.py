@@ -561,3 +561,15 @@ def test_a_loss_just_above_the_bigram_line_is_within_its_margin_not_above_it():
     assert loss_level(2.533, SHAKESPEARE_BASELINES, 0.05)[0] == "above bigram"
     assert loss_level(2.449, SHAKESPEARE_BASELINES, 0.05)[1].startswith(
         "best val loss 2.449 nats is within 0.05 of the bigram baseline 2.482 (0.033 below it;")
+
+
+def test_a_near_collapse_is_not_called_clear_of_rank_collapse():
+    """A plain 4-block stack: last-block rank measure 0.08 (above the 0.05 line), token cosine 0.99: unigram_stuck
+    said "not rank collapse ... the positions still carry distinct vectors" while context_unused said the stack
+    averages every position into one vector."""
+    from depthlab.analytics.rules.advice import clear_of_collapse
+
+    assert not clear_of_collapse({"step": 200, "rank_measure": [0.4, 0.08], "token_cosine": [0.5, 0.99]})
+    assert not clear_of_collapse({"step": 200, "rank_measure": [0.9, 0.5], "token_cosine": [0.5, 0.95]})
+    assert clear_of_collapse({"step": 200, "rank_measure": [0.98, 0.90], "token_cosine": [0.1, 0.2]})
+    assert not clear_of_collapse(None)

@@ -197,3 +197,16 @@ def bounded_output_words(ev: Evidence) -> Optional[str]:
         return None
     return (f"{out['output_summary']}, seen by the test before training: the loss cannot fall below "
             f"ln(1 + (V-1)/e) = {float(out['output_floor']):.3f} nats whatever the training; {out['output_remedy']}")
+
+
+CLEAR_RANK, CLEAR_COSINE = 0.2, 0.9
+"""A last block's rank measure at least this, and a token cosine below that, is well clear of rank collapse: 0.08
+with a cosine of 0.99 (a plain 4-block stack) is above the ``rank_collapse`` line of 0.05 and yet nearly one vector."""
+
+
+def clear_of_collapse(probe: Optional[dict]) -> bool:
+    """Whether ``probe`` (a probe record, or None) measures its last block well clear of rank collapse
+    (:data:`CLEAR_RANK`, :data:`CLEAR_COSINE`): a remedy then does not send the learner to check it."""
+    rm = [v for v in (finite_or_none(x) for x in ((probe or {}).get("rank_measure") or [])) if v is not None]
+    cos = [v for v in (finite_or_none(x) for x in ((probe or {}).get("token_cosine") or [])) if v is not None]
+    return bool(rm) and rm[-1] >= CLEAR_RANK and (not cos or cos[-1] < CLEAR_COSINE)

@@ -9,8 +9,8 @@ from typing import Optional
 from ...config import TrainConfig
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
-from .advice import (LONGER_KNOBS, bounded_output_words, dropout_advice, lr_advice, lr_knob, lr_knobs, no_grad_words,
-                     warmup_words, weight_decay_advice, wiring_advice, wiring_has)
+from .advice import (LONGER_KNOBS, bounded_output_words, clear_of_collapse, dropout_advice, lr_advice, lr_knob,
+                     lr_knobs, no_grad_words, warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .evidence import Evidence, Finding
 from .rule import BASELINES, LATE_EVAL, LOSS_LEFT, OVERFIT_EVALS, PLATEAU_EVALS, Need, NotJudged, rule, who_needs
 from ...usermodel import MODEL_LOGITS
@@ -233,13 +233,13 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
 
 def _rank_words(ev: Evidence) -> str:
     """The rank-collapse part of a stuck run's remedy: "check" it, or, where the run's last probe measured the
-    deepest block above the ``rank_collapse`` threshold, that it is not the cause (the learner was sent to check
-    what the same diagnosis had just measured and ruled out)."""
-    p, th = ev.last_probe, ev.thresholds.rank_collapse
-    rm = [v for v in (finite_or_none(x) for x in ((p or {}).get("rank_measure") or [])) if v is not None]
-    if rm and rm[-1] >= th:
+    deepest block well clear of collapse (:func:`clear_of_collapse`), that it is not the cause (the learner was sent
+    to check what the same diagnosis had just measured and ruled out)."""
+    p = ev.last_probe
+    if clear_of_collapse(p):
+        rm = [v for v in (finite_or_none(x) for x in (p.get("rank_measure") or [])) if v is not None]
         return (f"not rank collapse: the last probe (step {p['step']}) measures {rm[-1]:.2f} after the last block "
-                f"(collapse is below {th:g}), so the positions still carry distinct vectors")
+                f"(collapse is below {ev.thresholds.rank_collapse:g}), so the positions still carry distinct vectors")
     return ("check rank collapse (depthlab probe at initialisation; the report's activation figure during training): "
             f"a stack that averages every position into one vector loses even the current {ev.unit}")
 

@@ -8,8 +8,8 @@ from typing import Optional
 
 from ...config import TrainConfig
 from ...units import counted, finite_or_none
-from .advice import (LONGER_KNOBS, MUON_RATIO, depth_setting, dropout_advice, lr_advice, lr_knob, source_wiring_advice,
-                     warmup_words, weight_decay_advice, wiring_advice, wiring_has)
+from .advice import (LONGER_KNOBS, MUON_RATIO, clear_of_collapse, depth_setting, dropout_advice, lr_advice, lr_knob,
+                     source_wiring_advice, warmup_words, weight_decay_advice, wiring_advice, wiring_has)
 from .context import USED, record_verdict
 from .evidence import Evidence, Finding, names_list
 from .rule import (DISTINCT, GRAD, GRAD_LATE, LATE_PROBE, LOSS_LEFT, LR_RECORDS, PROBE, Need, NotJudged, rule,
@@ -288,8 +288,7 @@ def uniform_attention(ev: Evidence) -> Optional[Finding]:
     wiring = wiring_advice(ev)
     if wiring:
         parts.append(wiring)
-    rm = [v for v in (finite_or_none(x) for x in (p.get("rank_measure") or [])) if v is not None]
-    if not rm or rm[-1] < th.rank_collapse:  # a probe measuring distinct vectors has ruled it out: not sent to check
+    if not clear_of_collapse(p):  # a probe measuring distinct vectors has ruled it out: not sent to check
         parts.append("check rank collapse (uniform attention averages the tokens into one vector)")
     return Finding(
         "uniform_attention",
