@@ -573,3 +573,15 @@ def test_a_near_collapse_is_not_called_clear_of_rank_collapse():
     assert not clear_of_collapse({"step": 200, "rank_measure": [0.9, 0.5], "token_cosine": [0.5, 0.95]})
     assert clear_of_collapse({"step": 200, "rank_measure": [0.98, 0.90], "token_cosine": [0.1, 0.2]})
     assert not clear_of_collapse(None)
+
+
+def test_a_resume_spelt_as_flags_starts_with_its_runs_openmp_policy_too(tmp_path):
+    """`depthlab train --train.resume true --train.out_dir RUN` restarted its process to take the run's own OpenMP
+    policy (and printed a line on stdout), where `--resume RUN`, the same resume, started with it."""
+    from depthlab import cli
+
+    run = str(tmp_path)
+    assert cli._resumed_dir(["--train.resume", "true", "--train.out_dir", run]) == run
+    assert cli._resumed_dir([f"--train.out_dir={run}", "--train.resume=true"]) == run
+    assert cli._resumed_dir(["--train.resume", "false", "--train.out_dir", run]) is None
+    assert cli._resumed_dir(["--train.out_dir", run]) is None

@@ -1158,12 +1158,21 @@ _PROCESS_ARGV: Optional[list[str]] = None
 
 
 def _resumed_dir(args: list[str]) -> Optional[str]:
-    """The run folder of a ``--resume RUN`` (or ``--resume=RUN``) among a command's arguments, or None."""
+    """The run folder of a ``--resume RUN`` (or ``--resume=RUN``) among a command's arguments, or of
+    ``--train.resume true`` with ``--train.out_dir RUN`` (README: the same resume, spelt as flags), or None (a
+    ``-c`` file's fields are read only after torch has loaded)."""
+    flags: dict[str, str] = {}
     for i, a in enumerate(args):
-        if a == "--resume" and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith("--resume="):
-            return a.split("=", 1)[1]
+        name, eq, value = a.partition("=")
+        if name in ("--resume", "--train.resume", "--train.out_dir"):
+            if eq:
+                flags[name] = value
+            elif i + 1 < len(args):
+                flags[name] = args[i + 1]
+    if "--resume" in flags:
+        return flags["--resume"]
+    if flags.get("--train.resume", "").lower() in ("true", "yes", "1") and flags.get("--train.out_dir"):
+        return flags["--train.out_dir"]
     return None
 
 
