@@ -585,3 +585,20 @@ def test_a_resume_spelt_as_flags_starts_with_its_runs_openmp_policy_too(tmp_path
     assert cli._resumed_dir([f"--train.out_dir={run}", "--train.resume=true"]) == run
     assert cli._resumed_dir(["--train.resume", "false", "--train.out_dir", run]) is None
     assert cli._resumed_dir(["--train.out_dir", run]) is None
+
+
+def test_a_bad_omp_num_threads_gets_only_depthlabs_warning():
+    """OMP_NUM_THREADS=abc: libgomp's "Invalid value for environment variable OMP_NUM_THREADS" and a blank line came
+    before depthlab's one warning (README: such a value is ignored with a warning)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from depthlab import cli; cli._openmp_policy('probe', []); import torch; "
+            "from depthlab.training.machine import ignored_env_threads; "
+            "print(ignored_env_threads('runs')); torch.ones(64, 64) @ torch.ones(64, 64)")
+    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": "abc"},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "libgomp" not in p.stderr, p.stderr
+    assert p.stdout.startswith("OMP_NUM_THREADS='abc' is not a thread count (a positive integer): depthlab ignores "
+                               "it and runs"), p.stdout

@@ -1189,8 +1189,10 @@ def _openmp_policy(command: str, args: Sequence[str] = ()) -> None:
     """
     import os
 
-    from .training.machine import OMP_MARK
+    from .training.machine import OMP_MARK, set_aside_bad_env_threads
 
+    if "torch" not in sys.modules:
+        set_aside_bad_env_threads()
     if "torch" in sys.modules or ("OMP_WAIT_POLICY" in os.environ and os.environ.get(OMP_MARK) is None):
         return  # too late, or the user's choice
     if OMP_MARK in os.environ:

@@ -37,6 +37,19 @@ def env_threads() -> int:
     return int(raw) if raw.isdigit() and 0 < int(raw) <= MAX_THREADS else 0
 
 
+OMP_GIVEN = "DEPTHLAB_OMP_NUM_THREADS_GIVEN"
+"""Where the command line keeps an ``OMP_NUM_THREADS`` that is no thread count, moved there before torch loads:
+libgomp printed its own "Invalid value for environment variable" lines before depthlab's one warning."""
+
+
+def set_aside_bad_env_threads() -> None:
+    """Move an ``OMP_NUM_THREADS`` that :func:`env_threads` ignores (``abc``, ``0``, empty) to :data:`OMP_GIVEN`,
+    before torch (and libgomp) loads: depthlab's warning (:func:`ignored_env_threads`) is then the only one."""
+    raw = os.environ.get("OMP_NUM_THREADS")
+    if raw is not None and not env_threads():
+        os.environ[OMP_GIVEN] = os.environ.pop("OMP_NUM_THREADS")
+
+
 def ignored_env_threads(instead: str) -> Optional[str]:
     """The one warning (without ``warning: ``) for an ``OMP_NUM_THREADS`` that is set but not a positive integer
     (``abc``, ``0``, ``4,2``, an empty value), which :func:`env_threads` ignores, or None when it is unset or a
@@ -46,7 +59,7 @@ def ignored_env_threads(instead: str) -> Optional[str]:
         instead: what sets the thread count instead, as the end of "depthlab ignores it and ...", e.g.
             ``lets --threads 2 set the thread count`` or ``runs with 2 threads, torch's default``.
     """
-    raw = os.environ.get("OMP_NUM_THREADS")
+    raw = os.environ.get("OMP_NUM_THREADS", os.environ.get(OMP_GIVEN))
     if raw is None or env_threads():  # an empty one too: libgomp's own complaint says nothing of what runs
         return None
     what = (f"is more than the {MAX_THREADS:,} threads depthlab accepts" if raw.strip().isdigit() and int(raw) > 0
