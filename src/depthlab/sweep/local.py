@@ -264,7 +264,10 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
                      f"-> {out_dir}")
     else:
         count = counted(len(points), "run") + (f" ({len(done)} already finished, {len(todo)} to run)" if done else "")
-        lines.append(f"{count}, about {total / 60:.1f} min on {where} (rough estimate for an idle CPU) "
+        source = any((p.config.get("model") or {}).get("source") for p in todo)
+        size = ("; a model.source model's size is unknown before it is built: these count depthlab's GPT of the "
+                "model fields (model.n_layer, model.n_embd), not your model" if source else "")
+        lines.append(f"{count}, about {total / 60:.1f} min on {where} (rough estimate for an idle CPU{size}) "
                      f"-> {out_dir}")
     if rerun and todo:  # what --overwrite deletes was not said: a finished sweep's runs looked like new ones
         finished = len(plan(points, Path(out_dir), rerun=False)[0])
