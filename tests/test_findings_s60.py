@@ -618,3 +618,14 @@ def test_a_dry_run_of_a_model_source_sweep_says_its_estimate_is_not_of_that_mode
     assert rc == 0, err
     assert "; a model.source model's size is unknown before it is built: these count depthlab's GPT of the model " \
            "fields (model.n_layer, model.n_embd), not your model) ->" in out + err
+
+
+def test_a_grid_over_one_keyword_of_model_init_shows_the_json_form(capsys):
+    """--grid model.init.use_shortcut=false,true said "expected SECTION.FIELD with SECTION one of data, model,
+    train", where the section is model; the form that works was never shown."""
+    from conftest import cli_err
+
+    err = cli_err(capsys, "sweep", "--grid", "model.init.use_shortcut=false,true", "--dry_run")
+    assert err == ("depthlab: error: --grid 'model.init.use_shortcut': a grid takes whole fields, and model.init is "
+                   "one JSON object: list its values as objects, e.g. --grid 'model.init=[{\"use_shortcut\": 1}, "
+                   "{\"use_shortcut\": 2}]' (each object is the model's keyword arguments of one run)\n")
