@@ -132,10 +132,8 @@ def _progress_bar(show: bool, total: int, initial: int):
 class Trainer:
     """One training run. Use :func:`train` unless you need the object.
 
-    Making one seeds torch's, Python's ``random`` and numpy's global generators with ``train.seed`` (as nanoGPT's
-    ``train.py`` does), and training draws from torch's (dropout); a notebook that relies on its own random state
-    saves it before (``torch.get_rng_state()``) and sets it back after. Threads, denormal flushing and the signal
-    handlers it changes are set back when it ends.
+    Making one seeds torch's, ``random``'s and numpy's global generators with ``train.seed`` (as nanoGPT's
+    ``train.py`` does); threads, denormal flushing and signal handlers it changes are set back when it ends.
 
     Args:
         cfg: the run config, as asked (never changed). The run's own config, :attr:`cfg`, is a copy
@@ -301,18 +299,7 @@ class Trainer:
             _load_resume(self, point)  # reads and checks only: nothing is written before it passes
         self.resumed = resumed  # from a checkpoint, whose step was evaluated already
         if self.is_main and not self.nothing_to_train:
-            self.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
-            rt.say_resolved_changes()
-            self._write_config()  # on resume too: config.json must show what this run now uses
-            if not resumed or point.vocab_missing:
-                _write_vocab(self.run_dir, vocab, self.corpus.tokenizer)
-            if resumed and point.vocab_missing:
-                self.log(f"resume: {self.run_dir / rundir.VOCAB} was {point.vocab_missing}; written again from the "
-                         "corpus, the file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
-            if resumed and self.checkpointer.reopen(self.step, point.record_slack, self.evaluator.best):
-                self.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
-            elif point is not None and not resumed:
-                self.checkpointer.restart()
+            _start_files(self, vocab, point)
         # TensorBoard drops the events after the checkpoint, as metrics.jsonl does (no doubled steps)
         self.metrics = MetricsWriter(self.run_dir, tensorboard=t.tensorboard,
                                      enabled=self.is_main and not self.nothing_to_train,
@@ -540,6 +527,25 @@ class Trainer:
             raise Interrupted.at_the_end(stop or self.stop.signum, self.run_dir, self.step, self.evaluator.final_cut,
                                          self.evaluator.final_val is not None)
         return self.run_dir
+
+
+def _start_files(tr: "Trainer", vocab: list[str], point: Optional[ResumePoint]) -> None:
+    """The files a session that trains (or evaluates) writes as it starts (the main process): config.json (on resume
+    too: it must show what this run now uses), vocab.json, and a resumed run's records reopened at its step or a run
+    without a checkpoint started again."""
+    resumed = tr.resumed
+    tr.checkpointer.settle_writable(True)  # no checkpoint to resume from: it starts again, writing
+    tr.runtime.say_resolved_changes()
+    tr._write_config()
+    if not resumed or point.vocab_missing:
+        _write_vocab(tr.run_dir, vocab, tr.corpus.tokenizer)
+    if resumed and point.vocab_missing:
+        tr.log(f"resume: {tr.run_dir / rundir.VOCAB} was {point.vocab_missing}; written again from the "
+               "corpus, the file the run trained on (its sha256 is config.json's resolved.corpus_sha256)")
+    if resumed and tr.checkpointer.reopen(tr.step, point.record_slack, tr.evaluator.best):
+        tr.evaluator.best_val = float("inf")  # the next evaluation becomes best.safetensors
+    elif point is not None and not resumed:
+        tr.checkpointer.restart()
 
 
 def run_summary(tr: "Trainer") -> dict:

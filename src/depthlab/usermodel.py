@@ -942,6 +942,17 @@ def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
     return _with_line(e, Path(path)) if path else first_line(e)
 
 
+def _float32_weights(model: torch.nn.Module, src) -> None:
+    """Refuse (DepthlabError) a model whose floating-point parameters are not float32: a .double() trained every
+    step in float64, 12x slower, while the run said float32."""
+    other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
+                    if p.is_floating_point() and p.dtype != torch.float32})
+    if other:
+        raise DepthlabError(f"{src}: the model's parameters are {' and '.join(other)}, and depthlab trains float32 "
+                            "weights (train.dtype bf16 autocasts the matmuls, the weights stay float32): build it "
+                            "in float32, without .double(), .half() or .to(dtype) in its constructor")
+
+
 def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size: int, vocab_size: int,
                   init: Optional[dict] = None) -> int:
     """One forward of zeros (``batch_size``, ``block_size``) in eval mode with gradients on: the model runs at
@@ -959,12 +970,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     fault = call_fault(model)
     if fault:
         raise DepthlabError(f"{src}: {fault[0]}; {fault[1]}")
-    other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
-                    if p.is_floating_point() and p.dtype != torch.float32})
-    if other:  # a .double() trained every step in float64, 12x slower, while the run said float32
-        raise DepthlabError(f"{src}: the model's parameters are {' and '.join(other)}, and depthlab trains float32 "
-                            "weights (train.dtype bf16 autocasts the matmuls, the weights stay float32): build it "
-                            "in float32, without .double(), .half() or .to(dtype) in its constructor")
+    _float32_weights(model, src)
     was_training = model.training
     model.eval()
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)

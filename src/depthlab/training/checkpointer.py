@@ -698,33 +698,14 @@ class Checkpointer:
         return replaced
 
     def kept_note(self, back: bool = False) -> str:
-        """What a run that stopped (a non-finite loss) leaves: its checkpoints, none yet, and whether
-        ``--overwrite`` replaced the run the folder held before (whose checkpoints are gone), or, ``back``, that no
-        step has trained in that run's place, so it goes back and this run's files go."""
-        if back:
-            return (f"no step has trained in place of the run {self.run_dir} held before: it is put back there as it "
-                    "was (--overwrite replaces it once a step has trained), and this run's files are removed")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                entry = ckpt.latest_checkpoint(self.run_dir)
-            except DepthlabError:
-                entry = None
-        ours = (f"this run's checkpoints in {self.run_dir} (the latest at step {entry['step']}) are untouched"
-                if entry is not None else f"{self.run_dir} holds no checkpoint of this run")
-        if self.replaced:
-            return f"--overwrite replaced the run {self.run_dir} held before (its checkpoints are gone); {ours}"
-        return ours
+        """What a run that stopped (a non-finite loss) leaves (:func:`kept_words`)."""
+        return kept_words(self.run_dir, self.replaced, back)
 
     def restart(self) -> None:
         """A run with no checkpoint yet starts again from step 0: its records go, and an unlisted step file (its first
         checkpoint's write cut short) is set aside, not replaced."""
         self.log(f"no checkpoint in {self.run_dir} yet; starting it again from step 0")
-        aside = rundir.set_aside_run(self.run_dir)
-        if aside is not None:  # an --overwrite killed before its first step: the old run was never said again
-            self.log(f"warning: {rundir.set_aside_words(self.run_dir, aside, 'rm -r')}; this resume trains the new run "
-                     f"instead, and leaves it there (rm -r {shlex.quote(str(aside.parent))} once you no longer need "
-                     "it)")
+        _say_set_aside(self.run_dir, self.log)
         _remove_stale_temps(self.run_dir, self.log)
         truncate_metrics(self.run_dir, -1)
         _set_aside_unlisted(self.run_dir, self.log)
@@ -888,3 +869,32 @@ class Checkpointer:
         if self.runtime.agree(save_failed=error is not None)["save_failed"]:
             raise error if error is not None else DepthlabError(
                 "the checkpoint write failed on the main process; every process stops")
+
+
+def kept_words(run_dir: Path, replaced: bool, back: bool = False) -> str:
+    """What a run that stopped (a non-finite loss) leaves: its checkpoints, none yet, and whether ``--overwrite``
+    replaced the run the folder held before (``replaced``: whose checkpoints are gone), or, ``back``, that no step
+    has trained in that run's place, so it goes back and this run's files go."""
+    if back:
+        return (f"no step has trained in place of the run {run_dir} held before: it is put back there as it "
+                "was (--overwrite replaces it once a step has trained), and this run's files are removed")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            entry = ckpt.latest_checkpoint(run_dir)
+        except DepthlabError:
+            entry = None
+    ours = (f"this run's checkpoints in {run_dir} (the latest at step {entry['step']}) are untouched"
+            if entry is not None else f"{run_dir} holds no checkpoint of this run")
+    if replaced:
+        return f"--overwrite replaced the run {run_dir} held before (its checkpoints are gone); {ours}"
+    return ours
+
+
+def _say_set_aside(run_dir: Path, log) -> None:
+    """The warning of a run ``--overwrite`` set aside beside ``run_dir`` and never put back (the process was killed
+    before the new run's first step), said when a resume starts that new run again: it was never said again."""
+    aside = rundir.set_aside_run(run_dir)
+    if aside is not None:
+        log(f"warning: {rundir.set_aside_words(run_dir, aside, 'rm -r')}; this resume trains the new run instead, "
+            f"and leaves it there (rm -r {shlex.quote(str(aside.parent))} once you no longer need it)")
