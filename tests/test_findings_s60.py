@@ -629,3 +629,48 @@ def test_a_grid_over_one_keyword_of_model_init_shows_the_json_form(capsys):
     assert err == ("depthlab: error: --grid 'model.init.use_shortcut': a grid takes whole fields, and model.init is "
                    "one JSON object: list its values as objects, e.g. --grid 'model.init=[{\"use_shortcut\": 1}, "
                    "{\"use_shortcut\": 2}]' (each object is the model's keyword arguments of one run)\n")
+
+
+def test_layers_names_a_forward_that_ends_in_softmax(tmp_path, capsys, tiny_text_file):
+    """layers on a model returning F.softmax(logits) refused with "the lens ln_f + head does not reproduce the model's
+    output ... --norm and --head name the final norm and the head", the modules it had used; the run's own test
+    before training had found the probabilities."""
+    from conftest import run_cli
+
+    src = tmp_path / "soft.py"
+    src.write_text('''
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Soft(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, 16)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.ln_f = nn.LayerNorm(16)
+        self.head = nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x)).softmax(-1)
+''')
+    run = tmp_path / "r"
+    rc, out, err = run_cli(capsys, "train", "--data.path", str(tiny_text_file), "--model.source", f"{src}:Soft",
+                           "--model.block_size", "16", "--train.batch_size", "4", "--train.max_iters", "2",
+                           "--train.eval_interval", "2", "--train.eval_iters", "1", "--train.out_dir", str(run))
+    assert rc == 0, err
+    rc, out, err = run_cli(capsys, "layers", str(run))
+    assert rc == 2 and err.startswith("depthlab: error: layers: the forward returns probabilities (softmax over the "
+                                      "vocabulary), not logits"), err
+    assert "return the values before softmax" in err and "--norm" not in err

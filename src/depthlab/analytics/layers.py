@@ -412,11 +412,17 @@ def run_layers(run_dir: str | Path, which: str = "best", max_tokens: int = DEFAU
             option that names none).
     """
     run = open_run(run_dir, max_tokens)
+    leak = start_leak_record(run.run_dir)
+    if isinstance(leak, dict) and leak.get("output_kind") and leak.get("output_summary"):
+        # the lens decodes the stream into logits: a forward that ends in softmax was said to fail --norm/--head
+        raise DepthlabError(f"layers: {leak['output_summary']} (the test before training found it), so no final norm "
+                            "and head reproduce its output and the lens and ablation cannot read it: "
+                            f"{leak.get('output_remedy') or 'return logits'}, and train it again")
     model, weights = load_weights(run.run_dir, which)
     res = measure_layers(model, run.windows.forward_batches(), blocks_attr, norm_attr, head_attr)
     model_cfg = run.config.get("model") if isinstance(run.config.get("model"), dict) else {}
     return {**res, "unigram": run.baseline("unigram"), "bigram": run.baseline("bigram"), "weights": weights,
-            "leak_check": start_leak_record(run.run_dir), "run_dir": str(run.run_dir),
+            "leak_check": leak, "run_dir": str(run.run_dir),
             "baselines_from": run.baselines_from, "unit": run.unit,
             # what sets the depth of a model.source model is its code or --model.init, not model.n_layer
             "source": model_cfg.get("source"), "init": model_cfg.get("init"),
