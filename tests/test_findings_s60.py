@@ -674,3 +674,47 @@ class Soft(nn.Module):
     assert rc == 2 and err.startswith("depthlab: error: layers: the forward returns probabilities (softmax over the "
                                       "vocabulary), not logits"), err
     assert "return the values before softmax" in err and "--norm" not in err
+
+
+def test_check_names_weights_initialised_far_too_large(tmp_path, capsys):
+    """Every Linear initialised with std 1.0 and the head fixed as init_loss advised: check said "0 problems found",
+    its gradient_flow reading "activation RMS 112 .. 153 ... in range" (the default init's model measures ~0.03)."""
+    from conftest import run_cli
+
+    src = tmp_path / "big.py"
+    src.write_text('''
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.ln = nn.LayerNorm(n)
+        self.mlp = nn.Sequential(nn.Linear(n, 4 * n), nn.GELU(), nn.Linear(4 * n, n))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
+class Big(nn.Module):
+    def __init__(self, vocab_size, n=64):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, n)
+        self.blocks = nn.ModuleList([Block(n), Block(n)])
+        self.ln_f = nn.LayerNorm(n)
+        self.head = nn.Linear(n, vocab_size)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=1.0)
+        nn.init.normal_(self.head.weight, std=0.02)
+
+    def forward(self, idx):
+        x = self.tok(idx)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+''')
+    rc, out, err = run_cli(capsys, "check", f"{src}:Big", "--block_size", "16")
+    flow = " ".join(out[out.index("\ngradient_flow"):].split())
+    assert rc == 1 and flow.startswith("gradient_flow PROBLEM blocks (2 x Block):"), out
+    assert "weights initialised far too large" in flow and "fix: initialise every weight small" in flow

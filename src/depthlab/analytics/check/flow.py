@@ -167,6 +167,11 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
                                                  f"the gradient norm or activation RMS of block(s) {bad[:8]} is not "
                                                  "finite", {"blocks": desc, "loss": result["loss"]})
     problems, fine = probe_verdicts(result)
+    big = max(r["act_rms"] for r in lay)
+    if big > LARGE_INIT_RMS and not problems:  # level across depth, so no verdict of the probe's saw it
+        problems = [f"the blocks' outputs start at RMS up to {big:.3g}, where small-init weights (GPT-2's std 0.02, "
+                    "or nn.Linear's default) keep the stream near 1 or below: weights initialised far too large "
+                    "(std 1.0 makes every layer multiply the scale by about sqrt(fan_in))"]
     ev = {"blocks": desc, "loss": result["loss"], "verdicts": problems or fine,
           "layers": [{k: r[k] for k in ("block", "grad_norm", "act_rms", "rank_measure", "token_cosine")} for r in lay]}
     head = (f"{desc}: gradient norm {lay[0]['grad_norm']:.2e} (block 0) .. {lay[-1]['grad_norm']:.2e} "
@@ -186,10 +191,18 @@ def gradient_flow_rule(subject: Subject, blocks_attr: Optional[str] = None) -> C
         remedy = CUT_GRAPH_FIX.replace("in every block means the blocks' output is cut",
                                        "in a block whose output is alive means its output is cut").replace(
             "between the blocks and the head", "after that block (in it, or between it and the head)")
+    elif text.startswith("the blocks' outputs start at RMS"):
+        remedy = ("initialise every weight small: nn.init.normal_(m.weight, std=0.02) on each nn.Linear and "
+                  "nn.Embedding (GPT-2's init), or leave nn.Linear's default; not std=1.0")
     elif text.startswith("exploding") or "grow" in text.split(":")[0]:
         remedy = "scale the blocks' initial weights down (e.g. std 0.02) and normalise the stream (pre-norm)"
     return CheckResult("gradient_flow", False, {"summary": f"{head}; {text}", **ev}, remedy)
 
+
+LARGE_INIT_RMS = 30.0
+"""A block output RMS at initialisation above this is weights initialised far too large: GPT-2's std 0.02 or
+nn.Linear's default keep the stream near 1 or below (nn.Embedding's default std 1 gives about 1); std 1.0 on every
+Linear of a 64-wide model measured 112 to 153."""
 
 ALIVE_RMS = 1e-3
 """A block output RMS above this is a signal, not one that underflowed on its way down a deep stack."""
