@@ -258,8 +258,8 @@ def test_a_run_killed_between_its_last_checkpoint_and_summary_json_is_finished_b
     records = (run / "metrics.jsonl").read_text()
     lines = []
     train(RunConfig.from_run(run), log=lines.append)
-    assert lines[0] == ("the run is at its last step (4) but has no readable summary.json: its end did not run (the "
-                        "process stopped after the last checkpoint); this resume trains nothing, runs the end (final "
+    assert lines[0] == ("the run ended at step 4 but has no readable summary.json: its end did not run (the process "
+                        "stopped after the last checkpoint); this resume trains nothing, runs the end (final "
                         "validation, loss by position, diagnosis) and writes it")
     a, b = (json.loads((d / "summary.json").read_text()) for d in (done, run))
     assert b["final_validation"]["val_loss"] == a["final_validation"]["val_loss"] and b["final_step"] == 4
@@ -345,7 +345,7 @@ class Dbl(nn.Module):
                            "--train.out_dir", str(tmp_path / "r"))
     assert rc == 2 and not (tmp_path / "r").exists()
     assert err.endswith(f"{src.name}:Dbl: the model's parameters are float64, and depthlab trains float32 weights "
-                        "(train.dtype bf16 autocasts the matmuls, the weights stay float32): build it in float32, "
+                        "(train.dtype bfloat16 autocasts the matmuls, the weights stay float32): build it in float32, "
                         "without .double(), .half() or .to(dtype) in its constructor\n"), err
 
 
@@ -718,3 +718,97 @@ class Big(nn.Module):
     flow = " ".join(out[out.index("\ngradient_flow"):].split())
     assert rc == 1 and flow.startswith("gradient_flow PROBLEM blocks (2 x Block):"), out
     assert "weights initialised far too large" in flow and "fix: initialise every weight small" in flow
+
+
+def test_a_run_a_stop_rule_ended_and_killed_before_summary_json_is_finished_too(tmp_path, tiny_text_file):
+    """Stopped by train.target_val_loss at step 2, killed before summary.json: `--resume` said "nothing to train ...
+    Nothing was changed" and the run never got its summary (the fix covered only runs at max_iters)."""
+    import json
+    import shutil
+
+    from conftest import QUIET, tiny_config
+    from depthlab import RunConfig, train
+
+    cfg = tiny_config(tmp_path / "a", tiny_text_file, train=dict(max_iters=20, eval_interval=2, target_val_loss=100.0))
+    done = train(cfg, **QUIET)
+    assert json.loads((done / "summary.json").read_text())["stopped_by"] == "target_val_loss"
+    run = shutil.copytree(done, tmp_path / "b")
+    (run / "summary.json").unlink()
+    lines = []
+    train(RunConfig.from_run(run), log=lines.append)
+    assert lines[0].startswith("the run ended at step ") and "has no readable summary.json" in lines[0]
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (done, run))
+    assert (b["stopped_by"], b["final_step"], b["best_val_loss"]) == (a["stopped_by"], a["final_step"],
+                                                                      a["best_val_loss"])
+
+
+def test_regressions_found_by_the_hunt_over_this_sessions_changes(tmp_path, capsys):
+    """never=[np.int64(3)] and never=torch.tensor([3]) were refused as "not a token id" (they worked before); a
+    user block's own ``alpha`` became the component ``block``; a vocab_size above the model's with never past it was
+    an IndexError; never holding every id drew id 0; a sweep file's model.init.X key got a command line as its
+    example; "--init-from run/base" stayed a flag for a Python caller."""
+    import numpy as np
+    import pytest
+    import torch
+
+    from conftest import tiny_gpt
+    from depthlab import DepthlabError
+    from depthlab.analytics.gradients import param_component
+    from depthlab.errors import api_words
+    from depthlab.sample import generate
+    from depthlab.sweep.spec import _check_key
+
+    m, ids = tiny_gpt(), torch.tensor([[1, 2]])
+    V = m.config.vocab_size
+    assert generate(m, ids, 2, never=[np.int64(3)]).shape == generate(m, ids, 2, never=torch.tensor([3])).shape
+    assert generate(m, ids, 2, vocab_size=np.int64(V)).shape == (1, 4)
+    with pytest.raises(DepthlabError, match=rf"at most the model's {V} "):
+        generate(m, ids, 2, vocab_size=V + 10, never=[V + 5])
+    with pytest.raises(DepthlabError, match=rf"^generate: never holds every id 0..{V - 1}, so no token can be drawn$"):
+        generate(m, ids, 2, never=list(range(V)))
+    assert param_component("h.3.alpha") == ("h.3", "alpha") and param_component("h.3.weight") == ("h.3", "block")
+    with pytest.raises(DepthlabError, match=r"e\.g\. the grid key model\.init: \[\{width: 1\}, \{width: 2\}\]"):
+        _check_key("model.init.width", "sweep file sw.yaml grid key")
+    assert api_words("--init-from run/base: no such folder") == "init_from='run/base': no such folder"
+
+
+def test_check_names_batch_first_for_a_model_that_runs_only_where_b_equals_t(tmp_path, capsys):
+    """nn.MultiheadAttention at batch_first=False with a mask of x.size(1): it runs only at B == T, and the shape
+    rule said "batch size 16 is hard-coded ... take the sizes from the input", which changes nothing; and check said
+    "0 problems found" of a .double() model that train refuses."""
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    text = (Path(__file__).parent / "fixtures" / "learner_mha_seq_first.py").read_text()
+    src = tmp_path / "mha_t.py"
+    src.write_text(text.replace("L = x.size(0)", "L = x.size(1)"))
+    rc, out, err = run_cli(capsys, "check", f"{src}:MHAGPT")
+    shape = " ".join(out[out.index("\nshape"):out.index("\nvocab")].split())
+    assert rc == 1 and "fix: build nn.MultiheadAttention with batch_first=True (blocks.0.attn, blocks.1.attn): " \
+                       "without it the module reads (B, T, C) as (T, B, C)" in shape, out
+    dbl = tmp_path / "dbl.py"
+    dbl.write_text(text + "\n\nclass Dbl(MHAGPT):\n    def __init__(self, vocab_size):\n"
+                          "        super().__init__(vocab_size)\n        self.double()\n")
+    rc, out, err = run_cli(capsys, "check", f"{dbl}:Dbl")
+    assert rc == 2 and "the model's parameters are float64, and depthlab trains float32 weights" in err
+
+
+def test_a_restart_from_init_weights_that_are_gone_says_so_as_the_runs_problem(tmp_path, tiny_text_file):
+    import shutil
+
+    import pytest
+
+    from conftest import QUIET, tiny_config
+    from depthlab import DepthlabError, RunConfig, train
+    from depthlab.trainer import Trainer
+
+    base = train(tiny_config(tmp_path / "base", tiny_text_file, train=dict(max_iters=2, eval_interval=2)), **QUIET)
+    Trainer(tiny_config(tmp_path / "ft", tiny_text_file, train=dict(max_iters=4, eval_interval=2)),
+            init_from=str(base), **QUIET).close()
+    shutil.move(base, tmp_path / "moved")
+    with pytest.raises(DepthlabError) as e:
+        train(RunConfig.from_run(tmp_path / "ft"), **QUIET)
+    assert str(e.value) == (f"{tmp_path / 'ft'} was started from the weights of {base.resolve()} (init_from) and has "
+                            f"no checkpoint yet, so it starts again from them, but {base.resolve()} is gone: put it "
+                            "back, or start the run anew without them (overwrite=True)")

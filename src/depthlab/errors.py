@@ -60,7 +60,7 @@ _RESUME_ONLY = re.compile(r"depthlab train --resume ('[^']*'|[^\s,;:)]+)(?=\s*(?
 # "--resume RUN" where a run follows (the clause ends, or "to"/"continues" come next), not "a --resume gets ..."
 _API_PATTERNS = ((re.compile(r"--resume ('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s+(?:to|continues)\b|\s*$)"), _from_run),
                  (re.compile(r"--init-from (?!(?:cannot|to|then|starts|refuses|refusal|of|needs|its|exclude|began|an|a|"
-                             r"would|checks|run|src|is|with)\b)('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s|$)"),
+                             r"would|checks|run|src|is|with)[\s,;:)])('[^']*'|[^\s,;:)]+)(?=[,;:)]|\s|$)"),
                   lambda m: f"init_from={_unquoted(m.group(1))!r}"),
                  (re.compile(r"those --model flags"), "those model fields"),
                  (re.compile(r"--checkpoint (best|last)\b"), r"which='\1'"),

@@ -193,7 +193,7 @@ def init_weights(src: Path, cfg: ModelConfig, tok: Tokenizer) -> tuple[dict[str,
         hcfg = {}
     family = hf_layout.hf_family(str(hcfg.get("model_type")))
     if family is None:  # a sweep folder is named as one, with one of its runs (as diagnose does)
-        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else _not_a_source(src))
+        raise DepthlabError(f"--init-from {not_a_run_error(src)}" if is_sweep_dir(src) else str(_not_a_source(src)))
     if (cfg.variant, cfg.norm, cfg.position) != family:
         raise DepthlabError(f"{init_from_flag(src)}: a {hcfg['model_type']} model is model.variant {family[0]} with "
                             f"model.norm {family[1]} and model.position {family[2]}; set --model.variant {family[0]} "

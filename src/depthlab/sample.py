@@ -320,17 +320,38 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, max_new_tokens: int, tem
 
 
 def _check_never(model: torch.nn.Module, vocab_size: Optional[int], never: Sequence[int]) -> None:
-    """``vocab_size`` None or an int >= 1, and every id of ``never`` one that can be drawn (0..V-1 of ``vocab_size``,
-    else of the model's vocabulary where it says its size): an id past it was an IndexError, a vocab_size of 0 an
-    argmax over nothing."""
-    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1):
-        raise DepthlabError(f"generate: vocab_size must be None or an int >= 1 (the tokenizer's V), got {vocab_size!r}")
-    V = vocab_size if vocab_size is not None else getattr(getattr(model, "config", None), "vocab_size", None)
-    bad = [i for i in never if isinstance(i, bool) or not isinstance(i, int) or i < 0
-           or (isinstance(V, int) and i >= V)]
+    """``vocab_size`` None or an integer >= 1 (and at most the model's V where it says it), and every id of ``never``
+    one that can be drawn, leaving at least one: an id past V was an IndexError, a vocab_size of 0 an argmax over
+    nothing, and banning every id drew id 0 anyway. Integers of numpy or torch count as integers."""
+    model_v = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is not None:
+        v = _as_int(vocab_size)
+        if v is None or v < 1 or (isinstance(model_v, int) and v > model_v):
+            top = f" and at most the model's {model_v}" if isinstance(model_v, int) else ""
+            raise DepthlabError(f"generate: vocab_size must be None or an int >= 1{top} (the tokenizer's V), got "
+                                f"{vocab_size!r}")
+        vocab_size = v
+    V = vocab_size if vocab_size is not None else model_v
+    ids = [_as_int(i) for i in (never.tolist() if isinstance(never, torch.Tensor) else list(never))]
+    bad = [orig for orig, i in zip(never, ids) if i is None or i < 0 or (isinstance(V, int) and i >= V)]
     if bad:
         raise DepthlabError(f"generate: never holds {bad[0]!r}, not a token id"
                             + (f" of the vocabulary 0..{V - 1}" if isinstance(V, int) else " (an int >= 0)"))
+    if isinstance(V, int) and len(set(ids)) >= V:
+        raise DepthlabError(f"generate: never holds every id 0..{V - 1}, so no token can be drawn")
+
+
+def _as_int(x) -> Optional[int]:
+    """``x`` as an int when it is an integer (Python, numpy or a one-element torch integer), else None (bools and
+    floats too)."""
+    import operator
+
+    if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.is_floating_point()):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def _check_ids(model: torch.nn.Module, idx: torch.Tensor) -> None:

@@ -262,8 +262,7 @@ class Trainer:
         self.batch_rng = np.random.default_rng(t.seed)
         resumed = point is not None and point.entry is not None
         if point is not None and not resumed and self.checkpointer.init_record:
-            # no checkpoint yet of a run started --init-from: it starts again from those weights, as its record says
-            self.checkpointer.init_source = self.checkpointer.init_record["init_from"]["source"]
+            _restart_from_init(self)
         self.raw_model = self.checkpointer.start_weights(self._make_model(point), self).to(self.device)
         for line in self._held:
             self.log(line)
@@ -529,6 +528,18 @@ class Trainer:
         return self.run_dir
 
 
+def _restart_from_init(tr: "Trainer") -> None:
+    """A run started --init-from SRC with no checkpoint yet starts again from SRC's weights, as its record says; SRC
+    gone is said as this run's problem (the user typed only --resume: "--init-from SRC: no such folder" blamed a
+    flag never given)."""
+    src = tr.checkpointer.init_record["init_from"]["source"]
+    if not Path(src).is_dir():
+        raise DepthlabError(f"{tr.run_dir} was started from the weights of {src} (--init-from) and has no checkpoint "
+                            f"yet, so it starts again from them, but {src} is gone: put it back, or start the run anew "
+                            "without them (--overwrite)")
+    tr.checkpointer.init_source = src
+
+
 def _start_files(tr: "Trainer", vocab: list[str], point: Optional[ResumePoint]) -> None:
     """The files a session that trains (or evaluates) writes as it starts (the main process): config.json (on resume
     too: it must show what this run now uses), vocab.json, and a resumed run's records reopened at its step or a run
@@ -649,16 +660,16 @@ def _nothing_left(tr: "Trainer") -> Optional[str]:
         return None
     if final_validation_cut(tr.run_dir, tr.step) and tr.cfg.train.final_validation:
         return None  # a signal cut its final validation: the resume runs it and writes summary.json again
-    if tr.step >= tr.schedule.max_iters:
-        if not isinstance(rundir.read_json(tr.run_dir / rundir.SUMMARY), dict):
-            # a checkpoint of the last step and no (readable) summary.json: the process ended between them (killed,
-            # a power cut) and the run's end never ran; the resume runs it (a plain one said "nothing to train")
-            tr.log(f"the run is at its last step ({tr.step}) but has no readable {rundir.SUMMARY}: its end did not "
-                   "run (the process stopped after the last checkpoint); this resume trains nothing, runs the end "
-                   "(final validation, loss by position, diagnosis) and writes it")
-            return None
-        return nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan)
-    return tr.stop.ended_before_resume(tr.step, tr.evaluator)
+    ended = (nothing_to_train(tr.step, tr.cfg.train.max_iters, tr.budget.plan) if tr.step >= tr.schedule.max_iters
+             else tr.stop.ended_before_resume(tr.step, tr.evaluator))
+    if ended and not isinstance(rundir.read_json(tr.run_dir / rundir.SUMMARY), dict):
+        # a checkpoint of the run's last step and no (readable) summary.json: the process ended between them (killed,
+        # a power cut) and the run's end never ran; the resume runs it (a plain one said "nothing to train")
+        tr.log(f"the run ended at step {tr.step} but has no readable {rundir.SUMMARY}: its end did not run (the "
+               "process stopped after the last checkpoint); this resume trains nothing, runs the end (final "
+               "validation, loss by position, diagnosis) and writes it")
+        return None
+    return ended
 
 
 def final_validation_cut(run_dir: Path, step: int) -> bool:

@@ -35,7 +35,8 @@ from .model import GPT
 from .rundir import CONFIG, ORIGIN, SOURCE, atomic_write, export_origin, read_json
 from .units import counted
 
-__all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "forward_fault",
+__all__ = ["Source", "build_model", "check_command", "check_forward", "first_line", "first_tensor", "float32_weights",
+           "forward_fault",
            "full_logits", "init_source_model", "keep_source", "load_factory", "logits_of", "make_model",
            "new_source_model", "parse_init", "parse_source", "resume_source", "run_source", "sibling_modules",
            "source_copy", "source_drift", "source_run_model", "takes_targets"]
@@ -942,14 +943,15 @@ def forward_fault(model: torch.nn.Module, e: BaseException) -> str:
     return _with_line(e, Path(path)) if path else first_line(e)
 
 
-def _float32_weights(model: torch.nn.Module, src) -> None:
-    """Refuse (DepthlabError) a model whose floating-point parameters are not float32: a .double() trained every
-    step in float64, 12x slower, while the run said float32."""
+def float32_weights(model: torch.nn.Module, src) -> None:
+    """Refuse (DepthlabError) a model whose trainable floating-point parameters are not float32: a .double() trained
+    every step in float64, 12x slower, while the run said float32 (a frozen parameter of its own dtype is its
+    business: it never trains)."""
     other = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()
-                    if p.is_floating_point() and p.dtype != torch.float32})
+                    if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32})
     if other:
         raise DepthlabError(f"{src}: the model's parameters are {' and '.join(other)}, and depthlab trains float32 "
-                            "weights (train.dtype bf16 autocasts the matmuls, the weights stay float32): build it "
+                            "weights (train.dtype bfloat16 autocasts the matmuls, the weights stay float32): build it "
                             "in float32, without .double(), .half() or .to(dtype) in its constructor")
 
 
@@ -970,7 +972,7 @@ def check_forward(model: torch.nn.Module, src: str, batch_size: int, block_size:
     fault = call_fault(model)
     if fault:
         raise DepthlabError(f"{src}: {fault[0]}; {fault[1]}")
-    _float32_weights(model, src)
+    float32_weights(model, src)
     was_training = model.training
     model.eval()
     x = torch.zeros((batch_size, block_size), dtype=torch.long, device=next(model.parameters()).device)

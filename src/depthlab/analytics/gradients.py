@@ -54,8 +54,9 @@ def param_component(name: str) -> tuple[Optional[str], str]:
         ``("transformer.h.3", "attn.c_attn")`` for a block parameter, ``(None, "embeddings")``
         for ``transformer.wte.weight``; for unknown models the component is the module path
         without the trailing parameter attribute (``layers.2.fc.weight`` -> ``("layers.2", "fc")``), and
-        ``block`` for a block's own parameters (``layers.2.weight`` of a list of Linear layers: it was named
-        ``weight``, pooling every block's weights under one name and their biases under ``bias``).
+        ``block`` for the weight and bias of a block that is itself a layer (``layers.2.weight`` of a list of Linear
+        layers: it was named ``weight``, pooling every block's weights under one name and their biases under
+        ``bias``); a block's other own parameter keeps its name (``h.3.alpha`` -> ``alpha``).
     """
     m = _INT_SEGMENT.match(name)
     block, rest = (m.group(1), m.group(2)) if m else (None, name)
@@ -72,7 +73,7 @@ def param_component(name: str) -> tuple[Optional[str], str]:
         return None, "embeddings"
     if block is None and module in ("lm_head", "head"):
         return None, "head"
-    if block is not None and "." not in rest:  # the block's own parameter (the block is itself a Linear)
+    if block is not None and rest in ("weight", "bias"):  # the block is itself a layer (an nn.Linear)
         return block, "block"
     return block, module
 

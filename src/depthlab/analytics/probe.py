@@ -86,8 +86,11 @@ def _probe_at_init(cfg, n_batches: int, batch_size: int, corpus) -> dict:
     from ..data import get_batch, load_corpus
     from ..model import GPT
 
-    if n_batches < 1 or batch_size < 1:
-        raise DepthlabError("probe needs at least one batch of at least one sequence")
+    for flag, v in (("--batches", n_batches), ("--probe_batch_size", batch_size)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise DepthlabError(f"probe: {flag} must be a whole number >= 1, got {v!r}")
+    if corpus is not None and not hasattr(corpus, "check_block_size"):
+        raise DepthlabError(f"probe needs corpus from depthlab.data.load_corpus (or None), got {type(corpus).__name__}")
     corpus = corpus if corpus is not None else load_corpus(cfg.data)
     corpus.check_block_size(cfg.model.block_size)
     mcfg = dataclasses.replace(cfg.model, vocab_size=len(corpus.tokenizer.vocab))

@@ -148,9 +148,12 @@ def _check_key(key: str, what: str) -> tuple[str, str]:
     """
     parts = key.split(".")
     if len(parts) == 3 and parts[:2] == ["model", "init"] and parts[2]:  # one keyword of a model.source model
+        k = parts[2]
+        example = (f"--grid 'model.init=[{{\"{k}\": 1}}, {{\"{k}\": 2}}]'" if what.startswith("--") else
+                   f"the grid key model.init: [{{{k}: 1}}, {{{k}: 2}}]")
         raise DepthlabError(f"{what} {key!r}: a grid takes whole fields, and model.init is one JSON object: list its "
-                            f"values as objects, e.g. {what} 'model.init=[{{\"{parts[2]}\": 1}}, "
-                            f"{{\"{parts[2]}\": 2}}]' (each object is the model's keyword arguments of one run)")
+                            f"values as objects, e.g. {example} (each object is the model's keyword arguments of "
+                            "one run)")
     if len(parts) != 2 or not all(parts):
         raise DepthlabError(f"{what} {key!r}: expected SECTION.FIELD with SECTION one of "
                             f"{', '.join(SECTIONS)} (e.g. model.n_layer)")

@@ -47,7 +47,7 @@ from ...callbacks import Callback, RunView, StepInfo
 from ...errors import DepthlabError, api_errors
 from ...training.protocol import ModelPort
 from ...training.subnormals import subnormals_flushed
-from ...usermodel import check_command, first_line
+from ...usermodel import check_command, first_line, float32_weights
 from ..rules.evidence import LEAK_CHECK_EVENT
 from .bf16 import bf16_rule
 from .finite import finite_rule
@@ -240,6 +240,7 @@ def _check_model(model, corpus, rebuild, batch_size, block_size, blocks, seed, n
     if unknown:
         raise DepthlabError(f"unknown rule(s) {', '.join(unknown)}; the rules: {', '.join(RULES)}")
     _check_sizes(batch_size, block_size)
+    float32_weights(model, name or type(model).__name__)  # train refuses it: said here first
     T, source, note = _check_length(model, block_size)
     _check_corpus_length(corpus, T, source)
     corpus.check_block_size(T)

@@ -228,7 +228,14 @@ def shape_rule(subject: Subject, B: int, T: int, length_asked: bool = True) -> C
     fixed_t = T0 if bad_t and len(bad_t) == len(_shorter(T0)) and not nan else None
     ev["nonfinite_at_other_sizes"] = len(nan)
     ev["hard_coded_batch_size"], ev["hard_coded_length"] = fixed_b, fixed_t
-    return _shape_verdict(ev, asked_err, bad_b, bad_t, fixed_b, fixed_t, length_asked)
+    res = _shape_verdict(ev, asked_err, bad_b, bad_t, fixed_b, fixed_t, length_asked)
+    seq_first = _sequence_first_attention(subject.pristine)
+    if res.ok is False and seq_first:  # it runs only where B equals T: no size is hard-coded in it
+        return CheckResult("shape", False, res.evidence,
+                           f"build nn.MultiheadAttention with batch_first=True ({', '.join(seq_first[:3])}): without "
+                           "it the module reads (B, T, C) as (T, B, C), so a mask of size T fits only where B equals "
+                           "T; or " + (res.remedy or ""))
+    return res
 
 
 def _shape_verdict(ev: dict, asked_err: Optional[str], bad_b: dict, bad_t: dict, fixed_b: Optional[int],
