@@ -3,6 +3,8 @@ change)."""
 
 import shutil
 
+import pytest
+
 from depthlab.report import depth as depth_plots
 
 
@@ -40,6 +42,7 @@ def test_help_into_a_closed_pipe_is_not_a_traceback():
     assert p.returncode == 141 and p.stderr == b""  # SIGPIPE's status (s60: 0 told `check | head` all was fine)
 
 
+@pytest.mark.slow  # seconds on 2 cores: the fast tier stays under 3 min
 def test_an_exports_depthlab_json_names_the_corpus_absolute(tmp_path, tiny_text_file, monkeypatch):
     """A run trained with a relative data.path: the checkpoint's header kept it relative, and an export's
     depthlab.json named a corpus file relative to a folder it does not name."""
@@ -286,6 +289,7 @@ def test_check_names_multihead_attention_over_the_batch_axis_not_a_future_leak(c
     assert "later tokens: first leaking offset" not in flat
 
 
+@pytest.mark.slow  # seconds on 2 cores: the fast tier stays under 3 min
 def test_check_judges_a_model_at_its_own_block_size(tmp_path, capsys):
     """A causal mask buffer of 32 in a model of block_size 64: check said "the checks run at T=32" and "0 problems
     found" (exit 0), while train refused it, its advice --model.init '{"block_size": 64}' the value it already had."""
@@ -587,6 +591,7 @@ def test_a_resume_spelt_as_flags_starts_with_its_runs_openmp_policy_too(tmp_path
     assert cli._resumed_dir(["--train.out_dir", run]) is None
 
 
+@pytest.mark.slow  # seconds on 2 cores: the fast tier stays under 3 min
 def test_a_bad_omp_num_threads_gets_only_depthlabs_warning():
     """OMP_NUM_THREADS=abc: libgomp's "Invalid value for environment variable OMP_NUM_THREADS" and a blank line came
     before depthlab's one warning (README: such a value is ignored with a warning)."""
@@ -676,6 +681,7 @@ class Soft(nn.Module):
     assert "return the values before softmax" in err and "--norm" not in err
 
 
+@pytest.mark.slow  # seconds on 2 cores: the fast tier stays under 3 min
 def test_check_names_weights_initialised_far_too_large(tmp_path, capsys):
     """Every Linear initialised with std 1.0 and the head fixed as init_loss advised: check said "0 problems found",
     its gradient_flow reading "activation RMS 112 .. 153 ... in range" (the default init's model measures ~0.03)."""
