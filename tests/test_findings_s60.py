@@ -818,3 +818,15 @@ def test_a_restart_from_init_weights_that_are_gone_says_so_as_the_runs_problem(t
     assert str(e.value) == (f"{tmp_path / 'ft'} was started from the weights of {base.resolve()} (init_from) and has "
                             f"no checkpoint yet, so it starts again from them, but {base.resolve()} is gone: put it "
                             "back, or start the run anew without them (overwrite=True)")
+
+
+def test_probe_out_under_a_file_says_it_is_a_file(tmp_path, capsys):
+    """probe --out afile.txt/x.png said "the folder of --out ... does not exist; create it", of a file."""
+    from conftest import cli_err
+
+    f = tmp_path / "afile.txt"
+    f.write_text("hello")
+    err = cli_err(capsys, "probe", "--out", str(f / "x.png"))
+    assert err == (f"depthlab: error: probe: --out {f / 'x.png'}: {f} is a file, not a folder; give a path inside a "
+                   "folder\n")
+    assert f.read_text() == "hello"

@@ -196,6 +196,9 @@ def _probe_png(cfg, out: Optional[str]) -> Path:
         raise DepthlabError(f"probe: --out {path} must be a .png file name; give one such as "
                             f"{path.with_suffix('.png')}, or a folder")
     path = path.with_suffix(".png") if path.suffix == "" else path  # say the name that is actually written
+    above = next((p for p in path.parents if p.exists()), None)  # the nearest existing path it goes under
+    if above is not None and not above.is_dir():  # "does not exist; create it" was said of a file
+        raise DepthlabError(f"probe: --out {path}: {above} is a file, not a folder; give a path inside a folder")
     if not path.parent.is_dir():
         raise DepthlabError(f"probe: the folder of --out {path} does not exist; create it or choose another path")
     from .analytics.probe import check_replaceable
