@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from ..callbacks import Callback, RunView, StepInfo
-from ..rundir import read_metrics
+from ..rundir import RunDir
 from ..units import finite_or_none
 
 __all__ = ["record_activations", "rms", "rank_measure", "attention_entropy", "uniform_attention_entropy",
@@ -324,7 +324,7 @@ class ActivationProbe(Callback):
         self.batch = x
         if info.step == 0:
             self.probe(run, 0)
-        elif any(r.get("kind") == "probe" and r.get("step") == info.step for r in read_metrics(run.run_dir)):
+        elif any(r.get("step") == info.step for r in RunDir(run.run_dir).metrics("probe")):
             # a resume at a step its records probed already (a finished run's last step, whose final validation or
             # summary.json the resume redoes): the end's probe would write the same record twice
             self.last_step = info.step

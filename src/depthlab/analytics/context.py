@@ -536,8 +536,7 @@ class ContextCallback(Callback):
         if not run.is_main:
             return
         step = int(summary.get("final_step", 0) or 0)
-        if any(r.get("kind") == "event" and r.get("event") == CONTEXT_EVENT and r.get("step") == step
-               for r in read_metrics(run.run_dir)):
+        if any(r.get("event") == CONTEXT_EVENT and r.get("step") == step for r in RunDir(run.run_dir).metrics("event")):
             return  # a resume that only finishes the run (its final validation, summary.json): these weights' curve
         t, m = run.cfg.train, run.cfg.model
         try:
