@@ -5,6 +5,7 @@ command has, and the small builders the commands' parsers are made of (see :mod:
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Any, Optional
 
@@ -28,6 +29,14 @@ def _parser_class():
             if "type" in kwargs:
                 vars(self).setdefault("value_types", {})[action.dest] = kwargs["type"]
             return action
+
+        def print_help(self, file=None):
+            """argparse's help, written and flushed here: argparse's own writer swallows an ``OSError``, so
+            ``depthlab train --help | head -1`` exited 0 where every other command's output into a closed pipe
+            exits 141 (``BrokenPipeError`` reaches :func:`depthlab.cli.main` from here)."""
+            out = sys.stdout if file is None else file
+            out.write(self.format_help())
+            out.flush()
 
         def dump(self, namespace, *args, **kwargs):
             """--print_config's text: a file that ``-c`` reads back to the same config (:func:`printable`)."""
