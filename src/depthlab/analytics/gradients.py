@@ -94,6 +94,10 @@ class GradStats:
             per block (norms are L2 over all of the block's elements; mean |grad| is over them).
         other: non-block group -> L2 gradient norm (``transformer.wte``, ``lm_head``, ...).
         grad_norm_component, update_ratio_component: component -> value over the whole model.
+        update_ratio_matrix_block: per block, the update ratio of its 2-D weights alone (the matrices Muon
+            trains; None for a block without one), or None without a weight snapshot. The block's ratio pools
+            the norms' gains too, which AdamW trains on a Muon run: at train.muon_lr 1e-6 the matrices moved
+            ~1e-6 of their norm per step while the gains held the block's ratio near 1e-3.
         step: optimizer step the numbers belong to, if known.
     """
 
@@ -111,6 +115,7 @@ class GradStats:
     other: dict[str, float]
     grad_norm_component: dict[str, float]
     update_ratio_component: Optional[dict[str, float]]
+    update_ratio_matrix_block: Optional[list[Optional[float]]] = None
     step: Optional[int] = None
 
     def to_record(self, step: int) -> dict:
@@ -124,6 +129,7 @@ class GradStats:
         rec["weight_norm_block"] = self.weight_norm_block
         rec["grad_norm_component"] = self.grad_norm_component
         rec["update_ratio_component"] = self.update_ratio_component
+        rec["update_ratio_matrix_block"] = self.update_ratio_matrix_block
         return rec
 
     def tb_scalars(self) -> dict[str, float]:
@@ -172,6 +178,7 @@ class GradientMonitor:
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
         self.numel = [p.numel() for p in self.params]
+        self.matrix = [p.dim() == 2 for p in self.params]
         self.blocks: list[str] = []
         self.block_of: list[Optional[int]] = []
         self.group_of: list[str] = []
@@ -183,6 +190,7 @@ class GradientMonitor:
             self.block_of.append(self.blocks.index(block) if block is not None else None)
             self.group_of.append(block if block is not None else (n.rsplit(".", 1)[0] if "." in n else n))
             self.component_of.append(comp)
+        self.matrix_blocks = {b for b, m in zip(self.block_of, self.matrix) if m and b is not None}
         self._pending: Optional[tuple] = None
         self._snapshot: Optional[list[torch.Tensor]] = None
         self.stats: Optional[GradStats] = None
@@ -272,6 +280,7 @@ class GradientMonitor:
         sq_g = [0.0] * nb
         sq_w = [0.0] * nb
         sq_d = [0.0] * nb
+        sq_dm, sq_wm = [0.0] * nb, [0.0] * nb  # the blocks' 2-D weights alone
         abs_sum = [0.0] * nb
         count = [0] * nb
         other: dict[str, float] = {}
@@ -287,6 +296,9 @@ class GradientMonitor:
                 count[b] += self.numel[i]
                 if d is not None:
                     sq_d[b] += d[i] ** 2
+                    if self.matrix[i]:
+                        sq_dm[b] += d[i] ** 2
+                        sq_wm[b] += w[i] ** 2
             else:
                 other[self.group_of[i]] = other.get(self.group_of[i], 0.0) + g[i] ** 2
             c = self.component_of[i]
@@ -313,6 +325,8 @@ class GradientMonitor:
             other={k: math.sqrt(v) for k, v in other.items()},
             grad_norm_component={k: math.sqrt(v) for k, v in comp_g.items()},
             update_ratio_component=None if d is None else {k: ratio(comp_d[k], comp_w[k]) for k in comp_g},
+            update_ratio_matrix_block=None if d is None else [
+                ratio(sq_dm[b], sq_wm[b]) if b in self.matrix_blocks else None for b in range(nb)],
             step=step,
         )
 

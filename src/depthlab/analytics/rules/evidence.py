@@ -378,11 +378,28 @@ class Evidence:
     def update_ratios(self) -> tuple[list[float], list[int]]:
         """Per record of :attr:`lr_judged_grads`: the median over blocks of the positive finite update/weight
         ratios, and the record's step."""
+        return self._median_ratios("update_ratio_block")
+
+    @cached_property
+    def matrix_ratios(self) -> bool:
+        """Whether :attr:`low_ratios` are the blocks' matrices' alone: a Muon run whose records hold them (written
+        since the gradient monitor records them)."""
+        return self.muon and any(r.get("update_ratio_matrix_block") for r in self.lr_judged_grads)
+
+    @cached_property
+    def low_ratios(self) -> tuple[list[float], list[int]]:
+        """The ratios ``lr_too_low`` judges: :attr:`update_ratios`, but on a Muon run the blocks' matrices' alone
+        (``update_ratio_matrix_block``): the norms' gains, AdamW's, held the blocks' pooled ratio near 1e-3 at
+        train.muon_lr 1e-6, where the matrices moved ~1e-6 of their norm per step. (``lr_too_high`` keeps the pooled
+        ratio, whose threshold was set on it: the matrices' alone read 0.054 at step 50 of the default recipe.)"""
+        return self._median_ratios("update_ratio_matrix_block") if self.matrix_ratios else self.update_ratios
+
+    def _median_ratios(self, key: str) -> tuple[list[float], list[int]]:
         vals, steps = [], []
         for r in self.lr_judged_grads:
-            if not r.get("update_ratio_block"):
+            if not r.get(key):
                 continue
-            u = [v for v in (finite_or_none(x) for x in r["update_ratio_block"]) if v is not None and v > 0]
+            u = [v for v in (finite_or_none(x) for x in r[key]) if v is not None and v > 0]
             if u:
                 vals.append(statistics.median(u))
                 steps.append(r["step"])

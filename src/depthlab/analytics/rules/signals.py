@@ -162,22 +162,21 @@ def adamw_low(ev: Evidence) -> bool:
     return med is not None and med < ev.thresholds.lr_low
 
 
-def update_ratio_median(ev: Evidence) -> Optional[float]:
+def update_ratio_median(ev: Evidence, low: bool = False) -> Optional[float]:
     """Median over the records the lr rules judge (``Evidence.lr_judged_grads``) of their median update/weight
-    ratio (None: none)."""
-    vals = ev.update_ratios[0]
+    ratio (None: none); ``low``: of the ratios ``lr_too_low`` judges (``Evidence.low_ratios``)."""
+    vals = (ev.low_ratios if low else ev.update_ratios)[0]
     return statistics.median(vals) if vals else None
 
 
 def lr_verdict(ev: Evidence) -> Optional[str]:
     """"high" / "low" when ``lr_min_records`` or more ratios put the median above ``lr_high`` /
-    below ``lr_low`` (what ``lr_too_high`` / ``lr_too_low`` judge); None otherwise."""
-    if len(ev.update_ratios[0]) < ev.thresholds.lr_min_records:
-        return None
-    med = update_ratio_median(ev)
-    if med > ev.thresholds.lr_high:
+    below ``lr_low`` (what ``lr_too_high`` / ``lr_too_low`` judge; "low" on ``Evidence.low_ratios``); None
+    otherwise."""
+    th = ev.thresholds
+    if len(ev.update_ratios[0]) >= th.lr_min_records and update_ratio_median(ev) > th.lr_high:
         return "high"
-    if med < ev.thresholds.lr_low:
+    if len(ev.low_ratios[0]) >= th.lr_min_records and update_ratio_median(ev, low=True) < th.lr_low:
         return "low"
     return None
 

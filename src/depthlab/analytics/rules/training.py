@@ -54,9 +54,9 @@ def no_gradient(ev: Evidence) -> Optional[Finding]:
     return Finding("no_gradient", evidence, "; ".join(parts))
 
 
-def _ratio_span(ev: Evidence) -> str:
-    """``steps A-B, N records``: the records the lr rules judged."""
-    vals, steps = ev.update_ratios
+def _ratio_span(ev: Evidence, low: bool = False) -> str:
+    """``steps A-B, N records``: the records the lr rules judged (``low``: ``lr_too_low``'s)."""
+    vals, steps = ev.low_ratios if low else ev.update_ratios
     return f"steps {steps[0]}-{steps[-1]}, {len(vals)} records"
 
 
@@ -118,8 +118,8 @@ def _vanishing_evidence(ev: Evidence, ratio: tuple) -> str:
                 "stack without shortcuts then fails through rank collapse instead): both hold, at different moments")
     if lr_verdict(ev) == "low":
         evidence += (f"; the update/weight ratios are tiny too (median update/weight ratio "
-                     f"{update_ratio_median(ev):.2e}), because the gradients vanish, not because the learning rate "
-                     "is low")
+                     f"{update_ratio_median(ev, low=True):.2e}), because the gradients vanish, not because the "
+                     "learning rate is low")
     return evidence
 
 
@@ -149,16 +149,17 @@ def learning_rate(ev: Evidence) -> Optional[Finding]:
         return _adamw_too_low(ev)
     if verdict is None:
         return None
-    med = update_ratio_median(ev)
+    low = verdict == "low"
+    med, span = update_ratio_median(ev, low), _ratio_span(ev, low)
     if ev.muon:
         lr = ev.section("train").get("muon_lr")
         lr_txt = f" (block matrices trained by Muon, train.muon_lr {lr:g})" if lr is not None else " (Muon)"
-        head = (f"median update/weight ratio of the blocks {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; "
-                f"{MUON_RATIO}, but ")
+        whose = "the blocks' matrices" if low and ev.matrix_ratios else "the blocks"
+        head = f"median update/weight ratio of {whose} {med:.2e} per step ({span}){lr_txt}; {MUON_RATIO}, but "
     else:
         lr = ev.section("train").get("learning_rate")
         lr_txt = f" with train.learning_rate {lr:g}" if lr is not None else ""
-        head = f"median update/weight ratio {med:.2e} per step ({_ratio_span(ev)}){lr_txt}; healthy is about 1e-3, "
+        head = f"median update/weight ratio {med:.2e} per step ({span}){lr_txt}; healthy is about 1e-3, "
     if verdict == "high":
         warmup = "" if warmup_words(ev) else f" or raise train.warmup_iters{ev.now('train.warmup_iters')}"
         return Finding("lr_too_high", head + f"above {th.lr_high:g} the weights are rewritten every few steps",
