@@ -1162,21 +1162,38 @@ _PROCESS_ARGV: Optional[list[str]] = None
 
 def _resumed_dir(args: list[str]) -> Optional[str]:
     """The run folder of a ``--resume RUN`` (or ``--resume=RUN``) among a command's arguments, or of
-    ``--train.resume true`` with ``--train.out_dir RUN`` (README: the same resume, spelt as flags), or None (a
-    ``-c`` file's fields are read only after torch has loaded)."""
+    ``--train.resume true`` with ``--train.out_dir RUN`` (README: the same resume, spelt as flags), set by flags or by
+    a ``-c`` file's ``train:`` section (later arguments win, as the parser reads them), or None."""
     flags: dict[str, str] = {}
     for i, a in enumerate(args):
         name, eq, value = a.partition("=")
-        if name in ("--resume", "--train.resume", "--train.out_dir"):
-            if eq:
+        if name in ("--resume", "--train.resume", "--train.out_dir", "-c", "--config"):
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            if name in ("-c", "--config"):
+                flags.update(_config_file_resume(value))
+            else:
                 flags[name] = value
-            elif i + 1 < len(args):
-                flags[name] = args[i + 1]
     if "--resume" in flags:
         return flags["--resume"]
     if flags.get("--train.resume", "").lower() in ("true", "yes", "1") and flags.get("--train.out_dir"):
         return flags["--train.out_dir"]
     return None
+
+
+def _config_file_resume(path: str) -> dict[str, str]:
+    """``train.resume`` and ``train.out_dir`` of a ``-c`` file, as :func:`_resumed_dir`'s flags (``{}`` for a file
+    that cannot be read or holds neither: the parser says what is wrong with it, after torch has loaded)."""
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            train = (yaml.safe_load(f) or {}).get("train")
+    except Exception:  # noqa: BLE001 - any unreadable file: the parser's error names it later
+        return {}
+    if not isinstance(train, dict):
+        return {}
+    return {f"--train.{k}": str(train[k]) for k in ("resume", "out_dir") if train.get(k) is not None}
 
 
 def _openmp_policy(command: str, args: Sequence[str] = ()) -> None:
