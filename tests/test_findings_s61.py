@@ -1,4 +1,5 @@
-"""Findings of the seventeenth session (an Intel Xeon with AMX): the rotary rotation in four ops, ..."""
+"""Findings of the seventeenth issue-24 session (an Intel Xeon with AMX): the rotary rotation in four ops, a Muon
+run's too-low rate judged on its matrices, a command's --help into a closed pipe, a resume spelt in a -c file."""
 
 from __future__ import annotations
 
@@ -24,3 +25,104 @@ def test_rotate_is_the_two_halves_rotation_bit_for_bit_on_a_permuted_view(dtype)
     cos2, sin2 = rotary_rows(T, hs, dtype, x.device)
     assert torch.equal(cos2[:, : hs // 2], cos) and torch.equal(sin2[:, : hs // 2], -sin)
     assert torch.equal(sin2[:, hs // 2:], sin)
+
+
+def test_the_gradient_monitor_records_the_blocks_matrices_update_ratio_apart_from_their_gains():
+    """Note 33's list: a Muon run at train.muon_lr 1e-6 passed `diagnose`: the norms' gains, AdamW's, held the blocks'
+    pooled update/weight ratio near 1e-3 while the matrices hardly moved."""
+    import torch.nn as nn
+
+    from depthlab.analytics.gradients import GradientMonitor
+
+    class Block(nn.Module):
+        def __init__(self, with_matrix):
+            super().__init__()
+            self.ln = nn.LayerNorm(4)
+            self.fc = nn.Linear(4, 4, bias=False) if with_matrix else None
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h = nn.ModuleList([Block(True), Block(False)])
+
+    net = Net()
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    mon = GradientMonitor(net)
+    mon.capture_grads()
+    mon.snapshot_weights()
+    with torch.no_grad():
+        net.h[0].ln.weight.mul_(1.5)  # the gains move by half their norm, the matrix not at all
+        net.h[0].fc.weight.mul_(1.001)
+        net.h[1].ln.weight.mul_(1.5)
+    rec = mon.collect(1).to_record(1)
+    fc_norm, gain_norm = net.h[0].fc.weight.norm().item() / 1.001, 2.0  # |ones(4)| = 2
+    assert rec["update_ratio_matrix_block"][0] == pytest.approx(1e-3, rel=1e-3)
+    assert rec["update_ratio_matrix_block"][1] is None  # a block without a 2-D weight
+    # the block's pooled ratio: the gains' step (norm 1) over the gains' and the matrix's norms
+    assert rec["update_ratio_block"][0] > 0.1 and rec["update_ratio_block"][0] == pytest.approx(
+        (1.0 + (1e-3 * fc_norm) ** 2) ** 0.5 / (gain_norm ** 2 + fc_norm ** 2) ** 0.5, rel=1e-3)
+
+
+def test_a_muon_run_whose_matrices_hardly_move_is_lr_too_low_naming_muon_lr():
+    from depthlab.analytics.diagnose import Evidence, diagnose
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records, grad_record
+
+    def grads(matrices):
+        return [{**grad_record(s, [0.5, 0.5], upd=[1.2e-3, 1.1e-3]),  # pooled with the gains: looks healthy
+                 "update_ratio_matrix_block": matrices,
+                 "update_ratio_component": {"embeddings": 5e-3, "attn.c_attn": 1e-6}} for s in (100, 150, 200, 250)]
+
+    config = {"model": {"vocab_size": 65}, "train": {"optimizer": "muon", "learning_rate": 3e-3, "muon_lr": 1e-6,
+                                                      "warmup_iters": 10}}
+    evals = eval_records([4.17, 2.6, 2.5, 2.45])
+    d = diagnose(Evidence(evals + grads([1e-6, 2e-6]), config, SHAKESPEARE_BASELINES))
+    low = [f for f in d.findings if f.rule == "lr_too_low"]
+    assert len(low) == 1 and low[0].evidence.startswith(
+        "median update/weight ratio of the blocks' matrices 1.50e-06 per step (steps 100-250, 4 records) (block "
+        "matrices trained by Muon, train.muon_lr 1e-06)"), d.findings
+    assert low[0].remedy.startswith("raise train.muon_lr (now 1e-06)"), low[0].remedy
+    healthy = diagnose(Evidence(evals + grads([1.4e-2, 1.5e-2]), config, SHAKESPEARE_BASELINES))
+    assert not [f for f in healthy.findings if f.rule.startswith("lr_too")], healthy.findings
+    # records written before the monitor kept the matrices' ratio: judged on the blocks' as before
+    old = [{k: v for k, v in r.items() if k != "update_ratio_matrix_block"} for r in grads([1e-6, 1e-6])]
+    assert "lr_too_low" not in [f.rule for f in diagnose(Evidence(evals + old, config, SHAKESPEARE_BASELINES)).findings]
+
+
+@pytest.mark.parametrize("command", ["train", "sample"])
+def test_a_commands_help_into_a_closed_pipe_exits_141(command):
+    """Note 33's list: `depthlab train --help | head -1` exited 0 (argparse's writer swallows the closed pipe's
+    error) where every other output into a closed pipe exits 141."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader has left, as head does after its lines
+    try:
+        p = subprocess.run([sys.executable, "-m", "depthlab", command, "--help"], stdout=w, stderr=subprocess.PIPE,
+                           timeout=60)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and p.stderr == b"", p.stderr[-300:]
+
+
+def test_a_resume_spelt_in_a_c_file_takes_its_runs_openmp_policy_without_a_restart(tmp_path):
+    """Note 33's list: a resume spelt with a `-c` file restarted its process for the OpenMP policy (the file was read
+    only after torch had loaded), where `--resume RUN` and its flags did not."""
+    from depthlab import cli
+
+    run = str(tmp_path / "run")
+    cfg = tmp_path / "resume.yaml"
+    cfg.write_text(f"train:\n  resume: true\n  out_dir: {run}\n")
+    assert cli._resumed_dir(["-c", str(cfg)]) == run
+    assert cli._resumed_dir([f"--config={cfg}", "--model.n_layer", "2"]) == run
+    assert cli._resumed_dir(["-c", str(cfg), "--train.resume", "false"]) is None  # a later flag wins
+    assert cli._resumed_dir(["--train.resume", "false", "-c", str(cfg)]) == run  # as the parser reads them
+    cfg.write_text("train:\n  resume: false\n")
+    assert cli._resumed_dir(["-c", str(cfg), "--train.resume", "true", "--train.out_dir", run]) == run
+    for bad in ("[1, 2]", "train: 3", ": : :"):
+        cfg.write_text(bad)
+        assert cli._resumed_dir(["-c", str(cfg)]) is None
+    assert cli._resumed_dir(["-c", str(tmp_path / "missing.yaml")]) is None
