@@ -116,7 +116,9 @@ def test_block_stats_with_targets_backpropagates_and_matches_probe_stats():
     st = block_stats(model, idx, y)
     model.eval()
     _, want = model(idx, y)
-    assert st["_loss"].item() == want.item() and n_hooks(model) == 0
+    # its hooks read the attention pattern (the explicit path), the plain forward takes SDPA: the same loss up to
+    # rounding (equal bit for bit on a Zen 3, 1 ulp apart on an AVX-512 Xeon)
+    assert st["_loss"].item() == pytest.approx(want.item(), rel=1e-6) and n_hooks(model) == 0
     st["_loss"].backward()
     assert model.transformer.h[0].attn.c_attn.weight.grad is not None
     with torch.no_grad():

@@ -1169,7 +1169,9 @@ def _resumed_dir(args: list[str]) -> Optional[str]:
         name, eq, value = a.partition("=")
         if name in ("--resume", "--train.resume", "--train.out_dir", "-c", "--config"):
             if not eq:
-                value = args[i + 1] if i + 1 < len(args) else ""
+                if i + 1 >= len(args):
+                    continue  # a flag without its value: the parser says so
+                value = args[i + 1]
             if name in ("-c", "--config"):
                 flags.update(_config_file_resume(value))
             else:
