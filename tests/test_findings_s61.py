@@ -126,3 +126,35 @@ def test_a_resume_spelt_in_a_c_file_takes_its_runs_openmp_policy_without_a_resta
         cfg.write_text(bad)
         assert cli._resumed_dir(["-c", str(cfg)]) is None
     assert cli._resumed_dir(["-c", str(tmp_path / "missing.yaml")]) is None
+
+
+class _DetachedAttention(torch.nn.Module):
+    """nn.MultiheadAttention passes out_proj's weight to its attention function and never calls out_proj."""
+
+    def __init__(self, vocab_size=65):
+        super().__init__()
+        self.e = torch.nn.Embedding(vocab_size, 16)
+        self.att = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = torch.nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        h = self.e(idx)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        a, _ = self.att(h, h, h, attn_mask=mask, need_weights=False)
+        return self.head((h + a).detach())
+
+
+def test_multihead_attentions_out_proj_is_not_called_a_module_forward_never_calls():
+    """A new user's pass: a block of nn.MultiheadAttention behind a .detach() was told its out_proj "belongs to modules
+    that forward never calls" (call it or delete it), though forward used it: no gradient for the detach's reason."""
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    rep = check_model(_DetachedAttention(), load_corpus(DataConfig()), rules=("shape", "no_gradient"))
+    ng = {c.rule: c for c in rep.checks}["no_gradient"]
+    assert ng.ok is False and ng.evidence["never_called"] == []
+    assert ng.evidence["no_grad"] == ["e.weight", "att.in_proj_weight", "att.in_proj_bias", "att.out_proj.weight",
+                                      "att.out_proj.bias"]
+    assert "never calls" not in ng.summary and ".detach()" in ng.remedy

@@ -698,7 +698,7 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
     opt: Optional[torch.optim.Optimizer] = None  # built only when a step is needed (most models need none)
     zero: list[str] = []
     none: list[str] = []
-    called: set[int] = set()  # the modules whose forward ran at step 0
+    called: set[int] = set()  # the modules whose forward ran at step 0, and the parameters any op read
     for step in range(NOGRAD_STEPS + 1):
         x, y = subject.batch(subject.free_batch(4), subject.T, rng)
         with _calls_seen(model, called if step == 0 else None):
@@ -726,7 +726,8 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
         opt.step()
     owner = {f"{mn}.{pn}" if mn else pn: m for mn, m in model.named_modules()
              for pn, _ in m.named_parameters(recurse=False)}
-    uncalled = [n for n in none if n in owner and id(owner[n]) not in called]
+    params = dict(named)
+    uncalled = [n for n in none if n in owner and id(owner[n]) not in called and id(params.get(n)) not in called]
     none = [n for n in none if n not in uncalled]
     ev.update({"no_grad": none, "never_called": uncalled, "zero_grad": zero, "frozen": frozen})
     if not (none or uncalled or zero or frozen):
@@ -737,11 +738,30 @@ def no_gradient_rule(subject: Subject) -> CheckResult:
 
 @contextlib.contextmanager
 def _calls_seen(model: nn.Module, called: Optional[set]) -> Iterator[None]:
-    """Inside, every module of ``model`` whose forward runs adds its id to ``called`` (None: nothing is watched)."""
-    hooks = [] if called is None else [m.register_forward_hook(lambda mod, i, o: called.add(id(mod)))
-                                        for m in model.modules()]
-    try:
+    """Inside, every module of ``model`` whose forward runs adds its id to ``called``, and so does every parameter
+    that an op reads (None: nothing is watched). A module may be used without its forward being called:
+    ``nn.MultiheadAttention`` passes ``out_proj``'s weight to its attention function and never calls ``out_proj``,
+    which was called a module "forward never calls" (with a detached block, whose gradients were None anyway)."""
+    if called is None:
         yield
+        return
+    from torch.overrides import TorchFunctionMode
+
+    ids = {id(p) for p in model.parameters()}
+
+    class ParamsRead(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            for a in (*args, *kwargs.values()):
+                for t in (a if isinstance(a, (list, tuple)) else (a,)):
+                    if id(t) in ids:
+                        called.add(id(t))
+            return func(*args, **kwargs)
+
+    hooks = [m.register_forward_hook(lambda mod, i, o: called.add(id(mod))) for m in model.modules()]
+    try:
+        with ParamsRead():
+            yield
     finally:
         for h in hooks:
             h.remove()
