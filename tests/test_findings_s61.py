@@ -158,3 +158,25 @@ def test_multihead_attentions_out_proj_is_not_called_a_module_forward_never_call
     assert ng.evidence["no_grad"] == ["e.weight", "att.in_proj_weight", "att.in_proj_bias", "att.out_proj.weight",
                                       "att.out_proj.bias"]
     assert "never calls" not in ng.summary and ".detach()" in ng.remedy
+
+
+def test_a_bpe_run_with_another_tokenizer_json_is_refused_by_its_views_and_its_resume(tmp_path, bpe_file, capsys):
+    """A new user's pass: with another BPE tokenizer.json copied into a run, `layers` measured "val loss 5.12" of a run
+    at 3.96 and `context` said "the model does not use its context" (exit 0); a resume said the corpus's vocabulary
+    differs ("165 characters absent"), where `sample` names the tokenizer by its sha256."""
+    from conftest import assert_clean_error, bpe_run_config, run_cli
+    from depthlab.data import load_corpus
+    from depthlab.trainer import train
+
+    rd = train(bpe_run_config(tmp_path, bpe_file, max_iters=4), log=lambda s: None)
+    other = tmp_path / "other.txt"
+    other.write_text("".join(reversed(bpe_file.read_text(encoding="utf-8"))), encoding="utf-8")
+    cfg = bpe_run_config(tmp_path / "o", other)
+    (rd / "tokenizer.json").write_text(load_corpus(cfg.data).tokenizer.json, encoding="utf-8")
+    want = f"{rd / 'tokenizer.json'} is not the tokenizer"
+    for command in ("context", "layers"):
+        rc, _, err = run_cli(capsys, command, str(rd))
+        assert_clean_error(rc, err, want)
+        assert "put the run's own tokenizer.json back" in err
+    rc, _, err = run_cli(capsys, "train", "--resume", str(rd), "--train.max_iters", "6")
+    assert_clean_error(rc, err, f"cannot resume {rd}: {want}")

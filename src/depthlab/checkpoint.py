@@ -800,7 +800,8 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
     tok = BPETokenizer.from_str(text, str(tfile))
     if meta.get("tokenizer_sha256") and tok.sha256 != meta["tokenizer_sha256"]:
         raise DepthlabError(f"{tfile} is not the tokenizer {path} was trained with (sha256 "
-                            f"{tok.sha256[:12]}... vs {meta['tokenizer_sha256'][:12]}... in the checkpoint)")
+                            f"{tok.sha256[:12]}... vs {meta['tokenizer_sha256'][:12]}... in the checkpoint): put the "
+                            "run's own tokenizer.json back (an export of this run holds the same file)")
     return tok
 
 

@@ -251,6 +251,9 @@ def _model_from(run_dir: Path, path: Path) -> torch.nn.Module:
     """The model of the weights file ``path`` (depthlab's GPT or the run's model.source), in eval mode."""
     require_float32_default(f"loading the run {run_dir}")  # layers said "(float32, ...)" of a float64 model
     sd, meta = ckpt.load_weights_file(path)
+    # the val split is tokenized with the run's tokenizer.json: the one these weights were trained with, or
+    # nothing is measured (another file's merges gave "val loss 5.12" of a run at 3.96, and "no context used")
+    ckpt.load_run_tokenizer(run_dir, meta, path)
     model = make_model(ckpt.model_config_from_meta(meta, path), run_dir)
     ckpt.load_into(model, sd, path)
     return model.eval()
