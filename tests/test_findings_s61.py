@@ -180,3 +180,20 @@ def test_a_bpe_run_with_another_tokenizer_json_is_refused_by_its_views_and_its_r
         assert "put the run's own tokenizer.json back" in err
     rc, _, err = run_cli(capsys, "train", "--resume", str(rd), "--train.max_iters", "6")
     assert_clean_error(rc, err, f"cannot resume {rd}: {want}")
+
+
+def test_a_high_first_loss_after_init_from_does_not_blame_model_init():
+    """A new user's pass: `--init-from` an export of a Shakespeare run onto Python source: "val loss 8.325 at step 0
+    ... fix the initialisation (model.init (now gpt2) ...)", though the weights came from --init-from."""
+    from depthlab.analytics.diagnose import diagnose_records
+
+    from test_analytics_diagnose import BASE, _init_hot
+
+    recs, cfg = _init_hot()
+    cfg = {**cfg, "resolved": {**(cfg.get("resolved") or {}), "init_from": {
+        "path": "/m/hf_shk", "source": "/m/hf_shk", "sha256": "ab" * 32, "step": 500, "val_loss": 1.6}}}
+    init = {x.rule: x for x in diagnose_records(recs, BASE, cfg)}["init_loss"]
+    assert init.evidence.endswith("; the run started from the weights of /m/hf_shk (--init-from), not from its own "
+                                  "initialisation")
+    assert init.remedy.startswith("not the learning rate, and not model.init: the weights it started from predict "
+                                  "this corpus badly") and "(now gpt2)" not in init.remedy

@@ -7,6 +7,7 @@ import math
 from typing import Optional
 
 from ...config import TrainConfig
+from ...rundir import init_from_record
 from ...units import finite_or_none
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
 from .advice import (LONGER_KNOBS, bounded_output_words, clear_of_collapse, dropout_advice, lr_advice, lr_knob,
@@ -320,6 +321,14 @@ def _init_loss(ev: Evidence) -> Optional[Finding]:
     if last_step > 0:
         evidence += (f"; from there it {'falls' if last < first else 'does not fall'} ({first:.3f} -> {last:.3f} at "
                      f"step {last_step}), so the run did not diverge")
+    record = init_from_record(ev.config)
+    if record is not None:  # not the model's own initialisation: model.init played no part
+        evidence += (f"; the run started from the weights of {record.get('path')} (--init-from), not from its own "
+                     "initialisation")
+        return Finding("init_loss", evidence, "not the learning rate, and not model.init: the weights it started from "
+                                              "predict this corpus badly (expected where they were trained on another "
+                                              "text); while the loss falls from there, the start costs only steps; to "
+                                              "start from the model's own initialisation, train without --init-from")
     cmd = ev.check_command
     where = (f"the forward's output scale (a factor on the logits, a large init of the head); {cmd} measures the "
              "loss at initialisation (its init_loss rule), which should start near ln V" if cmd else
