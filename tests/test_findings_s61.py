@@ -197,3 +197,31 @@ def test_a_high_first_loss_after_init_from_does_not_blame_model_init():
                                   "initialisation")
     assert init.remedy.startswith("not the learning rate, and not model.init: the weights it started from predict "
                                   "this corpus badly") and "(now gpt2)" not in init.remedy
+
+
+def test_a_run_that_finished_while_its_worker_was_stopped_is_finished_by_the_next_sweep(tiny_text_file, tmp_path):
+    """A new user's pass: a Ctrl-C after a run wrote summary.json, before its worker wrote its result, left the sweep
+    stuck for good: every rerun said "all 12 runs had finished" and "1 of 12 runs gave no result" (exit 1), and the
+    science rows "not judged ... run the same sweep command again". The rerun now finishes the worker's part, with
+    the run's numbers as they were."""
+    import json
+
+    from depthlab import rundir, sweep
+
+    from test_sweep_local import quiet, tiny_spec
+
+    spec = tiny_spec(tiny_text_file, {"model.n_layer": [1]}, train__max_iters=8)
+    sw = tmp_path / "sw"
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=quiet)
+    rd = rundir.RunDir(sw / "runs" / "n_layer-1")
+    before = rd.file(rundir.SUMMARY).read_bytes()
+    rd.file(rundir.SWEEP_STATUS).write_text(json.dumps({  # what reap writes for a worker a signal ended
+        "name": "n_layer-1", "status": "interrupted", "wall_s": 3.0, "threads": 1,
+        "message": "interrupted: the worker process ended on SIGINT before the run wrote a result"}))
+    logs = []
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert "0 already finished, 1 to run (1 of them resume from a checkpoint)" in logs[0], logs
+    assert rd.sweep_status["status"] == "ok" and rd.file(rundir.SUMMARY).read_bytes() == before
+    logs.clear()
+    sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
+    assert "1 already finished, 0 to run" in logs[0], logs

@@ -106,7 +106,9 @@ def plan(points: Sequence[RunPoint], sweep_dir: Path, rerun: bool = False) -> tu
         status = (rd.sweep_status or {}).get("status") if isinstance(rd.sweep_status, dict) else None
         # a signal cut its final validation: not done, the resume runs it (else the run stayed "interrupted" for good)
         cut = isinstance(rd.summary, dict) and rd.summary.get("final_validation_cut") is True
-        final = (rd.file(rundir.SUMMARY).exists() and not cut) or status in FINAL_STATUSES
+        # a worker stopped by a signal after its run wrote summary.json, before the worker wrote its result: not done
+        # either, the resume finishes it (else "all runs had finished" and "1 run gave no result" for good)
+        final = (rd.file(rundir.SUMMARY).exists() and not cut and status != "interrupted") or status in FINAL_STATUSES
         if final and not rerun and rd.config is not None:
             diff = config_diff(p.config, rd.config)
             if diff:
@@ -197,7 +199,10 @@ def resume_config(run_dir: Path, config: dict) -> Optional[dict]:
     # a checkpoint at the last step is a finished run whose summary.json is gone (trained again), unless a signal cut
     # that step's evaluation ("evaluated": false): its resume evaluates the step and finishes the run
     cut = entry is not None and entry.get("step") == last and entry.get("evaluated") is False
-    if entry is None or not (entry.get("step", 0) < last or cut):
+    # a run that finished (summary.json) while its worker was stopped before writing its result: its resume only
+    # finishes the worker's part (the result, the init probe), with the run's numbers as they are
+    finished = rd.file(rundir.SUMMARY).is_file() and (rd.sweep_status or {}).get("status") == "interrupted"
+    if entry is None or not (entry.get("step", 0) < last or cut or finished):
         return None
     return {**config, "train": {**config["train"], "resume": True}}
 
