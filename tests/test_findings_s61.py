@@ -225,3 +225,38 @@ def test_a_run_that_finished_while_its_worker_was_stopped_is_finished_by_the_nex
     logs.clear()
     sweep.run_sweep(spec, sw, workers=1, threads=1, log=logs.append)
     assert "1 already finished, 0 to run" in logs[0], logs
+
+
+def test_degradation_is_no_yes_when_plains_shallower_runs_all_diverged():
+    """A new user's pass: with plain's shallower runs all diverged, degradation read "yes (p = 0.024, n = 3)" on pre-LN
+    alone (plain's comparison dropped) while depth_helps, on the same runs, compared plain by Fisher's exact test; with
+    every run diverged it said "not judged: it compares plain with the residual variants at two depths or more, and
+    this sweep has model.variant plain, prenorm at model.n_layer 1, 2", which is what the sweep had."""
+    from depthlab.sweep import science
+
+    from test_sweep_science import cells
+
+    def grid(plain1="nonfinite", pre="ok"):
+        return (cells("plain", 1, None, n=3, status=plain1) + cells("plain", 2, 3.356, n=3)
+                + cells("prenorm", 1, None if pre != "ok" else 3.25, n=3, status=pre)
+                + cells("prenorm", 2, None if pre != "ok" else 3.09, n=3, status=pre))
+
+    row = science.degradation(grid(), {})
+    assert "plain L2 > L1 + 0.1 (by runs not ok): L1 3 of 3 not ok vs L2 0 of 3 not ok, p = 1" in row[3], row[3]
+    assert row[-1].startswith("undecided (p = 1, n = 3)"), row[-1]
+    every = [dict(it, row={**it["row"], "status": "nonfinite", "best_val_loss": None})
+             for it in grid(pre="nonfinite")]
+    assert not science.degradation(every, {})[-1].startswith("not judged"), science.degradation(every, {})[-1]
+
+
+def test_report_of_a_sweep_rewrites_its_science_table(tmp_path, monkeypatch):
+    """A new user's pass: `depthlab report SWEEP` rewrote report.html and results.csv but left science.md with the
+    verdict of before (the two files in one folder disagreed)."""
+    from depthlab import cli, sweep
+
+    called = []
+    monkeypatch.setattr("depthlab.report.sweep.build_sweep_report", lambda d: str(d) + "/report.html")
+    monkeypatch.setattr("depthlab.report.sweep.is_sweep_dir", lambda d: True)
+    monkeypatch.setattr(sweep, "write_science_table", lambda d: called.append(str(d)) or "| table |")
+    assert cli.main(["report", str(tmp_path)]) == 0
+    assert called == [str(tmp_path)]

@@ -631,8 +631,11 @@ def run_report(ns) -> int:
         if ns.out or ns.skip:
             raise DepthlabError("report: --out and --skip apply to a run directory; a sweep directory's report is "
                                 "always SWEEP_DIR/report.html with every figure")
+        from .sweep import write_science_table
+
         try:
             print(build_sweep_report(ns.run_dir))
+            write_science_table(ns.run_dir)  # science.md too: it said one verdict while report.html said another
         except OSError as e:  # its files are rewritten in the folder: a read-only one (or a full disk) is said so
             why = no_space_words(e, Path(ns.run_dir)) if no_space(e) else (e.strerror or type(e).__name__)
             raise DepthlabError(f"report: cannot write the sweep's results and report into {ns.run_dir}: {why}; make "
