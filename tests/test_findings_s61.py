@@ -260,3 +260,26 @@ def test_report_of_a_sweep_rewrites_its_science_table(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "write_science_table", lambda d: called.append(str(d)) or "| table |")
     assert cli.main(["report", str(tmp_path)]) == 0
     assert called == [str(tmp_path)]
+
+
+def test_bigram_stuck_on_a_bpe_run_speaks_of_tokens_and_of_figures_the_report_draws():
+    """A new user's pass: a BPE run's bigram_stuck remedies said "a one-character window", "the characters before the
+    current one" (a model.source run) and pointed at the attention figure, which the report draws for character runs
+    only."""
+    from depthlab.analytics.diagnose import diagnose_records
+
+    from test_analytics_diagnose import BASE, evals
+
+    stuck = evals([4.17, 3.2, 2.9, 2.77, 2.72], tokens_per_step=32)
+    bpe = {"data": {"tokenizer": "bpe"}}
+    one = diagnose_records(stuck, BASE, {**bpe, "model": {"block_size": 1}})[0]
+    assert one.remedy.endswith("a one-token window is exactly a bigram model"), one.remedy
+    stuck = evals([4.17, 2.6, 2.45])  # within the bigram line's margin
+    gpt = [f for f in diagnose_records(stuck, BASE, {**bpe, "model": {"block_size": 64}}) if f.rule == "bigram_stuck"]
+    assert "check attention entropy (depthlab probe; the report's entropy figure) to see whether the heads select " \
+           "earlier tokens" in gpt[0].remedy and "attention figure" not in gpt[0].remedy
+    src = [f for f in diagnose_records(stuck, BASE, {**bpe, "model": {"block_size": 64, "source": "m.py:M"}})
+           if f.rule == "bigram_stuck"]
+    assert "the tokens before the current one reach the prediction only through attention" in src[0].remedy
+    char = [f for f in diagnose_records(stuck, BASE, {"model": {"block_size": 64}}) if f.rule == "bigram_stuck"]
+    assert "attention entropy and the attention figure (the report; depthlab probe)" in char[0].remedy

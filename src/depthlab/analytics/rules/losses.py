@@ -104,7 +104,7 @@ def one_char_window(ev: Evidence) -> Optional[Finding]:
     if ev.val_losses:
         txt += f"; best val loss {min(v for _, v in ev.val_losses):.3f} nats after {ev.val_losses[-1][0]} steps"
     return Finding("bigram_stuck", txt, "raise model.block_size (e.g. 64-256) so the model can see context; a "
-                   "one-character window is exactly a bigram model")
+                   f"one-{ev.unit} window is exactly a bigram model")
 
 
 no_context = one_char_window
@@ -214,14 +214,16 @@ def _bigram_remedy(ev: Evidence, last: dict) -> str:
     parts = [p for p in (dropout_advice(ev), weight_decay_advice(ev), no_grad_words(ev)) if p]
     src = ev.section("model").get("source")
     if src:
-        parts.append("the characters before the current one reach the prediction only through attention: check "
+        parts.append(f"the {ev.unit}s before the current one reach the prediction only through attention: check "
                      "that the attention output is added into the stream (x = x + out_proj(attention)), is not "
                      "detached, and that the causal mask lets earlier positions through (torch.tril, not torch.eye); "
                      + _source_check(ev, "no_gradient, causal_leak, context_use"))
     else:
+        # the report draws its attention figure for character runs only (its labels are characters)
+        where = ("attention entropy and the attention figure (the report; depthlab probe)" if ev.unit == "character"
+                 else "attention entropy (depthlab probe; the report's entropy figure)")
         parts.append(f"the {ev.unit}s before the current one reach the prediction only through attention: check "
-                     "attention entropy and the attention figure (the report; depthlab probe) to see whether the "
-                     f"heads select earlier {ev.unit}s")
+                     f"{where} to see whether the heads select earlier {ev.unit}s")
     block = ev.section("model").get("block_size")
     if isinstance(block, int) and block < SHORT_WINDOW:
         parts.append(f"raise model.block_size (now {block}; a short window holds little context)")
