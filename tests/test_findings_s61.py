@@ -283,3 +283,18 @@ def test_bigram_stuck_on_a_bpe_run_speaks_of_tokens_and_of_figures_the_report_dr
     assert "the tokens before the current one reach the prediction only through attention" in src[0].remedy
     char = [f for f in diagnose_records(stuck, BASE, {"model": {"block_size": 64}}) if f.rule == "bigram_stuck"]
     assert "attention entropy and the attention figure (the report; depthlab probe)" in char[0].remedy
+
+
+def test_a_sweep_over_tokenizers_says_its_losses_per_token_do_not_compare():
+    """A new user's pass: `--grid data.tokenizer=char,bpe`: the summary gave char 2.700 nats/token against BPE's 5.186
+    (char looked far better), where per character BPE was the better one (3.10 against 3.90 bits/char)."""
+    from depthlab.sweep.findings import summary_lines
+
+    from conftest import sweep_item
+
+    items = [sweep_item("prenorm", 2, 2.7, seed=1), sweep_item("prenorm", 2, 5.186, seed=2)]
+    items[1]["config"]["data"] = {"tokenizer": "bpe", "vocab_size": 512}
+    lines = summary_lines(items, "model.n_layer", ["model.variant"], None)
+    assert "These runs split the text into different tokens (bpe 512, char): their losses per token below do not " \
+           "compare across tokenizers; bits per character do" in " ".join(lines), lines
+    assert not any("different tokens" in x for x in summary_lines(items[:1], "model.n_layer", ["model.variant"], None))

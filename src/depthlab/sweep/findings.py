@@ -27,6 +27,14 @@ def sweep_unit(items: Sequence[dict]) -> str:
     return "character" if all(unit_of(it.get("config")) == "character" for it in items) else "token"
 
 
+def _vocabulary(config: Optional[dict]) -> str:
+    """A run's tokenizer in words (``char``, ``bpe 512``): runs with different ones have losses per token in
+    different units."""
+    data = (config or {}).get("data") or {}
+    tok = data.get("tokenizer") or "char"
+    return tok if tok == "char" else f"{tok} {data.get('vocab_size')}"
+
+
 def short_unit(unit: str) -> str:
     """The label form of :func:`sweep_unit`'s word: ``char`` or ``token`` (``nats/char``, ``bits/token``)."""
     return "char" if unit == "character" else "token"
@@ -160,6 +168,11 @@ def summary_lines(items: Sequence[dict], x: Optional[str], groups: Sequence[str]
     xname = x.split(".")[-1] if x else ""
     unit = sweep_unit(items)
     u = short_unit(unit)
+    vocabularies = {_vocabulary(it.get("config")) for it in items}
+    if len(vocabularies) > 1:  # a char x BPE grid: char's nats/token looked far better where BPE was per character
+        out.append(f"These runs split the text into different tokens ({', '.join(sorted(vocabularies))}): their "
+                   f"losses per {unit} below do not compare across tokenizers; bits per character do (results.csv's "
+                   "best_val_bpc, the all-runs table's column of that name).")
     for g, d in sorted(agg.items()):
         best, verdict = _trend(d, x)
         if best is None:
