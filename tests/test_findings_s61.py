@@ -298,3 +298,19 @@ def test_a_sweep_over_tokenizers_says_its_losses_per_token_do_not_compare():
     assert "These runs split the text into different tokens (bpe 512, char): their losses per token below do not " \
            "compare across tokenizers; bits per character do" in " ".join(lines), lines
     assert not any("different tokens" in x for x in summary_lines(items[:1], "model.n_layer", ["model.variant"], None))
+
+
+def test_a_probe_whose_one_sequence_does_not_fit_names_the_model_not_the_batch(tmp_path, capsys):
+    """A new user's pass: `probe --model.block_size 100000 --probe_batch_size 1` was told to lower --probe_batch_size,
+    already at its least."""
+    import os
+
+    from conftest import assert_clean_error, run_cli
+
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 1000 * 2**30:
+        pytest.skip("a machine with more than 1000 GiB of RAM may hold this probe")
+    rc, _, err = run_cli(capsys, "probe", "--model.n_layer", "4", "--model.n_embd", "64", "--model.block_size",
+                         "100000", "--probe_batch_size", "1", "--out", str(tmp_path))
+    assert_clean_error(rc, err, "--probe_batch_size 1 sequences", "even one sequence does not fit: lower "
+                                "model.block_size")
+    assert "lower --probe_batch_size" not in err

@@ -140,8 +140,10 @@ def _check_memory(cfg, batch_size: int) -> None:
         raise DepthlabError(f"probe: a batch of --probe_batch_size {batch_size} sequences of model.block_size "
                             f"{m.block_size} tokens (model.n_embd {m.n_embd}, model.n_layer {m.n_layer}) needs about "
                             f"{need / 2**30:,.0f} GiB for its forward and backward, more than this machine's "
-                            f"{have / 2**30:,.0f} GiB of RAM; lower --probe_batch_size (--batches averages over more "
-                            "batches, one at a time)")
+                            f"{have / 2**30:,.0f} GiB of RAM; " + (
+                                "lower --probe_batch_size (--batches averages over more batches, one at a time)"
+                                if batch_size > 1 else "even one sequence does not fit: lower model.block_size "
+                                "(attention's memory grows with its square), model.n_embd or model.n_layer"))
 
 
 def _norm_eps(model) -> Optional[float]:
