@@ -314,3 +314,20 @@ def test_a_probe_whose_one_sequence_does_not_fit_names_the_model_not_the_batch(t
     assert_clean_error(rc, err, "--probe_batch_size 1 sequences", "even one sequence does not fit: lower "
                                 "model.block_size")
     assert "lower --probe_batch_size" not in err
+
+
+def test_a_sweeps_trend_words_say_when_the_change_is_within_the_seeds_spread():
+    """A new user's pass: "prenorm ... improves with depth: 2.684 nats at 1 block -> 2.661 at 2 blocks" beside sds of
+    0.041 and 0.049 (n = 3), where the same page's Welch test gave p = 0.29."""
+    from scipy.stats import ttest_ind_from_stats
+
+    from depthlab.sweep.findings import _trend
+
+    _, verdict = _trend({1: (2.684, 0.041, 3), 2: (2.661, 0.049, 3)})
+    p = ttest_ind_from_stats(2.684, 0.041, 3, 2.661, 0.049, 3, equal_var=False).pvalue
+    assert verdict == ("improves with depth: 2.684 nats at 1 block -> 2.661 at 2 blocks; within the seeds' spread: "
+                       f"not a clear change at these seeds (Welch p = {p:.2g})"), verdict
+    _, clear = _trend({1: (2.684, 0.004, 3), 2: (2.461, 0.005, 3)})
+    assert clear == "improves with depth: 2.684 nats at 1 block -> 2.461 at 2 blocks"
+    _, one = _trend({1: (2.684, 0.0, 1), 2: (2.661, 0.0, 1)})
+    assert "spread" not in one
