@@ -100,7 +100,8 @@ def test_depth_helps_yes_no_undecided_with_seeds_needed():
     assert row[-1].startswith("no (p = 0.0") and row[-1].endswith(", n = 2)")
     # falls by 0.03 with sd 0.028: undecided, and Welch's power says about 12 seeds per cell
     row = science.depth_helps(depth_grid((2.30, 2.29, 2.28, 2.27), (2.3, 2.5, 3.3, 3.35), spread=2.0), {})
-    assert row[-1] == "undecided (p = 0.2, n = 2): add seeds, about 12 per cell (Welch power 0.8 at alpha 0.05)"
+    assert row[-1] == ("undecided (p = 0.2, n = 2): add seeds, about 12 per cell (power 0.8 at alpha 0.05, "
+                       "Bonferroni-split where the verdict's rule splits it)")
     # the same effect at 8 seeds (sd 0.013): decided
     assert science.depth_helps(depth_grid((2.30, 2.29, 2.28, 2.27), (2.3, 2.5, 3.3, 3.35), n=8, spread=2.0),
                                {})[-1].startswith("yes (")
@@ -140,7 +141,8 @@ def test_degradation_verdicts():
     assert science.degradation(deg, {})[-1].startswith("yes (")
     # pre-LN's 8 blocks 0.01 better than 4 with sd 0.014: within the 0.02 margin, but only at p = 0.084
     assert science.degradation(depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.50, 3.30, 3.35)), {})[-1] == \
-        "undecided (p = 0.084, n = 2): add seeds, about 4 per cell (Welch power 0.8 at alpha 0.05)"
+        ("undecided (p = 0.084, n = 2): add seeds, about 4 per cell (power 0.8 at alpha 0.05, Bonferroni-split where "
+         "the verdict's rule splits it)")
     flat = depth_grid((2.30, 2.20, 2.10, 2.09), (2.30, 2.30, 2.30, 2.31))  # plain does not degrade: refuted
     assert science.degradation(flat, {})[-1].startswith("no (")
     assert science.degradation([sweep_item("prenorm", 4, 2.4)], {})[-1] == (
