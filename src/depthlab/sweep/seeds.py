@@ -3,7 +3,8 @@
 The science claims (:mod:`depthlab.sweep.science`) are judged on the sweep so far; for each
 undecided claim, the cells of its comparisons that are not yet decided get more seeds, towards
 the estimate of :func:`depthlab.sweep.stats.needed` (power 0.8 at alpha 0.05, Bonferroni-split where the
-verdict's rule splits it), at most doubling per round. :func:`depthlab.sweep.run.run_sweep` adds them and runs the next round.
+verdict's rule splits it), at most doubling per round. :func:`depthlab.sweep.run.run_sweep` adds them and runs
+the next round.
 """
 
 from __future__ import annotations
