@@ -206,8 +206,9 @@ def test_depthlab_gpt_no_false_alarm_all_rules(variant, norm, corpus, tmp_path_f
         # for those; ~220-710 at T = 64, past the first 150 steps). The fast rules (gradient_flow included) find
         # nothing.
         assert rep.failed == ["context_use"] and "unigram level" in c["context_use"].summary
-        # the training rules' 1 thread (the process has 2 here)
-        assert c["overfit_batch"].ok is True and c["overfit_batch"].evidence["reached_at_step"] == 136
+        # the training rules' 1 thread (the process has 2 here); the step is the CPU's: 136 on the AVX2 EPYCs, 127 on
+        # an AVX-512 Xeon (its kernels round otherwise, and training amplifies the last bits)
+        assert c["overfit_batch"].ok is True and 100 <= c["overfit_batch"].evidence["reached_at_step"] <= 200
         return
     if variant == "rezero":
         # Was a false alarm since rotary positions became the default: every ReZero block is the identity at
@@ -216,7 +217,8 @@ def test_depthlab_gpt_no_false_alarm_all_rules(variant, norm, corpus, tmp_path_f
         # seeds and T = 64), past the check's first 150 steps, which were its limit. The rule now trains on while
         # the loss keeps falling.
         ob = c["overfit_batch"].evidence
-        assert ob["reached_at_step"] == ob["steps"] == 202 and ob["final_loss"] < 0.3
+        # (202 on the AVX2 EPYCs, 196 on an AVX-512 Xeon: past 150 either way, the limit it had)
+        assert ob["reached_at_step"] == ob["steps"] and 150 < ob["steps"] <= 750 and ob["final_loss"] < 0.3
     assert rep.failed == [], {r: c[r].summary for r in rep.failed}
 
 
