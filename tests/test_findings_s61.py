@@ -331,3 +331,15 @@ def test_a_sweeps_trend_words_say_when_the_change_is_within_the_seeds_spread():
     assert clear == "improves with depth: 2.684 nats at 1 block -> 2.461 at 2 blocks"
     _, one = _trend({1: (2.684, 0.0, 1), 2: (2.661, 0.0, 1)})
     assert "spread" not in one
+
+
+@pytest.mark.parametrize("axis", ["data.cache_dir=a,b", "train.progress=true,false", "train.tensorboard=true,false"])
+def test_a_grid_axis_that_trains_the_same_model_is_refused(axis, capsys):
+    """A new user's pass: `--grid data.cache_dir=a,b` (train.progress, train.tensorboard) trained the identical model
+    twice, where model.vocab_size is refused for exactly that reason."""
+    from conftest import assert_clean_error, run_cli
+
+    key = axis.split("=")[0]
+    rc, _, err = run_cli(capsys, "sweep", "--grid", axis, "--dry_run")
+    assert_clean_error(rc, err, f"--grid '{key}': ", "so every value would train the same model; give it once, as a "
+                                                     f"flag (--{key} VALUE), not as a grid axis")

@@ -181,6 +181,16 @@ def _check_axis(key: str, what: str) -> None:
     if key == "model.vocab_size":
         raise DepthlabError(f"{what} {key!r}: model.vocab_size is set from the corpus's tokenizer, so every value "
                             "would train the same model; sweep data.vocab_size (with data.tokenizer bpe) instead")
+    if key in _NO_MODEL_AXES:
+        raise DepthlabError(f"{what} {key!r}: {_NO_MODEL_AXES[key]}, so every value would train the same model; give "
+                            f"it once, as a flag (--{key} VALUE), not as a grid axis")
+
+
+#: Fields whose values change where a run writes or what it prints, never what it trains (refused as grid axes: each
+#: value trained the same model again under another run name).
+_NO_MODEL_AXES = {"data.cache_dir": "data.cache_dir is where the tokenized corpus is kept",
+                  "train.progress": "train.progress only turns the progress bar on or off",
+                  "train.tensorboard": "train.tensorboard only turns the TensorBoard log on or off"}
 
 
 def _alternatives(hint: Any) -> list[str]:
