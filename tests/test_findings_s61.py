@@ -343,3 +343,18 @@ def test_a_grid_axis_that_trains_the_same_model_is_refused(axis, capsys):
     rc, _, err = run_cli(capsys, "sweep", "--grid", axis, "--dry_run")
     assert_clean_error(rc, err, f"--grid '{key}': ", "so every value would train the same model; give it once, as a "
                                                      f"flag (--{key} VALUE), not as a grid axis")
+
+
+def test_a_sweeps_placement_says_where_a_runs_own_train_threads_wins(tiny_text_file):
+    """A new user's pass: `--grid train.threads=1,2` said "2 workers x 1 thread" while run threads-2 trained with 2
+    threads beside the other worker."""
+    from depthlab.sweep.common import RunPoint, placement
+
+    def point(t):
+        return RunPoint(name=f"threads-{t}", experiment="e", point={"train.threads": t},
+                        config={"train": {"threads": t}, "model": {}, "data": {}})
+
+    _, _, where = placement("local", 2, 1, [point(1), point(2)])
+    assert where == "2 workers x 1 thread (train.threads 2 where a run sets it)"
+    _, _, plain = placement("local", 2, 1, [point(0), point(1)])
+    assert plain == "2 workers x 1 thread"

@@ -264,22 +264,25 @@ def check_same_sweep(sweep_dir: Path, points: Sequence[RunPoint]) -> None:
                             "with to continue it")
 
 
-def placement(backend: str, workers: int, threads: int, n_todo: int) -> tuple[int, int, str]:
-    """How ``n_todo`` runs are placed: (runs at a time the estimate divides by, threads per run, where in words).
+def placement(backend: str, workers: int, threads: int, todo: Sequence[RunPoint]) -> tuple[int, int, str]:
+    """How the runs ``todo`` are placed: (runs at a time the estimate divides by, threads per run, where in words).
 
     ``workers``/``threads`` as :func:`depthlab.sweep.run_sweep` takes them (0 = automatic): the local pool runs
     ``workers`` processes (one per core) of cores // workers threads; on Ray each trial reserves that many CPUs
-    and threads, and ``--workers`` caps the trials at a time (0: as many as the cluster's CPUs hold).
+    and threads, and ``--workers`` caps the trials at a time (0: as many as the cluster's CPUs hold). A run's own
+    ``train.threads`` (a grid axis, a flag) wins over the placement's, and the words say so.
     """
     n_cores = cores()
-    n_workers = max(1, min(workers or n_cores, n_todo))
+    n_workers = max(1, min(workers or n_cores, len(todo)))
     threads = threads or max(1, n_cores // n_workers)
+    own = sorted({int(t) for p in todo if (t := (p.config.get("train") or {}).get("threads")) and int(t) != threads})
+    mind = f" (train.threads {', '.join(map(str, own))} where a run sets it)" if own else ""
     if backend == "local":
-        return n_workers, threads, f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}"
+        return n_workers, threads, f"{counted(n_workers, 'worker')} x {counted(threads, 'thread')}{mind}"
     at_once = f"at most {workers} at a time (--workers)" if workers else \
         "as many at a time as the cluster's CPUs hold (--workers caps it)"
     return n_workers, threads, (f"Ray Tune trials of {counted(threads, 'CPU')} and {counted(threads, 'thread')} "
-                                f"each (--threads), {at_once}")
+                                f"each (--threads){mind}, {at_once}")
 
 
 def check_counts(workers: int, threads: int) -> None:

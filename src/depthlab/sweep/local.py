@@ -253,7 +253,7 @@ def dry_run(spec: SweepSpec, out_dir: str | Path, workers: int = 0, seeds: Optio
     check_corpora(points)  # the real sweep refuses a missing corpus before it writes anything
     done, todo = plan(points, Path(out_dir), rerun=rerun)
     check_devices(todo, backend)  # as the real sweep: a train.device this machine lacks is refused
-    nw, _, where = placement(backend, workers, threads, len(todo))  # as run.py picks them
+    nw, _, where = placement(backend, workers, threads, todo)  # as run.py picks them
     seconds = []
     for pt in todo:
         seconds.append(estimate_seconds(pt.config))

@@ -184,7 +184,7 @@ def _run_round(spec: SweepSpec, sweep_dir: Path, points: list, added: dict, runn
     warm_token_cache(points)  # first: a corpus that is missing is refused before sweep.json makes the folder
     write_plan(sweep_dir, spec, points, added)  # a folder it cannot write is refused here, before any warning
     _say_schedule_warnings(todo, log)  # after the refusals: a refused sweep says its one line alone
-    n_workers, threads, where = placement(backend, workers, threads, len(todo))
+    n_workers, threads, where = placement(backend, workers, threads, todo)
     todo.sort(key=lambda p: -estimate_seconds(p.config))  # longest first: shortest makespan
     est = local.sweep_seconds([estimate_seconds(p.config) for p in todo], n_workers, backend)
     jobs, varied = [], varied_fields(spec)
