@@ -180,6 +180,8 @@ def test_a_bpe_run_with_another_tokenizer_json_is_refused_by_its_views_and_its_r
         assert "put the run's own tokenizer.json back" in err
     rc, _, err = run_cli(capsys, "train", "--resume", str(rd), "--train.max_iters", "6")
     assert_clean_error(rc, err, f"cannot resume {rd}: {want}")
+    rc, _, err = run_cli(capsys, "report", str(rd))  # the hunt: report left layers and context out without a word
+    assert rc == 0 and f"depthlab: warning: {want}" in err and "what is measured on its val split is left out" in err
 
 
 def test_a_high_first_loss_after_init_from_does_not_blame_model_init():
@@ -358,3 +360,86 @@ def test_a_sweeps_placement_says_where_a_runs_own_train_threads_wins(tiny_text_f
     assert where == "2 workers x 1 thread (train.threads 2 where a run sets it)"
     _, _, plain = placement("local", 2, 1, [point(0), point(1)])
     assert plain == "2 workers x 1 thread"
+
+
+# --------------------------------------------------------------------------- the regression hunt over s61's changes
+class _UnusedButRead(torch.nn.Module):
+    def __init__(self, vocab_size=65):
+        super().__init__()
+        self.e, self.extra = torch.nn.Embedding(vocab_size, 16), torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, vocab_size)
+
+    def forward(self, idx):
+        return self.head(self.e(idx.to(self.extra.weight.device)))  # reads an attribute of extra, never calls it
+
+
+def test_a_modules_weight_whose_device_is_read_is_still_a_module_forward_never_calls():
+    """The hunt: the op watcher counted `self.extra.weight.device` as a use of the weight ("do not .detach() it")."""
+    from depthlab.analytics.check import check_model
+    from depthlab.config import DataConfig
+    from depthlab.data import load_corpus
+
+    rep = check_model(_UnusedButRead(), load_corpus(DataConfig()), rules=("shape", "no_gradient"))
+    ng = {c.rule: c for c in rep.checks}["no_gradient"]
+    assert ng.evidence["never_called"] == ["extra.weight", "extra.bias"] and ng.evidence["no_grad"] == []
+
+
+def test_a_c_file_that_is_a_fifo_does_not_block_the_start(tmp_path):
+    """The hunt: `depthlab train -c FIFO` hung where it had said "not a regular file"."""
+    import os
+    import threading
+
+    from depthlab import cli
+
+    fifo = tmp_path / "ff"
+    os.mkfifo(fifo)
+    got = []
+    t = threading.Thread(target=lambda: got.append(cli._resumed_dir(["-c", str(fifo)])), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive() and got == [None]
+
+
+def test_help_with_stdout_closed_goes_to_stderr_as_argparse_sends_it():
+    """The hunt: `depthlab train --help >&-` was "unexpected AttributeError ... please report it" (stdout None)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(f"{sys.executable} -m depthlab train --help >&-", shell=True, capture_output=False,
+                       stderr=subprocess.PIPE, timeout=60)
+    assert p.returncode == 0 and b"usage: depthlab train" in p.stderr and b"Traceback" not in p.stderr
+
+
+def test_improves_then_worsens_is_tested_on_its_best_and_last_cells():
+    from depthlab.sweep.findings import _trend, _vocabulary
+
+    _, verdict = _trend({1: (2.46, 0.01, 3), 4: (2.40, 0.002, 3), 8: (2.47, 0.01, 3)})
+    assert verdict.startswith("improves then worsens a little") and "spread" not in verdict, verdict
+    assert _vocabulary({"data": {"tokenizer": "bpe", "vocab_size": None}}) == "bpe"
+    assert _vocabulary({"data": {"tokenizer": "bpe", "vocab_size": 512}}) == "bpe 512"
+
+
+def test_a_probe_whose_one_sequence_does_not_fit_says_so_at_any_batch(tmp_path, capsys):
+    import os
+
+    from conftest import assert_clean_error, run_cli
+
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 1000 * 2**30:
+        pytest.skip("a machine with more than 1000 GiB of RAM may hold this probe")
+    rc, _, err = run_cli(capsys, "probe", "--model.block_size", "200000", "--out", str(tmp_path))
+    assert_clean_error(rc, err, "even one sequence does not fit: lower model.block_size")
+
+
+def test_a_muon_run_with_too_few_matrix_records_is_judged_on_its_pooled_ratios():
+    """The hunt: a run resumed across the change (old records without the matrices' ratio) was judged "low" on two
+    new records, fewer than lr_min_records: silent, with no "not judged" line."""
+    from depthlab.analytics.diagnose import Evidence
+
+    from conftest import SHAKESPEARE_BASELINES, eval_records, grad_record
+
+    grads = [grad_record(s, [0.5, 0.5], upd=[1.2e-3, 1.1e-3]) for s in (100, 150, 200, 250)]
+    for r in grads[2:]:
+        r["update_ratio_matrix_block"] = [1e-6, 1e-6]
+    config = {"model": {"vocab_size": 65}, "train": {"optimizer": "muon", "muon_lr": 1e-6, "warmup_iters": 10}}
+    ev = Evidence(eval_records([4.17, 2.6, 2.5, 2.45]) + grads, config, SHAKESPEARE_BASELINES)
+    assert ev.matrix_ratios is False and len(ev.low_ratios[0]) == 4

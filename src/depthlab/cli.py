@@ -543,6 +543,29 @@ def _record_damage(rd, consequence: str) -> list[str]:
     return out
 
 
+def _tokenizer_damage(rd) -> list[str]:
+    """A BPE run's tokenizer.json that is not the one its best weights were trained with (the report left its
+    layers and context figures out without a word): the line of ``sample``'s refusal."""
+    from .checkpoint import load_run_tokenizer, read_metadata, select_weights
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a damaged newer checkpoint: said by the lines above
+            path = select_weights(rd.path, "best")
+    except DepthlabError:
+        return []  # no weights: said by the lines above
+    meta = read_metadata(path)
+    if not meta.get("tokenizer_sha256"):
+        return []
+    try:
+        load_run_tokenizer(rd.path, meta, path)
+    except DepthlabError as e:
+        return [f"{e}: what is measured on its val split is left out"]
+    return []
+
+
 def _weights_damage(rd, consequence: str) -> list[str]:
     """A damaged or deleted manifest.json, weights files that fail their sha256, a finished run's checkpoints gone,
     the corpus moved or edited (:func:`_corpus_damage`), and a ``model.source`` run's copy of its file that is
@@ -568,6 +591,7 @@ def _weights_damage(rd, consequence: str) -> list[str]:
         out.append(f"{ckdir} holds no checkpoint, though {SUMMARY} says {counted(final, 'step')} were trained "
                    f"(deleted?): {consequence}")
     out += _corpus_damage(rd, "what is measured on its val split is left out")
+    out += _tokenizer_damage(rd)
     source = ((rd.config or {}).get("model") or {}).get("source")
     if source:  # the weights are rebuilt with the run's own copy of the model's file
         try:
@@ -1189,6 +1213,8 @@ def _resumed_dir(args: list[str]) -> Optional[str]:
 def _config_file_resume(path: str) -> dict[str, str]:
     """``train.resume`` and ``train.out_dir`` of a ``-c`` file, as :func:`_resumed_dir`'s flags (``{}`` for a file
     that cannot be read or holds neither: the parser says what is wrong with it, after torch has loaded)."""
+    if not Path(path).is_file():  # a FIFO or a terminal would block here: the parser refuses what is no file
+        return {}
     try:
         import yaml
 

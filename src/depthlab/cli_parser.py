@@ -34,7 +34,7 @@ def _parser_class():
             """argparse's help, written and flushed here: argparse's own writer swallows an ``OSError``, so
             ``depthlab train --help | head -1`` exited 0 where every other command's output into a closed pipe
             exits 141 (``BrokenPipeError`` reaches :func:`depthlab.cli.main` from here)."""
-            out = sys.stdout if file is None else file
+            out = file or sys.stdout or sys.stderr  # argparse's fallback where stdout is closed (None)
             out.write(self.format_help())
             out.flush()
 

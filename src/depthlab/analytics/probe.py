@@ -129,8 +129,11 @@ def _check_memory(cfg, batch_size: int) -> None:
 
     from ..training.runtime import training_memory_bytes
 
-    need = training_memory_bytes(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=batch_size)),
-                                 cfg.model.vocab_size)
+    def need_at(b: int) -> float:
+        return training_memory_bytes(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=b)),
+                                     cfg.model.vocab_size)
+
+    need = need_at(batch_size)
     try:
         have = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
@@ -142,8 +145,9 @@ def _check_memory(cfg, batch_size: int) -> None:
                             f"{need / 2**30:,.0f} GiB for its forward and backward, more than this machine's "
                             f"{have / 2**30:,.0f} GiB of RAM; " + (
                                 "lower --probe_batch_size (--batches averages over more batches, one at a time)"
-                                if batch_size > 1 else "even one sequence does not fit: lower model.block_size "
-                                "(attention's memory grows with its square), model.n_embd or model.n_layer"))
+                                if batch_size > 1 and need_at(1) <= 0.9 * have else "even one sequence does not fit: "
+                                "lower model.block_size (attention's memory grows with its square), model.n_embd or "
+                                "model.n_layer"))
 
 
 def _norm_eps(model) -> Optional[float]:

@@ -32,7 +32,8 @@ def _vocabulary(config: Optional[dict]) -> str:
     different units."""
     data = (config or {}).get("data") or {}
     tok = data.get("tokenizer") or "char"
-    return tok if tok == "char" else f"{tok} {data.get('vocab_size')}"
+    size = data.get("vocab_size")
+    return f"{tok} {size}" if tok != "char" and size else tok
 
 
 def short_unit(unit: str) -> str:
@@ -76,8 +77,8 @@ def _trend(d: dict[Any, tuple[float, float, int]], x: Optional[str] = DEPTH) -> 
     else:
         verdict = (f"improves then worsens a little: best {bestv:.3f} at {_at(x, best)}, "
                    f"{last:.3f} at {_at(x, hi)}")
-    if not verdict.startswith("about flat"):
-        verdict += _unclear(d[lo] if verdict.startswith("improves ") else d[best], d[hi])
+    if not verdict.startswith("about flat"):  # "improves with depth" compares its ends, the others best and last
+        verdict += _unclear(d[lo] if verdict.startswith(f"improves {along}") else d[best], d[hi])
     return best, verdict
 
 

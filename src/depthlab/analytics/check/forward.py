@@ -752,6 +752,8 @@ def _calls_seen(model: nn.Module, called: Optional[set]) -> Iterator[None]:
     class ParamsRead(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if getattr(func, "__name__", None) == "__get__":  # an attribute read (weight.device, .shape): no use
+                return func(*args, **kwargs)
             for a in (*args, *kwargs.values()):
                 for t in (a if isinstance(a, (list, tuple)) else (a,)):
                     if id(t) in ids:

@@ -382,9 +382,11 @@ class Evidence:
 
     @cached_property
     def matrix_ratios(self) -> bool:
-        """Whether :attr:`low_ratios` are the blocks' matrices' alone: a Muon run whose records hold them (written
-        since the gradient monitor records them)."""
-        return self.muon and any(r.get("update_ratio_matrix_block") for r in self.lr_judged_grads)
+        """Whether :attr:`low_ratios` are the blocks' matrices' alone: a Muon run with ``lr_min_records`` or more
+        records that hold them (written since the gradient monitor records them; a run resumed across that change
+        has fewer, and is judged on the pooled ratios, which it has enough of, rather than not at all)."""
+        n = sum(1 for r in self.lr_judged_grads if r.get("update_ratio_matrix_block"))
+        return self.muon and n >= self.thresholds.lr_min_records
 
     @cached_property
     def low_ratios(self) -> tuple[list[float], list[int]]:
