@@ -443,3 +443,16 @@ def test_a_muon_run_with_too_few_matrix_records_is_judged_on_its_pooled_ratios()
     config = {"model": {"vocab_size": 65}, "train": {"optimizer": "muon", "muon_lr": 1e-6, "warmup_iters": 10}}
     ev = Evidence(eval_records([4.17, 2.6, 2.5, 2.45]) + grads, config, SHAKESPEARE_BASELINES)
     assert ev.matrix_ratios is False and len(ev.low_ratios[0]) == 4
+
+
+def test_an_unreadable_model_file_is_told_to_be_made_readable():
+    """The fresh install: `check m.py:GPT` on a file it could not read said "fix the code it runs when imported"."""
+    from pathlib import Path
+
+    from depthlab.usermodel import _import_fix
+
+    e = PermissionError(13, "Permission denied", "/x/m.py")
+    assert _import_fix(e, Path("/x/m.py")) == ("the file itself cannot be read: give the user running depthlab read "
+                                              "permission (chmod u+r)")
+    assert _import_fix(PermissionError(13, "Permission denied", "/x/other"), Path("/x/m.py")) != _import_fix(
+        e, Path("/x/m.py"))

@@ -178,6 +178,8 @@ def _import_fix(e: BaseException, path: Path) -> str:
         return f"fix line {e.lineno} of {e.filename if other else path}" + (f" (imported by {path})" if other else "")
     if isinstance(e, ModuleNotFoundError) and e.name:
         return f"install the module {e.name} in the Python that runs depthlab ({sys.executable}), or drop the import"
+    if isinstance(e, PermissionError) and e.filename and Path(e.filename).resolve() == Path(path).resolve():
+        return "the file itself cannot be read: give the user running depthlab read permission (chmod u+r)"
     at = user_line(e, path)  # file.py:LINE: code
     return f"fix {at.split(': ', 1)[0]}, or what it calls" if at else "fix the code it runs when imported"
 
