@@ -456,3 +456,25 @@ def test_an_unreadable_model_file_is_told_to_be_made_readable():
                                               "permission (chmod u+r)")
     assert _import_fix(PermissionError(13, "Permission denied", "/x/other"), Path("/x/m.py")) != _import_fix(
         e, Path("/x/m.py"))
+
+
+def test_a_data_cache_folder_that_cannot_be_read_names_the_knob(tmp_path, monkeypatch):
+    """The fresh install: with HOME's cache another user's, `train` ended on a bare PermissionError naming
+    .../meta.json, without --data.cache_dir or DEPTHLAB_CACHE."""
+    from pathlib import Path
+
+    from depthlab import data
+    from depthlab.errors import DepthlabError
+
+    real = Path.exists
+
+    def exists(self):
+        if self.name == "meta.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(DepthlabError) as e:
+        data._cached(tmp_path / "entry", lambda: None)
+    assert str(e.value) == (f"the data cache folder {tmp_path / 'entry'} cannot be read (Permission denied); point "
+                            "--data.cache_dir (or DEPTHLAB_CACHE) at a folder you can write")

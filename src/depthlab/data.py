@@ -410,7 +410,12 @@ def _cached(entry: Path, build: Callable[[], None], dtype: Optional[np.dtype] = 
         DepthlabError: the entry still does not read after it was built again.
     """
     for attempt in (0, 1):
-        if not (entry / "meta.json").exists():
+        try:
+            built = (entry / "meta.json").exists()
+        except PermissionError as e:  # another user's cache (HOME's, run as someone else): was a bare PermissionError
+            raise DepthlabError(f"the data cache folder {entry} cannot be read ({e.strerror or e}); point "
+                                "--data.cache_dir (or DEPTHLAB_CACHE) at a folder you can write") from None
+        if not built:
             build()
         try:
             meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
