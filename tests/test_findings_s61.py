@@ -478,3 +478,23 @@ def test_a_data_cache_folder_that_cannot_be_read_names_the_knob(tmp_path, monkey
         data._cached(tmp_path / "entry", lambda: None)
     assert str(e.value) == (f"the data cache folder {tmp_path / 'entry'} cannot be read (Permission denied); point "
                             "--data.cache_dir (or DEPTHLAB_CACHE) at a folder you can write")
+
+
+def test_an_unreadable_corpus_names_data_path_and_the_fix(tmp_path, monkeypatch):
+    """The fresh install: `train --data.path f.txt` on a file it could not read: "PermissionError: [Errno 13] ...
+    (check the paths given ...)", naming neither data.path nor a fix."""
+    from depthlab import data
+    from depthlab.config import DataConfig
+    from depthlab.errors import DepthlabError
+
+    f = tmp_path / "f.txt"
+    f.write_text("hello world\n" * 50)
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(data, "sha256_file", refuse)  # chmod 000 does not stop root, who runs CI
+    with pytest.raises(DepthlabError) as e:
+        data.load_corpus(DataConfig(path=str(f)))
+    assert str(e.value).startswith(f"data.path {f} cannot be read (Permission denied): give the user running "
+                                   "depthlab read permission (chmod u+r)")

@@ -363,7 +363,11 @@ def load_corpus(cfg: DataConfig, log=None, seed: int = 1337, tokenizer_json: Opt
             ``split: lines`` file without lines.
     """
     path = _resolve_path(cfg)
-    digest = sha256_file(path)
+    try:
+        digest = sha256_file(path)
+    except PermissionError as e:  # was the generic OSError line, naming neither data.path nor a fix
+        raise DepthlabError(f"data.path {path} cannot be read ({e.strerror or e}): give the user running depthlab "
+                            "read permission (chmod u+r), or copy the file somewhere it can be read") from None
     enc_name = codecs.lookup(cfg.encoding).name
     entry = _cache_root(cfg) / f"{digest[:32]}-{enc_name}-v{CACHE_FORMAT}"
     meta, chars = _cached(entry, lambda: _encode_to_cache(path, cfg.encoding, entry))
