@@ -498,3 +498,17 @@ def test_an_unreadable_corpus_names_data_path_and_the_fix(tmp_path, monkeypatch)
         data.load_corpus(DataConfig(path=str(f)))
     assert str(e.value).startswith(f"data.path {f} cannot be read (Permission denied): give the user running "
                                    "depthlab read permission (chmod u+r)")
+
+
+def test_a_print_config_file_given_to_sweep_f_is_told_to_go_to_c(tmp_path, capsys):
+    """The fresh install: `sweep -f` on `sweep --print_config`'s file listed 14 unknown keys with no hint that the
+    file is for -c (which reads it back)."""
+    from conftest import assert_clean_error, run_cli
+
+    rc, out, _ = run_cli(capsys, "sweep", "--grid", "model.n_layer=1,2", "--print_config")
+    assert rc == 0
+    f = tmp_path / "s.yaml"
+    f.write_text(out)
+    rc, _, err = run_cli(capsys, "sweep", "-f", str(f), "--dry_run")
+    assert_clean_error(rc, err, "unknown key(s)", "this is `depthlab sweep --print_config`'s file of the command's "
+                                                  "options: give it with -c, not -f")

@@ -414,8 +414,12 @@ def _spec_from_mapping(d: Any, what: str, profile: Optional[str] = None) -> Swee
     bad = sorted(set(map(str, d)) - _SPEC_KEYS)
     if bad:
         # a run config's sections written at the top, as in a train -c file: they belong under base:
+        # `depthlab sweep --print_config` writes the command's own options (out_dir, seeds, ...): a file for -c
+        printed = {"out_dir", "seeds", "profile"} <= set(bad)
         fix = (f"; the fields every run shares go under base: (base: {{{bad[0]}: {{...}}}})"
-               if set(bad) <= set(SECTIONS) else "")
+               if set(bad) <= set(SECTIONS) else
+               "; this is `depthlab sweep --print_config`'s file of the command's options: give it with -c, not -f"
+               if printed else "")
         raise DepthlabError(f"{what}: unknown key(s) {', '.join(bad)} (allowed: {', '.join(sorted(_SPEC_KEYS))})"
                             f"{fix}")
     if ("grid" in d) == ("experiments" in d):
