@@ -805,6 +805,18 @@ def load_run_tokenizer(run_dir: Path, meta: dict[str, str], path: Path) -> Token
     return tok
 
 
+def check_run_tokenizer(run_dir: Path, path: Path) -> None:
+    """Refuse a BPE run whose ``tokenizer.json`` is not the one the weights file ``path`` records (its header's
+    ``tokenizer_sha256``); nothing for a character run or a header without the record.
+
+    Raises:
+        DepthlabError: as :func:`load_run_tokenizer` (another file, or none).
+    """
+    meta = read_metadata(path)
+    if meta.get("tokenizer_sha256"):
+        load_run_tokenizer(run_dir, meta, path)
+
+
 # ------------------------------------------------------------------------- the best weights of a run, checked
 def best_copy(run_dir: Path) -> Optional[Path]:
     """The intact step checkpoint whose bytes are the manifest's ``best.safetensors`` (best is written as a copy of

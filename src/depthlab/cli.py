@@ -546,9 +546,9 @@ def _record_damage(rd, consequence: str) -> list[str]:
 def _tokenizer_damage(rd) -> list[str]:
     """A BPE run's tokenizer.json that is not the one its best weights were trained with (the report left its
     layers and context figures out without a word): the line of ``sample``'s refusal."""
-    from .checkpoint import load_run_tokenizer, read_metadata, select_weights
-
     import warnings
+
+    from .checkpoint import check_run_tokenizer, select_weights
 
     try:
         with warnings.catch_warnings():
@@ -556,11 +556,8 @@ def _tokenizer_damage(rd) -> list[str]:
             path = select_weights(rd.path, "best")
     except DepthlabError:
         return []  # no weights: said by the lines above
-    meta = read_metadata(path)
-    if not meta.get("tokenizer_sha256"):
-        return []
     try:
-        load_run_tokenizer(rd.path, meta, path)
+        check_run_tokenizer(rd.path, path)
     except DepthlabError as e:
         return [f"{e}: what is measured on its val split is left out"]
     return []

@@ -11,7 +11,8 @@ import json
 import math
 from typing import Any, Optional, TypeVar
 
-__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_or", "fmt_value", "counted", "agree", "plus_minus"]
+__all__ = ["LN2", "number_or_none", "finite_or_none", "finite_values", "finite_or", "fmt_value", "counted", "agree",
+           "plus_minus"]
 
 #: ln 2: nats per bit. A loss in nats/token divided by LN2 is bits/token (Shannon 1948).
 LN2 = math.log(2.0)
@@ -36,6 +37,11 @@ def finite_or_none(v: Any) -> Optional[float]:
     """A metrics value as a finite float, or None (missing, non-numeric, NaN/inf or their strings)."""
     f = number_or_none(v)
     return f if f is not None and math.isfinite(f) else None
+
+
+def finite_values(vs: Any) -> list[float]:
+    """The finite floats of a record's list (``rank_measure``, ``token_cosine``, ...), in order; ``[]`` for None."""
+    return [f for f in (finite_or_none(v) for v in (vs or [])) if f is not None]
 
 
 def finite_or(v: Any, default: _D) -> float | _D:

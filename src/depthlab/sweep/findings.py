@@ -17,6 +17,7 @@ from ..units import LN2, counted
 from .results import CAPPED, OK_STATUSES, aggregate, field_value, group_name
 from .claim_common import BUDGET_FIX, run_names, short_of_budget
 from .science import init_last_rank
+from .stats import ALPHA, welch_two_sided
 
 __all__ = ["summary_lines", "init_lines", "aggregate_table", "sweep_unit", "short_unit"]
 
@@ -84,16 +85,12 @@ def _trend(d: dict[Any, tuple[float, float, int]], x: Optional[str] = DEPTH) -> 
 
 def _unclear(a: tuple[float, float, int], b: tuple[float, float, int]) -> str:
     """``; within the seeds' spread (...)`` when the change from cell ``a`` to cell ``b`` (mean, sd, n) is no clear
-    change at these seeds: a two-sided Welch test from the cells' statistics at alpha 0.05 (scipy's
-    ``ttest_ind_from_stats``); "" when it is, or a cell has one run. The words' cuts (0.1, 0.02 nats) are on the
-    means alone: "improves with depth: 2.684 -> 2.661" stood beside sds of 0.041 and 0.049 (Welch p = 0.29)."""
-    (ma, sa, na), (mb, sb, nb) = a, b
-    if na < 2 or nb < 2 or not (sa > 0 or sb > 0):
-        return ""
-    from scipy.stats import ttest_ind_from_stats
-
-    p = float(ttest_ind_from_stats(ma, sa, na, mb, sb, nb, equal_var=False).pvalue)
-    return f"; within the seeds' spread: not a clear change at these seeds (Welch p = {p:.2g})" if p > 0.05 else ""
+    change at these seeds (:func:`~depthlab.sweep.stats.welch_two_sided` above :data:`~depthlab.sweep.stats.ALPHA`);
+    "" when it is, or a cell has one run. The words' cuts (0.1, 0.02 nats) are on the means alone: "improves with
+    depth: 2.684 -> 2.661" stood beside sds of 0.041 and 0.049 (Welch p = 0.29)."""
+    p = welch_two_sided(a, b)
+    return f"; within the seeds' spread: not a clear change at these seeds (Welch p = {p:.2g})" \
+        if p is not None and p > ALPHA else ""
 
 
 def baseline_words(loss: float, baselines: dict, unit: str, margin: float = 0.05) -> Optional[str]:

@@ -27,7 +27,8 @@ import statistics as st
 from typing import Optional, Sequence, Union
 
 __all__ = ["ALPHA", "POWER", "MAX_ESTIMATE", "CellStats", "cell_stats", "floored_variance", "welch_greater",
-           "fisher_fewer", "seeds_needed", "Leaf", "All", "Any", "greater", "fewer_failures", "p_yes", "p_no", "needed",
+           "welch_two_sided", "fisher_fewer", "seeds_needed", "Leaf", "All", "Any", "greater", "fewer_failures",
+           "p_yes", "p_no", "needed",
            "verdict", "fmt_p", "leaves"]
 
 #: Significance level of every claim (one-sided tests).
@@ -131,6 +132,19 @@ def welch_greater(a: Sequence[float], b: Sequence[float], margin: float = 0.0,
     t = diff / math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
     return t, df, float(stats.t.sf(t, df))
+
+
+def welch_two_sided(a: tuple[float, float, int], b: tuple[float, float, int]) -> Optional[float]:
+    """Welch's two-sided p of mean(a) != mean(b) from two cells' ``(mean, sd, n)`` (Welch 1947; scipy's
+    ``ttest_ind_from_stats``, the same t and degrees of freedom as :func:`welch_greater`): for words on a difference
+    the claims do not judge. None when a cell has fewer than two values or neither has a spread.
+    """
+    from scipy import stats
+
+    (ma, sa, na), (mb, sb, nb) = a, b
+    if na < 2 or nb < 2 or not (sa > 0 or sb > 0):
+        return None
+    return float(stats.ttest_ind_from_stats(ma, sa, na, mb, sb, nb, equal_var=False).pvalue)
 
 
 def fisher_fewer(fail_a: int, n_a: int, fail_b: int, n_b: int) -> float:

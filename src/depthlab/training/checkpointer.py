@@ -126,14 +126,15 @@ def _trained_past_a_checkpoint(rd: RunDir) -> Optional[str]:
     return None
 
 
-def _check_tokenizer(rd: RunDir, sha256: Optional[str]) -> None:
-    """A BPE run's tokenizer.json against the one its latest intact checkpoint records (``tokenizer_sha256``), as
-    ``sample`` checks it: another file's tokens were called a changed corpus ("165 characters absent").
+def _check_tokenizer(rd: RunDir, bpe: bool) -> None:
+    """A BPE run's tokenizer.json against the one its latest intact checkpoint records
+    (:func:`~depthlab.checkpoint.check_run_tokenizer`), as ``sample`` checks it: another file's tokens were called a
+    changed corpus ("165 characters absent").
 
     Raises:
-        DepthlabError: the sha256s differ.
+        DepthlabError: another file than the checkpoint's.
     """
-    if sha256 is None:
+    if not bpe:
         return
     try:
         with warnings.catch_warnings():
@@ -143,13 +144,10 @@ def _check_tokenizer(rd: RunDir, sha256: Optional[str]) -> None:
         return  # said where the resume picks its checkpoint
     if entry is None:
         return
-    path = rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors"
-    meta = ckpt.read_metadata(path)
-    if meta.get("tokenizer_sha256") and meta["tokenizer_sha256"] != sha256:
-        try:
-            ckpt.load_run_tokenizer(rd.path, meta, path)
-        except DepthlabError as e:
-            raise DepthlabError(f"cannot resume {rd.path}: {e}") from None
+    try:
+        ckpt.check_run_tokenizer(rd.path, rd.file(CHECKPOINTS) / f"{entry['name']}.safetensors")
+    except DepthlabError as e:
+        raise DepthlabError(f"cannot resume {rd.path}: {e}") from None
 
 
 def _check_corpus(rd: RunDir, cfg, vocab: list[str], corpus_sha256: Optional[str]) -> tuple[bool, str]:
@@ -562,7 +560,7 @@ class Checkpointer:
             raise DepthlabError(f"cannot resume: {e}") from None
         old = rd.config or {}
         self.init_record = kept_init_record(old)  # a resume keeps the record of its --init-from
-        _check_tokenizer(rd, getattr(corpus.tokenizer, "sha256", None))
+        _check_tokenizer(rd, getattr(corpus.tokenizer, "sha256", None) is not None)
         same_corpus, vocab_gone = _check_corpus(rd, cfg, corpus.tokenizer.vocab, corpus.sha256)
         corpus.check_block_size(cfg.model.block_size, log=self.log if self.runtime.is_main else None)
         asked = self._asked(cfg, old, same_corpus)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...units import finite_or_none
+from ...units import finite_or_none, finite_values
 from .evidence import Evidence, names_list
 from .signals import adamw_low, divergence, lr_verdict, update_ratio_median, vanishing, zero_grad_params
 
@@ -207,6 +207,5 @@ with a cosine of 0.99 (a plain 4-block stack) is above the ``rank_collapse`` lin
 def clear_of_collapse(probe: Optional[dict]) -> bool:
     """Whether ``probe`` (a probe record, or None) measures its last block well clear of rank collapse
     (:data:`CLEAR_RANK`, :data:`CLEAR_COSINE`): a remedy then does not send the learner to check it."""
-    rm = [v for v in (finite_or_none(x) for x in ((probe or {}).get("rank_measure") or [])) if v is not None]
-    cos = [v for v in (finite_or_none(x) for x in ((probe or {}).get("token_cosine") or [])) if v is not None]
+    rm, cos = finite_values((probe or {}).get("rank_measure")), finite_values((probe or {}).get("token_cosine"))
     return bool(rm) and rm[-1] >= CLEAR_RANK and (not cos or cos[-1] < CLEAR_COSINE)

@@ -19,7 +19,7 @@ from ...config import ran_optimizer
 from ..baselines import run_baselines
 from ...errors import DepthlabError
 from ...rundir import RunDir, torn_last_line
-from ...units import finite_or_none
+from ...units import finite_or_none, finite_values
 from ...usermodel import check_command
 
 __all__ = ["CONTEXT_EVENT", "Finding", "Thresholds", "Evidence", "written_number", "names_list", "unit_of"]
@@ -401,7 +401,7 @@ class Evidence:
         for r in self.lr_judged_grads:
             if not r.get(key):
                 continue
-            u = [v for v in (finite_or_none(x) for x in r[key]) if v is not None and v > 0]
+            u = [v for v in finite_values(r[key]) if v > 0]
             if u:
                 vals.append(statistics.median(u))
                 steps.append(r["step"])

@@ -8,7 +8,7 @@ from typing import Optional
 
 from ...config import TrainConfig
 from ...rundir import init_from_record
-from ...units import finite_or_none
+from ...units import finite_or_none, finite_values
 from .context import LEAKS, UNUSED, USED, more_windows, record_verdict
 from .advice import (LONGER_KNOBS, bounded_output_words, clear_of_collapse, dropout_advice, lr_advice, lr_knob,
                      lr_knobs, no_grad_words, warmup_words, weight_decay_advice, wiring_advice, wiring_has)
@@ -240,7 +240,7 @@ def _rank_words(ev: Evidence) -> str:
     to check what the same diagnosis had just measured and ruled out)."""
     p = ev.last_probe
     if clear_of_collapse(p):
-        rm = [v for v in (finite_or_none(x) for x in (p.get("rank_measure") or [])) if v is not None]
+        rm = finite_values(p.get("rank_measure"))
         return (f"not rank collapse: the last probe (step {p['step']}) measures {rm[-1]:.2f} after the last block "
                 f"(collapse is below {ev.thresholds.rank_collapse:g}), so the positions still carry distinct vectors")
     return ("check rank collapse (depthlab probe at initialisation; the report's activation figure during training): "
