@@ -518,3 +518,17 @@ def test_a_print_config_file_given_to_sweep_f_is_told_to_go_to_c(tmp_path, capsy
     rc, _, err = run_cli(capsys, "sweep", "-f", str(f), "--dry_run")
     assert_clean_error(rc, err, "unknown key(s)", "this is `depthlab sweep --print_config`'s file of the command's "
                                                   "options: give it with -c, not -f")
+
+
+def test_keyword_arguments_for_a_model_that_takes_none_are_told_to_be_dropped():
+    """The second fresh install: `check model.py:TinyTransformer --init '{"nonsense_kw": 3}'` on a class taking no
+    argument was told to give '{"n_layer": ...}'."""
+    from depthlab.usermodel import _init_hint
+
+    class NoArgs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+
+    assert _init_hint(NoArgs, {"nonsense_kw": 3}) == ("; it takes no keyword arguments: drop --model.init (depthlab "
+                                                      "check: --init)")
+

@@ -451,6 +451,8 @@ def _init_hint(made: Callable[..., Any], kw: dict, path: Any = "PATH.py") -> str
         sig.bind(**kw)
     except TypeError:  # the error the call raised came from the arguments themselves, not from the body
         named = [n for n, p in sig.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if not named:  # "give ... '{"n_layer": ...}'" was said of a class that takes no argument at all
+            return "; it takes no keyword arguments: drop --model.init (depthlab check: --init)"
         # the example names a required argument not given, else one that depthlab does not fill in itself
         missing = [n for n in named if sig.parameters[n].default is inspect.Parameter.empty and n not in kw]
         example = (missing or [n for n in named if n != "vocab_size"] or named or ["n_layer"])[0]
